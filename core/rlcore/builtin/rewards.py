@@ -1,0 +1,23 @@
+"""Built-in reward managers and the rule-based scorers for GSM8K and MATH."""
+
+from rlcore.hookspecs import hookimpl
+
+
+@hookimpl
+def register_reward_managers(register):
+    """Register the per-sample and the batched reward managers."""
+    register("naive", "rlcore.reward.managers:NaiveRewardManager", description="scores one sample at a time")
+    register("batch", "rlcore.reward.managers:BatchRewardManager", description="one scorer call for the whole batch")
+
+
+@hookimpl
+def register_reward_scorers(register):
+    """Register rule-based scorers by data_source."""
+    register("openai/gsm8k", "rlcore.reward.scorers.gsm8k:score", description="GSM8K '#### N' answer match",
+             aliases=("gsm8k",))
+    register(
+        "lighteval/MATH",
+        "rlcore.reward.scorers.math:score",
+        description="MATH \\boxed{} answer match (math-verify when installed)",
+        aliases=("DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math"),
+    )

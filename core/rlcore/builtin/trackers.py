@@ -1,0 +1,10 @@
+"""Built-in metric sinks: the console and the run's own JSONL metrics file."""
+
+from rlcore.hookspecs import hookimpl
+
+
+@hookimpl
+def register_trackers(register):
+    """Register the console and JSONL trackers."""
+    register("console", "rlcore.tracking.sinks:ConsoleTracker", description="step:N - key:value lines on stdout")
+    register("jsonl", "rlcore.tracking.sinks:JsonlTracker", description="metrics.jsonl in the run directory (always on)")

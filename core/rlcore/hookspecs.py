@@ -1,0 +1,295 @@
+"""The rlcore hook specifications: the complete plugin interface.
+
+A plugin is a module (usually ``<package>.hooks``) with functions decorated by :data:`rlcore.hookimpl`
+whose names are the hooks below. The docstrings here are the reference documentation; ``docs/plugins.md``
+repeats each signature with an example, and a test keeps the two in step.
+
+Every component hook receives ``register``, a callback with the signature::
+
+    register(name, target, *, description="", aliases=(), replace=False, **meta)
+
+``target`` is the component itself (a class or callable) or a lazy ``"package.module:attr"`` string that
+is imported the first time a run uses the component, so a hooks module never needs to import torch.
+``replace=True`` deliberately overrides a component of the same kind and name registered by another plugin;
+without it a duplicate is a conflict that names both plugins. ``meta`` is free-form metadata that the
+core reads for some kinds (for example an advantage estimator's ``needs_critic=True``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import pluggy
+
+if TYPE_CHECKING:
+    import click
+
+    from rlcore.run_context import RunContext
+
+PROJECT = "rlcore"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+Register = Callable[..., None]
+
+
+@hookspec
+def register_training_backends(register: Register) -> None:
+    """Register training backends (kind ``training_backend``), selected by ``actor_rollout_ref.actor.strategy``.
+
+    A backend target is a class implementing :class:`rlcore.interfaces.TrainingBackend`: it builds the
+    actor, reference and critic roles on top of torch.distributed and exposes log-prob, value and update
+    methods that take and return :class:`rlcore.protocol.Batch`. The backend never sees the algorithm: the
+    core hands it the loss function built from the config.
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_training_backends(register):
+            register("fsdp", "rlcore_plugin_fsdp.backend:FSDPBackend",
+                     description="PyTorch FSDP2", aliases=("fsdp2",))
+    """
+
+
+@hookspec
+def register_rollout_engines(register: Register) -> None:
+    """Register rollout (generation) engines (kind ``rollout_engine``), selected by ``actor_rollout_ref.rollout.name``.
+
+    A target is a class implementing :class:`rlcore.interfaces.RolloutEngine`:
+    ``generate(batch, sampling) -> Batch`` (responses and masks, optionally rollout log-probs),
+    ``update_weights(named_tensors)``, ``sleep()``, ``wake()`` and a ``weight_version`` counter.
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_rollout_engines(register):
+            register("vllm", "rlcore_plugin_vllm.engine:VLLMEngine", description="vLLM offline engine")
+    """
+
+
+@hookspec
+def register_reward_managers(register: Register) -> None:
+    """Register reward managers (kind ``reward_manager``), selected by ``reward_model.reward_manager``.
+
+    A target is a class ``(tokenizer, scorer, config)`` whose ``__call__(batch)`` returns a
+    :class:`rlcore.reward.RewardResult`: token-level scores ``[B, R]`` with each sample's scalar on its last
+    valid response token, plus per-sample extra information and metrics.
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_reward_managers(register):
+            register("dapo", "rlcore_plugin_dapo.reward:OverlongRewardManager")
+    """
+
+
+@hookspec
+def register_reward_scorers(register: Register) -> None:
+    """Register reward scorers (kind ``reward_scorer``), looked up by a sample's ``data_source``.
+
+    A target is a callable ``(data_source, solution_str, ground_truth, extra_info=None) -> float | dict``;
+    a dict must carry ``"score"``, its other keys are reported as extra information. Use ``aliases`` for
+    the several ``data_source`` strings one scorer serves.
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_reward_scorers(register):
+            register("openai/gsm8k", "my_pkg.scorers:gsm8k", aliases=("gsm8k",))
+    """
+
+
+@hookspec
+def register_datasets(register: Register) -> None:
+    """Register prompt datasets (kind ``dataset``), selected by ``data.dataset``.
+
+    A target is a class ``(files, tokenizer, config, split)`` implementing
+    :class:`rlcore.interfaces.PromptDataset` (``__len__``, ``__getitem__`` returning one row with
+    ``input_ids``/``attention_mask``/``position_ids`` tensors and the row's python fields).
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_datasets(register):
+            register("my-jsonl", "my_pkg.data:MyDataset")
+    """
+
+
+@hookspec
+def register_advantage_estimators(register: Register) -> None:
+    """Register advantage estimators (kind ``advantage_estimator``), selected by ``algorithm.adv_estimator``.
+
+    A target is a callable with keyword arguments ``token_level_rewards, response_mask, index, config``
+    (plus ``values`` and ``reward_baselines`` when the estimator declares it needs them) returning
+    ``(advantages, returns)``, both ``[B, R]``. Declare needs as metadata so the controller creates the
+    roles they require and no others: ``needs_critic=True``, ``needs_greedy_baseline=True``,
+    ``min_group_size=2``.
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_advantage_estimators(register):
+            register("gae", "rlcore_plugin_ppo.gae:compute_gae", needs_critic=True)
+    """
+
+
+@hookspec
+def register_policy_losses(register: Register) -> None:
+    """Register policy losses (kind ``policy_loss``), selected by ``actor_rollout_ref.actor.policy_loss.loss_mode``.
+
+    A target is a callable ``(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
+    rollout_is_weights=None) -> (loss, metrics)`` where ``config`` is the actor config section and
+    ``metrics`` a dict of floats such as ``actor/pg_clipfrac``.
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_policy_losses(register):
+            register("gspo", "rlcore_plugin_gspo.loss:gspo_loss")
+    """
+
+
+@hookspec
+def register_batch_filters(register: Register) -> None:
+    """Register batch filters (kind ``batch_filter``), applied after reward in the order of ``algorithm.batch_filters``.
+
+    A target is a callable ``(batch, config) -> (kept_batch, metrics)``. When a filter leaves fewer
+    prompts than ``data.train_batch_size`` the controller may generate more (DAPO dynamic sampling).
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_batch_filters(register):
+            register("nonzero-std", "rlcore_plugin_dapo.filters:keep_varied_groups")
+    """
+
+
+@hookspec
+def register_trackers(register: Register) -> None:
+    """Register experiment trackers (kind ``tracker``), selected by the list ``trainer.logger``.
+
+    A target is a class ``(project, experiment, config, run_dir)`` with ``log(metrics, step)`` and
+    ``finish()``. A tracker failure is logged once and never stops training.
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_trackers(register):
+            register("swanlab", "rlcore_plugin_swanlab.tracker:SwanlabTracker")
+    """
+
+
+@hookspec
+def register_presets(register: Register) -> None:
+    """Register presets (kind ``preset``): named config fragments applied by ``rlcore run --preset NAME``.
+
+    A target is a dict of dotted keys to values, or a callable returning one; it is applied after the
+    defaults and before the user's files and overrides.
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_presets(register):
+            register("dapo", {"actor_rollout_ref.actor.clip_ratio_high": 0.28},
+                     description="clip-higher, token-mean, dynamic sampling")
+    """
+
+
+@hookspec
+def config_defaults() -> dict[str, Any]:
+    """Return the default values of the config keys this plugin owns, as a nested dict.
+
+    They are merged into rlcore's defaults before any file or override is applied, so the keys become
+    known (an override of a key nobody declares is an error) and are printed by ``rlcore config show``.
+    Two plugins declaring the same key with different defaults is an error naming both.
+
+    Example::
+
+        @rlcore.hookimpl
+        def config_defaults():
+            return {"algorithm": {"norm_adv_by_std_in_grpo": True}}
+    """
+
+
+@hookspec
+def register_commands(cli: click.Group) -> None:
+    """Add sub-commands to the ``rlcore`` command line.
+
+    ``cli`` is the top-level click group; decorate new commands with ``@cli.command()``. Keep imports of
+    heavy libraries inside the command function so that ``rlcore --help`` stays fast.
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_commands(cli):
+            @cli.command()
+            def hello():
+                "Say hello."
+                click.echo("hello")
+    """
+
+
+@hookspec
+def on_run_start(run: RunContext) -> None:
+    """Called once in the controller after the workers are built and before the first step.
+
+    ``run`` is the :class:`rlcore.run_context.RunContext` (resolved ``config``, ``run_dir``, ``plugins``).
+
+    Example::
+
+        @rlcore.hookimpl
+        def on_run_start(run):
+            print("starting", run.run_dir)
+    """
+
+
+@hookspec
+def on_step_end(run: RunContext, step: int, metrics: dict[str, Any]) -> None:
+    """Called in the controller after each training step with that step's metrics (verl's metric names).
+
+    Implementations may add keys to ``metrics``; they are logged after every plugin has run.
+
+    Example::
+
+        @rlcore.hookimpl
+        def on_step_end(run, step, metrics):
+            metrics["my/score_x2"] = 2 * metrics["critic/score/mean"]
+    """
+
+
+@hookspec
+def on_validation_end(run: RunContext, step: int, metrics: dict[str, Any]) -> None:
+    """Called in the controller after each validation pass with its ``val-core/...`` and ``val-aux/...`` metrics.
+
+    Example::
+
+        @rlcore.hookimpl
+        def on_validation_end(run, step, metrics):
+            if metrics.get("val-core/gsm8k/reward/mean@1", 0) > 0.9:
+                print("good enough")
+    """
+
+
+@hookspec
+def on_checkpoint_saved(run: RunContext, step: int, path: str) -> None:
+    """Called in the controller after a checkpoint for ``step`` is complete at ``path``.
+
+    Example::
+
+        @rlcore.hookimpl
+        def on_checkpoint_saved(run, step, path):
+            upload(path)
+    """
+
+
+@hookspec
+def on_run_end(run: RunContext, status: str) -> None:
+    """Called once when the run ends; ``status`` is ``"completed"``, ``"failed"`` or ``"interrupted"``.
+
+    Example::
+
+        @rlcore.hookimpl
+        def on_run_end(run, status):
+            print("run", status)
+    """

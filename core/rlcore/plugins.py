@@ -1,0 +1,288 @@
+"""Plugin loading: built-in plugin modules plus every ``rlcore`` entry point, one at a time.
+
+Unlike pluggy's ``load_setuptools_entrypoints``, a plugin that fails to import, registers an unknown hook
+or raises inside a registration hook is recorded with status ``error`` and everything else keeps working;
+two plugins registering the same component are recorded as ``conflict``. Environment variables:
+
+``RLCORE_LOAD_PLUGINS``
+    comma-separated allow-list of distribution names; the empty string loads no external plugin.
+``RLCORE_DISABLE_PLUGINS``
+    comma-separated distribution names (or built-in plugin names) not to load.
+``RLCORE_STRICT_PLUGINS=1``
+    any error or conflict raises :class:`PluginLoadError`.
+``RLCORE_TRACE_PLUGINS=1``
+    print every hook call with its arguments and results to stderr.
+
+:func:`load_plugins` is idempotent and cheap to call again; Ray actors and torchrun ranks call it with the
+driver's environment so that every process sees the same components.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Iterable
+
+import pluggy
+
+from rlcore import hookspecs
+from rlcore.errors import RLCoreError
+from rlcore.registry import KIND_HOOKS, Component, Registry
+
+#: built-in plugin modules, registered through the same hooks as external plugins
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "rlcore.builtin.data",
+    "rlcore.builtin.rewards",
+    "rlcore.builtin.rollout",
+    "rlcore.builtin.algorithms",
+    "rlcore.builtin.trackers",
+    "rlcore.builtin.tasks",
+)
+
+ENV_LOAD = "RLCORE_LOAD_PLUGINS"
+ENV_DISABLE = "RLCORE_DISABLE_PLUGINS"
+ENV_STRICT = "RLCORE_STRICT_PLUGINS"
+ENV_TRACE = "RLCORE_TRACE_PLUGINS"
+#: the variables a worker process must inherit from the driver
+PLUGIN_ENV_VARS: tuple[str, ...] = (ENV_LOAD, ENV_DISABLE, ENV_STRICT, ENV_TRACE)
+
+STATUSES = ("ok", "error", "disabled", "conflict")
+
+
+class PluginLoadError(RLCoreError):
+    """Raised in strict mode when any plugin failed to load or conflicts with another."""
+
+
+@dataclass
+class PluginRecord:
+    """What the loader knows about one plugin, shown by ``rlcore plugins``."""
+
+    name: str
+    version: str | None
+    builtin: bool
+    status: str = "ok"
+    module: str | None = None
+    entry_point: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+    hooks: list[str] = field(default_factory=list)
+
+    def fail(self, status: str, message: str, tb: str | None = None) -> None:
+        """Mark the plugin as failed, keeping the first error message."""
+        if self.status == "ok":
+            self.status = status
+            self.error = message
+            self.traceback = tb
+
+
+def normalize_dist_name(name: str) -> str:
+    """PEP 503 normalisation, so ``RLCORE_LOAD_PLUGINS=My_Plugin`` matches ``my-plugin``."""
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def _env_list(name: str) -> set[str] | None:
+    raw = os.environ.get(name)
+    if raw is None:
+        return None
+    return {normalize_dist_name(p.strip()) for p in raw.split(",") if p.strip()}
+
+
+def _rlcore_version() -> str | None:
+    try:
+        return metadata.version("rlcore")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+class PluginManager:
+    """A pluggy manager plus the component registry and a status record per plugin."""
+
+    def __init__(self) -> None:
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self.records: dict[str, PluginRecord] = {}
+        self.registry = Registry()
+        if os.environ.get(ENV_TRACE) == "1":
+            self.pm.trace.root.setwriter(sys.stderr.write)
+            self.pm.enable_tracing()
+
+    @property
+    def hook(self) -> Any:
+        """The pluggy hook relay: ``manager.hook.on_step_end(run=..., step=..., metrics=...)``."""
+        return self.pm.hook
+
+    # ---------------------------------------------------------------- loading
+    def load_builtins(self, modules: Iterable[str] = BUILTIN_PLUGINS) -> None:
+        """Register the built-in plugin modules unless ``RLCORE_DISABLE_PLUGINS`` names them."""
+        disabled = _env_list(ENV_DISABLE) or set()
+        version = _rlcore_version()
+        for module_name in modules:
+            record = PluginRecord(name=module_name, version=version, builtin=True, module=module_name)
+            self.records[module_name] = record
+            if normalize_dist_name(module_name) in disabled:
+                record.status = "disabled"
+                continue
+            try:
+                module = importlib.import_module(module_name)
+            except Exception as exc:  # a broken built-in must not hide the rest
+                record.fail("error", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+                continue
+            self._register(module, record)
+
+    def load_entrypoints(self, group: str = hookspecs.PROJECT) -> None:
+        """Load each entry point of ``group`` in its own try, honouring the allow/deny variables."""
+        allow = _env_list(ENV_LOAD)
+        disabled = _env_list(ENV_DISABLE) or set()
+        seen: dict[str, str] = {}
+        for ep in sorted(metadata.entry_points(group=group), key=lambda e: (e.dist.name if e.dist else "", e.name)):
+            dist_name = ep.dist.name if ep.dist else ep.name
+            version = ep.dist.version if ep.dist else None
+            name = dist_name
+            ep_text = f"{ep.name} = {ep.value}"
+            if name in seen:
+                if seen[name] == ep_text:  # the same distribution found twice on sys.path
+                    continue
+                name = f"{dist_name}:{ep.name}"
+            seen[name] = ep_text
+            record = PluginRecord(name=name, version=version, builtin=False, module=ep.value, entry_point=ep_text)
+            self.records[name] = record
+            key = normalize_dist_name(dist_name)
+            if (allow is not None and key not in allow) or key in disabled:
+                record.status = "disabled"
+                continue
+            try:
+                module = ep.load()
+            except BaseException as exc:  # noqa: BLE001 - SystemExit in a plugin must not kill the CLI
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                record.fail("error", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+                continue
+            self._register(module, record)
+
+    def _register(self, module: Any, record: PluginRecord) -> None:
+        try:
+            self.pm.register(module, name=record.name)
+        except Exception as exc:  # PluginValidationError, duplicate names
+            record.fail("error", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            return
+        unknown = [hc.name for hc in self.pm.get_hookcallers(module) or [] if not hc.has_spec()]
+        if unknown:
+            self.pm.unregister(module)
+            record.fail(
+                "error",
+                f"unknown hook(s) {', '.join(sorted(unknown))}; known hooks: "
+                + ", ".join(sorted(n for n in dir(hookspecs) if _is_spec(n))),
+            )
+            return
+        record.hooks = sorted(hc.name for hc in self.pm.get_hookcallers(module) or [])
+
+    # --------------------------------------------------------------- registry
+    def build_registry(self) -> Registry:
+        """Call every registration hook, one plugin at a time, into a fresh registry."""
+        registry = Registry()
+        for kind, hook_name in KIND_HOOKS.items():
+            for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+                record = self.records.get(impl.plugin_name)
+                if record is None or record.status == "error":
+                    continue
+                pending: list[tuple[Component, bool]] = []
+                dist = None if record.builtin else record.name.split(":")[0]
+                register = registry.make_register(kind, record.name, dist, record.version, sink=pending)
+                try:
+                    impl.function(**{arg: register for arg in impl.argnames})
+                except Exception as exc:  # a registration error is the plugin's, not the run's
+                    record.fail("error", f"{hook_name} raised {type(exc).__name__}: {exc}", traceback.format_exc())
+                    continue
+                for comp, replace in pending:
+                    registry.add(comp, replace=replace)
+        for clash in registry.conflicts.values():
+            first = clash[0]
+            for other in clash[1:]:
+                self.records[other.plugin].fail(
+                    "conflict",
+                    f"{other.kind} {other.name!r} is also registered by {first.dist or first.plugin}",
+                )
+        self.registry = registry
+        return registry
+
+    def add_commands(self, cli: Any) -> None:
+        """Let each plugin add sub-commands; a plugin whose ``register_commands`` raises is marked ``error``."""
+        for impl in self.pm.hook.register_commands.get_hookimpls():
+            try:
+                impl.function(**{arg: cli for arg in impl.argnames})
+            except Exception as exc:
+                self.records[impl.plugin_name].fail(
+                    "error", f"register_commands raised {type(exc).__name__}: {exc}", traceback.format_exc()
+                )
+
+    # ---------------------------------------------------------------- queries
+    def problems(self) -> list[PluginRecord]:
+        """Records with status ``error`` or ``conflict``."""
+        return [r for r in self.records.values() if r.status in ("error", "conflict")]
+
+    def components_of(self, plugin: str) -> list[Component]:
+        """Components registered by one plugin (including ones that lost a conflict)."""
+        comps = [c for c in self.registry.components() if c.plugin == plugin]
+        comps += [c for clash in self.registry.conflicts.values() for c in clash[1:] if c.plugin == plugin]
+        return comps
+
+    def versions(self) -> dict[str, str | None]:
+        """``{plugin name: version}`` of every loaded external plugin (for run metadata)."""
+        return {r.name: r.version for r in self.records.values() if not r.builtin and r.status == "ok"}
+
+    def check_strict(self) -> None:
+        """Raise :class:`PluginLoadError` listing every broken or conflicting plugin."""
+        problems = self.problems()
+        if problems:
+            lines = "\n".join(f"  {r.name} [{r.status}]: {r.error}" for r in problems)
+            raise PluginLoadError(f"{len(problems)} plugin(s) failed to load ({ENV_STRICT}=1):\n{lines}")
+
+
+def _is_spec(name: str) -> bool:
+    return hasattr(getattr(hookspecs, name, None), "rlcore_spec")
+
+
+def make_plugin_manager(*, builtins: bool = True, entrypoints: bool = True, strict: bool | None = None) -> PluginManager:
+    """Build a new, fully loaded manager (tests use this to avoid the process-wide one)."""
+    manager = PluginManager()
+    if builtins:
+        manager.load_builtins()
+    if entrypoints:
+        manager.load_entrypoints()
+    manager.pm.check_pending()
+    manager.build_registry()
+    if strict if strict is not None else os.environ.get(ENV_STRICT) == "1":
+        manager.check_strict()
+    return manager
+
+
+_MANAGER: PluginManager | None = None
+
+
+def load_plugins() -> PluginManager:
+    """Return the process-wide plugin manager, loading plugins on the first call (idempotent)."""
+    global _MANAGER
+    if _MANAGER is None:
+        _MANAGER = make_plugin_manager()
+    return _MANAGER
+
+
+def set_plugin_manager(manager: PluginManager | None) -> PluginManager | None:
+    """Install ``manager`` as the process-wide one (``None`` forces a reload); returns the previous one."""
+    global _MANAGER
+    previous, _MANAGER = _MANAGER, manager
+    return previous
+
+
+def get_component(kind: str, name: str) -> Any:
+    """Resolve ``(kind, name)`` through the process-wide registry and return the imported target."""
+    return load_plugins().registry.load(kind, name)
+
+
+def plugin_env() -> dict[str, str]:
+    """The ``RLCORE_*`` plugin variables of this process, to pass to worker processes."""
+    return {k: os.environ[k] for k in PLUGIN_ENV_VARS if k in os.environ}
