@@ -1,0 +1,134 @@
+"""Checks that need more than one key, and the derived quantities printed before a run starts.
+
+Everything here runs before any worker, model or dataset is created, so a bad batch size costs the user
+seconds, not a queue slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rlcore.config.loader import ConfigError
+
+TRUNCATION_MODES = ("left", "right", "middle", "error")
+
+
+@dataclass
+class DerivedQuantities:
+    """Batch arithmetic of one run, as verl computes it inside its workers."""
+
+    world_size: int
+    n: int
+    prompts_per_step: int
+    responses_per_step: int
+    mini_batch_prompts: int
+    mini_batches_per_epoch: int
+    responses_per_mini_batch_per_rank: int
+    micro_batch_per_rank: int
+    grad_accumulation_steps: int
+    ppo_epochs: int
+    optimizer_steps_per_step: int
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict (saved as ``derived.json`` in the run directory)."""
+        return asdict(self)
+
+    def summary(self) -> str:
+        """Human-readable lines printed at the start of a run."""
+        lines = [
+            f"prompts per step: {self.prompts_per_step} x n={self.n} -> {self.responses_per_step} responses",
+            f"data-parallel ranks: {self.world_size}",
+            f"mini-batches per step: {self.mini_batches_per_epoch} x {self.ppo_epochs} epoch(s) "
+            f"= {self.optimizer_steps_per_step} optimizer steps "
+            f"({self.mini_batch_prompts} prompts = {self.responses_per_mini_batch_per_rank} responses per rank each)",
+            f"micro-batch per rank: {self.micro_batch_per_rank} -> {self.grad_accumulation_steps} grad-accumulation steps",
+        ]
+        return "\n".join(lines + [f"note: {n}" for n in self.notes])
+
+
+def _positive(config: DictConfig, key: str) -> int:
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(config, key)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{key} must be a positive integer, got {value!r}")
+    return value
+
+
+def derive_quantities(config: DictConfig) -> DerivedQuantities:
+    """Validate cross-key constraints and return the derived batch quantities.
+
+    verl semantics: ``ppo_mini_batch_size`` counts prompts (times ``rollout.n`` responses) and is divided
+    across data-parallel ranks; ``ppo_micro_batch_size_per_gpu`` counts responses on one rank.
+    """
+    n = _positive(config, "actor_rollout_ref.rollout.n")
+    prompts = _positive(config, "data.train_batch_size")
+    mini = _positive(config, "actor_rollout_ref.actor.ppo_mini_batch_size")
+    epochs = _positive(config, "actor_rollout_ref.actor.ppo_epochs")
+    world = _positive(config, "trainer.nnodes") * _positive(config, "trainer.n_gpus_per_node")
+    notes: list[str] = []
+
+    if config.data.truncation not in TRUNCATION_MODES:
+        raise ConfigError(f"data.truncation must be one of {', '.join(TRUNCATION_MODES)}, got {config.data.truncation!r}")
+    _positive(config, "data.max_prompt_length")
+    _positive(config, "data.max_response_length")
+    if mini > prompts:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini}) must not exceed data.train_batch_size ({prompts})"
+        )
+    if (prompts * n) % world:
+        raise ConfigError(
+            f"data.train_batch_size x rollout.n = {prompts * n} responses cannot be split evenly over "
+            f"{world} data-parallel ranks (trainer.nnodes x trainer.n_gpus_per_node)"
+        )
+    if (mini * n) % world:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.ppo_mini_batch_size x rollout.n = {mini * n} responses must be divisible by "
+            f"the {world} data-parallel ranks"
+        )
+    per_rank = mini * n // world
+    actor = config.actor_rollout_ref.actor
+    if actor.use_dynamic_bsz:
+        micro = per_rank
+        notes.append("use_dynamic_bsz: micro-batches are formed by ppo_max_token_len_per_gpu")
+    else:
+        micro = actor.ppo_micro_batch_size_per_gpu
+        if micro is None and actor.ppo_micro_batch_size is not None:
+            micro = max(1, actor.ppo_micro_batch_size // world)
+        if micro is None:
+            micro = per_rank
+            notes.append(
+                f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu is not set: using the whole "
+                f"mini-batch ({per_rank} responses per rank, no gradient accumulation)"
+            )
+        if not isinstance(micro, int) or micro <= 0:
+            raise ConfigError(f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu must be a positive integer, got {micro!r}")
+        if per_rank % micro:
+            raise ConfigError(
+                f"the mini-batch on each rank ({mini} prompts x n={n} / {world} ranks = {per_rank} responses) must be "
+                f"divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu ({micro})"
+            )
+    minis = -(-prompts // mini)
+    if prompts % mini:
+        notes.append(
+            f"data.train_batch_size ({prompts}) is not a multiple of ppo_mini_batch_size ({mini}): "
+            f"the last mini-batch holds {prompts % mini} prompts"
+        )
+    return DerivedQuantities(
+        world_size=world,
+        n=n,
+        prompts_per_step=prompts,
+        responses_per_step=prompts * n,
+        mini_batch_prompts=mini,
+        mini_batches_per_epoch=minis,
+        responses_per_mini_batch_per_rank=per_rank,
+        micro_batch_per_rank=micro,
+        grad_accumulation_steps=per_rank // micro,
+        ppo_epochs=epochs,
+        optimizer_steps_per_step=minis * epochs,
+        notes=notes,
+    )

@@ -1,0 +1,75 @@
+"""The ``rlcore`` pytest plugin (entry point ``pytest11``): fixtures for testing rlcore and its plugins.
+
+Fixtures:
+
+``plugin_manager``
+    a freshly loaded :class:`rlcore.plugins.PluginManager` installed as the process-wide one for the
+    duration of the test (the previous one is restored afterwards).
+``registered``
+    ``with registered(module_or_object, name="x"):`` registers a plugin object in the process-wide
+    manager, rebuilds the registry, and removes it again on exit.
+``tiny_model_dir``
+    a session-wide directory with a tiny Qwen2 model and a locally trained tokenizer.
+``tiny_tokenizer``
+    that directory's tokenizer, loaded with ``AutoTokenizer``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import pytest
+
+from rlcore.plugins import PluginManager, load_plugins, make_plugin_manager, set_plugin_manager
+
+
+@contextlib.contextmanager
+def registered(plugin: Any, name: str = "test-plugin") -> Iterator[PluginManager]:
+    """Register ``plugin`` (a module, class or instance with hookimpls) for the duration of the block."""
+    from rlcore.plugins import PluginRecord
+
+    manager = load_plugins()
+    manager.records[name] = PluginRecord(name=name, version=None, builtin=False, module=repr(plugin))
+    manager._register(plugin, manager.records[name])
+    manager.build_registry()
+    try:
+        yield manager
+    finally:
+        if manager.pm.is_registered(plugin):
+            manager.pm.unregister(plugin)
+        manager.records.pop(name, None)
+        manager.build_registry()
+
+
+@pytest.fixture
+def plugin_manager() -> Iterator[PluginManager]:
+    """A freshly loaded plugin manager, installed as the process-wide one for this test."""
+    manager = make_plugin_manager()
+    previous = set_plugin_manager(manager)
+    try:
+        yield manager
+    finally:
+        set_plugin_manager(previous)
+
+
+@pytest.fixture(name="registered")
+def registered_fixture(plugin_manager: PluginManager):
+    """The :func:`registered` context manager, bound to a fresh plugin manager."""
+    return registered
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny Qwen2 model + tokenizer written once per test session."""
+    from rlcore.testing.tiny import make_tiny_model_dir
+
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_dir):
+    """The tiny model's tokenizer (left padding, ChatML template)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)

@@ -1,0 +1,120 @@
+"""Build a tiny Qwen2-architecture causal LM and a locally trained byte-level BPE tokenizer.
+
+Nothing is downloaded. The tokenizer is trained with Qwen2's normaliser and pre-tokenizer (transformers
+rebuilds a ``Qwen2Tokenizer`` from vocab + merges when ``config.json`` says ``model_type=qwen2``, so any
+other split would change the ids after a save/load round trip). ``head_dim`` is 32 because vLLM's CPU
+attention rejects smaller heads.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Iterable
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
+_WORDS = (
+    "the a an of to and in is was for on that with as it by at from this be are have question answer "
+    "number total apples oranges each more less how many sum what john mary bought sold gave has had left "
+    "cost dollars step first then so therefore think output final after"
+).split()
+
+
+def default_corpus(n: int = 400, seed: int = 0) -> list[str]:
+    """A small synthetic English + arithmetic corpus for training the tokenizer."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        a, b = rng.randint(1, 99), rng.randint(1, 99)
+        words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(5, 15)))
+        lines.append(f"{words}. {a} + {b} = {a + b}. #### {a + b}")
+    return lines
+
+
+def build_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 512):
+    """Train a byte-level BPE tokenizer with a ChatML template; returns a ``PreTrainedTokenizerFast``."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(corpus if corpus is not None else default_corpus()), trainer=trainer)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|pad|>",
+        padding_side="left",
+        additional_special_tokens=["<|im_start|>", "<|endoftext|>"],
+    )
+    hf.chat_template = CHAT_TEMPLATE
+    return hf
+
+
+def build_model(
+    tokenizer,
+    *,
+    hidden_size: int = 64,
+    intermediate_size: int = 128,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    num_kv_heads: int = 1,
+    tie_word_embeddings: bool = True,
+    max_position_embeddings: int = 512,
+    seed: int = 0,
+):
+    """A randomly initialised ``Qwen2ForCausalLM`` sized for ``tokenizer`` (vocab rounded up to 64)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=max(64, -(-len(tokenizer) // 64) * 64),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        head_dim=hidden_size // num_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=tie_word_embeddings,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def make_tiny_model_dir(path: str | Path, *, corpus: Iterable[str] | None = None, seed: int = 0, **model_kwargs) -> Path:
+    """Write a tiny model + tokenizer to ``path`` (loadable with ``AutoModelForCausalLM``/``AutoTokenizer``)."""
+    path = Path(path)
+    tokenizer = build_tokenizer(corpus)
+    model = build_model(tokenizer, seed=seed, **model_kwargs)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

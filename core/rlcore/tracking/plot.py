@@ -1,0 +1,103 @@
+"""The reward curve of a run, drawn from its ``metrics.jsonl``."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from rlcore.errors import RLCoreError
+from rlcore.tracking.sinks import read_metrics
+
+TRAIN_MEAN = "critic/score/mean"
+TRAIN_MIN = "critic/score/min"
+TRAIN_MAX = "critic/score/max"
+#: validation reward keys: ``val-core/<data_source>/reward/mean@<N>``
+VAL_REWARD = re.compile(r"^val-core/(?P<source>.+)/reward/mean@(?P<n>\d+)$")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _by_step(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Merge the records per step, a later record's values winning (a resumed run repeats steps)."""
+    merged: dict[int, dict[str, Any]] = {}
+    for record in records:
+        step = record.get("step")
+        if isinstance(step, int) and not isinstance(step, bool):
+            merged.setdefault(step, {}).update(record)
+    return dict(sorted(merged.items()))
+
+
+def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
+    """Plot training and validation reward against the step and save the figure as a PNG.
+
+    Training: ``critic/score/mean`` as a line with a shaded ``critic/score/min``..``max`` band.
+    Validation: each ``val-core/*/reward/mean@*`` key as markers on the same axes. ``metrics_path`` is a
+    ``metrics.jsonl`` file or a run directory holding one. Returns the path of the PNG; raises
+    :class:`RLCoreError` when the file is missing, empty or holds no reward metric.
+    """
+    metrics_path = Path(metrics_path)
+    records = read_metrics(metrics_path)
+    if not records:
+        raise RLCoreError(f"metrics file {metrics_path} is empty: no step was logged, nothing to plot")
+    steps = _by_step(records)
+
+    train: list[tuple[int, float, float | None, float | None]] = []
+    validation: dict[str, list[tuple[int, float]]] = {}
+    for step, record in steps.items():
+        mean = _number(record.get(TRAIN_MEAN))
+        if mean is not None:
+            train.append((step, mean, _number(record.get(TRAIN_MIN)), _number(record.get(TRAIN_MAX))))
+        for key, value in record.items():
+            match = VAL_REWARD.match(key)
+            number = _number(value)
+            if match and number is not None:
+                validation.setdefault(f"val {match['source']} mean@{match['n']}", []).append((step, number))
+    if not train and not validation:
+        raise RLCoreError(
+            f"{metrics_path} holds no reward metric to plot ({TRAIN_MEAN} or val-core/<source>/reward/mean@N)"
+        )
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    try:
+        if train:
+            xs = [row[0] for row in train]
+            ax.plot(xs, [row[1] for row in train], color="tab:blue", linewidth=1.5, label="train score (mean)")
+            band = [row for row in train if row[2] is not None and row[3] is not None]
+            if band:
+                ax.fill_between(
+                    [row[0] for row in band], [row[2] for row in band], [row[3] for row in band],
+                    color="tab:blue", alpha=0.2, linewidth=0, label="train score (min-max)",
+                )
+        markers = "osD^v<>p*"
+        colors = ["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
+        for index, (label, points) in enumerate(sorted(validation.items())):
+            ax.plot(
+                [p[0] for p in points], [p[1] for p in points],
+                linestyle="none", marker=markers[index % len(markers)], markersize=7,
+                color=colors[index % len(colors)], label=label,
+            )
+        ax.set_title(f"Reward: {metrics_path.parent.name if metrics_path.is_file() else metrics_path.name}")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("step")
+        ax.set_ylabel("reward")
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="best")
+        out_png = Path(out_png)
+        out_png.parent.mkdir(parents=True, exist_ok=True)
+        fig.tight_layout()
+        fig.savefig(out_png, dpi=120)
+    finally:
+        plt.close(fig)
+    return out_png

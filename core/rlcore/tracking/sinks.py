@@ -1,0 +1,343 @@
+"""Metric sinks ("trackers"): the interface, the console and JSONL trackers, and the fan-out set.
+
+A tracker is a component of kind ``tracker`` selected by ``trainer.logger``. The controller builds all
+of them once with :func:`build_trackers` before training starts and then calls, once per step,
+``trackers.log(metrics, step)`` and at the end ``trackers.finish()``. The ``jsonl`` tracker is always on:
+``<run_dir>/metrics.jsonl`` is the run's own record, read back by :func:`read_metrics`, the reward plot
+and ``rlcore`` commands.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from rlcore.errors import RLCoreError
+
+logger = logging.getLogger(__name__)
+
+#: the name of the JSONL metrics file inside a run directory
+METRICS_FILE = "metrics.jsonl"
+#: the tracker added to every run, whatever ``trainer.logger`` says
+ALWAYS_ON = "jsonl"
+
+
+class Tracker:
+    """The tracker interface; plugins may subclass it or provide the same methods (duck typing).
+
+    The registry constructs a tracker as ``cls(project=..., experiment=..., config=..., run_dir=...)``:
+
+    ``project``, ``experiment``
+        ``trainer.project_name`` and ``trainer.experiment_name``.
+    ``config``
+        the run's full (resolved) config, a ``DictConfig``; read optional keys with ``.get``.
+    ``run_dir``
+        the run directory, which exists; a tracker that writes files writes them there.
+
+    Methods: :meth:`log` once per step (``metrics`` maps verl-style names such as ``critic/score/mean``
+    to numbers, which may be ``nan``, numpy or torch scalars), :meth:`log_table` for row data such as
+    validation generations (optional, a no-op by default) and :meth:`finish` once at the end. A tracker
+    that raises is reported once and disabled by :class:`TrackerSet`; it never stops training.
+    """
+
+    def __init__(self, project: str, experiment: str, config: Any, run_dir: str | Path) -> None:
+        """Store the run's identity, its config and its directory."""
+        self.project = project
+        self.experiment = experiment
+        self.config = config
+        self.run_dir = Path(run_dir)
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Record the metrics of one step."""
+        raise NotImplementedError(f"{type(self).__name__} must implement log(metrics, step)")
+
+    def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
+        """Record a table (a list of rows with the same keys) at ``step``; the default does nothing."""
+
+    def finish(self) -> None:
+        """Flush and close whatever the tracker holds; the default does nothing."""
+
+
+# --------------------------------------------------------------------------- values and formatting
+def to_json_value(value: Any) -> Any:
+    """Convert a metric value to a JSON-safe Python value.
+
+    Python, numpy and torch integers and booleans become ``int``; floats (of any of those types, and
+    0-d or one-element arrays and tensors) become ``float``, with non-finite values as ``None``; strings
+    are kept; other arrays become lists; anything else becomes its ``str``.
+    """
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): to_json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json_value(v) for v in value]
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return to_json_value(item())
+        except (ValueError, RuntimeError):  # more than one element
+            tolist = getattr(value, "tolist", None)
+            if callable(tolist):
+                return to_json_value(tolist())
+    try:
+        return to_json_value(float(value))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def format_value(value: Any) -> str:
+    """Format a metric value compactly: ``3``, ``0.5``, ``0.01235``, ``12.3457``, ``1.235e-05``, ``nan``."""
+    value = to_json_value(value)
+    if value is None:
+        return "nan"
+    if isinstance(value, int) or not isinstance(value, float):
+        return str(value)
+    if value == 0.0:
+        return "0"
+    if 1.0 <= abs(value) < 1e6:
+        return f"{value:.4f}".rstrip("0").rstrip(".")
+    if 1e-3 <= abs(value) < 1.0:
+        return f"{value:.4g}"
+    return f"{value:.3e}"
+
+
+def format_metrics_line(metrics: Mapping[str, Any], step: int) -> str:
+    """The verl console line: ``step:N - key:value - key:value`` with the keys sorted."""
+    parts = [f"step:{step}"]
+    parts.extend(f"{key}:{format_value(metrics[key])}" for key in sorted(metrics))
+    return " - ".join(parts)
+
+
+# --------------------------------------------------------------------------------------- trackers
+class ConsoleTracker(Tracker):
+    """Prints one verl-style ``step:N - key:value - ...`` line per step.
+
+    While a :class:`~rlcore.tracking.progress.ProgressBar` is live the line goes through its rich
+    ``Console``, so it is printed above the bar instead of tearing it; otherwise it is a plain ``print``.
+    """
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Print the step's line."""
+        from rlcore.tracking.progress import active_console  # progress imports this module
+
+        line = format_metrics_line(metrics, step)
+        console = active_console()
+        if console is None:
+            print(line, flush=True)
+        else:
+            console.print(line, markup=False, highlight=False, emoji=False, soft_wrap=True)
+
+
+class JsonlTracker(Tracker):
+    """Appends ``{"step": N, ...metrics}`` to ``<run_dir>/metrics.jsonl``, one flushed line per step.
+
+    Every line is flushed as soon as it is written, so a crash loses no logged step. Non-finite floats are
+    written as ``null`` and numpy/torch scalars as plain numbers (see :func:`to_json_value`), so each line
+    is valid JSON. :meth:`log_table` appends the rows, each with its ``step``, to
+    ``<run_dir>/tables/<name>.jsonl``.
+    """
+
+    def __init__(self, project: str, experiment: str, config: Any, run_dir: str | Path) -> None:
+        """Create the run directory if needed and open the metrics file for appending."""
+        super().__init__(project, experiment, config, run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / METRICS_FILE
+        self._file: IO[str] | None = None
+
+    def _handle(self) -> IO[str]:
+        if self._file is None or self._file.closed:
+            self._file = self.path.open("a", encoding="utf-8")
+        return self._file
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Append and flush the step's line."""
+        record: dict[str, Any] = {"step": int(step)}
+        record.update((str(key), to_json_value(value)) for key, value in metrics.items() if key != "step")
+        handle = self._handle()
+        handle.write(json.dumps(record, allow_nan=False) + "\n")
+        handle.flush()
+
+    def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
+        """Append the rows, each with ``"step"``, to ``<run_dir>/tables/<name>.jsonl``."""
+        safe_name = re.sub(r"[^\w.\-]+", "_", name).strip("._") or "table"
+        path = self.run_dir / "tables" / f"{safe_name}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            for row in rows:
+                record = {"step": int(step), **{str(k): to_json_value(v) for k, v in row.items() if k != "step"}}
+                handle.write(json.dumps(record, allow_nan=False) + "\n")
+
+    def finish(self) -> None:
+        """Close the metrics file (a later :meth:`log` reopens it)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Read a ``metrics.jsonl`` file (or a run directory holding one) into a list of step records.
+
+    ``null`` values come back as ``None``. A truncated last line, as left by a crash in the middle of a
+    write, is skipped; any other malformed line raises :class:`RLCoreError` naming the file and line.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    if not path.is_file():
+        raise RLCoreError(f"metrics file {path} does not exist")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
+                logger.warning("%s: skipping the truncated last line %d", path, number)
+                continue
+            raise RLCoreError(f"{path}:{number}: not a JSON object: {exc}") from exc
+        if not isinstance(record, dict):
+            raise RLCoreError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+        records.append(record)
+    return records
+
+
+# ------------------------------------------------------------------------------------ tracker set
+class TrackerSet:
+    """Fans ``log``/``log_table``/``finish`` out to several trackers, isolating their failures.
+
+    A tracker that raises is reported once (a ``logging.warning`` naming it and the error) and disabled
+    for the rest of the run; the other trackers and the training go on. Usable as a context manager
+    that calls :meth:`finish` on exit.
+    """
+
+    def __init__(self, trackers: Mapping[str, Any] | Iterable[Any]) -> None:
+        """Take trackers by name (a mapping) or as an iterable (named after their classes)."""
+        if isinstance(trackers, Mapping):
+            items = list(trackers.items())
+        else:
+            items = [(type(t).__name__, t) for t in trackers]
+        self._trackers: dict[str, Any] = {}
+        for name, tracker in items:
+            unique, n = name, 2
+            while unique in self._trackers:
+                unique, n = f"{name}#{n}", n + 1
+            self._trackers[unique] = tracker
+        #: name -> error of each tracker disabled after a failure
+        self.disabled: dict[str, str] = {}
+        self._finished = False
+
+    @property
+    def names(self) -> list[str]:
+        """The names of all trackers, in order."""
+        return list(self._trackers)
+
+    @property
+    def active(self) -> list[str]:
+        """The names of the trackers that have not failed."""
+        return [name for name in self._trackers if name not in self.disabled]
+
+    def __getitem__(self, name: str) -> Any:
+        """The tracker called ``name``."""
+        return self._trackers[name]
+
+    def __len__(self) -> int:
+        """The number of trackers, failed ones included."""
+        return len(self._trackers)
+
+    def _call(self, method: str, *args: Any) -> None:
+        for name in self.active:
+            function = getattr(self._trackers[name], method, None)
+            if not callable(function):  # e.g. a duck-typed tracker without log_table
+                continue
+            try:
+                function(*args)
+            except Exception as exc:  # a metrics sink must never stop training
+                self.disabled[name] = f"{type(exc).__name__}: {exc}"
+                logger.warning(
+                    "tracker %r failed in %s() and is disabled for the rest of the run: %s: %s",
+                    name, method, type(exc).__name__, exc,
+                )
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Log one step's metrics to every active tracker."""
+        self._call("log", metrics, step)
+
+    def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
+        """Log a table to every active tracker that has ``log_table``."""
+        self._call("log_table", name, rows, step)
+
+    def finish(self) -> None:
+        """Finish every active tracker; calling it again does nothing."""
+        if self._finished:
+            return
+        self._finished = True
+        self._call("finish")
+
+    def __enter__(self) -> TrackerSet:
+        """Return the set itself."""
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """Finish the trackers, whether the block succeeded or not."""
+        self.finish()
+
+
+# ----------------------------------------------------------------------------------- construction
+def logger_names(config: Any) -> list[str]:
+    """The tracker names of a run: ``trainer.logger`` (a list or a single string), plus ``jsonl``."""
+    trainer = config.get("trainer") or {}
+    raw = trainer.get("logger")
+    if raw is None:
+        names: list[str] = []
+    elif isinstance(raw, str):
+        names = [part.strip() for part in raw.split(",") if part.strip()]
+    else:
+        names = [str(part).strip() for part in raw if str(part).strip()]
+    if ALWAYS_ON not in names:
+        names.append(ALWAYS_ON)
+    return list(dict.fromkeys(names))
+
+
+def build_trackers(config: Any, run_dir: str | Path) -> TrackerSet:
+    """Build the run's trackers from ``trainer.logger`` (``jsonl`` is always added).
+
+    Every name is resolved with ``rlcore.plugins.get_component("tracker", name)`` before any tracker is
+    constructed, so an unknown name raises the registry's error (which lists the known trackers) before
+    training starts. Each tracker is constructed with ``project=trainer.project_name``,
+    ``experiment=trainer.experiment_name``, ``config`` and ``run_dir``; a constructor that fails raises
+    :class:`RLCoreError` naming the tracker.
+    """
+    from rlcore.plugins import get_component
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = config.get("trainer") or {}
+    project = str(trainer.get("project_name") or "rlcore")
+    experiment = str(trainer.get("experiment_name") or "run")
+    classes = {name: get_component("tracker", name) for name in logger_names(config)}
+    trackers: dict[str, Any] = {}
+    for name, cls in classes.items():
+        try:
+            trackers[name] = cls(project=project, experiment=experiment, config=config, run_dir=run_dir)
+        except RLCoreError:
+            raise
+        except Exception as exc:
+            raise RLCoreError(f"tracker {name!r} could not be started: {type(exc).__name__}: {exc}") from exc
+    return TrackerSet(trackers)
