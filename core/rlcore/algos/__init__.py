@@ -1,0 +1,54 @@
+"""The algorithm math shared by every backend and plugin: masked reductions, losses, KL, metrics.
+
+Importing this package imports torch; ``import rlcore`` does not import it.
+"""
+
+from rlcore.algos.functional import (
+    entropy_from_logits,
+    logprobs_from_logits,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+)
+from rlcore.algos.kl_control import (
+    AdaptiveKLController,
+    FixedKLController,
+    apply_kl_penalty,
+    make_kl_controller,
+)
+from rlcore.algos.losses import (
+    LOSS_AGG_MODES,
+    agg_loss,
+    build_actor_loss,
+    check_kl_penalty,
+    check_loss_agg_mode,
+    kl_penalty,
+    vanilla_policy_loss,
+    value_loss,
+)
+from rlcore.algos.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
+
+__all__ = [
+    "LOSS_AGG_MODES",
+    "AdaptiveKLController",
+    "FixedKLController",
+    "agg_loss",
+    "apply_kl_penalty",
+    "build_actor_loss",
+    "check_kl_penalty",
+    "check_loss_agg_mode",
+    "compute_data_metrics",
+    "compute_throughput_metrics",
+    "compute_timing_metrics",
+    "entropy_from_logits",
+    "kl_penalty",
+    "logprobs_from_logits",
+    "make_kl_controller",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+    "value_loss",
+    "vanilla_policy_loss",
+]

@@ -1,0 +1,79 @@
+"""Masked reductions and the log-probability / entropy of a categorical distribution given its logits.
+
+Every function takes a ``mask`` broadcastable to ``x`` (1 = the element counts, 0 = padding or a token
+the policy is not trained on). Masks may be bool, integer or float; they are cast to ``x``'s dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: added to the variance before the reciprocal square root in :func:`masked_whiten`
+WHITEN_EPS = 1e-8
+
+
+def _as_weights(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The mask as a floating tensor of ``like``'s dtype and device."""
+    return mask.to(dtype=like.dtype, device=like.device)
+
+
+def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Sum of ``x * mask`` over ``dim`` (all elements when ``dim`` is None)."""
+    weighted = x * _as_weights(mask, x)
+    return weighted.sum() if dim is None else weighted.sum(dim=dim)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``x`` over the masked elements along ``dim`` (all elements when ``dim`` is None).
+
+    An empty selection gives 0, not NaN.
+    """
+    weights = _as_weights(mask, x).expand_as(x)
+    total = masked_sum(x, weights, dim)
+    count = weights.sum() if dim is None else weights.sum(dim=dim)
+    return total / count.clamp_min(torch.finfo(x.dtype).tiny)
+
+
+def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of the masked elements of ``x`` (a scalar tensor).
+
+    With ``unbiased`` the Bessel factor ``n / (n - 1)`` is applied when more than one element is selected;
+    with one element the (zero) biased variance is returned instead of dividing by zero.
+    """
+    weights = _as_weights(mask, x).expand_as(x)
+    mean = masked_mean(x, weights)
+    variance = masked_mean((x - mean) ** 2, weights)
+    if not unbiased:
+        return variance
+    count = weights.sum()
+    bessel = torch.where(count > 1, count / (count - 1).clamp_min(1.0), torch.ones_like(count))
+    return variance * bessel
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """Normalise ``x`` by the masked mean and unbiased variance: ``(x - mean) * rsqrt(var + 1e-8)``.
+
+    With ``shift_mean=False`` the mean is added back, so only the scale changes.
+    """
+    mean = masked_mean(x, mask)
+    variance = masked_var(x, mask, unbiased=True)
+    whitened = (x - mean) * torch.rsqrt(variance + WHITEN_EPS)
+    return whitened if shift_mean else whitened + mean
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Log-probability of ``labels`` under ``softmax(logits)``, in float32.
+
+    ``logits`` is ``[..., V]`` and ``labels`` ``[...]``. Computed as ``z[label] - logsumexp(z)`` so the
+    full ``[..., V]`` log-softmax is never stored.
+    """
+    logits = logits.float()
+    picked = torch.gather(logits, -1, labels.long().unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of ``softmax(logits)`` over the last dimension, in float32: ``logsumexp(z) - Σ softmax(z)·z``."""
+    logits = logits.float()
+    probs = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)

@@ -1,0 +1,266 @@
+"""Loss aggregation, KL estimators, the vanilla PPO policy loss, the clipped value loss and the actor loss.
+
+The actor loss (:func:`build_actor_loss`) is what a training backend minimises: the registered policy
+loss selected by ``actor_rollout_ref.actor.policy_loss.loss_mode``, minus the entropy bonus, plus the KL
+loss against the reference policy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import torch
+
+from rlcore.algos.functional import masked_mean
+from rlcore.errors import RLCoreError
+from rlcore.plugins import get_component
+from rlcore.registry import UnknownComponentError
+
+LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+#: KL estimator names; a ``+`` suffix on any of them selects the straight-through variant
+KL_PENALTY_TYPES: tuple[str, ...] = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+#: the log-ratio is clamped to ±this before ``exp`` (PPO ratio, low-variance KL)
+LOG_RATIO_CLAMP = 20.0
+#: the low-variance KL estimate is clamped to ±this
+LOW_VAR_KL_CLAMP = 10.0
+
+ActorLossFn = Callable[[torch.Tensor, torch.Tensor | None, Any], tuple[torch.Tensor, dict[str, float]]]
+
+
+class KLPenaltyNotImplementedError(RLCoreError, NotImplementedError):
+    """A KL estimator that rlcore names but does not implement (``full``)."""
+
+
+def check_loss_agg_mode(mode: str, key: str = "loss_agg_mode") -> str:
+    """Return ``mode`` if it is a known aggregation mode, else raise naming ``key`` and the modes."""
+    if mode not in LOSS_AGG_MODES:
+        raise RLCoreError(f"unknown {key} {mode!r}; expected one of: {', '.join(LOSS_AGG_MODES)}")
+    return mode
+
+
+def agg_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str,
+    loss_scale_factor: float | None = None,
+) -> torch.Tensor:
+    """Reduce a ``[B, R]`` token loss to a scalar.
+
+    ``token-mean``: Σ(loss·mask) / Σmask. ``seq-mean-token-sum``: mean over non-empty sequences of the
+    per-sequence token sums. ``seq-mean-token-mean``: mean over non-empty sequences of the per-sequence
+    token means. ``seq-mean-token-sum-norm`` (Dr. GRPO): Σ(loss·mask) / ``loss_scale_factor`` (default:
+    the padded response length ``R``), with no division by the number of sequences.
+    """
+    check_loss_agg_mode(loss_agg_mode)
+    mask = loss_mask.to(dtype=loss_mat.dtype, device=loss_mat.device)
+    token_sums = (loss_mat * mask).sum(dim=-1)
+    if loss_agg_mode == "token-mean":
+        return token_sums.sum() / mask.sum().clamp_min(1.0)
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        scale = float(loss_scale_factor) if loss_scale_factor else float(mask.shape[-1])
+        return token_sums.sum() / scale
+    token_counts = mask.sum(dim=-1)
+    non_empty = (token_counts > 0).to(loss_mat.dtype)
+    if loss_agg_mode == "seq-mean-token-mean":
+        per_seq = token_sums / token_counts.clamp_min(1.0)
+    else:
+        per_seq = token_sums
+    return (per_seq * non_empty).sum() / non_empty.sum().clamp_min(1.0)
+
+
+def _kl_base_type(kl_type: str, key: str) -> tuple[str, bool]:
+    """Split ``kl_type`` into its base estimator and whether the ``+`` straight-through suffix is set."""
+    straight_through = kl_type.endswith("+")
+    base = kl_type[:-1] if straight_through else kl_type
+    if base == "full":
+        raise KLPenaltyNotImplementedError(
+            f"{key} {kl_type!r}: the full-distribution KL is not implemented; use one of "
+            f"{', '.join(KL_PENALTY_TYPES)} (optionally with a '+' suffix)"
+        )
+    if base not in KL_PENALTY_TYPES:
+        raise RLCoreError(
+            f"unknown {key} {kl_type!r}; expected one of: {', '.join(KL_PENALTY_TYPES)}, "
+            "each optionally with a '+' suffix (straight-through: its value, the k2 gradient)"
+        )
+    return base, straight_through
+
+
+def check_kl_penalty(kl_type: str, key: str = "kl_penalty") -> str:
+    """Return ``kl_type`` if :func:`kl_penalty` accepts it, else raise naming ``key``."""
+    _kl_base_type(kl_type, key)
+    return kl_type
+
+
+def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
+    """Token-wise estimate of KL(π‖π_ref) from sampled log-probs, with Δ = logprob − ref_logprob.
+
+    ``kl``/``k1``: Δ. ``abs``: |Δ|. ``mse``/``k2``: ½Δ². ``low_var_kl``/``k3``: with x = clamp(−Δ, ±20),
+    ``eˣ − x − 1`` clamped to ±10. A ``+`` suffix (``k3+``) is the straight-through variant: the forward
+    value of the base estimator and the gradient of ``k2``.
+    """
+    base, straight_through = _kl_base_type(kl_penalty, "kl_penalty")
+    delta = logprob - ref_logprob
+    if base in ("kl", "k1"):
+        value = delta
+    elif base == "abs":
+        value = delta.abs()
+    elif base in ("mse", "k2"):
+        value = 0.5 * delta.square()
+    else:
+        x = (-delta).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        value = (torch.exp(x) - x - 1.0).clamp(-LOW_VAR_KL_CLAMP, LOW_VAR_KL_CLAMP)
+    if not straight_through:
+        return value
+    k2 = 0.5 * delta.square()
+    return k2 + (value - k2).detach()
+
+
+def _config_get(config: Mapping[str, Any] | None, key: str, default: Any) -> Any:
+    """``config.get(key)``, with ``default`` when the config or the value is missing (None)."""
+    if config is None:
+        return default
+    value = config.get(key, None)
+    return default if value is None else value
+
+
+def vanilla_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Mapping[str, Any] | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped surrogate with asymmetric clip ranges and dual clip, aggregated by ``loss_agg_mode``.
+
+    ratio r = exp(clamp(logπ − logπ_old, ±20)); L1 = −A·r; L2 = −A·clip(r, 1−ε_low, 1+ε_high);
+    Lc = max(L1, L2); for A < 0 the loss is min(Lc, −A·c). ε_low/ε_high are ``clip_ratio_low``/
+    ``clip_ratio_high`` (falling back to ``clip_ratio``, then 0.2) and c is ``clip_ratio_c`` (default 3,
+    must exceed 1). The token losses are multiplied by ``rollout_is_weights`` when given.
+
+    Returns the loss and the metrics ``actor/pg_clipfrac`` (fraction of tokens where the clipped term is
+    larger), ``actor/pg_clipfrac_lower`` (fraction where the dual clip applies) and ``actor/ppo_kl``
+    (masked mean of logπ_old − logπ), all python floats.
+    """
+    clip_ratio = float(_config_get(config, "clip_ratio", 0.2))
+    eps_low = float(_config_get(config, "clip_ratio_low", clip_ratio))
+    eps_high = float(_config_get(config, "clip_ratio_high", clip_ratio))
+    clip_c = float(_config_get(config, "clip_ratio_c", 3.0))
+    if clip_c <= 1.0:
+        raise RLCoreError(
+            f"actor_rollout_ref.actor.clip_ratio_c must be greater than 1 (dual-clip lower bound), got {clip_c}"
+        )
+    log_ratio = (log_prob - old_log_prob).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    loss_max = torch.maximum(loss_unclipped, loss_clipped)
+    dual_bound = -advantages * clip_c
+    negative = advantages < 0
+    token_loss = torch.where(negative, torch.minimum(loss_max, dual_bound), loss_max)
+    if rollout_is_weights is not None:
+        token_loss = token_loss * rollout_is_weights
+    loss = agg_loss(token_loss, response_mask, loss_agg_mode, _config_get(config, "loss_scale_factor", None))
+    with torch.no_grad():
+        clipfrac = masked_mean((loss_clipped > loss_unclipped).float(), response_mask)
+        clipfrac_lower = masked_mean(((loss_max > dual_bound) & negative).float(), response_mask)
+        ppo_kl = masked_mean((old_log_prob - log_prob).float(), response_mask)
+    metrics = {
+        "actor/pg_clipfrac": clipfrac.item(),
+        "actor/pg_clipfrac_lower": clipfrac_lower.item(),
+        "actor/ppo_kl": ppo_kl.item(),
+    }
+    return loss, metrics
+
+
+def value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_value: float,
+    loss_agg_mode: str,
+    loss_scale_factor: float | None = None,
+) -> tuple[torch.Tensor, float]:
+    """The clipped critic loss: ½·agg(max((v − R)², (v_clip − R)²)) with v_clip = clip(v, v_old ± cliprange).
+
+    Returns the loss and the clip fraction (masked fraction of tokens where the clipped term is larger).
+    """
+    vpreds_clipped = values + (vpreds - values).clamp(-cliprange_value, cliprange_value)
+    loss_unclipped = (vpreds - returns).square()
+    loss_clipped = (vpreds_clipped - returns).square()
+    loss = 0.5 * agg_loss(torch.maximum(loss_unclipped, loss_clipped), response_mask, loss_agg_mode, loss_scale_factor)
+    with torch.no_grad():
+        clipfrac = masked_mean((loss_clipped > loss_unclipped).float(), response_mask)
+    return loss, clipfrac.item()
+
+
+def build_actor_loss(actor_config: Mapping[str, Any]) -> ActorLossFn:
+    """Build the actor's loss function from the ``actor_rollout_ref.actor`` config section.
+
+    The returned ``loss_fn(log_prob, entropy, micro_batch) -> (loss, metrics)`` reads ``old_log_probs``,
+    ``advantages``, ``response_mask`` (and ``rollout_is_weights`` and ``ref_log_prob`` when present or
+    needed) from ``micro_batch`` and computes::
+
+        loss = policy_loss − entropy_coeff · agg(entropy) + kl_loss_coef · agg(kl_penalty(logπ, logπ_ref))
+
+    where the policy loss is the component named by ``policy_loss.loss_mode``, the entropy term is used
+    when ``entropy_coeff != 0`` and the KL term when ``use_kl_loss``. Metrics: the policy loss's own,
+    ``actor/pg_loss`` and, with the KL loss, ``actor/kl_loss`` and ``actor/kl_coef``. The component and
+    the modes are resolved here, so a misconfiguration fails before training starts.
+    """
+    policy_section = actor_config.get("policy_loss", None) or {}
+    loss_mode = policy_section.get("loss_mode", None) or "vanilla"
+    try:
+        policy_loss = get_component("policy_loss", loss_mode)
+    except UnknownComponentError as exc:
+        raise UnknownComponentError(f"actor_rollout_ref.actor.policy_loss.loss_mode: {exc}") from exc
+    agg_mode = check_loss_agg_mode(
+        _config_get(actor_config, "loss_agg_mode", "token-mean"), "actor_rollout_ref.actor.loss_agg_mode"
+    )
+    scale_factor = _config_get(actor_config, "loss_scale_factor", None)
+    entropy_coeff = float(_config_get(actor_config, "entropy_coeff", 0.0))
+    use_kl_loss = bool(_config_get(actor_config, "use_kl_loss", False))
+    kl_coef = float(_config_get(actor_config, "kl_loss_coef", 0.001))
+    kl_type = _config_get(actor_config, "kl_loss_type", "low_var_kl")
+    if use_kl_loss:
+        check_kl_penalty(kl_type, "actor_rollout_ref.actor.kl_loss_type")
+
+    def loss_fn(
+        log_prob: torch.Tensor, entropy: torch.Tensor | None, micro_batch: Any
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The actor loss of one micro-batch and its metrics (see :func:`build_actor_loss`)."""
+        mask = micro_batch["response_mask"]
+        weights = micro_batch["rollout_is_weights"] if "rollout_is_weights" in micro_batch else None
+        pg_loss, pg_metrics = policy_loss(
+            micro_batch["old_log_probs"],
+            log_prob,
+            micro_batch["advantages"],
+            mask,
+            agg_mode,
+            actor_config,
+            rollout_is_weights=weights,
+        )
+        metrics = {**pg_metrics, "actor/pg_loss": pg_loss.detach().item()}
+        loss = pg_loss
+        if entropy_coeff != 0:
+            if entropy is None:
+                raise RLCoreError(
+                    "actor_rollout_ref.actor.entropy_coeff is non-zero but the backend computed no entropy"
+                )
+            loss = loss - entropy_coeff * agg_loss(entropy, mask, agg_mode, scale_factor)
+        if use_kl_loss:
+            if "ref_log_prob" not in micro_batch:
+                raise RLCoreError(
+                    "actor_rollout_ref.actor.use_kl_loss is true but the batch has no ref_log_prob "
+                    "(is the reference policy enabled?)"
+                )
+            kld = kl_penalty(log_prob, micro_batch["ref_log_prob"], kl_type)
+            kl_loss = agg_loss(kld, mask, agg_mode, scale_factor)
+            loss = loss + kl_coef * kl_loss
+            metrics["actor/kl_loss"] = kl_loss.detach().item()
+            metrics["actor/kl_coef"] = kl_coef
+        return loss, metrics
+
+    return loss_fn

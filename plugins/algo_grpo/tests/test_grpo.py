@@ -1,0 +1,109 @@
+"""Hand-computed GRPO advantages, the plugin's registration and config defaults, and the estimator contract."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from rlcore.errors import RLCoreError
+from rlcore.plugins import load_plugins
+from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
+from rlcore_plugin_grpo import hooks
+from rlcore_plugin_grpo.advantage import compute_grpo_outcome_advantage
+
+EPS = 1e-6
+# groups by uid, interleaved: a = [1, 0, 0], b = [2, 2, 2], c = [0.7] (a singleton)
+UIDS = np.array(["a", "b", "a", "c", "b", "a"], dtype=object)
+SCORES = [1.0, 2.0, 0.0, 0.7, 2.0, 0.0]
+LENGTHS = [3, 1, 2, 4, 4, 3]
+
+
+def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-level rewards (score on the last valid token) and the right-padded mask, R = 4."""
+    mask = (torch.arange(4).unsqueeze(0) < torch.tensor(LENGTHS).unsqueeze(1)).float()
+    rewards = torch.zeros_like(mask)
+    rewards[torch.arange(6), torch.tensor(LENGTHS) - 1] = torch.tensor(SCORES)
+    return rewards, mask
+
+
+def _run(norm: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Advantages, returns and mask of the example batch."""
+    rewards, mask = _inputs()
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": norm})
+    adv, ret = compute_grpo_outcome_advantage(
+        token_level_rewards=rewards, response_mask=mask, index=UIDS, config=config
+    )
+    return adv, ret, mask
+
+
+def test_grpo_hand_computed() -> None:
+    adv, ret, mask = _run()
+    std_a = math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)  # unbiased: n - 1 = 2
+    low = (-1 / 3) / (std_a + EPS)
+    per_sample = [(2 / 3) / (std_a + EPS), 0.0, low, 0.7 / (1 + EPS), 0.0, low]
+    expected = torch.tensor(per_sample).unsqueeze(1) * mask
+    assert torch.allclose(adv, expected, atol=1e-6)
+    assert torch.equal(adv, ret)
+    assert (adv[mask == 0] == 0).all()
+
+
+def test_grpo_matches_torch_std_per_group() -> None:
+    adv, _, _ = _run()
+    scores = torch.tensor(SCORES)
+    for uid in ("a", "b"):
+        rows = torch.tensor(UIDS == uid)
+        expected = (scores[rows] - scores[rows].mean()) / (torch.std(scores[rows]) + EPS)
+        assert torch.allclose(adv[rows, 0], expected, atol=1e-6)
+
+
+def test_grpo_equal_rewards_and_singleton() -> None:
+    adv, _, _ = _run()
+    assert (adv[[1, 4]] == 0).all()  # group b: all rewards equal
+    assert adv[3, 0].item() == pytest.approx(0.7 / (1 + EPS))  # singleton: mean 0, std 1
+
+
+def test_grpo_without_std_normalisation() -> None:
+    adv, _, mask = _run(norm=False)
+    expected = torch.tensor([2 / 3, 0.0, -1 / 3, 0.7, 0.0, -1 / 3]).unsqueeze(1) * mask
+    assert torch.allclose(adv, expected, atol=1e-6)
+
+
+def test_grpo_index_length_mismatch() -> None:
+    rewards, mask = _inputs()
+    with pytest.raises(RLCoreError, match="index"):
+        compute_grpo_outcome_advantage(token_level_rewards=rewards, response_mask=mask, index=UIDS[:5], config=None)
+
+
+def test_registration_and_config_defaults() -> None:
+    manager = load_plugins()
+    comp = manager.registry.get("advantage_estimator", "grpo")
+    assert comp.dist == "rlcore-plugin-grpo"
+    assert not comp.meta.get("needs_critic")
+    assert hooks.config_defaults() == {"algorithm": {"norm_adv_by_std_in_grpo": True}}
+    from rlcore.config import default_config
+
+    assert default_config(manager).algorithm.norm_adv_by_std_in_grpo is True
+
+
+def test_hooks_module_does_not_import_torch() -> None:
+    code = "import sys, rlcore_plugin_grpo.hooks; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class TestGRPOContract(AdvantageEstimatorContract):
+    """GRPO passes the advantage-estimator contract."""
+
+    component_name = "grpo"
+
+
+class TestDrGRPOContract(AdvantageEstimatorContract):
+    """So does its Dr. GRPO variant (no std normalisation)."""
+
+    component_name = "grpo"
+    config_overrides = {"algorithm.norm_adv_by_std_in_grpo": False}
