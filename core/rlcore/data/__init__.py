@@ -1,0 +1,14 @@
+"""Prompt data: the verl-schema dataset, batch collation, the resumable loader and GSM8K preparation.
+
+Submodules import torch and pyarrow; this package itself only defines :class:`DataError` so that a
+``except DataError`` never pulls in heavy dependencies.
+"""
+
+from rlcore.errors import RLCoreError
+
+
+class DataError(RLCoreError):
+    """Bad or unreadable prompt data; the message names the file, the row and the key at fault."""
+
+
+__all__ = ["DataError"]

@@ -1,0 +1,74 @@
+"""Resolve the dataset class: ``data.custom_cls`` (a class in a .py file) or the ``dataset`` registry."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+from rlcore.data import DataError
+from rlcore.errors import RLCoreError
+
+
+def load_from_file(path: str, name: str, *, what: str, error_cls: type[RLCoreError] = RLCoreError) -> Any:
+    """Import the Python file ``path`` as a module and return its attribute ``name``.
+
+    ``what`` names the config keys in messages (for example ``"data.custom_cls"``). The module is
+    registered in ``sys.modules`` under a name derived from the file's absolute path, so classes defined in
+    it can be pickled by reference and importing the same file twice reuses the module. Errors (missing
+    file, exception while importing, missing attribute) raise ``error_cls`` naming the path and name.
+    """
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise error_cls(f"{what}.path={path!r}: file does not exist")
+    resolved = file.resolve()
+    module_name = "rlcore_user_" + hashlib.sha1(str(resolved).encode()).hexdigest()[:12] + "_" + resolved.stem
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, resolved)
+        if spec is None or spec.loader is None:
+            raise error_cls(f"{what}.path={path!r}: cannot be imported as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[module_name]
+            raise error_cls(f"{what}.path={path!r}: importing the file raised {type(exc).__name__}: {exc}") from exc
+    if not hasattr(module, name):
+        public = sorted(n for n in vars(module) if not n.startswith("_"))
+        raise error_cls(f"{what}.path={path!r} defines no {name!r} ({what}.name); it defines: {', '.join(public)}")
+    return getattr(module, name)
+
+
+def load_dataset_class(config: Any, registry: Any = None) -> type:
+    """The dataset class a run uses.
+
+    Args:
+        config: the full run config (its ``data`` section is used) or the ``data`` section itself.
+        registry: a :class:`rlcore.registry.Registry` to resolve ``data.dataset`` in; default the
+            process-wide one (:func:`rlcore.plugins.get_component`).
+
+    ``data.custom_cls.path`` (with ``data.custom_cls.name``) loads a class from a .py file; otherwise
+    ``data.dataset`` is looked up as a ``dataset`` component (unknown names raise the registry's error
+    listing the known datasets).
+    """
+    data = config["data"] if "data" in config else config
+    custom = data.get("custom_cls", None) or {}
+    path = custom.get("path", None)
+    if path:
+        name = custom.get("name", None)
+        if not name:
+            raise DataError(f"data.custom_cls.path={path!r} is set but data.custom_cls.name is not")
+        cls = load_from_file(path, name, what="data.custom_cls", error_cls=DataError)
+        if not isinstance(cls, type):
+            raise DataError(f"data.custom_cls: {name!r} in {path!r} is a {type(cls).__name__}, not a class")
+        return cls
+    name = data.get("dataset", None) or "rl"
+    if registry is not None:
+        return registry.load("dataset", name)
+    from rlcore.plugins import get_component
+
+    return get_component("dataset", name)

@@ -1,0 +1,363 @@
+"""Reward managers: decode responses, call the scorer safely, and put each score on its last valid token.
+
+Safe scoring
+------------
+A scorer is user code run on model output, so it may raise, loop forever or return garbage. Every
+manager routes scorer calls through :func:`run_guarded` and :meth:`_RewardManagerBase._collect`:
+
+- an exception, a call running past ``reward_model.scorer_timeout`` seconds, or a value that is not a
+  finite number (NaN, inf, a string, a dict without ``"score"``) scores that sample 0;
+- each failure kind is logged once per call (how many samples, and the first one's data_source, index
+  and error) and counted in ``reward/scorer_errors``, ``reward/scorer_timeouts`` and ``reward/scorer_nan``;
+- with ``reward_model.scorer_fail_fast=true`` the first failure raises :class:`RewardError` instead;
+- an :class:`RLCoreError` raised by the scorer (for example an unknown ``data_source``) is a configuration
+  error and always propagates.
+
+:func:`run_guarded` keeps the common case cheap: the whole batch is scored sequentially in ONE daemon
+thread while the caller waits with a deadline on the sample in progress. Only when a sample overruns its
+deadline is that thread abandoned (it is a daemon, so a hung scorer never blocks interpreter exit, and it
+stops after the hung call returns) and a fresh thread continues with the next sample. A batch with no hung
+sample therefore costs one thread start, and each hung sample costs one abandoned thread and exactly
+``scorer_timeout`` seconds of waiting. ``scorer_timeout`` of 0 or null scores inline without a thread and
+without a time limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlcore.data.rl_dataset import to_plain
+from rlcore.errors import RLCoreError
+from rlcore.reward import RewardError
+
+logger = logging.getLogger(__name__)
+
+#: failure kind -> the counter metric it increments
+FAILURE_METRICS: dict[str, str] = {
+    "error": "reward/scorer_errors",
+    "timeout": "reward/scorer_timeouts",
+    "invalid": "reward/scorer_nan",
+}
+_FAILURE_WORDS = {
+    "error": "raised an exception",
+    "timeout": "timed out",
+    "invalid": "returned a value that is not a finite number",
+}
+
+
+@dataclass
+class RewardResult:
+    """What a reward manager returns.
+
+    Attributes:
+        token_level_scores: ``[B, R]`` float32; each sample's score on its last valid response token.
+        extra_info: per-sample lists (length ``B``) of the extra keys scorers returned in their dicts.
+        metrics: scalar metrics of this call (the ``reward/scorer_*`` failure counters).
+    """
+
+    token_level_scores: torch.Tensor
+    extra_info: dict[str, list] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """The result of one guarded call: ``kind`` is ``ok`` (``value`` = the return value), ``error``
+    (``value`` = the exception) or ``timeout``."""
+
+    kind: str
+    value: Any = None
+
+
+class _Worker:
+    """Scores samples ``start..n-1`` in order; abandoned (``cancelled``) when a sample overruns."""
+
+    def __init__(self, fn: Callable[[int], Any], n: int, start: int, results: list, lock: threading.Lock) -> None:
+        self.fn, self.n, self.start, self.results, self.lock = fn, n, start, results, lock
+        self.cancelled = False
+        self.progress = (start, time.monotonic())
+
+    def run(self) -> None:
+        """Call ``fn(i)`` for each remaining sample, recording outcomes unless cancelled meanwhile."""
+        for i in range(self.start, self.n):
+            with self.lock:
+                if self.cancelled:
+                    return
+                self.progress = (i, time.monotonic())
+            try:
+                outcome = Outcome("ok", self.fn(i))
+            except BaseException as exc:  # noqa: BLE001 - any scorer failure is this sample's, not the run's
+                outcome = Outcome("error", exc)
+            with self.lock:
+                if self.cancelled:
+                    return
+                self.results[i] = outcome
+
+
+def run_guarded(fn: Callable[[int], Any], n: int, timeout: float | None) -> list[Outcome]:
+    """Call ``fn(0) .. fn(n-1)``, each bounded by ``timeout`` seconds, and return one :class:`Outcome` each.
+
+    See the module docstring for the threading scheme. ``timeout`` of ``None`` or ``<= 0`` calls ``fn``
+    inline.
+    """
+    results: list[Any] = [None] * n
+    if not timeout or timeout <= 0:
+        for i in range(n):
+            try:
+                results[i] = Outcome("ok", fn(i))
+            except Exception as exc:  # noqa: BLE001 - reported by the caller
+                results[i] = Outcome("error", exc)
+        return results
+    lock = threading.Lock()
+    start = 0
+    while start < n:
+        worker = _Worker(fn, n, start, results, lock)
+        thread = threading.Thread(target=worker.run, name="rlcore-reward-scorer", daemon=True)
+        thread.start()
+        start = n
+        while True:
+            with lock:
+                index, began = worker.progress
+            thread.join(max(0.0, began + timeout - time.monotonic()))
+            if not thread.is_alive():
+                break
+            with lock:
+                if worker.progress == (index, began) and time.monotonic() - began >= timeout:
+                    worker.cancelled = True
+                    results[index] = Outcome("timeout")
+                    start = index + 1
+                    break
+    return results
+
+
+def to_score(value: Any) -> tuple[float | None, dict[str, Any]]:
+    """Split a scorer's return value into ``(score, extra)``; ``score`` is ``None`` when it is not a finite
+    number. A dict must carry ``"score"``; its other keys are the extra information."""
+    extra: dict[str, Any] = {}
+    if isinstance(value, Mapping):
+        if "score" not in value:
+            return None, {}
+        extra = {k: v for k, v in value.items() if k != "score"}
+        value = value["score"]
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    elif isinstance(value, np.ndarray) and value.size == 1:
+        value = value.item()
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        if math.isfinite(number):
+            return number, extra
+    return None, extra
+
+
+def _option(config: Any, key: str, default: Any) -> Any:
+    """``config.get(key)`` for a DictConfig, dict or ``None``, with ``null`` meaning ``default``."""
+    value = None if config is None else config.get(key, None)
+    return default if value is None else value
+
+
+def _column(batch: Any, key: str) -> Any:
+    if key not in batch:
+        raise RewardError(f"the reward manager needs batch key {key!r}; the batch has {sorted(batch.keys())}")
+    return batch[key]
+
+
+class _RewardManagerBase:
+    """Shared parts of the built-in managers: config, decoding, safe-score collection, placement."""
+
+    def __init__(self, tokenizer: Any, scorer: Callable[..., Any], config: Any = None) -> None:
+        """``config`` is the ``reward_model`` section (``scorer_timeout`` (default 30; 0 or null: no limit),
+        ``scorer_fail_fast``, ``num_examine``, ``reward_kwargs``); a dict or ``None`` works too."""
+        self.tokenizer = tokenizer
+        self.scorer = scorer
+        timeout = 30.0 if config is None else config.get("scorer_timeout", 30.0)
+        self.timeout = float(timeout or 0.0)
+        self.fail_fast = bool(_option(config, "scorer_fail_fast", False))
+        self.num_examine = int(_option(config, "num_examine", 0))
+        self.reward_kwargs: dict[str, Any] = dict(to_plain(_option(config, "reward_kwargs", {})))
+
+    def _inputs(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, list[str], list[Any], list[Any], list[Any]]:
+        """``(responses, valid_lengths, solution_strs, data_sources, ground_truths, extra_infos)``.
+
+        The valid length is ``attention_mask[:, -R:].sum()`` when the batch has ``prompts`` and an
+        attention mask over ``P + R`` (it counts tokens such as tool output that ``response_mask``
+        excludes), else ``response_mask.sum()``.
+        """
+        responses = _column(batch, "responses")
+        width = responses.shape[1]
+        full_mask = "prompts" in batch and "attention_mask" in batch
+        if full_mask and batch["attention_mask"].shape[1] == batch["prompts"].shape[1] + width:
+            valid = batch["attention_mask"][:, -width:].sum(dim=-1)
+        else:
+            valid = _column(batch, "response_mask").sum(dim=-1)
+        valid = valid.long()
+        ids = [responses[i, : int(valid[i])].tolist() for i in range(len(responses))]
+        texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        data_sources = list(_column(batch, "data_source"))
+        reward_models = _column(batch, "reward_model")
+        ground_truths = [rm.get("ground_truth") if isinstance(rm, Mapping) else None for rm in reward_models]
+        extra_infos = list(batch["extra_info"]) if "extra_info" in batch else [None] * len(responses)
+        return responses, valid, texts, data_sources, ground_truths, extra_infos
+
+    def _collect(
+        self, outcomes: list[Outcome], data_sources: list[Any]
+    ) -> tuple[list[float], dict[str, list], dict[str, float]]:
+        """Validate outcomes: failures score 0, are logged once per kind and counted (or raise when
+        fail-fast); dict extras become per-sample lists."""
+        n = len(outcomes)
+        scores = [0.0] * n
+        extras: dict[str, list] = {}
+        failures: dict[str, list[tuple[int, str]]] = {kind: [] for kind in FAILURE_METRICS}
+        for i, outcome in enumerate(outcomes):
+            if outcome.kind == "error" and isinstance(outcome.value, RLCoreError):
+                raise outcome.value
+            if outcome.kind == "error":
+                failures["error"].append((i, f"{type(outcome.value).__name__}: {outcome.value}"))
+                continue
+            if outcome.kind == "timeout":
+                failures["timeout"].append((i, f"no result after {self.timeout:g} s (reward_model.scorer_timeout)"))
+                continue
+            score, extra = to_score(outcome.value)
+            if score is None:
+                failures["invalid"].append((i, f"returned {outcome.value!r:.200}"))
+                continue
+            scores[i] = score
+            for key, value in extra.items():
+                extras.setdefault(key, [None] * n)[i] = value
+        for kind, items in failures.items():
+            if not items:
+                continue
+            i, detail = items[0]
+            message = (
+                f"reward scorer {_FAILURE_WORDS[kind]} for {len(items)} of {n} sample(s); first: sample {i}, "
+                f"data_source {data_sources[i]!r}: {detail}"
+            )
+            if self.fail_fast:
+                cause = outcomes[i].value if kind == "error" else None
+                raise RewardError(message + " (reward_model.scorer_fail_fast=true)") from cause
+            logger.warning("%s; these samples score 0", message)
+        metrics = {metric: float(len(failures[kind])) for kind, metric in FAILURE_METRICS.items()}
+        return scores, extras, metrics
+
+    @staticmethod
+    def _place(scores: list[float], valid: torch.Tensor, width: int) -> torch.Tensor:
+        """``[B, R]`` zeros with each score at ``valid_len - 1`` (index 0 for an empty response)."""
+        out = torch.zeros(len(scores), width, dtype=torch.float32)
+        if width:
+            rows = torch.arange(len(scores))
+            out[rows, (valid - 1).clamp(min=0)] = torch.tensor(scores, dtype=torch.float32)
+        return out
+
+    def _examine(
+        self, batch: Any, texts: list[str], data_sources: list[Any], ground_truths: list[Any], scores: list[float]
+    ) -> None:
+        """Print up to ``num_examine`` decoded samples per data source."""
+        if self.num_examine <= 0:
+            return
+        shown: dict[Any, int] = {}
+        for i, source in enumerate(data_sources):
+            if shown.get(source, 0) >= self.num_examine:
+                continue
+            shown[source] = shown.get(source, 0) + 1
+            lines = [f"[reward] data_source={source} sample {i}"]
+            if "prompts" in batch:
+                prompt = batch["prompts"][i]
+                if "attention_mask" in batch:
+                    prompt = prompt[batch["attention_mask"][i, : prompt.shape[0]].bool()]
+                lines.append(f"[prompt] {self.tokenizer.decode(prompt.tolist(), skip_special_tokens=True)}")
+            lines += [f"[response] {texts[i]}", f"[ground_truth] {ground_truths[i]}", f"[score] {scores[i]}"]
+            print("\n".join(lines), flush=True)
+
+
+class NaiveRewardManager(_RewardManagerBase):
+    """Scores one sample at a time: ``scorer(data_source=, solution_str=, ground_truth=, extra_info=)``.
+
+    The response is decoded without special tokens up to its valid length; the float (or ``dict["score"]``,
+    other keys going to ``extra_info``) lands on the last valid token. A batch that already carries
+    ``rm_scores`` (scored during rollout) is returned as is.
+    """
+
+    batched = False
+
+    def __call__(self, batch: Any) -> RewardResult:
+        """Score every sample of ``batch``; see the module docstring for failure handling."""
+        if "rm_scores" in batch:
+            return RewardResult(batch["rm_scores"])
+        responses, valid, texts, sources, truths, infos = self._inputs(batch)
+        outcomes = run_guarded(
+            lambda i: self.scorer(
+                data_source=sources[i], solution_str=texts[i], ground_truth=truths[i], extra_info=infos[i]
+            ),
+            len(texts),
+            self.timeout,
+        )
+        scores, extras, metrics = self._collect(outcomes, sources)
+        self._examine(batch, texts, sources, truths, scores)
+        return RewardResult(self._place(scores, valid, responses.shape[1]), extras, metrics)
+
+
+def _as_list(value: Any, n: int) -> list[Any]:
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        value = value.tolist()
+    if not isinstance(value, Sequence) or isinstance(value, (str, bytes)) or len(value) != n:
+        size = f" of length {len(value)}" if isinstance(value, Sequence) else ""
+        raise TypeError(f"the batch scorer returned {type(value).__name__}{size}; expected a list of {n} scores")
+    return list(value)
+
+
+class BatchRewardManager(_RewardManagerBase):
+    """One scorer call per batch: ``scorer(data_sources=, solution_strs=, ground_truths=, extra_infos=,
+    **reward_model.reward_kwargs)`` returning a list of floats or dicts.
+
+    ``scorer_timeout`` bounds the whole batched call. If that call raises, times out or returns the wrong
+    number of scores, the manager logs it and scores the samples one by one (batches of one, each with its
+    own deadline), so a single bad sample scores 0 while the others keep their scores.
+    """
+
+    batched = True
+
+    def _call(self, sources: list, texts: list, truths: list, infos: list) -> list[Any]:
+        return _as_list(
+            self.scorer(
+                data_sources=sources, solution_strs=texts, ground_truths=truths, extra_infos=infos, **self.reward_kwargs
+            ),
+            len(texts),
+        )
+
+    def __call__(self, batch: Any) -> RewardResult:
+        """Score the batch with one call, isolating samples only when that call fails."""
+        if "rm_scores" in batch:
+            return RewardResult(batch["rm_scores"])
+        responses, valid, texts, sources, truths, infos = self._inputs(batch)
+        whole = run_guarded(lambda _: self._call(sources, texts, truths, infos), 1, self.timeout)[0]
+        if whole.kind == "ok":
+            outcomes = [Outcome("ok", v) for v in whole.value]
+        else:
+            if isinstance(whole.value, RLCoreError):
+                raise whole.value
+            detail = (
+                f"timed out after {self.timeout:g} s (reward_model.scorer_timeout)"
+                if whole.kind == "timeout"
+                else f"raised {type(whole.value).__name__}: {whole.value}"
+            )
+            if self.fail_fast:
+                raise RewardError(
+                    f"batch reward scorer {detail} (reward_model.scorer_fail_fast=true)"
+                ) from (whole.value if whole.kind == "error" else None)
+            logger.warning("batch reward scorer %s; scoring the %d samples one at a time", detail, len(texts))
+            outcomes = run_guarded(
+                lambda i: self._call([sources[i]], [texts[i]], [truths[i]], [infos[i]])[0], len(texts), self.timeout
+            )
+        scores, extras, metrics = self._collect(outcomes, sources)
+        self._examine(batch, texts, sources, truths, scores)
+        return RewardResult(self._place(scores, valid, responses.shape[1]), extras, metrics)

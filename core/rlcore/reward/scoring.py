@@ -1,0 +1,98 @@
+"""Build the scorer and the reward manager of a run from its config."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from typing import Any, Callable
+
+from rlcore.reward import RewardError
+
+
+class RegistryScorer:
+    """Dispatch each sample to the ``reward_scorer`` component registered for its ``data_source``.
+
+    Lookups are cached per data source. An unknown data source raises the registry's
+    :class:`~rlcore.registry.UnknownComponentError` (listing the known scorers): data without a scorer
+    is a configuration error, not a zero reward.
+    """
+
+    def __init__(self, registry: Any = None) -> None:
+        """``registry``: a :class:`rlcore.registry.Registry`; default the process-wide one."""
+        self.registry = registry
+        self._cache: dict[str, Callable[..., Any]] = {}
+
+    def resolve(self, data_source: str) -> Callable[..., Any]:
+        """The scorer registered for ``data_source`` (or one of its aliases)."""
+        scorer = self._cache.get(data_source)
+        if scorer is None:
+            if self.registry is not None:
+                scorer = self.registry.load("reward_scorer", data_source)
+            else:
+                from rlcore.plugins import get_component
+
+                scorer = get_component("reward_scorer", data_source)
+            self._cache[data_source] = scorer
+        return scorer
+
+    def __call__(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None) -> Any:
+        """Score one sample with its data source's scorer."""
+        return self.resolve(data_source)(data_source, solution_str, ground_truth, extra_info)
+
+
+def _run_coroutine_function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap an ``async def`` scorer so that each call runs it to completion in a fresh event loop."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(fn(*args, **kwargs))
+
+    return run
+
+
+def build_scorer(config: Any) -> Callable[..., Any]:
+    """The scorer of a run (``config`` is the full run config).
+
+    With ``custom_reward_function.path`` set, the function ``custom_reward_function.name`` is loaded from
+    that .py file, with ``custom_reward_function.reward_kwargs`` bound as keyword arguments (an
+    ``async def`` function is run to completion per call). Otherwise a :class:`RegistryScorer` dispatches
+    on each sample's ``data_source``.
+    """
+    from rlcore.data.custom import load_from_file
+    from rlcore.data.rl_dataset import to_plain
+
+    custom = config.get("custom_reward_function", None) or {}
+    path = custom.get("path", None)
+    if not path:
+        return RegistryScorer()
+    name = custom.get("name", None) or "compute_score"
+    fn = load_from_file(path, name, what="custom_reward_function", error_cls=RewardError)
+    if not callable(fn):
+        raise RewardError(f"custom_reward_function: {name!r} in {path!r} is a {type(fn).__name__}, not a function")
+    if inspect.iscoroutinefunction(fn):
+        fn = _run_coroutine_function(fn)
+    kwargs = dict(to_plain(custom.get("reward_kwargs", None) or {}))
+    return functools.partial(fn, **kwargs) if kwargs else fn
+
+
+def build_reward_manager(config: Any, tokenizer: Any) -> Any:
+    """The reward manager of a run: ``reward_model.reward_manager`` resolved as a ``reward_manager``
+    component and constructed as ``cls(tokenizer, build_scorer(config), config.reward_model)``.
+
+    A manager class with ``batched = True`` calls one function for the whole batch, which only a custom
+    reward function can be, so it requires ``custom_reward_function.path``.
+    """
+    from rlcore.plugins import get_component
+
+    section = config.get("reward_model", None) or {}
+    name = section.get("reward_manager", None) or "naive"
+    cls = get_component("reward_manager", name)
+    custom = config.get("custom_reward_function", None) or {}
+    if getattr(cls, "batched", False) and not custom.get("path", None):
+        raise RewardError(
+            f"reward_model.reward_manager={name!r} calls one batched scoring function "
+            "(data_sources=, solution_strs=, ground_truths=, extra_infos=); set custom_reward_function.path "
+            "(and .name) to a file defining it, or use reward_model.reward_manager=naive"
+        )
+    return cls(tokenizer, build_scorer(config), section)

@@ -1,0 +1,464 @@
+"""Tests of the GSM8K/MATH scorers, the reward managers, safe scoring and scorer/manager construction."""
+
+from __future__ import annotations
+
+import logging
+import math
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from rlcore.errors import RLCoreError
+from rlcore.reward import RewardError, RewardResult
+from rlcore.reward.managers import BatchRewardManager, NaiveRewardManager, run_guarded, to_score
+from rlcore.reward.scorers import gsm8k
+from rlcore.reward.scorers import math as math_scorer
+from rlcore.reward.scoring import RegistryScorer, build_reward_manager, build_scorer
+from rlcore.testing.contracts.rewards import (
+    RESPONSE_LENGTH,
+    RewardManagerContract,
+    RewardScorerContract,
+    make_reward_batch,
+)
+
+
+def run_config(**overrides):
+    """rlcore's default config with dotted-key overrides."""
+    from rlcore.config import default_config
+    from rlcore.plugins import load_plugins
+
+    config = default_config(load_plugins())
+    for key, value in overrides.items():
+        OmegaConf.update(config, key, value, merge=True)
+    return config
+
+
+# ------------------------------------------------------------------ GSM8K scorer
+
+
+@pytest.mark.parametrize(
+    "solution, truth, method, expected",
+    [
+        ("so 48 + 24 = 72.\n#### 72", "72", "strict", 1.0),
+        ("#### 72.0", "72", "strict", 0.0),
+        ("#### 1,080", "1080", "strict", 1.0),
+        ("#### $72", "72", "strict", 0.0),
+        ("the answer is 72", "72", "strict", 0.0),
+        ("#### 5 then I changed my mind #### 7", "7", "strict", 1.0),
+        ("#### -3", "-3", "strict", 1.0),
+        ("#### 72" + " filler" * 60, "72", "strict", 0.0),
+        ("I think 3 apples, then 72 apples .", "72", "flexible", 1.0),
+        ("no digits at all", "72", "flexible", 0.0),
+        ("the total is 1,080", "1080", "flexible", 0.0),
+    ],
+)
+def test_gsm8k_compute_score(solution, truth, method, expected):
+    assert gsm8k.compute_score(solution, truth, method=method) == expected
+
+
+def test_gsm8k_format_score_and_wrapper():
+    assert gsm8k.compute_score("#### 71", "72", format_score=0.1) == 0.1
+    assert gsm8k.compute_score("nothing", "72", format_score=0.1) == 0.0
+    assert gsm8k.compute_score("#### 72", "72", score=2.0) == 2.0
+    assert gsm8k.extract_solution("#### 1,234,567") == "1234567"
+    assert gsm8k.score("openai/gsm8k", "#### 12", 12) == 1.0
+    with pytest.raises(ValueError, match="strict"):
+        gsm8k.extract_solution("#### 1", method="loose")
+
+
+# ------------------------------------------------------------------ MATH scorer
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("so \\boxed{4} or rather \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),
+        ("\\boxed{\\left(1, \\{2\\}\\right)}", "\\left(1, \\{2\\}\\right)"),
+        ("answer: \\boxed 5$ done", "5"),
+        ("\\fbox{x+1}", "x+1"),
+        ("\\boxed {7}", "7"),
+        ("\\boxed{unclosed", None),
+        ("no box", None),
+    ],
+)
+def test_extract_boxed(text, expected):
+    assert math_scorer.extract_boxed(text) == expected
+
+
+@pytest.mark.parametrize(
+    "raw, normalized",
+    [
+        ("\\left( 1, 2 \\right)", "(1,2)"),
+        ("\\dfrac{3}{4}", "\\frac{3}{4}"),
+        ("\\tfrac12", "\\frac{1}{2}"),
+        ("\\frac1{3}", "\\frac{1}{3}"),
+        ("\\frac{1}3", "\\frac{1}{3}"),
+        ("0.5", "\\frac{1}{2}"),
+        (".5", "\\frac{1}{2}"),
+        ("3/4", "\\frac{3}{4}"),
+        ("\\sqrt2", "\\sqrt{2}"),
+        ("x = 5", "5"),
+        ("90^\\circ", "90"),
+        ("\\$12", "12"),
+        ("5\\text{ cm}^2", "5"),
+        ("\\text{(A)}", "(A)"),
+        ("50\\%", "50"),
+        ("7.", "7"),
+        ("1\\!000", "1000"),
+    ],
+)
+def test_normalize_answer(raw, normalized):
+    assert math_scorer.normalize_answer(raw) == normalized
+
+
+def test_math_score_uses_the_last_box():
+    assert math_scorer.score("lighteval/MATH", "\\boxed{3} no wait \\boxed{\\dfrac{1}{2}}", "0.5") == 1.0
+    assert math_scorer.score("lighteval/MATH", "so \\boxed{\\frac{1}{3}}", "\\frac{1}{2}") == 0.0
+    assert math_scorer.score("lighteval/MATH", "it is 1/2", "\\frac{1}{2}") == 0.0
+    assert math_scorer.score("lighteval/MATH", "\\boxed{10}", "\\boxed{10}") == 1.0
+
+
+def test_math_score_uses_math_verify_when_installed(monkeypatch):
+    calls = []
+
+    def parse(text, parsing_timeout=None):
+        calls.append(parsing_timeout)
+        return [text]
+
+    fake = SimpleNamespace(parse=parse, verify=lambda gold, pred, timeout_seconds=None: gold == ["\\boxed{2x}"])
+    monkeypatch.setattr(math_scorer, "_math_verify", lambda: fake)
+    assert math_scorer.score("math", "\\boxed{x*2}", "2x") == 1.0
+    assert math_scorer.score("math", "\\boxed{x*3}", "3y") == 0.0
+    assert calls[0] == math_scorer.MATH_VERIFY_TIMEOUT_S
+    thread = threading.Thread(target=math_scorer.score, args=("math", "\\boxed{x*2}", "2x"))
+    thread.start()
+    thread.join()
+    assert calls[-1] is None, "math_verify's signal timeout must be off outside the main thread"
+
+
+# ------------------------------------------------------------------ managers
+
+
+GSM8K_RESPONSES = ["48 + 24 = 72\n#### 72", "#### 71", "", "I do not know"]
+
+
+def test_naive_manager_with_gsm8k(tiny_tokenizer):
+    batch, lengths = make_reward_batch(
+        tiny_tokenizer, GSM8K_RESPONSES, data_source="openai/gsm8k", ground_truths=["72", "72", "72", "72"]
+    )
+    result = NaiveRewardManager(tiny_tokenizer, RegistryScorer(), {"scorer_timeout": 5})(batch)
+    assert isinstance(result, RewardResult)
+    assert result.token_level_scores.shape == (4, RESPONSE_LENGTH)
+    assert result.token_level_scores[0, lengths[0] - 1] == 1.0
+    assert result.token_level_scores.sum().item() == 1.0
+    assert result.metrics == {"reward/scorer_errors": 0.0, "reward/scorer_timeouts": 0.0, "reward/scorer_nan": 0.0}
+
+
+def test_batch_manager_single_call(tiny_tokenizer):
+    batch, lengths = make_reward_batch(tiny_tokenizer)
+    calls = []
+
+    def batched(data_sources, solution_strs, ground_truths, extra_infos, scale):
+        calls.append(len(solution_strs))
+        return [{"score": scale * info["value"], "length": len(s)} for s, info in zip(solution_strs, extra_infos)]
+
+    result = BatchRewardManager(tiny_tokenizer, batched, {"reward_kwargs": {"scale": 2.0}})(batch)
+    assert calls == [4]
+    assert result.token_level_scores.sum(-1).tolist() == [3.0, 5.0, 7.0, 9.0]
+    assert result.extra_info["length"][3] == 0
+
+
+def test_valid_length_from_response_mask_without_prompts(tiny_tokenizer):
+    batch, lengths = make_reward_batch(tiny_tokenizer)
+    for key in ("prompts", "attention_mask"):
+        batch.pop([key])
+    result = NaiveRewardManager(tiny_tokenizer, lambda **kw: 1.0, {})(batch)
+    assert [int(row.nonzero()[0]) for row in result.token_level_scores] == [max(n - 1, 0) for n in lengths]
+
+
+def test_rm_scores_pass_through(tiny_tokenizer):
+    batch, _ = make_reward_batch(tiny_tokenizer)
+    import torch
+
+    batch["rm_scores"] = torch.ones(4, RESPONSE_LENGTH)
+    assert NaiveRewardManager(tiny_tokenizer, None, {})(batch).token_level_scores.sum() == 4 * RESPONSE_LENGTH
+
+
+def test_missing_batch_key_is_named(tiny_tokenizer):
+    batch, _ = make_reward_batch(tiny_tokenizer)
+    batch.pop(["reward_model"])
+    with pytest.raises(RewardError, match="needs batch key 'reward_model'"):
+        NaiveRewardManager(tiny_tokenizer, lambda **kw: 1.0, {})(batch)
+
+
+def test_num_examine_prints_per_data_source(tiny_tokenizer, capsys):
+    batch, _ = make_reward_batch(tiny_tokenizer)
+    NaiveRewardManager(tiny_tokenizer, lambda **kw: 0.5, {"num_examine": 1})(batch)
+    out = capsys.readouterr().out
+    assert out.count("[reward] data_source=contract") == 1
+    assert "[response] the answer is 12" in out and "[ground_truth] 0" in out and "[score] 0.5" in out
+
+
+# ------------------------------------------------------------------ safe scoring
+
+
+def misbehaving(data_source, solution_str, ground_truth, extra_info=None):
+    """Sample 1 raises, sample 2 returns NaN, sample 3 hangs past the timeout; sample 0 is fine."""
+    if ground_truth == "1":
+        raise ZeroDivisionError("bad sample")
+    if ground_truth == "2":
+        return float("nan")
+    if ground_truth == "3":
+        time.sleep(2.0)
+    return 1.0
+
+
+def batched_misbehaving(data_sources, solution_strs, ground_truths, extra_infos):
+    return [misbehaving(d, s, g, e) for d, s, g, e in zip(data_sources, solution_strs, ground_truths, extra_infos)]
+
+
+@pytest.mark.parametrize(
+    "manager_cls, scorer", [(NaiveRewardManager, misbehaving), (BatchRewardManager, batched_misbehaving)]
+)
+def test_failures_score_zero_and_are_counted(manager_cls, scorer, tiny_tokenizer, caplog):
+    batch, lengths = make_reward_batch(tiny_tokenizer, ["a", "b", "c", "d", "e"])
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="rlcore.reward.managers"):
+        result = manager_cls(tiny_tokenizer, scorer, {"scorer_timeout": 0.2})(batch)
+    assert time.monotonic() - start < 1.5
+    assert result.token_level_scores.sum(-1).tolist() == [1.0, 0.0, 0.0, 0.0, 1.0]
+    assert result.metrics == {"reward/scorer_errors": 1.0, "reward/scorer_timeouts": 1.0, "reward/scorer_nan": 1.0}
+    per_kind = [r.getMessage() for r in caplog.records if "samples score 0" in r.getMessage()]
+    assert len(per_kind) == 3
+    assert any("sample 1, data_source 'contract': ZeroDivisionError: bad sample" in m for m in per_kind)
+    assert any("timed out" in m and "sample 3" in m for m in per_kind)
+    assert any("not a finite number" in m and "sample 2" in m for m in per_kind)
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (1, 1.0), (True, 1.0), ({"score": 0.5, "acc": 1}, 0.5), ({"acc": 1}, None), ("1.0", None),
+        (float("inf"), None), (None, None), (__import__("numpy").float32(0.25), 0.25),
+    ],
+)
+def test_to_score(value, expected):
+    assert to_score(value)[0] == expected
+
+
+@pytest.mark.parametrize("kind", ["error", "nan", "timeout"])
+def test_fail_fast_raises(kind, tiny_tokenizer):
+    truth = {"error": "1", "nan": "2", "timeout": "3"}[kind]
+    batch, _ = make_reward_batch(tiny_tokenizer, ["x"], ground_truths=[truth])
+    manager = NaiveRewardManager(tiny_tokenizer, misbehaving, {"scorer_timeout": 0.2, "scorer_fail_fast": True})
+    with pytest.raises(RewardError, match="sample 0, data_source 'contract'.*scorer_fail_fast=true"):
+        manager(batch)
+
+
+def test_batch_fail_fast_raises_on_the_whole_call(tiny_tokenizer):
+    batch, _ = make_reward_batch(tiny_tokenizer, ["x", "y"])
+    manager = BatchRewardManager(tiny_tokenizer, batched_misbehaving, {"scorer_fail_fast": True})
+    with pytest.raises(RewardError, match="batch reward scorer raised ZeroDivisionError"):
+        manager(batch)
+
+
+def test_common_path_uses_one_thread_and_hang_isolation_continues():
+    threads = []
+
+    def fast(i):
+        threads.append(threading.get_ident())
+        return i
+
+    outcomes = run_guarded(fast, 200, timeout=5.0)
+    assert [o.value for o in outcomes] == list(range(200)) and len(set(threads)) == 1
+    assert threading.get_ident() not in threads
+
+    threads.clear()
+
+    def hang_on_one(i):
+        threads.append(threading.get_ident())
+        if i == 1:
+            threading.Event().wait()
+        return i
+
+    outcomes = run_guarded(hang_on_one, 4, timeout=0.1)
+    assert [o.kind for o in outcomes] == ["ok", "timeout", "ok", "ok"]
+    assert [outcomes[i].value for i in (0, 2, 3)] == [0, 2, 3]
+    assert len(set(threads)) == 2
+
+
+def test_no_timeout_scores_inline():
+    threads = []
+    outcomes = run_guarded(lambda i: threads.append(threading.get_ident()) or i, 3, timeout=0)
+    assert set(threads) == {threading.get_ident()} and [o.value for o in outcomes] == [0, 1, 2]
+
+
+def test_hung_scorer_does_not_block_interpreter_exit():
+    code = textwrap.dedent(
+        """
+        import threading
+        from rlcore.reward.managers import run_guarded
+        out = run_guarded(lambda i: threading.Event().wait(), 2, timeout=0.1)
+        print([o.kind for o in out])
+        """
+    )
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['timeout', 'timeout']"
+    assert time.monotonic() - start < 30
+
+
+# ------------------------------------------------------------------ build_scorer / build_reward_manager
+
+
+def test_unknown_data_source_is_an_error_listing_known_scorers(tiny_tokenizer, plugin_manager):
+    batch, _ = make_reward_batch(tiny_tokenizer, ["#### 1"], data_source="my/unknown-set")
+    manager = build_reward_manager(run_config(), tiny_tokenizer)
+    assert isinstance(manager, NaiveRewardManager)
+    with pytest.raises(RLCoreError, match=r"unknown reward_scorer 'my/unknown-set'.*openai/gsm8k"):
+        manager(batch)
+
+
+def test_registry_scorer_dispatches_and_caches(plugin_manager):
+    scorer = build_scorer(run_config())
+    assert isinstance(scorer, RegistryScorer)
+    assert scorer("gsm8k", "#### 3", "3") == 1.0
+    assert scorer("lighteval/MATH", "\\boxed{3}", "3") == 1.0
+    assert scorer.resolve("gsm8k") is gsm8k.score
+
+
+CUSTOM = '''
+"""A custom reward file."""
+
+
+def length_bonus(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
+    """1 + bonus when the ground truth is in the response."""
+    return float(ground_truth in solution_str) + bonus
+
+
+def batched(data_sources, solution_strs, ground_truths, extra_infos, weight=1.0, offset=0.0):
+    """Batched variant."""
+    return [weight * float(g in s) + offset for s, g in zip(solution_strs, ground_truths)]
+
+
+async def async_score(data_source, solution_str, ground_truth, extra_info=None):
+    """An async scorer."""
+    return 0.25
+
+
+NOT_CALLABLE = 3
+'''
+
+
+@pytest.fixture
+def custom_file(tmp_path):
+    path = tmp_path / "my_reward.py"
+    path.write_text(CUSTOM)
+    return str(path)
+
+
+def test_custom_reward_function_with_kwargs(custom_file, tiny_tokenizer, plugin_manager):
+    config = run_config(**{
+        "custom_reward_function.path": custom_file,
+        "custom_reward_function.name": "length_bonus",
+        "custom_reward_function.reward_kwargs": {"bonus": 0.5},
+    })
+    scorer = build_scorer(config)
+    assert scorer("anything", "it is 12", "12") == 1.5
+    batch, lengths = make_reward_batch(
+        tiny_tokenizer, ["it is 12", "nope"], data_source="unregistered/source", ground_truths=["12", "12"]
+    )
+    result = build_reward_manager(config, tiny_tokenizer)(batch)
+    assert result.token_level_scores[0, lengths[0] - 1] == 1.5
+    assert result.token_level_scores[1, lengths[1] - 1] == 0.5
+
+
+def test_custom_batched_function_with_batch_manager(custom_file, tiny_tokenizer, plugin_manager):
+    config = run_config(**{
+        "custom_reward_function.path": custom_file,
+        "custom_reward_function.name": "batched",
+        "custom_reward_function.reward_kwargs": {"offset": 0.25},
+        "reward_model.reward_manager": "batch",
+        "reward_model.reward_kwargs": {"weight": 2.0},
+    })
+    manager = build_reward_manager(config, tiny_tokenizer)
+    assert isinstance(manager, BatchRewardManager)
+    batch, _ = make_reward_batch(tiny_tokenizer, ["it is 0", "nope"])
+    assert manager(batch).token_level_scores.sum(-1).tolist() == [2.25, 0.25]
+
+
+def test_batch_manager_needs_a_custom_function(tiny_tokenizer, plugin_manager):
+    with pytest.raises(RewardError, match="custom_reward_function.path"):
+        build_reward_manager(run_config(**{"reward_model.reward_manager": "batch"}), tiny_tokenizer)
+
+
+def test_async_custom_function(custom_file):
+    config = run_config(**{"custom_reward_function.path": custom_file, "custom_reward_function.name": "async_score"})
+    assert build_scorer(config)("x", "y", "z") == 0.25
+
+
+@pytest.mark.parametrize(
+    "path_suffix, name, match",
+    [
+        ("", "missing_fn", r"my_reward.py' defines no 'missing_fn'.*length_bonus"),
+        ("", "NOT_CALLABLE", r"'NOT_CALLABLE' in .* is a int, not a function"),
+        (".nope", "x", r"custom_reward_function.path='.*my_reward.py.nope': file does not exist"),
+    ],
+)
+def test_custom_reward_function_errors(custom_file, path_suffix, name, match):
+    config = run_config(
+        **{"custom_reward_function.path": custom_file + path_suffix, "custom_reward_function.name": name}
+    )
+    with pytest.raises(RewardError, match=match):
+        build_scorer(config)
+
+
+def test_custom_file_that_fails_to_import(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text("raise RuntimeError('boom at import')\n")
+    config = run_config(**{"custom_reward_function.path": str(path)})
+    with pytest.raises(RewardError, match=r"broken.py': importing the file raised RuntimeError: boom at import"):
+        build_scorer(config)
+
+
+# ------------------------------------------------------------------ contracts
+
+
+class TestNaiveManagerContract(RewardManagerContract):
+    component_name = "naive"
+
+
+class TestBatchManagerContract(RewardManagerContract):
+    component_name = "batch"
+
+
+class TestGsm8kScorerContract(RewardScorerContract):
+    component_name = "openai/gsm8k"
+    cases = [
+        ("48 + 24 = 72\n#### 72", "72", 1.0),
+        ("#### 72.0", "72", 0.0),
+        ("#### 1,080", "1080", 1.0),
+        ("no final answer", "72", 0.0),
+    ]
+
+
+class TestMathScorerContract(RewardScorerContract):
+    component_name = "lighteval/MATH"
+    cases = [
+        ("thus \\boxed{\\dfrac{1}{2}}", "\\frac{1}{2}", 1.0),
+        ("\\boxed{0.5}", "\\frac12", 1.0),
+        ("\\boxed{3}", "4", 0.0),
+        ("3", "3", 0.0),
+    ]
+
+
+def test_scores_are_finite_for_all_builtin_scorers():
+    for fn in (gsm8k.score, math_scorer.score):
+        assert math.isfinite(fn("x", "", "1"))
