@@ -38,10 +38,11 @@ Register = Callable[..., None]
 def register_training_backends(register: Register) -> None:
     """Register training backends (kind ``training_backend``), selected by ``actor_rollout_ref.actor.strategy``.
 
-    A backend target is a class implementing :class:`rlcore.interfaces.TrainingBackend`: it builds the
-    actor, reference and critic roles on top of torch.distributed and exposes log-prob, value and update
-    methods that take and return :class:`rlcore.protocol.Batch`. The backend never sees the algorithm: the
-    core hands it the loss function built from the config.
+    A backend target is a class with two attributes, ``actor_worker`` and ``critic_worker``: worker classes
+    constructed as ``Worker(config, role, rank, world_size)`` that build the actor/rollout/reference and
+    critic roles on top of torch.distributed and expose log-prob, value and update methods taking and
+    returning :class:`rlcore.protocol.Batch` (method table: ``docs/architecture.md``). The backend never sees
+    the algorithm: it builds its loss with ``rlcore.algos.build_actor_loss(actor_config)``.
 
     Example::
 
@@ -56,9 +57,10 @@ def register_training_backends(register: Register) -> None:
 def register_rollout_engines(register: Register) -> None:
     """Register rollout (generation) engines (kind ``rollout_engine``), selected by ``actor_rollout_ref.rollout.name``.
 
-    A target is a class implementing :class:`rlcore.interfaces.RolloutEngine`:
-    ``generate(batch, sampling) -> Batch`` (responses and masks, optionally rollout log-probs),
-    ``update_weights(named_tensors)``, ``sleep()``, ``wake()`` and a ``weight_version`` counter.
+    A target is a class ``(model_path, tokenizer, config, *, device, dtype)`` with
+    ``generate(batch, validate=False) -> Batch`` (responses and masks, optionally rollout log-probs),
+    ``update_weights(named_tensors)``, ``weight_checksum()``, ``sleep()``, ``wake()`` and a
+    ``weight_version`` counter.
 
     Example::
 
@@ -104,9 +106,9 @@ def register_reward_scorers(register: Register) -> None:
 def register_datasets(register: Register) -> None:
     """Register prompt datasets (kind ``dataset``), selected by ``data.dataset``.
 
-    A target is a class ``(files, tokenizer, config, split)`` implementing
-    :class:`rlcore.interfaces.PromptDataset` (``__len__``, ``__getitem__`` returning one row with
-    ``input_ids``/``attention_mask``/``position_ids`` tensors and the row's python fields).
+    A target is a class ``(files, tokenizer, config, split)`` with ``__len__`` and ``__getitem__``
+    returning one row: left-padded ``input_ids``/``attention_mask``/``position_ids`` tensors of length
+    ``data.max_prompt_length`` plus the row's python fields (``data_source``, ``reward_model``, ...).
 
     Example::
 

@@ -199,12 +199,11 @@ class PluginManager:
                     continue
                 for comp, replace in pending:
                     registry.add(comp, replace=replace)
-        for clash in registry.conflicts.values():
-            first = clash[0]
-            for other in clash[1:]:
-                self.records[other.plugin].fail(
-                    "conflict",
-                    f"{other.kind} {other.name!r} is also registered by {first.dist or first.plugin}",
+        for clash in registry.conflicts.values():  # every party to a clash is in conflict, not just the last
+            for comp in clash:
+                others = ", ".join(sorted({c.dist or c.plugin for c in clash if c.plugin != comp.plugin}))
+                self.records[comp.plugin].fail(
+                    "conflict", f"{comp.kind} {comp.name!r} is also registered by {others}"
                 )
         self.registry = registry
         return registry

@@ -54,11 +54,16 @@ def _merge_plugin_defaults(base: dict[str, Any], manager: PluginManager) -> dict
     owners = {key: "rlcore" for key in _flatten(base)}
     for impl in manager.pm.hook.config_defaults.get_hookimpls():
         record = manager.records.get(impl.plugin_name)
-        if record is None or record.status != "ok":
+        if record is None or record.status == "error":
             continue
-        fragment = impl.function()
+        try:
+            fragment = impl.function()
+        except Exception as exc:  # a plugin's bug must name the plugin, not look like a config error
+            raise ConfigError(f"plugin {impl.plugin_name}: config_defaults raised {type(exc).__name__}: {exc}") from exc
         if not fragment:
             continue
+        if not isinstance(fragment, Mapping):
+            raise ConfigError(f"plugin {impl.plugin_name}: config_defaults must return a mapping, got {type(fragment).__name__}")
         for key, value in _flatten(_nest(fragment)).items():
             previous = owners.get(key)
             if previous is not None and previous != "rlcore":

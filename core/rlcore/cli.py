@@ -1,0 +1,184 @@
+"""The ``rlcore`` command line.
+
+Start-up imports click and the plugin loader only; torch, transformers and every component target are
+imported inside the commands that need them, so ``rlcore --help`` and ``rlcore plugins`` stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from rlcore import __version__
+from rlcore.errors import RLCoreError
+from rlcore.plugins import PluginManager, load_plugins
+from rlcore.registry import KINDS
+
+
+class RLCoreGroup(click.Group):
+    """A click group that prints :class:`RLCoreError` as one clear line instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command, turning user errors into ``error: ...`` and exit status 2."""
+        try:
+            return super().invoke(ctx)
+        except RLCoreError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=RLCoreGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rlcore")
+def cli() -> None:
+    """rlcore: RL post-training for LLMs — a single-controller core plus installable plugins."""
+
+
+# ------------------------------------------------------------------ plugins
+def _plugin_rows(manager: PluginManager, show_all: bool, kind: str | None) -> list[dict[str, Any]]:
+    rows = []
+    for record in manager.records.values():
+        if record.builtin and not show_all:
+            continue
+        comps = manager.components_of(record.name)
+        if kind is not None:
+            comps = [c for c in comps if c.kind == kind]
+            if not comps:
+                continue
+        rows.append(
+            {
+                "name": record.name,
+                "version": record.version,
+                "status": record.status,
+                "builtin": record.builtin,
+                "hooks": record.hooks,
+                "components": [
+                    {
+                        "kind": c.kind,
+                        "name": c.name,
+                        "target": c.target_path,
+                        "description": c.description,
+                        "aliases": list(c.aliases),
+                        **({"replaces": c.replaced} if c.replaced else {}),
+                    }
+                    for c in comps
+                ],
+                "error": record.error,
+                **({"traceback": record.traceback} if record.traceback else {}),
+            }
+        )
+    return rows
+
+
+def _format_table(rows: list[dict[str, Any]], verbose: bool) -> str:
+    headers = ("PLUGIN", "VERSION", "STATUS", "COMPONENTS")
+    body = []
+    for row in rows:
+        if row["status"] in ("error", "conflict"):
+            detail = row["error"] + ("" if verbose else " (--verbose for details)")
+        elif row["status"] == "disabled":
+            detail = "(disabled by RLCORE_LOAD_PLUGINS / RLCORE_DISABLE_PLUGINS)"
+        else:
+            detail = ", ".join(f"{c['kind']}:{c['name']}" for c in row["components"]) or "-"
+        body.append((row["name"], row["version"] or "-", row["status"], detail))
+    widths = [max(len(str(r[i])) for r in [headers, *body]) for i in range(3)]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(r[:3], widths)) + "  " + r[3] for r in [headers, *body]]
+    if verbose:
+        for row in rows:
+            if row.get("traceback"):
+                lines += ["", f"--- {row['name']} ---", row["traceback"].rstrip()]
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.option("--all", "show_all", is_flag=True, help="Include the built-in plugins.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--kind", type=click.Choice(KINDS), help="Only plugins providing this component kind.")
+@click.option("--verbose", is_flag=True, help="Show tracebacks of plugins that failed to load.")
+@click.option("--strict", is_flag=True, help="Exit with status 1 when any plugin failed or conflicts.")
+@click.option("--requirements", is_flag=True, help="Print name==version lines of the external plugins.")
+def plugins(show_all: bool, as_json: bool, kind: str | None, verbose: bool, strict: bool, requirements: bool) -> None:
+    """List installed plugins, their status and the components they provide."""
+    manager = load_plugins()
+    rows = _plugin_rows(manager, show_all, kind)
+    if requirements:
+        click.echo("\n".join(f"{r['name']}=={r['version']}" for r in rows if not r["builtin"] and r["version"]))
+    elif as_json:
+        if not verbose:
+            for row in rows:
+                row.pop("traceback", None)
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        click.echo(_format_table(rows, verbose) if rows else "no plugins installed (use --all to see the built-ins)")
+    if strict and manager.problems():
+        sys.exit(1)
+
+
+# ------------------------------------------------------------------- config
+def _split_config_args(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    files = [a for a in args if "=" not in a and a.endswith((".yaml", ".yml"))]
+    overrides = [a for a in args if a not in files]
+    return files, overrides
+
+
+@cli.group()
+def config() -> None:
+    """Inspect the run configuration."""
+
+
+@config.command("show")
+@click.argument("args", nargs=-1)
+@click.option("--preset", "presets", multiple=True, help="Apply a registered preset (repeatable).")
+def config_show(args: tuple[str, ...], presets: tuple[str, ...]) -> None:
+    """Print the resolved config for [CONFIG.yaml ...] [key=value ...]."""
+    from rlcore.config import config_to_yaml, load_config
+    from rlcore.run import default_presets
+
+    files, overrides = _split_config_args(args)
+    cfg = load_config(files, overrides, default_presets(files, overrides) + list(presets))
+    click.echo(config_to_yaml(cfg), nl=False)
+
+
+# ---------------------------------------------------------------------- run
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--preset", "presets", multiple=True, help="Apply a registered preset before files and overrides.")
+@click.option("--dry-run", is_flag=True, help="Resolve and check the config, print the plan, start nothing.")
+def run(args: tuple[str, ...], presets: tuple[str, ...], dry_run: bool) -> None:
+    """Train: rlcore run [CONFIG.yaml ...] [key=value ...] (no arguments: the bundled CPU task)."""
+    from rlcore.run import run_training
+
+    files, overrides = _split_config_args(args)
+    run_training(files, overrides, list(presets), dry_run=dry_run)
+
+
+# --------------------------------------------------------------------- data
+@cli.group()
+def data() -> None:
+    """Prepare datasets in verl's parquet format."""
+
+
+@data.command("gsm8k")
+@click.option("--input", "input_dir", type=click.Path(file_okay=False), help="Folder with train.jsonl and test.jsonl.")
+@click.option("--local-dir", default="~/data/gsm8k", show_default=True, help="Where to write train/test parquet.")
+def data_gsm8k(input_dir: str | None, local_dir: str) -> None:
+    """Write GSM8K as train.parquet / test.parquet (from --input, else openai/gsm8k via `datasets`)."""
+    import os
+
+    from rlcore.data.gsm8k import prepare_gsm8k
+
+    for split, path in prepare_gsm8k(input_dir, os.path.expanduser(local_dir)).items():
+        click.echo(f"{split}: {path}")
+
+
+def main() -> None:
+    """Console-script entry point: load plugins, let them add commands, run the CLI."""
+    try:
+        manager = load_plugins()
+    except RLCoreError as exc:  # strict mode: a broken plugin is fatal, but still no traceback
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    manager.add_commands(cli)
+    cli(prog_name="rlcore")

@@ -1,0 +1,230 @@
+"""Every hook: documented in docs/plugins.md, and exercised by a ``test_hook_<name>`` test.
+
+The component hooks are tested here by registering a small plugin in-process and resolving the component
+through the same path a run uses. The lifecycle hooks are tested in ``test_e2e.py`` on a real run.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+import rlcore
+from rlcore import hookdocs
+from rlcore.config import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "plugins.md"
+
+
+def plugin(**hooks) -> types.SimpleNamespace:
+    """A plugin object whose attributes are the given hookimpl functions."""
+    return types.SimpleNamespace(**{name: rlcore.hookimpl(fn) for name, fn in hooks.items()})
+
+
+def test_every_hook_is_documented_with_its_exact_signature() -> None:
+    text = DOCS.read_text()
+    for name in hookdocs.hook_names():
+        assert f"### `{hookdocs.signature(name)}`" in text, f"{name} is not documented in docs/plugins.md"
+
+
+def test_plugin_docs_are_up_to_date() -> None:
+    assert hookdocs.render_reference() in DOCS.read_text(), "run: python -m rlcore.hookdocs docs/plugins.md"
+
+
+@pytest.mark.parametrize("name", hookdocs.hook_names())
+def test_every_hook_has_a_test(name: str) -> None:
+    sources = "\n".join(p.read_text() for p in ROOT.glob("tests/test_*.py"))
+    assert re.search(rf"^def test_hook_{name}\(", sources, re.M), f"no test_hook_{name} in tests/"
+
+
+def _registers(registered, hook: str, kind: str, target: object, **meta) -> object:
+    def impl(register):
+        register(f"test-{kind}", target, description="from a test", **meta)
+
+    with registered(plugin(**{hook: impl}), name="hook-test") as manager:
+        comp = manager.registry.get(kind, f"test-{kind}")
+        assert comp.plugin == "hook-test" and comp.description == "from a test"
+        return comp.load(), comp
+
+
+class _Worker:
+    pass
+
+
+class _Backend:
+    actor_worker = _Worker
+    critic_worker = _Worker
+
+
+def test_hook_register_training_backends(registered) -> None:
+    loaded, _ = _registers(registered, "register_training_backends", "training_backend", _Backend)
+    assert loaded.actor_worker is _Worker
+
+
+def test_hook_register_rollout_engines(registered) -> None:
+    loaded, _ = _registers(registered, "register_rollout_engines", "rollout_engine", "rlcore.rollout.hf:HFRolloutEngine")
+    assert loaded.__name__ == "HFRolloutEngine"
+
+
+def test_hook_register_reward_managers(registered) -> None:
+    loaded, _ = _registers(registered, "register_reward_managers", "reward_manager", "rlcore.reward.managers:NaiveRewardManager")
+    assert callable(loaded)
+
+
+def test_hook_register_reward_scorers(registered) -> None:
+    from omegaconf import OmegaConf
+
+    from rlcore.reward.scoring import build_scorer
+
+    def scorer(data_source, solution_str, ground_truth, extra_info=None):
+        return float(solution_str == ground_truth)
+
+    def impl(register):
+        register("my/source", scorer)
+
+    with registered(plugin(register_reward_scorers=impl), name="scorer-plugin"):
+        score = build_scorer(load_config(overrides=["data.train_files=x"]))
+        assert score("my/source", "42", "42", None) == 1.0
+        assert score("my/source", "41", "42", None) == 0.0
+
+
+def test_hook_register_datasets(registered) -> None:
+    from rlcore.data.custom import load_dataset_class
+
+    class MyDataset:
+        pass
+
+    def impl(register):
+        register("mine", MyDataset)
+
+    with registered(plugin(register_datasets=impl), name="ds-plugin"):
+        assert load_dataset_class(load_config(overrides=["data.dataset=mine"])) is MyDataset
+
+
+def test_hook_register_advantage_estimators(registered) -> None:
+    def estimate(**kwargs):
+        return kwargs["token_level_rewards"], kwargs["token_level_rewards"]
+
+    loaded, comp = _registers(registered, "register_advantage_estimators", "advantage_estimator", estimate,
+                              needs_critic=True, min_group_size=2)
+    assert loaded is estimate
+    assert comp.meta == {"needs_critic": True, "min_group_size": 2}
+
+
+def test_hook_register_policy_losses(registered) -> None:
+    from rlcore.algos.losses import build_actor_loss
+
+    calls = []
+
+    def loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights=None):
+        calls.append(loss_agg_mode)
+        return (log_prob * advantages).sum(), {"actor/custom": 1.0}
+
+    def impl(register):
+        register("custom", loss)
+
+    with registered(plugin(register_policy_losses=impl), name="loss-plugin"):
+        import torch
+
+        from rlcore.protocol import Batch
+
+        cfg = load_config(overrides=["actor_rollout_ref.actor.policy_loss.loss_mode=custom"])
+        loss_fn = build_actor_loss(cfg.actor_rollout_ref.actor)
+        ones = torch.ones(2, 3)
+        batch = Batch.from_dict({"old_log_probs": ones, "advantages": ones, "response_mask": ones})
+        value, metrics = loss_fn(ones.clone().requires_grad_(), torch.zeros(2, 3), batch)
+        assert value.item() == 6.0 and metrics["actor/custom"] == 1.0 and calls == ["token-mean"]
+
+
+def test_hook_register_batch_filters(registered) -> None:
+    def keep_all(batch, config):
+        return batch, {"filter/kept": float(len(batch))}
+
+    loaded, _ = _registers(registered, "register_batch_filters", "batch_filter", keep_all)
+    assert loaded("abc", None) == ("abc", {"filter/kept": 3.0})
+
+
+def test_hook_register_trackers(registered, tmp_path: Path) -> None:
+    from rlcore.tracking.sinks import build_trackers
+
+    logged = []
+
+    class ListTracker:
+        def __init__(self, project, experiment, config, run_dir):
+            self.project = project
+
+        def log(self, metrics, step):
+            logged.append((step, dict(metrics)))
+
+        def finish(self):
+            logged.append("finished")
+
+    def impl(register):
+        register("list", ListTracker)
+
+    with registered(plugin(register_trackers=impl), name="tracker-plugin"):
+        trackers = build_trackers(load_config(overrides=["trainer.logger=[list]"]), tmp_path)
+        trackers.log({"a": 1.0}, step=3)
+        trackers.finish()
+    assert logged == [(3, {"a": 1.0}), "finished"]
+    assert (tmp_path / "metrics.jsonl").exists()
+
+
+def test_hook_register_presets(registered) -> None:
+    def impl(register):
+        register("short", {"trainer.total_epochs": 2, "actor_rollout_ref.rollout.n": 4})
+        register("computed", lambda: {"data": {"max_prompt_length": 64}})
+
+    with registered(plugin(register_presets=impl), name="preset-plugin"):
+        cfg = load_config(presets=["short", "computed"], overrides=["actor_rollout_ref.rollout.n=5"])
+    assert cfg.trainer.total_epochs == 2
+    assert cfg.actor_rollout_ref.rollout.n == 5, "overrides win over presets"
+    assert cfg.data.max_prompt_length == 64
+
+
+def test_hook_config_defaults(registered) -> None:
+    def defaults():
+        return {"algorithm": {"my_coef": 0.5}, "mysection": {"enabled": False}}
+
+    with registered(plugin(config_defaults=defaults), name="section-plugin") as manager:
+        cfg = load_config(overrides=["algorithm.my_coef=0.7"])
+        assert cfg.algorithm.my_coef == 0.7 and cfg.mysection.enabled is False
+        with pytest.raises(ConfigError, match="wrong type"):
+            load_config(overrides=["mysection.enabled=3"])
+
+        def clashing():
+            return {"algorithm": {"my_coef": 0.9}}
+
+        other = plugin(config_defaults=clashing)
+        with registered(other, name="clash-plugin"):
+            with pytest.raises(ConfigError, match="section-plugin.*clash-plugin|clash-plugin.*section-plugin"):
+                load_config(manager=manager)
+
+
+def test_hook_register_commands(registered) -> None:
+    def commands(cli):
+        @cli.command(name="greet")
+        @click.argument("who")
+        def greet(who):
+            click.echo(f"hi {who}")
+
+    with registered(plugin(register_commands=commands), name="cmd-plugin") as manager:
+        group = click.Group()
+        manager.add_commands(group)
+        result = CliRunner().invoke(group, ["greet", "rl"])
+    assert result.output == "hi rl\n"
+
+
+def test_broken_register_commands_marks_the_plugin(registered) -> None:
+    def commands(cli):
+        raise RuntimeError("cannot add commands")
+
+    with registered(plugin(register_commands=commands), name="bad-cmd") as manager:
+        manager.add_commands(click.Group())
+        assert manager.records["bad-cmd"].status == "error"
