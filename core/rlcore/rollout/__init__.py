@@ -1,0 +1,1 @@
+"""Rollout: the built-in Hugging Face sampling engine and helpers shared by rollout engines."""

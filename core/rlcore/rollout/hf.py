@@ -1,0 +1,324 @@
+"""The built-in rollout engine (``actor_rollout_ref.rollout.name=hf``): a lean batched KV-cache sampler.
+
+:class:`HFRolloutEngine` owns its own copy of the policy as a Hugging Face ``transformers`` causal LM and
+samples with its own loop instead of ``model.generate``: one prefill forward over the left-padded
+prompts with an explicit attention mask and position ids, then one forward per new token against a
+``DynamicCache``. Sampling (temperature, top-k, top-p, greedy) runs on float32 logits with a
+``torch.Generator`` seeded from ``rollout.seed``. The loop stops as soon as every sequence has emitted an
+end-of-sequence token; after its EOS a sequence is filled with the pad token.
+
+The trainer pushes new weights in memory after every update with :meth:`HFRolloutEngine.update_weights`
+(the hybrid engine's weight sync); :meth:`HFRolloutEngine.weight_checksum` and :func:`state_checksum`
+let the caller verify that the engine serves the trainer's weights.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from rlcore.errors import RLCoreError
+from rlcore.protocol import Batch
+from rlcore.rollout.sampling import ROLLOUT_KEY, SamplingParams, sample_next_tokens
+from rlcore.rollout.weights import float64_sum, state_checksum
+
+__all__ = ["HFRolloutEngine", "state_checksum"]
+
+
+def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """A ``torch.dtype`` from a dtype or its name (``"bfloat16"``, ``"float32"``, ...)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    resolved = getattr(torch, str(dtype), None)
+    if not isinstance(resolved, torch.dtype):
+        raise RLCoreError(f"{ROLLOUT_KEY}.dtype: unknown torch dtype {dtype!r}")
+    return resolved
+
+
+def _token_ids(value: Any) -> list[int]:
+    """A token id, a list of them or None, as a list."""
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]
+
+
+def _names_preview(names: list[str], limit: int = 10) -> str:
+    """A comma-separated list of at most ``limit`` names, with the count of the rest."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" (and {len(names) - limit} more)" if len(names) > limit else "")
+
+
+def _sdpa_full_attention_only(config: Any) -> bool:
+    """True when the model attends with sdpa and every layer is plain causal (no sliding or chunked)."""
+    layer_types = getattr(config, "layer_types", None)
+    return (
+        getattr(config, "_attn_implementation", None) == "sdpa"
+        and getattr(config, "is_causal", True)
+        and bool(layer_types)
+        and all(kind == "full_attention" for kind in layer_types)
+    )
+
+
+class HFRolloutEngine:
+    """Batched sampling from a ``transformers`` causal LM, with in-memory weight updates.
+
+    Args:
+        model_path: a local model directory or hub name for ``AutoModelForCausalLM.from_pretrained``;
+            ignored when ``module`` is given.
+        tokenizer: the policy's tokenizer; supplies ``pad_token_id`` and ``eos_token_id``.
+        config: the ``actor_rollout_ref.rollout`` section (``temperature``, ``top_k``, ``top_p``,
+            ``do_sample``, ``response_length``, ``val_kwargs``, ``calculate_log_probs``, ``seed``,
+            ``ignore_eos``); ``n`` is not applied here (the controller repeats prompts before calling
+            :meth:`generate`).
+        device: where the engine's module runs.
+        dtype: the engine's parameter dtype (a ``torch.dtype`` or its name), applied to a given
+            ``module`` too.
+        module: an already built causal LM to use instead of loading ``model_path``; the engine takes
+            ownership of it (it is moved, cast and put in eval mode, not copied).
+
+    Raises:
+        RLCoreError: an invalid sampling setting, naming its ``actor_rollout_ref.rollout.<key>``.
+    """
+
+    def __init__(
+        self,
+        model_path: str | None,
+        tokenizer: Any,
+        config: Any,
+        *,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype | str = torch.float32,
+        module: torch.nn.Module | None = None,
+    ) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        length = config.get("response_length", 512)
+        if isinstance(length, bool) or not isinstance(length, int) or length <= 0:
+            raise RLCoreError(f"{ROLLOUT_KEY}.response_length must be a positive integer, got {length!r}")
+        self.response_length: int = length
+        self.train_params = SamplingParams.from_config(config)
+        self.val_params = SamplingParams.from_config(config.get("val_kwargs") or {}, f"{ROLLOUT_KEY}.val_kwargs")
+        self.calculate_log_probs = bool(config.get("calculate_log_probs", False))
+        self.ignore_eos = bool(config.get("ignore_eos", False))
+        self.seed = int(config.get("seed", 0) or 0)
+
+        if module is None:
+            from transformers import AutoModelForCausalLM
+
+            module = AutoModelForCausalLM.from_pretrained(model_path, dtype=_as_dtype(dtype))
+        self.module = module.to(device=self.device, dtype=_as_dtype(dtype)).eval().requires_grad_(False)
+        self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(self.module.forward).parameters
+        self._prebuilt_decode_mask = _sdpa_full_attention_only(self.module.config)
+
+        generation_config = getattr(self.module, "generation_config", None)
+        eos = _token_ids(getattr(tokenizer, "eos_token_id", None))
+        eos += _token_ids(getattr(generation_config, "eos_token_id", None))
+        self.eos_token_ids: list[int] = sorted(set(eos))
+        pad = getattr(tokenizer, "pad_token_id", None)
+        if pad is None:
+            pad = getattr(generation_config, "pad_token_id", None)
+        if pad is None and self.eos_token_ids:
+            pad = self.eos_token_ids[0]
+        if pad is None:
+            raise RLCoreError(
+                "the tokenizer defines neither pad_token_id nor eos_token_id; the rollout cannot pad responses"
+            )
+        self.pad_token_id = int(pad)
+
+        self._generator = torch.Generator(device=self.device).manual_seed(self.seed)
+        self._weight_version = 0
+        self._asleep = False
+
+    @property
+    def weight_version(self) -> int:
+        """How many successful :meth:`update_weights` calls the engine has served (0 = initial weights)."""
+        return self._weight_version
+
+    @property
+    def uncounted_names(self) -> frozenset[str]:
+        """State-dict names that :meth:`weight_checksum` does not count: tied aliases and buffers."""
+        parameters = {name for name, _ in self.module.named_parameters()}
+        return frozenset(name for name in self.module.state_dict(keep_vars=True) if name not in parameters)
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, batch: Batch, validate: bool = False) -> Batch:
+        """Sample one response per prompt row of ``batch``; returns a new Batch of the same length.
+
+        Reads ``input_ids [B, P]`` (left-padded), ``attention_mask`` and ``position_ids`` (computed from
+        the mask when absent). Uses ``val_kwargs`` when ``validate`` or ``batch.meta["validate"]`` is
+        true. The result holds ``prompts``, ``responses [B, R]`` (right-padded with the pad token,
+        ``R = response_length``), ``response_mask`` (1 up to and including the EOS token),
+        ``input_ids``, ``attention_mask`` and ``position_ids = clip(cumsum(attention_mask) - 1, 0)`` over
+        ``P + R``, and with
+        ``calculate_log_probs`` ``rollout_log_probs [B, R]`` (0 on padding). Non-tensors are copied;
+        ``meta`` is the input's with ``metrics`` replaced by ``{"rollout/gen_tokens": ...}``.
+        """
+        if self._asleep:
+            raise RLCoreError("the rollout engine is asleep: call wake() before generate()")
+        validate = validate or bool(batch.meta.get("validate", False))
+        params = self.val_params if validate else self.train_params
+        prompts = batch["input_ids"]
+        out_device = prompts.device
+        prompt_mask = batch["attention_mask"] if "attention_mask" in batch else torch.ones_like(prompts)
+        if prompts.numel() and not bool(prompt_mask[:, -1].all()):
+            raise RLCoreError(
+                "rollout prompts must be left-padded (the last prompt column is padding in some rows); "
+                "load the tokenizer with padding_side='left'"
+            )
+        if "position_ids" in batch:
+            prompt_positions = batch["position_ids"]
+        else:
+            prompt_positions = (prompt_mask.long().cumsum(-1) - 1).clamp_(min=0)
+
+        responses, response_mask, logprobs = self._sample(
+            prompts.to(self.device), prompt_mask.to(self.device), prompt_positions.to(self.device), params
+        )
+        responses = responses.to(out_device)
+        response_mask = response_mask.to(device=out_device, dtype=prompt_mask.dtype)
+        attention_mask = torch.cat([prompt_mask, response_mask], dim=-1)
+        tensors = {
+            "prompts": prompts,
+            "responses": responses,
+            "response_mask": response_mask,
+            "input_ids": torch.cat([prompts, responses], dim=-1),
+            "attention_mask": attention_mask,
+            "position_ids": (attention_mask.long().cumsum(-1) - 1).clamp_(min=0),
+        }
+        if logprobs is not None:
+            tensors["rollout_log_probs"] = logprobs.to(out_device)
+        meta = {key: value for key, value in batch.meta.items() if key != "metrics"}
+        meta["metrics"] = {"rollout/gen_tokens": int(response_mask.sum())}
+        return Batch(tensors, {key: value.copy() for key, value in batch.non_tensors.items()}, meta)
+
+    @torch.inference_mode()
+    def _sample(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        params: SamplingParams,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The decoding loop; returns ``responses``, a boolean ``response_mask`` and the log-probs or None."""
+        from transformers import DynamicCache
+
+        batch_size, prompt_len = input_ids.shape
+        length = self.response_length
+        responses = torch.full((batch_size, length), self.pad_token_id, dtype=torch.long, device=self.device)
+        response_mask = torch.zeros((batch_size, length), dtype=torch.bool, device=self.device)
+        logprobs = (
+            torch.zeros((batch_size, length), dtype=torch.float32, device=self.device)
+            if self.calculate_log_probs
+            else None
+        )
+        if batch_size == 0:
+            return responses, response_mask, logprobs
+
+        full_mask = torch.ones((batch_size, prompt_len + length), dtype=torch.long, device=self.device)
+        full_mask[:, :prompt_len] = attention_mask
+        next_position = position_ids[:, -1:].long() + 1
+        eos_ids = torch.tensor(self.eos_token_ids, dtype=torch.long, device=self.device)
+        unfinished = torch.ones(batch_size, dtype=torch.bool, device=self.device)
+        # on an accelerator every `.any()` is a host sync: test for "all finished" less often there
+        check_every = 1 if self.device.type == "cpu" else 8
+
+        # decode steps: a [B, 1, 1, L] boolean key mask is exactly what sdpa needs for one causal query,
+        # and passing it skips transformers' per-step mask construction
+        decode_mask = full_mask.bool()[:, None, None, :] if self._prebuilt_decode_mask else full_mask
+        cache = DynamicCache(config=self.module.config)
+        extra = {"logits_to_keep": 1} if self._accepts_logits_to_keep else {}
+        output = self.module(
+            input_ids=input_ids,
+            attention_mask=full_mask[:, :prompt_len],
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            **extra,
+        )
+        for step in range(length):
+            tokens, step_logprobs = sample_next_tokens(
+                output.logits[:, -1, :], params, self._generator, with_logprobs=logprobs is not None
+            )
+            tokens = torch.where(unfinished, tokens, self.pad_token_id)
+            responses[:, step] = tokens
+            response_mask[:, step] = unfinished
+            if logprobs is not None:
+                logprobs[:, step] = step_logprobs.masked_fill_(~unfinished, 0.0)
+            if not self.ignore_eos and eos_ids.numel():
+                unfinished &= ~torch.isin(tokens, eos_ids)
+            if step == length - 1 or ((step + 1) % check_every == 0 and not bool(unfinished.any())):
+                break
+            output = self.module(
+                input_ids=tokens[:, None],
+                attention_mask=decode_mask[..., : prompt_len + step + 1],
+                position_ids=next_position + step,
+                past_key_values=cache,
+                use_cache=True,
+            )
+        return responses, response_mask, logprobs
+
+    # ------------------------------------------------------------------ weights
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], strict: bool = True) -> None:
+        """Copy ``(name, tensor)`` pairs into the engine's module by state-dict name (cast and moved).
+
+        A tied alias (``lm_head.weight`` when tied to the input embeddings) may be present or absent.
+        Tensors are streamed: each is copied as it arrives, so a generator of gathered tensors never has
+        to be held in full. Raises :class:`RLCoreError` naming the unknown names, the names with a wrong
+        shape and, when ``strict``, the parameters that were not given; in that case the module may
+        have been partly updated and :attr:`weight_version` is not incremented.
+        """
+        targets: Mapping[str, torch.Tensor] = self.module.state_dict(keep_vars=True)
+        written: set[int] = set()
+        unexpected: list[str] = []
+        mismatched: list[str] = []
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                target = targets.get(name)
+                if target is None:
+                    unexpected.append(name)
+                    continue
+                if tuple(target.shape) != tuple(tensor.shape):
+                    mismatched.append(f"{name} (engine {tuple(target.shape)}, given {tuple(tensor.shape)})")
+                    continue
+                target.copy_(tensor)
+                written.add(id(target))
+        missing = [name for name, param in self.module.named_parameters() if id(param) not in written] if strict else []
+        problems = []
+        if unexpected:
+            problems.append(f"unknown parameter names: {_names_preview(unexpected)}")
+        if mismatched:
+            problems.append(f"shape mismatches: {_names_preview(mismatched)}")
+        if missing:
+            problems.append(f"parameters not given: {_names_preview(missing)}")
+        if problems:
+            raise RLCoreError(
+                "rollout weight update failed (the trainer's state-dict names must match the rollout model's "
+                f"Hugging Face names) — {'; '.join(problems)}"
+            )
+        self._weight_version += 1
+
+    def weight_checksum(self) -> float:
+        """The float64 sum of every parameter value (tied weights counted once); see :func:`state_checksum`."""
+        return float64_sum(param for _, param in self.module.named_parameters())
+
+    # ------------------------------------------------------------------ memory
+
+    def sleep(self) -> None:
+        """Free accelerator memory between rollouts: on CUDA move the module to the CPU; no-op on CPU."""
+        if self.device.type == "cuda" and not self._asleep:
+            self.module.to("cpu")
+            torch.cuda.empty_cache()
+            self._asleep = True
+
+    def wake(self) -> None:
+        """Undo :meth:`sleep`: move the module back to its device."""
+        if self._asleep:
+            self.module.to(self.device)
+            self._asleep = False

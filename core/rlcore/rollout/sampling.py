@@ -1,0 +1,115 @@
+"""Sampling parameters read from the ``actor_rollout_ref.rollout`` config, and one batched sampling step.
+
+The step works on float32 logits ``[B, V]``: temperature scaling, then top-k and top-p filtering, then a
+draw with an exponential race (``argmax(p / E)`` with ``E ~ Exp(1)``, the same distribution as
+``multinomial`` and several times faster for small batches) from a caller-owned ``torch.Generator``, so
+a run is reproducible from its seed. Greedy decoding takes the argmax of the raw logits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rlcore.errors import RLCoreError
+
+__all__ = ["SamplingParams", "sample_next_tokens"]
+
+ROLLOUT_KEY = "actor_rollout_ref.rollout"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick the next token: ``temperature`` ≥ 0, ``top_k`` (≤ 0 = off), ``top_p`` in (0, 1]."""
+
+    temperature: float = 1.0
+    top_k: int = -1
+    top_p: float = 1.0
+    do_sample: bool = True
+
+    @property
+    def greedy(self) -> bool:
+        """True when the argmax is taken: sampling is off or the temperature is 0."""
+        return not self.do_sample or self.temperature == 0
+
+    @property
+    def logprob_temperature(self) -> float:
+        """The temperature the reported log-probs are computed at (1 for a zero temperature)."""
+        return self.temperature if self.temperature > 0 else 1.0
+
+    @classmethod
+    def from_config(cls, section: Any, prefix: str = ROLLOUT_KEY) -> SamplingParams:
+        """Read and check ``temperature``, ``top_k``, ``top_p`` and ``do_sample`` from a config section.
+
+        ``prefix`` is the dotted path of ``section``, used to name the key at fault in the
+        :class:`~rlcore.errors.RLCoreError` raised for an invalid value.
+        """
+        temperature = _number(section.get("temperature", 1.0), f"{prefix}.temperature")
+        if temperature < 0:
+            raise RLCoreError(f"{prefix}.temperature must be >= 0, got {temperature}")
+        top_p = _number(section.get("top_p", 1.0), f"{prefix}.top_p")
+        if not 0 < top_p <= 1:
+            raise RLCoreError(f"{prefix}.top_p must be in (0, 1], got {top_p}")
+        top_k = section.get("top_k", -1)
+        if top_k is None:
+            top_k = -1
+        if isinstance(top_k, bool) or not isinstance(top_k, int):
+            raise RLCoreError(f"{prefix}.top_k must be an integer (-1 = off), got {top_k!r}")
+        do_sample = section.get("do_sample", True)
+        if not isinstance(do_sample, bool):
+            raise RLCoreError(f"{prefix}.do_sample must be true or false, got {do_sample!r}")
+        return cls(temperature=temperature, top_k=top_k, top_p=top_p, do_sample=do_sample)
+
+
+def _number(value: Any, key: str) -> float:
+    """``value`` as a finite float, or an RLCoreError naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RLCoreError(f"{key} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _filter_top_k_top_p(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Set the logits outside the top-k set and outside the top-p nucleus to ``-inf`` (in place)."""
+    vocab = scaled.shape[-1]
+    if 0 < top_k < vocab:
+        kth = torch.topk(scaled, top_k, dim=-1).values[:, -1:]
+        scaled.masked_fill_(scaled < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        drop_sorted = mass_before >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+        scaled.masked_fill_(drop, float("-inf"))
+    return scaled
+
+
+def sample_next_tokens(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    with_logprobs: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Pick one token per row of ``logits [B, V]``; returns ``(tokens [B], logprobs [B] or None)``.
+
+    The log-prob of a token is taken from ``log_softmax(logits / T)`` with ``T =
+    params.logprob_temperature``, before top-k/top-p filtering: the quantity a trainer recomputes with
+    a teacher-forced forward pass at the same temperature.
+    """
+    logits = logits.float()
+    if params.greedy:
+        tokens = logits.argmax(dim=-1)
+        scaled = logits / params.logprob_temperature if with_logprobs else logits
+    else:
+        scaled = logits / params.temperature
+        filtered = _filter_top_k_top_p(scaled.clone(), params.top_k, params.top_p)
+        probs = torch.softmax(filtered, dim=-1)
+        race = torch.rand(probs.shape, generator=generator, device=probs.device, dtype=probs.dtype)
+        tokens = probs.div_(race.log_().neg_()).argmax(dim=-1)
+    if not with_logprobs:
+        return tokens, None
+    logprobs = torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+    return tokens, logprobs

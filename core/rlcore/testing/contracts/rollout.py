@@ -1,0 +1,266 @@
+"""Contract suite for ``rollout_engine`` components.
+
+Subclass :class:`RolloutEngineContract` in a test module, name the subclass ``Test...`` and set
+``component_name``::
+
+    from rlcore.testing.contracts.rollout import RolloutEngineContract
+
+    class TestMyEngine(RolloutEngineContract):
+        component_name = "my_engine"
+
+The suite resolves the engine class through a freshly loaded plugin manager and builds engines with
+:meth:`RolloutEngineContract.make_engine` (override it to pass extra constructor arguments) from the
+session's tiny model (``tiny_model_dir``) and from an *EOS-prone* variant of it
+(:func:`make_eos_prone_model_dir`: the same model with the output head untied and the EOS logit raised so
+that a sampled sequence ends after a few tokens), with the ``actor_rollout_ref.rollout`` section of the
+default config plus :attr:`RolloutEngineContract.CONFIG_OVERRIDES`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+import pytest
+import torch
+
+from rlcore.plugins import PluginManager
+
+PROMPTS = [
+    "how many apples did john buy",
+    "the total cost of 3 oranges",
+    "what is 12 + 30",
+    "mary sold 4 apples and gave 2",
+    "first think then output the final answer",
+    "sum",
+]
+
+
+def make_eos_prone_model_dir(source: str | Path, path: str | Path, eos_prob: float = 0.15, seed: int = 0) -> Path:
+    """Copy the tiny model at ``source`` to ``path`` with an untied head whose EOS logit is raised.
+
+    Every input embedding gets a constant offset on hidden dimension 0, which survives to the final
+    hidden state; the EOS row of the (untied) output head reads that dimension with a weight calibrated
+    on random token sequences so that EOS has about ``eos_prob`` probability at temperature 1.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    embedding = model.get_input_embeddings().weight
+    head = embedding.detach().clone()
+    model.config.tie_word_embeddings = False
+    model.get_output_embeddings().weight = torch.nn.Parameter(head)
+    captured: list[torch.Tensor] = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda _m, args, _o: captured.append(args[0]))
+    generator = torch.Generator().manual_seed(seed)
+    probe = torch.randint(0, len(tokenizer), (8, 24), generator=generator)
+    with torch.no_grad():
+        embedding[:, 0] += 5 * embedding.std()
+        model(input_ids=probe)
+        hook.remove()
+        dim0 = captured[0][..., 0].mean()
+        target_logit = math.log(eos_prob / (1 - eos_prob) * (head.shape[0] - 1))
+        head[tokenizer.eos_token_id] = 0
+        head[tokenizer.eos_token_id, 0] = target_logit / dim0
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def make_prompt_batch(tokenizer: Any, prompts: list[str] = PROMPTS, meta: dict[str, Any] | None = None) -> Any:
+    """A Batch of left-padded prompts: ``input_ids``, ``attention_mask``, ``position_ids`` and ``uid``."""
+    from rlcore.protocol import Batch
+
+    encoded = tokenizer(prompts, padding=True, return_tensors="pt")
+    assert bool((encoded["attention_mask"][:, -1] == 1).all()), "the tokenizer must pad prompts on the left"
+    mask = encoded["attention_mask"]
+    return Batch.from_dict(
+        {
+            "input_ids": encoded["input_ids"],
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+            "uid": [f"p{i}" for i in range(len(prompts))],
+        },
+        meta=meta,
+    )
+
+
+class RolloutEngineContract:
+    """Tests every rollout engine must pass; subclasses set ``component_name`` (and may override hooks)."""
+
+    #: the registered rollout engine name under test
+    component_name: ClassVar[str] = ""
+    #: overrides of ``actor_rollout_ref.rollout`` applied to the default config in every test
+    CONFIG_OVERRIDES: ClassVar[dict[str, Any]] = {"response_length": 12, "calculate_log_probs": True}
+    #: relative tolerance of the weight checksum (raise it for engines that serve weights in low precision)
+    CHECKSUM_RTOL: ClassVar[float] = 1e-9
+
+    def rollout_config(self, plugin_manager: PluginManager, **overrides: Any) -> Any:
+        """The ``actor_rollout_ref.rollout`` section: defaults, then :attr:`CONFIG_OVERRIDES`, then ``overrides``."""
+        from rlcore.config import load_config
+
+        values = {**self.CONFIG_OVERRIDES, **overrides}
+        dotted = [f"actor_rollout_ref.rollout.{key}={_override_value(value)}" for key, value in values.items()]
+        return load_config(overrides=dotted, manager=plugin_manager).actor_rollout_ref.rollout
+
+    def make_engine(self, engine_cls: type, model_dir: Path, tokenizer: Any, config: Any) -> Any:
+        """Construct the engine; override to pass engine-specific arguments."""
+        return engine_cls(str(model_dir), tokenizer, config)
+
+    @pytest.fixture
+    def engine_factory(
+        self, plugin_manager: PluginManager, tiny_model_dir: Path, tiny_tokenizer: Any
+    ) -> Callable[..., Any]:
+        """``engine_factory(model_dir=None, **config_overrides)`` builds an engine (default: the tiny model)."""
+        engine_cls = plugin_manager.registry.load("rollout_engine", self.component_name)
+
+        def factory(model_dir: Path | None = None, **overrides: Any) -> Any:
+            config = self.rollout_config(plugin_manager, **overrides)
+            return self.make_engine(engine_cls, model_dir or tiny_model_dir, tiny_tokenizer, config)
+
+        return factory
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def eos_model_dir(cls, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+        """The tiny model with a raised EOS logit (see :func:`make_eos_prone_model_dir`)."""
+        return make_eos_prone_model_dir(tiny_model_dir, tmp_path_factory.mktemp("eos-prone-model"))
+
+    def test_is_registered(self, plugin_manager: PluginManager) -> None:
+        """The name resolves to a component of kind ``rollout_engine``."""
+        assert self.component_name, f"{type(self).__name__} must set component_name"
+        assert plugin_manager.registry.has("rollout_engine", self.component_name)
+
+    def test_output_keys_and_shapes(
+        self, engine_factory: Callable[..., Any], plugin_manager: PluginManager, tiny_tokenizer: Any
+    ) -> None:
+        """Every output key is present with the documented shape; non-tensors are carried over."""
+        engine = engine_factory()
+        batch = make_prompt_batch(tiny_tokenizer)
+        out = engine.generate(batch)
+        rows, prompt_len = batch["input_ids"].shape
+        length = self.rollout_config(plugin_manager).response_length
+        assert len(out) == rows
+        expected = {
+            "prompts": (rows, prompt_len),
+            "responses": (rows, length),
+            "response_mask": (rows, length),
+            "input_ids": (rows, prompt_len + length),
+            "attention_mask": (rows, prompt_len + length),
+            "position_ids": (rows, prompt_len + length),
+            "rollout_log_probs": (rows, length),
+        }
+        for key, shape in expected.items():
+            assert key in out, f"generate() output lacks {key!r}"
+            assert tuple(out[key].shape) == shape, f"{key} has shape {tuple(out[key].shape)}, expected {shape}"
+        assert list(out["uid"]) == list(batch["uid"])
+
+    def test_prompts_unchanged(self, engine_factory: Callable[..., Any], tiny_tokenizer: Any) -> None:
+        """``prompts`` equals the input ids; the sequence tensors are the concatenations of the parts."""
+        engine = engine_factory()
+        batch = make_prompt_batch(tiny_tokenizer)
+        before = {key: value.clone() for key, value in batch.tensors.items()}
+        out = engine.generate(batch)
+        for key, value in before.items():
+            assert torch.equal(batch[key], value), f"generate() modified the input {key!r}"
+        assert torch.equal(out["prompts"], before["input_ids"])
+        assert torch.equal(out["input_ids"], torch.cat([out["prompts"], out["responses"]], dim=-1))
+        response_mask = out["response_mask"].to(out["attention_mask"].dtype)
+        assert torch.equal(out["attention_mask"], torch.cat([before["attention_mask"], response_mask], dim=-1))
+        expected_positions = (out["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
+        assert torch.equal(out["position_ids"].long(), expected_positions)
+
+    def test_eos_padding_and_mask(
+        self, engine_factory: Callable[..., Any], eos_model_dir: Path, tiny_tokenizer: Any
+    ) -> None:
+        """Each response is valid up to and including its first EOS, then pad with ``response_mask`` 0."""
+        engine = engine_factory(model_dir=eos_model_dir, response_length=24)
+        out = engine.generate(make_prompt_batch(tiny_tokenizer))
+        eos, pad = tiny_tokenizer.eos_token_id, tiny_tokenizer.pad_token_id
+        stopped = 0
+        for row, mask in zip(out["responses"].tolist(), out["response_mask"].tolist()):
+            valid = int(sum(mask))
+            assert mask == [1] * valid + [0] * (len(mask) - valid), f"response_mask {mask} is not a prefix of ones"
+            assert eos not in row[: valid - 1], f"tokens follow an EOS inside the valid part: {row}"
+            if valid < len(mask):
+                stopped += 1
+                assert row[valid - 1] == eos, f"a response ends before its length without an EOS: {row}"
+                assert row[valid:] == [pad] * (len(row) - valid), f"a response is not padded after EOS: {row}"
+        assert stopped > 0, "no response stopped at EOS with an EOS-prone model"
+        logprobs = out["rollout_log_probs"]
+        assert bool((logprobs[out["response_mask"] == 0] == 0).all()), "rollout_log_probs must be 0 on padding"
+
+    def test_greedy_validation_is_deterministic(self, engine_factory: Callable[..., Any], tiny_tokenizer: Any) -> None:
+        """With ``val_kwargs`` greedy (the default), two validation calls return the same responses."""
+        engine = engine_factory()
+        batch = make_prompt_batch(tiny_tokenizer)
+        first = engine.generate(batch, validate=True)
+        second = engine.generate(make_prompt_batch(tiny_tokenizer, meta={"validate": True}))
+        assert torch.equal(first["responses"], second["responses"])
+
+    def test_seed_reproducibility(self, engine_factory: Callable[..., Any], tiny_tokenizer: Any) -> None:
+        """Two engines with the same seed sample the same responses; another seed samples others."""
+        batch = make_prompt_batch(tiny_tokenizer)
+        first = engine_factory(seed=7).generate(batch)
+        again = engine_factory(seed=7).generate(batch)
+        other = engine_factory(seed=8).generate(batch)
+        assert torch.equal(first["responses"], again["responses"])
+        assert not torch.equal(first["responses"], other["responses"]), "different seeds gave identical samples"
+
+    def test_update_weights(
+        self, engine_factory: Callable[..., Any], tiny_model_dir: Path, tiny_tokenizer: Any
+    ) -> None:
+        """Perturbed weights change ``weight_checksum()`` to the new state's checksum and bump the version."""
+        from transformers import AutoModelForCausalLM
+
+        from rlcore.rollout.weights import state_checksum
+
+        engine = engine_factory()
+        assert engine.weight_version == 0
+        trainer = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+        initial = state_checksum(trainer.state_dict().items())
+        assert math.isclose(engine.weight_checksum(), initial, rel_tol=self.CHECKSUM_RTOL)
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for param in trainer.parameters():
+                param.add_(torch.randn(param.shape, generator=generator) * 0.05)
+        greedy_before = engine.generate(make_prompt_batch(tiny_tokenizer), validate=True)["responses"]
+        engine.update_weights(trainer.state_dict().items())
+        expected = state_checksum(trainer.state_dict().items())
+        assert not math.isclose(expected, initial, rel_tol=1e-6)
+        assert math.isclose(engine.weight_checksum(), expected, rel_tol=self.CHECKSUM_RTOL)
+        assert engine.weight_version == 1
+        greedy_after = engine.generate(make_prompt_batch(tiny_tokenizer), validate=True)["responses"]
+        assert not torch.equal(greedy_before, greedy_after), "new weights did not change the greedy responses"
+
+    def test_log_probs_finite_and_non_positive(self, engine_factory: Callable[..., Any], tiny_tokenizer: Any) -> None:
+        """``rollout_log_probs`` are finite and ≤ 0 (sampling and greedy)."""
+        engine = engine_factory()
+        for validate in (False, True):
+            out = engine.generate(make_prompt_batch(tiny_tokenizer), validate=validate)
+            logprobs = out["rollout_log_probs"]
+            assert bool(torch.isfinite(logprobs).all())
+            assert bool((logprobs <= 0).all())
+
+    def test_sleep_and_wake(self, engine_factory: Callable[..., Any], tiny_tokenizer: Any) -> None:
+        """``sleep()`` then ``wake()`` keeps the weights: greedy output and checksum are unchanged."""
+        engine = engine_factory()
+        batch = make_prompt_batch(tiny_tokenizer)
+        before = engine.generate(batch, validate=True)["responses"]
+        checksum = engine.weight_checksum()
+        engine.sleep()
+        engine.wake()
+        assert engine.weight_checksum() == checksum
+        assert torch.equal(engine.generate(batch, validate=True)["responses"], before)
+
+
+def _override_value(value: Any) -> str:
+    """``value`` written as the right-hand side of a ``key=value`` override."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return str(value)
