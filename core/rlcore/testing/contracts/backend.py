@@ -1,0 +1,221 @@
+"""Contract suite for ``training_backend`` components.
+
+Subclass :class:`TrainingBackendContract` in a test module, name the subclass ``Test...`` and set
+``component_name``::
+
+    from rlcore.testing.contracts.backend import TrainingBackendContract
+
+    class TestMyBackend(TrainingBackendContract):
+        component_name = "my_backend"
+        config_overrides = {"actor_rollout_ref.actor.my_backend_config.some_key": 1}
+
+The backend is resolved through the process-wide registry, so its plugin must be installed. The suite
+builds its config with :func:`rlcore.config.load_config` (rlcore's defaults, every plugin's
+``config_defaults``, then :attr:`TrainingBackendContract.base_overrides` and ``config_overrides``) around
+the session's tiny model (the ``tiny_model_dir`` fixture), runs the workers in this process as rank 0 of
+1 and calls ``shutdown()`` on them when it is done (when they define it).
+
+Checks: the component exposes ``actor_worker``/``critic_worker``; log-probs are ``[B, R]``, finite and ≤ 0,
+entropies ≥ 0; the reference model's log-probs equal the actor's before any update; one ``update_actor``
+with positive advantages raises the log-prob of the trained responses and reports the standard
+``actor/*`` metrics; after ``sync_weights`` the rollout engine serves the trainer's weights.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import torch
+
+from rlcore.protocol import Batch
+
+#: metrics every ``update_actor`` must report
+ACTOR_METRICS: tuple[str, ...] = (
+    "actor/pg_loss",
+    "actor/pg_clipfrac",
+    "actor/ppo_kl",
+    "actor/pg_clipfrac_lower",
+    "actor/grad_norm",
+    "actor/lr",
+)
+PROMPTS: tuple[str, ...] = ("what is 3 + 4", "john has 5 apples", "the total cost", "how many oranges are left")
+
+
+def make_batch(tokenizer: Any, prompts: tuple[str, ...] = PROMPTS, response_length: int = 6, seed: int = 0) -> Batch:
+    """A training batch of random responses: left-padded prompts, right-padded responses of varied length.
+
+    Holds ``prompts``, ``responses``, ``response_mask``, ``input_ids``, ``attention_mask`` and
+    ``position_ids`` (with ``position_ids = cumsum(attention_mask) − 1``), as a rollout returns them.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    encoded = tokenizer(list(prompts), return_tensors="pt", padding=True)
+    rows = len(prompts)
+    vocab = min(len(tokenizer), 256)
+    responses = torch.randint(0, vocab, (rows, response_length), generator=generator)
+    lengths = torch.tensor([response_length - (i % 3) for i in range(rows)])
+    response_mask = (torch.arange(response_length)[None, :] < lengths[:, None]).long()
+    responses = torch.where(response_mask.bool(), responses, tokenizer.pad_token_id)
+    attention_mask = torch.cat([encoded["attention_mask"], response_mask], dim=-1)
+    return Batch.from_dict(
+        {
+            "prompts": encoded["input_ids"],
+            "responses": responses,
+            "response_mask": response_mask,
+            "input_ids": torch.cat([encoded["input_ids"], responses], dim=-1),
+            "attention_mask": attention_mask,
+            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
+        }
+    )
+
+
+def _format(value: Any) -> str:
+    """A config override value as ``key=value`` text that the config loader parses back to ``value``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+class TrainingBackendContract:
+    """Tests every training backend must pass; subclasses set ``component_name``.
+
+    A subclass may extend ``config_overrides`` (dotted keys) and override :meth:`make_config`.
+    """
+
+    #: the registered training backend under test
+    component_name: ClassVar[str] = ""
+    #: extra dotted-key overrides of the subclass
+    config_overrides: ClassVar[dict[str, Any]] = {}
+    #: small, fast settings the suite always applies (before ``config_overrides``)
+    base_overrides: ClassVar[dict[str, Any]] = {
+        "trainer.device": "cpu",
+        "data.max_prompt_length": 16,
+        "data.max_response_length": 6,
+        "data.train_batch_size": 4,
+        "actor_rollout_ref.rollout.n": 1,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 4,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 2,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 2,
+        "actor_rollout_ref.actor.optim.lr": 1e-3,
+    }
+
+    @classmethod
+    def make_config(cls, model_dir: Path, **overrides: Any) -> Any:
+        """The run config for the tiny model at ``model_dir`` with the suite's and ``overrides``' keys."""
+        from rlcore.config import load_config
+
+        settings = {
+            "actor_rollout_ref.model.path": str(model_dir),
+            "actor_rollout_ref.actor.strategy": cls.component_name,
+            **cls.base_overrides,
+            **cls.config_overrides,
+            **overrides,
+        }
+        return load_config(overrides=[f"{key}={_format(value)}" for key, value in settings.items()])
+
+    @classmethod
+    def backend(cls) -> Any:
+        """The backend class resolved through the registry."""
+        from rlcore.plugins import get_component
+
+        return get_component("training_backend", cls.component_name)
+
+    @classmethod
+    def make_actor(cls, model_dir: Path, role: str = "actor_rollout_ref", **overrides: Any) -> Any:
+        """A rank-0 actor worker for ``role``, with ``init_model()`` done."""
+        worker = cls.backend().actor_worker(cls.make_config(model_dir, **overrides), role, 0, 1)
+        worker.init_model()
+        return worker
+
+    @staticmethod
+    def close(worker: Any) -> None:
+        """Release a worker's process group (when the backend offers ``shutdown``)."""
+        shutdown = getattr(worker, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def hybrid_worker(cls, tiny_model_dir: Path) -> Iterator[Any]:
+        """An ``actor_rollout_ref`` worker shared by the read-only tests of the class."""
+        worker = cls.make_actor(tiny_model_dir)
+        yield worker
+        cls.close(worker)
+
+    @pytest.fixture
+    def batch(self, tiny_tokenizer: Any) -> Batch:
+        """A fresh copy of the contract batch."""
+        return make_batch(tiny_tokenizer)
+
+    def test_component_has_workers(self) -> None:
+        """The registered target exposes the actor and critic worker classes."""
+        assert self.component_name, f"{type(self).__name__} must set component_name"
+        backend = self.backend()
+        assert callable(getattr(backend, "actor_worker", None)), "training backend has no actor_worker"
+        assert callable(getattr(backend, "critic_worker", None)), "training backend has no critic_worker"
+
+    def test_log_probs_shape_and_range(self, hybrid_worker: Any, batch: Batch) -> None:
+        """``old_log_probs`` and ``entropys`` are ``[B, R]`` floats; log-probs finite and ≤ 0, entropies ≥ 0."""
+        out = hybrid_worker.compute_log_prob(batch)
+        shape = tuple(batch["responses"].shape)
+        log_probs, entropies = out["old_log_probs"], out["entropys"]
+        assert tuple(log_probs.shape) == shape and tuple(entropies.shape) == shape
+        assert log_probs.is_floating_point() and entropies.is_floating_point()
+        assert torch.isfinite(log_probs).all() and torch.isfinite(entropies).all()
+        assert (log_probs <= 1e-6).all(), "log-probabilities must not be positive"
+        assert (entropies >= -1e-5).all(), "entropies must not be negative"
+
+    def test_ref_equals_actor_before_update(self, hybrid_worker: Any, batch: Batch) -> None:
+        """Before any update the reference policy is the actor: equal log-probs."""
+        actor = hybrid_worker.compute_log_prob(batch)["old_log_probs"]
+        ref = hybrid_worker.compute_ref_log_prob(batch)["ref_log_prob"]
+        assert tuple(ref.shape) == tuple(actor.shape)
+        torch.testing.assert_close(ref, actor, atol=1e-5, rtol=0)
+
+    def test_generate_sequences(self, hybrid_worker: Any, batch: Batch) -> None:
+        """The rollout returns right-padded responses and the full-sequence tensors."""
+        width = batch["prompts"].shape[1]
+        prompts = Batch.from_dict(
+            {
+                "input_ids": batch["prompts"],
+                "attention_mask": batch["attention_mask"][:, :width],
+                "position_ids": batch["position_ids"][:, :width],
+            }
+        )
+        out = hybrid_worker.generate_sequences(prompts)
+        for key in ("prompts", "responses", "response_mask", "input_ids", "attention_mask", "position_ids"):
+            assert key in out, f"generate_sequences() result has no {key!r}"
+        assert len(out) == len(batch)
+        assert out["input_ids"].shape[1] == width + out["responses"].shape[1]
+
+    def test_sync_makes_checksums_equal(self, hybrid_worker: Any) -> None:
+        """After ``sync_weights`` the rollout engine's checksum equals the trainer's."""
+        metrics = hybrid_worker.sync_weights()
+        assert "actor/weight_sync_s" in metrics
+        assert metrics["rollout/weight_checksum_diff"] <= 1e-6
+
+    def test_update_raises_log_prob_of_advantaged_responses(self, tiny_model_dir: Path, batch: Batch) -> None:
+        """One ``update_actor`` with positive advantages raises the responses' log-prob; metrics are floats;
+        a following sync makes the rollout engine serve the updated weights."""
+        worker = self.make_actor(tiny_model_dir, role="actor_rollout")
+        try:
+            batch.union(worker.compute_log_prob(batch).select(["old_log_probs"]))
+            batch["advantages"] = torch.ones_like(batch["old_log_probs"])
+            before = (batch["old_log_probs"] * batch["response_mask"]).sum()
+            result = worker.update_actor(batch)
+            metrics = result.meta["metrics"]
+            for key in ACTOR_METRICS:
+                assert key in metrics, f"update_actor() metrics lack {key!r}"
+                assert isinstance(metrics[key], float), f"{key} is {type(metrics[key]).__name__}, not a float"
+            assert math.isfinite(metrics["actor/grad_norm"]) and metrics["actor/grad_norm"] > 0
+            after = (worker.compute_log_prob(batch)["old_log_probs"] * batch["response_mask"]).sum()
+            assert after > before, f"log-prob did not increase: {before.item():.5f} -> {after.item():.5f}"
+            assert worker.sync_weights()["rollout/weight_checksum_diff"] <= 1e-6
+        finally:
+            self.close(worker)

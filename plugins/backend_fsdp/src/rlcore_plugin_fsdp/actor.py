@@ -1,0 +1,400 @@
+"""The actor/rollout/reference worker: one process (rank) of the policy side of a run."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+from rlcore.algos.functional import entropy_from_logits, logprobs_from_logits
+from rlcore.algos.losses import build_actor_loss
+from rlcore.errors import RLCoreError
+from rlcore.protocol import Batch
+from rlcore.registry import UnknownComponentError
+from rlcore.rollout.hf import state_checksum
+from rlcore_plugin_fsdp.base import (
+    FSDPWorkerBase,
+    enable_activation_checkpointing,
+    inference_micro_batch_size,
+    load_pretrained,
+    micro_batches,
+    ppo_batch_sizes,
+    reject_unsupported,
+    select,
+    step_scheduler,
+    to_device,
+)
+from rlcore_plugin_fsdp.fsdp import Offloader, apply_fsdp2, parse_dtype, resolve_fsdp_config
+from rlcore_plugin_fsdp.optim import build_lr_scheduler, build_optimizer
+
+ARR = "actor_rollout_ref"
+#: role -> (has actor, has rollout engine, has reference model)
+ROLE_PARTS: dict[str, tuple[bool, bool, bool]] = {
+    "actor_rollout_ref": (True, True, True),
+    "actor_rollout": (True, True, False),
+    "actor": (True, False, False),
+    "rollout": (False, True, False),
+    "ref": (False, False, True),
+}
+#: largest relative difference between the trainer's and the rollout engine's weight checksums
+WEIGHT_SYNC_RTOL = 1e-6
+
+
+class WeightSyncError(RLCoreError):
+    """The rollout engine does not serve the weights the trainer just pushed."""
+
+
+def response_log_probs(
+    model: nn.Module, batch: Batch, temperature: float, *, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Teacher-forced log-probs (and entropies) of ``batch["responses"]`` under ``model``, both ``[B, R]``.
+
+    The logits at positions ``P−1 … P+R−2`` predict the ``R`` response tokens; they are divided by
+    ``temperature`` before the softmax so that they describe the distribution the rollout sampled from.
+    Only the last ``R+1`` positions are projected to the vocabulary when the model supports
+    ``logits_to_keep``.
+    """
+    length = batch["responses"].shape[1]
+    kwargs: dict[str, Any] = {
+        "input_ids": batch["input_ids"],
+        "attention_mask": batch["attention_mask"],
+        "position_ids": batch["position_ids"],
+        "use_cache": False,
+    }
+    keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+    if keep:
+        kwargs["logits_to_keep"] = length + 1
+    logits = model(**kwargs).logits
+    logits = logits[:, :-1] if keep else logits[:, -length - 1 : -1]
+    logits = logits.float() / temperature
+    log_probs = logprobs_from_logits(logits, batch["responses"])
+    return log_probs, entropy_from_logits(logits) if with_entropy else None
+
+
+class ActorRolloutRefWorker(FSDPWorkerBase):
+    """The policy worker: FSDP2 actor with AdamW, frozen reference model and a rollout engine, by role.
+
+    Roles: ``actor_rollout_ref`` (all three, the hybrid default), ``actor_rollout``, ``actor``,
+    ``rollout`` and ``ref``. Methods that need a part the role lacks raise :class:`RLCoreError`.
+    """
+
+    ROLES = tuple(ROLE_PARTS)
+
+    def configure(self) -> None:
+        """Validate the config for this role: unsupported features, batch sizes, ``fsdp_config`` sections."""
+        config, world_size = self.config, self.world_size
+        if not select(config, f"{ARR}.model.path"):
+            raise RLCoreError(f"{ARR}.model.path is not set: give a Hugging Face model directory or hub name")
+        self.has_actor, self.has_rollout, self.has_ref = ROLE_PARTS[self.role]
+        self.actor_config = config.actor_rollout_ref.actor
+        self.rollout_config = config.actor_rollout_ref.rollout
+        self.actor_fsdp = resolve_fsdp_config(self.actor_config.get("fsdp_config"), f"{ARR}.actor.fsdp_config")
+        self.ref_fsdp = resolve_fsdp_config(config.actor_rollout_ref.ref.get("fsdp_config"), f"{ARR}.ref.fsdp_config")
+        reject_unsupported(
+            config,
+            [
+                (f"{ARR}.actor.use_dynamic_bsz", False),
+                (f"{ARR}.rollout.log_prob_use_dynamic_bsz", False),
+                (f"{ARR}.ref.log_prob_use_dynamic_bsz", False),
+                (f"{ARR}.actor.ulysses_sequence_parallel_size", 1),
+                (f"{ARR}.ref.ulysses_sequence_parallel_size", 1),
+                (f"{ARR}.model.lora_rank", 0),
+            ],
+        )
+        if self.has_actor:
+            self.mini_batch_size, self.micro_batch_size = ppo_batch_sizes(
+                config,
+                f"{ARR}.actor",
+                world_size,
+                mini_key="ppo_mini_batch_size",
+                micro_key="ppo_micro_batch_size_per_gpu",
+                legacy_micro_key="ppo_micro_batch_size",
+            )
+        self.log_prob_micro_batch_size = inference_micro_batch_size(config, f"{ARR}.rollout", world_size)
+        self.ref_micro_batch_size = inference_micro_batch_size(config, f"{ARR}.ref", world_size)
+        self.tokenizer: Any = None
+        self.actor_module: nn.Module | None = None
+        self.ref_module: nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.lr_scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
+        self.rollout_engine: Any = None
+        self.loss_fn: Any = None
+        self.shuffle_generator: torch.Generator | None = None
+        self._offloader: Offloader | None = None
+        self._ref_offloader: Offloader | None = None
+        self._rollout_dtype = self.actor_fsdp["model_dtype"]
+
+    # ------------------------------------------------------------------ set-up
+    def init_model(self) -> None:
+        """Load the tokenizer and, by role, the FSDP2 actor (+ AdamW, LR schedule), the frozen reference
+        model and the rollout engine (synced with the actor's weights right away)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model_config = self.config.actor_rollout_ref.model
+        tokenizer_path = model_config.get("tokenizer_path", None) or model_config.path
+        trust = bool(model_config.get("trust_remote_code", False))
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=trust)
+        except (OSError, ValueError) as exc:
+            key = "tokenizer_path" if model_config.get("tokenizer_path", None) else "path"
+            raise RLCoreError(f"{ARR}.model.{key}={tokenizer_path!r} has no loadable tokenizer: {exc}") from exc
+        if model_config.get("custom_chat_template", None):
+            self.tokenizer.chat_template = model_config.custom_chat_template
+        if self.has_actor:
+            self._init_actor(AutoModelForCausalLM)
+        if self.has_ref:
+            ref = load_pretrained(AutoModelForCausalLM, model_config, f"{ARR}.model", self.ref_fsdp["model_dtype"])
+            ref.requires_grad_(False)
+            ref.eval()
+            mesh = self._mesh(self.ref_fsdp, f"{ARR}.ref.fsdp_config")
+            self.ref_module = apply_fsdp2(ref, mesh, self.ref_fsdp, self.device)
+            self._ref_offloader = Offloader(self.ref_module, None, self.ref_fsdp, self.device)
+            self._ref_offloader.offload()
+        if self.has_rollout:
+            self._init_rollout()
+            if self.has_actor:
+                self.sync_weights()
+
+    def _init_actor(self, loader: Any) -> None:
+        """Build the trainable actor, its optimizer, LR schedule, loss and shuffling generator."""
+        model_config = self.config.actor_rollout_ref.model
+        model = load_pretrained(loader, model_config, f"{ARR}.model", self.actor_fsdp["model_dtype"])
+        if model_config.get("enable_gradient_checkpointing", False):
+            enable_activation_checkpointing(model)
+        mesh = self._mesh(self.actor_fsdp, f"{ARR}.actor.fsdp_config")
+        self.actor_module = apply_fsdp2(model, mesh, self.actor_fsdp, self.device)
+        # the optimizer must see the sharded parameters: build it before any forward pass
+        self.optimizer = build_optimizer(self.actor_module.parameters(), self.actor_config.optim, f"{ARR}.actor.optim")
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, self.actor_config.optim, f"{ARR}.actor.optim")
+        self.loss_fn = build_actor_loss(self.actor_config)
+        if self.actor_config.get("shuffle", False):
+            self.shuffle_generator = torch.Generator().manual_seed(int(self.actor_config.get("data_loader_seed", 42)))
+        self._offloader = Offloader(self.actor_module, self.optimizer, self.actor_fsdp, self.device)
+        self._offloader.offload()
+
+    def _init_rollout(self) -> None:
+        """Construct the rollout engine named by ``rollout.name`` from the model path."""
+        from rlcore.plugins import get_component
+
+        name = self.rollout_config.get("name", "hf")
+        try:
+            engine_cls = get_component("rollout_engine", name)
+        except UnknownComponentError as exc:
+            raise UnknownComponentError(f"{ARR}.rollout.name: {exc}") from exc
+        if self.device.type == "cuda":
+            self._rollout_dtype = parse_dtype(self.rollout_config.get("dtype", "bf16"), f"{ARR}.rollout.dtype")
+        else:
+            self._rollout_dtype = self.actor_fsdp["model_dtype"]
+        self.rollout_engine = engine_cls(
+            self.config.actor_rollout_ref.model.path,
+            self.tokenizer,
+            self.rollout_config,
+            device=self.device,
+            dtype=self._rollout_dtype,
+        )
+
+    def _require(self, part: str, method: str) -> None:
+        """Raise when ``method`` needs a part (actor/rollout/ref) this role lacks or that is not built yet."""
+        present = {"actor": self.has_actor, "rollout": self.has_rollout, "ref": self.has_ref}[part]
+        if not present:
+            raise RLCoreError(f"{method}() needs the {part}, but this worker's role is {self.role!r}")
+        built = {"actor": self.actor_module, "rollout": self.rollout_engine, "ref": self.ref_module}[part]
+        if built is None:
+            raise RLCoreError(f"{method}() called before init_model()")
+
+    def _temperature(self, batch: Batch) -> float:
+        """The sampling temperature of ``batch`` (``meta["temperature"]``, else ``rollout.temperature``)."""
+        temperature = float(batch.meta.get("temperature", self.rollout_config.get("temperature", 1.0)))
+        if temperature <= 0:
+            raise RLCoreError(
+                f"log-probs need a positive sampling temperature ({ARR}.rollout.temperature), got {temperature}"
+            )
+        return temperature
+
+    def _log_probs(
+        self, model: nn.Module, batch: Batch, micro_size: int | None, *, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and entropies) of the whole batch, computed in micro-batches without gradients."""
+        temperature = self._temperature(batch)
+        log_probs, entropies = [], []
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            for micro in micro_batches(to_device(batch, self.device), micro_size):
+                lp, ent = response_log_probs(model, micro, temperature, with_entropy=with_entropy)
+                log_probs.append(lp)
+                entropies.append(ent)
+        model.train(was_training)
+        return torch.cat(log_probs).cpu(), torch.cat(entropies).cpu() if with_entropy else None
+
+    # ---------------------------------------------------------------- methods
+    def compute_log_prob(self, batch: Batch) -> Batch:
+        """``old_log_probs`` and ``entropys`` ``[B, R]`` of the batch's responses under the current actor,
+        in micro-batches of ``rollout.log_prob_micro_batch_size_per_gpu``."""
+        self._require("actor", "compute_log_prob")
+        with self._offloader:
+            log_probs, entropies = self._log_probs(
+                self.actor_module, batch, self.log_prob_micro_batch_size, with_entropy=True
+            )
+        return Batch.from_dict({"old_log_probs": log_probs, "entropys": entropies})
+
+    def compute_ref_log_prob(self, batch: Batch) -> Batch:
+        """``ref_log_prob`` ``[B, R]`` under the frozen reference model, in micro-batches of
+        ``ref.log_prob_micro_batch_size_per_gpu``."""
+        self._require("ref", "compute_ref_log_prob")
+        with self._ref_offloader:
+            log_probs, _ = self._log_probs(self.ref_module, batch, self.ref_micro_batch_size, with_entropy=False)
+        return Batch.from_dict({"ref_log_prob": log_probs})
+
+    def update_actor(self, batch: Batch) -> Batch:
+        """One PPO update on this rank's responses; returns an empty Batch with ``meta["metrics"]``.
+
+        Mini-batches hold ``ppo_mini_batch_size × rollout.n / world_size`` responses, micro-batches
+        ``ppo_micro_batch_size_per_gpu``; ``ppo_epochs`` passes, optionally shuffled. The LR scheduler steps
+        once per call and ``actor/lr`` is the rate this update used. Metrics are python floats averaged
+        over micro-batches (``actor/grad_norm`` over the optimizer steps taken).
+        """
+        self._require("actor", "update_actor")
+        temperature = self._temperature(batch)
+        with_entropy = float(self.actor_config.get("entropy_coeff", 0.0) or 0.0) != 0.0
+        model = self.actor_module
+
+        def loss_step(micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+            """The actor loss of one micro-batch and its metrics."""
+            log_prob, entropy = response_log_probs(model, micro, temperature, with_entropy=with_entropy)
+            return self.loss_fn(log_prob, entropy, micro)
+
+        with self._offloader:
+            metrics = self._ppo_update(
+                to_device(batch, self.device),
+                model=model,
+                optimizer=self.optimizer,
+                mini_size=self.mini_batch_size,
+                micro_size=self.micro_batch_size,
+                epochs=int(self.actor_config.get("ppo_epochs", 1)),
+                grad_clip=self.actor_config.get("grad_clip", None),
+                generator=self.shuffle_generator,
+                loss_step=loss_step,
+                prefix="actor",
+            )
+        metrics["actor/lr"] = float(self.lr_scheduler.get_last_lr()[0])
+        step_scheduler(self.lr_scheduler)
+        return Batch.from_dict({}, meta={"metrics": metrics})
+
+    def generate_sequences(self, batch: Batch) -> Batch:
+        """Sample responses with the rollout engine (``meta["validate"]`` selects the validation sampling)."""
+        self._require("rollout", "generate_sequences")
+        return self.rollout_engine.generate(batch, validate=bool(batch.meta.get("validate", False)))
+
+    # ------------------------------------------------------------ weight sync
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The actor's full (unsharded) state dict, with Hugging Face parameter names, on every rank."""
+        self._require("actor", "full_state_dict")
+        with self._offloader:
+            return get_model_state_dict(self.actor_module, options=StateDictOptions(full_state_dict=True))
+
+    def sync_weights(self) -> dict[str, float]:
+        """Push the actor's weights into the rollout engine; verify them when ``rollout.check_weight_sync``.
+
+        Returns ``actor/weight_sync_s``, ``rollout/weight_version`` and (when checked)
+        ``rollout/weight_checksum_diff``.
+        """
+        self._require("actor", "sync_weights")
+        self._require("rollout", "sync_weights")
+        start = time.perf_counter()
+        state = self.full_state_dict()
+        self.rollout_engine.update_weights(state.items())
+        metrics: dict[str, float] = {}
+        if self.rollout_config.get("check_weight_sync", True):
+            metrics["rollout/weight_checksum_diff"] = self.check_weight_sync(state)
+        metrics["actor/weight_sync_s"] = time.perf_counter() - start
+        metrics["rollout/weight_version"] = float(self.rollout_engine.weight_version)
+        return metrics
+
+    def check_weight_sync(self, state: dict[str, torch.Tensor] | None = None) -> float:
+        """Compare the rollout engine's weight checksum with the trainer's; returns the relative difference.
+
+        ``state`` is the trainer's full state dict (gathered again when omitted); its checksum is
+        :func:`rlcore.rollout.hf.state_checksum` of the tensors cast to the engine's dtype, skipping the
+        engine's ``uncounted_names`` (tied aliases). A difference above ``1e-6`` (relative) raises
+        :class:`WeightSyncError`.
+        """
+        self._require("rollout", "check_weight_sync")
+        if state is None:
+            state = self.full_state_dict()
+        skip = getattr(self.rollout_engine, "uncounted_names", ())
+        dtype = self._rollout_dtype
+        expected = state_checksum(((name, tensor.to(dtype)) for name, tensor in state.items()), skip=skip)
+        actual = float(self.rollout_engine.weight_checksum())
+        diff = abs(actual - expected) / max(abs(expected), 1e-12)
+        if not diff <= WEIGHT_SYNC_RTOL:
+            raise WeightSyncError(
+                f"weight sync failed: the rollout engine does not serve the trainer's weights (checksum "
+                f"{actual!r} vs the trainer's {expected!r}, relative difference {diff:.3g} > {WEIGHT_SYNC_RTOL:g}). "
+                f"Check the {ARR}.rollout.name engine's update_weights(); set {ARR}.rollout.check_weight_sync=false "
+                "only to debug"
+            )
+        return diff
+
+    # ------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, path: str | Path) -> None:
+        """Save the actor's model, optimizer, LR schedule and RNG states under ``path/actor``.
+
+        What is saved follows ``actor.checkpoint.save_contents``; the model's Hugging Face config and the
+        tokenizer go to ``path/actor/huggingface``, and with ``hf_model`` in the contents the weights too
+        (loadable with ``AutoModelForCausalLM.from_pretrained``). Roles without an actor save nothing.
+        """
+        if not self.has_actor:
+            return
+        self._require("actor", "save_checkpoint")
+        directory = Path(path) / "actor"
+        extra = {"lr_scheduler": self.lr_scheduler.state_dict()}
+        if self.shuffle_generator is not None:
+            extra["shuffle_generator"] = self.shuffle_generator.get_state()
+        contents = self._contents(self.config, f"{ARR}.actor", "save_contents")
+        with self._offloader:
+            self._save_state(
+                directory, model=self.actor_module, optimizer=self.optimizer, extra=extra, contents=contents
+            )
+            if "hf_model" in contents:
+                self._export_hf(directory / "huggingface")
+        if self.rank == 0:
+            self.actor_module.config.save_pretrained(directory / "huggingface")
+            self.tokenizer.save_pretrained(directory / "huggingface")
+
+    def _export_hf(self, directory: Path) -> None:
+        """Write the actor's weights as a Hugging Face model directory (gathered on every rank, saved by 0)."""
+        from transformers import AutoModelForCausalLM
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = get_model_state_dict(self.actor_module, options=options)
+        if self.rank == 0:
+            model = AutoModelForCausalLM.from_config(self.actor_module.config, dtype=self.actor_fsdp["model_dtype"])
+            model.load_state_dict(state)
+            model.save_pretrained(directory)
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Restore what :meth:`save_checkpoint` wrote (per ``actor.checkpoint.load_contents``) and re-sync
+        the rollout engine."""
+        if not self.has_actor:
+            return
+        self._require("actor", "load_checkpoint")
+        with self._offloader:
+            extra = self._load_state(
+                Path(path) / "actor",
+                model=self.actor_module,
+                optimizer=self.optimizer,
+                contents=self._contents(self.config, f"{ARR}.actor", "load_contents"),
+            )
+        if extra is not None:
+            self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
+            if self.shuffle_generator is not None and "shuffle_generator" in extra:
+                self.shuffle_generator.set_state(extra["shuffle_generator"])
+        if self.has_rollout:
+            self.sync_weights()
+

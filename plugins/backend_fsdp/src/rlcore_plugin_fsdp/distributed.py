@@ -1,0 +1,105 @@
+"""Process group, device and device-mesh set-up shared by the FSDP workers."""
+
+from __future__ import annotations
+
+import os
+import random
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from rlcore.errors import RLCoreError
+
+DEVICE_KEY = "trainer.device"
+
+
+def resolve_device(name: str, rank: int = 0) -> torch.device:
+    """The torch device for ``trainer.device`` (``auto``, ``cpu`` or ``cuda``) on this rank.
+
+    ``auto`` picks CUDA when available. On CUDA the local device index is ``LOCAL_RANK`` when set (torchrun),
+    else ``rank`` modulo the visible device count (one visible device per Ray actor gives index 0).
+    """
+    name = str(name or "auto").lower()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return torch.device("cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise RLCoreError(f"{DEVICE_KEY}={name} but CUDA is not available; use {DEVICE_KEY}=cpu or auto")
+        index = int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count()))
+        return torch.device("cuda", index)
+    raise RLCoreError(f"{DEVICE_KEY} must be auto, cpu or cuda, got {name!r}")
+
+
+def init_process_group(rank: int, world_size: int, device: torch.device, timeout_s: float = 600.0) -> bool:
+    """Initialise ``torch.distributed`` unless it already is; returns whether this call created the group.
+
+    The backend is ``nccl`` on CUDA and ``gloo`` on CPU. ``MASTER_ADDR``/``MASTER_PORT`` (torchrun, Ray)
+    are used when set; a single rank without them gets a private TCP store on a free local port.
+    """
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise RLCoreError(f"invalid worker rank {rank} for world size {world_size}")
+    if dist.is_initialized():
+        if dist.get_world_size() != world_size or dist.get_rank() != rank:
+            raise RLCoreError(
+                f"torch.distributed is already initialised as rank {dist.get_rank()} of {dist.get_world_size()}, "
+                f"but the worker was created as rank {rank} of {world_size} (check trainer.nnodes and "
+                "trainer.n_gpus_per_node)"
+            )
+        return False
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    timeout = timedelta(seconds=timeout_s)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout)
+    elif world_size == 1:
+        store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, timeout=timeout)
+        dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=timeout)
+    else:
+        raise RLCoreError(
+            f"worker rank {rank} of {world_size}: a multi-rank run needs MASTER_ADDR and MASTER_PORT in the "
+            "environment (set by torchrun and by rlcore's Ray executor)"
+        )
+    return True
+
+
+def build_device_mesh(device: torch.device, world_size: int, fsdp_size: int, key: str) -> DeviceMesh:
+    """A 1-D ``("fsdp",)`` mesh over all ranks, or a 2-D ``("ddp", "fsdp")`` HSDP mesh.
+
+    ``fsdp_size`` (the config key ``key``) of -1, 0 or at least ``world_size`` shards over every rank;
+    a smaller value shards within groups of that size and replicates across the groups.
+    """
+    if fsdp_size <= 0 or fsdp_size >= world_size:
+        return init_device_mesh(device.type, (world_size,), mesh_dim_names=("fsdp",))
+    if world_size % fsdp_size:
+        raise RLCoreError(f"{key}={fsdp_size} must divide the number of ranks ({world_size})")
+    return init_device_mesh(device.type, (world_size // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (all devices) with ``seed``."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    """The python, numpy, torch CPU (and CUDA) random states, for checkpoints."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore states saved by :func:`rng_state`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,154 @@
+"""FSDP2 wrapping, precision and offload helpers for Hugging Face models.
+
+Precision policy (documented in the README): parameters are kept in ``fsdp_config.model_dtype`` (fp32 by
+default, the master weights). On CUDA, ``fsdp_config.dtype`` (bf16 by default) is the compute dtype of an
+FSDP2 ``MixedPrecisionPolicy`` with fp32 gradient reduction. On CPU no mixed-precision policy is applied:
+the model computes in ``model_dtype``, which is both faster and more accurate than bf16 on CPU.
+``offload_policy``, ``param_offload`` and ``optimizer_offload`` only act on CUDA (on CPU there is nothing
+to offload to).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+from rlcore.errors import RLCoreError
+from rlcore_plugin_fsdp.hooks import FSDP_CONFIG_DEFAULTS
+
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "float": torch.float32,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "half": torch.float16,
+}
+
+
+def parse_dtype(value: Any, key: str) -> torch.dtype:
+    """A torch dtype from a config string such as ``bf16`` or ``float32``; errors name ``key``."""
+    if isinstance(value, torch.dtype):
+        return value
+    name = str(value).lower().removeprefix("torch.")
+    if name not in DTYPES:
+        raise RLCoreError(f"{key}={value!r} is not a dtype; use one of {', '.join(sorted(DTYPES))}")
+    return DTYPES[name]
+
+
+def resolve_fsdp_config(section: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
+    """The ``fsdp_config`` section at ``key`` merged over the plugin defaults, with its types checked."""
+    resolved = dict(FSDP_CONFIG_DEFAULTS)
+    for name, value in (section or {}).items():
+        if name not in FSDP_CONFIG_DEFAULTS:
+            raise RLCoreError(f"unknown key {key}.{name}; known keys: {', '.join(FSDP_CONFIG_DEFAULTS)}")
+        resolved[name] = value
+    for name in ("param_offload", "optimizer_offload", "offload_policy", "reshard_after_forward", "forward_prefetch"):
+        if not isinstance(resolved[name], bool):
+            raise RLCoreError(f"{key}.{name} must be true or false, got {resolved[name]!r}")
+    if isinstance(resolved["fsdp_size"], bool) or not isinstance(resolved["fsdp_size"], int):
+        raise RLCoreError(f"{key}.fsdp_size must be an integer (-1 = all ranks), got {resolved['fsdp_size']!r}")
+    resolved["model_dtype"] = parse_dtype(resolved["model_dtype"], f"{key}.model_dtype")
+    resolved["dtype"] = parse_dtype(resolved["dtype"], f"{key}.dtype")
+    return resolved
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The repeated transformer blocks of ``model``: modules whose class is named in ``_no_split_modules``.
+
+    Falls back to the children of any ``layers``/``h``/``blocks`` ``ModuleList``.
+    """
+    names: set[str] = set()
+    for module in model.modules():
+        names.update(getattr(module, "_no_split_modules", None) or ())
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if layers:
+        return layers
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and name.rsplit(".", 1)[-1] in ("layers", "h", "blocks"):
+            layers.extend(module)
+    return layers
+
+
+def apply_fsdp2(model: nn.Module, mesh: DeviceMesh, fsdp_config: Mapping[str, Any], device: torch.device) -> nn.Module:
+    """Shard ``model`` in place with FSDP2: ``fully_shard`` on every decoder layer, then on the root.
+
+    ``fsdp_config`` is a section returned by :func:`resolve_fsdp_config`. Parameters move to ``device``
+    as they are sharded (unless the CUDA-only ``offload_policy`` keeps them on the CPU).
+    """
+    kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": fsdp_config["reshard_after_forward"]}
+    if device.type == "cuda":
+        if fsdp_config["dtype"] != fsdp_config["model_dtype"]:
+            kwargs["mp_policy"] = MixedPrecisionPolicy(
+                param_dtype=fsdp_config["dtype"], reduce_dtype=torch.float32, cast_forward_inputs=True
+            )
+        if fsdp_config["offload_policy"]:
+            kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+    layers = decoder_layers(model)
+    for layer in layers:
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+    if fsdp_config["forward_prefetch"]:
+        for layer, following in zip(layers, layers[1:]):
+            layer.set_modules_to_forward_prefetch([following])
+    return model
+
+
+def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Move every tensor of the optimizer state (Adam moments, step counters) to ``device``."""
+    for state in optimizer.state.values():
+        for name, value in state.items():
+            if isinstance(value, torch.Tensor):
+                state[name] = value.to(device, non_blocking=True)
+
+
+class Offloader:
+    """Moves a sharded model and its optimizer state to the CPU between calls (``param_offload``,
+    ``optimizer_offload``); a no-op unless the compute device is CUDA and the flag is set."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        fsdp_config: Mapping[str, Any],
+        device: torch.device,
+    ) -> None:
+        """Remember what to move; call :meth:`offload` once after construction to start offloaded."""
+        on_cuda = device.type == "cuda" and not fsdp_config["offload_policy"]
+        self.model = model
+        self.optimizer = optimizer
+        self.device = device
+        self.params = on_cuda and fsdp_config["param_offload"]
+        self.optim = on_cuda and optimizer is not None and fsdp_config["optimizer_offload"]
+
+    def load(self) -> None:
+        """Bring the offloaded parts back to the compute device."""
+        if self.params:
+            self.model.to(self.device)
+        if self.optim:
+            move_optimizer_state(self.optimizer, self.device)
+
+    def offload(self) -> None:
+        """Move the offloaded parts to the CPU and release cached device memory."""
+        if self.params:
+            self.model.to("cpu")
+        if self.optim:
+            move_optimizer_state(self.optimizer, torch.device("cpu"))
+        if self.params or self.optim:
+            torch.cuda.empty_cache()
+
+    def __enter__(self) -> Offloader:
+        """Load for the duration of a ``with`` block."""
+        self.load()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Offload again when the block ends, also after an error."""
+        self.offload()

@@ -1,0 +1,46 @@
+"""The plugin's hooks: registers the ``fsdp`` training backend and its ``fsdp_config`` sections.
+
+This module must stay free of torch imports: ``rlcore plugins`` and config loading import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rlcore import hookimpl
+
+#: defaults of every ``fsdp_config`` section (verl's key names); see the README for their meaning
+FSDP_CONFIG_DEFAULTS: dict[str, Any] = {
+    "param_offload": False,
+    "optimizer_offload": False,
+    "offload_policy": False,
+    "reshard_after_forward": True,
+    "fsdp_size": -1,
+    "forward_prefetch": False,
+    "model_dtype": "fp32",
+    "dtype": "bf16",
+}
+
+
+@hookimpl
+def register_training_backends(register: Callable[..., None]) -> None:
+    """Register the FSDP2 backend as ``fsdp`` (alias ``fsdp2``)."""
+    register(
+        "fsdp",
+        "rlcore_plugin_fsdp.backend:FSDPBackend",
+        description="PyTorch FSDP2 (fully_shard) actor/rollout/ref and critic workers; CPU (gloo) or CUDA (nccl)",
+        aliases=("fsdp2",),
+    )
+
+
+@hookimpl
+def config_defaults() -> dict[str, Any]:
+    """The ``fsdp_config`` sections of the actor, the reference model and the critic."""
+    return {
+        "actor_rollout_ref": {
+            "actor": {"fsdp_config": dict(FSDP_CONFIG_DEFAULTS)},
+            "ref": {"fsdp_config": dict(FSDP_CONFIG_DEFAULTS)},
+        },
+        "critic": {"fsdp_config": dict(FSDP_CONFIG_DEFAULTS)},
+    }

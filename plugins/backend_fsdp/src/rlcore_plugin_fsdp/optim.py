@@ -1,0 +1,108 @@
+"""AdamW and the learning-rate schedule (linear warm-up, then constant or cosine), with verl's semantics.
+
+The schedule is a ``LambdaLR`` stepped once per ``update_actor``/``update_critic`` call. Its factor at
+step ``s`` with ``w`` warm-up steps and ``T`` total steps is ``s / w`` while ``s < w``; afterwards 1
+(``constant``) or ``max(0, m + (1 − m)·½·(1 + cos(2π·c·p)))`` with ``p = (s − w)/(T − w)`` (``cosine``,
+``m = min_lr_ratio``, ``c = num_cycles``).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable, Mapping
+from functools import partial
+from typing import Any
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+from rlcore.errors import RLCoreError
+
+SCHEDULER_TYPES: tuple[str, ...] = ("constant", "cosine")
+
+
+def lr_factor(
+    step: int, *, warmup_steps: int, total_steps: int, scheduler_type: str, min_lr_ratio: float, num_cycles: float
+) -> float:
+    """The multiplier of the base learning rate after ``step`` scheduler steps (see the module docstring)."""
+    if step < warmup_steps:
+        return step / warmup_steps
+    if scheduler_type == "constant":
+        return 1.0
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    cosine = 0.5 * (1.0 + math.cos(2.0 * math.pi * num_cycles * progress))
+    return max(0.0, min_lr_ratio + (1.0 - min_lr_ratio) * cosine)
+
+
+def _number(optim_config: Mapping[str, Any], name: str, key: str, default: float) -> float:
+    """A numeric optimizer setting; errors name ``key.name``."""
+    value = optim_config.get(name, default)
+    value = default if value is None else value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RLCoreError(f"{key}.{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def build_optimizer(
+    params: Iterable[torch.nn.Parameter], optim_config: Mapping[str, Any], key: str
+) -> torch.optim.AdamW:
+    """AdamW over ``params`` with ``lr``, ``weight_decay`` and ``betas`` from the section at ``key``."""
+    lr = _number(optim_config, "lr", key, 1e-6)
+    if lr < 0:
+        raise RLCoreError(f"{key}.lr must not be negative, got {lr}")
+    weight_decay = _number(optim_config, "weight_decay", key, 0.01)
+    betas = list(optim_config.get("betas", None) or (0.9, 0.999))
+    if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
+        raise RLCoreError(f"{key}.betas must be two numbers in [0, 1), got {betas!r}")
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(float(betas[0]), float(betas[1])))
+
+
+def scheduler_type(optim_config: Mapping[str, Any], key: str) -> str:
+    """``lr_scheduler_type``, or the deprecated ``warmup_style`` when that is set (it wins, as in verl)."""
+    name = optim_config.get("lr_scheduler_type", None) or "constant"
+    legacy = optim_config.get("warmup_style", None)
+    source = f"{key}.lr_scheduler_type"
+    if legacy is not None:
+        message = f"{key}.warmup_style is deprecated; use {key}.lr_scheduler_type"
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        name, source = legacy, f"{key}.warmup_style"
+    if name not in SCHEDULER_TYPES:
+        raise RLCoreError(f"{source}={name!r} is not a scheduler; use one of {', '.join(SCHEDULER_TYPES)}")
+    return name
+
+
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_config: Mapping[str, Any], key: str) -> LambdaLR:
+    """The warm-up + constant/cosine ``LambdaLR`` described in the module docstring.
+
+    Warm-up steps are ``lr_warmup_steps`` when it is ≥ 0, else ``int(lr_warmup_steps_ratio ×
+    total_training_steps)``. A cosine schedule, or a warm-up ratio, needs ``total_training_steps`` > 0.
+    """
+    kind = scheduler_type(optim_config, key)
+    total = int(_number(optim_config, "total_training_steps", key, -1))
+    warmup = int(_number(optim_config, "lr_warmup_steps", key, -1))
+    ratio = _number(optim_config, "lr_warmup_steps_ratio", key, 0.0)
+    min_lr_ratio = _number(optim_config, "min_lr_ratio", key, 0.0)
+    num_cycles = _number(optim_config, "num_cycles", key, 0.5)
+    if not 0.0 <= min_lr_ratio <= 1.0:
+        raise RLCoreError(f"{key}.min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
+    if warmup < 0:
+        if ratio and total <= 0:
+            raise RLCoreError(
+                f"{key}.lr_warmup_steps_ratio={ratio} needs {key}.total_training_steps > 0 "
+                f"(got {total}); set it or use {key}.lr_warmup_steps"
+            )
+        warmup = int(ratio * max(total, 0))
+    if kind == "cosine" and total <= 0:
+        raise RLCoreError(f"{key}.lr_scheduler_type=cosine needs {key}.total_training_steps > 0, got {total}")
+    return LambdaLR(
+        optimizer,
+        partial(
+            lr_factor,
+            warmup_steps=warmup,
+            total_steps=total,
+            scheduler_type=kind,
+            min_lr_ratio=min_lr_ratio,
+            num_cycles=num_cycles,
+        ),
+    )

@@ -1,0 +1,61 @@
+"""Fixtures for the FSDP backend tests: configs and workers around the session's tiny model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlcore.testing.contracts.backend import TrainingBackendContract
+
+
+class FSDPSettings(TrainingBackendContract):
+    """The contract's small run settings for the ``fsdp`` backend (not collected: no ``Test`` prefix)."""
+
+    component_name = "fsdp"
+
+
+@pytest.fixture
+def make_config(tiny_model_dir: Path) -> Callable[..., Any]:
+    """``make_config(**dotted_overrides)``: the contract's small config for the tiny model."""
+
+    def factory(**overrides: Any) -> Any:
+        """The config with ``overrides`` (dotted keys, or ``__`` for the dots)."""
+        return FSDPSettings.make_config(tiny_model_dir, **{key.replace("__", "."): v for key, v in overrides.items()})
+
+    return factory
+
+
+@pytest.fixture
+def make_worker(make_config: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
+    """``make_worker(role, init=True, **overrides)``: an actor (or, for role ``critic``, a critic) worker.
+
+    Overrides are dotted keys written with ``__`` for the dots. Every worker is shut down after the
+    test, the newest first.
+    """
+    from rlcore_plugin_fsdp.backend import FSDPBackend
+
+    created: list[Any] = []
+
+    def factory(role: str = "actor", init: bool = True, **overrides: Any) -> Any:
+        """A worker for ``role`` built from the small config with ``overrides``."""
+        cls = FSDPBackend.critic_worker if role == "critic" else FSDPBackend.actor_worker
+        worker = cls(make_config(**overrides), role, 0, 1)
+        created.append(worker)
+        if init:
+            worker.init_model()
+        return worker
+
+    yield factory
+    for worker in reversed(created):
+        worker.shutdown()
+
+
+@pytest.fixture
+def batch(tiny_tokenizer: Any) -> Any:
+    """The contract batch: 4 prompts, random right-padded responses of 6 tokens."""
+    from rlcore.testing.contracts.backend import make_batch
+
+    return make_batch(tiny_tokenizer)
