@@ -197,7 +197,7 @@ class HFRolloutEngine:
         meta["metrics"] = {"rollout/gen_tokens": int(response_mask.sum())}
         return Batch(tensors, {key: value.copy() for key, value in batch.non_tensors.items()}, meta)
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def _sample(
         self,
         input_ids: torch.Tensor,

@@ -1,0 +1,303 @@
+"""The single controller: the whole PPO/GRPO step as plain Python, workers do the heavy lifting.
+
+The step order follows verl's ``RayPPOTrainer.fit``: generate → reward → batch filters → old log-probs →
+reference log-probs → values → KL-in-reward → advantages → critic update → actor update (after
+``critic_warmup``) → weight sync → validation every ``test_freq`` → checkpoint every ``save_freq`` →
+metrics. Every component is resolved by ``(kind, name)`` from the config through the plugin registry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig
+
+from rlcore.algos.kl_control import apply_kl_penalty, make_kl_controller
+from rlcore.algos.losses import agg_loss
+from rlcore.algos.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
+from rlcore.controller.worker_group import make_worker_group, reduce_metrics
+from rlcore.data.collate import collate_rows
+from rlcore.data.custom import load_dataset_class
+from rlcore.data.loader import PromptLoader
+from rlcore.errors import RLCoreError
+from rlcore.plugins import PluginManager
+from rlcore.protocol import Batch
+from rlcore.reward.scoring import build_reward_manager
+from rlcore.run_context import RunContext
+from rlcore.tracking.progress import ProgressBar
+from rlcore.tracking.sinks import build_trackers
+from rlcore.tracking.timer import StageTimer
+
+log = logging.getLogger(__name__)
+
+
+class Trainer:
+    """Drives one run: builds datasets, workers, reward and trackers from the config, then ``fit()``."""
+
+    def __init__(self, config: DictConfig, run: RunContext, manager: PluginManager) -> None:
+        self.config = config
+        self.run = run
+        self.manager = manager
+        self.registry = manager.registry
+        algo = config.algorithm
+        self.estimator = self.registry.get("advantage_estimator", algo.adv_estimator)
+        self.use_critic = bool(config.critic.enable) if config.critic.enable is not None else bool(
+            self.estimator.meta.get("needs_critic", False)
+        )
+        if self.estimator.meta.get("needs_critic") and not self.use_critic:
+            raise RLCoreError(
+                f"algorithm.adv_estimator={algo.adv_estimator!r} needs a critic but critic.enable=false"
+            )
+        if self.estimator.meta.get("needs_greedy_baseline"):
+            raise RLCoreError(f"algorithm.adv_estimator={algo.adv_estimator!r} needs a greedy baseline (not supported yet)")
+        actor = config.actor_rollout_ref.actor
+        self.use_reference = bool(actor.use_kl_loss or algo.use_kl_in_reward)
+        self.kl_ctrl = make_kl_controller(algo.kl_ctrl) if algo.use_kl_in_reward else None
+        self.n = int(config.actor_rollout_ref.rollout.n)
+        self.global_step = 0
+        self.timer = StageTimer()
+
+    # ------------------------------------------------------------------ setup
+    def _build_data(self) -> None:
+        from transformers import AutoTokenizer
+
+        cfg = self.config
+        model = cfg.actor_rollout_ref.model
+        self.tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_path or model.path,
+                                                       trust_remote_code=model.trust_remote_code)
+        if model.custom_chat_template:
+            self.tokenizer.chat_template = model.custom_chat_template
+        dataset_cls = load_dataset_class(cfg)
+        self.train_dataset = dataset_cls(cfg.data.train_files, self.tokenizer, cfg.data, split="train")
+        self.train_loader = PromptLoader(
+            self.train_dataset, cfg.data.gen_batch_size or cfg.data.train_batch_size,
+            shuffle=cfg.data.shuffle, seed=cfg.data.seed if cfg.data.seed is not None else cfg.trainer.seed,
+        )
+        self.val_dataset = (
+            dataset_cls(cfg.data.val_files, self.tokenizer, cfg.data, split="test") if cfg.data.val_files else None
+        )
+        steps = cfg.trainer.total_training_steps or len(self.train_loader) * cfg.trainer.total_epochs
+        self.total_steps = int(steps)
+        cfg.actor_rollout_ref.actor.optim.total_training_steps = self.total_steps
+        cfg.critic.optim.total_training_steps = self.total_steps
+
+    def _build_workers(self) -> None:
+        backend = self.registry.load("training_backend", self.config.actor_rollout_ref.actor.strategy)
+        role = "actor_rollout_ref" if self.use_reference else "actor_rollout"
+        self.actor = make_worker_group(backend.actor_worker, self.config, role)
+        self.actor.init_model()
+        self.critic = None
+        if self.use_critic:
+            critic_backend = self.registry.load("training_backend", self.config.critic.strategy)
+            self.critic = make_worker_group(critic_backend.critic_worker, self.config, "critic")
+            self.critic.init_model()
+        self.reward_fn = build_reward_manager(self.config, self.tokenizer)
+        self.val_reward_fn = self.reward_fn
+
+    # ------------------------------------------------------------------- step
+    def _prompt_batch(self) -> Batch:
+        batch = self.train_loader.next_batch()
+        batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        return batch
+
+    def _generate(self, prompts: Batch, validate: bool = False, n: int | None = None) -> Batch:
+        gen = prompts.repeat(n or self.n, interleave=True)
+        gen.meta["validate"] = validate
+        return self.actor.generate_sequences(gen)
+
+    def _score(self, batch: Batch, reward_fn: Any, metrics: dict[str, float]) -> None:
+        result = reward_fn(batch)
+        batch["token_level_scores"] = result.token_level_scores
+        metrics.update(result.metrics)
+
+    def _apply_filters(self, batch: Batch, metrics: dict[str, float]) -> Batch:
+        for name in self.config.algorithm.batch_filters:
+            batch, filter_metrics = self.registry.load("batch_filter", name)(batch, self.config)
+            metrics.update(filter_metrics)
+        if len(batch) == 0:
+            raise RLCoreError("the batch filters (algorithm.batch_filters) removed every sample of this step")
+        return batch
+
+    def _apply_kl_in_reward(self, batch: Batch, metrics: dict[str, float]) -> None:
+        if self.kl_ctrl is None:
+            batch["token_level_rewards"] = batch["token_level_scores"]
+            return
+        rewards, kl_metrics = apply_kl_penalty(
+            batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_prob"], batch["response_mask"],
+            self.kl_ctrl, self.config.algorithm.kl_penalty,
+        )
+        batch["token_level_rewards"] = rewards
+        metrics.update(kl_metrics)
+
+    def _compute_advantage(self, batch: Batch) -> None:
+        kwargs: dict[str, Any] = {
+            "token_level_rewards": batch["token_level_rewards"],
+            "response_mask": batch["response_mask"],
+            "index": batch["uid"],
+            "config": self.config.algorithm,
+        }
+        if "values" in batch:
+            kwargs["values"] = batch["values"]
+        if "reward_baselines" in batch:
+            kwargs["reward_baselines"] = batch["reward_baselines"]
+        advantages, returns = self.estimator.load()(**kwargs)
+        batch["advantages"] = advantages
+        batch["returns"] = returns
+
+    def train_step(self) -> dict[str, float]:
+        """Run one RL step and return its metrics (verl's names)."""
+        metrics: dict[str, float] = {}
+        timer = self.timer
+        step_start = time.perf_counter()
+        prompts = self._prompt_batch()
+        prompts.meta["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+        with timer("gen"):
+            batch = self._generate(prompts)
+        batch.meta["temperature"] = prompts.meta["temperature"]
+        with timer("reward"):
+            self._score(batch, self.reward_fn, metrics)
+        batch = self._apply_filters(batch, metrics)
+        with timer("old_log_prob"):
+            out = self.actor.compute_log_prob(batch)
+            metrics["actor/entropy"] = agg_loss(
+                out["entropys"], batch["response_mask"], self.config.actor_rollout_ref.actor.loss_agg_mode
+            ).item()
+            batch["old_log_probs"] = out["old_log_probs"]
+        if self.use_reference:
+            with timer("ref"):
+                batch["ref_log_prob"] = self.actor.compute_ref_log_prob(batch)["ref_log_prob"]
+        if self.critic is not None:
+            with timer("values"):
+                batch["values"] = self.critic.compute_values(batch)["values"]
+        with timer("adv"):
+            self._apply_kl_in_reward(batch, metrics)
+            self._compute_advantage(batch)
+        if self.critic is not None:
+            with timer("update_critic"):
+                metrics.update(reduce_metrics(self.critic.update_critic(batch).meta.get("metrics", {})))
+        if self.config.trainer.critic_warmup <= self.global_step:
+            with timer("update_actor"):
+                metrics.update(reduce_metrics(self.actor.update_actor(batch).meta.get("metrics", {})))
+            with timer("update_weights"):
+                metrics.update(reduce_metrics(self.actor.sync_weights()))
+        step_time = time.perf_counter() - step_start
+        timing = {**timer.pop_all(), "step": step_time}
+        metrics.update(compute_data_metrics(batch, use_critic=self.critic is not None))
+        n_prompt = int(batch["attention_mask"][:, : batch["prompts"].shape[1]].sum())
+        n_response = int(batch["response_mask"].sum())
+        metrics.update(compute_timing_metrics(timing, n_prompt, n_response))
+        metrics.update(compute_throughput_metrics(n_prompt + n_response, step_time, self.actor.world_size))
+        metrics["training/global_step"] = self.global_step
+        metrics["training/epoch"] = self.train_loader.epoch
+        return metrics
+
+    # ------------------------------------------------------------- validation
+    def _val_batches(self) -> list[Batch]:
+        dataset = self.val_dataset
+        size = self.config.data.val_batch_size or len(dataset)
+        return [collate_rows([dataset[i] for i in range(s, min(s + size, len(dataset)))])
+                for s in range(0, len(dataset), size)]
+
+    def validate(self) -> dict[str, float]:
+        """Greedy (``val_kwargs``) generation on the validation set; ``val-core/<source>/reward/mean@N``."""
+        n = int(self.config.actor_rollout_ref.rollout.val_kwargs.n)
+        sources: list[str] = []
+        scores: list[float] = []
+        samples: list[dict[str, Any]] = []
+        metrics: dict[str, float] = {}
+        for prompts in self._val_batches():
+            prompts.meta["temperature"] = self.config.actor_rollout_ref.rollout.val_kwargs.temperature
+            out = self._generate(prompts, validate=True, n=n)
+            self._score(out, self.val_reward_fn, metrics)
+            seq_scores = out["token_level_scores"].sum(-1).tolist()
+            sources += [str(s) for s in out["data_source"]]
+            scores += seq_scores
+            if len(samples) < self.config.trainer.log_val_generations:
+                texts = self.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
+                samples += [{"response": t, "score": s} for t, s in zip(texts, seq_scores)]
+        by_source: dict[str, list[float]] = {}
+        for source, score in zip(sources, scores):
+            by_source.setdefault(source, []).append(score)
+        val: dict[str, float] = {}
+        for source, values in by_source.items():
+            arr = np.asarray(values, dtype=np.float64)
+            val[f"val-core/{source}/reward/mean@{n}"] = float(arr.mean())
+            if n > 1:
+                val[f"val-aux/{source}/reward/std@{n}"] = float(arr.std())
+        return val
+
+    # -------------------------------------------------------------- checkpoint
+    def save_checkpoint(self) -> Path:
+        """Save the workers' state and the data loader position under ``default_local_dir/global_step_N``."""
+        root = Path(self.config.trainer.default_local_dir)
+        path = root / f"global_step_{self.global_step}"
+        path.mkdir(parents=True, exist_ok=True)
+        self.actor.save_checkpoint(str(path / "actor"))
+        if self.critic is not None:
+            self.critic.save_checkpoint(str(path / "critic"))
+        (path / "data.json").write_text(json.dumps(self.train_loader.state_dict()))
+        (root / "latest_checkpointed_iteration.txt").write_text(str(self.global_step))
+        return path
+
+    # -------------------------------------------------------------------- fit
+    def fit(self) -> dict[str, float]:
+        """Train for ``total_steps``; returns the last step's metrics (plus the last validation)."""
+        self._build_data()
+        self._build_workers()
+        cfg = self.config.trainer
+        trackers = build_trackers(self.config, self.run.run_dir)
+        hook = self.manager.hook
+        hook.on_run_start(run=self.run)
+        status = "failed"
+        last: dict[str, float] = {}
+        try:
+            with ProgressBar(self.total_steps, enabled=cfg.progress_bar) as bar:
+                if self.val_dataset is not None and cfg.val_before_train:
+                    val = self._timed_validation()
+                    hook.on_validation_end(run=self.run, step=0, metrics=val)
+                    trackers.log(val, step=0)
+                    bar.update(0, val)
+                    last.update(val)
+                    if cfg.val_only:
+                        status = "completed"
+                        return last
+                for step in range(1, self.total_steps + 1):
+                    self.global_step = step
+                    metrics = self.train_step()
+                    is_last = step == self.total_steps
+                    if self.val_dataset is not None and cfg.test_freq > 0 and (is_last or step % cfg.test_freq == 0):
+                        val = self._timed_validation()
+                        hook.on_validation_end(run=self.run, step=step, metrics=val)
+                        metrics.update(val)
+                    if cfg.save_freq > 0 and (is_last or step % cfg.save_freq == 0):
+                        with self.timer("save_checkpoint"):
+                            path = self.save_checkpoint()
+                        hook.on_checkpoint_saved(run=self.run, step=step, path=str(path))
+                        metrics["timing_s/save_checkpoint"] = self.timer.pop_all()["save_checkpoint"]
+                    hook.on_step_end(run=self.run, step=step, metrics=metrics)
+                    trackers.log(metrics, step=step)
+                    bar.update(step, metrics)
+                    last.update(metrics)
+            status = "completed"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            trackers.finish()
+            hook.on_run_end(run=self.run, status=status)
+            self.actor.shutdown()
+            if self.critic is not None:
+                self.critic.shutdown()
+        return last
+
+    def _timed_validation(self) -> dict[str, float]:
+        start = time.perf_counter()
+        val = self.validate()
+        val["timing_s/testing"] = time.perf_counter() - start
+        return val

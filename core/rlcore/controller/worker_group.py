@@ -1,0 +1,56 @@
+"""Worker groups: how the controller calls a role's workers.
+
+The controller only ever calls ``group.method(batch)``. A group splits the batch across its data-parallel
+ranks, calls every rank and concatenates the results; per-rank metrics in ``meta["metrics"]`` arrive as
+lists and are reduced by :func:`reduce_metrics`. The ``local`` executor holds a single worker in the
+controller's own process (world size 1), which is what debugging and fast tests want; the Ray executor
+shares this interface.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+
+def reduce_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    """Average list-valued metrics (one value per rank or micro-batch) into floats."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        if isinstance(value, (list, tuple)):
+            values = [float(v) for v in value]
+            out[key] = sum(values) / len(values) if values else float("nan")
+        else:
+            out[key] = float(value)
+    return out
+
+
+class LocalWorkerGroup:
+    """One worker of ``worker_cls`` in this process; method calls go straight to it."""
+
+    def __init__(self, worker_cls: type, config: DictConfig, role: str) -> None:
+        self.role = role
+        self.world_size = 1
+        self.worker = worker_cls(config, role, rank=0, world_size=1)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.worker, name)
+
+    def shutdown(self) -> None:
+        """Release the worker's resources (process group, engines)."""
+        close = getattr(self.worker, "shutdown", None)
+        if close is not None:
+            close()
+
+
+def make_worker_group(worker_cls: type, config: DictConfig, role: str) -> LocalWorkerGroup:
+    """Create the worker group for ``role`` with the executor named by ``trainer.executor``."""
+    from rlcore.config import ConfigError
+
+    executor = config.trainer.executor
+    if executor == "local":
+        return LocalWorkerGroup(worker_cls, config, role)
+    raise ConfigError(f"trainer.executor={executor!r} is not available yet; use 'local'")

@@ -1,0 +1,145 @@
+"""``rlcore run``: resolve the config, check everything that can be checked, then train.
+
+Before any model, dataset or worker is created this resolves every component the config names (so an
+unknown or conflicting name costs seconds), checks the batch arithmetic, prints the derived quantities and
+writes the resolved config and plugin versions into the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from omegaconf import DictConfig
+
+from rlcore.config import ConfigError, config_to_yaml, derive_quantities, load_config
+from rlcore.plugins import PluginManager, load_plugins
+from rlcore.run_context import RunContext
+
+BUNDLED_PRESET = "arith-cpu"
+
+
+def default_presets(files: list[str], overrides: list[str]) -> list[str]:
+    """The bundled CPU task's preset when neither a config file nor ``data.train_files`` is given."""
+    if files or any(o.lstrip("+").startswith("data.train_files=") for o in overrides):
+        return []
+    return [BUNDLED_PRESET]
+
+
+def check_components(config: DictConfig, manager: PluginManager) -> None:
+    """Resolve (without importing) every component the config names; raise on unknown or conflicting ones."""
+    registry = manager.registry
+    wanted = [
+        ("advantage_estimator", config.algorithm.adv_estimator),
+        ("policy_loss", config.actor_rollout_ref.actor.policy_loss.loss_mode),
+        ("training_backend", config.actor_rollout_ref.actor.strategy),
+        ("rollout_engine", config.actor_rollout_ref.rollout.name),
+        ("reward_manager", config.reward_model.reward_manager),
+        *(("batch_filter", name) for name in config.algorithm.batch_filters),
+        *(("tracker", name) for name in _loggers(config)),
+    ]
+    if not config.data.custom_cls.path:
+        wanted.append(("dataset", config.data.dataset))
+    for kind, name in wanted:
+        registry.get(kind, name)
+
+
+def _loggers(config: DictConfig) -> list[str]:
+    logger = config.trainer.logger
+    return [logger] if isinstance(logger, str) else list(logger)
+
+
+def _require(config: DictConfig, key: str, hint: str) -> None:
+    from omegaconf import OmegaConf
+
+    if OmegaConf.select(config, key) in (None, ""):
+        raise ConfigError(f"{key} is not set: {hint}")
+
+
+def make_run_dir(config: DictConfig) -> Path:
+    """``trainer.runs_dir/<project>/<experiment>-<timestamp>``, created."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path(config.trainer.runs_dir) / config.trainer.project_name
+    run_dir = base / f"{config.trainer.experiment_name}-{stamp}"
+    suffix = 1
+    while run_dir.exists():
+        suffix += 1
+        run_dir = base / f"{config.trainer.experiment_name}-{stamp}-{suffix}"
+    run_dir.mkdir(parents=True)
+    return run_dir
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_training(files: list[str], overrides: list[str], presets: list[str], *, dry_run: bool = False) -> dict[str, Any]:
+    """Everything ``rlcore run`` does; returns the last metrics (empty for a dry run)."""
+    start = time.perf_counter()
+    manager = load_plugins()
+    for record in manager.problems():
+        click.echo(f"warning: plugin {record.name} [{record.status}]: {record.error}", err=True)
+    presets = default_presets(files, overrides) + presets
+    bundled = BUNDLED_PRESET in presets
+    if bundled:
+        click.echo(f"No config file or data.train_files given: training the bundled CPU task (preset {BUNDLED_PRESET}).")
+    config = load_config(files, overrides, presets, manager)
+    _require(config, "data.train_files", "pass data.train_files=PATH (parquet or jsonl) or a config file")
+    _require(config, "actor_rollout_ref.model.path", "pass actor_rollout_ref.model.path=NAME_OR_DIR")
+    check_components(config, manager)
+    derived = derive_quantities(config)
+    versions = manager.versions()
+    click.echo("plugins: " + (", ".join(f"{n}-{v}" for n, v in sorted(versions.items())) or "(none)"))
+    click.echo(derived.summary())
+    if dry_run:
+        click.echo(config_to_yaml(config), nl=False)
+        return {}
+    if bundled:
+        from rlcore.tasks.arith import prepare_assets
+
+        prepare_assets(config)
+    run_dir = make_run_dir(config)
+    (run_dir / "config.yaml").write_text(config_to_yaml(config))
+    (run_dir / "plugins.json").write_text(json.dumps(
+        {r.name: {"version": r.version, "status": r.status, "builtin": r.builtin} for r in manager.records.values()},
+        indent=2,
+    ))
+    (run_dir / "derived.json").write_text(json.dumps(derived.as_dict(), indent=2))
+    click.echo(f"run directory: {run_dir}")
+
+    from rlcore.controller.trainer import Trainer
+
+    run = RunContext(config=config, run_dir=run_dir, plugins=versions, derived=derived.as_dict())
+    trainer = Trainer(config, run, manager)
+    last = trainer.fit()
+    _summarise(run_dir, last, time.perf_counter() - start)
+    return last
+
+
+def _summarise(run_dir: Path, last: dict[str, Any], wall: float) -> None:
+    from rlcore.tracking.plot import plot_reward_curve
+    from rlcore.tracking.sinks import read_metrics
+
+    metrics_path = run_dir / "metrics.jsonl"
+    png = plot_reward_curve(metrics_path, run_dir / "reward_curve.png")
+    rows = read_metrics(metrics_path)
+    val_keys = sorted({k for row in rows for k in row if k.startswith("val-core/")})
+    click.echo("")
+    for key in val_keys:
+        points = [(row["step"], row[key]) for row in rows if row.get(key) is not None]
+        if points:
+            first, final = points[0], points[-1]
+            click.echo(f"{key}: {first[1]:.3f} (step {first[0]}) -> {final[1]:.3f} (step {final[0]})")
+    summary = {"wall_time_s": round(wall, 1), "peak_rss_mb": round(_peak_rss_mb(), 1)}
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "last": last}, indent=2, default=float))
+    click.echo(f"wall time: {summary['wall_time_s']} s, peak memory (RSS): {summary['peak_rss_mb']} MB")
+    click.echo(f"run directory: {run_dir}")
+    click.echo(f"metrics:       {metrics_path}")
+    click.echo(f"reward curve:  {png}")
+    sys.stdout.flush()

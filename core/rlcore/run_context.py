@@ -1,0 +1,19 @@
+"""The object handed to lifecycle hooks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+
+@dataclass
+class RunContext:
+    """What a lifecycle hook may know about the run: its resolved config, its directory, the plugins."""
+
+    config: DictConfig
+    run_dir: Path
+    plugins: dict[str, str | None] = field(default_factory=dict)
+    derived: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,1 @@
+"""Bundled tasks: small verifiable problems that run on a CPU in minutes."""

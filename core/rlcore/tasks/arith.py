@@ -1,0 +1,170 @@
+"""The bundled CPU task that ``rlcore run`` trains when given no data: add two small numbers.
+
+Prompts are ``"a+b="`` with ``a, b`` in ``0..MAX_OPERAND``; the reward is 1 when the first integer of the
+response equals ``a + b``. A policy learning this from random weights needs far more than the five
+minutes the default run may take, so the run starts from a *warm-started* model that this module trains
+itself (no download) by supervised learning on a deliberately **biased teacher**: for every prompt the
+teacher answers ``a+b`` with probability :data:`TEACHER_CORRECT`, ``a+b+1`` with probability
+:data:`TEACHER_OFF_BY_ONE`, and another nearby number otherwise. Greedy decoding of that model is mostly
+wrong (it picks the off-by-one answer), while sampling is right about a third of the time — exactly the
+situation where RL helps: GRPO on the training prompts removes the bias, and the greedy validation reward
+on held-out prompts climbs from near 0.
+
+Assets (parquet files and the warm-started model) are built once and cached under
+``$RLCORE_CACHE/arith-<version>`` (default ``~/.cache/rlcore``); the build takes about 80 s on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+TASK_VERSION = "v1"
+DATA_SOURCE = "rlcore/arith"
+MAX_OPERAND = 19
+TEST_FRACTION = 0.2
+TEACHER_CORRECT = 0.35
+TEACHER_OFF_BY_ONE = 0.5
+SFT_STEPS = 600
+SFT_BATCH = 128
+SFT_LR = 3e-3
+SEED = 1234
+
+_FIRST_INT = re.compile(r"-?\d+")
+
+
+def score(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None) -> float:
+    """1.0 when the first integer in ``solution_str`` equals ``ground_truth``, else 0.0."""
+    match = _FIRST_INT.search(solution_str)
+    return 1.0 if match is not None and match.group() == str(ground_truth).strip() else 0.0
+
+
+def cache_dir() -> Path:
+    """Where the task's data and warm-started model live."""
+    root = Path(os.environ.get("RLCORE_CACHE", Path.home() / ".cache" / "rlcore"))
+    return root / f"arith-{TASK_VERSION}"
+
+
+def _pairs() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    pairs = [(a, b) for a in range(MAX_OPERAND + 1) for b in range(MAX_OPERAND + 1)]
+    random.Random(SEED).shuffle(pairs)
+    n_test = int(len(pairs) * TEST_FRACTION)
+    return pairs[n_test:], pairs[:n_test]
+
+
+def _row(a: int, b: int, split: str, index: int) -> dict[str, Any]:
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": [{"role": "user", "content": f"{a}+{b}="}],
+        "ability": "arithmetic",
+        "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+        "extra_info": {"split": split, "index": index},
+    }
+
+
+def cpu_preset() -> dict[str, Any]:
+    """The config fragment of the bundled task (preset ``arith-cpu``)."""
+    root = cache_dir()
+    return {
+        "data.train_files": str(root / "train.parquet"),
+        "data.val_files": str(root / "test.parquet"),
+        "data.train_batch_size": 16,
+        "data.max_prompt_length": 24,
+        "data.max_response_length": 4,
+        "actor_rollout_ref.model.path": str(root / "base-model"),
+        "actor_rollout_ref.rollout.name": "hf",
+        "actor_rollout_ref.rollout.n": 8,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
+        "actor_rollout_ref.actor.optim.lr": 3e-5,
+        "actor_rollout_ref.actor.optim.weight_decay": 0.0,
+        "algorithm.adv_estimator": "grpo",
+        "trainer.device": "cpu",
+        "trainer.logger": [],
+        "trainer.total_training_steps": 40,
+        "trainer.test_freq": 5,
+        "trainer.project_name": "rlcore-default",
+        "trainer.experiment_name": "arith-grpo",
+    }
+
+
+def _write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def _teacher_answer(a: int, b: int, rng: random.Random) -> int:
+    u = rng.random()
+    if u < TEACHER_CORRECT:
+        return a + b
+    if u < TEACHER_CORRECT + TEACHER_OFF_BY_ONE:
+        return a + b + 1
+    return a + b + rng.choice((-2, -1, 2, 3))
+
+
+def warm_start(model_dir: Path, pairs: list[tuple[int, int]]) -> None:
+    """Train a small Qwen2 model on the biased teacher and save it (with its tokenizer) to ``model_dir``."""
+    import torch
+
+    from rlcore.testing.tiny import build_model, build_tokenizer, default_corpus
+
+    rng = random.Random(SEED)
+    corpus = default_corpus() + [f"{a}+{b}={a + b}" for a, b in pairs]
+    tokenizer = build_tokenizer(corpus)
+    model = build_model(tokenizer, hidden_size=128, intermediate_size=256, num_layers=4, num_heads=4,
+                        num_kv_heads=2, max_position_embeddings=64, seed=SEED)
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": f"{a}+{b}="}],
+                                             add_generation_prompt=True, tokenize=False) for a, b in pairs]
+    prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=SFT_LR, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 50) * (1 - s / SFT_STEPS))
+    pad = tokenizer.pad_token_id
+    torch.manual_seed(SEED)
+    model.train()
+    for _ in range(SFT_STEPS):
+        batch = [rng.randrange(len(pairs)) for _ in range(SFT_BATCH)]
+        seqs, labels = [], []
+        for i in batch:
+            a, b = pairs[i]
+            answer = tokenizer(str(_teacher_answer(a, b, rng)), add_special_tokens=False)["input_ids"]
+            ids = prompt_ids[i] + answer + [tokenizer.eos_token_id]
+            seqs.append(ids)
+            labels.append([-100] * len(prompt_ids[i]) + answer + [tokenizer.eos_token_id])
+        width = max(map(len, seqs))
+        input_ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])
+        label_ids = torch.tensor([lab + [-100] * (width - len(lab)) for lab in labels])
+        mask = (label_ids != -100) | (input_ids != pad)
+        loss = model(input_ids=input_ids, attention_mask=mask.long(), labels=label_ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+
+
+def prepare_assets(config: Any = None) -> Path:
+    """Build the task's parquet files and warm-started model if they are not cached yet."""
+    root = cache_dir()
+    train_pairs, test_pairs = _pairs()
+    root.mkdir(parents=True, exist_ok=True)
+    if not (root / "train.parquet").exists() or not (root / "test.parquet").exists():
+        _write_parquet([_row(a, b, "train", i) for i, (a, b) in enumerate(train_pairs)], root / "train.parquet")
+        _write_parquet([_row(a, b, "test", i) for i, (a, b) in enumerate(test_pairs)], root / "test.parquet")
+    model_dir = root / "base-model"
+    if not (model_dir / "config.json").exists():
+        import shutil
+        import tempfile
+
+        print(f"building the warm-started base model for the bundled task in {model_dir} (once, about 1.5 minutes on 2 cores)", flush=True)
+        tmp = Path(tempfile.mkdtemp(prefix="base-model-", dir=root))
+        warm_start(tmp, train_pairs + test_pairs)
+        shutil.rmtree(model_dir, ignore_errors=True)
+        tmp.rename(model_dir)
+    return root
