@@ -10,72 +10,24 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import rlcore
 from rlcore.plugins import PluginRecord, make_plugin_manager, set_plugin_manager
-from rlcore.run import run_training
+from rlcore.testing.runs import make_tiny_task
+from rlcore.testing.runs import tiny_run as run_tiny
 from rlcore.tracking.sinks import read_metrics
-
-REWARD_PY = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
-    """Fraction of digits in the response (a dense signal a random tiny model can climb), plus a bonus."""
-    if not solution_str:
-        return 0.0
-    return sum(ch.isdigit() for ch in solution_str) / len(solution_str) + bonus
-'''
-
-
-def _rows(n: int, split: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "data_source": "tiny/digits",
-            "prompt": [{"role": "user", "content": f"{i}+{i % 7}="}],
-            "reward_model": {"style": "rule", "ground_truth": str(i + i % 7)},
-            "extra_info": {"split": split, "index": i},
-        }
-        for i in range(n)
-    ]
 
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Train/test parquet files and a custom reward function file."""
-    root = tmp_path_factory.mktemp("task")
-    pq.write_table(pa.Table.from_pylist(_rows(24, "train")), root / "train.parquet")
-    pq.write_table(pa.Table.from_pylist(_rows(6, "test")), root / "test.parquet")
-    (root / "reward.py").write_text(REWARD_PY)
-    return {"train": root / "train.parquet", "test": root / "test.parquet", "reward": root / "reward.py"}
+    return make_tiny_task(tmp_path_factory.mktemp("task"))
 
 
 def tiny_run(tmp_path: Path, model_dir: Path, task: dict[str, Path], *extra: str) -> tuple[dict[str, Any], Path]:
-    """Run two steps on the tiny task and return the last metrics and the run directory."""
-    overrides = [
-        f"data.train_files={task['train']}",
-        f"data.val_files={task['test']}",
-        f"actor_rollout_ref.model.path={model_dir}",
-        f"custom_reward_function.path={task['reward']}",
-        "custom_reward_function.reward_kwargs.bonus=0.0",
-        "data.train_batch_size=4",
-        "data.max_prompt_length=32",
-        "data.max_response_length=8",
-        "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.actor.optim.lr=1e-3",
-        "trainer.total_training_steps=2",
-        "trainer.test_freq=1",
-        "trainer.device=cpu",
-        "trainer.progress_bar=false",
-        f"trainer.runs_dir={tmp_path / 'runs'}",
-        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-        *extra,
-    ]
-    last = run_training([], overrides, [])
-    (run_dir,) = (tmp_path / "runs").glob("*/*")
-    return last, run_dir
+    """Two steps of the tiny task, with the reward bonus set through reward_kwargs."""
+    return run_tiny(tmp_path, model_dir, task, "custom_reward_function.reward_kwargs.bonus=0.0", *extra)
 
 
 class Recorder:
@@ -126,6 +78,7 @@ def recorded_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path,
             "algorithm.use_kl_in_reward=true",
             "trainer.save_freq=2",
             "trainer.logger=[console]",
+            "trainer.log_val_generations=2",
         )
     finally:
         set_plugin_manager(previous)
@@ -155,6 +108,9 @@ def test_grpo_run_directory(recorded_run) -> None:
     assert plugins["rlcore-plugin-grpo"]["status"] == "ok"
     derived = json.loads((run_dir / "derived.json").read_text())
     assert derived["responses_per_step"] == 16 and derived["mini_batches_per_epoch"] == 2
+    table = [json.loads(line) for line in (run_dir / "tables" / "val_generations.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in table] == [0, 0, 1, 1, 2, 2]
+    assert {"prompt", "response", "score"} <= set(table[0]) and "+" in table[0]["prompt"]
 
 
 def test_hook_on_run_start(recorded_run) -> None:
@@ -214,3 +170,66 @@ def test_estimator_needing_a_critic_refuses_a_disabled_critic(tmp_path: Path, ti
                                                               task: dict[str, Path]) -> None:
     with pytest.raises(rlcore.errors.RLCoreError, match="needs a critic but critic.enable=false"):
         tiny_run(tmp_path, tiny_model_dir, task, "algorithm.adv_estimator=gae", "critic.enable=false")
+
+
+def _with_plugin(**hooks):
+    """Install a fresh manager with a plugin made of ``hooks``; returns (manager, previous manager)."""
+    import types
+
+    manager = make_plugin_manager()
+    plugin = types.SimpleNamespace(**{name: rlcore.hookimpl(fn) for name, fn in hooks.items()})
+    manager.records["test-plugin"] = PluginRecord(name="test-plugin", version=None, builtin=False)
+    manager._register(plugin, manager.records["test-plugin"])
+    manager.build_registry()
+    return manager, set_plugin_manager(manager)
+
+
+def _one_group_filter(batch, config):
+    first = batch["uid"][0]
+    return batch[batch["uid"] == first], {"filter/seen": float(len(batch))}
+
+
+def _drop_all_filter(batch, config):
+    return batch[batch["uid"] == "no such uid"], {}
+
+
+def test_batch_filter_regenerates_until_enough_groups(tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]) -> None:
+    def register_batch_filters(register):
+        register("one-group", _one_group_filter)
+        register("drop-all", _drop_all_filter)
+
+    _, previous = _with_plugin(register_batch_filters=register_batch_filters)
+    try:
+        last, _ = tiny_run(tmp_path / "a", tiny_model_dir, task, "algorithm.adv_estimator=grpo",
+                           "algorithm.batch_filters=[one-group]")
+        assert last["batch_filter/gen_rounds"] == 4.0 and last["batch_filter/kept_prompts"] == 4.0
+        assert last["response_length/mean"] > 0
+        with pytest.raises(rlcore.errors.RLCoreError, match="kept 0 of the 4 prompt groups a step needs after 3 generation rounds"):
+            tiny_run(tmp_path / "b", tiny_model_dir, task, "algorithm.adv_estimator=grpo",
+                     "algorithm.batch_filters=[drop-all]", "algorithm.max_num_gen_batches=3")
+    finally:
+        set_plugin_manager(previous)
+
+
+def test_greedy_baseline_is_provided_to_estimators_that_need_it(tmp_path: Path, tiny_model_dir: Path,
+                                                               task: dict[str, Path]) -> None:
+    seen = {}
+
+    def baseline_estimator(*, token_level_rewards, response_mask, index, config, reward_baselines=None, **_):
+        seen["baselines"] = reward_baselines
+        scores = token_level_rewards.sum(-1)
+        advantages = (scores - reward_baselines).unsqueeze(-1) * response_mask
+        return advantages, advantages
+
+    def register_advantage_estimators(register):
+        register("greedy-baseline", baseline_estimator, needs_greedy_baseline=True)
+
+    _, previous = _with_plugin(register_advantage_estimators=register_advantage_estimators)
+    try:
+        last, _ = tiny_run(tmp_path, tiny_model_dir, task, "algorithm.adv_estimator=greedy-baseline")
+    finally:
+        set_plugin_manager(previous)
+    baselines = seen["baselines"]
+    assert baselines.shape == (16,), "one baseline per response"
+    assert all(len(set(baselines[i:i + 4].tolist())) == 1 for i in range(0, 16, 4)), "shared within a prompt group"
+    assert "timing_s/gen_max" in last

@@ -228,3 +228,21 @@ def test_broken_register_commands_marks_the_plugin(registered) -> None:
     with registered(plugin(register_commands=commands), name="bad-cmd") as manager:
         manager.add_commands(click.Group())
         assert manager.records["bad-cmd"].status == "error"
+
+
+def test_hook_on_config_resolved(registered, capsys) -> None:
+    from rlcore.run import run_training
+
+    def on_config_resolved(config):
+        if config.trainer.experiment_name == "translate-me":
+            config.algorithm.batch_filters = ["from-hook"]
+
+    def register_batch_filters(register):
+        register("from-hook", lambda batch, config: (batch, {}))
+
+    with registered(plugin(on_config_resolved=on_config_resolved, register_batch_filters=register_batch_filters),
+                    name="config-hook"):
+        run_training([], ["data.train_files=x.parquet", "actor_rollout_ref.model.path=m", "algorithm.adv_estimator=grpo",
+                          "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                          "trainer.experiment_name=translate-me"], [], dry_run=True)
+    assert "batch_filters:\n  - from-hook" in capsys.readouterr().out

@@ -23,6 +23,7 @@ import pluggy
 
 if TYPE_CHECKING:
     import click
+    from omegaconf import DictConfig
 
     from rlcore.run_context import RunContext
 
@@ -211,6 +212,23 @@ def config_defaults() -> dict[str, Any]:
         @rlcore.hookimpl
         def config_defaults():
             return {"algorithm": {"norm_adv_by_std_in_grpo": True}}
+    """
+
+
+@hookspec
+def on_config_resolved(config: DictConfig) -> None:
+    """Called once by ``rlcore run`` after the config is resolved, before it is validated and saved.
+
+    Implementations may modify ``config`` in place, for example to translate a verl-style switch into the
+    core's mechanism (``algorithm.filter_groups.enable=true`` → add a filter to ``algorithm.batch_filters``).
+    Only touch keys your plugin owns or documents.
+
+    Example::
+
+        @rlcore.hookimpl
+        def on_config_resolved(config):
+            if config.algorithm.filter_groups.enable:
+                config.algorithm.batch_filters = [*config.algorithm.batch_filters, "dapo-groups"]
     """
 
 

@@ -8,6 +8,7 @@ writes the resolved config and plugin versions into the run directory.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 import time
@@ -82,6 +83,7 @@ def _peak_rss_mb() -> float:
 def run_training(files: list[str], overrides: list[str], presets: list[str], *, dry_run: bool = False) -> dict[str, Any]:
     """Everything ``rlcore run`` does; returns the last metrics (empty for a dry run)."""
     start = time.perf_counter()
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # model-loading bars would tear the run's bar
     manager = load_plugins()
     for record in manager.problems():
         click.echo(f"warning: plugin {record.name} [{record.status}]: {record.error}", err=True)
@@ -90,6 +92,7 @@ def run_training(files: list[str], overrides: list[str], presets: list[str], *, 
     if bundled:
         click.echo(f"No config file or data.train_files given: training the bundled CPU task (preset {BUNDLED_PRESET}).")
     config = load_config(files, overrides, presets, manager)
+    manager.hook.on_config_resolved(config=config)
     _require(config, "data.train_files", "pass data.train_files=PATH (parquet or jsonl) or a config file")
     _require(config, "actor_rollout_ref.model.path", "pass actor_rollout_ref.model.path=NAME_OR_DIR")
     check_components(config, manager)

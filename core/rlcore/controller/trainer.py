@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from rlcore.algos.kl_control import apply_kl_penalty, make_kl_controller
 from rlcore.algos.losses import agg_loss
 from rlcore.algos.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
-from rlcore.controller.worker_group import make_worker_group, reduce_metrics
+from rlcore.controller.worker_group import WorkerSpec, make_worker_group, reduce_metrics
 from rlcore.data.collate import collate_rows
 from rlcore.data.custom import load_dataset_class
 from rlcore.data.loader import PromptLoader
@@ -54,8 +54,6 @@ class Trainer:
             raise RLCoreError(
                 f"algorithm.adv_estimator={algo.adv_estimator!r} needs a critic but critic.enable=false"
             )
-        if self.estimator.meta.get("needs_greedy_baseline"):
-            raise RLCoreError(f"algorithm.adv_estimator={algo.adv_estimator!r} needs a greedy baseline (not supported yet)")
         actor = config.actor_rollout_ref.actor
         self.use_reference = bool(actor.use_kl_loss or algo.use_kl_in_reward)
         self.kl_ctrl = make_kl_controller(algo.kl_ctrl) if algo.use_kl_in_reward else None
@@ -88,14 +86,15 @@ class Trainer:
         cfg.critic.optim.total_training_steps = self.total_steps
 
     def _build_workers(self) -> None:
-        backend = self.registry.load("training_backend", self.config.actor_rollout_ref.actor.strategy)
+        strategy = self.config.actor_rollout_ref.actor.strategy
+        self.registry.get("training_backend", strategy)
         role = "actor_rollout_ref" if self.use_reference else "actor_rollout"
-        self.actor = make_worker_group(backend.actor_worker, self.config, role)
+        self.actor = make_worker_group(WorkerSpec(strategy, "actor_worker"), self.config, role)
         self.actor.init_model()
         self.critic = None
         if self.use_critic:
-            critic_backend = self.registry.load("training_backend", self.config.critic.strategy)
-            self.critic = make_worker_group(critic_backend.critic_worker, self.config, "critic")
+            spec = WorkerSpec(self.config.critic.strategy, "critic_worker")
+            self.critic = make_worker_group(spec, self.config, "critic")
             self.critic.init_model()
         self.reward_fn = build_reward_manager(self.config, self.tokenizer)
         self.val_reward_fn = self.reward_fn
@@ -120,8 +119,56 @@ class Trainer:
         for name in self.config.algorithm.batch_filters:
             batch, filter_metrics = self.registry.load("batch_filter", name)(batch, self.config)
             metrics.update(filter_metrics)
-        if len(batch) == 0:
-            raise RLCoreError("the batch filters (algorithm.batch_filters) removed every sample of this step")
+        return batch
+
+    def _add_greedy_baseline(self, prompts: Batch, batch: Batch) -> None:
+        """ReMax: score one greedy response per prompt; its reward is the baseline of the prompt's samples."""
+        greedy_prompts = prompts.select(list(prompts.keys()))
+        greedy_prompts.meta["do_sample"] = False
+        greedy = self.actor.generate_sequences(greedy_prompts)
+        baseline = self.reward_fn(greedy).token_level_scores.sum(-1)
+        batch["reward_baselines"] = baseline.repeat_interleave(self.n)
+
+    def _collect_batch(self, metrics: dict[str, float]) -> Batch:
+        """Generate and score rollouts. With batch filters, generate more rounds until
+        ``data.train_batch_size`` prompt groups survive (DAPO's dynamic sampling), at most
+        ``algorithm.max_num_gen_batches`` rounds, then keep exactly that many groups."""
+        target = int(self.config.data.train_batch_size)
+        max_rounds = int(self.config.algorithm.max_num_gen_batches)
+        filtering = bool(self.config.algorithm.batch_filters)
+        kept: list[Batch] = []
+        prompts_kept = 0
+        rounds = 0
+        while True:
+            rounds += 1
+            prompts = self._prompt_batch()
+            prompts.meta["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+            with self.timer("gen"):
+                batch = self._generate(prompts)
+            if self.estimator.meta.get("needs_greedy_baseline"):
+                with self.timer("gen_max"):
+                    self._add_greedy_baseline(prompts, batch)
+            with self.timer("reward"):
+                self._score(batch, self.reward_fn, metrics)
+            if not filtering:
+                return batch
+            batch = self._apply_filters(batch, metrics)
+            if len(batch):
+                kept.append(batch)
+                prompts_kept += len(set(batch["uid"]))
+            if prompts_kept >= target:
+                break
+            if 0 < max_rounds <= rounds:
+                raise RLCoreError(
+                    f"the batch filters ({', '.join(self.config.algorithm.batch_filters)}) kept {prompts_kept} of the "
+                    f"{target} prompt groups a step needs after {rounds} generation rounds "
+                    f"(algorithm.max_num_gen_batches={max_rounds}); raise the limit or check the reward"
+                )
+        batch = kept[0] if len(kept) == 1 else Batch.concat(kept)
+        groups = list(dict.fromkeys(batch["uid"]))[:target]
+        batch = batch[np.isin(batch["uid"], groups)]
+        metrics["batch_filter/gen_rounds"] = float(rounds)
+        metrics["batch_filter/kept_prompts"] = float(prompts_kept)
         return batch
 
     def _apply_kl_in_reward(self, batch: Batch, metrics: dict[str, float]) -> None:
@@ -155,14 +202,7 @@ class Trainer:
         metrics: dict[str, float] = {}
         timer = self.timer
         step_start = time.perf_counter()
-        prompts = self._prompt_batch()
-        prompts.meta["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-        with timer("gen"):
-            batch = self._generate(prompts)
-        batch.meta["temperature"] = prompts.meta["temperature"]
-        with timer("reward"):
-            self._score(batch, self.reward_fn, metrics)
-        batch = self._apply_filters(batch, metrics)
+        batch = self._collect_batch(metrics)
         with timer("old_log_prob"):
             out = self.actor.compute_log_prob(batch)
             metrics["actor/entropy"] = agg_loss(
@@ -204,8 +244,12 @@ class Trainer:
         return [collate_rows([dataset[i] for i in range(s, min(s + size, len(dataset)))])
                 for s in range(0, len(dataset), size)]
 
-    def validate(self) -> dict[str, float]:
-        """Greedy (``val_kwargs``) generation on the validation set; ``val-core/<source>/reward/mean@N``."""
+    def validate(self) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """Greedy (``val_kwargs``) generation on the validation set.
+
+        Returns the metrics ``val-core/<source>/reward/mean@N`` (and ``val-aux/.../std@N`` when N > 1) and
+        the first ``trainer.log_val_generations`` samples as ``{"prompt", "response", "score"}`` rows.
+        """
         n = int(self.config.actor_rollout_ref.rollout.val_kwargs.n)
         sources: list[str] = []
         scores: list[float] = []
@@ -218,9 +262,12 @@ class Trainer:
             seq_scores = out["token_level_scores"].sum(-1).tolist()
             sources += [str(s) for s in out["data_source"]]
             scores += seq_scores
-            if len(samples) < self.config.trainer.log_val_generations:
-                texts = self.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
-                samples += [{"response": t, "score": s} for t, s in zip(texts, seq_scores)]
+            wanted = self.config.trainer.log_val_generations - len(samples)
+            if wanted > 0:
+                prompts_text = self.tokenizer.batch_decode(out["prompts"][:wanted], skip_special_tokens=True)
+                responses = self.tokenizer.batch_decode(out["responses"][:wanted], skip_special_tokens=True)
+                samples += [{"prompt": p, "response": r, "score": s}
+                            for p, r, s in zip(prompts_text, responses, seq_scores[:wanted])]
         by_source: dict[str, list[float]] = {}
         for source, score in zip(sources, scores):
             by_source.setdefault(source, []).append(score)
@@ -230,7 +277,7 @@ class Trainer:
             val[f"val-core/{source}/reward/mean@{n}"] = float(arr.mean())
             if n > 1:
                 val[f"val-aux/{source}/reward/std@{n}"] = float(arr.std())
-        return val
+        return val, samples
 
     # -------------------------------------------------------------- checkpoint
     def save_checkpoint(self) -> Path:
@@ -259,8 +306,7 @@ class Trainer:
         try:
             with ProgressBar(self.total_steps, enabled=cfg.progress_bar) as bar:
                 if self.val_dataset is not None and cfg.val_before_train:
-                    val = self._timed_validation()
-                    hook.on_validation_end(run=self.run, step=0, metrics=val)
+                    val = self._validate_and_report(0, trackers)
                     trackers.log(val, step=0)
                     bar.update(0, val)
                     last.update(val)
@@ -272,9 +318,7 @@ class Trainer:
                     metrics = self.train_step()
                     is_last = step == self.total_steps
                     if self.val_dataset is not None and cfg.test_freq > 0 and (is_last or step % cfg.test_freq == 0):
-                        val = self._timed_validation()
-                        hook.on_validation_end(run=self.run, step=step, metrics=val)
-                        metrics.update(val)
+                        metrics.update(self._validate_and_report(step, trackers))
                     if cfg.save_freq > 0 and (is_last or step % cfg.save_freq == 0):
                         with self.timer("save_checkpoint"):
                             path = self.save_checkpoint()
@@ -296,8 +340,11 @@ class Trainer:
                 self.critic.shutdown()
         return last
 
-    def _timed_validation(self) -> dict[str, float]:
+    def _validate_and_report(self, step: int, trackers: Any) -> dict[str, float]:
         start = time.perf_counter()
-        val = self.validate()
+        val, samples = self.validate()
         val["timing_s/testing"] = time.perf_counter() - start
+        if samples:
+            trackers.log_table("val_generations", samples, step=step)
+        self.manager.hook.on_validation_end(run=self.run, step=step, metrics=val)
         return val

@@ -9,6 +9,7 @@ shares this interface.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig
@@ -26,13 +27,28 @@ def reduce_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-class LocalWorkerGroup:
-    """One worker of ``worker_cls`` in this process; method calls go straight to it."""
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Which worker class to build, by name: ``training_backend`` ``backend`` and its attribute ``attr``
+    (``actor_worker`` or ``critic_worker``). Every process resolves it through its own plugin registry."""
 
-    def __init__(self, worker_cls: type, config: DictConfig, role: str) -> None:
+    backend: str
+    attr: str
+
+    def resolve(self) -> type:
+        """The worker class, from this process's registry."""
+        from rlcore.plugins import load_plugins
+
+        return getattr(load_plugins().registry.load("training_backend", self.backend), self.attr)
+
+
+class LocalWorkerGroup:
+    """One worker in this process; method calls go straight to it."""
+
+    def __init__(self, spec: WorkerSpec, config: DictConfig, role: str) -> None:
         self.role = role
         self.world_size = 1
-        self.worker = worker_cls(config, role, rank=0, world_size=1)
+        self.worker = spec.resolve()(config, role, rank=0, world_size=1)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -46,11 +62,11 @@ class LocalWorkerGroup:
             close()
 
 
-def make_worker_group(worker_cls: type, config: DictConfig, role: str) -> LocalWorkerGroup:
+def make_worker_group(spec: WorkerSpec, config: DictConfig, role: str) -> LocalWorkerGroup:
     """Create the worker group for ``role`` with the executor named by ``trainer.executor``."""
     from rlcore.config import ConfigError
 
     executor = config.trainer.executor
     if executor == "local":
-        return LocalWorkerGroup(worker_cls, config, role)
+        return LocalWorkerGroup(spec, config, role)
     raise ConfigError(f"trainer.executor={executor!r} is not available yet; use 'local'")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -153,7 +154,7 @@ class HFRolloutEngine:
 
         Reads ``input_ids [B, P]`` (left-padded), ``attention_mask`` and ``position_ids`` (computed from
         the mask when absent). Uses ``val_kwargs`` when ``validate`` or ``batch.meta["validate"]`` is
-        true. The result holds ``prompts``, ``responses [B, R]`` (right-padded with the pad token,
+        true; ``batch.meta["do_sample"] = False`` forces greedy decoding. The result holds ``prompts``, ``responses [B, R]`` (right-padded with the pad token,
         ``R = response_length``), ``response_mask`` (1 up to and including the EOS token),
         ``input_ids``, ``attention_mask`` and ``position_ids = clip(cumsum(attention_mask) - 1, 0)`` over
         ``P + R``, and with
@@ -164,6 +165,8 @@ class HFRolloutEngine:
             raise RLCoreError("the rollout engine is asleep: call wake() before generate()")
         validate = validate or bool(batch.meta.get("validate", False))
         params = self.val_params if validate else self.train_params
+        if batch.meta.get("do_sample") is False:  # a greedy pass on request (ReMax's baseline)
+            params = replace(params, do_sample=False)
         prompts = batch["input_ids"]
         out_device = prompts.device
         prompt_mask = batch["attention_mask"] if "attention_mask" in batch else torch.ones_like(prompts)

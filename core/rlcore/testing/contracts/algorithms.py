@@ -23,36 +23,20 @@ determinism and the direction of the learning signal.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from rlcore.algos.losses import LOSS_AGG_MODES
-from rlcore.config import default_config
 from rlcore.plugins import load_plugins
+from rlcore.testing.config import contract_config, default_tree
 from rlcore.registry import Component, Registry
 
 #: padded response length of the contract batches
 RESPONSE_LENGTH = 6
-
-
-def default_tree() -> Any:
-    """rlcore's default config with every loaded plugin's sections (interpolations unresolved)."""
-    return default_config(load_plugins())
-
-
-def contract_config(overrides: dict[str, Any], base: Any = None) -> Any:
-    """A resolved copy of ``base`` (default: :func:`default_tree`) after applying dotted-key ``overrides``."""
-    config = copy.deepcopy(base) if base is not None else default_tree()
-    for key, value in overrides.items():
-        OmegaConf.update(config, key, value, merge=True)
-    OmegaConf.resolve(config)
-    return config
 
 
 def _response_mask(lengths: list[int], width: int = RESPONSE_LENGTH) -> torch.Tensor:

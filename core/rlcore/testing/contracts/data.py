@@ -30,22 +30,15 @@ from typing import Any, ClassVar
 import pytest
 import torch
 
+from rlcore.testing.config import contract_config
+
 #: a length no test prompt reaches, for the untruncated reference rows
 LONG_LENGTH = 4096
 
 
 def data_config(overrides: dict[str, Any]) -> Any:
     """rlcore's default ``data`` section (with plugin sections loaded) after ``overrides`` (keys below ``data``)."""
-    from omegaconf import OmegaConf
-
-    from rlcore.config import default_config
-    from rlcore.plugins import load_plugins
-
-    config = default_config(load_plugins())
-    for key, value in overrides.items():
-        OmegaConf.update(config, f"data.{key}", value, merge=True)
-    OmegaConf.resolve(config)
-    return config.data
+    return contract_config({f"data.{key}": value for key, value in overrides.items()}).data
 
 
 def unpadded(row: dict[str, Any]) -> list[int]:

@@ -34,6 +34,8 @@ import numpy as np
 import pytest
 import torch
 
+from rlcore.testing.config import contract_config
+
 #: responses of the manager contract batch (the last one is empty)
 RESPONSES: tuple[str, ...] = ("the answer is 12", "so 3 + 4 = 7. #### 7", "first", "")
 #: padded response length of the manager contract batch
@@ -43,16 +45,7 @@ PROMPT_LENGTH = 6
 
 def reward_config(overrides: dict[str, Any]) -> Any:
     """rlcore's default ``reward_model`` section after ``overrides`` (keys below ``reward_model``)."""
-    from omegaconf import OmegaConf
-
-    from rlcore.config import default_config
-    from rlcore.plugins import load_plugins
-
-    config = default_config(load_plugins())
-    for key, value in overrides.items():
-        OmegaConf.update(config, f"reward_model.{key}", value, merge=True)
-    OmegaConf.resolve(config)
-    return config.reward_model
+    return contract_config({f"reward_model.{key}": value for key, value in overrides.items()}).reward_model
 
 
 def make_reward_batch(

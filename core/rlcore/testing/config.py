@@ -1,0 +1,28 @@
+"""Configs for tests and contract suites: rlcore's defaults plus every loaded plugin's sections."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+def default_tree() -> DictConfig:
+    """rlcore's default config with every loaded plugin's sections (interpolations unresolved)."""
+    from rlcore.config import default_config
+    from rlcore.plugins import load_plugins
+
+    return default_config(load_plugins())
+
+
+def contract_config(overrides: dict[str, Any], base: DictConfig | None = None) -> DictConfig:
+    """A resolved copy of ``base`` (default: :func:`default_tree`) after applying dotted-key ``overrides``.
+
+    Values are set as given (no string parsing), so dicts, lists and ``None`` can be passed directly.
+    """
+    config = copy.deepcopy(base) if base is not None else default_tree()
+    for key, value in overrides.items():
+        OmegaConf.update(config, key, value, merge=True)
+    OmegaConf.resolve(config)
+    return config

@@ -1,0 +1,46 @@
+"""One contract suite per component kind. Subclass one in a ``Test...`` class and set ``component_name``::
+
+    from rlcore.testing.contracts import AdvantageEstimatorContract
+
+    class TestMyEstimator(AdvantageEstimatorContract):
+        component_name = "my_estimator"
+
+The suites test behaviour (shapes, masks, determinism under a seed, metric keys, the direction of the
+learning signal), not merely that a class exists. They need torch; import them from test modules only.
+"""
+
+from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract, PolicyLossContract
+from rlcore.testing.contracts.backend import TrainingBackendContract
+from rlcore.testing.contracts.components import BatchFilterContract, PresetContract
+from rlcore.testing.contracts.data import DatasetContract
+from rlcore.testing.contracts.rewards import RewardManagerContract, RewardScorerContract
+from rlcore.testing.contracts.rollout import RolloutEngineContract
+from rlcore.testing.contracts.tracker import TrackerContract
+
+#: component kind -> its contract suite
+CONTRACTS = {
+    "advantage_estimator": AdvantageEstimatorContract,
+    "policy_loss": PolicyLossContract,
+    "training_backend": TrainingBackendContract,
+    "batch_filter": BatchFilterContract,
+    "preset": PresetContract,
+    "dataset": DatasetContract,
+    "reward_manager": RewardManagerContract,
+    "reward_scorer": RewardScorerContract,
+    "rollout_engine": RolloutEngineContract,
+    "tracker": TrackerContract,
+}
+
+__all__ = [
+    "CONTRACTS",
+    "AdvantageEstimatorContract",
+    "BatchFilterContract",
+    "DatasetContract",
+    "PolicyLossContract",
+    "PresetContract",
+    "RewardManagerContract",
+    "RewardScorerContract",
+    "RolloutEngineContract",
+    "TrackerContract",
+    "TrainingBackendContract",
+]

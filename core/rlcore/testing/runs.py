@@ -1,0 +1,91 @@
+"""Run a few real training steps on a tiny task — for end-to-end tests of rlcore and of plugins.
+
+::
+
+    from rlcore.testing.runs import make_tiny_task, tiny_run
+
+    def test_my_estimator_trains(tmp_path, tiny_model_dir):
+        task = make_tiny_task(tmp_path / "task")
+        last, run_dir = tiny_run(tmp_path, tiny_model_dir, task, "algorithm.adv_estimator=my_estimator")
+        assert "actor/pg_loss" in last
+
+The task is a parquet dataset of short prompts with a custom reward function (the fraction of digits in
+the response, plus an optional bonus) that gives a random tiny model a dense, varied signal. Everything is
+real: the run goes through ``rlcore run``'s own code path with the local executor.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+REWARD_PY = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
+    """Fraction of digits in the response (a dense signal a random tiny model can climb), plus a bonus."""
+    if not solution_str:
+        return 0.0
+    return sum(ch.isdigit() for ch in solution_str) / len(solution_str) + bonus
+'''
+
+DATA_SOURCE = "tiny/digits"
+
+
+def _rows(n: int, split: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "data_source": DATA_SOURCE,
+            "prompt": [{"role": "user", "content": f"{i}+{i % 7}="}],
+            "reward_model": {"style": "rule", "ground_truth": str(i + i % 7)},
+            "extra_info": {"split": split, "index": i},
+        }
+        for i in range(n)
+    ]
+
+
+def make_tiny_task(root: Path, train_rows: int = 24, test_rows: int = 6) -> dict[str, Path]:
+    """Write ``train.parquet``, ``test.parquet`` and ``reward.py`` under ``root``; return their paths."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(_rows(train_rows, "train")), root / "train.parquet")
+    pq.write_table(pa.Table.from_pylist(_rows(test_rows, "test")), root / "test.parquet")
+    (root / "reward.py").write_text(REWARD_PY)
+    return {"train": root / "train.parquet", "test": root / "test.parquet", "reward": root / "reward.py"}
+
+
+def tiny_overrides(tmp_path: Path, model_dir: Path, task: dict[str, Path]) -> list[str]:
+    """The base overrides of :func:`tiny_run`: 4 prompts x 4 responses, 8-token responses, 2 steps."""
+    return [
+        f"data.train_files={task['train']}",
+        f"data.val_files={task['test']}",
+        f"actor_rollout_ref.model.path={model_dir}",
+        f"custom_reward_function.path={task['reward']}",
+        "data.train_batch_size=4",
+        "data.max_prompt_length=32",
+        "data.max_response_length=8",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "trainer.total_training_steps=2",
+        "trainer.test_freq=1",
+        "trainer.device=cpu",
+        "trainer.progress_bar=false",
+        f"trainer.runs_dir={tmp_path / 'runs'}",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+    ]
+
+
+def tiny_run(tmp_path: Path, model_dir: Path, task: dict[str, Path], *extra: str,
+             presets: tuple[str, ...] = ()) -> tuple[dict[str, Any], Path]:
+    """Run the tiny task (two steps unless ``extra`` says otherwise); return the last metrics and the run dir.
+
+    ``extra`` are ``key=value`` overrides applied after the base ones; ``presets`` are applied first.
+    Each call needs its own ``tmp_path`` (the run directory is found there).
+    """
+    from rlcore.run import run_training
+
+    last = run_training([], [*tiny_overrides(tmp_path, model_dir, task), *extra], list(presets))
+    (run_dir,) = (tmp_path / "runs").glob("*/*")
+    return last, run_dir
