@@ -261,4 +261,5 @@ def test_plugin_command_preset_and_config_section(plugin_site: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert "threshold: 0.9" in shown.stdout and "total_epochs: 7" in shown.stdout
     presets = json.loads(rlcore(plugin_site, "plugins", "--json", "--kind", "preset").stdout)
-    assert [row["name"] for row in presets] == ["rlcore-demo-good"]
+    assert "rlcore-demo-good" in [row["name"] for row in presets]
+    assert all(row["components"] and {c["kind"] for c in row["components"]} == {"preset"} for row in presets)

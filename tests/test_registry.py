@@ -92,12 +92,34 @@ def test_registration_is_validated(comp: Component, message: str) -> None:
         Registry().add(comp)
 
 
-def test_missing_module_names_distribution_and_extra() -> None:
+def test_missing_dependency_names_distribution_and_extra(tmp_path, monkeypatch) -> None:
+    (tmp_path / "engine_pkg_x").mkdir()
+    (tmp_path / "engine_pkg_x" / "__init__.py").write_text("import surely_missing_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     registry = Registry()
     registry.add(_comp("vllm", kind="rollout_engine", plugin="rlcore-plugin-vllm",
-                       target="surely_missing_module:Engine", meta={"extra": "gpu"}))
-    with pytest.raises(ComponentImportError, match=r"rlcore-plugin-vllm\[gpu\]"):
+                       target="engine_pkg_x:Engine", meta={"extra": "gpu"}))
+    with pytest.raises(ComponentImportError) as info:
         registry.load("rollout_engine", "vllm")
+    message = str(info.value)
+    assert "needs the module 'surely_missing_dependency'" in message
+    assert "pip install 'rlcore-plugin-vllm[gpu]'" in message
+
+
+def test_missing_target_module_asks_whether_the_plugin_is_installed() -> None:
+    registry = Registry()
+    registry.add(_comp("x", target="surely_missing_module:Engine", plugin="rlcore-plugin-x"))
+    with pytest.raises(ComponentImportError, match="Is rlcore-plugin-x installed"):
+        registry.load("policy_loss", "x")
+
+
+def test_broken_plugin_module_is_not_reported_as_missing(tmp_path, monkeypatch) -> None:
+    (tmp_path / "broken_pkg_x.py").write_text("from json import no_such_name\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = Registry()
+    registry.add(_comp("x", target="broken_pkg_x:thing", plugin="rlcore-plugin-x"))
+    with pytest.raises(ComponentImportError, match="looks broken or incompatible"):
+        registry.load("policy_loss", "x")
 
 
 def test_missing_attribute() -> None:

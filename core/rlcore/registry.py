@@ -89,14 +89,7 @@ class Component:
         try:
             obj: Any = importlib.import_module(module_name)
         except ImportError as exc:
-            provider = self.dist or self.plugin
-            missing = getattr(exc, "name", None) or str(exc)
-            raise ComponentImportError(
-                f"{self.kind} {self.name!r} (provided by {provider}) cannot be imported: "
-                f"{type(exc).__name__}: {exc}. Missing module {missing!r}: install it, e.g. "
-                f"`pip install '{provider}[{self.meta.get('extra', 'all')}]'`"
-                + (f" ({self.meta['install_hint']})" if "install_hint" in self.meta else "")
-            ) from exc
+            raise ComponentImportError(self._import_failure(module_name, exc)) from exc
         for part in attr.split("."):
             try:
                 obj = getattr(obj, part)
@@ -107,6 +100,20 @@ class Component:
                 ) from exc
         self._loaded = obj
         return obj
+
+
+    def _import_failure(self, module_name: str, exc: ImportError) -> str:
+        provider = self.dist or self.plugin
+        head = f"{self.kind} {self.name!r} (provided by {provider}) cannot be imported from {module_name!r}"
+        missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+        if missing and not module_name.startswith(missing + ".") and missing != module_name.split(".")[0]:
+            extra = self.meta.get("extra")
+            install = f"pip install '{provider}[{extra}]'" if extra else f"pip install {missing}"
+            hint = self.meta.get("install_hint", install)
+            return f"{head}: it needs the module {missing!r}, which is not installed ({hint})"
+        if missing:
+            return f"{head}: {exc}. Is {provider} installed in this environment?"
+        return f"{head}: {type(exc).__name__}: {exc} — {provider} looks broken or incompatible with this rlcore"
 
 
 class Registry:
