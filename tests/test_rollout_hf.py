@@ -244,3 +244,19 @@ def test_given_module_and_dtype_name(tiny_model_dir: Path, tiny_tokenizer: Any) 
     assert isinstance(out, Batch) and out["responses"].shape[1] == 10
     with pytest.raises(RLCoreError, match="dtype"):
         HFRolloutEngine(None, tiny_tokenizer, rollout_config(), dtype="float13", module=module)
+
+
+def test_state_dict_restores_the_sampling_state(make_engine: Callable[..., HFRolloutEngine],
+                                                tiny_tokenizer: Any) -> None:
+    """A fresh engine that loads another's ``state_dict()`` samples what that engine samples next and takes
+    the saved weight version; a state without its keys is refused."""
+    engine = make_engine()
+    engine.generate(make_prompt_batch(tiny_tokenizer))
+    state = engine.state_dict()
+    expected = engine.generate(make_prompt_batch(tiny_tokenizer))["responses"]
+    fresh = make_engine()
+    fresh.load_state_dict({**state, "weight_version": 7})
+    assert fresh.weight_version == 7
+    assert torch.equal(fresh.generate(make_prompt_batch(tiny_tokenizer))["responses"], expected)
+    with pytest.raises(RLCoreError, match="missing weight_version"):
+        fresh.load_state_dict({"generator": state["generator"]})

@@ -72,6 +72,13 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     world = _positive(config, "trainer.nnodes") * _positive(config, "trainer.n_gpus_per_node")
     notes: list[str] = []
 
+    if config.trainer.executor == "local" and world > 1:
+        raise ConfigError(
+            f"trainer.executor=local runs a single process, but trainer.nnodes x trainer.n_gpus_per_node = {world} "
+            f"ranks were asked for; set trainer.executor=ray"
+        )
+    if config.trainer.executor not in ("local", "ray"):
+        raise ConfigError(f"trainer.executor must be 'local' or 'ray', got {config.trainer.executor!r}")
     if config.data.truncation not in TRUNCATION_MODES:
         raise ConfigError(f"data.truncation must be one of {', '.join(TRUNCATION_MODES)}, got {config.data.truncation!r}")
     _positive(config, "data.max_prompt_length")

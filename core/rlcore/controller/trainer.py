@@ -11,17 +11,21 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
+import click
 import numpy as np
 from omegaconf import DictConfig
 
 from rlcore.algos.kl_control import apply_kl_penalty, make_kl_controller
 from rlcore.algos.losses import agg_loss
 from rlcore.algos.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
-from rlcore.controller.worker_group import WorkerSpec, make_worker_group, reduce_metrics
+from rlcore.checkpoint import CheckpointManager, read_trainer_state, resume_path, write_trainer_state
+from rlcore.controller.uids import prompt_uids
+from rlcore.controller.balance import balance_order
+from rlcore.controller.groups import build_worker_groups
+from rlcore.controller.worker_group import reduce_metrics
 from rlcore.data.collate import collate_rows
 from rlcore.data.custom import load_dataset_class
 from rlcore.data.loader import PromptLoader
@@ -86,29 +90,25 @@ class Trainer:
         cfg.critic.optim.total_training_steps = self.total_steps
 
     def _build_workers(self) -> None:
-        strategy = self.config.actor_rollout_ref.actor.strategy
-        self.registry.get("training_backend", strategy)
-        role = "actor_rollout_ref" if self.use_reference else "actor_rollout"
-        self.actor = make_worker_group(WorkerSpec(strategy, "actor_worker"), self.config, role)
-        self.actor.init_model()
-        self.critic = None
-        if self.use_critic:
-            spec = WorkerSpec(self.config.critic.strategy, "critic_worker")
-            self.critic = make_worker_group(spec, self.config, "critic")
-            self.critic.init_model()
+        self.registry.get("training_backend", self.config.actor_rollout_ref.actor.strategy)
+        self.groups = build_worker_groups(self.config, use_reference=self.use_reference, use_critic=self.use_critic)
+        self.actor, self.rollout, self.critic = self.groups.actor, self.groups.rollout, self.groups.critic
+        self.groups.init_models()
         self.reward_fn = build_reward_manager(self.config, self.tokenizer)
         self.val_reward_fn = self.reward_fn
 
     # ------------------------------------------------------------------- step
     def _prompt_batch(self) -> Batch:
         batch = self.train_loader.next_batch()
-        batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        loader = self.train_loader
+        uids = prompt_uids(self.config.trainer.seed, loader.epoch, loader.position, len(batch))
+        batch["uid"] = np.array(uids, dtype=object)
         return batch
 
     def _generate(self, prompts: Batch, validate: bool = False, n: int | None = None) -> Batch:
         gen = prompts.repeat(n or self.n, interleave=True)
         gen.meta["validate"] = validate
-        return self.actor.generate_sequences(gen)
+        return self.rollout.generate_sequences(gen)
 
     def _score(self, batch: Batch, reward_fn: Any, metrics: dict[str, float]) -> None:
         result = reward_fn(batch)
@@ -125,7 +125,7 @@ class Trainer:
         """ReMax: score one greedy response per prompt; its reward is the baseline of the prompt's samples."""
         greedy_prompts = prompts.select(list(prompts.keys()))
         greedy_prompts.meta["do_sample"] = False
-        greedy = self.actor.generate_sequences(greedy_prompts)
+        greedy = self.rollout.generate_sequences(greedy_prompts)
         baseline = self.reward_fn(greedy).token_level_scores.sum(-1)
         batch["reward_baselines"] = baseline.repeat_interleave(self.n)
 
@@ -203,6 +203,10 @@ class Trainer:
         timer = self.timer
         step_start = time.perf_counter()
         batch = self._collect_batch(metrics)
+        if self.config.trainer.balance_batch:
+            order, balance_metrics = balance_order(batch["attention_mask"].sum(-1), self.actor.world_size)
+            batch.reorder(order)
+            metrics.update(balance_metrics)
         with timer("old_log_prob"):
             out = self.actor.compute_log_prob(batch)
             metrics["actor/entropy"] = agg_loss(
@@ -225,7 +229,7 @@ class Trainer:
             with timer("update_actor"):
                 metrics.update(reduce_metrics(self.actor.update_actor(batch).meta.get("metrics", {})))
             with timer("update_weights"):
-                metrics.update(reduce_metrics(self.actor.sync_weights()))
+                metrics.update(reduce_metrics(self.groups.sync_weights()))
         step_time = time.perf_counter() - step_start
         timing = {**timer.pop_all(), "step": step_time}
         metrics.update(compute_data_metrics(batch, use_critic=self.critic is not None))
@@ -281,21 +285,59 @@ class Trainer:
 
     # -------------------------------------------------------------- checkpoint
     def save_checkpoint(self) -> Path:
-        """Save the workers' state and the data loader position under ``default_local_dir/global_step_N``."""
-        root = Path(self.config.trainer.default_local_dir)
-        path = root / f"global_step_{self.global_step}"
-        path.mkdir(parents=True, exist_ok=True)
-        self.actor.save_checkpoint(str(path / "actor"))
+        """Save ``default_local_dir/global_step_N`` atomically (:meth:`rlcore.checkpoint.CheckpointManager.save`):
+        the workers' parts in ``actor/`` and ``critic/``, and ``trainer_state.json`` with the global step,
+        the data loader position and the in-reward KL coefficient."""
+
+        def write(folder: Path) -> None:
+            """Make the workers and the controller write their parts into ``folder``."""
+            self.actor.save_checkpoint(str(folder / "actor"))
+            if self.critic is not None:
+                self.critic.save_checkpoint(str(folder / "critic"))
+            kl_coef = None if self.kl_ctrl is None else self.kl_ctrl.value
+            state = {"global_step": self.global_step, "data": self.train_loader.state_dict(), "kl_coef": kl_coef}
+            write_trainer_state(folder, state)
+
+        return CheckpointManager(self.config).save(self.global_step, write)
+
+    def load_checkpoint(self, path: Path) -> None:
+        """Restore a checkpoint written by :meth:`save_checkpoint`: the workers, the data loader, the KL
+        coefficient and the global step (training continues with step N+1); notes it in ``resume.json``."""
+        state = read_trainer_state(path)
+        self.actor.load_checkpoint(str(path / "actor"))
         if self.critic is not None:
-            self.critic.save_checkpoint(str(path / "critic"))
-        (path / "data.json").write_text(json.dumps(self.train_loader.state_dict()))
-        (root / "latest_checkpointed_iteration.txt").write_text(str(self.global_step))
-        return path
+            self.critic.load_checkpoint(str(path / "critic"))
+        if self.groups.split:  # a colocated actor re-syncs its own engine; a separate rollout group must be told
+            self.groups.sync_weights()
+        self.train_loader.load_state_dict(state["data"])
+        if self.kl_ctrl is not None and state.get("kl_coef") is not None:
+            self.kl_ctrl.value = float(state["kl_coef"])
+        self.global_step = int(state["global_step"])
+        (self.run.run_dir / "resume.json").write_text(json.dumps({"path": str(path), "step": self.global_step}))
+        click.echo(f"resumed from {path} (step {self.global_step} of {self.total_steps})")
+
+    def _check_steps_left(self, path: Path) -> None:
+        """Refuse to resume a checkpoint that already reached ``total_steps`` (a run of zero steps)."""
+        step = int(read_trainer_state(path)["global_step"])
+        if step >= self.total_steps:
+            raise RLCoreError(
+                f"nothing left to train: the checkpoint {path} is at step {step} and the run has {self.total_steps} "
+                "steps; raise trainer.total_training_steps (or trainer.total_epochs) to train on, or set "
+                "trainer.resume_mode=disable to start over"
+            )
 
     # -------------------------------------------------------------------- fit
     def fit(self) -> dict[str, float]:
-        """Train for ``total_steps``; returns the last step's metrics (plus the last validation)."""
+        """Train for ``total_steps``; returns the last step's metrics (plus the last validation).
+
+        Resumes first when ``trainer.resume_mode`` selects a checkpoint (:func:`rlcore.checkpoint.resume_path`);
+        a resumed run skips ``val_before_train`` (the checkpoint's step was logged by the interrupted run)
+        unless ``val_only``, and its steps, ``test_freq`` and ``save_freq`` continue from the global step.
+        """
+        resume_from = resume_path(self.config)  # a bad resume setting fails before any model is loaded
         self._build_data()
+        if resume_from is not None and not self.config.trainer.val_only:
+            self._check_steps_left(resume_from)
         self._build_workers()
         cfg = self.config.trainer
         trackers = build_trackers(self.config, self.run.run_dir)
@@ -304,16 +346,19 @@ class Trainer:
         status = "failed"
         last: dict[str, float] = {}
         try:
-            with ProgressBar(self.total_steps, enabled=cfg.progress_bar) as bar:
-                if self.val_dataset is not None and cfg.val_before_train:
-                    val = self._validate_and_report(0, trackers)
-                    trackers.log(val, step=0)
-                    bar.update(0, val)
+            if resume_from is not None:
+                self.load_checkpoint(resume_from)
+            with ProgressBar(self.total_steps, enabled=cfg.progress_bar, initial_step=self.global_step) as bar:
+                validate_first = cfg.val_only or (cfg.val_before_train and resume_from is None)
+                if self.val_dataset is not None and validate_first:
+                    val = self._validate_and_report(self.global_step, trackers)
+                    trackers.log(val, step=self.global_step)
+                    bar.update(self.global_step, val)
                     last.update(val)
                     if cfg.val_only:
                         status = "completed"
                         return last
-                for step in range(1, self.total_steps + 1):
+                for step in range(self.global_step + 1, self.total_steps + 1):
                     self.global_step = step
                     metrics = self.train_step()
                     is_last = step == self.total_steps
@@ -335,9 +380,7 @@ class Trainer:
         finally:
             trackers.finish()
             hook.on_run_end(run=self.run, status=status)
-            self.actor.shutdown()
-            if self.critic is not None:
-                self.critic.shutdown()
+            self.groups.shutdown()
         return last
 
     def _validate_and_report(self, step: int, trackers: Any) -> dict[str, float]:

@@ -3,8 +3,8 @@
 The controller only ever calls ``group.method(batch)``. A group splits the batch across its data-parallel
 ranks, calls every rank and concatenates the results; per-rank metrics in ``meta["metrics"]`` arrive as
 lists and are reduced by :func:`reduce_metrics`. The ``local`` executor holds a single worker in the
-controller's own process (world size 1), which is what debugging and fast tests want; the Ray executor
-shares this interface.
+controller's own process (world size 1), which is what debugging and fast tests want; the ``ray``
+executor (:mod:`rlcore.controller.ray_executor`) shares this interface with one Ray actor per rank.
 """
 
 from __future__ import annotations
@@ -62,11 +62,20 @@ class LocalWorkerGroup:
             close()
 
 
-def make_worker_group(spec: WorkerSpec, config: DictConfig, role: str) -> LocalWorkerGroup:
-    """Create the worker group for ``role`` with the executor named by ``trainer.executor``."""
+def make_worker_group(spec: WorkerSpec, config: DictConfig, role: str, pool: str = "train") -> Any:
+    """Create the worker group for ``role`` with the executor named by ``trainer.executor``.
+
+    ``local`` gives a :class:`LocalWorkerGroup`; ``ray`` a
+    :class:`~rlcore.controller.ray_executor.RayWorkerGroup` on the resource pool ``pool`` (``train``, or
+    ``rollout`` with ``trainer.placement=split``; see :mod:`rlcore.controller.placement`).
+    """
     from rlcore.config import ConfigError
 
     executor = config.trainer.executor
     if executor == "local":
         return LocalWorkerGroup(spec, config, role)
-    raise ConfigError(f"trainer.executor={executor!r} is not available yet; use 'local'")
+    if executor == "ray":
+        from rlcore.controller.ray_executor import RayWorkerGroup
+
+        return RayWorkerGroup(spec, config, role, pool)
+    raise ConfigError(f"trainer.executor must be local or ray, got {executor!r}")

@@ -311,6 +311,24 @@ class HFRolloutEngine:
         """The float64 sum of every parameter value (tied weights counted once); see :func:`state_checksum`."""
         return float64_sum(param for _, param in self.module.named_parameters())
 
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        """The engine's resumable state: the sampling generator's state and :attr:`weight_version`.
+
+        A checkpoint stores it so that generation after a resume draws the same random numbers as the
+        uninterrupted run (the weights themselves come from the trainer's checkpoint).
+        """
+        return {"generator": self._generator.get_state(), "weight_version": self._weight_version}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned; call it after the trainer's weights are synced."""
+        missing = sorted({"generator", "weight_version"} - set(state))
+        if missing:
+            raise RLCoreError(f"rollout engine state is missing {', '.join(missing)}")
+        self._generator.set_state(state["generator"])
+        self._weight_version = int(state["weight_version"])
+
     # ------------------------------------------------------------------ memory
 
     def sleep(self) -> None:

@@ -17,6 +17,18 @@ class FSDPSettings(TrainingBackendContract):
     component_name = "fsdp"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Run the backend's tests with one intra-op thread: the tiny model gains nothing from more, and on a
+    shared machine idle OpenMP threads spinning for work cost far more CPU than the matrix products."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def make_config(tiny_model_dir: Path) -> Callable[..., Any]:
     """``make_config(**dotted_overrides)``: the contract's small config for the tiny model."""

@@ -1,4 +1,5 @@
-"""The actor/rollout/ref worker: log-prob numerics, the PPO update loop, weight sync and checkpoints."""
+"""The actor/rollout/ref worker: log-prob numerics, the PPO update loop and weight sync (checkpoints:
+test_checkpoint.py)."""
 
 from __future__ import annotations
 
@@ -182,46 +183,6 @@ def test_weight_sync_checks_the_engine(make_worker: Callable[..., Any], batch: B
         worker.sync_weights()
     monkeypatch.undo()
     assert worker.sync_weights()["rollout/weight_checksum_diff"] <= 1e-6
-
-
-def test_checkpoint_round_trip(make_worker: Callable[..., Any], batch: Batch, tmp_path: Path) -> None:
-    """Save, train on, load: parameters, optimizer moments, LR schedule and the rollout are restored; the
-    Hugging Face export holds the saved weights."""
-    from transformers import AutoModelForCausalLM
-
-    worker = make_worker(
-        "actor_rollout",
-        actor_rollout_ref__actor__optim__lr_warmup_steps=3,
-        actor_rollout_ref__actor__checkpoint__save_contents="[model, optimizer, extra, hf_model]",
-    )
-    batch = with_old_log_probs(worker, batch)
-    worker.update_actor(batch)
-    worker.update_actor(batch)
-
-    worker.save_checkpoint(tmp_path)
-    for name in ("model.pt", "optim.pt", "extra_state_rank_0.pt", "huggingface/config.json"):
-        assert (tmp_path / "actor" / name).is_file(), name
-    saved_params, saved_optim = full_state(worker), optimizer_state(worker)
-    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "actor" / "huggingface").state_dict()
-    for name, tensor in saved_params.items():
-        assert torch.equal(exported[name], tensor), name
-    saved_lr = worker.lr_scheduler.get_last_lr()[0]
-
-    worker.update_actor(batch)
-    assert not torch.equal(full_state(worker)["lm_head.weight"], saved_params["lm_head.weight"])
-    worker.load_checkpoint(tmp_path)
-
-    for name, tensor in full_state(worker).items():
-        assert torch.equal(tensor, saved_params[name]), name
-    restored = optimizer_state(worker)
-    assert restored.keys() == saved_optim.keys()
-    for name, tensor in restored.items():
-        assert torch.equal(tensor, saved_optim[name]), name
-    assert worker.lr_scheduler.get_last_lr()[0] == pytest.approx(saved_lr)
-    assert worker.check_weight_sync() <= 1e-6
-
-    with pytest.raises(RLCoreError, match="no checkpoint"):
-        worker.load_checkpoint(tmp_path / "missing")
 
 
 def test_roles_without_a_part_refuse_its_methods(make_worker: Callable[..., Any], batch: Batch) -> None:

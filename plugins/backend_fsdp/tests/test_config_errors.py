@@ -30,8 +30,19 @@ from rlcore_plugin_fsdp.fsdp import resolve_fsdp_config
             ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"],
         ),
         ({"actor_rollout_ref.actor.fsdp_config.dtype": "fp8"}, ["actor_rollout_ref.actor.fsdp_config.dtype"]),
-        ({"actor_rollout_ref.actor.use_dynamic_bsz": True}, ["actor_rollout_ref.actor.use_dynamic_bsz"]),
-        ({"actor_rollout_ref.model.lora_rank": 8}, ["actor_rollout_ref.model.lora_rank"]),
+        (
+            {"actor_rollout_ref.actor.use_dynamic_bsz": True, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 0},
+            ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"],
+        ),
+        ({"actor_rollout_ref.model.lora_rank": -1}, ["actor_rollout_ref.model.lora_rank"]),
+        (
+            {"actor_rollout_ref.model.lora_rank": 4, "actor_rollout_ref.model.lora_alpha": 0},
+            ["actor_rollout_ref.model.lora_alpha"],
+        ),
+        (
+            {"actor_rollout_ref.model.lora_rank": 4, "actor_rollout_ref.model.target_modules": "[]"},
+            ["actor_rollout_ref.model.target_modules"],
+        ),
     ],
 )
 def test_actor_config_errors(make_config: Callable[..., Any], overrides: dict, keys: list[str]) -> None:

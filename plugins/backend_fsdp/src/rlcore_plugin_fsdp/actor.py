@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +24,18 @@ from rlcore_plugin_fsdp.base import (
     enable_activation_checkpointing,
     inference_micro_batch_size,
     load_pretrained,
-    micro_batches,
     ppo_batch_sizes,
     reject_unsupported,
     select,
     step_scheduler,
     to_device,
+    token_budget,
 )
+from rlcore_plugin_fsdp.dynamic_batch import plan_micro_batches
 from rlcore_plugin_fsdp.fsdp import Offloader, apply_fsdp2, parse_dtype, resolve_fsdp_config
+from rlcore_plugin_fsdp.lora import LoraMerger, apply_lora, lora_settings
 from rlcore_plugin_fsdp.optim import build_lr_scheduler, build_optimizer
+from rlcore_plugin_fsdp.packing import pack_batch
 
 ARR = "actor_rollout_ref"
 #: role -> (has actor, has rollout engine, has reference model)
@@ -38,35 +43,57 @@ ROLE_PARTS: dict[str, tuple[bool, bool, bool]] = {
     "actor_rollout_ref": (True, True, True),
     "actor_rollout": (True, True, False),
     "actor": (True, False, False),
+    "actor_ref": (True, False, True),
     "rollout": (False, True, False),
     "ref": (False, False, True),
 }
+logger = logging.getLogger(__name__)
+
 #: largest relative difference between the trainer's and the rollout engine's weight checksums
 WEIGHT_SYNC_RTOL = 1e-6
+#: the switch for sequence packing in the actor, reference and log-prob passes
+REMOVE_PADDING_KEY = f"{ARR}.model.use_remove_padding"
 
 
 class WeightSyncError(RLCoreError):
     """The rollout engine does not serve the weights the trainer just pushed."""
 
 
+def accepts_logits_to_keep(model: nn.Module) -> bool:
+    """Whether ``model.forward`` can project only some positions to the vocabulary (``logits_to_keep``)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
+
+
 def response_log_probs(
-    model: nn.Module, batch: Batch, temperature: float, *, with_entropy: bool
+    model: nn.Module, batch: Batch, temperature: float, *, with_entropy: bool, remove_padding: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Teacher-forced log-probs (and entropies) of ``batch["responses"]`` under ``model``, both ``[B, R]``.
 
     The logits at positions ``P−1 … P+R−2`` predict the ``R`` response tokens; they are divided by
     ``temperature`` before the softmax so that they describe the distribution the rollout sampled from.
-    Only the last ``R+1`` positions are projected to the vocabulary when the model supports
-    ``logits_to_keep``.
+    Only those positions are projected to the vocabulary when the model supports ``logits_to_keep``.
+
+    With ``remove_padding`` the batch runs packed into one row without padding
+    (:func:`rlcore_plugin_fsdp.packing.pack_batch`); response positions that are not attended then get 0.
+    Without it they hold whatever the padded forward gives. Either way only positions inside the
+    attention mask are meaningful.
     """
+    keep = accepts_logits_to_keep(model)
+    if remove_padding:
+        packed = pack_batch(batch, REMOVE_PADDING_KEY)
+        kwargs: dict[str, Any] = {"logits_to_keep": packed.keep_index} if keep else {}
+        logits = model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False, **kwargs).logits
+        logits = (logits[0] if keep else logits[0, packed.keep_index]).float() / temperature
+        log_probs = packed.unpack(logprobs_from_logits(logits, batch["responses"][packed.rows, packed.cols]))
+        return log_probs, packed.unpack(entropy_from_logits(logits)) if with_entropy else None
     length = batch["responses"].shape[1]
-    kwargs: dict[str, Any] = {
+    kwargs = {
         "input_ids": batch["input_ids"],
         "attention_mask": batch["attention_mask"],
         "position_ids": batch["position_ids"],
         "use_cache": False,
     }
-    keep = "logits_to_keep" in inspect.signature(model.forward).parameters
     if keep:
         kwargs["logits_to_keep"] = length + 1
     logits = model(**kwargs).logits
@@ -80,7 +107,8 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
     """The policy worker: FSDP2 actor with AdamW, frozen reference model and a rollout engine, by role.
 
     Roles: ``actor_rollout_ref`` (all three, the hybrid default), ``actor_rollout``, ``actor``,
-    ``rollout`` and ``ref``. Methods that need a part the role lacks raise :class:`RLCoreError`.
+    ``actor_ref`` (split placement), ``rollout`` and ``ref``. Methods that need a part the role lacks raise
+    :class:`RLCoreError`.
     """
 
     ROLES = tuple(ROLE_PARTS)
@@ -97,14 +125,18 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
         self.ref_fsdp = resolve_fsdp_config(config.actor_rollout_ref.ref.get("fsdp_config"), f"{ARR}.ref.fsdp_config")
         reject_unsupported(
             config,
-            [
-                (f"{ARR}.actor.use_dynamic_bsz", False),
-                (f"{ARR}.rollout.log_prob_use_dynamic_bsz", False),
-                (f"{ARR}.ref.log_prob_use_dynamic_bsz", False),
-                (f"{ARR}.actor.ulysses_sequence_parallel_size", 1),
-                (f"{ARR}.ref.ulysses_sequence_parallel_size", 1),
-                (f"{ARR}.model.lora_rank", 0),
-            ],
+            [(f"{ARR}.actor.ulysses_sequence_parallel_size", 1), (f"{ARR}.ref.ulysses_sequence_parallel_size", 1)],
+        )
+        self.remove_padding = bool(select(config, REMOVE_PADDING_KEY, False))
+        self.lora = lora_settings(config.actor_rollout_ref.model, f"{ARR}.model")
+        self.update_budget = token_budget(
+            config, f"{ARR}.actor.use_dynamic_bsz", f"{ARR}.actor.ppo_max_token_len_per_gpu"
+        )
+        self.log_prob_budget = token_budget(
+            config, f"{ARR}.rollout.log_prob_use_dynamic_bsz", f"{ARR}.rollout.log_prob_max_token_len_per_gpu"
+        )
+        self.ref_budget = token_budget(
+            config, f"{ARR}.ref.log_prob_use_dynamic_bsz", f"{ARR}.ref.log_prob_max_token_len_per_gpu"
         )
         if self.has_actor:
             self.mini_batch_size, self.micro_batch_size = ppo_batch_sizes(
@@ -127,6 +159,7 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
         self.shuffle_generator: torch.Generator | None = None
         self._offloader: Offloader | None = None
         self._ref_offloader: Offloader | None = None
+        self._lora_merger: LoraMerger | None = None
         self._rollout_dtype = self.actor_fsdp["model_dtype"]
 
     # ------------------------------------------------------------------ set-up
@@ -147,7 +180,11 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
             self.tokenizer.chat_template = model_config.custom_chat_template
         if self.has_actor:
             self._init_actor(AutoModelForCausalLM)
-        if self.has_ref:
+        if self.has_ref and self.has_actor and self.lora is not None:
+            # the reference policy is the actor with its adapters disabled: no second model
+            self.ref_module = self.actor_module
+            self._ref_offloader = self._offloader
+        elif self.has_ref:
             ref = load_pretrained(AutoModelForCausalLM, model_config, f"{ARR}.model", self.ref_fsdp["model_dtype"])
             ref.requires_grad_(False)
             ref.eval()
@@ -166,10 +203,14 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
         model = load_pretrained(loader, model_config, f"{ARR}.model", self.actor_fsdp["model_dtype"])
         if model_config.get("enable_gradient_checkpointing", False):
             enable_activation_checkpointing(model)
+        if self.lora is not None:
+            model = apply_lora(model, self.lora, f"{ARR}.model")
+            self._lora_merger = LoraMerger.from_model(model)
         mesh = self._mesh(self.actor_fsdp, f"{ARR}.actor.fsdp_config")
         self.actor_module = apply_fsdp2(model, mesh, self.actor_fsdp, self.device)
         # the optimizer must see the sharded parameters: build it before any forward pass
-        self.optimizer = build_optimizer(self.actor_module.parameters(), self.actor_config.optim, f"{ARR}.actor.optim")
+        trainable = [param for param in self.actor_module.parameters() if param.requires_grad]
+        self.optimizer = build_optimizer(trainable, self.actor_config.optim, f"{ARR}.actor.optim")
         self.lr_scheduler = build_lr_scheduler(self.optimizer, self.actor_config.optim, f"{ARR}.actor.optim")
         self.loss_fn = build_actor_loss(self.actor_config)
         if self.actor_config.get("shuffle", False):
@@ -217,47 +258,79 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
         return temperature
 
     def _log_probs(
-        self, model: nn.Module, batch: Batch, micro_size: int | None, *, with_entropy: bool
+        self,
+        model: nn.Module,
+        batch: Batch,
+        micro_size: int | None,
+        budget: int | None,
+        budget_key: str,
+        *,
+        with_entropy: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs (and entropies) of the whole batch, computed in micro-batches without gradients."""
+        """Log-probs (and entropies) of the whole batch without gradients, in micro-batches of
+        ``micro_size`` rows or, with a token ``budget`` (config key ``budget_key``), of balanced token
+        counts; the results come back in the batch's row order."""
         temperature = self._temperature(batch)
         log_probs, entropies = [], []
         was_training = model.training
         model.eval()
+        plan = plan_micro_batches(
+            to_device(batch, self.device), size=micro_size, budget=budget, budget_key=budget_key, device=self.device
+        )
         with torch.no_grad():
-            for micro in micro_batches(to_device(batch, self.device), micro_size):
-                lp, ent = response_log_probs(model, micro, temperature, with_entropy=with_entropy)
+            for micro in plan.parts:
+                lp, ent = response_log_probs(
+                    model, micro, temperature, with_entropy=with_entropy, remove_padding=self.remove_padding
+                )
                 log_probs.append(lp)
                 entropies.append(ent)
         model.train(was_training)
-        return torch.cat(log_probs).cpu(), torch.cat(entropies).cpu() if with_entropy else None
+        return plan.restore(log_probs).cpu(), plan.restore(entropies).cpu() if with_entropy else None
 
     # ---------------------------------------------------------------- methods
     def compute_log_prob(self, batch: Batch) -> Batch:
         """``old_log_probs`` and ``entropys`` ``[B, R]`` of the batch's responses under the current actor,
-        in micro-batches of ``rollout.log_prob_micro_batch_size_per_gpu``."""
+        in micro-batches of ``rollout.log_prob_micro_batch_size_per_gpu`` (or, with
+        ``rollout.log_prob_use_dynamic_bsz``, of at most ``rollout.log_prob_max_token_len_per_gpu`` tokens)."""
         self._require("actor", "compute_log_prob")
         with self._offloader:
             log_probs, entropies = self._log_probs(
-                self.actor_module, batch, self.log_prob_micro_batch_size, with_entropy=True
+                self.actor_module,
+                batch,
+                self.log_prob_micro_batch_size,
+                self.log_prob_budget,
+                f"{ARR}.rollout.log_prob_max_token_len_per_gpu",
+                with_entropy=True,
             )
         return Batch.from_dict({"old_log_probs": log_probs, "entropys": entropies})
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
-        """``ref_log_prob`` ``[B, R]`` under the frozen reference model, in micro-batches of
-        ``ref.log_prob_micro_batch_size_per_gpu``."""
+        """``ref_log_prob`` ``[B, R]`` under the frozen reference policy, in micro-batches of
+        ``ref.log_prob_micro_batch_size_per_gpu`` (or of at most ``ref.log_prob_max_token_len_per_gpu``
+        tokens with ``ref.log_prob_use_dynamic_bsz``). With LoRA the reference is the actor with its
+        adapters disabled."""
         self._require("ref", "compute_ref_log_prob")
-        with self._ref_offloader:
-            log_probs, _ = self._log_probs(self.ref_module, batch, self.ref_micro_batch_size, with_entropy=False)
+        adapters_off = self.ref_module.disable_adapter() if self._lora_merger is not None else nullcontext()
+        with self._ref_offloader, adapters_off:
+            log_probs, _ = self._log_probs(
+                self.ref_module,
+                batch,
+                self.ref_micro_batch_size,
+                self.ref_budget,
+                f"{ARR}.ref.log_prob_max_token_len_per_gpu",
+                with_entropy=False,
+            )
         return Batch.from_dict({"ref_log_prob": log_probs})
 
     def update_actor(self, batch: Batch) -> Batch:
         """One PPO update on this rank's responses; returns an empty Batch with ``meta["metrics"]``.
 
         Mini-batches hold ``ppo_mini_batch_size × rollout.n / world_size`` responses, micro-batches
-        ``ppo_micro_batch_size_per_gpu``; ``ppo_epochs`` passes, optionally shuffled. The LR scheduler steps
-        once per call and ``actor/lr`` is the rate this update used. Metrics are python floats averaged
-        over micro-batches (``actor/grad_norm`` over the optimizer steps taken).
+        ``ppo_micro_batch_size_per_gpu`` (or at most ``ppo_max_token_len_per_gpu`` tokens with
+        ``use_dynamic_bsz``); ``ppo_epochs`` passes, optionally shuffled. Losses are normalised over the
+        global mini-batch (see :meth:`FSDPWorkerBase._ppo_update`). The LR scheduler steps once per call
+        and ``actor/lr`` is the rate this update used. Metrics are python floats averaged over
+        micro-batches (``actor/grad_norm`` over the optimizer steps taken).
         """
         self._require("actor", "update_actor")
         temperature = self._temperature(batch)
@@ -266,7 +339,9 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
 
         def loss_step(micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
             """The actor loss of one micro-batch and its metrics."""
-            log_prob, entropy = response_log_probs(model, micro, temperature, with_entropy=with_entropy)
+            log_prob, entropy = response_log_probs(
+                model, micro, temperature, with_entropy=with_entropy, remove_padding=self.remove_padding
+            )
             return self.loss_fn(log_prob, entropy, micro)
 
         with self._offloader:
@@ -281,6 +356,9 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
                 generator=self.shuffle_generator,
                 loss_step=loss_step,
                 prefix="actor",
+                loss_agg_mode=self.actor_config.get("loss_agg_mode", "token-mean"),
+                budget=self.update_budget,
+                budget_key=f"{ARR}.actor.ppo_max_token_len_per_gpu",
             )
         metrics["actor/lr"] = float(self.lr_scheduler.get_last_lr()[0])
         step_scheduler(self.lr_scheduler)
@@ -292,11 +370,37 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
         return self.rollout_engine.generate(batch, validate=bool(batch.meta.get("validate", False)))
 
     # ------------------------------------------------------------ weight sync
+    def _hf_state_dict(self, options: StateDictOptions) -> dict[str, torch.Tensor]:
+        """The actor's gathered state dict with Hugging Face names; with LoRA the merged weights
+        ``W + scaling·B·A`` (computed on new tensors: the training model is not modified)."""
+        state = get_model_state_dict(self.actor_module, options=options)
+        return self._lora_merger.merge(state) if self._lora_merger is not None else state
+
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The actor's full (unsharded) state dict, with Hugging Face parameter names, on every rank."""
+        """The actor's full (unsharded) state dict, with Hugging Face parameter names, on every rank (with
+        LoRA: the merged weights)."""
         self._require("actor", "full_state_dict")
         with self._offloader:
-            return get_model_state_dict(self.actor_module, options=StateDictOptions(full_state_dict=True))
+            return self._hf_state_dict(StateDictOptions(full_state_dict=True))
+
+    def export_weights(self) -> dict[str, torch.Tensor]:
+        """The actor's full state dict on CPU for a rollout worker in another process (split placement):
+        complete on rank 0, empty on the other ranks. Collective: every rank must call it."""
+        self._require("actor", "export_weights")
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        with self._offloader:
+            return self._hf_state_dict(options)
+
+    def receive_weights(self, state: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Load a trainer's full state dict into this worker's rollout engine; verify it when
+        ``rollout.check_weight_sync``. Returns ``rollout/weight_version`` (and ``rollout/weight_checksum_diff``)."""
+        self._require("rollout", "receive_weights")
+        self.rollout_engine.update_weights(state.items())
+        metrics: dict[str, float] = {}
+        if self.rollout_config.get("check_weight_sync", True):
+            metrics["rollout/weight_checksum_diff"] = self.check_weight_sync(state)
+        metrics["rollout/weight_version"] = float(self.rollout_engine.weight_version)
+        return metrics
 
     def sync_weights(self) -> dict[str, float]:
         """Push the actor's weights into the rollout engine; verify them when ``rollout.check_weight_sync``.
@@ -307,13 +411,8 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
         self._require("actor", "sync_weights")
         self._require("rollout", "sync_weights")
         start = time.perf_counter()
-        state = self.full_state_dict()
-        self.rollout_engine.update_weights(state.items())
-        metrics: dict[str, float] = {}
-        if self.rollout_config.get("check_weight_sync", True):
-            metrics["rollout/weight_checksum_diff"] = self.check_weight_sync(state)
+        metrics = self.receive_weights(self.full_state_dict())
         metrics["actor/weight_sync_s"] = time.perf_counter() - start
-        metrics["rollout/weight_version"] = float(self.rollout_engine.weight_version)
         return metrics
 
     def check_weight_sync(self, state: dict[str, torch.Tensor] | None = None) -> float:
@@ -343,19 +442,31 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
 
     # ------------------------------------------------------------ checkpoints
     def save_checkpoint(self, path: str | Path) -> None:
-        """Save the actor's model, optimizer, LR schedule and RNG states under ``path/actor``.
+        """Write the actor's checkpoint into the directory ``path`` (the controller passes
+        ``global_step_N/actor``). Every rank must call this; roles without an actor save nothing.
 
-        What is saved follows ``actor.checkpoint.save_contents``; the model's Hugging Face config and the
-        tokenizer go to ``path/actor/huggingface``, and with ``hf_model`` in the contents the weights too
-        (loadable with ``AutoModelForCausalLM.from_pretrained``). Roles without an actor save nothing.
+        What is saved follows ``actor.checkpoint.save_contents``: ``model`` and ``optimizer`` as sharded
+        ``torch.distributed.checkpoint`` directories, ``extra`` per rank (LR schedule, RNG states, the
+        update shuffle generator and the rollout engine's sampling state), and ``hf_model`` a Hugging Face
+        export of the weights in ``path/huggingface`` (``model.safetensors``, loadable with
+        ``AutoModelForCausalLM.from_pretrained``). The model config and the tokenizer always go to
+        ``path/huggingface``.
         """
         if not self.has_actor:
             return
         self._require("actor", "save_checkpoint")
-        directory = Path(path) / "actor"
-        extra = {"lr_scheduler": self.lr_scheduler.state_dict()}
+        directory = Path(path)
+        extra: dict[str, Any] = {"lr_scheduler": self.lr_scheduler.state_dict()}
         if self.shuffle_generator is not None:
             extra["shuffle_generator"] = self.shuffle_generator.get_state()
+        if self.rollout_engine is not None:
+            if hasattr(self.rollout_engine, "state_dict"):
+                extra["rollout"] = self.rollout_engine.state_dict()
+            elif self.rank == 0:
+                logger.warning(
+                    "the rollout engine %s has no state_dict(): its sampling state is not checkpointed, so a "
+                    "resumed run samples differently from an uninterrupted one", type(self.rollout_engine).__name__,
+                )
         contents = self._contents(self.config, f"{ARR}.actor", "save_contents")
         with self._offloader:
             self._save_state(
@@ -366,30 +477,30 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
         if self.rank == 0:
             self.actor_module.config.save_pretrained(directory / "huggingface")
             self.tokenizer.save_pretrained(directory / "huggingface")
+        self._barrier()
 
     def _export_hf(self, directory: Path) -> None:
-        """Write the actor's weights as a Hugging Face model directory (gathered on every rank, saved by 0)."""
-        from transformers import AutoModelForCausalLM
-
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        state = get_model_state_dict(self.actor_module, options=options)
+        """Write the actor's weights (with LoRA: merged) as a Hugging Face model directory; gathered on every
+        rank, saved by rank 0."""
+        state = self._hf_state_dict(StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.rank == 0:
-            model = AutoModelForCausalLM.from_config(self.actor_module.config, dtype=self.actor_fsdp["model_dtype"])
-            model.load_state_dict(state)
-            model.save_pretrained(directory)
+            module = self.actor_module
+            model = module.get_base_model() if hasattr(module, "get_base_model") else module
+            model.save_pretrained(directory, state_dict=state)
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """Restore what :meth:`save_checkpoint` wrote (per ``actor.checkpoint.load_contents``) and re-sync
-        the rollout engine."""
+        """Restore what :meth:`save_checkpoint` wrote into ``path`` (per ``actor.checkpoint.load_contents``),
+        push the weights to the rollout engine and restore the engine's sampling state."""
         if not self.has_actor:
             return
         self._require("actor", "load_checkpoint")
         with self._offloader:
             extra = self._load_state(
-                Path(path) / "actor",
+                Path(path),
                 model=self.actor_module,
                 optimizer=self.optimizer,
                 contents=self._contents(self.config, f"{ARR}.actor", "load_contents"),
+                key=f"{ARR}.actor.checkpoint.load_contents",
             )
         if extra is not None:
             self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
@@ -397,4 +508,6 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
                 self.shuffle_generator.set_state(extra["shuffle_generator"])
         if self.has_rollout:
             self.sync_weights()
+            if extra is not None and "rollout" in extra and hasattr(self.rollout_engine, "load_state_dict"):
+                self.rollout_engine.load_state_dict(extra["rollout"])
 

@@ -1,8 +1,10 @@
 """What the actor and critic workers share: distributed set-up, model loading, batch-size validation, the
-PPO mini/micro-batch update loop and full-state checkpoints."""
+PPO mini/micro-batch update loop and sharded checkpoints."""
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import warnings
 from collections import defaultdict
@@ -12,10 +14,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
     set_model_state_dict,
@@ -33,12 +35,22 @@ from rlcore_plugin_fsdp.distributed import (
     seed_everything,
     set_rng_state,
 )
+from rlcore_plugin_fsdp.dynamic_batch import plan_micro_batches
 
 #: what a checkpoint may contain (``checkpoint.save_contents`` / ``load_contents``); ``hf_model`` (a Hugging
 #: Face export of the weights) is written by the actor only and never loaded
 CHECKPOINT_CONTENTS: tuple[str, ...] = ("model", "optimizer", "extra", "hf_model")
+#: the file (written by rank 0) that records a worker checkpoint's world size and contents
+CHECKPOINT_MANIFEST = "checkpoint.json"
+
+logger = logging.getLogger(__name__)
 
 LossStep = Callable[[Batch], tuple[torch.Tensor, Mapping[str, float]]]
+
+
+def extra_state_name(world_size: int, rank: int) -> str:
+    """The file name of one rank's extra checkpoint state (LR schedule, generators, RNG states)."""
+    return f"extra_state_world_size_{world_size}_rank_{rank}.pt"
 
 
 def select(config: DictConfig, key: str, default: Any = None) -> Any:
@@ -119,9 +131,23 @@ def to_device(batch: Batch, device: torch.device) -> Batch:
     return Batch(tensors, dict(batch.non_tensors), dict(batch.meta))
 
 
-def micro_batches(batch: Batch, size: int | None) -> list[Batch]:
-    """``batch`` split into parts of ``size`` rows (all of it when ``size`` is None)."""
-    return [batch] if size is None or size >= len(batch) else batch.split(size)
+def token_budget(config: DictConfig, flag_key: str, budget_key: str) -> int | None:
+    """The per-micro-batch token budget ``budget_key`` when ``flag_key`` (a ``use_dynamic_bsz`` switch) is
+    true, else None (micro-batches of a fixed number of rows)."""
+    if not bool(select(config, flag_key, False)):
+        return None
+    return positive_int(select(config, budget_key), budget_key)
+
+
+def loss_units(response_mask: torch.Tensor, loss_agg_mode: str) -> float | None:
+    """What :func:`rlcore.algos.losses.agg_loss` divides a micro-batch's loss by: its tokens
+    (``token-mean``) or its non-empty sequences (``seq-mean-token-sum``, ``seq-mean-token-mean``); None for
+    ``seq-mean-token-sum-norm``, whose divisor is a constant."""
+    if loss_agg_mode == "token-mean":
+        return float(response_mask.sum())
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        return None
+    return float((response_mask.sum(-1) > 0).sum())
 
 
 def step_scheduler(scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
@@ -217,6 +243,14 @@ class FSDPWorkerBase:
         if self.world_size > 1:
             dist.barrier()
 
+    def _all_reduce_sum(self, value: float) -> float:
+        """The sum of ``value`` over all ranks (``value`` itself for one rank)."""
+        if self.world_size == 1:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor)
+        return float(tensor.item())
+
     def _ppo_update(
         self,
         batch: Batch,
@@ -230,12 +264,20 @@ class FSDPWorkerBase:
         generator: torch.Generator | None,
         loss_step: LossStep,
         prefix: str,
+        loss_agg_mode: str,
+        budget: int | None = None,
+        budget_key: str = "",
     ) -> dict[str, float]:
         """Run ``epochs`` passes of mini-batch updates over ``batch`` and return averaged metrics.
 
-        Each mini-batch of ``mini_size`` rows is split into micro-batches of ``micro_size``; every micro
-        loss is scaled by ``micro rows / mini rows`` before ``backward``, so accumulated gradients are the
-        sample-weighted mean over the mini-batch. Gradients are clipped to ``grad_clip``; when their norm
+        Each mini-batch of ``mini_size`` rows is split into micro-batches of ``micro_size`` rows or, with a
+        token ``budget`` (``budget_key``), into token-balanced micro-batches whose count all ranks share.
+        Losses are normalised globally: a micro-batch's loss (normalised by its own tokens or sequences, as
+        ``loss_agg_mode`` says) is scaled by its share of the mini-batch's tokens or non-empty sequences
+        summed over all ranks, times the number of ranks (FSDP averages gradients over them). The
+        accumulated gradient is then exactly that of the whole global mini-batch aggregated at once, for
+        any micro-batching and any number of ranks (``seq-mean-token-sum-norm`` divides by a constant, so
+        its micro-batch losses are simply summed). Gradients are clipped to ``grad_clip``; when their norm
         is not finite the optimizer step is skipped and counted in ``{prefix}/grad_norm_nonfinite``. Rows
         are shuffled once per epoch with ``generator`` when it is given.
         """
@@ -248,9 +290,15 @@ class FSDPWorkerBase:
             data = batch.index(torch.randperm(len(batch), generator=generator)) if generator is not None else batch
             for mini in data.split(mini_size):
                 optimizer.zero_grad(set_to_none=True)
-                for micro in mini.split(micro_size):
+                plan = plan_micro_batches(
+                    mini, size=micro_size, budget=budget, budget_key=budget_key, device=self.device
+                )
+                units = [loss_units(micro["response_mask"], loss_agg_mode) for micro in plan.parts]
+                total = self._all_reduce_sum(sum(unit or 0.0 for unit in units))
+                for micro, unit in zip(plan.parts, units, strict=True):
                     loss, metrics = loss_step(micro)
-                    (loss * (len(micro) / len(mini))).backward()
+                    share = 1.0 if unit is None else unit / total if total else 0.0
+                    (loss * (self.world_size * share)).backward()
                     for name, value in metrics.items():
                         collected[name].append(float(value))
                 norm = full_tensor_item(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
@@ -274,60 +322,88 @@ class FSDPWorkerBase:
         extra: Mapping[str, Any],
         contents: Iterable[str],
     ) -> None:
-        """Write full (unsharded) model and optimizer state dicts from rank 0 plus per-rank extra state.
+        """Write a sharded checkpoint of ``model`` and ``optimizer`` plus this rank's extra state.
 
-        Files: ``model.pt``, ``optim.pt`` and ``extra_state_rank_<r>.pt`` (scheduler, RNG states and
-        ``extra``). Every rank must call this (gathering the full state is collective).
+        Every rank must call this (``torch.distributed.checkpoint`` saves collectively, each rank writing
+        its own shards). Layout under ``directory``:
+
+        - ``model/`` and ``optim/``: DCP checkpoints of the sharded state dicts (loadable at another world
+          size); an optimizer without state yet (no step taken) is not saved, because materialising its
+          state would change the training that follows;
+        - ``extra_state_world_size_<W>_rank_<r>.pt``: ``extra`` (LR schedule, generators) and the RNG states;
+        - ``checkpoint.json`` (rank 0): the world size and what was saved.
         """
         contents = set(contents)
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        if self.rank == 0:
-            directory.mkdir(parents=True, exist_ok=True)
-        self._barrier()
+        directory.mkdir(parents=True, exist_ok=True)
+        has_optimizer_state = bool(optimizer.state)
         if "model" in contents:
-            state = get_model_state_dict(model, options=options)
-            if self.rank == 0:
-                torch.save(state, directory / "model.pt")
-        if "optimizer" in contents:
-            state = get_optimizer_state_dict(model, optimizer, options=options)
-            if self.rank == 0:
-                torch.save(state, directory / "optim.pt")
+            dcp.save(get_model_state_dict(model), checkpoint_id=directory / "model")
+        if "optimizer" in contents and has_optimizer_state:
+            dcp.save(get_optimizer_state_dict(model, optimizer), checkpoint_id=directory / "optim")
         if "extra" in contents:
-            torch.save({**extra, "rng": rng_state()}, directory / f"extra_state_rank_{self.rank}.pt")
+            torch.save({**extra, "rng": rng_state()}, directory / extra_state_name(self.world_size, self.rank))
+        if self.rank == 0:
+            manifest = {
+                "world_size": self.world_size,
+                "contents": sorted(contents & {"model", "optimizer", "extra"}),
+                "optimizer_state": has_optimizer_state,
+            }
+            (directory / CHECKPOINT_MANIFEST).write_text(json.dumps(manifest, indent=2))
         self._barrier()
 
     def _load_state(
-        self, directory: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, contents: Iterable[str]
+        self,
+        directory: Path,
+        *,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        contents: Iterable[str],
+        key: str,
     ) -> dict[str, Any] | None:
-        """Load what :meth:`_save_state` wrote (rank 0 reads, then broadcasts); returns the extra state."""
+        """Load what :meth:`_save_state` wrote into the sharded ``model`` and ``optimizer``; restore this
+        rank's RNG states and return its extra state (None when ``extra`` is not in ``contents``).
+
+        ``key`` is the config key of ``contents`` (``<section>.checkpoint.load_contents``), named when the
+        checkpoint lacks a part it asks for. A checkpoint from another world size loads (DCP reshards);
+        its per-rank RNG and generator states then cannot match one to one, which is logged.
+        """
         contents = set(contents)
         if not directory.is_dir():
             raise RLCoreError(f"no checkpoint at {directory}: the directory does not exist")
-        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=self.world_size > 1)
-
-        def read(name: str) -> dict[str, Any]:
-            """Rank 0's copy of a saved state dict (other ranks receive it by broadcast)."""
-            file = directory / name
-            if self.rank != 0:
-                return {}
-            if not file.is_file():
-                raise RLCoreError(f"checkpoint {directory} has no {name} (checkpoint.load_contents asks for it)")
-            return torch.load(file, map_location="cpu", weights_only=True)
-
+        manifest_file = directory / CHECKPOINT_MANIFEST
+        if not manifest_file.is_file():
+            raise RLCoreError(f"{directory} is not a complete checkpoint: it has no {CHECKPOINT_MANIFEST}")
+        manifest = json.loads(manifest_file.read_text())
+        missing = sorted(contents & {"model", "optimizer", "extra"} - set(manifest["contents"]))
+        if missing:
+            raise RLCoreError(
+                f"checkpoint {directory} has no {', '.join(missing)} but {key} asks for it "
+                f"(saved: {', '.join(manifest['contents']) or 'nothing'})"
+            )
         if "model" in contents:
-            set_model_state_dict(model, read("model.pt"), options=options)
+            state = get_model_state_dict(model)
+            dcp.load(state, checkpoint_id=directory / "model")
+            set_model_state_dict(model, state)
         if "optimizer" in contents:
-            set_optimizer_state_dict(model, optimizer, read("optim.pt"), options=options)
+            if manifest["optimizer_state"]:
+                state = get_optimizer_state_dict(model, optimizer)
+                dcp.load(state, checkpoint_id=directory / "optim")
+                set_optimizer_state_dict(model, optimizer, state)
+            else:
+                optimizer.state.clear()
         if "extra" not in contents:
             return None
-        file = directory / f"extra_state_rank_{self.rank}.pt"
-        if not file.is_file():
-            file = directory / "extra_state_rank_0.pt"
-        if not file.is_file():
-            raise RLCoreError(
-                f"checkpoint {directory} has no extra_state_rank_*.pt (checkpoint.load_contents asks for it)"
+        saved_world_size = int(manifest["world_size"])
+        if saved_world_size != self.world_size and self.rank == 0:
+            logger.warning(
+                "checkpoint %s was saved by %d ranks and is loaded by %d: model and optimizer are resharded, "
+                "but the per-rank RNG and generator states come from rank r mod %d, so sampling will not "
+                "repeat the interrupted run exactly", directory, saved_world_size, self.world_size, saved_world_size,
             )
-        extra = torch.load(file, map_location="cpu", weights_only=False)
+        file = directory / extra_state_name(saved_world_size, self.rank % saved_world_size)
+        if not file.is_file():
+            raise RLCoreError(f"checkpoint {directory} has no {file.name} ({key} asks for the extra state)")
+        extra = torch.load(file, map_location="cpu", weights_only=True)
         set_rng_state(extra.pop("rng"))
         return extra
 

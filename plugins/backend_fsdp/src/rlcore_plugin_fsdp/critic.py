@@ -16,16 +16,21 @@ from rlcore_plugin_fsdp.base import (
     FSDPWorkerBase,
     enable_activation_checkpointing,
     load_pretrained,
-    micro_batches,
     positive_int,
     ppo_batch_sizes,
     reject_unsupported,
     select,
     step_scheduler,
     to_device,
+    token_budget,
 )
+from rlcore_plugin_fsdp.dynamic_batch import plan_micro_batches
 from rlcore_plugin_fsdp.fsdp import Offloader, apply_fsdp2, resolve_fsdp_config
 from rlcore_plugin_fsdp.optim import build_lr_scheduler, build_optimizer
+from rlcore_plugin_fsdp.packing import pack_batch
+
+#: the switch for sequence packing in the critic's passes
+REMOVE_PADDING_KEY = "critic.model.use_remove_padding"
 
 
 class ValueModel(nn.Module):
@@ -47,22 +52,40 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.value_head.bias)
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, keep_last: int = 0
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor,
+        keep_last: int = 0,
+        keep_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Values ``[B, T, 1]`` of every position, or of the last ``keep_last`` positions when it is > 0.
+        """Values ``[B, T, 1]`` of every position, of the last ``keep_last`` positions when it is > 0, or
+        of the positions ``keep_index`` (along the sequence) when it is given.
 
-        The trailing dimension is kept: a module wrapped by FSDP2 must not return a view (``squeeze``).
+        ``attention_mask`` is None for a packed row (:mod:`rlcore_plugin_fsdp.packing`). A module wrapped
+        by FSDP2 must not return a view, so the trailing dimension is kept (no ``squeeze``) and the bias is
+        added out of place (``Linear`` on a contiguous 3-D input returns a view of its matmul).
         """
         hidden = self.backbone(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
         ).last_hidden_state
-        if keep_last:
+        if keep_index is not None:
+            hidden = hidden[:, keep_index]
+        elif keep_last:
             hidden = hidden[:, -keep_last:]
-        return self.value_head(hidden)
+        return nn.functional.linear(hidden, self.value_head.weight) + self.value_head.bias
 
 
-def response_values(model: nn.Module, batch: Batch) -> torch.Tensor:
-    """Float32 values ``[B, R]`` at positions ``P−1 … P+R−2`` (the states before each response token)."""
+def response_values(model: nn.Module, batch: Batch, *, remove_padding: bool = False) -> torch.Tensor:
+    """Float32 values ``[B, R]`` at positions ``P−1 … P+R−2`` (the states before each response token).
+
+    With ``remove_padding`` the batch runs packed into one row (:func:`rlcore_plugin_fsdp.packing.pack_batch`)
+    and response positions outside the attention mask get 0.
+    """
+    if remove_padding:
+        packed = pack_batch(batch, REMOVE_PADDING_KEY)
+        values = model(packed.input_ids, None, packed.position_ids, keep_index=packed.keep_index)
+        return packed.unpack(values[0, :, 0].float())
     length = batch["responses"].shape[1]
     values = model(batch["input_ids"], batch["attention_mask"], batch["position_ids"], keep_last=length + 1)
     return values[:, :-1, 0].float()
@@ -84,7 +107,10 @@ class CriticWorker(FSDPWorkerBase):
             raise RLCoreError("critic.model.path is not set (it defaults to actor_rollout_ref.model.path)")
         self.critic_config = config.critic
         self.fsdp_config = resolve_fsdp_config(self.critic_config.get("fsdp_config"), "critic.fsdp_config")
-        reject_unsupported(config, [("critic.use_dynamic_bsz", False), ("critic.ulysses_sequence_parallel_size", 1)])
+        reject_unsupported(config, [("critic.ulysses_sequence_parallel_size", 1)])
+        self.remove_padding = bool(select(config, REMOVE_PADDING_KEY, False))
+        self.update_budget = token_budget(config, "critic.use_dynamic_bsz", "critic.ppo_max_token_len_per_gpu")
+        self.forward_budget = token_budget(config, "critic.use_dynamic_bsz", "critic.forward_max_token_len_per_gpu")
         self.mini_batch_size, self.micro_batch_size = ppo_batch_sizes(
             config,
             "critic",
@@ -134,16 +160,25 @@ class CriticWorker(FSDPWorkerBase):
 
     def compute_values(self, batch: Batch) -> Batch:
         """``values`` ``[B, R]`` (zero outside ``response_mask``), in micro-batches of
-        ``critic.forward_micro_batch_size_per_gpu`` (default ``ppo_micro_batch_size_per_gpu``, else all)."""
+        ``critic.forward_micro_batch_size_per_gpu`` (default ``ppo_micro_batch_size_per_gpu``, else all) or,
+        with ``critic.use_dynamic_bsz``, of at most ``critic.forward_max_token_len_per_gpu`` tokens."""
         self._check_ready("compute_values")
         model = self.critic_module
         parts = []
         with self._offloader, torch.no_grad():
             model.eval()
-            for micro in micro_batches(to_device(batch, self.device), self.forward_micro_batch_size):
-                parts.append(response_values(model, micro) * micro["response_mask"])
+            plan = plan_micro_batches(
+                to_device(batch, self.device),
+                size=self.forward_micro_batch_size,
+                budget=self.forward_budget,
+                budget_key="critic.forward_max_token_len_per_gpu",
+                device=self.device,
+            )
+            for micro in plan.parts:
+                values = response_values(model, micro, remove_padding=self.remove_padding)
+                parts.append(values * micro["response_mask"])
             model.train()
-        return Batch.from_dict({"values": torch.cat(parts).cpu()})
+        return Batch.from_dict({"values": plan.restore(parts).cpu()})
 
     def update_critic(self, batch: Batch) -> Batch:
         """One critic update (keys ``values``, ``returns``, ``response_mask`` + inputs); returns an empty
@@ -154,7 +189,7 @@ class CriticWorker(FSDPWorkerBase):
 
         def loss_step(micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
             """The clipped value loss of one micro-batch and its metrics."""
-            vpreds = response_values(model, micro)
+            vpreds = response_values(model, micro, remove_padding=self.remove_padding)
             mask = micro["response_mask"]
             loss, clipfrac = value_loss(
                 vpreds, micro["returns"], micro["values"], mask, self.cliprange_value, self.loss_agg_mode
@@ -178,20 +213,26 @@ class CriticWorker(FSDPWorkerBase):
                 generator=self.shuffle_generator,
                 loss_step=loss_step,
                 prefix="critic",
+                loss_agg_mode=self.loss_agg_mode,
+                budget=self.update_budget,
+                budget_key="critic.ppo_max_token_len_per_gpu",
             )
         metrics["critic/lr"] = float(self.lr_scheduler.get_last_lr()[0])
         step_scheduler(self.lr_scheduler)
         return Batch.from_dict({}, meta={"metrics": metrics})
 
     def save_checkpoint(self, path: str | Path) -> None:
-        """Save the value model, optimizer, LR schedule and RNG states under ``path/critic``."""
+        """Write the critic's checkpoint into the directory ``path`` (the controller passes
+        ``global_step_N/critic``): the sharded value model and optimizer, and per rank the LR schedule,
+        shuffle generator and RNG states, as ``critic.checkpoint.save_contents`` says. Every rank must
+        call this."""
         self._check_ready("save_checkpoint")
         extra = {"lr_scheduler": self.lr_scheduler.state_dict()}
         if self.shuffle_generator is not None:
             extra["shuffle_generator"] = self.shuffle_generator.get_state()
         with self._offloader:
             self._save_state(
-                Path(path) / "critic",
+                Path(path),
                 model=self.critic_module,
                 optimizer=self.optimizer,
                 extra=extra,
@@ -199,14 +240,15 @@ class CriticWorker(FSDPWorkerBase):
             )
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """Restore what :meth:`save_checkpoint` wrote under ``path/critic``."""
+        """Restore what :meth:`save_checkpoint` wrote into ``path`` (per ``critic.checkpoint.load_contents``)."""
         self._check_ready("load_checkpoint")
         with self._offloader:
             extra = self._load_state(
-                Path(path) / "critic",
+                Path(path),
                 model=self.critic_module,
                 optimizer=self.optimizer,
                 contents=self._contents(self.config, "critic", "load_contents"),
+                key="critic.checkpoint.load_contents",
             )
         if extra is not None:
             self.lr_scheduler.load_state_dict(extra["lr_scheduler"])

@@ -89,8 +89,16 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> dict:
-    """The python, numpy, torch CPU (and CUDA) random states, for checkpoints."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """The python, numpy, torch CPU (and CUDA) random states, for checkpoints.
+
+    Only plain python values and tensors, so that the result loads with ``torch.load(weights_only=True)``.
+    """
+    kind, key, pos, has_gauss, cached_gaussian = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": (kind, torch.from_numpy(key.astype(np.int64)), int(pos), int(has_gauss), float(cached_gaussian)),
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -99,7 +107,8 @@ def rng_state() -> dict:
 def set_rng_state(state: dict) -> None:
     """Restore states saved by :func:`rng_state`."""
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    kind, key, pos, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state((kind, np.asarray(key, dtype=np.uint32), pos, has_gauss, cached_gaussian))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

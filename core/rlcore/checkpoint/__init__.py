@@ -1,0 +1,34 @@
+"""Checkpoints that resume exactly: atomic ``global_step_N`` folders, rotation, and the resume choice.
+
+The controller's :meth:`rlcore.controller.trainer.Trainer.save_checkpoint` calls
+:meth:`CheckpointManager.save` with a function that makes the workers and the controller write their parts;
+at start-up :func:`resume_path` picks the folder to continue from (``trainer.resume_mode``).
+"""
+
+from __future__ import annotations
+
+from rlcore.checkpoint.manager import (
+    CRASH_ENV,
+    LATEST_FILE,
+    RESUME_MODES,
+    TRAINER_STATE_FILE,
+    CheckpointError,
+    CheckpointManager,
+    checkpoint_step,
+    read_trainer_state,
+    resume_path,
+    write_trainer_state,
+)
+
+__all__ = [
+    "CRASH_ENV",
+    "LATEST_FILE",
+    "RESUME_MODES",
+    "TRAINER_STATE_FILE",
+    "CheckpointError",
+    "CheckpointManager",
+    "checkpoint_step",
+    "read_trainer_state",
+    "resume_path",
+    "write_trainer_state",
+]

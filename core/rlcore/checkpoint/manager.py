@@ -1,0 +1,280 @@
+"""Atomic checkpoint folders under ``trainer.default_local_dir``, rotation, and the choice of what to resume.
+
+Layout::
+
+    <default_local_dir>/
+      latest_checkpointed_iteration.txt     N of the newest complete checkpoint (replaced atomically)
+      global_step_N/                        a complete checkpoint (only ever created by a rename)
+        actor/ critic/                      the workers' parts (see the training backend)
+        trainer_state.json                  the controller's part (step, data loader, KL coefficient)
+      global_step_M.tmp-<id>/               a checkpoint being written, or left half-written by a crash
+
+A checkpoint is written into a ``*.tmp-*`` folder, flushed to disk (``fsync``), renamed to
+``global_step_N`` and only then named in ``latest_checkpointed_iteration.txt``. A crash at any moment
+therefore leaves either the previous complete checkpoint or the new one, never a half-written folder that
+looks complete. The ``*.tmp-*`` folders are ignored when choosing what to resume and deleted by an
+``auto`` resume.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import sys
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rlcore.errors import RLCoreError
+
+log = logging.getLogger(__name__)
+
+#: the file naming the step of the newest complete checkpoint
+LATEST_FILE = "latest_checkpointed_iteration.txt"
+#: the controller's part of a checkpoint
+TRAINER_STATE_FILE = "trainer_state.json"
+#: the values of ``trainer.resume_mode``
+RESUME_MODES: tuple[str, ...] = ("auto", "disable", "resume_path")
+#: test seam: ``RLCORE_TEST_CRASH_IN_SAVE=N`` makes the process SIGKILL itself while saving step N, after the
+#: workers and the controller wrote their parts and before the folder is renamed (see :meth:`CheckpointManager.save`)
+CRASH_ENV = "RLCORE_TEST_CRASH_IN_SAVE"
+
+_STEP_DIR = re.compile(r"global_step_(\d+)")
+_TMP_NAME = re.compile(r"(global_step_\d+|latest_checkpointed_iteration\.txt)\.tmp-.+")
+
+
+class CheckpointError(RLCoreError):
+    """A checkpoint setting or folder is wrong; the message names the config key or the path."""
+
+
+def checkpoint_step(path: str | Path) -> int | None:
+    """N for a folder named ``global_step_N``, else None."""
+    match = _STEP_DIR.fullmatch(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file and folder under ``root`` (and ``root`` itself) to disk."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(folder))
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Flush a folder's entries (a rename or a new file in it) to disk."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _crash_if_asked(step: int) -> None:
+    """The test seam :data:`CRASH_ENV`: SIGKILL this process while saving the step it names."""
+    value = os.environ.get(CRASH_ENV)
+    if value and int(value) == step:
+        print(f"{CRASH_ENV}={value}: killing the process in the middle of saving step {step}", file=sys.stderr,
+              flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _keep_count(trainer: DictConfig) -> int | None:
+    """How many complete checkpoints to keep: the smaller of the ``max_*_ckpt_to_keep`` keys that are set
+    (a checkpoint folder is kept or deleted whole); None (or 0) keeps all."""
+    counts = []
+    for key in ("max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep"):
+        value = trainer.get(key, None)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CheckpointError(f"trainer.{key} must be null or a non-negative integer, got {value!r}")
+        if value > 0:
+            counts.append(value)
+    return min(counts) if counts else None
+
+
+class CheckpointManager:
+    """Saves checkpoints atomically under ``trainer.default_local_dir``, rotates them and finds the latest.
+
+    Args:
+        config: the run config; reads ``trainer.default_local_dir``, ``trainer.max_actor_ckpt_to_keep`` and
+            ``trainer.max_critic_ckpt_to_keep``.
+    """
+
+    def __init__(self, config: DictConfig) -> None:
+        trainer = config.trainer
+        if not trainer.get("default_local_dir", None):
+            raise CheckpointError("trainer.default_local_dir is not set: checkpoints need a folder")
+        self.root = Path(trainer.default_local_dir)
+        self.keep = _keep_count(trainer)
+
+    def step_dir(self, step: int) -> Path:
+        """The folder of the checkpoint of ``step`` (whether or not it exists)."""
+        return self.root / f"global_step_{step}"
+
+    def complete(self) -> list[tuple[int, Path]]:
+        """The complete checkpoints as ``(step, folder)``, oldest step first."""
+        if not self.root.is_dir():
+            return []
+        found = [(checkpoint_step(p), p) for p in self.root.iterdir() if p.is_dir()]
+        return sorted((step, path) for step, path in found if step is not None)
+
+    def incomplete(self) -> list[Path]:
+        """The ``global_step_N.tmp-*`` folders (checkpoints being written, or left half-written by a crash)
+        and ``latest_checkpointed_iteration.txt.tmp-*`` files."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p for p in self.root.iterdir() if _TMP_NAME.fullmatch(p.name))
+
+    def remove_incomplete(self) -> list[Path]:
+        """Delete what :meth:`incomplete` lists (call it only when no other process is saving here)."""
+        removed = self.incomplete()
+        for path in removed:
+            log.warning("deleting %s, left incomplete by an interrupted checkpoint save", path)
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        return removed
+
+    def latest(self) -> Path | None:
+        """The checkpoint named by ``latest_checkpointed_iteration.txt``, else the newest complete one.
+
+        When the file names a folder that does not exist (deleted by hand, or never renamed into place) or
+        cannot be read, the newest complete ``global_step_N`` is used and a warning says so. None when there
+        is no complete checkpoint.
+        """
+        complete = self.complete()
+        pointer = self.root / LATEST_FILE
+        if pointer.is_file():
+            text = pointer.read_text().strip()
+            if text.isdigit() and self.step_dir(int(text)).is_dir():
+                return self.step_dir(int(text))
+            fallback = complete[-1][1].name if complete else "none"
+            log.warning("%s names %r, which is not a checkpoint folder in %s; newest complete checkpoint: %s",
+                        pointer, text, self.root, fallback)
+        return complete[-1][1] if complete else None
+
+    def save(self, step: int, write_fn: Callable[[Path], None]) -> Path:
+        """Write the checkpoint of ``step`` with ``write_fn`` and publish it atomically; returns its folder.
+
+        ``write_fn(folder)`` writes every part into a fresh ``global_step_N.tmp-<id>`` folder. The folder is
+        then flushed to disk, renamed to ``global_step_N`` (replacing an older folder of that step), and
+        only then ``latest_checkpointed_iteration.txt`` is replaced (write a temporary file, ``os.replace``).
+        Finally complete checkpoints of earlier steps beyond the keep count are deleted. If ``write_fn``
+        raises, the temporary folder is removed and the error propagates. All workers must see the same
+        file system (a multi-node run needs a shared ``default_local_dir``).
+        """
+        final = self.step_dir(step)
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f"{final.name}.tmp-{uuid.uuid4().hex[:12]}"
+        tmp.mkdir()
+        try:
+            write_fn(tmp)
+            _crash_if_asked(step)
+            _fsync_tree(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        replaced = None
+        if final.exists():
+            replaced = self.root / f"{final.name}.tmp-replaced-{uuid.uuid4().hex[:12]}"
+            os.rename(final, replaced)
+        os.rename(tmp, final)
+        _fsync_dir(self.root)
+        self._write_latest(step)
+        if replaced is not None:
+            shutil.rmtree(replaced, ignore_errors=True)
+        self._rotate(step)
+        return final
+
+    def _write_latest(self, step: int) -> None:
+        """Replace ``latest_checkpointed_iteration.txt`` atomically with ``step``."""
+        pointer = self.root / LATEST_FILE
+        tmp = pointer.with_name(f"{LATEST_FILE}.tmp-{uuid.uuid4().hex[:12]}")
+        with open(tmp, "w") as handle:
+            handle.write(str(step))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, pointer)
+        _fsync_dir(self.root)
+
+    def _rotate(self, step: int) -> None:
+        """Keep the newest ``keep`` checkpoints up to ``step``; later steps (another run's) are left alone."""
+        if self.keep is None:
+            return
+        older = [path for s, path in self.complete() if s <= step]
+        for path in older[: max(len(older) - self.keep, 0)]:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def resume_path(config: DictConfig) -> Path | None:
+    """The checkpoint folder a run resumes from, by ``trainer.resume_mode``; None to start fresh.
+
+    - ``auto``: the checkpoint named by ``latest_checkpointed_iteration.txt`` in ``trainer.default_local_dir``
+      (see :meth:`CheckpointManager.latest`), None when there is none. Half-written ``*.tmp-*`` folders are
+      ignored and deleted. ``trainer.resume_from_path`` must not be set (it would be ignored).
+    - ``disable``: None.
+    - ``resume_path``: ``trainer.resume_from_path``, which must be an existing ``global_step_N`` folder.
+
+    Raises :class:`CheckpointError` naming the key at fault.
+    """
+    trainer = config.trainer
+    mode = trainer.get("resume_mode", "auto")
+    from_path = trainer.get("resume_from_path", None)
+    if mode not in RESUME_MODES:
+        raise CheckpointError(f"trainer.resume_mode must be one of {', '.join(RESUME_MODES)}, got {mode!r}")
+    if mode == "disable":
+        return None
+    if mode == "resume_path":
+        if not from_path:
+            raise CheckpointError(
+                "trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N folder)"
+            )
+        path = Path(from_path)
+        if checkpoint_step(path) is None:
+            raise CheckpointError(
+                f"trainer.resume_from_path={str(from_path)!r} must name a global_step_N checkpoint folder"
+            )
+        if not path.is_dir():
+            raise CheckpointError(f"trainer.resume_from_path={str(from_path)!r}: no such checkpoint folder")
+        return path
+    if from_path:
+        raise CheckpointError(
+            f"trainer.resume_from_path={str(from_path)!r} is set but trainer.resume_mode=auto ignores it; "
+            "set trainer.resume_mode=resume_path to resume from it"
+        )
+    manager = CheckpointManager(config)
+    manager.remove_incomplete()
+    return manager.latest()
+
+
+def write_trainer_state(folder: Path, state: Mapping[str, Any]) -> None:
+    """Write the controller's part of a checkpoint as ``folder/trainer_state.json``."""
+    (folder / TRAINER_STATE_FILE).write_text(json.dumps(dict(state), indent=2))
+
+
+def read_trainer_state(folder: Path) -> dict[str, Any]:
+    """Read ``folder/trainer_state.json``; an error names the file when it is missing or broken."""
+    file = Path(folder) / TRAINER_STATE_FILE
+    if not file.is_file():
+        raise CheckpointError(f"{folder} is not a complete checkpoint: it has no {TRAINER_STATE_FILE}")
+    try:
+        state = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{file} is not valid JSON: {exc}") from exc
+    if not isinstance(state, dict) or "global_step" not in state:
+        raise CheckpointError(f"{file} has no global_step")
+    return state

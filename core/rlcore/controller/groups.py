@@ -1,0 +1,106 @@
+"""The worker groups of a run, by placement: who generates, who trains, and how weights move between them.
+
+``trainer.placement=colocated`` (the hybrid engine, any executor): one actor group of role
+``actor_rollout_ref`` (or ``actor_rollout`` without a reference model) trains *and* generates, and its
+``sync_weights()`` pushes the weights into its own rollout engine. ``trainer.placement=split``
+(``trainer.executor=ray``): an ``actor_ref`` (or ``actor``) group on the ``train`` pool trains, a ``rollout``
+group on the ``rollout`` pool generates, and :func:`sync_weights` sends the trainer's full state dict
+(rank 0's, on CPU) to every rollout rank. A critic group, when used, always shares the ``train`` pool.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rlcore.controller.placement import POOL_ROLLOUT, POOL_TRAIN, placement_mode
+from rlcore.controller.worker_group import WorkerSpec, make_worker_group
+
+
+def sync_weights(actor: Any, rollout: Any) -> dict[str, float]:
+    """Make ``rollout`` serve ``actor``'s current weights; returns the sync metrics.
+
+    The same group (colocated): the actor worker's own ``sync_weights()``. Two groups (split): the actor
+    workers' ``export_weights()`` (collective; rank 0's full CPU state dict) goes to every rollout worker's
+    ``receive_weights(state)``, which loads it into the engine and checks its checksum.
+    """
+    if rollout is actor:
+        return actor.sync_weights()
+    start = time.perf_counter()
+    metrics = dict(rollout.receive_weights(actor.export_weights()))
+    metrics["actor/weight_sync_s"] = time.perf_counter() - start
+    return metrics
+
+
+@dataclass
+class WorkerGroups:
+    """The groups of a run. ``rollout is actor`` with colocated placement; ``critic`` is None without one."""
+
+    actor: Any
+    rollout: Any
+    critic: Any | None = None
+
+    @property
+    def split(self) -> bool:
+        """Whether generation runs on its own group (``trainer.placement=split``)."""
+        return self.rollout is not self.actor
+
+    def distinct(self) -> list[Any]:
+        """Every group once: actor, then rollout (when split), then critic (when used)."""
+        groups = [self.actor] + ([self.rollout] if self.split else [])
+        return groups + ([self.critic] if self.critic is not None else [])
+
+    def init_models(self) -> None:
+        """``init_model()`` on every group, then (split) the first weight sync to the rollout group."""
+        for group in self.distinct():
+            group.init_model()
+        if self.split:
+            self.sync_weights()
+
+    def sync_weights(self) -> dict[str, float]:
+        """:func:`sync_weights` from the actor group to the rollout group."""
+        return sync_weights(self.actor, self.rollout)
+
+    def shutdown(self) -> None:
+        """Shut every group down, even when one of them fails to."""
+        errors: list[BaseException] = []
+        for group in self.distinct():
+            try:
+                group.shutdown()
+            except Exception as exc:  # noqa: BLE001 - the others must still be released
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+def build_worker_groups(config: DictConfig, *, use_reference: bool, use_critic: bool) -> WorkerGroups:
+    """Create the run's worker groups for ``trainer.placement`` (models are loaded by ``init_models()``).
+
+    The actor worker comes from ``actor_rollout_ref.actor.strategy``, the critic worker from
+    ``critic.strategy``; groups already created are shut down again when a later one fails to start.
+    """
+    split = placement_mode(config) == "split"
+    actor_spec = WorkerSpec(config.actor_rollout_ref.actor.strategy, "actor_worker")
+    created: list[Any] = []
+    try:
+        if split:
+            role = "actor_ref" if use_reference else "actor"
+            actor = make_worker_group(actor_spec, config, role, POOL_TRAIN)
+            created.append(actor)
+            rollout = make_worker_group(actor_spec, config, "rollout", POOL_ROLLOUT)
+            created.append(rollout)
+        else:
+            role = "actor_rollout_ref" if use_reference else "actor_rollout"
+            actor = rollout = make_worker_group(actor_spec, config, role, POOL_TRAIN)
+            created.append(actor)
+        critic = None
+        if use_critic:
+            critic = make_worker_group(WorkerSpec(config.critic.strategy, "critic_worker"), config, "critic", POOL_TRAIN)
+        return WorkerGroups(actor, rollout, critic)
+    except BaseException:
+        for group in reversed(created):
+            group.shutdown()
+        raise

@@ -1,0 +1,314 @@
+"""Ray start-up and resource pools for the ``ray`` executor.
+
+A *pool* is one STRICT_PACK placement group per node, each holding one bundle per rank: ``{"CPU": 1}``
+plus ``{"GPU": 1}`` when the run uses CUDA. On CPU, ``trainer.n_gpus_per_node`` therefore means *worker
+processes per node*. Every worker actor requests only :data:`BUNDLE_SHARE` of its bundle, so the workers
+of several roles (actor/rollout/ref and critic) sit on the same bundles and time-share each device —
+verl's hybrid engine. ``trainer.placement`` chooses the pools:
+
+``colocated`` (default)
+    one pool, ``train``, of ``trainer.nnodes × trainer.n_gpus_per_node`` ranks for every role;
+``split``
+    the ``train`` pool for actor, reference and critic, and a ``rollout`` pool of
+    ``trainer.nnodes × trainer.rollout_n_gpus_per_node`` ranks on the same nodes for generation.
+
+Each pool's placement groups are pinned to distinct nodes (the driver's node first), so ranks
+``node × per_node … node × per_node + per_node − 1`` share a node. Ray itself is started on first use
+(``trainer.ray_address: null``: a local Ray with just the CPUs the ranks need) or attached to
+(``trainer.ray_address``: ``auto`` or ``host:port`` of a cluster started with ``ray start --head``); an
+already initialised Ray (``ray.init`` by the caller) is used as it is. :data:`SESSION` counts the worker
+groups that use the pools: the last one to leave removes the placement groups and stops the Ray it started.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rlcore.config import ConfigError
+from rlcore.errors import RLCoreError
+
+POOL_TRAIN = "train"
+POOL_ROLLOUT = "rollout"
+PLACEMENTS = ("colocated", "split")
+#: the share of its bundle's CPU (and GPU) each worker actor requests: up to four roles share a bundle
+BUNDLE_SHARE = 0.25
+#: how long to wait for the placement groups before reporting that the cluster lacks resources
+PLACEMENT_TIMEOUT_S = 120.0
+#: object store size of a locally started Ray (larger objects spill to disk)
+LOCAL_OBJECT_STORE_BYTES = 512 * 2**20
+#: the node label Ray gives every node, used to pin a placement group to a node
+NODE_ID_LABEL = "ray.io/node-id"
+
+
+@dataclass(frozen=True)
+class PoolLayout:
+    """The shape of one pool: ``nnodes`` nodes with ``per_node`` ranks each, with or without GPUs."""
+
+    name: str
+    nnodes: int
+    per_node: int
+    use_gpu: bool
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks (bundles) in the pool."""
+        return self.nnodes * self.per_node
+
+    def bundle(self) -> dict[str, float]:
+        """The resources of one rank's bundle."""
+        return {"CPU": 1.0, "GPU": 1.0} if self.use_gpu else {"CPU": 1.0}
+
+
+def _positive(config: DictConfig, key: str) -> int:
+    """The config value at ``trainer.<key>`` as a positive int, else a :class:`ConfigError`."""
+    value = config.trainer.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"trainer.{key} must be a positive integer, got {value!r}")
+    return value
+
+
+def placement_mode(config: DictConfig) -> str:
+    """``trainer.placement`` validated: ``colocated`` or ``split`` (which needs ``trainer.executor=ray``)."""
+    mode = str(config.trainer.get("placement", "colocated"))
+    if mode not in PLACEMENTS:
+        raise ConfigError(f"trainer.placement must be one of {', '.join(PLACEMENTS)}, got {mode!r}")
+    if mode == "split" and config.trainer.executor != "ray":
+        raise ConfigError(
+            f"trainer.placement=split puts the rollout on its own workers and needs trainer.executor=ray "
+            f"(got {config.trainer.executor!r})"
+        )
+    return mode
+
+
+def wants_gpu(config: DictConfig) -> bool:
+    """Whether bundles hold a GPU: ``trainer.device`` is ``cuda``, or ``auto`` on a cluster with GPUs.
+
+    Needs an initialised Ray for ``auto``.
+    """
+    import ray
+
+    device = str(config.trainer.get("device", "auto") or "auto").lower()
+    if device == "cpu":
+        return False
+    if device.startswith("cuda"):
+        return True
+    if device == "auto":
+        return ray.cluster_resources().get("GPU", 0) > 0
+    raise ConfigError(f"trainer.device must be auto, cpu or cuda, got {device!r}")
+
+
+def pool_layouts(config: DictConfig, use_gpu: bool) -> dict[str, PoolLayout]:
+    """The pools the config asks for, by name (``train``, and ``rollout`` with split placement)."""
+    nnodes = _positive(config, "nnodes")
+    layouts = {POOL_TRAIN: PoolLayout(POOL_TRAIN, nnodes, _positive(config, "n_gpus_per_node"), use_gpu)}
+    if placement_mode(config) == "split":
+        layouts[POOL_ROLLOUT] = PoolLayout(POOL_ROLLOUT, nnodes, _positive(config, "rollout_n_gpus_per_node"), use_gpu)
+    return layouts
+
+
+def _bundles_per_node(config: DictConfig) -> int:
+    """How many bundles (ranks of every pool) one node holds."""
+    per_node = _positive(config, "n_gpus_per_node")
+    if placement_mode(config) == "split":
+        per_node += _positive(config, "rollout_n_gpus_per_node")
+    return per_node
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Raise ``OSError`` unless ``HOST:PORT`` (optionally ``scheme://HOST:PORT``) accepts TCP
+    connections; ``auto`` is left to Ray. ``ray.init`` itself retries an unreachable address forever."""
+    if address == "auto":
+        return
+    host, _, port = address.split("://")[-1].rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError("expected auto or HOST:PORT")
+    with socket.create_connection((host, int(port)), timeout=timeout_s):
+        pass
+
+
+def ensure_ray(config: DictConfig) -> bool:
+    """Initialise Ray for the run unless it already is; returns whether this call started it.
+
+    ``trainer.ray_address`` null starts a local Ray with ``num_cpus`` = the bundles the ranks need, no
+    dashboard, a small object store and token authentication off (unless ``RAY_AUTH_MODE`` is set);
+    otherwise the driver attaches to the cluster at that address.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = config.trainer.get("ray_address")
+    nnodes = _positive(config, "nnodes")
+    if address:
+        hint = "Start one with `ray start --head` (and `ray start --address=HEAD:PORT` on the other nodes)"
+        try:
+            check_reachable(str(address))
+            ray.init(address=str(address), log_to_driver=True)
+        except (OSError, RuntimeError, ValueError) as exc:
+            message = f"trainer.ray_address={address!r}: cannot attach to a Ray cluster there ({exc})"
+            raise RLCoreError(f"{message}. {hint}") from exc
+        return True
+    if nnodes > 1:
+        raise ConfigError(
+            f"trainer.nnodes={nnodes} needs a Ray cluster: start one with `ray start --head` on the first node and "
+            "`ray start --address=HEAD:PORT` on the others, then set trainer.ray_address=HEAD:PORT (or auto)"
+        )
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(
+        num_cpus=_bundles_per_node(config),
+        include_dashboard=False,
+        object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+        log_to_driver=True,
+    )
+    return True
+
+
+def select_nodes(nnodes: int, need: dict[str, float]) -> list[str]:
+    """The ids of ``nnodes`` alive nodes whose resources cover ``need`` each: the driver's node first,
+    then by address. Raises :class:`RLCoreError` listing the nodes when too few fit."""
+    import ray
+
+    alive = [node for node in ray.nodes() if node.get("Alive")]
+    fit = [node for node in alive if all(node["Resources"].get(k, 0.0) >= v for k, v in need.items())]
+    driver = ray.get_runtime_context().get_node_id()
+    fit.sort(key=lambda node: (node["NodeID"] != driver, node["NodeManagerAddress"], node["NodeID"]))
+    if len(fit) < nnodes:
+        nodes = "; ".join(
+            node["NodeManagerAddress"] + " (" + ", ".join(f"{k}={node['Resources'].get(k, 0):g}" for k in need) + ")"
+            for node in alive
+        )
+        raise RLCoreError(
+            f"trainer.nnodes={nnodes} needs {nnodes} Ray node(s) with {need} each (one bundle per rank of "
+            f"trainer.n_gpus_per_node, plus trainer.rollout_n_gpus_per_node with trainer.placement=split), "
+            f"but only {len(fit)} of the cluster's nodes have that: {nodes}"
+        )
+    return [node["NodeID"] for node in fit[:nnodes]]
+
+
+class ResourcePool:
+    """One STRICT_PACK placement group per node for a :class:`PoolLayout`, pinned to ``node_ids``."""
+
+    def __init__(self, layout: PoolLayout, node_ids: list[str]) -> None:
+        from ray.util.placement_group import placement_group
+
+        self.layout = layout
+        self.node_ids = node_ids
+        bundles = [layout.bundle() for _ in range(layout.per_node)]
+        tag = uuid.uuid4().hex[:8]
+        self.placement_groups = [
+            placement_group(
+                bundles,
+                strategy="STRICT_PACK",
+                name=f"rlcore-{layout.name}-{tag}-node{node_rank}",
+                bundle_label_selector=[{NODE_ID_LABEL: node_id}] * layout.per_node,
+            )
+            for node_rank, node_id in enumerate(node_ids)
+        ]
+
+    def wait_ready(self, timeout_s: float = PLACEMENT_TIMEOUT_S) -> None:
+        """Block until every placement group is placed; raise :class:`RLCoreError` after ``timeout_s``."""
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        try:
+            ray.get([pg.ready() for pg in self.placement_groups], timeout=timeout_s)
+        except GetTimeoutError as exc:
+            raise RLCoreError(
+                f"the {self.layout.name!r} pool ({self.layout.nnodes} node(s) x {self.layout.per_node} bundle(s) "
+                f"{self.layout.bundle()}) was not placed within {timeout_s:g} s; resources free now: "
+                f"{ray.available_resources()}. Other jobs may hold them (check `ray status`)"
+            ) from exc
+
+    def bundles(self) -> list[tuple[Any, int]]:
+        """``(placement group, bundle index)`` of every rank, in rank order; the index is the local rank."""
+        return [(pg, i) for pg in self.placement_groups for i in range(self.layout.per_node)]
+
+    def remove(self) -> None:
+        """Release the placement groups."""
+        from ray.util.placement_group import remove_placement_group
+
+        for pg in self.placement_groups:
+            remove_placement_group(pg)
+        self.placement_groups = []
+
+
+class RaySession:
+    """The driver's Ray state: whether it started Ray, and the pools with the number of groups using each.
+
+    Groups whose configs ask for the same :class:`PoolLayout` share its placement groups (colocation); a
+    different layout gets placement groups of its own.
+    """
+
+    def __init__(self) -> None:
+        self.started = False
+        self.pools: dict[PoolLayout, ResourcePool] = {}
+        self.users: dict[PoolLayout, int] = {}
+
+    def acquire(self, config: DictConfig) -> dict[str, ResourcePool]:
+        """Make sure Ray runs and the config's pools exist; count one more user of each. Returns the pools
+        by name; give them back with :meth:`release`."""
+        placement_mode(config)
+        if ensure_ray(config):  # a new Ray: pools from an earlier one are gone with it
+            self.started, self.pools, self.users = True, {}, {}
+        try:
+            layouts = pool_layouts(config, wants_gpu(config))
+            self._create_pools([layout for layout in layouts.values() if layout not in self.pools])
+        except BaseException:
+            if not self.pools:
+                self._stop()
+            raise
+        for layout in layouts.values():
+            self.users[layout] = self.users.get(layout, 0) + 1
+        return {name: self.pools[layout] for name, layout in layouts.items()}
+
+    def _create_pools(self, layouts: list[PoolLayout]) -> None:
+        """Pick nodes for ``layouts`` together and place each of them there."""
+        if not layouts:
+            return
+        per_node = sum(layout.per_node for layout in layouts)
+        need = {"CPU": float(per_node), **({"GPU": float(per_node)} if layouts[0].use_gpu else {})}
+        node_ids = select_nodes(layouts[0].nnodes, need)
+        created = [ResourcePool(layout, node_ids) for layout in layouts]
+        try:
+            for pool in created:
+                pool.wait_ready()
+        except BaseException:
+            for pool in created:
+                pool.remove()
+            raise
+        self.pools.update({pool.layout: pool for pool in created})
+
+    def release(self, pools: dict[str, ResourcePool]) -> None:
+        """Give back pools from :meth:`acquire`. A pool nobody uses is removed; when none is left, the Ray
+        this session started is shut down."""
+        import ray
+
+        for pool in pools.values():
+            layout = pool.layout
+            self.users[layout] = self.users.get(layout, 1) - 1
+            if self.users[layout] <= 0:
+                self.users.pop(layout)
+                if ray.is_initialized():
+                    self.pools.pop(layout).remove()
+                else:
+                    self.pools.pop(layout)
+        if not self.pools:
+            self._stop()
+
+    def _stop(self) -> None:
+        """Shut down Ray if this session started it (placement groups go with it)."""
+        import ray
+
+        if self.started and ray.is_initialized():
+            ray.shutdown()
+        self.pools, self.users, self.started = {}, {}, False
+
+
+#: the driver's process-wide session, shared by every :class:`~rlcore.controller.ray_executor.RayWorkerGroup`
+SESSION = RaySession()

@@ -1,0 +1,369 @@
+"""The ``ray`` executor: one Ray actor per rank, behind the worker-group interface of ``LocalWorkerGroup``.
+
+Every actor is a generic :class:`RayWorker`. It receives the driver's ``RLCORE_*`` variables, gets
+``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` (rank 0's node address and a
+port that was free there), loads its own plugins and resolves the :class:`WorkerSpec` by name — worker
+classes and registry objects never travel. Calls follow the dispatch rule of ``docs/architecture.md``: a
+method whose first argument is a :class:`Batch` gets the batch padded to a multiple of the world size,
+chunked over the ranks, and the per-rank results concatenated in rank order without the padding; any
+other call is broadcast and rank 0's result returned once every rank succeeded.
+
+A worker failure stops the controller with a :class:`WorkerError` naming the role, the rank and the cause
+(the worker's own exception message, or why its process died). When a rank dies or the other ranks do not
+finish within :data:`FAILURE_GRACE_S` of a failure (they are stuck in a collective with the failed one),
+the whole group is killed and every later call raises the same error.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import socket
+from typing import Any
+
+import ray
+from omegaconf import DictConfig
+from ray.exceptions import RayError, RayTaskError
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from rlcore.controller.placement import BUNDLE_SHARE, POOL_TRAIN, SESSION
+from rlcore.controller.worker_group import WorkerSpec
+from rlcore.errors import RLCoreError
+from rlcore.plugins import PLUGIN_ENV_VARS
+from rlcore.protocol import Batch
+
+log = logging.getLogger(__name__)
+
+#: variables the workers inherit from the driver besides every ``RLCORE_*`` variable
+PASSTHROUGH_ENV: tuple[str, ...] = (
+    "PYTHONPATH",
+    "HF_HOME",
+    "HF_HUB_OFFLINE",
+    "HF_HUB_DISABLE_PROGRESS_BARS",
+    "TRANSFORMERS_OFFLINE",
+)
+#: after one rank failed, how long the other ranks may take to finish before the group is killed
+FAILURE_GRACE_S = 5.0
+#: how long a graceful worker shutdown may take before the actors are killed
+SHUTDOWN_TIMEOUT_S = 30.0
+
+
+class WorkerError(RLCoreError):
+    """A worker raised, or its process died; names the role, the rank and the cause.
+
+    ``cause`` is the worker's original exception when it could be sent back, ``worker_traceback`` the
+    worker-side traceback text.
+    """
+
+    def __init__(
+        self, message: str, *, role: str, rank: int, method: str,
+        cause: BaseException | None = None, worker_traceback: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.role = role
+        self.rank = rank
+        self.method = method
+        self.cause = cause
+        self.worker_traceback = worker_traceback
+
+
+class WorkerDiedError(WorkerError):
+    """A worker process died (killed, out of memory, crashed) or could not be reached."""
+
+
+def worker_env() -> dict[str, str]:
+    """The environment a worker needs from the driver: every ``RLCORE_*`` variable and :data:`PASSTHROUGH_ENV`."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("RLCORE_")}
+    env.update({k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ})
+    return env
+
+
+def free_port() -> int:
+    """A TCP port that is free on this host right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+class RayWorker:
+    """The Ray actor behind one rank: builds the backend's worker in its process and runs its methods."""
+
+    def __init__(self, env: dict[str, str], role: str, rank: int) -> None:
+        """Apply the driver's environment; plugin variables the driver does not set are removed."""
+        for key in PLUGIN_ENV_VARS:
+            if key not in env:
+                os.environ.pop(key, None)
+        os.environ.update(env)
+        self.role = role
+        self.rank = rank
+        self.worker: Any = None
+
+    def __repr__(self) -> str:
+        """``RayWorker(role, rank)``, which Ray shows in its messages."""
+        return f"RayWorker({self.role}, rank {self.rank})"
+
+    def node_address(self) -> tuple[str, int]:
+        """This node's IP address and a free port on it (rank 0's answer becomes ``MASTER_ADDR:PORT``)."""
+        return ray.util.get_node_ip_address(), free_port()
+
+    def info(self) -> dict[str, Any]:
+        """Where this rank runs: ``pid``, ``ip``, ``node_id`` and the distributed environment variables."""
+        keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", *PLUGIN_ENV_VARS)
+        return {
+            "pid": os.getpid(),
+            "ip": ray.util.get_node_ip_address(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "env": {k: os.environ[k] for k in keys if k in os.environ},
+        }
+
+    def build(
+        self, spec: tuple[str, str], config: DictConfig, world_size: int, local_rank: int, master: tuple[str, int]
+    ) -> None:
+        """Set the distributed variables, load the plugins and construct ``worker_cls(config, role, rank, world)``.
+
+        ``spec`` is ``(backend, attr)`` of a :class:`WorkerSpec`, resolved through this process's registry.
+        ``LOCAL_RANK`` is the rank's index on its node, or 0 when Ray gave the actor its own GPU (Ray then
+        restricts ``CUDA_VISIBLE_DEVICES`` to it).
+        """
+        os.environ.update({
+            "RANK": str(self.rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_RANK": "0" if ray.get_gpu_ids() else str(local_rank),
+            "MASTER_ADDR": master[0],
+            "MASTER_PORT": str(master[1]),
+        })
+        worker_cls = WorkerSpec(*spec).resolve()
+        self.worker = worker_cls(config, self.role, self.rank, world_size)
+
+    def execute(self, method: str, call: tuple[tuple[Any, ...], dict[str, Any]], keep: bool) -> Any:
+        """Run ``worker.method(*args, **kwargs)``; return the result, or None when ``keep`` is false."""
+        args, kwargs = call
+        result = getattr(self.worker, method)(*args, **kwargs)
+        return result if keep else None
+
+    def shutdown(self) -> None:
+        """Call the worker's ``shutdown()`` (process group, engines) when it has one."""
+        close = getattr(self.worker, "shutdown", None)
+        if close is not None:
+            close()
+
+
+def _strip_ansi(text: str) -> str:
+    """``text`` without terminal colour codes."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def _death_reason(exc: Exception) -> str:
+    """A short reason from a Ray actor-death error: "killed by `ray.kill`", the worker's exit detail, ...
+
+    An unexpected exit gets a hint at the usual causes; the process id and node address are added when
+    Ray reports them.
+    """
+    text = _strip_ansi(str(exc))
+    detail = re.search(r"Worker exit detail: (.*?)(?: Some common causes|\n|$)", text)
+    because = re.search(r"The actor is dead because (.*?)(?:\n|$)", text)
+    if detail:
+        reason = detail.group(1).strip().rstrip(".") + " (killed by a signal or the out-of-memory killer, or crashed)"
+    elif because:
+        reason = because.group(1).strip().rstrip(".")
+    else:
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        reason = lines[0] if lines else type(exc).__name__
+    pid, ip = re.search(r"\bpid: (\d+)", text), re.search(r"\bip: (\S+)", text)
+    if pid and ip:
+        reason += f"; it was pid {pid.group(1)} on {ip.group(1)}"
+    return reason
+
+
+def _worker_traceback(exc: Exception) -> str:
+    """The worker-side traceback of a Ray task error: its frames and the exception line, without Ray's
+    ``ray::...`` header and the markers left where Ray cut its own frames."""
+    lines = _strip_ansi(getattr(exc, "traceback_str", None) or str(exc)).splitlines()
+    first = next((i for i, line in enumerate(lines) if line.lstrip().startswith('File "')), len(lines))
+    return "\n".join(lines[first:])
+
+
+@functools.cache
+def _actor_class() -> Any:
+    """:class:`RayWorker` as a Ray actor class (made once per driver)."""
+    return ray.remote(RayWorker)
+
+
+class _Method:
+    """``group.<name>``: calling it dispatches ``name`` to every rank of the group."""
+
+    def __init__(self, group: RayWorkerGroup, name: str) -> None:
+        self._group = group
+        self.__name__ = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Dispatch the call by the rule in the module docstring."""
+        return self._group.dispatch(self.__name__, *args, **kwargs)
+
+
+class RayWorkerGroup:
+    """The ranks of one role as Ray actors on a resource pool; ``group.method(...)`` calls every rank."""
+
+    def __init__(self, spec: WorkerSpec, config: DictConfig, role: str, pool: str = POOL_TRAIN) -> None:
+        """Start one actor per bundle of ``pool`` (see :mod:`rlcore.controller.placement`) and build the
+        workers; a rank that fails to start raises :class:`WorkerError` and leaves nothing running."""
+        self.spec = spec
+        self.role = role
+        self.pool_name = pool
+        self.world_size = 0
+        self.actors: list[Any] = []
+        self._failure: WorkerError | None = None
+        self._closed = False
+        self._in_flight = False
+        self._pools = pools = SESSION.acquire(config)
+        try:
+            if pool not in pools:
+                raise RLCoreError(f"role {role!r}: there is no {pool!r} pool (trainer.placement, pools: {list(pools)})")
+            resource_pool = pools[pool]
+            self.world_size = resource_pool.layout.world_size
+            share = {"num_cpus": BUNDLE_SHARE, "num_gpus": BUNDLE_SHARE if resource_pool.layout.use_gpu else 0}
+            env = worker_env()
+            actor_cls = _actor_class()
+            bundles = resource_pool.bundles()
+            for rank, (pg, index) in enumerate(bundles):
+                strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
+                options = {"scheduling_strategy": strategy, "runtime_env": {"env_vars": env}, "max_restarts": 0}
+                self.actors.append(actor_cls.options(**share, **options).remote(env, role, rank))
+            (master,) = self._gather([self.actors[0].node_address.remote()], "node_address", ranks=[0])
+            self._gather(
+                [
+                    actor.build.remote((spec.backend, spec.attr), config, self.world_size, local_rank, master)
+                    for actor, (_, local_rank) in zip(self.actors, bundles)
+                ],
+                "__init__",
+            )
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        """``group.name`` is a callable that dispatches the worker method ``name``."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return _Method(self, name)
+
+    # ------------------------------------------------------------------ calls
+    def dispatch(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``method`` on every rank: split a leading :class:`Batch`, else broadcast (rank 0's result)."""
+        self._check_usable(method)
+        if args and isinstance(args[0], Batch):
+            padded, pad = args[0].pad_to_divisor(self.world_size)
+            chunks = padded.chunk(self.world_size)
+            refs = [
+                actor.execute.remote(method, ((chunk, *args[1:]), kwargs), True)
+                for actor, chunk in zip(self.actors, chunks)
+            ]
+            out = Batch.concat(self._gather(refs, method))
+            return out.unpad(pad) if pad and len(out) == len(padded) else out
+        shared = ray.put((args, kwargs))
+        refs = [actor.execute.remote(method, shared, rank == 0) for rank, actor in enumerate(self.actors)]
+        return self._gather(refs, method)[0]
+
+    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Broadcast ``method(*args, **kwargs)`` and return every rank's result, in rank order."""
+        self._check_usable(method)
+        shared = ray.put((args, kwargs))
+        return self._gather([actor.execute.remote(method, shared, True) for actor in self.actors], method)
+
+    def rank_info(self) -> list[dict[str, Any]]:
+        """Each rank's ``pid``, ``ip``, ``node_id`` and distributed environment, in rank order."""
+        self._check_usable("rank_info")
+        return self._gather([actor.info.remote() for actor in self.actors], "rank_info")
+
+    def _check_usable(self, method: str) -> None:
+        """Raise the group's earlier failure, or an error when it was shut down."""
+        if self._failure is not None:
+            raise self._failure
+        if self._closed:
+            raise RLCoreError(f"role {self.role!r}: {method}() called after the worker group was shut down")
+
+    def _gather(self, refs: list[Any], method: str, ranks: list[int] | None = None) -> list[Any]:
+        """Wait for every ref and return the results in order, failing fast.
+
+        When a rank raises, the others get :data:`FAILURE_GRACE_S` to finish; a rank whose process died
+        stops the wait at once. The error of a dead rank (else the first error seen) is raised; when a
+        rank died or some did not finish, the group is killed first.
+        """
+        ranks = list(range(len(refs))) if ranks is None else ranks
+        pending = dict(zip(refs, ranks))
+        results: dict[int, Any] = {}
+        errors: list[tuple[int, Exception]] = []
+        died: list[tuple[int, Exception]] = []
+        self._in_flight = True  # stays set when the wait is interrupted (Ctrl-C): shutdown() then kills at once
+        while pending and not died:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=FAILURE_GRACE_S if errors else None)
+            if not ready:
+                break
+            for ref in ready:
+                rank = pending.pop(ref)
+                try:
+                    results[rank] = ray.get(ref)
+                except RayError as exc:
+                    errors.append((rank, exc))
+                    if not isinstance(exc, RayTaskError):
+                        died.append((rank, exc))
+        self._in_flight = False
+        if not errors:
+            return [results[rank] for rank in ranks]
+        rank, exc = (died or errors)[0]
+        error = self._to_error(rank, exc, method)
+        if died or pending:
+            self._fail(error)
+        raise error
+
+    def _to_error(self, rank: int, exc: Exception, method: str) -> WorkerError:
+        """A :class:`WorkerError` for rank ``rank`` from a Ray error, with the worker's own message."""
+        where = f"role {self.role!r} rank {rank}"
+        call = "starting the worker" if method == "__init__" else f"{method}()"
+        if isinstance(exc, RayTaskError):
+            cause = exc.cause
+            while isinstance(cause, RayTaskError) and cause.cause is not None:
+                cause = cause.cause
+            tb = _worker_traceback(exc)
+            if isinstance(cause, RLCoreError):
+                message = f"{where}: {call} failed: {cause}"
+            else:
+                name = type(cause).__name__ if cause is not None else "error"
+                message = f"{where}: {call} raised {name}: {cause}\nworker traceback:\n{tb}"
+            return WorkerError(message, role=self.role, rank=rank, method=method, cause=cause, worker_traceback=tb)
+        reason = _death_reason(exc)
+        return WorkerDiedError(
+            f"{where}: the worker process died during {call}: {reason}",
+            role=self.role, rank=rank, method=method, cause=exc,
+        )
+
+    def _fail(self, error: WorkerError) -> None:
+        """Remember ``error`` for later calls and kill every actor of the group."""
+        log.debug("%s; stopping the %d worker(s) of role %r", error, self.world_size, self.role)
+        self._failure = error
+        self._kill()
+
+    def _kill(self) -> None:
+        """Kill every actor (those already dead are skipped)."""
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception as exc:  # noqa: BLE001 - an actor that is gone already
+                log.debug("ray.kill(%s): %s", actor, exc)
+
+    def shutdown(self) -> None:
+        """Shut the workers down (their ``shutdown()``, then the actors) and release the pool; idempotent.
+
+        After a failure, or when a call was interrupted, the actors are killed without waiting for them.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self.actors and self._failure is None and not self._in_flight:
+            refs = [actor.shutdown.remote() for actor in self.actors]
+            ray.wait(refs, num_returns=len(refs), timeout=SHUTDOWN_TIMEOUT_S)
+        self._kill()
+        self.actors = []
+        SESSION.release(self._pools)

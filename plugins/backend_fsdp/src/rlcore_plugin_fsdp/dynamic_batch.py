@@ -1,0 +1,93 @@
+"""Micro-batches: fixed row counts, or a token budget per micro-batch (``use_dynamic_bsz``).
+
+With a token budget the rows are split into the fewest micro-batches whose summed valid lengths
+(``attention_mask`` sums) stay within the budget, balanced by a longest-first greedy partition
+(:func:`rlcore.controller.balance.budget_partition`). A row longer than the budget gets a micro-batch of
+its own (with a warning naming the budget key). Every rank must run the same number of forward passes
+(FSDP gathers parameters per pass), so the micro-batch count is agreed with an all-reduce (max) over
+the ranks. Results computed per micro-batch are put back into the original row order.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from rlcore.controller.balance import budget_partition
+from rlcore.errors import RLCoreError
+from rlcore.protocol import Batch
+
+
+@dataclass(frozen=True)
+class MicroBatchPlan:
+    """How one batch is cut into micro-batches.
+
+    Attributes:
+        parts: the micro-batches, in the order they run.
+        order: the row of the batch that each row of the concatenated micro-batches came from, or None
+            when the micro-batches are consecutive slices (nothing to restore).
+    """
+
+    parts: list[Batch]
+    order: torch.Tensor | None
+
+    def restore(self, outputs: list[torch.Tensor]) -> torch.Tensor:
+        """Concatenate per-micro-batch ``outputs`` and put their rows back into the batch's order."""
+        stacked = torch.cat(outputs)
+        if self.order is None:
+            return stacked
+        restored = torch.empty_like(stacked)
+        restored[self.order.to(stacked.device)] = stacked
+        return restored
+
+
+def _all_reduce_max(value: int, device: torch.device) -> int:
+    """The largest ``value`` over all ranks (``value`` itself without a process group of several ranks)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.long, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor.item())
+
+
+def token_budget_parts(lengths: list[int], budget: int, device: torch.device) -> list[list[int]]:
+    """Row indices of each micro-batch: the fewest balanced parts within ``budget`` tokens, with the part
+    count raised to the largest any rank needs (every rank must call this, collectively)."""
+    parts = budget_partition(lengths, budget)
+    while True:
+        agreed = _all_reduce_max(len(parts), device)
+        if agreed > len(lengths):
+            raise RLCoreError(
+                f"dynamic batching: another rank needs {agreed} micro-batches but this rank has only "
+                f"{len(lengths)} rows; every rank must receive the same number of rows"
+            )
+        if agreed != len(parts):
+            parts = budget_partition(lengths, budget, min_bins=agreed)
+        if _all_reduce_max(len(parts), device) == agreed:
+            return parts
+
+
+def plan_micro_batches(
+    batch: Batch, *, size: int | None = None, budget: int | None = None, budget_key: str = "", device: torch.device
+) -> MicroBatchPlan:
+    """Cut ``batch`` into micro-batches of ``size`` rows (all of it when ``size`` is None) or, when
+    ``budget`` is given, by a token budget (see the module docstring; collective over the ranks).
+
+    ``budget_key`` names the budget's config key in the warning about rows longer than the budget.
+    """
+    if budget is None:
+        parts = [batch] if size is None or size >= len(batch) else batch.split(size)
+        return MicroBatchPlan(parts, None)
+    lengths = batch["attention_mask"].sum(-1).clamp_min(1).tolist()
+    if lengths and max(lengths) > budget:
+        warnings.warn(
+            f"a sequence of {max(lengths)} tokens exceeds {budget_key}={budget}; it runs as a micro-batch of its own",
+            stacklevel=2,
+        )
+    parts = token_budget_parts(lengths, budget, device)
+    rows = [torch.tensor(part, dtype=torch.long) for part in parts]
+    order = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long)
+    return MicroBatchPlan([batch.index(index) for index in rows], order)

@@ -1,0 +1,90 @@
+"""Sequence packing (``use_remove_padding``): packed and padded forwards agree for the actor and the critic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from rlcore.errors import RLCoreError
+from rlcore.protocol import Batch
+from rlcore.testing.contracts.backend import make_batch
+from rlcore_plugin_fsdp.packing import pack_batch
+
+PROMPTS = ("what is 3 + 4", "john has 5 apples and mary has more", "cost", "how many oranges are left", "a")
+
+
+@pytest.fixture
+def ragged(tiny_tokenizer: Any) -> Batch:
+    """Left-padded prompts of five lengths and right-padded responses of lengths 8, 7, 6, 8, 7."""
+    return make_batch(tiny_tokenizer, prompts=PROMPTS, response_length=8, seed=3)
+
+
+def test_pack_batch_layout(ragged: Batch) -> None:
+    """One row of the attended tokens, positions restarting per sequence, one kept output per response token."""
+    packed = pack_batch(ragged, "key")
+    mask = ragged["attention_mask"].bool()
+    assert packed.input_ids.shape == (1, int(mask.sum()))
+    assert torch.equal(packed.input_ids[0], ragged["input_ids"][mask])
+    assert (packed.position_ids[0] == 0).sum() == len(ragged)
+    assert packed.keep_index.numel() == int(ragged["response_mask"].sum())
+    # the kept output for a response token sits right before that token in the packed row
+    assert torch.equal(packed.input_ids[0, packed.keep_index + 1], ragged["responses"][packed.rows, packed.cols])
+
+
+def test_pack_batch_rejects_positions_that_do_not_restart(ragged: Batch) -> None:
+    """Position ids that do not count from 0 per sequence cannot be packed; the error names the key."""
+    ragged["position_ids"] = ragged["position_ids"] + 1
+    with pytest.raises(RLCoreError, match="critic.model.use_remove_padding"):
+        pack_batch(ragged, "critic.model.use_remove_padding")
+
+
+def test_packed_log_probs_and_entropies_equal_padded(make_worker: Callable[..., Any], ragged: Batch) -> None:
+    """Same actor, same batch: packed log-probs and entropies equal the padded ones on every response token,
+    so the packed attention isolates the sequences; outside the mask the packed values are 0."""
+    worker = make_worker("actor", actor_rollout_ref__rollout__log_prob_micro_batch_size_per_gpu=2)
+    padded = worker.compute_log_prob(ragged)
+    worker.remove_padding = True
+    packed = worker.compute_log_prob(ragged)
+    mask = ragged["response_mask"].bool()
+    for key in ("old_log_probs", "entropys"):
+        torch.testing.assert_close(packed[key][mask], padded[key][mask], atol=1e-5, rtol=1e-5)
+        assert torch.count_nonzero(packed[key][~mask]) == 0
+
+
+def test_packed_values_equal_padded(make_worker: Callable[..., Any], ragged: Batch) -> None:
+    """Critic values from a packed forward equal the padded forward's (after one update, so the head is
+    not zero)."""
+    worker = make_worker("critic", critic__optim__lr=1e-2)
+    ragged["values"] = worker.compute_values(ragged)["values"]
+    ragged["returns"] = torch.linspace(-1, 1, ragged["values"].numel()).view_as(ragged["values"])
+    worker.update_critic(ragged)
+    padded = worker.compute_values(ragged)["values"]
+    assert torch.count_nonzero(padded) > 0
+    worker.remove_padding = True
+    torch.testing.assert_close(worker.compute_values(ragged)["values"], padded, atol=1e-5, rtol=1e-5)
+
+
+def test_packed_update_equals_padded_update(make_worker: Callable[..., Any], ragged: Batch) -> None:
+    """A PPO update through packed forwards gives the padded update's loss, gradient norm and parameters."""
+    results = []
+    for packed in (False, True):
+        worker = make_worker(
+            "actor",
+            actor_rollout_ref__model__use_remove_padding=packed,
+            actor_rollout_ref__actor__ppo_mini_batch_size=5,
+            actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu=5,
+            actor_rollout_ref__actor__entropy_coeff=0.01,
+        )
+        data = ragged.select()
+        data["old_log_probs"] = worker.compute_log_prob(data)["old_log_probs"]
+        data["advantages"] = torch.linspace(-1, 1, data["old_log_probs"].numel()).view_as(data["old_log_probs"])
+        metrics = worker.update_actor(data).meta["metrics"]
+        results.append((metrics, worker.full_state_dict()))
+    (padded_metrics, padded_state), (packed_metrics, packed_state) = results
+    assert packed_metrics["actor/pg_loss"] == pytest.approx(padded_metrics["actor/pg_loss"], abs=1e-6)
+    assert packed_metrics["actor/grad_norm"] == pytest.approx(padded_metrics["actor/grad_norm"], rel=1e-5)
+    for name, tensor in padded_state.items():
+        torch.testing.assert_close(packed_state[name], tensor, rtol=0, atol=5e-5)

@@ -1,0 +1,381 @@
+"""The ``ray`` executor on a real two-node local Ray cluster: dispatch, placement, failures, split placement.
+
+One ``ray.cluster_utils.Cluster`` (a head node with 6 CPUs and a second node with 1) serves the module;
+every group attaches to it through ``trainer.ray_address``. Dispatch and failures use a throwaway
+``training_backend`` plugin (``echo``) pip-installed into a target folder that only the workers see, through
+``PYTHONPATH`` in their runtime environment: the driver cannot even resolve it, so the test also proves that
+workers resolve their ``WorkerSpec`` from their own plugins. Training uses the real FSDP backend on the tiny
+model over gloo.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+
+from rlcore.config import ConfigError, load_config  # noqa: E402
+from rlcore.controller import ray_executor  # noqa: E402
+from rlcore.controller.groups import build_worker_groups  # noqa: E402
+from rlcore.controller.placement import SESSION, placement_mode  # noqa: E402
+from rlcore.controller.ray_executor import RayWorkerGroup, WorkerDiedError, WorkerError  # noqa: E402
+from rlcore.controller.worker_group import WorkerSpec, make_worker_group  # noqa: E402
+from rlcore.errors import RLCoreError  # noqa: E402
+from rlcore.protocol import Batch  # noqa: E402
+from rlcore.testing.runs import make_tiny_task, tiny_overrides, tiny_run  # noqa: E402
+from rlcore.tracking.sinks import read_metrics  # noqa: E402
+
+ECHO = WorkerSpec("echo", "actor_worker")
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "rlcore-test-echo"
+version = "0.0.1"
+dependencies = []
+
+[project.entry-points.rlcore]
+echo = "rlcore_test_echo.hooks"
+
+[tool.setuptools.packages.find]
+where = ["src"]
+"""
+
+HOOKS = '''
+import rlcore
+
+@rlcore.hookimpl
+def register_training_backends(register):
+    register("echo", "rlcore_test_echo.workers:EchoBackend", description="test backend: echoes its rank")
+'''
+
+WORKERS = '''
+import os
+
+import torch
+import torch.distributed as dist
+
+from rlcore.errors import RLCoreError
+from rlcore.protocol import Batch
+
+
+class EchoWorker:
+    def __init__(self, config, role, rank, world_size):
+        if role == "broken" and rank == world_size - 1:
+            raise RLCoreError(f"echo.start: role 'broken' cannot start on rank {rank}")
+        self.role, self.rank, self.world_size = role, rank, world_size
+
+    def tag(self, batch, offset=0):
+        out = Batch.from_dict({"x": batch["x"] + offset, "rank": torch.full((len(batch),), self.rank)},
+                              meta={"metrics": {"echo/rows": float(len(batch))}, "seen": batch.meta["temperature"]})
+        out["name"] = batch["name"]
+        return out
+
+    def whoami(self):
+        from rlcore.plugins import load_plugins
+
+        records = load_plugins().records
+        keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "RLCORE_DISABLE_PLUGINS")
+        return {"rank": self.rank, "env": {k: os.environ.get(k) for k in keys},
+                "ppo": records["rlcore-plugin-ppo"].status, "echo": records["rlcore-test-echo"].status}
+
+    def all_reduce(self):
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", init_method="env://", rank=self.rank, world_size=self.world_size)
+        value = torch.tensor([float(self.rank + 1)])
+        dist.all_reduce(value)
+        return float(value.item())
+
+    def fail(self, ranks, then_all_reduce=False):
+        if self.rank in ranks:
+            raise RLCoreError(f"echo.key=3 is not allowed (rank {self.rank})")
+        if then_all_reduce:
+            self.all_reduce()
+
+    def crash(self):
+        return {}["missing key"]
+
+    def die(self, rank):
+        if self.rank == rank:
+            os._exit(7)
+        self.all_reduce()
+
+    def shutdown(self):
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class EchoBackend:
+    actor_worker = EchoWorker
+    critic_worker = EchoWorker
+'''
+
+
+@contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """Set environment variables for the block, restoring the previous values afterwards."""
+    previous = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A two-node local Ray cluster (head: 6 CPUs, second node: 1 CPU) and the echo plugin on the workers'
+    ``PYTHONPATH``; Ray is shut down and the cluster removed at the end."""
+    from ray.cluster_utils import Cluster
+
+    project = tmp_path_factory.mktemp("echo-src")
+    (project / "src" / "rlcore_test_echo").mkdir(parents=True)
+    (project / "pyproject.toml").write_text(PYPROJECT)
+    (project / "src" / "rlcore_test_echo" / "__init__.py").write_text("")
+    (project / "src" / "rlcore_test_echo" / "hooks.py").write_text(textwrap.dedent(HOOKS))
+    (project / "src" / "rlcore_test_echo" / "workers.py").write_text(textwrap.dedent(WORKERS))
+    site = tmp_path_factory.mktemp("echo-site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--no-warn-script-location", "--target", str(site), str(project)],
+        check=True,
+    )
+    with environ(RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"), PYTHONPATH=str(site)):
+        ray_cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 6})
+        ray_cluster.add_node(num_cpus=1)
+        ray_cluster.wait_for_nodes()
+        try:
+            yield ray_cluster
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
+            ray_cluster.shutdown()
+
+
+def ray_config(cluster: Any, *overrides: str) -> Any:
+    """A config for the ray executor on ``cluster`` (2 CPU ranks on one node unless overridden)."""
+    base = ["trainer.executor=ray", "trainer.device=cpu", f"trainer.ray_address={cluster.address}",
+            "trainer.n_gpus_per_node=2"]
+    return load_config([], [*base, *overrides], [])
+
+
+@pytest.fixture(scope="module")
+def echo(cluster: Any) -> Iterator[RayWorkerGroup]:
+    """Two echo workers, created with ``RLCORE_DISABLE_PLUGINS=rlcore-plugin-ppo`` in the driver."""
+    with environ(RLCORE_DISABLE_PLUGINS="rlcore-plugin-ppo"):
+        group = make_worker_group(ECHO, ray_config(cluster), "actor")
+    yield group
+    group.shutdown()
+
+
+@pytest.fixture
+def fast_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1 s grace period for the ranks that are still running after another one failed."""
+    monkeypatch.setattr(ray_executor, "FAILURE_GRACE_S", 1.0)
+
+
+def make_batch(n: int) -> Batch:
+    """``n`` rows with a tensor ``x`` and a non-tensor ``name``."""
+    return Batch.from_dict({"x": torch.arange(n) * 10, "name": np.array([f"row{i}" for i in range(n)], dtype=object)},
+                           meta={"temperature": 1.0})
+
+
+# ------------------------------------------------------------------ dispatch
+def test_the_driver_cannot_resolve_the_echo_backend_but_workers_do(echo: RayWorkerGroup) -> None:
+    from rlcore.plugins import load_plugins
+
+    assert "rlcore-test-echo" not in load_plugins().records
+    assert echo.world_size == 2
+    assert echo.whoami()["echo"] == "ok"
+
+
+@pytest.mark.parametrize("rows", [5, 1, 4])
+def test_batch_is_padded_split_in_rank_order_and_unpadded(echo: RayWorkerGroup, rows: int) -> None:
+    out = echo.tag(make_batch(rows), offset=1)
+    assert len(out) == rows
+    assert out["x"].tolist() == [10 * i + 1 for i in range(rows)]
+    assert list(out["name"]) == [f"row{i}" for i in range(rows)]
+    per_rank = (rows + 1) // 2
+    assert out["rank"].tolist() == ([0] * per_rank + [1] * per_rank)[:rows]
+    assert out.meta["metrics"]["echo/rows"] == [float(per_rank)] * 2
+    assert out.meta["seen"] == 1.0
+
+
+def test_other_calls_are_broadcast_and_return_rank_0s_result(echo: RayWorkerGroup) -> None:
+    assert echo.whoami()["rank"] == 0
+    infos = echo.call_all("whoami")
+    assert [info["rank"] for info in infos] == [0, 1]
+    envs = [info["env"] for info in infos]
+    assert [(env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) for env in envs] == [("0", "2", "0"), ("1", "2", "1")]
+    assert envs[0]["MASTER_ADDR"] == envs[1]["MASTER_ADDR"] and envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"]
+
+
+def test_workers_load_plugins_with_the_drivers_rlcore_variables(echo: RayWorkerGroup) -> None:
+    for info in echo.call_all("whoami"):
+        assert info["env"]["RLCORE_DISABLE_PLUGINS"] == "rlcore-plugin-ppo"
+        assert info["ppo"] == "disabled"
+
+
+def test_gloo_group_across_the_workers(echo: RayWorkerGroup) -> None:
+    assert echo.call_all("all_reduce") == [3.0, 3.0]
+
+
+def test_colocated_groups_share_the_placement_groups(cluster: Any, echo: RayWorkerGroup) -> None:
+    critic = make_worker_group(WorkerSpec("echo", "critic_worker"), ray_config(cluster), "critic")
+    try:
+        assert critic._pools == echo._pools
+        assert [i["node_id"] for i in critic.rank_info()] == [i["node_id"] for i in echo.rank_info()]
+    finally:
+        critic.shutdown()
+    assert echo.whoami()["rank"] == 0
+
+
+# ------------------------------------------------------------------ failures
+def test_an_exception_on_every_rank_names_the_rank_and_keeps_the_group(echo: RayWorkerGroup) -> None:
+    with pytest.raises(WorkerError, match=r"role 'actor' rank [01]: fail\(\) failed: echo.key=3 is not allowed"):
+        echo.fail([0, 1])
+    with pytest.raises(WorkerError, match=r"rank 1: fail\(\) failed: echo.key=3 is not allowed \(rank 1\)") as info:
+        echo.fail([1])
+    assert info.value.rank == 1 and info.value.role == "actor"
+    assert echo.whoami()["rank"] == 0
+
+
+def test_an_unexpected_exception_carries_the_worker_traceback(echo: RayWorkerGroup) -> None:
+    with pytest.raises(WorkerError, match=r"crash\(\) raised KeyError: 'missing key'") as info:
+        echo.crash()
+    assert isinstance(info.value.cause, KeyError)
+    assert "workers.py" in str(info.value) and "in crash" in str(info.value)
+    assert "ray::" not in str(info.value)
+
+
+def test_a_rank_failing_while_the_others_wait_in_a_collective_stops_the_group(
+    cluster: Any, fast_failures: None
+) -> None:
+    group = make_worker_group(ECHO, ray_config(cluster), "actor")
+    start = time.perf_counter()
+    with pytest.raises(WorkerError, match=r"role 'actor' rank 1: fail\(\) failed: echo.key=3"):
+        group.fail([1], then_all_reduce=True)
+    assert time.perf_counter() - start < 20
+    with pytest.raises(WorkerError, match="rank 1"):
+        group.whoami()
+    group.shutdown()
+
+
+def test_a_worker_process_exiting_stops_the_controller_within_seconds(cluster: Any, fast_failures: None) -> None:
+    group = make_worker_group(ECHO, ray_config(cluster), "rollout")
+    start = time.perf_counter()
+    with pytest.raises(WorkerDiedError, match=r"role 'rollout' rank 1: the worker process died during die\(\)"):
+        group.die(1)
+    assert time.perf_counter() - start < 20
+    with pytest.raises(WorkerDiedError, match="rank 1"):
+        group.tag(make_batch(2))
+    group.shutdown()
+
+
+def test_a_killed_actor_is_reported_on_the_next_call(cluster: Any) -> None:
+    group = make_worker_group(ECHO, ray_config(cluster), "critic")
+    ray.kill(group.actors[1])
+    start = time.perf_counter()
+    with pytest.raises(WorkerDiedError, match=r"role 'critic' rank 1: the worker process died during whoami\(\): "
+                                              r".*ray\.kill") as info:
+        group.whoami()
+    assert time.perf_counter() - start < 10
+    assert info.value.rank == 1
+    group.shutdown()
+
+
+def test_a_worker_that_cannot_start_names_its_rank(cluster: Any) -> None:
+    users = dict(SESSION.users)
+    with pytest.raises(WorkerError, match=r"role 'broken' rank 1: starting the worker failed: echo.start"):
+        make_worker_group(ECHO, ray_config(cluster), "broken")
+    assert SESSION.users == users, "the failed group gave its pool back"
+
+
+def test_config_errors_name_the_key(cluster: Any) -> None:
+    with pytest.raises(ConfigError, match="trainer.placement=split .* needs trainer.executor=ray"):
+        placement_mode(load_config([], ["trainer.placement=split"], []))
+    with pytest.raises(ConfigError, match="trainer.placement must be one of colocated, split"):
+        placement_mode(load_config([], ["trainer.placement=spread"], []))
+    with pytest.raises(RLCoreError, match=r"trainer.nnodes=3 needs 3 Ray node\(s\)"):
+        make_worker_group(ECHO, ray_config(cluster, "trainer.nnodes=3", "trainer.n_gpus_per_node=1"), "actor")
+
+
+# ---------------------------------------------------------------- multi-node
+def test_two_nodes_one_rank_each_form_one_gloo_group(cluster: Any) -> None:
+    group = make_worker_group(ECHO, ray_config(cluster, "trainer.nnodes=2", "trainer.n_gpus_per_node=1"), "actor")
+    try:
+        nodes = [info["node_id"] for info in group.rank_info()]
+        assert nodes == [cluster.head_node.node_id, cluster.list_all_nodes()[1].node_id]
+        assert [info["env"]["LOCAL_RANK"] for info in group.rank_info()] == ["0", "0"]
+        assert group.call_all("all_reduce") == [3.0, 3.0]
+    finally:
+        group.shutdown()
+
+
+def test_grpo_steps_on_two_nodes(cluster: Any, tmp_path: Path, tiny_model_dir: Path) -> None:
+    task = make_tiny_task(tmp_path / "task")
+    last, run_dir = tiny_run(
+        tmp_path, tiny_model_dir, task, "algorithm.adv_estimator=grpo", "trainer.executor=ray",
+        "trainer.nnodes=2", "trainer.n_gpus_per_node=1", f"trainer.ray_address={cluster.address}",
+        "trainer.test_freq=-1", "trainer.val_before_train=false",
+    )
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [row["training/global_step"] for row in rows] == [1, 2]
+    assert np.isfinite(last["actor/pg_loss"]) and last["actor/grad_norm"] > 0
+    assert last["rollout/weight_checksum_diff"] <= 1e-6
+
+
+# ------------------------------------------------------------ split placement
+def test_split_placement_trains_on_one_pool_and_generates_on_another(
+    cluster: Any, tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    from rlcore.data.collate import collate_rows
+    from rlcore.data.custom import load_dataset_class
+
+    task = make_tiny_task(tmp_path / "task")
+    config = ray_config(
+        cluster, *tiny_overrides(tmp_path, tiny_model_dir, task), "trainer.executor=ray", "trainer.placement=split",
+        "trainer.n_gpus_per_node=2", "trainer.rollout_n_gpus_per_node=1", "actor_rollout_ref.actor.use_kl_loss=true",
+    )
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    dataset = load_dataset_class(config)(config.data.train_files, tokenizer, config.data, split="train")
+    prompts = collate_rows([dataset[i] for i in range(3)])
+    groups = build_worker_groups(config, use_reference=True, use_critic=False)
+    try:
+        assert groups.split and groups.actor.world_size == 2 and groups.rollout.world_size == 1
+        assert (groups.actor.role, groups.rollout.role) == ("actor_ref", "rollout")
+        groups.init_models()
+        batch = groups.rollout.generate_sequences(prompts.repeat(2))
+        assert len(batch) == 6
+        batch.union(groups.actor.compute_log_prob(batch))
+        batch.union(groups.actor.compute_ref_log_prob(batch))
+        batch["advantages"] = torch.randn(batch["response_mask"].shape)
+        metrics = groups.actor.update_actor(batch).meta["metrics"]
+        assert len(metrics["actor/pg_loss"]) == 2
+        sync = groups.sync_weights()
+        assert sync["rollout/weight_checksum_diff"] <= 1e-6
+        assert sync["rollout/weight_version"] == 2.0
+        assert len(groups.rollout.generate_sequences(prompts)) == 3
+    finally:
+        groups.shutdown()
