@@ -30,5 +30,7 @@ def test_rlcore_run_without_arguments_learns(tmp_path: Path) -> None:
     assert val[0][1] < 0.4, "the warm-started model starts mostly wrong"
     assert val[-1][1] >= val[0][1] + 0.4, f"validation reward did not rise: {val}"
     assert (run_dir / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    for line in ("val-core/rlcore/arith/reward/mean@1:", "wall time:", "reward curve:"):
+    assert (run_dir / "report" / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert 'src="panels/reward.png"' in (run_dir / "report" / "index.html").read_text()
+    for line in ("val-core/rlcore/arith/reward/mean@1:", "wall time:", "report:", "reward curve:"):
         assert line in result.stdout

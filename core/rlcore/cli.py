@@ -154,6 +154,23 @@ def run(args: tuple[str, ...], presets: tuple[str, ...], dry_run: bool) -> None:
     run_training(files, overrides, list(presets), dry_run=dry_run)
 
 
+# ------------------------------------------------------------------- report
+@cli.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Output folder [default: RUN_DIR/report for one run, ./rlcore-report for several].")
+def report(run_dirs: tuple[str, ...], out_dir: str | None) -> None:
+    """Plot one or more runs and write an HTML summary: rlcore report RUN_DIR [RUN_DIR ...] [--out DIR]."""
+    from rlcore.tracking.report import write_report
+
+    result = write_report(list(run_dirs), out_dir)
+    missing = [slug for slug, has in result.has_data.items() if not has]
+    click.echo(f"report: {result.html}")
+    click.echo(f"plots:  {result.png} (+ {len(result.panels)} panels in {result.png.parent / 'panels'})")
+    if missing:
+        click.echo(f"no data for: {', '.join(missing)}")
+
+
 # --------------------------------------------------------------------- data
 @cli.group()
 def data() -> None:
@@ -171,6 +188,33 @@ def data_gsm8k(input_dir: str | None, local_dir: str) -> None:
 
     for split, path in prepare_gsm8k(input_dir, os.path.expanduser(local_dir)).items():
         click.echo(f"{split}: {path}")
+
+
+# ---------------------------------------------------------------------- new
+@cli.group()
+def new() -> None:
+    """Scaffold new projects from rlcore's templates."""
+
+
+@new.command("plugin")
+@click.argument("values", nargs=-1)
+@click.option("--no-input", is_flag=True, help="Do not prompt: use the defaults and the key=value arguments.")
+@click.option("--output-dir", "-o", type=click.Path(file_okay=False), default=".", show_default=True,
+              help="Where to create the project directory.")
+def new_plugin(values: tuple[str, ...], no_input: bool, output_dir: str) -> None:
+    """Create a plugin distribution, rlcore-plugin-NAME, from rlcore's template.
+
+    VALUES are template variables as key=value, e.g. plugin_name=myalgo policy_loss=yes (docs/publishing.md
+    lists them); the others are asked for, or take their defaults with --no-input.
+    """
+    from pathlib import Path
+
+    from rlcore.scaffold import new_plugin as render, next_steps, parse_assignments, template_variables
+
+    project = render(parse_assignments(values, template_variables()), no_input=no_input, output_dir=Path(output_dir))
+    click.echo(f"Created {project.name} in {project.parent}. Next:")
+    for command in next_steps(project, Path.cwd()):
+        click.echo(f"  {command}")
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ import click
 from omegaconf import DictConfig
 
 from rlcore.config import ConfigError, config_to_yaml, derive_quantities, load_config
+from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins
 from rlcore.run_context import RunContext
 
@@ -34,7 +35,12 @@ def default_presets(files: list[str], overrides: list[str]) -> list[str]:
 
 
 def check_components(config: DictConfig, manager: PluginManager) -> None:
-    """Resolve (without importing) every component the config names; raise on unknown or conflicting ones."""
+    """Resolve every component the config names; raise on unknown or conflicting ones.
+
+    Components are resolved without importing them, except the trackers: their libraries are imported and
+    their settings checked (:func:`~rlcore.tracking.external.preflight_trackers`), so that a tracker whose
+    package is missing fails here, naming its ``pip install 'rlcore[...]'`` line, before any model loads.
+    """
     registry = manager.registry
     wanted = [
         ("advantage_estimator", config.algorithm.adv_estimator),
@@ -49,6 +55,9 @@ def check_components(config: DictConfig, manager: PluginManager) -> None:
         wanted.append(("dataset", config.data.dataset))
     for kind, name in wanted:
         registry.get(kind, name)
+    from rlcore.tracking.external import preflight_trackers
+
+    preflight_trackers(config, registry)
 
 
 def _loggers(config: DictConfig) -> list[str]:
@@ -126,11 +135,12 @@ def run_training(files: list[str], overrides: list[str], presets: list[str], *, 
 
 
 def _summarise(run_dir: Path, last: dict[str, Any], wall: float) -> None:
+    """Print the validation trend, write ``summary.json``, the report (``report/``) and ``reward_curve.png``."""
     from rlcore.tracking.plot import plot_reward_curve
+    from rlcore.tracking.report import write_report
     from rlcore.tracking.sinks import read_metrics
 
     metrics_path = run_dir / "metrics.jsonl"
-    png = plot_reward_curve(metrics_path, run_dir / "reward_curve.png")
     rows = read_metrics(metrics_path)
     val_keys = sorted({k for row in rows for k in row if k.startswith("val-core/")})
     click.echo("")
@@ -144,5 +154,13 @@ def _summarise(run_dir: Path, last: dict[str, Any], wall: float) -> None:
     click.echo(f"wall time: {summary['wall_time_s']} s, peak memory (RSS): {summary['peak_rss_mb']} MB")
     click.echo(f"run directory: {run_dir}")
     click.echo(f"metrics:       {metrics_path}")
-    click.echo(f"reward curve:  {png}")
+    try:
+        report = write_report([run_dir])
+        click.echo(f"report:        {report.html} (plots: {report.png})")
+    except RLCoreError as exc:  # e.g. no step was logged: the run itself succeeded
+        click.echo(f"report:        not written: {exc}")
+    try:
+        click.echo(f"reward curve:  {plot_reward_curve(metrics_path, run_dir / 'reward_curve.png')}")
+    except RLCoreError as exc:
+        click.echo(f"reward curve:  not drawn: {exc}")
     sys.stdout.flush()

@@ -17,13 +17,14 @@ TRAIN_MAX = "critic/score/max"
 VAL_REWARD = re.compile(r"^val-core/(?P<source>.+)/reward/mean@(?P<n>\d+)$")
 
 
-def _number(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float if it is a finite number (not a bool), else ``None``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
 
 
-def _by_step(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def records_by_step(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Merge the records per step, a later record's values winning (a resumed run repeats steps)."""
     merged: dict[int, dict[str, Any]] = {}
     for record in records:
@@ -45,17 +46,17 @@ def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
     records = read_metrics(metrics_path)
     if not records:
         raise RLCoreError(f"metrics file {metrics_path} is empty: no step was logged, nothing to plot")
-    steps = _by_step(records)
+    steps = records_by_step(records)
 
     train: list[tuple[int, float, float | None, float | None]] = []
     validation: dict[str, list[tuple[int, float]]] = {}
     for step, record in steps.items():
-        mean = _number(record.get(TRAIN_MEAN))
+        mean = finite_number(record.get(TRAIN_MEAN))
         if mean is not None:
-            train.append((step, mean, _number(record.get(TRAIN_MIN)), _number(record.get(TRAIN_MAX))))
+            train.append((step, mean, finite_number(record.get(TRAIN_MIN)), finite_number(record.get(TRAIN_MAX))))
         for key, value in record.items():
             match = VAL_REWARD.match(key)
-            number = _number(value)
+            number = finite_number(value)
             if match and number is not None:
                 validation.setdefault(f"val {match['source']} mean@{match['n']}", []).append((step, number))
     if not train and not validation:

@@ -44,6 +44,10 @@ class Tracker:
     to numbers, which may be ``nan``, numpy or torch scalars), :meth:`log_table` for row data such as
     validation generations (optional, a no-op by default) and :meth:`finish` once at the end. A tracker
     that raises is reported once and disabled by :class:`TrackerSet`; it never stops training.
+
+    A tracker class may also have a ``preflight(config)`` classmethod: ``rlcore run`` calls it before any
+    model is loaded (see :func:`rlcore.tracking.external.preflight_trackers`) to import the tracker's
+    library and check its settings, raising :class:`RLCoreError` with a clear message.
     """
 
     def __init__(self, project: str, experiment: str, config: Any, run_dir: str | Path) -> None:
@@ -225,8 +229,12 @@ class TrackerSet:
     that calls :meth:`finish` on exit.
     """
 
-    def __init__(self, trackers: Mapping[str, Any] | Iterable[Any]) -> None:
-        """Take trackers by name (a mapping) or as an iterable (named after their classes)."""
+    def __init__(self, trackers: Mapping[str, Any] | Iterable[Any], failed: Mapping[str, str] | None = None) -> None:
+        """Take trackers by name (a mapping) or as an iterable (named after their classes).
+
+        ``failed`` maps the names of trackers that could not even be constructed to their error; they are
+        listed in :attr:`disabled` from the start.
+        """
         if isinstance(trackers, Mapping):
             items = list(trackers.items())
         else:
@@ -238,7 +246,7 @@ class TrackerSet:
                 unique, n = f"{name}#{n}", n + 1
             self._trackers[unique] = tracker
         #: name -> error of each tracker disabled after a failure
-        self.disabled: dict[str, str] = {}
+        self.disabled: dict[str, str] = dict(failed or {})
         self._finished = False
 
     @property
@@ -321,8 +329,12 @@ def build_trackers(config: Any, run_dir: str | Path) -> TrackerSet:
     Every name is resolved with ``rlcore.plugins.get_component("tracker", name)`` before any tracker is
     constructed, so an unknown name raises the registry's error (which lists the known trackers) before
     training starts. Each tracker is constructed with ``project=trainer.project_name``,
-    ``experiment=trainer.experiment_name``, ``config`` and ``run_dir``; a constructor that fails raises
-    :class:`RLCoreError` naming the tracker.
+    ``experiment=trainer.experiment_name``, ``config`` and ``run_dir``. A constructor that raises
+    :class:`RLCoreError` (a bad setting) stops the run; one that fails otherwise (an unwritable directory,
+    no network, the library raising) is reported once and the tracker is disabled, like a tracker failing
+    later (see :class:`TrackerSet`) — except ``jsonl``, the run's own record, whose failure raises
+    :class:`RLCoreError`. Missing libraries are caught earlier, by
+    :func:`rlcore.tracking.external.preflight_trackers`.
     """
     from rlcore.plugins import get_component
 
@@ -333,11 +345,17 @@ def build_trackers(config: Any, run_dir: str | Path) -> TrackerSet:
     experiment = str(trainer.get("experiment_name") or "run")
     classes = {name: get_component("tracker", name) for name in logger_names(config)}
     trackers: dict[str, Any] = {}
+    failed: dict[str, str] = {}
     for name, cls in classes.items():
         try:
             trackers[name] = cls(project=project, experiment=experiment, config=config, run_dir=run_dir)
         except RLCoreError:
             raise
         except Exception as exc:
-            raise RLCoreError(f"tracker {name!r} could not be started: {type(exc).__name__}: {exc}") from exc
-    return TrackerSet(trackers)
+            if name == ALWAYS_ON:
+                raise RLCoreError(f"tracker {name!r} could not be started: {type(exc).__name__}: {exc}") from exc
+            failed[name] = f"{type(exc).__name__}: {exc}"
+            logger.warning(
+                "tracker %r could not be started and is disabled for this run: %s", name, failed[name]
+            )
+    return TrackerSet(trackers, failed=failed)

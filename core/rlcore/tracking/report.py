@@ -1,0 +1,472 @@
+"""``rlcore report``: plots and a one-page HTML summary of one or more run directories.
+
+A report is a folder holding
+
+``report.png``
+    every panel in one figure (:data:`PANELS`: reward with its min–max band, validation reward, response
+    length, KL, entropy, pg clip fraction, throughput, time per stage);
+``panels/<name>.png``
+    each panel on its own;
+``index.html``
+    the runs, the panels, the final metrics, the config highlights and the plugin versions, with the
+    images linked (relative paths, so the folder can be moved or served as is).
+
+Given several runs, each panel draws one line per run (legend by run name), the time panel one stacked
+bar per run, and the config table marks the keys whose values differ. A metric a run does not have is
+left out; a panel no run has data for says "no data".
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from rlcore.errors import RLCoreError
+from rlcore.tracking.plot import finite_number, records_by_step
+from rlcore.tracking.sinks import METRICS_FILE, format_value, read_metrics
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+REPORT_PNG = "report.png"
+REPORT_HTML = "index.html"
+PANELS_DIR = "panels"
+#: the validation reward (and accuracy) keys: ``val-core/<source>/{reward,acc}/mean@N``
+VAL_CORE = re.compile(r"^val-core/.+/(reward|acc)/mean@\d+$")
+TIMING_PREFIX = "timing_s/"
+TIMING_TOTAL = "timing_s/step"
+#: the config keys shown in the report, in order
+CONFIG_HIGHLIGHTS: tuple[str, ...] = (
+    "actor_rollout_ref.model.path",
+    "algorithm.adv_estimator",
+    "actor_rollout_ref.actor.policy_loss.loss_mode",
+    "actor_rollout_ref.actor.strategy",
+    "actor_rollout_ref.rollout.name",
+    "data.train_files",
+    "data.val_files",
+    "data.train_batch_size",
+    "actor_rollout_ref.rollout.n",
+    "actor_rollout_ref.actor.ppo_mini_batch_size",
+    "actor_rollout_ref.actor.ppo_epochs",
+    "actor_rollout_ref.actor.optim.lr",
+    "actor_rollout_ref.actor.clip_ratio",
+    "actor_rollout_ref.actor.use_kl_loss",
+    "actor_rollout_ref.actor.kl_loss_coef",
+    "algorithm.use_kl_in_reward",
+    "actor_rollout_ref.rollout.temperature",
+    "data.max_prompt_length",
+    "data.max_response_length",
+    "trainer.total_training_steps",
+    "trainer.logger",
+    "trainer.seed",
+)
+COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
+          "tab:cyan", "tab:gray")
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+# ------------------------------------------------------------------------------------------- runs
+@dataclass
+class RunData:
+    """One run directory, read back: its metrics merged per step, config, plugins and summary."""
+
+    name: str
+    path: Path
+    steps: dict[int, dict[str, Any]]
+    config: dict[str, Any] = field(default_factory=dict)
+    plugins: dict[str, str | None] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def keys(self) -> list[str]:
+        """Every metric key the run logged, sorted."""
+        return sorted({key for record in self.steps.values() for key in record if key != "step"})
+
+    def series(self, key: str) -> list[tuple[int, float]]:
+        """``(step, value)`` of every step with a finite value of ``key``."""
+        points = []
+        for step, record in self.steps.items():
+            value = finite_number(record.get(key))
+            if value is not None:
+                points.append((step, value))
+        return points
+
+    def last(self, key: str) -> tuple[int, float] | None:
+        """The last ``(step, value)`` of ``key``, or ``None``."""
+        points = self.series(key)
+        return points[-1] if points else None
+
+    def config_value(self, dotted: str) -> Any:
+        """The config value at ``a.b.c`` (``None`` when absent)."""
+        node: Any = self.config
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return node
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def load_run(path: str | Path, name: str | None = None) -> RunData:
+    """Read a run directory (its ``metrics.jsonl``, and ``config.yaml``, ``plugins.json``, ``summary.json``
+    when present). Raises :class:`RLCoreError` when it is missing, holds no metrics file or no step."""
+    path = Path(path)
+    if not path.is_dir():
+        raise RLCoreError(f"run directory {path} does not exist")
+    if not (path / METRICS_FILE).is_file():
+        raise RLCoreError(f"{path} is not a run directory: it holds no {METRICS_FILE}")
+    records = read_metrics(path / METRICS_FILE)
+    if not records:
+        raise RLCoreError(f"{path / METRICS_FILE} is empty: no step was logged, nothing to report")
+    config: dict[str, Any] = {}
+    if (path / "config.yaml").is_file():
+        try:
+            loaded = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8"))
+            config = loaded if isinstance(loaded, dict) else {}
+        except (OSError, yaml.YAMLError):
+            config = {}
+    plugins = {
+        plugin: info.get("version") for plugin, info in _read_json(path / "plugins.json").items()
+        if isinstance(info, dict) and not info.get("builtin")
+    }
+    return RunData(
+        name=name or path.name, path=path, steps=records_by_step(records), config=config, plugins=plugins,
+        summary=_read_json(path / "summary.json"),
+    )
+
+
+def run_names(paths: Sequence[Path]) -> list[str]:
+    """Legend names: each directory's name, with as many parent folders as it takes to tell them apart."""
+    resolved = [path.resolve() for path in paths]
+    depth = 1
+    while True:
+        names = ["/".join(path.parts[-depth:]) for path in resolved]
+        if len(set(names)) == len(names) or depth >= max(len(path.parts) for path in resolved):
+            return names
+        depth += 1
+
+
+# ----------------------------------------------------------------------------------------- panels
+@dataclass(frozen=True)
+class Panel:
+    """One plot of the report: ``draw(ax, runs)`` draws it and returns whether there was any data."""
+
+    slug: str
+    title: str
+    ylabel: str
+    draw: Callable[[Axes, list[RunData]], bool]
+
+
+def _label(run: RunData, key: str, runs: list[RunData], keys: list[str]) -> str:
+    if len(runs) == 1:
+        return key
+    return run.name if len(keys) == 1 else f"{run.name}: {key}"
+
+
+def lines(*keys: str | re.Pattern[str], band: tuple[str, str] | None = None) -> Callable[[Axes, list[RunData]], bool]:
+    """A panel drawing each of ``keys`` (names or regular expressions) as a line, one color per run and one
+    line style per key; ``band=(min_key, max_key)`` shades the range around the first key."""
+
+    def draw(ax: Axes, runs: list[RunData]) -> bool:
+        drawn = False
+        matched = [[k for k in run.keys() if any(_matches(p, k) for p in keys)] for run in runs]
+        all_keys = sorted({k for names in matched for k in names}, key=lambda k: _order(keys, k))
+        for index, (run, names) in enumerate(zip(runs, matched)):
+            color = COLORS[index % len(COLORS)]
+            for key in sorted(names, key=lambda k: _order(keys, k)):
+                points = run.series(key)
+                if not points:
+                    continue
+                style = LINESTYLES[all_keys.index(key) % len(LINESTYLES)]
+                xs, ys = [p[0] for p in points], [p[1] for p in points]
+                ax.plot(xs, ys, linestyle=style, color=color, linewidth=1.5, marker="o" if len(xs) <= 25 else None,
+                        markersize=3, label=_label(run, key, runs, all_keys))
+                drawn = True
+                if band is not None and key == keys[0]:
+                    low, high = dict(run.series(band[0])), dict(run.series(band[1]))
+                    steps = [x for x in xs if x in low and x in high]
+                    if steps:
+                        ax.fill_between(steps, [low[s] for s in steps], [high[s] for s in steps], color=color,
+                                        alpha=0.15, linewidth=0)
+        if drawn:
+            ax.legend(loc="best", fontsize=7)
+            ax.ticklabel_format(axis="y", useOffset=False)
+        return drawn
+
+    return draw
+
+
+def _matches(pattern: str | re.Pattern[str], key: str) -> bool:
+    return pattern.match(key) is not None if isinstance(pattern, re.Pattern) else pattern == key
+
+
+def _order(patterns: Sequence[str | re.Pattern[str]], key: str) -> tuple[int, str]:
+    return next(i for i, p in enumerate(patterns) if _matches(p, key)), key
+
+
+def stage_times(run: RunData) -> tuple[list[int], dict[str, list[float]]]:
+    """The training steps (those with ``timing_s/step``, the total, which is not a stage; any step with a
+    stage time when no step has it) and ``{stage: seconds per step}`` (0 where a stage did not run), the
+    stages ordered by total time."""
+    stages = sorted({k for k in run.keys() if k.startswith(TIMING_PREFIX) and k != TIMING_TOTAL})
+    timed = TIMING_TOTAL if run.series(TIMING_TOTAL) else None  # training steps (not validation-only step 0)
+    steps = [
+        s for s, record in run.steps.items()
+        if any(finite_number(record.get(k)) is not None for k in ([timed] if timed else stages))
+    ]
+    times = {
+        stage.removeprefix(TIMING_PREFIX): [finite_number(run.steps[s].get(stage)) or 0.0 for s in steps]
+        for stage in stages
+    }
+    return steps, dict(sorted(times.items(), key=lambda item: -sum(item[1])))
+
+
+def draw_stage_times(ax: Axes, runs: list[RunData]) -> bool:
+    """One run: the stage times stacked over the steps, with the step total dashed. Several runs: one
+    horizontal bar per run, stacked by the mean seconds per step of each stage."""
+    import matplotlib
+
+    timed = [(run, *stage_times(run)) for run in runs]
+    timed = [(run, steps, times) for run, steps, times in timed if steps]
+    if not timed:
+        return False
+    stages = list(dict.fromkeys(stage for _, _, times in timed for stage in times))
+    cmap = matplotlib.colormaps["tab20"]
+    colors = {stage: cmap(i % 20) for i, stage in enumerate(stages)}
+    if len(runs) == 1:
+        run, steps, times = timed[0]
+        ax.stackplot(steps, *times.values(), labels=list(times), colors=[colors[s] for s in times], alpha=0.85)
+        total = run.series(TIMING_TOTAL)
+        if total:
+            ax.plot([p[0] for p in total], [p[1] for p in total], "k--", linewidth=1, label="step (total)")
+        ax.legend(loc="upper left", fontsize=6, ncol=2)
+        return True
+    names = [run.name for run, _, _ in timed]
+    left = [0.0] * len(timed)
+    for stage in stages:
+        widths = [sum(times.get(stage, [])) / len(steps) for _, steps, times in timed]
+        ax.barh(names, widths, left=left, color=colors[stage], label=stage)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_xlabel("mean seconds per step")
+    ax.invert_yaxis()
+    ax.legend(loc="best", fontsize=6, ncol=2)
+    return True
+
+
+PANELS: tuple[Panel, ...] = (
+    Panel("reward", "Reward (train score, min-max band)", "score",
+          lines("critic/score/mean", band=("critic/score/min", "critic/score/max"))),
+    Panel("val_reward", "Validation reward", "reward", lines(VAL_CORE)),
+    Panel("response_length", "Response length (min-max band)", "tokens",
+          lines("response_length/mean", band=("response_length/min", "response_length/max"))),
+    Panel("kl", "KL", "kl", lines("actor/ppo_kl", "actor/kl_loss", "actor/reward_kl_penalty")),
+    Panel("entropy", "Entropy", "nats / token", lines("actor/entropy")),
+    Panel("pg_clipfrac", "PG clip fraction", "fraction", lines("actor/pg_clipfrac", "actor/pg_clipfrac_lower")),
+    Panel("throughput", "Throughput", "tokens / s / device", lines("perf/throughput")),
+    Panel("timing", "Time per stage", "seconds", draw_stage_times),
+)
+#: the metrics of the final-metrics table (validation keys are added per run)
+FINAL_KEYS: tuple[str, ...] = (
+    "critic/score/mean", "response_length/mean", "actor/entropy", "actor/ppo_kl", "actor/kl_loss",
+    "actor/pg_clipfrac", "actor/pg_loss", "perf/throughput", "timing_s/step",
+)
+
+
+# ----------------------------------------------------------------------------------------- report
+@dataclass
+class Report:
+    """Where a report was written, and which panels had data."""
+
+    out_dir: Path
+    png: Path
+    html: Path
+    panels: dict[str, Path]
+    has_data: dict[str, bool]
+    runs: list[RunData]
+
+
+def _draw_panel(ax: Axes, panel: Panel, runs: list[RunData]) -> bool:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_title(panel.title, fontsize=11)
+    drawn = panel.draw(ax, runs)
+    if not drawn:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, fontsize=14, color="gray")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return False
+    if not ax.get_xlabel():  # a panel drawn against the step (the multi-run time panel has its own axes)
+        ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(panel.ylabel)
+    ax.grid(True, alpha=0.3)
+    return True
+
+
+def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path | None = None) -> Report:
+    """Write the report of ``run_dirs`` into ``out_dir`` and return where everything is.
+
+    ``out_dir`` defaults to ``<run_dir>/report`` for one run and ``./rlcore-report`` for several. Raises
+    :class:`RLCoreError` when no run is given or a run directory is missing, not a run or empty.
+    """
+    paths = [Path(p) for p in run_dirs]
+    if not paths:
+        raise RLCoreError("no run directory given")
+    runs = [load_run(path, name) for path, name in zip(paths, run_names(paths))]
+    out = Path(out_dir) if out_dir is not None else (paths[0] / "report" if len(paths) == 1 else Path("rlcore-report"))
+    (out / PANELS_DIR).mkdir(parents=True, exist_ok=True)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    has_data: dict[str, bool] = {}
+    panel_pngs: dict[str, Path] = {}
+    for panel in PANELS:
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        try:
+            has_data[panel.slug] = _draw_panel(ax, panel, runs)
+            fig.tight_layout()
+            panel_pngs[panel.slug] = out / PANELS_DIR / f"{panel.slug}.png"
+            fig.savefig(panel_pngs[panel.slug], dpi=90)
+        finally:
+            plt.close(fig)
+    columns = 2
+    rows = -(-len(PANELS) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(13, 3.6 * rows), squeeze=False)
+    try:
+        for ax, panel in zip(axes.flat, PANELS):
+            _draw_panel(ax, panel, runs)
+        for ax in list(axes.flat)[len(PANELS):]:
+            ax.set_visible(False)
+        fig.suptitle("rlcore report: " + " vs ".join(run.name for run in runs), fontsize=13)
+        fig.tight_layout()
+        png = out / REPORT_PNG
+        fig.savefig(png, dpi=80)
+    finally:
+        plt.close(fig)
+    html_path = out / REPORT_HTML
+    html_path.write_text(render_html(runs, out, panel_pngs, has_data), encoding="utf-8")
+    return Report(out_dir=out, png=png, html=html_path, panels=panel_pngs, has_data=has_data, runs=runs)
+
+
+# ------------------------------------------------------------------------------------------- html
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1300px; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+tr.diff td { background: #fff4d6; }
+.panels { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 1em; }
+figure { margin: 0; } figure img { width: 100%; } figcaption { font-weight: 600; }
+.nodata { color: #888; font-weight: normal; }
+code { font-size: 0.95em; }
+"""
+
+
+def _e(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (list, dict)):
+        return html.escape(json.dumps(value))
+    return html.escape(str(value))
+
+
+def _table(headers: Sequence[str], rows: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """An HTML table; each row is ``(css class, already-escaped cells)``."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = []
+    for cls, cells in rows:
+        attribute = f' class="{cls}"' if cls else ""
+        body.append(f"<tr{attribute}>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _relative(path: Path, start: Path) -> str:
+    try:
+        return path.resolve().relative_to(start.resolve()).as_posix()
+    except ValueError:
+        return path.resolve().as_uri()
+
+
+def render_html(runs: list[RunData], out: Path, panel_pngs: dict[str, Path], has_data: dict[str, bool]) -> str:
+    """The report page: runs, panels (with their titles), final metrics, config highlights, plugin versions."""
+    from rlcore import __version__
+
+    names = [run.name for run in runs]
+    parts = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>rlcore report: {html.escape(' vs '.join(names))}</title>",
+        f"<style>{STYLE}</style></head><body>",
+        f"<h1>rlcore report: {html.escape(' vs '.join(names))}</h1>",
+        f"<p>Written {datetime.now().strftime('%Y-%m-%d %H:%M:%S')} by rlcore {html.escape(str(__version__))}. "
+        f'All panels in one image: <a href="{REPORT_PNG}">{REPORT_PNG}</a>.</p>',
+        "<h2>Runs</h2>",
+    ]
+    run_rows = []
+    for run in runs:
+        steps = [s for s in run.steps if s > 0]
+        run_rows.append(("", [
+            _e(run.name), f"<code>{_e(run.path.resolve())}</code>", _e(len(steps)), _e(max(run.steps)),
+            _e(run.summary.get("wall_time_s")), _e(run.summary.get("peak_rss_mb")),
+        ]))
+    parts.append(_table(["run", "directory", "training steps", "last step", "wall time (s)", "peak RSS (MB)"],
+                        run_rows))
+    parts.append("<h2>Plots</h2><div class=\"panels\">")
+    for panel in PANELS:
+        src = _relative(panel_pngs[panel.slug], out)
+        note = "" if has_data.get(panel.slug) else ' <span class="nodata">(no data)</span>'
+        parts.append(
+            f'<figure data-panel="{html.escape(panel.slug)}"><figcaption>{html.escape(panel.title)}{note}</figcaption>'
+            f'<a href="{html.escape(src)}"><img src="{html.escape(src)}" alt="{html.escape(panel.title)}"></a></figure>'
+        )
+    parts.append("</div>")
+
+    parts.append("<h2>Final metrics</h2>")
+    keys = [*dict.fromkeys(k for run in runs for k in run.keys() if VAL_CORE.match(k)), *FINAL_KEYS]
+    metric_rows = []
+    for key in keys:
+        cells = []
+        for run in runs:
+            last = run.last(key)
+            cells.append("-" if last is None else f"{_e(format_value(last[1]))} <small>(step {last[0]})</small>")
+        if any(cell != "-" for cell in cells):
+            metric_rows.append(("", [f"<code>{_e(key)}</code>", *cells]))
+    parts.append(_table(["metric", *names], metric_rows))
+
+    parts.append("<h2>Config highlights</h2>")
+    config_rows = []
+    for key in CONFIG_HIGHLIGHTS:
+        values = [run.config_value(key) for run in runs]
+        differs = len(runs) > 1 and len({json.dumps(v, sort_keys=True, default=str) for v in values}) > 1
+        config_rows.append(("diff" if differs else "", [f"<code>{_e(key)}</code>", *(_e(v) for v in values)]))
+    parts.append(_table(["key", *names], config_rows))
+    if len(runs) > 1:
+        parts.append("<p>Highlighted rows differ between the runs.</p>")
+
+    parts.append("<h2>Plugins</h2>")
+    plugins = sorted({name for run in runs for name in run.plugins})
+    if plugins:
+        parts.append(_table(["plugin", *names], [
+            ("", [_e(plugin), *(_e(run.plugins.get(plugin)) for run in runs)]) for plugin in plugins
+        ]))
+    else:
+        parts.append("<p>No external plugins recorded (plugins.json missing or empty).</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
