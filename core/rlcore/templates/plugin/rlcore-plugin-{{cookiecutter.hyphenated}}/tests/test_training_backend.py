@@ -1,0 +1,9 @@
+"""The training backend: rlcore's contract suite on a tiny model, on CPU (log-probs, reference, update, sync)."""
+
+from rlcore.testing.contracts import TrainingBackendContract
+
+
+class TestTrainingBackendContract(TrainingBackendContract):
+    """rlcore's behavioural checks for ``actor_rollout_ref.actor.strategy={{ cookiecutter.hyphenated }}``."""
+
+    component_name = "{{ cookiecutter.hyphenated }}"

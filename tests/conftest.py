@@ -1,0 +1,128 @@
+"""Fixtures for tests that install distributions into a fresh virtual environment, as a user would.
+
+``run`` runs a command with a clean environment and fails the test with its output when it fails.
+``rlcore_wheel`` builds rlcore's wheel once per session (from a copy of the sources, so the checkout is
+not touched). ``make_venv(path, hidden=...)`` creates a :class:`Venv` that sees this environment's
+packages (torch, transformers, pytest, pip, ...) through a ``.pth`` file, except the distributions named
+in ``hidden``: their ``.dist-info`` and editable-install ``.pth`` files are left out, so neither their
+entry points nor their source trees are visible there. What a test installs with :meth:`Venv.install`
+comes from the wheel or project it names, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: copied when building rlcore's wheel: everything its pyproject.toml packages
+RLCORE_SOURCES = ("pyproject.toml", "README.md", "core")
+#: never copied along with sources that are built
+BUILD_JUNK = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist")
+
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+def normalize(name: str) -> str:
+    """PEP 503 normalisation of a distribution name."""
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def installed_distribution(entry: str) -> str | None:
+    """The normalised distribution a site-packages entry belongs to (``.dist-info``, editable ``.pth``)."""
+    for prefix, suffix in (("", ".dist-info"), ("__editable__.", ".pth")):
+        if entry.startswith(prefix) and entry.endswith(suffix) and "-" in entry:
+            return normalize(entry[len(prefix) : -len(suffix)].rsplit("-", 1)[0])
+    return None
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without ``RLCORE_*``, ``PYTHONPATH`` and the active venv, plus ``extra``."""
+    drop = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RLCORE_") and key not in drop}
+    return {**env, **extra}
+
+
+def run_command(
+    args: Iterable[Any], *, cwd: Path | None = None, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run ``args`` in :func:`clean_env` plus the variables ``env``, capturing text; with ``check``, a failure
+    fails the test and shows the command's output."""
+    argv = [str(arg) for arg in args]
+    result = subprocess.run(argv, cwd=cwd, env=clean_env(**(env or {})), capture_output=True, text=True)
+    if check and result.returncode != 0:
+        output = f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+        pytest.fail(f"{' '.join(argv)} exited {result.returncode}\n{output}")
+    return result
+
+
+class Venv:
+    """A virtual environment beside this one: its own site-packages first, then this environment's."""
+
+    def __init__(self, path: Path, hidden: Iterable[str] = ()) -> None:
+        """Create the venv at ``path``; this environment's site-packages entries of ``hidden`` are left out.
+
+        The visible entries are symlinked into ``<path>/shared-site``, which a ``.pth`` file adds with
+        ``site.addsitedir`` so that the editable installs' own ``.pth`` files there are processed too.
+        """
+        self.path = path
+        hide = {normalize(name) for name in hidden}
+        run_command([sys.executable, "-m", "venv", "--without-pip", path])
+        shared = path / "shared-site"
+        shared.mkdir()
+        for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+            if installed_distribution(entry.name) not in hide:
+                (shared / entry.name).symlink_to(entry)
+        self.site_packages = Path(
+            run_command([self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+        )
+        (self.site_packages / "_shared_site.pth").write_text(f"import site; site.addsitedir({str(shared)!r})\n")
+
+    @property
+    def python(self) -> Path:
+        """The venv's interpreter."""
+        return self.path / "bin" / "python"
+
+    def bin(self, script: str) -> Path:
+        """A console script installed into the venv (e.g. ``rlcore``)."""
+        return self.path / "bin" / script
+
+    def install(self, *targets: Path) -> None:
+        """pip-install wheels or project directories, offline and without dependencies."""
+        run_command([self.python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                     "--no-build-isolation", *targets])
+
+
+@pytest.fixture
+def run() -> Runner:
+    """``run(args, cwd=None, env=None, check=True)``: see :func:`run_command` (``env`` adds variables)."""
+    return run_command
+
+
+@pytest.fixture
+def make_venv() -> Callable[..., Venv]:
+    """``make_venv(path, hidden=())``: a :class:`Venv`."""
+    return Venv
+
+
+@pytest.fixture(scope="session")
+def rlcore_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """rlcore's wheel, built offline (``python -m build --no-isolation``) from a copy of this checkout."""
+    source = tmp_path_factory.mktemp("rlcore-source")
+    for name in RLCORE_SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, ignore=BUILD_JUNK)
+        else:
+            shutil.copy2(ROOT / name, source / name)
+    out = tmp_path_factory.mktemp("rlcore-wheel")
+    run_command([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", out, source])
+    (wheel,) = out.glob("*.whl")
+    return wheel

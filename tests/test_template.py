@@ -1,0 +1,279 @@
+"""The plugin template: rendered, installed and tested as a plugin author would, for every component kind.
+
+Each combination (each kind alone, then all ten) is rendered with ``rlcore new plugin --no-input``, checked
+(exact file set, pyproject parsed with tomllib, workflows parsed as YAML, every module compiles), pip-installed
+with rlcore's wheel into a fresh venv beside this environment, listed by that venv's ``rlcore plugins
+--json`` with exactly the chosen components, and its own generated tests are run there with pytest — they
+must pass. With all ten kinds, ``rlcore run --preset`` then trains two CPU steps through the generated
+components. The template's checks of bad values, the ``cookiecutter/`` pointer at the repository root and
+``rlcore new plugin`` from an installed wheel are tested too. ``HOME`` points at a temporary directory in
+every render, so a developer's ``~/.cookiecutterrc`` cannot change the output.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import rlcore
+from rlcore.registry import KINDS
+from rlcore.scaffold import PLUGIN_TEMPLATE, next_steps, template_variables
+
+ROOT = Path(__file__).resolve().parents[1]
+#: files every generated project has (``{pkg}``: the package name)
+COMMON_FILES = (
+    ".github/workflows/publish.yml",
+    ".github/workflows/test.yml",
+    ".gitignore",
+    "LICENSE",
+    "README.md",
+    "pyproject.toml",
+    "src/{pkg}/__init__.py",
+    "src/{pkg}/hooks.py",
+    "tests/test_plugin.py",
+)
+COMBINATIONS = [pytest.param((kind,), id=kind) for kind in KINDS] + [pytest.param(KINDS, id="all")]
+#: the running rlcore's major.minor, the template's default ``rlcore_min_version``
+MIN_VERSION = ".".join(rlcore.__version__.split(".")[:2])
+
+
+def compatible_range(minimum: str) -> str:
+    """The SemVer-compatible range from ``minimum``: up to the next minor while 0.x, the next major after."""
+    major, minor = (int(part) for part in minimum.split(".")[:2])
+    return f">={minimum},<{f'0.{minor + 1}' if major == 0 else major + 1}"
+
+
+def expected_files(kinds: tuple[str, ...], pkg: str) -> set[str]:
+    """The relative paths of a project generated with ``kinds`` switched on."""
+    per_kind = {path for kind in kinds for path in (f"src/{pkg}/{kind}.py", f"tests/test_{kind}.py")}
+    return {path.format(pkg=pkg) for path in COMMON_FILES} | per_kind
+
+
+def project_files(project: Path) -> set[str]:
+    """The relative paths of every file under ``project``."""
+    return {str(path.relative_to(project)) for path in project.rglob("*") if path.is_file()}
+
+
+def kind_slug(kind: str) -> str:
+    """A component kind as a name part: ``advantage_estimator`` -> ``advantage-estimator``."""
+    return kind.replace("_", "-")
+
+
+def switches(kinds: tuple[str, ...]) -> list[str]:
+    """``kind=yes|no`` for every component kind."""
+    return [f"{kind}={'yes' if kind in kinds else 'no'}" for kind in KINDS]
+
+
+def rlcore_new(run: Any, tmp_path: Path, *values: str, check: bool = True) -> Any:
+    """``python -m rlcore new plugin --no-input --output-dir <tmp>/out VALUES`` with ``HOME`` in ``tmp_path``."""
+    (tmp_path / "home").mkdir(exist_ok=True)
+    args = [sys.executable, "-m", "rlcore", "new", "plugin", "--no-input", "--output-dir", tmp_path / "out", *values]
+    return run(args, cwd=tmp_path, env={"HOME": str(tmp_path / "home")}, check=check)
+
+
+def plugin_env(dist: str) -> dict[str, str]:
+    """Strict plugin loading, as in the generated CI, of ``dist`` and the fsdp backend only: the other plugins
+    of this development environment (visible in the test venvs) cannot make the generated tests fail."""
+    return {"RLCORE_STRICT_PLUGINS": "1", "RLCORE_LOAD_PLUGINS": f"{dist},rlcore-plugin-fsdp"}
+
+
+def listed_components(run: Any, rlcore_bin: Path, dist: str) -> set[tuple[str, str]]:
+    """``(kind, name)`` of ``dist``'s components in ``rlcore plugins --json``, after asserting it is ``ok``."""
+    rows = json.loads(run([rlcore_bin, "plugins", "--json"], env=plugin_env(dist)).stdout)
+    (row,) = [row for row in rows if row["name"] == dist]
+    assert row["status"] == "ok", row["error"]
+    return {(component["kind"], component["name"]) for component in row["components"]}
+
+
+def test_template_switches_follow_rlcore() -> None:
+    """One yes/no switch per component kind rlcore knows, and the default rlcore range is the current one."""
+    variables = template_variables()
+    context = json.loads((PLUGIN_TEMPLATE / "cookiecutter.json").read_text())
+    assert set(context["_kinds"]) == set(KINDS)
+    assert {key for key, value in variables.items() if isinstance(value, bool)} == set(KINDS)
+    assert variables["rlcore_min_version"] == MIN_VERSION
+
+
+@pytest.mark.parametrize(("minimum", "expected"), [("0.1", ">=0.1,<0.2"), ("0.12", ">=0.12,<0.13"),
+                                                   ("1.3", ">=1.3,<2"), ("2.0.1", ">=2.0.1,<3")])
+def test_rlcore_range_takes_compatible_releases_only(minimum: str, expected: str, tmp_path: Path, run: Any) -> None:
+    """``rlcore_min_version`` gives ``rlcore>=MIN,<NEXT_BREAKING`` in the dependencies and the test extra."""
+    assert compatible_range(minimum) == expected
+    rlcore_new(run, tmp_path, "plugin_name=ranged", f"rlcore_min_version={minimum}")
+    meta = tomllib.loads((tmp_path / "out" / "rlcore-plugin-ranged" / "pyproject.toml").read_text())["project"]
+    assert meta["dependencies"] == [f"rlcore{expected}"]
+    assert meta["optional-dependencies"] == {"test": [f"rlcore[test]{expected}"]}
+
+
+def test_next_steps_use_a_relative_path_when_possible(tmp_path: Path) -> None:
+    """``cd`` is relative to the current directory when the project is below it, absolute otherwise."""
+    project = tmp_path / "out dir" / "rlcore-plugin-x"
+    assert next_steps(project, tmp_path)[0] == "cd 'out dir/rlcore-plugin-x'"
+    assert next_steps(project, tmp_path / "elsewhere") == [f"cd '{project}'", "pip install -e '.[test]'", "pytest"]
+
+
+@pytest.mark.parametrize("kinds", COMBINATIONS)
+def test_generated_plugin_installs_and_passes_its_own_tests(
+    kinds: tuple[str, ...], tmp_path: Path, run: Any, make_venv: Any, rlcore_wheel: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Render, check, install beside rlcore's wheel, list with ``rlcore plugins`` and run the generated tests;
+    with every kind, also train with all the generated components."""
+    everything = kinds == KINDS
+    name = "demo-all" if everything else f"demo-{kind_slug(kinds[0])}"
+    people = ['author_name=Ada "The Countess" Lovelace', "github_username=ada-l", 'description=Says "hi" & <b>']
+    values = [f"plugin_name={'rlcore-plugin-demo_all' if everything else name}", *switches(kinds)]
+    result = rlcore_new(run, tmp_path, *values, *(people if everything else []))
+    project = tmp_path / "out" / f"rlcore-plugin-{name}"
+    next_commands = [f"  cd out/rlcore-plugin-{name}", "  pip install -e '.[test]'", "  pytest"]
+    assert result.stdout.splitlines()[-3:] == next_commands
+    pkg = "rlcore_plugin_" + name.replace("-", "_")
+    assert project_files(project) == expected_files(kinds, pkg)
+    for path in project.rglob("*.py"):
+        compile(path.read_text(), str(path), "exec")
+
+    meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+    assert meta["name"] == f"rlcore-plugin-{name}"
+    assert meta["entry-points"] == {"rlcore": {name: f"{pkg}.hooks"}}
+    assert meta["dependencies"][0] == f"rlcore{compatible_range(MIN_VERSION)}"
+    assert ("rlcore-plugin-fsdp" in meta["dependencies"]) == ("training_backend" in kinds)
+    if everything:
+        assert meta["authors"] == [{"name": 'Ada "The Countess" Lovelace'}]
+        assert meta["description"] == 'Says "hi" & <b>'
+        assert meta["urls"]["Homepage"] == f"https://github.com/ada-l/rlcore-plugin-{name}"
+    else:
+        assert "authors" not in meta and "urls" not in meta
+
+    workflows = project / ".github" / "workflows"
+    test_yml = (workflows / "test.yml").read_text()
+    assert "${{ matrix.python-version }}" in test_yml
+    assert yaml.safe_load(test_yml)["jobs"]["test"]["env"] == {"RLCORE_STRICT_PLUGINS": "1"}
+    publish = yaml.safe_load((workflows / "publish.yml").read_text())["jobs"]["pypi"]
+    assert publish["permissions"] == {"id-token": "write"}
+    assert publish["steps"][-1]["uses"] == "pypa/gh-action-pypi-publish@release/v1"
+
+    venv = make_venv(tmp_path / "venv", hidden=["rlcore"])
+    venv.install(rlcore_wheel, project)
+    assert listed_components(run, venv.bin("rlcore"), meta["name"]) == {(kind, name) for kind in kinds}
+    run([venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project, env=plugin_env(meta["name"]))
+    if everything:
+        train_with_every_generated_component(run, venv, tmp_path, request.getfixturevalue("tiny_model_dir"), name)
+
+
+def train_with_every_generated_component(run: Any, venv: Any, tmp_path: Path, model_dir: Path, name: str) -> None:
+    """``rlcore run --preset <name>``: two CPU steps through the generated dataset, scorer, reward manager,
+    rollout engine, training backend, estimator, loss and tracker (the preset selects them all).
+
+    The batch filter is switched off: a random tiny model scores 0 on every response, so it would drop
+    every group.
+    """
+    for split, rows in (("train", 16), ("test", 4)):
+        lines = [json.dumps({"question": f"What is {i} + {i % 7}?", "answer": i + i % 7}) for i in range(rows)]
+        (tmp_path / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    overrides = {
+        "algorithm.batch_filters": "[]",
+        "data.train_files": tmp_path / "train.jsonl",
+        "data.val_files": tmp_path / "test.jsonl",
+        "data.train_batch_size": 4,
+        "data.max_prompt_length": 64,
+        "data.max_response_length": 8,
+        "actor_rollout_ref.model.path": model_dir,
+        "actor_rollout_ref.rollout.n": 4,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 2,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4,
+        "trainer.total_training_steps": 2,
+        "trainer.device": "cpu",
+        "trainer.progress_bar": "false",
+        "trainer.runs_dir": tmp_path / "runs",
+        "trainer.default_local_dir": tmp_path / "checkpoints",
+    }
+    args = [venv.bin("rlcore"), "run", "--preset", name, *(f"{key}={value}" for key, value in overrides.items())]
+    run(args, cwd=tmp_path, env=plugin_env(f"rlcore-plugin-{name}"))
+    (run_dir,) = (tmp_path / "runs").glob("*/*")
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["actor_rollout_ref"]["actor"]["strategy"] == config["data"]["dataset"] == name
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [step["training/global_step"] for step in steps if "actor/pg_loss" in step] == [1, 2]
+    tracked = (run_dir / f"{name.replace('-', '_')}.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in tracked][-2:] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["plugin_name=rlcore-plugin-rlcore-plugin-x"], "plugin_name 'rlcore-plugin-rlcore-plugin-x' repeats"),
+        (["plugin_name=rlcore_plugin_rlcore-plugin-x"], "plugin_name 'rlcore_plugin_rlcore-plugin-x' repeats"),
+        (["plugin_name=MyAlgo"], "plugin_name 'MyAlgo' must be lowercase, e.g. 'myalgo'"),
+        (["plugin_name=my.algo"], "plugin_name 'my.algo' is not a valid distribution name"),
+        (["plugin_name=my--algo"], "plugin_name 'my--algo' is not a valid distribution name"),
+        (["plugin_name=rlcore-plugin-"], "plugin_name 'rlcore-plugin-' is only the 'rlcore-plugin-' prefix"),
+        (["plugin_name="], "plugin_name is empty"),
+        (["hyphenated=X-y"], "hyphenated 'X-y' must be"),
+        (["underscored=other"], "underscored 'other' must be"),
+        (["rlcore_min_version=latest"], "rlcore_min_version 'latest'"),
+        (["github_username=not/a/user"], "github_username 'not/a/user'"),
+        (switches(()), "choose at least one component kind"),
+        (["advantage_estimator=maybe"], "advantage_estimator must be yes or no, got 'maybe'"),
+        (["advantage_estmator=yes"], "variable 'advantage_estmator'. Did you mean 'advantage_estimator'?"),
+        (["plugin_name"], "expected key=value, got 'plugin_name'"),
+    ],
+)
+def test_bad_values_generate_nothing(values: list[str], message: str, tmp_path: Path, run: Any) -> None:
+    """Each bad value fails with exit status 2 and a message naming the variable; no file is written."""
+    result = rlcore_new(run, tmp_path, *values, check=False)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not [path for path in (tmp_path / "out").rglob("*") if path.is_file()]
+
+
+def test_an_existing_project_is_not_overwritten(tmp_path: Path, run: Any) -> None:
+    """A second ``rlcore new plugin`` with the same name stops with an error and leaves the first intact."""
+    rlcore_new(run, tmp_path, "plugin_name=twice")
+    hooks = tmp_path / "out" / "rlcore-plugin-twice" / "src" / "rlcore_plugin_twice" / "hooks.py"
+    hooks.write_text("# edited\n")
+    result = rlcore_new(run, tmp_path, "plugin_name=twice", "policy_loss=yes", check=False)
+    assert result.returncode == 2
+    assert "already exists" in result.stderr
+    assert hooks.read_text() == "# edited\n"
+
+
+def test_repository_cookiecutter_directory_renders_the_same_project(tmp_path: Path, run: Any) -> None:
+    """``cookiecutter cookiecutter/`` (the repository's pointer) gives byte-identical output to ``rlcore new``."""
+    values = ["plugin_name=pointer", "policy_loss=yes", "tracker=yes"]
+    rlcore_new(run, tmp_path, *values)
+    direct = tmp_path / "direct"
+    run([sys.executable, "-m", "cookiecutter", "--no-input", "--output-dir", direct, ROOT / "cookiecutter", *values],
+        env={"HOME": str(tmp_path / "home")})
+    ours, theirs = tmp_path / "out" / "rlcore-plugin-pointer", direct / "rlcore-plugin-pointer"
+    assert project_files(ours) == project_files(theirs) == expected_files(
+        ("advantage_estimator", "policy_loss", "tracker"), "rlcore_plugin_pointer"
+    )
+    for path in project_files(ours):
+        assert (ours / path).read_bytes() == (theirs / path).read_bytes(), path
+
+
+def test_rlcore_new_plugin_from_an_installed_wheel(
+    tmp_path: Path, run: Any, make_venv: Any, rlcore_wheel: Path
+) -> None:
+    """With rlcore installed from its wheel (the template is package data), ``rlcore new plugin --no-input``
+    creates the default project, prints the next commands, and the project installs and loads."""
+    venv = make_venv(tmp_path / "venv", hidden=["rlcore"])
+    venv.install(rlcore_wheel)
+    template = run([venv.python, "-c", "from rlcore.scaffold import PLUGIN_TEMPLATE as t; print(t)"]).stdout.strip()
+    assert Path(template).is_relative_to(venv.site_packages)
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run([venv.bin("rlcore"), "new", "plugin", "--no-input"], cwd=work, env={"HOME": str(tmp_path)})
+    assert result.stdout.splitlines()[-3:] == ["  cd rlcore-plugin-myalgo", "  pip install -e '.[test]'", "  pytest"]
+    project = work / "rlcore-plugin-myalgo"
+    assert project_files(project) == expected_files(("advantage_estimator",), "rlcore_plugin_myalgo")
+    run([venv.python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation", "-e", "."],
+        cwd=project)
+    assert listed_components(run, venv.bin("rlcore"), "rlcore-plugin-myalgo") == {("advantage_estimator", "myalgo")}
