@@ -15,10 +15,13 @@ from rlcore.algos import (
     agg_loss,
     apply_kl_penalty,
     build_actor_loss,
+    clip_ratio_bounds,
     compute_data_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
     entropy_from_logits,
+    group_ids,
+    group_stats,
     kl_penalty,
     logprobs_from_logits,
     make_kl_controller,
@@ -66,6 +69,30 @@ def test_masked_var_and_whiten() -> None:
     expected = (x - 2.5) / math.sqrt(5.0 / 3 + 1e-8)
     assert torch.allclose(masked_whiten(x, mask)[:4], expected[:4])
     assert torch.allclose(masked_whiten(x, mask, shift_mean=False)[:4], expected[:4] + 2.5)
+
+
+def test_group_ids_and_stats() -> None:
+    index = ["b", "a", "b", "c", "a", "b"]
+    assert group_ids(index).tolist() == [0, 1, 0, 2, 1, 0]  # first appearance order
+    scores = torch.tensor([1.0, 2.0, 0.0, 0.7, 4.0, 2.0])
+    stats = group_stats(scores, index)
+    assert stats.n_groups == 3
+    assert stats.size.tolist() == [3.0, 2.0, 3.0, 1.0, 2.0, 3.0]
+    assert torch.allclose(stats.mean, torch.tensor([1.0, 3.0, 1.0, 0.7, 3.0, 1.0]))
+    b_std = torch.std(torch.tensor([1.0, 0.0, 2.0])).item()  # unbiased, like torch.std
+    assert torch.allclose(stats.std, torch.tensor([b_std, math.sqrt(2.0), b_std, 0.0, math.sqrt(2.0), b_std]))
+    empty = group_stats(torch.zeros(0), [])
+    assert empty.n_groups == 0 and empty.mean.numel() == 0
+    with pytest.raises(RLCoreError, match="index"):
+        group_stats(scores, index[:5])
+    with pytest.raises(RLCoreError, match="1-D"):
+        group_stats(scores.unsqueeze(0), index)
+
+
+def test_clip_ratio_bounds() -> None:
+    assert clip_ratio_bounds(None) == (0.2, 0.2)
+    assert clip_ratio_bounds({"clip_ratio": 0.1}) == (0.1, 0.1)
+    assert clip_ratio_bounds({"clip_ratio": 0.1, "clip_ratio_low": None, "clip_ratio_high": 0.28}) == (0.1, 0.28)
 
 
 def test_logprobs_and_entropy_match_explicit_formulas() -> None:

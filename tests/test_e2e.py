@@ -139,7 +139,7 @@ def test_hook_on_checkpoint_saved(recorded_run) -> None:
     (call,) = recorded_run["recorder"].named("on_checkpoint_saved")
     assert call["step"] == 2
     path = Path(call["path"])
-    assert path.name == "global_step_2" and (path / "data.json").is_file()
+    assert path.name == "global_step_2" and (path / "trainer_state.json").is_file()
     assert (path.parent / "latest_checkpointed_iteration.txt").read_text() == "2"
 
 

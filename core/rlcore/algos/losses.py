@@ -123,6 +123,19 @@ def _config_get(config: Mapping[str, Any] | None, key: str, default: Any) -> Any
     return default if value is None else value
 
 
+def clip_ratio_bounds(config: Mapping[str, Any] | None) -> tuple[float, float]:
+    """``(ε_low, ε_high)`` of a PPO-style ratio clip, read from the actor config section.
+
+    ``clip_ratio_low`` and ``clip_ratio_high`` each fall back to ``clip_ratio``, then to 0.2; the ratio is
+    clipped to ``[1 − ε_low, 1 + ε_high]``.
+    """
+    clip_ratio = float(_config_get(config, "clip_ratio", 0.2))
+    return (
+        float(_config_get(config, "clip_ratio_low", clip_ratio)),
+        float(_config_get(config, "clip_ratio_high", clip_ratio)),
+    )
+
+
 def vanilla_policy_loss(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -143,9 +156,7 @@ def vanilla_policy_loss(
     larger), ``actor/pg_clipfrac_lower`` (fraction where the dual clip applies) and ``actor/ppo_kl``
     (masked mean of logπ_old − logπ), all python floats.
     """
-    clip_ratio = float(_config_get(config, "clip_ratio", 0.2))
-    eps_low = float(_config_get(config, "clip_ratio_low", clip_ratio))
-    eps_high = float(_config_get(config, "clip_ratio_high", clip_ratio))
+    eps_low, eps_high = clip_ratio_bounds(config)
     clip_c = float(_config_get(config, "clip_ratio_c", 3.0))
     if clip_c <= 1.0:
         raise RLCoreError(

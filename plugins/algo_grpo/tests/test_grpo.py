@@ -1,10 +1,12 @@
-"""Hand-computed GRPO advantages, the plugin's registration and config defaults, and the estimator contract."""
+"""Hand-computed GRPO and Pass@k advantages, the plugin's registration and config defaults, the estimator
+contract, and a short real run with ``grpo_passk``."""
 
 from __future__ import annotations
 
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,8 +16,9 @@ from omegaconf import OmegaConf
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
 from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
+from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore_plugin_grpo import hooks
-from rlcore_plugin_grpo.advantage import compute_grpo_outcome_advantage
+from rlcore_plugin_grpo.advantage import compute_grpo_outcome_advantage, compute_grpo_passk_outcome_advantage
 
 EPS = 1e-6
 # groups by uid, interleaved: a = [1, 0, 0], b = [2, 2, 2], c = [0.7] (a singleton)
@@ -80,11 +83,57 @@ def test_grpo_index_length_mismatch() -> None:
         compute_grpo_outcome_advantage(token_level_rewards=rewards, response_mask=mask, index=UIDS[:5], config=None)
 
 
+# Pass@k example: a = [0.2, 1.0, 0.5] (winner row 2), b = [2, 2] (a tie: no margin), c = [0.3, 0.9] (winner
+# row 6); row 5 has a masked (tool-output) token in the middle of its response.
+PASSK_UIDS = np.array(["a", "b", "a", "c", "b", "a", "c"], dtype=object)
+PASSK_SCORES = [0.2, 2.0, 1.0, 0.3, 2.0, 0.5, 0.9]
+
+
+def _passk(norm: bool, uids: np.ndarray = PASSK_UIDS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pass@k advantages, returns and mask of the Pass@k example (R = 4, scores on the last token)."""
+    mask = torch.ones(len(PASSK_SCORES), 4)
+    mask[5, 1] = 0.0
+    rewards = torch.zeros_like(mask)
+    rewards[:, -1] = torch.tensor(PASSK_SCORES)
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": norm})
+    adv, ret = compute_grpo_passk_outcome_advantage(
+        token_level_rewards=rewards, response_mask=mask, index=uids, config=config
+    )
+    return adv, ret, mask
+
+
+def test_grpo_passk_hand_computed() -> None:
+    adv, ret, mask = _passk(norm=False)
+    expected = torch.tensor([0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.6]).unsqueeze(1) * mask
+    assert torch.allclose(adv, expected, atol=1e-6)
+    assert torch.equal(adv, ret)
+    adv, _, mask = _passk(norm=True)
+    std_a = torch.std(torch.tensor([0.2, 1.0, 0.5])).item()
+    std_c = torch.std(torch.tensor([0.3, 0.9])).item()
+    expected = torch.tensor([0, 0, 0.5 / (std_a + EPS), 0, 0, 0, 0.6 / (std_c + EPS)]).unsqueeze(1) * mask
+    assert torch.allclose(adv, expected, atol=1e-5)
+
+
+def test_grpo_passk_ties_and_masked_tokens() -> None:
+    adv, _, mask = _passk(norm=True)
+    assert (adv[[1, 4]] == 0).all()  # equal rewards: the winner's margin is 0
+    assert (adv[mask == 0] == 0).all()  # the masked middle token of row 5 and nothing else
+
+
+def test_grpo_passk_rejects_singleton_groups() -> None:
+    uids = np.array(["a", "b", "a", "c", "b", "a", "d"], dtype=object)  # c and d have one response each
+    with pytest.raises(RLCoreError, match="at least 2 responses per prompt.*'c' has 1"):
+        _passk(norm=True, uids=uids)
+
+
 def test_registration_and_config_defaults() -> None:
     manager = load_plugins()
     comp = manager.registry.get("advantage_estimator", "grpo")
     assert comp.dist == "rlcore-plugin-grpo"
     assert not comp.meta.get("needs_critic")
+    passk = manager.registry.get("advantage_estimator", "grpo_passk")
+    assert passk.dist == "rlcore-plugin-grpo"
+    assert passk.meta == {"min_group_size": 2}
     assert hooks.config_defaults() == {"algorithm": {"norm_adv_by_std_in_grpo": True}}
     from rlcore.config import default_config
 
@@ -107,3 +156,19 @@ class TestDrGRPOContract(AdvantageEstimatorContract):
 
     component_name = "grpo"
     config_overrides = {"algorithm.norm_adv_by_std_in_grpo": False}
+
+
+class TestGRPOPassKContract(AdvantageEstimatorContract):
+    """Pass@k passes the contract (its batches have min_group_size or more samples per group)."""
+
+    component_name = "grpo_passk"
+
+
+def test_grpo_passk_trains(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Two real steps of the tiny task with Pass@k advantages."""
+    task = make_tiny_task(tmp_path / "task")
+    last, run_dir = tiny_run(tmp_path, tiny_model_dir, task, "algorithm.adv_estimator=grpo_passk")
+    assert last["training/global_step"] == 2
+    assert math.isfinite(last["actor/pg_loss"])
+    assert last["critic/advantages/min"] >= 0.0  # only winners get a (non-negative) margin
+    assert (run_dir / "metrics.jsonl").is_file()

@@ -7,13 +7,23 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from rlcore.algos import group_stats
 from rlcore.errors import RLCoreError
 
 
-def group_ids(index: Sequence[Any]) -> torch.Tensor:
-    """Map each sample's group key (its prompt ``uid``) to a dense integer id, in order of first appearance."""
-    ids: dict[Any, int] = {}
-    return torch.tensor([ids.setdefault(key, len(ids)) for key in index], dtype=torch.long)
+def _normalize_by_std(config: Mapping[str, Any] | None) -> bool:
+    """``config.norm_adv_by_std_in_grpo`` (default true)."""
+    return True if config is None else bool(config.get("norm_adv_by_std_in_grpo", True))
+
+
+def _broadcast(
+    per_sample: torch.Tensor, token_level_rewards: torch.Tensor, response_mask: torch.Tensor
+) -> torch.Tensor:
+    """One scalar per response spread over its tokens, zero where ``response_mask`` is 0, in the rewards' dtype."""
+    advantages = per_sample.unsqueeze(-1) * response_mask.to(per_sample.dtype)
+    if token_level_rewards.is_floating_point():
+        advantages = advantages.to(token_level_rewards.dtype)
+    return advantages
 
 
 @torch.no_grad()
@@ -34,26 +44,57 @@ def compute_grpo_outcome_advantage(
     mean 0 and std 1, so its advantage is its reward. Returns ``(A·mask, A·mask)``: GRPO's returns are its
     advantages.
     """
-    batch_size = token_level_rewards.shape[0]
-    if len(index) != batch_size:
-        raise RLCoreError(f"grpo: index (uid) has {len(index)} entries for a batch of {batch_size} responses")
-    normalize = True if config is None else bool(config.get("norm_adv_by_std_in_grpo", True))
     scores = token_level_rewards.sum(dim=-1).float()
-    groups = group_ids(index).to(scores.device)
-    n_groups = int(groups.max().item()) + 1 if batch_size else 0
+    stats = group_stats(scores, index)
+    singleton = stats.size < 2
+    means = torch.where(singleton, torch.zeros_like(stats.mean), stats.mean)
+    stds = torch.where(singleton, torch.ones_like(stats.std), stats.std)
+    advantages = scores - means
+    if _normalize_by_std(config):
+        advantages = advantages / (stds + epsilon)
+    advantages = _broadcast(advantages, token_level_rewards, response_mask)
+    return advantages, advantages.clone()
 
-    counts = torch.zeros(n_groups, device=scores.device).index_add_(0, groups, torch.ones_like(scores))
-    means = torch.zeros(n_groups, device=scores.device).index_add_(0, groups, scores) / counts
-    squares = torch.zeros(n_groups, device=scores.device).index_add_(0, groups, (scores - means[groups]) ** 2)
-    stds = torch.sqrt(squares / (counts - 1).clamp_min(1.0))
-    singleton = counts < 2
-    means = torch.where(singleton, torch.zeros_like(means), means)
-    stds = torch.where(singleton, torch.ones_like(stds), stds)
 
-    advantages = scores - means[groups]
-    if normalize:
-        advantages = advantages / (stds[groups] + epsilon)
-    advantages = advantages.unsqueeze(-1) * response_mask.to(advantages.dtype)
-    if token_level_rewards.is_floating_point():
-        advantages = advantages.to(token_level_rewards.dtype)
+@torch.no_grad()
+def compute_grpo_passk_outcome_advantage(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Any],
+    config: Mapping[str, Any] | None,
+    epsilon: float = 1e-6,
+    **_: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pass@k advantages (Tang et al., 2025, arXiv:2503.19595): only the best response of each group learns.
+
+    In each group (samples sharing an ``index`` value) the response with the highest reward r_max (the first
+    one on a tie) gets A = r_max − r_2nd, the margin over the second-best reward, divided by
+    (std_g + ``epsilon``) when ``config.norm_adv_by_std_in_grpo`` is true (std_g unbiased); every other
+    response gets 0. Broadcast over response tokens and zero where ``response_mask`` is 0; the returns
+    equal the advantages. Raises :class:`~rlcore.errors.RLCoreError` when a group has fewer than 2 samples.
+    """
+    scores = token_level_rewards.sum(dim=-1).float()
+    stats = group_stats(scores, index)
+    if bool((stats.size < 2).any()):
+        row = int(torch.nonzero(stats.size < 2)[0].item())
+        raise RLCoreError(
+            f"algorithm.adv_estimator=grpo_passk needs at least 2 responses per prompt, but the group of "
+            f"uid {index[row]!r} has {int(stats.size[row].item())}; set actor_rollout_ref.rollout.n >= 2"
+        )
+    ids, n_groups = stats.ids, stats.n_groups
+    best = scores.new_full((n_groups,), -torch.inf).scatter_reduce(0, ids, scores, "amax")
+    rows = torch.arange(len(scores), device=scores.device)
+    at_best = scores == best[ids]
+    first_best = torch.full((n_groups,), len(scores), device=scores.device).scatter_reduce(
+        0, ids[at_best], rows[at_best], "amin"
+    )
+    winner = torch.zeros_like(at_best).index_fill(0, first_best, True)
+    runner_up = scores.new_full((n_groups,), -torch.inf).scatter_reduce(
+        0, ids, scores.masked_fill(winner, -torch.inf), "amax"
+    )
+    margin = torch.where(winner, best[ids] - runner_up[ids], torch.zeros_like(scores))
+    if _normalize_by_std(config):
+        margin = margin / (stats.std + epsilon)
+    advantages = _broadcast(margin, token_level_rewards, response_mask)
     return advantages, advantages.clone()

@@ -1,4 +1,4 @@
-"""rlcore hooks of the GRPO plugin. Imports no torch: the estimator is registered as a lazy target."""
+"""rlcore hooks of the GRPO plugin. Imports no torch: the estimators are registered as lazy targets."""
 
 from __future__ import annotations
 
@@ -9,11 +9,18 @@ from rlcore import hookimpl
 
 @hookimpl
 def register_advantage_estimators(register: Any) -> None:
-    """Register ``grpo``: group-relative outcome advantages (works with groups of any size, even 1)."""
+    """Register ``grpo`` (group-relative outcome advantages, groups of any size, even 1) and ``grpo_passk``
+    (the best response's margin over the runner-up; declares ``min_group_size=2``)."""
     register(
         "grpo",
         "rlcore_plugin_grpo.advantage:compute_grpo_outcome_advantage",
         description="GRPO: (r - group mean) / (group std + eps), no critic",
+    )
+    register(
+        "grpo_passk",
+        "rlcore_plugin_grpo.advantage:compute_grpo_passk_outcome_advantage",
+        description="Pass@k: only each group's best response learns, from its margin over the runner-up",
+        min_group_size=2,
     )
 
 
