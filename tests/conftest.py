@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from rlcore.plugins import normalize_dist_name
+
 ROOT = Path(__file__).resolve().parents[1]
 #: copied when building rlcore's wheel: everything its pyproject.toml packages
 RLCORE_SOURCES = ("pyproject.toml", "README.md", "core")
@@ -31,16 +33,11 @@ BUILD_JUNK = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist"
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
-def normalize(name: str) -> str:
-    """PEP 503 normalisation of a distribution name."""
-    return name.lower().replace("_", "-").replace(".", "-")
-
-
 def installed_distribution(entry: str) -> str | None:
     """The normalised distribution a site-packages entry belongs to (``.dist-info``, editable ``.pth``)."""
     for prefix, suffix in (("", ".dist-info"), ("__editable__.", ".pth")):
         if entry.startswith(prefix) and entry.endswith(suffix) and "-" in entry:
-            return normalize(entry[len(prefix) : -len(suffix)].rsplit("-", 1)[0])
+            return normalize_dist_name(entry[len(prefix) : -len(suffix)].rsplit("-", 1)[0])
     return None
 
 
@@ -74,7 +71,7 @@ class Venv:
         ``site.addsitedir`` so that the editable installs' own ``.pth`` files there are processed too.
         """
         self.path = path
-        hide = {normalize(name) for name in hidden}
+        hide = {normalize_dist_name(name) for name in hidden}
         run_command([sys.executable, "-m", "venv", "--without-pip", path])
         shared = path / "shared-site"
         shared.mkdir()
