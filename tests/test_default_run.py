@@ -20,7 +20,7 @@ def test_rlcore_run_without_arguments_learns(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLCORE_")}
     env["RLCORE_CACHE"] = str(tmp_path / "cache")
     result = subprocess.run([sys.executable, "-m", "rlcore", "run"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=900)
+                            text=True, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "training the bundled CPU task" in result.stdout
     (run_dir,) = (tmp_path / "outputs" / "rlcore-default").glob("arith-grpo-*")

@@ -46,7 +46,7 @@ def test_seed_command_runs_two_steps(tmp_path: Path, tiny_model_dir: Path) -> No
         f"trainer.runs_dir={tmp_path / 'runs'}",
     ]
     result = subprocess.run([sys.executable, "-m", "rlcore", "run", *seed_args, *user_args], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=1200)
+                            capture_output=True, text=True, timeout=2400)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "prompts per step: 1024 x n=3 -> 3072 responses" in out
