@@ -113,6 +113,8 @@ class Trainer:
     def _score(self, batch: Batch, reward_fn: Any, metrics: dict[str, float]) -> None:
         result = reward_fn(batch)
         batch["token_level_scores"] = result.token_level_scores
+        for key, values in result.extra_info.items():  # per-sample extras (e.g. "acc") for filters and metrics
+            batch[key] = list(values)
         metrics.update(result.metrics)
 
     def _apply_filters(self, batch: Batch, metrics: dict[str, float]) -> Batch:

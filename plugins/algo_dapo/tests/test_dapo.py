@@ -296,6 +296,16 @@ def test_dapo_preset_filters_and_regenerates(tmp_path: Path, tiny_model_dir: Pat
     assert list(config.algorithm.batch_filters) == ["dapo-groups"] and config.algorithm.max_num_gen_batches == 30
 
 
+def test_dapo_filters_on_the_reward_managers_acc(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """``filter_groups.metric=acc`` reads the reward manager's per-sample extra info, which the controller
+    keeps in the batch."""
+    task = make_tiny_task(tmp_path / "task")
+    last, _ = tiny_run(tmp_path, tiny_model_dir, task, "algorithm.filter_groups.metric=acc",
+                       "algorithm.filter_groups.max_num_gen_batches=30", presets=("dapo",))
+    assert last["training/global_step"] == 2
+    assert last["batch_filter/kept_prompts"] >= 4
+
+
 def test_dapo_round_limit_is_a_clear_error(tmp_path: Path, tiny_model_dir: Path) -> None:
     """One round of two prompts can never fill a batch of four: the controller stops with the limit's key."""
     task = make_tiny_task(tmp_path / "task")
