@@ -123,3 +123,49 @@ def rlcore_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_command([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", out, source])
     (wheel,) = out.glob("*.whl")
     return wheel
+
+
+PLUGIN_PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{dist}"
+version = "{version}"
+dependencies = []
+
+[project.entry-points.rlcore]
+{ep} = "{pkg}.hooks"
+
+[tool.setuptools.packages.find]
+where = ["src"]
+"""
+
+
+def install_throwaway_plugins(src_root: Path, target: Path, plugins: dict[str, tuple[str, str, dict[str, str]]]) -> Path:
+    """Write each ``{dist: (package, version, {file name: source})}`` as a plugin project (entry point
+    ``package.hooks``) under ``src_root``, build and pip-install them all into ``target``; returns ``target``."""
+    import textwrap
+
+    projects = []
+    for dist, (pkg, version, files) in plugins.items():
+        project = src_root / dist
+        (project / "src" / pkg).mkdir(parents=True)
+        (project / "pyproject.toml").write_text(PLUGIN_PYPROJECT.format(dist=dist, version=version, ep=pkg, pkg=pkg))
+        (project / "src" / pkg / "__init__.py").write_text("")
+        for name, text in files.items():
+            (project / "src" / pkg / name).write_text(textwrap.dedent(text))
+        projects.append(str(project))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--no-warn-script-location", "--target", str(target), *projects],
+        check=True,
+    )
+    return target
+
+
+@pytest.fixture(scope="session")
+def throwaway_plugins() -> Callable[..., Path]:
+    """:func:`install_throwaway_plugins`, for tests that need real installed plugin distributions."""
+    return install_throwaway_plugins

@@ -11,27 +11,9 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=68"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "{dist}"
-version = "{version}"
-dependencies = []
-
-[project.entry-points.rlcore]
-{ep} = "{pkg}.hooks"
-
-[tool.setuptools.packages.find]
-where = ["src"]
-"""
 
 GOOD_HOOKS = '''
 import click
@@ -96,25 +78,10 @@ PLUGINS = {
 
 
 @pytest.fixture(scope="module")
-def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def plugin_site(tmp_path_factory: pytest.TempPathFactory, throwaway_plugins) -> Path:
     """Build and pip-install the throwaway plugins into a target folder; return the folder."""
-    src_root = tmp_path_factory.mktemp("plugin-src")
-    target = tmp_path_factory.mktemp("plugin-site")
-    projects = []
-    for dist, (pkg, version, files) in PLUGINS.items():
-        project = src_root / dist
-        (project / "src" / pkg).mkdir(parents=True)
-        (project / "pyproject.toml").write_text(PYPROJECT.format(dist=dist, version=version, ep=pkg, pkg=pkg))
-        (project / "src" / pkg / "__init__.py").write_text("")
-        for name, text in files.items():
-            (project / "src" / pkg / name).write_text(textwrap.dedent(text))
-        projects.append(str(project))
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--no-warn-script-location", "--target", str(target), *projects],
-        check=True,
-    )
-    return target
+    return throwaway_plugins(tmp_path_factory.mktemp("plugin-src"), tmp_path_factory.mktemp("plugin-site"),
+                                     PLUGINS)
 
 
 def rlcore(site: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

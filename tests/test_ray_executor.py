@@ -11,9 +11,7 @@ model over gloo.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,23 +36,6 @@ from rlcore.testing.runs import make_tiny_task, tiny_overrides, tiny_run  # noqa
 from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
 ECHO = WorkerSpec("echo", "actor_worker")
-
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=68"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "rlcore-test-echo"
-version = "0.0.1"
-dependencies = []
-
-[project.entry-points.rlcore]
-echo = "rlcore_test_echo.hooks"
-
-[tool.setuptools.packages.find]
-where = ["src"]
-"""
 
 HOOKS = '''
 import rlcore
@@ -142,22 +123,14 @@ def environ(**values: str) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def cluster(tmp_path_factory: pytest.TempPathFactory, throwaway_plugins) -> Iterator[Any]:
     """A two-node local Ray cluster (head: 6 CPUs, second node: 1 CPU) and the echo plugin on the workers'
     ``PYTHONPATH``; Ray is shut down and the cluster removed at the end."""
     from ray.cluster_utils import Cluster
 
-    project = tmp_path_factory.mktemp("echo-src")
-    (project / "src" / "rlcore_test_echo").mkdir(parents=True)
-    (project / "pyproject.toml").write_text(PYPROJECT)
-    (project / "src" / "rlcore_test_echo" / "__init__.py").write_text("")
-    (project / "src" / "rlcore_test_echo" / "hooks.py").write_text(textwrap.dedent(HOOKS))
-    (project / "src" / "rlcore_test_echo" / "workers.py").write_text(textwrap.dedent(WORKERS))
-    site = tmp_path_factory.mktemp("echo-site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--no-warn-script-location", "--target", str(site), str(project)],
-        check=True,
+    site = throwaway_plugins(
+        tmp_path_factory.mktemp("echo-src"), tmp_path_factory.mktemp("echo-site"),
+        {"rlcore-test-echo": ("rlcore_test_echo", "0.0.1", {"hooks.py": HOOKS, "workers.py": WORKERS})},
     )
     with environ(RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"), PYTHONPATH=str(site)):
         ray_cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 6})
