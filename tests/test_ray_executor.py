@@ -11,7 +11,6 @@ model over gloo.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
