@@ -1,7 +1,8 @@
 """The README's main command: `rlcore run` with no arguments trains the bundled task and visibly learns.
 
 This runs the real default end to end in a subprocess — the warm start from an empty cache, 40 GRPO steps,
-validation every 5 steps — and takes about two minutes on two CPU cores.
+validation every 5 steps — and takes about two minutes on two CPU cores; then again with the vLLM rollout
+engine where vLLM can be imported, reusing the warm-started model.
 """
 
 from __future__ import annotations
@@ -11,26 +12,50 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rlcore.tracking.sinks import read_metrics
 
 VAL_KEY = "val-core/rlcore/arith/reward/mean@1"
 
 
-def test_rlcore_run_without_arguments_learns(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled task's cache, empty at first: the first run warm-starts the model into it."""
+    return tmp_path_factory.mktemp("rlcore-cache")
+
+
+def run_default(cwd: Path, cache: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    """``rlcore run *args`` in ``cwd``; checks that it learned and returns the process and its metric rows."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLCORE_")}
-    env["RLCORE_CACHE"] = str(tmp_path / "cache")
-    result = subprocess.run([sys.executable, "-m", "rlcore", "run"], cwd=tmp_path, env=env, capture_output=True,
+    env["RLCORE_CACHE"] = str(cache)
+    result = subprocess.run([sys.executable, "-m", "rlcore", "run", *args], cwd=cwd, env=env, capture_output=True,
                             text=True, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "training the bundled CPU task" in result.stdout
-    (run_dir,) = (tmp_path / "outputs" / "rlcore-default").glob("arith-grpo-*")
+    (run_dir,) = (cwd / "outputs" / "rlcore-default").glob("arith-grpo-*")
     rows = read_metrics(run_dir / "metrics.jsonl")
     val = [(row["step"], row[VAL_KEY]) for row in rows if row.get(VAL_KEY) is not None]
     assert val[0][0] == 0 and val[-1][0] == 40
     assert val[0][1] < 0.4, "the warm-started model starts mostly wrong"
     assert val[-1][1] >= val[0][1] + 0.4, f"validation reward did not rise: {val}"
+    return result, rows
+
+
+def test_rlcore_run_without_arguments_learns(tmp_path: Path, cache: Path) -> None:
+    result, _ = run_default(tmp_path, cache)
+    (run_dir,) = (tmp_path / "outputs" / "rlcore-default").glob("arith-grpo-*")
     assert (run_dir / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (run_dir / "report" / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert 'src="panels/reward.png"' in (run_dir / "report" / "index.html").read_text()
     for line in ("val-core/rlcore/arith/reward/mean@1:", "wall time:", "report:", "reward curve:"):
         assert line in result.stdout
+
+
+def test_default_run_with_the_vllm_engine_learns(tmp_path: Path, cache: Path) -> None:
+    """The same run with ``rollout.name=vllm``: every sync passes the log-prob parity probe."""
+    if subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True, timeout=300).returncode:
+        pytest.skip("vllm cannot be imported here (install rlcore-plugin-vllm[cpu])")
+    _, rows = run_default(tmp_path, cache, "actor_rollout_ref.rollout.name=vllm")
+    diffs = [row["rollout/weight_sync_logprob_diff"] for row in rows if row["step"] > 0]
+    assert len(diffs) == 40 and max(diffs) < 1e-3

@@ -13,7 +13,7 @@ from rlcore.config import load_config
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore.rollout.hf import HFRolloutEngine, state_checksum
-from rlcore.rollout.sampling import SamplingParams, sample_next_tokens
+from rlcore.rollout.sampling import SamplingParams, request_seeds, sample_next_tokens
 from rlcore.testing.contracts.rollout import RolloutEngineContract, make_prompt_batch
 
 
@@ -115,12 +115,12 @@ def test_forced_eos_stops_early_and_masks(make_engine: Callable[..., HFRolloutEn
     out = engine.generate(make_prompt_batch(tiny_tokenizer))
     eos, pad = engine.eos_token_ids[0], tiny_tokenizer.pad_token_id
     assert calls[0] == max(stop_at) + 1, "the loop kept decoding after every row emitted EOS"
-    assert out["responses"].shape[1] == engine.response_length
+    assert out["responses"].shape[1] == engine.settings.response_length
     for row, step in enumerate(stop_at):
         responses, mask = out["responses"][row].tolist(), out["response_mask"][row].tolist()
         assert responses[step] == eos and eos not in responses[:step]
-        assert responses[step + 1 :] == [pad] * (engine.response_length - step - 1)
-        assert mask == [1] * (step + 1) + [0] * (engine.response_length - step - 1)
+        assert responses[step + 1 :] == [pad] * (engine.settings.response_length - step - 1)
+        assert mask == [1] * (step + 1) + [0] * (engine.settings.response_length - step - 1)
         assert out["rollout_log_probs"][row, step + 1 :].abs().sum() == 0
     prompt_len = out["prompts"].shape[1]
     assert torch.equal(out["attention_mask"][:, prompt_len:], out["response_mask"])
@@ -165,7 +165,7 @@ def test_output_dtypes_and_empty_batch(
     assert out["response_mask"].dtype == out["attention_mask"].dtype == torch.long
     empty = make_prompt_batch(tiny_tokenizer)[[]]
     result = engine.generate(empty)
-    assert len(result) == 0 and result["responses"].shape == (0, engine.response_length)
+    assert len(result) == 0 and result["responses"].shape == (0, engine.settings.response_length)
 
 
 def test_right_padded_prompts_are_rejected(make_engine: Callable[..., HFRolloutEngine]) -> None:
@@ -260,3 +260,13 @@ def test_state_dict_restores_the_sampling_state(make_engine: Callable[..., HFRol
     assert torch.equal(fresh.generate(make_prompt_batch(tiny_tokenizer))["responses"], expected)
     with pytest.raises(RLCoreError, match="missing weight_version"):
         fresh.load_state_dict({"generator": state["generator"]})
+
+
+def test_request_seeds_distinct_and_reproducible() -> None:
+    """Seeds differ across rows and calls and engine seeds, and are the same when recomputed."""
+    first = request_seeds(0, 0, 64)
+    assert first == request_seeds(0, 0, 64)
+    assert len(set(first)) == 64
+    assert set(first).isdisjoint(request_seeds(0, 1, 64))
+    assert set(first).isdisjoint(request_seeds(1, 0, 64))
+    assert all(0 <= seed < 2**63 for seed in first)

@@ -60,14 +60,18 @@ def register_rollout_engines(register: Register) -> None:
 
     A target is a class ``(model_path, tokenizer, config, *, device, dtype)`` with
     ``generate(batch, validate=False) -> Batch`` (responses and masks, optionally rollout log-probs),
-    ``update_weights(named_tensors)``, ``weight_checksum()``, ``sleep()``, ``wake()`` and a
-    ``weight_version`` counter.
+    ``update_weights(named_tensors)``, ``prompt_log_probs(token_ids)`` (teacher-forced log-probs of a
+    probe, compared with the trainer's after every weight sync), ``sleep()``, ``wake()`` and a
+    ``weight_version`` counter; optionally ``weight_checksum()`` (an exact check of the served weights),
+    ``state_dict()``/``load_state_dict()`` and ``close()`` (stop the engine's own processes at shutdown).
+    :class:`rlcore.rollout.token_engine.TokenListEngine` implements all but the engine-specific steps for
+    engines that complete token-id prompts.
 
     Example::
 
         @rlcore.hookimpl
         def register_rollout_engines(register):
-            register("vllm", "rlcore_plugin_vllm.engine:VLLMEngine", description="vLLM offline engine")
+            register("vllm", "rlcore_plugin_vllm.engine:VLLMRolloutEngine", description="vLLM offline engine")
     """
 
 

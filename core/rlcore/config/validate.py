@@ -59,6 +59,28 @@ def _positive(config: DictConfig, key: str) -> int:
     return value
 
 
+def _check_rollout_correction(config: DictConfig) -> None:
+    """``algorithm.rollout_correction.rollout_is`` is a known level and has the rollout log-probs it needs."""
+    from rlcore.algos.rollout_correction import IS_LEVELS
+
+    correction = config.algorithm.get("rollout_correction") or {}
+    level = correction.get("rollout_is")
+    if level is None:
+        return
+    if level not in IS_LEVELS:
+        raise ConfigError(
+            f"algorithm.rollout_correction.rollout_is must be one of {', '.join(IS_LEVELS)} or null, got {level!r}"
+        )
+    if not config.actor_rollout_ref.rollout.get("calculate_log_probs", False):
+        raise ConfigError(
+            "algorithm.rollout_correction.rollout_is needs the engine's log-probs: "
+            "set actor_rollout_ref.rollout.calculate_log_probs=true"
+        )
+    threshold = correction.get("rollout_is_threshold")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold > 0:
+        raise ConfigError(f"algorithm.rollout_correction.rollout_is_threshold must be a number > 0, got {threshold!r}")
+
+
 def derive_quantities(config: DictConfig) -> DerivedQuantities:
     """Validate cross-key constraints and return the derived batch quantities.
 
@@ -83,6 +105,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
         raise ConfigError(f"data.truncation must be one of {', '.join(TRUNCATION_MODES)}, got {config.data.truncation!r}")
     _positive(config, "data.max_prompt_length")
     _positive(config, "data.max_response_length")
+    _check_rollout_correction(config)
     if mini > prompts:
         raise ConfigError(
             f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini}) must not exceed data.train_batch_size ({prompts})"

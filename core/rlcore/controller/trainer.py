@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from rlcore.algos.kl_control import apply_kl_penalty, make_kl_controller
 from rlcore.algos.losses import agg_loss
 from rlcore.algos.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
+from rlcore.algos.rollout_correction import rollout_is_weights, rollout_mismatch_metrics
 from rlcore.checkpoint import CheckpointManager, read_trainer_state, resume_path, write_trainer_state
 from rlcore.controller.uids import prompt_uids
 from rlcore.controller.balance import balance_order
@@ -199,6 +200,21 @@ class Trainer:
         batch["advantages"] = advantages
         batch["returns"] = returns
 
+    def _correct_rollout_mismatch(self, batch: Batch, metrics: dict[str, float]) -> None:
+        """Log how far the engine's ``rollout_log_probs`` are from ``old_log_probs`` and, with
+        ``algorithm.rollout_correction.rollout_is``, add the truncated ``rollout_is_weights``."""
+        mask = batch["response_mask"]
+        metrics.update(rollout_mismatch_metrics(batch["old_log_probs"], batch["rollout_log_probs"], mask))
+        correction = self.config.algorithm.get("rollout_correction") or {}
+        level = correction.get("rollout_is")
+        if level:
+            weights, is_metrics = rollout_is_weights(
+                batch["old_log_probs"], batch["rollout_log_probs"], mask, level,
+                float(correction.get("rollout_is_threshold", 2.0)),
+            )
+            batch["rollout_is_weights"] = weights
+            metrics.update(is_metrics)
+
     def train_step(self) -> dict[str, float]:
         """Run one RL step and return its metrics (verl's names)."""
         metrics: dict[str, float] = {}
@@ -215,6 +231,8 @@ class Trainer:
                 out["entropys"], batch["response_mask"], self.config.actor_rollout_ref.actor.loss_agg_mode
             ).item()
             batch["old_log_probs"] = out["old_log_probs"]
+        if "rollout_log_probs" in batch:
+            self._correct_rollout_mismatch(batch, metrics)
         if self.use_reference:
             with timer("ref"):
                 batch["ref_log_prob"] = self.actor.compute_ref_log_prob(batch)["ref_log_prob"]

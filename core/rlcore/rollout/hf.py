@@ -15,16 +15,16 @@ let the caller verify that the engine serves the trainer's weights.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
-from rlcore.rollout.sampling import ROLLOUT_KEY, SamplingParams, sample_next_tokens
-from rlcore.rollout.weights import float64_sum, state_checksum
+from rlcore.rollout.outputs import SpecialTokens, check_left_padded, rollout_output
+from rlcore.rollout.sampling import ROLLOUT_KEY, RolloutSettings, SamplingParams, sample_next_tokens
+from rlcore.rollout.weights import check_weight_names, float64_sum, state_checksum
 
 __all__ = ["HFRolloutEngine", "state_checksum"]
 
@@ -37,21 +37,6 @@ def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
     if not isinstance(resolved, torch.dtype):
         raise RLCoreError(f"{ROLLOUT_KEY}.dtype: unknown torch dtype {dtype!r}")
     return resolved
-
-
-def _token_ids(value: Any) -> list[int]:
-    """A token id, a list of them or None, as a list."""
-    if value is None:
-        return []
-    if isinstance(value, int):
-        return [value]
-    return [int(v) for v in value]
-
-
-def _names_preview(names: list[str], limit: int = 10) -> str:
-    """A comma-separated list of at most ``limit`` names, with the count of the rest."""
-    shown = ", ".join(names[:limit])
-    return shown + (f" (and {len(names) - limit} more)" if len(names) > limit else "")
 
 
 def _sdpa_full_attention_only(config: Any) -> bool:
@@ -99,15 +84,7 @@ class HFRolloutEngine:
         self.config = config
         self.tokenizer = tokenizer
         self.device = torch.device(device)
-        length = config.get("response_length", 512)
-        if isinstance(length, bool) or not isinstance(length, int) or length <= 0:
-            raise RLCoreError(f"{ROLLOUT_KEY}.response_length must be a positive integer, got {length!r}")
-        self.response_length: int = length
-        self.train_params = SamplingParams.from_config(config)
-        self.val_params = SamplingParams.from_config(config.get("val_kwargs") or {}, f"{ROLLOUT_KEY}.val_kwargs")
-        self.calculate_log_probs = bool(config.get("calculate_log_probs", False))
-        self.ignore_eos = bool(config.get("ignore_eos", False))
-        self.seed = int(config.get("seed", 0) or 0)
+        self.settings = RolloutSettings(config)
 
         if module is None:
             from transformers import AutoModelForCausalLM
@@ -117,22 +94,11 @@ class HFRolloutEngine:
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(self.module.forward).parameters
         self._prebuilt_decode_mask = _sdpa_full_attention_only(self.module.config)
 
-        generation_config = getattr(self.module, "generation_config", None)
-        eos = _token_ids(getattr(tokenizer, "eos_token_id", None))
-        eos += _token_ids(getattr(generation_config, "eos_token_id", None))
-        self.eos_token_ids: list[int] = sorted(set(eos))
-        pad = getattr(tokenizer, "pad_token_id", None)
-        if pad is None:
-            pad = getattr(generation_config, "pad_token_id", None)
-        if pad is None and self.eos_token_ids:
-            pad = self.eos_token_ids[0]
-        if pad is None:
-            raise RLCoreError(
-                "the tokenizer defines neither pad_token_id nor eos_token_id; the rollout cannot pad responses"
-            )
-        self.pad_token_id = int(pad)
+        special = SpecialTokens(tokenizer, getattr(self.module, "generation_config", None))
+        self.eos_token_ids: list[int] = special.eos_token_ids
+        self.pad_token_id = special.pad_token_id
 
-        self._generator = torch.Generator(device=self.device).manual_seed(self.seed)
+        self._generator = torch.Generator(device=self.device).manual_seed(self.settings.seed)
         self._weight_version = 0
         self._asleep = False
 
@@ -163,42 +129,12 @@ class HFRolloutEngine:
         """
         if self._asleep:
             raise RLCoreError("the rollout engine is asleep: call wake() before generate()")
-        validate = validate or bool(batch.meta.get("validate", False))
-        params = self.val_params if validate else self.train_params
-        if batch.meta.get("do_sample") is False:  # a greedy pass on request (ReMax's baseline)
-            params = replace(params, do_sample=False)
-        prompts = batch["input_ids"]
-        out_device = prompts.device
-        prompt_mask = batch["attention_mask"] if "attention_mask" in batch else torch.ones_like(prompts)
-        if prompts.numel() and not bool(prompt_mask[:, -1].all()):
-            raise RLCoreError(
-                "rollout prompts must be left-padded (the last prompt column is padding in some rows); "
-                "load the tokenizer with padding_side='left'"
-            )
-        if "position_ids" in batch:
-            prompt_positions = batch["position_ids"]
-        else:
-            prompt_positions = (prompt_mask.long().cumsum(-1) - 1).clamp_(min=0)
-
+        params = self.settings.params_for(batch, validate)
+        prompts, prompt_mask, prompt_positions = check_left_padded(batch)
         responses, response_mask, logprobs = self._sample(
             prompts.to(self.device), prompt_mask.to(self.device), prompt_positions.to(self.device), params
         )
-        responses = responses.to(out_device)
-        response_mask = response_mask.to(device=out_device, dtype=prompt_mask.dtype)
-        attention_mask = torch.cat([prompt_mask, response_mask], dim=-1)
-        tensors = {
-            "prompts": prompts,
-            "responses": responses,
-            "response_mask": response_mask,
-            "input_ids": torch.cat([prompts, responses], dim=-1),
-            "attention_mask": attention_mask,
-            "position_ids": (attention_mask.long().cumsum(-1) - 1).clamp_(min=0),
-        }
-        if logprobs is not None:
-            tensors["rollout_log_probs"] = logprobs.to(out_device)
-        meta = {key: value for key, value in batch.meta.items() if key != "metrics"}
-        meta["metrics"] = {"rollout/gen_tokens": int(response_mask.sum())}
-        return Batch(tensors, {key: value.copy() for key, value in batch.non_tensors.items()}, meta)
+        return rollout_output(batch, responses, response_mask, logprobs)
 
     @torch.no_grad()
     def _sample(
@@ -212,12 +148,12 @@ class HFRolloutEngine:
         from transformers import DynamicCache
 
         batch_size, prompt_len = input_ids.shape
-        length = self.response_length
+        length = self.settings.response_length
         responses = torch.full((batch_size, length), self.pad_token_id, dtype=torch.long, device=self.device)
         response_mask = torch.zeros((batch_size, length), dtype=torch.bool, device=self.device)
         logprobs = (
             torch.zeros((batch_size, length), dtype=torch.float32, device=self.device)
-            if self.calculate_log_probs
+            if self.settings.calculate_log_probs
             else None
         )
         if batch_size == 0:
@@ -253,7 +189,7 @@ class HFRolloutEngine:
             response_mask[:, step] = unfinished
             if logprobs is not None:
                 logprobs[:, step] = step_logprobs.masked_fill_(~unfinished, 0.0)
-            if not self.ignore_eos and eos_ids.numel():
+            if not self.settings.ignore_eos and eos_ids.numel():
                 unfinished &= ~torch.isin(tokens, eos_ids)
             if step == length - 1 or ((step + 1) % check_every == 0 and not bool(unfinished.any())):
                 break
@@ -293,19 +229,19 @@ class HFRolloutEngine:
                 target.copy_(tensor)
                 written.add(id(target))
         missing = [name for name, param in self.module.named_parameters() if id(param) not in written] if strict else []
-        problems = []
-        if unexpected:
-            problems.append(f"unknown parameter names: {_names_preview(unexpected)}")
-        if mismatched:
-            problems.append(f"shape mismatches: {_names_preview(mismatched)}")
-        if missing:
-            problems.append(f"parameters not given: {_names_preview(missing)}")
-        if problems:
-            raise RLCoreError(
-                "rollout weight update failed (the trainer's state-dict names must match the rollout model's "
-                f"Hugging Face names) — {'; '.join(problems)}"
-            )
+        check_weight_names("hf", unexpected, mismatched, missing)
         self._weight_version += 1
+
+    @torch.no_grad()
+    def prompt_log_probs(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Teacher-forced log-probs of ``token_ids[1:]`` given their prefixes: float32 ``[L - 1]`` on the CPU.
+
+        Taken at temperature 1 from the served weights; the trainer compares them with its own after a
+        weight sync (the log-prob parity check that every engine supports).
+        """
+        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.device)
+        logits = self.module(input_ids=ids, use_cache=False).logits[0, :-1].float()
+        return torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None]).squeeze(-1).cpu()
 
     def weight_checksum(self) -> float:
         """The float64 sum of every parameter value (tied weights counted once); see :func:`state_checksum`."""

@@ -9,14 +9,15 @@ a run is reproducible from its seed. Greedy decoding takes the argmax of the raw
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from rlcore.errors import RLCoreError
 
-__all__ = ["SamplingParams", "sample_next_tokens"]
+__all__ = ["RolloutSettings", "SamplingParams", "request_seeds", "sample_next_tokens"]
 
 ROLLOUT_KEY = "actor_rollout_ref.rollout"
 
@@ -62,6 +63,33 @@ class SamplingParams:
         if not isinstance(do_sample, bool):
             raise RLCoreError(f"{prefix}.do_sample must be true or false, got {do_sample!r}")
         return cls(temperature=temperature, top_k=top_k, top_p=top_p, do_sample=do_sample)
+
+
+class RolloutSettings:
+    """The sampling settings every engine reads from the ``actor_rollout_ref.rollout`` section, checked.
+
+    ``response_length`` (a positive integer), ``train`` and ``val`` (:class:`SamplingParams` of the
+    section and of its ``val_kwargs``), ``calculate_log_probs``, ``ignore_eos`` and ``seed``.
+    """
+
+    def __init__(self, config: Any) -> None:
+        length = config.get("response_length", 512)
+        if isinstance(length, bool) or not isinstance(length, int) or length <= 0:
+            raise RLCoreError(f"{ROLLOUT_KEY}.response_length must be a positive integer, got {length!r}")
+        self.response_length: int = length
+        self.train = SamplingParams.from_config(config)
+        self.val = SamplingParams.from_config(config.get("val_kwargs") or {}, f"{ROLLOUT_KEY}.val_kwargs")
+        self.calculate_log_probs = bool(config.get("calculate_log_probs", False))
+        self.ignore_eos = bool(config.get("ignore_eos", False))
+        self.seed = int(config.get("seed", 0) or 0)
+
+    def params_for(self, batch: Any, validate: bool) -> SamplingParams:
+        """The sampling for ``batch``: ``val`` when ``validate`` or ``batch.meta["validate"]`` is true, else
+        ``train``; greedy either way when ``batch.meta["do_sample"]`` is False (ReMax's baseline)."""
+        params = self.val if validate or bool(batch.meta.get("validate", False)) else self.train
+        if batch.meta.get("do_sample") is False:
+            params = replace(params, do_sample=False)
+        return params
 
 
 def _number(value: Any, key: str) -> float:
@@ -113,3 +141,15 @@ def sample_next_tokens(
         return tokens, None
     logprobs = torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
     return tokens, logprobs
+
+
+def request_seeds(seed: int, call_index: int, count: int) -> list[int]:
+    """``count`` per-request sampling seeds in ``[0, 2**63)`` for the ``call_index``-th generate call of an
+    engine seeded ``seed`` (for engines that seed each request, such as vLLM and SGLang).
+
+    Every request gets its own seed (identical prompts repeated ``rollout.n`` times must not draw the same
+    sample), and the seeds depend only on ``(seed, call_index, row)``: a run is reproducible whatever the
+    engine's internal batching, and a resumed run that restores ``call_index`` continues the same stream.
+    """
+    state = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(call_index)]).generate_state(count, dtype=np.uint64)
+    return [int(value >> np.uint64(1)) for value in state]

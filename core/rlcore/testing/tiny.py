@@ -82,7 +82,7 @@ def build_model(
     num_heads: int = 2,
     num_kv_heads: int = 1,
     tie_word_embeddings: bool = True,
-    max_position_embeddings: int = 512,
+    max_position_embeddings: int = 2048,
     seed: int = 0,
 ):
     """A randomly initialised ``Qwen2ForCausalLM`` sized for ``tokenizer`` (vocab rounded up to 64)."""

@@ -70,6 +70,14 @@ def make_eos_prone_model_dir(source: str | Path, path: str | Path, eos_prob: flo
     return path
 
 
+def teacher_forced_log_probs(model: Any, ids: list[int]) -> torch.Tensor:
+    """The float32 log-probs ``[len(ids) - 1]`` of ``ids[1:]`` under a Hugging Face causal LM (temperature 1)."""
+    tokens = torch.tensor([ids], dtype=torch.long)
+    with torch.no_grad():
+        logits = model(input_ids=tokens).logits[0, :-1].float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, tokens[0, 1:, None]).squeeze(-1)
+
+
 def make_prompt_batch(tokenizer: Any, prompts: list[str] = PROMPTS, meta: dict[str, Any] | None = None) -> Any:
     """A Batch of left-padded prompts: ``input_ids``, ``attention_mask``, ``position_ids`` and ``uid``."""
     from rlcore.protocol import Batch
@@ -97,6 +105,8 @@ class RolloutEngineContract:
     CONFIG_OVERRIDES: ClassVar[dict[str, Any]] = {"response_length": 12, "calculate_log_probs": True}
     #: relative tolerance of the weight checksum (raise it for engines that serve weights in low precision)
     CHECKSUM_RTOL: ClassVar[float] = 1e-9
+    #: absolute tolerance of ``prompt_log_probs`` against the float32 Hugging Face model
+    LOGPROB_ATOL: ClassVar[float] = 1e-4
 
     def rollout_config(self, plugin_manager: PluginManager, **overrides: Any) -> Any:
         """The ``actor_rollout_ref.rollout`` section: defaults, then :attr:`CONFIG_OVERRIDES`, then ``overrides``."""
@@ -210,10 +220,25 @@ class RolloutEngineContract:
         assert torch.equal(first["responses"], again["responses"])
         assert not torch.equal(first["responses"], other["responses"]), "different seeds gave identical samples"
 
+    def test_prompt_log_probs_match_the_model(
+        self, engine_factory: Callable[..., Any], tiny_model_dir: Path, tiny_tokenizer: Any
+    ) -> None:
+        """``prompt_log_probs(ids)`` are the model's teacher-forced log-probs of ``ids[1:]`` (the sync probe)."""
+        from transformers import AutoModelForCausalLM
+
+        engine = engine_factory()
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+        ids = tiny_tokenizer(PROMPTS[0])["input_ids"]
+        engine_log_probs = engine.prompt_log_probs(ids)
+        assert tuple(engine_log_probs.shape) == (len(ids) - 1,)
+        torch.testing.assert_close(engine_log_probs.float(), teacher_forced_log_probs(model, ids), atol=self.LOGPROB_ATOL, rtol=0)
+
     def test_update_weights(
         self, engine_factory: Callable[..., Any], tiny_model_dir: Path, tiny_tokenizer: Any
     ) -> None:
-        """Perturbed weights change ``weight_checksum()`` to the new state's checksum and bump the version."""
+        """Perturbed weights are served after ``update_weights``: the probe log-probs follow the new model,
+        the greedy responses change, the version is bumped and (when the engine has one) the checksum
+        equals the new state's."""
         from transformers import AutoModelForCausalLM
 
         from rlcore.rollout.weights import state_checksum
@@ -221,18 +246,25 @@ class RolloutEngineContract:
         engine = engine_factory()
         assert engine.weight_version == 0
         trainer = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+        has_checksum = hasattr(engine, "weight_checksum")
         initial = state_checksum(trainer.state_dict().items())
-        assert math.isclose(engine.weight_checksum(), initial, rel_tol=self.CHECKSUM_RTOL)
+        if has_checksum:
+            assert math.isclose(engine.weight_checksum(), initial, rel_tol=self.CHECKSUM_RTOL)
         generator = torch.Generator().manual_seed(0)
         with torch.no_grad():
             for param in trainer.parameters():
                 param.add_(torch.randn(param.shape, generator=generator) * 0.05)
         greedy_before = engine.generate(make_prompt_batch(tiny_tokenizer), validate=True)["responses"]
         engine.update_weights(trainer.state_dict().items())
-        expected = state_checksum(trainer.state_dict().items())
-        assert not math.isclose(expected, initial, rel_tol=1e-6)
-        assert math.isclose(engine.weight_checksum(), expected, rel_tol=self.CHECKSUM_RTOL)
         assert engine.weight_version == 1
+        ids = tiny_tokenizer(PROMPTS[1])["input_ids"]
+        torch.testing.assert_close(
+            engine.prompt_log_probs(ids).float(), teacher_forced_log_probs(trainer, ids), atol=self.LOGPROB_ATOL, rtol=0
+        )
+        if has_checksum:
+            expected = state_checksum(trainer.state_dict().items())
+            assert not math.isclose(expected, initial, rel_tol=1e-6)
+            assert math.isclose(engine.weight_checksum(), expected, rel_tol=self.CHECKSUM_RTOL)
         greedy_after = engine.generate(make_prompt_batch(tiny_tokenizer), validate=True)["responses"]
         assert not torch.equal(greedy_before, greedy_after), "new weights did not change the greedy responses"
 
@@ -246,14 +278,15 @@ class RolloutEngineContract:
             assert bool((logprobs <= 0).all())
 
     def test_sleep_and_wake(self, engine_factory: Callable[..., Any], tiny_tokenizer: Any) -> None:
-        """``sleep()`` then ``wake()`` keeps the weights: greedy output and checksum are unchanged."""
+        """``sleep()`` then ``wake()`` keeps the weights: greedy output and probe log-probs are unchanged."""
         engine = engine_factory()
         batch = make_prompt_batch(tiny_tokenizer)
         before = engine.generate(batch, validate=True)["responses"]
-        checksum = engine.weight_checksum()
+        ids = tiny_tokenizer(PROMPTS[2])["input_ids"]
+        log_probs = engine.prompt_log_probs(ids)
         engine.sleep()
         engine.wake()
-        assert engine.weight_checksum() == checksum
+        assert torch.equal(engine.prompt_log_probs(ids), log_probs)
         assert torch.equal(engine.generate(batch, validate=True)["responses"], before)
 
 

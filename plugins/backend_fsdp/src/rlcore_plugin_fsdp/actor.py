@@ -51,6 +51,8 @@ logger = logging.getLogger(__name__)
 
 #: largest relative difference between the trainer's and the rollout engine's weight checksums
 WEIGHT_SYNC_RTOL = 1e-6
+#: the probe sequence whose log-probs the trainer and the rollout engine compare after every weight sync
+WEIGHT_SYNC_PROBE_TEXT = "Weight sync probe: 12 + 30 = 42, and the quick brown fox jumps over the lazy dog."
 #: the switch for sequence packing in the actor, reference and log-prob passes
 REMOVE_PADDING_KEY = f"{ARR}.model.use_remove_padding"
 
@@ -155,6 +157,7 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         self.rollout_engine: Any = None
+        self._warned_unverified = False
         self.loss_fn: Any = None
         self.shuffle_generator: torch.Generator | None = None
         self._offloader: Offloader | None = None
@@ -364,10 +367,25 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
         step_scheduler(self.lr_scheduler)
         return Batch.from_dict({}, meta={"metrics": metrics})
 
+    def shutdown(self) -> None:
+        """Stop the rollout engine's own processes (engines that have ``close()``), then the process group."""
+        close = getattr(self.rollout_engine, "close", None)
+        if close is not None:
+            close()
+            self.rollout_engine = None
+        super().shutdown()
+
     def generate_sequences(self, batch: Batch) -> Batch:
-        """Sample responses with the rollout engine (``meta["validate"]`` selects the validation sampling)."""
+        """Sample responses with the rollout engine (``meta["validate"]`` selects the validation sampling).
+
+        The engine is woken first and, with ``rollout.free_cache_engine``, put to sleep afterwards so that
+        training gets its memory back (engines skip both where there is nothing to free, e.g. on CPU)."""
         self._require("rollout", "generate_sequences")
-        return self.rollout_engine.generate(batch, validate=bool(batch.meta.get("validate", False)))
+        self.rollout_engine.wake()
+        out = self.rollout_engine.generate(batch, validate=bool(batch.meta.get("validate", False)))
+        if self.rollout_config.get("free_cache_engine", True):
+            self.rollout_engine.sleep()
+        return out
 
     # ------------------------------------------------------------ weight sync
     def _hf_state_dict(self, options: StateDictOptions) -> dict[str, torch.Tensor]:
@@ -393,20 +411,24 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
 
     def receive_weights(self, state: dict[str, torch.Tensor]) -> dict[str, float]:
         """Load a trainer's full state dict into this worker's rollout engine; verify it when
-        ``rollout.check_weight_sync``. Returns ``rollout/weight_version`` (and ``rollout/weight_checksum_diff``)."""
+        ``rollout.check_weight_sync``. Returns ``rollout/weight_version`` and the check's metrics.
+
+        A rollout-only worker (split placement) has no trainer model to compare log-probs with, so an
+        engine without ``weight_checksum()`` is verified by its weight version only (warned once)."""
         self._require("rollout", "receive_weights")
+        self.rollout_engine.wake()
         self.rollout_engine.update_weights(state.items())
         metrics: dict[str, float] = {}
         if self.rollout_config.get("check_weight_sync", True):
-            metrics["rollout/weight_checksum_diff"] = self.check_weight_sync(state)
+            metrics.update(self.check_weight_sync(state))
         metrics["rollout/weight_version"] = float(self.rollout_engine.weight_version)
         return metrics
 
     def sync_weights(self) -> dict[str, float]:
         """Push the actor's weights into the rollout engine; verify them when ``rollout.check_weight_sync``.
 
-        Returns ``actor/weight_sync_s``, ``rollout/weight_version`` and (when checked)
-        ``rollout/weight_checksum_diff``.
+        Returns ``actor/weight_sync_s``, ``rollout/weight_version`` and (when checked) the metrics of
+        :meth:`check_weight_sync`.
         """
         self._require("actor", "sync_weights")
         self._require("rollout", "sync_weights")
@@ -415,28 +437,78 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
         metrics["actor/weight_sync_s"] = time.perf_counter() - start
         return metrics
 
-    def check_weight_sync(self, state: dict[str, torch.Tensor] | None = None) -> float:
-        """Compare the rollout engine's weight checksum with the trainer's; returns the relative difference.
+    def check_weight_sync(self, state: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+        """Verify that the rollout engine serves the trainer's weights; returns the check's metrics.
 
-        ``state`` is the trainer's full state dict (gathered again when omitted); its checksum is
-        :func:`rlcore.rollout.hf.state_checksum` of the tensors cast to the engine's dtype, skipping the
-        engine's ``uncounted_names`` (tied aliases). A difference above ``1e-6`` (relative) raises
-        :class:`WeightSyncError`.
+        Two checks, each run when the engine supports it, and each raising :class:`WeightSyncError`:
+
+        - ``rollout/weight_checksum_diff``: the relative difference between the engine's
+          ``weight_checksum()`` and :func:`rlcore.rollout.weights.state_checksum` of ``state`` (the
+          trainer's full state dict, gathered again when omitted) cast to the engine's dtype, skipping
+          the engine's ``uncounted_names``; more than ``1e-6`` fails.
+        - ``rollout/weight_sync_logprob_diff``: the mean absolute difference between the engine's
+          ``prompt_log_probs()`` of a fixed probe sequence and the trainer's own (needs the actor on this
+          worker); more than ``rollout.weight_sync_logprob_tol`` fails (default: 1e-3 when the engine
+          serves float32, 5e-2 in lower precision).
         """
         self._require("rollout", "check_weight_sync")
-        if state is None:
-            state = self.full_state_dict()
-        skip = getattr(self.rollout_engine, "uncounted_names", ())
-        dtype = self._rollout_dtype
-        expected = state_checksum(((name, tensor.to(dtype)) for name, tensor in state.items()), skip=skip)
-        actual = float(self.rollout_engine.weight_checksum())
-        diff = abs(actual - expected) / max(abs(expected), 1e-12)
-        if not diff <= WEIGHT_SYNC_RTOL:
+        metrics: dict[str, float] = {}
+        if hasattr(self.rollout_engine, "weight_checksum"):
+            if state is None:
+                state = self.full_state_dict()
+            skip = getattr(self.rollout_engine, "uncounted_names", ())
+            dtype = self._rollout_dtype
+            expected = state_checksum(((name, tensor.to(dtype)) for name, tensor in state.items()), skip=skip)
+            actual = float(self.rollout_engine.weight_checksum())
+            diff = abs(actual - expected) / max(abs(expected), 1e-12)
+            if not diff <= WEIGHT_SYNC_RTOL:
+                raise WeightSyncError(
+                    f"weight sync failed: the rollout engine does not serve the trainer's weights (checksum "
+                    f"{actual!r} vs the trainer's {expected!r}, relative difference {diff:.3g} > {WEIGHT_SYNC_RTOL:g}). "
+                    f"Check the {ARR}.rollout.name engine's update_weights(); set {ARR}.rollout.check_weight_sync=false "
+                    "only to debug"
+                )
+            metrics["rollout/weight_checksum_diff"] = diff
+        if hasattr(self.rollout_engine, "prompt_log_probs") and self.actor_module is not None:
+            metrics["rollout/weight_sync_logprob_diff"] = self._check_log_prob_parity()
+        elif not metrics and not self._warned_unverified:
+            self._warned_unverified = True
+            logger.warning(
+                "rank %d: the %s rollout engine has no weight_checksum(), and this %r worker has no trainer model "
+                "to compare log-probs with: weight syncs are checked by weight version only",
+                self.rank, self.rollout_config.get("name"), self.role,
+            )
+        return metrics
+
+    def _check_log_prob_parity(self) -> float:
+        """The mean absolute difference between the engine's and the actor's log-probs of the probe sequence;
+        raises :class:`WeightSyncError` above ``rollout.weight_sync_logprob_tol``."""
+        # at most 32 tokens, and room in the engine's context (prompt + response length) for one more
+        room = int(self.rollout_config.get("prompt_length") or 0) + int(self.rollout_config.get("response_length") or 0)
+        ids = self.tokenizer(WEIGHT_SYNC_PROBE_TEXT)["input_ids"][: max(2, min(32, room - 1))]
+        tokens = torch.tensor([ids], dtype=torch.long)
+        probe = Batch.from_dict(
+            {
+                "input_ids": tokens,
+                "attention_mask": torch.ones_like(tokens),
+                "position_ids": torch.arange(len(ids))[None],
+                "responses": tokens[:, 1:],
+            },
+            meta={"temperature": 1.0},
+        )
+        with self._offloader:
+            trainer, _ = self._log_probs(self.actor_module, probe, 1, None, "", with_entropy=False)
+        engine = self.rollout_engine.prompt_log_probs(ids).to(torch.float32)
+        diff = float((engine - trainer[0].float()).abs().mean())
+        tolerance = self.rollout_config.get("weight_sync_logprob_tol")
+        if tolerance is None:
+            tolerance = 1e-3 if self._rollout_dtype == torch.float32 else 5e-2
+        if not diff <= tolerance:
             raise WeightSyncError(
-                f"weight sync failed: the rollout engine does not serve the trainer's weights (checksum "
-                f"{actual!r} vs the trainer's {expected!r}, relative difference {diff:.3g} > {WEIGHT_SYNC_RTOL:g}). "
-                f"Check the {ARR}.rollout.name engine's update_weights(); set {ARR}.rollout.check_weight_sync=false "
-                "only to debug"
+                f"weight sync failed: the rollout engine's log-probs of a probe sequence differ from the trainer's "
+                f"by {diff:.3g} on average (> {ARR}.rollout.weight_sync_logprob_tol={tolerance:g}), so it does not "
+                f"serve the trainer's weights. Check the {ARR}.rollout.name engine's update_weights(); set "
+                f"{ARR}.rollout.check_weight_sync=false only to debug"
             )
         return diff
 

