@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and print its JSON object."""
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # vLLM's own handler prints to stdout, which carries the JSON
     import torch
 
     from rlcore.errors import RLCoreError

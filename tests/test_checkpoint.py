@@ -188,7 +188,7 @@ RESUME_SETTINGS = (
     "trainer.save_freq=1",
 )
 #: metrics that measure time or speed, not what was trained
-VOLATILE_PREFIXES = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/weight_sync_s")
+VOLATILE_PREFIXES = ("timing_s/", "timing_worker_s/", "timing_per_token_ms/", "perf/", "actor/weight_sync_s")
 
 
 def comparable(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:

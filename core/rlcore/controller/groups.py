@@ -64,6 +64,14 @@ class WorkerGroups:
         """:func:`sync_weights` from the actor group to the rollout group."""
         return sync_weights(self.actor, self.rollout)
 
+    def pop_compute_s(self) -> dict[str, float]:
+        """Worker-side seconds per method since the last call, summed over the groups, and reset."""
+        out: dict[str, float] = {}
+        for group in self.distinct():
+            for method, seconds in group.pop_compute_s().items():
+                out[method] = out.get(method, 0.0) + seconds
+        return out
+
     def shutdown(self) -> None:
         """Shut every group down, even when one of them fails to."""
         errors: list[BaseException] = []

@@ -161,6 +161,7 @@ def ensure_ray(config: DictConfig) -> bool:
         )
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(
+        address="local",  # a private cluster even when `ray start` left one recorded on this machine
         num_cpus=_bundles_per_node(config),
         include_dashboard=False,
         object_store_memory=LOCAL_OBJECT_STORE_BYTES,

@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import socket
+import time
 from typing import Any
 
 import ray
@@ -137,11 +138,13 @@ class RayWorker:
         worker_cls = WorkerSpec(*spec).resolve()
         self.worker = worker_cls(config, self.role, self.rank, world_size)
 
-    def execute(self, method: str, call: tuple[tuple[Any, ...], dict[str, Any]], keep: bool) -> Any:
-        """Run ``worker.method(*args, **kwargs)``; return the result, or None when ``keep`` is false."""
+    def execute(self, method: str, call: tuple[tuple[Any, ...], dict[str, Any]], keep: bool) -> tuple[Any, float]:
+        """Run ``worker.method(*args, **kwargs)``; return ``(result or None when keep is false, seconds)``,
+        where ``seconds`` is the time spent in the method itself (not in Ray's (de)serialisation)."""
         args, kwargs = call
+        start = time.perf_counter()
         result = getattr(self.worker, method)(*args, **kwargs)
-        return result if keep else None
+        return (result if keep else None), time.perf_counter() - start
 
     def shutdown(self) -> None:
         """Call the worker's ``shutdown()`` (process group, engines) when it has one."""
@@ -217,6 +220,7 @@ class RayWorkerGroup:
         self._failure: WorkerError | None = None
         self._closed = False
         self._in_flight = False
+        self.compute_s: dict[str, float] = {}
         self._pools = pools = SESSION.acquire(config)
         try:
             if pool not in pools:
@@ -260,17 +264,27 @@ class RayWorkerGroup:
                 actor.execute.remote(method, ((chunk, *args[1:]), kwargs), True)
                 for actor, chunk in zip(self.actors, chunks)
             ]
-            out = Batch.concat(self._gather(refs, method))
+            out = Batch.concat(self._unwrap(method, self._gather(refs, method)))
             return out.unpad(pad) if pad and len(out) == len(padded) else out
         shared = ray.put((args, kwargs))
         refs = [actor.execute.remote(method, shared, rank == 0) for rank, actor in enumerate(self.actors)]
-        return self._gather(refs, method)[0]
+        return self._unwrap(method, self._gather(refs, method))[0]
 
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Broadcast ``method(*args, **kwargs)`` and return every rank's result, in rank order."""
         self._check_usable(method)
         shared = ray.put((args, kwargs))
-        return self._gather([actor.execute.remote(method, shared, True) for actor in self.actors], method)
+        return self._unwrap(method, self._gather([actor.execute.remote(method, shared, True) for actor in self.actors], method))
+
+    def _unwrap(self, method: str, results: list[tuple[Any, float]]) -> list[Any]:
+        """The ranks' results of ``execute``; their compute seconds (the slowest rank's) go to ``compute_s``."""
+        self.compute_s[method] = self.compute_s.get(method, 0.0) + max((s for _, s in results), default=0.0)
+        return [r for r, _ in results]
+
+    def pop_compute_s(self) -> dict[str, float]:
+        """Seconds the workers spent inside each method since the last call (slowest rank), and reset."""
+        out, self.compute_s = self.compute_s, {}
+        return out
 
     def rank_info(self) -> list[dict[str, Any]]:
         """Each rank's ``pid``, ``ip``, ``node_id`` and distributed environment, in rank order."""

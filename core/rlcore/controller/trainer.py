@@ -215,22 +215,40 @@ class Trainer:
             batch["rollout_is_weights"] = weights
             metrics.update(is_metrics)
 
+    def _on_policy_update(self, batch: Batch) -> bool:
+        """Whether the actor update is one optimizer step on exactly the policy that generated ``batch``
+        (one PPO epoch, one mini-batch, nothing before the update reads ``old_log_probs``). Then the
+        recomputed old log-probs equal the update's own detached log-probs, and the worker uses those
+        instead of a separate forward pass (``batch.meta["on_policy"]``)."""
+        actor = self.config.actor_rollout_ref.actor
+        return (
+            int(actor.ppo_epochs) == 1
+            and int(actor.ppo_mini_batch_size) >= int(self.config.data.train_batch_size)
+            and self.kl_ctrl is None
+            and "rollout_log_probs" not in batch
+            and self.config.trainer.critic_warmup <= self.global_step
+        )
+
     def train_step(self) -> dict[str, float]:
         """Run one RL step and return its metrics (verl's names)."""
         metrics: dict[str, float] = {}
         timer = self.timer
+        self.groups.pop_compute_s()  # drop worker time spent outside steps (validation, checkpoints)
         step_start = time.perf_counter()
         batch = self._collect_batch(metrics)
         if self.config.trainer.balance_batch:
             order, balance_metrics = balance_order(batch["attention_mask"].sum(-1), self.actor.world_size)
             batch.reorder(order)
             metrics.update(balance_metrics)
-        with timer("old_log_prob"):
-            out = self.actor.compute_log_prob(batch)
-            metrics["actor/entropy"] = agg_loss(
-                out["entropys"], batch["response_mask"], self.config.actor_rollout_ref.actor.loss_agg_mode
-            ).item()
-            batch["old_log_probs"] = out["old_log_probs"]
+        if self._on_policy_update(batch):
+            batch.meta["on_policy"] = True  # the worker takes old_log_probs (and actor/entropy) from the update
+        else:
+            with timer("old_log_prob"):
+                out = self.actor.compute_log_prob(batch)
+                metrics["actor/entropy"] = agg_loss(
+                    out["entropys"], batch["response_mask"], self.config.actor_rollout_ref.actor.loss_agg_mode
+                ).item()
+                batch["old_log_probs"] = out["old_log_probs"]
         if "rollout_log_probs" in batch:
             self._correct_rollout_mismatch(batch, metrics)
         if self.use_reference:
@@ -252,6 +270,11 @@ class Trainer:
                 metrics.update(reduce_metrics(self.groups.sync_weights()))
         step_time = time.perf_counter() - step_start
         timing = {**timer.pop_all(), "step": step_time}
+        worker_s = self.groups.pop_compute_s()
+        metrics.update({f"timing_worker_s/{method}": seconds for method, seconds in worker_s.items()})
+        outside = step_time - sum(worker_s.values())
+        metrics["timing_s/outside_worker"] = outside
+        metrics["perf/outside_worker_share"] = outside / step_time if step_time > 0 else 0.0
         metrics.update(compute_data_metrics(batch, use_critic=self.critic is not None))
         n_prompt = int(batch["attention_mask"][:, : batch["prompts"].shape[1]].sum())
         n_response = int(batch["response_mask"].sum())

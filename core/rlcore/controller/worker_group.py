@@ -9,6 +9,7 @@ executor (:mod:`rlcore.controller.ray_executor`) shares this interface with one 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,12 +49,29 @@ class LocalWorkerGroup:
     def __init__(self, spec: WorkerSpec, config: DictConfig, role: str) -> None:
         self.role = role
         self.world_size = 1
+        self.compute_s: dict[str, float] = {}
         self.worker = spec.resolve()(config, role, rank=0, world_size=1)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        return getattr(self.worker, name)
+        value = getattr(self.worker, name)
+        if not callable(value):
+            return value
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return value(*args, **kwargs)
+            finally:
+                self.compute_s[name] = self.compute_s.get(name, 0.0) + time.perf_counter() - start
+
+        return timed
+
+    def pop_compute_s(self) -> dict[str, float]:
+        """Seconds spent inside each worker method since the last call, and reset."""
+        out, self.compute_s = self.compute_s, {}
+        return out
 
     def shutdown(self) -> None:
         """Release the worker's resources (process group, engines)."""

@@ -3,7 +3,9 @@
 :class:`HFRolloutEngine` owns its own copy of the policy as a Hugging Face ``transformers`` causal LM and
 samples with its own loop instead of ``model.generate``: one prefill forward over the left-padded
 prompts with an explicit attention mask and position ids, then one forward per new token against a
-``DynamicCache``. Sampling (temperature, top-k, top-p, greedy) runs on float32 logits with a
+``DynamicCache`` — or, on CPU for plain Llama-family models, through
+:class:`rlcore.rollout.static_decoder.StaticDecoder` (the same function without the module overhead).
+Sampling (temperature, top-k, top-p, greedy) runs on float32 logits with a
 ``torch.Generator`` seeded from ``rollout.seed``. The loop stops as soon as every sequence has emitted an
 end-of-sequence token; after its EOS a sequence is filled with the pad token.
 
@@ -22,6 +24,7 @@ import torch
 
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
+from rlcore.rollout import static_decoder
 from rlcore.rollout.outputs import SpecialTokens, check_left_padded, rollout_output
 from rlcore.rollout.sampling import ROLLOUT_KEY, RolloutSettings, SamplingParams, sample_next_tokens
 from rlcore.rollout.weights import check_weight_names, float64_sum, state_checksum
@@ -93,6 +96,8 @@ class HFRolloutEngine:
         self.module = module.to(device=self.device, dtype=_as_dtype(dtype)).eval().requires_grad_(False)
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(self.module.forward).parameters
         self._prebuilt_decode_mask = _sdpa_full_attention_only(self.module.config)
+        # on CPU, plain Llama-family models decode through a lean functional forward with a static KV cache
+        self._static = static_decoder.build(self.module) if self.device.type == "cpu" else None
 
         special = SpecialTokens(tokenizer, getattr(self.module, "generation_config", None))
         self.eos_token_ids: list[int] = special.eos_token_ids
@@ -170,19 +175,25 @@ class HFRolloutEngine:
         # decode steps: a [B, 1, 1, L] boolean key mask is exactly what sdpa needs for one causal query,
         # and passing it skips transformers' per-step mask construction
         decode_mask = full_mask.bool()[:, None, None, :] if self._prebuilt_decode_mask else full_mask
-        cache = DynamicCache(config=self.module.config)
-        extra = {"logits_to_keep": 1} if self._accepts_logits_to_keep else {}
-        output = self.module(
-            input_ids=input_ids,
-            attention_mask=full_mask[:, :prompt_len],
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=True,
-            **extra,
-        )
+        static = self._static
+        if static is not None:
+            key_mask = full_mask.bool()
+            logits = static.prefill(input_ids, attention_mask, position_ids, prompt_len + length)
+        else:
+            cache = DynamicCache(config=self.module.config)
+            extra = {"logits_to_keep": 1} if self._accepts_logits_to_keep else {}
+            output = self.module(
+                input_ids=input_ids,
+                attention_mask=full_mask[:, :prompt_len],
+                position_ids=position_ids,
+                past_key_values=cache,
+                use_cache=True,
+                **extra,
+            )
+            logits = output.logits[:, -1, :]
         for step in range(length):
             tokens, step_logprobs = sample_next_tokens(
-                output.logits[:, -1, :], params, self._generator, with_logprobs=logprobs is not None
+                logits, params, self._generator, with_logprobs=logprobs is not None
             )
             tokens = torch.where(unfinished, tokens, self.pad_token_id)
             responses[:, step] = tokens
@@ -193,6 +204,10 @@ class HFRolloutEngine:
                 unfinished &= ~torch.isin(tokens, eos_ids)
             if step == length - 1 or ((step + 1) % check_every == 0 and not bool(unfinished.any())):
                 break
+            if static is not None:
+                logits = static.decode(tokens, next_position[:, 0] + step, prompt_len + step,
+                                     key_mask[:, : prompt_len + step + 1])
+                continue
             output = self.module(
                 input_ids=tokens[:, None],
                 attention_mask=decode_mask[..., : prompt_len + step + 1],
@@ -200,6 +215,7 @@ class HFRolloutEngine:
                 past_key_values=cache,
                 use_cache=True,
             )
+            logits = output.logits[:, -1, :]
         return responses, response_mask, logprobs
 
     # ------------------------------------------------------------------ weights

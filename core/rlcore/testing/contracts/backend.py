@@ -219,3 +219,27 @@ class TrainingBackendContract:
             assert worker.sync_weights()["rollout/weight_checksum_diff"] <= 1e-6
         finally:
             self.close(worker)
+
+    def test_on_policy_update_takes_its_own_old_log_probs(self, tiny_model_dir: Path, tiny_tokenizer: Any) -> None:
+        """With ``meta["on_policy"]`` (one on-policy optimizer step, decided by the controller) the batch has
+        no ``old_log_probs``: the update uses its own detached log-probs, reports ``actor/entropy``, and
+        trains exactly as with the recomputed old log-probs."""
+        precomputed = self.make_actor(tiny_model_dir, role="actor")
+        on_policy = self.make_actor(tiny_model_dir, role="actor")
+        try:
+            batch = make_batch(tiny_tokenizer)
+            batch.union(precomputed.compute_log_prob(batch).select(["old_log_probs"]))
+            batch["advantages"] = torch.ones_like(batch["old_log_probs"])
+            precomputed.update_actor(batch)
+            own = make_batch(tiny_tokenizer)
+            own["advantages"] = torch.ones_like(batch["old_log_probs"])
+            own.meta["on_policy"] = True
+            metrics = on_policy.update_actor(own).meta["metrics"]
+            assert math.isfinite(metrics["actor/entropy"]) and metrics["actor/entropy"] > 0
+            assert metrics["actor/pg_clipfrac"] == 0.0, "the ratio of an on-policy step is exactly 1"
+            expected, actual = precomputed.full_state_dict(), on_policy.full_state_dict()
+            for name, tensor in expected.items():
+                torch.testing.assert_close(actual[name], tensor, atol=1e-6, rtol=1e-5, msg=name)
+        finally:
+            self.close(on_policy)
+            self.close(precomputed)

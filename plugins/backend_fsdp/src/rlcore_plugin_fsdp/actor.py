@@ -14,7 +14,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from rlcore.algos.functional import entropy_from_logits, logprobs_from_logits
-from rlcore.algos.losses import build_actor_loss
+from rlcore.algos.losses import agg_loss, build_actor_loss
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore.registry import UnknownComponentError
@@ -338,14 +338,23 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
         self._require("actor", "update_actor")
         temperature = self._temperature(batch)
         with_entropy = float(self.actor_config.get("entropy_coeff", 0.0) or 0.0) != 0.0
+        # on-policy (see Trainer._on_policy_update): no compute_log_prob pass ran; the old log-probs are
+        # this forward's own, detached (ratio 1), and actor/entropy is measured here
+        on_policy = bool(batch.meta.get("on_policy", False))
+        agg_mode = self.actor_config.get("loss_agg_mode", "token-mean")
         model = self.actor_module
 
         def loss_step(micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
             """The actor loss of one micro-batch and its metrics."""
             log_prob, entropy = response_log_probs(
-                model, micro, temperature, with_entropy=with_entropy, remove_padding=self.remove_padding
+                model, micro, temperature, with_entropy=with_entropy or on_policy, remove_padding=self.remove_padding
             )
-            return self.loss_fn(log_prob, entropy, micro)
+            if not on_policy:
+                return self.loss_fn(log_prob, entropy, micro)
+            micro["old_log_probs"] = log_prob.detach()
+            loss, metrics = self.loss_fn(log_prob, entropy if with_entropy else None, micro)
+            entropy_metric = agg_loss(entropy.detach(), micro["response_mask"], agg_mode).item()
+            return loss, {**metrics, "actor/entropy": entropy_metric}
 
         with self._offloader:
             metrics = self._ppo_update(
@@ -440,16 +449,17 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
     def check_weight_sync(self, state: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
         """Verify that the rollout engine serves the trainer's weights; returns the check's metrics.
 
-        Two checks, each run when the engine supports it, and each raising :class:`WeightSyncError`:
+        The exact check when the engine supports it, else the probe (each raises :class:`WeightSyncError`):
 
         - ``rollout/weight_checksum_diff``: the relative difference between the engine's
           ``weight_checksum()`` and :func:`rlcore.rollout.weights.state_checksum` of ``state`` (the
           trainer's full state dict, gathered again when omitted) cast to the engine's dtype, skipping
           the engine's ``uncounted_names``; more than ``1e-6`` fails.
-        - ``rollout/weight_sync_logprob_diff``: the mean absolute difference between the engine's
-          ``prompt_log_probs()`` of a fixed probe sequence and the trainer's own (needs the actor on this
-          worker); more than ``rollout.weight_sync_logprob_tol`` fails (default: 1e-3 when the engine
-          serves float32, 5e-2 in lower precision).
+        - ``rollout/weight_sync_logprob_diff`` (engines without a checksum, such as vLLM, whose kernels
+          repack the weights): the mean absolute difference between the engine's ``prompt_log_probs()``
+          of a fixed probe sequence and the trainer's own (needs the actor on this worker); more than
+          ``rollout.weight_sync_logprob_tol`` fails (default: 1e-3 when the engine serves float32, 5e-2
+          in lower precision).
         """
         self._require("rollout", "check_weight_sync")
         metrics: dict[str, float] = {}
@@ -469,7 +479,7 @@ class ActorRolloutRefWorker(FSDPWorkerBase):
                     "only to debug"
                 )
             metrics["rollout/weight_checksum_diff"] = diff
-        if hasattr(self.rollout_engine, "prompt_log_probs") and self.actor_module is not None:
+        if not metrics and hasattr(self.rollout_engine, "prompt_log_probs") and self.actor_module is not None:
             metrics["rollout/weight_sync_logprob_diff"] = self._check_log_prob_parity()
         elif not metrics and not self._warned_unverified:
             self._warned_unverified = True

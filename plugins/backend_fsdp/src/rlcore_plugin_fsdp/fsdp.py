@@ -82,7 +82,13 @@ def apply_fsdp2(model: nn.Module, mesh: DeviceMesh, fsdp_config: Mapping[str, An
 
     ``fsdp_config`` is a section returned by :func:`resolve_fsdp_config`. Parameters move to ``device``
     as they are sharded (unless the CUDA-only ``offload_policy`` keeps them on the CPU).
+
+    A single CPU rank is not sharded at all: there is nothing to shard over and no mixed precision on
+    CPU, while FSDP2's DTensor parameters and per-layer hooks cost ~1 ms per forward and make AdamW,
+    gradient clipping and the full state dict several times slower on small models (bench/vs_trl.py).
     """
+    if device.type == "cpu" and mesh.size() == 1:
+        return model.to(device)
     kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": fsdp_config["reshard_after_forward"]}
     if device.type == "cuda":
         if fsdp_config["dtype"] != fsdp_config["model_dtype"]:

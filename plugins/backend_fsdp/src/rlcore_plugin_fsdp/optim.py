@@ -55,7 +55,16 @@ def build_optimizer(
     betas = list(optim_config.get("betas", None) or (0.9, 0.999))
     if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
         raise RLCoreError(f"{key}.betas must be two numbers in [0, 1), got {betas!r}")
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(float(betas[0]), float(betas[1])))
+    params = list(params)
+    # the fused kernel (CPU and CUDA) handles plain tensors only; DTensor (FSDP2) parameters take the
+    # multi-tensor path, which torch's default picks on CUDA but not on CPU (single-tensor there)
+    from torch.distributed.tensor import DTensor
+
+    plain = all(not isinstance(p, DTensor) and p.device.type in ("cpu", "cuda") for p in params)
+    kernel = {"fused": True} if plain else {"foreach": True}
+    return torch.optim.AdamW(
+        params, lr=lr, weight_decay=weight_decay, betas=(float(betas[0]), float(betas[1])), **kernel
+    )
 
 
 def scheduler_type(optim_config: Mapping[str, Any], key: str) -> str:
