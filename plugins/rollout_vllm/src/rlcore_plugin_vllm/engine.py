@@ -112,7 +112,9 @@ class VLLMRolloutEngine(TokenListEngine):
             "max_model_len": max_model_len,
             "max_num_seqs": int(config.get("max_num_seqs", 256)),
             "max_num_batched_tokens": max(int(config.get("max_num_batched_tokens", 8192)), max_model_len),
-            "enable_chunked_prefill": bool(config.get("enable_chunked_prefill", True)),
+            # on CPU a prompt split across scheduler steps breaks per-request seeds (vLLM rewinds the
+            # request's generator by its offset, which CPU generators do not have): prefill whole prompts
+            "enable_chunked_prefill": bool(config.get("enable_chunked_prefill", True)) and self.device.type != "cpu",
             "enable_prefix_caching": bool(config.get("enable_prefix_caching", True)),
             "enforce_eager": bool(config.get("enforce_eager", False)),
             "load_format": "dummy" if config.get("load_format") == "dummy" else "auto",
