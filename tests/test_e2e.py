@@ -98,6 +98,11 @@ def test_grpo_run_writes_verl_named_metrics(recorded_run) -> None:
     assert rows[0]["val-core/tiny/digits/reward/mean@1"] is not None
     assert step["rollout/weight_checksum_diff"] == 0
     assert "critic/vf_loss" not in step, "GRPO needs no critic"
+    worker = {key: value for key, value in step.items() if key.startswith("timing_worker_s/")}
+    assert {"timing_worker_s/generate_sequences", "timing_worker_s/update_actor"} <= set(worker)
+    outside = step["timing_s/step"] - sum(worker.values())
+    assert step["timing_s/outside_worker"] == pytest.approx(outside)
+    assert 0 <= step["perf/outside_worker_share"] < 1
 
 
 def test_grpo_run_directory(recorded_run) -> None:
