@@ -288,3 +288,13 @@ def test_static_decoder_matches_the_module_forward(
         assert torch.equal(first["responses"], second["responses"])
         if "rollout_log_probs" in first:
             torch.testing.assert_close(first["rollout_log_probs"], second["rollout_log_probs"], atol=1e-5, rtol=0)
+
+
+def test_engine_dtype_accepts_names_and_aliases_and_names_the_key() -> None:
+    """Engines take a dtype, its torch name or the config's short alias; anything else names the key."""
+    from rlcore.rollout.outputs import engine_dtype
+
+    assert engine_dtype(torch.float16) is torch.float16
+    assert engine_dtype("float32") is torch.float32 and engine_dtype("bf16") is torch.bfloat16
+    with pytest.raises(RLCoreError, match="actor_rollout_ref.rollout.dtype: unknown torch dtype 'float17'"):
+        engine_dtype("float17")

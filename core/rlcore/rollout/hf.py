@@ -25,21 +25,11 @@ import torch
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore.rollout import static_decoder
-from rlcore.rollout.outputs import SpecialTokens, check_left_padded, rollout_output
-from rlcore.rollout.sampling import ROLLOUT_KEY, RolloutSettings, SamplingParams, sample_next_tokens
+from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
+from rlcore.rollout.sampling import RolloutSettings, SamplingParams, sample_next_tokens
 from rlcore.rollout.weights import check_weight_names, float64_sum, state_checksum
 
 __all__ = ["HFRolloutEngine", "state_checksum"]
-
-
-def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
-    """A ``torch.dtype`` from a dtype or its name (``"bfloat16"``, ``"float32"``, ...)."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    resolved = getattr(torch, str(dtype), None)
-    if not isinstance(resolved, torch.dtype):
-        raise RLCoreError(f"{ROLLOUT_KEY}.dtype: unknown torch dtype {dtype!r}")
-    return resolved
 
 
 def _sdpa_full_attention_only(config: Any) -> bool:
@@ -92,8 +82,8 @@ class HFRolloutEngine:
         if module is None:
             from transformers import AutoModelForCausalLM
 
-            module = AutoModelForCausalLM.from_pretrained(model_path, dtype=_as_dtype(dtype))
-        self.module = module.to(device=self.device, dtype=_as_dtype(dtype)).eval().requires_grad_(False)
+            module = AutoModelForCausalLM.from_pretrained(model_path, dtype=engine_dtype(dtype))
+        self.module = module.to(device=self.device, dtype=engine_dtype(dtype)).eval().requires_grad_(False)
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(self.module.forward).parameters
         self._prebuilt_decode_mask = _sdpa_full_attention_only(self.module.config)
         # on CPU, plain Llama-family models decode through a lean functional forward with a static KV cache

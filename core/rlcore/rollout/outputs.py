@@ -1,4 +1,5 @@
-"""What every rollout engine shares around its sampler: special tokens, prompt checks and the output Batch.
+"""What every rollout engine shares around its sampler: the served dtype, special tokens, prompt checks and
+the output Batch.
 
 An engine reads left-padded prompts and returns right-padded responses in one documented layout
 (``HFRolloutEngine.generate`` describes it); these helpers keep that layout, the error messages and the
@@ -13,8 +14,24 @@ import torch
 
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
+from rlcore.rollout.sampling import ROLLOUT_KEY
 
-__all__ = ["SpecialTokens", "check_left_padded", "names_preview", "rollout_output"]
+__all__ = ["SpecialTokens", "check_left_padded", "engine_dtype", "rollout_output"]
+
+#: short dtype names used across the config (``fsdp_config.dtype: bf16``), accepted by engines too
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def engine_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """A ``torch.dtype`` from a dtype, its name (``"bfloat16"``, ``"float32"``, ...) or a short alias
+    (``"bf16"``); anything else is an :class:`RLCoreError` naming ``actor_rollout_ref.rollout.dtype``."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = DTYPE_ALIASES.get(str(dtype), str(dtype))
+    resolved = getattr(torch, name, None)
+    if not isinstance(resolved, torch.dtype):
+        raise RLCoreError(f"{ROLLOUT_KEY}.dtype: unknown torch dtype {dtype!r}")
+    return resolved
 
 
 def _token_ids(value: Any) -> list[int]:
@@ -47,12 +64,6 @@ class SpecialTokens:
                 "the tokenizer defines neither pad_token_id nor eos_token_id; the rollout cannot pad responses"
             )
         self.pad_token_id = int(pad)
-
-
-def names_preview(names: list[str], limit: int = 10) -> str:
-    """A comma-separated list of at most ``limit`` names, with the count of the rest."""
-    shown = ", ".join(names[:limit])
-    return shown + (f" (and {len(names) - limit} more)" if len(names) > limit else "")
 
 
 def check_left_padded(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

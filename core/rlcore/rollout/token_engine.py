@@ -19,7 +19,7 @@ import torch
 
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
-from rlcore.rollout.outputs import SpecialTokens, check_left_padded, rollout_output
+from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
 from rlcore.rollout.sampling import ROLLOUT_KEY, RolloutSettings, SamplingParams, request_seeds
 from rlcore.rollout.weights import ExpectedState
 
@@ -47,6 +47,7 @@ class TokenListEngine(ABC):
             that pushed weights are checked against, and the EOS ids of its generation config.
         tokenizer: the policy's tokenizer (EOS and pad ids).
         config: the ``actor_rollout_ref.rollout`` section (see :class:`RolloutSettings`).
+        dtype: the served dtype, which pushed weights are cast to (a ``torch.dtype``, its name or alias).
         module: not supported (these engines build their own model); passing one is an error.
 
     Raises:
@@ -56,13 +57,16 @@ class TokenListEngine(ABC):
     #: the engine's ``rollout.name``, used in messages
     engine_name: ClassVar[str] = ""
 
-    def __init__(self, model_path: str | None, tokenizer: Any, config: Any, *, module: Any = None) -> None:
+    def __init__(
+        self, model_path: str | None, tokenizer: Any, config: Any, *, dtype: torch.dtype | str, module: Any = None
+    ) -> None:
         name = f"{ROLLOUT_KEY}.name={self.engine_name}"
         if module is not None:
             raise RLCoreError(f"{name} loads the model itself from a path; it cannot wrap a module")
         if not model_path:
             raise RLCoreError(f"{name} needs actor_rollout_ref.model.path")
         self.config = config
+        self.dtype = engine_dtype(dtype)
         self.settings = RolloutSettings(config)
         self.expected = ExpectedState.from_pretrained(str(model_path))
         special = SpecialTokens(tokenizer, _generation_config(str(model_path)))
@@ -89,11 +93,6 @@ class TokenListEngine(ABC):
     def prompt_log_probs(self, token_ids: Sequence[int]) -> torch.Tensor:
         """Teacher-forced log-probs of ``token_ids[1:]`` under the served weights: float32 ``[L - 1]``
         (temperature 1), the probe the trainer compares with its own after every weight sync."""
-
-    @property
-    @abstractmethod
-    def served_dtype(self) -> torch.dtype:
-        """The dtype pushed weights are cast to."""
 
     def sleep(self) -> None:
         """Release the engine's accelerator memory; engines without any to release keep this no-op."""
@@ -164,7 +163,7 @@ class TokenListEngine(ABC):
         :meth:`ExpectedState.collect`); tied aliases may be present or absent. Failures inside the engine
         are raised as :class:`RLCoreError` too, and :attr:`weight_version` only counts successful updates.
         """
-        state = self.expected.collect(named_tensors, dtype=self.served_dtype, strict=strict, engine=self.engine_name)
+        state = self.expected.collect(named_tensors, dtype=self.dtype, strict=strict, engine=self.engine_name)
         try:
             self._load_weights(state)
         except RLCoreError:

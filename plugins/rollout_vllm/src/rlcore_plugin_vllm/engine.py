@@ -31,14 +31,6 @@ __all__ = ["VLLMRolloutEngine", "import_vllm"]
 WORKER_EXTENSION = "rlcore_plugin_vllm.worker_extension.RLCoreWorkerExtension"
 
 
-def _dtype_name(dtype: torch.dtype | str) -> str:
-    """vLLM's name for ``dtype`` (``"float32"``, ``"bfloat16"``, ``"float16"``)."""
-    if isinstance(dtype, torch.dtype):
-        return str(dtype).removeprefix("torch.")
-    aliases = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-    return aliases.get(str(dtype), str(dtype))
-
-
 def import_vllm() -> Any:
     """``import vllm``, or an RLCoreError with the pip line for this machine.
 
@@ -89,15 +81,9 @@ class VLLMRolloutEngine(TokenListEngine):
         dtype: torch.dtype | str = torch.float32,
         module: torch.nn.Module | None = None,
     ) -> None:
-        super().__init__(model_path, tokenizer, config, module=module)
+        super().__init__(model_path, tokenizer, config, dtype=dtype, module=module)
         self.device = torch.device(device)
-        self.dtype = _dtype_name(dtype)
         self.llm = self._start(str(model_path))
-
-    @property
-    def served_dtype(self) -> torch.dtype:
-        """The dtype vLLM serves, which pushed weights are cast to."""
-        return getattr(torch, self.dtype)
 
     # ------------------------------------------------------------------ start-up
 
@@ -107,7 +93,7 @@ class VLLMRolloutEngine(TokenListEngine):
         max_model_len = self.max_model_len()
         kwargs: dict[str, Any] = {
             "model": model_path,
-            "dtype": self.dtype,
+            "dtype": str(self.dtype).removeprefix("torch."),
             "seed": self.settings.seed,
             "max_model_len": max_model_len,
             "max_num_seqs": int(config.get("max_num_seqs", 256)),
