@@ -53,18 +53,15 @@ def _registers(registered, hook: str, kind: str, target: object, **meta) -> obje
         return comp.load(), comp
 
 
-class _Worker:
-    pass
-
-
 class _Backend:
-    actor_worker = _Worker
-    critic_worker = _Worker
+    @staticmethod
+    def create_engine(request):
+        return request
 
 
 def test_hook_register_training_backends(registered) -> None:
     loaded, _ = _registers(registered, "register_training_backends", "training_backend", _Backend)
-    assert loaded.actor_worker is _Worker
+    assert loaded.create_engine("request") == "request"
 
 
 def test_hook_register_rollout_engines(registered) -> None:

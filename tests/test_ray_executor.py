@@ -2,9 +2,9 @@
 
 One ``ray.cluster_utils.Cluster`` (a head node with 6 CPUs and a second node with 1) serves the module;
 every group attaches to it through ``trainer.ray_address``. Dispatch and failures use a throwaway
-``training_backend`` plugin (``echo``) pip-installed into a target folder that only the workers see, through
-``PYTHONPATH`` in their runtime environment: the driver cannot even resolve it, so the test also proves that
-workers resolve their ``WorkerSpec`` from their own plugins. Training uses the real FSDP backend on the tiny
+plugin (``rlcore-test-echo``, whose worker class the groups are built from) pip-installed into a target
+folder that only the workers see, through ``PYTHONPATH`` in their runtime environment: the driver cannot
+even import it, so the test also proves that workers resolve their ``WorkerSpec`` in their own process. Training uses the real FSDP backend on the tiny
 model over gloo.
 """
 
@@ -34,14 +34,14 @@ from rlcore.protocol import Batch  # noqa: E402
 from rlcore.testing.runs import make_tiny_task, tiny_overrides, tiny_run  # noqa: E402
 from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
-ECHO = WorkerSpec("echo", "actor_worker")
+ECHO = WorkerSpec("rlcore_test_echo.workers:EchoWorker")
 
 HOOKS = '''
 import rlcore
 
 @rlcore.hookimpl
 def register_training_backends(register):
-    register("echo", "rlcore_test_echo.workers:EchoBackend", description="test backend: echoes its rank")
+    register("echo", "rlcore_test_echo.workers:EchoWorker", description="test worker: echoes its rank")
 '''
 
 WORKERS = '''
@@ -61,6 +61,7 @@ class EchoWorker:
         self.role, self.rank, self.world_size = role, rank, world_size
 
     def tag(self, batch, offset=0):
+        self.rows_seen = len(batch)
         out = Batch.from_dict({"x": batch["x"] + offset, "rank": torch.full((len(batch),), self.rank)},
                               meta={"metrics": {"echo/rows": float(len(batch))}, "seen": batch.meta["temperature"]})
         out["name"] = batch["name"]
@@ -100,9 +101,19 @@ class EchoWorker:
             dist.destroy_process_group()
 
 
-class EchoBackend:
-    actor_worker = EchoWorker
-    critic_worker = EchoWorker
+class TensorParallelEchoWorker(EchoWorker):
+    """Both ranks are one data-parallel rank (as tensor-parallel peers are); rank 0 answers."""
+
+    def init_model(self):
+        pass
+
+    def parallel_layout(self):
+        from rlcore.workers.engine import ParallelLayout
+
+        return ParallelLayout(dp_rank=0, dp_size=1, is_output_rank=self.rank == 0)
+
+    def rows(self):
+        return self.rows_seen
 '''
 
 
@@ -192,6 +203,20 @@ def test_batch_is_padded_split_in_rank_order_and_unpadded(echo: RayWorkerGroup, 
     assert out.meta["seen"] == 1.0
 
 
+def test_model_parallel_peers_get_the_same_chunk_and_one_answers(cluster: Any) -> None:
+    """After ``init_model`` the group reads the ranks' layouts: two ranks of one data-parallel rank both
+    receive the whole batch, and only the output rank's result comes back."""
+    group = make_worker_group(WorkerSpec("rlcore_test_echo.workers:TensorParallelEchoWorker"), ray_config(cluster), "actor")
+    try:
+        group.init_model()
+        out = group.tag(make_batch(3), offset=1)
+        assert out["x"].tolist() == [1, 11, 21] and out["rank"].tolist() == [0, 0, 0]
+        assert out.meta["metrics"]["echo/rows"] == [3.0]
+        assert group.call_all("rows") == [3, 3]
+    finally:
+        group.shutdown()
+
+
 def test_other_calls_are_broadcast_and_return_rank_0s_result(echo: RayWorkerGroup) -> None:
     assert echo.whoami()["rank"] == 0
     infos = echo.call_all("whoami")
@@ -212,7 +237,7 @@ def test_gloo_group_across_the_workers(echo: RayWorkerGroup) -> None:
 
 
 def test_colocated_groups_share_the_placement_groups(cluster: Any, echo: RayWorkerGroup) -> None:
-    critic = make_worker_group(WorkerSpec("echo", "critic_worker"), ray_config(cluster), "critic")
+    critic = make_worker_group(ECHO, ray_config(cluster), "critic")
     try:
         assert critic._pools == echo._pools
         assert [i["node_id"] for i in critic.rank_info()] == [i["node_id"] for i in echo.rank_info()]
@@ -284,7 +309,7 @@ def test_a_worker_that_cannot_start_names_its_rank(cluster: Any) -> None:
 
 def test_config_errors_name_the_key(cluster: Any) -> None:
     with pytest.raises(ConfigError, match="trainer.placement=split .* needs trainer.executor=ray"):
-        placement_mode(load_config([], ["trainer.placement=split"], []))
+        placement_mode(load_config([], ["trainer.placement=split", "trainer.executor=local"], []))
     with pytest.raises(ConfigError, match="trainer.placement must be one of colocated, split"):
         placement_mode(load_config([], ["trainer.placement=spread"], []))
     with pytest.raises(RLCoreError, match=r"trainer.nnodes=3 needs 3 Ray node\(s\)"):

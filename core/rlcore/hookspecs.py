@@ -37,13 +37,20 @@ Register = Callable[..., None]
 
 @hookspec
 def register_training_backends(register: Register) -> None:
-    """Register training backends (kind ``training_backend``), selected by ``actor_rollout_ref.actor.strategy``.
+    """Register training backends (kind ``training_backend``), selected by ``actor_rollout_ref.actor.strategy``
+    (actor and reference) and ``critic.strategy``.
 
-    A backend target is a class with two attributes, ``actor_worker`` and ``critic_worker``: worker classes
-    constructed as ``Worker(config, role, rank, world_size)`` that build the actor/rollout/reference and
-    critic roles on top of torch.distributed and expose log-prob, value and update methods taking and
-    returning :class:`rlcore.protocol.Batch` (method table: ``docs/architecture.md``). The backend never sees
-    the algorithm: it builds its loss with ``rlcore.algos.build_actor_loss(actor_config)``.
+    A backend target implements :class:`rlcore.workers.engine.TrainingBackend`: ``check_config(config, role,
+    section, model_section)`` rejects settings it cannot run before anything starts, and
+    ``create_engine(request)`` builds one :class:`rlcore.workers.engine.TrainingEngine` per model (actor,
+    reference, critic) on each rank. rlcore's generic workers (:mod:`rlcore.workers`) do everything else —
+    roles, the rollout engine and its weight-sync check, the PPO mini/micro-batch loop, checkpoints — so a
+    backend never sees the algorithm: it runs forward passes and back-propagates the losses it is given.
+    ``docs/writing-an-engine.md`` walks through one; ``rlcore.testing.contracts.backend`` checks it.
+
+    Optional registration meta: ``data_parallel_size``, a function ``(config, section, world_size) -> int``
+    (defined in the plugin's light hooks module) for backends with model parallelism, so that the dry run
+    and the workers split batches over data-parallel ranks only.
 
     Example::
 

@@ -87,11 +87,11 @@ class WorkerGroups:
 def build_worker_groups(config: DictConfig, *, use_reference: bool, use_critic: bool) -> WorkerGroups:
     """Create the run's worker groups for ``trainer.placement`` (models are loaded by ``init_models()``).
 
-    The actor worker comes from ``actor_rollout_ref.actor.strategy``, the critic worker from
+    The workers build their engines with the backends of ``actor_rollout_ref.actor.strategy`` and
     ``critic.strategy``; groups already created are shut down again when a later one fails to start.
     """
     split = placement_mode(config) == "split"
-    actor_spec = WorkerSpec(config.actor_rollout_ref.actor.strategy, "actor_worker")
+    actor_spec = WorkerSpec("actor")
     created: list[Any] = []
     try:
         if split:
@@ -106,7 +106,7 @@ def build_worker_groups(config: DictConfig, *, use_reference: bool, use_critic: 
             created.append(actor)
         critic = None
         if use_critic:
-            critic = make_worker_group(WorkerSpec(config.critic.strategy, "critic_worker"), config, "critic", POOL_TRAIN)
+            critic = make_worker_group(WorkerSpec("critic"), config, "critic", POOL_TRAIN)
         return WorkerGroups(actor, rollout, critic)
     except BaseException:
         for group in reversed(created):

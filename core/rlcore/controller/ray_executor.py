@@ -5,8 +5,9 @@ Every actor is a generic :class:`RayWorker`. It receives the driver's ``RLCORE_*
 port that was free there), loads its own plugins and resolves the :class:`WorkerSpec` by name — worker
 classes and registry objects never travel. Calls follow the dispatch rule of ``docs/architecture.md``: a
 method whose first argument is a :class:`Batch` gets the batch padded to a multiple of the world size,
-chunked over the ranks, and the per-rank results concatenated in rank order without the padding; any
-other call is broadcast and rank 0's result returned once every rank succeeded.
+chunked over the data-parallel ranks (every rank of a tensor- or pipeline-parallel group gets the same
+chunk), and the output ranks' results concatenated in data-parallel order without the padding; any other
+call is broadcast and rank 0's result returned once every rank succeeded.
 
 A worker failure stops the controller with a :class:`WorkerError` naming the role, the rank and the cause
 (the worker's own exception message, or why its process died). When a rank dies or the other ranks do not
@@ -34,6 +35,7 @@ from rlcore.controller.worker_group import WorkerSpec
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PLUGIN_ENV_VARS
 from rlcore.protocol import Batch
+from rlcore.workers.engine import ParallelLayout
 
 log = logging.getLogger(__name__)
 
@@ -120,11 +122,12 @@ class RayWorker:
         }
 
     def build(
-        self, spec: tuple[str, str], config: DictConfig, world_size: int, local_rank: int, master: tuple[str, int]
+        self, worker: str, config: DictConfig, world_size: int, local_rank: int, master: tuple[str, int]
     ) -> None:
         """Set the distributed variables, load the plugins and construct ``worker_cls(config, role, rank, world)``.
 
-        ``spec`` is ``(backend, attr)`` of a :class:`WorkerSpec`, resolved through this process's registry.
+        ``worker`` is the :class:`WorkerSpec` name (``actor`` or ``critic``); the worker resolves its training
+        backend through this process's plugin registry.
         ``LOCAL_RANK`` is the rank's index on its node, or 0 when Ray gave the actor its own GPU (Ray then
         restricts ``CUDA_VISIBLE_DEVICES`` to it).
         """
@@ -135,7 +138,7 @@ class RayWorker:
             "MASTER_ADDR": master[0],
             "MASTER_PORT": str(master[1]),
         })
-        worker_cls = WorkerSpec(*spec).resolve()
+        worker_cls = WorkerSpec(worker).resolve()
         self.worker = worker_cls(config, self.role, self.rank, world_size)
 
     def execute(self, method: str, call: tuple[tuple[Any, ...], dict[str, Any]], keep: bool) -> tuple[Any, float]:
@@ -221,6 +224,7 @@ class RayWorkerGroup:
         self._closed = False
         self._in_flight = False
         self.compute_s: dict[str, float] = {}
+        self.layouts: list[ParallelLayout] = []
         self._pools = pools = SESSION.acquire(config)
         try:
             if pool not in pools:
@@ -238,7 +242,7 @@ class RayWorkerGroup:
             (master,) = self._gather([self.actors[0].node_address.remote()], "node_address", ranks=[0])
             self._gather(
                 [
-                    actor.build.remote((spec.backend, spec.attr), config, self.world_size, local_rank, master)
+                    actor.build.remote(spec.worker, config, self.world_size, local_rank, master)
                     for actor, (_, local_rank) in zip(self.actors, bundles)
                 ],
                 "__init__",
@@ -255,20 +259,34 @@ class RayWorkerGroup:
 
     # ------------------------------------------------------------------ calls
     def dispatch(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Call ``method`` on every rank: split a leading :class:`Batch`, else broadcast (rank 0's result)."""
+        """Call ``method`` on every rank: split a leading :class:`Batch` over the data-parallel ranks, else
+        broadcast (rank 0's result). After ``init_model`` the ranks' :class:`ParallelLayout` are read once."""
         self._check_usable(method)
         if args and isinstance(args[0], Batch):
-            padded, pad = args[0].pad_to_divisor(self.world_size)
-            chunks = padded.chunk(self.world_size)
-            refs = [
-                actor.execute.remote(method, ((chunk, *args[1:]), kwargs), True)
-                for actor, chunk in zip(self.actors, chunks)
-            ]
-            out = Batch.concat(self._unwrap(method, self._gather(refs, method)))
-            return out.unpad(pad) if pad and len(out) == len(padded) else out
+            return self._dispatch_batch(method, args[0], args[1:], kwargs)
         shared = ray.put((args, kwargs))
         refs = [actor.execute.remote(method, shared, rank == 0) for rank, actor in enumerate(self.actors)]
-        return self._unwrap(method, self._gather(refs, method))[0]
+        result = self._unwrap(method, self._gather(refs, method))[0]
+        if method == "init_model":
+            self.layouts = self.call_all("parallel_layout")
+        return result
+
+    def _dispatch_batch(self, method: str, batch: Batch, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Pad ``batch`` to a multiple of the data-parallel size, give chunk ``dp_rank`` to every rank of that
+        data-parallel rank, and concatenate the output ranks' results in data-parallel order, unpadded.
+        Before the layouts are known every rank is its own data-parallel rank."""
+        layouts = self.layouts or [ParallelLayout(rank, self.world_size) for rank in range(self.world_size)]
+        dp_size = layouts[0].dp_size
+        padded, pad = batch.pad_to_divisor(dp_size)
+        chunks = padded.chunk(dp_size)
+        refs = [
+            actor.execute.remote(method, ((chunks[layout.dp_rank], *args), kwargs), layout.is_output_rank)
+            for actor, layout in zip(self.actors, layouts, strict=True)
+        ]
+        results = self._unwrap(method, self._gather(refs, method))
+        by_dp_rank = {layout.dp_rank: result for layout, result in zip(layouts, results) if layout.is_output_rank}
+        out = Batch.concat([by_dp_rank[dp_rank] for dp_rank in range(dp_size)])
+        return out.unpad(pad) if pad and len(out) == len(padded) else out
 
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Broadcast ``method(*args, **kwargs)`` and return every rank's result, in rank order."""

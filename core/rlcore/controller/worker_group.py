@@ -28,19 +28,30 @@ def reduce_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+#: the core worker class of each worker kind, as lazy ``module:attr`` targets
+WORKER_CLASSES: dict[str, str] = {
+    "actor": "rlcore.workers.actor:ActorRolloutRefWorker",
+    "critic": "rlcore.workers.critic:CriticWorker",
+}
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
-    """Which worker class to build, by name: ``training_backend`` ``backend`` and its attribute ``attr``
-    (``actor_worker`` or ``critic_worker``). Every process resolves it through its own plugin registry."""
+    """Which worker class to build: a name of :data:`WORKER_CLASSES` (``actor`` for the actor/rollout/reference
+    roles, ``critic``) or any ``module:attr`` target, imported in the process that builds the worker.
 
-    backend: str
-    attr: str
+    The core workers resolve their training backend (``*.strategy``) through the plugin registry of their
+    own process, so nothing but this string and the config travels to a Ray actor.
+    """
+
+    worker: str
 
     def resolve(self) -> type:
-        """The worker class, from this process's registry."""
-        from rlcore.plugins import load_plugins
+        """The worker class (imported on first use: the core workers need torch)."""
+        import importlib
 
-        return getattr(load_plugins().registry.load("training_backend", self.backend), self.attr)
+        module, _, attr = WORKER_CLASSES.get(self.worker, self.worker).partition(":")
+        return getattr(importlib.import_module(module), attr)
 
 
 class LocalWorkerGroup:

@@ -12,26 +12,17 @@ from typing import Any
 
 import torch
 
+from rlcore.dtypes import parse_dtype
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore.rollout.sampling import ROLLOUT_KEY
 
 __all__ = ["SpecialTokens", "check_left_padded", "engine_dtype", "rollout_output"]
 
-#: short dtype names used across the config (``fsdp_config.dtype: bf16``), accepted by engines too
-DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
-
 def engine_dtype(dtype: torch.dtype | str) -> torch.dtype:
     """A ``torch.dtype`` from a dtype, its name (``"bfloat16"``, ``"float32"``, ...) or a short alias
-    (``"bf16"``); anything else is an :class:`RLCoreError` naming ``actor_rollout_ref.rollout.dtype``."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    name = DTYPE_ALIASES.get(str(dtype), str(dtype))
-    resolved = getattr(torch, name, None)
-    if not isinstance(resolved, torch.dtype):
-        raise RLCoreError(f"{ROLLOUT_KEY}.dtype: unknown torch dtype {dtype!r}")
-    return resolved
+    (``"bf16"``), by :func:`rlcore.dtypes.parse_dtype`; errors name ``actor_rollout_ref.rollout.dtype``."""
+    return parse_dtype(dtype, f"{ROLLOUT_KEY}.dtype")
 
 
 def _token_ids(value: Any) -> list[int]:

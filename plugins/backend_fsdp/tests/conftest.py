@@ -47,13 +47,14 @@ def make_worker(make_config: Callable[..., Any]) -> Iterator[Callable[..., Any]]
     Overrides are dotted keys written with ``__`` for the dots. Every worker is shut down after the
     test, the newest first.
     """
-    from rlcore_plugin_fsdp.backend import FSDPBackend
+    from rlcore.workers.actor import ActorRolloutRefWorker
+    from rlcore.workers.critic import CriticWorker
 
     created: list[Any] = []
 
     def factory(role: str = "actor", init: bool = True, **overrides: Any) -> Any:
         """A worker for ``role`` built from the small config with ``overrides``."""
-        cls = FSDPBackend.critic_worker if role == "critic" else FSDPBackend.actor_worker
+        cls = CriticWorker if role == "critic" else ActorRolloutRefWorker
         worker = cls(make_config(**overrides), role, 0, 1)
         created.append(worker)
         if init:

@@ -71,7 +71,8 @@ def run_scenario(name: str, model_dir: Path, rank: int, world_size: int) -> dict
     """Build the scenario's worker as ``rank`` of ``world_size``, run one update on this rank's chunk of
     :func:`global_batch` and return the full parameters, the update's gradient norm and (for the actor)
     this chunk's old log-probs."""
-    from rlcore_plugin_fsdp.backend import FSDPBackend
+    from rlcore.workers.actor import ActorRolloutRefWorker
+    from rlcore.workers.critic import CriticWorker
 
     role, overrides = SCENARIOS[name]
     config = Settings.make_config(
@@ -88,7 +89,7 @@ def run_scenario(name: str, model_dir: Path, rank: int, world_size: int) -> dict
     advantages = torch.linspace(-1.0, 1.0, batch["responses"].numel()).view_as(batch["responses"])
     chunk = batch.chunk(world_size)[rank]
     chunk["advantages"] = advantages.chunk(world_size)[rank].clone()
-    worker_cls = FSDPBackend.critic_worker if role == "critic" else FSDPBackend.actor_worker
+    worker_cls = CriticWorker if role == "critic" else ActorRolloutRefWorker
     worker = worker_cls(config, role, rank, world_size)
     try:
         worker.init_model()
@@ -100,7 +101,7 @@ def run_scenario(name: str, model_dir: Path, rank: int, world_size: int) -> dict
             chunk["returns"] = chunk["advantages"]
             out["grad_norm"] = worker.update_critic(chunk).meta["metrics"]["critic/grad_norm"]
             options = StateDictOptions(full_state_dict=True)
-            out["state"] = get_model_state_dict(worker.critic_module, options=options)
+            out["state"] = get_model_state_dict(worker.critic.module, options=options)
         else:
             chunk["old_log_probs"] = out["old_log_probs"] = worker.compute_log_prob(chunk)["old_log_probs"]
             out["grad_norm"] = worker.update_actor(chunk).meta["metrics"]["actor/grad_norm"]

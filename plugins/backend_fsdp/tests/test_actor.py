@@ -13,7 +13,7 @@ import torch
 
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
-from rlcore_plugin_fsdp.actor import WeightSyncError
+from rlcore.workers.actor import WeightSyncError
 
 
 def plain_log_probs(model_dir: Path, batch: Batch, temperature: float = 1.0) -> torch.Tensor:
@@ -41,7 +41,7 @@ def optimizer_state(worker: Any) -> dict[str, torch.Tensor]:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
     options = StateDictOptions(full_state_dict=True)
-    state = get_optimizer_state_dict(worker.actor_module, worker.optimizer, options=options)
+    state = get_optimizer_state_dict(worker.actor.module, worker.actor.optimizer, options=options)
     return {f"{name}.{slot}": value.clone() for name, slots in state["state"].items() for slot, value in slots.items()}
 
 
@@ -119,7 +119,7 @@ def test_mini_batches_and_epochs_set_the_number_of_optimizer_steps(
         actor_rollout_ref__actor__shuffle=True,
     )
     metrics = worker.update_actor(with_old_log_probs(worker, batch)).meta["metrics"]
-    steps = {int(state["step"]) for state in worker.optimizer.state.values()}
+    steps = {int(state["step"]) for state in worker.actor.optimizer.state.values()}
     assert steps == {4}
     assert metrics["actor/grad_norm_nonfinite"] == 0.0
 
@@ -133,10 +133,10 @@ def test_nonfinite_gradient_skips_the_step(make_worker: Callable[..., Any], batc
     metrics = worker.update_actor(batch).meta["metrics"]
     assert metrics["actor/grad_norm_nonfinite"] == 1.0
     assert math.isnan(metrics["actor/grad_norm"])
-    assert not worker.optimizer.state, "the optimizer stepped"
+    assert not worker.actor.optimizer.state, "the optimizer stepped"
     for name, tensor in full_state(worker).items():
         assert torch.equal(tensor, before[name]), name
-    assert all(p.grad is None for p in worker.actor_module.parameters())
+    assert all(p.grad is None for p in worker.actor.module.parameters())
 
 
 def test_lr_schedule_steps_once_per_update(make_worker: Callable[..., Any], batch: Batch) -> None:
@@ -188,7 +188,7 @@ def test_weight_sync_checks_the_engine(make_worker: Callable[..., Any], batch: B
 def test_roles_without_a_part_refuse_its_methods(make_worker: Callable[..., Any], batch: Batch) -> None:
     """A ``ref`` worker computes reference log-probs only; other methods name the missing part."""
     worker = make_worker("ref")
-    assert worker.actor_module is None and worker.rollout_engine is None
+    assert worker.actor is None and worker.rollout_engine is None
     assert worker.compute_ref_log_prob(batch)["ref_log_prob"].shape == batch["responses"].shape
     with pytest.raises(RLCoreError, match="needs the actor"):
         worker.update_actor(batch)

@@ -73,7 +73,7 @@ def test_actor_resumes_exactly_in_a_fresh_worker(make_worker: Callable[..., Any]
         assert (tmp_path / "actor" / name).is_file(), name
     expected_metrics, expected_responses = train_and_generate(worker, batch)
     expected_params = full_state(worker)
-    expected_optim = optimizer_state(worker.actor_module, worker.optimizer)
+    expected_optim = optimizer_state(worker.actor.module, worker.actor.optimizer)
 
     fresh = make_worker("actor_rollout", **ACTOR_SETTINGS)
     fresh.load_checkpoint(tmp_path / "actor")
@@ -83,7 +83,7 @@ def test_actor_resumes_exactly_in_a_fresh_worker(make_worker: Callable[..., Any]
     assert metrics == expected_metrics
     for name, tensor in full_state(fresh).items():
         assert torch.equal(tensor, expected_params[name]), name
-    restored = optimizer_state(fresh.actor_module, fresh.optimizer)
+    restored = optimizer_state(fresh.actor.module, fresh.actor.optimizer)
     assert restored.keys() == expected_optim.keys()
     for name, tensor in restored.items():
         assert torch.equal(tensor, expected_optim[name]), name
@@ -99,8 +99,8 @@ def test_hf_export_matches_the_trained_model(make_worker: Callable[..., Any], ba
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "huggingface").eval()
     inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "position_ids")}
     with torch.no_grad():
-        worker.actor_module.eval()
-        trained = worker.actor_module(**inputs, use_cache=False).logits
+        worker.actor.module.eval()
+        trained = worker.actor.module(**inputs, use_cache=False).logits
         torch.testing.assert_close(exported(**inputs, use_cache=False).logits, trained, rtol=0, atol=1e-5)
     assert AutoTokenizer.from_pretrained(tmp_path / "huggingface").encode("3 + 4") == worker.tokenizer.encode("3 + 4")
 
@@ -110,7 +110,7 @@ def test_save_contents_are_respected(make_worker: Callable[..., Any], batch: Bat
     error naming ``load_contents``; an optimizer without state is neither materialised nor saved."""
     worker = make_worker("actor_rollout", actor_rollout_ref__actor__checkpoint__save_contents="[model, extra]")
     worker.save_checkpoint(tmp_path)
-    assert not worker.optimizer.state, "saving must not initialise the optimizer state"
+    assert not worker.actor.optimizer.state, "saving must not initialise the optimizer state"
     assert (tmp_path / "huggingface" / "config.json").is_file()
     assert not (tmp_path / "huggingface" / "model.safetensors").exists()
     assert not (tmp_path / "optim").exists()
@@ -124,14 +124,14 @@ def test_save_contents_are_respected(make_worker: Callable[..., Any], batch: Bat
     assert json.loads((tmp_path / "untrained" / "checkpoint.json").read_text())["optimizer_state"] is False
     trained = make_worker("actor")
     update(trained, batch)
-    assert trained.optimizer.state
+    assert trained.actor.optimizer.state
     trained.load_checkpoint(tmp_path / "untrained")
-    assert not trained.optimizer.state, "loading a stateless optimizer resets it"
+    assert not trained.actor.optimizer.state, "loading a stateless optimizer resets it"
 
 
 def test_critic_checkpoint_round_trip(make_worker: Callable[..., Any], batch: Batch, tmp_path: Path) -> None:
     """A fresh critic that loads the checkpoint makes the same update as the critic that went on."""
-    from rlcore_plugin_fsdp.base import CHECKPOINT_MANIFEST
+    from rlcore.workers.base import CHECKPOINT_MANIFEST
 
     settings = {"critic__optim__lr": 1e-2, "critic__shuffle": True, "critic__ppo_micro_batch_size_per_gpu": 2}
 
@@ -149,23 +149,24 @@ def test_critic_checkpoint_round_trip(make_worker: Callable[..., Any], batch: Ba
     fresh = make_worker("critic", **settings)
     fresh.load_checkpoint(tmp_path / "critic")
     assert update(fresh) == expected
-    assert fresh.lr_scheduler.last_epoch == 2
-    assert optimizer_state(fresh.critic_module, fresh.optimizer).keys() == optimizer_state(
-        worker.critic_module, worker.optimizer).keys()
+    assert fresh.critic.lr_scheduler.last_epoch == 2
+    assert optimizer_state(fresh.critic.module, fresh.critic.optimizer).keys() == optimizer_state(
+        worker.critic.module, worker.critic.optimizer).keys()
 
 
 RANK_SCRIPT = textwrap.dedent('''
     import json, os, sys, torch
     from pathlib import Path
     from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
-    from rlcore_plugin_fsdp.backend import FSDPBackend
+    from rlcore.workers.actor import ActorRolloutRefWorker
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     model_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    config = TrainingBackendContract.make_config(model_dir, **{"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+    config = TrainingBackendContract.make_config(model_dir, **{"actor_rollout_ref.actor.strategy": "fsdp",
+                                                               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
                                                                "actor_rollout_ref.actor.optim.lr": 1e-3})
-    worker = FSDPBackend.actor_worker(config, "actor", rank, world)
+    worker = ActorRolloutRefWorker(config, "actor", rank, world)
     worker.init_model()
     batch = make_batch(worker.tokenizer)
     batch.union(worker.compute_log_prob(batch).select(["old_log_probs"]))
@@ -173,7 +174,7 @@ RANK_SCRIPT = textwrap.dedent('''
     part = batch[rank * 2:(rank + 1) * 2]
     worker.update_actor(part)
     worker.save_checkpoint(out / "actor")
-    state = get_model_state_dict(worker.actor_module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    state = get_model_state_dict(worker.actor.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank == 0:
         torch.save(state, out / "expected.pt")
     worker.shutdown()
@@ -212,7 +213,7 @@ def test_two_rank_checkpoint_loads_at_one_rank(make_worker: Callable[..., Any], 
     assert loaded.keys() == expected.keys()
     for name, tensor in loaded.items():
         assert torch.equal(tensor, expected[name]), name
-    assert {int(s["step"]) for s in worker.optimizer.state.values()} == {1}
+    assert {int(s["step"]) for s in worker.actor.optimizer.state.values()} == {1}
 
 
 def test_hf_export_of_a_lora_actor_holds_the_merged_weights(make_worker: Callable[..., Any], batch: Batch,
@@ -230,8 +231,8 @@ def test_hf_export_of_a_lora_actor_holds_the_merged_weights(make_worker: Callabl
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "huggingface").eval()
     inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "position_ids")}
     with torch.no_grad():
-        worker.actor_module.eval()
-        trained = worker.actor_module(**inputs, use_cache=False).logits
+        worker.actor.module.eval()
+        trained = worker.actor.module(**inputs, use_cache=False).logits
         torch.testing.assert_close(exported(**inputs, use_cache=False).logits, trained, rtol=0, atol=1e-5)
     fresh = make_worker("actor", **lora)
     fresh.load_checkpoint(tmp_path)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from rlcore.protocol import Batch
-from rlcore_plugin_fsdp.critic import ValueModel
+from rlcore_plugin_fsdp.models import ValueModel
 
 CRITIC_METRICS = ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr")
 
@@ -16,7 +16,7 @@ CRITIC_METRICS = ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "
 def test_values_shape_and_initial_zero(make_worker: Callable[..., Any], batch: Batch) -> None:
     """``values`` is ``[B, R]``; the zero-initialised head gives 0 everywhere before training."""
     worker = make_worker("critic")
-    assert isinstance(worker.critic_module, ValueModel)
+    assert isinstance(worker.critic.module, ValueModel)
     values = worker.compute_values(batch)["values"]
     assert values.shape == batch["responses"].shape
     assert values.dtype == torch.float32

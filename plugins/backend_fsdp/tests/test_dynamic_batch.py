@@ -10,7 +10,7 @@ import torch
 
 from rlcore.protocol import Batch
 from rlcore.testing.contracts.backend import make_batch
-from rlcore_plugin_fsdp.dynamic_batch import plan_micro_batches
+from rlcore.workers.micro_batches import plan_micro_batches
 
 PROMPTS = ("what is 3 + 4", "john has 5 apples and mary has more", "cost", "how many oranges are left", "a", "the sum")
 DYNAMIC = {

@@ -10,15 +10,12 @@ from rlcore_plugin_fsdp.hooks import FSDP_CONFIG_DEFAULTS, config_defaults
 
 
 def test_backend_registered_with_alias() -> None:
-    """``fsdp`` and its alias ``fsdp2`` resolve to the backend with both worker classes."""
-    from rlcore_plugin_fsdp.actor import ActorRolloutRefWorker
-    from rlcore_plugin_fsdp.critic import CriticWorker
+    """``fsdp`` and its alias ``fsdp2`` resolve to the backend, which builds FSDP engines."""
+    from rlcore_plugin_fsdp.backend import FSDPBackend
 
     registry = load_plugins().registry
     backend = registry.load("training_backend", "fsdp")
-    assert registry.load("training_backend", "fsdp2") is backend
-    assert backend.actor_worker is ActorRolloutRefWorker
-    assert backend.critic_worker is CriticWorker
+    assert registry.load("training_backend", "fsdp2") is backend is FSDPBackend
 
 
 def test_config_defaults_cover_actor_ref_and_critic() -> None:

@@ -41,7 +41,7 @@ def train_once(worker: Any, batch: Batch) -> None:
 
 def expected_merged(worker: Any) -> dict[str, torch.Tensor]:
     """``W + alpha/r · B·A`` per adapted linear layer, computed here from the peft state dict."""
-    state = get_model_state_dict(worker.actor_module, options=StateDictOptions(full_state_dict=True))
+    state = get_model_state_dict(worker.actor.module, options=StateDictOptions(full_state_dict=True))
     scaling = 8 / 4
     merged = {}
     for name, tensor in state.items():
@@ -60,17 +60,17 @@ def expected_merged(worker: Any) -> dict[str, torch.Tensor]:
 def test_only_adapters_train(make_worker: Callable[..., Any]) -> None:
     """Only the LoRA matrices require gradients, and the optimizer holds exactly those."""
     worker = make_worker("actor", **LORA)
-    trainable = {name for name, param in worker.actor_module.named_parameters() if param.requires_grad}
+    trainable = {name for name, param in worker.actor.module.named_parameters() if param.requires_grad}
     assert trainable and all(".lora_A." in name or ".lora_B." in name for name in trainable)
     assert "base_model.model.lm_head.weight" not in trainable
-    assert sum(len(group["params"]) for group in worker.optimizer.param_groups) == len(trainable)
+    assert sum(len(group["params"]) for group in worker.actor.optimizer.param_groups) == len(trainable)
 
 
 def test_reference_is_the_base_model(make_worker: Callable[..., Any], batch: Batch, tiny_model_dir: Path) -> None:
     """The reference (adapters disabled, no second model) gives the base model's log-probs; an update
     changes the policy but not the reference."""
     worker = make_worker("actor_ref", **LORA)
-    assert worker.ref_module is worker.actor_module
+    assert worker.ref.module is worker.actor.module
     base = base_log_probs(tiny_model_dir, batch)
     mask = batch["response_mask"].bool()
     ref = worker.compute_ref_log_prob(batch)["ref_log_prob"]
@@ -83,7 +83,7 @@ def test_reference_is_the_base_model(make_worker: Callable[..., Any], batch: Bat
     assert (after * mask).sum() > (before * mask).sum() + 1e-3, "the update did not change the policy"
     ref = worker.compute_ref_log_prob(batch)["ref_log_prob"]
     torch.testing.assert_close(ref[mask], base[mask], atol=1e-5, rtol=0)
-    worker.remove_padding = True  # the peft model runs packed sequences too
+    worker.actor.remove_padding = True  # the peft model runs packed sequences too
     torch.testing.assert_close(worker.compute_log_prob(batch)["old_log_probs"][mask], after[mask], atol=1e-5, rtol=0)
     torch.testing.assert_close(worker.compute_ref_log_prob(batch)["ref_log_prob"][mask], base[mask], atol=1e-5, rtol=0)
 
@@ -100,7 +100,7 @@ def test_sync_sends_merged_weights(make_worker: Callable[..., Any], batch: Batch
     assert set(expected) <= set(engine)
     for name, tensor in expected.items():
         torch.testing.assert_close(engine[name], tensor, rtol=0, atol=1e-6)
-    peft_state = get_model_state_dict(worker.actor_module, options=StateDictOptions(full_state_dict=True))
+    peft_state = get_model_state_dict(worker.actor.module, options=StateDictOptions(full_state_dict=True))
     base_q = peft_state["base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"]
     assert not torch.equal(engine["model.layers.0.self_attn.q_proj.weight"], base_q), "adapters were not merged"
 
@@ -109,6 +109,6 @@ def test_sync_sends_merged_weights(make_worker: Callable[..., Any], batch: Batch
 def test_target_module_list(make_worker: Callable[..., Any], targets: str) -> None:
     """``target_modules`` as a list adapts only the named projections."""
     worker = make_worker("actor", actor_rollout_ref__model__target_modules=targets, **LORA)
-    names = [name for name, _ in worker.actor_module.named_parameters() if ".lora_A." in name]
+    names = [name for name, _ in worker.actor.module.named_parameters() if ".lora_A." in name]
     adapted = {name.split(".lora_A.")[0].rsplit(".", 1)[-1] for name in names}
     assert adapted == {"q_proj", "v_proj"}

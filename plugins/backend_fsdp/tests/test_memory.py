@@ -30,7 +30,7 @@ def test_gradient_checkpointing_gives_the_same_update(make_worker: Callable[...,
             worker = make_worker("actor", actor_rollout_ref__model__enable_gradient_checkpointing=checkpointing)
             metrics = train_once(worker, data)
             results.append((metrics["actor/pg_loss"], metrics["actor/grad_norm"], worker.full_state_dict()))
-            layer = worker.actor_module.model.layers[0]
+            layer = worker.actor.module.model.layers[0]
         else:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
@@ -38,9 +38,9 @@ def test_gradient_checkpointing_gives_the_same_update(make_worker: Callable[...,
             data["values"] = worker.compute_values(data)["values"]
             data["returns"] = torch.linspace(-1, 1, data["values"].numel()).view_as(data["values"])
             metrics = worker.update_critic(data).meta["metrics"]
-            state = get_model_state_dict(worker.critic_module, options=StateDictOptions(full_state_dict=True))
+            state = get_model_state_dict(worker.critic.module, options=StateDictOptions(full_state_dict=True))
             results.append((metrics["critic/vf_loss"], metrics["critic/grad_norm"], state))
-            layer = worker.critic_module.backbone.layers[0]
+            layer = worker.critic.module.backbone.layers[0]
         assert layer.gradient_checkpointing is checkpointing
     (loss, norm, state), (ckpt_loss, ckpt_norm, ckpt_state) = results
     assert ckpt_loss == pytest.approx(loss, abs=1e-6)
@@ -61,13 +61,13 @@ def test_cuda_bf16_mixed_precision_with_offload(make_worker: Callable[..., Any],
         actor_rollout_ref__ref__fsdp_config__param_offload=True,
         actor_rollout_ref__actor__optim__lr=1e-3,
     )
-    state = worker.actor_module._get_fsdp_state()
+    state = worker.actor.module._get_fsdp_state()
     policy = state._fsdp_param_group.mp_policy
-    assert isinstance(worker.actor_module, FSDPModule)
+    assert isinstance(worker.actor.module, FSDPModule)
     assert isinstance(policy, MixedPrecisionPolicy) and policy.param_dtype is torch.bfloat16
     assert isinstance(state._fsdp_param_group.offload_policy, CPUOffloadPolicy)
-    assert next(worker.actor_module.parameters()).dtype is torch.float32
-    assert next(worker.ref_module.parameters()).device.type == "cpu", "param_offload keeps the reference on the CPU"
+    assert next(worker.actor.module.parameters()).dtype is torch.float32
+    assert next(worker.ref.module.parameters()).device.type == "cpu", "param_offload keeps the reference on the CPU"
     before = worker.compute_log_prob(batch)["old_log_probs"]
     batch["old_log_probs"] = before
     batch["advantages"] = torch.ones_like(before)

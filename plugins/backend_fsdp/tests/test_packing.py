@@ -46,7 +46,7 @@ def test_packed_log_probs_and_entropies_equal_padded(make_worker: Callable[..., 
     so the packed attention isolates the sequences; outside the mask the packed values are 0."""
     worker = make_worker("actor", actor_rollout_ref__rollout__log_prob_micro_batch_size_per_gpu=2)
     padded = worker.compute_log_prob(ragged)
-    worker.remove_padding = True
+    worker.actor.remove_padding = True
     packed = worker.compute_log_prob(ragged)
     mask = ragged["response_mask"].bool()
     for key in ("old_log_probs", "entropys"):
@@ -63,7 +63,7 @@ def test_packed_values_equal_padded(make_worker: Callable[..., Any], ragged: Bat
     worker.update_critic(ragged)
     padded = worker.compute_values(ragged)["values"]
     assert torch.count_nonzero(padded) > 0
-    worker.remove_padding = True
+    worker.critic.remove_padding = True
     torch.testing.assert_close(worker.compute_values(ragged)["values"], padded, atol=1e-5, rtol=1e-5)
 
 

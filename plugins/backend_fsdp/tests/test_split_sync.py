@@ -10,7 +10,7 @@ import torch
 
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
-from rlcore_plugin_fsdp.actor import WeightSyncError
+from rlcore.workers.actor import WeightSyncError
 
 
 def test_trainer_weights_reach_a_separate_rollout_worker(
@@ -19,8 +19,8 @@ def test_trainer_weights_reach_a_separate_rollout_worker(
     """``export_weights`` (full CPU state dict) → ``receive_weights`` loads and checks it in the engine."""
     trainer = make_worker("actor_ref")
     rollout = make_worker("rollout")
-    assert trainer.rollout_engine is None and trainer.ref_module is not None
-    assert rollout.actor_module is None and rollout.ref_module is None
+    assert trainer.rollout_engine is None and trainer.ref is not None
+    assert rollout.actor is None and rollout.ref is None
     batch.union(trainer.compute_log_prob(batch).select(["old_log_probs"]))
     batch.union(trainer.compute_ref_log_prob(batch))
     batch["advantages"] = torch.ones_like(batch["old_log_probs"])

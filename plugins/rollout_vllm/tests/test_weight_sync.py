@@ -39,7 +39,7 @@ def test_sync_moves_the_engine_to_the_trainer_and_catches_a_broken_sync(
 ) -> None:
     """A hybrid worker starts vLLM on dummy weights and syncs; after an update the engine's log-probs move
     to the trainer's, the parity metric is recorded, and a sync that does not reach vLLM raises."""
-    from rlcore_plugin_fsdp.actor import WeightSyncError
+    from rlcore.workers.actor import WeightSyncError
 
     worker = FSDPSettings.make_actor(
         tiny_model_dir,

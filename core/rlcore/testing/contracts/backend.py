@@ -1,7 +1,7 @@
-"""Contract suite for ``training_backend`` components.
+"""Contract suite for ``training_backend`` components (training engines).
 
 Subclass :class:`TrainingBackendContract` in a test module, name the subclass ``Test...`` and set
-``component_name``::
+``component_name``; that is the whole test of a new engine::
 
     from rlcore.testing.contracts.backend import TrainingBackendContract
 
@@ -11,14 +11,20 @@ Subclass :class:`TrainingBackendContract` in a test module, name the subclass ``
 
 The backend is resolved through the process-wide registry, so its plugin must be installed. The suite
 builds its config with :func:`rlcore.config.load_config` (rlcore's defaults, every plugin's
-``config_defaults``, then :attr:`TrainingBackendContract.base_overrides` and ``config_overrides``) around
-the session's tiny model (the ``tiny_model_dir`` fixture), runs the workers in this process as rank 0 of
-1 and calls ``shutdown()`` on them when it is done (when they define it).
+``config_defaults``, then :attr:`TrainingBackendContract.base_overrides` and ``config_overrides``) with
+``actor_rollout_ref.actor.strategy`` and ``critic.strategy`` set to the backend, around the session's
+tiny model (the ``tiny_model_dir`` fixture). It runs rlcore's generic workers
+(:mod:`rlcore.workers`) in this process as rank 0 of 1 and shuts them down when it is done.
 
-Checks: the component exposes ``actor_worker``/``critic_worker``; log-probs are ``[B, R]``, finite and ≤ 0,
-entropies ≥ 0; the reference model's log-probs equal the actor's before any update; one ``update_actor``
-with positive advantages raises the log-prob of the trained responses and reports the standard
-``actor/*`` metrics; after ``sync_weights`` the rollout engine serves the trainer's weights.
+Checks, through the workers: log-probs are ``[B, R]``, finite and ≤ 0, entropies ≥ 0; the reference
+model's log-probs equal the actor's before any update; one ``update_actor`` with positive advantages
+raises the log-prob of the trained responses and reports the standard ``actor/*`` metrics; after
+``sync_weights`` the rollout engine serves the trainer's weights; an on-policy update equals one with
+recomputed old log-probs. On the engines themselves: they satisfy
+:class:`rlcore.workers.engine.TrainingEngine`; log-probs do not depend on the micro-batching; gradient
+accumulation over micro-batches equals one pass over the whole batch; ``full_weights`` →
+``load_full_weights`` round-trips; ``save``/``load`` restore model, optimizer and engine state exactly;
+the critic's values are ``[B, R]`` and a critic update moves them toward the returns.
 """
 
 from __future__ import annotations
@@ -113,6 +119,7 @@ class TrainingBackendContract:
         settings = {
             "actor_rollout_ref.model.path": str(model_dir),
             "actor_rollout_ref.actor.strategy": cls.component_name,
+            "critic.strategy": cls.component_name,
             **cls.base_overrides,
             **cls.config_overrides,
             **overrides,
@@ -129,7 +136,18 @@ class TrainingBackendContract:
     @classmethod
     def make_actor(cls, model_dir: Path, role: str = "actor_rollout_ref", **overrides: Any) -> Any:
         """A rank-0 actor worker for ``role``, with ``init_model()`` done."""
-        worker = cls.backend().actor_worker(cls.make_config(model_dir, **overrides), role, 0, 1)
+        from rlcore.workers.actor import ActorRolloutRefWorker
+
+        worker = ActorRolloutRefWorker(cls.make_config(model_dir, **overrides), role, 0, 1)
+        worker.init_model()
+        return worker
+
+    @classmethod
+    def make_critic(cls, model_dir: Path, **overrides: Any) -> Any:
+        """A rank-0 critic worker with ``init_model()`` done."""
+        from rlcore.workers.critic import CriticWorker
+
+        worker = CriticWorker(cls.make_config(model_dir, **overrides), "critic", 0, 1)
         worker.init_model()
         return worker
 
@@ -153,12 +171,17 @@ class TrainingBackendContract:
         """A fresh copy of the contract batch."""
         return make_batch(tiny_tokenizer)
 
-    def test_component_has_workers(self) -> None:
-        """The registered target exposes the actor and critic worker classes."""
+    def test_backend_builds_engines(self, hybrid_worker: Any) -> None:
+        """The registered target checks configs and creates engines that satisfy the engine protocol."""
+        from rlcore.workers.engine import TrainingEngine
+
         assert self.component_name, f"{type(self).__name__} must set component_name"
         backend = self.backend()
-        assert callable(getattr(backend, "actor_worker", None)), "training backend has no actor_worker"
-        assert callable(getattr(backend, "critic_worker", None)), "training backend has no critic_worker"
+        for method in ("check_config", "create_engine"):
+            assert callable(getattr(backend, method, None)), f"training backend has no {method}()"
+        for engine in (hybrid_worker.actor, hybrid_worker.ref):
+            assert isinstance(engine, TrainingEngine), f"{type(engine).__name__} lacks TrainingEngine methods"
+            assert 0 <= engine.layout.dp_rank < engine.layout.dp_size
 
     def test_log_probs_shape_and_range(self, hybrid_worker: Any, batch: Batch) -> None:
         """``old_log_probs`` and ``entropys`` are ``[B, R]`` floats; log-probs finite and ≤ 0, entropies ≥ 0."""
@@ -247,3 +270,122 @@ class TrainingBackendContract:
         finally:
             self.close(on_policy)
             self.close(precomputed)
+
+    # ------------------------------------------------------------ engine level
+    def test_log_probs_do_not_depend_on_micro_batching(self, hybrid_worker: Any, batch: Batch) -> None:
+        """One micro-batch of four rows and four of one row give the same log-probs and entropies."""
+        engine = hybrid_worker.actor
+        whole = engine.forward([batch], temperature=0.7, with_entropy=True)[0]
+        parts = engine.forward(batch.split(1), temperature=0.7, with_entropy=True)
+        mask = batch["response_mask"].bool()
+        for name in ("log_probs", "entropy"):
+            joined = torch.cat([getattr(part, name).cpu() for part in parts])
+            torch.testing.assert_close(joined[mask], getattr(whole, name).cpu()[mask], atol=1e-5, rtol=1e-5)
+
+    def test_gradient_accumulation_equals_one_pass(self, tiny_model_dir: Path, batch: Batch) -> None:
+        """Two micro-batches with halved losses step the optimizer exactly as one pass over the batch."""
+        from rlcore.algos.functional import masked_mean
+
+        def loss(_: int, micro: Batch, out: Any, scale: float) -> torch.Tensor:
+            return -masked_mean(out.log_probs, micro["response_mask"].float()) * scale
+
+        workers = [self.make_actor(tiny_model_dir, role="actor") for _ in range(2)]
+        try:
+            whole, split = (worker.actor for worker in workers)
+            with whole.resident():
+                whole.forward_backward([batch], lambda i, m, o: loss(i, m, o, 1.0), temperature=1.0, with_entropy=False)
+                norm_whole = whole.optimizer_step(None)
+            halves = [batch[:2], batch[2:]]
+            weights = [float(h["response_mask"].sum()) / float(batch["response_mask"].sum()) for h in halves]
+            with split.resident():
+                split.forward_backward(
+                    halves, lambda i, m, o: loss(i, m, o, weights[i]), temperature=1.0, with_entropy=False
+                )
+                norm_split = split.optimizer_step(None)
+            assert math.isclose(norm_whole, norm_split, rel_tol=1e-4), (norm_whole, norm_split)
+            probe = make_batch(workers[0].tokenizer, seed=3)
+            torch.testing.assert_close(
+                split.forward([probe], temperature=1.0, with_entropy=False)[0].log_probs,
+                whole.forward([probe], temperature=1.0, with_entropy=False)[0].log_probs,
+                atol=1e-5,
+                rtol=0,
+            )
+        finally:
+            for worker in workers:
+                self.close(worker)
+
+    def test_full_weights_round_trip(self, tiny_model_dir: Path, batch: Batch) -> None:
+        """Weights exported from a trained engine and loaded into a fresh one give the same log-probs."""
+        trained = self.make_actor(tiny_model_dir, role="actor")
+        fresh = self.make_actor(tiny_model_dir, role="actor")
+        try:
+            batch.union(trained.compute_log_prob(batch).select(["old_log_probs"]))
+            batch["advantages"] = torch.ones_like(batch["old_log_probs"])
+            trained.update_actor(batch)
+            state = trained.actor.full_weights()
+            before = fresh.compute_log_prob(batch)["old_log_probs"]
+            fresh.actor.load_full_weights(state)
+            after = fresh.compute_log_prob(batch)["old_log_probs"]
+            expected = trained.compute_log_prob(batch)["old_log_probs"]
+            assert not torch.allclose(before, expected), "the update did not change the weights"
+            torch.testing.assert_close(after, expected, atol=1e-6, rtol=0)
+            again = fresh.actor.full_weights()
+            assert again.keys() == state.keys()
+            for name, tensor in state.items():
+                torch.testing.assert_close(again[name].cpu(), tensor.cpu(), atol=0, rtol=0)
+        finally:
+            self.close(fresh)
+            self.close(trained)
+
+    def test_engine_save_and_load_restore_training_exactly(
+        self, tiny_model_dir: Path, batch: Batch, tmp_path: Path
+    ) -> None:
+        """After ``save`` and ``load`` (model, optimizer, engine state) a fresh engine takes the same next
+        step as the original one."""
+        workers = [self.make_actor(tiny_model_dir, role="actor") for _ in range(2)]
+        try:
+            original, restored = workers
+            batch.union(original.compute_log_prob(batch).select(["old_log_probs"]))
+            batch["advantages"] = torch.ones_like(batch["old_log_probs"])
+            original.update_actor(batch)
+            engine = original.actor
+            with engine.resident():
+                assert engine.has_optimizer_state()
+                engine.save(tmp_path, {"model", "optimizer"})
+            state = engine.state_dict()
+            with restored.actor.resident():
+                restored.actor.load(tmp_path, {"model", "optimizer"})
+            restored.actor.load_state_dict(state)
+            first = original.update_actor(batch).meta["metrics"]
+            second = restored.update_actor(batch).meta["metrics"]
+            assert first["actor/lr"] == second["actor/lr"]
+            assert math.isclose(first["actor/grad_norm"], second["actor/grad_norm"], rel_tol=1e-5)
+            torch.testing.assert_close(
+                restored.compute_log_prob(batch)["old_log_probs"],
+                original.compute_log_prob(batch)["old_log_probs"],
+                atol=1e-6,
+                rtol=0,
+            )
+        finally:
+            for worker in workers:
+                self.close(worker)
+
+    def test_critic_values_and_update(self, tiny_model_dir: Path, batch: Batch) -> None:
+        """The critic's values are ``[B, R]``, zero outside the response mask, and one update with returns
+        of 1 moves them toward 1."""
+        worker = self.make_critic(tiny_model_dir, **{"critic.optim.lr": 1e-2})
+        try:
+            values = worker.compute_values(batch)["values"]
+            assert tuple(values.shape) == tuple(batch["responses"].shape)
+            assert torch.isfinite(values).all()
+            assert (values[batch["response_mask"] == 0] == 0).all()
+            batch["values"] = values
+            batch["returns"] = torch.ones_like(values)
+            metrics = worker.update_critic(batch).meta["metrics"]
+            for key in ("critic/vf_loss", "critic/grad_norm", "critic/lr"):
+                assert isinstance(metrics[key], float), f"update_critic() metrics lack a float {key!r}"
+            mask = batch["response_mask"].bool()
+            after = worker.compute_values(batch)["values"]
+            assert (1 - after[mask]).abs().mean() < (1 - values[mask]).abs().mean()
+        finally:
+            self.close(worker)

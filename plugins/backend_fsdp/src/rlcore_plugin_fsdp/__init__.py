@@ -1,7 +1,7 @@
-"""rlcore-plugin-fsdp: the PyTorch FSDP2 training backend (``actor_rollout_ref.actor.strategy=fsdp``).
+"""rlcore-plugin-fsdp: the PyTorch FSDP2 training engine (``actor_rollout_ref.actor.strategy=fsdp``).
 
-Importing this package is cheap; the workers (and torch) live in :mod:`rlcore_plugin_fsdp.actor` and
-:mod:`rlcore_plugin_fsdp.critic`, imported only when a run selects the backend.
+Importing this package is cheap; the engine (and torch) lives in :mod:`rlcore_plugin_fsdp.engine`,
+imported only when a run selects the backend. rlcore's generic workers (:mod:`rlcore.workers`) drive it.
 """
 
 __version__ = "0.1.0"

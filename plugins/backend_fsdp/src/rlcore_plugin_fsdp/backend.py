@@ -1,13 +1,22 @@
-"""The ``fsdp`` training backend component: a pair of worker classes."""
+"""The ``fsdp`` training backend component: builds :class:`~rlcore_plugin_fsdp.engine.FSDPEngine` engines."""
 
 from __future__ import annotations
 
-from rlcore_plugin_fsdp.actor import ActorRolloutRefWorker
-from rlcore_plugin_fsdp.critic import CriticWorker
+from omegaconf import DictConfig
+
+from rlcore.workers.engine import EngineRequest, EngineRole
+from rlcore_plugin_fsdp.engine import FSDPEngine, check_config
 
 
 class FSDPBackend:
-    """PyTorch FSDP2 backend: ``actor_worker`` serves actor/rollout/ref roles, ``critic_worker`` the critic."""
+    """PyTorch FSDP2: one :class:`FSDPEngine` per model (actor, reference, critic) on every rank."""
 
-    actor_worker = ActorRolloutRefWorker
-    critic_worker = CriticWorker
+    @staticmethod
+    def check_config(config: DictConfig, role: EngineRole, section: str, model_section: str) -> None:
+        """Reject settings the FSDP engine cannot run (see :func:`rlcore_plugin_fsdp.engine.check_config`)."""
+        check_config(config, role, section, model_section)
+
+    @staticmethod
+    def create_engine(request: EngineRequest) -> FSDPEngine:
+        """Build the engine ``request`` describes."""
+        return FSDPEngine(request)

@@ -15,33 +15,12 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
+from rlcore.dtypes import parse_dtype
 from rlcore.errors import RLCoreError
 from rlcore_plugin_fsdp.hooks import FSDP_CONFIG_DEFAULTS
-
-DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "float32": torch.float32,
-    "float": torch.float32,
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-    "fp16": torch.float16,
-    "float16": torch.float16,
-    "half": torch.float16,
-}
-
-
-def parse_dtype(value: Any, key: str) -> torch.dtype:
-    """A torch dtype from a config string such as ``bf16`` or ``float32``; errors name ``key``."""
-    if isinstance(value, torch.dtype):
-        return value
-    name = str(value).lower().removeprefix("torch.")
-    if name not in DTYPES:
-        raise RLCoreError(f"{key}={value!r} is not a dtype; use one of {', '.join(sorted(DTYPES))}")
-    return DTYPES[name]
-
 
 def resolve_fsdp_config(section: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
     """The ``fsdp_config`` section at ``key`` merged over the plugin defaults, with its types checked."""
@@ -58,6 +37,19 @@ def resolve_fsdp_config(section: Mapping[str, Any] | None, key: str) -> dict[str
     resolved["model_dtype"] = parse_dtype(resolved["model_dtype"], f"{key}.model_dtype")
     resolved["dtype"] = parse_dtype(resolved["dtype"], f"{key}.dtype")
     return resolved
+
+
+def build_device_mesh(device: torch.device, world_size: int, fsdp_size: int, key: str) -> DeviceMesh:
+    """A 1-D ``("fsdp",)`` mesh over all ranks, or a 2-D ``("ddp", "fsdp")`` HSDP mesh.
+
+    ``fsdp_size`` (the config key ``key``) of -1, 0 or at least ``world_size`` shards over every rank;
+    a smaller value shards within groups of that size and replicates across the groups.
+    """
+    if fsdp_size <= 0 or fsdp_size >= world_size:
+        return init_device_mesh(device.type, (world_size,), mesh_dim_names=("fsdp",))
+    if world_size % fsdp_size:
+        raise RLCoreError(f"{key}={fsdp_size} must divide the number of ranks ({world_size})")
+    return init_device_mesh(device.type, (world_size // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:

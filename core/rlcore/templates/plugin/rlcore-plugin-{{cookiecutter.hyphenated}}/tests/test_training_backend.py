@@ -1,4 +1,4 @@
-"""The training backend: rlcore's contract suite on a tiny model, on CPU (log-probs, reference, update, sync)."""
+"""The training backend: rlcore's contract suite on a tiny model, on CPU (workers and engines)."""
 
 from rlcore.testing.contracts import TrainingBackendContract
 

@@ -1,4 +1,4 @@
-"""Process group, device and device-mesh set-up shared by the FSDP workers."""
+"""Process group, device, seeding and RNG state for one worker rank (gloo on CPU, nccl on CUDA)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from datetime import timedelta
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from rlcore.errors import RLCoreError
 
@@ -66,19 +65,6 @@ def init_process_group(rank: int, world_size: int, device: torch.device, timeout
             "environment (set by torchrun and by rlcore's Ray executor)"
         )
     return True
-
-
-def build_device_mesh(device: torch.device, world_size: int, fsdp_size: int, key: str) -> DeviceMesh:
-    """A 1-D ``("fsdp",)`` mesh over all ranks, or a 2-D ``("ddp", "fsdp")`` HSDP mesh.
-
-    ``fsdp_size`` (the config key ``key``) of -1, 0 or at least ``world_size`` shards over every rank;
-    a smaller value shards within groups of that size and replicates across the groups.
-    """
-    if fsdp_size <= 0 or fsdp_size >= world_size:
-        return init_device_mesh(device.type, (world_size,), mesh_dim_names=("fsdp",))
-    if world_size % fsdp_size:
-        raise RLCoreError(f"{key}={fsdp_size} must divide the number of ranks ({world_size})")
-    return init_device_mesh(device.type, (world_size // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
 
 
 def seed_everything(seed: int) -> None:

@@ -4,7 +4,7 @@ With a token budget the rows are split into the fewest micro-batches whose summe
 (``attention_mask`` sums) stay within the budget, balanced by a longest-first greedy partition
 (:func:`rlcore.controller.balance.budget_partition`). A row longer than the budget gets a micro-batch of
 its own (with a warning naming the budget key). Every rank must run the same number of forward passes
-(FSDP gathers parameters per pass), so the micro-batch count is agreed with an all-reduce (max) over
+(sharded engines gather parameters in every pass), so the micro-batch count is agreed with an all-reduce (max) over
 the ranks. Results computed per micro-batch are put back into the original row order.
 """
 

@@ -1,0 +1,22 @@
+"""Reading single config values by dotted key: one helper for a value with a default, one for a count."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlcore.errors import RLCoreError
+
+
+def select(config: DictConfig, key: str, default: Any = None) -> Any:
+    """The value at the dotted ``key``, or ``default`` when it is missing or null."""
+    value = OmegaConf.select(config, key, default=None)
+    return default if value is None else value
+
+
+def positive_int(value: Any, key: str) -> int:
+    """``value`` if it is an int ≥ 1, else an error naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RLCoreError(f"{key} must be a positive integer, got {value!r}")
+    return value

@@ -1,0 +1,455 @@
+"""The actor/rollout/reference worker: one rank of the policy side of a run, on any training backend.
+
+It hosts the rollout engine, runs the PPO update through the backend's :class:`TrainingEngine`, checks
+every weight sync and writes the actor's checkpoints. Roles (``ROLE_PARTS``): ``actor_rollout_ref`` (the
+hybrid default), ``actor_rollout``, ``actor``, ``actor_ref`` (split placement), ``rollout`` and ``ref``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlcore.algos.losses import agg_loss, build_actor_loss
+from rlcore.config.keys import select
+from rlcore.dtypes import parse_dtype
+from rlcore.errors import RLCoreError
+from rlcore.protocol import Batch
+from rlcore.registry import UnknownComponentError
+from rlcore.rollout.weights import state_checksum
+from rlcore.workers.base import WorkerBase, checkpoint_contents, cpu_batch
+from rlcore.workers.batch_sizes import UpdateBatchSizes, inference_micro_batch_size, ppo_batch_sizes, token_budget
+from rlcore.workers.engine import ModelOutput, TrainingEngine, data_parallel_size
+from rlcore.workers.micro_batches import plan_micro_batches
+from rlcore.workers.ppo_loop import UpdateSettings, ppo_update
+
+ARR = "actor_rollout_ref"
+ACTOR = f"{ARR}.actor"
+#: role -> (has actor, has rollout engine, has reference model)
+ROLE_PARTS: dict[str, tuple[bool, bool, bool]] = {
+    "actor_rollout_ref": (True, True, True),
+    "actor_rollout": (True, True, False),
+    "actor": (True, False, False),
+    "actor_ref": (True, False, True),
+    "rollout": (False, True, False),
+    "ref": (False, False, True),
+}
+logger = logging.getLogger(__name__)
+
+#: largest relative difference between the trainer's and the rollout engine's weight checksums
+WEIGHT_SYNC_RTOL = 1e-6
+#: the probe sequence whose log-probs the trainer and the rollout engine compare after every weight sync
+WEIGHT_SYNC_PROBE_TEXT = "Weight sync probe: 12 + 30 = 42, and the quick brown fox jumps over the lazy dog."
+
+
+class WeightSyncError(RLCoreError):
+    """The rollout engine does not serve the weights the trainer just pushed."""
+
+
+class ActorRolloutRefWorker(WorkerBase):
+    """The policy worker: a trainable actor engine, a frozen reference engine and a rollout engine, by role.
+
+    Methods that need a part the role lacks raise :class:`RLCoreError`.
+    """
+
+    ROLES = tuple(ROLE_PARTS)
+
+    def configure(self) -> None:
+        """Validate the config for this role: model path, batch sizes and token budgets."""
+        config = self.config
+        if not select(config, f"{ARR}.model.path"):
+            raise RLCoreError(f"{ARR}.model.path is not set: give a Hugging Face model directory or hub name")
+        self.has_actor, self.has_rollout, self.has_ref = ROLE_PARTS[self.role]
+        self.actor_config = config.actor_rollout_ref.actor
+        self.rollout_config = config.actor_rollout_ref.rollout
+        dp_size = data_parallel_size(config, ACTOR, self.world_size)
+        self.update_budget = token_budget(config, f"{ACTOR}.use_dynamic_bsz", f"{ACTOR}.ppo_max_token_len_per_gpu")
+        self.log_prob_budget = token_budget(
+            config, f"{ARR}.rollout.log_prob_use_dynamic_bsz", f"{ARR}.rollout.log_prob_max_token_len_per_gpu"
+        )
+        self.ref_budget = token_budget(
+            config, f"{ARR}.ref.log_prob_use_dynamic_bsz", f"{ARR}.ref.log_prob_max_token_len_per_gpu"
+        )
+        self.update_sizes: UpdateBatchSizes | None = None
+        if self.has_actor:
+            self.update_sizes = ppo_batch_sizes(config, ACTOR, dp_size)
+            self._check_engine_config("actor", ACTOR, f"{ARR}.model")
+        if self.has_ref:
+            self._check_engine_config("ref", f"{ARR}.ref", f"{ARR}.model")
+        self.log_prob_micro_batch_size = inference_micro_batch_size(config, f"{ARR}.rollout", dp_size)
+        self.ref_micro_batch_size = inference_micro_batch_size(config, f"{ARR}.ref", dp_size)
+        self.tokenizer: Any = None
+        self.actor: TrainingEngine | None = None
+        self.ref: TrainingEngine | None = None
+        self.rollout_engine: Any = None
+        self._warned_unverified = False
+        self.loss_fn: Any = None
+        self.shuffle_generator: torch.Generator | None = None
+
+    # ------------------------------------------------------------------ set-up
+    def init_model(self) -> None:
+        """Load the tokenizer and, by role, the actor engine (+ loss and shuffling generator), the reference
+        engine and the rollout engine (synced with the actor's weights right away)."""
+        self.tokenizer = self._load_tokenizer()
+        if self.has_actor:
+            self.actor = self._create_engine("actor", ACTOR, f"{ARR}.model")
+            self.loss_fn = build_actor_loss(self.actor_config)
+            if self.actor_config.get("shuffle", False):
+                seed = int(self.actor_config.get("data_loader_seed", 42))
+                self.shuffle_generator = torch.Generator().manual_seed(seed)
+        if self.has_ref:
+            self.ref = self._create_engine("ref", f"{ARR}.ref", f"{ARR}.model", share_with=self.actor)
+        if self.has_rollout:
+            self._init_rollout()
+            if self.has_actor:
+                self.sync_weights()
+
+    def _load_tokenizer(self) -> Any:
+        """The tokenizer of ``model.tokenizer_path`` (else ``model.path``), with ``custom_chat_template``."""
+        from transformers import AutoTokenizer
+
+        model_config = self.config.actor_rollout_ref.model
+        path = model_config.get("tokenizer_path", None) or model_config.path
+        trust = bool(model_config.get("trust_remote_code", False))
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
+        except (OSError, ValueError) as exc:
+            key = "tokenizer_path" if model_config.get("tokenizer_path", None) else "path"
+            raise RLCoreError(f"{ARR}.model.{key}={path!r} has no loadable tokenizer: {exc}") from exc
+        if model_config.get("custom_chat_template", None):
+            tokenizer.chat_template = model_config.custom_chat_template
+        return tokenizer
+
+    def _rollout_dtype(self) -> torch.dtype:
+        """What the rollout engine serves: ``rollout.dtype`` on CUDA, else the trainer's weight dtype (the
+        actor's, or the reference's for a rollout-only rank: the same model)."""
+        if self.device.type == "cuda":
+            return parse_dtype(self.rollout_config.get("dtype", "bf16"), f"{ARR}.rollout.dtype")
+        trainer = self.actor or self.ref
+        return trainer.weights_dtype if trainer is not None else torch.float32
+
+    def _init_rollout(self) -> None:
+        """Construct the rollout engine named by ``rollout.name`` from the model path."""
+        from rlcore.plugins import get_component
+
+        name = self.rollout_config.get("name", "hf")
+        try:
+            engine_cls = get_component("rollout_engine", name)
+        except UnknownComponentError as exc:
+            raise UnknownComponentError(f"{ARR}.rollout.name: {exc}") from exc
+        self.rollout_engine = engine_cls(
+            self.config.actor_rollout_ref.model.path,
+            self.tokenizer,
+            self.rollout_config,
+            device=self.device,
+            dtype=self._rollout_dtype(),
+        )
+
+    def _require(self, part: str, method: str) -> None:
+        """Raise when ``method`` needs a part (actor/rollout/ref) this role lacks or that is not built yet."""
+        present = {"actor": self.has_actor, "rollout": self.has_rollout, "ref": self.has_ref}[part]
+        if not present:
+            raise RLCoreError(f"{method}() needs the {part}, but this worker's role is {self.role!r}")
+        built = {"actor": self.actor, "rollout": self.rollout_engine, "ref": self.ref}[part]
+        if built is None:
+            raise RLCoreError(f"{method}() called before init_model()")
+
+    def _temperature(self, batch: Batch) -> float:
+        """The sampling temperature of ``batch`` (``meta["temperature"]``, else ``rollout.temperature``)."""
+        temperature = float(batch.meta.get("temperature", self.rollout_config.get("temperature", 1.0)))
+        if temperature <= 0:
+            raise RLCoreError(
+                f"log-probs need a positive sampling temperature ({ARR}.rollout.temperature), got {temperature}"
+            )
+        return temperature
+
+    def _log_probs(
+        self,
+        engine: TrainingEngine,
+        batch: Batch,
+        micro_size: int | None,
+        budget: int | None,
+        budget_key: str,
+        *,
+        with_entropy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and entropies) of the whole batch without gradients, in micro-batches of
+        ``micro_size`` rows or, with a token ``budget`` (config key ``budget_key``), of balanced token
+        counts; the results come back on the CPU in the batch's row order."""
+        temperature = self._temperature(batch)
+        plan = plan_micro_batches(
+            cpu_batch(batch), size=micro_size, budget=budget, budget_key=budget_key, device=engine.device
+        )
+        with engine.resident():
+            outputs = engine.forward(plan.parts, temperature=temperature, with_entropy=with_entropy)
+        log_probs = plan.restore([out.log_probs for out in outputs]).cpu()
+        entropies = plan.restore([out.entropy for out in outputs]).cpu() if with_entropy else None
+        return log_probs, entropies
+
+    # ---------------------------------------------------------------- methods
+    def compute_log_prob(self, batch: Batch) -> Batch:
+        """``old_log_probs`` and ``entropys`` ``[B, R]`` of the batch's responses under the current actor,
+        in micro-batches of ``rollout.log_prob_micro_batch_size_per_gpu`` (or, with
+        ``rollout.log_prob_use_dynamic_bsz``, of at most ``rollout.log_prob_max_token_len_per_gpu`` tokens)."""
+        self._require("actor", "compute_log_prob")
+        log_probs, entropies = self._log_probs(
+            self.actor,
+            batch,
+            self.log_prob_micro_batch_size,
+            self.log_prob_budget,
+            f"{ARR}.rollout.log_prob_max_token_len_per_gpu",
+            with_entropy=True,
+        )
+        return Batch.from_dict({"old_log_probs": log_probs, "entropys": entropies})
+
+    def compute_ref_log_prob(self, batch: Batch) -> Batch:
+        """``ref_log_prob`` ``[B, R]`` under the frozen reference policy, in micro-batches of
+        ``ref.log_prob_micro_batch_size_per_gpu`` (or of at most ``ref.log_prob_max_token_len_per_gpu``
+        tokens with ``ref.log_prob_use_dynamic_bsz``)."""
+        self._require("ref", "compute_ref_log_prob")
+        log_probs, _ = self._log_probs(
+            self.ref,
+            batch,
+            self.ref_micro_batch_size,
+            self.ref_budget,
+            f"{ARR}.ref.log_prob_max_token_len_per_gpu",
+            with_entropy=False,
+        )
+        return Batch.from_dict({"ref_log_prob": log_probs})
+
+    def update_actor(self, batch: Batch) -> Batch:
+        """One PPO update on this rank's responses; returns an empty Batch with ``meta["metrics"]``.
+
+        Mini-batches hold ``ppo_mini_batch_size × rollout.n / data-parallel size`` responses, micro-batches
+        ``ppo_micro_batch_size_per_gpu`` (or at most ``ppo_max_token_len_per_gpu`` tokens with
+        ``use_dynamic_bsz``); ``ppo_epochs`` passes, optionally shuffled. Losses are normalised over the
+        global mini-batch (:func:`rlcore.workers.ppo_loop.ppo_update`). The LR scheduler steps once per
+        call and ``actor/lr`` is the rate this update used. Metrics are python floats averaged over
+        micro-batches (``actor/grad_norm`` over the optimizer steps taken).
+
+        With ``meta["on_policy"]`` (one on-policy optimizer step, decided by the controller) no
+        ``compute_log_prob`` pass ran: the old log-probs are this forward's own, detached (ratio 1), and
+        ``actor/entropy`` is measured here.
+        """
+        self._require("actor", "update_actor")
+        with_entropy = float(self.actor_config.get("entropy_coeff", 0.0) or 0.0) != 0.0
+        on_policy = bool(batch.meta.get("on_policy", False))
+        agg_mode = self.actor_config.get("loss_agg_mode", "token-mean")
+
+        def objective(micro: Batch, output: ModelOutput) -> tuple[torch.Tensor, dict[str, float]]:
+            """The actor loss of one micro-batch and its metrics."""
+            log_prob, entropy = output.log_probs, output.entropy
+            if not on_policy:
+                return self.loss_fn(log_prob, entropy, micro)
+            micro["old_log_probs"] = log_prob.detach()
+            loss, metrics = self.loss_fn(log_prob, entropy if with_entropy else None, micro)
+            entropy_metric = agg_loss(entropy.detach(), micro["response_mask"], agg_mode).item()
+            return loss, {**metrics, "actor/entropy": entropy_metric}
+
+        settings = UpdateSettings(
+            sizes=self.update_sizes,
+            epochs=int(self.actor_config.get("ppo_epochs", 1)),
+            grad_clip=self.actor_config.get("grad_clip", None),
+            loss_agg_mode=agg_mode,
+            prefix="actor",
+            budget=self.update_budget,
+            budget_key=f"{ACTOR}.ppo_max_token_len_per_gpu",
+            temperature=self._temperature(batch),
+            with_entropy=with_entropy or on_policy,
+        )
+        with self.actor.resident():
+            metrics = ppo_update(self.actor, cpu_batch(batch), objective, settings, self.shuffle_generator)
+        metrics["actor/lr"] = self.actor.lr_scheduler_step()
+        return Batch.from_dict({}, meta={"metrics": metrics})
+
+    def shutdown(self) -> None:
+        """Stop the rollout engine's own processes (engines that have ``close()``), then the engines and
+        the process group."""
+        close = getattr(self.rollout_engine, "close", None)
+        if close is not None:
+            close()
+            self.rollout_engine = None
+        super().shutdown()
+
+    def generate_sequences(self, batch: Batch) -> Batch:
+        """Sample responses with the rollout engine (``meta["validate"]`` selects the validation sampling).
+
+        The engine is woken first and, with ``rollout.free_cache_engine``, put to sleep afterwards so that
+        training gets its memory back (engines skip both where there is nothing to free, e.g. on CPU)."""
+        self._require("rollout", "generate_sequences")
+        self.rollout_engine.wake()
+        out = self.rollout_engine.generate(batch, validate=bool(batch.meta.get("validate", False)))
+        if self.rollout_config.get("free_cache_engine", True):
+            self.rollout_engine.sleep()
+        return out
+
+    # ------------------------------------------------------------ weight sync
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The actor's full (unsharded) weights with Hugging Face names on every rank (with LoRA: merged)."""
+        self._require("actor", "full_state_dict")
+        with self.actor.resident():
+            return self.actor.full_weights()
+
+    def export_weights(self) -> dict[str, torch.Tensor]:
+        """The actor's full weights on CPU for a rollout worker in another process (split placement):
+        complete on rank 0, empty on the other ranks. Collective: every rank must call it."""
+        self._require("actor", "export_weights")
+        with self.actor.resident():
+            return self.actor.full_weights(only_rank0=True)
+
+    def receive_weights(self, state: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Load a trainer's full weights into this worker's rollout engine; verify them when
+        ``rollout.check_weight_sync``. Returns ``rollout/weight_version`` and the check's metrics.
+
+        A rollout-only worker (split placement) has no trainer model to compare log-probs with, so an
+        engine without ``weight_checksum()`` is verified by its weight version only (warned once)."""
+        self._require("rollout", "receive_weights")
+        self.rollout_engine.wake()
+        self.rollout_engine.update_weights(state.items())
+        metrics: dict[str, float] = {}
+        if self.rollout_config.get("check_weight_sync", True):
+            metrics.update(self.check_weight_sync(state))
+        metrics["rollout/weight_version"] = float(self.rollout_engine.weight_version)
+        return metrics
+
+    def sync_weights(self) -> dict[str, float]:
+        """Push the actor's weights into the rollout engine; verify them when ``rollout.check_weight_sync``.
+
+        Returns ``actor/weight_sync_s``, ``rollout/weight_version`` and (when checked) the metrics of
+        :meth:`check_weight_sync`.
+        """
+        self._require("actor", "sync_weights")
+        self._require("rollout", "sync_weights")
+        start = time.perf_counter()
+        metrics = self.receive_weights(self.full_state_dict())
+        metrics["actor/weight_sync_s"] = time.perf_counter() - start
+        return metrics
+
+    def check_weight_sync(self, state: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+        """Verify that the rollout engine serves the trainer's weights; returns the check's metrics.
+
+        The exact check when the engine supports it, else the probe (each raises :class:`WeightSyncError`):
+
+        - ``rollout/weight_checksum_diff``: the relative difference between the engine's
+          ``weight_checksum()`` and :func:`rlcore.rollout.weights.state_checksum` of ``state`` (the
+          trainer's full weights, gathered again when omitted) cast to the engine's dtype, skipping the
+          engine's ``uncounted_names``; more than ``1e-6`` fails.
+        - ``rollout/weight_sync_logprob_diff`` (engines without a checksum, such as vLLM, whose kernels
+          repack the weights): the mean absolute difference between the engine's ``prompt_log_probs()``
+          of a fixed probe sequence and the trainer's own (needs the actor on this worker); more than
+          ``rollout.weight_sync_logprob_tol`` fails (default: 1e-3 when the engine serves float32, 5e-2
+          in lower precision).
+        """
+        self._require("rollout", "check_weight_sync")
+        metrics: dict[str, float] = {}
+        if hasattr(self.rollout_engine, "weight_checksum"):
+            if state is None:
+                state = self.full_state_dict()
+            skip = getattr(self.rollout_engine, "uncounted_names", ())
+            dtype = self._rollout_dtype()
+            expected = state_checksum(((name, tensor.to(dtype)) for name, tensor in state.items()), skip=skip)
+            actual = float(self.rollout_engine.weight_checksum())
+            diff = abs(actual - expected) / max(abs(expected), 1e-12)
+            if not diff <= WEIGHT_SYNC_RTOL:
+                raise WeightSyncError(
+                    f"weight sync failed: the rollout engine does not serve the trainer's weights (checksum "
+                    f"{actual!r} vs the trainer's {expected!r}, relative difference {diff:.3g} > {WEIGHT_SYNC_RTOL:g}). "
+                    f"Check the {ARR}.rollout.name engine's update_weights(); set {ARR}.rollout.check_weight_sync=false "
+                    "only to debug"
+                )
+            metrics["rollout/weight_checksum_diff"] = diff
+        if not metrics and hasattr(self.rollout_engine, "prompt_log_probs") and self.actor is not None:
+            metrics["rollout/weight_sync_logprob_diff"] = self._check_log_prob_parity()
+        elif not metrics and not self._warned_unverified:
+            self._warned_unverified = True
+            logger.warning(
+                "rank %d: the %s rollout engine has no weight_checksum(), and this %r worker has no trainer model "
+                "to compare log-probs with: weight syncs are checked by weight version only",
+                self.rank, self.rollout_config.get("name"), self.role,
+            )
+        return metrics
+
+    def _check_log_prob_parity(self) -> float:
+        """The mean absolute difference between the engine's and the actor's log-probs of the probe sequence;
+        raises :class:`WeightSyncError` above ``rollout.weight_sync_logprob_tol``."""
+        # at most 32 tokens, and room in the engine's context (prompt + response length) for one more
+        room = int(self.rollout_config.get("prompt_length") or 0) + int(self.rollout_config.get("response_length") or 0)
+        ids = self.tokenizer(WEIGHT_SYNC_PROBE_TEXT)["input_ids"][: max(2, min(32, room - 1))]
+        tokens = torch.tensor([ids], dtype=torch.long)
+        probe = Batch.from_dict(
+            {
+                "input_ids": tokens,
+                "attention_mask": torch.ones_like(tokens),
+                "position_ids": torch.arange(len(ids))[None],
+                "responses": tokens[:, 1:],
+            },
+            meta={"temperature": 1.0},
+        )
+        trainer, _ = self._log_probs(self.actor, probe, 1, None, "", with_entropy=False)
+        engine = self.rollout_engine.prompt_log_probs(ids).to(torch.float32)
+        diff = float((engine - trainer[0].float()).abs().mean())
+        tolerance = self.rollout_config.get("weight_sync_logprob_tol")
+        if tolerance is None:
+            tolerance = 1e-3 if self._rollout_dtype() == torch.float32 else 5e-2
+        if not diff <= tolerance:
+            raise WeightSyncError(
+                f"weight sync failed: the rollout engine's log-probs of a probe sequence differ from the trainer's "
+                f"by {diff:.3g} on average (> {ARR}.rollout.weight_sync_logprob_tol={tolerance:g}), so it does not "
+                f"serve the trainer's weights. Check the {ARR}.rollout.name engine's update_weights(); set "
+                f"{ARR}.rollout.check_weight_sync=false only to debug"
+            )
+        return diff
+
+    # ------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, path: str | Path) -> None:
+        """Write the actor's checkpoint into the directory ``path`` (the controller passes
+        ``global_step_N/actor``). Every rank must call this; roles without an actor save nothing.
+
+        What is saved follows ``actor.checkpoint.save_contents``: ``model`` and ``optimizer`` as the
+        engine's sharded state, ``extra`` per rank (the engine's LR schedule, RNG states, the update
+        shuffle generator and the rollout engine's sampling state), and ``hf_model`` a Hugging Face export
+        of the weights in ``path/huggingface`` (loadable with ``AutoModelForCausalLM.from_pretrained``).
+        The model config and the tokenizer always go to ``path/huggingface``.
+        """
+        if not self.has_actor:
+            return
+        self._require("actor", "save_checkpoint")
+        directory = Path(path)
+        extra: dict[str, Any] = {}
+        if self.shuffle_generator is not None:
+            extra["shuffle_generator"] = self.shuffle_generator.get_state()
+        if self.rollout_engine is not None:
+            if hasattr(self.rollout_engine, "state_dict"):
+                extra["rollout"] = self.rollout_engine.state_dict()
+            elif self.rank == 0:
+                logger.warning(
+                    "the rollout engine %s has no state_dict(): its sampling state is not checkpointed, so a "
+                    "resumed run samples differently from an uninterrupted one", type(self.rollout_engine).__name__,
+                )
+        contents = checkpoint_contents(self.config, ACTOR, "save_contents")
+        with self.actor.resident():
+            self._save_state(directory, self.actor, extra, contents)
+            self.actor.save_hf(directory / "huggingface", with_weights="hf_model" in contents)
+        if self.rank == 0:
+            self.tokenizer.save_pretrained(directory / "huggingface")
+        self._barrier()
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Restore what :meth:`save_checkpoint` wrote into ``path`` (per ``actor.checkpoint.load_contents``),
+        push the weights to the rollout engine and restore the engine's sampling state."""
+        if not self.has_actor:
+            return
+        self._require("actor", "load_checkpoint")
+        contents = checkpoint_contents(self.config, ACTOR, "load_contents")
+        with self.actor.resident():
+            extra = self._load_state(Path(path), self.actor, contents, f"{ACTOR}.checkpoint.load_contents")
+        if extra is not None and self.shuffle_generator is not None and "shuffle_generator" in extra:
+            self.shuffle_generator.set_state(extra["shuffle_generator"])
+        if self.has_rollout:
+            self.sync_weights()
+            if extra is not None and "rollout" in extra and hasattr(self.rollout_engine, "load_state_dict"):
+                self.rollout_engine.load_state_dict(extra["rollout"])

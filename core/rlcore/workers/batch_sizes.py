@@ -1,0 +1,93 @@
+"""Per-rank batch arithmetic of the PPO update and the inference passes: the one place that derives it.
+
+verl's semantics: ``ppo_mini_batch_size`` counts prompts (times ``rollout.n`` responses) and is split over
+the data-parallel ranks; ``ppo_micro_batch_size_per_gpu`` and ``log_prob_micro_batch_size_per_gpu`` count
+responses on one rank; the deprecated global ``ppo_micro_batch_size`` / ``log_prob_micro_batch_size`` are
+divided by the data-parallel size (for the update they must divide evenly). The dry run (:mod:`rlcore.config.validate`) and
+the workers both call these functions, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import DictConfig
+
+from rlcore.config.keys import positive_int, select
+from rlcore.errors import RLCoreError
+
+ROLLOUT_N_KEY = "actor_rollout_ref.rollout.n"
+
+
+@dataclass(frozen=True)
+class UpdateBatchSizes:
+    """The update's sizes on one data-parallel rank, in responses.
+
+    Attributes:
+        mini: responses per mini-batch on one rank (one optimizer step each).
+        micro: responses per micro-batch (``mini // micro`` gradient-accumulation steps), or the whole
+            mini-batch without ``*_micro_batch_size_per_gpu``.
+        micro_from_default: whether ``micro`` fell back to the whole mini-batch (nothing was set).
+    """
+
+    mini: int
+    micro: int
+    micro_from_default: bool = False
+
+
+def ppo_batch_sizes(config: DictConfig, section: str, dp_size: int) -> UpdateBatchSizes:
+    """The per-rank mini- and micro-batch sizes of the update at ``section`` (``actor_rollout_ref.actor``
+    or ``critic``) over ``dp_size`` data-parallel ranks; every error names its key."""
+    n = positive_int(select(config, ROLLOUT_N_KEY, 1), ROLLOUT_N_KEY)
+    mini_key, micro_key, legacy_key = (f"{section}.{k}" for k in ("ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu", "ppo_micro_batch_size"))
+    mini_prompts = positive_int(select(config, mini_key), mini_key)
+    responses = mini_prompts * n
+    if responses % dp_size:
+        raise RLCoreError(
+            f"{mini_key} ({mini_prompts}) × {ROLLOUT_N_KEY} ({n}) = {responses} responses must be divisible by "
+            f"the number of data-parallel ranks ({dp_size})"
+        )
+    mini = responses // dp_size
+    micro = select(config, micro_key)
+    if micro is None and select(config, legacy_key) is not None:
+        micro = legacy_per_rank(config, legacy_key, micro_key, dp_size)
+    if micro is None:
+        return UpdateBatchSizes(mini, mini, micro_from_default=True)
+    micro = positive_int(micro, micro_key)
+    if mini % micro:
+        raise RLCoreError(
+            f"the per-rank mini-batch ({mini_key} {mini_prompts} × n {n} / {dp_size} data-parallel ranks = {mini} "
+            f"responses) must be divisible by {micro_key} ({micro})"
+        )
+    return UpdateBatchSizes(mini, micro)
+
+
+def legacy_per_rank(config: DictConfig, legacy_key: str, per_gpu_key: str, dp_size: int) -> int:
+    """A deprecated global micro-batch size at ``legacy_key`` divided over ``dp_size`` ranks; it must divide."""
+    legacy = positive_int(select(config, legacy_key), legacy_key)
+    if legacy % dp_size:
+        raise RLCoreError(
+            f"{legacy_key} ({legacy}) must be divisible by the number of data-parallel ranks ({dp_size}); "
+            f"or set {per_gpu_key}"
+        )
+    return legacy // dp_size
+
+
+def inference_micro_batch_size(config: DictConfig, section: str, dp_size: int) -> int | None:
+    """``{section}.log_prob_micro_batch_size_per_gpu``, or the deprecated global size divided by ``dp_size``
+    (rounded down, at least 1: any size gives the same results); None = the whole batch in one pass."""
+    per_gpu_key = f"{section}.log_prob_micro_batch_size_per_gpu"
+    if select(config, per_gpu_key) is not None:
+        return positive_int(select(config, per_gpu_key), per_gpu_key)
+    legacy_key = f"{section}.log_prob_micro_batch_size"
+    if select(config, legacy_key) is None:
+        return None
+    return max(1, positive_int(select(config, legacy_key), legacy_key) // dp_size)
+
+
+def token_budget(config: DictConfig, flag_key: str, budget_key: str) -> int | None:
+    """The per-micro-batch token budget ``budget_key`` when ``flag_key`` (a ``use_dynamic_bsz`` switch) is
+    true, else None (micro-batches of a fixed number of rows)."""
+    if not bool(select(config, flag_key, False)):
+        return None
+    return positive_int(select(config, budget_key), budget_key)

@@ -1,0 +1,243 @@
+"""The training-engine contract: what a ``training_backend`` plugin supplies under rlcore's generic workers.
+
+rlcore's workers (:mod:`rlcore.workers.actor`, :mod:`rlcore.workers.critic`) own everything that is the
+same for every backend: the roles, the rollout engine and its weight-sync check, batch-size validation,
+the PPO mini/micro-batch loop with global loss normalisation, checkpoint manifests, RNG and generator
+state. A backend supplies a :class:`TrainingBackend` whose :meth:`~TrainingBackend.create_engine` builds
+one :class:`TrainingEngine` per model (the actor, the frozen reference, the critic) on this rank.
+
+An engine runs forward passes on micro-batches, accumulates gradients of a loss the worker gives it,
+steps its optimizer, exports and loads full weights under Hugging Face names, and saves and loads its
+own sharded state. It never sees the algorithm: the loss arrives as a function of the engine's
+:class:`ModelOutput`. ``docs/writing-an-engine.md`` walks through a new backend; the contract suite is
+:class:`rlcore.testing.contracts.engine.TrainingEngineContract`.
+
+This module imports no torch at run time, so a plugin's light ``hooks`` module may import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+    from omegaconf import DictConfig
+
+    from rlcore.protocol import Batch
+
+#: what an engine holds: the trainable policy, the frozen reference policy, or the trainable value model
+EngineRole = Literal["actor", "ref", "critic"]
+#: the parts of a sharded engine state that ``*.checkpoint.save_contents`` may name
+ENGINE_CONTENTS: tuple[str, ...] = ("model", "optimizer")
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """What the worker asks a backend to build.
+
+    Attributes:
+        role: ``actor`` (trainable causal LM with optimizer and LR schedule), ``ref`` (frozen causal LM)
+            or ``critic`` (trainable value model: a backbone with a scalar head).
+        config: the whole run config.
+        section: the config section of the role: ``actor_rollout_ref.actor``, ``actor_rollout_ref.ref``
+            or ``critic``; errors name keys under it.
+        model_section: where the model is described: ``actor_rollout_ref.model`` or ``critic.model``.
+        device: this rank's compute device (the worker resolved ``trainer.device``).
+        rank: this process's global rank.
+        world_size: the number of processes of the worker group (``torch.distributed`` is initialised).
+        share_with: for ``ref`` only, the actor engine of the same worker, which a backend may reuse
+            (LoRA: the reference is the actor with its adapters disabled); None otherwise.
+    """
+
+    role: EngineRole
+    config: DictConfig
+    section: str
+    model_section: str
+    device: torch.device
+    rank: int
+    world_size: int
+    share_with: TrainingEngine | None = None
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """Where a rank sits in its engine's parallel layout, as the worker group dispatches batches.
+
+    Attributes:
+        dp_rank: the data-parallel rank: which chunk of a batch this rank receives.
+        dp_size: how many chunks a batch is cut into (world size ÷ model-parallel size).
+        is_output_rank: whether this rank's results are collected (one rank per data-parallel chunk, e.g.
+            tensor-parallel rank 0 on the last pipeline stage); the other ranks' results are dropped.
+    """
+
+    dp_rank: int
+    dp_size: int
+    is_output_rank: bool = True
+
+
+@dataclass
+class ModelOutput:
+    """What one forward pass of one micro-batch produced, each ``[B, R]`` float32 over the response tokens
+    (None where not asked for, or on ranks that hold no output, e.g. early pipeline stages).
+
+    Attributes:
+        log_probs: ``log π(response_t | prefix)`` at the request's temperature (actor and reference).
+        entropy: the entropy of that tempered distribution at each response position.
+        values: the value model's estimate at the state before each response token (critic).
+    """
+
+    log_probs: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+
+
+#: ``loss_fn(index, micro_batch, output) -> loss``: the loss of micro-batch ``index`` of a
+#: :meth:`TrainingEngine.forward_backward` call, already scaled by the worker (see the method)
+MicroBatchLoss = Callable[[int, "Batch", ModelOutput], "torch.Tensor"]
+
+
+@runtime_checkable
+class TrainingEngine(Protocol):
+    """One model on this rank, built by :meth:`TrainingBackend.create_engine`.
+
+    Every method that computes is collective over the engine's ranks: all ranks call it with their own
+    micro-batches (the same number of them). Tensors in a :class:`~rlcore.protocol.Batch` arrive on the
+    CPU; the engine moves what it needs to its device and returns outputs on the CPU.
+    """
+
+    #: the compute device of this rank
+    device: torch.device
+    #: the data-parallel position of this rank (see :class:`ParallelLayout`)
+    layout: ParallelLayout
+    #: the dtype of the weights :meth:`full_weights` returns (what a rollout engine on this rank serves)
+    weights_dtype: torch.dtype
+
+    def forward(self, micro_batches: Sequence[Batch], *, temperature: float, with_entropy: bool) -> list[ModelOutput]:
+        """Outputs of every micro-batch without gradients, in eval mode, in order, on every rank (an engine
+        whose outputs appear on some ranks only, such as the last pipeline stage, broadcasts them).
+
+        A micro-batch holds ``input_ids``, ``attention_mask``, ``position_ids`` ``[B, P + R]`` (left-padded
+        prompts followed by right-padded responses) and ``responses`` ``[B, R]``. Causal LMs fill
+        ``log_probs`` (logits divided by ``temperature`` before the softmax) and, with ``with_entropy``,
+        ``entropy``; value models fill ``values``. Positions outside the attention mask may hold anything.
+        """
+        ...
+
+    def forward_backward(
+        self, micro_batches: Sequence[Batch], loss_fn: MicroBatchLoss, *, temperature: float, with_entropy: bool
+    ) -> None:
+        """Accumulate gradients over ``micro_batches`` in train mode: forward each (as :meth:`forward` does,
+        with gradients), call ``loss_fn(index, micro_batch, output)`` with the micro-batch's tensors on the
+        engine's device, and back-propagate the loss it returns.
+
+        The worker has already scaled each loss so that the summed gradient, **averaged over the
+        data-parallel ranks** (what FSDP, DDP and Megatron's data-parallel reduction all do), is the
+        gradient of the whole mini-batch; the engine must not rescale. An engine that schedules the
+        micro-batches itself (pipeline parallelism) may call ``loss_fn`` in any order, once per micro-batch,
+        and only on the ranks that hold outputs.
+        """
+        ...
+
+    def optimizer_step(self, grad_clip: float | None) -> float:
+        """Clip the accumulated gradients to ``grad_clip`` (None or ≤ 0: no clipping), step the optimizer when
+        their global norm is finite, zero them, and return that norm (``nan``/``inf`` when the step was
+        skipped)."""
+        ...
+
+    def lr_scheduler_step(self) -> float:
+        """Advance the learning-rate schedule once; returns the rate the update just made used."""
+        ...
+
+    def all_reduce_sum(self, value: float) -> float:
+        """The sum of ``value`` over the data-parallel ranks (``value`` itself for one)."""
+        ...
+
+    def resident(self) -> AbstractContextManager[Any]:
+        """A context in which the model (and optimizer state) are on the compute device; engines that
+        offload between calls (``param_offload``, ``optimizer_offload``) move them back out on exit."""
+        ...
+
+    def full_weights(self, *, only_rank0: bool = False) -> dict[str, torch.Tensor]:
+        """The full, unsharded weights under Hugging Face names (with LoRA: merged). Collective.
+
+        With ``only_rank0`` the tensors are on the CPU, complete on global rank 0 and the dict is empty on
+        the other ranks (for sending to another process); otherwise every rank gets all of them on its
+        device.
+        """
+        ...
+
+    def load_full_weights(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Replace the model's weights by ``state`` (Hugging Face names, full tensors, on every rank)."""
+        ...
+
+    def save(self, directory: Path, contents: set[str]) -> None:
+        """Write the sharded ``model`` and/or ``optimizer`` state (:data:`ENGINE_CONTENTS`) under ``directory``.
+
+        Collective. The worker writes the manifest, the RNG and LR-schedule state next to it. An optimizer
+        that has taken no step yet is not saved: :meth:`has_optimizer_state` says so, and :meth:`load`
+        is then not asked for it.
+        """
+        ...
+
+    def load(self, directory: Path, contents: set[str]) -> None:
+        """Load what :meth:`save` wrote (possibly from another data-parallel size). Collective."""
+        ...
+
+    def has_optimizer_state(self) -> bool:
+        """Whether the optimizer has state to save (it has taken a step)."""
+        ...
+
+    def reset_optimizer_state(self) -> None:
+        """Drop the optimizer's state (a checkpoint saved before the first step is being loaded)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's small engine state for the checkpoint's per-rank file (at least the LR schedule)."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        ...
+
+    def save_hf(self, directory: Path, *, with_weights: bool) -> None:
+        """Write the Hugging Face model config into ``directory`` and, ``with_weights``, the full weights, so
+        that ``AutoModelForCausalLM.from_pretrained`` loads it; rank 0 writes. Collective."""
+        ...
+
+    def close(self) -> None:
+        """Release what the engine holds beyond Python objects (model-parallel groups); idempotent."""
+        ...
+
+
+class TrainingBackend(Protocol):
+    """The target a ``training_backend`` plugin registers (``actor_rollout_ref.actor.strategy``,
+    ``critic.strategy``)."""
+
+    def check_config(self, config: DictConfig, role: EngineRole, section: str, model_section: str) -> None:
+        """Raise :class:`rlcore.errors.RLCoreError` naming the key for any setting of ``section`` (and
+        ``model_section``) that this backend cannot run; called before any process group or model exists."""
+        ...
+
+    def create_engine(self, request: EngineRequest) -> TrainingEngine:
+        """Build the model that ``request`` describes on this rank (called once per role by each rank)."""
+        ...
+
+
+def data_parallel_size(config: DictConfig, section: str, world_size: int) -> int:
+    """The data-parallel size of the engine at config ``section`` over ``world_size`` ranks.
+
+    It asks the backend's registration (meta ``data_parallel_size``: a function
+    ``(config, section, world_size) -> int`` in the plugin's light hooks module) and defaults to
+    ``world_size``: every rank is its own data-parallel rank, as with FSDP.
+    """
+    from rlcore.config.keys import select
+    from rlcore.plugins import load_plugins
+
+    strategy = select(config, f"{section}.strategy") or select(config, "actor_rollout_ref.actor.strategy")
+    meta = load_plugins().registry.get("training_backend", strategy).meta
+    derive = meta.get("data_parallel_size")
+    return world_size if derive is None else int(derive(config, section, world_size))

@@ -1,0 +1,279 @@
+"""The FSDP2 training engine: one Hugging Face model (actor, reference or critic) sharded with ``fully_shard``.
+
+It implements :class:`rlcore.workers.engine.TrainingEngine`; rlcore's generic workers run the PPO loop,
+the rollout engine and the checkpoints around it. Precision, offload and wrapping are in
+:mod:`rlcore_plugin_fsdp.fsdp`; model loading and the log-prob/value computations in
+:mod:`rlcore_plugin_fsdp.models`.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from omegaconf import DictConfig
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.tensor import DTensor
+
+from rlcore.config.keys import select
+from rlcore.errors import RLCoreError
+from rlcore.protocol import Batch
+from rlcore.workers.engine import EngineRequest, EngineRole, MicroBatchLoss, ModelOutput, ParallelLayout
+from rlcore.workers.optim import build_lr_scheduler, build_optimizer
+from rlcore_plugin_fsdp.fsdp import Offloader, apply_fsdp2, build_device_mesh, resolve_fsdp_config
+from rlcore_plugin_fsdp.lora import LoraMerger, apply_lora, lora_settings
+from rlcore_plugin_fsdp.models import (
+    ValueModel,
+    enable_activation_checkpointing,
+    load_pretrained,
+    response_log_probs,
+    response_values,
+)
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    """A shallow copy of ``batch`` with its tensors on ``device``; the caller's Batch is left untouched."""
+    return Batch({key: t.to(device) for key, t in batch.tensors.items()}, dict(batch.non_tensors), dict(batch.meta))
+
+
+def full_tensor_item(value: torch.Tensor) -> float:
+    """A python float from a (possibly distributed) scalar tensor."""
+    if isinstance(value, DTensor):
+        value = value.full_tensor()
+    return float(value.item())
+
+
+def check_config(config: DictConfig, role: EngineRole, section: str, model_section: str) -> dict[str, Any]:
+    """Validate what the engine of ``role`` reads (``{section}.fsdp_config``, sequence parallelism, the
+    actor's LoRA keys) and return the resolved ``fsdp_config``; errors name the key."""
+    ulysses = select(config, f"{section}.ulysses_sequence_parallel_size", 1)
+    if ulysses != 1:
+        raise RLCoreError(
+            f"{section}.ulysses_sequence_parallel_size={ulysses!r} is not supported by the fsdp backend yet (use 1)"
+        )
+    if role == "actor":
+        lora_settings(select(config, model_section), model_section)
+    return resolve_fsdp_config(select(config, f"{section}.fsdp_config"), f"{section}.fsdp_config")
+
+
+class FSDPEngine:
+    """One model of the run on this rank, sharded over all ranks of the worker group (FSDP2)."""
+
+    def __init__(self, request: EngineRequest) -> None:
+        """Load the model of ``request.model_section``, shard it and (actor, critic) build AdamW and the LR
+        schedule from ``{section}.optim``. With LoRA the reference engine reuses the actor's model with its
+        adapters disabled."""
+        config, section = request.config, request.section
+        self.role = request.role
+        self.device = request.device
+        self.rank = request.rank
+        self.world_size = request.world_size
+        self.layout = ParallelLayout(request.rank, request.world_size)
+        self.fsdp = check_config(config, request.role, section, request.model_section)
+        self.weights_dtype = self.fsdp["model_dtype"]
+        self.remove_padding_key = f"{request.model_section}.use_remove_padding"
+        self.remove_padding = bool(select(config, self.remove_padding_key, False))
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.lr_scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
+        self.lora_merger: LoraMerger | None = None
+        self.adapters_disabled = False
+        model_config = select(config, request.model_section)
+        shared = request.share_with
+        if request.role == "ref" and isinstance(shared, FSDPEngine) and shared.lora_merger is not None:
+            self.module, self.offloader, self.adapters_disabled = shared.module, shared.offloader, True
+            return
+        if request.role == "critic":
+            from transformers import AutoModel
+
+            backbone = load_pretrained(AutoModel, model_config, request.model_section, self.fsdp["model_dtype"])
+            if model_config.get("enable_gradient_checkpointing", False):
+                enable_activation_checkpointing(backbone)
+            model: nn.Module = ValueModel(backbone)
+        else:
+            from transformers import AutoModelForCausalLM
+
+            model = load_pretrained(AutoModelForCausalLM, model_config, request.model_section, self.fsdp["model_dtype"])
+            if request.role == "ref":
+                model.requires_grad_(False)
+                model.eval()
+            elif model_config.get("enable_gradient_checkpointing", False):
+                enable_activation_checkpointing(model)
+        settings = lora_settings(model_config, request.model_section) if request.role == "actor" else None
+        if settings is not None:
+            model = apply_lora(model, settings, request.model_section)
+            self.lora_merger = LoraMerger.from_model(model)
+        mesh = build_device_mesh(self.device, self.world_size, self.fsdp["fsdp_size"], f"{section}.fsdp_config.fsdp_size")
+        self.module = apply_fsdp2(model, mesh, self.fsdp, self.device)
+        if request.role != "ref":
+            # the optimizer must see the sharded parameters: build it before any forward pass
+            trainable = [param for param in self.module.parameters() if param.requires_grad]
+            optim_config = select(config, f"{section}.optim")
+            self.optimizer = build_optimizer(trainable, optim_config, f"{section}.optim")
+            self.lr_scheduler = build_lr_scheduler(self.optimizer, optim_config, f"{section}.optim")
+        self.offloader = Offloader(self.module, self.optimizer, self.fsdp, self.device)
+        self.offloader.offload()
+
+    # ------------------------------------------------------------ computing
+    def _adapters(self) -> AbstractContextManager[Any]:
+        """Disable the LoRA adapters for a reference engine that shares the actor's model."""
+        return self.module.disable_adapter() if self.adapters_disabled else nullcontext()
+
+    def _output(self, micro: Batch, temperature: float, with_entropy: bool) -> ModelOutput:
+        """The forward pass of one micro-batch on the device."""
+        if self.role == "critic":
+            values = response_values(
+                self.module, micro, remove_padding=self.remove_padding, remove_padding_key=self.remove_padding_key
+            )
+            return ModelOutput(values=values)
+        log_probs, entropy = response_log_probs(
+            self.module,
+            micro,
+            temperature,
+            with_entropy=with_entropy,
+            remove_padding=self.remove_padding,
+            remove_padding_key=self.remove_padding_key,
+        )
+        return ModelOutput(log_probs=log_probs, entropy=entropy)
+
+    def forward(self, micro_batches: Sequence[Batch], *, temperature: float, with_entropy: bool) -> list[ModelOutput]:
+        """Outputs of every micro-batch without gradients (see the contract)."""
+        was_training = self.module.training
+        self.module.eval()
+        try:
+            with torch.no_grad(), self._adapters():
+                return [self._output(to_device(micro, self.device), temperature, with_entropy) for micro in micro_batches]
+        finally:
+            self.module.train(was_training)
+
+    def forward_backward(
+        self, micro_batches: Sequence[Batch], loss_fn: MicroBatchLoss, *, temperature: float, with_entropy: bool
+    ) -> None:
+        """Accumulate the gradients of ``loss_fn`` over ``micro_batches`` (see the contract)."""
+        self._trainable("forward_backward")
+        self.module.train()
+        for index, micro in enumerate(micro_batches):
+            micro = to_device(micro, self.device)
+            loss_fn(index, micro, self._output(micro, temperature, with_entropy)).backward()
+
+    def _trainable(self, method: str) -> torch.optim.Optimizer:
+        """The optimizer; a reference engine has none."""
+        if self.optimizer is None:
+            raise RLCoreError(f"{method}() on the {self.role} engine, which is not trained")
+        return self.optimizer
+
+    def optimizer_step(self, grad_clip: float | None) -> float:
+        """Clip, step when the gradient norm is finite, zero the gradients; the norm."""
+        optimizer = self._trainable("optimizer_step")
+        max_norm = float(grad_clip) if grad_clip and grad_clip > 0 else math.inf
+        norm = full_tensor_item(torch.nn.utils.clip_grad_norm_(self.module.parameters(), max_norm))
+        if math.isfinite(norm):
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def lr_scheduler_step(self) -> float:
+        """Step the LR schedule once; the rate the update used. torch's "scheduler before optimizer" warning
+        is expected (and hidden) when every optimizer step of the update was skipped."""
+        self._trainable("lr_scheduler_step")
+        rate = float(self.lr_scheduler.get_last_lr()[0])
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+            self.lr_scheduler.step()
+        return rate
+
+    def all_reduce_sum(self, value: float) -> float:
+        """The sum of ``value`` over all ranks (every rank is a data-parallel rank under FSDP)."""
+        if self.world_size == 1:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor)
+        return float(tensor.item())
+
+    def resident(self) -> AbstractContextManager[Any]:
+        """Load offloaded parameters and optimizer state for the block (``param_offload``, ``optimizer_offload``)."""
+        return self.offloader
+
+    # ------------------------------------------------------------ weights
+    def full_weights(self, *, only_rank0: bool = False) -> dict[str, torch.Tensor]:
+        """The gathered state dict with Hugging Face names; with LoRA the merged weights ``W + scaling·B·A``
+        (computed on new tensors: the training model is not modified)."""
+        options = StateDictOptions(full_state_dict=True, cpu_offload=only_rank0)
+        state = get_model_state_dict(self.module, options=options)
+        return self.lora_merger.merge(state) if self.lora_merger is not None else state
+
+    def load_full_weights(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Load full Hugging Face weights into the sharded model (not with LoRA adapters)."""
+        if self.lora_merger is not None or self.adapters_disabled:
+            raise RLCoreError("loading full weights into a LoRA model is not supported: its adapters would be lost")
+        set_model_state_dict(self.module, dict(state), options=StateDictOptions(full_state_dict=True))
+
+    # ------------------------------------------------------------ checkpoints
+    def save(self, directory: Path, contents: set[str]) -> None:
+        """``model/`` and ``optim/``: ``torch.distributed.checkpoint`` directories of the sharded state dicts,
+        loadable at another world size."""
+        if "model" in contents:
+            dcp.save(get_model_state_dict(self.module), checkpoint_id=directory / "model")
+        if "optimizer" in contents:
+            optimizer = self._trainable("save")
+            dcp.save(get_optimizer_state_dict(self.module, optimizer), checkpoint_id=directory / "optim")
+
+    def load(self, directory: Path, contents: set[str]) -> None:
+        """Load ``model/`` and ``optim/`` written by :meth:`save` (resharded to this world size)."""
+        if "model" in contents:
+            state = get_model_state_dict(self.module)
+            dcp.load(state, checkpoint_id=directory / "model")
+            set_model_state_dict(self.module, state)
+        if "optimizer" in contents:
+            optimizer = self._trainable("load")
+            state = get_optimizer_state_dict(self.module, optimizer)
+            dcp.load(state, checkpoint_id=directory / "optim")
+            set_optimizer_state_dict(self.module, optimizer, state)
+
+    def has_optimizer_state(self) -> bool:
+        """Whether AdamW has taken a step (and so has moments to save)."""
+        return self.optimizer is not None and bool(self.optimizer.state)
+
+    def reset_optimizer_state(self) -> None:
+        """Forget AdamW's moments and step counts."""
+        if self.optimizer is not None:
+            self.optimizer.state.clear()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The LR schedule's state (empty for the reference engine)."""
+        return {"lr_scheduler": self.lr_scheduler.state_dict()} if self.lr_scheduler is not None else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the LR schedule."""
+        if self.lr_scheduler is not None and "lr_scheduler" in state:
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+
+    def save_hf(self, directory: Path, *, with_weights: bool) -> None:
+        """The model config and, ``with_weights``, the full (LoRA-merged) weights as a Hugging Face model
+        directory, written by rank 0."""
+        if self.role == "critic":
+            raise RLCoreError("the critic's value model has no Hugging Face causal-LM export")
+        state = self.full_weights(only_rank0=True) if with_weights else None
+        if self.rank != 0:
+            return
+        model = self.module.get_base_model() if hasattr(self.module, "get_base_model") else self.module
+        if state is not None:
+            model.save_pretrained(directory, state_dict=state)
+        else:
+            model.config.save_pretrained(directory)
+
+    def close(self) -> None:
+        """Nothing to release: the worker owns the process group."""
