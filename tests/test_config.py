@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from rlcore.cli import cli
-from rlcore.config import ConfigError, derive_quantities, load_config
+from rlcore.config import ConfigError, derive_quantities, load_config, parse_command_line
+from rlcore.plugins import load_plugins
 
 SEED_COMMAND = Path(__file__).resolve().parents[2] / "shared" / "seed-command.txt"
 
@@ -110,8 +112,8 @@ def test_missing_config_file() -> None:
           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"], "must be divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (3)"),
         (["data.train_batch_size=3", "actor_rollout_ref.actor.ppo_mini_batch_size=3", "trainer.n_gpus_per_node=2",
           "trainer.executor=ray"], "cannot be split evenly over 2 data-parallel ranks"),
-        (["trainer.n_gpus_per_node=2"], "trainer.executor=local runs a single process"),
-        (["trainer.executor=slurm"], "trainer.executor must be 'local' or 'ray'"),
+        (["trainer.n_gpus_per_node=2", "trainer.executor=local"], "trainer.executor=local runs a single process"),
+        (["trainer.executor=slurm"], "trainer.executor must be 'auto', 'local' or 'ray'"),
         (["data.truncation=sideways"], "data.truncation must be one of left, right, middle, error"),
         (["actor_rollout_ref.rollout.n=0"], "actor_rollout_ref.rollout.n must be a positive integer"),
     ],
@@ -158,3 +160,197 @@ def test_dry_run_prints_the_plan(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "prompts per step: 8 x n=1 -> 8 responses" in result.output
     assert "mini-batches per step: 2 x 1 epoch(s)" in result.output
+
+
+# ------------------------------------------------------------------------- verl command lines
+def dry_run(*args: str) -> Any:
+    """``rlcore run --dry-run`` with a model and data path, plus ``args``."""
+    return CliRunner().invoke(cli, ["run", "--dry-run", "data.train_files=x.parquet", "actor_rollout_ref.model.path=m",
+                                    "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4", *args])
+
+
+def test_three_bad_keys_print_three_errors() -> None:
+    result = dry_run("data.train_batch_sise=8", "trainer.total_epochs=2.5", "actor_rollout_ref.actor.optim.lrr=1")
+    assert result.exit_code == 2
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 3, result.output
+    assert any("Did you mean 'data.train_batch_size'?" in e for e in errors)
+    assert any("trainer.total_epochs=2.5 has the wrong type" in e for e in errors)
+    assert any("Did you mean 'actor_rollout_ref.actor.optim.lr'?" in e for e in errors)
+    assert "3 problems found" in result.output
+
+
+def test_all_problems_are_raised_together() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=["a.b=1", "data.train_batch_size=x", "trainer.logger"])
+    assert len(info.value.problems) == 3
+
+
+def test_the_dry_run_also_reports_components_and_batch_sizes_with_key_errors() -> None:
+    result = dry_run("algorithm.adv_estimator=nope", "actor_rollout_ref.rollout.n=0", "data.nope=1")
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 3, result.output
+    assert any(e.startswith("error: algorithm.adv_estimator=nope: unknown advantage_estimator") for e in errors)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "executor"),
+    [
+        ([], "local"),
+        (["trainer.n_gpus_per_node=8"], "ray"),
+        (["trainer.nnodes=2"], "ray"),
+        (["trainer.placement=split"], "ray"),
+        (["trainer.n_gpus_per_node=8", "trainer.executor=local"], "local"),
+    ],
+)
+def test_executor_auto_is_local_for_one_rank_and_ray_otherwise(overrides: list[str], executor: str) -> None:
+    assert load_config(overrides=overrides).trainer.executor == executor
+
+
+def test_verl_spellings_are_aliases() -> None:
+    cfg = load_config(overrides=["critic.model.fsdp_config.param_offload=true", "data.trust_remote_code=true",
+                                 "actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=0"])
+    assert cfg.critic.fsdp_config.param_offload is True
+    assert cfg.actor_rollout_ref.model.trust_remote_code is True
+    assert cfg.actor_rollout_ref.rollout.vllm.engine_kwargs.swap_space == 0
+    assert "model" not in cfg.critic or "fsdp_config" not in cfg.critic.model
+
+
+def test_aliases_in_files_and_conflicting_spellings(tmp_path: Path) -> None:
+    path = tmp_path / "verl.yaml"
+    path.write_text("critic:\n  model:\n    fsdp_config:\n      optimizer_offload: true\n")
+    assert load_config(files=[str(path)]).critic.fsdp_config.optimizer_offload is True
+    with pytest.raises(ConfigError, match="set the same key .critic.fsdp_config.param_offload. to different values"):
+        load_config(overrides=["critic.fsdp_config.param_offload=true", "critic.model.fsdp_config.param_offload=false"])
+
+
+def test_config_show_marks_the_verl_spellings() -> None:
+    result = CliRunner().invoke(cli, ["config", "show", "data.train_files=x.parquet"])
+    assert result.exit_code == 0, result.output
+    assert "  fsdp_config:  # verl: critic.model.fsdp_config" in result.output
+    assert "trust_remote_code: false  # verl: data.trust_remote_code" in result.output
+
+
+def test_types_as_verl_accepts_them() -> None:
+    cfg = load_config(overrides=["trainer.logger=console", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+                                 "actor_rollout_ref.actor.optim.lr=1"])
+    assert list(cfg.trainer.logger) == ["console"]
+    assert cfg.actor_rollout_ref.rollout.val_kwargs.temperature == 1.0
+    assert cfg.actor_rollout_ref.actor.optim.lr == 1
+
+
+def test_missing_verl_features_are_named() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                               "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                               "global_profiler.tool=torch", "reward_model.enable=true"])
+    problems = info.value.problems
+    assert len(problems) == 3, problems
+    assert "pipeline_model_parallel_size: verl's Megatron backend settings" in problems[0]
+    assert "pip install rlcore-plugin-megatron" in problems[0]
+    assert "global_profiler.tool: profiling" in problems[1]
+    assert "reward_model.enable=True asks for model-based rewards" in problems[2]
+
+
+def test_keys_of_missing_features_are_accepted_when_they_turn_it_off() -> None:
+    load_config(overrides=["actor_rollout_ref.rollout.multi_turn.enable=false", "global_profiler.tool=null",
+                           "actor_rollout_ref.actor.profiler.enable=False"])
+    with pytest.raises(ConfigError, match="multi-turn rollouts"):
+        load_config(overrides=["actor_rollout_ref.rollout.multi_turn.enable=true"])
+
+
+@pytest.mark.parametrize("args", [["--config-name=ppo_trainer"], ["--config-path", "config", "--config-name", "ppo_trainer.yaml"],
+                                  ["-cn", "ppo_trainer"]])
+def test_verls_config_names(args: list[str]) -> None:
+    line = parse_command_line([*args, "data.train_files=x"])
+    assert line.overrides == ["data.train_files=x"]
+    cfg = load_config(line.files, line.overrides, config_name=line.config_name, config_path=line.config_path)
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp"
+
+
+def test_ppo_megatron_trainer_selects_the_megatron_engine() -> None:
+    cfg = load_config(config_name="ppo_megatron_trainer", config_path="config")
+    assert cfg.actor_rollout_ref.actor.strategy == "megatron" and cfg.critic.strategy == "megatron"
+    if not load_plugins().registry.has("training_backend", "megatron"):
+        result = dry_run("--config-name=ppo_megatron_trainer")
+        assert result.exit_code == 2
+        assert "actor_rollout_ref.actor.strategy=megatron: unknown training_backend 'megatron'" in result.output
+        assert "pip install rlcore-plugin-megatron" in result.output
+
+
+def test_config_files_with_a_defaults_list(tmp_path: Path) -> None:
+    (tmp_path / "group").mkdir()
+    (tmp_path / "group" / "small.yaml").write_text("train_batch_size: 16\nmax_prompt_length: 64\n")
+    (tmp_path / "base.yaml").write_text("data:\n  max_prompt_length: 32\ntrainer:\n  total_epochs: 2\n")
+    (tmp_path / "run.yaml").write_text(
+        "hydra:\n  searchpath:\n    - file://verl/trainer/config\n"
+        "defaults:\n  - ppo_trainer\n  - base\n  - group@data: small\n  - _self_\n"
+        "trainer:\n  total_epochs: 3\n"
+    )
+    cfg = load_config(config_name="run", config_path=str(tmp_path))
+    assert cfg.trainer.total_epochs == 3, "_self_ comes last"
+    assert cfg.data.train_batch_size == 16 and cfg.data.max_prompt_length == 64, "the group entry wins over base"
+    (tmp_path / "self_first.yaml").write_text("defaults:\n  - _self_\n  - base\ntrainer:\n  total_epochs: 5\n")
+    assert load_config(files=[str(tmp_path / "self_first.yaml")]).trainer.total_epochs == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("defaults:\n  - nowhere\n", "no nowhere.yaml in"),
+        ("defaults: ppo_trainer\n", "'defaults' must be a list"),
+        ("hydra:\n  run:\n    dir: x\n", "hydra.run: Hydra's own settings have no effect"),
+        ("defaults:\n  - override group: x\n", "override/optional entries are not supported"),
+    ],
+)
+def test_bad_defaults_lists_name_the_file(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(config_name="bad", config_path=str(tmp_path))
+    assert "bad.yaml" in str(info.value) and message in str(info.value)
+
+
+def test_unknown_config_name() -> None:
+    with pytest.raises(ConfigError, match="no my_trainer.yaml in config; without a file, rlcore knows verl's ppo_trainer"):
+        load_config(config_name="my_trainer", config_path="config")
+
+
+@pytest.mark.parametrize("legacy", [3, 4])
+def test_dry_run_and_workers_share_the_batch_arithmetic(legacy: int, tiny_model_dir) -> None:
+    """The deprecated global ``ppo_micro_batch_size`` on 2 ranks: the dry run and the actor worker compute the
+    per-rank sizes with one function, so they accept and reject the same settings with the same message."""
+    from rlcore.errors import RLCoreError
+    from rlcore.workers.actor import ActorRolloutRefWorker
+
+    config = load_config([], [
+        f"actor_rollout_ref.model.path={tiny_model_dir}", "trainer.n_gpus_per_node=2", "trainer.device=cpu",
+        "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null", f"actor_rollout_ref.actor.ppo_micro_batch_size={legacy}",
+    ], [])
+    if legacy % 2:
+        with pytest.raises(ConfigError) as dry:
+            derive_quantities(config)
+        with pytest.raises(RLCoreError) as worker:
+            ActorRolloutRefWorker(config, "actor", 0, 2)
+        assert str(dry.value) == str(worker.value)
+        assert "actor_rollout_ref.actor.ppo_micro_batch_size (3) must be divisible" in str(dry.value)
+    else:
+        derived = derive_quantities(config)
+        assert (derived.responses_per_mini_batch_per_rank, derived.micro_batch_per_rank) == (4, 2)
+
+
+def test_config_show_prints_what_run_resolves(tmp_path: Path) -> None:
+    """``config show --preset dapo`` runs the plugins' ``on_config_resolved`` hooks, as ``rlcore run`` does:
+    the printed config equals the resolved one, DAPO's group filter included."""
+    import yaml
+
+    from rlcore.config import config_to_yaml
+
+    shown = CliRunner().invoke(cli, ["config", "show", "--preset", "dapo"])
+    assert shown.exit_code == 0, shown.output
+    printed = yaml.safe_load(shown.output)
+    manager = load_plugins()
+    config = load_config([], [], ["arith-cpu", "dapo"], manager)
+    manager.hook.on_config_resolved(config=config)
+    assert printed == yaml.safe_load(config_to_yaml(config))
+    assert printed["algorithm"]["batch_filters"], "the dapo preset's on_config_resolved adds its group filter"

@@ -26,7 +26,11 @@ class RLCoreGroup(click.Group):
         try:
             return super().invoke(ctx)
         except RLCoreError as exc:
-            click.echo(f"error: {exc}", err=True)
+            problems = getattr(exc, "problems", None) or [str(exc)]
+            for problem in problems:
+                click.echo(f"error: {problem}", err=True)
+            if len(problems) > 1:
+                click.echo(f"{len(problems)} problems found; nothing was started", err=True)
             sys.exit(2)
 
 
@@ -117,28 +121,31 @@ def plugins(show_all: bool, as_json: bool, kind: str | None, verbose: bool, stri
 
 
 # ------------------------------------------------------------------- config
-def _split_config_args(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
-    files = [a for a in args if "=" not in a and a.endswith((".yaml", ".yml"))]
-    overrides = [a for a in args if a not in files]
-    return files, overrides
-
-
 @cli.group()
 def config() -> None:
     """Inspect the run configuration."""
 
 
-@config.command("show")
-@click.argument("args", nargs=-1)
+@config.command("show", context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--preset", "presets", multiple=True, help="Apply a registered preset (repeatable).")
 def config_show(args: tuple[str, ...], presets: tuple[str, ...]) -> None:
-    """Print the resolved config for [CONFIG.yaml ...] [key=value ...]."""
-    from rlcore.config import config_to_yaml, load_config
+    """Print the resolved config for [--config-path DIR --config-name NAME] [CONFIG.yaml ...] [key=value ...].
+
+    It is the config ``rlcore run`` would use (plugins' ``on_config_resolved`` hooks included). A key that
+    also accepts verl's spelling is marked ``# verl: <spelling>``.
+    """
+    from rlcore.config import config_to_yaml, load_config, parse_command_line
+    from rlcore.config.aliases import with_alias_comments
     from rlcore.run import default_presets
 
-    files, overrides = _split_config_args(args)
-    cfg = load_config(files, overrides, default_presets(files, overrides) + list(presets))
-    click.echo(config_to_yaml(cfg), nl=False)
+    line = parse_command_line(args)
+    manager = load_plugins()
+    cfg = load_config(line.files, line.overrides,
+                      default_presets(line.files, line.overrides, line.config_name) + list(presets), manager,
+                      config_name=line.config_name, config_path=line.config_path)
+    manager.hook.on_config_resolved(config=cfg)
+    click.echo(with_alias_comments(config_to_yaml(cfg)), nl=False)
 
 
 # ---------------------------------------------------------------------- run
@@ -147,11 +154,17 @@ def config_show(args: tuple[str, ...], presets: tuple[str, ...]) -> None:
 @click.option("--preset", "presets", multiple=True, help="Apply a registered preset before files and overrides.")
 @click.option("--dry-run", is_flag=True, help="Resolve and check the config, print the plan, start nothing.")
 def run(args: tuple[str, ...], presets: tuple[str, ...], dry_run: bool) -> None:
-    """Train: rlcore run [CONFIG.yaml ...] [key=value ...] (no arguments: the bundled CPU task)."""
+    """Train: rlcore run [--config-path DIR --config-name NAME] [CONFIG.yaml ...] [key=value ...].
+
+    Without arguments: the bundled CPU task. A verl command line works with ``python3 -m
+    verl.trainer.main_ppo`` replaced by ``rlcore run`` (see docs/from-verl.md).
+    """
+    from rlcore.config import parse_command_line
     from rlcore.run import run_training
 
-    files, overrides = _split_config_args(args)
-    run_training(files, overrides, list(presets), dry_run=dry_run)
+    line = parse_command_line(args)
+    run_training(line.files, line.overrides, list(presets), dry_run=dry_run, config_name=line.config_name,
+                 config_path=line.config_path)
 
 
 # ------------------------------------------------------------------- report

@@ -228,7 +228,8 @@ def config_defaults() -> dict[str, Any]:
 
 @hookspec
 def on_config_resolved(config: DictConfig) -> None:
-    """Called once by ``rlcore run`` after the config is resolved, before it is validated and saved.
+    """Called once by ``rlcore run`` (and ``rlcore config show``) after the config is resolved, before it is
+    validated and saved.
 
     Implementations may modify ``config`` in place, for example to translate a verl-style switch into the
     core's mechanism (``algorithm.filter_groups.enable=true`` → add a filter to ``algorithm.batch_filters``).

@@ -19,7 +19,7 @@ from typing import Any
 import click
 from omegaconf import DictConfig
 
-from rlcore.config import ConfigError, config_to_yaml, derive_quantities, load_config
+from rlcore.config import ConfigError, Problems, config_to_yaml, derive_quantities, load_config
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins
 from rlcore.run_context import RunContext
@@ -27,37 +27,56 @@ from rlcore.run_context import RunContext
 BUNDLED_PRESET = "arith-cpu"
 
 
-def default_presets(files: list[str], overrides: list[str]) -> list[str]:
-    """The bundled CPU task's preset when neither a config file nor ``data.train_files`` is given."""
-    if files or any(o.lstrip("+").startswith("data.train_files=") for o in overrides):
+def default_presets(files: list[str], overrides: list[str], config_name: str | None = None) -> list[str]:
+    """The bundled CPU task's preset when neither a config (file or ``--config-name``) nor ``data.train_files``
+    is given."""
+    if files or config_name or any(o.lstrip("+").startswith("data.train_files=") for o in overrides):
         return []
     return [BUNDLED_PRESET]
 
 
-def check_components(config: DictConfig, manager: PluginManager) -> None:
-    """Resolve every component the config names; raise on unknown or conflicting ones.
+def _component(registry: Any, key: str, kind: str, name: str) -> None:
+    """Look up one component; the error names the config key (the registry's names the plugin to install)."""
+    try:
+        registry.get(kind, name)
+    except RLCoreError as exc:
+        raise ConfigError(f"{key}={name}: {exc}") from exc
+
+
+def check_components(config: DictConfig, manager: PluginManager, problems: Problems | None = None) -> None:
+    """Resolve every component the config names; raise on unknown or conflicting ones (all of them, or
+    record them in ``problems`` when it is given).
 
     Components are resolved without importing them, except the trackers: their libraries are imported and
     their settings checked (:func:`~rlcore.tracking.external.preflight_trackers`), so that a tracker whose
     package is missing fails here, naming its ``pip install 'rlcore[...]'`` line, before any model loads.
     """
+    collected = problems if problems is not None else Problems()
     registry = manager.registry
     wanted = [
-        ("advantage_estimator", config.algorithm.adv_estimator),
-        ("policy_loss", config.actor_rollout_ref.actor.policy_loss.loss_mode),
-        ("training_backend", config.actor_rollout_ref.actor.strategy),
-        ("rollout_engine", config.actor_rollout_ref.rollout.name),
-        ("reward_manager", config.reward_model.reward_manager),
-        *(("batch_filter", name) for name in config.algorithm.batch_filters),
-        *(("tracker", name) for name in _loggers(config)),
+        ("algorithm.adv_estimator", "advantage_estimator", config.algorithm.adv_estimator),
+        ("actor_rollout_ref.actor.policy_loss.loss_mode", "policy_loss", config.actor_rollout_ref.actor.policy_loss.loss_mode),
+        ("actor_rollout_ref.actor.strategy", "training_backend", config.actor_rollout_ref.actor.strategy),
+        ("actor_rollout_ref.rollout.name", "rollout_engine", config.actor_rollout_ref.rollout.name),
+        ("reward_model.reward_manager", "reward_manager", config.reward_model.reward_manager),
+        *(("algorithm.batch_filters", "batch_filter", name) for name in config.algorithm.batch_filters),
     ]
     if not config.data.custom_cls.path:
-        wanted.append(("dataset", config.data.dataset))
-    for kind, name in wanted:
-        registry.get(kind, name)
-    from rlcore.tracking.external import preflight_trackers
+        wanted.append(("data.dataset", "dataset", config.data.dataset))
+    for key, kind, name in wanted:
+        with collected.collect():
+            _component(registry, key, kind, name)
+    before = len(collected.items)
+    for name in _loggers(config):
+        with collected.collect():
+            _component(registry, "trainer.logger", "tracker", name)
+    if len(collected.items) == before:  # the libraries of known trackers only
+        from rlcore.tracking.external import preflight_trackers
 
-    preflight_trackers(config, registry)
+        with collected.collect():
+            preflight_trackers(config, registry)
+    if problems is None:
+        collected.raise_if_any()
 
 
 def _loggers(config: DictConfig) -> list[str]:
@@ -89,23 +108,35 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_training(files: list[str], overrides: list[str], presets: list[str], *, dry_run: bool = False) -> dict[str, Any]:
-    """Everything ``rlcore run`` does; returns the last metrics (empty for a dry run)."""
+def run_training(files: list[str], overrides: list[str], presets: list[str], *, dry_run: bool = False,
+                 config_name: str | None = None, config_path: str | None = None) -> dict[str, Any]:
+    """Everything ``rlcore run`` does; returns the last metrics (empty for a dry run).
+
+    Every problem the config has (unknown keys, bad values, unknown components, batch arithmetic) is
+    reported at once, before anything starts.
+    """
     start = time.perf_counter()
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # model-loading bars would tear the run's bar
     manager = load_plugins()
     for record in manager.problems():
         click.echo(f"warning: plugin {record.name} [{record.status}]: {record.error}", err=True)
-    presets = default_presets(files, overrides) + presets
+    presets = default_presets(files, overrides, config_name) + presets
     bundled = BUNDLED_PRESET in presets
     if bundled:
         click.echo(f"No config file or data.train_files given: training the bundled CPU task (preset {BUNDLED_PRESET}).")
-    config = load_config(files, overrides, presets, manager)
-    manager.hook.on_config_resolved(config=config)
-    _require(config, "data.train_files", "pass data.train_files=PATH (parquet or jsonl) or a config file")
-    _require(config, "actor_rollout_ref.model.path", "pass actor_rollout_ref.model.path=NAME_OR_DIR")
-    check_components(config, manager)
-    derived = derive_quantities(config)
+    problems = Problems()
+    config = load_config(files, overrides, presets, manager, config_name=config_name, config_path=config_path,
+                         problems=problems)
+    with problems.collect():
+        manager.hook.on_config_resolved(config=config)
+    with problems.collect():
+        _require(config, "data.train_files", "pass data.train_files=PATH (parquet or jsonl) or a config file")
+    with problems.collect():
+        _require(config, "actor_rollout_ref.model.path", "pass actor_rollout_ref.model.path=NAME_OR_DIR")
+    check_components(config, manager, problems)
+    with problems.collect():
+        derived = derive_quantities(config)
+    problems.raise_if_any()
     versions = manager.versions()
     click.echo("plugins: " + (", ".join(f"{n}-{v}" for n, v in sorted(versions.items())) or "(none)"))
     click.echo(derived.summary())

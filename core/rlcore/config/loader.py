@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rlcore.errors import RLCoreError
+from rlcore.config.aliases import canonical_key, rename_aliases
+from rlcore.config.compose import Source, config_file, named_config
+from rlcore.config.problems import ConfigError, Problems
+from rlcore.config.unsupported import missing_feature_problems, unsupported_value_problems
 
 if TYPE_CHECKING:
     from rlcore.plugins import PluginManager
@@ -19,16 +23,13 @@ DEFAULTS_FILE = Path(__file__).with_name("defaults.yaml")
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
-class ConfigError(RLCoreError, ValueError):
-    """A bad config key or value; the message names the key and where it came from."""
-
-
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; an empty mapping is a value."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
         path = f"{prefix}{key}"
         if isinstance(value, Mapping) and value:
-            out.update(_flatten(value, path + "."))
+            out.update(flatten(value, path + "."))
         else:
             out[path] = value
     return out
@@ -51,7 +52,7 @@ def _nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
 
 def _merge_plugin_defaults(base: dict[str, Any], manager: PluginManager) -> dict[str, Any]:
     """Merge every plugin's ``config_defaults`` into ``base``; conflicting defaults name both plugins."""
-    owners = {key: "rlcore" for key in _flatten(base)}
+    owners = {key: "rlcore" for key in flatten(base)}
     for impl in manager.pm.hook.config_defaults.get_hookimpls():
         record = manager.records.get(impl.plugin_name)
         if record is None or record.status == "error":
@@ -64,7 +65,7 @@ def _merge_plugin_defaults(base: dict[str, Any], manager: PluginManager) -> dict
             continue
         if not isinstance(fragment, Mapping):
             raise ConfigError(f"plugin {impl.plugin_name}: config_defaults must return a mapping, got {type(fragment).__name__}")
-        for key, value in _flatten(_nest(fragment)).items():
+        for key, value in flatten(_nest(fragment)).items():
             previous = owners.get(key)
             if previous is not None and previous != "rlcore":
                 existing = OmegaConf.select(OmegaConf.create(base), key)
@@ -90,6 +91,33 @@ def default_config(manager: PluginManager | None = None) -> DictConfig:
     return OmegaConf.create(base)
 
 
+@dataclass
+class KnownKeys:
+    """The dotted keys the defaults declare: leaves, free-form prefixes (empty mappings) and sections."""
+
+    leaves: set[str]
+    free: set[str]
+    sections: set[str]
+
+    def declares(self, key: str) -> bool:
+        """Whether ``key`` is a declared leaf or lies below a free-form section."""
+        return key in self.leaves or any(key == f or key.startswith(f + ".") for f in self.free)
+
+    def suggestion(self, key: str) -> str:
+        """`` Did you mean 'x'?`` for the closest declared key, or an empty string."""
+        candidates = sorted(self.leaves | self.free)
+        close = [c for c in candidates if c.endswith("." + key)][:1]
+        close = close or difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+        return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def known_keys(defaults: DictConfig) -> KnownKeys:
+    """The keys ``defaults`` declares."""
+    leaves, free = _known_paths(defaults)
+    sections = {p.rsplit(".", 1)[0] for p in leaves if "." in p} | {p.split(".")[0] for p in leaves}
+    return KnownKeys(leaves, free, sections)
+
+
 def _known_paths(defaults: DictConfig) -> tuple[set[str], set[str]]:
     """All dotted leaf paths, and the free-form prefixes (empty mappings in the defaults)."""
     container = OmegaConf.to_container(defaults, resolve=False)
@@ -110,56 +138,72 @@ def _known_paths(defaults: DictConfig) -> tuple[set[str], set[str]]:
     return leaves, free
 
 
-def _check_keys(fragment: Mapping[str, Any], defaults: DictConfig, source: str, allow_new: set[str]) -> None:
-    leaves, free = _known_paths(defaults)
-    sections = {p.rsplit(".", 1)[0] for p in leaves if "." in p} | {p.split(".")[0] for p in leaves}
-    for key, value in _flatten(fragment).items():
-        if key in leaves or key in allow_new or any(key == f or key.startswith(f + ".") for f in free):
-            continue
-        if key in sections and isinstance(value, Mapping):
-            continue
-        if key in sections:
-            raise ConfigError(f"{source}: {key!r} is a config section, not a value; set one of its keys instead")
-        candidates = sorted(leaves | free)
-        close = [c for c in candidates if c.endswith("." + key)][:1]
-        close = close or difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(
-            f"{source}: unknown config key {key!r}.{hint} "
+def _coerce(key: str, value: Any, defaults: DictConfig) -> Any:
+    """``value`` in the type of the default of ``key``, as verl's config accepts it; raise if it cannot be.
+
+    An int is accepted where a float is expected, and a single string where a list is expected
+    (``trainer.logger=console`` → ``[console]``).
+    """
+    default = OmegaConf.select(defaults, key, throw_on_missing=False, throw_on_resolution_failure=False)
+    if default is None or value is None or isinstance(default, str) and default.startswith("${"):
+        return value
+    if isinstance(value, str) and value.startswith("${"):
+        return value
+    if isinstance(default, (list, ListConfig)) and isinstance(value, str):
+        return [value]
+    expected: tuple[type, ...]
+    if isinstance(default, bool):
+        expected = (bool,)
+    elif isinstance(default, int):
+        expected = (int,)
+    elif isinstance(default, float):
+        expected = (int, float)
+    elif isinstance(default, (list, ListConfig)):
+        expected = (list, ListConfig)
+    else:
+        return value
+    if isinstance(value, expected) and not (isinstance(value, bool) and bool not in expected):
+        return value
+    names = " or ".join(t.__name__ for t in expected if t is not ListConfig)
+    raise ConfigError(f"{key}={value!r} has the wrong type: expected {names} (default {default!r})")
+
+
+def _apply(merged: DictConfig, source: Source, defaults: DictConfig, known: KnownKeys, added: set[str],
+           problems: Problems) -> DictConfig:
+    """Merge one source into ``merged``, keeping only its valid keys; record a problem for each other key."""
+    renamed, given, alias_problems = rename_aliases(flatten(source.fragment), source.label)
+    for message in alias_problems:
+        problems.add(message)
+    good: dict[str, Any] = {}
+    unknown: dict[str, Any] = {}
+    for key, value in renamed.items():
+        shown = given.get(key, key)
+        if known.declares(key) or key in added:
+            try:
+                good[key] = _coerce(key, value, defaults)
+            except ConfigError as exc:
+                problems.add(f"{source.label}: {exc}" if shown == key else f"{source.label}: {shown}: {exc}")
+        elif key in known.sections and isinstance(value, Mapping):
+            good[key] = value
+        elif key in known.sections:
+            problems.add(f"{source.label}: {shown!r} is a config section, not a value; set one of its keys instead")
+        else:
+            unknown[key] = value
+    feature_problems, rest = missing_feature_problems(unknown, source.label, given)
+    for key in rest:
+        shown = given.get(key, key)
+        renamed_note = f" (rlcore's name: {key!r})" if shown != key else ""
+        problems.add(
+            f"{source.label}: unknown config key {shown!r}{renamed_note}.{known.suggestion(key)} "
             f"(`rlcore config show` lists every key; prefix with '+' to add a key on purpose)"
         )
-
-
-def _check_types(merged: DictConfig, defaults: DictConfig, keys: Iterable[str], source: str) -> None:
-    for key in keys:
-        default = OmegaConf.select(defaults, key, throw_on_missing=False, throw_on_resolution_failure=False)
-        try:
-            value = OmegaConf.select(merged, key, throw_on_missing=False)
-        except Exception:  # interpolation errors surface at resolve time with their own message
-            continue
-        if default is None or value is None or isinstance(default, str) and default.startswith("${"):
-            continue
-        expected: tuple[type, ...]
-        if isinstance(default, bool):
-            expected = (bool,)
-        elif isinstance(default, int):
-            expected = (int,)
-        elif isinstance(default, float):
-            expected = (int, float)
-        elif isinstance(default, (list, ListConfig)):
-            expected = (list, ListConfig)
-        else:
-            continue
-        if isinstance(value, bool) and bool not in expected:
-            ok = False
-        else:
-            ok = isinstance(value, expected)
-        if not ok:
-            raise ConfigError(
-                f"{source}: {key}={value!r} has the wrong type: expected "
-                f"{' or '.join(t.__name__ for t in expected if t is not ListConfig)} "
-                f"(default {default!r})"
-            )
+    for message in feature_problems:
+        problems.add(message)
+    try:
+        return OmegaConf.merge(merged, _nest(good))
+    except Exception as exc:  # e.g. a mapping given where the defaults hold a list
+        problems.add(f"{source.label}: cannot merge: {exc}")
+        return merged
 
 
 def _parse_override(text: str) -> tuple[str, Any, bool]:
@@ -182,19 +226,6 @@ def _parse_override(text: str) -> tuple[str, Any, bool]:
     return key, value, add
 
 
-def _load_yaml_file(path: str) -> dict[str, Any]:
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"config file {path!r} does not exist")
-    try:
-        data = yaml.safe_load(file.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path!r} is not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path!r} must contain a mapping at the top level")
-    return data
-
-
 def _preset_fragment(name: str, manager: PluginManager) -> dict[str, Any]:
     target = manager.registry.load("preset", name)
     fragment = target() if callable(target) else target
@@ -203,42 +234,79 @@ def _preset_fragment(name: str, manager: PluginManager) -> dict[str, Any]:
     return _nest(fragment)
 
 
+def _sources(files: Iterable[str], presets: Iterable[str], config_name: str | None, config_path: str | None,
+             manager: PluginManager, problems: Problems) -> list[Source]:
+    """Presets, then the ``--config-name`` config, then the YAML files, each expanded into its sources."""
+    sources: list[Source] = []
+    for name in presets:
+        with problems.collect():
+            sources.append(Source(f"preset {name!r}", _preset_fragment(name, manager)))
+    if config_name is not None:
+        with problems.collect():
+            sources += named_config(config_name, config_path)
+    for path in files:
+        with problems.collect():
+            sources += config_file(path)
+    return sources
+
+
+def resolve_executor(config: DictConfig) -> None:
+    """Replace ``trainer.executor=auto`` by ``local`` for a single rank and ``ray`` otherwise (as verl, which
+    always uses Ray); split placement puts the rollout on ranks of its own, so it means Ray too."""
+    trainer = config.trainer
+    if trainer.get("executor") != "auto":
+        return
+    nodes, per_node = trainer.get("nnodes"), trainer.get("n_gpus_per_node")
+    ranks = nodes * per_node if all(isinstance(v, int) and not isinstance(v, bool) for v in (nodes, per_node)) else 1
+    trainer.executor = "ray" if ranks > 1 or trainer.get("placement") == "split" else "local"
+
+
 def load_config(
     files: Iterable[str] = (),
     overrides: Iterable[str] = (),
     presets: Iterable[str] = (),
     manager: PluginManager | None = None,
+    *,
+    config_name: str | None = None,
+    config_path: str | None = None,
+    problems: Problems | None = None,
 ) -> DictConfig:
-    """Merge defaults, plugin sections, presets, YAML files and ``key=value`` overrides; validate keys.
+    """Merge defaults, plugin sections, presets, the ``--config-name`` config, YAML files and ``key=value``
+    overrides; validate every key.
 
-    Returns a resolved :class:`~omegaconf.DictConfig`. Raises :class:`ConfigError` naming the bad key.
+    Returns a resolved :class:`~omegaconf.DictConfig`. Every bad key or value is a problem naming it; they
+    are all raised together as one :class:`ConfigError`, or, when ``problems`` is given, recorded there
+    (the config is then built from the valid keys only, so that later checks can run too).
     """
     from rlcore.plugins import load_plugins
 
+    collected = problems if problems is not None else Problems()
     manager = manager or load_plugins()
     defaults = default_config(manager)
+    known = known_keys(defaults)
+    sources = _sources(files, presets, config_name, config_path, manager, collected)
+    dotted: dict[str, Any] = {}
+    added: set[str] = set()
+    for text in overrides:
+        with collected.collect():
+            key, value, add = _parse_override(text)
+            dotted[key] = value
+            if add:
+                added.add(canonical_key(key))
+    sources.append(Source("command line", _nest(dotted)))
     merged = defaults
-    for name in presets:
-        fragment = _preset_fragment(name, manager)
-        _check_keys(fragment, defaults, f"preset {name!r}", set())
-        merged = OmegaConf.merge(merged, fragment)
-        _check_types(merged, defaults, _flatten(fragment), f"preset {name!r}")
-    for path in files:
-        fragment = _load_yaml_file(path)
-        _check_keys(fragment, defaults, f"config file {path!r}", set())
-        merged = OmegaConf.merge(merged, fragment)
-        _check_types(merged, defaults, _flatten(fragment), f"config file {path!r}")
-    parsed = [_parse_override(o) for o in overrides]
-    added = {key for key, _, add in parsed if add}
-    dotted = {key: value for key, value, _ in parsed}
-    fragment = _nest(dotted)
-    _check_keys(fragment, defaults, "command line", added)
-    merged = OmegaConf.merge(merged, fragment)
-    _check_types(merged, defaults, dotted, "command line")
+    for source in sources:
+        merged = _apply(merged, source, defaults, known, added, collected)
     try:
         OmegaConf.resolve(merged)
-    except Exception as exc:
-        raise ConfigError(f"cannot resolve the config: {exc}") from exc
+    except Exception as exc:  # nothing later can be checked on an unresolved config
+        collected.add(f"cannot resolve the config: {exc}")
+        collected.raise_if_any()
+    resolve_executor(merged)
+    for message in unsupported_value_problems(merged):
+        collected.add(message)
+    if problems is None:
+        collected.raise_if_any()
     return merged
 
 

@@ -12,6 +12,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rlcore.config.loader import ConfigError
+from rlcore.errors import RLCoreError
+from rlcore.workers.batch_sizes import ppo_batch_sizes
 
 TRUNCATION_MODES = ("left", "right", "middle", "error")
 
@@ -21,6 +23,7 @@ class DerivedQuantities:
     """Batch arithmetic of one run, as verl computes it inside its workers."""
 
     world_size: int
+    data_parallel_size: int
     n: int
     prompts_per_step: int
     responses_per_step: int
@@ -41,7 +44,7 @@ class DerivedQuantities:
         """Human-readable lines printed at the start of a run."""
         lines = [
             f"prompts per step: {self.prompts_per_step} x n={self.n} -> {self.responses_per_step} responses",
-            f"data-parallel ranks: {self.world_size}",
+            f"data-parallel ranks: {self.data_parallel_size} (of {self.world_size} ranks)",
             f"mini-batches per step: {self.mini_batches_per_epoch} x {self.ppo_epochs} epoch(s) "
             f"= {self.optimizer_steps_per_step} optimizer steps "
             f"({self.mini_batch_prompts} prompts = {self.responses_per_mini_batch_per_rank} responses per rank each)",
@@ -81,11 +84,27 @@ def _check_rollout_correction(config: DictConfig) -> None:
         raise ConfigError(f"algorithm.rollout_correction.rollout_is_threshold must be a number > 0, got {threshold!r}")
 
 
+def _data_parallel_size(config: DictConfig, world: int) -> int:
+    """The actor's data-parallel size over ``world`` ranks, as its training backend derives it (``world`` when
+    the backend is unknown: that is reported by the component check)."""
+    from rlcore.registry import UnknownComponentError
+    from rlcore.workers.engine import data_parallel_size
+
+    try:
+        return data_parallel_size(config, "actor_rollout_ref.actor", world)
+    except UnknownComponentError:
+        return world
+    except RLCoreError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
 def derive_quantities(config: DictConfig) -> DerivedQuantities:
     """Validate cross-key constraints and return the derived batch quantities.
 
     verl semantics: ``ppo_mini_batch_size`` counts prompts (times ``rollout.n`` responses) and is divided
-    across data-parallel ranks; ``ppo_micro_batch_size_per_gpu`` counts responses on one rank.
+    across data-parallel ranks; ``ppo_micro_batch_size_per_gpu`` counts responses on one rank. The per-rank
+    sizes come from :func:`rlcore.workers.batch_sizes.ppo_batch_sizes`, the function the workers use, over
+    the data-parallel size the training backend reports (world ÷ model-parallel size).
     """
     n = _positive(config, "actor_rollout_ref.rollout.n")
     prompts = _positive(config, "data.train_batch_size")
@@ -97,10 +116,10 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     if config.trainer.executor == "local" and world > 1:
         raise ConfigError(
             f"trainer.executor=local runs a single process, but trainer.nnodes x trainer.n_gpus_per_node = {world} "
-            f"ranks were asked for; set trainer.executor=ray"
+            f"ranks were asked for; set trainer.executor=ray (or auto)"
         )
     if config.trainer.executor not in ("local", "ray"):
-        raise ConfigError(f"trainer.executor must be 'local' or 'ray', got {config.trainer.executor!r}")
+        raise ConfigError(f"trainer.executor must be 'auto', 'local' or 'ray', got {config.trainer.executor!r}")
     if config.data.truncation not in TRUNCATION_MODES:
         raise ConfigError(f"data.truncation must be one of {', '.join(TRUNCATION_MODES)}, got {config.data.truncation!r}")
     _positive(config, "data.max_prompt_length")
@@ -110,38 +129,26 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
         raise ConfigError(
             f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini}) must not exceed data.train_batch_size ({prompts})"
         )
-    if (prompts * n) % world:
+    dp = _data_parallel_size(config, world)
+    if (prompts * n) % dp:
         raise ConfigError(
             f"data.train_batch_size x rollout.n = {prompts * n} responses cannot be split evenly over "
-            f"{world} data-parallel ranks (trainer.nnodes x trainer.n_gpus_per_node)"
+            f"{dp} data-parallel ranks ({world} ranks: trainer.nnodes x trainer.n_gpus_per_node)"
         )
-    if (mini * n) % world:
-        raise ConfigError(
-            f"actor_rollout_ref.actor.ppo_mini_batch_size x rollout.n = {mini * n} responses must be divisible by "
-            f"the {world} data-parallel ranks"
-        )
-    per_rank = mini * n // world
-    actor = config.actor_rollout_ref.actor
-    if actor.use_dynamic_bsz:
+    try:
+        sizes = ppo_batch_sizes(config, "actor_rollout_ref.actor", dp)
+    except RLCoreError as exc:
+        raise ConfigError(str(exc)) from exc
+    per_rank = sizes.mini
+    micro = sizes.micro
+    if config.actor_rollout_ref.actor.use_dynamic_bsz:
         micro = per_rank
         notes.append("use_dynamic_bsz: micro-batches are formed by ppo_max_token_len_per_gpu")
-    else:
-        micro = actor.ppo_micro_batch_size_per_gpu
-        if micro is None and actor.ppo_micro_batch_size is not None:
-            micro = max(1, actor.ppo_micro_batch_size // world)
-        if micro is None:
-            micro = per_rank
-            notes.append(
-                f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu is not set: using the whole "
-                f"mini-batch ({per_rank} responses per rank, no gradient accumulation)"
-            )
-        if not isinstance(micro, int) or micro <= 0:
-            raise ConfigError(f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu must be a positive integer, got {micro!r}")
-        if per_rank % micro:
-            raise ConfigError(
-                f"the mini-batch on each rank ({mini} prompts x n={n} / {world} ranks = {per_rank} responses) must be "
-                f"divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu ({micro})"
-            )
+    elif sizes.micro_from_default:
+        notes.append(
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu is not set: using the whole "
+            f"mini-batch ({per_rank} responses per rank, no gradient accumulation)"
+        )
     minis = -(-prompts // mini)
     if prompts % mini:
         notes.append(
@@ -150,6 +157,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
         )
     return DerivedQuantities(
         world_size=world,
+        data_parallel_size=dp,
         n=n,
         prompts_per_step=prompts,
         responses_per_step=prompts * n,

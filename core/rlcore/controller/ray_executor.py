@@ -276,7 +276,7 @@ class RayWorkerGroup:
         data-parallel rank, and concatenate the output ranks' results in data-parallel order, unpadded.
         Before the layouts are known every rank is its own data-parallel rank."""
         layouts = self.layouts or [ParallelLayout(rank, self.world_size) for rank in range(self.world_size)]
-        dp_size = layouts[0].dp_size
+        dp_size = self.dp_size
         padded, pad = batch.pad_to_divisor(dp_size)
         chunks = padded.chunk(dp_size)
         refs = [
@@ -287,6 +287,11 @@ class RayWorkerGroup:
         by_dp_rank = {layout.dp_rank: result for layout, result in zip(layouts, results) if layout.is_output_rank}
         out = Batch.concat([by_dp_rank[dp_rank] for dp_rank in range(dp_size)])
         return out.unpad(pad) if pad and len(out) == len(padded) else out
+
+    @property
+    def dp_size(self) -> int:
+        """How many chunks a batch is cut into: the data-parallel size (the world size before ``init_model``)."""
+        return self.layouts[0].dp_size if self.layouts else self.world_size
 
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Broadcast ``method(*args, **kwargs)`` and return every rank's result, in rank order."""

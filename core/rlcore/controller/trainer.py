@@ -237,7 +237,7 @@ class Trainer:
         step_start = time.perf_counter()
         batch = self._collect_batch(metrics)
         if self.config.trainer.balance_batch:
-            order, balance_metrics = balance_order(batch["attention_mask"].sum(-1), self.actor.world_size)
+            order, balance_metrics = balance_order(batch["attention_mask"].sum(-1), self.actor.dp_size)
             batch.reorder(order)
             metrics.update(balance_metrics)
         if self._on_policy_update(batch):

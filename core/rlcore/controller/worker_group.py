@@ -60,6 +60,7 @@ class LocalWorkerGroup:
     def __init__(self, spec: WorkerSpec, config: DictConfig, role: str) -> None:
         self.role = role
         self.world_size = 1
+        self.dp_size = 1
         self.compute_s: dict[str, float] = {}
         self.worker = spec.resolve()(config, role, rank=0, world_size=1)
 

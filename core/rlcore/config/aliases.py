@@ -1,0 +1,86 @@
+"""verl's spellings of keys that rlcore names differently: one canonical key, the verl spelling accepted.
+
+An alias is a key prefix: every key below it maps to the same place below the canonical key
+(``critic.model.fsdp_config.param_offload`` → ``critic.fsdp_config.param_offload``). Aliases are applied
+to every config file, preset and override before the keys are checked; ``rlcore config show`` marks each
+canonical key with the verl spelling it also accepts. ``docs/from-verl.md`` lists them (a test keeps the
+page and this table equal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: verl's spelling -> rlcore's canonical key
+ALIASES: dict[str, str] = {
+    "critic.model.fsdp_config": "critic.fsdp_config",
+    "actor_rollout_ref.rollout.engine_kwargs.vllm": "actor_rollout_ref.rollout.vllm.engine_kwargs",
+    "actor_rollout_ref.rollout.engine_kwargs.sglang": "actor_rollout_ref.rollout.sglang.engine_kwargs",
+    "data.trust_remote_code": "actor_rollout_ref.model.trust_remote_code",
+    "reward_manager.name": "reward_model.reward_manager",
+    "actor_rollout_ref.actor.use_remove_padding": "actor_rollout_ref.model.use_remove_padding",
+    "actor_rollout_ref.actor.use_fused_kernels": "actor_rollout_ref.model.use_fused_kernels",
+    "actor_rollout_ref.actor.rollout_n": "actor_rollout_ref.rollout.n",
+    "actor_rollout_ref.ref.rollout_n": "actor_rollout_ref.rollout.n",
+    "critic.rollout_n": "actor_rollout_ref.rollout.n",
+    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size":
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+    "actor_rollout_ref.actor.fsdp_config.use_torch_compile": "actor_rollout_ref.actor.use_torch_compile",
+    "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_with_chunking":
+        "actor_rollout_ref.actor.entropy_from_logits_with_chunking",
+    "actor_rollout_ref.actor.fsdp_config.entropy_checkpointing": "actor_rollout_ref.actor.entropy_checkpointing",
+    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size":
+        "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+}
+
+
+def canonical_key(key: str) -> str:
+    """rlcore's name for ``key`` (``key`` itself when it is not a verl spelling)."""
+    for _ in range(len(ALIASES) + 1):  # aliases may chain (critic.model.fsdp_config.X -> critic.fsdp_config.X)
+        alias = next((a for a in sorted(ALIASES, key=len, reverse=True) if key == a or key.startswith(a + ".")), None)
+        if alias is None:
+            return key
+        key = ALIASES[alias] + key[len(alias):]
+    return key
+
+
+def rename_aliases(dotted: Mapping[str, Any], source: str) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """Rename the verl spellings among the dotted keys of one source.
+
+    Returns the renamed mapping, ``{canonical: spelling as given}`` for the renamed keys (so that errors can
+    name the key the user wrote) and the problems: a key given twice, under both names, with different values.
+    """
+    renamed: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    problems: list[str] = []
+    for key, value in dotted.items():
+        target = canonical_key(key)
+        if target in renamed and renamed[target] != value:
+            first = given.get(target, target)
+            problems.append(f"{source}: {key}={value!r} and {first}={renamed[target]!r} set the same key "
+                            f"({target}) to different values")
+            continue
+        renamed[target] = value
+        if target != key:
+            given[target] = key
+    return renamed, given, problems
+
+
+def with_alias_comments(yaml_text: str) -> str:
+    """Mark each canonical key in ``yaml_text`` (OmegaConf's block-style dump) with its verl spellings."""
+    spellings: dict[str, list[str]] = {}
+    for alias, target in ALIASES.items():
+        spellings.setdefault(target, []).append(alias)
+    path: list[str] = []
+    lines = []
+    for line in yaml_text.splitlines():
+        stripped = line.lstrip(" ")
+        if stripped and not stripped.startswith(("-", "#")) and ":" in stripped:
+            depth = (len(line) - len(stripped)) // 2
+            path = path[:depth] + [stripped.split(":", 1)[0].strip("'\"")]
+            names = spellings.get(".".join(path))
+            if names:
+                line = f"{line}  # verl: {', '.join(names)}"
+        lines.append(line)
+    return "\n".join(lines) + ("\n" if yaml_text.endswith("\n") else "")

@@ -1,0 +1,172 @@
+"""verl's (Hydra's) ways of naming config files: ``--config-path DIR --config-name NAME`` and ``defaults:`` lists.
+
+rlcore does not use Hydra; this module reads the subset verl's scripts and example configs use:
+
+- ``--config-path DIR`` / ``--config-name NAME`` (also ``=VALUE``, ``-cp`` and ``-cn``): the YAML file
+  ``DIR/NAME.yaml``. verl's own config names, ``ppo_trainer`` and ``ppo_megatron_trainer``, are built in
+  when no such file exists: the first is rlcore's defaults, the second selects the Megatron engine.
+- a ``defaults:`` list in any YAML file: other configs (``- ppo_trainer``), config groups
+  (``- group@package: option`` → ``group/option.yaml`` placed under ``package``) and ``_self_`` (the
+  file's own keys; last when it is not listed), in order, later entries winning.
+- ``hydra.searchpath``: extra folders searched for the entries of a ``defaults:`` list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlcore.config.problems import ConfigError
+
+#: verl's config names that rlcore provides without a file
+BUILTIN_CONFIGS: dict[str, dict[str, Any]] = {
+    "ppo_trainer": {},
+    "ppo_megatron_trainer": {"actor_rollout_ref": {"actor": {"strategy": "megatron"}}},
+}
+_OPTIONS = {"--config-path": "config_path", "-cp": "config_path", "--config-name": "config_name", "-cn": "config_name"}
+
+
+@dataclass
+class CommandLine:
+    """The arguments of ``rlcore run`` / ``rlcore config show``, sorted by kind."""
+
+    files: list[str] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)
+    config_path: str | None = None
+    config_name: str | None = None
+
+
+@dataclass
+class Source:
+    """One config fragment and where it came from (named in error messages)."""
+
+    label: str
+    fragment: dict[str, Any]
+
+
+def parse_command_line(args: Sequence[str]) -> CommandLine:
+    """Sort arguments into YAML files, ``key=value`` overrides and Hydra's ``--config-path/--config-name``."""
+    line = CommandLine()
+    words = iter(args)
+    for word in words:
+        if not word.strip():  # an empty word, e.g. from a shell line continuation followed by a space
+            continue
+        flag, equals, value = word.partition("=")
+        if flag in _OPTIONS:
+            if not equals:
+                value = next(words, "")
+            if not value:
+                raise ConfigError(f"{flag} needs a value")
+            setattr(line, _OPTIONS[flag], value)
+        elif not equals and word.endswith((".yaml", ".yml")):
+            line.files.append(word)
+        else:
+            line.overrides.append(word)
+    if line.config_path is not None and line.config_name is None:
+        raise ConfigError(f"--config-path {line.config_path} is given without --config-name")
+    return line
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """The mapping in the YAML file ``path``; errors name the file."""
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must contain a mapping at the top level")
+    return data
+
+
+def named_config(name: str, config_path: str | None) -> list[Source]:
+    """The sources of ``--config-name NAME`` (looked up in ``--config-path``, default the current folder)."""
+    return _named(name, [Path(config_path or ".")], f"--config-name={name}", ())
+
+
+def config_file(path: str) -> list[Source]:
+    """The sources of one YAML file given on the command line: its ``defaults:`` list expanded."""
+    return _load(Path(path), [], ())
+
+
+def _named(name: str, folders: list[Path], referrer: str, stack: tuple[Path, ...]) -> list[Source]:
+    stem = name[:-5] if name.endswith(".yaml") else name
+    for folder in folders:
+        candidate = folder / f"{stem}.yaml"
+        if candidate.is_file():
+            return _load(candidate, folders, stack)
+    if stem in BUILTIN_CONFIGS:
+        return [Source(f"verl's {stem}", BUILTIN_CONFIGS[stem])]
+    searched = ", ".join(str(f) for f in folders)
+    raise ConfigError(
+        f"{referrer}: no {stem}.yaml in {searched}; without a file, rlcore knows verl's "
+        f"{' and '.join(BUILTIN_CONFIGS)}"
+    )
+
+
+def _load(path: Path, search: list[Path], stack: tuple[Path, ...]) -> list[Source]:
+    resolved = path.resolve()
+    if resolved in stack:
+        raise ConfigError(f"config file {str(path)!r}: its defaults list includes itself")
+    stack = (*stack, resolved)
+    data = read_yaml(path)
+    label = f"config file {str(path)!r}"
+    defaults = data.pop("defaults", None)
+    folders = [path.parent, *_search_path(data.pop("hydra", None), label), *search]
+    if defaults is None:
+        return [Source(label, data)]
+    if not isinstance(defaults, list):
+        raise ConfigError(f"{label}: 'defaults' must be a list")
+    entries = defaults if "_self_" in defaults else [*defaults, "_self_"]
+    sources: list[Source] = []
+    for entry in entries:
+        if entry == "_self_":
+            sources.append(Source(label, data))
+        elif isinstance(entry, str):
+            sources += _named(entry, folders, f"{label}: defaults entry {entry!r}", stack)
+        elif isinstance(entry, dict) and len(entry) == 1:
+            sources += _group(*next(iter(entry.items())), folders, label, stack)
+        else:
+            raise ConfigError(f"{label}: defaults entry {entry!r} is not a config name or a 'group: option' pair")
+    return sources
+
+
+def _group(key: str, option: Any, folders: list[Path], label: str, stack: tuple[Path, ...]) -> list[Source]:
+    """``group@package: option`` → ``group/option.yaml`` with its keys placed under ``package``."""
+    if key.startswith(("override ", "optional ")):
+        raise ConfigError(f"{label}: defaults entry {key!r}: Hydra's override/optional entries are not supported")
+    if option is None:
+        return []
+    group, _, package = key.partition("@")
+    sources = _named(f"{group}/{option}", folders, f"{label}: defaults entry {key}: {option}", stack)
+    package = package or group.replace("/", ".")
+    if package == "_global_":
+        return sources
+    return [Source(s.label, _under(package, s.fragment)) for s in sources]
+
+
+def _under(package: str, fragment: dict[str, Any]) -> dict[str, Any]:
+    for part in reversed(package.split(".")):
+        fragment = {part: fragment}
+    return fragment
+
+
+def _search_path(hydra: Any, label: str) -> list[Path]:
+    """The existing folders of ``hydra.searchpath`` (``file://`` entries, relative to the current folder)."""
+    if hydra is None:
+        return []
+    if not isinstance(hydra, dict) or set(hydra) - {"searchpath"}:
+        others = sorted(set(hydra) - {"searchpath"}) if isinstance(hydra, dict) else [repr(hydra)]
+        raise ConfigError(f"{label}: hydra.{', hydra.'.join(others)}: Hydra's own settings have no effect in rlcore "
+                          f"(only hydra.searchpath is read)")
+    folders = []
+    for entry in hydra.get("searchpath") or []:
+        text = str(entry)
+        if text.startswith("file://") and Path(text[len("file://"):]).is_dir():
+            folders.append(Path(text[len("file://"):]))
+    return folders

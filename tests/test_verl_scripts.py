@@ -1,0 +1,218 @@
+"""verl's own example scripts, run through ``rlcore run --dry-run`` with only the entry point swapped.
+
+The scripts under ``tests/verl_examples/`` are unmodified copies from verl (see the NOTICE there). Each
+one is executed by bash with ``python3`` replaced by a function that records the arguments of its
+``python3 -m verl.trainer.main_ppo`` line; the model and data paths are pointed at a tiny local model and
+parquet files, ``trainer.device=cpu`` is appended, and the result goes to ``rlcore run --dry-run``.
+
+A script whose features rlcore has must pass. Every other one must fail with an error naming the missing
+feature (the table below says which). Megatron scripts pass once a plugin registers the ``megatron``
+training backend, and until then fail naming ``pip install rlcore-plugin-megatron``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from rlcore.cli import cli
+from rlcore.config import default_config
+from rlcore.config.aliases import ALIASES, canonical_key
+from rlcore.config.loader import flatten, known_keys
+from rlcore.config.unsupported import MEGATRON_HINT, MISSING_FEATURES, UNSUPPORTED_VALUES, missing_feature
+from rlcore.plugins import load_plugins
+from rlcore.testing.runs import make_tiny_task
+
+EXAMPLES = Path(__file__).parent / "verl_examples"
+MEGATRON = "pip install rlcore-plugin-megatron"
+
+#: script -> None (must pass) or a text the error must contain (the missing feature)
+EXPECTED: dict[str, str | None] = {
+    "examples/grpo_trainer/run_deepseek7b_llm.sh": None,
+    "examples/grpo_trainer/run_deepseek7b_llm_math.sh": None,
+    "examples/grpo_trainer/run_deepseek7b_llm_seq_balance.sh": None,
+    "examples/grpo_trainer/run_qwen2-7b.sh": None,
+    "examples/grpo_trainer/run_qwen2-7b_math.sh": None,
+    "examples/grpo_trainer/run_qwen2-7b_seq_balance.sh": None,
+    "examples/grpo_trainer/run_qwen3-8b.sh": None,
+    "examples/grpo_trainer/run_gptoss_20b.sh": None,
+    "examples/ppo_trainer/run_deepseek7b_llm.sh": None,
+    "examples/ppo_trainer/run_gemma.sh": None,
+    "examples/ppo_trainer/run_qwen2-7b_seq_balance.sh": None,
+    "examples/ppo_trainer/run_qwen2-7b_sglang_seq_balance.sh": None,
+    "examples/ppo_trainer/run_qwen2.5-32b.sh": None,
+    "examples/gpg_trainer/run_qwen2-7b_math.sh": None,
+    "examples/rloo_trainer/run_qwen2-7b.sh": None,
+    "examples/remax_trainer/run_qwen2.5-3b_seq_balance.sh": None,
+    "examples/reinforce_plus_plus_trainer/run_qwen2-7b_math_rf.sh": None,
+    "examples/reinforce_plus_plus_trainer/run_qwen2-7b_math_rf_baseline.sh": None,
+    # --config-name=ppo_megatron_trainer and actor_rollout_ref.{actor,ref}.megatron.*
+    "examples/grpo_trainer/run_qwen2-7b_math_megatron.sh": MEGATRON,
+    "examples/grpo_trainer/run_deepseek7b_llm_math_megatron.sh": MEGATRON,
+    "examples/grpo_trainer/run_qwen2_5-7b_math_megatron_diff_tp.sh": MEGATRON,
+    "examples/ppo_trainer/run_deepseek_math_gsm8k_megatron.sh": MEGATRON,
+    "examples/ppo_trainer/run_qwen2-7b_math_gsm8k_megatron.sh": MEGATRON,
+    "examples/gpg_trainer/run_qwen2-7b_math_megatron.sh": MEGATRON,
+    # features rlcore does not have yet
+    "examples/grpo_trainer/run_qwen2_5-3b_gsm8k_grpo_lora.sh": "actor_rollout_ref.rollout.layered_summon",
+    "examples/grpo_trainer/run_qwen2-7b_math_trtllm.sh": "actor_rollout_ref.rollout.name=trtllm: unknown rollout_engine",
+    "examples/grpo_trainer/run_qwen2_5_vl-7b.sh": "multimodal data",
+    "examples/grpo_trainer/run_mistral13b_skyworkrm_hhrlhf.sh": "model-based rewards",
+    "examples/grpo_trainer/run_qwen2_5_7b_grpo_discrete_prof_npu.sh": "profiling",
+    "examples/ppo_trainer/run_deepseek7b_llm_pfppo.sh": "PF-PPO",
+    "examples/ppo_trainer/run_deepseek7b_llm_sp2.sh": "Ulysses sequence parallelism for the critic",
+    "examples/ppo_trainer/run_deepseek7b_llm_sandbox_fusion.sh": "Sandbox Fusion",
+    "examples/ppo_trainer/run_qwen2-7b_rm.sh": "model-based rewards",
+    "examples/cispo_trainer/run_cispo_qwen2_5_0_5b_gsm8k.sh": "actor_rollout_ref.actor.policy_loss.loss_mode=cispo: unknown policy_loss",
+    "examples/gmpo_trainer/run_qwen2_5-7b_math.sh": "actor_rollout_ref.actor.policy_loss.loss_mode=geo_mean: unknown policy_loss",
+    "examples/otb_trainer/run_qwen2_5-7b.sh": "algorithm.adv_estimator=optimal_token_baseline: unknown",
+    "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn.sh": "multi-turn rollouts",
+}
+
+#: stands in for ``python3``/``python`` (records main_ppo's arguments) and ``ray job submit ... --``
+SHIMS = r"""
+python3() {
+    if [ "$1" = "-m" ] && [ "${2#verl.trainer.main_ppo}" != "$2" ]; then shift 2; printf '%s\0' "$@" > "$VERL_ARGV"
+    else echo "{}"; fi
+}
+python() { python3 "$@"; }
+ray() { while [ $# -gt 0 ] && [ "$1" != "--" ]; do shift; done; shift; "$@"; }
+nvidia-smi() { echo 8; }
+export -f python3 python ray nvidia-smi
+bash "$1"
+"""
+#: the keys pointed at local files
+MODEL_KEYS = ("actor_rollout_ref.model.path", "critic.model.path")
+DATA_KEYS = ("data.train_files", "data.val_files")
+
+
+def test_the_table_covers_every_copied_script() -> None:
+    copied = {str(p.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*.sh")}
+    assert copied == set(EXPECTED)
+
+
+def verl_arguments(script: str, home: Path) -> list[str]:
+    """The arguments the script passes to ``python3 -m verl.trainer.main_ppo``."""
+    argv = home / "argv"
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "VERL_ARGV": str(argv)}
+    subprocess.run(["bash", "-c", SHIMS, "shim", script], cwd=EXAMPLES, env=env, capture_output=True, timeout=60,
+                   check=False)
+    assert argv.is_file(), f"{script} did not reach python3 -m verl.trainer.main_ppo"
+    return [word for word in argv.read_bytes().decode().split("\0") if word]
+
+
+def localised(arguments: list[str], model: Path, task: dict[str, Path]) -> list[str]:
+    """``arguments`` with the model and data paths pointed at local files, and ``trainer.device=cpu``."""
+    out = []
+    for word in arguments:
+        key = word.split("=", 1)[0].lstrip("+")
+        if key in MODEL_KEYS:
+            word = f"{key}={model}"
+        elif key in DATA_KEYS:
+            word = f"{key}={task['train' if key == 'data.train_files' else 'test']}"
+        out.append(word)
+    return [*out, "trainer.device=cpu"]
+
+
+@pytest.fixture(scope="module")
+def tiny_task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny parquet task shared by every script."""
+    return make_tiny_task(tmp_path_factory.mktemp("task"))
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="the example scripts are bash scripts")
+@pytest.mark.parametrize("script", sorted(EXPECTED))
+def test_verl_script_dry_run(script: str, tmp_path: Path, tiny_model_dir: Path, tiny_task: dict[str, Path]) -> None:
+    expected = EXPECTED[script]
+    if expected == MEGATRON and load_plugins().registry.has("training_backend", "megatron"):
+        expected = None
+    arguments = localised(verl_arguments(script, tmp_path), tiny_model_dir, tiny_task)
+    result = CliRunner().invoke(cli, ["run", "--dry-run", *arguments])
+    if expected is None:
+        assert result.exit_code == 0, result.output
+        assert "prompts per step:" in result.output
+    else:
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output
+        assert expected in result.output, result.output
+
+
+# ------------------------------------------------------------------ docs/from-verl.md is kept honest
+DOC = Path(__file__).resolve().parents[1] / "docs" / "from-verl.md"
+VERL_DEFAULTS = EXAMPLES / "verl" / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+
+
+def doc_tables(heading: str) -> list[list[list[str]]]:
+    """The tables under ``## heading`` in the migration page: each a list of body rows, each a list of cells."""
+    section = DOC.read_text().split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    tables: list[list[list[str]]] = []
+    previous = ""
+    for line in section.splitlines():
+        if line.startswith("|") and not previous.startswith("|"):
+            tables.append([])
+        if line.startswith("|"):
+            tables[-1].append([cell.strip() for cell in line.strip("|").split("|")])
+        previous = line
+    return [table[2:] for table in tables]
+
+
+def ticked(cell: str) -> list[str]:
+    """The `code` spans of a table cell."""
+    return re.findall(r"`([^`]+)`", cell)
+
+
+def test_renamed_table_is_the_alias_table() -> None:
+    (table,) = doc_tables("Renamed keys")
+    rows = {tuple(ticked(a) + ticked(b)) for a, b in table}
+    assert rows == set(ALIASES.items())
+
+
+def test_missing_table_is_the_feature_table() -> None:
+    features, values = doc_tables("Not in rlcore yet")
+    assert [(f, ticked(keys)) for f, keys, _ in features] == [(m.feature, list(m.patterns)) for m in MISSING_FEATURES]
+    for (_, _, off), missing in zip(features, MISSING_FEATURES):
+        assert {k: yaml.safe_load(v) for k, v in (t.split("=", 1) for t in ticked(off))} == dict(missing.off)
+    assert [(ticked(key)[0], feature) for key, feature in values] == [
+        (f"{key}=true", feature) for key, (_, feature) in UNSUPPORTED_VALUES.items()
+    ]
+
+
+def test_every_verl_default_key_is_accounted_for() -> None:
+    """Each key of verl's default config exists in rlcore (maybe renamed) or belongs to a missing feature, the
+    page's counts are right, and no missing feature names a key rlcore has."""
+    known = known_keys(default_config())
+    same = renamed = 0
+    unaccounted = []
+    for key in flatten(yaml.safe_load(VERL_DEFAULTS.read_text())):
+        if key.endswith("_target_"):
+            continue
+        target = canonical_key(key)
+        if known.declares(target):
+            same, renamed = (same + 1, renamed) if target == key else (same, renamed + 1)
+        elif missing_feature(target) is None:
+            unaccounted.append(key)
+    assert unaccounted == []
+    assert f"{same} exist in rlcore under the same name and {renamed} under another name" in DOC.read_text()
+    megatron = load_plugins().registry.has("training_backend", "megatron")
+    for feature in MISSING_FEATURES:
+        if megatron and feature.hint == MEGATRON_HINT:
+            continue
+        assert [key for key in known.leaves | known.free if feature.matches(key)] == [], feature.feature
+    for alias in ALIASES:
+        assert not known.declares(alias), f"{alias} is an alias but also a key of its own"
+
+
+def test_sample_counts_in_the_doc() -> None:
+    passing = sum(1 for v in EXPECTED.values() if v is None)
+    megatron = sum(1 for v in EXPECTED.values() if v == MEGATRON)
+    text = DOC.read_text()
+    assert f"a sample of {len(EXPECTED)} of verl's own example scripts" in text
+    assert f"**{passing} pass**" in text and f"**{megatron} need the Megatron backend**" in text
+    assert f"**{len(EXPECTED) - passing - megatron} need a feature rlcore does not have yet**" in text
