@@ -354,3 +354,13 @@ def test_config_show_prints_what_run_resolves(tmp_path: Path) -> None:
     manager.hook.on_config_resolved(config=config)
     assert printed == yaml.safe_load(config_to_yaml(config))
     assert printed["algorithm"]["batch_filters"], "the dapo preset's on_config_resolved adds its group filter"
+
+
+def test_min_group_size_is_checked_before_anything_loads() -> None:
+    """An estimator that declares ``min_group_size=2`` (grpo_passk) with ``rollout.n=1`` fails in the dry run,
+    naming both keys."""
+    result = CliRunner().invoke(cli, ["run", "--dry-run", "algorithm.adv_estimator=grpo_passk",
+                                      "actor_rollout_ref.rollout.n=1"])
+    assert result.exit_code == 2
+    assert "actor_rollout_ref.rollout.n=1: algorithm.adv_estimator=grpo_passk" in result.output
+    assert "needs at least 2 per prompt" in result.output

@@ -138,7 +138,7 @@ def register_advantage_estimators(register: Register) -> None:
     (plus ``values`` and ``reward_baselines`` when the estimator declares it needs them) returning
     ``(advantages, returns)``, both ``[B, R]``. Declare needs as metadata so the controller creates the
     roles they require and no others: ``needs_critic=True``, ``needs_greedy_baseline=True``,
-    ``min_group_size=2``.
+    ``min_group_size=2`` (checked against ``actor_rollout_ref.rollout.n`` before anything loads).
 
     Example::
 

@@ -43,11 +43,28 @@ def _component(registry: Any, key: str, kind: str, name: str) -> None:
         raise ConfigError(f"{key}={name}: {exc}") from exc
 
 
+def _check_group_size(config: DictConfig, registry: Any) -> None:
+    """``actor_rollout_ref.rollout.n`` is at least the estimator's ``min_group_size`` meta (an unknown
+    estimator is reported by the component check)."""
+    try:
+        estimator = registry.get("advantage_estimator", config.algorithm.adv_estimator)
+    except RLCoreError:
+        return
+    need = int(estimator.meta.get("min_group_size", 1))
+    n = config.actor_rollout_ref.rollout.n
+    if isinstance(n, int) and n < need:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.n={n}: algorithm.adv_estimator={estimator.name} compares responses within "
+            f"a group and needs at least {need} per prompt"
+        )
+
+
 def check_components(config: DictConfig, manager: PluginManager, problems: Problems | None = None) -> None:
     """Resolve every component the config names; raise on unknown or conflicting ones (all of them, or
     record them in ``problems`` when it is given).
 
-    Components are resolved without importing them, except the trackers: their libraries are imported and
+    Components are resolved without importing them (an advantage estimator's ``min_group_size`` meta is
+    checked against ``rollout.n``), except the trackers: their libraries are imported and
     their settings checked (:func:`~rlcore.tracking.external.preflight_trackers`), so that a tracker whose
     package is missing fails here, naming its ``pip install 'rlcore[...]'`` line, before any model loads.
     """
@@ -66,6 +83,8 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
     for key, kind, name in wanted:
         with collected.collect():
             _component(registry, key, kind, name)
+    with collected.collect():
+        _check_group_size(config, registry)
     before = len(collected.items)
     for name in _loggers(config):
         with collected.collect():
