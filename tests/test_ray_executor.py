@@ -28,7 +28,8 @@ from rlcore.controller import ray_executor  # noqa: E402
 from rlcore.controller.groups import build_worker_groups  # noqa: E402
 from rlcore.controller.placement import SESSION, placement_mode  # noqa: E402
 from rlcore.controller.ray_executor import RayWorkerGroup, WorkerDiedError, WorkerError  # noqa: E402
-from rlcore.controller.worker_group import WorkerSpec, make_worker_group  # noqa: E402
+from rlcore.controller.worker_group import make_worker_group  # noqa: E402
+from rlcore.controller.worker_spec import WorkerSpec  # noqa: E402
 from rlcore.errors import RLCoreError  # noqa: E402
 from rlcore.protocol import Batch  # noqa: E402
 from rlcore.testing.runs import make_tiny_task, tiny_overrides, tiny_run  # noqa: E402

@@ -65,7 +65,8 @@ def register_training_backends(register: Register) -> None:
 def register_rollout_engines(register: Register) -> None:
     """Register rollout (generation) engines (kind ``rollout_engine``), selected by ``actor_rollout_ref.rollout.name``.
 
-    A target is a class ``(model_path, tokenizer, config, *, device, dtype)`` with
+    A target is a class implementing :class:`rlcore.rollout.engine.RolloutEngine`:
+    ``(model_path, tokenizer, config, *, device, dtype)`` with
     ``generate(batch, validate=False) -> Batch`` (responses and masks, optionally rollout log-probs),
     ``update_weights(named_tensors)``, ``prompt_log_probs(token_ids)`` (teacher-forced log-probs of a
     probe, compared with the trainer's after every weight sync), ``sleep()``, ``wake()`` and a

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from omegaconf import DictConfig
 
+from rlcore.controller.contracts import ActorGroup, CriticGroup, WorkerGroup
 from rlcore.controller.placement import POOL_ROLLOUT, POOL_TRAIN, placement_mode
-from rlcore.controller.worker_group import WorkerSpec, make_worker_group
+from rlcore.controller.worker_group import make_worker_group
+from rlcore.controller.worker_spec import WorkerSpec
 
 
-def sync_weights(actor: Any, rollout: Any) -> dict[str, float]:
+def sync_weights(actor: ActorGroup, rollout: ActorGroup) -> dict[str, float]:
     """Make ``rollout`` serve ``actor``'s current weights; returns the sync metrics.
 
     The same group (colocated): the actor worker's own ``sync_weights()``. Two groups (split): the actor
@@ -39,16 +40,16 @@ def sync_weights(actor: Any, rollout: Any) -> dict[str, float]:
 class WorkerGroups:
     """The groups of a run. ``rollout is actor`` with colocated placement; ``critic`` is None without one."""
 
-    actor: Any
-    rollout: Any
-    critic: Any | None = None
+    actor: ActorGroup
+    rollout: ActorGroup
+    critic: CriticGroup | None = None
 
     @property
     def split(self) -> bool:
         """Whether generation runs on its own group (``trainer.placement=split``)."""
         return self.rollout is not self.actor
 
-    def distinct(self) -> list[Any]:
+    def distinct(self) -> list[WorkerGroup]:
         """Every group once: actor, then rollout (when split), then critic (when used)."""
         groups = [self.actor] + ([self.rollout] if self.split else [])
         return groups + ([self.critic] if self.critic is not None else [])
@@ -92,7 +93,7 @@ def build_worker_groups(config: DictConfig, *, use_reference: bool, use_critic: 
     """
     split = placement_mode(config) == "split"
     actor_spec = WorkerSpec("actor")
-    created: list[Any] = []
+    created: list[WorkerGroup] = []
     try:
         if split:
             role = "actor_ref" if use_reference else "actor"

@@ -31,7 +31,7 @@ from ray.exceptions import RayError, RayTaskError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rlcore.controller.placement import BUNDLE_SHARE, POOL_TRAIN, SESSION
-from rlcore.controller.worker_group import WorkerSpec
+from rlcore.controller.worker_spec import WorkerSpec
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PLUGIN_ENV_VARS
 from rlcore.protocol import Batch

@@ -10,10 +10,12 @@ executor (:mod:`rlcore.controller.ray_executor`) shares this interface with one 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig
+
+from rlcore.controller.contracts import WorkerGroup
+from rlcore.controller.worker_spec import WorkerSpec
 
 
 def reduce_metrics(metrics: dict[str, Any]) -> dict[str, float]:
@@ -26,32 +28,6 @@ def reduce_metrics(metrics: dict[str, Any]) -> dict[str, float]:
         else:
             out[key] = float(value)
     return out
-
-
-#: the core worker class of each worker kind, as lazy ``module:attr`` targets
-WORKER_CLASSES: dict[str, str] = {
-    "actor": "rlcore.workers.actor:ActorRolloutRefWorker",
-    "critic": "rlcore.workers.critic:CriticWorker",
-}
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """Which worker class to build: a name of :data:`WORKER_CLASSES` (``actor`` for the actor/rollout/reference
-    roles, ``critic``) or any ``module:attr`` target, imported in the process that builds the worker.
-
-    The core workers resolve their training backend (``*.strategy``) through the plugin registry of their
-    own process, so nothing but this string and the config travels to a Ray actor.
-    """
-
-    worker: str
-
-    def resolve(self) -> type:
-        """The worker class (imported on first use: the core workers need torch)."""
-        import importlib
-
-        module, _, attr = WORKER_CLASSES.get(self.worker, self.worker).partition(":")
-        return getattr(importlib.import_module(module), attr)
 
 
 class LocalWorkerGroup:
@@ -92,7 +68,7 @@ class LocalWorkerGroup:
             close()
 
 
-def make_worker_group(spec: WorkerSpec, config: DictConfig, role: str, pool: str = "train") -> Any:
+def make_worker_group(spec: WorkerSpec, config: DictConfig, role: str, pool: str = "train") -> WorkerGroup:
     """Create the worker group for ``role`` with the executor named by ``trainer.executor``.
 
     ``local`` gives a :class:`LocalWorkerGroup`; ``ray`` a

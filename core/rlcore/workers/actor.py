@@ -20,6 +20,7 @@ from rlcore.dtypes import parse_dtype
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore.registry import UnknownComponentError
+from rlcore.rollout.engine import RolloutEngine
 from rlcore.rollout.weights import state_checksum
 from rlcore.workers.base import WorkerBase, checkpoint_contents, cpu_batch
 from rlcore.workers.batch_sizes import UpdateBatchSizes, inference_micro_batch_size, ppo_batch_sizes, token_budget
@@ -85,7 +86,7 @@ class ActorRolloutRefWorker(WorkerBase):
         self.tokenizer: Any = None
         self.actor: TrainingEngine | None = None
         self.ref: TrainingEngine | None = None
-        self.rollout_engine: Any = None
+        self.rollout_engine: RolloutEngine | None = None
         self._warned_unverified = False
         self.loss_fn: Any = None
         self.shuffle_generator: torch.Generator | None = None

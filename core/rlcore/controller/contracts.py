@@ -1,0 +1,95 @@
+"""The worker groups as the controller sees them: typed protocols of the calls it makes.
+
+A group (:class:`~rlcore.controller.worker_group.LocalWorkerGroup` or
+:class:`~rlcore.controller.ray_executor.RayWorkerGroup`) forwards ``group.method(...)`` to the same method
+of its workers on every rank, splitting a leading :class:`~rlcore.protocol.Batch` over the data-parallel
+ranks and concatenating the results. These protocols name those methods, so that a reader (and a type
+checker) can follow a step from :mod:`rlcore.controller.trainer` to the worker: each method here is
+implemented by :class:`rlcore.workers.actor.ActorRolloutRefWorker` or
+:class:`rlcore.workers.critic.CriticWorker`, whose docstrings say what it does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlcore.protocol import Batch
+
+
+class WorkerGroup(Protocol):
+    """What every group offers, whatever its role."""
+
+    #: the role its workers were built for (``actor_rollout_ref``, ``rollout``, ``critic``, ...)
+    role: str
+    #: how many ranks (processes) it has
+    world_size: int
+    #: how many chunks a batch is cut into (world size ÷ model-parallel size)
+    dp_size: int
+
+    def init_model(self) -> None:
+        """Build every rank's engines (and the rollout engine, by role)."""
+        ...
+
+    def save_checkpoint(self, path: str | Path) -> None:
+        """Write the role's checkpoint into ``path`` (collective)."""
+        ...
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Restore what :meth:`save_checkpoint` wrote."""
+        ...
+
+    def pop_compute_s(self) -> dict[str, float]:
+        """Seconds spent inside each worker method since the last call (the slowest rank), and reset."""
+        ...
+
+    def shutdown(self) -> None:
+        """Release the workers (process groups, engines, Ray actors)."""
+        ...
+
+
+class ActorGroup(WorkerGroup, Protocol):
+    """The policy side: :class:`rlcore.workers.actor.ActorRolloutRefWorker` on every rank."""
+
+    def generate_sequences(self, batch: Batch) -> Batch:
+        """Responses for the batch's prompts from the rollout engine."""
+        ...
+
+    def compute_log_prob(self, batch: Batch) -> Batch:
+        """``old_log_probs`` and ``entropys`` under the current actor."""
+        ...
+
+    def compute_ref_log_prob(self, batch: Batch) -> Batch:
+        """``ref_log_prob`` under the reference policy."""
+        ...
+
+    def update_actor(self, batch: Batch) -> Batch:
+        """One PPO update; the result's ``meta["metrics"]`` holds ``actor/*``."""
+        ...
+
+    def sync_weights(self) -> dict[str, float]:
+        """Push the actor's weights into the colocated rollout engine and check them."""
+        ...
+
+    def export_weights(self) -> dict[str, torch.Tensor]:
+        """The actor's full weights on rank 0 (split placement)."""
+        ...
+
+    def receive_weights(self, state: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Load a trainer's weights into this group's rollout engines and check them (split placement)."""
+        ...
+
+
+class CriticGroup(WorkerGroup, Protocol):
+    """The value model: :class:`rlcore.workers.critic.CriticWorker` on every rank."""
+
+    def compute_values(self, batch: Batch) -> Batch:
+        """``values`` of the batch's responses."""
+        ...
+
+    def update_critic(self, batch: Batch) -> Batch:
+        """One value-function update; the result's ``meta["metrics"]`` holds ``critic/*``."""
+        ...
