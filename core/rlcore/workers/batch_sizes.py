@@ -39,7 +39,9 @@ def ppo_batch_sizes(config: DictConfig, section: str, dp_size: int) -> UpdateBat
     """The per-rank mini- and micro-batch sizes of the update at ``section`` (``actor_rollout_ref.actor``
     or ``critic``) over ``dp_size`` data-parallel ranks; every error names its key."""
     n = positive_int(select(config, ROLLOUT_N_KEY, 1), ROLLOUT_N_KEY)
-    mini_key, micro_key, legacy_key = (f"{section}.{k}" for k in ("ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu", "ppo_micro_batch_size"))
+    mini_key = f"{section}.ppo_mini_batch_size"
+    micro_key = f"{section}.ppo_micro_batch_size_per_gpu"
+    legacy_key = f"{section}.ppo_micro_batch_size"
     mini_prompts = positive_int(select(config, mini_key), mini_key)
     responses = mini_prompts * n
     if responses % dp_size:

@@ -12,7 +12,7 @@ import torch
 
 from rlcore.protocol import Batch
 from rlcore.workers.batch_sizes import UpdateBatchSizes
-from rlcore.workers.engine import ModelOutput, TrainingEngine
+from rlcore.workers.engine import MicroBatchLoss, ModelOutput, TrainingEngine
 from rlcore.workers.micro_batches import plan_micro_batches
 
 #: ``loss_fn(micro_batch, output) -> (loss, metrics)``: the unscaled loss of one micro-batch as the
@@ -58,6 +58,28 @@ def loss_units(response_mask: torch.Tensor, loss_agg_mode: str) -> float | None:
     return float((response_mask.sum(-1) > 0).sum())
 
 
+def _scaled(
+    objective: MicroBatchObjective,
+    units: list[float | None],
+    total: float,
+    dp_size: int,
+    collected: dict[str, list[float]],
+) -> MicroBatchLoss:
+    """The engine's loss function for one mini-batch: micro-batch ``index``'s loss times its share
+    ``units[index] / total`` of the global mini-batch, times ``dp_size`` (see :func:`ppo_update`); the
+    objective's metrics are appended to ``collected``."""
+
+    def scaled_loss(index: int, micro: Batch, output: ModelOutput) -> torch.Tensor:
+        loss, metrics = objective(micro, output)
+        for name, value in metrics.items():
+            collected[name].append(float(value))
+        unit = units[index]
+        share = 1.0 if unit is None else unit / total if total else 0.0
+        return loss * (dp_size * share)
+
+    return scaled_loss
+
+
 def ppo_update(
     engine: TrainingEngine,
     batch: Batch,
@@ -93,16 +115,7 @@ def ppo_update(
             )
             units = [loss_units(micro["response_mask"], settings.loss_agg_mode) for micro in plan.parts]
             total = engine.all_reduce_sum(sum(unit or 0.0 for unit in units))
-
-            def scaled_loss(index: int, micro: Batch, output: ModelOutput) -> torch.Tensor:
-                """The micro-batch's loss times its share of the global mini-batch (see above)."""
-                loss, metrics = objective(micro, output)
-                for name, value in metrics.items():
-                    collected[name].append(float(value))
-                unit = units[index]
-                share = 1.0 if unit is None else unit / total if total else 0.0
-                return loss * (dp_size * share)
-
+            scaled_loss = _scaled(objective, units, total, dp_size, collected)
             engine.forward_backward(
                 plan.parts, scaled_loss, temperature=settings.temperature, with_entropy=settings.with_entropy
             )
