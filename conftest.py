@@ -13,10 +13,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 #: test files that take minutes, longest first: they start first so that the two workers finish together
 LONG_FILES = (
     "tests/test_seed_command.py",
+    "tests/test_wheelhouse.py",
     "tests/test_default_run.py",
+    "plugins/backend_megatron/tests/test_multirank.py",
     "plugins/rollout_vllm/tests/test_contract.py",
     "tests/test_template.py",
     "plugins/rollout_vllm/tests/test_engine.py",
+    "plugins/backend_megatron/tests/test_run.py",
 )
 
 

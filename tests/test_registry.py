@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import tomllib
 import types
+from pathlib import Path
 
 import pytest
 
 import rlcore
+from rlcore import distributions
+from rlcore.distributions import Distribution
+from rlcore.plugins import normalize_dist_name
 from rlcore.registry import (
     Component,
     ComponentConflictError,
@@ -153,3 +158,73 @@ def test_builtins_are_listed_as_plugins(plugin_manager) -> None:
     builtin = {name for name, record in plugin_manager.records.items() if record.builtin}
     assert {"rlcore.builtin.data", "rlcore.builtin.rollout", "rlcore.builtin.rewards"} <= builtin
     assert plugin_manager.registry.get("rollout_engine", "hf").plugin == "rlcore.builtin.rollout"
+
+
+ABSENT = "rlcore-plugin-surely-absent"
+
+
+@pytest.fixture
+def table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A component -> distribution table with one distribution that is not installed and one that is."""
+    monkeypatch.setattr(distributions, "DISTRIBUTIONS", (
+        Distribution(ABSENT, {"training_backend": ("absent", "absent2")}),
+        Distribution("rlcore", {"training_backend": ("present",)}),
+    ))
+
+
+def test_unknown_name_of_a_missing_distribution_names_its_pip_line(table: None) -> None:
+    registry = Registry()
+    registry.add(_comp("fsdp", kind="training_backend"))
+    with pytest.raises(UnknownComponentError) as info:
+        registry.get("training_backend", "absent2")
+    assert str(info.value) == (f"unknown training_backend 'absent2': it is provided by {ABSENT}, which is not "
+                               f"installed: pip install {ABSENT}. Known training_backends: fsdp")
+
+
+def test_unknown_name_of_an_installed_distribution_points_to_rlcore_plugins(table: None) -> None:
+    with pytest.raises(UnknownComponentError, match=r"provided by rlcore, which is installed but did not register"):
+        Registry().get("training_backend", "present")
+
+
+def test_did_you_mean_a_component_of_a_missing_distribution(table: None) -> None:
+    with pytest.raises(UnknownComponentError, match=rf"Did you mean 'absent' \(pip install {ABSENT}\)\?"):
+        Registry().get("training_backend", "absnet")
+
+
+def test_install_line_names_every_extra() -> None:
+    vllm = distributions.by_name("rlcore-plugin-vllm")
+    assert vllm is not None and set(vllm.extras) == {"cpu", "gpu"}
+    for extra, machines in vllm.extras.items():
+        assert f"pip install 'rlcore-plugin-vllm[{extra}]' ({machines})" in vllm.install_line
+
+
+def test_missing_dependency_of_a_distribution_with_extras_names_its_install_line(tmp_path, monkeypatch) -> None:
+    (tmp_path / "engine_pkg_y.py").write_text("import surely_missing_engine_library\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = Registry()
+    registry.add(_comp("vllm", kind="rollout_engine", plugin="rlcore-plugin-vllm", target="engine_pkg_y:Engine"))
+    with pytest.raises(ComponentImportError) as info:
+        registry.load("rollout_engine", "vllm")
+    assert distributions.by_name("rlcore-plugin-vllm").install_line in str(info.value)
+
+
+def test_table_agrees_with_what_the_bundled_plugins_register(plugin_manager) -> None:
+    """Every distribution of ``plugins/`` has a row in :data:`rlcore.distributions.DISTRIBUTIONS` listing exactly
+    the names and aliases its plugin registers; no row names a built-in component or a name twice."""
+    root = Path(__file__).resolve().parents[1]
+    registered: dict[str, set[tuple[str, str]]] = {}
+    for comp in plugin_manager.registry.components():
+        names = {(comp.kind, name) for name in (comp.name, *comp.aliases)}
+        registered.setdefault(normalize_dist_name(comp.dist or comp.plugin), set()).update(names)
+    for pyproject in sorted(root.glob("plugins/*/pyproject.toml")):
+        dist = normalize_dist_name(tomllib.loads(pyproject.read_text())["project"]["name"])
+        record = plugin_manager.records.get(dist)
+        assert record is not None and record.status == "ok", f"{dist} is not loaded: pip install -r requirements.txt"
+        row = distributions.by_name(dist)
+        assert row is not None, f"{dist} has no row in rlcore.distributions.DISTRIBUTIONS"
+        assert {(kind, name) for kind, names in row.components.items() for name in names} == registered[dist]
+    table = [(kind, name) for row in distributions.DISTRIBUTIONS for kind, names in row.components.items()
+             for name in names]
+    assert len(table) == len(set(table))
+    builtin = {key for plugin, names in registered.items() if plugin.startswith("rlcore.builtin") for key in names}
+    assert not builtin & set(table)

@@ -103,11 +103,12 @@ def test_template_switches_follow_rlcore() -> None:
 @pytest.mark.parametrize(("minimum", "expected"), [("0.1", ">=0.1,<0.2"), ("0.12", ">=0.12,<0.13"),
                                                    ("1.3", ">=1.3,<2"), ("2.0.1", ">=2.0.1,<3")])
 def test_rlcore_range_takes_compatible_releases_only(minimum: str, expected: str, tmp_path: Path, run: Any) -> None:
-    """``rlcore_min_version`` gives ``rlcore>=MIN,<NEXT_BREAKING`` in the dependencies and the test extra."""
+    """``rlcore_min_version`` gives ``rlcore[train]>=MIN,<NEXT_BREAKING`` in the dependencies (a plugin installed
+    alone can train) and ``rlcore[test]`` in the test extra."""
     assert compatible_range(minimum) == expected
     rlcore_new(run, tmp_path, "plugin_name=ranged", f"rlcore_min_version={minimum}")
     meta = tomllib.loads((tmp_path / "out" / "rlcore-plugin-ranged" / "pyproject.toml").read_text())["project"]
-    assert meta["dependencies"] == [f"rlcore{expected}"]
+    assert meta["dependencies"] == [f"rlcore[train]{expected}"]
     assert meta["optional-dependencies"] == {"test": [f"rlcore[test]{expected}"]}
 
 

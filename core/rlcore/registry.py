@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlcore import distributions
 from rlcore.errors import RLCoreError
 
 #: component kind -> the hook that registers it
@@ -101,14 +102,19 @@ class Component:
         self._loaded = obj
         return obj
 
-
     def _import_failure(self, module_name: str, exc: ImportError) -> str:
         provider = self.dist or self.plugin
         head = f"{self.kind} {self.name!r} (provided by {provider}) cannot be imported from {module_name!r}"
         missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
         if missing and not module_name.startswith(missing + ".") and missing != module_name.split(".")[0]:
             extra = self.meta.get("extra")
-            install = f"pip install '{provider}[{extra}]'" if extra else f"pip install {missing}"
+            dist = distributions.by_name(provider)
+            if extra:
+                install = f"pip install '{provider}[{extra}]'"
+            elif dist is not None and dist.extras:
+                install = dist.install_line
+            else:
+                install = f"pip install {missing}"
             hint = self.meta.get("install_hint", install)
             return f"{head}: it needs the module {missing!r}, which is not installed ({hint})"
         if missing:
@@ -231,12 +237,24 @@ class Registry:
             )
         comp = self._components.get((kind, canonical))
         if comp is None:
-            known = sorted({*self.names(kind), *(a for (k, a) in self._aliases if k == kind)})
-            close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            listing = ", ".join(known) if known else "(none: is the plugin that provides it installed?)"
-            raise UnknownComponentError(f"unknown {kind} {name!r}.{hint} Known {kind}s: {listing}")
+            raise UnknownComponentError(self._unknown(kind, name))
         return comp
+
+    def _unknown(self, kind: str, name: str) -> str:
+        """The message for an unregistered ``name``: which distribution provides it and its ``pip install``
+        line (from :mod:`rlcore.distributions`), or a did-you-mean, and the known names of ``kind``."""
+        known = sorted({*self.names(kind), *(a for (k, a) in self._aliases if k == kind)})
+        advice = distributions.missing_component_advice(kind, name)
+        if advice is not None:
+            return f"unknown {kind} {name!r}: {advice}. Known {kind}s: {', '.join(known) or 'none'}"
+        listing = ", ".join(known) if known else "(none: is the plugin that provides it installed?)"
+        candidates = sorted({*known, *distributions.provided_names(kind)})
+        close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.5)
+        hint = ""
+        if close:
+            dist = None if close[0] in known else distributions.provider(kind, close[0])
+            hint = f" Did you mean {close[0]!r}{f' ({dist.install_line})' if dist else ''}?"
+        return f"unknown {kind} {name!r}.{hint} Known {kind}s: {listing}"
 
     def load(self, kind: str, name: str) -> Any:
         """Return the imported target of ``(kind, name)``."""

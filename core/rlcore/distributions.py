@@ -1,0 +1,91 @@
+"""Which distribution provides each component that rlcore knows of but does not ship itself.
+
+This is the table behind the ``pip install ...`` line of every "component not installed" error: when a
+config names ``actor_rollout_ref.actor.strategy=fsdp`` and no loaded plugin registers it, the error says
+``pip install rlcore-plugin-fsdp``. ``tests/test_registry.py`` checks that the rows of every distribution in
+this repository's ``plugins/`` agree with what its plugin really registers, so the table cannot drift from
+the code; rows of distributions that live elsewhere (Megatron, DeepSpeed) are kept here by hand.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A plugin distribution, the components (names and aliases, by kind) it registers, and how to install it.
+
+    ``extras`` maps an extra that a working install needs to the machines it is for (``{"cpu": "CPU
+    machines", "gpu": "CUDA"}``); without extras, a plain ``pip install <name>`` is enough.
+    """
+
+    name: str
+    components: dict[str, tuple[str, ...]]
+    extras: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def install_line(self) -> str:
+        """The command that installs it, e.g. ``pip install 'rlcore-plugin-vllm[cpu]' (CPU machines) or ...``."""
+        if not self.extras:
+            return f"pip install {self.name}"
+        lines = (f"pip install '{self.name}[{extra}]' ({machines})" for extra, machines in self.extras.items())
+        return " or ".join(lines)
+
+    def is_installed(self) -> bool:
+        """Whether the distribution is installed in this environment (loaded or not)."""
+        try:
+            importlib.metadata.distribution(self.name)
+        except importlib.metadata.PackageNotFoundError:
+            return False
+        return True
+
+
+#: every plugin distribution rlcore points users to, with everything it registers
+DISTRIBUTIONS: tuple[Distribution, ...] = (
+    Distribution("rlcore-plugin-fsdp", {"training_backend": ("fsdp", "fsdp2")}),
+    Distribution("rlcore-plugin-megatron", {"training_backend": ("megatron",)}),
+    Distribution("rlcore-plugin-deepspeed", {"training_backend": ("deepspeed",)}),
+    Distribution("rlcore-plugin-vllm", {"rollout_engine": ("vllm",)}, {"cpu": "CPU machines", "gpu": "CUDA"}),
+    Distribution("rlcore-plugin-sglang", {"rollout_engine": ("sglang",)}, {"gpu": "CUDA only"}),
+    Distribution("rlcore-plugin-grpo", {"advantage_estimator": ("grpo", "grpo_passk")}),
+    Distribution("rlcore-plugin-ppo", {"advantage_estimator": ("gae",)}),
+    Distribution("rlcore-plugin-dapo", {"preset": ("dapo",), "reward_manager": ("dapo",),
+                                        "batch_filter": ("dapo-groups",)}),
+    Distribution("rlcore-plugin-rloo", {"advantage_estimator": ("rloo",)}),
+    Distribution("rlcore-plugin-reinforce-pp",
+                 {"advantage_estimator": ("reinforce_plus_plus", "reinforce_plus_plus_baseline")}),
+    Distribution("rlcore-plugin-remax", {"advantage_estimator": ("remax",)}),
+    Distribution("rlcore-plugin-gspo", {"preset": ("gspo",), "policy_loss": ("gspo",)}),
+    Distribution("rlcore-plugin-drgrpo", {"preset": ("drgrpo",)}),
+    Distribution("rlcore-plugin-gpg", {"advantage_estimator": ("gpg",), "policy_loss": ("gpg",)}),
+    Distribution("rlcore-plugin-entropy", {"policy_loss": ("clip_cov", "kl_cov")}),
+)
+
+
+def by_name(name: str) -> Distribution | None:
+    """The table's row for the distribution ``name`` (normalised, e.g. ``rlcore-plugin-vllm``), if any."""
+    return next((dist for dist in DISTRIBUTIONS if dist.name == name), None)
+
+
+def provider(kind: str, name: str) -> Distribution | None:
+    """The distribution that registers ``name`` (or the alias ``name``) of ``kind``, if the table knows one."""
+    return next((dist for dist in DISTRIBUTIONS if name in dist.components.get(kind, ())), None)
+
+
+def provided_names(kind: str) -> list[str]:
+    """Every name and alias of ``kind`` in the table (candidates for a did-you-mean suggestion)."""
+    return sorted({name for dist in DISTRIBUTIONS for name in dist.components.get(kind, ())})
+
+
+def missing_component_advice(kind: str, name: str) -> str | None:
+    """What to do about ``name`` of ``kind`` not being registered: install its distribution, or find out why
+    the installed one is not loaded. ``None`` when the table does not know the name."""
+    dist = provider(kind, name)
+    if dist is None:
+        return None
+    if dist.is_installed():
+        return (f"it is provided by {dist.name}, which is installed but did not register it "
+                f"(disabled, failed to load, or an older version: see `rlcore plugins`)")
+    return f"it is provided by {dist.name}, which is not installed: {dist.install_line}"
