@@ -1,0 +1,55 @@
+"""Running megatron-core on a CPU: the two places where it hard-codes CUDA, worked around on CPU only.
+
+megatron-core 0.16.1 assumes a CUDA device in two places that a forward and backward pass reach:
+
+1. ``torch.cuda.current_device()`` is called to place tensors: by RoPE
+   (``RotaryEmbedding.__init__``/``get_emb`` move ``inv_freq`` there) and by the global memory buffer of
+   the attention (``GlobalMemoryBuffer.get_tensor``). :func:`cpu_compat` makes it return the CPU device
+   while megatron-core code runs; the original function is restored on exit.
+2. The CUDA RNG tracker (``tensor_parallel.random``): ``model_parallel_cuda_manual_seed`` needs CUDA
+   generators and ``get_cuda_rng_tracker().fork()`` (entered by the transformer block and the embedding)
+   fails when no CUDA state was added. :func:`install_rng_tracker` installs megatron-core's own
+   "inference" tracker, whose ``fork()`` does nothing. That is exact because the engine builds every model
+   with ``hidden_dropout = attention_dropout = 0``: nothing inside a fork draws random numbers.
+
+Both are applied only when the engine's device is the CPU; on CUDA they do nothing (tests check it), and the
+engine seeds megatron-core's CUDA RNG tracker as megatron-core expects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+
+def _cpu_device() -> torch.device:
+    """What ``torch.cuda.current_device()`` returns inside :func:`cpu_compat`."""
+    return torch.device("cpu")
+
+
+@contextmanager
+def cpu_compat(device: torch.device) -> Iterator[None]:
+    """While the block runs on a CPU ``device``, ``torch.cuda.current_device()`` returns the CPU device
+    (workaround 1 of the module docstring). A no-op for any other device."""
+    if device.type != "cpu":
+        yield
+        return
+    original = torch.cuda.current_device
+    torch.cuda.current_device = _cpu_device
+    try:
+        yield
+    finally:
+        torch.cuda.current_device = original
+
+
+def install_rng_tracker(device: torch.device) -> bool:
+    """On a CPU ``device``, install megatron-core's no-op RNG tracker (workaround 2 of the module
+    docstring) and return True; on any other device do nothing and return False."""
+    if device.type != "cpu":
+        return False
+    from megatron.core.tensor_parallel.random import initialize_rng_tracker
+
+    initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
+    return True

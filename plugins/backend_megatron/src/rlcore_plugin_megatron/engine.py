@@ -1,0 +1,622 @@
+"""The megatron-core training engine: one model (actor, reference or critic) split over tensor- and
+pipeline-parallel ranks, replicated over data-parallel ranks.
+
+It implements :class:`rlcore.workers.engine.TrainingEngine`. The model is a ``GPTModel`` on megatron-core's
+local layer spec (:mod:`rlcore_plugin_megatron.model`), loaded from a Hugging Face checkpoint through
+:mod:`rlcore_plugin_megatron.convert`. Pipeline stages run the micro-batches in order (all forwards, then all
+backwards in reverse, with blocking point-to-point sends between neighbouring stages) and the last stage's
+outputs are broadcast to every stage. Gradients are averaged over the data-parallel group and, for tied
+embeddings split over stages, summed between the first and the last stage, before clipping with the global
+norm and stepping AdamW. On CPU, :mod:`rlcore_plugin_megatron.cpu_compat` works around megatron-core's two
+CUDA assumptions.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig
+from rlcore.algos.functional import entropy_from_logits, logprobs_from_logits
+from rlcore.config.keys import select
+from rlcore.errors import RLCoreError
+from rlcore.protocol import Batch
+from rlcore.workers.engine import (
+    EngineRequest,
+    EngineRole,
+    MicroBatchLoss,
+    ModelOutput,
+    ParallelLayout,
+)
+from rlcore.workers.optim import build_lr_scheduler, build_optimizer
+
+from rlcore_plugin_megatron.convert import (
+    ModelSpec,
+    from_stage,
+    hf_to_megatron,
+    megatron_to_hf,
+    partition_dim,
+    stage_layers,
+    to_stage,
+    tp_shard,
+    tp_unshard,
+)
+from rlcore_plugin_megatron.cpu_compat import cpu_compat, install_rng_tracker
+from rlcore_plugin_megatron.model import (
+    acquire_parallel_state,
+    build_stage,
+    load_hf_config,
+    load_hf_state,
+    release_parallel_state,
+    transformer_config,
+)
+from rlcore_plugin_megatron.settings import MegatronSettings, resolve_settings
+
+#: the most bytes one broadcast of gathered weights carries (weights of a pipeline stage go in buckets)
+BUCKET_BYTES = 256 * 2**20
+
+
+def _is_cpu(config: DictConfig) -> bool:
+    """Whether ``trainer.device`` resolves to the CPU."""
+    name = str(select(config, "trainer.device", "auto") or "auto").lower()
+    return name == "cpu" or (name == "auto" and not torch.cuda.is_available())
+
+
+def check_config(config: DictConfig, role: EngineRole, section: str, model_section: str) -> MegatronSettings:
+    """Validate what the engine of ``role`` reads and return its resolved ``{section}.megatron``; errors name
+    the key."""
+    key = f"{section}.megatron"
+    settings = resolve_settings(select(config, key), key)
+    ulysses = select(config, f"{section}.ulysses_sequence_parallel_size", 1)
+    if ulysses != 1:
+        raise RLCoreError(
+            f"{section}.ulysses_sequence_parallel_size={ulysses!r}: the megatron backend does not use Ulysses; "
+            f"use {key}.tensor_model_parallel_size instead and leave it at 1"
+        )
+    if int(select(config, f"{model_section}.lora_rank", 0) or 0) > 0:
+        raise RLCoreError(f"{model_section}.lora_rank > 0: LoRA is not supported by the megatron backend (use fsdp)")
+    if _is_cpu(config):
+        for name in ("param_offload", "grad_offload", "optimizer_offload"):
+            if getattr(settings, name):
+                raise RLCoreError(f"{key}.{name}=true: offloading needs a CUDA device (trainer.device=cpu holds everything on the CPU already)")
+        if select(config, f"{model_section}.enable_gradient_checkpointing", False):
+            raise RLCoreError(
+                f"{model_section}.enable_gradient_checkpointing=true: megatron-core's activation recomputation saves "
+                "CUDA RNG states and does not run on the CPU"
+            )
+    if role == "ref":
+        actor_key = "actor_rollout_ref.actor.megatron"
+        actor = resolve_settings(select(config, actor_key), actor_key)
+        if (actor.tp, actor.pp, actor.cp) != (settings.tp, settings.pp, settings.cp):
+            raise RLCoreError(
+                f"{key} parallel sizes (tp={settings.tp}, pp={settings.pp}, cp={settings.cp}) must equal {actor_key}'s "
+                f"(tp={actor.tp}, pp={actor.pp}, cp={actor.cp}): the reference model shares the actor's ranks"
+            )
+    return settings
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A micro-batch as the model takes it: each row's tokens moved to the front (left padding removed),
+    so that positions count 0, 1, 2, … as the batch's ``position_ids`` do and a causal mask suffices.
+
+    Attributes:
+        input_ids: ``[B, T]`` the shifted tokens.
+        position_ids: ``[B, T]`` ``0 … T−1``.
+        attention_mask: ``[1, 1, T, T]`` True above the diagonal (masked).
+        positions: ``[B, R]`` the shifted positions whose outputs predict the response tokens.
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    positions: torch.Tensor
+
+
+def prepare(micro: Batch) -> Prepared:
+    """:class:`Prepared` inputs of ``micro`` (tensors on its device).
+
+    Each row's attended tokens must be one contiguous run (left-padded prompt, right-padded response), as
+    rollouts produce them; with RoPE only relative positions matter, so shifting a row leaves its outputs
+    unchanged.
+    """
+    mask = micro["attention_mask"].bool()
+    rows, width = mask.shape
+    length = micro["responses"].shape[1]
+    arange = torch.arange(width, device=mask.device)
+    lead = (~mask).long().cumprod(-1).sum(-1)
+    trail = (~mask.flip(-1)).long().cumprod(-1).sum(-1)
+    count = mask.sum(-1)
+    if bool(((width - lead - trail) != count)[count > 0].any()):
+        raise RLCoreError(
+            "the megatron backend needs every row's attention_mask to be one run of ones (a left-padded prompt "
+            "followed by a right-padded response)"
+        )
+    index = (arange[None] + lead[:, None]).clamp(max=width - 1)
+    positions = (width - length - 1 - lead)[:, None] + arange[None, :length]
+    causal = torch.ones(width, width, dtype=torch.bool, device=mask.device).triu(1)
+    return Prepared(
+        input_ids=micro["input_ids"].gather(1, index),
+        position_ids=arange[None].expand(rows, width),
+        attention_mask=causal[None, None],
+        positions=positions.clamp(0, width - 1),
+    )
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    """A shallow copy of ``batch`` with its tensors on ``device``."""
+    return Batch({key: t.to(device) for key, t in batch.tensors.items()}, dict(batch.non_tensors), dict(batch.meta))
+
+
+class Offloader:
+    """Moves the model and/or the optimizer state to the CPU outside :meth:`MegatronEngine.resident` blocks
+    (``param_offload``, ``optimizer_offload``; CUDA only: ``check_config`` rejects them on the CPU).
+    Gradients never outlive a resident block (they are released at every optimizer step), which is what
+    ``grad_offload`` asks for."""
+
+    def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, settings: MegatronSettings, device: torch.device) -> None:
+        """Remember what to move; :meth:`offload` once after construction starts offloaded."""
+        on_cuda = device.type == "cuda"
+        self.module, self.optimizer, self.device = module, optimizer, device
+        self.params = on_cuda and settings.param_offload
+        self.optim = on_cuda and optimizer is not None and settings.optimizer_offload
+
+    def _move_optimizer(self, device: torch.device) -> None:
+        """Every tensor of the optimizer state to ``device``."""
+        for state in self.optimizer.state.values():
+            for name, value in state.items():
+                if isinstance(value, torch.Tensor):
+                    state[name] = value.to(device, non_blocking=True)
+
+    def offload(self) -> None:
+        """Move the offloaded parts to the CPU."""
+        if self.params:
+            self.module.to("cpu")
+        if self.optim:
+            self._move_optimizer(torch.device("cpu"))
+        if self.params or self.optim:
+            torch.cuda.empty_cache()
+
+    def __enter__(self) -> Self:
+        """Bring the offloaded parts back to the device for a ``with`` block."""
+        if self.params:
+            self.module.to(self.device)
+        if self.optim:
+            self._move_optimizer(self.device)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Offload again when the block ends, also after an error."""
+        self.offload()
+
+
+class MegatronEngine:
+    """One model of the run on this rank: a pipeline stage's tensor-parallel shard of a megatron-core
+    ``GPTModel`` (see the module docstring)."""
+
+    def __init__(self, request: EngineRequest) -> None:
+        """Join (or create) the model-parallel groups, build this rank's stage from ``request.model_section``
+        (or from ``megatron.dist_checkpointing_path``) and, for the actor and the critic, AdamW and the LR
+        schedule of ``{section}.optim``."""
+        from megatron.core import parallel_state as ps
+
+        config, section = request.config, request.section
+        self.role = request.role
+        self.device = request.device
+        self.rank = request.rank
+        self.settings = check_config(config, request.role, section, request.model_section)
+        self.weights_dtype = torch.float32
+        self._closed = False
+        acquire_parallel_state(self.settings)
+        self.tp_rank, self.pp_rank = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
+        self.tp_group, self.pp_group = ps.get_tensor_model_parallel_group(), ps.get_pipeline_model_parallel_group()
+        self.dp_group = ps.get_data_parallel_group()
+        self.dp_size = ps.get_data_parallel_world_size()
+        self.first = self.pp_rank == 0
+        self.last = self.pp_rank == self.settings.pp - 1
+        self.layout = ParallelLayout(ps.get_data_parallel_rank(), self.dp_size, self.tp_rank == 0 and self.last)
+        if not install_rng_tracker(self.device):
+            from megatron.core.tensor_parallel.random import (
+                model_parallel_cuda_manual_seed,
+            )
+
+            model_parallel_cuda_manual_seed(int(select(config, "trainer.seed", 1)))
+        model_config = select(config, request.model_section)
+        hf_config = load_hf_config(model_config, request.model_section)
+        self.hf_config = hf_config
+        self.spec = ModelSpec.from_hf_config(hf_config, request.model_section, value_head=request.role == "critic")
+        if self.spec.num_query_groups % self.settings.tp:
+            raise RLCoreError(
+                f"{self.settings.key}.tensor_model_parallel_size={self.settings.tp} must divide the number of key/value "
+                f"heads ({self.spec.num_query_groups}) of {request.model_section}.path"
+            )
+        if self.spec.vocab_size % self.settings.tp:
+            raise RLCoreError(
+                f"{self.settings.key}.tensor_model_parallel_size={self.settings.tp} must divide the vocabulary size "
+                f"({self.spec.vocab_size}) of {request.model_section}.path"
+            )
+        self.layers = stage_layers(
+            self.spec.num_layers, self.settings.pp, self.pp_rank, f"{self.settings.key}.pipeline_model_parallel_size"
+        )
+        mc_config = transformer_config(self.spec, hf_config, self.settings, self.settings.key, self.device)
+        with cpu_compat(self.device):
+            self.module = build_stage(self.spec, mc_config, hf_config, request.model_section, first=self.first, last=self.last)
+        if self.settings.use_dist_checkpointing:
+            self._load_model_files(Path(self.settings.dist_checkpointing_path), f"{self.settings.key}.dist_checkpointing_path")
+        else:
+            state = load_hf_state(model_config, request.model_section, hf_config)
+            if self.spec.value_head:
+                state = {name: t for name, t in state.items() if name != "lm_head.weight"}
+            self._load_megatron_state(hf_to_megatron(state, self.spec))
+        self.module.to(self.device)
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.lr_scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
+        if request.role == "ref":
+            self.module.requires_grad_(False)
+            self.module.eval()
+        else:
+            optim_config = select(config, f"{section}.optim")
+            self.optimizer = build_optimizer(list(self.module.parameters()), optim_config, f"{section}.optim")
+            self.lr_scheduler = build_lr_scheduler(self.optimizer, optim_config, f"{section}.optim")
+        self.offloader = Offloader(self.module, self.optimizer, self.settings, self.device)
+        self.offloader.offload()
+
+    # ------------------------------------------------------------ computing
+    def _p2p(self, tensor: torch.Tensor, peer_stage: int, send: bool) -> None:
+        """Send ``tensor`` to (or receive it in place from) this rank's counterpart on pipeline stage
+        ``peer_stage``."""
+        peer = dist.get_process_group_ranks(self.pp_group)[peer_stage]
+        (dist.send if send else dist.recv)(tensor, peer)
+
+    def _stage_forward(self, inputs: Prepared, hidden_in: torch.Tensor | None) -> torch.Tensor:
+        """This stage's forward: logits ``[B, T, V]`` (values ``[B, T, 1]``) on the last stage, else hidden
+        states ``[T, B, H]``."""
+        if not self.first:
+            self.module.set_input_tensor(hidden_in)
+        return self.module(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask)
+
+    def _outputs(self, out: torch.Tensor, inputs: Prepared, micro: Batch, temperature: float, with_entropy: bool) -> ModelOutput:
+        """Log-probs and entropies (values for a critic) at the response positions of the last stage's
+        output."""
+        index = inputs.positions[..., None].expand(-1, -1, out.shape[-1])
+        picked = out.gather(1, index).float()
+        if self.spec.value_head:
+            return ModelOutput(values=picked[..., 0])
+        logits = picked / temperature
+        log_probs = logprobs_from_logits(logits, micro["responses"])
+        return ModelOutput(log_probs=log_probs, entropy=entropy_from_logits(logits) if with_entropy else None)
+
+    def _hidden_buffer(self, inputs: Prepared) -> torch.Tensor:
+        """An empty ``[T, B, H]`` tensor for the hidden states that arrive from the previous stage."""
+        rows, width = inputs.input_ids.shape
+        return torch.empty(width, rows, self.spec.hidden_size, dtype=torch.float32, device=self.device)
+
+    def _broadcast_outputs(self, outputs: list[ModelOutput], micros: Sequence[Batch], with_entropy: bool) -> list[ModelOutput]:
+        """The last stage's outputs on every stage of the pipeline."""
+        if self.settings.pp == 1:
+            return outputs
+        src = dist.get_process_group_ranks(self.pp_group)[-1]
+        names = ("values",) if self.spec.value_head else ("log_probs", "entropy") if with_entropy else ("log_probs",)
+        result = []
+        for index, micro in enumerate(micros):
+            shape = tuple(micro["responses"].shape)
+            tensors = {}
+            for name in names:
+                tensor = getattr(outputs[index], name) if self.last else torch.empty(shape, dtype=torch.float32, device=self.device)
+                tensor = tensor.contiguous()
+                dist.broadcast(tensor, src, group=self.pp_group)
+                tensors[name] = tensor
+            result.append(ModelOutput(**tensors))
+        return result
+
+    def forward(self, micro_batches: Sequence[Batch], *, temperature: float, with_entropy: bool) -> list[ModelOutput]:
+        """Outputs of every micro-batch without gradients, on every rank (see the contract)."""
+        was_training = self.module.training
+        self.module.eval()
+        outputs: list[ModelOutput] = []
+        try:
+            with torch.no_grad(), cpu_compat(self.device):
+                for micro in micro_batches:
+                    micro = to_device(micro, self.device)
+                    inputs = prepare(micro)
+                    hidden = None
+                    if not self.first:
+                        hidden = self._hidden_buffer(inputs)
+                        self._p2p(hidden, self.pp_rank - 1, send=False)
+                    out = self._stage_forward(inputs, hidden)
+                    if self.last:
+                        outputs.append(self._outputs(out, inputs, micro, temperature, with_entropy))
+                    else:
+                        self._p2p(out.contiguous(), self.pp_rank + 1, send=True)
+            return self._broadcast_outputs(outputs, micro_batches, with_entropy)
+        finally:
+            self.module.train(was_training)
+
+    def forward_backward(
+        self, micro_batches: Sequence[Batch], loss_fn: MicroBatchLoss, *, temperature: float, with_entropy: bool
+    ) -> None:
+        """Accumulate the gradients of ``loss_fn`` over ``micro_batches`` (see the contract). With one stage
+        each micro-batch runs forward and backward in turn; with several, all forwards run first, then all
+        backwards in reverse order; ``loss_fn`` is called on the last stage only."""
+        self._trainable("forward_backward")
+        self.module.train()
+        pending: list[tuple[torch.Tensor | None, torch.Tensor]] = []
+        with cpu_compat(self.device):
+            for index, micro in enumerate(micro_batches):
+                micro = to_device(micro, self.device)
+                inputs = prepare(micro)
+                hidden = None
+                if not self.first:
+                    hidden = self._hidden_buffer(inputs)
+                    self._p2p(hidden, self.pp_rank - 1, send=False)
+                    hidden.requires_grad_()
+                out = self._stage_forward(inputs, hidden)
+                if self.last:
+                    out = loss_fn(index, micro, self._outputs(out, inputs, micro, temperature, with_entropy))
+                else:
+                    self._p2p(out.detach().contiguous(), self.pp_rank + 1, send=True)
+                if self.settings.pp == 1:
+                    out.backward()
+                else:
+                    pending.append((hidden, out))
+            for hidden, out in reversed(pending):
+                if self.last:
+                    out.backward()
+                else:
+                    grad = torch.empty_like(out)
+                    self._p2p(grad, self.pp_rank + 1, send=False)
+                    torch.autograd.backward(out, grad)
+                if not self.first:
+                    self._p2p(hidden.grad.contiguous(), self.pp_rank - 1, send=True)
+
+    def _trainable(self, method: str) -> torch.optim.Optimizer:
+        """The optimizer; a reference engine has none."""
+        if self.optimizer is None:
+            raise RLCoreError(f"{method}() on the {self.role} engine, which is not trained")
+        return self.optimizer
+
+    def _shared_output_copy(self, name: str) -> bool:
+        """Whether ``name`` is the last stage's copy of a tied embedding (pipeline size > 1)."""
+        return self.spec.tied and self.settings.pp > 1 and self.last and name == "output_layer.weight"
+
+    def _reduce_gradients(self) -> None:
+        """Average the gradients over the data-parallel group and sum a tied embedding's gradient between the
+        first and the last pipeline stage."""
+        params = [param for param in self.module.parameters() if param.requires_grad]
+        for param in params:
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+        if self.dp_size > 1:
+            grads = [param.grad for param in params]
+            flat = torch.cat([grad.reshape(-1) for grad in grads])
+            dist.all_reduce(flat, group=self.dp_group)
+            flat /= self.dp_size
+            for grad, part in zip(grads, flat.split([grad.numel() for grad in grads]), strict=True):
+                grad.copy_(part.view_as(grad))
+        if self.spec.tied and self.settings.pp > 1:
+            from megatron.core import parallel_state as ps
+
+            if ps.is_rank_in_embedding_group():
+                name = "embedding.word_embeddings.weight" if self.first else "output_layer.weight"
+                dist.all_reduce(self.module.get_parameter(name).grad, group=ps.get_embedding_group())
+
+    def _grad_norm(self) -> float:
+        """The global gradient norm: every weight counted once over tensor- and pipeline-parallel ranks."""
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        for name, param in self.module.named_parameters():
+            if param.grad is None or self._shared_output_copy(name):
+                continue
+            if partition_dim(name, self.spec) is None and self.tp_rank != 0:
+                continue
+            total += param.grad.double().pow(2).sum()
+        if self.settings.tp * self.settings.pp > 1:
+            from megatron.core import parallel_state as ps
+
+            dist.all_reduce(total, group=ps.get_model_parallel_group())
+        return float(total.sqrt())
+
+    def optimizer_step(self, grad_clip: float | None) -> float:
+        """Reduce the gradients, clip them to ``grad_clip`` by their global norm, step when it is finite,
+        zero them; the norm."""
+        optimizer = self._trainable("optimizer_step")
+        self._reduce_gradients()
+        norm = self._grad_norm()
+        if math.isfinite(norm):
+            if grad_clip and grad_clip > 0:
+                coefficient = min(1.0, float(grad_clip) / (norm + 1e-6))
+                if coefficient < 1.0:
+                    for param in self.module.parameters():
+                        if param.grad is not None:
+                            param.grad.mul_(coefficient)
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def lr_scheduler_step(self) -> float:
+        """Step the LR schedule once; the rate the update used (torch's "scheduler before optimizer"
+        warning is hidden: every optimizer step of an update may have been skipped)."""
+        self._trainable("lr_scheduler_step")
+        rate = float(self.lr_scheduler.get_last_lr()[0])
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+            self.lr_scheduler.step()
+        return rate
+
+    def all_reduce_sum(self, value: float) -> float:
+        """The sum of ``value`` over the data-parallel ranks."""
+        if self.dp_size == 1:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor, group=self.dp_group)
+        return float(tensor.item())
+
+    def resident(self) -> AbstractContextManager[Any]:
+        """Load offloaded parameters and optimizer state for the block (CUDA ``param_offload``,
+        ``optimizer_offload``)."""
+        return self.offloader
+
+    # ------------------------------------------------------------ weights
+    def _gather_stage(self) -> dict[str, torch.Tensor]:
+        """This stage's weights with their tensor-parallel shards joined, under full-model names."""
+        state: dict[str, torch.Tensor] = {}
+        for name, param in self.module.named_parameters():
+            tensor = param.detach()
+            if self.settings.tp > 1 and partition_dim(name, self.spec) is not None:
+                shards = [torch.empty_like(tensor) for _ in range(self.settings.tp)]
+                dist.all_gather(shards, tensor.contiguous(), group=self.tp_group)
+                tensor = tp_unshard(name, shards, self.spec)
+            state[name] = tensor
+        return from_stage(state, self.layers, first=self.first, spec=self.spec)
+
+    def _gather_pipeline(self, own: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Every stage's weights on every stage, broadcast stage by stage in buckets of at most
+        :data:`BUCKET_BYTES`."""
+        if self.settings.pp == 1:
+            return own
+        ranks = dist.get_process_group_ranks(self.pp_group)
+        full: dict[str, torch.Tensor] = {}
+        for stage, src in enumerate(ranks):
+            meta = [[(name, tuple(t.shape)) for name, t in own.items()] if stage == self.pp_rank else None]
+            dist.broadcast_object_list(meta, src, group=self.pp_group)
+            buckets: list[list[tuple[str, tuple[int, ...]]]] = [[]]
+            size = 0
+            for name, shape in meta[0]:
+                numel = math.prod(shape)
+                if buckets[-1] and (size + numel) * 4 > BUCKET_BYTES:
+                    buckets.append([])
+                    size = 0
+                buckets[-1].append((name, shape))
+                size += numel
+            for bucket in buckets:
+                if stage == self.pp_rank:
+                    flat = torch.cat([own[name].reshape(-1).float() for name, _ in bucket])
+                else:
+                    flat = torch.empty(sum(math.prod(shape) for _, shape in bucket), dtype=torch.float32, device=self.device)
+                dist.broadcast(flat, src, group=self.pp_group)
+                for (name, shape), part in zip(bucket, flat.split([math.prod(s) for _, s in bucket]), strict=True):
+                    full[name] = part.view(shape)
+        return full
+
+    def full_weights(self, *, only_rank0: bool = False) -> dict[str, torch.Tensor]:
+        """The full weights under Hugging Face names: tensor-parallel shards all-gathered, pipeline stages
+        broadcast in buckets. Collective over all ranks."""
+        state = megatron_to_hf(self._gather_pipeline(self._gather_stage()), self.spec)
+        if not only_rank0:
+            return state
+        return {name: t.cpu() for name, t in state.items()} if dist.get_rank() == 0 else {}
+
+    def _load_megatron_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Copy this rank's part of a full megatron-core state (global layer names) into the stage."""
+        stage = to_stage(state, self.layers, first=self.first, last=self.last, spec=self.spec)
+        params = dict(self.module.named_parameters())
+        if stage.keys() != params.keys():
+            raise RLCoreError(
+                f"weights do not match the {self.role} model: missing {sorted(params.keys() - stage.keys())}, "
+                f"unexpected {sorted(stage.keys() - params.keys())}"
+            )
+        with torch.no_grad():
+            for name, param in params.items():
+                shard = tp_shard(name, stage[name], self.tp_rank, self.settings.tp, self.spec)
+                if shard.shape != param.shape:
+                    raise RLCoreError(f"weight {name} has shape {tuple(shard.shape)}, the model expects {tuple(param.shape)}")
+                param.copy_(shard)
+
+    def load_full_weights(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Replace the weights by ``state`` (Hugging Face names, full tensors)."""
+        self._load_megatron_state(hf_to_megatron(state, self.spec))
+
+    # ------------------------------------------------------------ checkpoints
+    def _shard_name(self) -> str:
+        """The file of this rank's tensor/pipeline shard."""
+        return f"tp{self.tp_rank:02d}_pp{self.pp_rank:02d}.pt"
+
+    def _shard_header(self) -> dict[str, int]:
+        """The layout a shard file was written for."""
+        return {"tensor_model_parallel_size": self.settings.tp, "pipeline_model_parallel_size": self.settings.pp}
+
+    def _read_shard(self, file: Path, key: str) -> dict[str, Any]:
+        """A shard file written by :meth:`save` for this rank, checked against this layout (``key`` names
+        where the path came from)."""
+        if not file.is_file():
+            raise RLCoreError(f"{key}: no Megatron shard {file}")
+        payload = torch.load(file, map_location=self.device, weights_only=True)
+        if payload["layout"] != self._shard_header():
+            raise RLCoreError(
+                f"{key}: {file} was saved with {payload['layout']}, but {self.settings.key} asks for "
+                f"{self._shard_header()}; a checkpoint loads with the same tensor and pipeline sizes"
+            )
+        return payload
+
+    def _load_model_files(self, directory: Path, key: str) -> None:
+        """Load this rank's model shard from ``directory/model``."""
+        payload = self._read_shard(directory / "model" / self._shard_name(), key)
+        self.module.load_state_dict(payload["state"], strict=False)
+        missing = {name for name, _ in self.module.named_parameters()} - payload["state"].keys()
+        if missing:
+            raise RLCoreError(f"{key}: {directory} lacks {sorted(missing)}")
+
+    def save(self, directory: Path, contents: set[str]) -> None:
+        """``model/`` and ``optim/``: one file per tensor/pipeline shard (``tp<t>_pp<p>.pt``), written by
+        data-parallel rank 0 (the other data-parallel ranks hold the same state)."""
+        if self.layout.dp_rank != 0:
+            return
+        parts = {"model": lambda: self.module.state_dict(), "optimizer": lambda: self._trainable("save").state_dict()}
+        for part, folder in (("model", "model"), ("optimizer", "optim")):
+            if part in contents:
+                (directory / folder).mkdir(parents=True, exist_ok=True)
+                payload = {"layout": self._shard_header(), "state": parts[part]()}
+                torch.save(payload, directory / folder / self._shard_name())
+
+    def load(self, directory: Path, contents: set[str]) -> None:
+        """Load what :meth:`save` wrote (any data-parallel size, the same tensor and pipeline sizes)."""
+        if "model" in contents:
+            self._load_model_files(directory, str(directory))
+        if "optimizer" in contents:
+            payload = self._read_shard(directory / "optim" / self._shard_name(), str(directory))
+            self._trainable("load").load_state_dict(payload["state"])
+
+    def has_optimizer_state(self) -> bool:
+        """Whether AdamW has taken a step."""
+        return self.optimizer is not None and bool(self.optimizer.state)
+
+    def reset_optimizer_state(self) -> None:
+        """Forget AdamW's moments and step counts."""
+        if self.optimizer is not None:
+            self.optimizer.state.clear()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The LR schedule's state (empty for the reference engine)."""
+        return {"lr_scheduler": self.lr_scheduler.state_dict()} if self.lr_scheduler is not None else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the LR schedule."""
+        if self.lr_scheduler is not None and "lr_scheduler" in state:
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+
+    def save_hf(self, directory: Path, *, with_weights: bool) -> None:
+        """The Hugging Face config and, ``with_weights``, the full weights as ``model.safetensors``, written by
+        rank 0: a directory ``AutoModelForCausalLM.from_pretrained`` loads."""
+        if self.role == "critic":
+            raise RLCoreError("the critic's value model has no Hugging Face causal-LM export")
+        state = self.full_weights(only_rank0=True) if with_weights else None
+        if dist.get_rank() != 0:
+            return
+        from safetensors.torch import save_file
+
+        directory.mkdir(parents=True, exist_ok=True)
+        self.hf_config.save_pretrained(directory)
+        if state is not None:
+            save_file({name: t.contiguous() for name, t in state.items()}, str(directory / "model.safetensors"), metadata={"format": "pt"})
+
+    def close(self) -> None:
+        """Release this engine's use of the model-parallel groups (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            release_parallel_state()

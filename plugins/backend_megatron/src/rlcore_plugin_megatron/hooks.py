@@ -1,0 +1,55 @@
+"""The plugin's hooks: registers the ``megatron`` training backend and its ``megatron`` config sections.
+
+This module must stay free of torch (and megatron-core) imports: ``rlcore plugins``, config loading and
+the dry run import it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig
+from rlcore import hookimpl
+from rlcore.config.keys import select
+
+from rlcore_plugin_megatron.settings import (
+    MEGATRON_DEFAULTS,
+    layout_sizes,
+    resolve_settings,
+)
+
+
+def data_parallel_size(config: DictConfig, section: str, world_size: int) -> int:
+    """The data-parallel size of the engine at ``section`` over ``world_size`` ranks:
+    ``world_size ÷ (tensor × pipeline × context parallel size)`` of ``{section}.megatron``.
+
+    Registered as the backend's ``data_parallel_size`` meta, so that the dry run and the worker group
+    split batches over data-parallel ranks only; an error names the keys when the sizes do not divide.
+    """
+    key = f"{section}.megatron"
+    return layout_sizes(resolve_settings(select(config, key), key), world_size)
+
+
+@hookimpl
+def register_training_backends(register: Callable[..., None]) -> None:
+    """Register the megatron-core backend as ``megatron``."""
+    register(
+        "megatron",
+        "rlcore_plugin_megatron.backend:MegatronBackend",
+        description="megatron-core GPTModel (tensor + pipeline parallel) actor/ref and critic; Qwen2/Qwen3/Llama",
+        data_parallel_size=data_parallel_size,
+    )
+
+
+@hookimpl
+def config_defaults() -> dict[str, Any]:
+    """The ``megatron`` sections of the actor, the reference model and the critic (verl's key names)."""
+    return {
+        "actor_rollout_ref": {
+            "actor": {"megatron": copy.deepcopy(MEGATRON_DEFAULTS)},
+            "ref": {"megatron": copy.deepcopy(MEGATRON_DEFAULTS)},
+        },
+        "critic": {"megatron": copy.deepcopy(MEGATRON_DEFAULTS)},
+    }

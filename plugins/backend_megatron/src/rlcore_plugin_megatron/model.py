@@ -1,0 +1,218 @@
+"""Building megatron-core models for a Hugging Face checkpoint: the process's model-parallel groups, the
+``TransformerConfig`` and one pipeline stage of a ``GPTModel`` on the local layer spec."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
+from rlcore.errors import RLCoreError
+from torch import nn
+
+from rlcore_plugin_megatron.convert import ModelSpec
+from rlcore_plugin_megatron.settings import MegatronSettings
+
+#: megatron-core's warnings that are expected with the local layer spec on any machine without Transformer
+#: Engine or Apex, and its own internal deprecations; hidden so that real warnings stay visible
+for _message in (
+    r".*Transformer Engine and Apex are not installed",
+    r"Apex is not installed",
+    r".*tp_group is None",
+    r".*MLP requires ffn_hidden_size",
+    r"full scope is deprecated",
+    r".*module is deprecated",
+):
+    warnings.filterwarnings("ignore", message=_message)
+
+#: the model-parallel layout this process initialised: (tp, pp, cp), the default group it was built
+#: on, and how many engines use it
+_PARALLEL_STATE: dict[str, Any] = {"sizes": None, "world": None, "users": 0, "key": ""}
+
+
+def acquire_parallel_state(settings: MegatronSettings) -> None:
+    """Initialise megatron-core's model-parallel groups for ``settings`` (or join the ones another engine of
+    this process built with the same sizes). Every engine must :func:`release_parallel_state` when closed.
+
+    megatron-core keeps one layout per process, so the actor, the reference model and a colocated critic
+    must agree on it; a different layout is an error naming both keys.
+    """
+    from megatron.core import parallel_state
+
+    sizes = (settings.tp, settings.pp, settings.cp)
+    world = dist.group.WORLD
+    if _PARALLEL_STATE["users"] and _PARALLEL_STATE["world"] is world:
+        if _PARALLEL_STATE["sizes"] != sizes:
+            raise RLCoreError(
+                f"{settings.key} asks for tensor/pipeline/context parallel sizes {sizes}, but this process already "
+                f"runs an engine with {_PARALLEL_STATE['sizes']} ({_PARALLEL_STATE['key']}); megatron-core allows one "
+                "layout per process: set the same sizes"
+            )
+        _PARALLEL_STATE["users"] += 1
+        return
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=settings.tp,
+        pipeline_model_parallel_size=settings.pp,
+        context_parallel_size=settings.cp,
+    )
+    _PARALLEL_STATE.update(sizes=sizes, world=world, users=1, key=settings.key)
+
+
+def release_parallel_state() -> None:
+    """Drop one user of the model-parallel groups; the last one destroys them."""
+    if _PARALLEL_STATE["users"] == 0:
+        return
+    _PARALLEL_STATE["users"] -= 1
+    if _PARALLEL_STATE["users"] == 0:
+        from megatron.core import parallel_state
+
+        if dist.is_initialized():
+            parallel_state.destroy_model_parallel()
+        _PARALLEL_STATE.update(sizes=None, world=None, key="")
+
+
+def load_hf_config(model_config: Mapping[str, Any], key: str) -> Any:
+    """The Hugging Face config of the model section at ``key`` (``path``, ``override_config``,
+    ``trust_remote_code``); errors name ``key.path``."""
+    from transformers import AutoConfig
+
+    path = model_config.get("path", None)
+    if not path:
+        raise RLCoreError(f"{key}.path is not set: give a Hugging Face model directory or hub name")
+    try:
+        hf_config = AutoConfig.from_pretrained(path, trust_remote_code=bool(model_config.get("trust_remote_code", False)))
+    except (OSError, ValueError) as exc:
+        raise RLCoreError(f"{key}.path={path!r} cannot be loaded: {exc}") from exc
+    overrides = model_config.get("override_config", None) or {}
+    if isinstance(overrides, DictConfig):
+        overrides = OmegaConf.to_container(overrides, resolve=True)
+    for name, value in overrides.items():
+        setattr(hf_config, name, value)
+    return hf_config
+
+
+def load_hf_state(model_config: Mapping[str, Any], key: str, hf_config: Any) -> dict[str, torch.Tensor]:
+    """The float32 Hugging Face state dict of the causal LM at ``key.path`` (on the CPU)."""
+    from transformers import AutoModelForCausalLM
+
+    path = model_config.path
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, config=hf_config, dtype=torch.float32, trust_remote_code=bool(model_config.get("trust_remote_code", False))
+        )
+    except (OSError, ValueError) as exc:
+        raise RLCoreError(f"{key}.path={path!r} cannot be loaded: {exc}") from exc
+    return {name: tensor.detach() for name, tensor in model.state_dict().items()}
+
+
+def rope_base(hf_config: Any, key: str) -> float:
+    """RoPE's ``theta`` of ``hf_config``; a scaled RoPE (``rope_scaling``/``rope_type`` other than
+    ``default``) is an error naming ``key``."""
+    parameters = getattr(hf_config, "rope_parameters", None) or getattr(hf_config, "rope_scaling", None) or {}
+    rope_type = parameters.get("rope_type", parameters.get("type", "default"))
+    if rope_type not in (None, "default"):
+        raise RLCoreError(f"{key}: RoPE scaling ({rope_type!r}) is not supported by the megatron backend")
+    return float(parameters.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
+
+
+def transformer_config(
+    spec: ModelSpec, hf_config: Any, settings: MegatronSettings, key: str, device: torch.device
+) -> Any:
+    """megatron-core's ``TransformerConfig`` for ``spec`` in float32 without dropout, with the section's
+    ``override_transformer_config`` applied (an unknown field is an error naming it)."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    fields = {
+        "num_layers": spec.num_layers,
+        "hidden_size": spec.hidden_size,
+        "ffn_hidden_size": spec.ffn_hidden_size,
+        "num_attention_heads": spec.num_heads,
+        "num_query_groups": spec.num_query_groups,
+        "kv_channels": spec.head_dim,
+        "tensor_model_parallel_size": settings.tp,
+        "pipeline_model_parallel_size": settings.pp,
+        "context_parallel_size": settings.cp,
+        "sequence_parallel": settings.sequence_parallel and settings.tp > 1,
+        "normalization": "RMSNorm",
+        "layernorm_epsilon": float(getattr(hf_config, "rms_norm_eps", 1e-6)),
+        "gated_linear_unit": True,
+        "activation_func": torch.nn.functional.silu,
+        "add_bias_linear": False,
+        "add_qkv_bias": spec.qkv_bias,
+        "qk_layernorm": spec.qk_norm,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "params_dtype": torch.float32,
+        "pipeline_dtype": torch.float32,
+        "use_cpu_initialization": True,
+        "perform_initialization": False,
+        "bias_activation_fusion": False,
+        "bias_dropout_fusion": False,
+        "masked_softmax_fusion": False,
+        "gradient_accumulation_fusion": False,
+        "persist_layer_norm": False,
+        "apply_rope_fusion": False,
+    }
+    known = {field.name for field in dataclasses.fields(TransformerConfig)}
+    for name, value in settings.override_transformer_config.items():
+        if name not in known:
+            raise RLCoreError(f"{settings.key}.override_transformer_config.{name} is not a megatron-core TransformerConfig field")
+        if device.type == "cpu" and name.startswith("recompute") and value:
+            raise RLCoreError(
+                f"{settings.key}.override_transformer_config.{name}: activation recomputation saves CUDA RNG states "
+                "and does not run on the CPU"
+            )
+        fields[name] = value
+    return TransformerConfig(**fields)
+
+
+class ValueHead(nn.Module):
+    """A critic's scalar head in place of a ``GPTModel``'s output layer: ``Linear(hidden, 1)``, zero-initialised
+    (every initial value 0) and replicated on every tensor-parallel rank."""
+
+    def __init__(self, hidden_size: int) -> None:
+        """A zero ``[1, hidden]`` weight and a zero bias."""
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1, hidden_size))
+        self.bias = nn.Parameter(torch.zeros(1))
+
+    def forward(
+        self, hidden: torch.Tensor, weight: torch.Tensor | None = None, runtime_gather_output: bool | None = None
+    ) -> tuple[torch.Tensor, None]:
+        """Values ``[s, b, 1]`` of hidden states ``[s, b, h]``, called as ``GPTModel`` calls its output layer."""
+        return nn.functional.linear(hidden, self.weight, self.bias), None
+
+
+def build_stage(spec: ModelSpec, config: Any, hf_config: Any, key: str, *, first: bool, last: bool) -> nn.Module:
+    """This rank's pipeline stage of a ``GPTModel`` on megatron-core's local layer spec (no Transformer
+    Engine), with full (gathered) logits on every tensor-parallel rank.
+
+    Tied embeddings are tied by megatron-core on a single stage; over several stages the last stage gets
+    its own output layer, which the engine keeps equal to the embedding. A critic's last stage gets a
+    :class:`ValueHead`.
+    """
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+
+    layer_spec = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=spec.qk_norm)
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=layer_spec,
+        vocab_size=spec.vocab_size,
+        max_sequence_length=int(getattr(hf_config, "max_position_embeddings", 4096)),
+        pre_process=first,
+        post_process=last,
+        parallel_output=False,
+        share_embeddings_and_output_weights=spec.tied and first and last,
+        position_embedding_type="rope",
+        rotary_base=rope_base(hf_config, key),
+    )
+    if spec.value_head and last:
+        model.output_layer = ValueHead(spec.hidden_size)
+    return model

@@ -1,0 +1,163 @@
+"""The ``megatron`` config sections (verl's key names): defaults, validation and the parallel layout.
+
+Torch-free: the light ``hooks`` module imports it (``rlcore plugins``, config loading and the dry run's
+batch arithmetic must not import torch or megatron-core).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from rlcore.errors import RLCoreError
+
+#: every key of a ``megatron`` section and its default (verl's names and, where rlcore can honour them,
+#: verl's defaults); the README's table says what each does
+MEGATRON_DEFAULTS: dict[str, Any] = {
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "virtual_pipeline_model_parallel_size": None,
+    "context_parallel_size": 1,
+    "expert_model_parallel_size": 1,
+    "expert_tensor_parallel_size": None,
+    "sequence_parallel": False,
+    "use_distributed_optimizer": False,
+    "param_offload": False,
+    "grad_offload": False,
+    "optimizer_offload": False,
+    "use_dist_checkpointing": False,
+    "dist_checkpointing_path": None,
+    "override_transformer_config": {},
+}
+_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+_FLAGS = (
+    "sequence_parallel",
+    "use_distributed_optimizer",
+    "param_offload",
+    "grad_offload",
+    "optimizer_offload",
+    "use_dist_checkpointing",
+)
+
+
+@dataclass(frozen=True)
+class MegatronSettings:
+    """One resolved ``{section}.megatron`` section.
+
+    Attributes:
+        key: the section's dotted key (``actor_rollout_ref.actor.megatron``), named by errors.
+        tp, pp, cp: tensor, pipeline and context parallel sizes.
+        sequence_parallel: verl's ``sequence_parallel`` (honoured only at tensor-parallel size 1, where it
+            means nothing; see :func:`resolve_settings`).
+        param_offload, grad_offload, optimizer_offload: CUDA only (see the README).
+        use_dist_checkpointing: load the initial weights from ``dist_checkpointing_path`` instead of
+            converting ``model.path``.
+        dist_checkpointing_path: a directory written by the engine's ``save`` (its ``model/`` part).
+        override_transformer_config: extra ``TransformerConfig`` fields.
+    """
+
+    key: str
+    tp: int
+    pp: int
+    cp: int
+    sequence_parallel: bool
+    param_offload: bool
+    grad_offload: bool
+    optimizer_offload: bool
+    use_dist_checkpointing: bool
+    dist_checkpointing_path: str | None
+    override_transformer_config: dict[str, Any]
+
+    @property
+    def model_parallel_size(self) -> int:
+        """Ranks that hold one copy of the model: ``tp × pp × cp``."""
+        return self.tp * self.pp * self.cp
+
+
+def _size(value: Any, key: str) -> int:
+    """A positive integer parallel size; errors name ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RLCoreError(f"{key} must be a positive integer, got {value!r}")
+    return value
+
+
+def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSettings:
+    """The ``megatron`` section at ``key`` merged over :data:`MEGATRON_DEFAULTS` and checked.
+
+    Rejected, each with an error naming the key: unknown keys, virtual pipeline stages, context
+    parallelism (megatron-core runs it only in Transformer Engine's attention), expert parallelism (no
+    MoE models), the distributed optimizer, and sequence parallelism at tensor-parallel size > 1 (the
+    local layer spec's norms cannot shard the sequence, and gloo has no reduce-scatter).
+    """
+    resolved = dict(MEGATRON_DEFAULTS)
+    for name, value in (section or {}).items():
+        if name not in MEGATRON_DEFAULTS:
+            raise RLCoreError(f"unknown key {key}.{name}; known keys: {', '.join(MEGATRON_DEFAULTS)}")
+        resolved[name] = value
+    sizes = {name: _size(resolved[name], f"{key}.{name}") for name in _SIZES}
+    for name in _FLAGS:
+        if not isinstance(resolved[name], bool):
+            raise RLCoreError(f"{key}.{name} must be true or false, got {resolved[name]!r}")
+    if resolved["virtual_pipeline_model_parallel_size"] not in (None, 1):
+        raise RLCoreError(
+            f"{key}.virtual_pipeline_model_parallel_size={resolved['virtual_pipeline_model_parallel_size']!r}: "
+            "interleaved (virtual) pipeline stages are not supported by rlcore's Megatron engine; leave it null"
+        )
+    if sizes["context_parallel_size"] != 1:
+        raise RLCoreError(
+            f"{key}.context_parallel_size={sizes['context_parallel_size']}: megatron-core runs context parallelism "
+            "only in Transformer Engine's attention, which rlcore's Megatron engine (local layer spec) does not use; "
+            "use 1"
+        )
+    if resolved["expert_model_parallel_size"] != 1 or resolved["expert_tensor_parallel_size"] not in (None, 1):
+        raise RLCoreError(
+            f"{key}.expert_model_parallel_size / expert_tensor_parallel_size: expert parallelism needs a MoE model, "
+            "and rlcore's Megatron engine supports dense Qwen2/Qwen3/Llama models only; leave them at 1 / null"
+        )
+    if resolved["use_distributed_optimizer"]:
+        raise RLCoreError(
+            f"{key}.use_distributed_optimizer=true: sharding the optimizer state over data-parallel ranks is not "
+            "implemented by rlcore's Megatron engine (every data-parallel rank keeps its full AdamW state); set false"
+        )
+    if resolved["sequence_parallel"] and sizes["tensor_model_parallel_size"] > 1:
+        raise RLCoreError(
+            f"{key}.sequence_parallel=true with tensor_model_parallel_size="
+            f"{sizes['tensor_model_parallel_size']}: megatron-core's local layer spec (no Transformer Engine) cannot "
+            "shard the sequence in its norms; set sequence_parallel=false"
+        )
+    path = resolved["dist_checkpointing_path"]
+    if resolved["use_dist_checkpointing"] and not path:
+        raise RLCoreError(f"{key}.use_dist_checkpointing=true needs {key}.dist_checkpointing_path")
+    overrides = resolved["override_transformer_config"] or {}
+    if isinstance(overrides, DictConfig):
+        overrides = OmegaConf.to_container(overrides, resolve=True)
+    if not isinstance(overrides, Mapping):
+        raise RLCoreError(f"{key}.override_transformer_config must be a mapping, got {overrides!r}")
+    return MegatronSettings(
+        key=key,
+        tp=sizes["tensor_model_parallel_size"],
+        pp=sizes["pipeline_model_parallel_size"],
+        cp=sizes["context_parallel_size"],
+        sequence_parallel=resolved["sequence_parallel"],
+        param_offload=resolved["param_offload"],
+        grad_offload=resolved["grad_offload"],
+        optimizer_offload=resolved["optimizer_offload"],
+        use_dist_checkpointing=resolved["use_dist_checkpointing"],
+        dist_checkpointing_path=str(path) if path else None,
+        override_transformer_config={str(k): v for k, v in dict(overrides).items()},
+    )
+
+
+def layout_sizes(settings: MegatronSettings, world_size: int) -> int:
+    """The data-parallel size ``world_size ÷ (tp × pp × cp)``; an error naming the keys when it does not
+    divide."""
+    model_parallel = settings.model_parallel_size
+    if world_size % model_parallel:
+        raise RLCoreError(
+            f"{settings.key}.tensor_model_parallel_size ({settings.tp}) × pipeline_model_parallel_size "
+            f"({settings.pp}) × context_parallel_size ({settings.cp}) = {model_parallel} must divide the number of "
+            f"ranks ({world_size} = trainer.nnodes × trainer.n_gpus_per_node)"
+        )
+    return world_size // model_parallel

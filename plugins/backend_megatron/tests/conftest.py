@@ -1,0 +1,33 @@
+"""Fixtures for the Megatron backend tests: one torch thread, configs around the session's tiny model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Run the backend's tests with one intra-op thread: the tiny model gains nothing from more, and the
+    machine's cores are shared."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hide megatron-core's expected warnings (no Transformer Engine or Apex on this machine, deprecations
+    inside megatron-core itself)."""
+    for pattern in (
+        r"ignore:.*Transformer Engine and Apex are not installed",
+        r"ignore:Apex is not installed",
+        r"ignore::DeprecationWarning:megatron\..*",
+        r"ignore:.*tp_group is None",
+        r"ignore:.*MLP requires ffn_hidden_size",
+        r"ignore:full scope is deprecated",
+    ):
+        config.addinivalue_line("filterwarnings", pattern)

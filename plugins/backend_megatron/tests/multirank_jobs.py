@@ -1,0 +1,93 @@
+"""Scenarios that run the Megatron actor at tensor/pipeline-parallel layouts on the same global batch.
+
+Imported by name (not collected by pytest) so that ``torch.multiprocessing.spawn`` can pickle
+:func:`run_rank` into its child processes. Every rank takes the chunk of its data-parallel rank, as the
+worker group gives it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from rlcore.protocol import Batch
+from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
+
+PROMPTS = (
+    "john has 5 apples and mary has more apples than john",
+    "how many oranges are left",
+    "what is the total cost of the apples",
+    "first think then answer",
+)
+#: name -> (world size, tensor parallel size, pipeline parallel size)
+LAYOUTS: dict[str, tuple[int, int, int]] = {
+    "tp1": (1, 1, 1),
+    "tp2": (2, 2, 1),
+    "pp2": (2, 1, 2),
+    "tp2pp2": (4, 2, 2),
+    "tp2dp2": (4, 2, 1),
+}
+
+
+class Settings(TrainingBackendContract):
+    """The contract's small config for the ``megatron`` backend (not a test class)."""
+
+    component_name = "megatron"
+
+
+def global_batch(model_dir: Path) -> Batch:
+    """The 4-row batch every layout trains on."""
+    from transformers import AutoTokenizer
+
+    return make_batch(AutoTokenizer.from_pretrained(model_dir), prompts=PROMPTS, response_length=8, seed=7)
+
+
+def run_layout(name: str, model_dir: Path, rank: int) -> dict[str, Any]:
+    """Build the actor for layout ``name`` as ``rank``; return its data-parallel chunk's log-probs before and
+    after one update, the gradient norm and the gathered Hugging Face weights."""
+    from rlcore.workers.actor import ActorRolloutRefWorker
+
+    world, tp, pp = LAYOUTS[name]
+    config = Settings.make_config(
+        model_dir,
+        **{
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": tp,
+            "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size": pp,
+            "actor_rollout_ref.ref.megatron.tensor_model_parallel_size": tp,
+            "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size": pp,
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1,
+            "actor_rollout_ref.actor.entropy_coeff": 0.01,
+            "actor_rollout_ref.actor.optim.lr": 1e-3,
+        },
+    )
+    worker = ActorRolloutRefWorker(config, "actor", rank, world)
+    try:
+        worker.init_model()
+        layout = worker.parallel_layout()
+        batch = global_batch(model_dir)
+        advantages = torch.linspace(-1.0, 1.0, batch["responses"].numel()).view_as(batch["responses"])
+        chunk = batch.chunk(layout.dp_size)[layout.dp_rank]
+        chunk["advantages"] = advantages.chunk(layout.dp_size)[layout.dp_rank].clone()
+        out: dict[str, Any] = {"dp_rank": layout.dp_rank, "dp_size": layout.dp_size, "output": layout.is_output_rank}
+        chunk["old_log_probs"] = out["before"] = worker.compute_log_prob(chunk)["old_log_probs"]
+        out["grad_norm"] = worker.update_actor(chunk).meta["metrics"]["actor/grad_norm"]
+        out["after"] = worker.compute_log_prob(chunk)["old_log_probs"]
+        out["state"] = {key: t.clone() for key, t in worker.full_state_dict().items()}
+        return out
+    finally:
+        worker.shutdown()
+
+
+def run_rank(rank: int, name: str, store_file: str, model_dir: str, out_dir: str) -> None:
+    """A spawned rank: join a gloo group through a ``FileStore``, run layout ``name``, save the result to
+    ``out_dir/<name>_rank<r>.pt`` and leave the group."""
+    world = LAYOUTS[name][0]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(store_file, world), rank=rank, world_size=world)
+    try:
+        result = run_layout(name, Path(model_dir), rank)
+    finally:
+        dist.destroy_process_group()
+    torch.save(result, Path(out_dir) / f"{name}_rank{rank}.pt")

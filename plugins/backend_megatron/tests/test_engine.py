@@ -1,0 +1,99 @@
+"""Engine behaviour beyond the contract: config errors, the Hugging Face export, initial weights from a
+Megatron checkpoint (``use_dist_checkpointing``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from rlcore.errors import RLCoreError
+from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
+
+
+class Settings(TrainingBackendContract):
+    """The contract's small config for the ``megatron`` backend (not collected)."""
+
+    component_name = "megatron"
+
+
+def actor(model_dir: Path, role: str = "actor", **overrides: Any) -> Any:
+    """An initialised rank-0 worker of ``role`` with dotted-key ``overrides``."""
+    from rlcore.workers.actor import ActorRolloutRefWorker
+
+    worker = ActorRolloutRefWorker(Settings.make_config(model_dir, **overrides), role, 0, 1)
+    worker.init_model()
+    return worker
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"actor_rollout_ref.actor.megatron.param_offload": True}, r"actor\.megatron\.param_offload=true: offloading needs a CUDA"),
+        ({"actor_rollout_ref.actor.megatron.optimizer_offload": True}, "optimizer_offload=true"),
+        ({"actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
+          "actor_rollout_ref.actor.megatron.sequence_parallel": True}, "sequence_parallel=true"),
+        ({"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size": 2}, r"ref\.megatron parallel sizes"),
+        ({"actor_rollout_ref.model.enable_gradient_checkpointing": True}, "enable_gradient_checkpointing"),
+        ({"actor_rollout_ref.actor.ulysses_sequence_parallel_size": 2}, "ulysses_sequence_parallel_size"),
+        ({"actor_rollout_ref.actor.megatron.use_dist_checkpointing": True}, "needs actor_rollout_ref.actor.megatron.dist_checkpointing_path"),
+    ],
+)
+def test_config_errors_name_the_key(tiny_model_dir: Path, overrides: dict[str, Any], message: str) -> None:
+    """The worker's config check fails before any process group exists, naming the key."""
+    from rlcore.workers.actor import ActorRolloutRefWorker
+
+    with pytest.raises(RLCoreError, match=message):
+        ActorRolloutRefWorker(Settings.make_config(tiny_model_dir, **overrides), "actor_ref", 0, 1)
+
+
+def test_hf_export_loads_with_transformers(tiny_model_dir: Path, tiny_tokenizer: Any, tmp_path: Path) -> None:
+    """After an update, ``save_hf`` writes a directory ``AutoModelForCausalLM`` loads, whose log-probs equal the
+    engine's."""
+    from rlcore.algos.functional import logprobs_from_logits
+    from transformers import AutoModelForCausalLM
+
+    worker = actor(tiny_model_dir, **{"actor_rollout_ref.actor.optim.lr": 1e-3})
+    try:
+        batch = make_batch(tiny_tokenizer)
+        batch["old_log_probs"] = worker.compute_log_prob(batch)["old_log_probs"]
+        batch["advantages"] = torch.ones_like(batch["old_log_probs"])
+        worker.update_actor(batch)
+        expected = worker.compute_log_prob(batch)["old_log_probs"]
+        worker.actor.save_hf(tmp_path / "hf", with_weights=True)
+    finally:
+        worker.shutdown()
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32)
+    length = batch["responses"].shape[1]
+    logits = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+    ).logits[:, -length - 1 : -1]
+    mask = batch["response_mask"].bool()
+    torch.testing.assert_close(logprobs_from_logits(logits, batch["responses"]).detach()[mask], expected[mask], atol=1e-5, rtol=0)
+
+
+def test_initial_weights_from_a_megatron_checkpoint(tiny_model_dir: Path, tiny_tokenizer: Any, tmp_path: Path) -> None:
+    """``use_dist_checkpointing`` with ``dist_checkpointing_path`` starts from the saved model, not from
+    ``model.path``."""
+    batch = make_batch(tiny_tokenizer)
+    trained = actor(tiny_model_dir, **{"actor_rollout_ref.actor.optim.lr": 1e-3})
+    try:
+        batch["old_log_probs"] = trained.compute_log_prob(batch)["old_log_probs"]
+        batch["advantages"] = torch.ones_like(batch["old_log_probs"])
+        trained.update_actor(batch)
+        expected = trained.compute_log_prob(batch)["old_log_probs"]
+        trained.actor.save(tmp_path, {"model"})
+    finally:
+        trained.shutdown()
+    restored = actor(
+        tiny_model_dir,
+        **{
+            "actor_rollout_ref.actor.megatron.use_dist_checkpointing": True,
+            "actor_rollout_ref.actor.megatron.dist_checkpointing_path": str(tmp_path),
+        },
+    )
+    try:
+        torch.testing.assert_close(restored.compute_log_prob(batch)["old_log_probs"], expected, atol=0, rtol=0)
+    finally:
+        restored.shutdown()

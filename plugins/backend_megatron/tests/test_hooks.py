@@ -1,0 +1,74 @@
+"""The plugin's registration: the backend, its config sections, the data-parallel size, torch-free hooks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from rlcore.errors import RLCoreError
+from rlcore.plugins import load_plugins
+from rlcore_plugin_megatron.hooks import config_defaults, data_parallel_size
+from rlcore_plugin_megatron.settings import MEGATRON_DEFAULTS
+
+
+def test_backend_registered_with_data_parallel_size() -> None:
+    """``megatron`` resolves to the backend and carries the ``data_parallel_size`` meta."""
+    from rlcore_plugin_megatron.backend import MegatronBackend
+
+    registry = load_plugins().registry
+    assert registry.load("training_backend", "megatron") is MegatronBackend
+    assert registry.get("training_backend", "megatron").meta["data_parallel_size"] is data_parallel_size
+
+
+def test_config_defaults_cover_actor_ref_and_critic() -> None:
+    """The three ``megatron`` sections carry verl's keys and land in the loaded config."""
+    from rlcore.config import load_config
+
+    sections = config_defaults()
+    for section in (sections["actor_rollout_ref"]["actor"], sections["actor_rollout_ref"]["ref"], sections["critic"]):
+        assert section["megatron"] == MEGATRON_DEFAULTS
+    config = load_config(overrides=["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
+    assert config.actor_rollout_ref.actor.megatron.tensor_model_parallel_size == 2
+    assert config.critic.megatron.pipeline_model_parallel_size == 1
+
+
+def test_data_parallel_size_divides_the_world() -> None:
+    """world ÷ (tp × pp × cp), through the core's helper; a size that does not divide names the keys."""
+    from rlcore.config import load_config
+    from rlcore.workers.engine import data_parallel_size as core_data_parallel_size
+
+    config = load_config(overrides=[
+        "actor_rollout_ref.actor.strategy=megatron",
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+        "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+    ])
+    assert core_data_parallel_size(config, "actor_rollout_ref.actor", 8) == 2
+    with pytest.raises(RLCoreError, match=r"tensor_model_parallel_size \(2\) × pipeline_model_parallel_size \(2\)"):
+        data_parallel_size(config, "actor_rollout_ref.actor", 6)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("context_parallel_size", 2, "Transformer Engine"),
+        ("virtual_pipeline_model_parallel_size", 2, "virtual"),
+        ("use_distributed_optimizer", True, "use_distributed_optimizer=true"),
+        ("expert_model_parallel_size", 2, "MoE"),
+        ("tensor_model_parallel_size", 0, "positive integer"),
+    ],
+)
+def test_unsupported_settings_are_rejected(key: str, value: object, message: str) -> None:
+    """Settings the engine cannot honour fail with the key in the message."""
+    from rlcore.config import load_config
+
+    config = load_config(overrides=[f"actor_rollout_ref.actor.megatron.{key}={value}"])
+    with pytest.raises(RLCoreError, match=message) as info:
+        data_parallel_size(config, "actor_rollout_ref.actor", 4)
+    assert "actor_rollout_ref.actor.megatron" in str(info.value)
+
+
+def test_hooks_module_does_not_import_torch() -> None:
+    """Loading the plugin (``rlcore plugins``, config loading) must stay torch-free."""
+    code = "import sys, rlcore_plugin_megatron.hooks; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
