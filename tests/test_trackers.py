@@ -1,4 +1,4 @@
-"""The external trackers (swanlab, wandb, tensorboard, mlflow), each with its real library in its offline or
+"""The tracker plugins (swanlab, wandb, tensorboard, mlflow) together, each with its real library offline or
 local mode: two real training steps, then what each library wrote is read back from disk.
 
 Also: a tracker that fails (at start and in the middle of the run) does not stop training; ``finish()``
@@ -12,10 +12,8 @@ import json
 import logging
 import os
 import shutil
-import struct
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,6 @@ from omegaconf import OmegaConf
 
 import rlcore
 from rlcore.config import load_config
-from rlcore.testing.contracts.tracker import TrackerContract
 from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore.tracking.external import (
     TrackerConfigError,
@@ -101,53 +98,15 @@ def test_swanlab_local_logs(tracked_run) -> None:
 
 
 # -------------------------------------------------------------------------------------------- wandb
-def wandb_records(path: Path) -> list[Any]:
-    """The records of a ``.wandb`` file (LevelDB log format: 32 KiB blocks of checksum/length/type chunks)."""
-    from wandb.proto import wandb_internal_pb2
-
-    data = path.read_bytes()
-    position, block, records, pending = 7, 32768, [], b""
-    while position + 7 <= len(data):
-        if block - position % block < 7:  # block trailer
-            position += block - position % block
-            continue
-        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
-        if position + 7 + length > len(data):  # a record still being written
-            break
-        pending += data[position + 7 : position + 7 + length]
-        position += 7 + length
-        if kind in (1, 4):  # FULL or LAST
-            records.append(wandb_internal_pb2.Record.FromString(pending))
-            pending = b""
-    return records
-
-
-def wandb_history(records: list[Any]) -> list[dict[str, Any]]:
-    """The history rows (one per logged step) of a wandb run's records."""
-    return [
-        {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
-        for record in records if record.WhichOneof("record_type") == "history"
-    ]
-
-
-def wandb_offline_records(path: Path, timeout: float = 30.0) -> list[Any]:
-    """The records of an offline run file, once wandb's service has written its ``exit`` record: the
-    service writes the file asynchronously and ``run.finish()`` can return before it is on disk."""
-    deadline = time.monotonic() + timeout
-    while True:
-        records = wandb_records(path)
-        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
-            return records
-        time.sleep(0.2)
-
-
 def test_wandb_offline_run(tracked_run) -> None:
+    from rlcore_plugin_wandb.offline import history, offline_records
+
     run_dir, records, _ = tracked_run
     (offline,) = (run_dir / "wandb").glob("offline-run-*")
-    logged = wandb_offline_records(next(offline.glob("run-*.wandb")))
-    history = wandb_history(logged)
+    logged = offline_records(next(offline.glob("run-*.wandb")))
+    rows = history(logged)
     for key in (SCORE, VAL):
-        assert same_series([(h["_step"], h[key]) for h in history if key in h], series(records, key))
+        assert same_series([(h["_step"], h[key]) for h in rows if key in h], series(records, key))
     (run,) = [r.run for r in logged if r.WhichOneof("record_type") == "run"]
     config = {item.key: json.loads(item.value_json) for item in run.config.update}
     assert config["trainer"]["total_training_steps"] == 2
@@ -322,73 +281,3 @@ def test_tensorboard_dir_from_environment_and_config(tmp_path: Path, plugin_mana
         tracker.finish()
         assert list(where.glob("events.out.tfevents.*"))
     assert not (tmp_path / "run" / "tensorboard").exists()
-
-
-# -------------------------------------------------------------------------------------- contracts
-class OfflineContract(TrackerContract):
-    """The tracker contract with the tracker's offline/local settings added to the config."""
-
-    tracking: dict[str, Any] = {}
-
-    def make_config(self, run_dir: Path) -> Any:
-        """The contract's config plus ``trainer.tracking``."""
-        config = super().make_config(run_dir)
-        config.trainer.tracking = self.tracking
-        return config
-
-
-class TestSwanlabContract(OfflineContract):
-    """swanlab (offline mode) passes the tracker contract."""
-
-    component_name = "swanlab"
-    tracking = {"swanlab": {"mode": "offline"}}
-
-    def read_back(self, run_dir: Path) -> None:
-        """The offline run file holds the logged metric names."""
-        (record,) = (run_dir / "swanlog").glob("run-*/run-*.swanlab")
-        assert b"response_length/mean" in record.read_bytes()
-
-
-class TestWandbContract(OfflineContract):
-    """wandb (offline mode) passes the tracker contract."""
-
-    component_name = "wandb"
-    tracking = {"wandb": {"mode": "offline"}}
-
-    def read_back(self, run_dir: Path) -> None:
-        """Every step is in the offline run's history."""
-        (record,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
-        history = wandb_history(wandb_offline_records(record))
-        assert [h["_step"] for h in history] == [1, 2, 3]
-        assert [h["critic/score/mean"] for h in history] == [0.25, 0.5, 0.75]
-        assert "actor/pg_loss" not in history[1]  # NaN is skipped
-
-
-class TestTensorboardContract(OfflineContract):
-    """tensorboard passes the tracker contract."""
-
-    component_name = "tensorboard"
-
-    def read_back(self, run_dir: Path) -> None:
-        """NaN is skipped; the other values are scalars."""
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-        events = EventAccumulator(str(run_dir / "tensorboard"))
-        events.Reload()
-        assert [(e.step, e.value) for e in events.Scalars("critic/score/mean")] == [(1, 0.25), (2, 0.5), (3, 0.75)]
-        assert "actor/pg_loss" not in events.Tags()["scalars"]
-
-
-class TestMlflowContract(OfflineContract):
-    """mlflow (local file store) passes the tracker contract."""
-
-    component_name = "mlflow"
-
-    def read_back(self, run_dir: Path) -> None:
-        """The run holds every step of a metric, under its MLflow-safe name."""
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri=(run_dir / "mlruns").as_uri())
-        (run,) = client.search_runs([client.get_experiment_by_name("rlcore-contract").experiment_id])
-        history = client.get_metric_history(run.info.run_id, "val-core/openai/gsm8k/reward/mean_at_1")
-        assert [(m.step, m.value) for m in history] == [(3, 0.6)]

@@ -61,6 +61,10 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution("rlcore-plugin-drgrpo", {"preset": ("drgrpo",)}),
     Distribution("rlcore-plugin-gpg", {"advantage_estimator": ("gpg",), "policy_loss": ("gpg",)}),
     Distribution("rlcore-plugin-entropy", {"policy_loss": ("clip_cov", "kl_cov")}),
+    Distribution("rlcore-plugin-swanlab", {"tracker": ("swanlab",)}),
+    Distribution("rlcore-plugin-wandb", {"tracker": ("wandb", "tracking")}),
+    Distribution("rlcore-plugin-tensorboard", {"tracker": ("tensorboard",)}),
+    Distribution("rlcore-plugin-mlflow", {"tracker": ("mlflow",)}),
 )
 
 

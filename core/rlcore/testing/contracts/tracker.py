@@ -11,7 +11,8 @@ Subclass :class:`TrackerContract` in a test module, name the subclass ``Test...`
         def read_back(self, run_dir):
             assert (run_dir / "my_tracker.log").exists()
 
-The suite resolves the tracker through a freshly loaded plugin manager (the ``plugin_manager`` fixture
+Set ``tracking`` to the ``trainer.tracking`` settings the tracker needs offline (``{"wandb": {"mode":
+"offline"}}``). The suite resolves the tracker through a freshly loaded plugin manager (the ``plugin_manager`` fixture
 of the rlcore pytest plugin), constructs it in ``tmp_path`` with :meth:`make_config`, logs
 :attr:`LOGGED_STEPS` (floats, ints and NaN), logs a small table and finishes, and then calls
 :meth:`read_back` so that a tracker that writes files can check what it wrote.
@@ -32,6 +33,8 @@ class TrackerContract:
 
     #: the registered tracker name under test
     component_name: ClassVar[str] = ""
+    #: ``trainer.tracking`` settings the suite's config carries (e.g. an offline mode)
+    tracking: ClassVar[dict[str, Any]] = {}
     #: ``(step, metrics)`` pairs the suite logs, in order
     LOGGED_STEPS: ClassVar[list[tuple[int, dict[str, Any]]]] = [
         (1, {"critic/score/mean": 0.25, "critic/score/max": 1.0, "response_length/mean": 37.5}),
@@ -50,6 +53,7 @@ class TrackerContract:
                     "experiment_name": f"{self.component_name}-contract",
                     "logger": [self.component_name],
                     "default_local_dir": str(run_dir / "checkpoints"),
+                    "tracking": self.tracking,
                 }
             }
         )

@@ -1,0 +1,22 @@
+"""Registers the ``swanlab`` tracker and its ``trainer.tracking.swanlab`` settings; imports no swanlab (nor torch)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rlcore import hookimpl
+
+
+@hookimpl
+def register_trackers(register: Callable[..., None]) -> None:
+    """Register the ``swanlab`` tracker (imported on first use)."""
+    register("swanlab", "rlcore_plugin_swanlab.tracker:SwanlabTracker",
+             description="SwanLab: cloud, local or offline (trainer.tracking.swanlab)")
+
+
+@hookimpl
+def config_defaults() -> dict[str, Any]:
+    """``trainer.tracking.swanlab``: every setting null, meaning "the environment variable, else the default"
+    (see :mod:`rlcore_plugin_swanlab.tracker`)."""
+    return {"trainer": {"tracking": {"swanlab": {"mode": None, "logdir": None}}}}

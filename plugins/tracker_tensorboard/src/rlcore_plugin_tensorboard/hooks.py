@@ -1,0 +1,22 @@
+"""Registers the ``tensorboard`` tracker and its ``trainer.tracking.tensorboard`` settings; imports no tensorboard (nor torch)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rlcore import hookimpl
+
+
+@hookimpl
+def register_trackers(register: Callable[..., None]) -> None:
+    """Register the ``tensorboard`` tracker (imported on first use)."""
+    register("tensorboard", "rlcore_plugin_tensorboard.tracker:TensorboardTracker",
+             description="TensorBoard event files (trainer.tracking.tensorboard)")
+
+
+@hookimpl
+def config_defaults() -> dict[str, Any]:
+    """``trainer.tracking.tensorboard``: every setting null, meaning "the environment variable, else the default"
+    (see :mod:`rlcore_plugin_tensorboard.tracker`)."""
+    return {"trainer": {"tracking": {"tensorboard": {"log_dir": None}}}}

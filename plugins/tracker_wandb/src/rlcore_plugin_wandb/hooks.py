@@ -1,0 +1,22 @@
+"""Registers the ``wandb`` tracker and its ``trainer.tracking.wandb`` settings; imports no wandb (nor torch)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rlcore import hookimpl
+
+
+@hookimpl
+def register_trackers(register: Callable[..., None]) -> None:
+    """Register the ``wandb`` tracker (imported on first use)."""
+    register("wandb", "rlcore_plugin_wandb.tracker:WandbTracker", aliases=('tracking',),
+             description="Weights & Biases: online or offline (trainer.tracking.wandb)")
+
+
+@hookimpl
+def config_defaults() -> dict[str, Any]:
+    """``trainer.tracking.wandb``: every setting null, meaning "the environment variable, else the default"
+    (see :mod:`rlcore_plugin_wandb.tracker`)."""
+    return {"trainer": {"tracking": {"wandb": {"mode": None, "dir": None, "entity": None}}}}
