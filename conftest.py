@@ -10,7 +10,8 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-#: test files that take minutes, longest first: they start first so that the two workers finish together
+#: test files that take minutes, longest first: they start first so that the two workers finish together,
+#: and their tests are marked ``slow`` (``pytest -m "not slow"`` is the quick local loop; CI runs everything)
 LONG_FILES = (
     "tests/test_seed_command.py",
     "tests/test_wheelhouse.py",
@@ -24,6 +25,12 @@ LONG_FILES = (
 
 
 def pytest_collection_modifyitems(items: list) -> None:
-    """Move the tests of :data:`LONG_FILES` to the front, in that order (xdist hands out files in order)."""
+    """Mark the tests of :data:`LONG_FILES` ``slow`` and move them to the front, in that order (xdist hands
+    out files in order)."""
+    import pytest
+
     rank = {path: index for index, path in enumerate(LONG_FILES)}
+    for item in items:
+        if item.nodeid.split("::")[0] in rank:
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONG_FILES)))

@@ -49,6 +49,7 @@ def test_gradient_checkpointing_gives_the_same_update(make_worker: Callable[...,
         torch.testing.assert_close(ckpt_state[name], tensor, rtol=0, atol=1e-6)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="bf16 mixed precision and offload need CUDA")
 def test_cuda_bf16_mixed_precision_with_offload(make_worker: Callable[..., Any], batch: Batch) -> None:
     """On CUDA: fp32 master weights computing in bf16 (``MixedPrecisionPolicy``), the actor under

@@ -49,6 +49,7 @@ def test_weight_buckets_respect_the_size_limit() -> None:
     assert buckets == [["a", "b"], ["c"], ["d"]]
 
 
+@pytest.mark.gpu
 class TestSGLangEngineContract(RolloutEngineContract):
     """rlcore's rollout-engine contract on a real SGLang engine (CUDA + SGLang only)."""
 
