@@ -19,6 +19,7 @@ from rlcore.algos.kl_control import (
     make_kl_controller,
 )
 from rlcore.algos.losses import (
+    LOG_RATIO_CLAMP,
     LOSS_AGG_MODES,
     agg_loss,
     build_actor_loss,
@@ -32,6 +33,7 @@ from rlcore.algos.losses import (
 from rlcore.algos.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
 
 __all__ = [
+    "LOG_RATIO_CLAMP",
     "LOSS_AGG_MODES",
     "AdaptiveKLController",
     "FixedKLController",

@@ -1,24 +1,25 @@
 """Rewards: reward managers (token-level scores from a batch), rule-based scorers and safe scoring.
 
-``RewardResult`` is imported lazily so that ``import rlcore.reward`` does not import torch.
+The public names (``RewardError``, ``RewardResult``, ``NaiveRewardManager``) are imported lazily so that
+``import rlcore.reward`` does not import torch.
 """
 
 from typing import Any
 
-from rlcore.errors import RLCoreError
+from rlcore.reward.errors import RewardError
 
-
-class RewardError(RLCoreError):
-    """A reward configuration problem, or a scorer failure with ``reward_model.scorer_fail_fast=true``."""
+#: public name -> the module that defines it
+_LAZY = {"RewardResult": "rlcore.reward.managers", "NaiveRewardManager": "rlcore.reward.managers"}
 
 
 def __getattr__(name: str) -> Any:
-    """Lazy access to :class:`rlcore.reward.managers.RewardResult`."""
-    if name == "RewardResult":
-        from rlcore.reward.managers import RewardResult
+    """Lazy access to :class:`~rlcore.reward.managers.RewardResult` and
+    :class:`~rlcore.reward.managers.NaiveRewardManager`."""
+    if name in _LAZY:
+        import importlib
 
-        return RewardResult
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'rlcore.reward' has no attribute {name!r}")
 
 
-__all__ = ["RewardError", "RewardResult"]
+__all__ = ["NaiveRewardManager", "RewardError", "RewardResult"]

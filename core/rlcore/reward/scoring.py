@@ -7,7 +7,7 @@ import functools
 import inspect
 from typing import Any, Callable
 
-from rlcore.reward import RewardError
+from rlcore.reward.errors import RewardError
 
 
 class RegistryScorer:

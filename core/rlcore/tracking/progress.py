@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from rlcore.tracking.sinks import format_value
+from rlcore.tracking.values import format_value
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import torch
 
-from rlcore.reward.managers import NaiveRewardManager, RewardResult
+from rlcore.reward import NaiveRewardManager, RewardResult
 from rlcore_plugin_dapo.settings import overlong_buffer
 
 
@@ -27,7 +27,7 @@ def response_lengths(batch: Any) -> torch.Tensor:
 class DAPORewardManager:
     """``reward_model.reward_manager=dapo``: score like ``naive``, then add DAPO's overlong penalty.
 
-    Scoring is delegated to :class:`rlcore.reward.managers.NaiveRewardManager`, so failing, hanging or
+    Scoring is delegated to :class:`rlcore.reward.NaiveRewardManager`, so failing, hanging or
     non-numeric scorers are handled exactly as there. With ``reward_model.overlong_buffer.enable`` a
     response of L valid tokens gets min(−(L − (L_max − L_buf)) / L_buf · ``penalty_factor``, 0) added to
     its score, on its last valid token (see :class:`rlcore_plugin_dapo.settings.OverlongBuffer`).

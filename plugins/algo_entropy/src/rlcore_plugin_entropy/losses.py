@@ -13,8 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
-from rlcore.algos import agg_loss, clip_ratio_bounds, masked_mean
-from rlcore.algos.losses import LOG_RATIO_CLAMP
+from rlcore.algos import LOG_RATIO_CLAMP, agg_loss, clip_ratio_bounds, masked_mean
 from rlcore.errors import RLCoreError
 
 #: fallbacks of the ``policy_loss.*`` keys (rlcore's defaults.yaml carries the same values)

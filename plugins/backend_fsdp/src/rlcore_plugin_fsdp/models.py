@@ -11,7 +11,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from rlcore.algos.functional import entropy_from_logits, logprobs_from_logits
+from rlcore.algos import entropy_from_logits, logprobs_from_logits
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore_plugin_fsdp.packing import pack_batch

@@ -24,7 +24,7 @@ from typing import Any, Self
 import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
-from rlcore.algos.functional import entropy_from_logits, logprobs_from_logits
+from rlcore.algos import entropy_from_logits, logprobs_from_logits
 from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch

@@ -1,0 +1,41 @@
+"""The modules a plugin may import: rlcore's declared public API.
+
+Everything a plugin needs from the core is in one of these modules; everything else (the registry, the
+controller, the generic workers, the built-in implementations) may change in any release.
+``tests/test_boundaries.py`` checks that every bundled plugin and the plugin template import nothing else
+from rlcore, and ``docs/publishing.md`` explains the compatibility promise.
+"""
+
+from __future__ import annotations
+
+#: public modules; an entry ending in ``.*`` makes every submodule of that package public too
+PUBLIC_MODULES: tuple[str, ...] = (
+    "rlcore",  # hookimpl, hookspec, get_component, load_plugins, __version__
+    "rlcore.errors",  # RLCoreError
+    "rlcore.protocol",  # Batch
+    "rlcore.algos",  # the algorithm math: losses, advantages' building blocks, KL, metrics
+    "rlcore.config",  # load_config, ConfigError
+    "rlcore.config.keys",  # select, positive_int
+    "rlcore.dtypes",  # parse_dtype
+    "rlcore.reward",  # RewardResult, RewardError, NaiveRewardManager
+    "rlcore.rollout.engine",  # the RolloutEngine protocol
+    "rlcore.rollout.sampling",  # SamplingParams, ROLLOUT_KEY
+    "rlcore.rollout.token_engine",  # TokenListEngine, Completion: a base for token-id rollout engines
+    "rlcore.workers.engine",  # the TrainingEngine / TrainingBackend contract
+    "rlcore.workers.optim",  # AdamW and verl's learning-rate schedule, for engines
+    "rlcore.workers.distributed",  # device, process group, seeding and RNG state, for engines
+    "rlcore.tracking.external",  # ExternalTracker and the tracker helpers
+    "rlcore.testing.*",  # fixtures, tiny models and the contract suites
+)
+
+
+def is_public(module: str) -> bool:
+    """Whether a plugin may import ``module`` (see :data:`PUBLIC_MODULES`)."""
+    for entry in PUBLIC_MODULES:
+        if entry.endswith(".*"):
+            package = entry[:-2]
+            if module == package or module.startswith(package + "."):
+                return True
+        elif module == entry:
+            return True
+    return False
