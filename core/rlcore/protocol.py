@@ -288,7 +288,7 @@ class Batch:
         return BatchKeyError(f"{key!r} is not in the Batch; available keys: {self.keys()}")
 
     @overload
-    def __getitem__(self, key: str) -> torch.Tensor | np.ndarray: ...
+    def __getitem__(self, key: str) -> Any: ...  # a tensor or an object array: callers know which key is which
 
     @overload
     def __getitem__(self, key: RowIndex) -> Batch: ...

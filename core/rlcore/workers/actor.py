@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -40,6 +40,7 @@ ROLE_PARTS: dict[str, tuple[bool, bool, bool]] = {
     "ref": (False, False, True),
 }
 logger = logging.getLogger(__name__)
+_Part = TypeVar("_Part")
 
 #: largest relative difference between the trainer's and the rollout engine's weight checksums
 WEIGHT_SYNC_RTOL = 1e-6
@@ -150,14 +151,23 @@ class ActorRolloutRefWorker(WorkerBase):
             dtype=self._rollout_dtype(),
         )
 
-    def _require(self, part: str, method: str) -> None:
-        """Raise when ``method`` needs a part (actor/rollout/ref) this role lacks or that is not built yet."""
+    def _require(self, part: str, method: str, built: _Part | None) -> _Part:
+        """``built`` (the actor, ref or rollout engine); raises when ``method`` needs a part this role lacks
+        or that ``init_model`` has not built yet."""
         present = {"actor": self.has_actor, "rollout": self.has_rollout, "ref": self.has_ref}[part]
         if not present:
             raise RLCoreError(f"{method}() needs the {part}, but this worker's role is {self.role!r}")
-        built = {"actor": self.actor, "rollout": self.rollout_engine, "ref": self.ref}[part]
         if built is None:
             raise RLCoreError(f"{method}() called before init_model()")
+        return built
+
+    def _actor_engine(self, method: str) -> TrainingEngine:
+        """The actor engine, for ``method``."""
+        return self._require("actor", method, self.actor)
+
+    def _rollout(self, method: str) -> RolloutEngine:
+        """The rollout engine, for ``method``."""
+        return self._require("rollout", method, self.rollout_engine)
 
     def _temperature(self, batch: Batch) -> float:
         """The sampling temperature of ``batch`` (``meta["temperature"]``, else ``rollout.temperature``)."""
@@ -187,8 +197,8 @@ class ActorRolloutRefWorker(WorkerBase):
         )
         with engine.resident():
             outputs = engine.forward(plan.parts, temperature=temperature, with_entropy=with_entropy)
-        log_probs = plan.restore([out.log_probs for out in outputs]).cpu()
-        entropies = plan.restore([out.entropy for out in outputs]).cpu() if with_entropy else None
+        log_probs = plan.restore([out.require("log_probs") for out in outputs]).cpu()
+        entropies = plan.restore([out.require("entropy") for out in outputs]).cpu() if with_entropy else None
         return log_probs, entropies
 
     # ---------------------------------------------------------------- methods
@@ -196,9 +206,8 @@ class ActorRolloutRefWorker(WorkerBase):
         """``old_log_probs`` and ``entropys`` ``[B, R]`` of the batch's responses under the current actor,
         in micro-batches of ``rollout.log_prob_micro_batch_size_per_gpu`` (or, with
         ``rollout.log_prob_use_dynamic_bsz``, of at most ``rollout.log_prob_max_token_len_per_gpu`` tokens)."""
-        self._require("actor", "compute_log_prob")
         log_probs, entropies = self._log_probs(
-            self.actor,
+            self._actor_engine("compute_log_prob"),
             batch,
             self.log_prob_micro_batch_size,
             self.log_prob_budget,
@@ -211,9 +220,8 @@ class ActorRolloutRefWorker(WorkerBase):
         """``ref_log_prob`` ``[B, R]`` under the frozen reference policy, in micro-batches of
         ``ref.log_prob_micro_batch_size_per_gpu`` (or of at most ``ref.log_prob_max_token_len_per_gpu``
         tokens with ``ref.log_prob_use_dynamic_bsz``)."""
-        self._require("ref", "compute_ref_log_prob")
         log_probs, _ = self._log_probs(
-            self.ref,
+            self._require("ref", "compute_ref_log_prob", self.ref),
             batch,
             self.ref_micro_batch_size,
             self.ref_budget,
@@ -236,23 +244,24 @@ class ActorRolloutRefWorker(WorkerBase):
         ``compute_log_prob`` pass ran: the old log-probs are this forward's own, detached (ratio 1), and
         ``actor/entropy`` is measured here.
         """
-        self._require("actor", "update_actor")
+        actor = self._actor_engine("update_actor")
         with_entropy = float(self.actor_config.get("entropy_coeff", 0.0) or 0.0) != 0.0
         on_policy = bool(batch.meta.get("on_policy", False))
         agg_mode = self.actor_config.get("loss_agg_mode", "token-mean")
 
         def objective(micro: Batch, output: ModelOutput) -> tuple[torch.Tensor, dict[str, float]]:
             """The actor loss of one micro-batch and its metrics."""
-            log_prob, entropy = output.log_probs, output.entropy
+            log_prob = output.require("log_probs")
             if not on_policy:
-                return self.loss_fn(log_prob, entropy, micro)
+                return self.loss_fn(log_prob, output.entropy, micro)
+            entropy = output.require("entropy")
             micro["old_log_probs"] = log_prob.detach()
             loss, metrics = self.loss_fn(log_prob, entropy if with_entropy else None, micro)
             entropy_metric = agg_loss(entropy.detach(), micro["response_mask"], agg_mode).item()
             return loss, {**metrics, "actor/entropy": entropy_metric}
 
         settings = UpdateSettings(
-            sizes=self.update_sizes,
+            sizes=self._require("actor", "update_actor", self.update_sizes),
             epochs=int(self.actor_config.get("ppo_epochs", 1)),
             grad_clip=self.actor_config.get("grad_clip", None),
             loss_agg_mode=agg_mode,
@@ -262,9 +271,9 @@ class ActorRolloutRefWorker(WorkerBase):
             temperature=self._temperature(batch),
             with_entropy=with_entropy or on_policy,
         )
-        with self.actor.resident():
-            metrics = ppo_update(self.actor, cpu_batch(batch), objective, settings, self.shuffle_generator)
-        metrics["actor/lr"] = self.actor.lr_scheduler_step()
+        with actor.resident():
+            metrics = ppo_update(actor, cpu_batch(batch), objective, settings, self.shuffle_generator)
+        metrics["actor/lr"] = actor.lr_scheduler_step()
         return Batch.from_dict({}, meta={"metrics": metrics})
 
     def shutdown(self) -> None:
@@ -281,26 +290,26 @@ class ActorRolloutRefWorker(WorkerBase):
 
         The engine is woken first and, with ``rollout.free_cache_engine``, put to sleep afterwards so that
         training gets its memory back (engines skip both where there is nothing to free, e.g. on CPU)."""
-        self._require("rollout", "generate_sequences")
-        self.rollout_engine.wake()
-        out = self.rollout_engine.generate(batch, validate=bool(batch.meta.get("validate", False)))
+        engine = self._rollout("generate_sequences")
+        engine.wake()
+        out = engine.generate(batch, validate=bool(batch.meta.get("validate", False)))
         if self.rollout_config.get("free_cache_engine", True):
-            self.rollout_engine.sleep()
+            engine.sleep()
         return out
 
     # ------------------------------------------------------------ weight sync
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The actor's full (unsharded) weights with Hugging Face names on every rank (with LoRA: merged)."""
-        self._require("actor", "full_state_dict")
-        with self.actor.resident():
-            return self.actor.full_weights()
+        actor = self._actor_engine("full_state_dict")
+        with actor.resident():
+            return actor.full_weights()
 
     def export_weights(self) -> dict[str, torch.Tensor]:
         """The actor's full weights on CPU for a rollout worker in another process (split placement):
         complete on rank 0, empty on the other ranks. Collective: every rank must call it."""
-        self._require("actor", "export_weights")
-        with self.actor.resident():
-            return self.actor.full_weights(only_rank0=True)
+        actor = self._actor_engine("export_weights")
+        with actor.resident():
+            return actor.full_weights(only_rank0=True)
 
     def receive_weights(self, state: dict[str, torch.Tensor]) -> dict[str, float]:
         """Load a trainer's full weights into this worker's rollout engine; verify them when
@@ -308,13 +317,13 @@ class ActorRolloutRefWorker(WorkerBase):
 
         A rollout-only worker (split placement) has no trainer model to compare log-probs with, so an
         engine without ``weight_checksum()`` is verified by its weight version only (warned once)."""
-        self._require("rollout", "receive_weights")
-        self.rollout_engine.wake()
-        self.rollout_engine.update_weights(state.items())
+        engine = self._rollout("receive_weights")
+        engine.wake()
+        engine.update_weights(state.items())
         metrics: dict[str, float] = {}
         if self.rollout_config.get("check_weight_sync", True):
             metrics.update(self.check_weight_sync(state))
-        metrics["rollout/weight_version"] = float(self.rollout_engine.weight_version)
+        metrics["rollout/weight_version"] = float(engine.weight_version)
         return metrics
 
     def sync_weights(self) -> dict[str, float]:
@@ -323,8 +332,8 @@ class ActorRolloutRefWorker(WorkerBase):
         Returns ``actor/weight_sync_s``, ``rollout/weight_version`` and (when checked) the metrics of
         :meth:`check_weight_sync`.
         """
-        self._require("actor", "sync_weights")
-        self._require("rollout", "sync_weights")
+        self._actor_engine("sync_weights")
+        self._rollout("sync_weights")
         start = time.perf_counter()
         metrics = self.receive_weights(self.full_state_dict())
         metrics["actor/weight_sync_s"] = time.perf_counter() - start
@@ -345,15 +354,15 @@ class ActorRolloutRefWorker(WorkerBase):
           ``rollout.weight_sync_logprob_tol`` fails (default: 1e-3 when the engine serves float32, 5e-2
           in lower precision).
         """
-        self._require("rollout", "check_weight_sync")
+        engine: Any = self._rollout("check_weight_sync")  # the optional methods are found with hasattr
         metrics: dict[str, float] = {}
-        if hasattr(self.rollout_engine, "weight_checksum"):
+        if hasattr(engine, "weight_checksum"):
             if state is None:
                 state = self.full_state_dict()
-            skip = getattr(self.rollout_engine, "uncounted_names", ())
+            skip = getattr(engine, "uncounted_names", ())
             dtype = self._rollout_dtype()
             expected = state_checksum(((name, tensor.to(dtype)) for name, tensor in state.items()), skip=skip)
-            actual = float(self.rollout_engine.weight_checksum())
+            actual = float(engine.weight_checksum())
             diff = abs(actual - expected) / max(abs(expected), 1e-12)
             if not diff <= WEIGHT_SYNC_RTOL:
                 raise WeightSyncError(
@@ -363,8 +372,8 @@ class ActorRolloutRefWorker(WorkerBase):
                     "only to debug"
                 )
             metrics["rollout/weight_checksum_diff"] = diff
-        if not metrics and hasattr(self.rollout_engine, "prompt_log_probs") and self.actor is not None:
-            metrics["rollout/weight_sync_logprob_diff"] = self._check_log_prob_parity()
+        if not metrics and self.actor is not None:
+            metrics["rollout/weight_sync_logprob_diff"] = self._check_log_prob_parity(self.actor, engine)
         elif not metrics and not self._warned_unverified:
             self._warned_unverified = True
             logger.warning(
@@ -374,7 +383,7 @@ class ActorRolloutRefWorker(WorkerBase):
             )
         return metrics
 
-    def _check_log_prob_parity(self) -> float:
+    def _check_log_prob_parity(self, actor: TrainingEngine, engine: RolloutEngine) -> float:
         """The mean absolute difference between the engine's and the actor's log-probs of the probe sequence;
         raises :class:`WeightSyncError` above ``rollout.weight_sync_logprob_tol``."""
         # at most 32 tokens, and room in the engine's context (prompt + response length) for one more
@@ -390,9 +399,9 @@ class ActorRolloutRefWorker(WorkerBase):
             },
             meta={"temperature": 1.0},
         )
-        trainer, _ = self._log_probs(self.actor, probe, 1, None, "", with_entropy=False)
-        engine = self.rollout_engine.prompt_log_probs(ids).to(torch.float32)
-        diff = float((engine - trainer[0].float()).abs().mean())
+        trainer, _ = self._log_probs(actor, probe, 1, None, "", with_entropy=False)
+        served = engine.prompt_log_probs(ids).to(torch.float32)
+        diff = float((served - trainer[0].float()).abs().mean())
         tolerance = self.rollout_config.get("weight_sync_logprob_tol")
         if tolerance is None:
             tolerance = 1e-3 if self._rollout_dtype() == torch.float32 else 5e-2
@@ -418,23 +427,24 @@ class ActorRolloutRefWorker(WorkerBase):
         """
         if not self.has_actor:
             return
-        self._require("actor", "save_checkpoint")
+        actor = self._actor_engine("save_checkpoint")
         directory = Path(path)
         extra: dict[str, Any] = {}
         if self.shuffle_generator is not None:
             extra["shuffle_generator"] = self.shuffle_generator.get_state()
-        if self.rollout_engine is not None:
-            if hasattr(self.rollout_engine, "state_dict"):
-                extra["rollout"] = self.rollout_engine.state_dict()
+        rollout: Any = self.rollout_engine  # state_dict() is optional: found with hasattr
+        if rollout is not None:
+            if hasattr(rollout, "state_dict"):
+                extra["rollout"] = rollout.state_dict()
             elif self.rank == 0:
                 logger.warning(
                     "the rollout engine %s has no state_dict(): its sampling state is not checkpointed, so a "
-                    "resumed run samples differently from an uninterrupted one", type(self.rollout_engine).__name__,
+                    "resumed run samples differently from an uninterrupted one", type(rollout).__name__,
                 )
         contents = checkpoint_contents(self.config, ACTOR, "save_contents")
-        with self.actor.resident():
-            self._save_state(directory, self.actor, extra, contents)
-            self.actor.save_hf(directory / "huggingface", with_weights="hf_model" in contents)
+        with actor.resident():
+            self._save_state(directory, actor, extra, contents)
+            actor.save_hf(directory / "huggingface", with_weights="hf_model" in contents)
         if self.rank == 0:
             self.tokenizer.save_pretrained(directory / "huggingface")
         self._barrier()
@@ -444,13 +454,14 @@ class ActorRolloutRefWorker(WorkerBase):
         push the weights to the rollout engine and restore the engine's sampling state."""
         if not self.has_actor:
             return
-        self._require("actor", "load_checkpoint")
+        actor = self._actor_engine("load_checkpoint")
         contents = checkpoint_contents(self.config, ACTOR, "load_contents")
-        with self.actor.resident():
-            extra = self._load_state(Path(path), self.actor, contents, f"{ACTOR}.checkpoint.load_contents")
+        with actor.resident():
+            extra = self._load_state(Path(path), actor, contents, f"{ACTOR}.checkpoint.load_contents")
         if extra is not None and self.shuffle_generator is not None and "shuffle_generator" in extra:
             self.shuffle_generator.set_state(extra["shuffle_generator"])
         if self.has_rollout:
             self.sync_weights()
-            if extra is not None and "rollout" in extra and hasattr(self.rollout_engine, "load_state_dict"):
-                self.rollout_engine.load_state_dict(extra["rollout"])
+            engine: Any = self.rollout_engine
+            if extra is not None and "rollout" in extra and hasattr(engine, "load_state_dict"):
+                engine.load_state_dict(extra["rollout"])

@@ -79,7 +79,9 @@ class CriticWorker(WorkerBase):
         )
         with engine.resident():
             outputs = engine.forward(plan.parts, temperature=1.0, with_entropy=False)
-        values = [out.values.cpu() * micro["response_mask"] for out, micro in zip(outputs, plan.parts, strict=True)]
+        values = [
+            out.require("values").cpu() * micro["response_mask"] for out, micro in zip(outputs, plan.parts, strict=True)
+        ]
         return Batch.from_dict({"values": plan.restore(values)})
 
     def update_critic(self, batch: Batch) -> Batch:
@@ -90,7 +92,7 @@ class CriticWorker(WorkerBase):
 
         def objective(micro: Batch, output: ModelOutput) -> tuple[torch.Tensor, dict[str, float]]:
             """The clipped value loss of one micro-batch and its metrics."""
-            vpreds, mask = output.values, micro["response_mask"]
+            vpreds, mask = output.require("values"), micro["response_mask"]
             loss, clipfrac = value_loss(
                 vpreds, micro["returns"], micro["values"], mask, self.cliprange_value, self.loss_agg_mode
             )

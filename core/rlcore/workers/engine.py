@@ -94,6 +94,16 @@ class ModelOutput:
     entropy: torch.Tensor | None = None
     values: torch.Tensor | None = None
 
+    def require(self, name: str) -> torch.Tensor:
+        """The output ``name`` (``log_probs``, ``entropy`` or ``values``); an engine that did not fill what the
+        worker asked for breaks the contract, which the error says."""
+        value = getattr(self, name)
+        if value is None:
+            from rlcore.errors import RLCoreError
+
+            raise RLCoreError(f"the training engine returned no {name} although the worker asked for them")
+        return value
+
 
 #: ``loss_fn(index, micro_batch, output) -> loss``: the loss of micro-batch ``index`` of a
 #: :meth:`TrainingEngine.forward_backward` call, already scaled by the worker (see the method)

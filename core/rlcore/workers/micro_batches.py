@@ -87,7 +87,6 @@ def plan_micro_batches(
             f"a sequence of {max(lengths)} tokens exceeds {budget_key}={budget}; it runs as a micro-batch of its own",
             stacklevel=2,
         )
-    parts = token_budget_parts(lengths, budget, device)
-    rows = [torch.tensor(part, dtype=torch.long) for part in parts]
+    rows = [torch.tensor(part, dtype=torch.long) for part in token_budget_parts(lengths, budget, device)]
     order = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long)
     return MicroBatchPlan([batch.index(index) for index in rows], order)
