@@ -3,6 +3,7 @@ interrupted (by a hook or a SIGKILL in the middle of a save) and resumed."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -75,9 +76,9 @@ def test_a_failing_write_leaves_the_previous_checkpoint(tmp_path: Path) -> None:
 
     def broken(folder: Path) -> None:
         write_part(folder)
-        raise OSError("disk full")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(CheckpointError, match=r"step 2 .*the disk is full .*previous checkpoint .*global_step_1 is intact"):
         manager.save(2, broken)
     assert steps_on_disk(tmp_path) == ["global_step_1", LATEST_FILE]
     assert manager.latest() == tmp_path / "global_step_1"
@@ -88,7 +89,7 @@ def test_saving_a_step_again_replaces_it(tmp_path: Path) -> None:
     manager = CheckpointManager(trainer_config(tmp_path))
     manager.save(2, write_part)
     manager.save(2, lambda folder: (folder / "second").write_text("x"))
-    assert steps_on_disk(tmp_path / "global_step_2") == ["second"]
+    assert steps_on_disk(tmp_path / "global_step_2") == ["checksums.json", "second"]
     assert steps_on_disk(tmp_path) == ["global_step_2", LATEST_FILE]
 
 

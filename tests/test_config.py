@@ -239,11 +239,17 @@ def test_types_as_verl_accepts_them() -> None:
     assert cfg.actor_rollout_ref.actor.optim.lr == 1
 
 
-def test_missing_verl_features_are_named() -> None:
+def test_missing_verl_features_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the Megatron plugin (disabled here) its keys name the plugin to install; features rlcore lacks
+    are named as such."""
+    from rlcore.plugins import make_plugin_manager
+
+    monkeypatch.setenv("RLCORE_DISABLE_PLUGINS", "rlcore-plugin-megatron")
+    without_megatron = make_plugin_manager()
     with pytest.raises(ConfigError) as info:
         load_config(overrides=["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
                                "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
-                               "global_profiler.tool=torch", "reward_model.enable=true"])
+                               "global_profiler.tool=torch", "reward_model.enable=true"], manager=without_megatron)
     problems = info.value.problems
     assert len(problems) == 3, problems
     assert "pipeline_model_parallel_size: verl's Megatron backend settings" in problems[0]

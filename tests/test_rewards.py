@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import logging
 import math
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
-
 from rlcore.errors import RLCoreError
 from rlcore.reward import RewardError, RewardResult
-from rlcore.reward.managers import BatchRewardManager, NaiveRewardManager, run_guarded, to_score
+from rlcore.reward.managers import BatchRewardManager, NaiveRewardManager, to_score
 from rlcore.reward.scorers import gsm8k
 from rlcore.reward.scorers import math as math_scorer
 from rlcore.reward.scoring import RegistryScorer, build_reward_manager, build_scorer
@@ -162,14 +158,13 @@ def test_naive_manager_with_gsm8k(tiny_tokenizer):
 
 def test_batch_manager_single_call(tiny_tokenizer):
     batch, lengths = make_reward_batch(tiny_tokenizer)
-    calls = []
 
     def batched(data_sources, solution_strs, ground_truths, extra_infos, scale):
-        calls.append(len(solution_strs))
-        return [{"score": scale * info["value"], "length": len(s)} for s, info in zip(solution_strs, extra_infos)]
+        return [{"score": scale * info["value"], "length": len(s), "call_size": len(solution_strs)}
+                for s, info in zip(solution_strs, extra_infos)]
 
     result = BatchRewardManager(tiny_tokenizer, batched, {"reward_kwargs": {"scale": 2.0}})(batch)
-    assert calls == [4]
+    assert result.extra_info["call_size"] == [4, 4, 4, 4], "one call for the whole batch"
     assert result.token_level_scores.sum(-1).tolist() == [3.0, 5.0, 7.0, 9.0]
     assert result.extra_info["length"][3] == 0
 
@@ -215,7 +210,7 @@ def misbehaving(data_source, solution_str, ground_truth, extra_info=None):
     if ground_truth == "2":
         return float("nan")
     if ground_truth == "3":
-        time.sleep(2.0)
+        time.sleep(60)
     return 1.0
 
 
@@ -231,7 +226,7 @@ def test_failures_score_zero_and_are_counted(manager_cls, scorer, tiny_tokenizer
     start = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="rlcore.reward.managers"):
         result = manager_cls(tiny_tokenizer, scorer, {"scorer_timeout": 0.2})(batch)
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < 20, "the hung sample was not cut at its timeout"
     assert result.token_level_scores.sum(-1).tolist() == [1.0, 0.0, 0.0, 0.0, 1.0]
     assert result.metrics == {"reward/scorer_errors": 1.0, "reward/scorer_timeouts": 1.0, "reward/scorer_nan": 1.0}
     per_kind = [r.getMessage() for r in caplog.records if "samples score 0" in r.getMessage()]
@@ -266,53 +261,6 @@ def test_batch_fail_fast_raises_on_the_whole_call(tiny_tokenizer):
     manager = BatchRewardManager(tiny_tokenizer, batched_misbehaving, {"scorer_fail_fast": True})
     with pytest.raises(RewardError, match="batch reward scorer raised ZeroDivisionError"):
         manager(batch)
-
-
-def test_common_path_uses_one_thread_and_hang_isolation_continues():
-    threads = []
-
-    def fast(i):
-        threads.append(threading.get_ident())
-        return i
-
-    outcomes = run_guarded(fast, 200, timeout=5.0)
-    assert [o.value for o in outcomes] == list(range(200)) and len(set(threads)) == 1
-    assert threading.get_ident() not in threads
-
-    threads.clear()
-
-    def hang_on_one(i):
-        threads.append(threading.get_ident())
-        if i == 1:
-            threading.Event().wait()
-        return i
-
-    outcomes = run_guarded(hang_on_one, 4, timeout=0.1)
-    assert [o.kind for o in outcomes] == ["ok", "timeout", "ok", "ok"]
-    assert [outcomes[i].value for i in (0, 2, 3)] == [0, 2, 3]
-    assert len(set(threads)) == 2
-
-
-def test_no_timeout_scores_inline():
-    threads = []
-    outcomes = run_guarded(lambda i: threads.append(threading.get_ident()) or i, 3, timeout=0)
-    assert set(threads) == {threading.get_ident()} and [o.value for o in outcomes] == [0, 1, 2]
-
-
-def test_hung_scorer_does_not_block_interpreter_exit():
-    code = textwrap.dedent(
-        """
-        import threading
-        from rlcore.reward.managers import run_guarded
-        out = run_guarded(lambda i: threading.Event().wait(), 2, timeout=0.1)
-        print([o.kind for o in out])
-        """
-    )
-    start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "['timeout', 'timeout']"
-    assert time.monotonic() - start < 30
 
 
 # ------------------------------------------------------------------ build_scorer / build_reward_manager

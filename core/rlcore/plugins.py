@@ -5,9 +5,12 @@ or raises inside a registration hook is recorded with status ``error`` and every
 two plugins registering the same component are recorded as ``conflict``. Environment variables:
 
 ``RLCORE_LOAD_PLUGINS``
-    comma-separated allow-list of distribution names; the empty string loads no external plugin.
+    comma-separated allow-list of distribution names; the empty string loads no external plugin. A name
+    that is no installed plugin is recorded as an ``error`` (so ``--strict`` and ``RLCORE_STRICT_PLUGINS``
+    fail on it).
 ``RLCORE_DISABLE_PLUGINS``
-    comma-separated distribution names (or built-in plugin names) not to load.
+    comma-separated distribution names (or built-in plugin names) not to load. A component that is missing
+    because its plugin is disabled (or not allowed) says so: see :meth:`PluginManager.disabled_provider`.
 ``RLCORE_STRICT_PLUGINS=1``
     any error or conflict raises :class:`PluginLoadError`.
 ``RLCORE_TRACE_PLUGINS=1``
@@ -19,6 +22,7 @@ driver's environment so that every process sees the same components.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -31,7 +35,7 @@ import pluggy
 
 from rlcore import hookspecs
 from rlcore.errors import RLCoreError
-from rlcore.registry import KIND_HOOKS, Component, Registry
+from rlcore.registry import KIND_HOOKS, Component, Registry, UnknownComponentError
 
 #: built-in plugin modules, registered through the same hooks as external plugins
 BUILTIN_PLUGINS: tuple[str, ...] = (
@@ -162,6 +166,42 @@ class PluginManager:
                 record.fail("error", f"{type(exc).__name__}: {exc}", traceback.format_exc())
                 continue
             self._register(module, record)
+        installed = {normalize_dist_name(n.split(":")[0]) for n, r in self.records.items() if not r.builtin}
+        for wanted in sorted((allow or set()) - installed):
+            close = difflib.get_close_matches(wanted, sorted(installed), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            record = PluginRecord(name=wanted, version=None, builtin=False)
+            record.fail("error", f"{ENV_LOAD} names {wanted!r}, which is not an installed rlcore plugin.{hint} "
+                                 f"Installed: {', '.join(sorted(installed)) or 'none'}")
+            self.records[wanted] = record
+
+    def disabled_provider(self, kind: str, name: str) -> str | None:
+        """``plugin X provides it but is disabled by RLCORE_...`` when a disabled plugin (by
+        ``RLCORE_DISABLE_PLUGINS``, or left out of ``RLCORE_LOAD_PLUGINS``) would register ``(kind, name)``. Its light ``hooks`` module is imported into a private
+        pluggy manager to learn its components; nothing of it is registered here."""
+        hook_name = KIND_HOOKS.get(kind)
+        if hook_name is None:
+            return None
+        for record in self.records.values():
+            if record.status != "disabled" or not record.module:
+                continue
+            try:
+                target = record.module.split(":")[0]
+                module = importlib.import_module(target)
+                shadow = pluggy.PluginManager(hookspecs.PROJECT)
+                shadow.add_hookspecs(hookspecs)
+                shadow.register(module, name=record.name)
+                registry = Registry()
+                pending: list[tuple[Component, bool]] = []
+                register = registry.make_register(kind, record.name, None, record.version, sink=pending)
+                for impl in getattr(shadow.hook, hook_name).get_hookimpls():
+                    impl.function(**{arg: register for arg in impl.argnames})
+            except Exception:  # noqa: BLE001 - a disabled plugin that cannot even be inspected provides nothing
+                continue
+            if any(comp.name == name or name in comp.aliases for comp, _ in pending):
+                denied = normalize_dist_name(record.name.split(":")[0]) in (_env_list(ENV_DISABLE) or set())
+                return f"plugin {record.name} provides it but is disabled by {ENV_DISABLE if denied else ENV_LOAD}"
+        return None
 
     def _register(self, module: Any, record: PluginRecord) -> None:
         try:
@@ -278,8 +318,16 @@ def set_plugin_manager(manager: PluginManager | None) -> PluginManager | None:
 
 
 def get_component(kind: str, name: str) -> Any:
-    """Resolve ``(kind, name)`` through the process-wide registry and return the imported target."""
-    return load_plugins().registry.load(kind, name)
+    """Resolve ``(kind, name)`` through the process-wide registry and return the imported target; an unknown
+    name that a disabled plugin provides names that plugin."""
+    manager = load_plugins()
+    try:
+        return manager.registry.load(kind, name)
+    except UnknownComponentError as exc:
+        provider = manager.disabled_provider(kind, name)
+        if provider is None:
+            raise
+        raise UnknownComponentError(f"{exc}; {provider}") from exc
 
 
 def plugin_env() -> dict[str, str]:

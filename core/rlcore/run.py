@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import sys
 import time
+import uuid
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,23 @@ from typing import Any
 import click
 from omegaconf import DictConfig
 
-from rlcore.config import ConfigError, Problems, config_to_yaml, derive_quantities, load_config
+from rlcore.config import (
+    ConfigError,
+    Problems,
+    check_values,
+    config_to_yaml,
+    derive_quantities,
+    load_config,
+)
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins
 from rlcore.run_context import RunContext
 
 BUNDLED_PRESET = "arith-cpu"
+
+
+class RunInterrupted(SystemExit):
+    """A run stopped by SIGINT/SIGTERM after its summary was written; exits with ``128 + signal``."""
 
 
 def default_presets(files: list[str], overrides: list[str], config_name: str | None = None) -> list[str]:
@@ -35,12 +48,15 @@ def default_presets(files: list[str], overrides: list[str], config_name: str | N
     return [BUNDLED_PRESET]
 
 
-def _component(registry: Any, key: str, kind: str, name: str) -> None:
-    """Look up one component; the error names the config key (the registry's names the plugin to install)."""
+def _component(manager: PluginManager, key: str, kind: str, name: str) -> None:
+    """Look up one component; the error names the config key (the registry's names the plugin to install, and
+    a disabled plugin that provides it is named too)."""
     try:
-        registry.get(kind, name)
+        manager.registry.get(kind, name)
     except RLCoreError as exc:
-        raise ConfigError(f"{key}={name}: {exc}") from exc
+        provider = manager.disabled_provider(kind, name)
+        disabled = f"; {provider}" if provider else ""
+        raise ConfigError(f"{key}={name}: {exc}{disabled}") from exc
 
 
 def _check_group_size(config: DictConfig, registry: Any) -> None:
@@ -82,13 +98,13 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
         wanted.append(("data.dataset", "dataset", config.data.dataset))
     for key, kind, name in wanted:
         with collected.collect():
-            _component(registry, key, kind, name)
+            _component(manager, key, kind, name)
     with collected.collect():
         _check_group_size(config, registry)
     before = len(collected.items)
     for name in _loggers(config):
         with collected.collect():
-            _component(registry, "trainer.logger", "tracker", name)
+            _component(manager, "trainer.logger", "tracker", name)
     if len(collected.items) == before:  # the libraries of known trackers only
         from rlcore.tracking.external import preflight_trackers
 
@@ -111,7 +127,8 @@ def _require(config: DictConfig, key: str, hint: str) -> None:
 
 
 def make_run_dir(config: DictConfig) -> Path:
-    """``trainer.runs_dir/<project>/<experiment>-<timestamp>``, created."""
+    """``trainer.runs_dir/<project>/<experiment>-<timestamp>``, created; an error names ``trainer.runs_dir``
+    when it cannot be."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     base = Path(config.trainer.runs_dir) / config.trainer.project_name
     run_dir = base / f"{config.trainer.experiment_name}-{stamp}"
@@ -119,8 +136,32 @@ def make_run_dir(config: DictConfig) -> Path:
     while run_dir.exists():
         suffix += 1
         run_dir = base / f"{config.trainer.experiment_name}-{stamp}-{suffix}"
-    run_dir.mkdir(parents=True)
+    try:
+        run_dir.mkdir(parents=True)
+    except OSError as exc:
+        raise RLCoreError(f"trainer.runs_dir={config.trainer.runs_dir}: cannot create the run directory {run_dir} "
+                          f"({exc.strerror or exc}); choose a writable folder") from exc
+    check_writable(run_dir, "trainer.runs_dir")
     return run_dir
+
+
+def check_writable(folder: Path, key: str) -> None:
+    """Create ``folder`` if needed and write, flush and delete a small file in it; an error names ``key``."""
+    probe = folder / f".rlcore-write-test-{uuid.uuid4().hex[:8]}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with probe.open("wb") as handle:
+            handle.write(b"\0" * 4096)
+            handle.flush()
+            os.fsync(handle.fileno())
+        probe.unlink()
+    except OSError as exc:
+        probe.unlink(missing_ok=True)
+        raise RLCoreError(f"{key}={folder} is not writable ({exc.strerror or exc}); choose a writable folder") from exc
+
+
+def _saves_checkpoints(config: DictConfig) -> bool:
+    return config.trainer.save_freq > 0 or bool(config.trainer.save_on_signal)
 
 
 def _peak_rss_mb() -> float:
@@ -154,6 +195,8 @@ def run_training(files: list[str], overrides: list[str], presets: list[str], *, 
         _require(config, "actor_rollout_ref.model.path", "pass actor_rollout_ref.model.path=NAME_OR_DIR")
     check_components(config, manager, problems)
     with problems.collect():
+        check_values(config)
+    with problems.collect():
         derived = derive_quantities(config)
     problems.raise_if_any()
     versions = manager.versions()
@@ -166,6 +209,14 @@ def run_training(files: list[str], overrides: list[str], presets: list[str], *, 
         from rlcore.tasks.arith import prepare_assets
 
         prepare_assets(config)
+    from rlcore.model_check import check_model_paths
+
+    check_model_paths(config)
+    if _saves_checkpoints(config):
+        check_writable(Path(config.trainer.default_local_dir), "trainer.default_local_dir")
+    for key in ("rollout_data_dir", "validation_data_dir"):
+        if config.trainer.get(key):
+            check_writable(Path(config.trainer[key]), f"trainer.{key}")
     run_dir = make_run_dir(config)
     (run_dir / "config.yaml").write_text(config_to_yaml(config))
     (run_dir / "plugins.json").write_text(json.dumps(
@@ -179,19 +230,44 @@ def run_training(files: list[str], overrides: list[str], presets: list[str], *, 
 
     run = RunContext(config=config, run_dir=run_dir, plugins=versions, derived=derived.as_dict())
     trainer = Trainer(config, run, manager)
-    last = trainer.fit()
+    try:
+        last = trainer.fit()
+    except KeyboardInterrupt:
+        signum = trainer.stop.signum or signal.SIGINT
+        _summarise(run_dir, trainer.last, time.perf_counter() - start, f"interrupted by {signal.Signals(signum).name}")
+        _print_kept(config, trainer, run_dir, abandoned=True)
+        raise RunInterrupted(128 + signum) from None
+    except RLCoreError as exc:
+        _summarise(run_dir, trainer.last, time.perf_counter() - start, f"failed: {exc}")
+        raise
+    if trainer.stop.requested:
+        _summarise(run_dir, last, time.perf_counter() - start, f"interrupted by {trainer.stop.name}")
+        _print_kept(config, trainer, run_dir, abandoned=False)
+        raise RunInterrupted(128 + int(trainer.stop.signum or 0))
     _summarise(run_dir, last, time.perf_counter() - start)
     return last
 
 
-def _summarise(run_dir: Path, last: dict[str, Any], wall: float) -> None:
-    """Print the validation trend, write ``summary.json``, the report (``report/``) and ``reward_curve.png``."""
+def _print_kept(config: DictConfig, trainer: Any, run_dir: Path, *, abandoned: bool) -> None:
+    """After a stop signal: say which steps were finished and logged, and which checkpoint is the newest."""
+    from rlcore.checkpoint import CheckpointManager
+
+    step = trainer.global_step - 1 if abandoned else trainer.global_step
+    latest = CheckpointManager(config).latest() if config.trainer.default_local_dir else None
+    how = "the step in progress was abandoned" if abandoned else "the step in progress was finished"
+    click.echo(f"stopped: {how}; steps up to {max(step, 0)} are logged in {run_dir / 'metrics.jsonl'}; "
+               f"newest checkpoint: {latest or 'none'}")
+
+
+def _summarise(run_dir: Path, last: dict[str, Any], wall: float, status: str = "completed") -> None:
+    """Print the validation trend, write ``summary.json`` (with the run's ``status``), the report (``report/``)
+    and ``reward_curve.png``."""
     from rlcore.tracking.plot import plot_reward_curve
     from rlcore.tracking.report import write_report
     from rlcore.tracking.sinks import read_metrics
 
     metrics_path = run_dir / "metrics.jsonl"
-    rows = read_metrics(metrics_path)
+    rows = read_metrics(metrics_path) if metrics_path.is_file() else []  # no step logged (stopped early)
     val_keys = sorted({k for row in rows for k in row if k.startswith("val-core/")})
     click.echo("")
     for key in val_keys:
@@ -199,7 +275,7 @@ def _summarise(run_dir: Path, last: dict[str, Any], wall: float) -> None:
         if points:
             first, final = points[0], points[-1]
             click.echo(f"{key}: {first[1]:.3f} (step {first[0]}) -> {final[1]:.3f} (step {final[0]})")
-    summary = {"wall_time_s": round(wall, 1), "peak_rss_mb": round(_peak_rss_mb(), 1)}
+    summary = {"status": status, "wall_time_s": round(wall, 1), "peak_rss_mb": round(_peak_rss_mb(), 1)}
     (run_dir / "summary.json").write_text(json.dumps({**summary, "last": last}, indent=2, default=float))
     click.echo(f"wall time: {summary['wall_time_s']} s, peak memory (RSS): {summary['peak_rss_mb']} MB")
     click.echo(f"run directory: {run_dir}")

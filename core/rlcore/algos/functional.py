@@ -53,12 +53,14 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
     """Normalise ``x`` by the masked mean and unbiased variance: ``(x - mean) * rsqrt(var + 1e-8)``.
 
-    With ``shift_mean=False`` the mean is added back, so only the scale changes.
+    With ``shift_mean=False`` the mean is added back, so only the scale changes. Computed in float64 and
+    returned in ``x``'s dtype, so that no finite float32 input overflows.
     """
-    mean = masked_mean(x, mask)
-    variance = masked_var(x, mask, unbiased=True)
-    whitened = (x - mean) * torch.rsqrt(variance + WHITEN_EPS)
-    return whitened if shift_mean else whitened + mean
+    wide = x.double()  # the variance of large float32 values overflows float32; float64 holds it
+    mean = masked_mean(wide, mask)
+    variance = masked_var(wide, mask, unbiased=True)
+    whitened = (wide - mean) * torch.rsqrt(variance + WHITEN_EPS)
+    return (whitened if shift_mean else whitened + mean).to(x.dtype)
 
 
 def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -43,6 +43,9 @@ class GroupStats:
 def group_stats(scores: torch.Tensor, index: Sequence[Any]) -> GroupStats:
     """Group sizes, means and unbiased standard deviations of the 1-D ``scores``, broadcast back per sample.
 
+    Computed in float64 and returned in the scores' dtype, so that no finite float32 score overflows (the
+    squares of scores above ~1e19 do not fit in float32).
+
     Raises :class:`~rlcore.errors.RLCoreError` when ``index`` does not have one entry per score.
     """
     if scores.dim() != 1:
@@ -51,9 +54,12 @@ def group_stats(scores: torch.Tensor, index: Sequence[Any]) -> GroupStats:
         raise RLCoreError(f"index (uid) has {len(index)} entries for a batch of {scores.shape[0]} responses")
     ids = group_ids(index, device=scores.device)
     n_groups = int(ids.max().item()) + 1 if len(ids) else 0
-    zeros = scores.new_zeros(n_groups)
-    size = zeros.index_add(0, ids, torch.ones_like(scores))
-    mean = zeros.index_add(0, ids, scores) / size.clamp_min(1.0)
-    squares = zeros.index_add(0, ids, (scores - mean[ids]) ** 2)
+    wide = scores.double()  # squares of float32 scores above ~1e19 overflow float32; float64 holds them all
+    zeros = wide.new_zeros(n_groups)
+    size = zeros.index_add(0, ids, torch.ones_like(wide))
+    mean = zeros.index_add(0, ids, wide) / size.clamp_min(1.0)
+    squares = zeros.index_add(0, ids, (wide - mean[ids]) ** 2)
     std = torch.sqrt(squares / (size - 1).clamp_min(1.0))
-    return GroupStats(ids=ids, n_groups=n_groups, size=size[ids], mean=mean[ids], std=std[ids])
+    dtype = scores.dtype if scores.is_floating_point() else torch.float32
+    return GroupStats(ids=ids, n_groups=n_groups, size=size[ids].to(dtype), mean=mean[ids].to(dtype),
+                      std=std[ids].to(dtype))

@@ -8,6 +8,7 @@ at start-up :func:`resume_path` picks the folder to continue from (``trainer.res
 from __future__ import annotations
 
 from rlcore.checkpoint.manager import (
+    CHECKSUMS_FILE,
     CRASH_ENV,
     LATEST_FILE,
     RESUME_MODES,
@@ -17,10 +18,13 @@ from rlcore.checkpoint.manager import (
     checkpoint_step,
     read_trainer_state,
     resume_path,
+    verify_checkpoint,
+    write_checksums,
     write_trainer_state,
 )
 
 __all__ = [
+    "CHECKSUMS_FILE",
     "CRASH_ENV",
     "LATEST_FILE",
     "RESUME_MODES",
@@ -30,5 +34,7 @@ __all__ = [
     "checkpoint_step",
     "read_trainer_state",
     "resume_path",
+    "verify_checkpoint",
+    "write_checksums",
     "write_trainer_state",
 ]

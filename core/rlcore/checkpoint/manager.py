@@ -7,6 +7,7 @@ Layout::
       global_step_N/                        a complete checkpoint (only ever created by a rename)
         actor/ critic/                      the workers' parts (see the training backend)
         trainer_state.json                  the controller's part (step, data loader, KL coefficient)
+        checksums.json                      size and SHA-256 of every other file, written last
       global_step_M.tmp-<id>/               a checkpoint being written, or left half-written by a crash
 
 A checkpoint is written into a ``*.tmp-*`` folder, flushed to disk (``fsync``), renamed to
@@ -14,10 +15,17 @@ A checkpoint is written into a ``*.tmp-*`` folder, flushed to disk (``fsync``), 
 therefore leaves either the previous complete checkpoint or the new one, never a half-written folder that
 looks complete. The ``*.tmp-*`` folders are ignored when choosing what to resume and deleted by an
 ``auto`` resume.
+
+Before a checkpoint is resumed, :func:`verify_checkpoint` compares every file with ``checksums.json``; an
+``auto`` resume falls back to the newest intact checkpoint (with a warning naming the bad file), a
+``resume_path`` resume stops with an error naming it. A disk that fills up (or turns read-only) during a
+save is reported as such; the previous checkpoint is left as it was.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import logging
 import os
@@ -40,6 +48,8 @@ log = logging.getLogger(__name__)
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 #: the controller's part of a checkpoint
 TRAINER_STATE_FILE = "trainer_state.json"
+#: the file listing the size and SHA-256 of every other file of a checkpoint
+CHECKSUMS_FILE = "checksums.json"
 #: the values of ``trainer.resume_mode``
 RESUME_MODES: tuple[str, ...] = ("auto", "disable", "resume_path")
 #: test seam: ``RLCORE_TEST_CRASH_IN_SAVE=N`` makes the process SIGKILL itself while saving step N, after the
@@ -79,6 +89,60 @@ def _fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def write_checksums(folder: Path) -> None:
+    """Record the size and SHA-256 of every file under ``folder`` in ``folder/checksums.json``."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != CHECKSUMS_FILE)
+    table = {p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files}
+    (folder / CHECKSUMS_FILE).write_text(json.dumps(table, indent=1))
+
+
+def verify_checkpoint(folder: Path) -> bool:
+    """Check every file of a checkpoint against its ``checksums.json``; True when verified, False when the
+    checkpoint has no checksums (written before rlcore recorded them: it is logged and accepted).
+
+    Raises :class:`CheckpointError` naming the checkpoint and the first file that is missing, truncated or
+    changed.
+    """
+    table_file = folder / CHECKSUMS_FILE
+    if not table_file.is_file():
+        log.warning("checkpoint %s has no %s: its files cannot be verified", folder, CHECKSUMS_FILE)
+        return False
+    try:
+        table = json.loads(table_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"checkpoint {folder}: {CHECKSUMS_FILE} is damaged ({exc})") from exc
+    for name, expected in table.items():
+        path = folder / name
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint {folder}: file {name} is missing")
+        size = path.stat().st_size
+        if size != expected["size"]:
+            what = "truncated" if size < expected["size"] else "longer than it was written"
+            raise CheckpointError(f"checkpoint {folder}: file {name} is {what} ({size} of {expected['size']} bytes)")
+        if _sha256(path) != expected["sha256"]:
+            raise CheckpointError(f"checkpoint {folder}: file {name} is damaged (its SHA-256 does not match the one "
+                                  f"recorded when it was written)")
+    return True
+
+
+def _disk_error(exc: OSError, step: int, root: Path, previous: Path | None) -> CheckpointError:
+    """A one-line error for a save that failed on the disk, saying what was kept."""
+    kept = f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint exists"
+    if exc.errno == errno.ENOSPC:
+        why = "the disk is full"
+    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        why = "the folder is not writable"
+    else:
+        why = exc.strerror or str(exc)
+    return CheckpointError(f"cannot save the checkpoint of step {step} in {root} (trainer.default_local_dir): "
+                           f"{why} [{exc}]; {kept}")
 
 
 def _crash_if_asked(step: int) -> None:
@@ -170,21 +234,27 @@ class CheckpointManager:
     def save(self, step: int, write_fn: Callable[[Path], None]) -> Path:
         """Write the checkpoint of ``step`` with ``write_fn`` and publish it atomically; returns its folder.
 
-        ``write_fn(folder)`` writes every part into a fresh ``global_step_N.tmp-<id>`` folder. The folder is
-        then flushed to disk, renamed to ``global_step_N`` (replacing an older folder of that step), and
+        ``write_fn(folder)`` writes every part into a fresh ``global_step_N.tmp-<id>`` folder; the checksums of
+        its files are recorded (``checksums.json``). The folder is then flushed to disk, renamed to ``global_step_N`` (replacing an older folder of that step), and
         only then ``latest_checkpointed_iteration.txt`` is replaced (write a temporary file, ``os.replace``).
         Finally complete checkpoints of earlier steps beyond the keep count are deleted. If ``write_fn``
-        raises, the temporary folder is removed and the error propagates. All workers must see the same
+        raises, the temporary folder is removed and the error propagates (an ``OSError``, such as a full
+        disk, as a :class:`CheckpointError` that says what happened and what was kept). All workers must see the same
         file system (a multi-node run needs a shared ``default_local_dir``).
         """
         final = self.step_dir(step)
-        self.root.mkdir(parents=True, exist_ok=True)
+        previous = self.latest()
         tmp = self.root / f"{final.name}.tmp-{uuid.uuid4().hex[:12]}"
-        tmp.mkdir()
         try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp.mkdir()
             write_fn(tmp)
+            write_checksums(tmp)
             _crash_if_asked(step)
             _fsync_tree(tmp)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise _disk_error(exc, step, self.root, previous) from exc
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -225,9 +295,10 @@ def resume_path(config: DictConfig) -> Path | None:
 
     - ``auto``: the checkpoint named by ``latest_checkpointed_iteration.txt`` in ``trainer.default_local_dir``
       (see :meth:`CheckpointManager.latest`), None when there is none. Half-written ``*.tmp-*`` folders are
-      ignored and deleted. ``trainer.resume_from_path`` must not be set (it would be ignored).
+      ignored and deleted. A checkpoint that fails :func:`verify_checkpoint` is skipped with a warning for
+      the newest intact one (an error when none is intact). ``trainer.resume_from_path`` must not be set (it would be ignored).
     - ``disable``: None.
-    - ``resume_path``: ``trainer.resume_from_path``, which must be an existing ``global_step_N`` folder.
+    - ``resume_path``: ``trainer.resume_from_path``, which must be an existing, intact ``global_step_N`` folder.
 
     Raises :class:`CheckpointError` naming the key at fault.
     """
@@ -250,6 +321,11 @@ def resume_path(config: DictConfig) -> Path | None:
             )
         if not path.is_dir():
             raise CheckpointError(f"trainer.resume_from_path={str(from_path)!r}: no such checkpoint folder")
+        try:
+            verify_checkpoint(path)
+        except CheckpointError as exc:
+            raise CheckpointError(f"{exc}; resume from another checkpoint (trainer.resume_from_path) or set "
+                                  "trainer.resume_mode=auto to take the newest intact one") from exc
         return path
     if from_path:
         raise CheckpointError(
@@ -258,7 +334,22 @@ def resume_path(config: DictConfig) -> Path | None:
         )
     manager = CheckpointManager(config)
     manager.remove_incomplete()
-    return manager.latest()
+    latest = manager.latest()
+    if latest is None:
+        return None
+    candidates = [latest] + [path for _, path in reversed(manager.complete()) if path != latest]
+    damaged = []
+    for path in candidates:
+        try:
+            verify_checkpoint(path)
+        except CheckpointError as exc:
+            damaged.append(str(exc))
+            continue
+        if damaged:
+            log.warning("%s; resuming from the newest intact checkpoint, %s", "; ".join(damaged), path)
+        return path
+    raise CheckpointError(f"every checkpoint in {manager.root} is damaged ({'; '.join(damaged)}); "
+                          "set trainer.resume_mode=disable to start over")
 
 
 def write_trainer_state(folder: Path, state: Mapping[str, Any]) -> None:

@@ -14,13 +14,14 @@ from __future__ import annotations
 from rlcore.config.compose import CommandLine, parse_command_line
 from rlcore.config.loader import config_to_yaml, default_config, load_config
 from rlcore.config.problems import ConfigError, Problems
-from rlcore.config.validate import DerivedQuantities, derive_quantities
+from rlcore.config.validate import DerivedQuantities, check_values, derive_quantities
 
 __all__ = [
     "CommandLine",
     "ConfigError",
     "DerivedQuantities",
     "Problems",
+    "check_values",
     "config_to_yaml",
     "default_config",
     "derive_quantities",

@@ -155,6 +155,10 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
 UNSUPPORTED_VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "reward_model.enable": (lambda v: v is True, "model-based rewards (reward models, reward loop)"),
     "algorithm.use_pf_ppo": (lambda v: v is True, "PF-PPO (policy filtration)"),
+    "actor_rollout_ref.model.use_liger": (lambda v: v is True, "Liger kernels"),
+    "actor_rollout_ref.model.use_shm": (lambda v: v is True, "loading the model through shared memory"),
+    "actor_rollout_ref.model.enable_activation_offload": (lambda v: v is True, "activation offloading"),
+    "actor_rollout_ref.actor.checkpoint.async_save": (lambda v: v is True, "asynchronous checkpoint saving"),
 }
 
 

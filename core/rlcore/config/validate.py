@@ -62,14 +62,112 @@ def _positive(config: DictConfig, key: str) -> int:
     return value
 
 
-def _check_rollout_correction(config: DictConfig) -> None:
-    """``algorithm.rollout_correction.rollout_is`` is a known level and has the rollout log-probs it needs."""
-    from rlcore.algos.rollout_correction import IS_LEVELS
+#: counts that must be positive integers, or null where null has a meaning (``trainer.total_training_steps``:
+#: derived from the epochs; ``data.gen_batch_size``: ``data.train_batch_size``; ...)
+POSITIVE_KEYS: tuple[str, ...] = (
+    "actor_rollout_ref.rollout.response_length",
+    "actor_rollout_ref.rollout.prompt_length",
+    "actor_rollout_ref.rollout.val_kwargs.n",
+    "trainer.total_epochs",
+    "trainer.max_nonfinite_steps",
+    "reward_model.scorer_workers",
+)
+NULL_OR_POSITIVE_KEYS: tuple[str, ...] = (
+    "trainer.total_training_steps",
+    "data.gen_batch_size",
+    "data.val_batch_size",
+)
+#: counts where 0 is meaningful but a negative value is not
+NON_NEGATIVE_KEYS: tuple[str, ...] = ("trainer.log_val_generations", "reward_model.num_examine")
+#: durations in seconds: 0 or null switch the limit off, a negative value is an error
+NON_NEGATIVE_SECONDS: tuple[str, ...] = ("reward_model.scorer_timeout", "reward_model.scorer_batch_timeout")
+#: keys accepted for verl's sake that rlcore honours only at one value: key -> (allowed values, why)
+ONLY_VALUES: dict[str, tuple[tuple[Any, ...], str]] = {
+    "actor_rollout_ref.hybrid_engine": (
+        (True,), ("rlcore (like verl) always runs the hybrid engine; for rollout on ranks of its own set "
+                  "trainer.placement=split")),
+    "trainer.use_legacy_worker_impl": (
+        ("auto", "disable"), ("rlcore has one worker implementation, the engine-based one (verl's new workers); "
+                              "verl's legacy workers are not available")),
+}
 
+
+#: verl's speed settings that cannot change results and that rlcore does not need: key -> (rlcore's value, why);
+#: another value is accepted (verl scripts set them) and named in a note of the run plan
+SPEED_ONLY: dict[str, tuple[Any, str]] = {
+    "actor_rollout_ref.model.use_fused_kernels": (False, "log-probs and entropy use rlcore's own kernels"),
+    "actor_rollout_ref.actor.use_torch_compile": (False, "the entropy is not compiled"),
+    "actor_rollout_ref.actor.entropy_from_logits_with_chunking": (False, "the entropy is computed in one piece"),
+    "actor_rollout_ref.actor.entropy_checkpointing": (False, "the entropy is not recomputed"),
+    "data.dataloader_num_workers": (0, "prompts are tokenized once, when the dataset is read"),
+    "data.filter_overlong_prompts_workers": (1, "the overlong filter runs once, when the dataset is read"),
+}
+
+
+def speed_only_notes(config: DictConfig) -> list[str]:
+    """One note per :data:`SPEED_ONLY` key set to another value than rlcore's: it changes nothing."""
+    from omegaconf import OmegaConf
+
+    notes = []
+    for key, (value, why) in SPEED_ONLY.items():
+        given = OmegaConf.select(config, key, default=value)
+        if given != value:
+            notes.append(f"{key}={given} changes nothing in rlcore: {why}")
+    return notes
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_values(config: DictConfig) -> None:
+    """Check single values that are meaningless or unsupported: zero or negative sizes and counts (a
+    ``response_length`` of 0, ``total_training_steps=0``, ``total_epochs<=0``), negative timeouts, and the
+    verl keys rlcore honours at one value only (:data:`ONLY_VALUES`). Raises one :class:`ConfigError` with
+    every problem found."""
+    from omegaconf import OmegaConf
+
+    problems: list[str] = []
+    for key in POSITIVE_KEYS + NULL_OR_POSITIVE_KEYS:
+        value = OmegaConf.select(config, key, default=None)
+        if value is None and key in NULL_OR_POSITIVE_KEYS:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            null = " or null" if key in NULL_OR_POSITIVE_KEYS else ""
+            problems.append(f"{key} must be a positive integer{null}, got {value!r}")
+    for key in NON_NEGATIVE_KEYS:
+        value = OmegaConf.select(config, key, default=None)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            problems.append(f"{key} must be an integer >= 0, got {value!r}")
+    for key in NON_NEGATIVE_SECONDS:
+        value = OmegaConf.select(config, key, default=None)
+        if value is not None and (not _number(value) or value < 0):
+            problems.append(f"{key} must be a number of seconds >= 0 (0 or null: no limit), got {value!r}")
+    for key, (allowed, why) in ONLY_VALUES.items():
+        value = OmegaConf.select(config, key, default=None)
+        if value not in allowed or type(value) not in {type(a) for a in allowed}:
+            shown = " or ".join(repr(a) if isinstance(a, str) else str(a).lower() for a in allowed)
+            problems.append(f"{key}={value!r} is not supported: {why} (allowed: {shown})")
+    for key in ("actor_rollout_ref.rollout.temperature", "actor_rollout_ref.rollout.val_kwargs.temperature"):
+        value = OmegaConf.select(config, key, default=None)
+        if not _number(value) or value < 0:
+            problems.append(f"{key} must be a number >= 0, got {value!r}")
+    if config.reward_model.launch_reward_fn_async and config.algorithm.batch_filters:
+        problems.append("reward_model.launch_reward_fn_async=true cannot be combined with algorithm.batch_filters: "
+                        "the filters need the rewards before the log-probs are computed; turn one of them off")
+    if problems:
+        raise ConfigError(*problems)
+
+
+def _check_rollout_correction(config: DictConfig) -> None:
+    """``algorithm.rollout_correction.rollout_is`` is a known level and has the rollout log-probs it needs
+    (``rlcore.algos`` imports torch, so it is imported only when the feature is asked for)."""
     correction = config.algorithm.get("rollout_correction") or {}
     level = correction.get("rollout_is")
     if level is None:
         return
+    from rlcore.algos.rollout_correction import IS_LEVELS
+
     if level not in IS_LEVELS:
         raise ConfigError(
             f"algorithm.rollout_correction.rollout_is must be one of {', '.join(IS_LEVELS)} or null, got {level!r}"
@@ -155,6 +253,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
             f"data.train_batch_size ({prompts}) is not a multiple of ppo_mini_batch_size ({mini}): "
             f"the last mini-batch holds {prompts % mini} prompts"
         )
+    notes += speed_only_notes(config)
     return DerivedQuantities(
         world_size=world,
         data_parallel_size=dp,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from rlcore.checkpoint import CheckpointManager, read_trainer_state, resume_path
 from rlcore.controller.uids import prompt_uids
 from rlcore.controller.balance import balance_order
 from rlcore.controller.groups import build_worker_groups
+from rlcore.controller.stop import StopRequest
 from rlcore.controller.worker_group import reduce_metrics
 from rlcore.data.collate import collate_rows
 from rlcore.data.custom import load_dataset_class
@@ -35,11 +37,34 @@ from rlcore.plugins import PluginManager
 from rlcore.protocol import Batch
 from rlcore.reward.scoring import build_reward_manager
 from rlcore.run_context import RunContext
+from rlcore.tracking.generations import dump_generations
 from rlcore.tracking.progress import ProgressBar
 from rlcore.tracking.sinks import build_trackers
 from rlcore.tracking.timer import StageTimer
 
 log = logging.getLogger(__name__)
+
+#: the metrics that count optimizer steps skipped for a non-finite loss or gradient norm (the workers' ppo loop)
+NONFINITE_METRICS: tuple[str, ...] = ("actor/grad_norm_nonfinite", "critic/grad_norm_nonfinite")
+#: a reward above this magnitude is counted in ``reward/extreme_scores`` and warned about (rule rewards are O(1))
+REWARD_WARN_MAGNITUDE = 1e4
+#: the model config fields that must match between a checkpoint and the model it is resumed into
+MODEL_SHAPE_KEYS: tuple[str, ...] = (
+    "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads",
+)
+
+
+def model_fingerprint(model_path: str) -> dict[str, Any]:
+    """The shape of the model at ``model_path`` (:data:`MODEL_SHAPE_KEYS` of its config), recorded in each
+    checkpoint so that resuming into another model fails before anything is loaded."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(model_path).to_dict()
+    except Exception:  # noqa: BLE001 - the model check before the run reports a broken model
+        return {}
+    return {key: config[key] for key in MODEL_SHAPE_KEYS if key in config}
 
 
 class Trainer:
@@ -65,6 +90,11 @@ class Trainer:
         self.n = int(config.actor_rollout_ref.rollout.n)
         self.global_step = 0
         self.timer = StageTimer()
+        self.async_reward = bool(config.reward_model.launch_reward_fn_async)
+        self.nonfinite_in_a_row = 0
+        self.stop = StopRequest()
+        self.saved_step = 0  # the step of the newest checkpoint this run saved or resumed from
+        self.last: dict[str, float] = {}  # the last step's metrics (plus the last validation), also when stopped
 
     # ------------------------------------------------------------------ setup
     def _build_data(self) -> None:
@@ -72,8 +102,17 @@ class Trainer:
 
         cfg = self.config
         model = cfg.actor_rollout_ref.model
-        self.tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_path or model.path,
-                                                       trust_remote_code=model.trust_remote_code)
+        self.model_shape = model_fingerprint(model.path)
+        source = model.tokenizer_path or model.path
+        key = "actor_rollout_ref.model.tokenizer_path" if model.tokenizer_path else "actor_rollout_ref.model.path"
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=model.trust_remote_code)
+        except Exception as exc:  # transformers raises many types; the user needs one line
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise RLCoreError(
+                f"{key}={source}: the tokenizer cannot be loaded ({type(exc).__name__}: {first}); point "
+                f"{key} at a folder with tokenizer.json or tokenizer_config.json"
+            ) from exc
         if model.custom_chat_template:
             self.tokenizer.chat_template = model.custom_chat_template
         dataset_cls = load_dataset_class(cfg)
@@ -85,8 +124,8 @@ class Trainer:
         self.val_dataset = (
             dataset_cls(cfg.data.val_files, self.tokenizer, cfg.data, split="test") if cfg.data.val_files else None
         )
-        steps = cfg.trainer.total_training_steps or len(self.train_loader) * cfg.trainer.total_epochs
-        self.total_steps = int(steps)
+        steps = cfg.trainer.total_training_steps
+        self.total_steps = int(steps if steps is not None else len(self.train_loader) * cfg.trainer.total_epochs)
         cfg.actor_rollout_ref.actor.optim.total_training_steps = self.total_steps
         cfg.critic.optim.total_training_steps = self.total_steps
 
@@ -97,6 +136,7 @@ class Trainer:
         self.groups.init_models()
         self.reward_fn = build_reward_manager(self.config, self.tokenizer)
         self.val_reward_fn = self.reward_fn
+        self.reward_thread = ThreadPoolExecutor(1, thread_name_prefix="rlcore-reward") if self.async_reward else None
 
     # ------------------------------------------------------------------- step
     def _prompt_batch(self) -> Batch:
@@ -112,8 +152,18 @@ class Trainer:
         return self.rollout.generate_sequences(gen)
 
     def _score(self, batch: Batch, reward_fn: Any, metrics: dict[str, float]) -> None:
-        result = reward_fn(batch)
+        self._apply_reward(batch, reward_fn(batch), metrics)
+
+    def _apply_reward(self, batch: Batch, result: Any, metrics: dict[str, float]) -> None:
+        """Put a reward manager's result into the batch and its metrics into ``metrics``."""
         batch["token_level_scores"] = result.token_level_scores
+        scores = result.token_level_scores.double().sum(-1).abs()
+        extreme = int((scores > REWARD_WARN_MAGNITUDE).sum())
+        metrics["reward/extreme_scores"] = float(extreme)
+        if extreme:
+            log.warning("%d of %d rewards exceed %g in magnitude (largest %.3g): check the reward function's "
+                        "scale (metric reward/extreme_scores)", extreme, len(scores), REWARD_WARN_MAGNITUDE,
+                        float(scores.max()))
         for key, values in result.extra_info.items():  # per-sample extras (e.g. "acc") for filters and metrics
             batch[key] = list(values)
         metrics.update(result.metrics)
@@ -151,6 +201,8 @@ class Trainer:
             if self.estimator.meta.get("needs_greedy_baseline"):
                 with self.timer("gen_max"):
                     self._add_greedy_baseline(prompts, batch)
+            if self.async_reward:  # scored in the background by train_step (never with filters: see validate)
+                return batch
             with self.timer("reward"):
                 self._score(batch, self.reward_fn, metrics)
             if not filtering:
@@ -240,6 +292,9 @@ class Trainer:
             order, balance_metrics = balance_order(batch["attention_mask"].sum(-1), self.actor.dp_size)
             batch.reorder(order)
             metrics.update(balance_metrics)
+        reward: Future | None = None
+        if self.reward_thread is not None:  # reward_model.launch_reward_fn_async: score while log-probs run
+            reward = self.reward_thread.submit(self.reward_fn, batch)
         if self._on_policy_update(batch):
             batch.meta["on_policy"] = True  # the worker takes old_log_probs (and actor/entropy) from the update
         else:
@@ -257,6 +312,10 @@ class Trainer:
         if self.critic is not None:
             with timer("values"):
                 batch["values"] = self.critic.compute_values(batch)["values"]
+        if reward is not None:
+            with timer("reward"):
+                self._apply_reward(batch, reward.result(), metrics)
+        self._dump_rollouts(batch)
         with timer("adv"):
             self._apply_kl_in_reward(batch, metrics)
             self._compute_advantage(batch)
@@ -284,6 +343,30 @@ class Trainer:
         metrics["training/epoch"] = self.train_loader.epoch
         return metrics
 
+    def _decoded(self, batch: Batch) -> tuple[list[str], list[str]]:
+        """The prompts and valid responses of ``batch`` as text."""
+        prompts = self.tokenizer.batch_decode(batch["prompts"], skip_special_tokens=True)
+        responses = self.tokenizer.batch_decode(
+            [row[mask.bool()] for row, mask in zip(batch["responses"], batch["response_mask"])], skip_special_tokens=True
+        )
+        return prompts, responses
+
+    def _dump(self, folder: str, step: int, batch: Batch) -> None:
+        """Write the batch's generations to ``<folder>/<step>.jsonl`` (verl's format)."""
+        prompts, responses = self._decoded(batch)
+        truths = [rm.get("ground_truth") if isinstance(rm, dict) else None for rm in batch["reward_model"]]
+        scores = batch["token_level_scores"].sum(-1).tolist()
+        extras = {key: list(batch[key]) for key in batch.non_tensors
+                  if key not in ("uid", "data_source", "reward_model", "extra_info", "raw_prompt", "raw_prompt_ids",
+                                 "index")}
+        dump_generations(folder, step, prompts, responses, truths, scores, extras)
+
+    def _dump_rollouts(self, batch: Batch) -> None:
+        """``trainer.rollout_data_dir``: this step's generations, one JSON line per response."""
+        folder = self.config.trainer.rollout_data_dir
+        if folder:
+            self._dump(folder, self.global_step, batch)
+
     # ------------------------------------------------------------- validation
     def _val_batches(self) -> list[Batch]:
         dataset = self.val_dataset
@@ -302,10 +385,12 @@ class Trainer:
         scores: list[float] = []
         samples: list[dict[str, Any]] = []
         metrics: dict[str, float] = {}
+        outputs: list[Batch] = []
         for prompts in self._val_batches():
             prompts.meta["temperature"] = self.config.actor_rollout_ref.rollout.val_kwargs.temperature
             out = self._generate(prompts, validate=True, n=n)
             self._score(out, self.val_reward_fn, metrics)
+            outputs.append(out)
             seq_scores = out["token_level_scores"].sum(-1).tolist()
             sources += [str(s) for s in out["data_source"]]
             scores += seq_scores
@@ -315,6 +400,9 @@ class Trainer:
                 responses = self.tokenizer.batch_decode(out["responses"][:wanted], skip_special_tokens=True)
                 samples += [{"prompt": p, "response": r, "score": s}
                             for p, r, s in zip(prompts_text, responses, seq_scores[:wanted])]
+        if self.config.trainer.validation_data_dir:
+            self._dump(self.config.trainer.validation_data_dir, self.global_step,
+                       outputs[0] if len(outputs) == 1 else Batch.concat(outputs))
         by_source: dict[str, list[float]] = {}
         for source, score in zip(sources, scores):
             by_source.setdefault(source, []).append(score)
@@ -338,10 +426,14 @@ class Trainer:
             if self.critic is not None:
                 self.critic.save_checkpoint(str(folder / "critic"))
             kl_coef = None if self.kl_ctrl is None else self.kl_ctrl.value
-            state = {"global_step": self.global_step, "data": self.train_loader.state_dict(), "kl_coef": kl_coef}
+            model = {"path": str(self.config.actor_rollout_ref.model.path), "shape": self.model_shape}
+            state = {"global_step": self.global_step, "data": self.train_loader.state_dict(), "kl_coef": kl_coef,
+                     "model": model}
             write_trainer_state(folder, state)
 
-        return CheckpointManager(self.config).save(self.global_step, write)
+        path = CheckpointManager(self.config).save(self.global_step, write)
+        self.saved_step = self.global_step
+        return path
 
     def load_checkpoint(self, path: Path) -> None:
         """Restore a checkpoint written by :meth:`save_checkpoint`: the workers, the data loader, the KL
@@ -355,9 +447,24 @@ class Trainer:
         self.train_loader.load_state_dict(state["data"])
         if self.kl_ctrl is not None and state.get("kl_coef") is not None:
             self.kl_ctrl.value = float(state["kl_coef"])
-        self.global_step = int(state["global_step"])
+        self.global_step = self.saved_step = int(state["global_step"])
         (self.run.run_dir / "resume.json").write_text(json.dumps({"path": str(path), "step": self.global_step}))
         click.echo(f"resumed from {path} (step {self.global_step} of {self.total_steps})")
+
+    def _check_same_model(self, path: Path) -> None:
+        """Refuse to resume a checkpoint written for a model of another shape (before any model loads)."""
+        saved = read_trainer_state(path).get("model") or {}
+        model_path = self.config.actor_rollout_ref.model.path
+        current = self.model_shape
+        before = saved.get("shape") or {}
+        differ = [f"{key} {before[key]} vs {current[key]}" for key in MODEL_SHAPE_KEYS
+                  if key in before and key in current and before[key] != current[key]]
+        if differ:
+            raise RLCoreError(
+                f"checkpoint {path} was written for another model ({saved.get('path')}): {', '.join(differ)} "
+                f"(checkpoint vs actor_rollout_ref.model.path={model_path}); resume with that model, or set "
+                "trainer.resume_mode=disable to start over"
+            )
 
     def _check_steps_left(self, path: Path) -> None:
         """Refuse to resume a checkpoint that already reached ``total_steps`` (a run of zero steps)."""
@@ -377,17 +484,24 @@ class Trainer:
         a resumed run skips ``val_before_train`` (the checkpoint's step was logged by the interrupted run)
         unless ``val_only``, and its steps, ``test_freq`` and ``save_freq`` continue from the global step.
         """
+        with self.stop:
+            return self._fit()
+
+    def _fit(self) -> dict[str, float]:
         resume_from = resume_path(self.config)  # a bad resume setting fails before any model is loaded
         self._build_data()
-        if resume_from is not None and not self.config.trainer.val_only:
-            self._check_steps_left(resume_from)
+        if resume_from is not None:
+            self._check_same_model(resume_from)
+            if not self.config.trainer.val_only:
+                self._check_steps_left(resume_from)
         self._build_workers()
         cfg = self.config.trainer
         trackers = build_trackers(self.config, self.run.run_dir)
         hook = self.manager.hook
         hook.on_run_start(run=self.run)
         status = "failed"
-        last: dict[str, float] = {}
+        last = self.last
+        save_time: float | None = None
         try:
             if resume_from is not None:
                 self.load_checkpoint(resume_from)
@@ -402,29 +516,69 @@ class Trainer:
                         status = "completed"
                         return last
                 for step in range(self.global_step + 1, self.total_steps + 1):
+                    if self.stop.requested:
+                        break
                     self.global_step = step
                     metrics = self.train_step()
+                    self._count_nonfinite(metrics)
                     is_last = step == self.total_steps
                     if self.val_dataset is not None and cfg.test_freq > 0 and (is_last or step % cfg.test_freq == 0):
                         metrics.update(self._validate_and_report(step, trackers))
-                    if cfg.save_freq > 0 and (is_last or step % cfg.save_freq == 0):
-                        with self.timer("save_checkpoint"):
-                            path = self.save_checkpoint()
-                        hook.on_checkpoint_saved(run=self.run, step=step, path=str(path))
-                        metrics["timing_s/save_checkpoint"] = self.timer.pop_all()["save_checkpoint"]
+                    if save_time is not None:
+                        metrics["timing_s/save_checkpoint"] = save_time  # the previous step's save
+                        save_time = None
                     hook.on_step_end(run=self.run, step=step, metrics=metrics)
-                    trackers.log(metrics, step=step)
+                    trackers.log(metrics, step=step)  # written and flushed before the checkpoint is committed
                     bar.update(step, metrics)
                     last.update(metrics)
-            status = "completed"
+                    self._stop_if_nonfinite(step)
+                    if cfg.save_freq > 0 and (is_last or step % cfg.save_freq == 0):
+                        save_time = self._save_and_report(step)
+            if self.stop.requested:
+                status = "interrupted"
+                if cfg.save_on_signal and self.global_step > self.saved_step:
+                    self._save_and_report(self.global_step)
+            else:
+                status = "completed"
         except KeyboardInterrupt:
             status = "interrupted"
             raise
         finally:
             trackers.finish()
             hook.on_run_end(run=self.run, status=status)
+            if self.reward_thread is not None:
+                self.reward_thread.shutdown(wait=False, cancel_futures=True)
+            close = getattr(self.reward_fn, "close", None)
+            if callable(close):
+                close()
             self.groups.shutdown()
         return last
+
+    def _save_and_report(self, step: int) -> float:
+        """Save the checkpoint of ``step``, call ``on_checkpoint_saved``; returns the seconds it took."""
+        with self.timer("save_checkpoint"):
+            path = self.save_checkpoint()
+        self.manager.hook.on_checkpoint_saved(run=self.run, step=step, path=str(path))
+        return self.timer.pop_all()["save_checkpoint"]
+
+    def _count_nonfinite(self, metrics: dict[str, float]) -> None:
+        """Count steps in a row whose update was skipped for a non-finite loss or gradient norm
+        (``training/nonfinite_steps_in_a_row``)."""
+        skipped = sum(float(metrics.get(key, 0.0) or 0.0) for key in NONFINITE_METRICS)
+        self.nonfinite_in_a_row = self.nonfinite_in_a_row + 1 if skipped > 0 else 0
+        metrics["training/nonfinite_steps_in_a_row"] = float(self.nonfinite_in_a_row)
+
+    def _stop_if_nonfinite(self, step: int) -> None:
+        """Stop after ``trainer.max_nonfinite_steps`` steps in a row with skipped updates."""
+        limit = int(self.config.trainer.max_nonfinite_steps)
+        if self.nonfinite_in_a_row >= limit:
+            first = step - self.nonfinite_in_a_row + 1
+            raise RLCoreError(
+                f"steps {first}-{step}: the loss or gradient norm was not finite in {self.nonfinite_in_a_row} steps "
+                f"in a row (trainer.max_nonfinite_steps={limit}); those updates were skipped and nothing non-finite "
+                "was saved. Check the rewards (critic/score/*), lower the learning rate, or resume from the last "
+                "checkpoint"
+            )
 
     def _validate_and_report(self, step: int, trackers: Any) -> dict[str, float]:
         start = time.perf_counter()

@@ -3,23 +3,23 @@
 Safe scoring
 ------------
 A scorer is user code run on model output, so it may raise, loop forever or return garbage. Every
-manager routes scorer calls through :func:`run_guarded` and :meth:`_RewardManagerBase._collect`:
+manager scores through a :class:`~rlcore.reward.pool.ScorerPool` of ``reward_model.scorer_workers``
+forked processes and :meth:`_RewardManagerBase._collect`:
 
-- an exception, a call running past ``reward_model.scorer_timeout`` seconds, or a value that is not a
-  finite number (NaN, inf, a string, a dict without ``"score"``) scores that sample 0;
+- the samples of a batch are scored concurrently; a call running past ``reward_model.scorer_timeout``
+  seconds is killed (its process, so nothing keeps running), and the whole batch's scoring stops at
+  ``reward_model.scorer_batch_timeout`` seconds;
+- an exception, a timeout, a dead scorer process or a value that is not a finite number (NaN, inf, a string,
+  a dict without ``"score"``) scores that sample 0;
 - each failure kind is logged once per call (how many samples, and the first one's data_source, index
   and error) and counted in ``reward/scorer_errors``, ``reward/scorer_timeouts`` and ``reward/scorer_nan``;
-- with ``reward_model.scorer_fail_fast=true`` the first failure raises :class:`RewardError` instead;
+- with ``reward_model.scorer_fail_fast=true`` the first failure stops the scoring (samples in flight are
+  killed) and raises :class:`RewardError`;
 - an :class:`RLCoreError` raised by the scorer (for example an unknown ``data_source``) is a configuration
   error and always propagates.
 
-:func:`run_guarded` keeps the common case cheap: the whole batch is scored sequentially in ONE daemon
-thread while the caller waits with a deadline on the sample in progress. Only when a sample overruns its
-deadline is that thread abandoned (it is a daemon, so a hung scorer never blocks interpreter exit, and it
-stops after the hung call returns) and a fresh thread continues with the next sample. A batch with no hung
-sample therefore costs one thread start, and each hung sample costs one abandoned thread and exactly
-``scorer_timeout`` seconds of waiting. ``scorer_timeout`` of 0 or null scores inline without a thread and
-without a time limit.
+``scorer_timeout`` of 0 or null scores inline in the controller, one sample after another, without any
+time limit (for debugging a scorer).
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +36,8 @@ import torch
 
 from rlcore.data.rl_dataset import to_plain
 from rlcore.errors import RLCoreError
-from rlcore.reward import RewardError
+from rlcore.reward.errors import RewardError
+from rlcore.reward.pool import Outcome, ScorerPool
 
 logger = logging.getLogger(__name__)
 
@@ -68,76 +67,6 @@ class RewardResult:
     token_level_scores: torch.Tensor
     extra_info: dict[str, list] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class Outcome:
-    """The result of one guarded call: ``kind`` is ``ok`` (``value`` = the return value), ``error``
-    (``value`` = the exception) or ``timeout``."""
-
-    kind: str
-    value: Any = None
-
-
-class _Worker:
-    """Scores samples ``start..n-1`` in order; abandoned (``cancelled``) when a sample overruns."""
-
-    def __init__(self, fn: Callable[[int], Any], n: int, start: int, results: list, lock: threading.Lock) -> None:
-        self.fn, self.n, self.start, self.results, self.lock = fn, n, start, results, lock
-        self.cancelled = False
-        self.progress = (start, time.monotonic())
-
-    def run(self) -> None:
-        """Call ``fn(i)`` for each remaining sample, recording outcomes unless cancelled meanwhile."""
-        for i in range(self.start, self.n):
-            with self.lock:
-                if self.cancelled:
-                    return
-                self.progress = (i, time.monotonic())
-            try:
-                outcome = Outcome("ok", self.fn(i))
-            except BaseException as exc:  # noqa: BLE001 - any scorer failure is this sample's, not the run's
-                outcome = Outcome("error", exc)
-            with self.lock:
-                if self.cancelled:
-                    return
-                self.results[i] = outcome
-
-
-def run_guarded(fn: Callable[[int], Any], n: int, timeout: float | None) -> list[Outcome]:
-    """Call ``fn(0) .. fn(n-1)``, each bounded by ``timeout`` seconds, and return one :class:`Outcome` each.
-
-    See the module docstring for the threading scheme. ``timeout`` of ``None`` or ``<= 0`` calls ``fn``
-    inline.
-    """
-    results: list[Any] = [None] * n
-    if not timeout or timeout <= 0:
-        for i in range(n):
-            try:
-                results[i] = Outcome("ok", fn(i))
-            except Exception as exc:  # noqa: BLE001 - reported by the caller
-                results[i] = Outcome("error", exc)
-        return results
-    lock = threading.Lock()
-    start = 0
-    while start < n:
-        worker = _Worker(fn, n, start, results, lock)
-        thread = threading.Thread(target=worker.run, name="rlcore-reward-scorer", daemon=True)
-        thread.start()
-        start = n
-        while True:
-            with lock:
-                index, began = worker.progress
-            thread.join(max(0.0, began + timeout - time.monotonic()))
-            if not thread.is_alive():
-                break
-            with lock:
-                if worker.progress == (index, began) and time.monotonic() - began >= timeout:
-                    worker.cancelled = True
-                    results[index] = Outcome("timeout")
-                    start = index + 1
-                    break
-    return results
 
 
 def to_score(value: Any) -> tuple[float | None, dict[str, Any]]:
@@ -176,15 +105,45 @@ class _RewardManagerBase:
     """Shared parts of the built-in managers: config, decoding, safe-score collection, placement."""
 
     def __init__(self, tokenizer: Any, scorer: Callable[..., Any], config: Any = None) -> None:
-        """``config`` is the ``reward_model`` section (``scorer_timeout`` (default 30; 0 or null: no limit),
+        """``config`` is the ``reward_model`` section (``scorer_timeout`` (default 30; 0 or null: inline, no
+        limit), ``scorer_batch_timeout`` (default 600; 0 or null: no bound), ``scorer_workers`` (default 8),
         ``scorer_fail_fast``, ``num_examine``, ``reward_kwargs``); a dict or ``None`` works too."""
         self.tokenizer = tokenizer
         self.scorer = scorer
         timeout = 30.0 if config is None else config.get("scorer_timeout", 30.0)
         self.timeout = float(timeout or 0.0)
+        batch_timeout = 600.0 if config is None else config.get("scorer_batch_timeout", 600.0)
+        self.batch_timeout = float(batch_timeout or 0.0)
+        self.workers = int(_option(config, "scorer_workers", 8))
         self.fail_fast = bool(_option(config, "scorer_fail_fast", False))
         self.num_examine = int(_option(config, "num_examine", 0))
         self.reward_kwargs: dict[str, Any] = dict(to_plain(_option(config, "reward_kwargs", {})))
+        self._pool: ScorerPool | None = None
+
+    def _score_calls(self, calls: list[dict[str, Any]], fail_fast: bool | None = None) -> list[Outcome | None]:
+        """``self.scorer(**kwargs)`` for each of ``calls``: in the scorer processes with the time limits, or
+        inline when ``scorer_timeout`` is 0. Under fail-fast the scoring stops at the first failure (a
+        non-finite score included) and the samples not scored are ``None``."""
+        stop = self.fail_fast if fail_fast is None else fail_fast
+        if self.timeout <= 0:
+            outcomes: list[Outcome | None] = []
+            for kwargs in calls:
+                try:
+                    outcomes.append(Outcome("ok", self.scorer(**kwargs)))
+                except Exception as exc:  # noqa: BLE001 - reported by _collect
+                    outcomes.append(Outcome("error", exc))
+                if stop and _failed(outcomes[-1]):
+                    break
+            return outcomes + [None] * (len(calls) - len(outcomes))
+        if self._pool is None:
+            self._pool = ScorerPool(self.scorer, self.workers, self.timeout, self.batch_timeout)
+        return self._pool.map(calls, stop=_failed if stop else None)
+
+    def close(self) -> None:
+        """End the scorer processes (a later call starts new ones)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def _inputs(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, list[str], list[Any], list[Any], list[Any]]:
         """``(responses, valid_lengths, solution_strs, data_sources, ground_truths, extra_infos)``.
@@ -210,22 +169,25 @@ class _RewardManagerBase:
         return responses, valid, texts, data_sources, ground_truths, extra_infos
 
     def _collect(
-        self, outcomes: list[Outcome], data_sources: list[Any]
+        self, outcomes: list[Outcome | None], data_sources: list[Any]
     ) -> tuple[list[float], dict[str, list], dict[str, float]]:
         """Validate outcomes: failures score 0, are logged once per kind and counted (or raise when
-        fail-fast); dict extras become per-sample lists."""
+        fail-fast); dict extras become per-sample lists. ``None`` (not scored: fail-fast stopped first) is
+        skipped."""
         n = len(outcomes)
         scores = [0.0] * n
         extras: dict[str, list] = {}
         failures: dict[str, list[tuple[int, str]]] = {kind: [] for kind in FAILURE_METRICS}
         for i, outcome in enumerate(outcomes):
+            if outcome is None:
+                continue
             if outcome.kind == "error" and isinstance(outcome.value, RLCoreError):
                 raise outcome.value
             if outcome.kind == "error":
                 failures["error"].append((i, f"{type(outcome.value).__name__}: {outcome.value}"))
                 continue
             if outcome.kind == "timeout":
-                failures["timeout"].append((i, f"no result after {self.timeout:g} s (reward_model.scorer_timeout)"))
+                failures["timeout"].append((i, self._timeout_detail(outcome)))
                 continue
             score, extra = to_score(outcome.value)
             if score is None:
@@ -243,11 +205,19 @@ class _RewardManagerBase:
                 f"data_source {data_sources[i]!r}: {detail}"
             )
             if self.fail_fast:
-                cause = outcomes[i].value if kind == "error" else None
+                failed = outcomes[i]
+                cause = failed.value if failed is not None and failed.kind == "error" else None
                 raise RewardError(message + " (reward_model.scorer_fail_fast=true)") from cause
             logger.warning("%s; these samples score 0", message)
         metrics = {metric: float(len(failures[kind])) for kind, metric in FAILURE_METRICS.items()}
         return scores, extras, metrics
+
+    def _timeout_detail(self, outcome: Outcome) -> str:
+        """Which limit a timed-out call ran into."""
+        if outcome.value == "batch":
+            return (f"not scored within the batch's {self.batch_timeout:g} s (reward_model.scorer_batch_timeout); "
+                    "its scorer process was killed")
+        return f"no result after {self.timeout:g} s (reward_model.scorer_timeout); its scorer process was killed"
 
     @staticmethod
     def _place(scores: list[float], valid: torch.Tensor, width: int) -> torch.Tensor:
@@ -294,16 +264,28 @@ class NaiveRewardManager(_RewardManagerBase):
         if "rm_scores" in batch:
             return RewardResult(batch["rm_scores"])
         responses, valid, texts, sources, truths, infos = self._inputs(batch)
-        outcomes = run_guarded(
-            lambda i: self.scorer(
-                data_source=sources[i], solution_str=texts[i], ground_truth=truths[i], extra_info=infos[i]
-            ),
-            len(texts),
-            self.timeout,
-        )
+        outcomes = self._score_calls([
+            {"data_source": sources[i], "solution_str": texts[i], "ground_truth": truths[i], "extra_info": infos[i]}
+            for i in range(len(texts))
+        ])
         scores, extras, metrics = self._collect(outcomes, sources)
         self._examine(batch, texts, sources, truths, scores)
         return RewardResult(self._place(scores, valid, responses.shape[1]), extras, metrics)
+
+
+def _failed(outcome: Outcome | None) -> bool:
+    """Whether a call failed: an error, a timeout, or a value that is not a finite score."""
+    return outcome is not None and (outcome.kind != "ok" or to_score(outcome.value)[0] is None)
+
+
+def _single(outcome: Outcome | None) -> Outcome | None:
+    """The outcome of a batched call of one sample, as the outcome of that sample."""
+    if outcome is None or outcome.kind != "ok":
+        return outcome
+    try:
+        return Outcome("ok", _as_list(outcome.value, 1)[0])
+    except TypeError as exc:
+        return Outcome("error", exc)
 
 
 def _as_list(value: Any, n: int) -> list[Any]:
@@ -326,28 +308,27 @@ class BatchRewardManager(_RewardManagerBase):
 
     batched = True
 
-    def _call(self, sources: list, texts: list, truths: list, infos: list) -> list[Any]:
-        return _as_list(
-            self.scorer(
-                data_sources=sources, solution_strs=texts, ground_truths=truths, extra_infos=infos, **self.reward_kwargs
-            ),
-            len(texts),
-        )
+    def _kwargs(self, sources: list, texts: list, truths: list, infos: list) -> dict[str, Any]:
+        return {"data_sources": sources, "solution_strs": texts, "ground_truths": truths, "extra_infos": infos,
+                **self.reward_kwargs}
 
     def __call__(self, batch: Any) -> RewardResult:
         """Score the batch with one call, isolating samples only when that call fails."""
         if "rm_scores" in batch:
             return RewardResult(batch["rm_scores"])
         responses, valid, texts, sources, truths, infos = self._inputs(batch)
-        whole = run_guarded(lambda _: self._call(sources, texts, truths, infos), 1, self.timeout)[0]
+        whole = self._score_calls([self._kwargs(sources, texts, truths, infos)], fail_fast=False)[0]
+        assert whole is not None  # one call, never stopped early
         if whole.kind == "ok":
-            outcomes = [Outcome("ok", v) for v in whole.value]
-        else:
+            try:
+                outcomes: list[Outcome | None] = [Outcome("ok", v) for v in _as_list(whole.value, len(texts))]
+            except TypeError as exc:
+                whole = Outcome("error", exc)
+        if whole.kind != "ok":
             if isinstance(whole.value, RLCoreError):
                 raise whole.value
             detail = (
-                f"timed out after {self.timeout:g} s (reward_model.scorer_timeout)"
-                if whole.kind == "timeout"
+                f"timed out ({self._timeout_detail(whole)})" if whole.kind == "timeout"
                 else f"raised {type(whole.value).__name__}: {whole.value}"
             )
             if self.fail_fast:
@@ -355,9 +336,9 @@ class BatchRewardManager(_RewardManagerBase):
                     f"batch reward scorer {detail} (reward_model.scorer_fail_fast=true)"
                 ) from (whole.value if whole.kind == "error" else None)
             logger.warning("batch reward scorer %s; scoring the %d samples one at a time", detail, len(texts))
-            outcomes = run_guarded(
-                lambda i: self._call([sources[i]], [texts[i]], [truths[i]], [infos[i]])[0], len(texts), self.timeout
-            )
+            singles = self._score_calls([self._kwargs([sources[i]], [texts[i]], [truths[i]], [infos[i]])
+                                         for i in range(len(texts))])
+            outcomes = [_single(outcome) for outcome in singles]
         scores, extras, metrics = self._collect(outcomes, sources)
         self._examine(batch, texts, sources, truths, scores)
         return RewardResult(self._place(scores, valid, responses.shape[1]), extras, metrics)

@@ -147,13 +147,12 @@ class RewardManagerContract:
         """solution_str is the valid response decoded without special tokens; ground truth and data source
         pass through."""
         batch, _ = make_reward_batch(tiny_tokenizer)
-        seen: dict[str, tuple[str, Any]] = {}
 
-        def record(ds: str, solution: str, gt: Any, info: Any) -> float:
-            seen[gt] = (ds, solution)
-            return 0.0
+        def record(ds: str, solution: str, gt: Any, info: Any) -> dict[str, Any]:
+            return {"score": 0.0, "seen": (gt, ds, solution)}  # scorers may run in other processes: report back
 
-        self.make_manager(tiny_tokenizer, record)(batch)
+        result = self.make_manager(tiny_tokenizer, record)(batch)
+        seen = {gt: (ds, solution) for gt, ds, solution in result.extra_info["seen"]}
         assert seen == {str(i): ("contract", text) for i, text in enumerate(RESPONSES)}
 
     def test_dict_scores_and_extras(self, tiny_tokenizer: Any) -> None:

@@ -1,0 +1,175 @@
+"""Scorers cannot hang a run: timeouts kill the scorer's process, samples are scored concurrently, a batch's
+scoring has a bound, fail-fast stops at the first failure. Every test runs real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from rlcore.reward import RewardError
+from rlcore.reward.managers import BatchRewardManager, NaiveRewardManager
+from rlcore.testing.contracts.rewards import make_reward_batch
+
+
+def hang(data_source, solution_str, ground_truth, extra_info=None):
+    """Never returns (sleeps)."""
+    time.sleep(3600)
+
+
+def busy(data_source, solution_str, ground_truth, extra_info=None):
+    """Writes its process id next to ``ground_truth`` (a folder), then spins on the CPU forever."""
+    Path(ground_truth, str(os.getpid())).touch()
+    while True:
+        pass
+
+
+def by_truth(data_source, solution_str, ground_truth, extra_info=None):
+    """``fail`` raises at once, ``die`` kills its process, ``slow`` takes 1.5 s, ``hang`` never returns."""
+    if ground_truth == "fail":
+        raise ValueError("bad sample")
+    if ground_truth == "die":
+        os._exit(3)
+    if ground_truth == "slow":
+        time.sleep(1.5)
+    if ground_truth == "hang":
+        time.sleep(3600)
+    return 1.0
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a running (not zombie) process."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_eight_hung_samples_with_a_two_second_timeout_finish_within_ten_seconds(tiny_tokenizer):
+    batch, _ = make_reward_batch(tiny_tokenizer, ["a"] * 8)
+    manager = NaiveRewardManager(tiny_tokenizer, hang, {"scorer_timeout": 2.0})
+    start = time.monotonic()
+    try:
+        result = manager(batch)
+    finally:
+        manager.close()
+    assert time.monotonic() - start < 10
+    assert result.metrics["reward/scorer_timeouts"] == 8
+    assert result.token_level_scores.abs().sum() == 0
+
+
+def test_a_busy_loop_scorer_stops_burning_cpu_at_its_timeout(tiny_tokenizer, tmp_path):
+    batch, _ = make_reward_batch(tiny_tokenizer, ["a", "b"], ground_truths=[str(tmp_path)] * 2)
+    manager = NaiveRewardManager(tiny_tokenizer, busy, {"scorer_timeout": 1.0})
+    result = manager(batch)
+    pids = [int(p.name) for p in tmp_path.iterdir()]
+    assert len(pids) == 2 and result.metrics["reward/scorer_timeouts"] == 2
+    assert [pid for pid in pids if _alive(pid)] == [], "a timed-out scorer is still running"
+    manager.close()
+
+
+def test_fail_fast_stops_at_the_first_failure(tiny_tokenizer):
+    batch, _ = make_reward_batch(tiny_tokenizer, ["a"] * 6, ground_truths=["hang"] * 5 + ["fail"])
+    manager = NaiveRewardManager(tiny_tokenizer, by_truth, {"scorer_timeout": 60, "scorer_fail_fast": True})
+    start = time.monotonic()
+    with pytest.raises(RewardError, match="raised an exception for 1 of 6 sample.*sample 5.*ValueError: bad sample"):
+        manager(batch)
+    assert time.monotonic() - start < 10, "fail-fast waited for the hung samples"
+    manager.close()
+
+
+def test_the_batch_bound_stops_a_batch_of_slow_samples(tiny_tokenizer):
+    batch, _ = make_reward_batch(tiny_tokenizer, ["a"] * 4, ground_truths=["slow"] * 4)
+    config = {"scorer_timeout": 30, "scorer_batch_timeout": 2.0, "scorer_workers": 1}
+    manager = NaiveRewardManager(tiny_tokenizer, by_truth, config)
+    start = time.monotonic()
+    result = manager(batch)
+    manager.close()
+    assert time.monotonic() - start < 4
+    assert result.token_level_scores.sum().item() == 1.0, "one sample fits in the bound"
+    assert result.metrics["reward/scorer_timeouts"] == 3
+
+
+def test_samples_are_scored_concurrently_and_a_dead_process_is_one_error(tiny_tokenizer):
+    truths = ["slow"] * 4 + ["die", "ok"]
+    batch, _ = make_reward_batch(tiny_tokenizer, ["a"] * 6, ground_truths=truths)
+    manager = NaiveRewardManager(tiny_tokenizer, by_truth, {"scorer_timeout": 30, "scorer_workers": 4})
+    start = time.monotonic()
+    result = manager(batch)
+    assert time.monotonic() - start < 4, "four 1.5 s samples on four processes"
+    assert result.token_level_scores.sum(-1).tolist() == [1.0, 1.0, 1.0, 1.0, 0.0, 1.0]
+    assert result.metrics["reward/scorer_errors"] == 1
+    again = manager(batch)  # the pool replaced the dead process
+    assert again.token_level_scores.sum().item() == 5.0
+    manager.close()
+
+
+def test_a_batched_scorer_that_hangs_falls_back_to_single_samples(tiny_tokenizer):
+    def batched(data_sources, solution_strs, ground_truths, extra_infos):
+        if len(solution_strs) > 1:
+            time.sleep(3600)
+        return [by_truth(d, s, g, e) for d, s, g, e in zip(data_sources, solution_strs, ground_truths, extra_infos)]
+
+    batch, _ = make_reward_batch(tiny_tokenizer, ["a", "b"], ground_truths=["ok", "ok"])
+    manager = BatchRewardManager(tiny_tokenizer, batched, {"scorer_timeout": 1.0})
+    result = manager(batch)
+    manager.close()
+    assert result.token_level_scores.sum(-1).tolist() == [1.0, 1.0]
+
+
+def test_timeout_zero_scores_inline(tiny_tokenizer):
+    batch, _ = make_reward_batch(tiny_tokenizer, ["a", "b"])
+    result = NaiveRewardManager(tiny_tokenizer, lambda **kw: float(os.getpid()), {"scorer_timeout": 0})(batch)
+    assert set(result.token_level_scores.sum(-1).tolist()) == {float(os.getpid())}
+
+
+def test_hung_scorer_processes_end_with_the_controller():
+    code = textwrap.dedent(
+        """
+        import time
+        from rlcore.reward.pool import ScorerPool
+        pool = ScorerPool(lambda: time.sleep(3600), workers=2, timeout=0.5)
+        print([o.kind for o in pool.map([{}, {}])], flush=True)
+        """
+    )
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['timeout', 'timeout']"
+    assert time.monotonic() - start < 30
+
+
+def test_scorer_processes_die_with_a_killed_controller(tmp_path):
+    """A controller killed with SIGKILL leaves no scorer behind, hung or idle (they would hold its stdout)."""
+    code = textwrap.dedent(
+        f"""
+        import os, signal, time
+        from pathlib import Path
+        from rlcore.reward.pool import ScorerPool
+
+        def score(hang):
+            Path({str(tmp_path)!r}, str(os.getpid())).touch()
+            if hang:
+                time.sleep(3600)
+            return 1.0
+
+        pool = ScorerPool(score, workers=3, timeout=600)
+        pool.map([{{"hang": False}}, {{"hang": False}}])
+        import threading
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+        pool.map([{{"hang": True}}])
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == -9, proc.stderr
+    pids = [int(p.name) for p in tmp_path.iterdir()]
+    assert len(pids) == 2, "two workers, the first one reused for the hung call"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.2)
+    assert [pid for pid in pids if _alive(pid)] == []
