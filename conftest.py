@@ -14,6 +14,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 #: and their tests are marked ``slow`` (``pytest -m "not slow"`` is the quick local loop; CI runs everything)
 LONG_FILES = (
     "tests/test_seed_command.py",
+    "plugins/backend_megatron/tests/test_seed_command.py",
     "tests/test_wheelhouse.py",
     "tests/test_default_run.py",
     "plugins/backend_megatron/tests/test_multirank.py",

@@ -7,7 +7,9 @@ parquet files, ``trainer.device=cpu`` is appended, and the result goes to ``rlco
 
 A script whose features rlcore has must pass. Every other one must fail with an error naming the missing
 feature (the table below says which). Megatron scripts pass once a plugin registers the ``megatron``
-training backend, and until then fail naming ``pip install rlcore-plugin-megatron``.
+training backend, and until then fail naming ``pip install rlcore-plugin-megatron``; when they pass, the run
+plan splits the script's ranks into world ÷ (tensor × pipeline parallel size) data-parallel ranks. A passing
+script that sets a speed-only switch rlcore ignores gets a note naming it (:data:`NOTES`).
 """
 
 from __future__ import annotations
@@ -76,6 +78,12 @@ EXPECTED: dict[str, str | None] = {
     "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn.sh": "multi-turn rollouts",
 }
 
+#: script -> a note its passing dry run must print (a verl switch that changes nothing in rlcore)
+NOTES: dict[str, str] = {
+    "examples/grpo_trainer/run_qwen2-7b_math_megatron.sh":
+        "note: actor_rollout_ref.model.use_fused_kernels=True changes nothing in rlcore",
+}
+
 #: stands in for ``python3``/``python`` (records main_ppo's arguments) and ``ray job submit ... --``
 SHIMS = r"""
 python3() {
@@ -96,6 +104,7 @@ DATA_KEYS = ("data.train_files", "data.val_files")
 def test_the_table_covers_every_copied_script() -> None:
     copied = {str(p.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*.sh")}
     assert copied == set(EXPECTED)
+    assert set(NOTES) <= set(EXPECTED)
 
 
 def verl_arguments(script: str, home: Path) -> list[str]:
@@ -121,6 +130,17 @@ def localised(arguments: list[str], model: Path, task: dict[str, Path]) -> list[
     return [*out, "trainer.device=cpu"]
 
 
+def data_parallel_line(arguments: list[str]) -> str:
+    """The run plan's data-parallel line for a Megatron script: world = GPUs per node × nodes, split into
+    world ÷ (the actor's tensor × pipeline parallel size) data-parallel ranks."""
+    values = dict(word.lstrip("+").split("=", 1) for word in arguments if "=" in word)
+    world = int(values.get("trainer.n_gpus_per_node", 1)) * int(values.get("trainer.nnodes", 1))
+    model_parallel = 1
+    for size in ("tensor_model_parallel_size", "pipeline_model_parallel_size"):
+        model_parallel *= int(values.get(f"actor_rollout_ref.actor.megatron.{size}", 1))
+    return f"data-parallel ranks: {world // model_parallel} (of {world} ranks)"
+
+
 @pytest.fixture(scope="module")
 def tiny_task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny parquet task shared by every script."""
@@ -138,6 +158,9 @@ def test_verl_script_dry_run(script: str, tmp_path: Path, tiny_model_dir: Path, 
     if expected is None:
         assert result.exit_code == 0, result.output
         assert "prompts per step:" in result.output
+        assert NOTES.get(script, "") in result.output
+        if EXPECTED[script] == MEGATRON:
+            assert data_parallel_line(arguments) in result.output
     else:
         assert result.exit_code == 2, result.output
         assert "Traceback" not in result.output

@@ -1,0 +1,139 @@
+"""FSDP against Megatron: the median rlcore GRPO step time of each training engine on the same work.
+
+Runs the ``bench/vs_trl.py`` work (same model sizes, prompts, reward and settings, built by
+``bench/common.py``; default ``small``) with ``actor_rollout_ref.actor.strategy=fsdp`` and ``=megatron``, in
+alternating fresh ``rlcore run`` processes (fsdp, megatron, fsdp, megatron, ... for ``--rounds`` pairs, so
+that a slow patch of a shared machine hits both alike), local executor, HF rollout, one rank. It reads each
+run's per-step ``timing_s/*`` and ``timing_worker_s/*`` from ``metrics.jsonl``; medians are over the steps
+after ``--warmup`` of every run of an engine.
+
+    python bench/engines.py                          # small, 5 steps per run, 2 rounds
+    python bench/engines.py --size tiny --steps 12 --rounds 1
+
+Prints one JSON object on stdout; progress goes to stderr; bad input (or a missing megatron plugin) gives a
+one-line ``error: ...`` on stderr and exit status 2. Needs ``pip install -e '.[train]'`` and
+``pip install -e plugins/backend_megatron``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = str(Path(__file__).resolve().parent)
+if BENCH_DIR not in sys.path:  # ``python bench/engines.py`` has it first already; other loaders may not
+    sys.path.insert(0, BENCH_DIR)
+import common  # noqa: E402  (shared with vs_trl.py and step_breakdown.py: the work, the rlcore run)
+from common import BenchError  # noqa: E402
+
+#: the training engines compared (``actor_rollout_ref.actor.strategy``), in the order each round runs them
+ENGINES: tuple[str, ...] = ("fsdp", "megatron")
+#: the worker methods whose time the engine decides (the rollout is the HF engine for both)
+ENGINE_METHODS: tuple[str, ...] = ("update_actor", "sync_weights", "compute_log_prob")
+log = common.make_log("engines")
+
+
+def summarise(runs: list[list[dict[str, Any]]], walls: list[float], rss: list[float], warmup: int) -> dict[str, Any]:
+    """One engine's JSON section from its runs' train-step rows, process wall times and peak RSS."""
+    steps = common.pool([common.series(rows, "timing_s/step") for rows in runs], warmup, required=True)
+    timed = [row for rows in runs for row in rows[warmup:]]
+    stages = common.prefixed_series(timed, "timing_s/", exclude=("step", "outside_worker"))
+    workers = common.prefixed_series(timed, "timing_worker_s/")
+    return {
+        "timed_steps": len(steps),
+        "median_step_s": common.median(steps),
+        "min_step_s": round(min(steps), 5),
+        "max_step_s": round(max(steps), 5),
+        "per_run_median_step_s": [common.median(common.series(rows, "timing_s/step")[warmup:]) for rows in runs],
+        "median_stage_s": {name: common.median(values) for name, values in stages.items()},
+        "median_worker_s": {name: common.median(values) for name, values in workers.items() if name in ENGINE_METHODS},
+        "median_grad_norm": common.median(common.series(timed, "actor/grad_norm")),
+        "process_wall_s": [round(wall, 1) for wall in walls],
+        "peak_rss_mb": round(max(rss), 1),
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="small", help="tiny or small (default small)")
+    common.add_run_args(
+        parser,
+        0,
+        "steps per run (default 0 = the size's default: tiny 20, small 5)",
+        None,
+        "first steps of each run left out of the medians (default: tiny 2, small 1)",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="fsdp + megatron run pairs (default 2)")
+    return parser.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace) -> tuple[int, int]:
+    """Validate the command line and the environment; return steps per run and warm-up steps."""
+    common.check_sizes(args.size, allow_both=False)
+    common.check_non_negative(args, "steps", "warmup", "threads")
+    if args.rounds < 1:
+        raise BenchError("--rounds must be >= 1")
+    common.check_modules([("rlcore", "train"), ("torch", "train"), ("pyarrow", "train")])
+    for module in ("rlcore_plugin_megatron", "megatron.core"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            raise BenchError(f"{module} is not installed: pip install -e plugins/backend_megatron")
+    return common.run_length(args.size, args.steps, args.warmup)
+
+
+def benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    """Every round's fsdp and megatron runs; the JSON result without the common header."""
+    steps, warmup = check_args(args)
+    env = common.bench_env(args.threads)
+    runs: dict[str, list[list[dict[str, Any]]]] = {engine: [] for engine in ENGINES}
+    walls: dict[str, list[float]] = {engine: [] for engine in ENGINES}
+    rss: dict[str, list[float]] = {engine: [] for engine in ENGINES}
+    with common.work_dir("rlcore_engines_", args.keep, log) as root:
+        log(f"{args.size}: building model, tokenizer and data in {root}")
+        facts = common.prepare_work(root, args.size)
+        for round_index in range(args.rounds):
+            for engine in ENGINES:
+                run_root = root / f"runs-{engine}-{round_index}"
+                log_file = root / f"{engine}-{round_index}.log"
+                log(f"round {round_index + 1}/{args.rounds}, {engine}: {steps} steps (log {log_file})")
+                overrides = common.rlcore_overrides(root, args.size, steps, facts["prompt_tokens_max"], run_root)
+                command = common.rlcore_command([*overrides, f"actor_rollout_ref.actor.strategy={engine}"])
+                child = common.run_checked(command, env, log_file, f"{engine} run")
+                rows = common.read_metrics(run_root)[1]
+                runs[engine].append(rows)
+                walls[engine].append(child.wall_s)
+                rss[engine].append(child.peak_rss_mb)
+                log(f"{engine}: median step {common.median(common.series(rows, 'timing_s/step')[warmup:])} s")
+    results = {engine: summarise(runs[engine], walls[engine], rss[engine], warmup) for engine in ENGINES}
+    fsdp, megatron = results["fsdp"]["median_step_s"], results["megatron"]["median_step_s"]
+    return {
+        "size": args.size,
+        **common.work_summary(args.size, facts),
+        "steps_per_run": steps,
+        "warmup_steps_excluded_per_run": warmup,
+        "rounds": args.rounds,
+        "order": [engine for _ in range(args.rounds) for engine in ENGINES],
+        **results,
+        "ratio_megatron_over_fsdp": round(megatron / fsdp, 3),
+        "ratio_update_actor_megatron_over_fsdp": round(
+            results["megatron"]["median_worker_s"]["update_actor"] / results["fsdp"]["median_worker_s"]["update_actor"],
+            3,
+        ),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print the JSON result (exit 2 with a one-line error on bad input)."""
+    args = parse_args(argv)
+    return common.run_main("engines", args.threads, lambda: benchmark(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
