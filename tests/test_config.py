@@ -370,3 +370,11 @@ def test_min_group_size_is_checked_before_anything_loads() -> None:
     assert result.exit_code == 2
     assert "actor_rollout_ref.rollout.n=1: algorithm.adv_estimator=grpo_passk" in result.output
     assert "needs at least 2 per prompt" in result.output
+
+
+def test_dry_run_asks_the_training_backend_to_check_its_settings() -> None:
+    """A setting the backend cannot run (an FSDP dtype it does not know) fails the dry run, naming the key,
+    not the start of the workers."""
+    result = CliRunner().invoke(cli, ["run", "--dry-run", "actor_rollout_ref.actor.fsdp_config.dtype=fp8"])
+    assert result.exit_code == 2
+    assert "actor_rollout_ref.actor.fsdp_config.dtype='fp8' is not a dtype" in result.output

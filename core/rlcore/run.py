@@ -75,12 +75,37 @@ def _check_group_size(config: DictConfig, registry: Any) -> None:
         )
 
 
+def _check_engines(config: DictConfig, registry: Any) -> None:
+    """Ask the training backends to reject settings they cannot run (``check_config``), for the actor and,
+    when the estimator needs one, the critic — the call the workers make at start-up, made before anything
+    starts. This imports the backend (torch); a backend that is not installed is reported by the component
+    check instead."""
+    from rlcore.registry import UnknownComponentError
+
+    roles = [("actor", "actor_rollout_ref.actor", "actor_rollout_ref.model", config.actor_rollout_ref.actor.strategy)]
+    try:
+        needs_critic = bool(registry.get("advantage_estimator", config.algorithm.adv_estimator).meta.get("needs_critic"))
+    except RLCoreError:
+        needs_critic = False
+    if needs_critic:
+        roles.append(("critic", "critic", "critic.model", config.critic.strategy))
+    for role, section, model_section, strategy in roles:
+        try:
+            backend = registry.load("training_backend", strategy)
+        except UnknownComponentError:
+            continue
+        check = getattr(backend, "check_config", None)
+        if callable(check):
+            check(config, role, section, model_section)
+
+
 def check_components(config: DictConfig, manager: PluginManager, problems: Problems | None = None) -> None:
     """Resolve every component the config names; raise on unknown or conflicting ones (all of them, or
     record them in ``problems`` when it is given).
 
     Components are resolved without importing them (an advantage estimator's ``min_group_size`` meta is
-    checked against ``rollout.n``), except the trackers: their libraries are imported and
+    checked against ``rollout.n``), except the training backends, whose ``check_config`` runs
+    (:func:`_check_engines`), and the trackers: their libraries are imported and
     their settings checked (:func:`~rlcore.tracking.external.preflight_trackers`), so that a tracker whose
     package is missing fails here, naming its ``pip install 'rlcore[...]'`` line, before any model loads.
     """
@@ -101,6 +126,8 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
             _component(manager, key, kind, name)
     with collected.collect():
         _check_group_size(config, registry)
+    with collected.collect():
+        _check_engines(config, registry)
     before = len(collected.items)
     for name in _loggers(config):
         with collected.collect():
