@@ -34,7 +34,11 @@ def time_command(args: list[str], runs: int) -> dict[str, float]:
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "rlcore", *args], capture_output=True, check=True)
         times.append(time.perf_counter() - start)
-    return {"median_s": round(statistics.median(times), 4), "min_s": round(min(times), 4), "max_s": round(max(times), 4)}
+    return {
+        "median_s": round(statistics.median(times), 4),
+        "min_s": round(min(times), 4),
+        "max_s": round(max(times), 4),
+    }
 
 
 def main() -> None:

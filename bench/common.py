@@ -149,8 +149,14 @@ def prepare_work(work: Path, size: str) -> dict[str, Any]:
     pq.write_table(pa.Table.from_pylist(rows), work / "train.parquet")
     (work / "reward.py").write_text(REWARD_PY)
     lengths = [
-        len(tokenizer.apply_chat_template([{"role": "user", "content": p["content"]}], add_generation_prompt=True,
-                                          tokenize=True, return_dict=False))
+        len(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": p["content"]}],
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+            )
+        )
         for p in prompts
     ]
     return {
@@ -307,22 +313,34 @@ def bench_env(threads: int, **extra: str) -> dict[str, str]:
     ``OMP_NUM_THREADS`` is set). On a small or shared machine more OpenMP threads than free cores make
     every torch op wait for descheduled threads, so the scripts default to 1.
     """
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore", **extra)
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONWARNINGS="ignore",
+        **extra,
+    )
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return env
 
 
 # ----------------------------------------------------------------------------------- command line, main
-def add_run_args(parser: argparse.ArgumentParser, steps_default: int, steps_help: str, warmup_default: int | None,
-                 warmup_help: str) -> None:
+def add_run_args(
+    parser: argparse.ArgumentParser, steps_default: int, steps_help: str, warmup_default: int | None, warmup_help: str
+) -> None:
     """The options both scripts have: ``--steps``, ``--warmup``, ``--threads`` and ``--keep``."""
     parser.add_argument("--steps", type=int, default=steps_default, help=steps_help)
     parser.add_argument("--warmup", type=int, default=warmup_default, help=warmup_help)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads per process via OMP_NUM_THREADS, Ray workers included "
-                             "(default 1; 0 = leave unset: torch's default, Ray's 1 in Ray workers)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads per process via OMP_NUM_THREADS, Ray workers included "
+        "(default 1; 0 = leave unset: torch's default, Ray's 1 in Ray workers)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory (model, logs, run dirs)")
 
 
@@ -374,8 +392,12 @@ def work_dir(prefix: str, keep: bool, log: Callable[[str], None]) -> Iterator[Pa
 
 def machine_info(threads: int, load_start: float) -> dict[str, Any]:
     """CPU count, ``OMP_NUM_THREADS`` used (None = unset) and the 1-minute load average at start and now."""
-    return {"cpus": os.cpu_count(), "omp_num_threads": threads or None,
-            "loadavg_1m_start": round(load_start, 2), "loadavg_1m_end": round(os.getloadavg()[0], 2)}
+    return {
+        "cpus": os.cpu_count(),
+        "omp_num_threads": threads or None,
+        "loadavg_1m_start": round(load_start, 2),
+        "loadavg_1m_end": round(os.getloadavg()[0], 2),
+    }
 
 
 def run_main(benchmark: str, threads: int, body: Callable[[], dict[str, Any]]) -> int:
@@ -388,7 +410,11 @@ def run_main(benchmark: str, threads: int, body: Callable[[], dict[str, Any]]) -
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out = {"benchmark": benchmark, "machine": machine_info(threads, load_start),
-           "wall_s": round(time.perf_counter() - started, 1), **result}
+    out = {
+        "benchmark": benchmark,
+        "machine": machine_info(threads, load_start),
+        "wall_s": round(time.perf_counter() - started, 1),
+        **result,
+    }
     print(json.dumps(out, indent=2))
     return 0

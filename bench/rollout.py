@@ -105,7 +105,10 @@ def bench_size(root: Path, size: str, batches: list[int], new_tokens: int, repea
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     config = rollout_config(new_tokens)
     state = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).state_dict()
-    result: dict[str, Any] = {"params": params, "state_dict_mb": round(sum(t.numel() * 4 for t in state.values()) / 2**20, 2)}
+    result: dict[str, Any] = {
+        "params": params,
+        "state_dict_mb": round(sum(t.numel() * 4 for t in state.values()) / 2**20, 2),
+    }
     engines: dict[str, Any] = {"hf": HFRolloutEngine(str(model_dir), tokenizer, config)}
     if with_vllm:
         from rlcore_plugin_vllm.engine import VLLMRolloutEngine
@@ -164,7 +167,11 @@ def main(argv: list[str] | None = None) -> None:
         with_vllm, vllm_note = False, str(exc)
         log(f"vLLM unavailable, HF only: {exc}")
     report: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "cuda": torch.cuda.is_available(),
+        },
         "new_tokens": args.new_tokens,
         "repeats": args.repeats,
         "vllm": with_vllm if with_vllm else vllm_note,

@@ -47,8 +47,14 @@ class MemoryProbe:
 
     @rlcore.hookimpl
     def on_step_end(self, run: Any, step: int, metrics: dict[str, Any]) -> None:
-        self.rows.append({"step": step, "rss_mb": round(rss_mb(), 1), "peak_rss_mb": round(peak_rss_mb(), 1),
-                          "wall_s": round(time.perf_counter() - self.start, 1)})
+        self.rows.append(
+            {
+                "step": step,
+                "rss_mb": round(rss_mb(), 1),
+                "peak_rss_mb": round(peak_rss_mb(), 1),
+                "wall_s": round(time.perf_counter() - self.start, 1),
+            }
+        )
 
 
 def main() -> None:
@@ -72,8 +78,12 @@ def main() -> None:
 
     overrides = [
         *tiny_overrides(root, model_dir, task),
-        "algorithm.adv_estimator=grpo", f"trainer.total_training_steps={args.steps}", "trainer.test_freq=100",
-        "trainer.save_freq=100", "trainer.logger=[]", "trainer.val_before_train=false",
+        "algorithm.adv_estimator=grpo",
+        f"trainer.total_training_steps={args.steps}",
+        "trainer.test_freq=100",
+        "trainer.save_freq=100",
+        "trainer.logger=[]",
+        "trainer.val_before_train=false",
     ]
     run_training([], overrides, [])
     rows = probe.rows

@@ -58,8 +58,10 @@ log = common.make_log("step_breakdown")
 def analyse(rows: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
     """Medians of the stage, worker and outside-worker figures over ``rows`` (train steps) after ``warmup``."""
     if rows and "perf/outside_worker_share" not in rows[0]:
-        raise BenchError("the run's metrics have no perf/outside_worker_share: this rlcore does not report "
-                         "worker time (timing_worker_s/*); install the current core")
+        raise BenchError(
+            "the run's metrics have no perf/outside_worker_share: this rlcore does not report "
+            "worker time (timing_worker_s/*); install the current core"
+        )
     timed = rows[warmup:]
     steps = common.pool([common.series(rows, "timing_s/step")], warmup, required=True)
     stages = common.prefixed_series(timed, "timing_s/", exclude=("step", "outside_worker"))
@@ -67,9 +69,11 @@ def analyse(rows: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
     worker_total = [sum(values) for values in zip(*workers.values())] or [0.0] * len(timed)
     outside = common.series(timed, "timing_s/outside_worker")
     overhead = {
-        stage: common.median([s - sum(workers[m][i] for m in methods if m in workers)
-                              for i, s in enumerate(stages[stage])])
-        for stage, methods in STAGE_METHODS.items() if stage in stages and any(m in workers for m in methods)
+        stage: common.median(
+            [s - sum(workers[m][i] for m in methods if m in workers) for i, s in enumerate(stages[stage])]
+        )
+        for stage, methods in STAGE_METHODS.items()
+        if stage in stages and any(m in workers for m in methods)
     }
     return {
         "timed_steps": len(steps),
@@ -116,10 +120,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="small", help="tiny or small (default small)")
-    common.add_run_args(parser, 4, "steps per run (default 4; 0 = the size's default: tiny 20, small 5)", 1,
-                        "first steps of each run left out of the medians (default 1)")
-    parser.add_argument("--executors", default="local,ray1,ray2",
-                        help="comma-separated: local, ray1 (ray, 1 worker), ray2 (ray, 2 workers)")
+    common.add_run_args(
+        parser,
+        4,
+        "steps per run (default 4; 0 = the size's default: tiny 20, small 5)",
+        1,
+        "first steps of each run left out of the medians (default 1)",
+    )
+    parser.add_argument(
+        "--executors",
+        default="local,ray1,ray2",
+        help="comma-separated: local, ray1 (ray, 1 worker), ray2 (ray, 2 workers)",
+    )
     return parser.parse_args(argv)
 
 

@@ -68,10 +68,12 @@ def trl_child(work: Path, size: str, steps: int, out: Path) -> None:
     reward = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(reward)
     prompts = json.loads((work / "prompts.json").read_text())
-    dataset = Dataset.from_dict({
-        "prompt": [[{"role": "user", "content": p["content"]}] for p in prompts],
-        "answer": [p["answer"] for p in prompts],
-    })
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": p["content"]}] for p in prompts],
+            "answer": [p["answer"] for p in prompts],
+        }
+    )
 
     class StepTimer(TrainerCallback):
         """Wall time of every optimizer step."""
@@ -92,17 +94,36 @@ def trl_child(work: Path, size: str, steps: int, out: Path) -> None:
     batch = common.batch_size(size)
     config = GRPOConfig(
         output_dir=str(work / "trl_out"),
-        use_cpu=True, bf16=False, fp16=False,
-        per_device_train_batch_size=batch, num_generations=spec["generations"],
-        max_completion_length=spec["new_tokens"], gradient_accumulation_steps=1, num_iterations=1,
-        learning_rate=common.LEARNING_RATE, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-        max_grad_norm=1.0, beta=0.0, loss_type="dapo", scale_rewards="group", temperature=1.0, top_p=1.0,
-        max_steps=steps, logging_steps=1, save_strategy="no", report_to="none", seed=0,
-        dataloader_num_workers=0, disable_tqdm=True,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        per_device_train_batch_size=batch,
+        num_generations=spec["generations"],
+        max_completion_length=spec["new_tokens"],
+        gradient_accumulation_steps=1,
+        num_iterations=1,
+        learning_rate=common.LEARNING_RATE,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        beta=0.0,
+        loss_type="dapo",
+        scale_rewards="group",
+        temperature=1.0,
+        top_p=1.0,
+        max_steps=steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
     )
     timer = StepTimer()
-    trainer = GRPOTrainer(model=str(work / "model"), reward_funcs=reward.trl_reward, args=config,
-                          train_dataset=dataset, callbacks=[timer])
+    trainer = GRPOTrainer(
+        model=str(work / "model"), reward_funcs=reward.trl_reward, args=config, train_dataset=dataset, callbacks=[timer]
+    )
     start = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - start
@@ -116,8 +137,12 @@ def trl_child(work: Path, size: str, steps: int, out: Path) -> None:
         "reward_mean": [float(h.get("reward", float("nan"))) for h in logs],
         "train_s": train_s,
         "threads": torch.get_num_threads(),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
-                     "datasets": datasets.__version__},
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "trl": trl.__version__,
+            "datasets": datasets.__version__,
+        },
     }
     out.write_text(json.dumps(result))
 
@@ -180,17 +205,32 @@ def bench_size(size: str, args: argparse.Namespace, root: Path, env: dict[str, s
             log(f"{size}: round {rnd + 1}/{args.rounds}: {side}, {steps} steps (log {log_file})")
             out, run_root = work / f"{tag}.json", work / f"runs-{rnd}"
             if side == "trl":
-                cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "trl", "--work", str(work),
-                       "--size", size, "--steps", str(steps), "--child-out", str(out)]
+                cmd = [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--child",
+                    "trl",
+                    "--work",
+                    str(work),
+                    "--size",
+                    size,
+                    "--steps",
+                    str(steps),
+                    "--child-out",
+                    str(out),
+                ]
             else:
                 cmd = common.rlcore_command(
-                    common.rlcore_overrides(work, size, steps, facts["prompt_tokens_max"], run_root))
+                    common.rlcore_overrides(work, size, steps, facts["prompt_tokens_max"], run_root)
+                )
             child = common.run_checked(cmd, env, log_file, f"{size} {side} run {rnd + 1}")
             result = json.loads(out.read_text()) if side == "trl" else read_rlcore_run(run_root)
             result.update(process_wall_s=child.wall_s, peak_rss_mb=child.peak_rss_mb)
             runs[side].append(result)
-            log(f"{size}: {side}: median step {common.median(result['step_s'][warmup:], 4)} s, "
-                f"peak RSS {child.peak_rss_mb:.0f} MB")
+            log(
+                f"{size}: {side}: median step {common.median(result['step_s'][warmup:], 4)} s, "
+                f"peak RSS {child.peak_rss_mb:.0f} MB"
+            )
     batch = common.batch_size(size)
     trl_summary = summarise(runs["trl"], warmup, batch)
     rlcore_summary = summarise(runs["rlcore"], warmup, batch)
@@ -215,8 +255,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (``--child`` is internal: one TRL run in a fresh process)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="both", help="tiny, small or both (default both)")
-    common.add_run_args(parser, 0, "steps per run (default: tiny 20, small 5)", None,
-                        "first steps of each run left out of the medians (default: tiny 2, small 1)")
+    common.add_run_args(
+        parser,
+        0,
+        "steps per run (default: tiny 20, small 5)",
+        None,
+        "first steps of each run left out of the medians (default: tiny 2, small 1)",
+    )
     parser.add_argument("--rounds", type=int, default=2, help="TRL/rlcore pairs (default 2)")
     parser.add_argument("--child", choices=["trl"], help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
@@ -232,8 +277,9 @@ def check_args(args: argparse.Namespace) -> list[str]:
         raise BenchError("--rounds must be >= 1")
     for size in sizes:
         common.run_length(size, args.steps, args.warmup)
-    common.check_modules([("trl", "bench"), ("datasets", "bench"), ("rlcore", "train"), ("torch", "train"),
-                          ("pyarrow", "train")])
+    common.check_modules(
+        [("trl", "bench"), ("datasets", "bench"), ("rlcore", "train"), ("torch", "train"), ("pyarrow", "train")]
+    )
     return sizes
 
 

@@ -94,8 +94,19 @@ class Venv:
 
     def install(self, *targets: Path) -> None:
         """pip-install wheels or project directories, offline and without dependencies."""
-        run_command([self.python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                     "--no-build-isolation", *targets])
+        run_command(
+            [
+                self.python,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--no-index",
+                "--no-build-isolation",
+                *targets,
+            ]
+        )
 
 
 @pytest.fixture
@@ -143,7 +154,9 @@ where = ["src"]
 """
 
 
-def install_throwaway_plugins(src_root: Path, target: Path, plugins: dict[str, tuple[str, str, dict[str, str]]]) -> Path:
+def install_throwaway_plugins(
+    src_root: Path, target: Path, plugins: dict[str, tuple[str, str, dict[str, str]]]
+) -> Path:
     """Write each ``{dist: (package, version, {file name: source})}`` as a plugin project (entry point
     ``package.hooks``) under ``src_root``, build and pip-install them all into ``target``; returns ``target``."""
     import textwrap
@@ -158,8 +171,19 @@ def install_throwaway_plugins(src_root: Path, target: Path, plugins: dict[str, t
             (project / "src" / pkg / name).write_text(textwrap.dedent(text))
         projects.append(str(project))
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--no-warn-script-location", "--target", str(target), *projects],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-warn-script-location",
+            "--target",
+            str(target),
+            *projects,
+        ],
         check=True,
     )
     return target

@@ -29,8 +29,8 @@ from rlcore.algos import (
     masked_sum,
     masked_var,
     masked_whiten,
-    vanilla_policy_loss,
     value_loss,
+    vanilla_policy_loss,
 )
 from rlcore.algos.losses import KLPenaltyNotImplementedError
 from rlcore.errors import RLCoreError

@@ -70,9 +70,10 @@ def test_balance_beats_the_naive_split() -> None:
     assert max(balanced) <= mean + max(sequence_workload(length) for length in lengths) / 2
     assert max(balanced) - min(balanced) < (max(naive) - min(naive)) / 10
     assert metrics["global_seqlen/balanced_max"] < metrics["global_seqlen/max"]
-    assert metrics["global_seqlen/balanced_max"] - metrics["global_seqlen/balanced_min"] < metrics[
-        "global_seqlen/minmax_diff"
-    ] / 10
+    assert (
+        metrics["global_seqlen/balanced_max"] - metrics["global_seqlen/balanced_min"]
+        < metrics["global_seqlen/minmax_diff"] / 10
+    )
     assert metrics["global_seqlen/mean"] == pytest.approx(sum(lengths) / world_size)
 
 

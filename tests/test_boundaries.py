@@ -106,7 +106,7 @@ def test_the_core_has_no_import_cycles() -> None:
         state[module] = 1
         for target in sorted(graph.get(module, ())):
             if state.get(target) == 1:
-                cycles.append(trail[trail.index(target):] + [target])
+                cycles.append(trail[trail.index(target) :] + [target])
             elif target not in state:
                 visit(target, [*trail, target])
         state[module] = 2

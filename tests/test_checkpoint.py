@@ -32,8 +32,13 @@ from rlcore.tracking.sinks import read_metrics
 
 def trainer_config(root: Path, **trainer: Any) -> DictConfig:
     """A config with just the ``trainer`` keys the checkpoint manager reads."""
-    base = {"default_local_dir": str(root), "resume_mode": "auto", "resume_from_path": None,
-            "max_actor_ckpt_to_keep": None, "max_critic_ckpt_to_keep": None}
+    base = {
+        "default_local_dir": str(root),
+        "resume_mode": "auto",
+        "resume_from_path": None,
+        "max_actor_ckpt_to_keep": None,
+        "max_critic_ckpt_to_keep": None,
+    }
     return OmegaConf.create({"trainer": {**base, **trainer}})
 
 
@@ -78,7 +83,9 @@ def test_a_failing_write_leaves_the_previous_checkpoint(tmp_path: Path) -> None:
         write_part(folder)
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    with pytest.raises(CheckpointError, match=r"step 2 .*the disk is full .*previous checkpoint .*global_step_1 is intact"):
+    with pytest.raises(
+        CheckpointError, match=r"step 2 .*the disk is full .*previous checkpoint .*global_step_1 is intact"
+    ):
         manager.save(2, broken)
     assert steps_on_disk(tmp_path) == ["global_step_1", LATEST_FILE]
     assert manager.latest() == tmp_path / "global_step_1"
@@ -115,8 +122,9 @@ def test_rotation_keeps_the_last_k(tmp_path: Path) -> None:
         CheckpointManager(trainer_config(tmp_path, max_actor_ckpt_to_keep=-1))
 
 
-def test_latest_follows_the_pointer_and_ignores_half_written_folders(tmp_path: Path,
-                                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_latest_follows_the_pointer_and_ignores_half_written_folders(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The pointer wins; a ``*.tmp-*`` folder never counts; a dangling pointer falls back with a warning."""
     manager = CheckpointManager(trainer_config(tmp_path))
     assert manager.latest() is None
@@ -216,16 +224,23 @@ def full_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, tas
     return {"ckpt": tmp / "ckpt", "rows": comparable(read_metrics(run_dir))}
 
 
-def test_resumed_run_equals_the_uninterrupted_run(full_run: dict[str, Any], tiny_model_dir: Path,
-                                                  task: dict[str, Path], tmp_path: Path) -> None:
+def test_resumed_run_equals_the_uninterrupted_run(
+    full_run: dict[str, Any], tiny_model_dir: Path, task: dict[str, Path], tmp_path: Path
+) -> None:
     """Resuming after step 3, which ends the first epoch, reproduces steps 4..6 metric for metric: rewards,
     losses, grad norms, KL coefficient, response lengths, validation; the metrics start at step 4 in a new
     run directory. (A resume in the middle of an epoch: the crash test below.)"""
     stop = 3
     checkpoint = full_run["ckpt"] / f"global_step_{stop}"
     assert read_trainer_state(checkpoint)["data"]["position"] == stop
-    _, run_dir = tiny_run(tmp_path, tiny_model_dir, task, *RESUME_SETTINGS, "trainer.resume_mode=resume_path",
-                          f"trainer.resume_from_path={checkpoint}")
+    _, run_dir = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        *RESUME_SETTINGS,
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={checkpoint}",
+    )
     resumed = comparable(read_metrics(run_dir))
     assert list(resumed) == list(range(stop + 1, 7)), "no validation before training, no repeated step"
     expected = full_run["rows"]
@@ -235,12 +250,20 @@ def test_resumed_run_equals_the_uninterrupted_run(full_run: dict[str, Any], tiny
     assert json.loads((run_dir / "resume.json").read_text()) == {"path": str(checkpoint), "step": stop}
 
 
-def test_resume_disabled_starts_fresh(full_run: dict[str, Any], tiny_model_dir: Path, task: dict[str, Path],
-                                      tmp_path: Path) -> None:
+def test_resume_disabled_starts_fresh(
+    full_run: dict[str, Any], tiny_model_dir: Path, task: dict[str, Path], tmp_path: Path
+) -> None:
     """``resume_mode=disable`` ignores the checkpoints in ``default_local_dir`` and trains from step 1."""
-    _, run_dir = tiny_run(tmp_path, tiny_model_dir, task, *RESUME_SETTINGS, "trainer.resume_mode=disable",
-                          "trainer.total_training_steps=1", "trainer.save_freq=-1",
-                          f"trainer.default_local_dir={full_run['ckpt']}")
+    _, run_dir = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        *RESUME_SETTINGS,
+        "trainer.resume_mode=disable",
+        "trainer.total_training_steps=1",
+        "trainer.save_freq=-1",
+        f"trainer.default_local_dir={full_run['ckpt']}",
+    )
     rows = comparable(read_metrics(run_dir))
     assert list(rows) == [0, 1]
     assert without_validation(rows[1]) == without_validation(full_run["rows"][1])
@@ -250,8 +273,9 @@ def test_resume_disabled_starts_fresh(full_run: dict[str, Any], tiny_model_dir: 
 def test_bad_resume_path_fails_before_training(tiny_model_dir: Path, task: dict[str, Path], tmp_path: Path) -> None:
     """A ``resume_from_path`` that is not a ``global_step_N`` folder is an error naming the key."""
     with pytest.raises(CheckpointError, match="trainer.resume_from_path"):
-        tiny_run(tmp_path, tiny_model_dir, task, "trainer.resume_mode=resume_path",
-                 f"trainer.resume_from_path={tmp_path}")
+        tiny_run(
+            tmp_path, tiny_model_dir, task, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={tmp_path}"
+        )
 
 
 def test_crash_in_the_middle_of_a_save_resumes_from_the_last_complete_checkpoint(
@@ -260,11 +284,17 @@ def test_crash_in_the_middle_of_a_save_resumes_from_the_last_complete_checkpoint
     """A run SIGKILLed while saving step 2 leaves ``global_step_2.tmp-*`` behind and the pointer at 1; the
     next ``auto`` run resumes from step 1 (in the middle of an epoch), deletes the half-written folder and
     trains step 2 exactly as the uninterrupted run did."""
-    overrides = [*tiny_overrides(tmp_path, tiny_model_dir, task), *RESUME_SETTINGS, "trainer.total_training_steps=2",
-                 "trainer.test_freq=-1", "trainer.val_before_train=false"]
+    overrides = [
+        *tiny_overrides(tmp_path, tiny_model_dir, task),
+        *RESUME_SETTINGS,
+        "trainer.total_training_steps=2",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+    ]
     env = {**os.environ, CRASH_ENV: "2"}
-    proc = subprocess.run([sys.executable, "-m", "rlcore", "run", *overrides], env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlcore", "run", *overrides], env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
     assert f"{CRASH_ENV}=2" in proc.stderr
     root = tmp_path / "ckpt"
@@ -272,8 +302,15 @@ def test_crash_in_the_middle_of_a_save_resumes_from_the_last_complete_checkpoint
     assert (half / "actor" / "model" / ".metadata").is_file(), "the workers had written their parts"
     assert (root / LATEST_FILE).read_text() == "1"
 
-    _, run_dir = tiny_run(tmp_path / "again", tiny_model_dir, task, *RESUME_SETTINGS,
-                          "trainer.total_training_steps=2", "trainer.test_freq=-1", f"trainer.default_local_dir={root}")
+    _, run_dir = tiny_run(
+        tmp_path / "again",
+        tiny_model_dir,
+        task,
+        *RESUME_SETTINGS,
+        "trainer.total_training_steps=2",
+        "trainer.test_freq=-1",
+        f"trainer.default_local_dir={root}",
+    )
     assert not half.exists()
     assert json.loads((run_dir / "resume.json").read_text())["step"] == 1
     rows = comparable(read_metrics(run_dir))
@@ -282,8 +319,9 @@ def test_crash_in_the_middle_of_a_save_resumes_from_the_last_complete_checkpoint
     assert (root / LATEST_FILE).read_text() == "2"
 
 
-def test_a_finished_run_is_not_resumed_silently(full_run: dict[str, Any], tiny_model_dir: Path,
-                                                task: dict[str, Path], tmp_path: Path) -> None:
+def test_a_finished_run_is_not_resumed_silently(
+    full_run: dict[str, Any], tiny_model_dir: Path, task: dict[str, Path], tmp_path: Path
+) -> None:
     """Resuming a checkpoint at the last step is an error that says how to go on, raised before any model
     is loaded (not a run of zero steps that "succeeds")."""
     with pytest.raises(RLCoreError, match="nothing left to train.*trainer.total_training_steps"):

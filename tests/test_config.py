@@ -43,7 +43,10 @@ def test_seed_command_is_accepted_verbatim() -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("actor_rollout_ref.actor.optim.lrr=1", "unknown config key 'actor_rollout_ref.actor.optim.lrr'. Did you mean 'actor_rollout_ref.actor.optim.lr'?"),
+        (
+            "actor_rollout_ref.actor.optim.lrr=1",
+            "unknown config key 'actor_rollout_ref.actor.optim.lrr'. Did you mean 'actor_rollout_ref.actor.optim.lr'?",
+        ),
         ("actor.optim.lr=1", "Did you mean 'actor_rollout_ref.actor.optim.lr'?"),
         ("data.train_batch_size=abc", "data.train_batch_size='abc' has the wrong type: expected int"),
         ("trainer.total_epochs=2.5", "expected int"),
@@ -60,9 +63,15 @@ def test_bad_overrides_name_the_key(override: str, message: str) -> None:
 
 
 def test_values_are_parsed_like_verl_command_lines() -> None:
-    cfg = load_config(overrides=["actor_rollout_ref.actor.optim.lr=1e-6", "trainer.logger=['console','jsonl']",
-                                 "data.filter_overlong_prompts=True", "trainer.resume_from_path=None",
-                                 "data.train_files=[a.parquet,b.parquet]"])
+    cfg = load_config(
+        overrides=[
+            "actor_rollout_ref.actor.optim.lr=1e-6",
+            "trainer.logger=['console','jsonl']",
+            "data.filter_overlong_prompts=True",
+            "trainer.resume_from_path=None",
+            "data.train_files=[a.parquet,b.parquet]",
+        ]
+    )
     assert cfg.actor_rollout_ref.actor.optim.lr == 1e-6
     assert list(cfg.trainer.logger) == ["console", "jsonl"]
     assert cfg.data.filter_overlong_prompts is True and cfg.trainer.resume_from_path is None
@@ -86,7 +95,10 @@ def test_files_then_overrides(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("data:\n  train_batch_sise: 8\n", "unknown config key 'data.train_batch_sise'. Did you mean 'data.train_batch_size'?"),
+        (
+            "data:\n  train_batch_sise: 8\n",
+            "unknown config key 'data.train_batch_sise'. Did you mean 'data.train_batch_size'?",
+        ),
         ("data: [1, 2\n", "is not valid YAML"),
         ("- 1\n- 2\n", "must contain a mapping"),
     ],
@@ -107,11 +119,27 @@ def test_missing_config_file() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=8"], "must not exceed data.train_batch_size"),
-        (["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"], "must be divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (3)"),
-        (["data.train_batch_size=3", "actor_rollout_ref.actor.ppo_mini_batch_size=3", "trainer.n_gpus_per_node=2",
-          "trainer.executor=ray"], "cannot be split evenly over 2 data-parallel ranks"),
+        (
+            ["data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=8"],
+            "must not exceed data.train_batch_size",
+        ),
+        (
+            [
+                "data.train_batch_size=8",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3",
+            ],
+            "must be divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (3)",
+        ),
+        (
+            [
+                "data.train_batch_size=3",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=3",
+                "trainer.n_gpus_per_node=2",
+                "trainer.executor=ray",
+            ],
+            "cannot be split evenly over 2 data-parallel ranks",
+        ),
         (["trainer.n_gpus_per_node=2", "trainer.executor=local"], "trainer.executor=local runs a single process"),
         (["trainer.executor=slurm"], "trainer.executor must be 'auto', 'local' or 'ray'"),
         (["data.truncation=sideways"], "data.truncation must be one of left, right, middle, error"),
@@ -125,8 +153,15 @@ def test_batch_arithmetic_is_checked_before_anything_starts(overrides: list[str]
 
 
 def test_derived_quantities_without_micro_batch() -> None:
-    derived = derive_quantities(load_config(overrides=["data.train_batch_size=16", "actor_rollout_ref.rollout.n=8",
-                                                       "actor_rollout_ref.actor.ppo_mini_batch_size=8"]))
+    derived = derive_quantities(
+        load_config(
+            overrides=[
+                "data.train_batch_size=16",
+                "actor_rollout_ref.rollout.n=8",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+            ]
+        )
+    )
     assert derived.micro_batch_per_rank == 64 and derived.grad_accumulation_steps == 1
     assert "ppo_micro_batch_size_per_gpu is not set" in derived.summary()
 
@@ -154,9 +189,18 @@ def test_run_without_data_in_a_config_file_names_the_key(tmp_path: Path) -> None
 
 
 def test_dry_run_prints_the_plan(tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["run", "--dry-run", "data.train_files=x.parquet", "actor_rollout_ref.model.path=m",
-                                      "algorithm.adv_estimator=grpo", "data.train_batch_size=8",
-                                      "actor_rollout_ref.actor.ppo_mini_batch_size=4"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "--dry-run",
+            "data.train_files=x.parquet",
+            "actor_rollout_ref.model.path=m",
+            "algorithm.adv_estimator=grpo",
+            "data.train_batch_size=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "prompts per step: 8 x n=1 -> 8 responses" in result.output
     assert "mini-batches per step: 2 x 1 epoch(s)" in result.output
@@ -165,8 +209,18 @@ def test_dry_run_prints_the_plan(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------- verl command lines
 def dry_run(*args: str) -> Any:
     """``rlcore run --dry-run`` with a model and data path, plus ``args``."""
-    return CliRunner().invoke(cli, ["run", "--dry-run", "data.train_files=x.parquet", "actor_rollout_ref.model.path=m",
-                                    "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4", *args])
+    return CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "--dry-run",
+            "data.train_files=x.parquet",
+            "actor_rollout_ref.model.path=m",
+            "data.train_batch_size=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            *args,
+        ],
+    )
 
 
 def test_three_bad_keys_print_three_errors() -> None:
@@ -208,8 +262,13 @@ def test_executor_auto_is_local_for_one_rank_and_ray_otherwise(overrides: list[s
 
 
 def test_verl_spellings_are_aliases() -> None:
-    cfg = load_config(overrides=["critic.model.fsdp_config.param_offload=true", "data.trust_remote_code=true",
-                                 "actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=0"])
+    cfg = load_config(
+        overrides=[
+            "critic.model.fsdp_config.param_offload=true",
+            "data.trust_remote_code=true",
+            "actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=0",
+        ]
+    )
     assert cfg.critic.fsdp_config.param_offload is True
     assert cfg.actor_rollout_ref.model.trust_remote_code is True
     assert cfg.actor_rollout_ref.rollout.vllm.engine_kwargs.swap_space == 0
@@ -232,8 +291,13 @@ def test_config_show_marks_the_verl_spellings() -> None:
 
 
 def test_types_as_verl_accepts_them() -> None:
-    cfg = load_config(overrides=["trainer.logger=console", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
-                                 "actor_rollout_ref.actor.optim.lr=1"])
+    cfg = load_config(
+        overrides=[
+            "trainer.logger=console",
+            "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+            "actor_rollout_ref.actor.optim.lr=1",
+        ]
+    )
     assert list(cfg.trainer.logger) == ["console"]
     assert cfg.actor_rollout_ref.rollout.val_kwargs.temperature == 1.0
     assert cfg.actor_rollout_ref.actor.optim.lr == 1
@@ -247,9 +311,15 @@ def test_missing_verl_features_are_named(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("RLCORE_DISABLE_PLUGINS", "rlcore-plugin-megatron")
     without_megatron = make_plugin_manager()
     with pytest.raises(ConfigError) as info:
-        load_config(overrides=["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
-                               "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
-                               "global_profiler.tool=torch", "reward_model.enable=true"], manager=without_megatron)
+        load_config(
+            overrides=[
+                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                "global_profiler.tool=torch",
+                "reward_model.enable=true",
+            ],
+            manager=without_megatron,
+        )
     problems = info.value.problems
     assert len(problems) == 3, problems
     assert "pipeline_model_parallel_size: verl's Megatron backend settings" in problems[0]
@@ -259,14 +329,25 @@ def test_missing_verl_features_are_named(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_keys_of_missing_features_are_accepted_when_they_turn_it_off() -> None:
-    load_config(overrides=["actor_rollout_ref.rollout.multi_turn.enable=false", "global_profiler.tool=null",
-                           "actor_rollout_ref.actor.profiler.enable=False"])
+    load_config(
+        overrides=[
+            "actor_rollout_ref.rollout.multi_turn.enable=false",
+            "global_profiler.tool=null",
+            "actor_rollout_ref.actor.profiler.enable=False",
+        ]
+    )
     with pytest.raises(ConfigError, match="multi-turn rollouts"):
         load_config(overrides=["actor_rollout_ref.rollout.multi_turn.enable=true"])
 
 
-@pytest.mark.parametrize("args", [["--config-name=ppo_trainer"], ["--config-path", "config", "--config-name", "ppo_trainer.yaml"],
-                                  ["-cn", "ppo_trainer"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--config-name=ppo_trainer"],
+        ["--config-path", "config", "--config-name", "ppo_trainer.yaml"],
+        ["-cn", "ppo_trainer"],
+    ],
+)
 def test_verls_config_names(args: list[str]) -> None:
     line = parse_command_line([*args, "data.train_files=x"])
     assert line.overrides == ["data.train_files=x"]
@@ -317,7 +398,9 @@ def test_bad_defaults_lists_name_the_file(tmp_path: Path, text: str, message: st
 
 
 def test_unknown_config_name() -> None:
-    with pytest.raises(ConfigError, match="no my_trainer.yaml in config; without a file, rlcore knows verl's ppo_trainer"):
+    with pytest.raises(
+        ConfigError, match="no my_trainer.yaml in config; without a file, rlcore knows verl's ppo_trainer"
+    ):
         load_config(config_name="my_trainer", config_path="config")
 
 
@@ -328,11 +411,20 @@ def test_dry_run_and_workers_share_the_batch_arithmetic(legacy: int, tiny_model_
     from rlcore.errors import RLCoreError
     from rlcore.workers.actor import ActorRolloutRefWorker
 
-    config = load_config([], [
-        f"actor_rollout_ref.model.path={tiny_model_dir}", "trainer.n_gpus_per_node=2", "trainer.device=cpu",
-        "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null", f"actor_rollout_ref.actor.ppo_micro_batch_size={legacy}",
-    ], [])
+    config = load_config(
+        [],
+        [
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            "trainer.n_gpus_per_node=2",
+            "trainer.device=cpu",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null",
+            f"actor_rollout_ref.actor.ppo_micro_batch_size={legacy}",
+        ],
+        [],
+    )
     if legacy % 2:
         with pytest.raises(ConfigError) as dry:
             derive_quantities(config)
@@ -365,8 +457,9 @@ def test_config_show_prints_what_run_resolves(tmp_path: Path) -> None:
 def test_min_group_size_is_checked_before_anything_loads() -> None:
     """An estimator that declares ``min_group_size=2`` (grpo_passk) with ``rollout.n=1`` fails in the dry run,
     naming both keys."""
-    result = CliRunner().invoke(cli, ["run", "--dry-run", "algorithm.adv_estimator=grpo_passk",
-                                      "actor_rollout_ref.rollout.n=1"])
+    result = CliRunner().invoke(
+        cli, ["run", "--dry-run", "algorithm.adv_estimator=grpo_passk", "actor_rollout_ref.rollout.n=1"]
+    )
     assert result.exit_code == 2
     assert "actor_rollout_ref.rollout.n=1: algorithm.adv_estimator=grpo_passk" in result.output
     assert "needs at least 2 per prompt" in result.output

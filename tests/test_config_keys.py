@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from omegaconf import OmegaConf
+
 from rlcore.cli import cli
 from rlcore.config.loader import default_config, flatten, known_keys
 from rlcore.config.unsupported import UNSUPPORTED_VALUES
@@ -33,8 +34,11 @@ def _code_words() -> set[str]:
         if path in TABLES or "templates" in path.parts:
             continue
         tree = ast.parse(path.read_text(), str(path))
-        docstrings = {id(node.value) for node in ast.walk(tree)
-                      if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+        docstrings = {
+            id(node.value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute):
                 words.add(node.attr)
@@ -48,11 +52,16 @@ def _code_words() -> set[str]:
 def test_every_default_key_is_read_by_some_code() -> None:
     defaults = default_config()
     keys = known_keys(defaults)
-    interpolated = {match for value in flatten(OmegaConf.to_container(defaults, resolve=False)).values()
-                    if isinstance(value, str) for match in re.findall(r"\$\{([\w.]+)\}", value)}
+    interpolated = {
+        match
+        for value in flatten(OmegaConf.to_container(defaults, resolve=False)).values()
+        if isinstance(value, str)
+        for match in re.findall(r"\$\{([\w.]+)\}", value)
+    }
     words = _code_words()
     unread = sorted(
-        key for key in keys.leaves | keys.free
+        key
+        for key in keys.leaves | keys.free
         if key.rsplit(".", 1)[-1] not in words and key not in interpolated and key not in UNSUPPORTED_VALUES
     )
     assert unread == [], f"config keys that no code reads: {unread}"
@@ -60,14 +69,18 @@ def test_every_default_key_is_read_by_some_code() -> None:
 
 def dry_run(*args: str):
     """``rlcore run --dry-run`` with a model and data path, plus ``args``."""
-    return CliRunner().invoke(cli, ["run", "--dry-run", "data.train_files=x.parquet", "actor_rollout_ref.model.path=m",
-                                    *args])
+    return CliRunner().invoke(
+        cli, ["run", "--dry-run", "data.train_files=x.parquet", "actor_rollout_ref.model.path=m", *args]
+    )
 
 
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("actor_rollout_ref.rollout.response_length=0", "actor_rollout_ref.rollout.response_length must be a positive integer, got 0"),
+        (
+            "actor_rollout_ref.rollout.response_length=0",
+            "actor_rollout_ref.rollout.response_length must be a positive integer, got 0",
+        ),
         ("data.max_response_length=0", "data.max_response_length must be a positive integer, got 0"),
         ("trainer.total_training_steps=0", "trainer.total_training_steps must be a positive integer or null, got 0"),
         ("trainer.total_epochs=0", "trainer.total_epochs must be a positive integer, got 0"),
@@ -106,6 +119,6 @@ def test_speed_settings_of_verl_are_named_as_changing_nothing() -> None:
 def test_verl_clip_grad_sets_the_clip_the_workers_read() -> None:
     result = dry_run("actor_rollout_ref.actor.optim.clip_grad=0.25", "critic.optim.clip_grad=0.5")
     assert result.exit_code == 0, result.output
-    config = OmegaConf.create(result.output[result.output.index("data:"):])
+    config = OmegaConf.create(result.output[result.output.index("data:") :])
     assert config.actor_rollout_ref.actor.grad_clip == 0.25
     assert config.critic.grad_clip == 0.5

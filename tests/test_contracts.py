@@ -9,8 +9,8 @@ import pytest
 
 import rlcore
 from rlcore.protocol import Batch
-from rlcore.testing.contracts import CONTRACTS, BatchFilterContract, PresetContract
 from rlcore.registry import KINDS
+from rlcore.testing.contracts import CONTRACTS, BatchFilterContract, PresetContract
 
 
 def keep_varied_groups(batch: Batch, config) -> tuple[Batch, dict[str, float]]:

@@ -404,7 +404,10 @@ def test_prepare_gsm8k(gsm8k_sample, tmp_path, tiny_tokenizer):
     assert train[0]["prompt"] == [{"role": "user", "content": first["question"] + " " + INSTRUCTION}]
     assert train[0]["reward_model"] == {"style": "rule", "ground_truth": "72"}
     assert train[0]["extra_info"] == {
-        "split": "train", "index": 0, "answer": first["answer"], "question": first["question"]
+        "split": "train",
+        "index": 0,
+        "answer": first["answer"],
+        "question": first["question"],
     }
     assert train[50]["reward_model"]["ground_truth"] == "1080"
     assert train[50]["extra_info"]["answer"].endswith("#### 1,080")

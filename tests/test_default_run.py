@@ -29,8 +29,9 @@ def run_default(cwd: Path, cache: Path, *args: str) -> tuple[subprocess.Complete
     """``rlcore run *args`` in ``cwd``; checks that it learned and returns the process and its metric rows."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLCORE_")}
     env["RLCORE_CACHE"] = str(cache)
-    result = subprocess.run([sys.executable, "-m", "rlcore", "run", *args], cwd=cwd, env=env, capture_output=True,
-                            text=True, timeout=1800)
+    result = subprocess.run(
+        [sys.executable, "-m", "rlcore", "run", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1800
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "training the bundled CPU task" in result.stdout
     (run_dir,) = (cwd / "outputs" / "rlcore-default").glob("arith-grpo-*")

@@ -72,7 +72,9 @@ def recorded_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path,
     previous = set_plugin_manager(manager)
     try:
         last, run_dir = tiny_run(
-            tmp_path_factory.mktemp("grpo"), tiny_model_dir, task,
+            tmp_path_factory.mktemp("grpo"),
+            tiny_model_dir,
+            task,
             "algorithm.adv_estimator=grpo",
             "actor_rollout_ref.actor.use_kl_loss=true",
             "algorithm.use_kl_in_reward=true",
@@ -89,11 +91,28 @@ def test_grpo_run_writes_verl_named_metrics(recorded_run) -> None:
     rows = read_metrics(recorded_run["run_dir"] / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1, 2]
     step = rows[1]
-    for key in ("critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "response_length/mean",
-                "actor/pg_loss", "actor/ppo_kl", "actor/pg_clipfrac", "actor/entropy", "actor/kl_loss",
-                "actor/grad_norm", "actor/lr", "actor/reward_kl_penalty", "timing_s/gen", "timing_s/ref",
-                "timing_s/old_log_prob", "timing_s/update_actor", "timing_s/step", "perf/throughput",
-                "rollout/weight_checksum_diff", "val-core/tiny/digits/reward/mean@1"):
+    for key in (
+        "critic/score/mean",
+        "critic/rewards/mean",
+        "critic/advantages/mean",
+        "response_length/mean",
+        "actor/pg_loss",
+        "actor/ppo_kl",
+        "actor/pg_clipfrac",
+        "actor/entropy",
+        "actor/kl_loss",
+        "actor/grad_norm",
+        "actor/lr",
+        "actor/reward_kl_penalty",
+        "timing_s/gen",
+        "timing_s/ref",
+        "timing_s/old_log_prob",
+        "timing_s/update_actor",
+        "timing_s/step",
+        "perf/throughput",
+        "rollout/weight_checksum_diff",
+        "val-core/tiny/digits/reward/mean@1",
+    ):
         assert key in step, key
     assert rows[0]["val-core/tiny/digits/reward/mean@1"] is not None
     assert step["rollout/weight_checksum_diff"] == 0
@@ -154,25 +173,45 @@ def test_hook_on_run_end(recorded_run) -> None:
 
 
 def test_ppo_with_gae_and_critic(tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]) -> None:
-    last, run_dir = tiny_run(tmp_path, tiny_model_dir, task, "algorithm.adv_estimator=gae",
-                             "critic.ppo_micro_batch_size_per_gpu=4", "critic.optim.lr=1e-3")
-    for key in ("critic/vf_loss", "critic/vf_clipfrac", "critic/values/mean", "critic/vf_explained_var",
-                "timing_s/values", "timing_s/update_critic", "actor/pg_loss"):
+    last, run_dir = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "algorithm.adv_estimator=gae",
+        "critic.ppo_micro_batch_size_per_gpu=4",
+        "critic.optim.lr=1e-3",
+    )
+    for key in (
+        "critic/vf_loss",
+        "critic/vf_clipfrac",
+        "critic/values/mean",
+        "critic/vf_explained_var",
+        "timing_s/values",
+        "timing_s/update_critic",
+        "actor/pg_loss",
+    ):
         assert key in last, key
     assert "timing_s/ref" not in last, "no reference model without KL"
 
 
 def test_critic_warmup_freezes_the_actor(tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]) -> None:
-    tiny_run(tmp_path, tiny_model_dir, task, "algorithm.adv_estimator=gae", "trainer.critic_warmup=2",
-             "critic.ppo_micro_batch_size_per_gpu=4")
+    tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "algorithm.adv_estimator=gae",
+        "trainer.critic_warmup=2",
+        "critic.ppo_micro_batch_size_per_gpu=4",
+    )
     (run_dir,) = (tmp_path / "runs").glob("*/*")
     rows = {r["step"]: r for r in read_metrics(run_dir / "metrics.jsonl")}
     assert "actor/pg_loss" not in rows[1] and "critic/vf_loss" in rows[1]
     assert "actor/pg_loss" in rows[2]
 
 
-def test_estimator_needing_a_critic_refuses_a_disabled_critic(tmp_path: Path, tiny_model_dir: Path,
-                                                              task: dict[str, Path]) -> None:
+def test_estimator_needing_a_critic_refuses_a_disabled_critic(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
     with pytest.raises(rlcore.errors.RLCoreError, match="needs a critic but critic.enable=false"):
         tiny_run(tmp_path, tiny_model_dir, task, "algorithm.adv_estimator=gae", "critic.enable=false")
 
@@ -198,26 +237,38 @@ def _drop_all_filter(batch, config):
     return batch[batch["uid"] == "no such uid"], {}
 
 
-def test_batch_filter_regenerates_until_enough_groups(tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]) -> None:
+def test_batch_filter_regenerates_until_enough_groups(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
     def register_batch_filters(register):
         register("one-group", _one_group_filter)
         register("drop-all", _drop_all_filter)
 
     _, previous = _with_plugin(register_batch_filters=register_batch_filters)
     try:
-        last, _ = tiny_run(tmp_path / "a", tiny_model_dir, task, "algorithm.adv_estimator=grpo",
-                           "algorithm.batch_filters=[one-group]")
+        last, _ = tiny_run(
+            tmp_path / "a", tiny_model_dir, task, "algorithm.adv_estimator=grpo", "algorithm.batch_filters=[one-group]"
+        )
         assert last["batch_filter/gen_rounds"] == 4.0 and last["batch_filter/kept_prompts"] == 4.0
         assert last["response_length/mean"] > 0
-        with pytest.raises(rlcore.errors.RLCoreError, match="kept 0 of the 4 prompt groups a step needs after 3 generation rounds"):
-            tiny_run(tmp_path / "b", tiny_model_dir, task, "algorithm.adv_estimator=grpo",
-                     "algorithm.batch_filters=[drop-all]", "algorithm.max_num_gen_batches=3")
+        with pytest.raises(
+            rlcore.errors.RLCoreError, match="kept 0 of the 4 prompt groups a step needs after 3 generation rounds"
+        ):
+            tiny_run(
+                tmp_path / "b",
+                tiny_model_dir,
+                task,
+                "algorithm.adv_estimator=grpo",
+                "algorithm.batch_filters=[drop-all]",
+                "algorithm.max_num_gen_batches=3",
+            )
     finally:
         set_plugin_manager(previous)
 
 
-def test_greedy_baseline_is_provided_to_estimators_that_need_it(tmp_path: Path, tiny_model_dir: Path,
-                                                               task: dict[str, Path]) -> None:
+def test_greedy_baseline_is_provided_to_estimators_that_need_it(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
     seen = {}
 
     def baseline_estimator(*, token_level_rewards, response_mask, index, config, reward_baselines=None, **_):
@@ -236,5 +287,5 @@ def test_greedy_baseline_is_provided_to_estimators_that_need_it(tmp_path: Path, 
         set_plugin_manager(previous)
     baselines = seen["baselines"]
     assert baselines.shape == (16,), "one baseline per response"
-    assert all(len(set(baselines[i:i + 4].tolist())) == 1 for i in range(0, 16, 4)), "shared within a prompt group"
+    assert all(len(set(baselines[i : i + 4].tolist())) == 1 for i in range(0, 16, 4)), "shared within a prompt group"
     assert "timing_s/gen_max" in last

@@ -65,17 +65,20 @@ def test_hook_register_training_backends(registered) -> None:
 
 
 def test_hook_register_rollout_engines(registered) -> None:
-    loaded, _ = _registers(registered, "register_rollout_engines", "rollout_engine", "rlcore.rollout.hf:HFRolloutEngine")
+    loaded, _ = _registers(
+        registered, "register_rollout_engines", "rollout_engine", "rlcore.rollout.hf:HFRolloutEngine"
+    )
     assert loaded.__name__ == "HFRolloutEngine"
 
 
 def test_hook_register_reward_managers(registered) -> None:
-    loaded, _ = _registers(registered, "register_reward_managers", "reward_manager", "rlcore.reward.managers:NaiveRewardManager")
+    loaded, _ = _registers(
+        registered, "register_reward_managers", "reward_manager", "rlcore.reward.managers:NaiveRewardManager"
+    )
     assert callable(loaded)
 
 
 def test_hook_register_reward_scorers(registered) -> None:
-    from omegaconf import OmegaConf
 
     from rlcore.reward.scoring import build_scorer
 
@@ -108,8 +111,14 @@ def test_hook_register_advantage_estimators(registered) -> None:
     def estimate(**kwargs):
         return kwargs["token_level_rewards"], kwargs["token_level_rewards"]
 
-    loaded, comp = _registers(registered, "register_advantage_estimators", "advantage_estimator", estimate,
-                              needs_critic=True, min_group_size=2)
+    loaded, comp = _registers(
+        registered,
+        "register_advantage_estimators",
+        "advantage_estimator",
+        estimate,
+        needs_critic=True,
+        min_group_size=2,
+    )
     assert loaded is estimate
     assert comp.meta == {"needs_critic": True, "min_group_size": 2}
 
@@ -237,9 +246,20 @@ def test_hook_on_config_resolved(registered, capsys) -> None:
     def register_batch_filters(register):
         register("from-hook", lambda batch, config: (batch, {}))
 
-    with registered(plugin(on_config_resolved=on_config_resolved, register_batch_filters=register_batch_filters),
-                    name="config-hook"):
-        run_training([], ["data.train_files=x.parquet", "actor_rollout_ref.model.path=m", "algorithm.adv_estimator=grpo",
-                          "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                          "trainer.experiment_name=translate-me"], [], dry_run=True)
+    with registered(
+        plugin(on_config_resolved=on_config_resolved, register_batch_filters=register_batch_filters), name="config-hook"
+    ):
+        run_training(
+            [],
+            [
+                "data.train_files=x.parquet",
+                "actor_rollout_ref.model.path=m",
+                "algorithm.adv_estimator=grpo",
+                "data.train_batch_size=4",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                "trainer.experiment_name=translate-me",
+            ],
+            [],
+            dry_run=True,
+        )
     assert "batch_filters:\n  - from-hook" in capsys.readouterr().out

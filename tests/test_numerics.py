@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from rlcore.algos import group_stats, masked_whiten
 from rlcore.plugins import get_component
 
@@ -22,8 +23,12 @@ def test_grpo_advantages_do_not_vanish_for_huge_rewards(scale: float) -> None:
     rewards = torch.zeros(4, 3)
     rewards[:, -1] = torch.tensor([1.0, 0.0, 1.0, 0.0]) * scale
     estimator = get_component("advantage_estimator", "grpo")
-    advantages, _ = estimator(token_level_rewards=rewards, response_mask=torch.ones(4, 3), index=["a", "a", "b", "b"],
-                              config={"norm_adv_by_std_in_grpo": True})
+    advantages, _ = estimator(
+        token_level_rewards=rewards,
+        response_mask=torch.ones(4, 3),
+        index=["a", "a", "b", "b"],
+        config={"norm_adv_by_std_in_grpo": True},
+    )
     assert torch.isfinite(advantages).all()
     assert advantages[:, 0].tolist() == pytest.approx([0.7071, -0.7071, 0.7071, -0.7071], rel=1e-3)
 

@@ -16,8 +16,16 @@ def test_an_allow_list_naming_no_installed_plugin_is_flagged(run) -> None:
 
 
 def test_a_component_of_a_disabled_plugin_names_the_plugin(run) -> None:
-    args = [sys.executable, "-m", "rlcore", "run", "--dry-run", "data.train_files=x.parquet",
-            "actor_rollout_ref.model.path=m", "algorithm.adv_estimator=grpo"]
+    args = [
+        sys.executable,
+        "-m",
+        "rlcore",
+        "run",
+        "--dry-run",
+        "data.train_files=x.parquet",
+        "actor_rollout_ref.model.path=m",
+        "algorithm.adv_estimator=grpo",
+    ]
     result = run(args, env={"RLCORE_DISABLE_PLUGINS": "rlcore-plugin-grpo"}, check=False)
     assert result.returncode == 2
     assert "plugin rlcore-plugin-grpo provides it but is disabled by RLCORE_DISABLE_PLUGINS" in result.stderr

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-GOOD_HOOKS = '''
+GOOD_HOOKS = """
 import click
 import rlcore
 
@@ -39,39 +39,43 @@ def register_commands(cli):
     def demo_hello():
         "Say hello from the demo plugin."
         click.echo("hello from demo")
-'''
+"""
 
-HEAVY = '''
+HEAVY = """
 import torch
 
 def estimate(**kwargs):
     return torch.zeros(1), torch.zeros(1)
-'''
+"""
 
-CLASH_HOOKS = '''
+CLASH_HOOKS = """
 import rlcore
 
 @rlcore.hookimpl
 def register_advantage_estimators(register):
     register("demo-est", "demo_clash.est:estimate", description="clashes with rlcore-demo-good")
     register("demo-other", "demo_clash.est:estimate", description="no clash")
-'''
+"""
 
-BROKEN_HOOKS = '''
+BROKEN_HOOKS = """
 raise RuntimeError("this plugin is broken on purpose")
-'''
+"""
 
-TYPO_HOOKS = '''
+TYPO_HOOKS = """
 import rlcore
 
 @rlcore.hookimpl
 def register_advantage_estimator(register):
     register("typo", "demo_typo.x:y")
-'''
+"""
 
 PLUGINS = {
     "rlcore-demo-good": ("demo_good", "1.2.3", {"hooks.py": GOOD_HOOKS, "heavy.py": HEAVY}),
-    "rlcore-demo-clash": ("demo_clash", "0.0.1", {"hooks.py": CLASH_HOOKS, "est.py": "def estimate(**kw):\n    return None\n"}),
+    "rlcore-demo-clash": (
+        "demo_clash",
+        "0.0.1",
+        {"hooks.py": CLASH_HOOKS, "est.py": "def estimate(**kw):\n    return None\n"},
+    ),
     "rlcore-demo-broken": ("demo_broken", "0.0.1", {"hooks.py": BROKEN_HOOKS}),
     "rlcore-demo-typo": ("demo_typo", "0.0.1", {"hooks.py": TYPO_HOOKS}),
 }
@@ -80,8 +84,7 @@ PLUGINS = {
 @pytest.fixture(scope="module")
 def plugin_site(tmp_path_factory: pytest.TempPathFactory, throwaway_plugins) -> Path:
     """Build and pip-install the throwaway plugins into a target folder; return the folder."""
-    return throwaway_plugins(tmp_path_factory.mktemp("plugin-src"), tmp_path_factory.mktemp("plugin-site"),
-                                     PLUGINS)
+    return throwaway_plugins(tmp_path_factory.mktemp("plugin-src"), tmp_path_factory.mktemp("plugin-site"), PLUGINS)
 
 
 def rlcore(site: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -89,8 +92,9 @@ def rlcore(site: Path, *args: str, env: dict[str, str] | None = None) -> subproc
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("RLCORE_")}
     full_env["PYTHONPATH"] = str(site)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "rlcore", *args], capture_output=True, text=True, env=full_env,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "rlcore", *args], capture_output=True, text=True, env=full_env, timeout=120
+    )
 
 
 def listing(site: Path, env: dict[str, str] | None = None) -> dict[str, dict]:
@@ -106,10 +110,20 @@ def test_discovery_lists_installed_plugin_with_components(plugin_site: Path) -> 
     assert good["status"] == "ok"
     assert good["version"] == "1.2.3"
     assert good["builtin"] is False
-    assert good["hooks"] == ["config_defaults", "register_advantage_estimators", "register_commands", "register_presets"]
+    assert good["hooks"] == [
+        "config_defaults",
+        "register_advantage_estimators",
+        "register_commands",
+        "register_presets",
+    ]
     est = next(c for c in good["components"] if c["name"] == "demo-est")
-    assert est == {"kind": "advantage_estimator", "name": "demo-est", "target": "demo_good.heavy:estimate",
-                   "description": "demo estimator", "aliases": ["demo-alias"]}
+    assert est == {
+        "kind": "advantage_estimator",
+        "name": "demo-est",
+        "target": "demo_good.heavy:estimate",
+        "description": "demo estimator",
+        "aliases": ["demo-alias"],
+    }
 
 
 def test_json_shape(plugin_site: Path) -> None:
@@ -181,21 +195,27 @@ def test_strict_mode(plugin_site: Path) -> None:
     assert env.returncode == 1
     assert "rlcore-demo-broken [error]" in env.stderr and "rlcore-demo-clash [conflict]" in env.stderr
     assert "Traceback" not in env.stderr
-    clean = rlcore(plugin_site, "plugins", env={"RLCORE_STRICT_PLUGINS": "1", "RLCORE_LOAD_PLUGINS": "rlcore-demo-good"})
+    clean = rlcore(
+        plugin_site, "plugins", env={"RLCORE_STRICT_PLUGINS": "1", "RLCORE_LOAD_PLUGINS": "rlcore-demo-good"}
+    )
     assert clean.returncode == 0, clean.stderr
 
 
 def test_did_you_mean(plugin_site: Path) -> None:
-    result = rlcore(plugin_site, "run", "--dry-run", "algorithm.adv_estimator=demo-ets",
-                    env={"RLCORE_DISABLE_PLUGINS": "rlcore-demo-clash"})
+    result = rlcore(
+        plugin_site,
+        "run",
+        "--dry-run",
+        "algorithm.adv_estimator=demo-ets",
+        env={"RLCORE_DISABLE_PLUGINS": "rlcore-demo-clash"},
+    )
     assert result.returncode == 2
     assert "unknown advantage_estimator 'demo-ets'. Did you mean 'demo-est'?" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_missing_target_module_names_the_distribution(plugin_site: Path) -> None:
-    code = ("from rlcore.plugins import get_component\n"
-            "get_component('advantage_estimator', 'demo-missing')")
+    code = "from rlcore.plugins import get_component\nget_component('advantage_estimator', 'demo-missing')"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLCORE_")}
     env["PYTHONPATH"] = str(plugin_site)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)

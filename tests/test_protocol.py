@@ -208,8 +208,11 @@ def test_pop_removes_and_returns() -> None:
 
 def test_union_merges_in_place() -> None:
     batch = make_batch(3, meta={"temperature": 1.0, "metrics": {"a": 1, "b": 2}})
-    other = Batch({"ids": batch["ids"].clone(), "new": torch.ones(3)}, {"uid": list(batch["uid"])},
-                  meta={"temperature": 1.0, "step": 4, "metrics": {"b": 3, "c": 4}})
+    other = Batch(
+        {"ids": batch["ids"].clone(), "new": torch.ones(3)},
+        {"uid": list(batch["uid"])},
+        meta={"temperature": 1.0, "step": 4, "metrics": {"b": 3, "c": 4}},
+    )
     assert batch.union(other) is batch
     assert batch.keys() == ["ids", "score", "new", "uid", "info"]
     assert batch.meta == {"temperature": 1.0, "metrics": {"a": 1, "b": 3, "c": 4}, "step": 4}
@@ -276,9 +279,11 @@ def test_split_last_part_shorter() -> None:
 
 
 def test_concat_merges_metrics_into_lists() -> None:
-    parts = [make_batch(2, meta={"temperature": 1.0, "metrics": {"loss": 0.5, "grad": [1.0, 2.0]}}),
-             make_batch(1, meta={"temperature": 1.0, "metrics": {"loss": 0.25, "grad": 3.0, "only": 7}}),
-             make_batch(1, meta={"temperature": 1.0})]
+    parts = [
+        make_batch(2, meta={"temperature": 1.0, "metrics": {"loss": 0.5, "grad": [1.0, 2.0]}}),
+        make_batch(1, meta={"temperature": 1.0, "metrics": {"loss": 0.25, "grad": 3.0, "only": 7}}),
+        make_batch(1, meta={"temperature": 1.0}),
+    ]
     joined = Batch.concat(parts)
     assert len(joined) == 4
     assert joined.meta == {

@@ -26,8 +26,13 @@ def test_grpo_on_two_ray_worker_processes(tmp_path: Path, tiny_model_dir: Path) 
     assert not ray.is_initialized()
     task = make_tiny_task(tmp_path / "task")
     last, run_dir = tiny_run(
-        tmp_path, tiny_model_dir, task, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true",
-        "trainer.executor=ray", "trainer.n_gpus_per_node=2",
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        "trainer.executor=ray",
+        "trainer.n_gpus_per_node=2",
     )
     assert not ray.is_initialized(), "the Ray the run started is shut down with it"
     rows = read_metrics(run_dir / "metrics.jsonl")

@@ -37,13 +37,13 @@ from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
 ECHO = WorkerSpec("rlcore_test_echo.workers:EchoWorker")
 
-HOOKS = '''
+HOOKS = """
 import rlcore
 
 @rlcore.hookimpl
 def register_training_backends(register):
     register("echo", "rlcore_test_echo.workers:EchoWorker", description="test worker: echoes its rank")
-'''
+"""
 
 WORKERS = '''
 import os
@@ -140,7 +140,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, throwaway_plugins) -> Iter
     from ray.cluster_utils import Cluster
 
     site = throwaway_plugins(
-        tmp_path_factory.mktemp("echo-src"), tmp_path_factory.mktemp("echo-site"),
+        tmp_path_factory.mktemp("echo-src"),
+        tmp_path_factory.mktemp("echo-site"),
         {"rlcore-test-echo": ("rlcore_test_echo", "0.0.1", {"hooks.py": HOOKS, "workers.py": WORKERS})},
     )
     with environ(RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"), PYTHONPATH=str(site)):
@@ -157,8 +158,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, throwaway_plugins) -> Iter
 
 def ray_config(cluster: Any, *overrides: str) -> Any:
     """A config for the ray executor on ``cluster`` (2 CPU ranks on one node unless overridden)."""
-    base = ["trainer.executor=ray", "trainer.device=cpu", f"trainer.ray_address={cluster.address}",
-            "trainer.n_gpus_per_node=2"]
+    base = [
+        "trainer.executor=ray",
+        "trainer.device=cpu",
+        f"trainer.ray_address={cluster.address}",
+        "trainer.n_gpus_per_node=2",
+    ]
     return load_config([], [*base, *overrides], [])
 
 
@@ -179,8 +184,10 @@ def fast_failures(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def make_batch(n: int) -> Batch:
     """``n`` rows with a tensor ``x`` and a non-tensor ``name``."""
-    return Batch.from_dict({"x": torch.arange(n) * 10, "name": np.array([f"row{i}" for i in range(n)], dtype=object)},
-                           meta={"temperature": 1.0})
+    return Batch.from_dict(
+        {"x": torch.arange(n) * 10, "name": np.array([f"row{i}" for i in range(n)], dtype=object)},
+        meta={"temperature": 1.0},
+    )
 
 
 # ------------------------------------------------------------------ dispatch
@@ -207,7 +214,9 @@ def test_batch_is_padded_split_in_rank_order_and_unpadded(echo: RayWorkerGroup, 
 def test_model_parallel_peers_get_the_same_chunk_and_one_answers(cluster: Any) -> None:
     """After ``init_model`` the group reads the ranks' layouts: two ranks of one data-parallel rank both
     receive the whole batch, and only the output rank's result comes back."""
-    group = make_worker_group(WorkerSpec("rlcore_test_echo.workers:TensorParallelEchoWorker"), ray_config(cluster), "actor")
+    group = make_worker_group(
+        WorkerSpec("rlcore_test_echo.workers:TensorParallelEchoWorker"), ray_config(cluster), "actor"
+    )
     try:
         group.init_model()
         out = group.tag(make_batch(3), offset=1)
@@ -293,8 +302,11 @@ def test_a_killed_actor_is_reported_on_the_next_call(cluster: Any) -> None:
     group = make_worker_group(ECHO, ray_config(cluster), "critic")
     ray.kill(group.actors[1])
     start = time.perf_counter()
-    with pytest.raises(WorkerDiedError, match=r"role 'critic' rank 1: the worker process died during whoami\(\): "
-                                              r".*ray\.kill") as info:
+    with pytest.raises(
+        WorkerDiedError,
+        match=r"role 'critic' rank 1: the worker process died during whoami\(\): "
+        r".*ray\.kill",
+    ) as info:
         group.whoami()
     assert time.perf_counter() - start < 10
     assert info.value.rank == 1
@@ -332,9 +344,16 @@ def test_two_nodes_one_rank_each_form_one_gloo_group(cluster: Any) -> None:
 def test_grpo_steps_on_two_nodes(cluster: Any, tmp_path: Path, tiny_model_dir: Path) -> None:
     task = make_tiny_task(tmp_path / "task")
     last, run_dir = tiny_run(
-        tmp_path, tiny_model_dir, task, "algorithm.adv_estimator=grpo", "trainer.executor=ray",
-        "trainer.nnodes=2", "trainer.n_gpus_per_node=1", f"trainer.ray_address={cluster.address}",
-        "trainer.test_freq=-1", "trainer.val_before_train=false",
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "algorithm.adv_estimator=grpo",
+        "trainer.executor=ray",
+        "trainer.nnodes=2",
+        "trainer.n_gpus_per_node=1",
+        f"trainer.ray_address={cluster.address}",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
     )
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert [row["training/global_step"] for row in rows] == [1, 2]
@@ -353,8 +372,13 @@ def test_split_placement_trains_on_one_pool_and_generates_on_another(
 
     task = make_tiny_task(tmp_path / "task")
     config = ray_config(
-        cluster, *tiny_overrides(tmp_path, tiny_model_dir, task), "trainer.executor=ray", "trainer.placement=split",
-        "trainer.n_gpus_per_node=2", "trainer.rollout_n_gpus_per_node=1", "actor_rollout_ref.actor.use_kl_loss=true",
+        cluster,
+        *tiny_overrides(tmp_path, tiny_model_dir, task),
+        "trainer.executor=ray",
+        "trainer.placement=split",
+        "trainer.n_gpus_per_node=2",
+        "trainer.rollout_n_gpus_per_node=1",
+        "actor_rollout_ref.actor.use_kl_loss=true",
     )
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     dataset = load_dataset_class(config)(config.data.train_files, tokenizer, config.data, split="train")

@@ -102,8 +102,15 @@ def test_missing_dependency_names_distribution_and_extra(tmp_path, monkeypatch) 
     (tmp_path / "engine_pkg_x" / "__init__.py").write_text("import surely_missing_dependency\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     registry = Registry()
-    registry.add(_comp("vllm", kind="rollout_engine", plugin="rlcore-plugin-vllm",
-                       target="engine_pkg_x:Engine", meta={"extra": "gpu"}))
+    registry.add(
+        _comp(
+            "vllm",
+            kind="rollout_engine",
+            plugin="rlcore-plugin-vllm",
+            target="engine_pkg_x:Engine",
+            meta={"extra": "gpu"},
+        )
+    )
     with pytest.raises(ComponentImportError) as info:
         registry.load("rollout_engine", "vllm")
     message = str(info.value)
@@ -166,10 +173,14 @@ ABSENT = "rlcore-plugin-surely-absent"
 @pytest.fixture
 def table(monkeypatch: pytest.MonkeyPatch) -> None:
     """A component -> distribution table with one distribution that is not installed and one that is."""
-    monkeypatch.setattr(distributions, "DISTRIBUTIONS", (
-        Distribution(ABSENT, {"training_backend": ("absent", "absent2")}),
-        Distribution("rlcore", {"training_backend": ("present",)}),
-    ))
+    monkeypatch.setattr(
+        distributions,
+        "DISTRIBUTIONS",
+        (
+            Distribution(ABSENT, {"training_backend": ("absent", "absent2")}),
+            Distribution("rlcore", {"training_backend": ("present",)}),
+        ),
+    )
 
 
 def test_unknown_name_of_a_missing_distribution_names_its_pip_line(table: None) -> None:
@@ -177,8 +188,10 @@ def test_unknown_name_of_a_missing_distribution_names_its_pip_line(table: None) 
     registry.add(_comp("fsdp", kind="training_backend"))
     with pytest.raises(UnknownComponentError) as info:
         registry.get("training_backend", "absent2")
-    assert str(info.value) == (f"unknown training_backend 'absent2': it is provided by {ABSENT}, which is not "
-                               f"installed: pip install {ABSENT}. Known training_backends: fsdp")
+    assert str(info.value) == (
+        f"unknown training_backend 'absent2': it is provided by {ABSENT}, which is not "
+        f"installed: pip install {ABSENT}. Known training_backends: fsdp"
+    )
 
 
 def test_unknown_name_of_an_installed_distribution_points_to_rlcore_plugins(table: None) -> None:
@@ -223,8 +236,9 @@ def test_table_agrees_with_what_the_bundled_plugins_register(plugin_manager) -> 
         row = distributions.by_name(dist)
         assert row is not None, f"{dist} has no row in rlcore.distributions.DISTRIBUTIONS"
         assert {(kind, name) for kind, names in row.components.items() for name in names} == registered[dist]
-    table = [(kind, name) for row in distributions.DISTRIBUTIONS for kind, names in row.components.items()
-             for name in names]
+    table = [
+        (kind, name) for row in distributions.DISTRIBUTIONS for kind, names in row.components.items() for name in names
+    ]
     assert len(table) == len(set(table))
     builtin = {key for plugin, names in registered.items() if plugin.startswith("rlcore.builtin") for key in names}
     assert not builtin & set(table)

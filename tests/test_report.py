@@ -25,8 +25,9 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> P
     """A real two-step GRPO run with the KL loss on (so the KL panel has two curves)."""
     tmp = tmp_path_factory.mktemp("report-run")
     task = make_tiny_task(tmp / "task")
-    _, path = tiny_run(tmp, tiny_model_dir, task, "algorithm.adv_estimator=grpo",
-                       "actor_rollout_ref.actor.use_kl_loss=true")
+    _, path = tiny_run(
+        tmp, tiny_model_dir, task, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true"
+    )
     return path
 
 
@@ -83,16 +84,28 @@ def test_report_of_one_run(run_dir: Path, tmp_path: Path) -> None:
         assert f'src="panels/{panel.slug}.png"' in page
         assert_png(out / "panels" / f"{panel.slug}.png")
     assert 'href="report.png"' in page
-    for text in ("actor_rollout_ref.actor.optim.lr", "rlcore-plugin-grpo", "critic/score/mean",
-                 "val-core/tiny/digits/reward/mean@1", "wall time (s)", "<td>grpo</td>"):
+    for text in (
+        "actor_rollout_ref.actor.optim.lr",
+        "rlcore-plugin-grpo",
+        "critic/score/mean",
+        "val-core/tiny/digits/reward/mean@1",
+        "wall time (s)",
+        "<td>grpo</td>",
+    ):
         assert text in page, text
 
 
 def test_missing_metrics_say_no_data(sparse_run_dir: Path, tmp_path: Path) -> None:
     report = write_report([sparse_run_dir], tmp_path / "out")
     assert report.has_data == {
-        "reward": True, "val_reward": True, "response_length": True, "kl": False, "entropy": False,
-        "pg_clipfrac": True, "throughput": True, "timing": False,
+        "reward": True,
+        "val_reward": True,
+        "response_length": True,
+        "kl": False,
+        "entropy": False,
+        "pg_clipfrac": True,
+        "throughput": True,
+        "timing": False,
     }
     captions = panel_captions(report.html.read_text())
     assert captions["entropy"] == "Entropy (no data)" and captions["reward"].startswith("Reward")

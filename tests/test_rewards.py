@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
+
 from rlcore.errors import RLCoreError
 from rlcore.reward import RewardError, RewardResult
 from rlcore.reward.managers import BatchRewardManager, NaiveRewardManager, to_score
@@ -160,8 +161,10 @@ def test_batch_manager_single_call(tiny_tokenizer):
     batch, lengths = make_reward_batch(tiny_tokenizer)
 
     def batched(data_sources, solution_strs, ground_truths, extra_infos, scale):
-        return [{"score": scale * info["value"], "length": len(s), "call_size": len(solution_strs)}
-                for s, info in zip(solution_strs, extra_infos)]
+        return [
+            {"score": scale * info["value"], "length": len(s), "call_size": len(solution_strs)}
+            for s, info in zip(solution_strs, extra_infos)
+        ]
 
     result = BatchRewardManager(tiny_tokenizer, batched, {"reward_kwargs": {"scale": 2.0}})(batch)
     assert result.extra_info["call_size"] == [4, 4, 4, 4], "one call for the whole batch"
@@ -239,8 +242,14 @@ def test_failures_score_zero_and_are_counted(manager_cls, scorer, tiny_tokenizer
 @pytest.mark.parametrize(
     "value, expected",
     [
-        (1, 1.0), (True, 1.0), ({"score": 0.5, "acc": 1}, 0.5), ({"acc": 1}, None), ("1.0", None),
-        (float("inf"), None), (None, None), (__import__("numpy").float32(0.25), 0.25),
+        (1, 1.0),
+        (True, 1.0),
+        ({"score": 0.5, "acc": 1}, 0.5),
+        ({"acc": 1}, None),
+        ("1.0", None),
+        (float("inf"), None),
+        (None, None),
+        (__import__("numpy").float32(0.25), 0.25),
     ],
 )
 def test_to_score(value, expected):
@@ -313,11 +322,13 @@ def custom_file(tmp_path):
 
 
 def test_custom_reward_function_with_kwargs(custom_file, tiny_tokenizer, plugin_manager):
-    config = run_config(**{
-        "custom_reward_function.path": custom_file,
-        "custom_reward_function.name": "length_bonus",
-        "custom_reward_function.reward_kwargs": {"bonus": 0.5},
-    })
+    config = run_config(
+        **{
+            "custom_reward_function.path": custom_file,
+            "custom_reward_function.name": "length_bonus",
+            "custom_reward_function.reward_kwargs": {"bonus": 0.5},
+        }
+    )
     scorer = build_scorer(config)
     assert scorer("anything", "it is 12", "12") == 1.5
     batch, lengths = make_reward_batch(
@@ -329,13 +340,15 @@ def test_custom_reward_function_with_kwargs(custom_file, tiny_tokenizer, plugin_
 
 
 def test_custom_batched_function_with_batch_manager(custom_file, tiny_tokenizer, plugin_manager):
-    config = run_config(**{
-        "custom_reward_function.path": custom_file,
-        "custom_reward_function.name": "batched",
-        "custom_reward_function.reward_kwargs": {"offset": 0.25},
-        "reward_model.reward_manager": "batch",
-        "reward_model.reward_kwargs": {"weight": 2.0},
-    })
+    config = run_config(
+        **{
+            "custom_reward_function.path": custom_file,
+            "custom_reward_function.name": "batched",
+            "custom_reward_function.reward_kwargs": {"offset": 0.25},
+            "reward_model.reward_manager": "batch",
+            "reward_model.reward_kwargs": {"weight": 2.0},
+        }
+    )
     manager = build_reward_manager(config, tiny_tokenizer)
     assert isinstance(manager, BatchRewardManager)
     batch, _ = make_reward_batch(tiny_tokenizer, ["it is 0", "nope"])

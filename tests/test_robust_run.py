@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from rlcore.checkpoint import CheckpointError, resume_path
 from rlcore.errors import RLCoreError
 from rlcore.testing.runs import make_tiny_task, tiny_overrides, tiny_run
@@ -23,11 +24,17 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return make_tiny_task(tmp_path_factory.mktemp("task"))
 
 
-def test_generations_are_dumped_and_rewards_scored_asynchronously(tmp_path: Path, tiny_model_dir: Path,
-                                                                   task: dict[str, Path]) -> None:
-    _, run_dir = tiny_run(tmp_path, tiny_model_dir, task, "reward_model.launch_reward_fn_async=true",
-                             f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
-                             f"trainer.validation_data_dir={tmp_path / 'val'}")
+def test_generations_are_dumped_and_rewards_scored_asynchronously(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
+    _, run_dir = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "reward_model.launch_reward_fn_async=true",
+        f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
+        f"trainer.validation_data_dir={tmp_path / 'val'}",
+    )
     assert sorted(p.name for p in (tmp_path / "rollouts").iterdir()) == ["1.jsonl", "2.jsonl"]
     rows = [json.loads(line) for line in (tmp_path / "rollouts" / "2.jsonl").read_text().splitlines()]
     assert len(rows) == 16 and {"input", "output", "gts", "score", "step"} <= set(rows[0]) and rows[0]["step"] == 2
@@ -51,15 +58,22 @@ def _largest_file(folder: Path) -> Path:
 
 
 @pytest.mark.parametrize("truncate", [False, True], ids=["overwritten", "truncated"])
-def test_a_damaged_checkpoint_is_named_and_the_newest_intact_one_resumed(tmp_path: Path, tiny_model_dir: Path,
-                                                                         task: dict[str, Path], truncate: bool,
-                                                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_a_damaged_checkpoint_is_named_and_the_newest_intact_one_resumed(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path], truncate: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     tiny_run(tmp_path, tiny_model_dir, task, "trainer.save_freq=1", "trainer.test_freq=-1")
     root = tmp_path / "ckpt"
     shard = _largest_file(root / "global_step_2")
     _damage(shard, truncate)
-    config = {"trainer": {"default_local_dir": str(root), "resume_mode": "auto", "resume_from_path": None,
-                          "max_actor_ckpt_to_keep": None, "max_critic_ckpt_to_keep": None}}
+    config = {
+        "trainer": {
+            "default_local_dir": str(root),
+            "resume_mode": "auto",
+            "resume_from_path": None,
+            "max_actor_ckpt_to_keep": None,
+            "max_critic_ckpt_to_keep": None,
+        }
+    }
     from omegaconf import OmegaConf
 
     with caplog.at_level("WARNING"):
@@ -71,8 +85,9 @@ def test_a_damaged_checkpoint_is_named_and_the_newest_intact_one_resumed(tmp_pat
         resume_path(OmegaConf.create(config))
 
 
-def test_total_training_steps_is_honoured_and_a_missing_model_is_one_line(tmp_path: Path, tiny_model_dir: Path,
-                                                                          task: dict[str, Path]) -> None:
+def test_total_training_steps_is_honoured_and_a_missing_model_is_one_line(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
     with pytest.raises(RLCoreError, match=r"actor_rollout_ref.model.path=/nonexistent/model: no such folder"):
         tiny_run(tmp_path, tiny_model_dir, task, "actor_rollout_ref.model.path=/nonexistent/model")
     not_a_model = tmp_path / "empty"
@@ -90,11 +105,16 @@ def _copy_model(src: Path, dst: Path) -> Path:
 
 def test_corrupt_model_files_are_named(tmp_path: Path, tiny_model_dir: Path) -> None:
     from omegaconf import OmegaConf
+
     from rlcore.model_check import ModelPathError, check_model_paths
 
     def config(path: Path):
-        return OmegaConf.create({"actor_rollout_ref": {"model": {"path": str(path), "tokenizer_path": None}},
-                                 "critic": {"enable": None, "model": {"path": str(path)}}})
+        return OmegaConf.create(
+            {
+                "actor_rollout_ref": {"model": {"path": str(path), "tokenizer_path": None}},
+                "critic": {"enable": None, "model": {"path": str(path)}},
+            }
+        )
 
     check_model_paths(config(tiny_model_dir))
     bad_json = _copy_model(tiny_model_dir, tmp_path / "json")
@@ -121,12 +141,19 @@ run_training([], sys.argv[1:], [])
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_stop_signal_finishes_the_step_writes_the_summary_and_saves(tmp_path: Path, tiny_model_dir: Path,
-                                                                      task: dict[str, Path], signum: int) -> None:
-    args = [*tiny_overrides(tmp_path, tiny_model_dir, task), "trainer.total_training_steps=200",
-            "trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.save_on_signal=true"]
-    proc = subprocess.Popen([sys.executable, "-c", SIGNAL_SCRIPT, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+def test_a_stop_signal_finishes_the_step_writes_the_summary_and_saves(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path], signum: int
+) -> None:
+    args = [
+        *tiny_overrides(tmp_path, tiny_model_dir, task),
+        "trainer.total_training_steps=200",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.save_on_signal=true",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SIGNAL_SCRIPT, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     metrics_files: list[Path] = []
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and not metrics_files:
@@ -146,21 +173,39 @@ def test_a_stop_signal_finishes_the_step_writes_the_summary_and_saves(tmp_path: 
     assert f"newest checkpoint: {tmp_path / 'ckpt' / f'global_step_{steps[-1]}'}" in output
 
 
-def test_resuming_into_a_model_of_another_size_fails_before_loading(tmp_path: Path, tiny_model_dir: Path,
-                                                                     task: dict[str, Path]) -> None:
+def test_resuming_into_a_model_of_another_size_fails_before_loading(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
     from rlcore.testing.tiny import make_tiny_model_dir
 
-    tiny_run(tmp_path / "first", tiny_model_dir, task, "trainer.save_freq=1", "trainer.total_training_steps=1",
-             "trainer.test_freq=-1", f"trainer.default_local_dir={tmp_path / 'ckpt'}")
+    tiny_run(
+        tmp_path / "first",
+        tiny_model_dir,
+        task,
+        "trainer.save_freq=1",
+        "trainer.total_training_steps=1",
+        "trainer.test_freq=-1",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+    )
     bigger = make_tiny_model_dir(tmp_path / "bigger", num_layers=3)
-    with pytest.raises(RLCoreError, match=r"checkpoint .*global_step_1 was written for another model .*"
-                                          r"num_hidden_layers 2 vs 3"):
-        tiny_run(tmp_path / "second", bigger, task, "trainer.total_training_steps=2", "trainer.test_freq=-1",
-                 f"trainer.default_local_dir={tmp_path / 'ckpt'}")
+    with pytest.raises(
+        RLCoreError,
+        match=r"checkpoint .*global_step_1 was written for another model .*"
+        r"num_hidden_layers 2 vs 3",
+    ):
+        tiny_run(
+            tmp_path / "second",
+            bigger,
+            task,
+            "trainer.total_training_steps=2",
+            "trainer.test_freq=-1",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        )
 
 
 def test_non_finite_steps_in_a_row_stop_the_run() -> None:
     from omegaconf import OmegaConf
+
     from rlcore.controller.trainer import Trainer
 
     trainer = Trainer.__new__(Trainer)  # only the counting logic: no workers needed
@@ -172,6 +217,9 @@ def test_non_finite_steps_in_a_row_stop_the_run() -> None:
         trainer._stop_if_nonfinite(step)
     assert metrics["training/nonfinite_steps_in_a_row"] == 1.0
     trainer._count_nonfinite({"critic/grad_norm_nonfinite": 2.0})
-    with pytest.raises(RLCoreError, match=r"steps 3-4: the loss or gradient norm was not finite in 2 steps in a row "
-                                          r"\(trainer.max_nonfinite_steps=2\)"):
+    with pytest.raises(
+        RLCoreError,
+        match=r"steps 3-4: the loss or gradient norm was not finite in 2 steps in a row "
+        r"\(trainer.max_nonfinite_steps=2\)",
+    ):
         trainer._stop_if_nonfinite(4)

@@ -59,10 +59,18 @@ def test_bad_settings_name_the_key() -> None:
     ("overrides", "message"),
     [
         (["algorithm.rollout_correction.rollout_is=token"], "set actor_rollout_ref.rollout.calculate_log_probs=true"),
-        (["algorithm.rollout_correction.rollout_is=batch", "actor_rollout_ref.rollout.calculate_log_probs=true"],
-         "rollout_is must be one of token, sequence or null, got 'batch'"),
-        (["algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.calculate_log_probs=true",
-          "algorithm.rollout_correction.rollout_is_threshold=-1"], "rollout_is_threshold must be a number > 0"),
+        (
+            ["algorithm.rollout_correction.rollout_is=batch", "actor_rollout_ref.rollout.calculate_log_probs=true"],
+            "rollout_is must be one of token, sequence or null, got 'batch'",
+        ),
+        (
+            [
+                "algorithm.rollout_correction.rollout_is=token",
+                "actor_rollout_ref.rollout.calculate_log_probs=true",
+                "algorithm.rollout_correction.rollout_is_threshold=-1",
+            ],
+            "rollout_is_threshold must be a number > 0",
+        ),
     ],
 )
 def test_config_is_checked_before_the_run(overrides: list[str], message: str) -> None:
@@ -76,8 +84,11 @@ def test_run_logs_mismatch_and_applies_weights(tmp_path: Path, tiny_model_dir: P
     policy in float32, so the mismatch is ~0 and the weights ~1."""
     task = make_tiny_task(tmp_path / "task")
     last, _ = tiny_run(
-        tmp_path, tiny_model_dir, task,
-        "actor_rollout_ref.rollout.calculate_log_probs=true", "algorithm.rollout_correction.rollout_is=token",
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        "algorithm.rollout_correction.rollout_is=token",
     )
     assert last["training/rollout_probs_diff_max"] < 1e-4
     assert last["rollout_corr/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)

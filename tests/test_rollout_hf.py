@@ -155,9 +155,7 @@ def test_rollout_log_probs_match_teacher_forcing(
     torch.testing.assert_close(out["rollout_log_probs"], expected, atol=1e-5, rtol=0)
 
 
-def test_output_dtypes_and_empty_batch(
-    make_engine: Callable[..., HFRolloutEngine], tiny_tokenizer: Any
-) -> None:
+def test_output_dtypes_and_empty_batch(make_engine: Callable[..., HFRolloutEngine], tiny_tokenizer: Any) -> None:
     """Masks keep the prompt mask's dtype; an empty batch returns empty tensors of the right width."""
     engine = make_engine()
     out = engine.generate(make_prompt_batch(tiny_tokenizer))
@@ -246,8 +244,9 @@ def test_given_module_and_dtype_name(tiny_model_dir: Path, tiny_tokenizer: Any) 
         HFRolloutEngine(None, tiny_tokenizer, rollout_config(), dtype="float13", module=module)
 
 
-def test_state_dict_restores_the_sampling_state(make_engine: Callable[..., HFRolloutEngine],
-                                                tiny_tokenizer: Any) -> None:
+def test_state_dict_restores_the_sampling_state(
+    make_engine: Callable[..., HFRolloutEngine], tiny_tokenizer: Any
+) -> None:
     """A fresh engine that loads another's ``state_dict()`` samples what that engine samples next and takes
     the saved weight version; a state without its keys is refused."""
     engine = make_engine()

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from rlcore.reward import RewardError
 from rlcore.reward.managers import BatchRewardManager, NaiveRewardManager
 from rlcore.testing.contracts.rewards import make_reward_batch

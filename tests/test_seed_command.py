@@ -36,8 +36,13 @@ def vllm_importable() -> bool:
 def test_seed_command_runs_a_step(tmp_path: Path, tiny_model_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLCORE_")}
     env["HOME"] = str(tmp_path)
-    prepared = subprocess.run([sys.executable, "-m", "rlcore", "data", "gsm8k", "--input", str(GSM8K),
-                               "--local-dir", "~/data/gsm8k"], env=env, capture_output=True, text=True, timeout=300)
+    prepared = subprocess.run(
+        [sys.executable, "-m", "rlcore", "data", "gsm8k", "--input", str(GSM8K), "--local-dir", "~/data/gsm8k"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert prepared.returncode == 0, prepared.stderr
     assert (tmp_path / "data" / "gsm8k" / "train.parquet").is_file()
 
@@ -54,15 +59,30 @@ def test_seed_command_runs_a_step(tmp_path: Path, tiny_model_dir: Path) -> None:
         "data.val_max_samples=16",
         f"trainer.runs_dir={tmp_path / 'runs'}",
     ]
-    result = subprocess.run([sys.executable, "-m", "rlcore", "run", *seed_args, *user_args], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=2400)
+    result = subprocess.run(
+        [sys.executable, "-m", "rlcore", "run", *seed_args, *user_args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "prompts per step: 1024 x n=3 -> 3072 responses" in out
     assert "micro-batch per rank: 20 -> 12 grad-accumulation steps" in out
-    for key in ("step:1 - ", "actor/pg_loss:", "actor/kl_loss:", "actor/entropy:", "critic/score/mean:",
-                "response_length/mean:", "timing_s/gen:", "timing_s/ref:", "perf/throughput:",
-                "val-core/openai/gsm8k/reward/mean@1:"):
+    for key in (
+        "step:1 - ",
+        "actor/pg_loss:",
+        "actor/kl_loss:",
+        "actor/entropy:",
+        "critic/score/mean:",
+        "response_length/mean:",
+        "timing_s/gen:",
+        "timing_s/ref:",
+        "perf/throughput:",
+        "val-core/openai/gsm8k/reward/mean@1:",
+    ):
         assert key in out, key
     (run_dir,) = (tmp_path / "runs" / "verl_grpo_example_gsm8k").glob("qwen3_1_7b_function_rm-*")
     rows = read_metrics(run_dir / "metrics.jsonl")

@@ -100,8 +100,10 @@ def test_template_switches_follow_rlcore() -> None:
     assert variables["rlcore_min_version"] == MIN_VERSION
 
 
-@pytest.mark.parametrize(("minimum", "expected"), [("0.1", ">=0.1,<0.2"), ("0.12", ">=0.12,<0.13"),
-                                                   ("1.3", ">=1.3,<2"), ("2.0.1", ">=2.0.1,<3")])
+@pytest.mark.parametrize(
+    ("minimum", "expected"),
+    [("0.1", ">=0.1,<0.2"), ("0.12", ">=0.12,<0.13"), ("1.3", ">=1.3,<2"), ("2.0.1", ">=2.0.1,<3")],
+)
 def test_rlcore_range_takes_compatible_releases_only(minimum: str, expected: str, tmp_path: Path, run: Any) -> None:
     """``rlcore_min_version`` gives ``rlcore[train]>=MIN,<NEXT_BREAKING`` in the dependencies (a plugin installed
     alone can train) and ``rlcore[test]`` in the test extra."""
@@ -121,7 +123,11 @@ def test_next_steps_use_a_relative_path_when_possible(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kinds", COMBINATIONS)
 def test_generated_plugin_installs_and_passes_its_own_tests(
-    kinds: tuple[str, ...], tmp_path: Path, run: Any, make_venv: Any, rlcore_wheel: Path,
+    kinds: tuple[str, ...],
+    tmp_path: Path,
+    run: Any,
+    make_venv: Any,
+    rlcore_wheel: Path,
     request: pytest.FixtureRequest,
 ) -> None:
     """Render, check, install beside rlcore's wheel, list with ``rlcore plugins`` and run the generated tests;
@@ -250,11 +256,15 @@ def test_repository_cookiecutter_directory_renders_the_same_project(tmp_path: Pa
     values = ["plugin_name=pointer", "policy_loss=yes", "tracker=yes"]
     rlcore_new(run, tmp_path, *values)
     direct = tmp_path / "direct"
-    run([sys.executable, "-m", "cookiecutter", "--no-input", "--output-dir", direct, ROOT / "cookiecutter", *values],
-        env={"HOME": str(tmp_path / "home")})
+    run(
+        [sys.executable, "-m", "cookiecutter", "--no-input", "--output-dir", direct, ROOT / "cookiecutter", *values],
+        env={"HOME": str(tmp_path / "home")},
+    )
     ours, theirs = tmp_path / "out" / "rlcore-plugin-pointer", direct / "rlcore-plugin-pointer"
-    assert project_files(ours) == project_files(theirs) == expected_files(
-        ("advantage_estimator", "policy_loss", "tracker"), "rlcore_plugin_pointer"
+    assert (
+        project_files(ours)
+        == project_files(theirs)
+        == expected_files(("advantage_estimator", "policy_loss", "tracker"), "rlcore_plugin_pointer")
     )
     for path in project_files(ours):
         assert (ours / path).read_bytes() == (theirs / path).read_bytes(), path
@@ -275,6 +285,8 @@ def test_rlcore_new_plugin_from_an_installed_wheel(
     assert result.stdout.splitlines()[-3:] == ["  cd rlcore-plugin-myalgo", "  pip install -e '.[test]'", "  pytest"]
     project = work / "rlcore-plugin-myalgo"
     assert project_files(project) == expected_files(("advantage_estimator",), "rlcore_plugin_myalgo")
-    run([venv.python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation", "-e", "."],
-        cwd=project)
+    run(
+        [venv.python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation", "-e", "."],
+        cwd=project,
+    )
     assert listed_components(run, venv.bin("rlcore"), "rlcore-plugin-myalgo") == {("advantage_estimator", "myalgo")}

@@ -33,8 +33,16 @@ from rlcore.tracking.external import (
 )
 from rlcore.tracking.sinks import read_metrics
 
-TRACKER_ENV = ("SWANLAB_MODE", "SWANLAB_LOG_DIR", "WANDB_MODE", "WANDB_DIR", "WANDB_ENTITY", "TENSORBOARD_DIR",
-               "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME")
+TRACKER_ENV = (
+    "SWANLAB_MODE",
+    "SWANLAB_LOG_DIR",
+    "WANDB_MODE",
+    "WANDB_DIR",
+    "WANDB_ENTITY",
+    "TENSORBOARD_DIR",
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_EXPERIMENT_NAME",
+)
 SCORE = "critic/score/mean"
 VAL = "val-core/tiny/digits/reward/mean@1"
 
@@ -53,7 +61,9 @@ def tracked_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, 
         for name in TRACKER_ENV:
             env.delenv(name, raising=False)
         _, run_dir = tiny_run(
-            tmp_path_factory.mktemp("tracked"), tiny_model_dir, task,
+            tmp_path_factory.mktemp("tracked"),
+            tiny_model_dir,
+            task,
             "trainer.logger=[console,swanlab,wandb,tensorboard,mlflow]",
             "trainer.tracking.swanlab.mode=local",
             "trainer.tracking.wandb.mode=offline",
@@ -161,8 +171,9 @@ def test_mlflow_file_store(tracked_run, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 # -------------------------------------------------------------------------------------- failures
-def test_failing_trackers_never_stop_training(tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path],
-                                              registered, caplog: pytest.LogCaptureFixture) -> None:
+def test_failing_trackers_never_stop_training(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path], registered, caplog: pytest.LogCaptureFixture
+) -> None:
     """tensorboard cannot start (its log dir lies under a regular file); mlflow's store breaks after step 1
     (its metrics folder replaced by a file, as a disk gone bad would). Both are reported once, training
     runs both steps and every other tracker keeps logging."""
@@ -178,7 +189,9 @@ def test_failing_trackers_never_stop_training(tmp_path: Path, tiny_model_dir: Pa
     plugin = types.SimpleNamespace(on_step_end=rlcore.hookimpl(on_step_end))
     with registered(plugin, name="store-breaker"), caplog.at_level(logging.WARNING, logger="rlcore.tracking"):
         last, run_dir = tiny_run(
-            tmp_path, tiny_model_dir, task,
+            tmp_path,
+            tiny_model_dir,
+            task,
             "trainer.logger=[console,tensorboard,mlflow]",
             f"trainer.tracking.tensorboard.log_dir={blocker / 'tb'}",
         )
@@ -228,20 +241,28 @@ def test_missing_library_names_the_pip_line() -> None:
     result = subprocess.run([sys.executable, "-c", HIDE_AND_PREFLIGHT], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = dict(line.split(": ", 1) for line in result.stdout.splitlines())
-    for name, extra in (("swanlab", "swanlab"), ("wandb", "wandb"), ("tracking", "wandb"),
-                        ("tensorboard", "tensorboard"), ("mlflow", "mlflow")):
+    for name, extra in (
+        ("swanlab", "swanlab"),
+        ("wandb", "wandb"),
+        ("tracking", "wandb"),
+        ("tensorboard", "tensorboard"),
+        ("mlflow", "mlflow"),
+    ):
         assert lines[name].startswith("TrackerDependencyError:"), lines[name]
         assert f"pip install 'rlcore[{extra}]'" in lines[name] and "is not installed" in lines[name]
 
 
 def test_rlcore_run_stops_before_training_when_a_tracker_library_is_missing(tmp_path: Path) -> None:
-    script = ("import sys; sys.modules['wandb'] = None; from rlcore.cli import main; "
-              "sys.argv = ['rlcore', 'run', 'trainer.logger=[console,wandb]', "
-              f"'trainer.runs_dir={tmp_path / 'runs'}']; main()")
+    script = (
+        "import sys; sys.modules['wandb'] = None; from rlcore.cli import main; "
+        "sys.argv = ['rlcore', 'run', 'trainer.logger=[console,wandb]', "
+        f"'trainer.runs_dir={tmp_path / 'runs'}']; main()"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLCORE_")}
     env["RLCORE_CACHE"] = str(tmp_path / "cache")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                            cwd=tmp_path, env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env
+    )
     assert result.returncode == 2
     assert "pip install 'rlcore[wandb]'" in result.stderr and "'wandb'" in result.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()  # nothing was started
@@ -268,13 +289,17 @@ def test_config_wins_over_environment_which_wins_over_default(monkeypatch: pytes
     assert tracker_setting(explicit, "wandb", "mode", "WANDB_MODE", "online") == "disabled"
 
 
-def test_tensorboard_dir_from_environment_and_config(tmp_path: Path, plugin_manager: Any,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tensorboard_dir_from_environment_and_config(
+    tmp_path: Path, plugin_manager: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cls = plugin_manager.registry.load("tracker", "tensorboard")
     monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "from-env"))
     for config, where in (
         ({"trainer": {}}, tmp_path / "from-env"),
-        ({"trainer": {"tracking": {"tensorboard": {"log_dir": str(tmp_path / "from-config")}}}}, tmp_path / "from-config"),
+        (
+            {"trainer": {"tracking": {"tensorboard": {"log_dir": str(tmp_path / "from-config")}}}},
+            tmp_path / "from-config",
+        ),
     ):
         tracker = cls(project="p", experiment="e", config=OmegaConf.create(config), run_dir=tmp_path / "run")
         tracker.log({SCORE: 1.0}, 1)

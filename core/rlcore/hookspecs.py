@@ -17,7 +17,8 @@ core reads for some kinds (for example an advantage estimator's ``needs_critic=T
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 

@@ -31,7 +31,9 @@ def _check_safetensors(path: Path, key: str) -> None:
             raise ModelPathError(f"{key}: weights file {path} is truncated ({size} bytes); download it again")
         (length,) = struct.unpack("<Q", head)
         if length > size - 8:
-            raise ModelPathError(f"{key}: weights file {path} is truncated or not a safetensors file; download it again")
+            raise ModelPathError(
+                f"{key}: weights file {path} is truncated or not a safetensors file; download it again"
+            )
         try:
             header = json.loads(handle.read(length))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -39,23 +41,31 @@ def _check_safetensors(path: Path, key: str) -> None:
     ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"]
     expected = 8 + length + max(ends, default=0)
     if size != expected:
-        raise ModelPathError(f"{key}: weights file {path} has {size} bytes but its header lists {expected}; "
-                             "it is truncated or damaged: download it again")
+        raise ModelPathError(
+            f"{key}: weights file {path} has {size} bytes but its header lists {expected}; "
+            "it is truncated or damaged: download it again"
+        )
 
 
 def _check_folder(folder: Path, key: str, *, weights: bool, tokenizer: bool) -> None:
     """A local model folder: a parseable ``config.json`` with a model type, weights that are intact, tokenizer files."""
     if not folder.is_dir():
-        raise ModelPathError(f"{key}={folder} is a file, not a model folder; point it at the folder holding config.json")
+        raise ModelPathError(
+            f"{key}={folder} is a file, not a model folder; point it at the folder holding config.json"
+        )
     config = folder / "config.json"
     if weights or not any((folder / name).is_file() for name in TOKENIZER_FILES):
         if not config.is_file():
-            raise ModelPathError(f"{key}={folder} is not a model folder: it has no config.json (a Hugging Face model "
-                                 "folder, e.g. from huggingface-cli download, has one)")
+            raise ModelPathError(
+                f"{key}={folder} is not a model folder: it has no config.json (a Hugging Face model "
+                "folder, e.g. from huggingface-cli download, has one)"
+            )
         try:
             parsed = json.loads(config.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ModelPathError(f"{key}: {config} is not valid JSON ({exc}); restore or download the model again") from exc
+            raise ModelPathError(
+                f"{key}: {config} is not valid JSON ({exc}); restore or download the model again"
+            ) from exc
         if not isinstance(parsed, dict) or "model_type" not in parsed:
             raise ModelPathError(f"{key}: {config} has no model_type; it is not a Hugging Face model config")
     if weights:
@@ -66,8 +76,10 @@ def _check_folder(folder: Path, key: str, *, weights: bool, tokenizer: bool) -> 
             if path.name.endswith(".safetensors"):
                 _check_safetensors(path, key)
     if tokenizer and not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise ModelPathError(f"{key}={folder} has no tokenizer ({', '.join(TOKENIZER_FILES)}); set "
-                             "actor_rollout_ref.model.tokenizer_path to a folder that has one")
+        raise ModelPathError(
+            f"{key}={folder} has no tokenizer ({', '.join(TOKENIZER_FILES)}); set "
+            "actor_rollout_ref.model.tokenizer_path to a folder that has one"
+        )
 
 
 def _check_path(value: str, key: str, *, weights: bool, tokenizer: bool) -> None:
@@ -82,8 +94,10 @@ def _check_path(value: str, key: str, *, weights: bool, tokenizer: bool) -> None
         from huggingface_hub import try_to_load_from_cache
 
         if not isinstance(try_to_load_from_cache(value, "config.json"), str):
-            raise ModelPathError(f"{key}={value}: not a local folder, and the Hugging Face repo {value} is not in the "
-                                 "cache while HF_HUB_OFFLINE is set; download it first or give a local folder")
+            raise ModelPathError(
+                f"{key}={value}: not a local folder, and the Hugging Face repo {value} is not in the "
+                "cache while HF_HUB_OFFLINE is set; download it first or give a local folder"
+            )
 
 
 def check_model_paths(config: DictConfig) -> None:

@@ -27,9 +27,10 @@ import importlib
 import os
 import sys
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Iterable
+from typing import Any
 
 import pluggy
 
@@ -171,8 +172,11 @@ class PluginManager:
             close = difflib.get_close_matches(wanted, sorted(installed), n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             record = PluginRecord(name=wanted, version=None, builtin=False)
-            record.fail("error", f"{ENV_LOAD} names {wanted!r}, which is not an installed rlcore plugin.{hint} "
-                                 f"Installed: {', '.join(sorted(installed)) or 'none'}")
+            record.fail(
+                "error",
+                f"{ENV_LOAD} names {wanted!r}, which is not an installed rlcore plugin.{hint} "
+                f"Installed: {', '.join(sorted(installed)) or 'none'}",
+            )
             self.records[wanted] = record
 
     def disabled_provider(self, kind: str, name: str) -> str | None:
@@ -242,9 +246,7 @@ class PluginManager:
         for clash in registry.conflicts.values():  # every party to a clash is in conflict, not just the last
             for comp in clash:
                 others = ", ".join(sorted({c.dist or c.plugin for c in clash if c.plugin != comp.plugin}))
-                self.records[comp.plugin].fail(
-                    "conflict", f"{comp.kind} {comp.name!r} is also registered by {others}"
-                )
+                self.records[comp.plugin].fail("conflict", f"{comp.kind} {comp.name!r} is also registered by {others}")
         self.registry = registry
         return registry
 
@@ -285,7 +287,9 @@ def _is_spec(name: str) -> bool:
     return hasattr(getattr(hookspecs, name, None), "rlcore_spec")
 
 
-def make_plugin_manager(*, builtins: bool = True, entrypoints: bool = True, strict: bool | None = None) -> PluginManager:
+def make_plugin_manager(
+    *, builtins: bool = True, entrypoints: bool = True, strict: bool | None = None
+) -> PluginManager:
     """Build a new, fully loaded manager (tests use this to avoid the process-wide one)."""
     manager = PluginManager()
     if builtins:

@@ -84,7 +84,9 @@ def _check_engines(config: DictConfig, registry: Any) -> None:
 
     roles = [("actor", "actor_rollout_ref.actor", "actor_rollout_ref.model", config.actor_rollout_ref.actor.strategy)]
     try:
-        needs_critic = bool(registry.get("advantage_estimator", config.algorithm.adv_estimator).meta.get("needs_critic"))
+        needs_critic = bool(
+            registry.get("advantage_estimator", config.algorithm.adv_estimator).meta.get("needs_critic")
+        )
     except RLCoreError:
         needs_critic = False
     if needs_critic:
@@ -113,7 +115,11 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
     registry = manager.registry
     wanted = [
         ("algorithm.adv_estimator", "advantage_estimator", config.algorithm.adv_estimator),
-        ("actor_rollout_ref.actor.policy_loss.loss_mode", "policy_loss", config.actor_rollout_ref.actor.policy_loss.loss_mode),
+        (
+            "actor_rollout_ref.actor.policy_loss.loss_mode",
+            "policy_loss",
+            config.actor_rollout_ref.actor.policy_loss.loss_mode,
+        ),
         ("actor_rollout_ref.actor.strategy", "training_backend", config.actor_rollout_ref.actor.strategy),
         ("actor_rollout_ref.rollout.name", "rollout_engine", config.actor_rollout_ref.rollout.name),
         ("reward_model.reward_manager", "reward_manager", config.reward_model.reward_manager),
@@ -166,8 +172,10 @@ def make_run_dir(config: DictConfig) -> Path:
     try:
         run_dir.mkdir(parents=True)
     except OSError as exc:
-        raise RLCoreError(f"trainer.runs_dir={config.trainer.runs_dir}: cannot create the run directory {run_dir} "
-                          f"({exc.strerror or exc}); choose a writable folder") from exc
+        raise RLCoreError(
+            f"trainer.runs_dir={config.trainer.runs_dir}: cannot create the run directory {run_dir} "
+            f"({exc.strerror or exc}); choose a writable folder"
+        ) from exc
     check_writable(run_dir, "trainer.runs_dir")
     return run_dir
 
@@ -195,8 +203,15 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_training(files: list[str], overrides: list[str], presets: list[str], *, dry_run: bool = False,
-                 config_name: str | None = None, config_path: str | None = None) -> dict[str, Any]:
+def run_training(
+    files: list[str],
+    overrides: list[str],
+    presets: list[str],
+    *,
+    dry_run: bool = False,
+    config_name: str | None = None,
+    config_path: str | None = None,
+) -> dict[str, Any]:
     """Everything ``rlcore run`` does; returns the last metrics (empty for a dry run).
 
     Every problem the config has (unknown keys, bad values, unknown components, batch arithmetic) is
@@ -210,10 +225,13 @@ def run_training(files: list[str], overrides: list[str], presets: list[str], *, 
     presets = default_presets(files, overrides, config_name) + presets
     bundled = BUNDLED_PRESET in presets
     if bundled:
-        click.echo(f"No config file or data.train_files given: training the bundled CPU task (preset {BUNDLED_PRESET}).")
+        click.echo(
+            f"No config file or data.train_files given: training the bundled CPU task (preset {BUNDLED_PRESET})."
+        )
     problems = Problems()
-    config = load_config(files, overrides, presets, manager, config_name=config_name, config_path=config_path,
-                         problems=problems)
+    config = load_config(
+        files, overrides, presets, manager, config_name=config_name, config_path=config_path, problems=problems
+    )
     with problems.collect():
         manager.hook.on_config_resolved(config=config)
     with problems.collect():
@@ -246,10 +264,15 @@ def run_training(files: list[str], overrides: list[str], presets: list[str], *, 
             check_writable(Path(config.trainer[key]), f"trainer.{key}")
     run_dir = make_run_dir(config)
     (run_dir / "config.yaml").write_text(config_to_yaml(config))
-    (run_dir / "plugins.json").write_text(json.dumps(
-        {r.name: {"version": r.version, "status": r.status, "builtin": r.builtin} for r in manager.records.values()},
-        indent=2,
-    ))
+    (run_dir / "plugins.json").write_text(
+        json.dumps(
+            {
+                r.name: {"version": r.version, "status": r.status, "builtin": r.builtin}
+                for r in manager.records.values()
+            },
+            indent=2,
+        )
+    )
     (run_dir / "derived.json").write_text(json.dumps(derived.as_dict(), indent=2))
     click.echo(f"run directory: {run_dir}")
 
@@ -282,8 +305,10 @@ def _print_kept(config: DictConfig, trainer: Any, run_dir: Path, *, abandoned: b
     step = trainer.global_step - 1 if abandoned else trainer.global_step
     latest = CheckpointManager(config).latest() if config.trainer.default_local_dir else None
     how = "the step in progress was abandoned" if abandoned else "the step in progress was finished"
-    click.echo(f"stopped: {how}; steps up to {max(step, 0)} are logged in {run_dir / 'metrics.jsonl'}; "
-               f"newest checkpoint: {latest or 'none'}")
+    click.echo(
+        f"stopped: {how}; steps up to {max(step, 0)} are logged in {run_dir / 'metrics.jsonl'}; "
+        f"newest checkpoint: {latest or 'none'}"
+    )
 
 
 def _summarise(run_dir: Path, last: dict[str, Any], wall: float, status: str = "completed") -> None:

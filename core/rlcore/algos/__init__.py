@@ -27,8 +27,8 @@ from rlcore.algos.losses import (
     check_loss_agg_mode,
     clip_ratio_bounds,
     kl_penalty,
-    vanilla_policy_loss,
     value_loss,
+    vanilla_policy_loss,
 )
 from rlcore.algos.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
 

@@ -7,8 +7,9 @@ each response's score with the other responses of its group.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -61,5 +62,6 @@ def group_stats(scores: torch.Tensor, index: Sequence[Any]) -> GroupStats:
     squares = zeros.index_add(0, ids, (wide - mean[ids]) ** 2)
     std = torch.sqrt(squares / (size - 1).clamp_min(1.0))
     dtype = scores.dtype if scores.is_floating_point() else torch.float32
-    return GroupStats(ids=ids, n_groups=n_groups, size=size[ids].to(dtype), mean=mean[ids].to(dtype),
-                      std=std[ids].to(dtype))
+    return GroupStats(
+        ids=ids, n_groups=n_groups, size=size[ids].to(dtype), mean=mean[ids].to(dtype), std=std[ids].to(dtype)
+    )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -39,9 +40,7 @@ class AdaptiveKLController:
                 f"algorithm.kl_ctrl.target_kl must be positive for the adaptive controller, got {target_kl}"
             )
         if horizon <= 0:
-            raise RLCoreError(
-                f"algorithm.kl_ctrl.horizon must be positive for the adaptive controller, got {horizon}"
-            )
+            raise RLCoreError(f"algorithm.kl_ctrl.horizon must be positive for the adaptive controller, got {horizon}")
         self.value = float(init_kl_coef)
         self.target = float(target_kl)
         self.horizon = float(horizon)

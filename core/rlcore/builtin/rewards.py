@@ -13,8 +13,12 @@ def register_reward_managers(register):
 @hookimpl
 def register_reward_scorers(register):
     """Register rule-based scorers by data_source."""
-    register("openai/gsm8k", "rlcore.reward.scorers.gsm8k:score", description="GSM8K '#### N' answer match",
-             aliases=("gsm8k",))
+    register(
+        "openai/gsm8k",
+        "rlcore.reward.scorers.gsm8k:score",
+        description="GSM8K '#### N' answer match",
+        aliases=("gsm8k",),
+    )
     register(
         "lighteval/MATH",
         "rlcore.reward.scorers.math:score",

@@ -12,5 +12,8 @@ def register_reward_scorers(register):
 @hookimpl
 def register_presets(register):
     """Register the bundled task's preset (applied by ``rlcore run`` when no data is given)."""
-    register("arith-cpu", "rlcore.tasks.arith:cpu_preset",
-             description="bundled CPU task: GRPO on small sums from a biased warm-started model")
+    register(
+        "arith-cpu",
+        "rlcore.tasks.arith:cpu_preset",
+        description="bundled CPU task: GRPO on small sums from a biased warm-started model",
+    )

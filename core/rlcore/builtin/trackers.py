@@ -11,4 +11,6 @@ from rlcore.hookspecs import hookimpl
 def register_trackers(register):
     """Register the console and JSONL trackers."""
     register("console", "rlcore.tracking.sinks:ConsoleTracker", description="step:N - key:value lines on stdout")
-    register("jsonl", "rlcore.tracking.sinks:JsonlTracker", description="metrics.jsonl in the run directory (always on)")
+    register(
+        "jsonl", "rlcore.tracking.sinks:JsonlTracker", description="metrics.jsonl in the run directory (always on)"
+    )

@@ -127,8 +127,10 @@ def verify_checkpoint(folder: Path) -> bool:
             what = "truncated" if size < expected["size"] else "longer than it was written"
             raise CheckpointError(f"checkpoint {folder}: file {name} is {what} ({size} of {expected['size']} bytes)")
         if _sha256(path) != expected["sha256"]:
-            raise CheckpointError(f"checkpoint {folder}: file {name} is damaged (its SHA-256 does not match the one "
-                                  f"recorded when it was written)")
+            raise CheckpointError(
+                f"checkpoint {folder}: file {name} is damaged (its SHA-256 does not match the one "
+                f"recorded when it was written)"
+            )
     return True
 
 
@@ -141,16 +143,18 @@ def _disk_error(exc: OSError, step: int, root: Path, previous: Path | None) -> C
         why = "the folder is not writable"
     else:
         why = exc.strerror or str(exc)
-    return CheckpointError(f"cannot save the checkpoint of step {step} in {root} (trainer.default_local_dir): "
-                           f"{why} [{exc}]; {kept}")
+    return CheckpointError(
+        f"cannot save the checkpoint of step {step} in {root} (trainer.default_local_dir): {why} [{exc}]; {kept}"
+    )
 
 
 def _crash_if_asked(step: int) -> None:
     """The test seam :data:`CRASH_ENV`: SIGKILL this process while saving the step it names."""
     value = os.environ.get(CRASH_ENV)
     if value and int(value) == step:
-        print(f"{CRASH_ENV}={value}: killing the process in the middle of saving step {step}", file=sys.stderr,
-              flush=True)
+        print(
+            f"{CRASH_ENV}={value}: killing the process in the middle of saving step {step}", file=sys.stderr, flush=True
+        )
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -227,8 +231,13 @@ class CheckpointManager:
             if text.isdigit() and self.step_dir(int(text)).is_dir():
                 return self.step_dir(int(text))
             fallback = complete[-1][1].name if complete else "none"
-            log.warning("%s names %r, which is not a checkpoint folder in %s; newest complete checkpoint: %s",
-                        pointer, text, self.root, fallback)
+            log.warning(
+                "%s names %r, which is not a checkpoint folder in %s; newest complete checkpoint: %s",
+                pointer,
+                text,
+                self.root,
+                fallback,
+            )
         return complete[-1][1] if complete else None
 
     def save(self, step: int, write_fn: Callable[[Path], None]) -> Path:
@@ -324,8 +333,10 @@ def resume_path(config: DictConfig) -> Path | None:
         try:
             verify_checkpoint(path)
         except CheckpointError as exc:
-            raise CheckpointError(f"{exc}; resume from another checkpoint (trainer.resume_from_path) or set "
-                                  "trainer.resume_mode=auto to take the newest intact one") from exc
+            raise CheckpointError(
+                f"{exc}; resume from another checkpoint (trainer.resume_from_path) or set "
+                "trainer.resume_mode=auto to take the newest intact one"
+            ) from exc
         return path
     if from_path:
         raise CheckpointError(
@@ -348,8 +359,10 @@ def resume_path(config: DictConfig) -> Path | None:
         if damaged:
             log.warning("%s; resuming from the newest intact checkpoint, %s", "; ".join(damaged), path)
         return path
-    raise CheckpointError(f"every checkpoint in {manager.root} is damaged ({'; '.join(damaged)}); "
-                          "set trainer.resume_mode=disable to start over")
+    raise CheckpointError(
+        f"every checkpoint in {manager.root} is damaged ({'; '.join(damaged)}); "
+        "set trainer.resume_mode=disable to start over"
+    )
 
 
 def write_trainer_state(folder: Path, state: Mapping[str, Any]) -> None:

@@ -24,14 +24,11 @@ ALIASES: dict[str, str] = {
     "actor_rollout_ref.actor.rollout_n": "actor_rollout_ref.rollout.n",
     "actor_rollout_ref.ref.rollout_n": "actor_rollout_ref.rollout.n",
     "critic.rollout_n": "actor_rollout_ref.rollout.n",
-    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size":
-        "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
     "actor_rollout_ref.actor.fsdp_config.use_torch_compile": "actor_rollout_ref.actor.use_torch_compile",
-    "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_with_chunking":
-        "actor_rollout_ref.actor.entropy_from_logits_with_chunking",
+    "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_with_chunking": "actor_rollout_ref.actor.entropy_from_logits_with_chunking",
     "actor_rollout_ref.actor.fsdp_config.entropy_checkpointing": "actor_rollout_ref.actor.entropy_checkpointing",
-    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size":
-        "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
 }
 
 
@@ -41,7 +38,7 @@ def canonical_key(key: str) -> str:
         alias = next((a for a in sorted(ALIASES, key=len, reverse=True) if key == a or key.startswith(a + ".")), None)
         if alias is None:
             return key
-        key = ALIASES[alias] + key[len(alias):]
+        key = ALIASES[alias] + key[len(alias) :]
     return key
 
 
@@ -58,8 +55,10 @@ def rename_aliases(dotted: Mapping[str, Any], source: str) -> tuple[dict[str, An
         target = canonical_key(key)
         if target in renamed and renamed[target] != value:
             first = given.get(target, target)
-            problems.append(f"{source}: {key}={value!r} and {first}={renamed[target]!r} set the same key "
-                            f"({target}) to different values")
+            problems.append(
+                f"{source}: {key}={value!r} and {first}={renamed[target]!r} set the same key "
+                f"({target}) to different values"
+            )
             continue
         renamed[target] = value
         if target != key:

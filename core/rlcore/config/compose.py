@@ -104,8 +104,7 @@ def _named(name: str, folders: list[Path], referrer: str, stack: tuple[Path, ...
         return [Source(f"verl's {stem}", BUILTIN_CONFIGS[stem])]
     searched = ", ".join(str(f) for f in folders)
     raise ConfigError(
-        f"{referrer}: no {stem}.yaml in {searched}; without a file, rlcore knows verl's "
-        f"{' and '.join(BUILTIN_CONFIGS)}"
+        f"{referrer}: no {stem}.yaml in {searched}; without a file, rlcore knows verl's {' and '.join(BUILTIN_CONFIGS)}"
     )
 
 
@@ -162,11 +161,13 @@ def _search_path(hydra: Any, label: str) -> list[Path]:
         return []
     if not isinstance(hydra, dict) or set(hydra) - {"searchpath"}:
         others = sorted(set(hydra) - {"searchpath"}) if isinstance(hydra, dict) else [repr(hydra)]
-        raise ConfigError(f"{label}: hydra.{', hydra.'.join(others)}: Hydra's own settings have no effect in rlcore "
-                          f"(only hydra.searchpath is read)")
+        raise ConfigError(
+            f"{label}: hydra.{', hydra.'.join(others)}: Hydra's own settings have no effect in rlcore "
+            f"(only hydra.searchpath is read)"
+        )
     folders = []
     for entry in hydra.get("searchpath") or []:
         text = str(entry)
-        if text.startswith("file://") and Path(text[len("file://"):]).is_dir():
-            folders.append(Path(text[len("file://"):]))
+        if text.startswith("file://") and Path(text[len("file://") :]).is_dir():
+            folders.append(Path(text[len("file://") :]))
     return folders

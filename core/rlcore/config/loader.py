@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -64,7 +65,9 @@ def _merge_plugin_defaults(base: dict[str, Any], manager: PluginManager) -> dict
         if not fragment:
             continue
         if not isinstance(fragment, Mapping):
-            raise ConfigError(f"plugin {impl.plugin_name}: config_defaults must return a mapping, got {type(fragment).__name__}")
+            raise ConfigError(
+                f"plugin {impl.plugin_name}: config_defaults must return a mapping, got {type(fragment).__name__}"
+            )
         for key, value in flatten(_nest(fragment)).items():
             previous = owners.get(key)
             if previous is not None and previous != "rlcore":
@@ -168,8 +171,9 @@ def _coerce(key: str, value: Any, defaults: DictConfig) -> Any:
     raise ConfigError(f"{key}={value!r} has the wrong type: expected {names} (default {default!r})")
 
 
-def _apply(merged: DictConfig, source: Source, defaults: DictConfig, known: KnownKeys, added: set[str],
-           problems: Problems) -> DictConfig:
+def _apply(
+    merged: DictConfig, source: Source, defaults: DictConfig, known: KnownKeys, added: set[str], problems: Problems
+) -> DictConfig:
     """Merge one source into ``merged``, keeping only its valid keys; record a problem for each other key."""
     renamed, given, alias_problems = rename_aliases(flatten(source.fragment), source.label)
     for message in alias_problems:
@@ -230,12 +234,20 @@ def _preset_fragment(name: str, manager: PluginManager) -> dict[str, Any]:
     target = manager.registry.load("preset", name)
     fragment = target() if callable(target) else target
     if not isinstance(fragment, Mapping):
-        raise ConfigError(f"preset {name!r} must be a mapping (or a callable returning one), got {type(fragment).__name__}")
+        raise ConfigError(
+            f"preset {name!r} must be a mapping (or a callable returning one), got {type(fragment).__name__}"
+        )
     return _nest(fragment)
 
 
-def _sources(files: Iterable[str], presets: Iterable[str], config_name: str | None, config_path: str | None,
-             manager: PluginManager, problems: Problems) -> list[Source]:
+def _sources(
+    files: Iterable[str],
+    presets: Iterable[str],
+    config_name: str | None,
+    config_path: str | None,
+    manager: PluginManager,
+    problems: Problems,
+) -> list[Source]:
     """Presets, then the ``--config-name`` config, then the YAML files, each expanded into its sources."""
     sources: list[Source] = []
     for name in presets:

@@ -46,107 +46,245 @@ def _prefix_match(pattern: list[str], parts: list[str]) -> bool:
 ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout", "critic", "reward_model")
 
 MISSING_FEATURES: tuple[MissingFeature, ...] = (
-    MissingFeature("verl's Megatron backend settings", (
-        "actor_rollout_ref.actor.megatron", "actor_rollout_ref.ref.megatron", "critic.megatron",
-        "reward_model.megatron", "actor_rollout_ref.actor.optim.override_optimizer_config",
-        "critic.optim.override_optimizer_config",
-        "actor_rollout_ref.actor.optim.lr_decay_style", "actor_rollout_ref.actor.optim.lr_decay_steps",
-        "actor_rollout_ref.actor.optim.min_lr", "actor_rollout_ref.actor.optim.lr_warmup_init",
-        "actor_rollout_ref.model.lora", "critic.model.lora",
-    ), MEGATRON_HINT),
-    MissingFeature("profiling (verl's profiler settings)", (
-        "global_profiler", *(f"{role}.profiler" for role in ROLES), "trainer.profile_steps",
-        "trainer.profile_continuous_steps", "trainer.controller_nsight_options", "trainer.worker_nsight_options",
-        "trainer.npu_profile",
-    ), off={"global_profiler.tool": None, "global_profiler.steps": None,
-            **{f"{role}.profiler.enable": False for role in ROLES}}),
-    MissingFeature("multi-turn rollouts (tools, interactions, agent loops)", (
-        "actor_rollout_ref.rollout.multi_turn", "actor_rollout_ref.rollout.agent", "data.tool_config_path",
-    ), off={"actor_rollout_ref.rollout.multi_turn.enable": False,
-            "actor_rollout_ref.rollout.multi_turn.format": "hermes"}),
-    MissingFeature("multimodal data (images, video)", (
-        "data.image_key", "data.video_key", "data.image_patch_size", "data.return_multi_modal_inputs",
-        "actor_rollout_ref.actor.freeze_vision_tower",
-    )),
-    MissingFeature("model-based rewards (reward models, reward loop)", (
-        "reward_model.model", "reward_model.rollout", "reward_model.strategy", "reward_model.enable_resource_pool",
-        "reward_model.n_gpus_per_node", "reward_model.nnodes", "reward_model.micro_batch_size",
-        "reward_model.micro_batch_size_per_gpu", "reward_model.max_length", "reward_model.use_dynamic_bsz",
-        "reward_model.forward_max_token_len_per_gpu", "reward_model.ulysses_sequence_parallel_size",
-        "reward_model.num_workers", "reward_model.use_reward_loop", "reward_model.reward_loop_source",
-        "reward_model.reward_loop_module_path", "reward_model.reward_loop_class_name",
-    )),
+    MissingFeature(
+        "verl's Megatron backend settings",
+        (
+            "actor_rollout_ref.actor.megatron",
+            "actor_rollout_ref.ref.megatron",
+            "critic.megatron",
+            "reward_model.megatron",
+            "actor_rollout_ref.actor.optim.override_optimizer_config",
+            "critic.optim.override_optimizer_config",
+            "actor_rollout_ref.actor.optim.lr_decay_style",
+            "actor_rollout_ref.actor.optim.lr_decay_steps",
+            "actor_rollout_ref.actor.optim.min_lr",
+            "actor_rollout_ref.actor.optim.lr_warmup_init",
+            "actor_rollout_ref.model.lora",
+            "critic.model.lora",
+        ),
+        MEGATRON_HINT,
+    ),
+    MissingFeature(
+        "profiling (verl's profiler settings)",
+        (
+            "global_profiler",
+            *(f"{role}.profiler" for role in ROLES),
+            "trainer.profile_steps",
+            "trainer.profile_continuous_steps",
+            "trainer.controller_nsight_options",
+            "trainer.worker_nsight_options",
+            "trainer.npu_profile",
+        ),
+        off={
+            "global_profiler.tool": None,
+            "global_profiler.steps": None,
+            **{f"{role}.profiler.enable": False for role in ROLES},
+        },
+    ),
+    MissingFeature(
+        "multi-turn rollouts (tools, interactions, agent loops)",
+        (
+            "actor_rollout_ref.rollout.multi_turn",
+            "actor_rollout_ref.rollout.agent",
+            "data.tool_config_path",
+        ),
+        off={
+            "actor_rollout_ref.rollout.multi_turn.enable": False,
+            "actor_rollout_ref.rollout.multi_turn.format": "hermes",
+        },
+    ),
+    MissingFeature(
+        "multimodal data (images, video)",
+        (
+            "data.image_key",
+            "data.video_key",
+            "data.image_patch_size",
+            "data.return_multi_modal_inputs",
+            "actor_rollout_ref.actor.freeze_vision_tower",
+        ),
+    ),
+    MissingFeature(
+        "model-based rewards (reward models, reward loop)",
+        (
+            "reward_model.model",
+            "reward_model.rollout",
+            "reward_model.strategy",
+            "reward_model.enable_resource_pool",
+            "reward_model.n_gpus_per_node",
+            "reward_model.nnodes",
+            "reward_model.micro_batch_size",
+            "reward_model.micro_batch_size_per_gpu",
+            "reward_model.max_length",
+            "reward_model.use_dynamic_bsz",
+            "reward_model.forward_max_token_len_per_gpu",
+            "reward_model.ulysses_sequence_parallel_size",
+            "reward_model.num_workers",
+            "reward_model.use_reward_loop",
+            "reward_model.reward_loop_source",
+            "reward_model.reward_loop_module_path",
+            "reward_model.reward_loop_class_name",
+        ),
+    ),
     MissingFeature("sandboxed code-execution rewards (Sandbox Fusion)", ("reward_model.sandbox_fusion",)),
-    MissingFeature("reward managers loaded from a file (reward_manager.source=importlib)", (
-        "reward_manager.source", "reward_manager.module",
-    )),
+    MissingFeature(
+        "reward managers loaded from a file (reward_manager.source=importlib)",
+        (
+            "reward_manager.source",
+            "reward_manager.module",
+        ),
+    ),
     MissingFeature("multi-token prediction (MTP)", ("actor_rollout_ref.model.mtp", "actor_rollout_ref.rollout.mtp")),
-    MissingFeature("MoE router replay", (
-        "actor_rollout_ref.actor.router_replay", "actor_rollout_ref.ref.router_replay",
-        "actor_rollout_ref.rollout.enable_rollout_routing_replay",
-    )),
+    MissingFeature(
+        "MoE router replay",
+        (
+            "actor_rollout_ref.actor.router_replay",
+            "actor_rollout_ref.ref.router_replay",
+            "actor_rollout_ref.rollout.enable_rollout_routing_replay",
+        ),
+    ),
     MissingFeature("Ulysses sequence parallelism for the critic", ("critic.ulysses_sequence_parallel_size",)),
-    MissingFeature("settings of the reference model apart from the actor's (rlcore's reference follows the actor)", (
-        "actor_rollout_ref.ref.strategy", "actor_rollout_ref.ref.use_torch_compile",
-        "actor_rollout_ref.ref.entropy_from_logits_with_chunking", "actor_rollout_ref.ref.entropy_checkpointing",
-        "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
-        "actor_rollout_ref.ref.fsdp_config.entropy_from_logits_with_chunking",
-        "actor_rollout_ref.ref.fsdp_config.entropy_checkpointing",
-    )),
-    MissingFeature("these FSDP options of verl (rlcore-plugin-fsdp does not have them)", (
-        *(f"{role}.fsdp_config.{name}" for role in ("actor_rollout_ref.*", "critic")
-          for name in ("wrap_policy", "use_orig_params", "seed", "full_determinism", "forward_only", "strategy",
-                       "mixed_precision")),
-        "critic.fsdp_config.ulysses_sequence_parallel_size", "critic.fsdp_config.use_torch_compile",
-        "critic.fsdp_config.entropy_from_logits_with_chunking", "critic.fsdp_config.entropy_checkpointing",
-    )),
-    MissingFeature("a choice of optimizer (rlcore uses torch's AdamW)", (
-        "actor_rollout_ref.actor.optim.optimizer", "actor_rollout_ref.actor.optim.optimizer_impl",
-        "critic.optim.optimizer", "critic.optim.optimizer_impl",
-    )),
-    MissingFeature("these model options of verl", (
-        "actor_rollout_ref.model.hf_config_path", "actor_rollout_ref.model.external_lib",
-        "actor_rollout_ref.model.exclude_modules", "actor_rollout_ref.model.fused_kernel_options",
-        "actor_rollout_ref.model.tiled_mlp", "actor_rollout_ref.model.torch_dtype",
-    )),
-    MissingFeature("these critic options of verl", (
-        "critic.model.external_lib", "critic.model.use_shm", "critic.model.enable_activation_offload",
-        "critic.model.lora_rank", "critic.model.lora_alpha", "critic.model.target_modules", "critic.model.tiled_mlp",
-        "critic.forward_micro_batch_size", "critic.forward_micro_batch_size_per_gpu", "critic.data_loader_seed",
-        "critic.checkpoint.async_save",
-    )),
-    MissingFeature("these actor options of verl", (
-        "actor_rollout_ref.actor.tau_pos", "actor_rollout_ref.actor.tau_neg", "actor_rollout_ref.actor.calculate_entropy",
-        "actor_rollout_ref.actor.use_prefix_grouper", "actor_rollout_ref.actor.calculate_sum_pi_squared",
-        "actor_rollout_ref.actor.sum_pi_squared_checkpointing",
-    )),
-    MissingFeature("these rollout options of verl", (
-        "actor_rollout_ref.rollout.cudagraph_capture_sizes", "actor_rollout_ref.rollout.expert_parallel_size",
-        "actor_rollout_ref.rollout.pipeline_model_parallel_size", "actor_rollout_ref.rollout.logprobs_mode",
-        "actor_rollout_ref.rollout.scheduling_policy", "actor_rollout_ref.rollout.disable_log_stats",
-        "actor_rollout_ref.rollout.over_sample_rate", "actor_rollout_ref.rollout.multi_stage_wake_up",
-        "actor_rollout_ref.rollout.skip_rollout", "actor_rollout_ref.rollout.skip_dump_dir",
-        "actor_rollout_ref.rollout.skip_tokenizer_init", "actor_rollout_ref.rollout.layered_summon",
-        "actor_rollout_ref.rollout.quantization", "actor_rollout_ref.rollout.quantization_config_file",
-        "actor_rollout_ref.rollout.prometheus", "actor_rollout_ref.rollout.trace",
-        "actor_rollout_ref.rollout.checkpoint_engine", "actor_rollout_ref.rollout.engine_kwargs.trtllm",
-    ), off={"actor_rollout_ref.rollout.layered_summon": False, "actor_rollout_ref.rollout.multi_stage_wake_up": False,
-            "actor_rollout_ref.rollout.over_sample_rate": 0, "actor_rollout_ref.rollout.expert_parallel_size": 1,
-            "actor_rollout_ref.rollout.pipeline_model_parallel_size": 1}),
-    MissingFeature("these data options of verl", (
-        "data.tokenizer", "data.use_shm", "data.return_raw_input_ids", "data.return_full_prompt", "data.sampler",
-        "data.datagen",
-    )),
-    MissingFeature("rejection sampling and bypass mode of rollout correction", (
-        "algorithm.rollout_correction.rollout_rs", "algorithm.rollout_correction.rollout_rs_threshold",
-        "algorithm.rollout_correction.bypass_mode", "algorithm.rollout_correction.loss_type",
-        "algorithm.rollout_correction.rollout_is_batch_normalize",
-    )),
+    MissingFeature(
+        "settings of the reference model apart from the actor's (rlcore's reference follows the actor)",
+        (
+            "actor_rollout_ref.ref.strategy",
+            "actor_rollout_ref.ref.use_torch_compile",
+            "actor_rollout_ref.ref.entropy_from_logits_with_chunking",
+            "actor_rollout_ref.ref.entropy_checkpointing",
+            "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
+            "actor_rollout_ref.ref.fsdp_config.entropy_from_logits_with_chunking",
+            "actor_rollout_ref.ref.fsdp_config.entropy_checkpointing",
+        ),
+    ),
+    MissingFeature(
+        "these FSDP options of verl (rlcore-plugin-fsdp does not have them)",
+        (
+            *(
+                f"{role}.fsdp_config.{name}"
+                for role in ("actor_rollout_ref.*", "critic")
+                for name in (
+                    "wrap_policy",
+                    "use_orig_params",
+                    "seed",
+                    "full_determinism",
+                    "forward_only",
+                    "strategy",
+                    "mixed_precision",
+                )
+            ),
+            "critic.fsdp_config.ulysses_sequence_parallel_size",
+            "critic.fsdp_config.use_torch_compile",
+            "critic.fsdp_config.entropy_from_logits_with_chunking",
+            "critic.fsdp_config.entropy_checkpointing",
+        ),
+    ),
+    MissingFeature(
+        "a choice of optimizer (rlcore uses torch's AdamW)",
+        (
+            "actor_rollout_ref.actor.optim.optimizer",
+            "actor_rollout_ref.actor.optim.optimizer_impl",
+            "critic.optim.optimizer",
+            "critic.optim.optimizer_impl",
+        ),
+    ),
+    MissingFeature(
+        "these model options of verl",
+        (
+            "actor_rollout_ref.model.hf_config_path",
+            "actor_rollout_ref.model.external_lib",
+            "actor_rollout_ref.model.exclude_modules",
+            "actor_rollout_ref.model.fused_kernel_options",
+            "actor_rollout_ref.model.tiled_mlp",
+            "actor_rollout_ref.model.torch_dtype",
+        ),
+    ),
+    MissingFeature(
+        "these critic options of verl",
+        (
+            "critic.model.external_lib",
+            "critic.model.use_shm",
+            "critic.model.enable_activation_offload",
+            "critic.model.lora_rank",
+            "critic.model.lora_alpha",
+            "critic.model.target_modules",
+            "critic.model.tiled_mlp",
+            "critic.forward_micro_batch_size",
+            "critic.forward_micro_batch_size_per_gpu",
+            "critic.data_loader_seed",
+            "critic.checkpoint.async_save",
+        ),
+    ),
+    MissingFeature(
+        "these actor options of verl",
+        (
+            "actor_rollout_ref.actor.tau_pos",
+            "actor_rollout_ref.actor.tau_neg",
+            "actor_rollout_ref.actor.calculate_entropy",
+            "actor_rollout_ref.actor.use_prefix_grouper",
+            "actor_rollout_ref.actor.calculate_sum_pi_squared",
+            "actor_rollout_ref.actor.sum_pi_squared_checkpointing",
+        ),
+    ),
+    MissingFeature(
+        "these rollout options of verl",
+        (
+            "actor_rollout_ref.rollout.cudagraph_capture_sizes",
+            "actor_rollout_ref.rollout.expert_parallel_size",
+            "actor_rollout_ref.rollout.pipeline_model_parallel_size",
+            "actor_rollout_ref.rollout.logprobs_mode",
+            "actor_rollout_ref.rollout.scheduling_policy",
+            "actor_rollout_ref.rollout.disable_log_stats",
+            "actor_rollout_ref.rollout.over_sample_rate",
+            "actor_rollout_ref.rollout.multi_stage_wake_up",
+            "actor_rollout_ref.rollout.skip_rollout",
+            "actor_rollout_ref.rollout.skip_dump_dir",
+            "actor_rollout_ref.rollout.skip_tokenizer_init",
+            "actor_rollout_ref.rollout.layered_summon",
+            "actor_rollout_ref.rollout.quantization",
+            "actor_rollout_ref.rollout.quantization_config_file",
+            "actor_rollout_ref.rollout.prometheus",
+            "actor_rollout_ref.rollout.trace",
+            "actor_rollout_ref.rollout.checkpoint_engine",
+            "actor_rollout_ref.rollout.engine_kwargs.trtllm",
+        ),
+        off={
+            "actor_rollout_ref.rollout.layered_summon": False,
+            "actor_rollout_ref.rollout.multi_stage_wake_up": False,
+            "actor_rollout_ref.rollout.over_sample_rate": 0,
+            "actor_rollout_ref.rollout.expert_parallel_size": 1,
+            "actor_rollout_ref.rollout.pipeline_model_parallel_size": 1,
+        },
+    ),
+    MissingFeature(
+        "these data options of verl",
+        (
+            "data.tokenizer",
+            "data.use_shm",
+            "data.return_raw_input_ids",
+            "data.return_full_prompt",
+            "data.sampler",
+            "data.datagen",
+        ),
+    ),
+    MissingFeature(
+        "rejection sampling and bypass mode of rollout correction",
+        (
+            "algorithm.rollout_correction.rollout_rs",
+            "algorithm.rollout_correction.rollout_rs_threshold",
+            "algorithm.rollout_correction.bypass_mode",
+            "algorithm.rollout_correction.loss_type",
+            "algorithm.rollout_correction.rollout_is_batch_normalize",
+        ),
+    ),
     MissingFeature("PF-PPO (policy filtration)", ("algorithm.pf_ppo",)),
-    MissingFeature("these trainer options of verl", (
-        "trainer.esi_redundant_time", "trainer.default_hdfs_dir", "trainer.del_local_ckpt_after_load",
-        "trainer.ray_wait_register_center_timeout",
-    )),
+    MissingFeature(
+        "these trainer options of verl",
+        (
+            "trainer.esi_redundant_time",
+            "trainer.default_hdfs_dir",
+            "trainer.del_local_ckpt_after_load",
+            "trainer.ray_wait_register_center_timeout",
+        ),
+    ),
     MissingFeature("verl's TransferQueue", ("transfer_queue",)),
     MissingFeature("Ray start-up options (rlcore: trainer.ray_address)", ("ray_kwargs",)),
 )
@@ -171,8 +309,9 @@ def missing_feature(key: str) -> MissingFeature | None:
     return next((f for f in MISSING_FEATURES if f.matches(key)), None)
 
 
-def missing_feature_problems(unknown: Mapping[str, Any], source: str,
-                             given: Mapping[str, str]) -> tuple[list[str], list[str]]:
+def missing_feature_problems(
+    unknown: Mapping[str, Any], source: str, given: Mapping[str, str]
+) -> tuple[list[str], list[str]]:
     """Split the ``unknown`` keys (with their values) into one problem per missing feature, and the keys no
     feature accounts for. Keys set to the value that turns their feature off are neither.
 

@@ -84,11 +84,19 @@ NON_NEGATIVE_SECONDS: tuple[str, ...] = ("reward_model.scorer_timeout", "reward_
 #: keys accepted for verl's sake that rlcore honours only at one value: key -> (allowed values, why)
 ONLY_VALUES: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.hybrid_engine": (
-        (True,), ("rlcore (like verl) always runs the hybrid engine; for rollout on ranks of its own set "
-                  "trainer.placement=split")),
+        (True,),
+        (
+            "rlcore (like verl) always runs the hybrid engine; for rollout on ranks of its own set "
+            "trainer.placement=split"
+        ),
+    ),
     "trainer.use_legacy_worker_impl": (
-        ("auto", "disable"), ("rlcore has one worker implementation, the engine-based one (verl's new workers); "
-                              "verl's legacy workers are not available")),
+        ("auto", "disable"),
+        (
+            "rlcore has one worker implementation, the engine-based one (verl's new workers); "
+            "verl's legacy workers are not available"
+        ),
+    ),
 }
 
 
@@ -153,8 +161,10 @@ def check_values(config: DictConfig) -> None:
         if not _number(value) or value < 0:
             problems.append(f"{key} must be a number >= 0, got {value!r}")
     if config.reward_model.launch_reward_fn_async and config.algorithm.batch_filters:
-        problems.append("reward_model.launch_reward_fn_async=true cannot be combined with algorithm.batch_filters: "
-                        "the filters need the rewards before the log-probs are computed; turn one of them off")
+        problems.append(
+            "reward_model.launch_reward_fn_async=true cannot be combined with algorithm.batch_filters: "
+            "the filters need the rewards before the log-probs are computed; turn one of them off"
+        )
     if problems:
         raise ConfigError(*problems)
 
@@ -219,7 +229,9 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     if config.trainer.executor not in ("local", "ray"):
         raise ConfigError(f"trainer.executor must be 'auto', 'local' or 'ray', got {config.trainer.executor!r}")
     if config.data.truncation not in TRUNCATION_MODES:
-        raise ConfigError(f"data.truncation must be one of {', '.join(TRUNCATION_MODES)}, got {config.data.truncation!r}")
+        raise ConfigError(
+            f"data.truncation must be one of {', '.join(TRUNCATION_MODES)}, got {config.data.truncation!r}"
+        )
     _positive(config, "data.max_prompt_length")
     _positive(config, "data.max_response_length")
     _check_rollout_correction(config)

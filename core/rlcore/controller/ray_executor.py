@@ -61,8 +61,14 @@ class WorkerError(RLCoreError):
     """
 
     def __init__(
-        self, message: str, *, role: str, rank: int, method: str,
-        cause: BaseException | None = None, worker_traceback: str | None = None,
+        self,
+        message: str,
+        *,
+        role: str,
+        rank: int,
+        method: str,
+        cause: BaseException | None = None,
+        worker_traceback: str | None = None,
     ) -> None:
         super().__init__(message)
         self.role = role
@@ -121,9 +127,7 @@ class RayWorker:
             "env": {k: os.environ[k] for k in keys if k in os.environ},
         }
 
-    def build(
-        self, worker: str, config: DictConfig, world_size: int, local_rank: int, master: tuple[str, int]
-    ) -> None:
+    def build(self, worker: str, config: DictConfig, world_size: int, local_rank: int, master: tuple[str, int]) -> None:
         """Set the distributed variables, load the plugins and construct ``worker_cls(config, role, rank, world)``.
 
         ``worker`` is the :class:`WorkerSpec` name (``actor`` or ``critic``); the worker resolves its training
@@ -131,13 +135,15 @@ class RayWorker:
         ``LOCAL_RANK`` is the rank's index on its node, or 0 when Ray gave the actor its own GPU (Ray then
         restricts ``CUDA_VISIBLE_DEVICES`` to it).
         """
-        os.environ.update({
-            "RANK": str(self.rank),
-            "WORLD_SIZE": str(world_size),
-            "LOCAL_RANK": "0" if ray.get_gpu_ids() else str(local_rank),
-            "MASTER_ADDR": master[0],
-            "MASTER_PORT": str(master[1]),
-        })
+        os.environ.update(
+            {
+                "RANK": str(self.rank),
+                "WORLD_SIZE": str(world_size),
+                "LOCAL_RANK": "0" if ray.get_gpu_ids() else str(local_rank),
+                "MASTER_ADDR": master[0],
+                "MASTER_PORT": str(master[1]),
+            }
+        )
         worker_cls = WorkerSpec(worker).resolve()
         self.worker = worker_cls(config, self.role, self.rank, world_size)
 
@@ -297,7 +303,9 @@ class RayWorkerGroup:
         """Broadcast ``method(*args, **kwargs)`` and return every rank's result, in rank order."""
         self._check_usable(method)
         shared = ray.put((args, kwargs))
-        return self._unwrap(method, self._gather([actor.execute.remote(method, shared, True) for actor in self.actors], method))
+        return self._unwrap(
+            method, self._gather([actor.execute.remote(method, shared, True) for actor in self.actors], method)
+        )
 
     def _unwrap(self, method: str, results: list[tuple[Any, float]]) -> list[Any]:
         """The ranks' results of ``execute``; their compute seconds (the slowest rank's) go to ``compute_s``."""
@@ -373,7 +381,10 @@ class RayWorkerGroup:
         reason = _death_reason(exc)
         return WorkerDiedError(
             f"{where}: the worker process died during {call}: {reason}",
-            role=self.role, rank=rank, method=method, cause=exc,
+            role=self.role,
+            rank=rank,
+            method=method,
+            cause=exc,
         )
 
     def _fail(self, error: WorkerError) -> None:

@@ -39,8 +39,11 @@ class StopRequest:
             click.echo(f"\n{signal.Signals(signum).name} again: abandoning the current step", err=True)
             raise KeyboardInterrupt
         self.signum = signum
-        click.echo(f"\n{signal.Signals(signum).name} received: finishing the current step, then stopping "
-                   "(send it again to abandon the step)", err=True)
+        click.echo(
+            f"\n{signal.Signals(signum).name} received: finishing the current step, then stopping "
+            "(send it again to abandon the step)",
+            err=True,
+        )
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():

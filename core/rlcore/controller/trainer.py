@@ -24,10 +24,10 @@ from rlcore.algos.losses import agg_loss
 from rlcore.algos.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
 from rlcore.algos.rollout_correction import rollout_is_weights, rollout_mismatch_metrics
 from rlcore.checkpoint import CheckpointManager, read_trainer_state, resume_path, write_trainer_state
-from rlcore.controller.uids import prompt_uids
 from rlcore.controller.balance import balance_order
 from rlcore.controller.groups import build_worker_groups
 from rlcore.controller.stop import StopRequest
+from rlcore.controller.uids import prompt_uids
 from rlcore.controller.worker_group import reduce_metrics
 from rlcore.data.collate import collate_rows
 from rlcore.data.custom import load_dataset_class
@@ -50,7 +50,12 @@ NONFINITE_METRICS: tuple[str, ...] = ("actor/grad_norm_nonfinite", "critic/grad_
 REWARD_WARN_MAGNITUDE = 1e4
 #: the model config fields that must match between a checkpoint and the model it is resumed into
 MODEL_SHAPE_KEYS: tuple[str, ...] = (
-    "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
     "num_key_value_heads",
 )
 
@@ -77,13 +82,13 @@ class Trainer:
         self.registry = manager.registry
         algo = config.algorithm
         self.estimator = self.registry.get("advantage_estimator", algo.adv_estimator)
-        self.use_critic = bool(config.critic.enable) if config.critic.enable is not None else bool(
-            self.estimator.meta.get("needs_critic", False)
+        self.use_critic = (
+            bool(config.critic.enable)
+            if config.critic.enable is not None
+            else bool(self.estimator.meta.get("needs_critic", False))
         )
         if self.estimator.meta.get("needs_critic") and not self.use_critic:
-            raise RLCoreError(
-                f"algorithm.adv_estimator={algo.adv_estimator!r} needs a critic but critic.enable=false"
-            )
+            raise RLCoreError(f"algorithm.adv_estimator={algo.adv_estimator!r} needs a critic but critic.enable=false")
         actor = config.actor_rollout_ref.actor
         self.use_reference = bool(actor.use_kl_loss or algo.use_kl_in_reward)
         self.kl_ctrl = make_kl_controller(algo.kl_ctrl) if algo.use_kl_in_reward else None
@@ -118,8 +123,10 @@ class Trainer:
         dataset_cls = load_dataset_class(cfg)
         self.train_dataset = dataset_cls(cfg.data.train_files, self.tokenizer, cfg.data, split="train")
         self.train_loader = PromptLoader(
-            self.train_dataset, cfg.data.gen_batch_size or cfg.data.train_batch_size,
-            shuffle=cfg.data.shuffle, seed=cfg.data.seed if cfg.data.seed is not None else cfg.trainer.seed,
+            self.train_dataset,
+            cfg.data.gen_batch_size or cfg.data.train_batch_size,
+            shuffle=cfg.data.shuffle,
+            seed=cfg.data.seed if cfg.data.seed is not None else cfg.trainer.seed,
         )
         self.val_dataset = (
             dataset_cls(cfg.data.val_files, self.tokenizer, cfg.data, split="test") if cfg.data.val_files else None
@@ -161,9 +168,14 @@ class Trainer:
         extreme = int((scores > REWARD_WARN_MAGNITUDE).sum())
         metrics["reward/extreme_scores"] = float(extreme)
         if extreme:
-            log.warning("%d of %d rewards exceed %g in magnitude (largest %.3g): check the reward function's "
-                        "scale (metric reward/extreme_scores)", extreme, len(scores), REWARD_WARN_MAGNITUDE,
-                        float(scores.max()))
+            log.warning(
+                "%d of %d rewards exceed %g in magnitude (largest %.3g): check the reward function's "
+                "scale (metric reward/extreme_scores)",
+                extreme,
+                len(scores),
+                REWARD_WARN_MAGNITUDE,
+                float(scores.max()),
+            )
         for key, values in result.extra_info.items():  # per-sample extras (e.g. "acc") for filters and metrics
             batch[key] = list(values)
         metrics.update(result.metrics)
@@ -231,8 +243,12 @@ class Trainer:
             batch["token_level_rewards"] = batch["token_level_scores"]
             return
         rewards, kl_metrics = apply_kl_penalty(
-            batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_prob"], batch["response_mask"],
-            self.kl_ctrl, self.config.algorithm.kl_penalty,
+            batch["token_level_scores"],
+            batch["old_log_probs"],
+            batch["ref_log_prob"],
+            batch["response_mask"],
+            self.kl_ctrl,
+            self.config.algorithm.kl_penalty,
         )
         batch["token_level_rewards"] = rewards
         metrics.update(kl_metrics)
@@ -261,7 +277,10 @@ class Trainer:
         level = correction.get("rollout_is")
         if level:
             weights, is_metrics = rollout_is_weights(
-                batch["old_log_probs"], batch["rollout_log_probs"], mask, level,
+                batch["old_log_probs"],
+                batch["rollout_log_probs"],
+                mask,
+                level,
                 float(correction.get("rollout_is_threshold", 2.0)),
             )
             batch["rollout_is_weights"] = weights
@@ -347,7 +366,8 @@ class Trainer:
         """The prompts and valid responses of ``batch`` as text."""
         prompts = self.tokenizer.batch_decode(batch["prompts"], skip_special_tokens=True)
         responses = self.tokenizer.batch_decode(
-            [row[mask.bool()] for row, mask in zip(batch["responses"], batch["response_mask"])], skip_special_tokens=True
+            [row[mask.bool()] for row, mask in zip(batch["responses"], batch["response_mask"])],
+            skip_special_tokens=True,
         )
         return prompts, responses
 
@@ -356,9 +376,11 @@ class Trainer:
         prompts, responses = self._decoded(batch)
         truths = [rm.get("ground_truth") if isinstance(rm, dict) else None for rm in batch["reward_model"]]
         scores = batch["token_level_scores"].sum(-1).tolist()
-        extras = {key: list(batch[key]) for key in batch.non_tensors
-                  if key not in ("uid", "data_source", "reward_model", "extra_info", "raw_prompt", "raw_prompt_ids",
-                                 "index")}
+        extras = {
+            key: list(batch[key])
+            for key in batch.non_tensors
+            if key not in ("uid", "data_source", "reward_model", "extra_info", "raw_prompt", "raw_prompt_ids", "index")
+        }
         dump_generations(folder, step, prompts, responses, truths, scores, extras)
 
     def _dump_rollouts(self, batch: Batch) -> None:
@@ -371,8 +393,10 @@ class Trainer:
     def _val_batches(self) -> list[Batch]:
         dataset = self.val_dataset
         size = self.config.data.val_batch_size or len(dataset)
-        return [collate_rows([dataset[i] for i in range(s, min(s + size, len(dataset)))])
-                for s in range(0, len(dataset), size)]
+        return [
+            collate_rows([dataset[i] for i in range(s, min(s + size, len(dataset)))])
+            for s in range(0, len(dataset), size)
+        ]
 
     def validate(self) -> tuple[dict[str, float], list[dict[str, Any]]]:
         """Greedy (``val_kwargs``) generation on the validation set.
@@ -398,11 +422,16 @@ class Trainer:
             if wanted > 0:
                 prompts_text = self.tokenizer.batch_decode(out["prompts"][:wanted], skip_special_tokens=True)
                 responses = self.tokenizer.batch_decode(out["responses"][:wanted], skip_special_tokens=True)
-                samples += [{"prompt": p, "response": r, "score": s}
-                            for p, r, s in zip(prompts_text, responses, seq_scores[:wanted])]
+                samples += [
+                    {"prompt": p, "response": r, "score": s}
+                    for p, r, s in zip(prompts_text, responses, seq_scores[:wanted])
+                ]
         if self.config.trainer.validation_data_dir:
-            self._dump(self.config.trainer.validation_data_dir, self.global_step,
-                       outputs[0] if len(outputs) == 1 else Batch.concat(outputs))
+            self._dump(
+                self.config.trainer.validation_data_dir,
+                self.global_step,
+                outputs[0] if len(outputs) == 1 else Batch.concat(outputs),
+            )
         by_source: dict[str, list[float]] = {}
         for source, score in zip(sources, scores):
             by_source.setdefault(source, []).append(score)
@@ -427,8 +456,12 @@ class Trainer:
                 self.critic.save_checkpoint(str(folder / "critic"))
             kl_coef = None if self.kl_ctrl is None else self.kl_ctrl.value
             model = {"path": str(self.config.actor_rollout_ref.model.path), "shape": self.model_shape}
-            state = {"global_step": self.global_step, "data": self.train_loader.state_dict(), "kl_coef": kl_coef,
-                     "model": model}
+            state = {
+                "global_step": self.global_step,
+                "data": self.train_loader.state_dict(),
+                "kl_coef": kl_coef,
+                "model": model,
+            }
             write_trainer_state(folder, state)
 
         path = CheckpointManager(self.config).save(self.global_step, write)
@@ -457,8 +490,11 @@ class Trainer:
         model_path = self.config.actor_rollout_ref.model.path
         current = self.model_shape
         before = saved.get("shape") or {}
-        differ = [f"{key} {before[key]} vs {current[key]}" for key in MODEL_SHAPE_KEYS
-                  if key in before and key in current and before[key] != current[key]]
+        differ = [
+            f"{key} {before[key]} vs {current[key]}"
+            for key in MODEL_SHAPE_KEYS
+            if key in before and key in current and before[key] != current[key]
+        ]
         if differ:
             raise RLCoreError(
                 f"checkpoint {path} was written for another model ({saved.get('path')}): {', '.join(differ)} "

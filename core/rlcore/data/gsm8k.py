@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from rlcore.data import DataError
 
 DATA_SOURCE = "openai/gsm8k"
-INSTRUCTION = "Let's think step by step and output the final answer after \"####\"."
+INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 SPLITS: tuple[str, ...] = ("train", "test")
 _ANSWER = re.compile(r"#### (-?[0-9.,]+)")
 

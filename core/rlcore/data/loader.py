@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -143,7 +144,11 @@ class PromptLoader:
             if key in state and int(state[key]) != current:
                 logger.warning(
                     "%s loader: resuming with %s=%d but the checkpoint had %d; batches will differ from the "
-                    "interrupted run", self.split, key, current, int(state[key]),
+                    "interrupted run",
+                    self.split,
+                    key,
+                    current,
+                    int(state[key]),
                 )
         self.seed = int(state["seed"])
         self._epoch = int(state["epoch"])

@@ -89,9 +89,7 @@ def read_rows(path: str) -> tuple[list[Any], list[RowOrigin]]:
     p = Path(path)
     ext = p.suffix.lower()
     if ext not in PARQUET_EXTENSIONS + JSON_EXTENSIONS:
-        raise DataError(
-            f"{path}: unsupported data file extension {ext or '(none)'!r}; use .parquet, .jsonl or .json"
-        )
+        raise DataError(f"{path}: unsupported data file extension {ext or '(none)'!r}; use .parquet, .jsonl or .json")
     if not p.exists():
         raise DataError(f"{path}: data file does not exist")
     if not p.is_file():
@@ -226,7 +224,10 @@ class RLDataset:
                 logger.warning(
                     "%s data: dropped %d of %d rows whose chat-templated prompt is longer than "
                     "data.max_prompt_length=%d (data.filter_overlong_prompts=true)",
-                    split, self.num_filtered, len(rows), self.max_prompt_length,
+                    split,
+                    self.num_filtered,
+                    len(rows),
+                    self.max_prompt_length,
                 )
             rows = [rows[i] for i in keep]
             ids = [ids[i] for i in keep]
@@ -287,8 +288,7 @@ class RLDataset:
         data_source = record.get(self.reward_fn_key)
         if not isinstance(data_source, str) or not data_source:
             raise DataError(
-                f"{origin}: missing key {self.reward_fn_key!r} (data.reward_fn_key): the reward scorer is "
-                "chosen by it"
+                f"{origin}: missing key {self.reward_fn_key!r} (data.reward_fn_key): the reward scorer is chosen by it"
             )
         reward_model = record.get("reward_model")
         if not isinstance(reward_model, Mapping):

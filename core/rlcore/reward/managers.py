@@ -215,8 +215,10 @@ class _RewardManagerBase:
     def _timeout_detail(self, outcome: Outcome) -> str:
         """Which limit a timed-out call ran into."""
         if outcome.value == "batch":
-            return (f"not scored within the batch's {self.batch_timeout:g} s (reward_model.scorer_batch_timeout); "
-                    "its scorer process was killed")
+            return (
+                f"not scored within the batch's {self.batch_timeout:g} s (reward_model.scorer_batch_timeout); "
+                "its scorer process was killed"
+            )
         return f"no result after {self.timeout:g} s (reward_model.scorer_timeout); its scorer process was killed"
 
     @staticmethod
@@ -264,10 +266,12 @@ class NaiveRewardManager(_RewardManagerBase):
         if "rm_scores" in batch:
             return RewardResult(batch["rm_scores"])
         responses, valid, texts, sources, truths, infos = self._inputs(batch)
-        outcomes = self._score_calls([
-            {"data_source": sources[i], "solution_str": texts[i], "ground_truth": truths[i], "extra_info": infos[i]}
-            for i in range(len(texts))
-        ])
+        outcomes = self._score_calls(
+            [
+                {"data_source": sources[i], "solution_str": texts[i], "ground_truth": truths[i], "extra_info": infos[i]}
+                for i in range(len(texts))
+            ]
+        )
         scores, extras, metrics = self._collect(outcomes, sources)
         self._examine(batch, texts, sources, truths, scores)
         return RewardResult(self._place(scores, valid, responses.shape[1]), extras, metrics)
@@ -309,8 +313,13 @@ class BatchRewardManager(_RewardManagerBase):
     batched = True
 
     def _kwargs(self, sources: list, texts: list, truths: list, infos: list) -> dict[str, Any]:
-        return {"data_sources": sources, "solution_strs": texts, "ground_truths": truths, "extra_infos": infos,
-                **self.reward_kwargs}
+        return {
+            "data_sources": sources,
+            "solution_strs": texts,
+            "ground_truths": truths,
+            "extra_infos": infos,
+            **self.reward_kwargs,
+        }
 
     def __call__(self, batch: Any) -> RewardResult:
         """Score the batch with one call, isolating samples only when that call fails."""
@@ -328,16 +337,18 @@ class BatchRewardManager(_RewardManagerBase):
             if isinstance(whole.value, RLCoreError):
                 raise whole.value
             detail = (
-                f"timed out ({self._timeout_detail(whole)})" if whole.kind == "timeout"
+                f"timed out ({self._timeout_detail(whole)})"
+                if whole.kind == "timeout"
                 else f"raised {type(whole.value).__name__}: {whole.value}"
             )
             if self.fail_fast:
-                raise RewardError(
-                    f"batch reward scorer {detail} (reward_model.scorer_fail_fast=true)"
-                ) from (whole.value if whole.kind == "error" else None)
+                raise RewardError(f"batch reward scorer {detail} (reward_model.scorer_fail_fast=true)") from (
+                    whole.value if whole.kind == "error" else None
+                )
             logger.warning("batch reward scorer %s; scoring the %d samples one at a time", detail, len(texts))
-            singles = self._score_calls([self._kwargs([sources[i]], [texts[i]], [truths[i]], [infos[i]])
-                                         for i in range(len(texts))])
+            singles = self._score_calls(
+                [self._kwargs([sources[i]], [texts[i]], [truths[i]], [infos[i]]) for i in range(len(texts))]
+            )
             outcomes = [_single(outcome) for outcome in singles]
         scores, extras, metrics = self._collect(outcomes, sources)
         self._examine(batch, texts, sources, truths, scores)

@@ -122,8 +122,9 @@ class ScorerPool:
         batch_timeout: seconds one :meth:`map` may run (None or <= 0: no limit).
     """
 
-    def __init__(self, fn: Callable[..., Any], workers: int, timeout: float | None,
-                 batch_timeout: float | None = None) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], workers: int, timeout: float | None, batch_timeout: float | None = None
+    ) -> None:
         self.fn = fn
         self.size = max(1, int(workers))
         self.timeout = timeout if timeout and timeout > 0 else None
@@ -131,8 +132,9 @@ class ScorerPool:
         self._context = multiprocessing.get_context("fork")
         self._workers: list[_Worker] = []
 
-    def map(self, calls: list[Mapping[str, Any]],
-            stop: Callable[[Outcome], bool] | None = None) -> list[Outcome | None]:
+    def map(
+        self, calls: list[Mapping[str, Any]], stop: Callable[[Outcome], bool] | None = None
+    ) -> list[Outcome | None]:
         """One :class:`Outcome` per call, in order; see the module docstring for the limits.
 
         ``stop(outcome)`` returning true for an outcome stops the scoring there (the calls in flight are
@@ -164,7 +166,7 @@ class ScorerPool:
                 self._abandon()
                 return outcomes
             if deadline is not None and time.monotonic() >= deadline:
-                for worker, (index, _) in self._busy():
+                for _worker, (index, _) in self._busy():
                     outcomes[index] = Outcome("timeout", "batch")
                 self._abandon()
                 for index in pending:

@@ -23,7 +23,9 @@ class RolloutEngine(Protocol):
     ``uncounted_names`` (an exact check of the served weights), ``state_dict()``/``load_state_dict()``
     (sampling state for exact resume) and ``close()`` (stop the engine's own processes)."""
 
-    def __init__(self, model_path: str, tokenizer: Any, config: DictConfig, *, device: torch.device, dtype: Any) -> None:
+    def __init__(
+        self, model_path: str, tokenizer: Any, config: DictConfig, *, device: torch.device, dtype: Any
+    ) -> None:
         """Load the model (or a placeholder the first weight sync fills) for ``device`` in ``dtype``."""
         ...
 

@@ -195,8 +195,9 @@ class HFRolloutEngine:
             if step == length - 1 or ((step + 1) % check_every == 0 and not bool(unfinished.any())):
                 break
             if static is not None:
-                logits = static.decode(tokens, next_position[:, 0] + step, prompt_len + step,
-                                     key_mask[:, : prompt_len + step + 1])
+                logits = static.decode(
+                    tokens, next_position[:, 0] + step, prompt_len + step, key_mask[:, : prompt_len + step + 1]
+                )
                 continue
             output = self.module(
                 input_ids=tokens[:, None],

@@ -19,6 +19,7 @@ from rlcore.rollout.sampling import ROLLOUT_KEY
 
 __all__ = ["SpecialTokens", "check_left_padded", "engine_dtype", "rollout_output"]
 
+
 def engine_dtype(dtype: torch.dtype | str) -> torch.dtype:
     """A ``torch.dtype`` from a dtype, its name (``"bfloat16"``, ``"float32"``, ...) or a short alias
     (``"bf16"``), by :func:`rlcore.dtypes.parse_dtype`; errors name ``actor_rollout_ref.rollout.dtype``."""

@@ -99,12 +99,19 @@ class StaticDecoder:
             self.keys[index][:, :, start:end] = self._rotate(k, cos, sin)
             self.values[index][:, :, start:end] = v
             out = F.scaled_dot_product_attention(
-                self._rotate(q, cos, sin), self.keys[index][:, :, :end], self.values[index][:, :, :end],
-                attn_mask=mask, enable_gqa=heads != kv_heads,
+                self._rotate(q, cos, sin),
+                self.keys[index][:, :, :end],
+                self.values[index][:, :, :end],
+                attn_mask=mask,
+                enable_gqa=heads != kv_heads,
             )
-            x = x + F.linear(out.transpose(1, 2).reshape(batch, length, heads * dim), attn.o_proj.weight, attn.o_proj.bias)
+            x = x + F.linear(
+                out.transpose(1, 2).reshape(batch, length, heads * dim), attn.o_proj.weight, attn.o_proj.bias
+            )
             h = self._rms(x, layer.post_attention_layernorm.weight)
-            x = x + F.linear(F.silu(F.linear(h, mlp.gate_proj.weight)) * F.linear(h, mlp.up_proj.weight), mlp.down_proj.weight)
+            x = x + F.linear(
+                F.silu(F.linear(h, mlp.gate_proj.weight)) * F.linear(h, mlp.up_proj.weight), mlp.down_proj.weight
+            )
         return x
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -114,7 +121,9 @@ class StaticDecoder:
 
     # -------------------------------------------------------------- API
     @torch.no_grad()
-    def prefill(self, ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor, max_len: int) -> torch.Tensor:
+    def prefill(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor, max_len: int
+    ) -> torch.Tensor:
         """Allocate the cache for ``max_len`` positions, run the (left-padded) prompts; last logits ``[B, V]``."""
         batch, length = ids.shape
         device, dtype = ids.device, self.embed.weight.dtype

@@ -96,9 +96,11 @@ class TokenListEngine(ABC):
 
     def sleep(self) -> None:
         """Release the engine's accelerator memory; engines without any to release keep this no-op."""
+        return
 
     def wake(self) -> None:
         """Take back what :meth:`sleep` released (no-op by default)."""
+        return
 
     # ------------------------------------------------------------------ shared behaviour
 

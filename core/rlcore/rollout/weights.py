@@ -98,9 +98,7 @@ class ExpectedState:
             model = AutoModelForCausalLM.from_config(config)
         owners = {id(param): name for name, param in model.named_parameters()}
         entries = model.state_dict(keep_vars=True)
-        aliases = {
-            name: owners[id(tensor)] for name, tensor in entries.items() if owners.get(id(tensor), name) != name
-        }
+        aliases = {name: owners[id(tensor)] for name, tensor in entries.items() if owners.get(id(tensor), name) != name}
         max_positions = getattr(config, "max_position_embeddings", None)
         return cls(
             {name: tuple(tensor.shape) for name, tensor in entries.items()},

@@ -115,10 +115,22 @@ def warm_start(model_dir: Path, pairs: list[tuple[int, int]]) -> None:
     rng = random.Random(SEED)
     corpus = default_corpus() + [f"{a}+{b}={a + b}" for a, b in pairs]
     tokenizer = build_tokenizer(corpus)
-    model = build_model(tokenizer, hidden_size=128, intermediate_size=256, num_layers=4, num_heads=4,
-                        num_kv_heads=2, max_position_embeddings=64, seed=SEED)
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": f"{a}+{b}="}],
-                                             add_generation_prompt=True, tokenize=False) for a, b in pairs]
+    model = build_model(
+        tokenizer,
+        hidden_size=128,
+        intermediate_size=256,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        max_position_embeddings=64,
+        seed=SEED,
+    )
+    prompts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"{a}+{b}="}], add_generation_prompt=True, tokenize=False
+        )
+        for a, b in pairs
+    ]
     prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     optimizer = torch.optim.AdamW(model.parameters(), lr=SFT_LR, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 50) * (1 - s / SFT_STEPS))
@@ -162,7 +174,10 @@ def prepare_assets(config: Any = None) -> Path:
         import shutil
         import tempfile
 
-        print(f"building the warm-started base model for the bundled task in {model_dir} (once, about 1.5 minutes on 2 cores)", flush=True)
+        print(
+            f"building the warm-started base model for the bundled task in {model_dir} (once, about 1.5 minutes on 2 cores)",
+            flush=True,
+        )
         tmp = Path(tempfile.mkdtemp(prefix="base-model-", dir=root))
         warm_start(tmp, train_pairs + test_pairs)
         shutil.rmtree(model_dir, ignore_errors=True)

@@ -77,8 +77,9 @@ def tiny_overrides(tmp_path: Path, model_dir: Path, task: dict[str, Path]) -> li
     ]
 
 
-def tiny_run(tmp_path: Path, model_dir: Path, task: dict[str, Path], *extra: str,
-             presets: tuple[str, ...] = ()) -> tuple[dict[str, Any], Path]:
+def tiny_run(
+    tmp_path: Path, model_dir: Path, task: dict[str, Path], *extra: str, presets: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], Path]:
     """Run the tiny task (two steps unless ``extra`` says otherwise); return the last metrics and the run dir.
 
     ``extra`` are ``key=value`` overrides applied after the base ones; ``presets`` are applied first.

@@ -9,8 +9,8 @@ attention rejects smaller heads.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -18,9 +18,7 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-QWEN2_PRETOKENIZE_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
+QWEN2_PRETOKENIZE_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
 _WORDS = (
     "the a an of to and in is was for on that with as it by at from this be are have question answer "
@@ -110,7 +108,9 @@ def build_model(
     return model
 
 
-def make_tiny_model_dir(path: str | Path, *, corpus: Iterable[str] | None = None, seed: int = 0, **model_kwargs) -> Path:
+def make_tiny_model_dir(
+    path: str | Path, *, corpus: Iterable[str] | None = None, seed: int = 0, **model_kwargs
+) -> Path:
     """Write a tiny model + tokenizer to ``path`` (loadable with ``AutoModelForCausalLM``/``AutoTokenizer``)."""
     path = Path(path)
     tokenizer = build_tokenizer(corpus)

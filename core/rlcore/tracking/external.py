@@ -77,7 +77,12 @@ def git_commit(cwd: str | Path | None = None) -> str | None:
     """``git rev-parse HEAD`` in ``cwd`` (default: the current directory); ``None`` outside a repository."""
     try:
         result = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=False,
+            ["git", "rev-parse", "HEAD"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -106,7 +111,8 @@ def plugin_versions(run_dir: str | Path) -> dict[str, str | None]:
         try:
             records = json.loads(path.read_text(encoding="utf-8"))
             return {
-                name: info.get("version") for name, info in records.items()
+                name: info.get("version")
+                for name, info in records.items()
                 if not info.get("builtin") and info.get("status", "ok") == "ok"
             }
         except (OSError, ValueError, AttributeError):

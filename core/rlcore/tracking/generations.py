@@ -10,9 +10,15 @@ from typing import Any
 from rlcore.tracking.sinks import to_json_value
 
 
-def dump_generations(folder: str | Path, step: int, inputs: Sequence[str], outputs: Sequence[str],
-                     ground_truths: Sequence[Any], scores: Sequence[float],
-                     extras: Mapping[str, Sequence[Any]] | None = None) -> Path:
+def dump_generations(
+    folder: str | Path,
+    step: int,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    ground_truths: Sequence[Any],
+    scores: Sequence[float],
+    extras: Mapping[str, Sequence[Any]] | None = None,
+) -> Path:
     """Write ``<folder>/<step>.jsonl``: one line per sample with ``input``, ``output``, ``gts``, ``score``,
     ``step`` and the per-sample extra keys the scorer returned (as verl's ``_dump_generations``)."""
     path = Path(folder) / f"{step}.jsonl"

@@ -78,16 +78,25 @@ def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
             band = [row for row in train if row[2] is not None and row[3] is not None]
             if band:
                 ax.fill_between(
-                    [row[0] for row in band], [row[2] for row in band], [row[3] for row in band],
-                    color="tab:blue", alpha=0.2, linewidth=0, label="train score (min-max)",
+                    [row[0] for row in band],
+                    [row[2] for row in band],
+                    [row[3] for row in band],
+                    color="tab:blue",
+                    alpha=0.2,
+                    linewidth=0,
+                    label="train score (min-max)",
                 )
         markers = "osD^v<>p*"
         colors = ["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
         for index, (label, points) in enumerate(sorted(validation.items())):
             ax.plot(
-                [p[0] for p in points], [p[1] for p in points],
-                linestyle="none", marker=markers[index % len(markers)], markersize=7,
-                color=colors[index % len(colors)], label=label,
+                [p[0] for p in points],
+                [p[1] for p in points],
+                linestyle="none",
+                marker=markers[index % len(markers)],
+                markersize=7,
+                color=colors[index % len(colors)],
+                label=label,
             )
         ax.set_title(f"Reward: {metrics_path.parent.name if metrics_path.is_file() else metrics_path.name}")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -68,8 +68,18 @@ CONFIG_HIGHLIGHTS: tuple[str, ...] = (
     "trainer.logger",
     "trainer.seed",
 )
-COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
-          "tab:cyan", "tab:gray")
+COLORS = (
+    "tab:blue",
+    "tab:orange",
+    "tab:green",
+    "tab:red",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+    "tab:cyan",
+    "tab:gray",
+)
 LINESTYLES = ("-", "--", ":", "-.")
 
 
@@ -140,11 +150,16 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
         except (OSError, yaml.YAMLError):
             config = {}
     plugins = {
-        plugin: info.get("version") for plugin, info in _read_json(path / "plugins.json").items()
+        plugin: info.get("version")
+        for plugin, info in _read_json(path / "plugins.json").items()
         if isinstance(info, dict) and not info.get("builtin")
     }
     return RunData(
-        name=name or path.name, path=path, steps=records_by_step(records), config=config, plugins=plugins,
+        name=name or path.name,
+        path=path,
+        steps=records_by_step(records),
+        config=config,
+        plugins=plugins,
         summary=_read_json(path / "summary.json"),
     )
 
@@ -193,15 +208,29 @@ def lines(*keys: str | re.Pattern[str], band: tuple[str, str] | None = None) -> 
                     continue
                 style = LINESTYLES[all_keys.index(key) % len(LINESTYLES)]
                 xs, ys = [p[0] for p in points], [p[1] for p in points]
-                ax.plot(xs, ys, linestyle=style, color=color, linewidth=1.5, marker="o" if len(xs) <= 25 else None,
-                        markersize=3, label=_label(run, key, runs, all_keys))
+                ax.plot(
+                    xs,
+                    ys,
+                    linestyle=style,
+                    color=color,
+                    linewidth=1.5,
+                    marker="o" if len(xs) <= 25 else None,
+                    markersize=3,
+                    label=_label(run, key, runs, all_keys),
+                )
                 drawn = True
                 if band is not None and key == keys[0]:
                     low, high = dict(run.series(band[0])), dict(run.series(band[1]))
                     steps = [x for x in xs if x in low and x in high]
                     if steps:
-                        ax.fill_between(steps, [low[s] for s in steps], [high[s] for s in steps], color=color,
-                                        alpha=0.15, linewidth=0)
+                        ax.fill_between(
+                            steps,
+                            [low[s] for s in steps],
+                            [high[s] for s in steps],
+                            color=color,
+                            alpha=0.15,
+                            linewidth=0,
+                        )
         if drawn:
             ax.legend(loc="best", fontsize=7)
             ax.ticklabel_format(axis="y", useOffset=False)
@@ -225,7 +254,8 @@ def stage_times(run: RunData) -> tuple[list[int], dict[str, list[float]]]:
     stages = sorted({k for k in run.keys() if k.startswith(TIMING_PREFIX) and k != TIMING_TOTAL})
     timed = TIMING_TOTAL if run.series(TIMING_TOTAL) else None  # training steps (not validation-only step 0)
     steps = [
-        s for s, record in run.steps.items()
+        s
+        for s, record in run.steps.items()
         if any(finite_number(record.get(k)) is not None for k in ([timed] if timed else stages))
     ]
     times = {
@@ -268,11 +298,19 @@ def draw_stage_times(ax: Axes, runs: list[RunData]) -> bool:
 
 
 PANELS: tuple[Panel, ...] = (
-    Panel("reward", "Reward (train score, min-max band)", "score",
-          lines("critic/score/mean", band=("critic/score/min", "critic/score/max"))),
+    Panel(
+        "reward",
+        "Reward (train score, min-max band)",
+        "score",
+        lines("critic/score/mean", band=("critic/score/min", "critic/score/max")),
+    ),
     Panel("val_reward", "Validation reward", "reward", lines(VAL_CORE)),
-    Panel("response_length", "Response length (min-max band)", "tokens",
-          lines("response_length/mean", band=("response_length/min", "response_length/max"))),
+    Panel(
+        "response_length",
+        "Response length (min-max band)",
+        "tokens",
+        lines("response_length/mean", band=("response_length/min", "response_length/max")),
+    ),
     Panel("kl", "KL", "kl", lines("actor/ppo_kl", "actor/kl_loss", "actor/reward_kl_penalty")),
     Panel("entropy", "Entropy", "nats / token", lines("actor/entropy")),
     Panel("pg_clipfrac", "PG clip fraction", "fraction", lines("actor/pg_clipfrac", "actor/pg_clipfrac_lower")),
@@ -281,8 +319,15 @@ PANELS: tuple[Panel, ...] = (
 )
 #: the metrics of the final-metrics table (validation keys are added per run)
 FINAL_KEYS: tuple[str, ...] = (
-    "critic/score/mean", "response_length/mean", "actor/entropy", "actor/ppo_kl", "actor/kl_loss",
-    "actor/pg_clipfrac", "actor/pg_loss", "perf/throughput", "timing_s/step",
+    "critic/score/mean",
+    "response_length/mean",
+    "actor/entropy",
+    "actor/ppo_kl",
+    "actor/kl_loss",
+    "actor/pg_clipfrac",
+    "actor/pg_loss",
+    "perf/throughput",
+    "timing_s/step",
 )
 
 
@@ -352,7 +397,7 @@ def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path | None = No
     try:
         for ax, panel in zip(axes.flat, PANELS):
             _draw_panel(ax, panel, runs)
-        for ax in list(axes.flat)[len(PANELS):]:
+        for ax in list(axes.flat)[len(PANELS) :]:
             ax.set_visible(False)
         fig.suptitle("rlcore report: " + " vs ".join(run.name for run in runs), fontsize=13)
         fig.tight_layout()
@@ -422,13 +467,23 @@ def render_html(runs: list[RunData], out: Path, panel_pngs: dict[str, Path], has
     run_rows = []
     for run in runs:
         steps = [s for s in run.steps if s > 0]
-        run_rows.append(("", [
-            _e(run.name), f"<code>{_e(run.path.resolve())}</code>", _e(len(steps)), _e(max(run.steps)),
-            _e(run.summary.get("wall_time_s")), _e(run.summary.get("peak_rss_mb")),
-        ]))
-    parts.append(_table(["run", "directory", "training steps", "last step", "wall time (s)", "peak RSS (MB)"],
-                        run_rows))
-    parts.append("<h2>Plots</h2><div class=\"panels\">")
+        run_rows.append(
+            (
+                "",
+                [
+                    _e(run.name),
+                    f"<code>{_e(run.path.resolve())}</code>",
+                    _e(len(steps)),
+                    _e(max(run.steps)),
+                    _e(run.summary.get("wall_time_s")),
+                    _e(run.summary.get("peak_rss_mb")),
+                ],
+            )
+        )
+    parts.append(
+        _table(["run", "directory", "training steps", "last step", "wall time (s)", "peak RSS (MB)"], run_rows)
+    )
+    parts.append('<h2>Plots</h2><div class="panels">')
     for panel in PANELS:
         src = _relative(panel_pngs[panel.slug], out)
         note = "" if has_data.get(panel.slug) else ' <span class="nodata">(no data)</span>'
@@ -463,9 +518,12 @@ def render_html(runs: list[RunData], out: Path, panel_pngs: dict[str, Path], has
     parts.append("<h2>Plugins</h2>")
     plugins = sorted({name for run in runs for name in run.plugins})
     if plugins:
-        parts.append(_table(["plugin", *names], [
-            ("", [_e(plugin), *(_e(run.plugins.get(plugin)) for run in runs)]) for plugin in plugins
-        ]))
+        parts.append(
+            _table(
+                ["plugin", *names],
+                [("", [_e(plugin), *(_e(run.plugins.get(plugin)) for run in runs)]) for plugin in plugins],
+            )
+        )
     else:
         parts.append("<p>No external plugins recorded (plugins.json missing or empty).</p>")
     parts.append("</body></html>")

@@ -228,7 +228,10 @@ class TrackerSet:
                 self.disabled[name] = f"{type(exc).__name__}: {exc}"
                 logger.warning(
                     "tracker %r failed in %s() and is disabled for the rest of the run: %s: %s",
-                    name, method, type(exc).__name__, exc,
+                    name,
+                    method,
+                    type(exc).__name__,
+                    exc,
                 )
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
@@ -305,7 +308,5 @@ def build_trackers(config: Any, run_dir: str | Path) -> TrackerSet:
             if name == ALWAYS_ON:
                 raise RLCoreError(f"tracker {name!r} could not be started: {type(exc).__name__}: {exc}") from exc
             failed[name] = f"{type(exc).__name__}: {exc}"
-            logger.warning(
-                "tracker %r could not be started and is disabled for this run: %s", name, failed[name]
-            )
+            logger.warning("tracker %r could not be started and is disabled for this run: %s", name, failed[name])
     return TrackerSet(trackers, failed=failed)

@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+
 def to_json_value(value: Any) -> Any:
     """Convert a metric value to a JSON-safe Python value.
 

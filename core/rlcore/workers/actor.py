@@ -379,7 +379,9 @@ class ActorRolloutRefWorker(WorkerBase):
             logger.warning(
                 "rank %d: the %s rollout engine has no weight_checksum(), and this %r worker has no trainer model "
                 "to compare log-probs with: weight syncs are checked by weight version only",
-                self.rank, self.rollout_config.get("name"), self.role,
+                self.rank,
+                self.rollout_config.get("name"),
+                self.role,
             )
         return metrics
 
@@ -439,7 +441,8 @@ class ActorRolloutRefWorker(WorkerBase):
             elif self.rank == 0:
                 logger.warning(
                     "the rollout engine %s has no state_dict(): its sampling state is not checkpointed, so a "
-                    "resumed run samples differently from an uninterrupted one", type(rollout).__name__,
+                    "resumed run samples differently from an uninterrupted one",
+                    type(rollout).__name__,
                 )
         contents = checkpoint_contents(self.config, ACTOR, "save_contents")
         with actor.resident():

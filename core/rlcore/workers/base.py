@@ -217,7 +217,11 @@ class WorkerBase:
             logger.warning(
                 "checkpoint %s was saved by %d ranks and is loaded by %d: model and optimizer are resharded, "
                 "but the per-rank RNG and generator states come from rank r mod %d, so sampling will not "
-                "repeat the interrupted run exactly", directory, saved_world_size, self.world_size, saved_world_size,
+                "repeat the interrupted run exactly",
+                directory,
+                saved_world_size,
+                self.world_size,
+                saved_world_size,
             )
         file = directory / extra_state_name(saved_world_size, self.rank % saved_world_size)
         if not file.is_file():

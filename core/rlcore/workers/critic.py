@@ -42,8 +42,8 @@ class CriticWorker(WorkerBase):
         forward_micro = select(
             config, "critic.forward_micro_batch_size_per_gpu", select(config, "critic.ppo_micro_batch_size_per_gpu")
         )
-        self.forward_micro_batch_size = None if forward_micro is None else positive_int(
-            forward_micro, "critic.forward_micro_batch_size_per_gpu"
+        self.forward_micro_batch_size = (
+            None if forward_micro is None else positive_int(forward_micro, "critic.forward_micro_batch_size_per_gpu")
         )
         self.loss_agg_mode = check_loss_agg_mode(
             self.critic_config.get("loss_agg_mode", "token-mean"), "critic.loss_agg_mode"

@@ -82,7 +82,13 @@ def rng_state() -> dict:
     kind, key, pos, has_gauss, cached_gaussian = np.random.get_state()
     state = {
         "python": random.getstate(),
-        "numpy": (kind, torch.from_numpy(np.asarray(key, dtype=np.int64)), int(pos), int(has_gauss), float(cached_gaussian)),
+        "numpy": (
+            kind,
+            torch.from_numpy(np.asarray(key, dtype=np.int64)),
+            int(pos),
+            int(has_gauss),
+            float(cached_gaussian),
+        ),
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():

@@ -7,13 +7,18 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from rlcore_plugin_dapo import hooks
+from rlcore_plugin_dapo.filters import keep_varied_groups
+from rlcore_plugin_dapo.reward import DAPORewardManager
+from rlcore_plugin_dapo.settings import overlong_buffer
 
 from rlcore.config import ConfigError, load_config
 from rlcore.errors import RLCoreError
@@ -21,10 +26,6 @@ from rlcore.plugins import load_plugins
 from rlcore.protocol import Batch
 from rlcore.testing.contracts import BatchFilterContract, PresetContract, RewardManagerContract
 from rlcore.testing.runs import make_tiny_task, tiny_run
-from rlcore_plugin_dapo import hooks
-from rlcore_plugin_dapo.filters import keep_varied_groups
-from rlcore_plugin_dapo.reward import DAPORewardManager
-from rlcore_plugin_dapo.settings import overlong_buffer
 
 # ----------------------------------------------------------------------------------------- reward manager
 # Four responses, R = 10, valid lengths 2, 6, 8, 10; row 2 has two tool-output tokens (response_mask 0,
@@ -45,15 +46,17 @@ def _reward_batch(tokenizer: Any) -> Batch:
         attention[i, 2 : 2 + length] = 1
     response_mask = attention[:, 2:].clone()
     response_mask[2, 3:5] = 0
-    return Batch.from_dict({
-        "prompts": torch.full((n, 2), token),
-        "responses": torch.full((n, width), token),
-        "attention_mask": attention,
-        "response_mask": response_mask,
-        "data_source": np.array(["t"] * n, dtype=object),
-        "reward_model": np.array([{"ground_truth": "7"}] * n, dtype=object),
-        "extra_info": np.array([{"value": i + 1.0} for i in range(n)], dtype=object),
-    })
+    return Batch.from_dict(
+        {
+            "prompts": torch.full((n, 2), token),
+            "responses": torch.full((n, width), token),
+            "attention_mask": attention,
+            "response_mask": response_mask,
+            "data_source": np.array(["t"] * n, dtype=object),
+            "reward_model": np.array([{"ground_truth": "7"}] * n, dtype=object),
+            "extra_info": np.array([{"value": i + 1.0} for i in range(n)], dtype=object),
+        }
+    )
 
 
 def _value(data_source: str, solution_str: str, ground_truth: str, extra_info: dict) -> float:
@@ -132,13 +135,15 @@ def _filter_batch() -> Batch:
     token_scores[:, -1] = torch.tensor(scores)
     token_rewards = torch.zeros(len(uids), 3)
     token_rewards[:, -1] = torch.tensor(rewards)
-    return Batch.from_dict({
-        "responses": torch.arange(len(uids) * 3).view(-1, 3),
-        "token_level_scores": token_scores,
-        "token_level_rewards": token_rewards,
-        "uid": np.array(uids, dtype=object),
-        "acc": np.array([True, True, False, True, False, True, True, True, True], dtype=object),
-    })
+    return Batch.from_dict(
+        {
+            "responses": torch.arange(len(uids) * 3).view(-1, 3),
+            "token_level_scores": token_scores,
+            "token_level_rewards": token_rewards,
+            "uid": np.array(uids, dtype=object),
+            "acc": np.array([True, True, False, True, False, True, True, True, True], dtype=object),
+        }
+    )
 
 
 def _filter(metric: str, batch: Batch | None = None) -> tuple[Batch, dict[str, float]]:
@@ -149,14 +154,19 @@ def _filter(metric: str, batch: Batch | None = None) -> tuple[Batch, dict[str, f
 
 @pytest.mark.parametrize(
     ("metric", "kept_uids"),
-    [("seq_reward", ["p0", "p0", "p2", "p0"]), ("acc", ["p0", "p0", "p2", "p0"]),
-     ("seq_final_reward", ["p0", "p0", "p2", "p0", "p3", "p3"])],
+    [
+        ("seq_reward", ["p0", "p0", "p2", "p0"]),
+        ("acc", ["p0", "p0", "p2", "p0"]),
+        ("seq_final_reward", ["p0", "p0", "p2", "p0", "p3", "p3"]),
+    ],
 )
 def test_filter_keeps_varied_groups_and_singletons(metric: str, kept_uids: list[str]) -> None:
     kept, metrics = _filter(metric)
     assert kept["uid"].tolist() == kept_uids
-    assert metrics == {"batch_filter/dapo/kept_groups": float(len(set(kept_uids))),
-                       "batch_filter/dapo/total_groups": 4.0}
+    assert metrics == {
+        "batch_filter/dapo/kept_groups": float(len(set(kept_uids))),
+        "batch_filter/dapo/total_groups": 4.0,
+    }
 
 
 def test_filter_seq_final_reward_falls_back_to_scores() -> None:
@@ -189,7 +199,10 @@ def _resolved(*overrides: str, presets: tuple[str, ...] = ()) -> Any:
 def test_config_defaults_are_verls_keys() -> None:
     cfg = load_config()
     assert OmegaConf.to_container(cfg.algorithm.filter_groups) == {
-        "enable": False, "metric": "seq_reward", "max_num_gen_batches": None}
+        "enable": False,
+        "metric": "seq_reward",
+        "max_num_gen_batches": None,
+    }
     assert cfg.reward_model.overlong_buffer.enable is False
     assert cfg.reward_model.overlong_buffer.max_response_length == cfg.data.max_response_length
     assert load_config(overrides=["data.max_response_length=64"]).reward_model.overlong_buffer.max_response_length == 64
@@ -210,12 +223,17 @@ def test_filter_groups_enable_adds_the_filter_and_the_round_limit() -> None:
 def test_overlong_buffer_needs_the_dapo_manager() -> None:
     with pytest.raises(ConfigError, match="reward_model.reward_manager=dapo"):
         _resolved("reward_model.overlong_buffer.enable=true")
-    cfg = _resolved("reward_model.overlong_buffer.enable=true", "reward_model.reward_manager=dapo",
-                    "data.max_response_length=100")
+    cfg = _resolved(
+        "reward_model.overlong_buffer.enable=true", "reward_model.reward_manager=dapo", "data.max_response_length=100"
+    )
     assert cfg.reward_model.overlong_buffer.len == 20  # the effective buffer is recorded in the run's config
     with pytest.raises(ConfigError, match="between 1 and the maximum response length 100"):
-        _resolved("reward_model.overlong_buffer.enable=true", "reward_model.reward_manager=dapo",
-                  "data.max_response_length=100", "reward_model.overlong_buffer.len=128")
+        _resolved(
+            "reward_model.overlong_buffer.enable=true",
+            "reward_model.reward_manager=dapo",
+            "data.max_response_length=100",
+            "reward_model.overlong_buffer.len=128",
+        )
 
 
 def test_dapo_preset() -> None:
@@ -234,8 +252,9 @@ def test_registration_and_listing() -> None:
     registry = load_plugins().registry
     for kind, name in (("reward_manager", "dapo"), ("batch_filter", "dapo-groups"), ("preset", "dapo")):
         assert registry.get(kind, name).dist == "rlcore-plugin-dapo"
-    out = subprocess.run([sys.executable, "-m", "rlcore", "plugins", "--kind", "preset"],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "rlcore", "plugins", "--kind", "preset"], check=True, capture_output=True, text=True
+    ).stdout
     assert "preset:dapo" in out
 
 
@@ -282,9 +301,15 @@ def test_dapo_preset_filters_and_regenerates(tmp_path: Path, tiny_model_dir: Pat
     """``--preset dapo`` on the tiny task, two prompts per generation round for a batch of four: every step
     needs at least two rounds, and groups whose shaped reward is constant are dropped."""
     task = make_tiny_task(tmp_path / "task")
-    last, run_dir = tiny_run(tmp_path, tiny_model_dir, task, "data.gen_batch_size=2",
-                             "algorithm.filter_groups.max_num_gen_batches=30",
-                             "reward_model.overlong_buffer.log=true", presets=("dapo",))
+    last, run_dir = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "data.gen_batch_size=2",
+        "algorithm.filter_groups.max_num_gen_batches=30",
+        "reward_model.overlong_buffer.log=true",
+        presets=("dapo",),
+    )
     assert last["training/global_step"] == 2
     assert last["batch_filter/gen_rounds"] >= 2
     assert last["batch_filter/kept_prompts"] >= 4
@@ -300,8 +325,14 @@ def test_dapo_filters_on_the_reward_managers_acc(tmp_path: Path, tiny_model_dir:
     """``filter_groups.metric=acc`` reads the reward manager's per-sample extra info, which the controller
     keeps in the batch."""
     task = make_tiny_task(tmp_path / "task")
-    last, _ = tiny_run(tmp_path, tiny_model_dir, task, "algorithm.filter_groups.metric=acc",
-                       "algorithm.filter_groups.max_num_gen_batches=30", presets=("dapo",))
+    last, _ = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "algorithm.filter_groups.metric=acc",
+        "algorithm.filter_groups.max_num_gen_batches=30",
+        presets=("dapo",),
+    )
     assert last["training/global_step"] == 2
     assert last["batch_filter/kept_prompts"] >= 4
 
@@ -310,5 +341,11 @@ def test_dapo_round_limit_is_a_clear_error(tmp_path: Path, tiny_model_dir: Path)
     """One round of two prompts can never fill a batch of four: the controller stops with the limit's key."""
     task = make_tiny_task(tmp_path / "task")
     with pytest.raises(RLCoreError, match=r"after 1 generation rounds \(algorithm.max_num_gen_batches=1\)"):
-        tiny_run(tmp_path, tiny_model_dir, task, "data.gen_batch_size=2",
-                 "algorithm.filter_groups.max_num_gen_batches=1", presets=("dapo",))
+        tiny_run(
+            tmp_path,
+            tiny_model_dir,
+            task,
+            "data.gen_batch_size=2",
+            "algorithm.filter_groups.max_num_gen_batches=1",
+            presets=("dapo",),
+        )

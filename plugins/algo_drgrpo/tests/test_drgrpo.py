@@ -34,8 +34,12 @@ def test_drgrpo_advantages_and_aggregation() -> None:
     estimator = get_component("advantage_estimator", cfg.algorithm.adv_estimator)
     rewards = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [3.0, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
-    adv, _ = estimator(token_level_rewards=rewards, response_mask=mask,
-                       index=np.array(["a", "a", "b"], dtype=object), config=cfg.algorithm)
+    adv, _ = estimator(
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=np.array(["a", "a", "b"], dtype=object),
+        config=cfg.algorithm,
+    )
     assert torch.allclose(adv, torch.tensor([[0.5, 0.5, 0.0], [-0.5, -0.5, -0.5], [3.0, 0.0, 0.0]]))
     loss = agg_loss(-adv, mask, cfg.actor_rollout_ref.actor.loss_agg_mode)
     assert loss.item() == pytest.approx((-(0.5 + 0.5) + 3 * 0.5 - 3.0) / 3)  # padded R = 3

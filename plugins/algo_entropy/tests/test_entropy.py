@@ -6,17 +6,18 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
+from rlcore_plugin_entropy.losses import clip_cov_policy_loss, kl_cov_policy_loss, random_subset, token_covariance
 
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
 from rlcore.testing.contracts import PolicyLossContract
 from rlcore.testing.runs import make_tiny_task, tiny_run
-from rlcore_plugin_entropy.losses import clip_cov_policy_loss, kl_cov_policy_loss, random_subset, token_covariance
 
 # Two responses of R = 3; row 1 has a masked (tool) token at t = 1. Five valid tokens.
 # mean A = (3·2 − 2·2)/5 = 0.4; mean logπ = −7.6/5 = −1.52; cov = (A − 0.4)(logπ + 1.52):
@@ -93,8 +94,14 @@ def test_masked_middle_token_does_not_matter(loss_fn: Callable[..., Any]) -> Non
     noisy = LOG_PROB.clone()
     noisy[1, 1] = -25.0
     log_prob = noisy.requires_grad_(True)
-    other, _ = loss_fn(noisy.detach() - DELTA, log_prob, ADV * torch.tensor([[1.0, 1.0, 1.0], [1.0, -9.0, 1.0]]),
-                       MASK, "token-mean", config)
+    other, _ = loss_fn(
+        noisy.detach() - DELTA,
+        log_prob,
+        ADV * torch.tensor([[1.0, 1.0, 1.0], [1.0, -9.0, 1.0]]),
+        MASK,
+        "token-mean",
+        config,
+    )
     assert torch.allclose(loss, other)
 
 
@@ -162,14 +169,22 @@ class TestKLCovRecipeContract(PolicyLossContract):
 
 @pytest.mark.parametrize(
     ("loss_mode", "extra"),
-    [("clip_cov", "actor_rollout_ref.actor.policy_loss.clip_cov_lb=0.0"),
-     ("kl_cov", "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.1")],
+    [
+        ("clip_cov", "actor_rollout_ref.actor.policy_loss.clip_cov_lb=0.0"),
+        ("kl_cov", "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.1"),
+    ],
 )
 def test_trains(loss_mode: str, extra: str, tmp_path: Path, tiny_model_dir: Path) -> None:
     """Two real steps of the tiny task with each loss (settings that select tokens on a tiny batch)."""
     task = make_tiny_task(tmp_path / "task")
-    last, _ = tiny_run(tmp_path, tiny_model_dir, task, "algorithm.adv_estimator=grpo",
-                       f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}", extra)
+    last, _ = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "algorithm.adv_estimator=grpo",
+        f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}",
+        extra,
+    )
     assert last["training/global_step"] == 2
     assert math.isfinite(last["actor/pg_loss"])
     assert last[f"actor/{loss_mode}_frac"] > 0

@@ -6,17 +6,18 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from rlcore_plugin_gpg.gpg import compute_gpg_outcome_advantage, gpg_policy_loss
 
 from rlcore.plugins import load_plugins
 from rlcore.testing.contracts import AdvantageEstimatorContract, PolicyLossContract
 from rlcore.testing.runs import make_tiny_task, tiny_run
-from rlcore_plugin_gpg.gpg import compute_gpg_outcome_advantage, gpg_policy_loss
 
 # groups by uid, interleaved: a = [1, 0, 0], b = [2, 2] (equal), c = [0.7] (a singleton).
 # B = 6 responses, 4 nonzero rewards: α = 6 / 4 = 1.5.
@@ -116,8 +117,13 @@ class TestGPGLossContract(PolicyLossContract):
 def test_gpg_trains(tmp_path: Path, tiny_model_dir: Path) -> None:
     """Two real steps of the tiny task with the GPG estimator and loss."""
     task = make_tiny_task(tmp_path / "task")
-    last, _ = tiny_run(tmp_path, tiny_model_dir, task, "algorithm.adv_estimator=gpg",
-                       "actor_rollout_ref.actor.policy_loss.loss_mode=gpg")
+    last, _ = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "algorithm.adv_estimator=gpg",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=gpg",
+    )
     assert last["training/global_step"] == 2
     assert math.isfinite(last["actor/pg_loss"])
     assert "actor/pg_clipfrac" not in last  # no ratio, no clip

@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 import torch
+from rlcore_plugin_ppo.gae import compute_gae
 
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
 from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
-from rlcore_plugin_ppo.gae import compute_gae
 
 CONFIG = {"gamma": 0.9, "lam": 0.8}
 # One response of three valid tokens, rewards [0, 0, 1], values [0.5, 0.4, 0.3], γλ = 0.72:
@@ -58,8 +58,13 @@ def test_masked_middle_token_is_skipped(masked_value: float) -> None:
 def test_gae_defaults_are_monte_carlo() -> None:
     rewards = torch.tensor([[0.0, 0.0, 1.0]])
     values = torch.tensor([[0.2, 0.5, 0.1]])
-    _, returns = compute_gae(token_level_rewards=rewards, values=values, response_mask=torch.ones(1, 3),
-                             index=np.array(["a"], dtype=object), config={})
+    _, returns = compute_gae(
+        token_level_rewards=rewards,
+        values=values,
+        response_mask=torch.ones(1, 3),
+        index=np.array(["a"], dtype=object),
+        config={},
+    )
     assert torch.allclose(returns, torch.ones(1, 3))  # γ = λ = 1: returns = Σ future rewards
 
 

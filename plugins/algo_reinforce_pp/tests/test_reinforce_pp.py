@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from rlcore.plugins import load_plugins
-from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore_plugin_reinforce_pp.advantage import (
     compute_reinforce_plus_plus_baseline_outcome_advantage,
     compute_reinforce_plus_plus_outcome_advantage,
 )
+
+from rlcore.plugins import load_plugins
+from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
+from rlcore.testing.runs import make_tiny_task, tiny_run
 
 
 def _whiten(values: list[float]) -> torch.Tensor:
@@ -37,7 +37,9 @@ RETURNS = torch.tensor([[0.25, 0.5, 1.0, 0.0], [0.0, 0.0, 0.5, 1.0]])
 def _rfpp(rewards: torch.Tensor = REWARDS, gamma: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ on the example with discount ``gamma``."""
     return compute_reinforce_plus_plus_outcome_advantage(
-        token_level_rewards=rewards, response_mask=MASK, index=np.array(["a", "b"], dtype=object),
+        token_level_rewards=rewards,
+        response_mask=MASK,
+        index=np.array(["a", "b"], dtype=object),
         config={"gamma": gamma},
     )
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from rlcore_plugin_remax.advantage import compute_remax_outcome_advantage
 
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
 from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
 from rlcore.testing.runs import make_tiny_task, tiny_run
-from rlcore_plugin_remax.advantage import compute_remax_outcome_advantage
 
 # Row 0: score 1 on t = 2, padding at t = 3, greedy baseline 0.25.
 # Row 1: a process reward 0.5 on t = 0, a masked (tool) token at t = 1, score 1 on t = 3, baseline 1.

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from rlcore_plugin_rloo.advantage import compute_rloo_outcome_advantage
 
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
 from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
 from rlcore.testing.runs import make_tiny_task, tiny_run
-from rlcore_plugin_rloo.advantage import compute_rloo_outcome_advantage
 
 # groups by uid, interleaved: a = [1, 0, 0], b = [2, 2] (equal), c = [0.7] (a singleton)
 UIDS = np.array(["a", "b", "a", "c", "b", "a"], dtype=object)

@@ -68,8 +68,15 @@ def test_actor_resumes_exactly_in_a_fresh_worker(make_worker: Callable[..., Any]
     for _ in range(2):
         train_and_generate(worker, batch)
     worker.save_checkpoint(tmp_path / "actor")
-    for name in ("model/.metadata", "optim/.metadata", "extra_state_world_size_1_rank_0.pt", "checkpoint.json",
-                 "huggingface/config.json", "huggingface/model.safetensors", "huggingface/tokenizer_config.json"):
+    for name in (
+        "model/.metadata",
+        "optim/.metadata",
+        "extra_state_world_size_1_rank_0.pt",
+        "checkpoint.json",
+        "huggingface/config.json",
+        "huggingface/model.safetensors",
+        "huggingface/tokenizer_config.json",
+    ):
         assert (tmp_path / "actor" / name).is_file(), name
     expected_metrics, expected_responses = train_and_generate(worker, batch)
     expected_params = full_state(worker)
@@ -150,11 +157,13 @@ def test_critic_checkpoint_round_trip(make_worker: Callable[..., Any], batch: Ba
     fresh.load_checkpoint(tmp_path / "critic")
     assert update(fresh) == expected
     assert fresh.critic.lr_scheduler.last_epoch == 2
-    assert optimizer_state(fresh.critic.module, fresh.critic.optimizer).keys() == optimizer_state(
-        worker.critic.module, worker.critic.optimizer).keys()
+    assert (
+        optimizer_state(fresh.critic.module, fresh.critic.optimizer).keys()
+        == optimizer_state(worker.critic.module, worker.critic.optimizer).keys()
+    )
 
 
-RANK_SCRIPT = textwrap.dedent('''
+RANK_SCRIPT = textwrap.dedent("""
     import json, os, sys, torch
     from pathlib import Path
     from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
@@ -178,7 +187,7 @@ RANK_SCRIPT = textwrap.dedent('''
     if rank == 0:
         torch.save(state, out / "expected.pt")
     worker.shutdown()
-''')
+""")
 
 
 def _free_port() -> int:
@@ -188,14 +197,20 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_two_rank_checkpoint_loads_at_one_rank(make_worker: Callable[..., Any], tiny_model_dir: Path,
-                                               tmp_path: Path) -> None:
+def test_two_rank_checkpoint_loads_at_one_rank(
+    make_worker: Callable[..., Any], tiny_model_dir: Path, tmp_path: Path
+) -> None:
     """Two gloo ranks save shards of one model; a single rank loads them (DCP reshards) and holds exactly the
     trained weights, and the per-rank extra state of both ranks is there."""
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2"}
     procs = [
-        subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, str(tiny_model_dir), str(tmp_path)],
-                         env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", RANK_SCRIPT, str(tiny_model_dir), str(tmp_path)],
+            env={**env, "RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for rank in range(2)
     ]
     outputs = [proc.communicate(timeout=300)[0] for proc in procs]
@@ -216,14 +231,18 @@ def test_two_rank_checkpoint_loads_at_one_rank(make_worker: Callable[..., Any], 
     assert {int(s["step"]) for s in worker.actor.optimizer.state.values()} == {1}
 
 
-def test_hf_export_of_a_lora_actor_holds_the_merged_weights(make_worker: Callable[..., Any], batch: Batch,
-                                                            tmp_path: Path) -> None:
+def test_hf_export_of_a_lora_actor_holds_the_merged_weights(
+    make_worker: Callable[..., Any], batch: Batch, tmp_path: Path
+) -> None:
     """With LoRA the export is a plain Hugging Face model (no adapter files) with the adapted actor's logits,
     and the sharded checkpoint restores the adapters."""
     from transformers import AutoModelForCausalLM
 
-    lora = {"actor_rollout_ref__model__lora_rank": 4, "actor_rollout_ref__model__lora_alpha": 8,
-            "actor_rollout_ref__actor__optim__lr": 1e-2}
+    lora = {
+        "actor_rollout_ref__model__lora_rank": 4,
+        "actor_rollout_ref__model__lora_alpha": 8,
+        "actor_rollout_ref__actor__optim__lr": 1e-2,
+    }
     worker = make_worker("actor", **lora)
     update(worker, batch)
     worker.save_checkpoint(tmp_path)

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from rlcore_plugin_fsdp.fsdp import resolve_fsdp_config
 
 from rlcore.errors import RLCoreError
 from rlcore.workers.actor import ActorRolloutRefWorker
 from rlcore.workers.base import checkpoint_contents
 from rlcore.workers.critic import CriticWorker
-from rlcore_plugin_fsdp.fsdp import resolve_fsdp_config
 
 
 @pytest.mark.parametrize(

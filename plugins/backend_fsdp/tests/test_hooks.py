@@ -5,8 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from rlcore.plugins import load_plugins
 from rlcore_plugin_fsdp.hooks import FSDP_CONFIG_DEFAULTS, config_defaults
+
+from rlcore.plugins import load_plugins
 
 
 def test_backend_registered_with_alias() -> None:

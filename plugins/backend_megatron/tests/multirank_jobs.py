@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
 from rlcore.protocol import Batch
 from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rlcore.errors import RLCoreError
 from rlcore_plugin_megatron.convert import (
     ModelSpec,
     from_stage,
@@ -17,6 +16,8 @@ from rlcore_plugin_megatron.convert import (
     tp_unshard,
 )
 
+from rlcore.errors import RLCoreError
+
 
 def hf_model(model_type: str, *, tied: bool):
     """A tiny randomly initialised Hugging Face causal LM of ``model_type`` (4 query heads, 2 groups)."""
@@ -24,8 +25,14 @@ def hf_model(model_type: str, *, tied: bool):
 
     config_cls = {"qwen2": Qwen2Config, "qwen3": Qwen3Config, "llama": LlamaConfig}[model_type]
     config = config_cls(
-        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, tie_word_embeddings=tied,
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=tied,
     )
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(config)
@@ -60,10 +67,16 @@ def test_megatron_names_of_both_specs() -> None:
     spec = ModelSpec.from_hf_config(model.config, "m")
     local = hf_to_megatron(hf_state(model), spec, names="local")
     te = hf_to_megatron(hf_state(model), spec, names="te")
-    assert {"decoder.layers.0.input_layernorm.weight", "decoder.layers.0.pre_mlp_layernorm.weight",
-            "decoder.layers.0.self_attention.q_layernorm.weight", "output_layer.weight"} <= local.keys()
-    assert {"decoder.layers.0.self_attention.linear_qkv.layer_norm_weight",
-            "decoder.layers.0.mlp.linear_fc1.layer_norm_weight"} <= te.keys()
+    assert {
+        "decoder.layers.0.input_layernorm.weight",
+        "decoder.layers.0.pre_mlp_layernorm.weight",
+        "decoder.layers.0.self_attention.q_layernorm.weight",
+        "output_layer.weight",
+    } <= local.keys()
+    assert {
+        "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight",
+        "decoder.layers.0.mlp.linear_fc1.layer_norm_weight",
+    } <= te.keys()
     assert not any("input_layernorm" in name or "pre_mlp_layernorm" in name for name in te)
 
 
@@ -76,9 +89,9 @@ def test_qkv_is_grouped_per_query_group_and_fc1_is_gate_then_up() -> None:
     qkv = megatron["decoder.layers.1.self_attention.linear_qkv.weight"]
     q, k, v = (state[f"model.layers.1.self_attn.{p}_proj.weight"] for p in "qkv")
     group = 2 * 16 + 2 * 16  # two query heads, one key head, one value head of 16 rows
-    assert torch.equal(qkv[group: group + 32], q[32:64])
-    assert torch.equal(qkv[group + 32: group + 48], k[16:32])
-    assert torch.equal(qkv[group + 48: group + 64], v[16:32])
+    assert torch.equal(qkv[group : group + 32], q[32:64])
+    assert torch.equal(qkv[group + 32 : group + 48], k[16:32])
+    assert torch.equal(qkv[group + 48 : group + 64], v[16:32])
     fc1 = megatron["decoder.layers.1.mlp.linear_fc1.weight"]
     assert torch.equal(fc1[:96], state["model.layers.1.mlp.gate_proj.weight"])
     assert "output_layer.weight" not in megatron, "tied: no separate output layer"
@@ -97,7 +110,7 @@ def test_tensor_parallel_shards_rejoin_exactly(tp: int) -> None:
     fc1 = megatron["decoder.layers.0.mlp.linear_fc1.weight"]
     first = tp_shard("decoder.layers.0.mlp.linear_fc1.weight", fc1, 0, tp, spec)
     rows = 96 // tp
-    assert torch.equal(first[:rows], fc1[:rows]) and torch.equal(first[rows:], fc1[96: 96 + rows])
+    assert torch.equal(first[:rows], fc1[:rows]) and torch.equal(first[rows:], fc1[96 : 96 + rows])
 
 
 def test_pipeline_stages_cover_the_model_once() -> None:
@@ -111,7 +124,9 @@ def test_pipeline_stages_cover_the_model_once() -> None:
         layers = stage_layers(spec.num_layers, 2, rank, "pp")
         stage = to_stage(megatron, layers, first=rank == 0, last=rank == 1, spec=spec)
         assert ("output_layer.weight" in stage) == (rank == 1)
-        assert ("decoder.layers.1.input_layernorm.weight" in stage) and ("decoder.layers.2.input_layernorm.weight" not in stage)
+        assert ("decoder.layers.1.input_layernorm.weight" in stage) and (
+            "decoder.layers.2.input_layernorm.weight" not in stage
+        )
         joined.update(from_stage(stage, layers, first=rank == 0, spec=spec))
     assert joined.keys() == megatron.keys()
     with pytest.raises(RLCoreError, match="pp=3 must divide"):

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from rlcore.errors import RLCoreError
 from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
 
@@ -30,14 +31,25 @@ def actor(model_dir: Path, role: str = "actor", **overrides: Any) -> Any:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"actor_rollout_ref.actor.megatron.param_offload": True}, r"actor\.megatron\.param_offload=true: offloading needs a CUDA"),
+        (
+            {"actor_rollout_ref.actor.megatron.param_offload": True},
+            r"actor\.megatron\.param_offload=true: offloading needs a CUDA",
+        ),
         ({"actor_rollout_ref.actor.megatron.optimizer_offload": True}, "optimizer_offload=true"),
-        ({"actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
-          "actor_rollout_ref.actor.megatron.sequence_parallel": True}, "sequence_parallel=true"),
+        (
+            {
+                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
+                "actor_rollout_ref.actor.megatron.sequence_parallel": True,
+            },
+            "sequence_parallel=true",
+        ),
         ({"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size": 2}, r"ref\.megatron parallel sizes"),
         ({"actor_rollout_ref.model.enable_gradient_checkpointing": True}, "enable_gradient_checkpointing"),
         ({"actor_rollout_ref.actor.ulysses_sequence_parallel_size": 2}, "ulysses_sequence_parallel_size"),
-        ({"actor_rollout_ref.actor.megatron.use_dist_checkpointing": True}, "needs actor_rollout_ref.actor.megatron.dist_checkpointing_path"),
+        (
+            {"actor_rollout_ref.actor.megatron.use_dist_checkpointing": True},
+            "needs actor_rollout_ref.actor.megatron.dist_checkpointing_path",
+        ),
     ],
 )
 def test_config_errors_name_the_key(tiny_model_dir: Path, overrides: dict[str, Any], message: str) -> None:
@@ -51,8 +63,9 @@ def test_config_errors_name_the_key(tiny_model_dir: Path, overrides: dict[str, A
 def test_hf_export_loads_with_transformers(tiny_model_dir: Path, tiny_tokenizer: Any, tmp_path: Path) -> None:
     """After an update, ``save_hf`` writes a directory ``AutoModelForCausalLM`` loads, whose log-probs equal the
     engine's."""
-    from rlcore.algos.functional import logprobs_from_logits
     from transformers import AutoModelForCausalLM
+
+    from rlcore.algos.functional import logprobs_from_logits
 
     worker = actor(tiny_model_dir, **{"actor_rollout_ref.actor.optim.lr": 1e-3})
     try:
@@ -70,7 +83,9 @@ def test_hf_export_loads_with_transformers(tiny_model_dir: Path, tiny_tokenizer:
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
     ).logits[:, -length - 1 : -1]
     mask = batch["response_mask"].bool()
-    torch.testing.assert_close(logprobs_from_logits(logits, batch["responses"]).detach()[mask], expected[mask], atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        logprobs_from_logits(logits, batch["responses"]).detach()[mask], expected[mask], atol=1e-5, rtol=0
+    )
 
 
 def test_initial_weights_from_a_megatron_checkpoint(tiny_model_dir: Path, tiny_tokenizer: Any, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
 
 

@@ -6,10 +6,11 @@ import subprocess
 import sys
 
 import pytest
-from rlcore.errors import RLCoreError
-from rlcore.plugins import load_plugins
 from rlcore_plugin_megatron.hooks import config_defaults, data_parallel_size
 from rlcore_plugin_megatron.settings import MEGATRON_DEFAULTS
+
+from rlcore.errors import RLCoreError
+from rlcore.plugins import load_plugins
 
 
 def test_backend_registered_with_data_parallel_size() -> None:
@@ -38,11 +39,13 @@ def test_data_parallel_size_divides_the_world() -> None:
     from rlcore.config import load_config
     from rlcore.workers.engine import data_parallel_size as core_data_parallel_size
 
-    config = load_config(overrides=[
-        "actor_rollout_ref.actor.strategy=megatron",
-        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
-        "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
-    ])
+    config = load_config(
+        overrides=[
+            "actor_rollout_ref.actor.strategy=megatron",
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+            "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+        ]
+    )
     assert core_data_parallel_size(config, "actor_rollout_ref.actor", 8) == 2
     with pytest.raises(RLCoreError, match=r"tensor_model_parallel_size \(2\) × pipeline_model_parallel_size \(2\)"):
         data_parallel_size(config, "actor_rollout_ref.actor", 6)

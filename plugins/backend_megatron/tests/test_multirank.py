@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 import torch.multiprocessing as mp
+
 from rlcore.testing.tiny import make_tiny_model_dir
 
 #: the layouts spawned against the single-rank run

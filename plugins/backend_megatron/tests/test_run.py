@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore.tracking.sinks import read_metrics
 
@@ -40,7 +41,9 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return make_tiny_task(tmp_path_factory.mktemp("task"), train_rows=12)
 
 
-def test_six_steps_equal_three_plus_resume_plus_three(tiny_model_dir: Path, task: dict[str, Path], tmp_path: Path) -> None:
+def test_six_steps_equal_three_plus_resume_plus_three(
+    tiny_model_dir: Path, task: dict[str, Path], tmp_path: Path
+) -> None:
     """The uninterrupted run reports the critic's and actor's metrics; the run resumed from step 3 repeats
     steps 4-6 exactly."""
     _, run_dir = tiny_run(tmp_path / "full", tiny_model_dir, task, *SETTINGS)
@@ -51,8 +54,12 @@ def test_six_steps_equal_three_plus_resume_plus_three(tiny_model_dir: Path, task
     checkpoint = tmp_path / "full" / "ckpt" / "global_step_3"
     assert (checkpoint / "actor" / "model" / "tp00_pp00.pt").is_file()
     _, resumed_dir = tiny_run(
-        tmp_path / "resumed", tiny_model_dir, task, *SETTINGS,
-        "trainer.resume_mode=resume_path", f"trainer.resume_from_path={checkpoint}",
+        tmp_path / "resumed",
+        tiny_model_dir,
+        task,
+        *SETTINGS,
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={checkpoint}",
     )
     resumed = comparable(resumed_dir)
     assert list(resumed) == [4, 5, 6]

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_plugin_sglang.engine import SGLangRolloutEngine, _buckets
 
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager
 from rlcore.testing.contracts.rollout import RolloutEngineContract
-from rlcore_plugin_sglang.engine import SGLangRolloutEngine, _buckets
 
 
 def rollout_section(plugin_manager: PluginManager, *overrides: str) -> Any:
@@ -38,8 +38,9 @@ def test_cpu_device_is_refused_before_sglang_is_imported(
     with pytest.raises(RLCoreError, match="runs on CUDA only.*use rollout.name=vllm"):
         SGLangRolloutEngine(str(tiny_model_dir), tiny_tokenizer, rollout_section(plugin_manager), device="cpu")
     with pytest.raises(RLCoreError, match="cannot wrap a module"):
-        SGLangRolloutEngine(str(tiny_model_dir), tiny_tokenizer, rollout_section(plugin_manager),
-                            module=torch.nn.Linear(2, 2))
+        SGLangRolloutEngine(
+            str(tiny_model_dir), tiny_tokenizer, rollout_section(plugin_manager), module=torch.nn.Linear(2, 2)
+        )
 
 
 def test_weight_buckets_respect_the_size_limit() -> None:

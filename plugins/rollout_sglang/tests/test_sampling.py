@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from rlcore_plugin_sglang.sampling import sglang_sampling_params
 
 from rlcore.rollout.sampling import SamplingParams
-from rlcore_plugin_sglang.sampling import sglang_sampling_params
 
 
 def mapped(params: SamplingParams, **overrides: object) -> dict[str, object]:
@@ -23,7 +23,9 @@ def test_sampling_settings_pass_through() -> None:
     assert sampling["no_stop_trim"] is True, "the EOS token must stay in the response (it is part of the mask)"
 
 
-@pytest.mark.parametrize("params", [SamplingParams(do_sample=False, top_k=5, top_p=0.5), SamplingParams(temperature=0.0)])
+@pytest.mark.parametrize(
+    "params", [SamplingParams(do_sample=False, top_k=5, top_p=0.5), SamplingParams(temperature=0.0)]
+)
 def test_greedy_turns_filters_off(params: SamplingParams) -> None:
     """Greedy decoding: temperature 0, top-k and top-p off; no seed is sent for it."""
     sampling = mapped(params, seed=None)

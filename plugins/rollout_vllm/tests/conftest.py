@@ -19,8 +19,9 @@ from omegaconf import OmegaConf
 def vllm() -> Any:
     """The ``vllm`` module; skips the test where it cannot be imported (vLLM is an optional extra:
     ``rlcore-plugin-vllm[cpu]`` or ``[gpu]``)."""
-    from rlcore.errors import RLCoreError
     from rlcore_plugin_vllm.engine import import_vllm
+
+    from rlcore.errors import RLCoreError
 
     try:
         return import_vllm()

@@ -82,9 +82,12 @@ def test_rollout_log_probs_match_the_trainer(
     out = engine.generate(make_prompt_batch(tiny_tokenizer))
     length = out["responses"].shape[1]
     with torch.no_grad():
-        logits = hf_model(
-            input_ids=out["input_ids"], attention_mask=out["attention_mask"], position_ids=out["position_ids"]
-        ).logits[:, -length - 1 : -1].float() / 0.7
+        logits = (
+            hf_model(input_ids=out["input_ids"], attention_mask=out["attention_mask"], position_ids=out["position_ids"])
+            .logits[:, -length - 1 : -1]
+            .float()
+            / 0.7
+        )
     trainer = torch.log_softmax(logits, dim=-1).gather(-1, out["responses"][..., None]).squeeze(-1)
     valid = out["response_mask"].bool()
     torch.testing.assert_close(out["rollout_log_probs"][valid], trainer[valid], atol=1e-4, rtol=0)

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from rlcore.rollout.sampling import SamplingParams
-from rlcore.rollout.sampling import request_seeds
 from rlcore_plugin_vllm.sampling import vllm_sampling_kwargs
+
+from rlcore.rollout.sampling import SamplingParams, request_seeds
 
 
 def kwargs_for(params: SamplingParams, **overrides: object) -> dict[str, object]:
@@ -26,7 +25,9 @@ def test_sampling_settings_pass_through() -> None:
     assert kwargs["logprobs"] == 0 and kwargs["detokenize"] is False
 
 
-@pytest.mark.parametrize("params", [SamplingParams(do_sample=False, top_k=5, top_p=0.5), SamplingParams(temperature=0.0)])
+@pytest.mark.parametrize(
+    "params", [SamplingParams(do_sample=False, top_k=5, top_p=0.5), SamplingParams(temperature=0.0)]
+)
 def test_greedy_becomes_vllm_greedy(params: SamplingParams) -> None:
     """``do_sample=false`` or temperature 0: temperature 0 with top-k and top-p off (verl's mapping)."""
     kwargs = kwargs_for(params)
@@ -42,6 +43,8 @@ def test_top_k_off_is_zero_and_ignore_eos_drops_stops() -> None:
 
 def test_vllm_accepts_the_mapping(vllm: Any) -> None:
     """The keyword arguments build a real ``vllm.SamplingParams`` with the values asked for."""
-    built = vllm.SamplingParams(**kwargs_for(SamplingParams(temperature=0.7, top_k=-1, top_p=0.9)), seed=request_seeds(3, 0, 1)[0])
+    built = vllm.SamplingParams(
+        **kwargs_for(SamplingParams(temperature=0.7, top_k=-1, top_p=0.9)), seed=request_seeds(3, 0, 1)[0]
+    )
     assert built.temperature == 0.7 and built.top_p == 0.9 and built.top_k in (0, -1)
     assert built.max_tokens == 16 and built.logprobs == 0 and list(built.stop_token_ids) == [2, 7]

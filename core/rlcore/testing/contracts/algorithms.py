@@ -23,8 +23,9 @@ determinism and the direction of the learning signal.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -32,8 +33,8 @@ import torch
 
 from rlcore.algos.losses import LOSS_AGG_MODES
 from rlcore.plugins import load_plugins
-from rlcore.testing.config import contract_config, default_tree
 from rlcore.registry import Component, Registry
+from rlcore.testing.config import contract_config, default_tree
 
 #: padded response length of the contract batches
 RESPONSE_LENGTH = 6

@@ -28,7 +28,8 @@ and that garbage input yields a finite number rather than an exception.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest

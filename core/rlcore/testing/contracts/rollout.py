@@ -19,8 +19,9 @@ default config plus :attr:`RolloutEngineContract.CONFIG_OVERRIDES`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -231,7 +232,9 @@ class RolloutEngineContract:
         ids = tiny_tokenizer(PROMPTS[0])["input_ids"]
         engine_log_probs = engine.prompt_log_probs(ids)
         assert tuple(engine_log_probs.shape) == (len(ids) - 1,)
-        torch.testing.assert_close(engine_log_probs.float(), teacher_forced_log_probs(model, ids), atol=self.LOGPROB_ATOL, rtol=0)
+        torch.testing.assert_close(
+            engine_log_probs.float(), teacher_forced_log_probs(model, ids), atol=self.LOGPROB_ATOL, rtol=0
+        )
 
     def test_update_weights(
         self, engine_factory: Callable[..., Any], tiny_model_dir: Path, tiny_tokenizer: Any

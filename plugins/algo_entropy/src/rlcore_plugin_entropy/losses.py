@@ -9,7 +9,8 @@ cov_t = (A_t − mean A)·(logπ_t − mean logπ), the means taken over the mic
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

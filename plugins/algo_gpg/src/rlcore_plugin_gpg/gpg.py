@@ -3,7 +3,8 @@ rescaling factor, optimised directly (no surrogate ratio, no clip, no critic).""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 

@@ -3,7 +3,8 @@ importance ratio, the geometric mean of the response's token ratios."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

@@ -3,7 +3,8 @@ other responses to the same prompt, so no critic is needed."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 

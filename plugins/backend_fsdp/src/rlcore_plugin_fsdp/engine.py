@@ -116,7 +116,9 @@ class FSDPEngine:
         if settings is not None:
             model = apply_lora(model, settings, request.model_section)
             self.lora_merger = LoraMerger.from_model(model)
-        mesh = build_device_mesh(self.device, self.world_size, self.fsdp["fsdp_size"], f"{section}.fsdp_config.fsdp_size")
+        mesh = build_device_mesh(
+            self.device, self.world_size, self.fsdp["fsdp_size"], f"{section}.fsdp_config.fsdp_size"
+        )
         self.module = apply_fsdp2(model, mesh, self.fsdp, self.device)
         if request.role != "ref":
             # the optimizer must see the sharded parameters: build it before any forward pass
@@ -155,7 +157,9 @@ class FSDPEngine:
         self.module.eval()
         try:
             with torch.no_grad(), self._adapters():
-                return [self._output(to_device(micro, self.device), temperature, with_entropy) for micro in micro_batches]
+                return [
+                    self._output(to_device(micro, self.device), temperature, with_entropy) for micro in micro_batches
+                ]
         finally:
             self.module.train(was_training)
 

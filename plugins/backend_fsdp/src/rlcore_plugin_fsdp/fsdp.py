@@ -22,6 +22,7 @@ from rlcore.dtypes import parse_dtype
 from rlcore.errors import RLCoreError
 from rlcore_plugin_fsdp.hooks import FSDP_CONFIG_DEFAULTS
 
+
 def resolve_fsdp_config(section: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
     """The ``fsdp_config`` section at ``key`` merged over the plugin defaults, with its types checked."""
     resolved = dict(FSDP_CONFIG_DEFAULTS)

@@ -141,7 +141,11 @@ class ValueModel(nn.Module):
 
 
 def response_values(
-    model: nn.Module, batch: Batch, *, remove_padding: bool = False, remove_padding_key: str = "critic.model.use_remove_padding"
+    model: nn.Module,
+    batch: Batch,
+    *,
+    remove_padding: bool = False,
+    remove_padding_key: str = "critic.model.use_remove_padding",
 ) -> torch.Tensor:
     """Float32 values ``[B, R]`` at positions ``P−1 … P+R−2`` (the states before each response token).
 

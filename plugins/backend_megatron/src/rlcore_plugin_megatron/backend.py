@@ -4,8 +4,8 @@ engines."""
 from __future__ import annotations
 
 from omegaconf import DictConfig
-from rlcore.workers.engine import EngineRequest, EngineRole
 
+from rlcore.workers.engine import EngineRequest, EngineRole
 from rlcore_plugin_megatron.engine import MegatronEngine, check_config
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
+
 from rlcore.errors import RLCoreError
 
 Names = Literal["local", "te"]
@@ -133,7 +134,9 @@ def _split_qkv(qkv: torch.Tensor, spec: ModelSpec) -> tuple[torch.Tensor, torch.
     return q.reshape(-1, *rest), k.reshape(-1, *rest), v.reshape(-1, *rest)
 
 
-def hf_to_megatron(state: Mapping[str, torch.Tensor], spec: ModelSpec, *, names: Names = "local") -> dict[str, torch.Tensor]:
+def hf_to_megatron(
+    state: Mapping[str, torch.Tensor], spec: ModelSpec, *, names: Names = "local"
+) -> dict[str, torch.Tensor]:
     """A full megatron-core state dict (global layer numbers) from a Hugging Face one.
 
     Unknown or missing Hugging Face names are errors; ``lm_head.weight`` is ignored when tied (and for a
@@ -158,25 +161,35 @@ def hf_to_megatron(state: Mapping[str, torch.Tensor], spec: ModelSpec, *, names:
         elif not name.endswith("rotary_emb.inv_freq"):
             raise RLCoreError(f"Hugging Face weight {name!r} has no megatron-core counterpart")
     if sorted(per_layer) != list(range(spec.num_layers)):
-        raise RLCoreError(f"expected layers 0..{spec.num_layers - 1} in the Hugging Face state, got {sorted(per_layer)}")
+        raise RLCoreError(
+            f"expected layers 0..{spec.num_layers - 1} in the Hugging Face state, got {sorted(per_layer)}"
+        )
     for index, layer in per_layer.items():
         prefix = f"decoder.layers.{index}."
         try:
             out[prefix + "self_attention.linear_qkv.weight"] = _fuse_qkv(
-                layer.pop("self_attn.q_proj.weight"), layer.pop("self_attn.k_proj.weight"),
-                layer.pop("self_attn.v_proj.weight"), spec,
+                layer.pop("self_attn.q_proj.weight"),
+                layer.pop("self_attn.k_proj.weight"),
+                layer.pop("self_attn.v_proj.weight"),
+                spec,
             )
             if spec.qkv_bias:
                 out[prefix + "self_attention.linear_qkv.bias"] = _fuse_qkv(
-                    layer.pop("self_attn.q_proj.bias"), layer.pop("self_attn.k_proj.bias"),
-                    layer.pop("self_attn.v_proj.bias"), spec,
+                    layer.pop("self_attn.q_proj.bias"),
+                    layer.pop("self_attn.k_proj.bias"),
+                    layer.pop("self_attn.v_proj.bias"),
+                    spec,
                 )
-            out[prefix + "mlp.linear_fc1.weight"] = torch.cat([layer.pop("mlp.gate_proj.weight"), layer.pop("mlp.up_proj.weight")])
+            out[prefix + "mlp.linear_fc1.weight"] = torch.cat(
+                [layer.pop("mlp.gate_proj.weight"), layer.pop("mlp.up_proj.weight")]
+            )
         except KeyError as exc:
             raise RLCoreError(f"Hugging Face state lacks model.layers.{index}.{exc.args[0]}") from exc
         for hf_name, tensor in layer.items():
             if hf_name not in renames:
-                raise RLCoreError(f"Hugging Face weight model.layers.{index}.{hf_name} has no megatron-core counterpart")
+                raise RLCoreError(
+                    f"Hugging Face weight model.layers.{index}.{hf_name} has no megatron-core counterpart"
+                )
             out[prefix + renames[hf_name]] = tensor
     if spec.value_head and "output_layer.weight" not in out:
         out["output_layer.weight"] = torch.zeros(1, spec.hidden_size)
@@ -184,7 +197,9 @@ def hf_to_megatron(state: Mapping[str, torch.Tensor], spec: ModelSpec, *, names:
     return out
 
 
-def megatron_to_hf(state: Mapping[str, torch.Tensor], spec: ModelSpec, *, names: Names = "local") -> dict[str, torch.Tensor]:
+def megatron_to_hf(
+    state: Mapping[str, torch.Tensor], spec: ModelSpec, *, names: Names = "local"
+) -> dict[str, torch.Tensor]:
     """A Hugging Face state dict from a full megatron-core one (the inverse of :func:`hf_to_megatron`).
 
     Tied models get no ``lm_head.weight``; a value model's head comes out as ``value_head.*``.
@@ -201,7 +216,10 @@ def megatron_to_hf(state: Mapping[str, torch.Tensor], spec: ModelSpec, *, names:
                     out[f"{prefix}self_attn.{proj}.{kind}"] = part.contiguous()
             elif rest == "mlp.linear_fc1.weight":
                 gate, up = tensor.chunk(2)
-                out[prefix + "mlp.gate_proj.weight"], out[prefix + "mlp.up_proj.weight"] = gate.contiguous(), up.contiguous()
+                out[prefix + "mlp.gate_proj.weight"], out[prefix + "mlp.up_proj.weight"] = (
+                    gate.contiguous(),
+                    up.contiguous(),
+                )
             elif rest in renames:
                 out[prefix + renames[rest]] = tensor
             else:
@@ -281,7 +299,9 @@ def stage_holds(name: str, layers: range, *, first: bool, last: bool, spec: Mode
     return last
 
 
-def to_stage(state: Mapping[str, torch.Tensor], layers: range, *, first: bool, last: bool, spec: ModelSpec) -> dict[str, torch.Tensor]:
+def to_stage(
+    state: Mapping[str, torch.Tensor], layers: range, *, first: bool, last: bool, spec: ModelSpec
+) -> dict[str, torch.Tensor]:
     """The part of a full megatron-core state that a pipeline stage holds, under stage-local names.
 
     A tied model split over several stages gets the embedding as ``output_layer.weight`` on its last stage
@@ -301,7 +321,9 @@ def to_stage(state: Mapping[str, torch.Tensor], layers: range, *, first: bool, l
     return out
 
 
-def from_stage(state: Mapping[str, torch.Tensor], layers: range, *, first: bool, spec: ModelSpec) -> dict[str, torch.Tensor]:
+def from_stage(
+    state: Mapping[str, torch.Tensor], layers: range, *, first: bool, spec: ModelSpec
+) -> dict[str, torch.Tensor]:
     """Full-model names for a stage's weights (the inverse of :func:`to_stage`; a tied model's copy of the
     embedding on a later stage is dropped)."""
     out: dict[str, torch.Tensor] = {}

@@ -24,6 +24,7 @@ from typing import Any, Self
 import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
+
 from rlcore.algos import entropy_from_logits, logprobs_from_logits
 from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
@@ -36,7 +37,6 @@ from rlcore.workers.engine import (
     ParallelLayout,
 )
 from rlcore.workers.optim import build_lr_scheduler, build_optimizer
-
 from rlcore_plugin_megatron.convert import (
     ModelSpec,
     from_stage,
@@ -85,7 +85,9 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
     if _is_cpu(config):
         for name in ("param_offload", "grad_offload", "optimizer_offload"):
             if getattr(settings, name):
-                raise RLCoreError(f"{key}.{name}=true: offloading needs a CUDA device (trainer.device=cpu holds everything on the CPU already)")
+                raise RLCoreError(
+                    f"{key}.{name}=true: offloading needs a CUDA device (trainer.device=cpu holds everything on the CPU already)"
+                )
         if select(config, f"{model_section}.enable_gradient_checkpointing", False):
             raise RLCoreError(
                 f"{model_section}.enable_gradient_checkpointing=true: megatron-core's activation recomputation saves "
@@ -161,7 +163,13 @@ class Offloader:
     Gradients never outlive a resident block (they are released at every optimizer step), which is what
     ``grad_offload`` asks for."""
 
-    def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, settings: MegatronSettings, device: torch.device) -> None:
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        settings: MegatronSettings,
+        device: torch.device,
+    ) -> None:
         """Remember what to move; :meth:`offload` once after construction starts offloaded."""
         on_cuda = device.type == "cuda"
         self.module, self.optimizer, self.device = module, optimizer, device
@@ -247,9 +255,13 @@ class MegatronEngine:
         )
         mc_config = transformer_config(self.spec, hf_config, self.settings, self.settings.key, self.device)
         with cpu_compat(self.device):
-            self.module = build_stage(self.spec, mc_config, hf_config, request.model_section, first=self.first, last=self.last)
+            self.module = build_stage(
+                self.spec, mc_config, hf_config, request.model_section, first=self.first, last=self.last
+            )
         if self.settings.use_dist_checkpointing:
-            self._load_model_files(Path(self.settings.dist_checkpointing_path), f"{self.settings.key}.dist_checkpointing_path")
+            self._load_model_files(
+                Path(self.settings.dist_checkpointing_path), f"{self.settings.key}.dist_checkpointing_path"
+            )
         else:
             state = load_hf_state(model_config, request.model_section, hf_config)
             if self.spec.value_head:
@@ -280,9 +292,13 @@ class MegatronEngine:
         states ``[T, B, H]``."""
         if not self.first:
             self.module.set_input_tensor(hidden_in)
-        return self.module(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask)
+        return self.module(
+            input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask
+        )
 
-    def _outputs(self, out: torch.Tensor, inputs: Prepared, micro: Batch, temperature: float, with_entropy: bool) -> ModelOutput:
+    def _outputs(
+        self, out: torch.Tensor, inputs: Prepared, micro: Batch, temperature: float, with_entropy: bool
+    ) -> ModelOutput:
         """Log-probs and entropies (values for a critic) at the response positions of the last stage's
         output."""
         index = inputs.positions[..., None].expand(-1, -1, out.shape[-1])
@@ -298,7 +314,9 @@ class MegatronEngine:
         rows, width = inputs.input_ids.shape
         return torch.empty(width, rows, self.spec.hidden_size, dtype=torch.float32, device=self.device)
 
-    def _broadcast_outputs(self, outputs: list[ModelOutput], micros: Sequence[Batch], with_entropy: bool) -> list[ModelOutput]:
+    def _broadcast_outputs(
+        self, outputs: list[ModelOutput], micros: Sequence[Batch], with_entropy: bool
+    ) -> list[ModelOutput]:
         """The last stage's outputs on every stage of the pipeline."""
         if self.settings.pp == 1:
             return outputs
@@ -309,7 +327,11 @@ class MegatronEngine:
             shape = tuple(micro["responses"].shape)
             tensors = {}
             for name in names:
-                tensor = getattr(outputs[index], name) if self.last else torch.empty(shape, dtype=torch.float32, device=self.device)
+                tensor = (
+                    getattr(outputs[index], name)
+                    if self.last
+                    else torch.empty(shape, dtype=torch.float32, device=self.device)
+                )
                 tensor = tensor.contiguous()
                 dist.broadcast(tensor, src, group=self.pp_group)
                 tensors[name] = tensor
@@ -498,7 +520,9 @@ class MegatronEngine:
                 if stage == self.pp_rank:
                     flat = torch.cat([own[name].reshape(-1).float() for name, _ in bucket])
                 else:
-                    flat = torch.empty(sum(math.prod(shape) for _, shape in bucket), dtype=torch.float32, device=self.device)
+                    flat = torch.empty(
+                        sum(math.prod(shape) for _, shape in bucket), dtype=torch.float32, device=self.device
+                    )
                 dist.broadcast(flat, src, group=self.pp_group)
                 for (name, shape), part in zip(bucket, flat.split([math.prod(s) for _, s in bucket]), strict=True):
                     full[name] = part.view(shape)
@@ -525,7 +549,9 @@ class MegatronEngine:
             for name, param in params.items():
                 shard = tp_shard(name, stage[name], self.tp_rank, self.settings.tp, self.spec)
                 if shard.shape != param.shape:
-                    raise RLCoreError(f"weight {name} has shape {tuple(shard.shape)}, the model expects {tuple(param.shape)}")
+                    raise RLCoreError(
+                        f"weight {name} has shape {tuple(shard.shape)}, the model expects {tuple(param.shape)}"
+                    )
                 param.copy_(shard)
 
     def load_full_weights(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -613,7 +639,11 @@ class MegatronEngine:
         directory.mkdir(parents=True, exist_ok=True)
         self.hf_config.save_pretrained(directory)
         if state is not None:
-            save_file({name: t.contiguous() for name, t in state.items()}, str(directory / "model.safetensors"), metadata={"format": "pt"})
+            save_file(
+                {name: t.contiguous() for name, t in state.items()},
+                str(directory / "model.safetensors"),
+                metadata={"format": "pt"},
+            )
 
     def close(self) -> None:
         """Release this engine's use of the model-parallel groups (idempotent)."""

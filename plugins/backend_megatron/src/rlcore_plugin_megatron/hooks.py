@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from omegaconf import DictConfig
+
 from rlcore import hookimpl
 from rlcore.config.keys import select
-
 from rlcore_plugin_megatron.settings import (
     MEGATRON_DEFAULTS,
     layout_sizes,

@@ -11,9 +11,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
-from rlcore.errors import RLCoreError
 from torch import nn
 
+from rlcore.errors import RLCoreError
 from rlcore_plugin_megatron.convert import ModelSpec
 from rlcore_plugin_megatron.settings import MegatronSettings
 
@@ -86,7 +86,9 @@ def load_hf_config(model_config: Mapping[str, Any], key: str) -> Any:
     if not path:
         raise RLCoreError(f"{key}.path is not set: give a Hugging Face model directory or hub name")
     try:
-        hf_config = AutoConfig.from_pretrained(path, trust_remote_code=bool(model_config.get("trust_remote_code", False)))
+        hf_config = AutoConfig.from_pretrained(
+            path, trust_remote_code=bool(model_config.get("trust_remote_code", False))
+        )
     except (OSError, ValueError) as exc:
         raise RLCoreError(f"{key}.path={path!r} cannot be loaded: {exc}") from exc
     overrides = model_config.get("override_config", None) or {}
@@ -104,7 +106,10 @@ def load_hf_state(model_config: Mapping[str, Any], key: str, hf_config: Any) -> 
     path = model_config.path
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            path, config=hf_config, dtype=torch.float32, trust_remote_code=bool(model_config.get("trust_remote_code", False))
+            path,
+            config=hf_config,
+            dtype=torch.float32,
+            trust_remote_code=bool(model_config.get("trust_remote_code", False)),
         )
     except (OSError, ValueError) as exc:
         raise RLCoreError(f"{key}.path={path!r} cannot be loaded: {exc}") from exc
@@ -162,7 +167,9 @@ def transformer_config(
     known = {field.name for field in dataclasses.fields(TransformerConfig)}
     for name, value in settings.override_transformer_config.items():
         if name not in known:
-            raise RLCoreError(f"{settings.key}.override_transformer_config.{name} is not a megatron-core TransformerConfig field")
+            raise RLCoreError(
+                f"{settings.key}.override_transformer_config.{name} is not a megatron-core TransformerConfig field"
+            )
         if device.type == "cpu" and name.startswith("recompute") and value:
             raise RLCoreError(
                 f"{settings.key}.override_transformer_config.{name}: activation recomputation saves CUDA RNG states "

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
 from rlcore.errors import RLCoreError
 
 #: every key of a ``megatron`` section and its default (verl's names and, where rlcore can honour them,

@@ -11,8 +11,11 @@ from rlcore import hookimpl
 @hookimpl
 def register_trackers(register: Callable[..., None]) -> None:
     """Register the ``mlflow`` tracker (imported on first use)."""
-    register("mlflow", "rlcore_plugin_mlflow.tracker:MlflowTracker",
-             description="MLflow; a local file store by default (trainer.tracking.mlflow)")
+    register(
+        "mlflow",
+        "rlcore_plugin_mlflow.tracker:MlflowTracker",
+        description="MLflow; a local file store by default (trainer.tracking.mlflow)",
+    )
 
 
 @hookimpl

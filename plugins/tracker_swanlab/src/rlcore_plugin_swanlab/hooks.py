@@ -11,8 +11,11 @@ from rlcore import hookimpl
 @hookimpl
 def register_trackers(register: Callable[..., None]) -> None:
     """Register the ``swanlab`` tracker (imported on first use)."""
-    register("swanlab", "rlcore_plugin_swanlab.tracker:SwanlabTracker",
-             description="SwanLab: cloud, local or offline (trainer.tracking.swanlab)")
+    register(
+        "swanlab",
+        "rlcore_plugin_swanlab.tracker:SwanlabTracker",
+        description="SwanLab: cloud, local or offline (trainer.tracking.swanlab)",
+    )
 
 
 @hookimpl

@@ -76,4 +76,3 @@ class SwanlabTracker(ExternalTracker):
     def close(self) -> None:
         """Finish the SwanLab run (flushes what is buffered)."""
         self.run.finish()
-

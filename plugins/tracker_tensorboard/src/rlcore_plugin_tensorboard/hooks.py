@@ -11,8 +11,11 @@ from rlcore import hookimpl
 @hookimpl
 def register_trackers(register: Callable[..., None]) -> None:
     """Register the ``tensorboard`` tracker (imported on first use)."""
-    register("tensorboard", "rlcore_plugin_tensorboard.tracker:TensorboardTracker",
-             description="TensorBoard event files (trainer.tracking.tensorboard)")
+    register(
+        "tensorboard",
+        "rlcore_plugin_tensorboard.tracker:TensorboardTracker",
+        description="TensorBoard event files (trainer.tracking.tensorboard)",
+    )
 
 
 @hookimpl

@@ -11,8 +11,12 @@ from rlcore import hookimpl
 @hookimpl
 def register_trackers(register: Callable[..., None]) -> None:
     """Register the ``wandb`` tracker (imported on first use)."""
-    register("wandb", "rlcore_plugin_wandb.tracker:WandbTracker", aliases=('tracking',),
-             description="Weights & Biases: online or offline (trainer.tracking.wandb)")
+    register(
+        "wandb",
+        "rlcore_plugin_wandb.tracker:WandbTracker",
+        aliases=("tracking",),
+        description="Weights & Biases: online or offline (trainer.tracking.wandb)",
+    )
 
 
 @hookimpl

@@ -36,7 +36,8 @@ def history(records: list[Any]) -> list[dict[str, Any]]:
     """The history rows (one per logged step) of a wandb run's records."""
     return [
         {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
-        for record in records if record.WhichOneof("record_type") == "history"
+        for record in records
+        if record.WhichOneof("record_type") == "history"
     ]
 
 

@@ -72,4 +72,3 @@ class WandbTracker(ExternalTracker):
     def close(self) -> None:
         """Finish the W&B run (in offline mode this prints the ``wandb sync`` line)."""
         self.run.finish()
-

@@ -1,0 +1,45 @@
+"""The linters CI runs, through the README's test command: ruff (lint and format) over the repository and
+mypy over the typed modules listed in ``pyproject.toml``. ``pre-commit`` runs the same tools."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run a tool from the test environment in the repository root."""
+    return subprocess.run([*args], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.fixture(scope="module")
+def ruff() -> str:
+    """The ruff executable of this environment (the ``test`` extra pins it)."""
+    path = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    if path is None:
+        pytest.fail("ruff is not installed: pip install -e '.[test]'")
+    return path
+
+
+def test_ruff_lint(ruff: str) -> None:
+    """``ruff check`` finds nothing (rules: pyproject.toml)."""
+    result = run(ruff, "check", "--no-cache", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format(ruff: str) -> None:
+    """Every file is formatted as ``ruff format`` writes it."""
+    result = run(ruff, "format", "--check", "--no-cache", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy() -> None:
+    """mypy passes on the files ``[tool.mypy]`` lists (the contracts and a step's path through the code)."""
+    result = run(sys.executable, "-m", "mypy", "--no-incremental")
+    assert result.returncode == 0, result.stdout + result.stderr
