@@ -533,6 +533,10 @@ class Batch:
             self.tensors[key] = t.to(device)
         return self
 
+    def copy_to(self, device: torch.device | str) -> Batch:
+        """A shallow copy whose tensors are on ``device``; this batch is left as it is."""
+        return Batch({key: t.to(device) for key, t in self.tensors.items()}, dict(self.non_tensors), dict(self.meta))
+
     def __repr__(self) -> str:
         """A one-line summary: length, each key's shape and dtype, and the meta keys."""
         tensors = ", ".join(

@@ -115,3 +115,50 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_config: Mapping[s
             num_cycles=num_cycles,
         ),
     )
+
+
+class OptimizerState:
+    """The optimizer and LR-schedule bookkeeping of a :class:`~rlcore.workers.engine.TrainingEngine` that
+    trains with a torch optimizer and the schedule of :func:`build_lr_scheduler`: a mixin giving the
+    contract's ``lr_scheduler_step``, ``has_optimizer_state``, ``reset_optimizer_state``, ``state_dict`` and
+    ``load_state_dict``. The engine sets :attr:`role`, :attr:`optimizer` and :attr:`lr_scheduler` (both
+    None for a frozen reference model)."""
+
+    role: str
+    optimizer: torch.optim.Optimizer | None
+    lr_scheduler: LambdaLR | None
+
+    def _trainable(self, method: str) -> torch.optim.Optimizer:
+        """The optimizer; a frozen engine has none, which ``method`` needs."""
+        if self.optimizer is None:
+            raise RLCoreError(f"{method}() on the {self.role} engine, which is not trained")
+        return self.optimizer
+
+    def lr_scheduler_step(self) -> float:
+        """Step the LR schedule once; the rate the update used. torch's "scheduler before optimizer" warning
+        is expected (and hidden) when every optimizer step of the update was skipped."""
+        self._trainable("lr_scheduler_step")
+        assert self.lr_scheduler is not None  # built together with the optimizer
+        rate = float(self.lr_scheduler.get_last_lr()[0])
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+            self.lr_scheduler.step()
+        return rate
+
+    def has_optimizer_state(self) -> bool:
+        """Whether the optimizer has taken a step (and so has moments to save)."""
+        return self.optimizer is not None and bool(self.optimizer.state)
+
+    def reset_optimizer_state(self) -> None:
+        """Forget the optimizer's moments and step counts."""
+        if self.optimizer is not None:
+            self.optimizer.state.clear()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The LR schedule's state (empty for a frozen engine)."""
+        return {"lr_scheduler": self.lr_scheduler.state_dict()} if self.lr_scheduler is not None else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the LR schedule."""
+        if self.lr_scheduler is not None and "lr_scheduler" in state:
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])

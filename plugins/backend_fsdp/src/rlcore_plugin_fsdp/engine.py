@@ -9,7 +9,6 @@ the rollout engine and the checkpoints around it. Precision, offload and wrappin
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -33,7 +32,7 @@ from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore.workers.engine import EngineRequest, EngineRole, MicroBatchLoss, ModelOutput, ParallelLayout
-from rlcore.workers.optim import build_lr_scheduler, build_optimizer
+from rlcore.workers.optim import OptimizerState, build_lr_scheduler, build_optimizer
 from rlcore_plugin_fsdp.fsdp import Offloader, apply_fsdp2, build_device_mesh, resolve_fsdp_config
 from rlcore_plugin_fsdp.lora import LoraMerger, apply_lora, lora_settings
 from rlcore_plugin_fsdp.models import (
@@ -43,11 +42,6 @@ from rlcore_plugin_fsdp.models import (
     response_log_probs,
     response_values,
 )
-
-
-def to_device(batch: Batch, device: torch.device) -> Batch:
-    """A shallow copy of ``batch`` with its tensors on ``device``; the caller's Batch is left untouched."""
-    return Batch({key: t.to(device) for key, t in batch.tensors.items()}, dict(batch.non_tensors), dict(batch.meta))
 
 
 def full_tensor_item(value: torch.Tensor) -> float:
@@ -70,7 +64,7 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
     return resolve_fsdp_config(select(config, f"{section}.fsdp_config"), f"{section}.fsdp_config")
 
 
-class FSDPEngine:
+class FSDPEngine(OptimizerState):
     """One model of the run on this rank, sharded over all ranks of the worker group (FSDP2)."""
 
     def __init__(self, request: EngineRequest) -> None:
@@ -157,9 +151,7 @@ class FSDPEngine:
         self.module.eval()
         try:
             with torch.no_grad(), self._adapters():
-                return [
-                    self._output(to_device(micro, self.device), temperature, with_entropy) for micro in micro_batches
-                ]
+                return [self._output(micro.copy_to(self.device), temperature, with_entropy) for micro in micro_batches]
         finally:
             self.module.train(was_training)
 
@@ -170,14 +162,8 @@ class FSDPEngine:
         self._trainable("forward_backward")
         self.module.train()
         for index, micro in enumerate(micro_batches):
-            micro = to_device(micro, self.device)
+            micro = micro.copy_to(self.device)
             loss_fn(index, micro, self._output(micro, temperature, with_entropy)).backward()
-
-    def _trainable(self, method: str) -> torch.optim.Optimizer:
-        """The optimizer; a reference engine has none."""
-        if self.optimizer is None:
-            raise RLCoreError(f"{method}() on the {self.role} engine, which is not trained")
-        return self.optimizer
 
     def optimizer_step(self, grad_clip: float | None) -> float:
         """Clip, step when the gradient norm is finite, zero the gradients; the norm."""
@@ -188,16 +174,6 @@ class FSDPEngine:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return norm
-
-    def lr_scheduler_step(self) -> float:
-        """Step the LR schedule once; the rate the update used. torch's "scheduler before optimizer" warning
-        is expected (and hidden) when every optimizer step of the update was skipped."""
-        self._trainable("lr_scheduler_step")
-        rate = float(self.lr_scheduler.get_last_lr()[0])
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
-            self.lr_scheduler.step()
-        return rate
 
     def all_reduce_sum(self, value: float) -> float:
         """The sum of ``value`` over all ranks (every rank is a data-parallel rank under FSDP)."""
@@ -246,24 +222,6 @@ class FSDPEngine:
             state = get_optimizer_state_dict(self.module, optimizer)
             dcp.load(state, checkpoint_id=directory / "optim")
             set_optimizer_state_dict(self.module, optimizer, state)
-
-    def has_optimizer_state(self) -> bool:
-        """Whether AdamW has taken a step (and so has moments to save)."""
-        return self.optimizer is not None and bool(self.optimizer.state)
-
-    def reset_optimizer_state(self) -> None:
-        """Forget AdamW's moments and step counts."""
-        if self.optimizer is not None:
-            self.optimizer.state.clear()
-
-    def state_dict(self) -> dict[str, Any]:
-        """The LR schedule's state (empty for the reference engine)."""
-        return {"lr_scheduler": self.lr_scheduler.state_dict()} if self.lr_scheduler is not None else {}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the LR schedule."""
-        if self.lr_scheduler is not None and "lr_scheduler" in state:
-            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
 
     def save_hf(self, directory: Path, *, with_weights: bool) -> None:
         """The model config and, ``with_weights``, the full (LoRA-merged) weights as a Hugging Face model

@@ -14,7 +14,6 @@ CUDA assumptions.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from rlcore.workers.engine import (
     ModelOutput,
     ParallelLayout,
 )
-from rlcore.workers.optim import build_lr_scheduler, build_optimizer
+from rlcore.workers.optim import OptimizerState, build_lr_scheduler, build_optimizer
 from rlcore_plugin_megatron.convert import (
     ModelSpec,
     from_stage,
@@ -152,11 +151,6 @@ def prepare(micro: Batch) -> Prepared:
     )
 
 
-def to_device(batch: Batch, device: torch.device) -> Batch:
-    """A shallow copy of ``batch`` with its tensors on ``device``."""
-    return Batch({key: t.to(device) for key, t in batch.tensors.items()}, dict(batch.non_tensors), dict(batch.meta))
-
-
 class Offloader:
     """Moves the model and/or the optimizer state to the CPU outside :meth:`MegatronEngine.resident` blocks
     (``param_offload``, ``optimizer_offload``; CUDA only: ``check_config`` rejects them on the CPU).
@@ -205,7 +199,7 @@ class Offloader:
         self.offload()
 
 
-class MegatronEngine:
+class MegatronEngine(OptimizerState):
     """One model of the run on this rank: a pipeline stage's tensor-parallel shard of a megatron-core
     ``GPTModel`` (see the module docstring)."""
 
@@ -346,7 +340,7 @@ class MegatronEngine:
         try:
             with torch.no_grad(), cpu_compat(self.device):
                 for micro in micro_batches:
-                    micro = to_device(micro, self.device)
+                    micro = micro.copy_to(self.device)
                     inputs = prepare(micro)
                     hidden = None
                     if not self.first:
@@ -372,7 +366,7 @@ class MegatronEngine:
         pending: list[tuple[torch.Tensor | None, torch.Tensor]] = []
         with cpu_compat(self.device):
             for index, micro in enumerate(micro_batches):
-                micro = to_device(micro, self.device)
+                micro = micro.copy_to(self.device)
                 inputs = prepare(micro)
                 hidden = None
                 if not self.first:
@@ -397,12 +391,6 @@ class MegatronEngine:
                     torch.autograd.backward(out, grad)
                 if not self.first:
                     self._p2p(hidden.grad.contiguous(), self.pp_rank - 1, send=True)
-
-    def _trainable(self, method: str) -> torch.optim.Optimizer:
-        """The optimizer; a reference engine has none."""
-        if self.optimizer is None:
-            raise RLCoreError(f"{method}() on the {self.role} engine, which is not trained")
-        return self.optimizer
 
     def _shared_output_copy(self, name: str) -> bool:
         """Whether ``name`` is the last stage's copy of a tied embedding (pipeline size > 1)."""
@@ -460,16 +448,6 @@ class MegatronEngine:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return norm
-
-    def lr_scheduler_step(self) -> float:
-        """Step the LR schedule once; the rate the update used (torch's "scheduler before optimizer"
-        warning is hidden: every optimizer step of an update may have been skipped)."""
-        self._trainable("lr_scheduler_step")
-        rate = float(self.lr_scheduler.get_last_lr()[0])
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
-            self.lr_scheduler.step()
-        return rate
 
     def all_reduce_sum(self, value: float) -> float:
         """The sum of ``value`` over the data-parallel ranks."""
@@ -607,24 +585,6 @@ class MegatronEngine:
         if "optimizer" in contents:
             payload = self._read_shard(directory / "optim" / self._shard_name(), str(directory))
             self._trainable("load").load_state_dict(payload["state"])
-
-    def has_optimizer_state(self) -> bool:
-        """Whether AdamW has taken a step."""
-        return self.optimizer is not None and bool(self.optimizer.state)
-
-    def reset_optimizer_state(self) -> None:
-        """Forget AdamW's moments and step counts."""
-        if self.optimizer is not None:
-            self.optimizer.state.clear()
-
-    def state_dict(self) -> dict[str, Any]:
-        """The LR schedule's state (empty for the reference engine)."""
-        return {"lr_scheduler": self.lr_scheduler.state_dict()} if self.lr_scheduler is not None else {}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the LR schedule."""
-        if self.lr_scheduler is not None and "lr_scheduler" in state:
-            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
 
     def save_hf(self, directory: Path, *, with_weights: bool) -> None:
         """The Hugging Face config and, ``with_weights``, the full weights as ``model.safetensors``, written by
