@@ -2,7 +2,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Mxfp4Config
 
 model_id = "openai/gpt-oss-20b"
-output_dir = "/tmp/pytest-of-root/pytest-92/test_verl_script_dry_run_examp8/models/gpt-oss-20b-bf16"
+output_dir = "/tmp/pytest-of-root/pytest-98/test_verl_script_dry_run_examp8/models/gpt-oss-20b-bf16"
 
 quantization_config = Mxfp4Config(dequantize=True)
 model_kwargs = dict(

@@ -6,7 +6,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlcore.errors import RLCoreError
+from rlcore.config.problems import ConfigError
 
 
 def select(config: DictConfig, key: str, default: Any = None) -> Any:
@@ -16,7 +16,12 @@ def select(config: DictConfig, key: str, default: Any = None) -> Any:
 
 
 def positive_int(value: Any, key: str) -> int:
-    """``value`` if it is an int ≥ 1, else an error naming ``key``."""
+    """``value`` if it is an int ≥ 1, else a :class:`~rlcore.config.problems.ConfigError` naming ``key``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RLCoreError(f"{key} must be a positive integer, got {value!r}")
+        raise ConfigError(f"{key} must be a positive integer, got {value!r}")
     return value
+
+
+def positive_key(config: DictConfig, key: str) -> int:
+    """The value at the dotted ``key`` as a positive int (:func:`positive_int`)."""
+    return positive_int(OmegaConf.select(config, key, default=None), key)

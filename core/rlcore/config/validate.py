@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from rlcore.config.keys import positive_key
 from rlcore.config.loader import ConfigError
 from rlcore.errors import RLCoreError
 from rlcore.workers.batch_sizes import ppo_batch_sizes
@@ -51,15 +52,6 @@ class DerivedQuantities:
             f"micro-batch per rank: {self.micro_batch_per_rank} -> {self.grad_accumulation_steps} grad-accumulation steps",
         ]
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
-
-
-def _positive(config: DictConfig, key: str) -> int:
-    from omegaconf import OmegaConf
-
-    value = OmegaConf.select(config, key)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{key} must be a positive integer, got {value!r}")
-    return value
 
 
 #: counts that must be positive integers, or null where null has a meaning (``trainer.total_training_steps``:
@@ -214,11 +206,11 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     sizes come from :func:`rlcore.workers.batch_sizes.ppo_batch_sizes`, the function the workers use, over
     the data-parallel size the training backend reports (world ÷ model-parallel size).
     """
-    n = _positive(config, "actor_rollout_ref.rollout.n")
-    prompts = _positive(config, "data.train_batch_size")
-    mini = _positive(config, "actor_rollout_ref.actor.ppo_mini_batch_size")
-    epochs = _positive(config, "actor_rollout_ref.actor.ppo_epochs")
-    world = _positive(config, "trainer.nnodes") * _positive(config, "trainer.n_gpus_per_node")
+    n = positive_key(config, "actor_rollout_ref.rollout.n")
+    prompts = positive_key(config, "data.train_batch_size")
+    mini = positive_key(config, "actor_rollout_ref.actor.ppo_mini_batch_size")
+    epochs = positive_key(config, "actor_rollout_ref.actor.ppo_epochs")
+    world = positive_key(config, "trainer.nnodes") * positive_key(config, "trainer.n_gpus_per_node")
     notes: list[str] = []
 
     if config.trainer.executor == "local" and world > 1:
@@ -232,8 +224,8 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
         raise ConfigError(
             f"data.truncation must be one of {', '.join(TRUNCATION_MODES)}, got {config.data.truncation!r}"
         )
-    _positive(config, "data.max_prompt_length")
-    _positive(config, "data.max_response_length")
+    positive_key(config, "data.max_prompt_length")
+    positive_key(config, "data.max_response_length")
     _check_rollout_correction(config)
     if mini > prompts:
         raise ConfigError(

@@ -31,6 +31,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rlcore.config import ConfigError
+from rlcore.config.keys import positive_key
 from rlcore.errors import RLCoreError
 
 POOL_TRAIN = "train"
@@ -65,14 +66,6 @@ class PoolLayout:
         return {"CPU": 1.0, "GPU": 1.0} if self.use_gpu else {"CPU": 1.0}
 
 
-def _positive(config: DictConfig, key: str) -> int:
-    """The config value at ``trainer.<key>`` as a positive int, else a :class:`ConfigError`."""
-    value = config.trainer.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"trainer.{key} must be a positive integer, got {value!r}")
-    return value
-
-
 def placement_mode(config: DictConfig) -> str:
     """``trainer.placement`` validated: ``colocated`` or ``split`` (which needs ``trainer.executor=ray``)."""
     mode = str(config.trainer.get("placement", "colocated"))
@@ -105,18 +98,20 @@ def wants_gpu(config: DictConfig) -> bool:
 
 def pool_layouts(config: DictConfig, use_gpu: bool) -> dict[str, PoolLayout]:
     """The pools the config asks for, by name (``train``, and ``rollout`` with split placement)."""
-    nnodes = _positive(config, "nnodes")
-    layouts = {POOL_TRAIN: PoolLayout(POOL_TRAIN, nnodes, _positive(config, "n_gpus_per_node"), use_gpu)}
+    nnodes = positive_key(config, "trainer.nnodes")
+    layouts = {POOL_TRAIN: PoolLayout(POOL_TRAIN, nnodes, positive_key(config, "trainer.n_gpus_per_node"), use_gpu)}
     if placement_mode(config) == "split":
-        layouts[POOL_ROLLOUT] = PoolLayout(POOL_ROLLOUT, nnodes, _positive(config, "rollout_n_gpus_per_node"), use_gpu)
+        layouts[POOL_ROLLOUT] = PoolLayout(
+            POOL_ROLLOUT, nnodes, positive_key(config, "trainer.rollout_n_gpus_per_node"), use_gpu
+        )
     return layouts
 
 
 def _bundles_per_node(config: DictConfig) -> int:
     """How many bundles (ranks of every pool) one node holds."""
-    per_node = _positive(config, "n_gpus_per_node")
+    per_node = positive_key(config, "trainer.n_gpus_per_node")
     if placement_mode(config) == "split":
-        per_node += _positive(config, "rollout_n_gpus_per_node")
+        per_node += positive_key(config, "trainer.rollout_n_gpus_per_node")
     return per_node
 
 
@@ -144,7 +139,7 @@ def ensure_ray(config: DictConfig) -> bool:
     if ray.is_initialized():
         return False
     address = config.trainer.get("ray_address")
-    nnodes = _positive(config, "nnodes")
+    nnodes = positive_key(config, "trainer.nnodes")
     if address:
         hint = "Start one with `ray start --head` (and `ray start --address=HEAD:PORT` on the other nodes)"
         try:
