@@ -110,8 +110,14 @@ def verl_arguments(script: str, home: Path) -> list[str]:
     """The arguments the script passes to ``python3 -m verl.trainer.main_ppo``."""
     argv = home / "argv"
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "VERL_ARGV": str(argv)}
+    # run in ``home``: a script may write files into its working directory (gpt-oss writes get_model.py)
     subprocess.run(
-        ["bash", "-c", SHIMS, "shim", script], cwd=EXAMPLES, env=env, capture_output=True, timeout=60, check=False
+        ["bash", "-c", SHIMS, "shim", str(EXAMPLES / script)],
+        cwd=home,
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
     )
     assert argv.is_file(), f"{script} did not reach python3 -m verl.trainer.main_ppo"
     return [word for word in argv.read_bytes().decode().split("\0") if word]
