@@ -55,8 +55,6 @@ ENV_TRACE = "RLCORE_TRACE_PLUGINS"
 #: the variables a worker process must inherit from the driver
 PLUGIN_ENV_VARS: tuple[str, ...] = (ENV_LOAD, ENV_DISABLE, ENV_STRICT, ENV_TRACE)
 
-STATUSES = ("ok", "error", "disabled", "conflict")
-
 
 class PluginLoadError(RLCoreError):
     """Raised in strict mode when any plugin failed to load or conflicts with another."""
@@ -332,8 +330,3 @@ def get_component(kind: str, name: str) -> Any:
         if provider is None:
             raise
         raise UnknownComponentError(f"{exc}; {provider}") from exc
-
-
-def plugin_env() -> dict[str, str]:
-    """The ``RLCORE_*`` plugin variables of this process, to pass to worker processes."""
-    return {k: os.environ[k] for k in PLUGIN_ENV_VARS if k in os.environ}
