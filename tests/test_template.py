@@ -148,7 +148,7 @@ def test_generated_plugin_installs_and_passes_its_own_tests(
     meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
     assert meta["name"] == f"rlcore-plugin-{name}"
     assert meta["entry-points"] == {"rlcore": {name: f"{pkg}.hooks"}}
-    assert meta["dependencies"][0] == f"rlcore{compatible_range(MIN_VERSION)}"
+    assert meta["dependencies"][0] == f"rlcore[train]{compatible_range(MIN_VERSION)}"
     assert ("rlcore-plugin-fsdp" in meta["dependencies"]) == ("training_backend" in kinds)
     if everything:
         assert meta["authors"] == [{"name": 'Ada "The Countess" Lovelace'}]

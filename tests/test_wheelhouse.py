@@ -81,13 +81,22 @@ def loaded_plugins(run: Any, venv: Path, env: dict[str, str], cwd: Path) -> dict
 
 def test_every_plugin_depends_on_what_its_default_run_needs() -> None:
     """The layout rule: ``rlcore[train]`` brings the default backend and the bundled task's algorithm, and
-    every plugin depends on ``rlcore[train]`` within one compatible range of this rlcore."""
+    every plugin that takes part in training depends on ``rlcore[train]`` within one compatible range of this
+    rlcore; a plugin that only records a run (trackers) depends on plain ``rlcore``."""
+    from rlcore.distributions import by_name
+
     train = [Requirement(text) for text in project_table(ROOT)["optional-dependencies"]["train"]]
     assert {"rlcore-plugin-fsdp", "rlcore-plugin-grpo"} <= {normalize_dist_name(req.name) for req in train}
     version = project_table(ROOT)["version"]
     for project in PLUGIN_PROJECTS:
-        (core,) = [req for req in map(Requirement, project_table(project)["dependencies"]) if req.name == "rlcore"]
-        assert "train" in core.extras, f"{project.name}: depends on {core}, not on rlcore[train]"
+        table = project_table(project)
+        (core,) = [req for req in map(Requirement, table["dependencies"]) if req.name == "rlcore"]
+        row = by_name(normalize_dist_name(table["name"]))
+        assert row is not None, f"{project.name}: no row in rlcore.distributions"
+        if set(row.components) == {"tracker"}:
+            assert not core.extras, f"{project.name}: a tracker needs no training stack, depend on plain rlcore"
+        else:
+            assert "train" in core.extras, f"{project.name}: depends on {core}, not on rlcore[train]"
         assert core.specifier.contains(version), f"{project.name}: {core} excludes this rlcore ({version})"
 
 
