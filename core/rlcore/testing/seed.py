@@ -1,0 +1,86 @@
+"""The seed's verl GSM8K GRPO command line (``shared/seed-command.txt``), run for one step on a tiny model.
+
+Shared by rlcore's own test (the default engine) and by engine plugins' tests (e.g. Megatron): the command
+line is used exactly as written, only the entry point changes; what a user would append through the
+script's own ``$@`` (:func:`tiny_step_arguments`, plus what a test adds) points it at a tiny local model and
+the CPU, shortens the responses and the validation set, and stops after one step. The batch arithmetic is
+the seed's own: 1024 prompts x n=3, mini-batches of 80 prompts, micro-batches of 20.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rlcore.tracking.sinks import read_metrics
+
+#: what the step's console output must show: the seed's batch arithmetic and its metrics
+SEED_STEP_OUTPUT: tuple[str, ...] = (
+    "prompts per step: 1024 x n=3 -> 3072 responses",
+    "micro-batch per rank: 20 -> 12 grad-accumulation steps",
+    "step:1 - ",
+    "actor/pg_loss:",
+    "actor/kl_loss:",
+    "actor/entropy:",
+    "critic/score/mean:",
+    "response_length/mean:",
+    "timing_s/gen:",
+    "timing_s/ref:",
+    "perf/throughput:",
+    "val-core/openai/gsm8k/reward/mean@1:",
+)
+
+
+def rlcore_cli(args: list[str], cwd: Path, env: dict[str, str], timeout: int) -> subprocess.CompletedProcess[str]:
+    """``python -m rlcore *args`` in ``cwd`` with ``env``, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "rlcore", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def seed_env(home: Path) -> dict[str, str]:
+    """This process's environment without ``RLCORE_*`` variables, with ``HOME`` at ``home`` (where the
+    seed's ``$HOME/data/gsm8k`` lives)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLCORE_")}
+    env["HOME"] = str(home)
+    return env
+
+
+def seed_arguments(seed_file: Path, gsm8k_dir: Path, home: Path, env: dict[str, str]) -> list[str]:
+    """Prepare ``$HOME/data/gsm8k`` from the local GSM8K copy with ``rlcore data gsm8k`` and return the seed's
+    arguments after ``python3 -m verl.trainer.main_ppo`` (``$HOME`` replaced, the trailing ``$@`` removed)."""
+    prepared = rlcore_cli(["data", "gsm8k", "--input", str(gsm8k_dir), "--local-dir", "~/data/gsm8k"], home, env, 300)
+    assert prepared.returncode == 0, prepared.stderr
+    assert (home / "data" / "gsm8k" / "train.parquet").is_file()
+    words = shlex.split(seed_file.read_text().replace("\\\n", " "))
+    assert words[:3] == ["python3", "-m", "verl.trainer.main_ppo"] and words[-1] == "$@"
+    return [w.replace("$HOME", str(home)) for w in words[3:-1]]
+
+
+def tiny_step_arguments(model_dir: Path, runs_dir: Path) -> list[str]:
+    """What a user appends to run one short step on the CPU with the tiny model at ``model_dir``."""
+    return [
+        f"actor_rollout_ref.model.path={model_dir}",
+        "trainer.device=cpu",
+        "trainer.total_training_steps=1",
+        "data.max_response_length=16",
+        "data.val_max_samples=16",
+        f"trainer.runs_dir={runs_dir}",
+    ]
+
+
+def check_seed_step(result: subprocess.CompletedProcess[str], runs_dir: Path) -> list[dict[str, Any]]:
+    """Assert that the run exited 0, printed :data:`SEED_STEP_OUTPUT` and logged steps 0 and 1 with responses
+    of at most 16 tokens; return the metrics rows."""
+    assert result.returncode == 0, result.stderr[-3000:]
+    for text in SEED_STEP_OUTPUT:
+        assert text in result.stdout, text
+    (run_dir,) = (runs_dir / "verl_grpo_example_gsm8k").glob("qwen3_1_7b_function_rm-*")
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1]
+    assert rows[1]["response_length/max"] <= 16
+    return rows
