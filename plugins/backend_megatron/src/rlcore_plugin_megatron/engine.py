@@ -303,10 +303,14 @@ class MegatronEngine(OptimizerState):
         log_probs = logprobs_from_logits(logits, micro["responses"])
         return ModelOutput(log_probs=log_probs, entropy=entropy_from_logits(logits) if with_entropy else None)
 
-    def _hidden_buffer(self, inputs: Prepared) -> torch.Tensor:
-        """An empty ``[T, B, H]`` tensor for the hidden states that arrive from the previous stage."""
+    def _receive_hidden(self, inputs: Prepared) -> torch.Tensor | None:
+        """The ``[T, B, H]`` hidden states of ``inputs`` from the previous stage (None on the first stage)."""
+        if self.first:
+            return None
         rows, width = inputs.input_ids.shape
-        return torch.empty(width, rows, self.spec.hidden_size, dtype=torch.float32, device=self.device)
+        hidden = torch.empty(width, rows, self.spec.hidden_size, dtype=torch.float32, device=self.device)
+        self._p2p(hidden, self.pp_rank - 1, send=False)
+        return hidden
 
     def _broadcast_outputs(
         self, outputs: list[ModelOutput], micros: Sequence[Batch], with_entropy: bool
@@ -342,11 +346,7 @@ class MegatronEngine(OptimizerState):
                 for micro in micro_batches:
                     micro = micro.copy_to(self.device)
                     inputs = prepare(micro)
-                    hidden = None
-                    if not self.first:
-                        hidden = self._hidden_buffer(inputs)
-                        self._p2p(hidden, self.pp_rank - 1, send=False)
-                    out = self._stage_forward(inputs, hidden)
+                    out = self._stage_forward(inputs, self._receive_hidden(inputs))
                     if self.last:
                         outputs.append(self._outputs(out, inputs, micro, temperature, with_entropy))
                     else:
@@ -368,10 +368,8 @@ class MegatronEngine(OptimizerState):
             for index, micro in enumerate(micro_batches):
                 micro = micro.copy_to(self.device)
                 inputs = prepare(micro)
-                hidden = None
-                if not self.first:
-                    hidden = self._hidden_buffer(inputs)
-                    self._p2p(hidden, self.pp_rank - 1, send=False)
+                hidden = self._receive_hidden(inputs)
+                if hidden is not None:
                     hidden.requires_grad_()
                 out = self._stage_forward(inputs, hidden)
                 if self.last:
