@@ -18,6 +18,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.config.keys",  # select, positive_int
     "rlcore.dtypes",  # parse_dtype
     "rlcore.reward",  # RewardResult, RewardError, NaiveRewardManager
+    "rlcore.sandbox",  # run_python: model-written code under limits, for tools and code rewards
     "rlcore.rollout.engine",  # the RolloutEngine protocol
     "rlcore.rollout.sampling",  # SamplingParams, ROLLOUT_KEY
     "rlcore.rollout.token_engine",  # TokenListEngine, Completion: a base for token-id rollout engines
