@@ -4,7 +4,9 @@ the actor loss and the data/timing/throughput metrics."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -118,7 +120,7 @@ MASK = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]])
         ("token-mean", 7.0 / 3),
         ("seq-mean-token-sum", (3.0 + 4.0) / 2),  # the empty third sequence is not counted
         ("seq-mean-token-mean", (1.5 + 4.0) / 2),
-        ("seq-mean-token-sum-norm", 7.0 / 3),  # divided by the padded length R = 3
+        ("seq-mean-token-sum-norm", (3.0 + 4.0) / 2 / 3),  # seq-mean-token-sum / the padded length R = 3
     ],
 )
 def test_agg_loss_modes(mode: str, expected: float) -> None:
@@ -126,7 +128,7 @@ def test_agg_loss_modes(mode: str, expected: float) -> None:
 
 
 def test_agg_loss_scale_factor_and_errors() -> None:
-    assert close(agg_loss(LOSS, MASK, "seq-mean-token-sum-norm", loss_scale_factor=7.0), 1.0)
+    assert close(agg_loss(LOSS, MASK, "seq-mean-token-sum-norm", loss_scale_factor=7.0), 0.5)
     with pytest.raises(RLCoreError, match="token-mean, seq-mean-token-sum"):
         agg_loss(LOSS, MASK, "mean")
 
@@ -467,3 +469,41 @@ def test_timing_and_throughput_metrics() -> None:
         "perf/time_per_step": 2.0,
         "perf/throughput": 250.0,
     }
+
+
+# ------------------------------------------------------------------ PF-PPO (algorithm.use_pf_ppo)
+
+
+def test_pf_ppo_weights_hand_computed() -> None:
+    from rlcore.algos.pf_ppo import pf_ppo_weights
+
+    scores = torch.tensor([1.0, -2.0, 0.0, 3.0])
+    assert pf_ppo_weights(scores, "pow", 2.0).tolist() == pytest.approx([1.0, 4.0, 1e-8, 9.0])
+    assert pf_ppo_weights(scores, "max_min", 2.0).tolist() == pytest.approx([1e-8, 1.0, 1e-8, 1.0])
+    assert pf_ppo_weights(scores, "max_random", 2.0).tolist() == pytest.approx([0.1, 0.1, 0.1, 0.4])
+
+
+def test_pf_ppo_resample_follows_the_weights() -> None:
+    from rlcore.algos.pf_ppo import pf_ppo_resample
+
+    scores = torch.zeros(4, 2)
+    scores[:, -1] = torch.tensor([0.0, 1.0, 0.0, 1.0])  # max_min keeps only rows 1 and 3 (and 0/2 at weight 1e-8)
+    batch = Batch.from_dict({"token_level_scores": scores, "uid": np.array(list("abcd"), dtype=object)})
+    section = {"reweight_method": "max_min", "weight_pow": 2.0}
+    resampled, metrics = pf_ppo_resample(batch, {"reweight_method": "pow", "weight_pow": 2.0}, seed=3)
+    assert len(resampled) == 4 and set(resampled["uid"]) <= {"b", "d"}  # |0|^2 weights are 1e-8
+    assert metrics["pf_ppo/score_mean"] == 1.0
+    again, _ = pf_ppo_resample(batch, section, seed=3)
+    assert list(again["uid"]) == list(pf_ppo_resample(batch, section, seed=3)[0]["uid"])  # seeded
+    with pytest.raises(RLCoreError, match="algorithm.pf_ppo.reweight_method must be one of pow, max_min"):
+        pf_ppo_resample(batch, {"reweight_method": "best"}, seed=0)
+
+
+def test_pf_ppo_trains(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Two real steps with ``algorithm.use_pf_ppo=true``: the batch is resampled after the advantages."""
+    from rlcore.testing.runs import make_tiny_task, tiny_run
+
+    task = make_tiny_task(tmp_path / "task")
+    last, _ = tiny_run(tmp_path, tiny_model_dir, task, "algorithm.adv_estimator=grpo", "algorithm.use_pf_ppo=true")
+    assert last["training/global_step"] == 2
+    assert 0.0 < last["pf_ppo/unique_frac"] <= 1.0

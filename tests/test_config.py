@@ -316,7 +316,7 @@ def test_missing_verl_features_are_named(monkeypatch: pytest.MonkeyPatch) -> Non
                 "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
                 "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
                 "global_profiler.tool=torch",
-                "reward_model.enable=true",
+                "reward_model.micro_batch_size=4",
             ],
             manager=without_megatron,
         )
@@ -325,7 +325,7 @@ def test_missing_verl_features_are_named(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "pipeline_model_parallel_size: verl's Megatron backend settings" in problems[0]
     assert "pip install rlcore-plugin-megatron" in problems[0]
     assert "global_profiler.tool: profiling" in problems[1]
-    assert "reward_model.enable=True asks for model-based rewards" in problems[2]
+    assert "reward_model.micro_batch_size: these reward-model options of verl" in problems[2]
 
 
 def test_keys_of_missing_features_are_accepted_when_they_turn_it_off() -> None:
@@ -336,8 +336,8 @@ def test_keys_of_missing_features_are_accepted_when_they_turn_it_off() -> None:
             "actor_rollout_ref.actor.profiler.enable=False",
         ]
     )
-    with pytest.raises(ConfigError, match="multi-turn rollouts"):
-        load_config(overrides=["actor_rollout_ref.rollout.multi_turn.enable=true"])
+    with pytest.raises(ConfigError, match="multi-turn settings other than verl's core keys"):
+        load_config(overrides=["actor_rollout_ref.rollout.multi_turn.use_inference_chat_template=true"])
 
 
 @pytest.mark.parametrize(

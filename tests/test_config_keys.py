@@ -91,7 +91,8 @@ def dry_run(*args: str):
         ("trainer.max_nonfinite_steps=0", "trainer.max_nonfinite_steps must be a positive integer, got 0"),
         ("actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.hybrid_engine=False is not supported"),
         ("trainer.use_legacy_worker_impl=enable", "verl's legacy workers are not available"),
-        ("actor_rollout_ref.model.use_liger=true", "use_liger=True asks for Liger kernels: not supported"),
+        ("actor_rollout_ref.model.use_fused_kernels=true", "use_fused_kernels=True asks for verl's fused Triton"),
+        ("actor_rollout_ref.model.use_liger=true", "use_liger=true needs a CUDA device"),
         ("actor_rollout_ref.rollout.temperature=-0.5", "temperature must be a number >= 0, got -0.5"),
     ],
 )
@@ -110,10 +111,10 @@ def test_all_value_problems_are_reported_together() -> None:
 
 
 def test_speed_settings_of_verl_are_named_as_changing_nothing() -> None:
-    result = dry_run("data.dataloader_num_workers=8", "actor_rollout_ref.model.use_fused_kernels=true")
+    result = dry_run("data.dataloader_num_workers=8", "actor_rollout_ref.actor.entropy_checkpointing=true")
     assert result.exit_code == 0, result.output
     assert "note: data.dataloader_num_workers=8 changes nothing in rlcore" in result.output
-    assert "note: actor_rollout_ref.model.use_fused_kernels=True changes nothing in rlcore" in result.output
+    assert "note: actor_rollout_ref.actor.entropy_checkpointing=True changes nothing in rlcore" in result.output
 
 
 def test_verl_clip_grad_sets_the_clip_the_workers_read() -> None:

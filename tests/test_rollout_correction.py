@@ -93,3 +93,123 @@ def test_run_logs_mismatch_and_applies_weights(tmp_path: Path, tiny_model_dir: P
     assert last["training/rollout_probs_diff_max"] < 1e-4
     assert last["rollout_corr/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
     assert last["rollout_corr/is_truncated_frac"] == 0.0
+
+
+# ------------------------------------------------------------------ batch normalisation, rejection sampling, bypass
+def test_batch_normalize_divides_by_the_batch_mean() -> None:
+    """``rollout_is_batch_normalize``: token level over valid tokens, sequence level over responses."""
+    token, metrics = rollout_is_weights(OLD, ROLLOUT, MASK, "token", 2.0, batch_normalize=True)
+    truncated = torch.tensor([math.exp(0.5), 1.0, math.exp(-0.1), 2.0, math.exp(0.5)])
+    assert metrics["rollout_corr/is_batch_norm_factor"] == pytest.approx(float(truncated.mean()))
+    assert float(token[MASK.bool()].mean()) == pytest.approx(1.0)
+    seq, metrics = rollout_is_weights(OLD, ROLLOUT, MASK, "sequence", 5.0, batch_normalize=True)
+    factor = (math.exp(0.4) + 5.0) / 2
+    assert metrics["rollout_corr/is_batch_norm_factor"] == pytest.approx(factor)
+    torch.testing.assert_close(seq, torch.tensor([[math.exp(0.4)] * 3, [5.0, 5.0, 0.0]]) / factor)
+
+
+# δ = old − rollout per valid token: row 0 [0.5, 0, −0.1], row 1 [1.9, 0.5]
+@pytest.mark.parametrize(
+    ("option", "threshold", "kept"),
+    [
+        # k1 = −δ within [log 0.5, log 2] = [−0.693, 0.693]: rejects δ = 1.9 only
+        ("token_k1", "0.5_2.0", [[1, 1, 1], [0, 1, 0]]),
+        ("token_k1", 2.0, [[1, 1, 1], [0, 1, 0]]),  # one number u means 1/u_u
+        # k2 = δ²/2 ≤ 0.1: rejects δ = 0.5 (0.125) and 1.9
+        ("token_k2", 0.1, [[0, 1, 1], [0, 0, 0]]),
+        # k3 = e^δ − 1 − δ; row sums: 0.1487 + 0 + 0.0048 = 0.1535 and 3.7859 + 0.1487 = 3.9346
+        ("seq_sum_k3", 1.0, [[1, 1, 1], [0, 0, 0]]),
+        ("seq_mean_k3", 0.05, [[0, 0, 0], [0, 0, 0]]),
+        ("seq_mean_k3", 0.06, [[1, 1, 1], [0, 0, 0]]),
+        ("seq_max_k2", 0.2, [[1, 1, 1], [0, 0, 0]]),
+        ("token_k1,seq_mean_k3", "0.5_2.0,2.0", [[1, 1, 1], [0, 1, 0]]),
+    ],
+)
+def test_rejection_sampling_options(option: str, threshold: object, kept: list[list[int]]) -> None:
+    from rlcore.algos.rollout_correction import parse_rejection_rules, rejection_mask
+
+    mask, metrics = rejection_mask(OLD, ROLLOUT, MASK, parse_rejection_rules(option, threshold))
+    assert mask.tolist() == kept
+    expected = torch.tensor(kept)
+    assert metrics["rollout_corr/rs_masked_token_frac"] == pytest.approx(1 - float(expected.sum()) / 5)
+    lost = [bool((MASK[i].bool() & ~expected[i].bool()).any()) for i in range(2)]
+    assert metrics["rollout_corr/rs_masked_seq_frac"] == pytest.approx(sum(lost) / 2)
+
+
+@pytest.mark.parametrize(
+    ("option", "threshold", "message"),
+    [
+        ("token_k4", 1.0, "unknown option"),
+        ("token_k1", None, "rollout_rs_threshold must be given"),
+        ("token_k2", "0.1_2", "single upper bound"),
+        ("token_k1,token_k2", "1,2,3", "3 thresholds for 2"),
+        ("seq_sum_k2", -1, "must be > 0"),
+        ("seq_sum_k2", "abc", "not a number"),
+    ],
+)
+def test_rejection_settings_are_checked(option: str, threshold: object, message: str) -> None:
+    from rlcore.algos.rollout_correction import parse_rejection_rules
+
+    with pytest.raises(RLCoreError, match=message):
+        parse_rejection_rules(option, threshold)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algorithm.rollout_correction.rollout_rs=token_k2"], "rollout_rs needs the engine's log-probs"),
+        (
+            ["algorithm.rollout_correction.rollout_rs=token_k2", "actor_rollout_ref.rollout.calculate_log_probs=true"],
+            "rollout_rs_threshold must be given",
+        ),
+        (
+            [
+                "algorithm.rollout_correction.bypass_mode=true",
+                "algorithm.rollout_correction.rollout_is=token",
+                "actor_rollout_ref.rollout.calculate_log_probs=true",
+            ],
+            "bypass_mode=true uses the engine's log-probs",
+        ),
+        (["algorithm.rollout_correction.loss_type=reinforce"], "REINFORCE loss of rollout correction's bypass mode"),
+        (["algorithm.use_pf_ppo=true", "algorithm.pf_ppo.reweight_method=top"], "reweight_method must be one of"),
+    ],
+)
+def test_new_settings_are_checked_before_the_run(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        derive_quantities(load_config(overrides=overrides))
+
+
+def test_run_with_rejection_sampling_and_normalised_weights(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Two real steps with sequence TIS normalised to mean 1 and token rejection: the HF engine's
+    log-probs match the trainer's, so nothing is rejected and the normalisation factor is ~1."""
+    task = make_tiny_task(tmp_path / "task")
+    last, _ = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        "algorithm.rollout_correction.rollout_is=sequence",
+        "algorithm.rollout_correction.rollout_is_batch_normalize=true",
+        "algorithm.rollout_correction.rollout_rs=token_k1,seq_max_k3",
+        "algorithm.rollout_correction.rollout_rs_threshold=0.5_2.0,0.1",
+    )
+    assert last["rollout_corr/rs_masked_token_frac"] == 0.0
+    assert last["rollout_corr/is_batch_norm_factor"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_bypass_mode_skips_the_old_log_prob_pass(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """``bypass_mode``: old_log_probs are the engine's, so the mismatch is exactly 0 and no
+    ``timing_s/old_log_prob`` stage runs."""
+    task = make_tiny_task(tmp_path / "task")
+    last, _ = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        "algorithm.rollout_correction.bypass_mode=true",
+    )
+    assert last["training/rollout_probs_diff_max"] == 0.0
+    assert "timing_s/old_log_prob" not in last
+    assert last["training/global_step"] == 2

@@ -178,6 +178,25 @@ def run(args: tuple[str, ...], presets: tuple[str, ...], dry_run: bool) -> None:
     )
 
 
+# ---------------------------------------------------------------------- sft
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--dry-run", is_flag=True, help="Resolve and check the config, print the plan, start nothing.")
+def sft(args: tuple[str, ...], dry_run: bool) -> None:
+    """Supervised fine-tuning: rlcore sft [CONFIG.yaml ...] [key=value ...] (verl's SFT keys, docs/sft.md).
+
+    Without arguments: the bundled arithmetic task. The checkpoint's ``actor/huggingface`` folder is what
+    ``rlcore run actor_rollout_ref.model.path=...`` takes.
+    """
+    from rlcore.config import parse_command_line
+    from rlcore.sft.run import run_sft
+
+    line = parse_command_line(args)
+    if line.config_name or line.config_path:
+        raise RLCoreError("rlcore sft takes config files as arguments; --config-path/--config-name are not supported")
+    run_sft(line.files, line.overrides, dry_run=dry_run)
+
+
 # ------------------------------------------------------------------- report
 @cli.command()
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
@@ -215,6 +234,20 @@ def data_gsm8k(input_dir: str | None, local_dir: str) -> None:
     from rlcore.data.gsm8k import prepare_gsm8k
 
     for split, path in prepare_gsm8k(input_dir, os.path.expanduser(local_dir)).items():
+        click.echo(f"{split}: {path}")
+
+
+@data.command("arith-sft")
+@click.option("--local-dir", default="~/data/arith-sft", show_default=True, help="Where to write the parquet files.")
+def data_arith_sft(local_dir: str) -> None:
+    """Write the bundled arithmetic task's prompts with their correct answers (prompt/response columns) as
+    sft-train.parquet / sft-val.parquet (builds the task's cached assets first)."""
+    import os
+    from pathlib import Path
+
+    from rlcore.sft.arith import prepare_sft_assets, write_sft_data
+
+    for split, path in write_sft_data(prepare_sft_assets(), Path(os.path.expanduser(local_dir))).items():
         click.echo(f"{split}: {path}")
 
 

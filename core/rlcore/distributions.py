@@ -63,6 +63,15 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution("rlcore-plugin-drgrpo", {"preset": ("drgrpo",)}),
     Distribution("rlcore-plugin-gpg", {"advantage_estimator": ("gpg",), "policy_loss": ("gpg",)}),
     Distribution("rlcore-plugin-entropy", {"policy_loss": ("clip_cov", "kl_cov")}),
+    Distribution("rlcore-plugin-opo", {"advantage_estimator": ("opo",)}),
+    Distribution(
+        "rlcore-plugin-sppo", {"advantage_estimator": ("sppo",), "policy_loss": ("sppo",), "preset": ("sppo",)}
+    ),
+    Distribution("rlcore-plugin-cispo", {"policy_loss": ("cispo",)}),
+    Distribution("rlcore-plugin-gmpo", {"policy_loss": ("geo_mean",)}),
+    Distribution("rlcore-plugin-sapo", {"policy_loss": ("sapo",)}),
+    Distribution("rlcore-plugin-otb", {"advantage_estimator": ("optimal_token_baseline",)}),
+    Distribution("rlcore-plugin-prime", {"advantage_estimator": ("prime",), "preset": ("prime",)}),
     Distribution("rlcore-plugin-swanlab", {"tracker": ("swanlab",)}),
     Distribution("rlcore-plugin-wandb", {"tracker": ("wandb", "tracking")}),
     Distribution("rlcore-plugin-tensorboard", {"tracker": ("tensorboard",)}),

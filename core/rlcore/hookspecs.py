@@ -51,7 +51,9 @@ def register_training_backends(register: Register) -> None:
 
     Optional registration meta: ``data_parallel_size``, a function ``(config, section, world_size) -> int``
     (defined in the plugin's light hooks module) for backends with model parallelism, so that the dry run
-    and the workers split batches over data-parallel ranks only.
+    and the workers split batches over data-parallel ranks only; ``sum_pi_squared=True`` when the engine's
+    ``forward`` fills ``ModelOutput.sum_pi_squared`` (``with_sum_pi_squared``), without which
+    ``actor_rollout_ref.actor.calculate_sum_pi_squared=true`` is refused before the run starts.
 
     Example::
 
@@ -140,7 +142,13 @@ def register_advantage_estimators(register: Register) -> None:
     (plus ``values`` and ``reward_baselines`` when the estimator declares it needs them) returning
     ``(advantages, returns)``, both ``[B, R]``. Declare needs as metadata so the controller creates the
     roles they require and no others: ``needs_critic=True``, ``needs_greedy_baseline=True``,
-    ``min_group_size=2`` (checked against ``actor_rollout_ref.rollout.n`` before anything loads).
+    ``min_group_size=2`` (checked against ``actor_rollout_ref.rollout.n`` before anything loads),
+    ``reward_model_worker="my_pkg.worker:MyRewardModelWorker"`` (a reward-model worker group of that class,
+    whose ``compute_rm_score(batch)`` sees the rule scores as ``acc``; PRIME's implicit PRM),
+    ``batch_keys=("rm_scores", "acc")`` (batch columns passed to the estimator as keyword arguments; with
+    ``rm_scores`` among them the reward model's scores are not added to the rule scores; with
+    ``sum_pi_squared`` among them the run needs ``actor_rollout_ref.actor.calculate_sum_pi_squared=true``) and
+    ``optional_batch_keys=("rollout_is_weights",)`` (passed only when the batch has them).
 
     Example::
 
@@ -209,6 +217,81 @@ def register_presets(register: Register) -> None:
         def register_presets(register):
             register("dapo", {"actor_rollout_ref.actor.clip_ratio_high": 0.28},
                      description="clip-higher, token-mean, dynamic sampling")
+    """
+
+
+@hookspec
+def register_tools(register: Register) -> None:
+    """Register tools for multi-turn rollouts (kind ``tool``), named by ``class_name`` in the tool YAML at
+    ``actor_rollout_ref.rollout.multi_turn.tool_config_path`` (verl's ``tools: [{class_name, config,
+    tool_schema}]``; a ``class_name`` that is not a registered name is imported as a dotted path).
+
+    A target is a subclass of :class:`rlcore.agents.Tool`, constructed as ``(config, tool_schema)``, with async
+    ``create(instance_id, **create_kwargs)``, ``execute(instance_id, arguments) -> str | ToolResult`` (text,
+    optional step reward and metrics) and ``release(instance_id)``; its OpenAI function schema comes from
+    the YAML or the class's ``default_schema``. rlcore times each call out (the config's ``timeout``), cuts
+    long responses and turns exceptions into error messages for the model. Register verl's class path as
+    an alias so that verl's YAML files load unchanged. ``rlcore.testing.contracts.agents.ToolContract``
+    checks a tool.
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_tools(register):
+            register("search", "my_pkg.tools:SearchTool", aliases=("verl.tools.search_tool.SearchTool",))
+    """
+
+
+@hookspec
+def register_agent_loops(register: Register) -> None:
+    """Register agent loops (kind ``agent_loop``), chosen per sample by its ``agent_name`` (a dataset column or
+    ``extra_info.agent_name``), else by ``actor_rollout_ref.rollout.agent.default_agent_loop``.
+
+    A target is a class ``(context)`` (an :class:`rlcore.agents.AgentContext`) whose coroutine
+    ``run(sample) -> Trajectory`` turns one :class:`rlcore.agents.AgentSample` into a token-in, token-out
+    :class:`rlcore.agents.Trajectory`: ``await context.generate(token_ids)`` samples one assistant turn (batched
+    with other trajectories' turns), and every other token appended is rendered from the new messages only
+    (``context.renderer``) with response mask 0. ``rlcore.testing.contracts.agents.AgentLoopContract``
+    checks a loop, including the mask audit.
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_agent_loops(register):
+            register("reflect", "my_pkg.loops:ReflectLoop", description="answer, critique, answer again")
+    """
+
+
+@hookspec
+def register_interactions(register: Register) -> None:
+    """Register interactions (kind ``interaction``): user simulators or environments that answer the assistant
+    between turns, named by ``class_name`` in the YAML at ``actor_rollout_ref.rollout.multi_turn.interaction_config_path``
+    (verl's ``interaction: [{name, class_name, config}]``).
+
+    A target is a subclass of :class:`rlcore.agents.Interaction`, constructed as ``(config)``, with async
+    ``start(instance_id, **interaction_kwargs)``, ``respond(instance_id, messages) -> InteractionTurn`` (the
+    reply, an optional reward, ``done`` to end the episode) and ``finish(instance_id)``.
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_interactions(register):
+            register("judge", "my_pkg.users:JudgeUser")
+    """
+
+
+@hookspec
+def register_tool_parsers(register: Register) -> None:
+    """Register tool-call parsers (kind ``tool_parser``), selected by ``actor_rollout_ref.rollout.multi_turn.format``.
+
+    A target is a class ``()`` whose ``parse(text) -> list[rlcore.agents.ToolCall]`` reads one assistant
+    turn; a call it cannot read is returned with ``error`` set, so the model gets an error message back.
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_tool_parsers(register):
+            register("llama3_json", "my_pkg.parsers:Llama3JsonParser")
     """
 
 

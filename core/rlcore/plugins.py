@@ -46,6 +46,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "rlcore.builtin.algorithms",
     "rlcore.builtin.trackers",
     "rlcore.builtin.tasks",
+    "rlcore.builtin.agents",
 )
 
 ENV_LOAD = "RLCORE_LOAD_PLUGINS"

@@ -19,12 +19,21 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.dtypes",  # parse_dtype
     "rlcore.reward",  # RewardResult, RewardError, NaiveRewardManager
     "rlcore.sandbox",  # run_python: model-written code under limits, for tools and code rewards
+    "rlcore.agents",  # Tool, Interaction, AgentLoop, Trajectory, ToolCall, audit_batch: multi-turn components
     "rlcore.rollout.engine",  # the RolloutEngine protocol
     "rlcore.rollout.sampling",  # SamplingParams, ROLLOUT_KEY
     "rlcore.rollout.token_engine",  # TokenListEngine, Completion: a base for token-id rollout engines
     "rlcore.workers.engine",  # the TrainingEngine / TrainingBackend contract
     "rlcore.workers.optim",  # AdamW and verl's learning-rate schedule, for engines
     "rlcore.workers.distributed",  # device, process group, seeding and RNG state, for engines
+    "rlcore.workers.base",  # WorkerBase: the rank set-up and engines of an algorithm's own worker (PRIME's PRM)
+    "rlcore.workers.batch_sizes",  # UpdateBatchSizes and the batch arithmetic, for such workers
+    "rlcore.workers.micro_batches",  # plan_micro_batches, for such workers
+    "rlcore.workers.ppo_loop",  # ppo_update: the mini/micro-batch update loop, for such workers
+    "rlcore.workers.hf_models",  # loading, value model, log-probs and values of transformers models
+    "rlcore.workers.packing",  # sequence packing (use_remove_padding)
+    "rlcore.workers.sequence_parallel",  # Ulysses sequence parallelism
+    "rlcore.workers.kernels",  # the use_liger / use_torch_compile switches
     "rlcore.tracking.external",  # ExternalTracker and the tracker helpers
     "rlcore.testing.*",  # fixtures, tiny models and the contract suites
 )

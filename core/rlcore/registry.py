@@ -28,6 +28,10 @@ KIND_HOOKS: dict[str, str] = {
     "batch_filter": "register_batch_filters",
     "tracker": "register_trackers",
     "preset": "register_presets",
+    "tool": "register_tools",
+    "agent_loop": "register_agent_loops",
+    "interaction": "register_interactions",
+    "tool_parser": "register_tool_parsers",
 }
 KINDS: tuple[str, ...] = tuple(KIND_HOOKS)
 

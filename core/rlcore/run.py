@@ -21,6 +21,7 @@ from typing import Any
 import click
 from omegaconf import DictConfig
 
+from rlcore.agents.checks import check_agent_config
 from rlcore.config import (
     ConfigError,
     Problems,
@@ -48,6 +49,18 @@ def default_presets(files: list[str], overrides: list[str], config_name: str | N
     return [BUNDLED_PRESET]
 
 
+def prepare_presets(manager: PluginManager, presets: list[str], config: DictConfig) -> None:
+    """Build what the applied presets need before a run (a bundled task's data and warm-started model): a
+    preset registered with ``prepare="module:attr"`` has that callable called with the config."""
+    import importlib
+
+    for name in presets:
+        prepare = manager.registry.get("preset", name).meta.get("prepare")
+        if prepare:
+            module, _, attr = str(prepare).partition(":")
+            getattr(importlib.import_module(module), attr)(config)
+
+
 def _component(manager: PluginManager, key: str, kind: str, name: str) -> None:
     """Look up one component; the error names the config key (the registry's names the plugin to install, and
     a disabled plugin that provides it is named too)."""
@@ -72,6 +85,44 @@ def _check_group_size(config: DictConfig, registry: Any) -> None:
         raise ConfigError(
             f"actor_rollout_ref.rollout.n={n}: algorithm.adv_estimator={estimator.name} compares responses within "
             f"a group and needs at least {need} per prompt"
+        )
+
+
+def _check_sum_pi_squared(config: DictConfig, registry: Any) -> None:
+    """``actor_rollout_ref.actor.calculate_sum_pi_squared`` is on exactly when the estimator reads
+    ``sum_pi_squared`` (its ``batch_keys``), the old log-probs are computed by the actor (not taken from the
+    rollout by ``bypass_mode``), and the actor's training backend computes Σπ² (registration meta
+    ``sum_pi_squared=True``). Unknown components are reported by the component check."""
+    key = "actor_rollout_ref.actor.calculate_sum_pi_squared"
+    wanted = bool(config.actor_rollout_ref.actor.calculate_sum_pi_squared)
+    try:
+        estimator = registry.get("advantage_estimator", config.algorithm.adv_estimator)
+        reads = "sum_pi_squared" in estimator.meta.get("batch_keys", ())
+    except RLCoreError:
+        return
+    if reads and not wanted:
+        raise ConfigError(f"algorithm.adv_estimator={estimator.name} reads the actor's Σπ²: set {key}=true")
+    if wanted and not reads:
+        raise ConfigError(
+            f"{key}=true: algorithm.adv_estimator={estimator.name} does not read Σπ² and rlcore has no other use "
+            "for it (verl's variance-proxy metrics are not in rlcore); set it to false"
+        )
+    if not wanted:
+        return
+    if config.algorithm.rollout_correction.get("bypass_mode", False):
+        raise ConfigError(
+            f"{key}=true needs the actor's old-log-prob pass, which "
+            "algorithm.rollout_correction.bypass_mode=true skips: turn bypass_mode off"
+        )
+    strategy = config.actor_rollout_ref.actor.strategy
+    try:
+        backend = registry.get("training_backend", strategy)
+    except RLCoreError:
+        return
+    if not backend.meta.get("sum_pi_squared"):
+        raise ConfigError(
+            f"{key}=true: the {backend.name!r} training backend does not compute Σπ²; "
+            "use actor_rollout_ref.actor.strategy=fsdp or megatron"
         )
 
 
@@ -132,6 +183,8 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
             _component(manager, key, kind, name)
     with collected.collect():
         _check_group_size(config, registry)
+    with collected.collect():
+        _check_sum_pi_squared(config, registry)
     with collected.collect():
         _check_engines(config, registry)
     before = len(collected.items)
@@ -222,7 +275,9 @@ def run_training(
     manager = load_plugins()
     for record in manager.problems():
         click.echo(f"warning: plugin {record.name} [{record.status}]: {record.error}", err=True)
-    presets = default_presets(files, overrides, config_name) + presets
+    registry = manager.registry
+    task_given = any(registry.has("preset", p) and registry.get("preset", p).meta.get("prepare") for p in presets)
+    presets = ([] if task_given else default_presets(files, overrides, config_name)) + presets
     bundled = BUNDLED_PRESET in presets
     if bundled:
         click.echo(
@@ -242,6 +297,8 @@ def run_training(
     with problems.collect():
         check_values(config)
     with problems.collect():
+        check_agent_config(config)
+    with problems.collect():
         derived = derive_quantities(config)
     problems.raise_if_any()
     versions = manager.versions()
@@ -250,10 +307,7 @@ def run_training(
     if dry_run:
         click.echo(config_to_yaml(config), nl=False)
         return {}
-    if bundled:
-        from rlcore.tasks.arith import prepare_assets
-
-        prepare_assets(config)
+    prepare_presets(manager, presets, config)
     from rlcore.model_check import check_model_paths
 
     check_model_paths(config)

@@ -10,6 +10,7 @@ from rlcore.algos.functional import (
     masked_sum,
     masked_var,
     masked_whiten,
+    sum_pi_squared_from_logits,
 )
 from rlcore.algos.grouping import GroupStats, group_ids, group_stats
 from rlcore.algos.kl_control import (
@@ -57,6 +58,7 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "sum_pi_squared_from_logits",
     "value_loss",
     "vanilla_policy_loss",
 ]

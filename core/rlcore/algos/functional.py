@@ -79,3 +79,13 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     logits = logits.float()
     probs = torch.softmax(logits, dim=-1)
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+
+
+def sum_pi_squared_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """``Σ_v softmax(z)_v²`` over the last dimension, in float32: ``exp(logsumexp(2z) − 2·logsumexp(z))``.
+
+    The collision probability of the next-token distribution; the optimal token baseline reads it
+    (``1 − 2π_t + Σπ²`` is the squared norm of the log-prob's gradient with respect to the logits).
+    """
+    logits = logits.float()
+    return torch.exp(torch.logsumexp(2.0 * logits, dim=-1) - 2.0 * torch.logsumexp(logits, dim=-1))

@@ -49,24 +49,22 @@ def agg_loss(
 
     ``token-mean``: Σ(loss·mask) / Σmask. ``seq-mean-token-sum``: mean over non-empty sequences of the
     per-sequence token sums. ``seq-mean-token-mean``: mean over non-empty sequences of the per-sequence
-    token means. ``seq-mean-token-sum-norm`` (Dr. GRPO): Σ(loss·mask) / ``loss_scale_factor`` (default:
-    the padded response length ``R``), with no division by the number of sequences.
+    token means. ``seq-mean-token-sum-norm`` (Dr. GRPO): as verl since v0.8.0, the mean over non-empty sequences
+    of the per-sequence token sums, divided by ``loss_scale_factor`` (default: the padded response length
+    ``R``) — ``seq-mean-token-sum`` / scale.
     """
     check_loss_agg_mode(loss_agg_mode)
     mask = loss_mask.to(dtype=loss_mat.dtype, device=loss_mat.device)
     token_sums = (loss_mat * mask).sum(dim=-1)
     if loss_agg_mode == "token-mean":
         return token_sums.sum() / mask.sum().clamp_min(1.0)
-    if loss_agg_mode == "seq-mean-token-sum-norm":
-        scale = float(loss_scale_factor) if loss_scale_factor else float(mask.shape[-1])
-        return token_sums.sum() / scale
     token_counts = mask.sum(dim=-1)
     non_empty = (token_counts > 0).to(loss_mat.dtype)
-    if loss_agg_mode == "seq-mean-token-mean":
-        per_seq = token_sums / token_counts.clamp_min(1.0)
-    else:
-        per_seq = token_sums
-    return (per_seq * non_empty).sum() / non_empty.sum().clamp_min(1.0)
+    per_seq = token_sums / token_counts.clamp_min(1.0) if loss_agg_mode == "seq-mean-token-mean" else token_sums
+    seq_mean = (per_seq * non_empty).sum() / non_empty.sum().clamp_min(1.0)
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        return seq_mean / (float(loss_scale_factor) if loss_scale_factor else float(mask.shape[-1]))
+    return seq_mean
 
 
 def _kl_base_type(kl_type: str, key: str) -> tuple[str, bool]:

@@ -1,4 +1,4 @@
-"""Built-in reward managers and the rule-based scorers for GSM8K and MATH."""
+"""Built-in reward managers and the rule-based scorers for GSM8K, MATH and code problems."""
 
 from rlcore.hookspecs import hookimpl
 
@@ -8,6 +8,11 @@ def register_reward_managers(register):
     """Register the per-sample and the batched reward managers."""
     register("naive", "rlcore.reward.managers:NaiveRewardManager", description="scores one sample at a time")
     register("batch", "rlcore.reward.managers:BatchRewardManager", description="one scorer call for the whole batch")
+    register(
+        "judge",
+        "rlcore.reward.judge:JudgeRewardManager",
+        description="an LLM judge (reward_model.model.path on reward_model.rollout.name) grades each response",
+    )
 
 
 @hookimpl
@@ -24,4 +29,10 @@ def register_reward_scorers(register):
         "rlcore.reward.scorers.math:score",
         description="MATH \\boxed{} answer match (math-verify when installed)",
         aliases=("DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math"),
+    )
+    register(
+        "codecontests",
+        "rlcore.reward.scorers.code:score",
+        description="fraction of test cases the program passes in the sandbox",
+        aliases=("apps", "codeforces", "taco"),
     )

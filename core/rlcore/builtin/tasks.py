@@ -7,6 +7,11 @@ from rlcore.hookspecs import hookimpl
 def register_reward_scorers(register):
     """Register the scorer of the bundled arithmetic task."""
     register("rlcore/arith", "rlcore.tasks.arith:score", description="bundled task: exact answer of a small sum")
+    register(
+        "rlcore/arith_tools",
+        "rlcore.tasks.arith_tools:score",
+        description="bundled tool task: the last integer of the response is the product",
+    )
 
 
 @hookimpl
@@ -16,4 +21,11 @@ def register_presets(register):
         "arith-cpu",
         "rlcore.tasks.arith:cpu_preset",
         description="bundled CPU task: GRPO on small sums from a biased warm-started model",
+        prepare="rlcore.tasks.arith:prepare_assets",
+    )
+    register(
+        "arith-tools-cpu",
+        "rlcore.tasks.arith_tools:cpu_preset",
+        description="bundled multi-turn task: 2-digit products with a calculator tool (GRPO, HF engine)",
+        prepare="rlcore.tasks.arith_tools:prepare_assets",
     )

@@ -15,6 +15,9 @@ from typing import Any
 #: verl's spelling -> rlcore's canonical key
 ALIASES: dict[str, str] = {
     "critic.model.fsdp_config": "critic.fsdp_config",
+    "reward_model.model.fsdp_config": "reward_model.fsdp_config",
+    "reward_model.model.optim": "reward_model.optim",
+    "reward_model.num_workers": "reward_model.scorer_workers",
     "actor_rollout_ref.rollout.engine_kwargs.vllm": "actor_rollout_ref.rollout.vllm.engine_kwargs",
     "actor_rollout_ref.rollout.engine_kwargs.sglang": "actor_rollout_ref.rollout.sglang.engine_kwargs",
     "data.trust_remote_code": "actor_rollout_ref.model.trust_remote_code",
@@ -29,6 +32,7 @@ ALIASES: dict[str, str] = {
     "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_with_chunking": "actor_rollout_ref.actor.entropy_from_logits_with_chunking",
     "actor_rollout_ref.actor.fsdp_config.entropy_checkpointing": "actor_rollout_ref.actor.entropy_checkpointing",
     "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+    "critic.fsdp_config.ulysses_sequence_parallel_size": "critic.ulysses_sequence_parallel_size",
 }
 
 

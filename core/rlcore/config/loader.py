@@ -36,7 +36,7 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
+def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
     """``{"a.b": 1}`` -> ``{"a": {"b": 1}}``; nested dict values are kept."""
     out: dict[str, Any] = {}
     for key, value in dotted.items():
@@ -45,9 +45,9 @@ def _nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         if isinstance(value, Mapping) and isinstance(node.get(parts[-1]), dict):
-            node[parts[-1]].update(_nest(value))
+            node[parts[-1]].update(nest(value))
         else:
-            node[parts[-1]] = dict(_nest(value)) if isinstance(value, Mapping) else value
+            node[parts[-1]] = dict(nest(value)) if isinstance(value, Mapping) else value
     return out
 
 
@@ -68,7 +68,7 @@ def _merge_plugin_defaults(base: dict[str, Any], manager: PluginManager) -> dict
             raise ConfigError(
                 f"plugin {impl.plugin_name}: config_defaults must return a mapping, got {type(fragment).__name__}"
             )
-        for key, value in flatten(_nest(fragment)).items():
+        for key, value in flatten(nest(fragment)).items():
             previous = owners.get(key)
             if previous is not None and previous != "rlcore":
                 existing = OmegaConf.select(OmegaConf.create(base), key)
@@ -79,7 +79,7 @@ def _merge_plugin_defaults(base: dict[str, Any], manager: PluginManager) -> dict
                     )
             owners[key] = impl.plugin_name
         base = OmegaConf.to_container(
-            OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(_nest(fragment))), resolve=False
+            OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(nest(fragment))), resolve=False
         )
     return base
 
@@ -141,7 +141,7 @@ def _known_paths(defaults: DictConfig) -> tuple[set[str], set[str]]:
     return leaves, free
 
 
-def _coerce(key: str, value: Any, defaults: DictConfig) -> Any:
+def coerce_value(key: str, value: Any, defaults: DictConfig) -> Any:
     """``value`` in the type of the default of ``key``, as verl's config accepts it; raise if it cannot be.
 
     An int is accepted where a float is expected, and a single string where a list is expected
@@ -184,7 +184,7 @@ def _apply(
         shown = given.get(key, key)
         if known.declares(key) or key in added:
             try:
-                good[key] = _coerce(key, value, defaults)
+                good[key] = coerce_value(key, value, defaults)
             except ConfigError as exc:
                 problems.add(f"{source.label}: {exc}" if shown == key else f"{source.label}: {shown}: {exc}")
         elif key in known.sections and isinstance(value, Mapping):
@@ -204,13 +204,15 @@ def _apply(
     for message in feature_problems:
         problems.add(message)
     try:
-        return OmegaConf.merge(merged, _nest(good))
+        return OmegaConf.merge(merged, nest(good))
     except Exception as exc:  # e.g. a mapping given where the defaults hold a list
         problems.add(f"{source.label}: cannot merge: {exc}")
         return merged
 
 
-def _parse_override(text: str) -> tuple[str, Any, bool]:
+def parse_override(text: str) -> tuple[str, Any, bool]:
+    """``key=value`` from the command line -> (key, value parsed as YAML, whether it was ``+key``, an
+    addition)."""
     if "=" not in text:
         raise ConfigError(f"override {text!r} is not of the form key=value")
     key, _, raw = text.partition("=")
@@ -237,7 +239,7 @@ def _preset_fragment(name: str, manager: PluginManager) -> dict[str, Any]:
         raise ConfigError(
             f"preset {name!r} must be a mapping (or a callable returning one), got {type(fragment).__name__}"
         )
-    return _nest(fragment)
+    return nest(fragment)
 
 
 def _sources(
@@ -301,11 +303,11 @@ def load_config(
     added: set[str] = set()
     for text in overrides:
         with collected.collect():
-            key, value, add = _parse_override(text)
+            key, value, add = parse_override(text)
             dotted[key] = value
             if add:
                 added.add(canonical_key(key))
-    sources.append(Source("command line", _nest(dotted)))
+    sources.append(Source("command line", nest(dotted)))
     merged = defaults
     for source in sources:
         merged = _apply(merged, source, defaults, known, added, collected)

@@ -82,15 +82,22 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         },
     ),
     MissingFeature(
-        "multi-turn rollouts (tools, interactions, agent loops)",
+        "multi-turn settings other than verl's core keys (rlcore renders new messages only, never re-tokenizes)",
         (
-            "actor_rollout_ref.rollout.multi_turn",
-            "actor_rollout_ref.rollout.agent",
+            "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template",
+            "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode",
+            "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts",
+            "actor_rollout_ref.rollout.agent.num_workers",
+            "actor_rollout_ref.rollout.agent.agent_loop_config_path",
+            "actor_rollout_ref.rollout.agent.custom_async_server",
             "data.tool_config_path",
         ),
         off={
-            "actor_rollout_ref.rollout.multi_turn.enable": False,
-            "actor_rollout_ref.rollout.multi_turn.format": "hermes",
+            "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template": False,
+            "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts": None,
+            "actor_rollout_ref.rollout.agent.agent_loop_config_path": None,
+            "actor_rollout_ref.rollout.agent.custom_async_server.path": None,
+            "actor_rollout_ref.rollout.agent.custom_async_server.name": None,
         },
     ),
     MissingFeature(
@@ -104,28 +111,47 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         ),
     ),
     MissingFeature(
-        "model-based rewards (reward models, reward loop)",
+        "these reward-model options of verl (global micro-batch, sequence parallelism, reward-loop classes)",
         (
-            "reward_model.model",
-            "reward_model.rollout",
-            "reward_model.strategy",
-            "reward_model.enable_resource_pool",
-            "reward_model.n_gpus_per_node",
-            "reward_model.nnodes",
+            "reward_model.model.external_lib",
+            "reward_model.model.use_shm",
+            "reward_model.model.use_remove_padding",
+            "reward_model.model.use_fused_kernels",
             "reward_model.micro_batch_size",
-            "reward_model.micro_batch_size_per_gpu",
-            "reward_model.max_length",
-            "reward_model.use_dynamic_bsz",
-            "reward_model.forward_max_token_len_per_gpu",
             "reward_model.ulysses_sequence_parallel_size",
-            "reward_model.num_workers",
-            "reward_model.use_reward_loop",
             "reward_model.reward_loop_source",
             "reward_model.reward_loop_module_path",
             "reward_model.reward_loop_class_name",
+            *(
+                f"reward_model.rollout.{key}"
+                for key in (
+                    "dtype",
+                    "enforce_eager",
+                    "cudagraph_capture_sizes",
+                    "free_cache_engine",
+                    "data_parallel_size",
+                    "expert_parallel_size",
+                    "max_num_batched_tokens",
+                    "max_model_len",
+                    "max_num_seqs",
+                    "load_format",
+                    "engine_kwargs",
+                    "limit_images",
+                    "enable_chunked_prefill",
+                    "enable_prefix_caching",
+                    "disable_log_stats",
+                    "skip_tokenizer_init",
+                )
+            ),
         ),
+        off={"reward_model.reward_loop_source": "register"},
     ),
-    MissingFeature("sandboxed code-execution rewards (Sandbox Fusion)", ("reward_model.sandbox_fusion",)),
+    MissingFeature(
+        "sandboxed code-execution rewards (Sandbox Fusion)",
+        ("reward_model.sandbox_fusion",),
+        "rlcore runs code rewards in its own sandbox instead: data_source codecontests, apps, codeforces or taco "
+        "(docs/rewards.md)",
+    ),
     MissingFeature(
         "reward managers loaded from a file (reward_manager.source=importlib)",
         (
@@ -142,7 +168,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "actor_rollout_ref.rollout.enable_rollout_routing_replay",
         ),
     ),
-    MissingFeature("Ulysses sequence parallelism for the critic", ("critic.ulysses_sequence_parallel_size",)),
     MissingFeature(
         "settings of the reference model apart from the actor's (rlcore's reference follows the actor)",
         (
@@ -160,7 +185,7 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         (
             *(
                 f"{role}.fsdp_config.{name}"
-                for role in ("actor_rollout_ref.*", "critic")
+                for role in ("actor_rollout_ref.*", "critic", "reward_model")
                 for name in (
                     "wrap_policy",
                     "use_orig_params",
@@ -171,7 +196,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
                     "mixed_precision",
                 )
             ),
-            "critic.fsdp_config.ulysses_sequence_parallel_size",
             "critic.fsdp_config.use_torch_compile",
             "critic.fsdp_config.entropy_from_logits_with_chunking",
             "critic.fsdp_config.entropy_checkpointing",
@@ -194,8 +218,13 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "actor_rollout_ref.model.exclude_modules",
             "actor_rollout_ref.model.fused_kernel_options",
             "actor_rollout_ref.model.tiled_mlp",
-            "actor_rollout_ref.model.torch_dtype",
         ),
+    ),
+    MissingFeature(
+        "not a key of verl's config either (verl's Hydra config rejects it; its FSDP workers load the weights "
+        "in fsdp_config.model_dtype)",
+        ("actor_rollout_ref.model.torch_dtype",),
+        "set the backend's weight dtype instead: actor_rollout_ref.actor.fsdp_config.model_dtype=bf16",
     ),
     MissingFeature(
         "these critic options of verl",
@@ -216,11 +245,8 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
     MissingFeature(
         "these actor options of verl",
         (
-            "actor_rollout_ref.actor.tau_pos",
-            "actor_rollout_ref.actor.tau_neg",
             "actor_rollout_ref.actor.calculate_entropy",
             "actor_rollout_ref.actor.use_prefix_grouper",
-            "actor_rollout_ref.actor.calculate_sum_pi_squared",
             "actor_rollout_ref.actor.sum_pi_squared_checkpointing",
         ),
     ),
@@ -266,16 +292,10 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         ),
     ),
     MissingFeature(
-        "rejection sampling and bypass mode of rollout correction",
-        (
-            "algorithm.rollout_correction.rollout_rs",
-            "algorithm.rollout_correction.rollout_rs_threshold",
-            "algorithm.rollout_correction.bypass_mode",
-            "algorithm.rollout_correction.loss_type",
-            "algorithm.rollout_correction.rollout_is_batch_normalize",
-        ),
+        "the REINFORCE loss of rollout correction's bypass mode",
+        ("algorithm.rollout_correction.loss_type",),
+        off={"algorithm.rollout_correction.loss_type": "ppo_clip"},
     ),
-    MissingFeature("PF-PPO (policy filtration)", ("algorithm.pf_ppo",)),
     MissingFeature(
         "these trainer options of verl",
         (
@@ -291,9 +311,7 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
 
 #: values rlcore's keys accept but cannot honour yet: key -> (is the value unsupported?, feature)
 UNSUPPORTED_VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "reward_model.enable": (lambda v: v is True, "model-based rewards (reward models, reward loop)"),
-    "algorithm.use_pf_ppo": (lambda v: v is True, "PF-PPO (policy filtration)"),
-    "actor_rollout_ref.model.use_liger": (lambda v: v is True, "Liger kernels"),
+    "actor_rollout_ref.model.use_fused_kernels": (lambda v: v is True, "verl's fused Triton log-prob kernels"),
     "actor_rollout_ref.model.use_shm": (lambda v: v is True, "loading the model through shared memory"),
     "actor_rollout_ref.model.enable_activation_offload": (lambda v: v is True, "activation offloading"),
     "actor_rollout_ref.actor.checkpoint.async_save": (lambda v: v is True, "asynchronous checkpoint saving"),
@@ -333,7 +351,7 @@ def missing_feature_problems(
 
 
 def unsupported_value_problems(config: DictConfig) -> list[str]:
-    """Problems for keys set to a value that asks for a feature rlcore lacks (``reward_model.enable=true``)."""
+    """Problems for keys set to a value that asks for a feature rlcore lacks (``algorithm.use_pf_ppo=true``)."""
     from omegaconf import OmegaConf
 
     problems = []

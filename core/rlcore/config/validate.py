@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from rlcore.config.keys import positive_key
 from rlcore.config.loader import ConfigError
 from rlcore.errors import RLCoreError
-from rlcore.workers.batch_sizes import ppo_batch_sizes
+from rlcore.workers.batch_sizes import ppo_batch_sizes, ulysses_size
 
 TRUNCATION_MODES = ("left", "right", "middle", "error")
 
@@ -36,6 +36,7 @@ class DerivedQuantities:
     ppo_epochs: int
     optimizer_steps_per_step: int
     notes: list[str] = field(default_factory=list)
+    sequence_parallel_size: int = 1
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict (saved as ``derived.json`` in the run directory)."""
@@ -45,7 +46,13 @@ class DerivedQuantities:
         """Human-readable lines printed at the start of a run."""
         lines = [
             f"prompts per step: {self.prompts_per_step} x n={self.n} -> {self.responses_per_step} responses",
-            f"data-parallel ranks: {self.data_parallel_size} (of {self.world_size} ranks)",
+            f"data-parallel ranks: {self.data_parallel_size} (of {self.world_size} ranks"
+            + (
+                f"; world / ulysses_sequence_parallel_size {self.sequence_parallel_size}: "
+                f"{self.sequence_parallel_size} ranks split each sequence)"
+                if self.sequence_parallel_size > 1
+                else ")"
+            ),
             f"mini-batches per step: {self.mini_batches_per_epoch} x {self.ppo_epochs} epoch(s) "
             f"= {self.optimizer_steps_per_step} optimizer steps "
             f"({self.mini_batch_prompts} prompts = {self.responses_per_mini_batch_per_rank} responses per rank each)",
@@ -95,12 +102,14 @@ ONLY_VALUES: dict[str, tuple[tuple[Any, ...], str]] = {
 #: verl's speed settings that cannot change results and that rlcore does not need: key -> (rlcore's value, why);
 #: another value is accepted (verl scripts set them) and named in a note of the run plan
 SPEED_ONLY: dict[str, tuple[Any, str]] = {
-    "actor_rollout_ref.model.use_fused_kernels": (False, "log-probs and entropy use rlcore's own kernels"),
-    "actor_rollout_ref.actor.use_torch_compile": (False, "the entropy is not compiled"),
     "actor_rollout_ref.actor.entropy_from_logits_with_chunking": (False, "the entropy is computed in one piece"),
     "actor_rollout_ref.actor.entropy_checkpointing": (False, "the entropy is not recomputed"),
     "data.dataloader_num_workers": (0, "prompts are tokenized once, when the dataset is read"),
     "data.filter_overlong_prompts_workers": (1, "the overlong filter runs once, when the dataset is read"),
+    "reward_model.use_reward_loop": (
+        True,
+        "rlcore scores each batch in its reward stage (scorer processes and the reward-model worker group)",
+    ),
 }
 
 
@@ -114,6 +123,21 @@ def speed_only_notes(config: DictConfig) -> list[str]:
         if given != value:
             notes.append(f"{key}={given} changes nothing in rlcore: {why}")
     return notes
+
+
+def reward_model_notes(config: DictConfig) -> list[str]:
+    """A note when ``reward_model.rollout.name`` is set for a discriminative reward model: only
+    ``reward_model.reward_manager=judge`` generates with ``reward_model.rollout``."""
+    from omegaconf import OmegaConf
+
+    name = OmegaConf.select(config, "reward_model.rollout.name", default="hf")
+    judge = OmegaConf.select(config, "reward_model.reward_manager", default="naive") == "judge"
+    if OmegaConf.select(config, "reward_model.enable", default=False) and not judge and name != "hf":
+        return [
+            f"reward_model.rollout.name={name} changes nothing in rlcore: the reward model runs on its training "
+            "engine (reward_model.strategy); reward_model.rollout.* configure reward_model.reward_manager=judge"
+        ]
+    return []
 
 
 def _number(value: Any) -> bool:
@@ -162,26 +186,50 @@ def check_values(config: DictConfig) -> None:
 
 
 def _check_rollout_correction(config: DictConfig) -> None:
-    """``algorithm.rollout_correction.rollout_is`` is a known level and has the rollout log-probs it needs
-    (``rlcore.algos`` imports torch, so it is imported only when the feature is asked for)."""
+    """``algorithm.rollout_correction`` asks for known IS levels and RS options with valid thresholds, and
+    has the rollout log-probs it needs; ``algorithm.pf_ppo`` names a known method (``rlcore.algos`` imports
+    torch, so it is imported only when a feature is asked for)."""
+    from rlcore.errors import RLCoreError
+
+    if config.algorithm.get("use_pf_ppo", False):
+        from rlcore.algos.pf_ppo import check_pf_ppo
+
+        try:
+            check_pf_ppo(config.algorithm.pf_ppo)
+        except RLCoreError as exc:
+            raise ConfigError(str(exc)) from exc
     correction = config.algorithm.get("rollout_correction") or {}
     level = correction.get("rollout_is")
-    if level is None:
+    rejection = correction.get("rollout_rs")
+    bypass = bool(correction.get("bypass_mode", False))
+    if level is None and rejection is None and not bypass:
         return
-    from rlcore.algos.rollout_correction import IS_LEVELS
+    from rlcore.algos.rollout_correction import IS_LEVELS, parse_rejection_rules
 
-    if level not in IS_LEVELS:
+    if level is not None and level not in IS_LEVELS:
         raise ConfigError(
             f"algorithm.rollout_correction.rollout_is must be one of {', '.join(IS_LEVELS)} or null, got {level!r}"
         )
+    asked = [name for name, on in (("rollout_is", level), ("rollout_rs", rejection), ("bypass_mode", bypass)) if on]
     if not config.actor_rollout_ref.rollout.get("calculate_log_probs", False):
         raise ConfigError(
-            "algorithm.rollout_correction.rollout_is needs the engine's log-probs: "
+            f"algorithm.rollout_correction.{asked[0]} needs the engine's log-probs: "
             "set actor_rollout_ref.rollout.calculate_log_probs=true"
+        )
+    if bypass and (level or rejection):
+        raise ConfigError(
+            "algorithm.rollout_correction.bypass_mode=true uses the engine's log-probs as the old policy, so "
+            f"{' and '.join(asked[:-1])} would compare them with themselves; rlcore does not recompute them per "
+            "micro-batch as verl's bypass loss does: turn bypass_mode or the correction off"
         )
     threshold = correction.get("rollout_is_threshold")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold > 0:
         raise ConfigError(f"algorithm.rollout_correction.rollout_is_threshold must be a number > 0, got {threshold!r}")
+    if rejection is not None:
+        try:
+            parse_rejection_rules(rejection, correction.get("rollout_rs_threshold"))
+        except RLCoreError as exc:
+            raise ConfigError(str(exc)) from exc
 
 
 def _data_parallel_size(config: DictConfig, world: int) -> int:
@@ -258,6 +306,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
             f"the last mini-batch holds {prompts % mini} prompts"
         )
     notes += speed_only_notes(config)
+    notes += reward_model_notes(config)
     return DerivedQuantities(
         world_size=world,
         data_parallel_size=dp,
@@ -272,4 +321,5 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
         ppo_epochs=epochs,
         optimizer_steps_per_step=minis * epochs,
         notes=notes,
+        sequence_parallel_size=ulysses_size(config, "actor_rollout_ref.actor"),
     )

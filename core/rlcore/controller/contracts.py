@@ -5,8 +5,8 @@ A group (:class:`~rlcore.controller.worker_group.LocalWorkerGroup` or
 of its workers on every rank, splitting a leading :class:`~rlcore.protocol.Batch` over the data-parallel
 ranks and concatenating the results. These protocols name those methods, so that a reader (and a type
 checker) can follow a step from :mod:`rlcore.controller.trainer` to the worker: each method here is
-implemented by :class:`rlcore.workers.actor.ActorRolloutRefWorker` or
-:class:`rlcore.workers.critic.CriticWorker`, whose docstrings say what it does.
+implemented by :class:`rlcore.workers.actor.ActorRolloutRefWorker`,
+:class:`rlcore.workers.critic.CriticWorker` or :class:`rlcore.workers.reward_model.RewardModelWorker`, whose docstrings say what it does.
 """
 
 from __future__ import annotations
@@ -92,4 +92,13 @@ class CriticGroup(WorkerGroup, Protocol):
 
     def update_critic(self, batch: Batch) -> Batch:
         """One value-function update; the result's ``meta["metrics"]`` holds ``critic/*``."""
+        ...
+
+
+class RewardModelGroup(WorkerGroup, Protocol):
+    """The frozen reward model: :class:`rlcore.workers.reward_model.RewardModelWorker` on every rank (it has no
+    checkpoint: the controller never calls ``save_checkpoint`` or ``load_checkpoint`` on it)."""
+
+    def compute_rm_score(self, batch: Batch) -> Batch:
+        """``rm_scores`` ``[B, R]``: each response's reward-model score on its last valid token."""
         ...

@@ -5,7 +5,8 @@
 ``sync_weights()`` pushes the weights into its own rollout engine. ``trainer.placement=split``
 (``trainer.executor=ray``): an ``actor_ref`` (or ``actor``) group on the ``train`` pool trains, a ``rollout``
 group on the ``rollout`` pool generates, and :func:`sync_weights` sends the trainer's full state dict
-(rank 0's, on CPU) to every rollout rank. A critic group, when used, always shares the ``train`` pool.
+(rank 0's, on CPU) to every rollout rank. A critic group, when used, shares the ``train`` pool; a reward-model
+group too, unless ``reward_model.enable_resource_pool`` gives it the ``reward`` pool.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-from rlcore.controller.contracts import ActorGroup, CriticGroup, WorkerGroup
-from rlcore.controller.placement import POOL_ROLLOUT, POOL_TRAIN, placement_mode
+from rlcore.controller.contracts import ActorGroup, CriticGroup, RewardModelGroup, WorkerGroup
+from rlcore.controller.placement import POOL_REWARD, POOL_ROLLOUT, POOL_TRAIN, placement_mode, reward_pool
 from rlcore.controller.worker_group import make_worker_group
 from rlcore.controller.worker_spec import WorkerSpec
 
@@ -38,11 +39,13 @@ def sync_weights(actor: ActorGroup, rollout: ActorGroup) -> dict[str, float]:
 
 @dataclass
 class WorkerGroups:
-    """The groups of a run. ``rollout is actor`` with colocated placement; ``critic`` is None without one."""
+    """The groups of a run. ``rollout is actor`` with colocated placement; ``critic`` and ``reward_model`` are
+    None without one."""
 
     actor: ActorGroup
     rollout: ActorGroup
     critic: CriticGroup | None = None
+    reward_model: RewardModelGroup | None = None
 
     @property
     def split(self) -> bool:
@@ -50,9 +53,11 @@ class WorkerGroups:
         return self.rollout is not self.actor
 
     def distinct(self) -> list[WorkerGroup]:
-        """Every group once: actor, then rollout (when split), then critic (when used)."""
-        groups = [self.actor] + ([self.rollout] if self.split else [])
-        return groups + ([self.critic] if self.critic is not None else [])
+        """Every group once: actor, then rollout (when split), then critic and reward model (when used)."""
+        groups: list[WorkerGroup] = [self.actor]
+        if self.split:
+            groups.append(self.rollout)
+        return groups + [group for group in (self.critic, self.reward_model) if group is not None]
 
     def init_models(self) -> None:
         """``init_model()`` on every group, then (split) the first weight sync to the rollout group."""
@@ -85,11 +90,19 @@ class WorkerGroups:
             raise errors[0]
 
 
-def build_worker_groups(config: DictConfig, *, use_reference: bool, use_critic: bool) -> WorkerGroups:
+def build_worker_groups(
+    config: DictConfig,
+    *,
+    use_reference: bool,
+    use_critic: bool,
+    use_reward_model: bool = False,
+    reward_model_worker: str | None = None,
+) -> WorkerGroups:
     """Create the run's worker groups for ``trainer.placement`` (models are loaded by ``init_models()``).
 
     The workers build their engines with the backends of ``actor_rollout_ref.actor.strategy`` and
-    ``critic.strategy``; groups already created are shut down again when a later one fails to start.
+    ``critic.strategy`` (and ``reward_model.strategy``). The reward-model group builds ``reward_model_worker``
+    (a :class:`WorkerSpec` name, e.g. an algorithm's own reward model) or the core's discriminative one; groups already created are shut down again when a later one fails to start.
     """
     split = placement_mode(config) == "split"
     actor_spec = WorkerSpec("actor")
@@ -108,7 +121,13 @@ def build_worker_groups(config: DictConfig, *, use_reference: bool, use_critic: 
         critic = None
         if use_critic:
             critic = make_worker_group(WorkerSpec("critic"), config, "critic", POOL_TRAIN)
-        return WorkerGroups(actor, rollout, critic)
+            created.append(critic)
+        reward_model = None
+        if use_reward_model:
+            spec = WorkerSpec(reward_model_worker or "reward_model")
+            pool = POOL_REWARD if reward_pool(config) else POOL_TRAIN
+            reward_model = make_worker_group(spec, config, "reward_model", pool)
+        return WorkerGroups(actor, rollout, critic, reward_model)
     except BaseException:
         for group in reversed(created):
             group.shutdown()

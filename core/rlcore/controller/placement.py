@@ -12,6 +12,10 @@ verl's hybrid engine. ``trainer.placement`` chooses the pools:
     the ``train`` pool for actor, reference and critic, and a ``rollout`` pool of
     ``trainer.nnodes × trainer.rollout_n_gpus_per_node`` ranks on the same nodes for generation.
 
+A reward model (``reward_model.enable``) shares the ``train`` pool, or with
+``reward_model.enable_resource_pool=true`` gets a ``reward`` pool of ``trainer.nnodes ×
+reward_model.n_gpus_per_node`` ranks on the same nodes.
+
 Each pool's placement groups are pinned to distinct nodes (the driver's node first), so ranks
 ``node × per_node … node × per_node + per_node − 1`` share a node. Ray itself is started on first use
 (``trainer.ray_address: null``: a local Ray with just the CPUs the ranks need) or attached to
@@ -36,6 +40,7 @@ from rlcore.errors import RLCoreError
 
 POOL_TRAIN = "train"
 POOL_ROLLOUT = "rollout"
+POOL_REWARD = "reward"
 PLACEMENTS = ("colocated", "split")
 #: the share of its bundle's CPU (and GPU) each worker actor requests: up to four roles share a bundle
 BUNDLE_SHARE = 0.25
@@ -104,7 +109,32 @@ def pool_layouts(config: DictConfig, use_gpu: bool) -> dict[str, PoolLayout]:
         layouts[POOL_ROLLOUT] = PoolLayout(
             POOL_ROLLOUT, nnodes, positive_key(config, "trainer.rollout_n_gpus_per_node"), use_gpu
         )
+    if reward_pool(config):
+        layouts[POOL_REWARD] = PoolLayout(
+            POOL_REWARD, nnodes, positive_key(config, "reward_model.n_gpus_per_node"), use_gpu
+        )
     return layouts
+
+
+def reward_pool(config: DictConfig) -> bool:
+    """Whether the reward model gets a pool of its own (``reward_model.enable_resource_pool``), validated: it
+    needs ``trainer.executor=ray``, and ``reward_model.nnodes`` (0: ``trainer.nnodes``) must be
+    ``trainer.nnodes`` (every pool spans the same nodes)."""
+    section = config.get("reward_model", None) or {}
+    if not section.get("enable_resource_pool", False):
+        return False
+    if config.trainer.executor != "ray":
+        raise ConfigError(
+            "reward_model.enable_resource_pool=true puts the reward model on workers of its own and needs "
+            f"trainer.executor=ray (got {config.trainer.executor!r})"
+        )
+    nodes = section.get("nnodes", 0) or 0
+    if nodes not in (0, config.trainer.nnodes):
+        raise ConfigError(
+            f"reward_model.nnodes={nodes}: rlcore places every pool on the same nodes; set it to trainer.nnodes "
+            f"({config.trainer.nnodes}) or 0"
+        )
+    return True
 
 
 def _bundles_per_node(config: DictConfig) -> int:
@@ -112,6 +142,8 @@ def _bundles_per_node(config: DictConfig) -> int:
     per_node = positive_key(config, "trainer.n_gpus_per_node")
     if placement_mode(config) == "split":
         per_node += positive_key(config, "trainer.rollout_n_gpus_per_node")
+    if reward_pool(config):
+        per_node += positive_key(config, "reward_model.n_gpus_per_node")
     return per_node
 
 

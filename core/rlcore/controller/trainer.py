@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +18,12 @@ import click
 import numpy as np
 from omegaconf import DictConfig
 
+from rlcore.agents.runner import AgentRunner
 from rlcore.algos.kl_control import apply_kl_penalty, make_kl_controller
 from rlcore.algos.losses import agg_loss
 from rlcore.algos.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
-from rlcore.algos.rollout_correction import rollout_is_weights, rollout_mismatch_metrics
+from rlcore.algos.pf_ppo import pf_ppo_resample
+from rlcore.algos.rollout_correction import apply_rollout_correction
 from rlcore.checkpoint import CheckpointManager, read_trainer_state, resume_path, write_trainer_state
 from rlcore.controller.balance import balance_order
 from rlcore.controller.groups import build_worker_groups
@@ -35,6 +36,8 @@ from rlcore.data.loader import PromptLoader
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager
 from rlcore.protocol import Batch
+from rlcore.reward.async_reward import AsyncReward, PendingReward
+from rlcore.reward.model_reward import ModelRewardManager
 from rlcore.reward.scoring import build_reward_manager
 from rlcore.run_context import RunContext
 from rlcore.tracking.generations import dump_generations
@@ -96,6 +99,8 @@ class Trainer:
         self.global_step = 0
         self.timer = StageTimer()
         self.async_reward = bool(config.reward_model.launch_reward_fn_async)
+        self.reward_model_worker = self.estimator.meta.get("reward_model_worker")  # e.g. PRIME's implicit PRM
+        self.use_reward_model = bool(config.reward_model.enable) or self.reward_model_worker is not None
         self.nonfinite_in_a_row = 0
         self.stop = StopRequest()
         self.saved_step = 0  # the step of the newest checkpoint this run saved or resumed from
@@ -120,6 +125,7 @@ class Trainer:
             ) from exc
         if model.custom_chat_template:
             self.tokenizer.chat_template = model.custom_chat_template
+        self.agents = AgentRunner(cfg, self.tokenizer)
         dataset_cls = load_dataset_class(cfg)
         self.train_dataset = dataset_cls(cfg.data.train_files, self.tokenizer, cfg.data, split="train")
         self.train_loader = PromptLoader(
@@ -138,12 +144,21 @@ class Trainer:
 
     def _build_workers(self) -> None:
         self.registry.get("training_backend", self.config.actor_rollout_ref.actor.strategy)
-        self.groups = build_worker_groups(self.config, use_reference=self.use_reference, use_critic=self.use_critic)
+        self.groups = build_worker_groups(
+            self.config,
+            use_reference=self.use_reference,
+            use_critic=self.use_critic,
+            use_reward_model=self.use_reward_model,
+            reward_model_worker=self.reward_model_worker,
+        )
         self.actor, self.rollout, self.critic = self.groups.actor, self.groups.rollout, self.groups.critic
         self.groups.init_models()
         self.reward_fn = build_reward_manager(self.config, self.tokenizer)
+        if self.groups.reward_model is not None:  # reward_model.enable: reward-model scores plus rule scores
+            separate = "rm_scores" in self.estimator.meta.get("batch_keys", ())
+            self.reward_fn = ModelRewardManager(self.reward_fn, self.groups.reward_model, self.config, separate)
         self.val_reward_fn = self.reward_fn
-        self.reward_thread = ThreadPoolExecutor(1, thread_name_prefix="rlcore-reward") if self.async_reward else None
+        self.reward_thread = AsyncReward() if self.async_reward else None
 
     # ------------------------------------------------------------------- step
     def _prompt_batch(self) -> Batch:
@@ -156,6 +171,8 @@ class Trainer:
     def _generate(self, prompts: Batch, validate: bool = False, n: int | None = None) -> Batch:
         gen = prompts.repeat(n or self.n, interleave=True)
         gen.meta["validate"] = validate
+        if self.agents.applies_to(gen):  # multi-turn: agent loops drive the engine turn by turn
+            return self.agents.run(gen, self.rollout.generate_sequences)
         return self.rollout.generate_sequences(gen)
 
     def _score(self, batch: Batch, reward_fn: Any, metrics: dict[str, float]) -> None:
@@ -178,6 +195,8 @@ class Trainer:
             )
         for key, values in result.extra_info.items():  # per-sample extras (e.g. "acc") for filters and metrics
             batch[key] = list(values)
+        for key, tensor in result.tensors.items():  # e.g. rm_scores for an estimator that reads them itself
+            batch[key] = tensor
         metrics.update(result.metrics)
 
     def _apply_filters(self, batch: Batch, metrics: dict[str, float]) -> Batch:
@@ -210,6 +229,7 @@ class Trainer:
             prompts.meta["temperature"] = self.config.actor_rollout_ref.rollout.temperature
             with self.timer("gen"):
                 batch = self._generate(prompts)
+            metrics.update(batch.meta.pop("agent_metrics", {}))
             if self.estimator.meta.get("needs_greedy_baseline"):
                 with self.timer("gen_max"):
                     self._add_greedy_baseline(prompts, batch)
@@ -264,31 +284,18 @@ class Trainer:
             kwargs["values"] = batch["values"]
         if "reward_baselines" in batch:
             kwargs["reward_baselines"] = batch["reward_baselines"]
+        for key in self.estimator.meta.get("batch_keys", ()):  # what the estimator declares it reads
+            kwargs[key] = batch[key]
+        for key in self.estimator.meta.get("optional_batch_keys", ()):  # ... and reads when the batch has it
+            if key in batch:
+                kwargs[key] = batch[key]
         advantages, returns = self.estimator.load()(**kwargs)
         batch["advantages"] = advantages
         batch["returns"] = returns
 
-    def _correct_rollout_mismatch(self, batch: Batch, metrics: dict[str, float]) -> None:
-        """Log how far the engine's ``rollout_log_probs`` are from ``old_log_probs`` and, with
-        ``algorithm.rollout_correction.rollout_is``, add the truncated ``rollout_is_weights``."""
-        mask = batch["response_mask"]
-        metrics.update(rollout_mismatch_metrics(batch["old_log_probs"], batch["rollout_log_probs"], mask))
-        correction = self.config.algorithm.get("rollout_correction") or {}
-        level = correction.get("rollout_is")
-        if level:
-            weights, is_metrics = rollout_is_weights(
-                batch["old_log_probs"],
-                batch["rollout_log_probs"],
-                mask,
-                level,
-                float(correction.get("rollout_is_threshold", 2.0)),
-            )
-            batch["rollout_is_weights"] = weights
-            metrics.update(is_metrics)
-
     def _on_policy_update(self, batch: Batch) -> bool:
         """Whether the actor update is one optimizer step on exactly the policy that generated ``batch``
-        (one PPO epoch, one mini-batch, nothing before the update reads ``old_log_probs``). Then the
+        (one PPO epoch, one mini-batch, nothing before the update reads ``old_log_probs`` or ``sum_pi_squared``). Then the
         recomputed old log-probs equal the update's own detached log-probs, and the worker uses those
         instead of a separate forward pass (``batch.meta["on_policy"]``)."""
         actor = self.config.actor_rollout_ref.actor
@@ -298,6 +305,8 @@ class Trainer:
             and self.kl_ctrl is None
             and "rollout_log_probs" not in batch
             and self.config.trainer.critic_warmup <= self.global_step
+            and "old_log_probs" not in self.estimator.meta.get("batch_keys", ())
+            and not actor.calculate_sum_pi_squared
         )
 
     def train_step(self) -> dict[str, float]:
@@ -311,11 +320,13 @@ class Trainer:
             order, balance_metrics = balance_order(batch["attention_mask"].sum(-1), self.actor.dp_size)
             batch.reorder(order)
             metrics.update(balance_metrics)
-        reward: Future | None = None
+        reward: PendingReward | None = None
         if self.reward_thread is not None:  # reward_model.launch_reward_fn_async: score while log-probs run
             reward = self.reward_thread.submit(self.reward_fn, batch)
         if self._on_policy_update(batch):
             batch.meta["on_policy"] = True  # the worker takes old_log_probs (and actor/entropy) from the update
+        elif self.config.algorithm.rollout_correction.bypass_mode:  # the engine's log-probs are the old policy
+            batch["old_log_probs"] = batch["rollout_log_probs"]
         else:
             with timer("old_log_prob"):
                 out = self.actor.compute_log_prob(batch)
@@ -323,8 +334,10 @@ class Trainer:
                     out["entropys"], batch["response_mask"], self.config.actor_rollout_ref.actor.loss_agg_mode
                 ).item()
                 batch["old_log_probs"] = out["old_log_probs"]
+                if "sum_pi_squared" in out:  # actor.calculate_sum_pi_squared
+                    batch["sum_pi_squared"] = out["sum_pi_squared"]
         if "rollout_log_probs" in batch:
-            self._correct_rollout_mismatch(batch, metrics)
+            metrics.update(apply_rollout_correction(batch, self.config.algorithm.rollout_correction))
         if self.use_reference:
             with timer("ref"):
                 batch["ref_log_prob"] = self.actor.compute_ref_log_prob(batch)["ref_log_prob"]
@@ -333,11 +346,16 @@ class Trainer:
                 batch["values"] = self.critic.compute_values(batch)["values"]
         if reward is not None:
             with timer("reward"):
-                self._apply_reward(batch, reward.result(), metrics)
+                self._apply_reward(batch, reward.result(metrics), metrics)
         self._dump_rollouts(batch)
         with timer("adv"):
             self._apply_kl_in_reward(batch, metrics)
             self._compute_advantage(batch)
+            if self.config.algorithm.use_pf_ppo:  # PF-PPO: resample the batch by reward reliability
+                batch, pf_metrics = pf_ppo_resample(
+                    batch, self.config.algorithm.pf_ppo, int(self.config.trainer.seed) + self.global_step
+                )
+                metrics.update(pf_metrics)
         if self.critic is not None:
             with timer("update_critic"):
                 metrics.update(reduce_metrics(self.critic.update_critic(batch).meta.get("metrics", {})))
@@ -410,9 +428,11 @@ class Trainer:
         samples: list[dict[str, Any]] = []
         metrics: dict[str, float] = {}
         outputs: list[Batch] = []
+        agent_metrics: list[dict[str, float]] = []
         for prompts in self._val_batches():
             prompts.meta["temperature"] = self.config.actor_rollout_ref.rollout.val_kwargs.temperature
             out = self._generate(prompts, validate=True, n=n)
+            agent_metrics.append(out.meta.pop("agent_metrics", {}))
             self._score(out, self.val_reward_fn, metrics)
             outputs.append(out)
             seq_scores = out["token_level_scores"].sum(-1).tolist()
@@ -441,6 +461,8 @@ class Trainer:
             val[f"val-core/{source}/reward/mean@{n}"] = float(arr.mean())
             if n > 1:
                 val[f"val-aux/{source}/reward/std@{n}"] = float(arr.std())
+        for key in agent_metrics[0] if agent_metrics and agent_metrics[0] else ():
+            val[f"val-aux/{key}"] = float(np.mean([m[key] for m in agent_metrics]))
         return val, samples
 
     # -------------------------------------------------------------- checkpoint
@@ -583,7 +605,7 @@ class Trainer:
             trackers.finish()
             hook.on_run_end(run=self.run, status=status)
             if self.reward_thread is not None:
-                self.reward_thread.shutdown(wait=False, cancel_futures=True)
+                self.reward_thread.shutdown()
             close = getattr(self.reward_fn, "close", None)
             if callable(close):
                 close()

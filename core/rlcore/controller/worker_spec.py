@@ -8,13 +8,14 @@ from dataclasses import dataclass
 WORKER_CLASSES: dict[str, str] = {
     "actor": "rlcore.workers.actor:ActorRolloutRefWorker",
     "critic": "rlcore.workers.critic:CriticWorker",
+    "reward_model": "rlcore.workers.reward_model:RewardModelWorker",
 }
 
 
 @dataclass(frozen=True)
 class WorkerSpec:
     """Which worker class to build: a name of :data:`WORKER_CLASSES` (``actor`` for the actor/rollout/reference
-    roles, ``critic``) or any ``module:attr`` target, imported in the process that builds the worker.
+    roles, ``critic``, ``reward_model``) or any ``module:attr`` target, imported in the process that builds the worker.
 
     The core workers resolve their training backend (``*.strategy``) through the plugin registry of their
     own process, so nothing but this string and the config travels to a Ray actor.

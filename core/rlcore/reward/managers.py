@@ -62,11 +62,14 @@ class RewardResult:
         token_level_scores: ``[B, R]`` float32; each sample's score on its last valid response token.
         extra_info: per-sample lists (length ``B``) of the extra keys scorers returned in their dicts.
         metrics: scalar metrics of this call (the ``reward/scorer_*`` failure counters).
+        tensors: tensors with one row per sample that the controller puts into the batch as they are (e.g.
+            ``rm_scores`` and ``acc`` for an advantage estimator that reads them itself).
     """
 
     token_level_scores: torch.Tensor
     extra_info: dict[str, list] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def to_score(value: Any) -> tuple[float | None, dict[str, Any]]:

@@ -118,3 +118,26 @@ def make_tiny_model_dir(
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def make_tiny_reward_model_dir(
+    path: str | Path, *, corpus: Iterable[str] | None = None, chat_template: str | None = None, seed: int = 0
+) -> Path:
+    """Write a tiny ``Qwen2ForSequenceClassification`` reward model (one label, random score head) and its
+    tokenizer to ``path``. ``corpus`` trains another tokenizer than the policy's; ``chat_template`` replaces
+    the ChatML one."""
+    import torch
+    from transformers import Qwen2ForSequenceClassification
+
+    path = Path(path)
+    tokenizer = build_tokenizer(corpus)
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    config = build_model(tokenizer, seed=seed).config
+    config.num_labels = 1
+    torch.manual_seed(seed + 1)
+    model = Qwen2ForSequenceClassification(config)
+    torch.nn.init.normal_(model.score.weight, std=1.0)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

@@ -178,6 +178,32 @@ class ActorRolloutRefWorker(WorkerBase):
             )
         return temperature
 
+    def _forward(
+        self,
+        engine: TrainingEngine,
+        batch: Batch,
+        micro_size: int | None,
+        budget: int | None,
+        budget_key: str,
+        names: tuple[str, ...],
+    ) -> dict[str, torch.Tensor]:
+        """The :class:`ModelOutput` fields ``names`` (``log_probs`` first, then ``entropy`` and/or
+        ``sum_pi_squared``) of the whole batch without gradients, in micro-batches of ``micro_size`` rows or,
+        with a token ``budget`` (config key ``budget_key``), of balanced token counts; the results come back
+        on the CPU in the batch's row order."""
+        temperature = self._temperature(batch)
+        plan = plan_micro_batches(
+            cpu_batch(batch), size=micro_size, budget=budget, budget_key=budget_key, device=engine.device
+        )
+        with engine.resident():
+            if "sum_pi_squared" in names:  # never passed otherwise: not every backend takes it (see forward)
+                outputs = engine.forward(
+                    plan.parts, temperature=temperature, with_entropy="entropy" in names, with_sum_pi_squared=True
+                )
+            else:
+                outputs = engine.forward(plan.parts, temperature=temperature, with_entropy="entropy" in names)
+        return {name: plan.restore([out.require(name) for out in outputs]).cpu() for name in names}
+
     def _log_probs(
         self,
         engine: TrainingEngine,
@@ -188,33 +214,31 @@ class ActorRolloutRefWorker(WorkerBase):
         *,
         with_entropy: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs (and entropies) of the whole batch without gradients, in micro-batches of
-        ``micro_size`` rows or, with a token ``budget`` (config key ``budget_key``), of balanced token
-        counts; the results come back on the CPU in the batch's row order."""
-        temperature = self._temperature(batch)
-        plan = plan_micro_batches(
-            cpu_batch(batch), size=micro_size, budget=budget, budget_key=budget_key, device=engine.device
-        )
-        with engine.resident():
-            outputs = engine.forward(plan.parts, temperature=temperature, with_entropy=with_entropy)
-        log_probs = plan.restore([out.require("log_probs") for out in outputs]).cpu()
-        entropies = plan.restore([out.require("entropy") for out in outputs]).cpu() if with_entropy else None
-        return log_probs, entropies
+        """Log-probs (and entropies) of the whole batch, as :meth:`_forward` computes them."""
+        names = ("log_probs", "entropy") if with_entropy else ("log_probs",)
+        out = self._forward(engine, batch, micro_size, budget, budget_key, names)
+        return out["log_probs"], out.get("entropy")
 
     # ---------------------------------------------------------------- methods
     def compute_log_prob(self, batch: Batch) -> Batch:
         """``old_log_probs`` and ``entropys`` ``[B, R]`` of the batch's responses under the current actor,
         in micro-batches of ``rollout.log_prob_micro_batch_size_per_gpu`` (or, with
-        ``rollout.log_prob_use_dynamic_bsz``, of at most ``rollout.log_prob_max_token_len_per_gpu`` tokens)."""
-        log_probs, entropies = self._log_probs(
+        ``rollout.log_prob_use_dynamic_bsz``, of at most ``rollout.log_prob_max_token_len_per_gpu`` tokens);
+        with ``actor.calculate_sum_pi_squared`` also ``sum_pi_squared`` ``[B, R]`` (Σπ² of each next-token
+        distribution, for the optimal token baseline)."""
+        with_sum_pi_squared = bool(self.actor_config.get("calculate_sum_pi_squared", False))
+        out = self._forward(
             self._actor_engine("compute_log_prob"),
             batch,
             self.log_prob_micro_batch_size,
             self.log_prob_budget,
             f"{ARR}.rollout.log_prob_max_token_len_per_gpu",
-            with_entropy=True,
+            ("log_probs", "entropy", "sum_pi_squared") if with_sum_pi_squared else ("log_probs", "entropy"),
         )
-        return Batch.from_dict({"old_log_probs": log_probs, "entropys": entropies})
+        result = {"old_log_probs": out["log_probs"], "entropys": out["entropy"]}
+        if with_sum_pi_squared:
+            result["sum_pi_squared"] = out["sum_pi_squared"]
+        return Batch.from_dict(result)
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         """``ref_log_prob`` ``[B, R]`` under the frozen reference policy, in micro-batches of

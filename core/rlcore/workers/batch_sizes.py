@@ -64,6 +64,13 @@ def ppo_batch_sizes(config: DictConfig, section: str, dp_size: int) -> UpdateBat
     return UpdateBatchSizes(mini, micro)
 
 
+def ulysses_size(config: DictConfig, section: str) -> int:
+    """``{section}.ulysses_sequence_parallel_size`` (1 when absent): how many ranks split each sequence;
+    the data-parallel size is the world size divided by it (:func:`rlcore.workers.engine.data_parallel_size`)."""
+    key = f"{section}.ulysses_sequence_parallel_size"
+    return positive_int(select(config, key, 1), key)
+
+
 def legacy_per_rank(config: DictConfig, legacy_key: str, per_gpu_key: str, dp_size: int) -> int:
     """A deprecated global micro-batch size at ``legacy_key`` divided over ``dp_size`` ranks; it must divide."""
     legacy = positive_int(select(config, legacy_key), legacy_key)

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
     from rlcore.protocol import Batch
 
-#: what an engine holds: the trainable policy, the frozen reference policy, or the trainable value model
-EngineRole = Literal["actor", "ref", "critic"]
+#: what an engine holds: the trainable policy, the frozen reference policy, the trainable value model, or the
+#: frozen reward model
+EngineRole = Literal["actor", "ref", "critic", "reward"]
 #: the parts of a sharded engine state that ``*.checkpoint.save_contents`` may name
 ENGINE_CONTENTS: tuple[str, ...] = ("model", "optimizer")
 
@@ -40,12 +41,14 @@ class EngineRequest:
     """What the worker asks a backend to build.
 
     Attributes:
-        role: ``actor`` (trainable causal LM with optimizer and LR schedule), ``ref`` (frozen causal LM)
-            or ``critic`` (trainable value model: a backbone with a scalar head).
+        role: ``actor`` (trainable causal LM with optimizer and LR schedule), ``ref`` (frozen causal LM),
+            ``critic`` (trainable value model: a backbone with a scalar head) or ``reward`` (frozen reward model:
+            a pretrained token- or sequence-classification model with one label, loaded with its score head).
         config: the whole run config.
-        section: the config section of the role: ``actor_rollout_ref.actor``, ``actor_rollout_ref.ref``
-            or ``critic``; errors name keys under it.
-        model_section: where the model is described: ``actor_rollout_ref.model`` or ``critic.model``.
+        section: the config section of the role: ``actor_rollout_ref.actor``, ``actor_rollout_ref.ref``,
+            ``critic`` or ``reward_model``; errors name keys under it.
+        model_section: where the model is described: ``actor_rollout_ref.model``, ``critic.model`` or
+            ``reward_model.model``.
         device: this rank's compute device (the worker resolved ``trainer.device``).
         rank: this process's global rank.
         world_size: the number of processes of the worker group (``torch.distributed`` is initialised).
@@ -88,15 +91,22 @@ class ModelOutput:
         log_probs: ``log π(response_t | prefix)`` at the request's temperature (actor and reference).
         entropy: the entropy of that tempered distribution at each response position.
         values: the value model's estimate at the state before each response token (critic).
+        scores: the reward model's logit at each response token's own position (reward); the worker reads
+            the one at the last valid token.
+        sum_pi_squared: ``Σ_v π(v | prefix)²`` of that tempered distribution over the whole vocabulary at each
+            response position (actor, asked for by ``with_sum_pi_squared``; verl's ``calculate_sum_pi_squared``,
+            read by the optimal token baseline).
     """
 
     log_probs: torch.Tensor | None = None
     entropy: torch.Tensor | None = None
     values: torch.Tensor | None = None
+    scores: torch.Tensor | None = None
+    sum_pi_squared: torch.Tensor | None = None
 
     def require(self, name: str) -> torch.Tensor:
-        """The output ``name`` (``log_probs``, ``entropy`` or ``values``); an engine that did not fill what the
-        worker asked for breaks the contract, which the error says."""
+        """The output ``name`` (``log_probs``, ``entropy``, ``values``, ``scores`` or ``sum_pi_squared``); an engine
+        that did not fill what the worker asked for breaks the contract, which the error says."""
         value = getattr(self, name)
         if value is None:
             from rlcore.errors import RLCoreError
@@ -126,14 +136,25 @@ class TrainingEngine(Protocol):
     #: the dtype of the weights :meth:`full_weights` returns (what a rollout engine on this rank serves)
     weights_dtype: torch.dtype
 
-    def forward(self, micro_batches: Sequence[Batch], *, temperature: float, with_entropy: bool) -> list[ModelOutput]:
+    def forward(
+        self,
+        micro_batches: Sequence[Batch],
+        *,
+        temperature: float,
+        with_entropy: bool,
+        with_sum_pi_squared: bool = False,
+    ) -> list[ModelOutput]:
         """Outputs of every micro-batch without gradients, in eval mode, in order, on every rank (an engine
         whose outputs appear on some ranks only, such as the last pipeline stage, broadcasts them).
 
         A micro-batch holds ``input_ids``, ``attention_mask``, ``position_ids`` ``[B, P + R]`` (left-padded
         prompts followed by right-padded responses) and ``responses`` ``[B, R]``. Causal LMs fill
         ``log_probs`` (logits divided by ``temperature`` before the softmax) and, with ``with_entropy``,
-        ``entropy``; value models fill ``values``. Positions outside the attention mask may hold anything.
+        ``entropy``; value models fill ``values``; reward models fill ``scores``. Positions outside the attention mask may hold anything.
+
+        ``with_sum_pi_squared`` (actor only) also fills ``sum_pi_squared``. A backend that computes it says so
+        in its registration (meta ``sum_pi_squared=True``); for any other the run is refused before it starts
+        when ``actor_rollout_ref.actor.calculate_sum_pi_squared`` is set, so it is never asked.
         """
         ...
 
@@ -242,12 +263,23 @@ def data_parallel_size(config: DictConfig, section: str, world_size: int) -> int
 
     It asks the backend's registration (meta ``data_parallel_size``: a function
     ``(config, section, world_size) -> int`` in the plugin's light hooks module) and defaults to
-    ``world_size``: every rank is its own data-parallel rank, as with FSDP.
+    ``world_size``: every rank is its own data-parallel rank, as with FSDP. Ulysses sequence parallelism
+    (``{section}.ulysses_sequence_parallel_size``) divides it further: the ranks of a sequence-parallel
+    group share one data-parallel rank.
     """
     from rlcore.config.keys import select
+    from rlcore.errors import RLCoreError
     from rlcore.plugins import load_plugins
+    from rlcore.workers.batch_sizes import ulysses_size
 
     strategy = select(config, f"{section}.strategy") or select(config, "actor_rollout_ref.actor.strategy")
     meta = load_plugins().registry.get("training_backend", strategy).meta
     derive = meta.get("data_parallel_size")
-    return world_size if derive is None else int(derive(config, section, world_size))
+    size = world_size if derive is None else int(derive(config, section, world_size))
+    sequence_parallel = ulysses_size(config, section)
+    if size % sequence_parallel:
+        raise RLCoreError(
+            f"{section}.ulysses_sequence_parallel_size={sequence_parallel} must divide the number of "
+            f"data-parallel ranks before sequence parallelism ({size} of {world_size} ranks)"
+        )
+    return size // sequence_parallel

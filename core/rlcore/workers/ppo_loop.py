@@ -47,20 +47,18 @@ class UpdateSettings:
     with_entropy: bool = False
 
 
-def loss_units(response_mask: torch.Tensor, loss_agg_mode: str) -> float | None:
+def loss_units(response_mask: torch.Tensor, loss_agg_mode: str) -> float:
     """What :func:`rlcore.algos.losses.agg_loss` divides a micro-batch's loss by: its tokens
-    (``token-mean``) or its non-empty sequences (``seq-mean-token-sum``, ``seq-mean-token-mean``); None for
-    ``seq-mean-token-sum-norm``, whose divisor is a constant."""
+    (``token-mean``) or its non-empty sequences (the ``seq-mean-*`` modes; ``seq-mean-token-sum-norm``
+    also divides by a constant)."""
     if loss_agg_mode == "token-mean":
         return float(response_mask.sum())
-    if loss_agg_mode == "seq-mean-token-sum-norm":
-        return None
     return float((response_mask.sum(-1) > 0).sum())
 
 
 def _scaled(
     objective: MicroBatchObjective,
-    units: list[float | None],
+    units: list[float],
     total: float,
     dp_size: int,
     collected: dict[str, list[float]],
@@ -73,8 +71,7 @@ def _scaled(
         loss, metrics = objective(micro, output)
         for name, value in metrics.items():
             collected[name].append(float(value))
-        unit = units[index]
-        share = 1.0 if unit is None else unit / total if total else 0.0
+        share = units[index] / total if total else 0.0
         return loss * (dp_size * share)
 
     return scaled_loss
@@ -95,7 +92,7 @@ def ppo_update(
     is scaled by its share of the mini-batch's tokens or non-empty sequences summed over all data-parallel
     ranks, times their number (engines average gradients over them). The accumulated gradient is then
     exactly that of the whole global mini-batch aggregated at once, for any micro-batching and any number
-    of ranks (``seq-mean-token-sum-norm`` divides by a constant, so its micro-batch losses are summed).
+    of ranks.
     When the gradient norm is not finite the engine skips the step; it is counted in
     ``{prefix}/grad_norm_nonfinite``. Rows are shuffled once per epoch with ``generator`` when given.
     """
@@ -114,7 +111,7 @@ def ppo_update(
                 device=engine.device,
             )
             units = [loss_units(micro["response_mask"], settings.loss_agg_mode) for micro in plan.parts]
-            total = engine.all_reduce_sum(sum(unit or 0.0 for unit in units))
+            total = engine.all_reduce_sum(sum(units))
             scaled_loss = _scaled(objective, units, total, dp_size, collected)
             engine.forward_backward(
                 plan.parts, scaled_loss, temperature=settings.temperature, with_entropy=settings.with_entropy

@@ -29,7 +29,8 @@ def test_drgrpo_preset_values() -> None:
 
 
 def test_drgrpo_advantages_and_aggregation() -> None:
-    """Under the preset: A = r − mean_g (no std), and the loss is Σ tokens / R with no division by B."""
+    """Under the preset: A = r − mean_g (no std), and the loss is verl v0.9.0's seq-mean-token-sum-norm: the mean
+    over sequences of their token sums, divided by the padded length R."""
     cfg = load_config(presets=["drgrpo"])
     estimator = get_component("advantage_estimator", cfg.algorithm.adv_estimator)
     rewards = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [3.0, 0.0, 0.0]])
@@ -42,7 +43,7 @@ def test_drgrpo_advantages_and_aggregation() -> None:
     )
     assert torch.allclose(adv, torch.tensor([[0.5, 0.5, 0.0], [-0.5, -0.5, -0.5], [3.0, 0.0, 0.0]]))
     loss = agg_loss(-adv, mask, cfg.actor_rollout_ref.actor.loss_agg_mode)
-    assert loss.item() == pytest.approx((-(0.5 + 0.5) + 3 * 0.5 - 3.0) / 3)  # padded R = 3
+    assert loss.item() == pytest.approx((-(0.5 + 0.5) + 3 * 0.5 - 3.0) / 3 / 3)  # 3 sequences, padded R = 3
 
 
 def test_registration() -> None:

@@ -43,10 +43,26 @@ def test_gspo_hand_computed() -> None:
     assert metrics["actor/ppo_kl"] == pytest.approx(-(0.1 + 0.3 - 0.1 - 0.05) / 4)
 
 
-def test_gspo_ignores_loss_agg_mode_and_masked_tokens() -> None:
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        # token losses: row 0 = [-1.2, -1.2], row 1 = [r1, r1] (valid tokens only), r1 = 0.5·e^-0.075
+        ("token-mean", (-2.4 + 2 * 0.5 * math.exp(-0.075)) / 4),
+        ("seq-mean-token-sum", (-2.4 + 2 * 0.5 * math.exp(-0.075)) / 2),
+        ("seq-mean-token-mean", (-1.2 + 0.5 * math.exp(-0.075)) / 2),
+        ("seq-mean-token-sum-norm", (-2.4 + 2 * 0.5 * math.exp(-0.075)) / 2 / 3),  # / padded R = 3
+    ],
+)
+def test_gspo_honours_loss_agg_mode(mode: str, expected: float) -> None:
+    """``loss_agg_mode`` reaches ``agg_loss`` (issue 20; verl v0.9.0 forces seq-mean-token-mean there)."""
+    assert _loss(mode=mode)[0].item() == pytest.approx(expected, abs=1e-6)
+    assert _loss(mode=mode, config={**CONFIG, "loss_scale_factor": 6.0})[0].item() == pytest.approx(
+        expected * (3 / 6 if mode == "seq-mean-token-sum-norm" else 1.0), abs=1e-6
+    )
+
+
+def test_gspo_ignores_masked_tokens() -> None:
     loss, _, _ = _loss()
-    for mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
-        assert torch.equal(_loss(mode=mode)[0], loss)
     noisy = DELTA.clone()
     noisy[1, 1] = -40.0  # the masked middle token's log-ratio does not enter the sequence ratio
     noisy[0, 2] = 40.0

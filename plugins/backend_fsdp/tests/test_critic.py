@@ -6,9 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from rlcore_plugin_fsdp.models import ValueModel
 
 from rlcore.protocol import Batch
+from rlcore.workers.hf_models import ValueModel
 
 CRITIC_METRICS = ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr")
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 import torch
-from rlcore_plugin_fsdp.packing import pack_batch
 
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore.testing.contracts.backend import make_batch
+from rlcore.workers.packing import pack_batch
 
 PROMPTS = ("what is 3 + 4", "john has 5 apples and mary has more", "cost", "how many oranges are left", "a")
 

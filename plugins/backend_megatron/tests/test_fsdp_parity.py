@@ -1,4 +1,4 @@
-"""The same tiny model and batch on the megatron and the fsdp backends: equal log-probs, entropies, and
+"""The same tiny model and batch on the megatron and the fsdp backends: equal log-probs, entropies, Σπ², and
 equal log-probs after one PPO update (fp32 on the CPU)."""
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def run(backend: str, model_dir: Path, tokenizer: Any) -> dict[str, torch.Tensor
             "actor_rollout_ref.actor.strategy": backend,
             "critic.strategy": backend,
             "actor_rollout_ref.actor.entropy_coeff": 0.01,
+            "actor_rollout_ref.actor.calculate_sum_pi_squared": True,
             "actor_rollout_ref.actor.optim.lr": 1e-3,
         },
     )
@@ -46,6 +47,7 @@ def run(backend: str, model_dir: Path, tokenizer: Any) -> dict[str, torch.Tensor
         return {
             "log_probs": before["old_log_probs"],
             "entropy": before["entropys"],
+            "sum_pi_squared": before["sum_pi_squared"],
             "probe_before": probe_before,
             "after": after,
             "grad_norm": torch.tensor(metrics["actor/grad_norm"]),
@@ -68,6 +70,15 @@ def test_log_probs_and_entropies_equal_fsdp(results: dict[str, dict[str, torch.T
     mask = fsdp["mask"]
     torch.testing.assert_close(megatron["log_probs"][mask], fsdp["log_probs"][mask], atol=1e-5, rtol=0)
     torch.testing.assert_close(megatron["entropy"][mask], fsdp["entropy"][mask], atol=1e-5, rtol=0)
+
+
+def test_sum_pi_squared_equals_fsdp(results: dict[str, dict[str, torch.Tensor]]) -> None:
+    """``calculate_sum_pi_squared``: Σπ² equal to 1e-6 on the response tokens, and between π(y)² and 1."""
+    fsdp, megatron = results["fsdp"], results["megatron"]
+    mask = fsdp["mask"]
+    torch.testing.assert_close(megatron["sum_pi_squared"][mask], fsdp["sum_pi_squared"][mask], atol=1e-6, rtol=0)
+    spi = megatron["sum_pi_squared"][mask]
+    assert (spi <= 1 + 1e-6).all() and (spi >= megatron["log_probs"][mask].exp() ** 2 - 1e-6).all()
 
 
 def test_one_update_gives_the_same_policy(results: dict[str, dict[str, torch.Tensor]]) -> None:

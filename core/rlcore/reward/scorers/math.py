@@ -1,8 +1,30 @@
-"""MATH scorer: the last ``\\boxed{}`` answer against the ground truth.
+"""MATH scorer: the last ``\\boxed`` answer against the ground truth, as verl scores MATH data sources.
 
-The answer is compared after a Hendrycks-MATH-style normalisation (:func:`normalize_answer`); when the
-``math_verify`` package is installed (``pip install 'rlcore[math]'``) a symbolic check is tried as well,
-so ``\\frac{1}{2}`` and ``0.5`` or ``2x`` and ``x*2`` match.
+verl's default reward for ``lighteval/MATH``, ``DigitalLearningGmbH/MATH-lighteval`` and
+``HuggingFaceH4/MATH-500`` is ``verl/utils/reward_score/math_reward.py`` (the Hendrycks-MATH string
+normalisation of lm-evaluation-harness); this module follows it (checked against verl 0.9.0 and the
+0.10 development branch, whose ``math_reward.py`` is the same): the answer is the content of the last
+``\\boxed{...}`` (braces matched) or ``\\boxed x`` (to the next ``$``), else of the last ``\\fbox{...}``;
+answer and ground truth are equal when their :func:`normalize_answer` forms are, and a normalisation that
+verl's code abandons (two ``\\text{ `` unit groups, a ``\\sqrt`` at the very end) compares the raw strings.
+
+Deliberate differences, where verl is plainly wrong (each pinned by ``tests/test_rewards.py``):
+
+1. ``\\fbox{...}`` answers are scored; verl finds them but then asserts that the box starts with
+   ``\\boxed{`` and scores every ``\\fbox`` answer 0.
+2. The last ``\\boxed`` wins whatever its form; verl takes the last ``\\boxed x`` (space form) whenever the
+   text has one, even before a later ``\\boxed{...}``.
+3. A ``\\boxed x`` answer stops at the next ``$`` *or the end of its line*; verl's runs to the next ``$``,
+   so without one it swallows the rest of the response.
+4. ``\\boxed {x}`` (white space before the brace) is the brace form, giving ``x``; verl takes a space for
+   the space form and keeps the braces (``{x}``, which never matches) and scores other white space 0.
+5. A ground truth that is itself boxed is unboxed first; verl compares with the ``\\boxed{...}`` text and
+   scores every response 0.
+6. When the ``math_verify`` package is installed (``pip install 'rlcore[math]'``) a symbolic check is
+   tried after the string comparison, so ``\\frac{1}{2}`` and ``0.5*1`` or ``2x`` and ``x*2`` match;
+   verl's default leaves it as a commented-out option. Without the package the scores are verl's.
+
+``docs/scorers.md`` lists the same differences.
 """
 
 from __future__ import annotations
@@ -13,80 +35,132 @@ import threading
 from types import ModuleType
 from typing import Any
 
-_BOX_START = re.compile(r"\\(?:boxed|fbox)\s*\{|\\boxed ")
-_TEXT_UNITS = re.compile(r"\\(?:text|mbox|mathrm)\{ [^{}]*\}(?:\^\{?\d\}?)?")
-_TEXT_WRAP = re.compile(r"\\(?:text|textbf|mbox|mathrm)\{([^{}]*)\}")
-_SQRT_SHORT = re.compile(r"\\sqrt(\w)")
-_FRAC_TWO_SHORT = re.compile(r"\\frac(\w)(\w)")
-_FRAC_NUM_SHORT = re.compile(r"\\frac(\w)\{")
-_FRAC_DEN_SHORT = re.compile(r"\\frac\{([^{}]*)\}(\w)")
-_INT_SLASH = re.compile(r"^(-?\d+)/(-?\d+)$")
+#: the last ``\boxed`` token of a text, then what follows it: braces (maybe after white space) or a space
+_BOXED = re.compile(r"\\boxed")
+_FBOX = re.compile(r"\\fbox")
+_BRACE_AFTER = re.compile(r"\s*\{")
 #: math_verify's own (signal-based) timeout, used only in the main thread
 MATH_VERIFY_TIMEOUT_S = 5
 
 
-def extract_boxed(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}``, ``\\fbox{...}`` or ``\\boxed x`` in ``text``, or ``None``.
-
-    Braces are matched, so ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``; an unclosed brace gives
-    ``None``. The ``\\boxed x`` form runs to the next ``$`` or the end of the line.
-    """
-    matches = list(_BOX_START.finditer(text))
-    if not matches:
-        return None
-    last = matches[-1]
-    if not last.group().endswith("{"):
-        rest = text[last.end() :]
-        return re.split(r"[$\n]", rest, maxsplit=1)[0].strip()
-    depth = 1
-    for i in range(last.end(), len(text)):
+def _braced(text: str, start: int) -> str | None:
+    """The content of the brace group opening at ``text[start] == "{"`` (braces matched), or None when
+    it never closes."""
+    depth = 0
+    for i in range(start, len(text)):
         if text[i] == "{":
             depth += 1
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[last.end() : i]
+                return text[start + 1 : i]
     return None
 
 
-def normalize_answer(answer: str) -> str:
-    """Normalise a LaTeX answer so that equivalent spellings compare equal as strings.
+def extract_boxed(text: str) -> str | None:
+    """The answer in ``text``: the content of its last ``\\boxed`` (or, with none, its last ``\\fbox``), or
+    None when there is none or it is malformed.
 
-    Removes line breaks, ``\\!``, ``\\left``/``\\right``, degree marks, ``\\$``, ``\\%``/``%``, unit text
-    (``\\text{ cm}``) and a trailing period; unwraps ``\\text{...}``; rewrites ``tfrac``/``dfrac`` as
-    ``frac``; adds a leading 0 to ``.5``; drops a short ``x =`` prefix; fixes ``\\sqrt2`` and ``\\frac12``
-    shorthand; strips spaces; turns ``0.5`` into ``\\frac{1}{2}`` and ``a/b`` (integers) into
-    ``\\frac{a}{b}``.
+    ``\\boxed{...}`` and ``\\boxed {...}`` give the matched-brace content (``\\boxed{\\frac{1}{2}}`` gives
+    ``\\frac{1}{2}``; an unclosed brace gives None); ``\\boxed x`` gives ``x`` up to the next ``$`` or the
+    end of the line. A last ``\\boxed`` followed by anything else (``\\boxed5``) gives None, as in verl.
+    """
+    boxes = list(_BOXED.finditer(text)) or list(_FBOX.finditer(text))
+    if not boxes:
+        return None
+    end = boxes[-1].end()
+    brace = _BRACE_AFTER.match(text, end)
+    if brace is not None:
+        return _braced(text, brace.end() - 1)
+    if text.startswith(" ", end) and boxes[-1].group() == "\\boxed":
+        return re.split(r"[$\n]", text[end + 1 :], maxsplit=1)[0].strip()
+    return None
+
+
+def _fix_sqrt(s: str) -> str:
+    """``\\sqrt3`` → ``\\sqrt{3}``: the character after each ``\\sqrt`` is braced unless it is a brace."""
+    head, *rest = s.split("\\sqrt")
+    for part in rest:
+        if not part:
+            raise ValueError("\\sqrt at the end")
+        head += "\\sqrt" + (part if part[0] == "{" else "{" + part[0] + "}" + part[1:])
+    return head
+
+
+def _fix_fracs(s: str) -> str:
+    """``\\frac12`` → ``\\frac{1}{2}`` and ``\\frac1{72}`` → ``\\frac{1}{72}`` (not ``\\frac{72}1``); a
+    ``\\frac`` with fewer than two characters after it leaves the string as it was."""
+    head, *rest = s.split("\\frac")
+    for part in rest:
+        head += "\\frac"
+        if part.startswith("{"):
+            head += part
+        elif len(part) < 2:
+            return s
+        elif part[1] != "{":
+            head += "{" + part[0] + "}{" + part[1] + "}" + part[2:]
+        else:
+            head += "{" + part[0] + "}" + part[1:]
+    return head
+
+
+def _fix_a_slash_b(s: str) -> str:
+    """``3/4`` → ``\\frac{3}{4}`` when both sides are integers written plainly."""
+    parts = s.split("/")
+    if len(parts) != 2:
+        return s
+    try:
+        a, b = int(parts[0]), int(parts[1])
+    except ValueError:
+        return s
+    return f"\\frac{{{a}}}{{{b}}}" if s == f"{a}/{b}" else s
+
+
+def normalize_answer(answer: str) -> str:
+    """The Hendrycks-MATH normal form of a LaTeX answer (verl's ``strip_string``), so that equivalent
+    spellings compare equal as strings.
+
+    In order: drop line breaks and ``\\!``; ``\\\\`` → ``\\``; ``tfrac``/``dfrac`` → ``frac``; drop
+    ``\\left``/``\\right``, degree marks (``^{\\circ}``, ``^\\circ``) and ``\\$``; cut a unit on the right
+    (everything from ``\\text{ ``); drop ``\\%``; ``.5`` → ``0.5``; drop a ``k =`` prefix (at most two
+    characters before a single ``=``); brace ``\\sqrt3``; drop spaces; brace ``\\frac12`` shorthand;
+    ``0.5`` → ``\\frac{1}{2}``; integer ``a/b`` → ``\\frac{a}{b}``.
+
+    Raises ValueError where verl's normalisation fails (more than one ``\\text{ `` group, a ``\\sqrt`` at
+    the end): :func:`is_equiv` then compares the raw strings, as verl does.
     """
     s = answer.replace("\n", "").replace("\\!", "").replace("\\\\", "\\")
     s = s.replace("tfrac", "frac").replace("dfrac", "frac")
     s = s.replace("\\left", "").replace("\\right", "")
     s = s.replace("^{\\circ}", "").replace("^\\circ", "")
-    s = s.replace("\\$", "").replace("$", "")
-    s = _TEXT_UNITS.sub("", s).strip() or s
-    s = _TEXT_WRAP.sub(r"\1", s)
-    s = s.replace("\\%", "").replace("%", "")
-    s = s.strip().rstrip(".").strip()
+    s = s.replace("\\$", "")
+    if "\\text{ " in s:
+        units = s.split("\\text{ ")
+        if len(units) != 2:
+            raise ValueError("more than one \\text{ unit group")
+        s = units[0]
+    s = s.replace("\\%", "")
     s = s.replace(" .", " 0.").replace("{.", "{0.")
-    if s.startswith("."):
+    if not s:
+        return s
+    if s[0] == ".":
         s = "0" + s
-    parts = s.split("=")
-    if len(parts) == 2 and len(parts[0].strip()) <= 2:
-        s = parts[1]
-    s = _SQRT_SHORT.sub(r"\\sqrt{\1}", s)
-    s = s.replace(" ", "")
-    s = _FRAC_TWO_SHORT.sub(r"\\frac{\1}{\2}", s)
-    s = _FRAC_NUM_SHORT.sub(r"\\frac{\1}{", s)
-    s = _FRAC_DEN_SHORT.sub(r"\\frac{\1}{\2}", s)
+    sides = s.split("=")
+    if len(sides) == 2 and len(sides[0]) <= 2:
+        s = sides[1]
+    s = _fix_sqrt(s).replace(" ", "")
+    s = _fix_fracs(s)
     if s == "0.5":
         s = "\\frac{1}{2}"
-    s = _INT_SLASH.sub(r"\\frac{\1}{\2}", s)
-    return s
+    return _fix_a_slash_b(s)
 
 
 def is_equiv(answer: str, ground_truth: str) -> bool:
-    """Whether two answers are equal after :func:`normalize_answer`."""
-    return normalize_answer(answer) == normalize_answer(ground_truth)
+    """Whether two answers are equal after :func:`normalize_answer` (as raw strings where it fails)."""
+    try:
+        return normalize_answer(answer) == normalize_answer(ground_truth)
+    except ValueError:
+        return answer == ground_truth
 
 
 @functools.lru_cache(maxsize=1)
@@ -111,8 +185,8 @@ def _symbolic_equal(answer: str, ground_truth: str) -> bool:
 
 
 def compute_score(solution_str: str, ground_truth: str) -> float:
-    """1.0 when the last boxed answer of ``solution_str`` matches ``ground_truth`` (itself boxed or not),
-    else 0.0."""
+    """1.0 when the answer of ``solution_str`` (:func:`extract_boxed`) matches ``ground_truth`` (unboxed
+    first when it is boxed itself), else 0.0."""
     answer = extract_boxed(solution_str)
     if answer is None:
         return 0.0

@@ -9,6 +9,7 @@ The suites test behaviour (shapes, masks, determinism under a seed, metric keys,
 learning signal), not merely that a class exists. They need torch; import them from test modules only.
 """
 
+from rlcore.testing.contracts.agents import AgentLoopContract, InteractionContract, ToolContract, ToolParserContract
 from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract, PolicyLossContract
 from rlcore.testing.contracts.backend import TrainingBackendContract
 from rlcore.testing.contracts.components import BatchFilterContract, PresetContract
@@ -29,18 +30,26 @@ CONTRACTS = {
     "reward_scorer": RewardScorerContract,
     "rollout_engine": RolloutEngineContract,
     "tracker": TrackerContract,
+    "tool": ToolContract,
+    "agent_loop": AgentLoopContract,
+    "interaction": InteractionContract,
+    "tool_parser": ToolParserContract,
 }
 
 __all__ = [
     "CONTRACTS",
     "AdvantageEstimatorContract",
+    "AgentLoopContract",
     "BatchFilterContract",
     "DatasetContract",
+    "InteractionContract",
     "PolicyLossContract",
     "PresetContract",
     "RewardManagerContract",
     "RewardScorerContract",
     "RolloutEngineContract",
+    "ToolContract",
+    "ToolParserContract",
     "TrackerContract",
     "TrainingBackendContract",
 ]

@@ -39,13 +39,14 @@ def compute_grpo_outcome_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO advantages, one scalar per response broadcast over its tokens.
 
-    With r the sum of a response's token-level rewards and the group the samples that share an ``index``
+    With r the sum of a response's token-level rewards over ``response_mask`` (values on masked-out tokens, such
+    as a multi-turn rollout's tool output, are ignored) and the group the samples that share an ``index``
     value: A = (r − mean_g) / (std_g + ``epsilon``), std_g being the unbiased (n − 1) standard deviation,
     or A = r − mean_g when ``config.norm_adv_by_std_in_grpo`` is false (Dr. GRPO). A singleton group has
     mean 0 and std 1, so its advantage is its reward. Returns ``(A·mask, A·mask)``: GRPO's returns are its
     advantages.
     """
-    scores = token_level_rewards.sum(dim=-1).float()
+    scores = (token_level_rewards * response_mask).sum(dim=-1).float()  # tool tokens (mask 0) carry no reward
     stats = group_stats(scores, index)
     singleton = stats.size < 2
     means = torch.where(singleton, torch.zeros_like(stats.mean), stats.mean)
@@ -75,7 +76,7 @@ def compute_grpo_passk_outcome_advantage(
     response gets 0. Broadcast over response tokens and zero where ``response_mask`` is 0; the returns
     equal the advantages. Raises :class:`~rlcore.errors.RLCoreError` when a group has fewer than 2 samples.
     """
-    scores = token_level_rewards.sum(dim=-1).float()
+    scores = (token_level_rewards * response_mask).sum(dim=-1).float()  # tool tokens (mask 0) carry no reward
     stats = group_stats(scores, index)
     if bool((stats.size < 2).any()):
         row = int(torch.nonzero(stats.size < 2)[0].item())

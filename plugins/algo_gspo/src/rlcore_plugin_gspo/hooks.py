@@ -24,7 +24,7 @@ def register_policy_losses(register: Any) -> None:
     register(
         "gspo",
         "rlcore_plugin_gspo.loss:gspo_policy_loss",
-        description="GSPO: clipped sequence-level ratio exp(mean token log-ratio), seq-mean-token-mean",
+        description="GSPO: clipped sequence-level ratio exp(mean token log-ratio), aggregated by loss_agg_mode",
     )
 
 

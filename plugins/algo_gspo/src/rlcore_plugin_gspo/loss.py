@@ -10,8 +10,6 @@ import torch
 
 from rlcore.algos import agg_loss, clip_ratio_bounds, masked_mean
 
-#: GSPO aggregates per sequence whatever ``loss_agg_mode`` says
-GSPO_LOSS_AGG_MODE = "seq-mean-token-mean"
 #: the per-token log of the sequence ratio is clamped to at most this before ``exp``
 MAX_LOG_RATIO = 10.0
 
@@ -21,7 +19,7 @@ def gspo_policy_loss(
     log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    loss_agg_mode: str = GSPO_LOSS_AGG_MODE,
+    loss_agg_mode: str = "token-mean",
     config: Mapping[str, Any] | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -32,7 +30,9 @@ def gspo_policy_loss(
     its value is log s_i and its gradient that of logπ_t, so with one advantage per response the gradient
     is GSPO's. The loss is max(−A·s, −A·clip(s, 1 − ε_low, 1 + ε_high)) (ε from ``clip_ratio_low`` /
     ``clip_ratio_high``, falling back to ``clip_ratio``), times ``rollout_is_weights`` when given, and is
-    always aggregated ``seq-mean-token-mean``: ``loss_agg_mode`` is ignored.
+    aggregated by ``loss_agg_mode`` (with ``loss_scale_factor`` from ``config``). The paper averages per
+    sequence (``seq-mean-token-mean``, which the ``gspo`` preset sets, and which verl v0.9.0 forces
+    whatever the configured mode); rlcore's default mode is ``token-mean``.
 
     Metrics: ``actor/pg_clipfrac`` (masked fraction of tokens where the clipped term is larger) and
     ``actor/ppo_kl`` (masked mean of logπ_old − logπ).
@@ -47,7 +47,8 @@ def gspo_policy_loss(
     token_loss = torch.maximum(loss_unclipped, loss_clipped)
     if rollout_is_weights is not None:
         token_loss = token_loss * rollout_is_weights
-    loss = agg_loss(token_loss, response_mask, GSPO_LOSS_AGG_MODE)
+    scale = config.get("loss_scale_factor", None) if config is not None else None
+    loss = agg_loss(token_loss, response_mask, loss_agg_mode, scale)
     with torch.no_grad():
         clipfrac = masked_mean((loss_clipped > loss_unclipped).float(), response_mask)
         ppo_kl = masked_mean(-log_ratio.float(), response_mask)

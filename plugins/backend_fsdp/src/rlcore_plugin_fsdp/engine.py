@@ -2,8 +2,9 @@
 
 It implements :class:`rlcore.workers.engine.TrainingEngine`; rlcore's generic workers run the PPO loop,
 the rollout engine and the checkpoints around it. Precision, offload and wrapping are in
-:mod:`rlcore_plugin_fsdp.fsdp`; model loading and the log-prob/value computations in
-:mod:`rlcore_plugin_fsdp.models`.
+:mod:`rlcore_plugin_fsdp.fsdp`; model loading and the log-prob/value computations in rlcore's
+:mod:`rlcore.workers.hf_models` (shared with the DeepSpeed engine), Ulysses sequence parallelism in
+:mod:`rlcore.workers.sequence_parallel`.
 """
 
 from __future__ import annotations
@@ -31,17 +32,20 @@ from torch.distributed.tensor import DTensor
 from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
-from rlcore.workers.engine import EngineRequest, EngineRole, MicroBatchLoss, ModelOutput, ParallelLayout
-from rlcore.workers.optim import OptimizerState, build_lr_scheduler, build_optimizer
-from rlcore_plugin_fsdp.fsdp import Offloader, apply_fsdp2, build_device_mesh, resolve_fsdp_config
-from rlcore_plugin_fsdp.lora import LoraMerger, apply_lora, lora_settings
-from rlcore_plugin_fsdp.models import (
+from rlcore.workers import sequence_parallel
+from rlcore.workers.engine import EngineRequest, EngineRole, MicroBatchLoss, ModelOutput
+from rlcore.workers.hf_models import (
     ValueModel,
     enable_activation_checkpointing,
     load_pretrained,
-    response_log_probs,
+    response_outputs,
     response_values,
 )
+from rlcore.workers.kernels import apply_kernel_switches, check_kernel_switches
+from rlcore.workers.optim import OptimizerState, build_lr_scheduler, build_optimizer
+from rlcore_plugin_fsdp.fsdp import Offloader, apply_fsdp2, build_device_mesh, resolve_fsdp_config
+from rlcore_plugin_fsdp.lora import LoraMerger, apply_lora, lora_settings
+from rlcore_plugin_fsdp.models import load_reward_model, response_scores
 
 
 def full_tensor_item(value: torch.Tensor) -> float:
@@ -53,12 +57,10 @@ def full_tensor_item(value: torch.Tensor) -> float:
 
 def check_config(config: DictConfig, role: EngineRole, section: str, model_section: str) -> dict[str, Any]:
     """Validate what the engine of ``role`` reads (``{section}.fsdp_config``, sequence parallelism, the
-    actor's LoRA keys) and return the resolved ``fsdp_config``; errors name the key."""
-    ulysses = select(config, f"{section}.ulysses_sequence_parallel_size", 1)
-    if ulysses != 1:
-        raise RLCoreError(
-            f"{section}.ulysses_sequence_parallel_size={ulysses!r} is not supported by the fsdp backend yet (use 1)"
-        )
+    GPU-only kernel switches, the actor's LoRA keys) and return the resolved ``fsdp_config``; errors name
+    the key."""
+    sequence_parallel.check_config(config, role, section)
+    check_kernel_switches(config, model_section)
     if role == "actor":
         lora_settings(select(config, model_section), model_section)
     return resolve_fsdp_config(select(config, f"{section}.fsdp_config"), f"{section}.fsdp_config")
@@ -76,7 +78,7 @@ class FSDPEngine(OptimizerState):
         self.device = request.device
         self.rank = request.rank
         self.world_size = request.world_size
-        self.layout = ParallelLayout(request.rank, request.world_size)
+        self.layout, self.sp = sequence_parallel.from_config(config, section, request.rank, request.world_size)
         self.fsdp = check_config(config, request.role, section, request.model_section)
         self.weights_dtype = self.fsdp["model_dtype"]
         self.remove_padding_key = f"{request.model_section}.use_remove_padding"
@@ -90,7 +92,9 @@ class FSDPEngine(OptimizerState):
         if request.role == "ref" and isinstance(shared, FSDPEngine) and shared.lora_merger is not None:
             self.module, self.offloader, self.adapters_disabled = shared.module, shared.offloader, True
             return
-        if request.role == "critic":
+        if request.role == "reward":
+            model = load_reward_model(model_config, request.model_section, self.fsdp["model_dtype"])
+        elif request.role == "critic":
             from transformers import AutoModel
 
             backbone = load_pretrained(AutoModel, model_config, request.model_section, self.fsdp["model_dtype"])
@@ -107,6 +111,9 @@ class FSDPEngine(OptimizerState):
             elif model_config.get("enable_gradient_checkpointing", False):
                 enable_activation_checkpointing(model)
         settings = lora_settings(model_config, request.model_section) if request.role == "actor" else None
+        if self.sp is not None:
+            sequence_parallel.install(model, self.sp, f"{section}.ulysses_sequence_parallel_size")
+        apply_kernel_switches(model, config, section, request.model_section)
         if settings is not None:
             model = apply_lora(model, settings, request.model_section)
             self.lora_merger = LoraMerger.from_model(model)
@@ -114,7 +121,7 @@ class FSDPEngine(OptimizerState):
             self.device, self.world_size, self.fsdp["fsdp_size"], f"{section}.fsdp_config.fsdp_size"
         )
         self.module = apply_fsdp2(model, mesh, self.fsdp, self.device)
-        if request.role != "ref":
+        if request.role in ("actor", "critic"):
             # the optimizer must see the sharded parameters: build it before any forward pass
             trainable = [param for param in self.module.parameters() if param.requires_grad]
             optim_config = select(config, f"{section}.optim")
@@ -128,30 +135,49 @@ class FSDPEngine(OptimizerState):
         """Disable the LoRA adapters for a reference engine that shares the actor's model."""
         return self.module.disable_adapter() if self.adapters_disabled else nullcontext()
 
-    def _output(self, micro: Batch, temperature: float, with_entropy: bool) -> ModelOutput:
+    def _output(
+        self, micro: Batch, temperature: float, with_entropy: bool, with_sum_pi_squared: bool = False
+    ) -> ModelOutput:
         """The forward pass of one micro-batch on the device."""
+        if self.role == "reward":
+            return ModelOutput(scores=response_scores(self.module, micro))
         if self.role == "critic":
             values = response_values(
-                self.module, micro, remove_padding=self.remove_padding, remove_padding_key=self.remove_padding_key
+                self.module,
+                micro,
+                remove_padding=self.remove_padding,
+                remove_padding_key=self.remove_padding_key,
+                sp=self.sp,
             )
             return ModelOutput(values=values)
-        log_probs, entropy = response_log_probs(
+        return response_outputs(
             self.module,
             micro,
             temperature,
             with_entropy=with_entropy,
+            with_sum_pi_squared=with_sum_pi_squared,
             remove_padding=self.remove_padding,
             remove_padding_key=self.remove_padding_key,
+            sp=self.sp,
         )
-        return ModelOutput(log_probs=log_probs, entropy=entropy)
 
-    def forward(self, micro_batches: Sequence[Batch], *, temperature: float, with_entropy: bool) -> list[ModelOutput]:
+    def forward(
+        self,
+        micro_batches: Sequence[Batch],
+        *,
+        temperature: float,
+        with_entropy: bool,
+        with_sum_pi_squared: bool = False,
+    ) -> list[ModelOutput]:
         """Outputs of every micro-batch without gradients (see the contract)."""
         was_training = self.module.training
         self.module.eval()
         try:
             with torch.no_grad(), self._adapters():
-                return [self._output(micro.copy_to(self.device), temperature, with_entropy) for micro in micro_batches]
+                return [
+                    self._output(micro.copy_to(self.device), temperature, with_entropy, with_sum_pi_squared)
+                    for micro in micro_batches
+                ]
         finally:
             self.module.train(was_training)
 
@@ -176,12 +202,13 @@ class FSDPEngine(OptimizerState):
         return norm
 
     def all_reduce_sum(self, value: float) -> float:
-        """The sum of ``value`` over all ranks (every rank is a data-parallel rank under FSDP)."""
+        """The sum of ``value`` over the data-parallel ranks: over all ranks, divided by the Ulysses group
+        size (the ranks of a group hold the same micro-batches)."""
         if self.world_size == 1:
             return value
         tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(tensor)
-        return float(tensor.item())
+        return float(tensor.item()) / (self.sp.size if self.sp is not None else 1)
 
     def resident(self) -> AbstractContextManager[Any]:
         """Load offloaded parameters and optimizer state for the block (``param_offload``, ``optimizer_offload``)."""
@@ -226,8 +253,8 @@ class FSDPEngine(OptimizerState):
     def save_hf(self, directory: Path, *, with_weights: bool) -> None:
         """The model config and, ``with_weights``, the full (LoRA-merged) weights as a Hugging Face model
         directory, written by rank 0."""
-        if self.role == "critic":
-            raise RLCoreError("the critic's value model has no Hugging Face causal-LM export")
+        if self.role in ("critic", "reward"):
+            raise RLCoreError(f"the {self.role} model has no Hugging Face causal-LM export")
         state = self.full_weights(only_rank0=True) if with_weights else None
         if self.rank != 0:
             return

@@ -31,16 +31,18 @@ def register_training_backends(register: Callable[..., None]) -> None:
         "rlcore_plugin_fsdp.backend:FSDPBackend",
         description="PyTorch FSDP2 (fully_shard) actor/rollout/ref and critic workers; CPU (gloo) or CUDA (nccl)",
         aliases=("fsdp2",),
+        sum_pi_squared=True,
     )
 
 
 @hookimpl
 def config_defaults() -> dict[str, Any]:
-    """The ``fsdp_config`` sections of the actor, the reference model and the critic."""
+    """The ``fsdp_config`` sections of the actor, the reference model, the critic and the reward model."""
     return {
         "actor_rollout_ref": {
             "actor": {"fsdp_config": dict(FSDP_CONFIG_DEFAULTS)},
             "ref": {"fsdp_config": dict(FSDP_CONFIG_DEFAULTS)},
         },
         "critic": {"fsdp_config": dict(FSDP_CONFIG_DEFAULTS)},
+        "reward_model": {"fsdp_config": dict(FSDP_CONFIG_DEFAULTS)},
     }

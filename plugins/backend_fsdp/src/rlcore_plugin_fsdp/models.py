@@ -1,161 +1,38 @@
-"""The Hugging Face models the FSDP engine trains: loading, activation checkpointing, the value model, and
-the teacher-forced log-probs and values of a micro-batch's response tokens (padded or packed)."""
+"""The reward model the FSDP engine runs. The policy and value models, their loading and their log-probs and
+values are rlcore's (:mod:`rlcore.workers.hf_models`), shared with the other engines."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from rlcore.algos import entropy_from_logits, logprobs_from_logits
-from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
-from rlcore_plugin_fsdp.packing import pack_batch
+from rlcore.workers.hf_models import load_pretrained
 
 
-def load_pretrained(loader: Any, model_config: Mapping[str, Any], key: str, dtype: torch.dtype) -> nn.Module:
-    """``loader.from_pretrained`` for the model section at ``key`` (``path``, ``override_config``,
-    ``trust_remote_code``); a missing or unloadable path is an error naming ``key.path``."""
-    from transformers import AutoConfig
+def load_reward_model(model_config: Mapping[str, Any], key: str, dtype: torch.dtype) -> nn.Module:
+    """The frozen reward model at ``{key}.path``: ``AutoModelForTokenClassification`` with one label (a
+    sequence-classification checkpoint loads into it with its score head), in eval mode."""
+    from transformers import AutoModelForTokenClassification
 
-    path = model_config.get("path", None)
-    if not path:
-        raise RLCoreError(f"{key}.path is not set: give a Hugging Face model directory or hub name")
-    trust = bool(model_config.get("trust_remote_code", False))
-    try:
-        hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
-        overrides = model_config.get("override_config", None) or {}
-        if isinstance(overrides, DictConfig):
-            overrides = OmegaConf.to_container(overrides, resolve=True)
-        for name, value in overrides.items():
-            setattr(hf_config, name, value)
-        return loader.from_pretrained(path, config=hf_config, dtype=dtype, trust_remote_code=trust)
-    except (OSError, ValueError) as exc:
-        raise RLCoreError(f"{key}.path={path!r} cannot be loaded: {exc}") from exc
+    config = dict(model_config)
+    config["override_config"] = {**dict(model_config.get("override_config", None) or {}), "num_labels": 1}
+    model = load_pretrained(AutoModelForTokenClassification, config, key, dtype)
+    model.requires_grad_(False)
+    model.eval()
+    return model
 
 
-def enable_activation_checkpointing(model: nn.Module) -> None:
-    """Non-reentrant activation (gradient) checkpointing through the transformers API of this version."""
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-
-
-def accepts_logits_to_keep(model: nn.Module) -> bool:
-    """Whether ``model.forward`` can project only some positions to the vocabulary (``logits_to_keep``)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "logits_to_keep" in inspect.signature(base.forward).parameters
-
-
-def response_log_probs(
-    model: nn.Module,
-    batch: Batch,
-    temperature: float,
-    *,
-    with_entropy: bool,
-    remove_padding: bool = False,
-    remove_padding_key: str = "actor_rollout_ref.model.use_remove_padding",
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Teacher-forced log-probs (and entropies) of ``batch["responses"]`` under ``model``, both ``[B, R]``.
-
-    The logits at positions ``P−1 … P+R−2`` predict the ``R`` response tokens; they are divided by
-    ``temperature`` before the softmax so that they describe the distribution the rollout sampled from.
-    Only those positions are projected to the vocabulary when the model supports ``logits_to_keep``.
-
-    With ``remove_padding`` the batch runs packed into one row without padding
-    (:func:`rlcore_plugin_fsdp.packing.pack_batch`); response positions that are not attended then get 0.
-    Without it they hold whatever the padded forward gives. Either way only positions inside the
-    attention mask are meaningful.
-    """
-    keep = accepts_logits_to_keep(model)
-    if remove_padding:
-        packed = pack_batch(batch, remove_padding_key)
-        kwargs: dict[str, Any] = {"logits_to_keep": packed.keep_index} if keep else {}
-        logits = model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False, **kwargs).logits
-        logits = (logits[0] if keep else logits[0, packed.keep_index]).float() / temperature
-        log_probs = packed.unpack(logprobs_from_logits(logits, batch["responses"][packed.rows, packed.cols]))
-        return log_probs, packed.unpack(entropy_from_logits(logits)) if with_entropy else None
+def response_scores(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """Float32 reward-model logits ``[B, R]`` at the response tokens' own positions ``P … P+R−1``."""
     length = batch["responses"].shape[1]
-    kwargs = {
-        "input_ids": batch["input_ids"],
-        "attention_mask": batch["attention_mask"],
-        "position_ids": batch["position_ids"],
-        "use_cache": False,
-    }
-    if keep:
-        kwargs["logits_to_keep"] = length + 1
-    logits = model(**kwargs).logits
-    logits = logits[:, :-1] if keep else logits[:, -length - 1 : -1]
-    logits = logits.float() / temperature
-    log_probs = logprobs_from_logits(logits, batch["responses"])
-    return log_probs, entropy_from_logits(logits) if with_entropy else None
-
-
-class ValueModel(nn.Module):
-    """A transformer backbone (``AutoModel``, no LM head) with a zero-initialised ``Linear(hidden, 1)`` head.
-
-    Works for any decoder ``AutoModel`` loads (unlike ``AutoModelForTokenClassification``, which not every
-    architecture has); the zero head makes every initial value 0.
-    """
-
-    def __init__(self, backbone: nn.Module) -> None:
-        """Wrap ``backbone`` and add the value head in the backbone's dtype."""
-        super().__init__()
-        self.backbone = backbone
-        self.config = backbone.config
-        hidden = backbone.config.get_text_config().hidden_size
-        dtype = next(backbone.parameters()).dtype
-        self.value_head = nn.Linear(hidden, 1, dtype=dtype)
-        nn.init.zeros_(self.value_head.weight)
-        nn.init.zeros_(self.value_head.bias)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        position_ids: torch.Tensor,
-        keep_last: int = 0,
-        keep_index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Values ``[B, T, 1]`` of every position, of the last ``keep_last`` positions when it is > 0, or
-        of the positions ``keep_index`` (along the sequence) when it is given.
-
-        ``attention_mask`` is None for a packed row (:mod:`rlcore_plugin_fsdp.packing`). A module wrapped
-        by FSDP2 must not return a view, so the trailing dimension is kept (no ``squeeze``) and the bias is
-        added out of place (``Linear`` on a contiguous 3-D input returns a view of its matmul).
-        """
-        hidden = self.backbone(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-        ).last_hidden_state
-        if keep_index is not None:
-            hidden = hidden[:, keep_index]
-        elif keep_last:
-            hidden = hidden[:, -keep_last:]
-        return nn.functional.linear(hidden, self.value_head.weight) + self.value_head.bias
-
-
-def response_values(
-    model: nn.Module,
-    batch: Batch,
-    *,
-    remove_padding: bool = False,
-    remove_padding_key: str = "critic.model.use_remove_padding",
-) -> torch.Tensor:
-    """Float32 values ``[B, R]`` at positions ``P−1 … P+R−2`` (the states before each response token).
-
-    With ``remove_padding`` the batch runs packed into one row (:func:`rlcore_plugin_fsdp.packing.pack_batch`)
-    and response positions outside the attention mask get 0.
-    """
-    if remove_padding:
-        packed = pack_batch(batch, remove_padding_key)
-        values = model(packed.input_ids, None, packed.position_ids, keep_index=packed.keep_index)
-        return packed.unpack(values[0, :, 0].float())
-    length = batch["responses"].shape[1]
-    values = model(batch["input_ids"], batch["attention_mask"], batch["position_ids"], keep_last=length + 1)
-    return values[:, :-1, 0].float()
+    logits = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+        use_cache=False,
+    ).logits
+    return logits[:, -length:, 0].float()

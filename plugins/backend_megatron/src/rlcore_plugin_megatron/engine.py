@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
 
-from rlcore.algos import entropy_from_logits, logprobs_from_logits
+from rlcore.algos import entropy_from_logits, logprobs_from_logits, sum_pi_squared_from_logits
 from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
@@ -71,6 +71,11 @@ def _is_cpu(config: DictConfig) -> bool:
 def check_config(config: DictConfig, role: EngineRole, section: str, model_section: str) -> MegatronSettings:
     """Validate what the engine of ``role`` reads and return its resolved ``{section}.megatron``; errors name
     the key."""
+    if role == "reward":
+        raise RLCoreError(
+            f"{section}.strategy=megatron: the megatron backend has no reward-model engine yet; use "
+            f"{section}.strategy=fsdp"
+        )
     key = f"{section}.megatron"
     settings = resolve_settings(select(config, key), key)
     ulysses = select(config, f"{section}.ulysses_sequence_parallel_size", 1)
@@ -291,17 +296,27 @@ class MegatronEngine(OptimizerState):
         )
 
     def _outputs(
-        self, out: torch.Tensor, inputs: Prepared, micro: Batch, temperature: float, with_entropy: bool
+        self,
+        out: torch.Tensor,
+        inputs: Prepared,
+        micro: Batch,
+        temperature: float,
+        with_entropy: bool,
+        with_sum_pi_squared: bool = False,
     ) -> ModelOutput:
-        """Log-probs and entropies (values for a critic) at the response positions of the last stage's
-        output."""
+        """Log-probs, entropies and Σπ² (values for a critic) at the response positions of the last stage's
+        output (full-vocabulary logits)."""
         index = inputs.positions[..., None].expand(-1, -1, out.shape[-1])
         picked = out.gather(1, index).float()
         if self.spec.value_head:
             return ModelOutput(values=picked[..., 0])
         logits = picked / temperature
         log_probs = logprobs_from_logits(logits, micro["responses"])
-        return ModelOutput(log_probs=log_probs, entropy=entropy_from_logits(logits) if with_entropy else None)
+        return ModelOutput(
+            log_probs=log_probs,
+            entropy=entropy_from_logits(logits) if with_entropy else None,
+            sum_pi_squared=sum_pi_squared_from_logits(logits) if with_sum_pi_squared else None,
+        )
 
     def _receive_hidden(self, inputs: Prepared) -> torch.Tensor | None:
         """The ``[T, B, H]`` hidden states of ``inputs`` from the previous stage (None on the first stage)."""
@@ -313,13 +328,20 @@ class MegatronEngine(OptimizerState):
         return hidden
 
     def _broadcast_outputs(
-        self, outputs: list[ModelOutput], micros: Sequence[Batch], with_entropy: bool
+        self, outputs: list[ModelOutput], micros: Sequence[Batch], with_entropy: bool, with_sum_pi_squared: bool
     ) -> list[ModelOutput]:
         """The last stage's outputs on every stage of the pipeline."""
         if self.settings.pp == 1:
             return outputs
         src = dist.get_process_group_ranks(self.pp_group)[-1]
-        names = ("values",) if self.spec.value_head else ("log_probs", "entropy") if with_entropy else ("log_probs",)
+        if self.spec.value_head:
+            names: tuple[str, ...] = ("values",)
+        else:
+            names = (
+                ("log_probs",)
+                + (("entropy",) if with_entropy else ())
+                + (("sum_pi_squared",) if with_sum_pi_squared else ())
+            )
         result = []
         for index, micro in enumerate(micros):
             shape = tuple(micro["responses"].shape)
@@ -336,7 +358,14 @@ class MegatronEngine(OptimizerState):
             result.append(ModelOutput(**tensors))
         return result
 
-    def forward(self, micro_batches: Sequence[Batch], *, temperature: float, with_entropy: bool) -> list[ModelOutput]:
+    def forward(
+        self,
+        micro_batches: Sequence[Batch],
+        *,
+        temperature: float,
+        with_entropy: bool,
+        with_sum_pi_squared: bool = False,
+    ) -> list[ModelOutput]:
         """Outputs of every micro-batch without gradients, on every rank (see the contract)."""
         was_training = self.module.training
         self.module.eval()
@@ -348,10 +377,12 @@ class MegatronEngine(OptimizerState):
                     inputs = prepare(micro)
                     out = self._stage_forward(inputs, self._receive_hidden(inputs))
                     if self.last:
-                        outputs.append(self._outputs(out, inputs, micro, temperature, with_entropy))
+                        outputs.append(
+                            self._outputs(out, inputs, micro, temperature, with_entropy, with_sum_pi_squared)
+                        )
                     else:
                         self._p2p(out.contiguous(), self.pp_rank + 1, send=True)
-            return self._broadcast_outputs(outputs, micro_batches, with_entropy)
+            return self._broadcast_outputs(outputs, micro_batches, with_entropy, with_sum_pi_squared)
         finally:
             self.module.train(was_training)
 

@@ -97,3 +97,35 @@ def register_presets(register: Callable[..., None]) -> None:
     """``rlcore run --preset {{ name }}``."""
     register("{{ name }}", "{{ package }}.preset:PRESET", description="settings for this plugin's components")
 {% endif %}
+{% if cookiecutter.tool %}
+
+
+@hookimpl
+def register_tools(register: Callable[..., None]) -> None:
+    """``class_name: {{ name }}`` in the tool YAML (``actor_rollout_ref.rollout.multi_turn.tool_config_path``)."""
+    register("{{ name }}", "{{ package }}.tool:WordCountTool", description="counts the words of a text")
+{% endif %}
+{% if cookiecutter.agent_loop %}
+
+
+@hookimpl
+def register_agent_loops(register: Callable[..., None]) -> None:
+    """``actor_rollout_ref.rollout.agent.default_agent_loop={{ name }}`` (or a sample's ``agent_name``)."""
+    register("{{ name }}", "{{ package }}.agent_loop:CheckAgainLoop", description="answer, check, answer again")
+{% endif %}
+{% if cookiecutter.interaction %}
+
+
+@hookimpl
+def register_interactions(register: Callable[..., None]) -> None:
+    """``class_name: {{ name }}`` in the interaction YAML (``multi_turn.interaction_config_path``)."""
+    register("{{ name }}", "{{ package }}.interaction:ExpectsAnswer", description="a user expecting one answer")
+{% endif %}
+{% if cookiecutter.tool_parser %}
+
+
+@hookimpl
+def register_tool_parsers(register: Callable[..., None]) -> None:
+    """``actor_rollout_ref.rollout.multi_turn.format={{ name }}``."""
+    register("{{ name }}", "{{ package }}.tool_parser:TagParser", description='<call name="...">{json}</call>')
+{% endif %}

@@ -1,0 +1,179 @@
+"""Built-in tools: a calculator, verl's GSM8K answer check and a Python code interpreter on the core sandbox."""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from typing import Any
+
+from rlcore.agents.tools import Tool, ToolResult
+from rlcore.errors import RLCoreError
+
+__all__ = ["CalculatorTool", "CodeInterpreterTool", "Gsm8kTool", "evaluate_arithmetic"]
+
+_OPERATORS: dict[type, Any] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
+#: the largest exponent and operand magnitude the calculator accepts (keeps ``9**9**9`` from hanging)
+MAX_EXPONENT = 64
+MAX_MAGNITUDE = 10**30
+
+
+def evaluate_arithmetic(expression: str) -> int | float:
+    """The value of an arithmetic ``expression`` (numbers, + - * / // % **, parentheses); ValueError otherwise."""
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"not an arithmetic expression: {expression!r}") from exc
+
+    def walk(node: ast.AST) -> int | float:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](walk(node.operand))
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            left, right = walk(node.left), walk(node.right)
+            if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
+                raise ValueError(f"exponent {right} is larger than {MAX_EXPONENT}")
+            value = _OPERATORS[type(node.op)](left, right)
+            if abs(value) > MAX_MAGNITUDE:
+                raise ValueError("the result is too large")
+            return value
+        raise ValueError(f"unsupported element {type(node).__name__} in {expression!r}")
+
+    try:
+        return walk(tree)
+    except ZeroDivisionError as exc:
+        raise ValueError("division by zero") from exc
+
+
+class CalculatorTool(Tool):
+    """``calculator(expression)``: evaluates arithmetic exactly (integers stay integers)."""
+
+    default_schema = {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression with + - * / // % ** and parentheses.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string", "description": "e.g. 1234*56+7"}},
+                "required": ["expression"],
+            },
+        },
+    }
+
+    async def execute(self, instance_id: str, arguments: dict[str, Any]) -> ToolResult:
+        """The value, or ``Error: ...`` for an invalid expression."""
+        expression = arguments.get("expression")
+        if not isinstance(expression, str):
+            return ToolResult("Error: the argument 'expression' (a string) is required")
+        try:
+            value = evaluate_arithmetic(expression)
+        except ValueError as exc:
+            return ToolResult(f"Error: {exc}", metrics={"invalid": 1.0})
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return ToolResult(str(value))
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+class Gsm8kTool(Tool):
+    """verl's GSM8K tool ``calc_gsm8k_reward(answer)``: checks an answer against the sample's ground truth
+    (``tools_kwargs.calc_gsm8k_reward.create_kwargs.ground_truth``); step reward 1.0 when right, else 0."""
+
+    default_schema = {
+        "type": "function",
+        "function": {
+            "name": "calc_gsm8k_reward",
+            "description": "Check the answer to the math problem (1.0 if correct, 0.0 if not).",
+            "parameters": {
+                "type": "object",
+                "properties": {"answer": {"type": "string", "description": "the answer, digits only"}},
+                "required": ["answer"],
+            },
+        },
+    }
+
+    def __init__(self, config: Any = None, tool_schema: Any = None) -> None:
+        super().__init__(config, tool_schema)
+        self._truth: dict[str, str] = {}
+
+    async def create(self, instance_id: str, **kwargs: Any) -> None:
+        """Remember the trajectory's ground truth."""
+        self._truth[instance_id] = str(kwargs.get("ground_truth", "")).strip()
+
+    async def execute(self, instance_id: str, arguments: dict[str, Any]) -> ToolResult:
+        """Compare the answer's last number with the ground truth."""
+        numbers = _NUMBER.findall(str(arguments.get("answer", "")))
+        answer = numbers[-1].replace(",", "") if numbers else ""
+        correct = bool(answer) and answer == self._truth.get(instance_id)
+        return ToolResult(f"Current parsed answer={answer!r} result={1.0 if correct else 0.0}", reward=float(correct))
+
+    async def release(self, instance_id: str) -> None:
+        """Forget the trajectory."""
+        self._truth.pop(instance_id, None)
+
+
+class CodeInterpreterTool(Tool):
+    """``code_interpreter(code)``: runs model-written Python in :mod:`rlcore.sandbox` (a subprocess with
+    CPU-time, wall-time and memory limits, no network, a throwaway directory) and returns its output.
+
+    Config: ``cpu_seconds``, ``wall_seconds``, ``memory_mb``, ``output_bytes``, ``file_mb`` (the sandbox
+    limits, checked when the tool is built). A
+    program that fails, times out or is blocked gets its status and stderr back, counted in the tool metrics.
+    """
+
+    default_schema = {
+        "type": "function",
+        "function": {
+            "name": "code_interpreter",
+            "description": "Run a Python program and return what it prints.",
+            "parameters": {
+                "type": "object",
+                "properties": {"code": {"type": "string", "description": "the program; print the result"}},
+                "required": ["code"],
+            },
+        },
+    }
+
+    #: the tool config keys that set :class:`rlcore.sandbox.SandboxLimits`
+    LIMITS = ("cpu_seconds", "wall_seconds", "memory_mb", "output_bytes", "file_mb")
+
+    def __init__(self, config: Any = None, tool_schema: Any = None) -> None:
+        super().__init__(config, tool_schema)
+        from rlcore.sandbox import SandboxLimits
+
+        try:
+            self.limits = SandboxLimits(**{name: self.config[name] for name in self.LIMITS if name in self.config})
+        except (TypeError, ValueError) as exc:
+            raise RLCoreError(f"code_interpreter config: {exc}") from exc
+
+    async def execute(self, instance_id: str, arguments: dict[str, Any]) -> ToolResult:
+        """Run the code; the response is stdout (and stderr or the sandbox status when not ``ok``)."""
+        from rlcore.sandbox import run_python_async
+
+        code = arguments.get("code")
+        if not isinstance(code, str):
+            return ToolResult("Error: the argument 'code' (a string) is required")
+        result = await run_python_async(code, limits=self.limits)
+        metrics = {f"status_{result.status}": 1.0, "truncated": float(result.truncated)}
+        if result.status == "ok":
+            return ToolResult(result.stdout, metrics=metrics)
+        detail = ", ".join(result.blocked) if result.blocked else ""
+        if not detail and result.stderr.strip():
+            detail = result.stderr.strip().splitlines()[-1]
+        return ToolResult(f"{result.stdout}Error ({result.status}): {detail}".strip(), metrics=metrics)

@@ -1,0 +1,33 @@
+"""The dry run's multi-turn check: every name resolves and the tool and interaction files load."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlcore.agents.interactions import load_interactions
+from rlcore.agents.settings import AGENT_KEY, MULTI_TURN_KEY, AgentSettings
+from rlcore.agents.tools import load_tools
+from rlcore.errors import RLCoreError
+
+__all__ = ["check_agent_config"]
+
+
+def check_agent_config(config: Any) -> None:
+    """What the dry run checks before anything starts: the multi-turn values, the default agent loop and the
+    tool-call format are registered, and the tool and interaction YAML files load (their classes resolve)."""
+    from rlcore.plugins import load_plugins
+
+    settings = AgentSettings.from_rollout(config.actor_rollout_ref.rollout)
+    registry = load_plugins().registry
+    for kind, name, key in (
+        ("agent_loop", settings.default_agent_loop, f"{AGENT_KEY}.default_agent_loop"),
+        ("tool_parser", settings.format, f"{MULTI_TURN_KEY}.format"),
+    ):
+        try:
+            registry.get(kind, name)
+        except RLCoreError as exc:
+            raise RLCoreError(f"{key}={name}: {exc}") from exc
+    if settings.tool_config_path:
+        load_tools(settings.tool_config_path)
+    if settings.interaction_config_path:
+        load_interactions(settings.interaction_config_path)

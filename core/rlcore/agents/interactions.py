@@ -1,0 +1,104 @@
+"""Interactions (kind ``interaction``): a user simulator or environment that answers the assistant between turns.
+
+verl's interaction YAML (``interaction: [{name, class_name, config}]``, at
+``actor_rollout_ref.rollout.multi_turn.interaction_config_path``) lists them; a sample picks one by
+``extra_info.interaction_kwargs.name`` (the only one when there is one). After each assistant turn without a
+tool call the loop asks the interaction for a reply; it may end the episode and give a reward.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rlcore.agents.settings import MULTI_TURN_KEY
+from rlcore.agents.tools import _plain, _read_yaml, resolve_class
+from rlcore.errors import RLCoreError
+
+__all__ = ["Gsm8kInteraction", "Interaction", "InteractionTurn", "load_interactions"]
+
+
+@dataclass
+class InteractionTurn:
+    """An interaction's reply: the user ``text``, an optional ``reward`` and whether the episode is ``done``."""
+
+    text: str
+    reward: float | None = None
+    done: bool = False
+
+
+class Interaction:
+    """Base class of interactions; override :meth:`respond` (and :meth:`start`/:meth:`finish` for state).
+
+    Args:
+        config: the ``config`` mapping of its entry in the interaction YAML (``name`` is added).
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        self.config = dict(config or {})
+        self.name = str(self.config.get("name", type(self).__name__))
+
+    async def start(self, instance_id: str, **kwargs: Any) -> None:
+        """Begin an episode; ``kwargs`` are the sample's ``extra_info.interaction_kwargs``."""
+        return None
+
+    async def respond(self, instance_id: str, messages: list[dict[str, Any]]) -> InteractionTurn:
+        """Reply to the conversation so far (the last message is the assistant's)."""
+        raise NotImplementedError(f"{type(self).__name__}.respond")
+
+    async def finish(self, instance_id: str) -> None:
+        """End the episode (called once, also after failures)."""
+        return None
+
+
+def load_interactions(path: str) -> dict[str, Interaction]:
+    """The interactions of verl's interaction YAML at ``path``, by name."""
+    key = f"{MULTI_TURN_KEY}.interaction_config_path"
+    data = _read_yaml(path, key)
+    entries = data.get("interaction") if isinstance(data, Mapping) else None
+    if not isinstance(entries, list):
+        raise RLCoreError(f"{key}={path}: expected a top-level 'interaction:' list")
+    found: dict[str, Interaction] = {}
+    for i, entry in enumerate(entries):
+        where = f"{path}: interaction[{i}]"
+        if not isinstance(entry, Mapping) or not entry.get("class_name"):
+            raise RLCoreError(f"{where}: each interaction needs a class_name")
+        cls = resolve_class("interaction", str(entry["class_name"]), where)
+        name = str(entry.get("name") or cls.__name__)
+        if name in found:
+            raise RLCoreError(f"{where}: a second interaction named {name!r}")
+        found[name] = cls({**_plain(entry.get("config") or {}), "name": name})
+    return found
+
+
+_LAST_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+class Gsm8kInteraction(Interaction):
+    """verl's GSM8K interaction: reward 1 and stop when the assistant's last number equals the sample's
+    ``interaction_kwargs.ground_truth``, else ask it to try again (reward 0)."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        super().__init__(config)
+        self._truth: dict[str, str] = {}
+
+    async def start(self, instance_id: str, **kwargs: Any) -> None:
+        """Remember the episode's ground truth."""
+        self._truth[instance_id] = str(kwargs.get("ground_truth", "")).strip()
+
+    async def respond(self, instance_id: str, messages: list[dict[str, Any]]) -> InteractionTurn:
+        """Check the assistant's last number against the ground truth."""
+        content = str(messages[-1].get("content", "")) if messages else ""
+        numbers = _LAST_NUMBER.findall(content.split("####")[-1])
+        answer = numbers[-1].replace(",", "") if numbers else ""
+        if answer and answer == self._truth.get(instance_id):
+            return InteractionTurn("Your response is correct!", reward=1.0, done=True)
+        return InteractionTurn(
+            "Your response is incorrect! You need to reflect on your answer and try again.", reward=0.0
+        )
+
+    async def finish(self, instance_id: str) -> None:
+        """Forget the episode."""
+        self._truth.pop(instance_id, None)

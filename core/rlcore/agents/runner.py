@@ -1,0 +1,321 @@
+"""Run the agent loops of a rollout batch: batched turns on the engine, concurrent tools, one Batch out.
+
+:func:`run_agent_loops` is what the controller calls instead of the engine when multi-turn is on (or a
+sample names an agent loop). Every sample's loop runs as an asyncio task; :class:`TurnBatcher` gathers the
+turns that are waiting for the engine and sends them as one left-padded Batch through the rollout worker
+group's ``generate_sequences`` in a thread, so tool calls of other trajectories keep running meanwhile. The
+trajectories are laid out exactly like an engine's output (left-padded ``prompts``, right-padded
+``responses``), with ``response_mask`` 1 only on policy tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlcore.agents.interactions import load_interactions
+from rlcore.agents.loops import AgentContext, AgentSample, Generation
+from rlcore.agents.render import ChatRenderer
+from rlcore.agents.settings import AgentSettings
+from rlcore.agents.tools import ToolExecutor, load_tools
+from rlcore.agents.trajectory import Trajectory
+from rlcore.errors import RLCoreError
+from rlcore.protocol import Batch
+
+__all__ = ["AgentRunner", "TurnBatcher", "run_agent_loops"]
+
+#: seconds the batcher waits for more turns once one is pending and some trajectories are busy elsewhere
+GATHER_WINDOW_S = 0.005
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, mask)`` of ``rows`` left-padded to ``width`` (default: the longest row)."""
+    width = max((len(r) for r in rows), default=0) if width is None else width
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row) :] = 1
+    return ids, mask
+
+
+class TurnBatcher:
+    """Collects the turns trajectories wait for and generates them together.
+
+    Args:
+        generate: the rollout call, ``Batch -> Batch`` (the worker group's ``generate_sequences``).
+        pad_id: the pad token id for left-padding contexts.
+        eos_ids: ids that end a turn (a turn without one at its end was cut by the engine's length).
+        meta: the rollout batch's ``meta`` (``validate``, ``do_sample``, ``temperature``) for every turn.
+    """
+
+    def __init__(self, generate: Callable[[Batch], Batch], pad_id: int, eos_ids: Sequence[int], meta: dict[str, Any]):
+        self._generate = generate
+        self.pad_id = pad_id
+        self.eos_ids = set(eos_ids)
+        self.meta = {k: v for k, v in meta.items() if k != "metrics"}
+        self.pending: list[tuple[list[int], asyncio.Future[Generation]]] = []
+        self.live = 0
+        self.engine_calls = 0
+        self.with_log_probs = False
+        self._arrived: asyncio.Event | None = None
+
+    async def generate(self, token_ids: list[int]) -> Generation:
+        """Queue one turn and wait for it."""
+        future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
+        self.pending.append((list(token_ids), future))
+        if self._arrived is not None:
+            self._arrived.set()
+        return await future
+
+    def _call(self, contexts: list[list[int]]) -> list[Generation]:
+        ids, mask = left_pad(contexts, self.pad_id)
+        batch = Batch(
+            {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp_(min=0)},
+            {},
+            dict(self.meta),
+        )
+        out = self._generate(batch)
+        responses, valid = out["responses"].cpu(), out["response_mask"].cpu().bool()
+        log_probs = out["rollout_log_probs"].cpu() if "rollout_log_probs" in out else None
+        self.with_log_probs = log_probs is not None
+        width = responses.shape[1]
+        turns = []
+        for row in range(len(contexts)):
+            count = int(valid[row].sum())
+            tokens = responses[row, :count].tolist()
+            finished = count < width or (bool(tokens) and tokens[-1] in self.eos_ids)
+            lps = log_probs[row, :count].tolist() if log_probs is not None else None
+            turns.append(Generation(tokens, lps, finished))
+        return turns
+
+    async def serve(self, tasks: Sequence[asyncio.Task[Any]]) -> None:
+        """Dispatch queued turns until every task is done: at once when every live trajectory is waiting,
+        else after a short window without new arrivals (some are running tools)."""
+        self._arrived = asyncio.Event()
+        while True:
+            live = sum(not t.done() for t in tasks)
+            if live == 0:
+                return
+            if not self.pending:
+                self._arrived.clear()
+                waiter = asyncio.ensure_future(self._arrived.wait())
+                await asyncio.wait([waiter, *[t for t in tasks if not t.done()]], return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                continue
+            if len(self.pending) < live:
+                self._arrived.clear()
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), GATHER_WINDOW_S)
+                    continue
+                except TimeoutError:
+                    pass
+            batch, self.pending = self.pending, []
+            self.engine_calls += 1
+            try:
+                turns = await asyncio.to_thread(self._call, [ids for ids, _ in batch])
+            except BaseException as exc:
+                for _, future in batch:
+                    future.set_exception(exc)
+                raise
+            for (_, future), turn in zip(batch, turns):
+                future.set_result(turn)
+
+
+class AgentRunner:
+    """Builds the agent machinery of a run once (tools, interactions, parser, loops) and runs rollouts.
+
+    Args:
+        config: the resolved run config.
+        tokenizer: the policy's tokenizer.
+    """
+
+    def __init__(self, config: Any, tokenizer: Any) -> None:
+        from rlcore.plugins import load_plugins
+
+        rollout = config.actor_rollout_ref.rollout
+        self.settings = AgentSettings.from_rollout(rollout)
+        self.tokenizer = tokenizer
+        self.registry = load_plugins().registry
+        tools = load_tools(self.settings.tool_config_path) if self.settings.tool_config_path else {}
+        self.tools = ToolExecutor(
+            tools,
+            self.settings.max_parallel_calls,
+            self.settings.max_tool_response_length,
+            self.settings.tool_response_truncate_side,
+        )
+        self.interactions = (
+            load_interactions(self.settings.interaction_config_path) if self.settings.interaction_config_path else {}
+        )
+        self.parser = self.registry.load("tool_parser", self.settings.format)()
+        self.renderer = ChatRenderer(tokenizer)
+        self.registry.get("agent_loop", self.settings.default_agent_loop)  # unknown names fail at start
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = int(pad)
+        eos = tokenizer.eos_token_id
+        self.eos_ids = [int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None]
+        self._calls = 0
+
+    def applies_to(self, batch: Batch) -> bool:
+        """Whether ``batch`` needs agent loops: multi-turn is on, the default loop is not ``single_turn`` or a
+        sample names an agent loop."""
+        return self.settings.active or any(name for name in _agent_names(batch) if name)
+
+    def run(self, batch: Batch, generate: Callable[[Batch], Batch]) -> Batch:
+        """The rollout of ``batch`` (left-padded prompts, already repeated ``n`` times) through agent loops."""
+        return asyncio.run(self._run(batch, generate))
+
+    async def _run(self, batch: Batch, generate: Callable[[Batch], Batch]) -> Batch:
+        self._calls += 1
+        batcher = TurnBatcher(generate, self.pad_id, self.eos_ids, dict(batch.meta))
+        context = AgentContext(
+            tokenizer=self.tokenizer,
+            renderer=self.renderer,
+            settings=self.settings,
+            tools=self.tools,
+            parser=self.parser,
+            generator=batcher,
+            interactions=self.interactions,
+        )
+        names = [name or self.settings.default_agent_loop for name in _agent_names(batch)]
+        loops = {name: self.registry.load("agent_loop", name)(context) for name in dict.fromkeys(names)}
+        samples = _samples(batch, self._calls)
+        timings: list[float] = [0.0] * len(samples)
+
+        async def one(i: int) -> Trajectory:
+            start = time.perf_counter()
+            trajectory = await loops[names[i]].run(samples[i])
+            timings[i] = time.perf_counter() - start
+            return trajectory
+
+        tasks = [asyncio.ensure_future(one(i)) for i in range(len(samples))]
+        server = asyncio.ensure_future(batcher.serve(tasks))
+        try:
+            trajectories = await asyncio.gather(*tasks)
+        finally:
+            for task in (*tasks, server):
+                task.cancel()
+            await asyncio.gather(*tasks, server, return_exceptions=True)
+        out = assemble(batch, trajectories, self.settings.response_length, self.pad_id, batcher.with_log_probs)
+        out.meta["agent_metrics"] = agent_metrics(trajectories, timings, batcher.engine_calls)
+        return out
+
+
+def _agent_names(batch: Batch) -> list[str | None]:
+    """Each sample's ``agent_name`` (a dataset column, else ``extra_info.agent_name``), None when unset."""
+    size = len(batch)
+    if "agent_name" in batch.non_tensors:
+        return [str(v) if v else None for v in batch["agent_name"]]
+    infos = batch["extra_info"] if "extra_info" in batch.non_tensors else [None] * size
+    return [str(i["agent_name"]) if isinstance(i, dict) and i.get("agent_name") else None for i in infos]
+
+
+def _samples(batch: Batch, call: int) -> list[AgentSample]:
+    ids, mask = batch["input_ids"], batch["attention_mask"] if "attention_mask" in batch else None
+    raw: Sequence[Any] = batch["raw_prompt"] if "raw_prompt" in batch.non_tensors else [None] * len(batch)
+    infos: Sequence[Any] = batch["extra_info"] if "extra_info" in batch.non_tensors else [None] * len(batch)
+    samples = []
+    for i in range(len(batch)):
+        row = ids[i][mask[i].bool()] if mask is not None else ids[i]
+        prompt = raw[i]
+        messages = [dict(m) for m in prompt] if prompt is not None else None
+        info = dict(infos[i]) if isinstance(infos[i], dict) else {}
+        samples.append(AgentSample(row.tolist(), messages, info, f"{call}-{i}"))
+    return samples
+
+
+def assemble(
+    batch: Batch, trajectories: Sequence[Trajectory], response_length: int, pad_id: int, with_log_probs: bool
+) -> Batch:
+    """The rollout Batch of ``trajectories`` in an engine's layout (``rollout_log_probs`` when
+    ``with_log_probs``); per-sample ``extra_info`` gains ``num_turns``, ``tool_rewards`` and ``turn_scores``
+    for reward functions."""
+    prompt_width = batch["input_ids"].shape[1]
+    for i, trajectory in enumerate(trajectories):
+        trajectory.finish(response_length)
+        if len(trajectory.prompt_ids) > prompt_width:
+            raise RLCoreError(
+                f"sample {i}: the agent loop's prompt is {len(trajectory.prompt_ids)} tokens (with the tool "
+                f"schemas), more than data.max_prompt_length={prompt_width}; raise data.max_prompt_length"
+            )
+    prompts, prompt_mask = left_pad([t.prompt_ids for t in trajectories], pad_id, prompt_width)
+    size = (len(trajectories), response_length)
+    responses = torch.full(size, pad_id, dtype=torch.long)
+    response_mask = torch.zeros(size, dtype=torch.long)
+    attention = torch.zeros(size, dtype=torch.long)
+    log_probs = torch.zeros(size, dtype=torch.float32)
+    for i, t in enumerate(trajectories):
+        n = len(t.response_ids)
+        responses[i, :n] = torch.tensor(t.response_ids, dtype=torch.long)
+        response_mask[i, :n] = torch.tensor(t.response_mask, dtype=torch.long)
+        attention[i, :n] = 1
+        log_probs[i, :n] = torch.tensor(t.log_probs, dtype=torch.float32)
+    prompt_mask = prompt_mask.to(batch["attention_mask"].dtype) if "attention_mask" in batch else prompt_mask
+    attention_mask = torch.cat([prompt_mask, attention.to(prompt_mask.dtype)], dim=-1)
+    tensors = {
+        "prompts": prompts,
+        "responses": responses,
+        "response_mask": response_mask.to(prompt_mask.dtype),
+        "input_ids": torch.cat([prompts, responses], dim=-1),
+        "attention_mask": attention_mask,
+        "position_ids": (attention_mask.long().cumsum(-1) - 1).clamp_(min=0),
+    }
+    if with_log_probs:
+        tensors["rollout_log_probs"] = log_probs
+    non_tensors = {key: value.copy() for key, value in batch.non_tensors.items()}
+    infos = list(non_tensors.get("extra_info", [None] * len(trajectories)))
+    for i, t in enumerate(trajectories):
+        info = dict(infos[i]) if isinstance(infos[i], dict) else {}
+        info.update(num_turns=t.num_turns, tool_rewards=t.reward_scores.get("tool_rewards", 0.0))
+        info["turn_scores"] = list(t.extra.get("turn_scores", []))
+        infos[i] = info
+    non_tensors["extra_info"] = np.array(infos + [None], dtype=object)[:-1]
+    meta = {key: value for key, value in batch.meta.items() if key != "metrics"}
+    meta["metrics"] = {"rollout/gen_tokens": int(response_mask.sum())}
+    return Batch(tensors, non_tensors, meta)
+
+
+def _stats(prefix: str, values: Sequence[float]) -> dict[str, float]:
+    arr = np.asarray(values, dtype=np.float64) if len(values) else np.zeros(1)
+    return {f"{prefix}/min": float(arr.min()), f"{prefix}/max": float(arr.max()), f"{prefix}/mean": float(arr.mean())}
+
+
+def agent_metrics(trajectories: Sequence[Trajectory], seconds: Sequence[float], engine_calls: int) -> dict[str, float]:
+    """The rollout's metrics: ``num_turns/*`` (verl's names), ``agent_loop/*`` timing, ``tool/*`` counters."""
+    metrics = _stats("num_turns", [t.num_turns for t in trajectories])
+    metrics.update(_stats("agent_loop/trajectory_s", seconds))
+    metrics["agent_loop/engine_calls"] = float(engine_calls)
+    metrics["agent_loop/policy_tokens/mean"] = float(np.mean([sum(t.response_mask) for t in trajectories] or [0]))
+    metrics["agent_loop/observation_tokens/mean"] = float(
+        np.mean([len(t.response_mask) - sum(t.response_mask) for t in trajectories] or [0])
+    )
+    calls = [t.metrics.get("tool/calls", 0.0) for t in trajectories]
+    metrics["tool/calls/mean"] = float(np.mean(calls or [0]))
+    metrics["tool/call_rate"] = float(np.mean([float(c > 0) for c in calls] or [0.0]))
+    for key in (
+        "tool/errors",
+        "tool/malformed",
+        "tool/timeouts",
+        "tool/unknown",
+        "tool/truncated",
+        "tool/create_errors",
+        "interaction/turns",
+        "interaction/errors",
+    ):
+        metrics[key] = float(sum(t.metrics.get(key, 0.0) for t in trajectories))
+    total_calls = sum(calls)
+    metrics["tool/time_s/mean"] = (
+        sum(t.metrics.get("tool/time_s", 0.0) for t in trajectories) / total_calls if total_calls else 0.0
+    )
+    return metrics
+
+
+def run_agent_loops(config: Any, tokenizer: Any, batch: Batch, generate: Callable[[Batch], Batch]) -> Batch:
+    """One-shot helper: build an :class:`AgentRunner` and run ``batch`` (tests and scripts; the trainer keeps one)."""
+    return AgentRunner(config, tokenizer).run(batch, generate)

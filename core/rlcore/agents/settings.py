@@ -1,0 +1,82 @@
+"""The multi-turn settings of a run, read and checked from ``actor_rollout_ref.rollout.{multi_turn,agent}``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rlcore.errors import RLCoreError
+
+__all__ = ["AGENT_KEY", "MULTI_TURN_KEY", "TRUNCATE_SIDES", "AgentSettings"]
+
+MULTI_TURN_KEY = "actor_rollout_ref.rollout.multi_turn"
+AGENT_KEY = "actor_rollout_ref.rollout.agent"
+#: where a tool or interaction response longer than ``max_tool_response_length`` characters is cut
+TRUNCATE_SIDES = ("left", "right", "middle")
+
+
+def _count(section: Any, key: str, prefix: str, *, allow_none: bool) -> int | None:
+    """``section[key]`` as a positive integer (or None when allowed), else an error naming the key."""
+    value = section.get(key)
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        allowed = "a positive integer or null" if allow_none else "a positive integer"
+        raise RLCoreError(f"{prefix}.{key} must be {allowed}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Everything the agent loops read from the config (verl's key names).
+
+    ``enable`` is ``multi_turn.enable``; ``default_agent_loop`` is ``agent.default_agent_loop``, or when that is
+    null ``tool_agent`` with multi-turn enabled and ``single_turn`` without. ``response_length`` is the
+    trajectory's whole budget of response tokens (policy, tool and interaction tokens together).
+    """
+
+    enable: bool
+    default_agent_loop: str
+    max_assistant_turns: int | None
+    max_user_turns: int | None
+    max_parallel_calls: int
+    max_tool_response_length: int
+    tool_response_truncate_side: str
+    tool_config_path: str | None
+    interaction_config_path: str | None
+    format: str
+    response_length: int
+
+    @classmethod
+    def from_rollout(cls, rollout: Any) -> AgentSettings:
+        """Read the ``actor_rollout_ref.rollout`` section; invalid values raise :class:`RLCoreError` naming the key."""
+        multi = rollout.get("multi_turn") or {}
+        agent = rollout.get("agent") or {}
+        enable = multi.get("enable", False)
+        if not isinstance(enable, bool):
+            raise RLCoreError(f"{MULTI_TURN_KEY}.enable must be true or false, got {enable!r}")
+        side = multi.get("tool_response_truncate_side", "middle")
+        if side not in TRUNCATE_SIDES:
+            raise RLCoreError(
+                f"{MULTI_TURN_KEY}.tool_response_truncate_side must be one of {', '.join(TRUNCATE_SIDES)}, got {side!r}"
+            )
+        default = agent.get("default_agent_loop") or ("tool_agent" if enable else "single_turn")
+        response_length = rollout.get("response_length", 512)
+        return cls(
+            enable=enable,
+            default_agent_loop=str(default),
+            max_assistant_turns=_count(multi, "max_assistant_turns", MULTI_TURN_KEY, allow_none=True),
+            max_user_turns=_count(multi, "max_user_turns", MULTI_TURN_KEY, allow_none=True),
+            max_parallel_calls=_count(multi, "max_parallel_calls", MULTI_TURN_KEY, allow_none=False) or 1,
+            max_tool_response_length=_count(multi, "max_tool_response_length", MULTI_TURN_KEY, allow_none=False) or 1,
+            tool_response_truncate_side=str(side),
+            tool_config_path=multi.get("tool_config_path") or None,
+            interaction_config_path=multi.get("interaction_config_path") or None,
+            format=str(multi.get("format") or "hermes"),
+            response_length=int(response_length),
+        )
+
+    @property
+    def active(self) -> bool:
+        """Whether rollouts go through agent loops at all (otherwise the engine is called as before)."""
+        return self.enable or self.default_agent_loop not in ("single_turn", "single_turn_agent")

@@ -1,0 +1,260 @@
+"""Tools (kind ``tool``): the base class, verl's tool YAML, and the executor that contains misbehaving tools.
+
+A tool is an async component the policy calls by name. Its life per trajectory is ``create`` → any number
+of ``execute`` calls → ``release``. :class:`ToolExecutor` runs the calls of a turn concurrently (at most
+``multi_turn.max_parallel_calls`` at once across all trajectories), with a per-tool timeout (the tool
+config's ``timeout``, default :data:`DEFAULT_TIMEOUT_S` seconds), cuts long responses to
+``multi_turn.max_tool_response_length`` characters, and turns every failure — an unknown name, malformed
+arguments, an exception, a timeout — into an error message for the model and a metric, never an exception
+that stops the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlcore.agents.parsers import ToolCall
+from rlcore.agents.settings import MULTI_TURN_KEY
+from rlcore.errors import RLCoreError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_TIMEOUT_S", "Tool", "ToolExecutor", "ToolResult", "load_tools", "resolve_class", "truncate"]
+
+#: seconds a tool call may take when its config gives no ``timeout``
+DEFAULT_TIMEOUT_S = 30.0
+
+
+@dataclass
+class ToolResult:
+    """What a call returns: the ``text`` the model sees, an optional step ``reward`` and ``metrics``."""
+
+    text: str
+    reward: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Tool:
+    """Base class of tools; subclass it and override :meth:`execute` (and :meth:`create`/:meth:`release` when
+    the tool keeps per-trajectory state).
+
+    Args:
+        config: the tool's ``config`` mapping from the tool YAML (``timeout`` is read by the executor).
+        tool_schema: its OpenAI function schema (``{"type": "function", "function": {"name", ...}}``); None
+            uses the class attribute :attr:`default_schema`.
+    """
+
+    #: the schema used when the tool YAML gives none
+    default_schema: dict[str, Any] | None = None
+
+    def __init__(self, config: Mapping[str, Any] | None = None, tool_schema: Mapping[str, Any] | None = None):
+        self.config = dict(config or {})
+        schema = tool_schema or self.default_schema
+        if not schema or not isinstance(schema.get("function"), Mapping) or not schema["function"].get("name"):
+            raise RLCoreError(f"{type(self).__name__}: a tool needs a schema with function.name")
+        self.tool_schema: dict[str, Any] = _plain(schema)
+
+    @property
+    def name(self) -> str:
+        """The name the model calls the tool by (``function.name`` of its schema)."""
+        return str(self.tool_schema["function"]["name"])
+
+    def openai_schema(self) -> dict[str, Any]:
+        """The OpenAI function schema passed to the chat template as ``tools``."""
+        return self.tool_schema
+
+    async def create(self, instance_id: str, **kwargs: Any) -> None:
+        """Start a per-trajectory instance; ``kwargs`` are the sample's ``extra_info.tools_kwargs[name].create_kwargs``."""
+        return None
+
+    async def execute(self, instance_id: str, arguments: dict[str, Any]) -> ToolResult | str:
+        """Run one call with the parsed ``arguments``; return the response text or a :class:`ToolResult`."""
+        raise NotImplementedError(f"{type(self).__name__}.execute")
+
+    async def release(self, instance_id: str) -> None:
+        """Free what :meth:`create` set up (called once per trajectory, also after failures)."""
+        return None
+
+
+def _plain(value: Any) -> Any:
+    """A plain dict/list copy of an OmegaConf or mapping value."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def resolve_class(kind: str, class_name: str, where: str) -> Any:
+    """A registered component of ``kind`` named ``class_name`` (verl's dotted names are registered as aliases),
+    else the class at the dotted path ``package.module.Class`` (or ``package.module:Class``)."""
+    from rlcore.plugins import load_plugins
+
+    registry = load_plugins().registry
+    if registry.has(kind, class_name):
+        return registry.load(kind, class_name)
+    module_name, sep, attr = class_name.replace(":", ".").rpartition(".")
+    if not sep:
+        known = ", ".join(sorted(registry.names(kind))) or "none"
+        raise RLCoreError(f"{where}: unknown {kind} {class_name!r} (registered: {known}; or give a dotted class path)")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        known = ", ".join(sorted(registry.names(kind))) or "none"
+        raise RLCoreError(
+            f"{where}: class_name {class_name!r} is neither a registered {kind} ({known}) nor importable ({exc})"
+        ) from exc
+
+
+def _read_yaml(path: str, key: str) -> Any:
+    import yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise RLCoreError(f"{key}={path}: no such file")
+    try:
+        return yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise RLCoreError(f"{key}={path}: not valid YAML ({exc})") from exc
+
+
+def load_tools(path: str) -> dict[str, Tool]:
+    """The tools of verl's tool YAML at ``path`` (``tools: [{class_name, config, tool_schema}]``) by name."""
+    key = f"{MULTI_TURN_KEY}.tool_config_path"
+    data = _read_yaml(path, key)
+    entries = data.get("tools") if isinstance(data, Mapping) else None
+    if not isinstance(entries, list):
+        raise RLCoreError(f"{key}={path}: expected a top-level 'tools:' list")
+    tools: dict[str, Tool] = {}
+    for i, entry in enumerate(entries):
+        where = f"{path}: tools[{i}]"
+        if not isinstance(entry, Mapping) or not entry.get("class_name"):
+            raise RLCoreError(f"{where}: each tool needs a class_name")
+        cls = resolve_class("tool", str(entry["class_name"]), where)
+        try:
+            tool = cls(_plain(entry.get("config") or {}), _plain(entry.get("tool_schema")))
+        except RLCoreError as exc:
+            raise RLCoreError(f"{where}: {exc}") from exc
+        if tool.name in tools:
+            raise RLCoreError(f"{where}: a second tool named {tool.name!r}")
+        tools[tool.name] = tool
+    return tools
+
+
+def truncate(text: str, limit: int, side: str) -> tuple[str, bool]:
+    """``text`` cut to ``limit`` characters on ``side`` (left, right or middle) with a marker; whether it was cut."""
+    if len(text) <= limit:
+        return text, False
+    marker = "...(truncated)..."
+    keep = max(limit - len(marker), 0)
+    if side == "left":
+        return marker + text[len(text) - keep :], True
+    if side == "right":
+        return text[:keep] + marker, True
+    head = keep // 2
+    return text[:head] + marker + text[len(text) - (keep - head) :], True
+
+
+class ToolExecutor:
+    """Runs tool calls for all trajectories of a rollout, bounded, timed and contained.
+
+    Args:
+        tools: the tools by name.
+        max_parallel_calls: how many calls may run at once (over all trajectories).
+        max_response_length: responses longer than this many characters are cut (counted in ``tool/truncated``).
+        truncate_side: ``left``, ``right`` or ``middle``.
+    """
+
+    def __init__(
+        self, tools: Mapping[str, Tool], max_parallel_calls: int, max_response_length: int, truncate_side: str
+    ) -> None:
+        self.tools = dict(tools)
+        self.max_parallel_calls = max_parallel_calls
+        self.max_response_length = max_response_length
+        self.truncate_side = truncate_side
+        self._semaphores: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+
+    def _limit(self) -> asyncio.Semaphore:
+        """The ``max_parallel_calls`` semaphore of the running event loop (each rollout runs its own loop)."""
+        loop = asyncio.get_running_loop()
+        if loop not in self._semaphores:
+            self._semaphores = {loop: asyncio.Semaphore(self.max_parallel_calls)}
+        return self._semaphores[loop]
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The OpenAI schemas of all tools (for the chat template's ``tools``)."""
+        return [tool.openai_schema() for tool in self.tools.values()]
+
+    async def create(self, instance_id: str, tools_kwargs: Mapping[str, Any], metrics: dict[str, float]) -> None:
+        """Create every tool's instance for one trajectory. A tool whose ``create`` fails is logged and counted
+        in ``tool/create_errors``; its calls then get whatever the tool answers without an instance."""
+        for name, tool in self.tools.items():
+            kwargs = (
+                (tools_kwargs.get(name) or {}).get("create_kwargs", {}) if isinstance(tools_kwargs, Mapping) else {}
+            )
+            try:
+                await self._guarded(tool, tool.create(instance_id, **dict(kwargs)))
+            except Exception as exc:  # noqa: BLE001 - one tool's failure must not stop the rollout
+                log.warning("tool %r: create failed for %s: %s: %s", name, instance_id, type(exc).__name__, exc)
+                metrics["tool/create_errors"] = metrics.get("tool/create_errors", 0.0) + 1
+
+    async def release(self, instance_id: str) -> None:
+        """Release every tool's instance for one trajectory (failures are ignored: the trajectory is done)."""
+        for tool in self.tools.values():
+            try:
+                await self._guarded(tool, tool.release(instance_id))
+            except Exception:  # noqa: BLE001 - a failing release must not stop the rollout
+                continue
+
+    async def _guarded(self, tool: Tool, coroutine: Any) -> Any:
+        timeout = float(tool.config.get("timeout", DEFAULT_TIMEOUT_S))
+        return await asyncio.wait_for(coroutine, timeout)
+
+    async def call(self, instance_id: str, call: ToolCall, metrics: dict[str, float]) -> ToolResult:
+        """Run one parsed call; every failure becomes an ``Error: ...`` response and a count in ``metrics``."""
+
+        def count(key: str, value: float = 1.0) -> None:
+            metrics[key] = metrics.get(key, 0.0) + value
+
+        count("tool/calls")
+        if call.error is not None:
+            count("tool/malformed")
+            return ToolResult(f"Error: malformed tool call: {call.error}")
+        tool = self.tools.get(call.name)
+        if tool is None:
+            count("tool/errors")
+            count("tool/unknown")
+            known = ", ".join(sorted(self.tools)) or "none"
+            return ToolResult(f"Error: unknown tool {call.name!r}; available tools: {known}")
+        start = time.perf_counter()
+        async with self._limit():
+            try:
+                result = await self._guarded(tool, tool.execute(instance_id, call.arguments))
+            except TimeoutError:
+                count("tool/errors")
+                count("tool/timeouts")
+                result = ToolResult(
+                    f"Error: tool {call.name!r} timed out after {tool.config.get('timeout', DEFAULT_TIMEOUT_S)} s"
+                )
+            except Exception as exc:  # noqa: BLE001 - a tool's failure is the model's feedback, not a crash
+                count("tool/errors")
+                result = ToolResult(f"Error: tool {call.name!r} failed: {type(exc).__name__}: {exc}")
+        count("tool/time_s", time.perf_counter() - start)
+        if isinstance(result, str):
+            result = ToolResult(result)
+        elif not isinstance(result, ToolResult):
+            count("tool/errors")
+            result = ToolResult(f"Error: tool {call.name!r} returned {type(result).__name__}, not text")
+        text, cut = truncate(str(result.text), self.max_response_length, self.truncate_side)
+        if cut:
+            count("tool/truncated")
+        for key, value in result.metrics.items():
+            count(f"tool/{call.name}/{key}", float(value))
+        return ToolResult(text, result.reward, result.metrics)

@@ -1,0 +1,122 @@
+"""Code scorer: run the model's program on a problem's test cases in the core sandbox; the score is the
+fraction of tests passed (data sources ``codecontests``, ``apps``, ``codeforces``, ``taco``, as in verl).
+
+The ground truth is a JSON string (or a dict) in the TACO/APPS layout::
+
+    {"inputs": ["1 2\\n", ...], "outputs": ["3\\n", ...]}            # standard input -> standard output
+    {"fn_name": "add", "inputs": [[1, 2], ...], "outputs": [3, ...]}  # call-based: fn(*args) == output
+
+optionally with ``"time_limit"`` (seconds of CPU time per test; wall time is twice that) and
+``"memory_limit"`` (MB). The program is the last fenced code block of the response (```` ```python ````
+preferred), else the whole response. Each test runs in :func:`rlcore.sandbox.run_python` — its own
+process in a throwaway directory, with CPU-time, wall-time, memory and output limits, no network, no writes
+outside that directory and no child processes. A test passes when the program exits normally and its output
+equals the expected output (compared line by line, ignoring trailing whitespace; call-based: equal as JSON
+values). After the first test that runs out of time or memory, the remaining tests are counted as failed
+without running, so a hanging program costs one wall-time limit per sample. Samples are scored concurrently
+by the reward manager's scorer processes (``reward_model.scorer_workers``), which bounds how many programs
+run at once; ``reward_model.scorer_timeout`` must exceed the limits of one test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from rlcore.errors import RLCoreError
+
+#: the limits of one test when the problem gives none (seconds of CPU time, MB of memory)
+DEFAULT_TIME_LIMIT_S = 5.0
+DEFAULT_MEMORY_LIMIT_MB = 512
+#: output the sandbox keeps of one test (bytes); longer output fails the test
+OUTPUT_LIMIT_BYTES = 1 << 16
+#: the most test cases run per sample (long test lists are cut, as verl's sandbox rewards do)
+MAX_TESTS = 64
+_FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+_CALL_HARNESS = """
+import json as _json, sys as _sys
+_args = _json.loads(_sys.stdin.read())
+_result = {fn}(*_args)
+print(_json.dumps(_result))
+"""
+
+
+def extract_program(solution_str: str) -> str:
+    """The last ```` ```python ```` block of the response, else its last fenced block, else all of it."""
+    blocks = _FENCE.findall(solution_str)
+    python = [code for lang, code in blocks if lang.lower() in ("python", "python3", "py")]
+    if python:
+        return python[-1]
+    return blocks[-1][1] if blocks else solution_str
+
+
+def parse_tests(ground_truth: Any) -> dict[str, Any]:
+    """The test cases of a ground truth (JSON string or dict); a malformed one is an :class:`RLCoreError`
+    (bad data, not a bad response)."""
+    try:
+        tests = json.loads(ground_truth) if isinstance(ground_truth, (str, bytes)) else ground_truth
+    except json.JSONDecodeError as exc:
+        raise RLCoreError(f"code scorer: the ground truth is not JSON ({exc}): {str(ground_truth)[:120]!r}") from exc
+    if not isinstance(tests, Mapping) or not isinstance(tests.get("inputs"), list):
+        raise RLCoreError(
+            "code scorer: the ground truth needs {'inputs': [...], 'outputs': [...]} (optionally 'fn_name'), "
+            f"got {str(ground_truth)[:120]!r}"
+        )
+    outputs = tests.get("outputs")
+    if not isinstance(outputs, list) or len(outputs) != len(tests["inputs"]):
+        raise RLCoreError("code scorer: the ground truth's 'outputs' must be a list as long as its 'inputs'")
+    return dict(tests)
+
+
+def _same_output(actual: str, expected: Any) -> bool:
+    """Line-by-line equality ignoring trailing whitespace and trailing blank lines."""
+    if isinstance(expected, list):
+        expected = "\n".join(str(line) for line in expected)
+
+    def lines(text: str) -> list[str]:
+        return [line.rstrip() for line in str(text).rstrip().splitlines()]
+
+    return lines(actual) == lines(expected)
+
+
+def _same_value(actual: str, expected: Any) -> bool:
+    """A call-based result (printed as JSON) equals the expected value; tuples compare as lists."""
+    try:
+        return json.loads(actual) == json.loads(json.dumps(expected))
+    except (json.JSONDecodeError, TypeError):
+        return False
+
+
+def score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, Any]:
+    """The fraction of the problem's tests the response's program passes, with ``passed``, ``tests`` and
+    ``status`` (the first failing test's sandbox status, or ``ok``) as extra information."""
+    from rlcore.sandbox import SandboxLimits, run_python
+
+    tests = parse_tests(ground_truth)
+    cpu = float(tests.get("time_limit") or DEFAULT_TIME_LIMIT_S)
+    limits = SandboxLimits(
+        cpu_seconds=cpu,
+        wall_seconds=2 * cpu,
+        memory_mb=int(tests.get("memory_limit") or DEFAULT_MEMORY_LIMIT_MB),
+        output_bytes=OUTPUT_LIMIT_BYTES,
+    )
+    program = extract_program(solution_str)
+    fn_name = tests.get("fn_name")
+    if fn_name:
+        program += _CALL_HARNESS.format(fn=fn_name)
+    cases = list(zip(tests["inputs"], tests["outputs"]))[:MAX_TESTS]
+    passed = 0
+    status = "ok"
+    for stdin, expected in cases:
+        result = run_python(program, stdin=json.dumps(stdin) if fn_name else str(stdin), limits=limits)
+        same = _same_value if fn_name else _same_output
+        if result.status == "ok" and not result.truncated and same(result.stdout, expected):
+            passed += 1
+            continue
+        status = status if status != "ok" else (result.status if result.status != "ok" else "wrong")
+        if result.status in ("timeout", "memory"):
+            break
+    total = len(cases)
+    return {"score": passed / total if total else 0.0, "passed": passed, "tests": total, "status": status}

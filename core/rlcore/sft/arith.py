@@ -1,0 +1,80 @@
+"""The bundled SFT task: the arithmetic task's prompts with their correct answers.
+
+``rlcore sft`` without data trains the arithmetic task's warm-started model (:mod:`rlcore.tasks.arith`,
+which answers mostly off by one) on the correct sums of the training prompts, validating on the held-out
+prompts; GRPO from the result (``rlcore run actor_rollout_ref.model.path=<checkpoint>/actor/huggingface``)
+then starts from a model that is mostly right.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlcore.config.compose import Source
+
+#: the columns of the SFT parquet files (``data.prompt_key``, ``data.response_key``)
+PROMPT_KEY = "prompt"
+RESPONSE_KEY = "response"
+#: the SFT files written beside the task's RL files
+SFT_FILES: dict[str, str] = {"train": "sft-train.parquet", "val": "sft-val.parquet"}
+
+
+def write_sft_data(task_dir: Path, out_dir: Path) -> dict[str, Path]:
+    """Write ``sft-train.parquet`` / ``sft-val.parquet`` into ``out_dir`` from the task's ``train.parquet`` and
+    ``test.parquet`` in ``task_dir``: ``prompt`` the user message (``"a+b="``), ``response`` its sum."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for split, source in (("train", "train.parquet"), ("val", "test.parquet")):
+        rows = pq.read_table(task_dir / source).to_pylist()
+        pairs = [
+            {PROMPT_KEY: row["prompt"][0]["content"], RESPONSE_KEY: str(row["reward_model"]["ground_truth"])}
+            for row in rows
+        ]
+        path = out_dir / SFT_FILES[split]
+        pq.write_table(pa.Table.from_pylist(pairs), path)
+        written[split] = path
+    return written
+
+
+def prepare_sft_assets() -> Path:
+    """Build the arithmetic task's assets (:func:`rlcore.tasks.arith.prepare_assets`, cached) and its SFT
+    files; returns the task's cache folder."""
+    from rlcore.tasks.arith import prepare_assets
+
+    root = prepare_assets()
+    if not all((root / name).is_file() for name in SFT_FILES.values()):
+        write_sft_data(root, root)
+    return root
+
+
+def bundled_source() -> Source:
+    """The settings of the bundled SFT run (a config source, overridden by files and ``key=value``)."""
+    from rlcore.tasks.arith import cache_dir
+
+    root = cache_dir()
+    settings: dict[str, Any] = {
+        "data": {
+            "train_files": str(root / SFT_FILES["train"]),
+            "val_files": str(root / SFT_FILES["val"]),
+            "prompt_key": PROMPT_KEY,
+            "response_key": RESPONSE_KEY,
+            "train_batch_size": 32,
+            "micro_batch_size_per_gpu": 32,
+            "max_length": 32,
+        },
+        "model": {"partial_pretrain": str(root / "base-model")},
+        "optim": {"lr": 1e-4, "weight_decay": 0.0, "lr_warmup_steps_ratio": 0.0, "lr_scheduler": "constant"},
+        "trainer": {
+            "total_training_steps": 30,
+            "test_freq": 10,
+            "device": "cpu",
+            "logger": [],
+            "project_name": "rlcore-default",
+            "experiment_name": "arith-sft",
+        },
+    }
+    return Source("bundled SFT task", settings)

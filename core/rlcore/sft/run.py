@@ -1,0 +1,177 @@
+"""``rlcore sft``: resolve and check the SFT config, then train, with ``rlcore run``'s run directory.
+
+Before any model loads this checks every key and value, the training backend (its ``check_config``), the
+trackers, the model folder and the batch arithmetic, reporting every problem at once; it then writes
+``config.yaml``, ``plugins.json`` and ``derived.json`` into ``trainer.runs_dir/<project>/<experiment>-<time>``,
+trains, and writes ``summary.json`` and the report there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from omegaconf import DictConfig
+
+from rlcore.config import Problems, config_to_yaml
+from rlcore.config.problems import ConfigError
+from rlcore.errors import RLCoreError
+from rlcore.plugins import PluginManager, load_plugins
+from rlcore.sft.config import (
+    ACTOR,
+    SFTBatchSizes,
+    load_sft_config,
+    lower_config,
+    sft_batch_sizes,
+    sft_key_names,
+    world_size,
+)
+
+
+def _given_data(files: list[str], overrides: list[str]) -> bool:
+    """Whether the command line names a config file or ``data.train_files``."""
+    return bool(files) or any(o.lstrip("+").startswith("data.train_files=") for o in overrides)
+
+
+def _check_backend(config: DictConfig, engine: DictConfig, manager: PluginManager) -> None:
+    """The training backend ``model.strategy`` exists and accepts the settings (``check_config``)."""
+    strategy = config.model.strategy
+    try:
+        backend = manager.registry.load("training_backend", strategy)
+    except RLCoreError as exc:
+        raise ConfigError(f"model.strategy={strategy}: {exc}") from exc
+    check = getattr(backend, "check_config", None)
+    if callable(check):
+        try:
+            check(engine, "actor", ACTOR, "actor_rollout_ref.model")
+        except RLCoreError as exc:
+            raise ConfigError(sft_key_names(str(exc))) from exc
+
+
+def _import_external_lib(config: DictConfig) -> None:
+    """Import ``model.external_lib`` (a module that registers custom models), naming the key on failure."""
+    name = config.model.external_lib
+    if not name:
+        return
+    try:
+        importlib.import_module(str(name))
+    except ImportError as exc:
+        raise ConfigError(f"model.external_lib={name}: cannot import it ({exc})") from exc
+
+
+def check_sft(config: DictConfig, manager: PluginManager, problems: Problems) -> tuple[DictConfig, SFTBatchSizes]:
+    """Everything that can be checked before a model loads; problems are recorded in ``problems``."""
+    from rlcore.tracking.external import preflight_trackers
+
+    engine: Any = None
+    sizes: Any = None
+    with problems.collect():
+        if not config.data.train_files:
+            raise ConfigError("data.train_files is not set: pass data.train_files=PATH (parquet or jsonl)")
+    with problems.collect():
+        if not config.model.partial_pretrain:
+            raise ConfigError("model.partial_pretrain is not set: pass model.partial_pretrain=MODEL_DIR")
+    known_backend = False
+    with problems.collect():
+        try:
+            manager.registry.get("training_backend", config.model.strategy)
+        except RLCoreError as exc:
+            raise ConfigError(f"model.strategy={config.model.strategy}: {exc}") from exc
+        known_backend = True
+    with problems.collect():
+        if known_backend:
+            engine, sizes = lower_config(config, manager)
+        else:  # the batch arithmetic without the backend's data-parallel layout
+            sft_batch_sizes(config, world_size(config))
+    if engine is not None:
+        with problems.collect():
+            _check_backend(config, engine, manager)
+    with problems.collect():
+        preflight_trackers(config, manager.registry)
+    with problems.collect():
+        _import_external_lib(config)
+    return engine, sizes
+
+
+def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) -> dict[str, float]:
+    """Everything ``rlcore sft`` does; returns the last metrics (empty for a dry run)."""
+    from rlcore.run import check_writable, make_run_dir
+
+    start = time.perf_counter()
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    manager = load_plugins()
+    for record in manager.problems():
+        click.echo(f"warning: plugin {record.name} [{record.status}]: {record.error}", err=True)
+    base = None
+    if not _given_data(files, overrides):
+        from rlcore.sft.arith import bundled_source
+
+        click.echo("No config file or data.train_files given: fine-tuning on the bundled arithmetic task.")
+        base = bundled_source()
+    problems = Problems()
+    config = load_sft_config(files, overrides, problems, base=base)
+    engine, sizes = check_sft(config, manager, problems)
+    problems.raise_if_any()
+    click.echo(sizes.summary(int(config.data.train_batch_size)))
+    if dry_run:
+        click.echo(config_to_yaml(config), nl=False)
+        return {}
+    if base is not None:
+        from rlcore.sft.arith import prepare_sft_assets
+
+        prepare_sft_assets()
+    from rlcore.model_check import check_model_paths
+
+    try:
+        check_model_paths(engine)
+    except RLCoreError as exc:
+        raise RLCoreError(sft_key_names(str(exc))) from exc
+    check_writable(Path(config.trainer.default_local_dir), "trainer.default_local_dir")
+    run_dir = make_run_dir(config)
+    (run_dir / "config.yaml").write_text(config_to_yaml(config))
+    (run_dir / "plugins.json").write_text(
+        json.dumps({r.name: {"version": r.version, "status": r.status} for r in manager.records.values()}, indent=2)
+    )
+    derived = {"dp_size": sizes.dp_size, "sequences_per_rank": sizes.per_rank, "micro_batch_size_per_gpu": sizes.micro}
+    (run_dir / "derived.json").write_text(json.dumps(derived, indent=2))
+    click.echo(f"run directory: {run_dir}")
+
+    from rlcore.sft.trainer import SFTTrainer
+
+    trainer = SFTTrainer(config, engine, sizes, run_dir)
+    status = "failed"
+    try:
+        last = trainer.fit()
+        status = "completed"
+    finally:
+        _summarise(run_dir, trainer.last, time.perf_counter() - start, status)
+    return last
+
+
+def _summarise(run_dir: Path, last: dict[str, float], wall: float, status: str) -> None:
+    """Print the validation-loss trend, write ``summary.json`` and the report."""
+    from rlcore.tracking.report import write_report
+    from rlcore.tracking.sinks import read_metrics
+
+    metrics_path = run_dir / "metrics.jsonl"
+    rows = read_metrics(metrics_path) if metrics_path.is_file() else []
+    points = [(row["step"], row["val/loss"]) for row in rows if row.get("val/loss") is not None]
+    click.echo("")
+    if points:
+        click.echo(f"val/loss: {points[0][1]:.4f} (step {points[0][0]}) -> {points[-1][1]:.4f} (step {points[-1][0]})")
+    (run_dir / "summary.json").write_text(
+        json.dumps({"status": status, "wall_time_s": round(wall, 1), "last": last}, indent=2, default=float)
+    )
+    click.echo(f"wall time: {wall:.1f} s")
+    click.echo(f"run directory: {run_dir}")
+    click.echo(f"metrics:       {metrics_path}")
+    try:
+        report = write_report([run_dir])
+        click.echo(f"report:        {report.html}")
+    except RLCoreError as exc:  # e.g. no step was logged
+        click.echo(f"report:        not written: {exc}")

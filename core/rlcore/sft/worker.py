@@ -1,0 +1,74 @@
+"""The SFT worker: rlcore's actor worker (role ``actor``: the trainable engine, no rollout, no reference)
+with a supervised step and a validation loss.
+
+Everything else — the training engine of ``actor_rollout_ref.actor.strategy``, the micro-batching and
+global loss normalisation of :func:`rlcore.workers.ppo_loop.ppo_update`, checkpoints with their
+``huggingface/`` export — is the actor worker's, so SFT and RL train the same code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlcore.algos.losses import agg_loss
+from rlcore.protocol import Batch
+from rlcore.workers.actor import ActorRolloutRefWorker
+from rlcore.workers.base import cpu_batch
+from rlcore.workers.engine import ModelOutput
+from rlcore.workers.ppo_loop import UpdateSettings, ppo_update
+
+
+class SFTWorker(ActorRolloutRefWorker):
+    """One rank of an SFT run (see the module docstring)."""
+
+    ROLES = ("actor",)
+
+    def train_batch(self, batch: Batch) -> Batch:
+        """One optimizer step on this rank's sequences: the token-mean negative log-likelihood of the
+        ``response_mask`` tokens over the whole global batch. Returns an empty Batch whose
+        ``meta["metrics"]`` holds ``train/loss`` (that mean, before the step), ``train/grad_norm``,
+        ``train/lr`` (the rate the step used) and ``train/grad_norm_nonfinite``."""
+        actor = self._actor_engine("train_batch")
+        totals = {"nll": 0.0, "tokens": 0.0}
+
+        def objective(micro: Batch, output: ModelOutput) -> tuple[torch.Tensor, dict[str, float]]:
+            """The micro-batch's token-mean NLL; its sum and token count are kept for ``train/loss``."""
+            mask = micro["response_mask"]
+            nll = -output.require("log_probs")
+            totals["nll"] += float((nll.detach() * mask).sum())
+            totals["tokens"] += float(mask.sum())
+            return agg_loss(nll, mask, "token-mean"), {}
+
+        settings = UpdateSettings(
+            sizes=self._require("actor", "train_batch", self.update_sizes),
+            epochs=1,
+            grad_clip=self.actor_config.get("grad_clip", None),
+            loss_agg_mode="token-mean",
+            prefix="train",
+            budget=self.update_budget,
+            budget_key="data.max_token_len_per_gpu",
+        )
+        with actor.resident():
+            metrics = ppo_update(actor, cpu_batch(batch), objective, settings)
+        nll = actor.all_reduce_sum(totals["nll"])
+        tokens = actor.all_reduce_sum(totals["tokens"])
+        metrics["train/loss"] = nll / tokens if tokens else float("nan")
+        metrics["train/lr"] = actor.lr_scheduler_step()
+        return Batch.from_dict({}, meta={"metrics": metrics})
+
+    def eval_loss(self, batch: Batch) -> Batch:
+        """The summed NLL and token count of ``response_mask`` tokens over every rank's part of ``batch``
+        (``val/nll_sum``, ``val/tokens`` in ``meta["metrics"]``), without gradients."""
+        actor = self._actor_engine("eval_loss")
+        batch.meta.setdefault("temperature", 1.0)
+        micro = self.update_sizes.micro if self.update_sizes else None
+        budget_key = "data.max_token_len_per_gpu"
+        log_probs, _ = self._log_probs(actor, batch, micro, self.update_budget, budget_key, with_entropy=False)
+        mask = batch["response_mask"]
+        metrics: dict[str, Any] = {
+            "val/nll_sum": actor.all_reduce_sum(float((-log_probs * mask).sum())),
+            "val/tokens": actor.all_reduce_sum(float(mask.sum())),
+        }
+        return Batch.from_dict({}, meta={"metrics": metrics})

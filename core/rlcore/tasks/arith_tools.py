@@ -1,0 +1,185 @@
+"""A bundled multi-turn task: multiply two 2-digit numbers, with a calculator tool (preset ``arith-tools-cpu``).
+
+A tiny model cannot multiply ``a*b`` itself, but it can copy the expression into a tool call and copy the
+tool's answer back. The run starts from a model warm-started (no download) on a **biased teacher** that calls
+the calculator only :data:`TEACHER_TOOL_RATE` of the time and otherwise guesses a nearby number, so greedy
+decoding guesses and is almost always wrong. GRPO with multi-turn rollouts rewards the trajectories that
+used the tool; the tool-call rate and with it the greedy validation reward rise.
+
+The conversation is rendered the way the agent loop builds it, token for token: the prompt, the assistant's
+``<tool_call>{...}</tool_call>`` and its end-of-turn token, the tool turn rendered alone through the chat
+template, the final answer. Assets (parquet files and the model) are cached under
+``$RLCORE_CACHE/arith-tools-<version>`` (default ``~/.cache/rlcore``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+from rlcore.tasks.arith import _write_parquet
+from rlcore.tasks.arith import cache_dir as _arith_cache_dir
+
+TASK_VERSION = "v1"
+DATA_SOURCE = "rlcore/arith_tools"
+LOW, HIGH = 10, 99
+N_TEST = 64
+TEACHER_TOOL_RATE = 0.3
+SFT_STEPS = 400
+SFT_BATCH = 64
+SFT_LR = 3e-3
+SEED = 4321
+
+_INT = re.compile(r"-?\d+")
+#: the task's tool YAML (verl's format): the calculator
+TOOL_CONFIG = Path(__file__).parent / "data" / "arith_tools.yaml"
+
+
+def score(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None) -> float:
+    """1.0 when the last integer of the response (the final answer, after any tool turn) is ``ground_truth``."""
+    numbers = _INT.findall(solution_str)
+    return 1.0 if numbers and numbers[-1] == str(ground_truth).strip() else 0.0
+
+
+def cache_dir() -> Path:
+    """Where the task's data and warm-started model live."""
+    return _arith_cache_dir().parent / f"arith-tools-{TASK_VERSION}"
+
+
+def tool_call_text(a: int, b: int) -> str:
+    """The assistant's Hermes tool call for ``a*b``."""
+    return "<tool_call>" + json.dumps({"name": "calculator", "arguments": {"expression": f"{a}*{b}"}}) + "</tool_call>"
+
+
+def _pairs() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    pairs = [(a, b) for a in range(LOW, HIGH + 1) for b in range(LOW, HIGH + 1)]
+    random.Random(SEED).shuffle(pairs)
+    return pairs[N_TEST:], pairs[:N_TEST]
+
+
+def _row(a: int, b: int, split: str, index: int) -> dict[str, Any]:
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": [{"role": "user", "content": f"{a}*{b}="}],
+        "ability": "arithmetic",
+        "reward_model": {"style": "rule", "ground_truth": str(a * b)},
+        "extra_info": {"split": split, "index": index},
+    }
+
+
+def cpu_preset() -> dict[str, Any]:
+    """The config fragment of the task (preset ``arith-tools-cpu``)."""
+    root = cache_dir()
+    return {
+        "data.train_files": str(root / "train.parquet"),
+        "data.val_files": str(root / "test.parquet"),
+        "data.train_batch_size": 16,
+        "data.max_prompt_length": 24,
+        "data.max_response_length": 48,
+        "actor_rollout_ref.model.path": str(root / "base-model"),
+        "actor_rollout_ref.rollout.name": "hf",
+        "actor_rollout_ref.rollout.n": 8,
+        "actor_rollout_ref.rollout.multi_turn.enable": True,
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": 3,
+        "actor_rollout_ref.rollout.multi_turn.max_parallel_calls": 8,
+        "actor_rollout_ref.rollout.multi_turn.tool_config_path": str(TOOL_CONFIG),
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 16,
+        "actor_rollout_ref.actor.optim.lr": 2e-5,
+        "actor_rollout_ref.actor.optim.weight_decay": 0.0,
+        "algorithm.adv_estimator": "grpo",
+        "trainer.device": "cpu",
+        "trainer.logger": [],
+        "trainer.total_training_steps": 30,
+        "trainer.test_freq": 5,
+        "trainer.project_name": "rlcore-default",
+        "trainer.experiment_name": "arith-tools-grpo",
+    }
+
+
+def _teacher_guess(a: int, b: int, rng: random.Random) -> int:
+    """A wrong but plausible product (the biased teacher's answer without the tool)."""
+    return a * b + rng.choice((-1, 1)) * rng.randint(1, 30)
+
+
+def _conversation_ids(tokenizer: Any, renderer: Any, a: int, b: int, rng: random.Random) -> tuple[list[int], list[int]]:
+    """One teacher conversation as token ids and its loss mask (1 on assistant tokens), built like a rollout."""
+    prompt = renderer.prompt_ids([{"role": "user", "content": f"{a}*{b}="}])
+    eos = [tokenizer.eos_token_id]
+    if rng.random() >= TEACHER_TOOL_RATE:
+        answer = renderer.encode(str(_teacher_guess(a, b, rng))) + eos
+        return prompt + answer, [0] * len(prompt) + [1] * len(answer)
+    call = renderer.encode(tool_call_text(a, b)) + eos
+    tool = renderer.continuation_ids([{"role": "tool", "content": str(a * b)}])
+    answer = renderer.encode(str(a * b)) + eos
+    ids = prompt + call + tool + answer
+    return ids, [0] * len(prompt) + [1] * len(call) + [0] * len(tool) + [1] * len(answer)
+
+
+def warm_start(model_dir: Path, pairs: list[tuple[int, int]]) -> None:
+    """Train a small Qwen2 model on the biased teacher and save it (with its tokenizer) to ``model_dir``."""
+    import torch
+
+    from rlcore.agents.render import ChatRenderer
+    from rlcore.testing.tiny import build_model, build_tokenizer, default_corpus
+
+    rng = random.Random(SEED)
+    corpus = default_corpus() + [tool_call_text(a, b) + f" {a * b}" for a, b in pairs[:2000]]
+    tokenizer = build_tokenizer(corpus)
+    renderer = ChatRenderer(tokenizer)
+    model = build_model(
+        tokenizer,
+        hidden_size=128,
+        intermediate_size=256,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        max_position_embeddings=128,
+        seed=SEED,
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=SFT_LR, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 40) * (1 - s / SFT_STEPS))
+    pad = tokenizer.pad_token_id
+    torch.manual_seed(SEED)
+    model.train()
+    for _ in range(SFT_STEPS):
+        rows = [
+            _conversation_ids(tokenizer, renderer, *pairs[rng.randrange(len(pairs))], rng) for _ in range(SFT_BATCH)
+        ]
+        width = max(len(ids) for ids, _ in rows)
+        input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in rows])
+        loss_mask = torch.tensor([mask + [0] * (width - len(mask)) for _, mask in rows])
+        attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in rows])
+        labels = input_ids.masked_fill(loss_mask == 0, -100)
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+
+
+def prepare_assets(config: Any = None) -> Path:
+    """Build the task's parquet files and warm-started model if they are not cached yet."""
+    root = cache_dir()
+    train_pairs, test_pairs = _pairs()
+    root.mkdir(parents=True, exist_ok=True)
+    if not (root / "train.parquet").exists() or not (root / "test.parquet").exists():
+        _write_parquet([_row(a, b, "train", i) for i, (a, b) in enumerate(train_pairs)], root / "train.parquet")
+        _write_parquet([_row(a, b, "test", i) for i, (a, b) in enumerate(test_pairs)], root / "test.parquet")
+    model_dir = root / "base-model"
+    if not (model_dir / "config.json").exists():
+        import shutil
+        import tempfile
+
+        print(f"building the warm-started base model for the tool task in {model_dir} (once)", flush=True)
+        tmp = Path(tempfile.mkdtemp(prefix="base-model-", dir=root))
+        warm_start(tmp, train_pairs)
+        shutil.rmtree(model_dir, ignore_errors=True)
+        tmp.rename(model_dir)
+    return root

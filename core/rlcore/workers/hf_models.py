@@ -1,0 +1,254 @@
+"""The Hugging Face models that training engines train: loading, activation checkpointing, the value model,
+and the teacher-forced log-probs and values of a micro-batch's response tokens (padded or packed, on one
+rank or split over a Ulysses sequence-parallel group, :mod:`rlcore.workers.sequence_parallel`).
+
+Shared by the engines of every backend that trains transformers models directly (FSDP, DeepSpeed), so
+that they compute the same numbers the same way.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from rlcore.algos import entropy_from_logits, logprobs_from_logits, sum_pi_squared_from_logits
+from rlcore.errors import RLCoreError
+from rlcore.protocol import Batch
+from rlcore.workers.engine import ModelOutput
+from rlcore.workers.packing import PackedBatch, pack_batch
+from rlcore.workers.sequence_parallel import (
+    SequenceParallel,
+    ShardedInput,
+    gather_sequence,
+    shard_packed,
+    shard_padded,
+)
+
+
+def load_pretrained(loader: Any, model_config: Mapping[str, Any], key: str, dtype: torch.dtype) -> nn.Module:
+    """``loader.from_pretrained`` for the model section at ``key`` (``path``, ``override_config``,
+    ``trust_remote_code``); a missing or unloadable path is an error naming ``key.path``."""
+    from transformers import AutoConfig
+
+    path = model_config.get("path", None)
+    if not path:
+        raise RLCoreError(f"{key}.path is not set: give a Hugging Face model directory or hub name")
+    trust = bool(model_config.get("trust_remote_code", False))
+    try:
+        hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
+        overrides: Any = model_config.get("override_config", None) or {}
+        if isinstance(overrides, DictConfig):
+            overrides = OmegaConf.to_container(overrides, resolve=True)
+        for name, value in overrides.items():
+            setattr(hf_config, name, value)
+        return loader.from_pretrained(path, config=hf_config, dtype=dtype, trust_remote_code=trust)
+    except (OSError, ValueError) as exc:
+        raise RLCoreError(f"{key}.path={path!r} cannot be loaded: {exc}") from exc
+
+
+def enable_activation_checkpointing(model: Any) -> None:
+    """Non-reentrant activation (gradient) checkpointing through the transformers API of this version."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def accepts_logits_to_keep(model: Any) -> bool:
+    """Whether ``model.forward`` can project only some positions to the vocabulary (``logits_to_keep``); a
+    wrapper that keeps the model as ``.module`` (a DeepSpeed engine) or a peft model is looked through."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = getattr(base, "module", base)
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
+
+
+def _sharded(
+    model: nn.Module, batch: Batch, remove_padding: bool, key: str, sp: SequenceParallel
+) -> tuple[ShardedInput, PackedBatch | None]:
+    """This rank's slice of ``batch`` (packed first with ``remove_padding``) and the packing, if any; the
+    mask in the dtype of ``model``'s parameters."""
+    dtype = next(model.parameters()).dtype
+    if remove_padding:
+        packed = pack_batch(batch, key)
+        return shard_packed(packed, sp, dtype), packed
+    return shard_padded(batch, sp, dtype), None
+
+
+def _responses(whole: torch.Tensor, batch: Batch, packed: PackedBatch | None) -> torch.Tensor:
+    """``[B, R]`` from per-position results ``whole`` ``[B, T']`` (or ``[1, nnz']`` packed): the outputs
+    at positions ``P−1 … P+R−2``, which predict the response tokens."""
+    if packed is not None:
+        return packed.unpack(whole[0, packed.keep_index])
+    total, length = batch["input_ids"].shape[1], batch["responses"].shape[1]
+    return whole[:, total - length - 1 : total - 1]
+
+
+def _from_logits(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    restore: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    with_entropy: bool,
+    with_sum_pi_squared: bool,
+) -> ModelOutput:
+    """The per-token outputs of tempered ``logits`` ``[..., V]`` that predict ``labels``, each brought to
+    ``[B, R]`` by ``restore``."""
+    return ModelOutput(
+        log_probs=restore(logprobs_from_logits(logits, labels)),
+        entropy=restore(entropy_from_logits(logits)) if with_entropy else None,
+        sum_pi_squared=restore(sum_pi_squared_from_logits(logits)) if with_sum_pi_squared else None,
+    )
+
+
+def response_outputs(
+    model: nn.Module,
+    batch: Batch,
+    temperature: float,
+    *,
+    with_entropy: bool,
+    with_sum_pi_squared: bool = False,
+    remove_padding: bool = False,
+    remove_padding_key: str = "actor_rollout_ref.model.use_remove_padding",
+    sp: SequenceParallel | None = None,
+) -> ModelOutput:
+    """Teacher-forced log-probs of ``batch["responses"]`` under ``model`` and, when asked, the entropy and
+    ``Σπ²`` of each next-token distribution, all ``[B, R]`` float32.
+
+    The logits at positions ``P−1 … P+R−2`` predict the ``R`` response tokens; they are divided by
+    ``temperature`` before the softmax so that they describe the distribution the rollout sampled from.
+    Only those positions are projected to the vocabulary when the model supports ``logits_to_keep``.
+
+    With ``remove_padding`` the batch runs packed into one row without padding
+    (:func:`rlcore.workers.packing.pack_batch`); response positions that are not attended then get 0.
+    Without it they hold whatever the padded forward gives. Either way only positions inside the
+    attention mask are meaningful. With ``sp`` the model (switched to Ulysses attention by
+    :func:`rlcore.workers.sequence_parallel.install`) runs on this rank's slice of the sequence: each rank
+    projects only its slice to the vocabulary and the per-token results are gathered over the group.
+    """
+    wanted = {"with_entropy": with_entropy, "with_sum_pi_squared": with_sum_pi_squared}
+    if sp is not None:
+        inputs, packed = _sharded(model, batch, remove_padding, remove_padding_key, sp)
+        logits = model(**inputs.model_kwargs(), use_cache=False).logits.float() / temperature
+        return _from_logits(
+            logits, inputs.labels, lambda t: _responses(gather_sequence(t, sp, dim=1), batch, packed), **wanted
+        )
+    keep = accepts_logits_to_keep(model)
+    if remove_padding:
+        packed = pack_batch(batch, remove_padding_key)
+        kwargs: dict[str, Any] = {"logits_to_keep": packed.keep_index} if keep else {}
+        logits = model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False, **kwargs).logits
+        logits = (logits[0] if keep else logits[0, packed.keep_index]).float() / temperature
+        return _from_logits(logits, batch["responses"][packed.rows, packed.cols], packed.unpack, **wanted)
+    length = batch["responses"].shape[1]
+    kwargs = {
+        "input_ids": batch["input_ids"],
+        "attention_mask": batch["attention_mask"],
+        "position_ids": batch["position_ids"],
+        "use_cache": False,
+    }
+    if keep:
+        kwargs["logits_to_keep"] = length + 1
+    logits = model(**kwargs).logits
+    logits = logits[:, :-1] if keep else logits[:, -length - 1 : -1]
+    return _from_logits(logits.float() / temperature, batch["responses"], lambda t: t, **wanted)
+
+
+def response_log_probs(
+    model: nn.Module,
+    batch: Batch,
+    temperature: float,
+    *,
+    with_entropy: bool,
+    remove_padding: bool = False,
+    remove_padding_key: str = "actor_rollout_ref.model.use_remove_padding",
+    sp: SequenceParallel | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The log-probs and (``with_entropy``) entropies of :func:`response_outputs`, both ``[B, R]``."""
+    out = response_outputs(
+        model,
+        batch,
+        temperature,
+        with_entropy=with_entropy,
+        remove_padding=remove_padding,
+        remove_padding_key=remove_padding_key,
+        sp=sp,
+    )
+    return out.require("log_probs"), out.entropy
+
+
+class ValueModel(nn.Module):
+    """A transformer backbone (``AutoModel``, no LM head) with a zero-initialised ``Linear(hidden, 1)`` head.
+
+    Works for any decoder ``AutoModel`` loads (unlike ``AutoModelForTokenClassification``, which not every
+    architecture has); the zero head makes every initial value 0.
+    """
+
+    def __init__(self, backbone: Any) -> None:
+        """Wrap ``backbone`` (a transformers model) and add the value head in the backbone's dtype."""
+        super().__init__()
+        self.backbone = backbone
+        self.config: Any = backbone.config
+        hidden = self.config.get_text_config().hidden_size
+        dtype = next(backbone.parameters()).dtype
+        self.value_head = nn.Linear(hidden, 1, dtype=dtype)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | dict[str, torch.Tensor] | None,
+        position_ids: torch.Tensor,
+        keep_last: int = 0,
+        keep_index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Values ``[B, T, 1]`` of every position, of the last ``keep_last`` positions when it is > 0, or
+        of the positions ``keep_index`` (along the sequence) when it is given.
+
+        ``attention_mask`` is None for a packed row (:mod:`rlcore.workers.packing`) and a ready mask
+        mapping under sequence parallelism. A module wrapped by FSDP2 must not return a view, so the
+        trailing dimension is kept (no ``squeeze``) and the bias is added out of place (``Linear`` on a
+        contiguous 3-D input returns a view of its matmul).
+        """
+        hidden = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
+        if keep_index is not None:
+            hidden = hidden[:, keep_index]
+        elif keep_last:
+            hidden = hidden[:, -keep_last:]
+        return nn.functional.linear(hidden, self.value_head.weight) + self.value_head.bias
+
+
+def response_values(
+    model: nn.Module,
+    batch: Batch,
+    *,
+    remove_padding: bool = False,
+    remove_padding_key: str = "critic.model.use_remove_padding",
+    sp: SequenceParallel | None = None,
+) -> torch.Tensor:
+    """Float32 values ``[B, R]`` at positions ``P−1 … P+R−2`` (the states before each response token).
+
+    With ``remove_padding`` the batch runs packed into one row (:func:`rlcore.workers.packing.pack_batch`)
+    and response positions outside the attention mask get 0. With ``sp`` each rank of the group computes
+    the values of its slice of the sequence and they are gathered.
+    """
+    if sp is not None:
+        inputs, packed = _sharded(model, batch, remove_padding, remove_padding_key, sp)
+        kwargs = inputs.model_kwargs()
+        local = model(kwargs["input_ids"], kwargs["attention_mask"], kwargs["position_ids"])[..., 0].float()
+        return _responses(gather_sequence(local, sp, dim=1), batch, packed)
+    if remove_padding:
+        packed = pack_batch(batch, remove_padding_key)
+        values = model(packed.input_ids, None, packed.position_ids, keep_index=packed.keep_index)
+        return packed.unpack(values[0, :, 0].float())
+    length = batch["responses"].shape[1]
+    values = model(batch["input_ids"], batch["attention_mask"], batch["position_ids"], keep_last=length + 1)
+    return values[:, :-1, 0].float()

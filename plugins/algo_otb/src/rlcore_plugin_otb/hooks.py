@@ -1,0 +1,21 @@
+"""rlcore hooks of the OTB plugin. Imports no torch: the estimator is registered as a lazy target."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlcore import hookimpl
+
+
+@hookimpl
+def register_advantage_estimators(register: Any) -> None:
+    """Register ``optimal_token_baseline``: reward-to-go minus a per-token baseline weighted by realized
+    energy. It reads the old log-probs and the actor's Σπ² (``actor.calculate_sum_pi_squared=true``) and, with
+    rollout importance sampling on, the IS weights."""
+    register(
+        "optimal_token_baseline",
+        "rlcore_plugin_otb.advantage:compute_optimal_token_baseline_advantage",
+        description="OTB: G_t - sum(G_t W_t)/sum(W_t) over the prompt's responses, W_t = cumulative 1-2pi+sum(pi^2)",
+        batch_keys=("old_log_probs", "sum_pi_squared"),
+        optional_batch_keys=("rollout_is_weights",),
+    )

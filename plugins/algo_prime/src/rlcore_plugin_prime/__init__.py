@@ -1,0 +1,1 @@
+"""PRIME (Process Reinforcement through IMplicit rEwards) for rlcore."""

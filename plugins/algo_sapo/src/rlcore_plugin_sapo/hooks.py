@@ -1,0 +1,27 @@
+"""rlcore hooks of the SAPO plugin: the loss (a lazy target, no torch here) and its two temperature keys."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from rlcore import hookimpl
+
+#: verl's SAPO keys and defaults: the gate temperatures for positive and non-positive advantages
+CONFIG_DEFAULTS: dict[str, Any] = {"actor_rollout_ref": {"actor": {"tau_pos": 1.0, "tau_neg": 1.05}}}
+
+
+@hookimpl
+def register_policy_losses(register: Any) -> None:
+    """Register the ``sapo`` policy loss (a smooth sigmoid gate on the ratio instead of a hard clip)."""
+    register(
+        "sapo",
+        "rlcore_plugin_sapo.loss:sapo_policy_loss",
+        description="SAPO: -sigmoid(tau·(ratio-1))·(4/tau)·A, seq-mean-token-mean",
+    )
+
+
+@hookimpl
+def config_defaults() -> dict[str, Any]:
+    """Declare ``actor_rollout_ref.actor.tau_pos`` (1.0) and ``tau_neg`` (1.05), verl's SAPO temperatures."""
+    return copy.deepcopy(CONFIG_DEFAULTS)

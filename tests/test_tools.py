@@ -1,0 +1,318 @@
+"""Tools, the Hermes parser and the tool executor: every bad input is contained and counted, never a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlcore.agents.builtin_tools import CalculatorTool, Gsm8kTool, evaluate_arithmetic
+from rlcore.agents.parsers import HermesToolParser, ToolCall
+from rlcore.agents.tools import Tool, ToolExecutor, ToolResult, load_tools, truncate
+from rlcore.errors import RLCoreError
+from rlcore.testing.contracts import InteractionContract, ToolContract, ToolParserContract
+
+VERL_TOOL_YAML = (
+    Path(__file__).parent / "verl_examples/examples/sglang_multiturn/config/tool_config/gsm8k_tool_config.yaml"
+)
+
+
+def schema(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "description": name, "parameters": {"type": "object"}}}
+
+
+class Raises(Tool):
+    async def execute(self, instance_id: str, arguments: dict[str, Any]) -> str:
+        raise ValueError("boom")
+
+
+class Hangs(Tool):
+    async def execute(self, instance_id: str, arguments: dict[str, Any]) -> str:
+        await asyncio.sleep(3600)
+        return "never"
+
+
+class Floods(Tool):
+    async def execute(self, instance_id: str, arguments: dict[str, Any]) -> str:
+        return "x" * 10_000_000
+
+
+class Sleeps(Tool):
+    """Sleeps ``arguments["s"]`` seconds and records how many calls overlap."""
+
+    running = 0
+    peak = 0
+
+    async def execute(self, instance_id: str, arguments: dict[str, Any]) -> ToolResult:
+        type(self).running += 1
+        type(self).peak = max(type(self).peak, type(self).running)
+        await asyncio.sleep(arguments["s"])
+        type(self).running -= 1
+        return ToolResult("slept", reward=0.5, metrics={"naps": 1.0})
+
+
+def executor(max_parallel: int = 4, limit: int = 256) -> ToolExecutor:
+    tools: dict[str, Tool] = {
+        "raises": Raises({}, schema("raises")),
+        "hangs": Hangs({"timeout": 0.2}, schema("hangs")),
+        "floods": Floods({}, schema("floods")),
+        "sleeps": Sleeps({}, schema("sleeps")),
+        "calculator": CalculatorTool(),
+    }
+    return ToolExecutor(tools, max_parallel, limit, "middle")
+
+
+def call(ex: ToolExecutor, tool_call: ToolCall) -> tuple[ToolResult, dict[str, float]]:
+    metrics: dict[str, float] = {}
+    return asyncio.run(ex.call("t0", tool_call, metrics)), metrics
+
+
+# ------------------------------------------------------------------ parser
+def test_hermes_parses_calls_and_reports_malformed_ones() -> None:
+    parser = HermesToolParser()
+    text = (
+        'think <tool_call>\n{"name": "calculator", "arguments": {"expression": "1+2"}}\n</tool_call>'
+        '<tool_call>{"name": "calculator", "arguments": "{\\"expression\\": \\"3\\"}"}</tool_call>'
+    )
+    assert parser.parse(text) == [
+        ToolCall("calculator", {"expression": "1+2"}),
+        ToolCall("calculator", {"expression": "3"}),
+    ]
+    assert parser.parse("no calls here") == []
+    (bad_json,) = parser.parse('<tool_call>{"name": "calculator", </tool_call>')
+    assert bad_json.error is not None and "not valid JSON" in bad_json.error
+    (no_name,) = parser.parse('<tool_call>["calculator"]</tool_call>')
+    assert no_name.error is not None and '"name"' in no_name.error
+    (bad_args,) = parser.parse('<tool_call>{"name": "c", "arguments": [1]}</tool_call>')
+    assert bad_args.error is not None and "arguments" in bad_args.error
+    (unclosed,) = parser.parse('<tool_call>{"name": "calculator", "arguments": {}}')
+    assert unclosed.error is not None and "not closed" in unclosed.error
+
+
+# ------------------------------------------------------------------ executor: each failure contained
+def test_malformed_call_becomes_an_error_message() -> None:
+    result, metrics = call(executor(), ToolCall("", error="the tool call is not valid JSON"))
+    assert result.text.startswith("Error: malformed tool call")
+    assert metrics["tool/malformed"] == 1 and metrics["tool/calls"] == 1
+
+
+def test_unknown_tool_names_the_available_ones() -> None:
+    result, metrics = call(executor(), ToolCall("searh", {}))
+    assert "unknown tool 'searh'" in result.text and "calculator" in result.text
+    assert metrics["tool/unknown"] == 1 and metrics["tool/errors"] == 1
+
+
+def test_tool_that_raises() -> None:
+    result, metrics = call(executor(), ToolCall("raises", {}))
+    assert result.text == "Error: tool 'raises' failed: ValueError: boom"
+    assert metrics["tool/errors"] == 1
+
+
+def test_tool_that_hangs_is_timed_out() -> None:
+    start = time.perf_counter()
+    result, metrics = call(executor(), ToolCall("hangs", {}))
+    assert time.perf_counter() - start < 60  # the 3600 s sleep was cut
+    assert "timed out after 0.2 s" in result.text
+    assert metrics["tool/timeouts"] == 1 and metrics["tool/errors"] == 1
+
+
+def test_tool_that_prints_10_mb_is_truncated() -> None:
+    result, metrics = call(executor(limit=100), ToolCall("floods", {}))
+    assert len(result.text) == 100 and "...(truncated)..." in result.text
+    assert metrics["tool/truncated"] == 1
+
+
+@pytest.mark.parametrize("side", ["left", "right", "middle"])
+def test_truncate_sides(side: str) -> None:
+    text, cut = truncate("a" * 50 + "b" * 50, 40, side)
+    assert cut and len(text) == 40
+    assert text.startswith("a") == (side != "left") and text.endswith("b") == (side != "right")
+    assert truncate("short", 40, side) == ("short", False)
+
+
+def test_calls_run_concurrently_up_to_max_parallel_calls() -> None:
+    ex = executor(max_parallel=3)
+    Sleeps.running = Sleeps.peak = 0
+    metrics: dict[str, float] = {}
+
+    async def many() -> list[ToolResult]:
+        return await asyncio.gather(*(ex.call(f"t{i}", ToolCall("sleeps", {"s": 0.05}), metrics) for i in range(7)))
+
+    results = asyncio.run(many())
+    assert Sleeps.peak == 3  # concurrent, and never more than max_parallel_calls
+    Sleeps.peak = 0
+    asyncio.run(many())  # the next rollout runs its own event loop: the bound still holds there
+    assert Sleeps.peak == 3
+    assert [r.reward for r in results] == [0.5] * 7
+    assert metrics["tool/sleeps/naps"] == 14 and metrics["tool/calls"] == 14
+
+
+# ------------------------------------------------------------------ built-in tools
+def test_calculator_is_exact_and_refuses_code() -> None:
+    assert evaluate_arithmetic("123456789*987654321") == 121932631112635269
+    assert evaluate_arithmetic("(7+5)//5 - -2**3") == 10
+    for bad in ("__import__('os').system('id')", "9**9**9", "1/0", "a+1", ""):
+        with pytest.raises(ValueError):
+            evaluate_arithmetic(bad)
+    result, _ = call(executor(), ToolCall("calculator", {"expression": "open('x')"}))
+    assert result.text.startswith("Error:")
+    result, _ = call(executor(), ToolCall("calculator", {"expression": "1234*5678"}))
+    assert result.text == "7006652"
+
+
+def test_verl_gsm8k_tool_yaml_loads_unchanged_and_rewards_the_right_answer() -> None:
+    tools = load_tools(str(VERL_TOOL_YAML))
+    (tool,) = tools.values()
+    assert isinstance(tool, Gsm8kTool) and tool.name == "calc_gsm8k_reward"
+    assert tool.openai_schema()["function"]["parameters"]["required"] == ["answer"]
+
+    async def episode(answer: str) -> ToolResult:
+        await tool.create("e", ground_truth="72")
+        result = await tool.execute("e", {"answer": answer})
+        await tool.release("e")
+        return result if isinstance(result, ToolResult) else ToolResult(result)
+
+    assert asyncio.run(episode("The answer is 72")).reward == 1.0
+    assert asyncio.run(episode("71")).reward == 0.0
+
+
+def test_tool_yaml_class_name_may_be_a_dotted_path(tmp_path: Path) -> None:
+    path = tmp_path / "tools.yaml"
+    path.write_text("tools:\n  - class_name: rlcore.agents.builtin_tools.CalculatorTool\n    config: {timeout: 3}\n")
+    tool = load_tools(str(path))["calculator"]
+    assert isinstance(tool, CalculatorTool) and tool.config == {"timeout": 3}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("tools:\n  - class_name: no_such_tool\n", "tools[0]: unknown tool 'no_such_tool'"),
+        ("tools:\n  - class_name: my_pkg.missing.Tool\n", "neither a registered tool"),
+        ("tools:\n  - config: {}\n", "tools[0]: each tool needs a class_name"),
+        ("tool: []\n", "expected a top-level 'tools:' list"),
+        ("tools: [\n", "not valid YAML"),
+        (
+            "tools:\n  - class_name: calculator\n  - class_name: calculator\n",
+            "tools[1]: a second tool named 'calculator'",
+        ),
+    ],
+)
+def test_bad_tool_yaml_names_the_file_and_entry(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "tools.yaml"
+    path.write_text(text)
+    with pytest.raises(RLCoreError, match="tools.yaml") as info:
+        load_tools(str(path))
+    assert message in str(info.value)
+
+
+def test_missing_tool_yaml() -> None:
+    with pytest.raises(RLCoreError, match="multi_turn.tool_config_path=/nonexistent.yaml: no such file"):
+        load_tools("/nonexistent.yaml")
+
+
+# ------------------------------------------------------------------ contract suites of the built-ins
+
+
+class TestCalculatorContract(ToolContract):
+    component_name = "calculator"
+    example_arguments = {"expression": "12*34"}
+
+
+class TestGsm8kToolContract(ToolContract):
+    component_name = "verl.tools.gsm8k_tool.Gsm8kTool"
+    example_arguments = {"answer": "72"}
+    create_kwargs = {"ground_truth": "72"}
+
+
+class TestHermesContract(ToolParserContract):
+    component_name = "hermes"
+    example_text = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+2"}}\n</tool_call>'
+
+
+class TestGsm8kInteractionContract(InteractionContract):
+    component_name = "gsm8k"
+    interaction_kwargs = {"ground_truth": "3"}
+
+
+# ------------------------------------------------------------------ the code interpreter on the core sandbox
+HOSTILE = {
+    "network": "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)\nprint('connected')",
+    "write outside": "open('/tmp/rlcore-escape-test.txt', 'w').write('x')\nprint('wrote')",
+    "fork bomb": "import os\nwhile True:\n    os.fork()",
+    "memory hog": "x = bytearray(4 * 1024**3)\nprint(len(x))",
+    "endless loop": "while True:\n    pass",
+    "flood": "print('y' * 10_000_000)",
+}
+
+
+def interpreter(limit: int = 512) -> ToolExecutor:
+    from rlcore.agents.builtin_tools import CodeInterpreterTool
+
+    tool = CodeInterpreterTool({"cpu_seconds": 2, "wall_seconds": 4, "memory_mb": 256, "timeout": 20})
+    return ToolExecutor({tool.name: tool}, 4, limit, "right")
+
+
+def test_code_interpreter_runs_code() -> None:
+    result, metrics = call(interpreter(), ToolCall("code_interpreter", {"code": "print(sum(range(10**6)))"}))
+    assert result.text.strip() == "499999500000"
+    assert metrics["tool/code_interpreter/status_ok"] == 1
+
+
+def test_code_interpreter_contains_escape_attempts() -> None:
+    """Every hostile program comes back as a message to the model; the rollout's event loop is never stuck."""
+    ex = interpreter()
+    metrics: dict[str, float] = {}
+
+    async def all_at_once() -> list[ToolResult]:
+        calls = [ToolCall("code_interpreter", {"code": code}) for code in HOSTILE.values()]
+        return await asyncio.gather(*(ex.call(f"h{i}", c, metrics) for i, c in enumerate(calls)))
+
+    start = time.perf_counter()
+    results = dict(zip(HOSTILE, asyncio.run(all_at_once())))
+    assert time.perf_counter() - start < 120  # the endless loop and the fork bomb were stopped
+    assert not Path("/tmp/rlcore-escape-test.txt").exists()
+    for name in ("network", "write outside", "fork bomb"):
+        assert "Error (blocked)" in results[name].text, (name, results[name].text)
+    assert "Error (memory)" in results["memory hog"].text or "MemoryError" in results["memory hog"].text
+    assert "Error (timeout)" in results["endless loop"].text
+    assert len(results["flood"].text) <= 512 and metrics["tool/truncated"] >= 1
+    assert metrics.get("tool/errors", 0.0) == 0  # each was answered by the tool itself, none raised
+
+
+def test_code_interpreter_limits_are_checked_when_the_yaml_loads(tmp_path: Path) -> None:
+    path = tmp_path / "tools.yaml"
+    path.write_text("tools:\n  - class_name: code_interpreter\n    config: {memory_mb: -1}\n")
+    with pytest.raises(
+        RLCoreError, match="tools\\[0\\]: code_interpreter config: SandboxLimits.memory_mb must be positive"
+    ):
+        load_tools(str(path))
+
+
+class TestCodeInterpreterContract(ToolContract):
+    component_name = "code_interpreter"
+    example_arguments = {"code": "print(6*7)"}
+
+
+class FailsToStart(Tool):
+    async def create(self, instance_id: str, **kwargs: Any) -> None:
+        raise ConnectionError("no server")
+
+    async def execute(self, instance_id: str, arguments: dict[str, Any]) -> str:
+        return "answered anyway"
+
+
+def test_a_tool_whose_create_fails_does_not_stop_the_trajectory() -> None:
+    ex = ToolExecutor({"fails": FailsToStart({}, schema("fails"))}, 1, 100, "middle")
+    metrics: dict[str, float] = {}
+
+    async def trajectory() -> ToolResult:
+        await ex.create("t", {}, metrics)
+        result = await ex.call("t", ToolCall("fails", {}), metrics)
+        await ex.release("t")
+        return result
+
+    assert asyncio.run(trajectory()).text == "answered anyway"
+    assert metrics["tool/create_errors"] == 1
