@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlcore.agents.settings import MULTI_TURN_KEY
-from rlcore.agents.tools import _plain, _read_yaml, resolve_class
+from rlcore.agents.tools import _plain, class_entries
 from rlcore.errors import RLCoreError
 
 __all__ = ["Gsm8kInteraction", "Interaction", "InteractionTurn", "load_interactions"]
@@ -56,16 +56,8 @@ class Interaction:
 def load_interactions(path: str) -> dict[str, Interaction]:
     """The interactions of verl's interaction YAML at ``path``, by name."""
     key = f"{MULTI_TURN_KEY}.interaction_config_path"
-    data = _read_yaml(path, key)
-    entries = data.get("interaction") if isinstance(data, Mapping) else None
-    if not isinstance(entries, list):
-        raise RLCoreError(f"{key}={path}: expected a top-level 'interaction:' list")
     found: dict[str, Interaction] = {}
-    for i, entry in enumerate(entries):
-        where = f"{path}: interaction[{i}]"
-        if not isinstance(entry, Mapping) or not entry.get("class_name"):
-            raise RLCoreError(f"{where}: each interaction needs a class_name")
-        cls = resolve_class("interaction", str(entry["class_name"]), where)
+    for where, entry, cls in class_entries(path, key, "interaction", "interaction"):
         name = str(entry.get("name") or cls.__name__)
         if name in found:
             raise RLCoreError(f"{where}: a second interaction named {name!r}")

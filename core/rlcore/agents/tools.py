@@ -15,7 +15,7 @@ import asyncio
 import importlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,19 +125,24 @@ def _read_yaml(path: str, key: str) -> Any:
         raise RLCoreError(f"{key}={path}: not valid YAML ({exc})") from exc
 
 
+def class_entries(path: str, key: str, list_key: str, kind: str) -> Iterator[tuple[str, Mapping[str, Any], type]]:
+    """The entries of the top-level ``list_key`` list of verl's YAML file at ``path`` (config key ``key``),
+    each as (its location for errors, the entry, its ``class_name`` resolved as a ``kind``)."""
+    data = _read_yaml(path, key)
+    entries = data.get(list_key) if isinstance(data, Mapping) else None
+    if not isinstance(entries, list):
+        raise RLCoreError(f"{key}={path}: expected a top-level '{list_key}:' list")
+    for i, entry in enumerate(entries):
+        where = f"{path}: {list_key}[{i}]"
+        if not isinstance(entry, Mapping) or not entry.get("class_name"):
+            raise RLCoreError(f"{where}: each {kind} needs a class_name")
+        yield where, entry, resolve_class(kind, str(entry["class_name"]), where)
+
+
 def load_tools(path: str) -> dict[str, Tool]:
     """The tools of verl's tool YAML at ``path`` (``tools: [{class_name, config, tool_schema}]``) by name."""
-    key = f"{MULTI_TURN_KEY}.tool_config_path"
-    data = _read_yaml(path, key)
-    entries = data.get("tools") if isinstance(data, Mapping) else None
-    if not isinstance(entries, list):
-        raise RLCoreError(f"{key}={path}: expected a top-level 'tools:' list")
     tools: dict[str, Tool] = {}
-    for i, entry in enumerate(entries):
-        where = f"{path}: tools[{i}]"
-        if not isinstance(entry, Mapping) or not entry.get("class_name"):
-            raise RLCoreError(f"{where}: each tool needs a class_name")
-        cls = resolve_class("tool", str(entry["class_name"]), where)
+    for where, entry, cls in class_entries(path, f"{MULTI_TURN_KEY}.tool_config_path", "tools", "tool"):
         try:
             tool = cls(_plain(entry.get("config") or {}), _plain(entry.get("tool_schema")))
         except RLCoreError as exc:

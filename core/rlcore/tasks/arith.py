@@ -22,6 +22,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rlcore.tasks.warm_start import MaskedRows, build_task_assets, task_model, train_on_masked_rows
+
 TASK_VERSION = "v1"
 DATA_SOURCE = "rlcore/arith"
 MAX_OPERAND = 19
@@ -90,13 +92,6 @@ def cpu_preset() -> dict[str, Any]:
     }
 
 
-def _write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    pq.write_table(pa.Table.from_pylist(rows), path)
-
-
 def _teacher_answer(a: int, b: int, rng: random.Random) -> int:
     u = rng.random()
     if u < TEACHER_CORRECT:
@@ -108,23 +103,12 @@ def _teacher_answer(a: int, b: int, rng: random.Random) -> int:
 
 def warm_start(model_dir: Path, pairs: list[tuple[int, int]]) -> None:
     """Train a small Qwen2 model on the biased teacher and save it (with its tokenizer) to ``model_dir``."""
-    import torch
-
-    from rlcore.testing.tiny import build_model, build_tokenizer, default_corpus
+    from rlcore.testing.tiny import build_tokenizer, default_corpus
 
     rng = random.Random(SEED)
     corpus = default_corpus() + [f"{a}+{b}={a + b}" for a, b in pairs]
     tokenizer = build_tokenizer(corpus)
-    model = build_model(
-        tokenizer,
-        hidden_size=128,
-        intermediate_size=256,
-        num_layers=4,
-        num_heads=4,
-        num_kv_heads=2,
-        max_position_embeddings=64,
-        seed=SEED,
-    )
+    model = task_model(tokenizer, max_position_embeddings=64, seed=SEED)
     prompts = [
         tokenizer.apply_chat_template(
             [{"role": "user", "content": f"{a}+{b}="}], add_generation_prompt=True, tokenize=False
@@ -132,54 +116,28 @@ def warm_start(model_dir: Path, pairs: list[tuple[int, int]]) -> None:
         for a, b in pairs
     ]
     prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=SFT_LR, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 50) * (1 - s / SFT_STEPS))
-    pad = tokenizer.pad_token_id
-    torch.manual_seed(SEED)
-    model.train()
-    for _ in range(SFT_STEPS):
-        batch = [rng.randrange(len(pairs)) for _ in range(SFT_BATCH)]
-        seqs, labels = [], []
-        for i in batch:
+
+    def sample_batch() -> MaskedRows:
+        rows = []
+        for i in [rng.randrange(len(pairs)) for _ in range(SFT_BATCH)]:
             a, b = pairs[i]
             answer = tokenizer(str(_teacher_answer(a, b, rng)), add_special_tokens=False)["input_ids"]
-            ids = prompt_ids[i] + answer + [tokenizer.eos_token_id]
-            seqs.append(ids)
-            labels.append([-100] * len(prompt_ids[i]) + answer + [tokenizer.eos_token_id])
-        width = max(map(len, seqs))
-        input_ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])
-        label_ids = torch.tensor([lab + [-100] * (width - len(lab)) for lab in labels])
-        mask = (label_ids != -100) | (input_ids != pad)
-        loss = model(input_ids=input_ids, attention_mask=mask.long(), labels=label_ids).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-    model.eval()
+            answer.append(tokenizer.eos_token_id)
+            rows.append((prompt_ids[i] + answer, [0] * len(prompt_ids[i]) + [1] * len(answer)))
+        return rows
+
+    train_on_masked_rows(model, tokenizer.pad_token_id, sample_batch, steps=SFT_STEPS, lr=SFT_LR, warmup=50, seed=SEED)
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
 
 
 def prepare_assets(config: Any = None) -> Path:
     """Build the task's parquet files and warm-started model if they are not cached yet."""
-    root = cache_dir()
     train_pairs, test_pairs = _pairs()
-    root.mkdir(parents=True, exist_ok=True)
-    if not (root / "train.parquet").exists() or not (root / "test.parquet").exists():
-        _write_parquet([_row(a, b, "train", i) for i, (a, b) in enumerate(train_pairs)], root / "train.parquet")
-        _write_parquet([_row(a, b, "test", i) for i, (a, b) in enumerate(test_pairs)], root / "test.parquet")
-    model_dir = root / "base-model"
-    if not (model_dir / "config.json").exists():
-        import shutil
-        import tempfile
-
-        print(
-            f"building the warm-started base model for the bundled task in {model_dir} (once, about 1.5 minutes on 2 cores)",
-            flush=True,
-        )
-        tmp = Path(tempfile.mkdtemp(prefix="base-model-", dir=root))
-        warm_start(tmp, train_pairs + test_pairs)
-        shutil.rmtree(model_dir, ignore_errors=True)
-        tmp.rename(model_dir)
-    return root
+    return build_task_assets(
+        cache_dir(),
+        lambda: [_row(a, b, "train", i) for i, (a, b) in enumerate(train_pairs)],
+        lambda: [_row(a, b, "test", i) for i, (a, b) in enumerate(test_pairs)],
+        lambda model_dir: warm_start(model_dir, train_pairs + test_pairs),
+        "building the warm-started base model for the bundled task in {model_dir} (once, about 1.5 minutes on 2 cores)",
+    )

@@ -20,8 +20,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlcore.tasks.arith import _write_parquet
 from rlcore.tasks.arith import cache_dir as _arith_cache_dir
+from rlcore.tasks.warm_start import build_task_assets, task_model, train_on_masked_rows
 
 TASK_VERSION = "v1"
 DATA_SOURCE = "rlcore/arith_tools"
@@ -120,66 +120,36 @@ def _conversation_ids(tokenizer: Any, renderer: Any, a: int, b: int, rng: random
 
 def warm_start(model_dir: Path, pairs: list[tuple[int, int]]) -> None:
     """Train a small Qwen2 model on the biased teacher and save it (with its tokenizer) to ``model_dir``."""
-    import torch
-
     from rlcore.agents.render import ChatRenderer
-    from rlcore.testing.tiny import build_model, build_tokenizer, default_corpus
+    from rlcore.testing.tiny import build_tokenizer, default_corpus
 
     rng = random.Random(SEED)
     corpus = default_corpus() + [tool_call_text(a, b) + f" {a * b}" for a, b in pairs[:2000]]
     tokenizer = build_tokenizer(corpus)
     renderer = ChatRenderer(tokenizer)
-    model = build_model(
-        tokenizer,
-        hidden_size=128,
-        intermediate_size=256,
-        num_layers=4,
-        num_heads=4,
-        num_kv_heads=2,
-        max_position_embeddings=128,
+    model = task_model(tokenizer, max_position_embeddings=128, seed=SEED)
+    train_on_masked_rows(
+        model,
+        tokenizer.pad_token_id,
+        lambda: [
+            _conversation_ids(tokenizer, renderer, *pairs[rng.randrange(len(pairs))], rng) for _ in range(SFT_BATCH)
+        ],
+        steps=SFT_STEPS,
+        lr=SFT_LR,
+        warmup=40,
         seed=SEED,
     )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=SFT_LR, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 40) * (1 - s / SFT_STEPS))
-    pad = tokenizer.pad_token_id
-    torch.manual_seed(SEED)
-    model.train()
-    for _ in range(SFT_STEPS):
-        rows = [
-            _conversation_ids(tokenizer, renderer, *pairs[rng.randrange(len(pairs))], rng) for _ in range(SFT_BATCH)
-        ]
-        width = max(len(ids) for ids, _ in rows)
-        input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in rows])
-        loss_mask = torch.tensor([mask + [0] * (width - len(mask)) for _, mask in rows])
-        attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in rows])
-        labels = input_ids.masked_fill(loss_mask == 0, -100)
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-    model.eval()
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
 
 
 def prepare_assets(config: Any = None) -> Path:
     """Build the task's parquet files and warm-started model if they are not cached yet."""
-    root = cache_dir()
     train_pairs, test_pairs = _pairs()
-    root.mkdir(parents=True, exist_ok=True)
-    if not (root / "train.parquet").exists() or not (root / "test.parquet").exists():
-        _write_parquet([_row(a, b, "train", i) for i, (a, b) in enumerate(train_pairs)], root / "train.parquet")
-        _write_parquet([_row(a, b, "test", i) for i, (a, b) in enumerate(test_pairs)], root / "test.parquet")
-    model_dir = root / "base-model"
-    if not (model_dir / "config.json").exists():
-        import shutil
-        import tempfile
-
-        print(f"building the warm-started base model for the tool task in {model_dir} (once)", flush=True)
-        tmp = Path(tempfile.mkdtemp(prefix="base-model-", dir=root))
-        warm_start(tmp, train_pairs)
-        shutil.rmtree(model_dir, ignore_errors=True)
-        tmp.rename(model_dir)
-    return root
+    return build_task_assets(
+        cache_dir(),
+        lambda: [_row(a, b, "train", i) for i, (a, b) in enumerate(train_pairs)],
+        lambda: [_row(a, b, "test", i) for i, (a, b) in enumerate(test_pairs)],
+        lambda model_dir: warm_start(model_dir, train_pairs),
+        "building the warm-started base model for the tool task in {model_dir} (once)",
+    )

@@ -159,29 +159,6 @@ def response_outputs(
     return _from_logits(logits.float() / temperature, batch["responses"], lambda t: t, **wanted)
 
 
-def response_log_probs(
-    model: nn.Module,
-    batch: Batch,
-    temperature: float,
-    *,
-    with_entropy: bool,
-    remove_padding: bool = False,
-    remove_padding_key: str = "actor_rollout_ref.model.use_remove_padding",
-    sp: SequenceParallel | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The log-probs and (``with_entropy``) entropies of :func:`response_outputs`, both ``[B, R]``."""
-    out = response_outputs(
-        model,
-        batch,
-        temperature,
-        with_entropy=with_entropy,
-        remove_padding=remove_padding,
-        remove_padding_key=remove_padding_key,
-        sp=sp,
-    )
-    return out.require("log_probs"), out.entropy
-
-
 class ValueModel(nn.Module):
     """A transformer backbone (``AutoModel``, no LM head) with a zero-initialised ``Linear(hidden, 1)`` head.
 

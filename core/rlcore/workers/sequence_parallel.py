@@ -91,6 +91,19 @@ def from_config(
 
 
 # ------------------------------------------------------------------ communication
+
+
+def data_parallel_sum(value: float, world_size: int, device: torch.device, sp: SequenceParallel | None) -> float:
+    """The sum of ``value`` over the data-parallel ranks, for engines whose every rank holds a data-parallel
+    share except that the ranks of one Ulysses group hold the same one: the sum over all ``world_size``
+    ranks divided by the group size. Collective over the default group."""
+    if world_size == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(tensor)
+    return float(tensor.item()) / (sp.size if sp is not None else 1)
+
+
 def _all_to_all(x: torch.Tensor, sp: SequenceParallel, scatter_dim: int, gather_dim: int) -> torch.Tensor:
     """Send chunk ``i`` of ``x`` along ``scatter_dim`` to group rank ``i``; concatenate what arrives along
     ``gather_dim`` in group-rank order."""

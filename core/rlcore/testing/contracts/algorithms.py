@@ -237,7 +237,9 @@ class PolicyLossContract:
 
     Each loss test runs once per aggregation mode of the ``loss_agg_mode`` fixture (all of rlcore's modes);
     a loss that supports fewer overrides that fixture. ``config_overrides`` (dotted keys) adjusts the
-    actor config it receives.
+    actor config it receives. A loss whose value is not signed by the advantage (GPG's and CISPO's
+    −c·A·logπ, SPPO's squared error) sets ``value_signed_by_advantage = False``: the two sign tests then
+    check that the gradient moves every valid token's log-prob the advantage's way instead.
     """
 
     #: the registered policy loss under test
@@ -248,6 +250,8 @@ class PolicyLossContract:
     atol: ClassVar[float] = 1e-6
     #: response lengths of the contract micro-batch (every row has at least one token)
     lengths: ClassVar[list[int]] = [RESPONSE_LENGTH, 4, 1, 3]
+    #: whether the loss at π = π_old is negative for positive advantages and positive for negative ones
+    value_signed_by_advantage: ClassVar[bool] = True
 
     @pytest.fixture
     def registry(self) -> Registry:
@@ -338,21 +342,31 @@ class PolicyLossContract:
     def test_positive_advantage_at_ratio_one_gives_negative_loss(
         self, policy_loss: Callable[..., Any], loss_agg_mode: str, actor_config: Any
     ) -> None:
-        """With π = π_old, positive advantages make the loss negative (minimising it raises their log-prob)."""
+        """With π = π_old, positive advantages make the loss negative (minimising it raises their log-prob);
+        without ``value_signed_by_advantage``, gradient descent raises every valid token's log-prob."""
         inputs = self.make_inputs(log_ratio_scale=0.0, advantages=_response_mask(self.lengths))
         loss, _ = self.run_loss(policy_loss, inputs, loss_agg_mode, actor_config)
-        assert loss.item() < 0
+        if self.value_signed_by_advantage:
+            assert loss.item() < 0
         loss.backward()
-        valid = inputs.response_mask == 1
-        assert (inputs.log_prob.grad[valid] <= 0).all(), "gradient descent must raise the log-prob of good tokens"
+        grad = inputs.log_prob.grad[inputs.response_mask == 1]
+        if self.value_signed_by_advantage:
+            assert (grad <= 0).all(), "gradient descent must raise the log-prob of good tokens"
+        else:
+            assert (grad < 0).all(), "gradient descent must raise the log-prob of good tokens"
 
     def test_negative_advantage_at_ratio_one_gives_positive_loss(
         self, policy_loss: Callable[..., Any], loss_agg_mode: str, actor_config: Any
     ) -> None:
-        """With π = π_old, negative advantages make the loss positive."""
+        """With π = π_old, negative advantages make the loss positive; without
+        ``value_signed_by_advantage``, gradient descent lowers every valid token's log-prob."""
         inputs = self.make_inputs(log_ratio_scale=0.0, advantages=-_response_mask(self.lengths))
         loss, _ = self.run_loss(policy_loss, inputs, loss_agg_mode, actor_config)
-        assert loss.item() > 0
+        if self.value_signed_by_advantage:
+            assert loss.item() > 0
+        else:
+            loss.backward()
+            assert (inputs.log_prob.grad[inputs.response_mask == 1] > 0).all(), "bad tokens' log-prob must fall"
 
     def test_masked_positions_do_not_matter(
         self, policy_loss: Callable[..., Any], loss_agg_mode: str, actor_config: Any

@@ -38,7 +38,7 @@ from rlcore.workers.hf_models import (
     ValueModel,
     enable_activation_checkpointing,
     load_pretrained,
-    response_log_probs,
+    response_outputs,
     response_values,
 )
 from rlcore.workers.kernels import apply_kernel_switches, check_kernel_switches
@@ -162,10 +162,7 @@ class DeepSpeedEngine(OptimizerState):
         padding = {"remove_padding": self.remove_padding, "remove_padding_key": self.remove_padding_key}
         if self.role == "critic":
             return ModelOutput(values=response_values(self.engine, micro, sp=self.sp, **padding))
-        log_probs, entropy = response_log_probs(
-            self.engine, micro, temperature, with_entropy=with_entropy, sp=self.sp, **padding
-        )
-        return ModelOutput(log_probs=log_probs, entropy=entropy)
+        return response_outputs(self.engine, micro, temperature, with_entropy=with_entropy, sp=self.sp, **padding)
 
     def forward(self, micro_batches: Sequence[Batch], *, temperature: float, with_entropy: bool) -> list[ModelOutput]:
         """Outputs of every micro-batch without gradients (see the contract)."""
@@ -203,11 +200,7 @@ class DeepSpeedEngine(OptimizerState):
     def all_reduce_sum(self, value: float) -> float:
         """The sum of ``value`` over the data-parallel ranks: over all ranks, divided by the Ulysses group
         size (the ranks of a group hold the same micro-batches)."""
-        if self.world_size == 1:
-            return value
-        tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
-        dist.all_reduce(tensor)
-        return float(tensor.item()) / (self.sp.size if self.sp is not None else 1)
+        return sequence_parallel.data_parallel_sum(value, self.world_size, self.device, self.sp)
 
     def resident(self) -> AbstractContextManager[Any]:
         """Nothing to move: with ``offload: cpu`` DeepSpeed keeps the offloaded state on the host itself."""

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from omegaconf import DictConfig
 from torch import nn
@@ -204,11 +203,7 @@ class FSDPEngine(OptimizerState):
     def all_reduce_sum(self, value: float) -> float:
         """The sum of ``value`` over the data-parallel ranks: over all ranks, divided by the Ulysses group
         size (the ranks of a group hold the same micro-batches)."""
-        if self.world_size == 1:
-            return value
-        tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
-        dist.all_reduce(tensor)
-        return float(tensor.item()) / (self.sp.size if self.sp is not None else 1)
+        return sequence_parallel.data_parallel_sum(value, self.world_size, self.device, self.sp)
 
     def resident(self) -> AbstractContextManager[Any]:
         """Load offloaded parameters and optimizer state for the block (``param_offload``, ``optimizer_offload``)."""
