@@ -16,11 +16,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from rlcore.agents.audit import mask_spans
 from rlcore.config.problems import ConfigError
 from rlcore.data import DataError
 from rlcore.data.collate import collate_rows
 from rlcore.sft.config import engine_config, load_sft_config, sft_batch_sizes
-from rlcore.sft.dataset import SFTDataset, loss_spans, sft_batch
+from rlcore.sft.dataset import SFTDataset, sft_batch
 
 CHAT = [
     {"role": "system", "content": "You add numbers."},
@@ -68,7 +69,7 @@ def test_multi_turn_mask_is_exactly_the_assistant_turns(tmp_path: Path, tiny_tok
     dataset = SFTDataset(str(path), tiny_tokenizer, data_config(**{"multiturn": {"enable": True}}))
     assert dataset.loss_texts(0) == ["5<|im_end|>", "8, the sum<|im_end|>"]
     assert dataset[0]["input_ids"] == render(tiny_tokenizer, CHAT)
-    assert loss_spans([0, 1, 1, 0, 1]) == [(1, 3), (4, 5)]
+    assert mask_spans([0, 1, 1, 0, 1]) == [(1, 3), (4, 5)]
 
 
 def test_the_mask_passes_the_multi_turn_mask_audit(tmp_path: Path, tiny_tokenizer: Any) -> None:

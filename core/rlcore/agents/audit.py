@@ -9,6 +9,7 @@ after the last run none; ``rollout_log_probs`` is 0 outside the runs; nothing af
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rlcore.errors import RLCoreError
@@ -30,9 +31,10 @@ def generation_prompt(tokenizer: Any, **template_kwargs: Any) -> str:
     return with_prompt[len(without) :]
 
 
-def _runs(mask: list[int]) -> list[tuple[int, int]]:
-    """``[start, end)`` of each run of ones in ``mask``."""
-    runs, start = [], None
+def mask_spans(mask: Sequence[int]) -> list[tuple[int, int]]:
+    """``[start, end)`` of each run of ones in ``mask`` (the spans a loss or response mask trains)."""
+    runs: list[tuple[int, int]] = []
+    start = None
     for i, value in enumerate([*mask, 0]):
         if value and start is None:
             start = i
@@ -84,7 +86,7 @@ class _RowAuditor:
         valid = len(response)
         if any(mask[valid:]):
             raise fail("response_mask is 1 after the valid response tokens")
-        runs = _runs(mask[:valid])
+        runs = mask_spans(mask[:valid])
         for turn, (start, end) in enumerate(runs):
             if not self.decode(prompt + response[:start]).endswith(self.header):
                 raise fail(f"assistant turn {turn} does not start right after {self.header!r}", start, end)

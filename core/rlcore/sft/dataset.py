@@ -17,7 +17,7 @@ trained. This is the mask convention of rlcore's multi-turn rollouts, and the sa
 prefix of the whole chat, token for token, otherwise the row is rejected naming the file, the row and the
 turn.
 
-:func:`loss_spans` and :meth:`SFTDataset.loss_texts` expose the mask for auditing. Every error names the
+:func:`rlcore.agents.audit.mask_spans` and :meth:`SFTDataset.loss_texts` expose the mask for auditing. Every error names the
 file, the row and the key.
 """
 
@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlcore.agents.audit import mask_spans
 from rlcore.data import DataError
 from rlcore.data.rl_dataset import RowOrigin, config_value, normalize_files, read_rows, to_plain
 from rlcore.protocol import Batch
@@ -51,19 +52,6 @@ class Example:
     input_ids: list[int]
     loss_mask: list[int]
     origin: RowOrigin
-
-
-def loss_spans(loss_mask: Sequence[int]) -> list[tuple[int, int]]:
-    """The ``[start, end)`` index ranges of consecutive loss tokens."""
-    spans: list[tuple[int, int]] = []
-    start = None
-    for i, value in enumerate([*loss_mask, 0]):
-        if value and start is None:
-            start = i
-        elif not value and start is not None:
-            spans.append((start, i))
-            start = None
-    return spans
 
 
 def _descend(value: Any, keys: Sequence[str], column: str, origin: RowOrigin, dict_key: str) -> Any:
@@ -219,7 +207,7 @@ class SFTDataset:
     def loss_texts(self, i: int) -> list[str]:
         """The decoded text of each span of loss tokens of example ``i`` (for auditing the mask)."""
         example = self.examples[i]
-        return [self.tokenizer.decode(example.input_ids[a:b]) for a, b in loss_spans(example.loss_mask)]
+        return [self.tokenizer.decode(example.input_ids[a:b]) for a, b in mask_spans(example.loss_mask)]
 
 
 def sft_batch(batch: Batch, pad_token_id: int) -> Batch:
