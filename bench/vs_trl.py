@@ -4,7 +4,8 @@ Both sides get the same locally built model and tokenizer (``rlcore.testing.tiny
 temp dir and loaded from there by both), the same prompts, the same reward function (one ``reward.py``
 file with an rlcore ``compute_score`` and a TRL reward function around one scorer), the same group size,
 response length, learning rate (constant, no weight decay), temperature 1, number of steps, one optimizer
-step per RL step, no KL / reference model, no validation and no checkpoints. The runs alternate
+step per RL step, no KL / reference model, no validation, no checkpoints, and gradient checkpointing off on
+both sides (TRL turns it on by default; ``--gradient-checkpointing`` turns it on for both). The runs alternate
 ``TRL, rlcore, TRL, rlcore, ...`` (``--rounds`` pairs), each in a fresh process started by this script,
 so that a slow patch of a shared machine hits both sides alike.
 
@@ -53,8 +54,11 @@ log = common.make_log("vs_trl")
 
 
 # ------------------------------------------------------------------------------------------- child: TRL
-def trl_child(work: Path, size: str, steps: int, out: Path) -> None:
-    """Train with TRL's GRPOTrainer in this process and write its per-step figures to ``out`` (JSON)."""
+def trl_child(work: Path, size: str, steps: int, out: Path, checkpointing: bool) -> None:
+    """Train with TRL's GRPOTrainer in this process and write its per-step figures to ``out`` (JSON).
+
+    ``checkpointing``: TRL's ``gradient_checkpointing`` (TRL defaults it to true; it is set explicitly so
+    that both sides store or recompute activations alike)."""
     import datasets
     import torch
     import transformers
@@ -107,6 +111,7 @@ def trl_child(work: Path, size: str, steps: int, out: Path) -> None:
         warmup_steps=0,
         weight_decay=0.0,
         max_grad_norm=1.0,
+        gradient_checkpointing=checkpointing,
         beta=0.0,
         loss_type="dapo",
         scale_rewards="group",
@@ -218,10 +223,13 @@ def bench_size(size: str, args: argparse.Namespace, root: Path, env: dict[str, s
                     str(steps),
                     "--child-out",
                     str(out),
+                    *(["--gradient-checkpointing"] if args.gradient_checkpointing else []),
                 ]
             else:
+                overrides = common.rlcore_overrides(work, size, steps, facts["prompt_tokens_max"], run_root)
+                checkpointing = str(args.gradient_checkpointing).lower()
                 cmd = common.rlcore_command(
-                    common.rlcore_overrides(work, size, steps, facts["prompt_tokens_max"], run_root)
+                    [*overrides, f"actor_rollout_ref.model.enable_gradient_checkpointing={checkpointing}"]
                 )
             child = common.run_checked(cmd, env, log_file, f"{size} {side} run {rnd + 1}")
             result = json.loads(out.read_text()) if side == "trl" else read_rlcore_run(run_root)
@@ -241,6 +249,7 @@ def bench_size(size: str, args: argparse.Namespace, root: Path, env: dict[str, s
         "warmup_steps_excluded_per_run": warmup,
         "rounds": args.rounds,
         "order": order,
+        "gradient_checkpointing": args.gradient_checkpointing,
         "threads": runs["trl"][0]["threads"],
         "trl": trl_summary,
         "rlcore": rlcore_summary,
@@ -263,6 +272,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "first steps of each run left out of the medians (default: tiny 2, small 1)",
     )
     parser.add_argument("--rounds", type=int, default=2, help="TRL/rlcore pairs (default 2)")
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="recompute activations in the backward pass on both sides (TRL's default; off by default here, "
+        "as in rlcore and verl)",
+    )
     parser.add_argument("--child", choices=["trl"], help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--child-out", help=argparse.SUPPRESS)
@@ -300,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (or, with ``--child``, one TRL run) and print the JSON result."""
     args = parse_args(argv)
     if args.child == "trl":
-        trl_child(Path(args.work), args.size, args.steps, Path(args.child_out))
+        trl_child(Path(args.work), args.size, args.steps, Path(args.child_out), args.gradient_checkpointing)
         return 0
     return common.run_main("vs_trl", args.threads, lambda: benchmark(args))
 

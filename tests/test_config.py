@@ -315,7 +315,7 @@ def test_missing_verl_features_are_named(monkeypatch: pytest.MonkeyPatch) -> Non
             overrides=[
                 "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
                 "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
-                "global_profiler.tool=torch",
+                "global_profiler.global_tool_config.nsys.discrete=true",
                 "reward_model.micro_batch_size=4",
             ],
             manager=without_megatron,
@@ -324,7 +324,7 @@ def test_missing_verl_features_are_named(monkeypatch: pytest.MonkeyPatch) -> Non
     assert len(problems) == 3, problems
     assert "pipeline_model_parallel_size: verl's Megatron backend settings" in problems[0]
     assert "pip install rlcore-plugin-megatron" in problems[0]
-    assert "global_profiler.tool: profiling" in problems[1]
+    assert "global_profiler.global_tool_config.nsys.discrete: Nsight/NPU profiling" in problems[1]
     assert "reward_model.micro_batch_size: these reward-model options of verl" in problems[2]
 
 

@@ -258,7 +258,7 @@ def test_state_dict_restores_the_sampling_state(
     assert fresh.weight_version == 7
     assert torch.equal(fresh.generate(make_prompt_batch(tiny_tokenizer))["responses"], expected)
     with pytest.raises(RLCoreError, match="missing weight_version"):
-        fresh.load_state_dict({"generator": state["generator"]})
+        fresh.load_state_dict({"calls": state["calls"]})
 
 
 def test_request_seeds_distinct_and_reproducible() -> None:

@@ -73,37 +73,75 @@ EXPECTED: dict[str, str | None] = {
     # features rlcore does not have yet
     "examples/grpo_trainer/run_qwen2_5-3b_gsm8k_grpo_lora.sh": "actor_rollout_ref.rollout.layered_summon",
     "examples/grpo_trainer/run_qwen2-7b_math_trtllm.sh": "actor_rollout_ref.rollout.name=trtllm: unknown rollout_engine",
-    "examples/grpo_trainer/run_qwen2_5_vl-7b.sh": "multimodal data",
+    # vision-language (geo3k with images; run with the tiny VLM and an image task, see VLM_SCRIPTS)
+    "examples/grpo_trainer/run_qwen2_5_vl-7b.sh": None,
+    "examples/grpo_trainer/run_qwen2_5_vl-7b_seq_balance.sh": None,
+    "examples/grpo_trainer/run_qwen2_5_vl-7b_freeze_vision.sh": None,
+    "examples/grpo_trainer/run_qwen2_5_vl-7b_lora.sh": None,
+    "examples/grpo_trainer/run_qwen2_5_vl-7b-sglang.sh": None,
+    # needs $DIST_CKPT_PATH, a Megatron checkpoint converted offline
+    "examples/grpo_trainer/run_qwen2_5_vl-7b-megatron.sh": "dist_checkpointing_path",
+    "examples/grpo_trainer/run_qwen2_5_vl_7b_fsdp.sh": None,
+    # verl's new model-engine switch (model_engine=megatron), not a key rlcore knows
+    "examples/grpo_trainer/run_qwen2_5_vl_7b_megatron.sh": "unknown config key 'model_engine'",
     "examples/grpo_trainer/run_qwen2_5_7b_grpo_discrete_prof_npu.sh": "profiling",
-    # a Megatron script that also asks for verl's fused Triton log-prob kernels (use_fused_kernels=True)
-    "examples/grpo_trainer/run_qwen2-7b_math_megatron.sh": "verl's fused Triton log-prob kernels",
+    # a Megatron script that also asks for the fused log-prob kernels (use_fused_kernels=True): FSDP/DeepSpeed only
+    "examples/grpo_trainer/run_qwen2-7b_math_megatron.sh": "use_fused_kernels=true is not supported by the megatron",
     "examples/ppo_trainer/run_deepseek7b_llm_sandbox_fusion.sh": "Sandbox Fusion",
     # verl's own Hydra config rejects this script's actor_rollout_ref.model.torch_dtype (no such key)
     "examples/cispo_trainer/run_cispo_qwen2_5_0_5b_gsm8k.sh": "actor_rollout_ref.model.torch_dtype: not a key of verl",
     # multi-turn (verl's --config-path configs and tool/interaction YAMLs are read from the copies): one passes,
     # the others stop at a feature that is not multi-turn's
-    "examples/sglang_multiturn/run_qwen0.5b_gsm8k_multiturn_curriculum.sh": "data.sampler.class_name",
-    "examples/sglang_multiturn/run_qwen2.5-0.5b_gsm8k_multiturn_w_interaction.sh": "activation offloading",
-    "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn.sh": "profiling",
+    # data.sampler: the class_path names a module of verl's tests; rlcore.testing.samplers stands in for it
+    "examples/sglang_multiturn/run_qwen0.5b_gsm8k_multiturn_curriculum.sh": None,
+    # enable_activation_offload (noted: nothing to offload on CPU)
+    "examples/sglang_multiturn/run_qwen2.5-0.5b_gsm8k_multiturn_w_interaction.sh": None,
+    # global_profiler.tool=torch_memory, over_sample_rate=0.1, multi_stage_wake_up (noted)
+    "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn.sh": None,
     "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_4xgpu.sh": None,
-    "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_4xgpu_server.sh": "sglang_rollout_mode",
-    "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_server.sh": "sglang_rollout_mode",
-    "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_vllm_fsdp.sh": "rollout.trace.token2text",
-    "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_tool_agent_mlflow.sh": "rollout.trace.backend",
-    "examples/sglang_multiturn/run_qwen2.5-3b_megatron_gsm8k_multiturn.sh": "interleaved (virtual) pipeline stages",
-    "examples/sglang_multiturn/run_qwen3-4b_gsm8k_multiturn.sh": "rollout.over_sample_rate",
+    # SGLang's server mode (sglang_rollout_mode=server, rollout.server.*; rlcore-plugin-sglang)
+    "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_4xgpu_server.sh": None,
+    "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_server.sh": None,
+    # the script sets actor.use_kl_loss=${use_kl_loss} from a variable it never defines (verl rejects '' too)
+    "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_vllm_fsdp.sh": "use_kl_loss='' has the wrong type",
+    # rollout tracing to MLflow (trace.backend=mlflow, token2text=True)
+    "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_tool_agent_mlflow.sh": None,
+    # virtual pipeline stages (vpp=2) and megatron.seed run; context parallelism (cp=2) does not
+    "examples/sglang_multiturn/run_qwen2.5-3b_megatron_gsm8k_multiturn.sh": "context_parallel_size=2: megatron-core",
+    "examples/sglang_multiturn/run_qwen3-4b_gsm8k_multiturn.sh": None,  # over_sample_rate=0.1
 }
 
 #: script -> a note its passing dry run must print (a verl switch that changes nothing in rlcore)
 NOTES: dict[str, str] = {
     "examples/ppo_trainer/run_qwen2-7b_rm.sh": "note: reward_model.rollout.name=vllm changes nothing in rlcore",
     "examples/grpo_trainer/run_mistral13b_skyworkrm_hhrlhf.sh": "note: reward_model.rollout.name=vllm changes nothing",
+    "examples/sglang_multiturn/run_qwen0.5b_gsm8k_multiturn_curriculum.sh": (
+        "data.sampler: rlcore.testing.samplers.RandomCurriculumSampler (curriculum sampler"
+    ),
+    "examples/sglang_multiturn/run_qwen2.5-0.5b_gsm8k_multiturn_w_interaction.sh": (
+        "note: actor_rollout_ref.model.enable_activation_offload=True changes nothing in rlcore on trainer.device=cpu"
+    ),
+    "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn.sh": (
+        "profiler: torch_memory on CPU: torch.profiler with profile_memory=True"
+    ),
+    "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_server.sh": (
+        "note: actor_rollout_ref.rollout.multi_stage_wake_up=True changes nothing in rlcore"
+    ),
 }
+
+#: scripts whose data.sampler.class_path is ``pkg://tests.utils.dataset.test_create_rl_sampler_on_cpu`` (a
+#: module of verl's own tests): the test writes that module, re-exporting rlcore's stand-in, and imports it
+CURRICULUM_SCRIPTS = {"examples/sglang_multiturn/run_qwen0.5b_gsm8k_multiturn_curriculum.sh"}
+CURRICULUM_MODULE = "from rlcore.testing.samplers import RandomCurriculumSampler  # noqa: F401\n"
+
+#: scripts run with the tiny VLM and an image task instead of the tiny text model and task
+VLM_SCRIPTS = {script for script in EXPECTED if "_vl" in script}
 
 #: stands in for ``python3``/``python`` (records main_ppo's arguments) and ``ray job submit ... --``
 SHIMS = r"""
 python3() {
     if [ "$1" = "-m" ] && [ "${2#verl.trainer.main_ppo}" != "$2" ]; then shift 2; printf '%s\0' "$@" > "$VERL_ARGV"
+    elif [ "$1" = "-c" ]; then return 1  # an import probe (python3 -c 'import torch_npu'): not installed
     else echo "{}"; fi
 }
 python() { python3 "$@"; }
@@ -170,26 +208,81 @@ def tiny_task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return make_tiny_task(tmp_path_factory.mktemp("task"))
 
 
+@pytest.fixture(scope="module")
+def tiny_vlm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Qwen2.5-VL model with its processor, for the VLM scripts."""
+    from rlcore.testing.tiny_vlm import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("vlm"), arch="qwen2_5_vl")
+
+
+@pytest.fixture(scope="module")
+def tiny_vl_task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A geo3k-style image task (train/test parquet with an ``images`` column) for the VLM scripts."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    folder = tmp_path_factory.mktemp("vl_task")
+    buffer = io.BytesIO()
+    Image.new("RGB", (56, 56), "red").save(buffer, format="PNG")
+    row = {
+        "data_source": "hiyouga/geometry3k",
+        "prompt": [{"role": "user", "content": "<image>What colour is the square?"}],
+        "images": [{"bytes": buffer.getvalue(), "path": None}],
+        "reward_model": {"style": "rule", "ground_truth": "red"},
+    }
+    paths = {split: folder / f"{split}.parquet" for split in ("train", "test")}
+    for path in paths.values():
+        pq.write_table(pa.Table.from_pylist([row] * 4), path)
+    return paths
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="the example scripts are bash scripts")
 @pytest.mark.parametrize("script", sorted(EXPECTED))
-def test_verl_script_dry_run(script: str, tmp_path: Path, tiny_model_dir: Path, tiny_task: dict[str, Path]) -> None:
+def test_verl_script_dry_run(script: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    vlm = script in VLM_SCRIPTS
+    tiny_model_dir = request.getfixturevalue("tiny_vlm_dir" if vlm else "tiny_model_dir")
+    tiny_task = request.getfixturevalue("tiny_vl_task" if vlm else "tiny_task")
     expected = EXPECTED[script]
     if expected == MEGATRON and load_plugins().registry.has("training_backend", "megatron"):
         expected = None
     if script.startswith("examples/sglang_multiturn/"):  # the script names its configs under $(pwd)/examples
         shutil.copytree(EXAMPLES / "examples" / "sglang_multiturn", tmp_path / "examples" / "sglang_multiturn")
+    if script in CURRICULUM_SCRIPTS:
+        module = tmp_path / "tests" / "utils" / "dataset" / "test_create_rl_sampler_on_cpu.py"
+        module.parent.mkdir(parents=True)
+        module.write_text(CURRICULUM_MODULE)
+        request.getfixturevalue("monkeypatch").syspath_prepend(str(tmp_path))
     arguments = localised(verl_arguments(script, tmp_path), tiny_model_dir, tiny_task)
     result = CliRunner().invoke(cli, ["run", "--dry-run", *arguments])
     if expected is None:
         assert result.exit_code == 0, result.output
         assert "prompts per step:" in result.output
         assert NOTES.get(script, "") in result.output
+        assert ("images: <image> placeholders" in result.output) == vlm
         if EXPECTED[script] == MEGATRON:
             assert data_parallel_line(arguments) in result.output
     else:
         assert result.exit_code == 2, result.output
         assert "Traceback" not in result.output
         assert expected in result.output, result.output
+
+
+def test_the_vllm_multiturn_script_runs_once_its_empty_variable_is_set(
+    tmp_path: Path, tiny_model_dir: Path, tiny_task: dict[str, Path]
+) -> None:
+    """The script passes ``use_kl_loss=${use_kl_loss}``, a variable it never sets (verl rejects the empty value
+    too); with the value a user would give it (the script's own ``use_kl_loss=True`` a few lines above), the
+    dry run passes."""
+    script = "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_vllm_fsdp.sh"
+    shutil.copytree(EXAMPLES / "examples" / "sglang_multiturn", tmp_path / "examples" / "sglang_multiturn")
+    arguments = localised(verl_arguments(script, tmp_path), tiny_model_dir, tiny_task)
+    result = CliRunner().invoke(cli, ["run", "--dry-run", *arguments, "actor_rollout_ref.actor.use_kl_loss=true"])
+    assert result.exit_code == 0, result.output
+    assert "prompts per step:" in result.output
 
 
 # ------------------------------------------------------------------ docs/from-verl.md is kept honest

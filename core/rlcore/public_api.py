@@ -34,6 +34,9 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.workers.packing",  # sequence packing (use_remove_padding)
     "rlcore.workers.sequence_parallel",  # Ulysses sequence parallelism
     "rlcore.workers.kernels",  # the use_liger / use_torch_compile switches
+    "rlcore.workers.vlm",  # vision-language models: loader class, images and mrope positions, vision tower
+    "rlcore.processors",  # load_processor: a model's multimodal processor (also without torchvision)
+    "rlcore.workers.activation_offload",  # enable_activation_offload: saved activations in host memory
     "rlcore.tracking.external",  # ExternalTracker and the tracker helpers
     "rlcore.testing.*",  # fixtures, tiny models and the contract suites
 )

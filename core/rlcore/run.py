@@ -30,6 +30,7 @@ from rlcore.config import (
     derive_quantities,
     load_config,
 )
+from rlcore.data.image_plan import image_plan
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins
 from rlcore.run_context import RunContext
@@ -200,6 +201,15 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
         collected.raise_if_any()
 
 
+def run_plan_lines(config: DictConfig) -> list[str]:
+    """The plan's lines for the custom training sampler and the profiler; importing the sampler class here
+    makes a bad ``data.sampler`` fail the dry run."""
+    from rlcore.data.sampler import describe_sampler
+    from rlcore.profiling import describe_profiler
+
+    return [line for line in (describe_sampler(config.data), describe_profiler(config)) if line]
+
+
 def _loggers(config: DictConfig) -> list[str]:
     logger = config.trainer.logger
     return [logger] if isinstance(logger, str) else list(logger)
@@ -298,12 +308,22 @@ def run_training(
         check_values(config)
     with problems.collect():
         check_agent_config(config)
+    plan_lines: list[str] = []
+    with problems.collect():
+        plan_lines += run_plan_lines(config)
     with problems.collect():
         derived = derive_quantities(config)
+    images = None
+    with problems.collect():
+        images = image_plan(config)
     problems.raise_if_any()
     versions = manager.versions()
     click.echo("plugins: " + (", ".join(f"{n}-{v}" for n, v in sorted(versions.items())) or "(none)"))
     click.echo(derived.summary())
+    for line in plan_lines:
+        click.echo(line)
+    if images:
+        click.echo(images)
     if dry_run:
         click.echo(config_to_yaml(config), nl=False)
         return {}

@@ -3,8 +3,10 @@
 The public names a plugin builds on: :class:`Tool` and :class:`ToolResult` (kind ``tool``),
 :class:`Interaction` and :class:`InteractionTurn` (kind ``interaction``), :class:`AgentLoop`,
 :class:`AgentContext`, :class:`AgentSample` and :class:`Trajectory` (kind ``agent_loop``), :class:`ToolCall`
-and :class:`ToolParser` (kind ``tool_parser``), and :func:`audit_batch`, the mask audit. Importing this
-package imports no torch; the runner (:mod:`rlcore.agents.runner`) does.
+and :class:`ToolParser` (kind ``tool_parser``), :func:`audit_batch`, the mask audit, and :class:`TrajectoryTrace`,
+:class:`Span`, :class:`TraceSettings` and :func:`with_text` for rollout-trace backends
+(``actor_rollout_ref.rollout.trace``). Importing this package imports no torch; the runner
+(:mod:`rlcore.agents.runner`) does.
 """
 
 from rlcore.agents.audit import MaskAuditError, audit_batch
@@ -13,6 +15,7 @@ from rlcore.agents.loops import AgentContext, AgentLoop, AgentSample, Generation
 from rlcore.agents.parsers import ToolCall, ToolParser
 from rlcore.agents.render import ChatRenderer
 from rlcore.agents.tools import Tool, ToolResult
+from rlcore.agents.tracing import Span, TraceSettings, TrajectoryTrace, with_text
 from rlcore.agents.trajectory import Trajectory
 
 __all__ = [
@@ -24,10 +27,14 @@ __all__ = [
     "Interaction",
     "InteractionTurn",
     "MaskAuditError",
+    "Span",
     "Tool",
     "ToolCall",
     "ToolParser",
     "ToolResult",
+    "TraceSettings",
     "Trajectory",
+    "TrajectoryTrace",
     "audit_batch",
+    "with_text",
 ]

@@ -7,6 +7,7 @@ from typing import Any
 from rlcore.agents.interactions import load_interactions
 from rlcore.agents.settings import AGENT_KEY, MULTI_TURN_KEY, AgentSettings
 from rlcore.agents.tools import load_tools
+from rlcore.agents.tracing import check_trace_config
 from rlcore.errors import RLCoreError
 
 __all__ = ["check_agent_config"]
@@ -14,7 +15,8 @@ __all__ = ["check_agent_config"]
 
 def check_agent_config(config: Any) -> None:
     """What the dry run checks before anything starts: the multi-turn values, the default agent loop and the
-    tool-call format are registered, and the tool and interaction YAML files load (their classes resolve)."""
+    tool-call format are registered, the tool and interaction YAML files load (their classes resolve) and the
+    rollout trace backend (``rollout.trace``) is available."""
     from rlcore.plugins import load_plugins
 
     settings = AgentSettings.from_rollout(config.actor_rollout_ref.rollout)
@@ -31,3 +33,4 @@ def check_agent_config(config: Any) -> None:
         load_tools(settings.tool_config_path)
     if settings.interaction_config_path:
         load_interactions(settings.interaction_config_path)
+    check_trace_config(config)

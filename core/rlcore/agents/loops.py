@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Awaitable
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from rlcore.agents.interactions import Interaction
-from rlcore.agents.parsers import ToolParser
+from rlcore.agents.parsers import ToolCall, ToolParser
 from rlcore.agents.render import ChatRenderer
 from rlcore.agents.settings import AgentSettings
-from rlcore.agents.tools import ToolExecutor
+from rlcore.agents.tools import ToolExecutor, ToolResult
+from rlcore.agents.tracing import traced
 from rlcore.agents.trajectory import Trajectory
 from rlcore.errors import RLCoreError
 
@@ -36,6 +38,15 @@ class Generation:
     token_ids: list[int]
     log_probs: list[float] | None
     finished: bool
+
+
+def _generation_outputs(turn: Generation) -> dict[str, Any]:
+    return {"response_ids": turn.token_ids, "finished": turn.finished}
+
+
+def _fields(result: Any) -> dict[str, Any]:
+    """A tool result's or interaction reply's fields, as a span's outputs."""
+    return asdict(result)
 
 
 class TurnGenerator(Protocol):
@@ -72,7 +83,8 @@ class AgentContext:
 
     async def generate(self, token_ids: list[int]) -> Generation:
         """One assistant turn for the context ``token_ids`` (batched with other trajectories' turns)."""
-        return await self.generator.generate(token_ids)
+        work = self.generator.generate(token_ids)
+        return await traced("generate", "LLM", {"prompt_ids": token_ids}, work, _generation_outputs)
 
 
 class AgentLoop(Protocol):
@@ -174,6 +186,12 @@ class ToolAgentLoop:
                 await interaction.finish(iid)
         return trajectory
 
+    def _call_tool(self, iid: str, call: ToolCall, trajectory: Trajectory) -> Awaitable[ToolResult]:
+        """One tool call; a ``tool:<name>`` span when the trajectory is traced."""
+        inputs = {"name": call.name, "arguments": call.arguments, "parse_error": call.error}
+        work = self.context.tools.call(iid, call, trajectory.metrics)
+        return traced(f"tool:{call.name}", "TOOL", inputs, work, _fields)
+
     async def _replies(
         self,
         iid: str,
@@ -186,7 +204,7 @@ class ToolAgentLoop:
         calls = self.context.parser.parse(text)
         if calls:
             trajectory.count("tool/turns_with_calls")
-            results = await asyncio.gather(*(self.context.tools.call(iid, c, trajectory.metrics) for c in calls))
+            results = await asyncio.gather(*(self._call_tool(iid, c, trajectory) for c in calls))
             for result in results:
                 if result.reward is not None:
                     trajectory.reward_scores["tool_rewards"] = (
@@ -196,7 +214,8 @@ class ToolAgentLoop:
         if interaction is None:
             return []
         try:
-            reply = await interaction.respond(iid, messages)
+            work = interaction.respond(iid, messages)
+            reply = await traced("interaction", "AGENT", {"name": interaction.name}, work, _fields)
         except Exception as exc:  # noqa: BLE001 - a failing user simulator ends the episode, not the run
             log.warning("interaction %r failed in %s: %s: %s", interaction.name, iid, type(exc).__name__, exc)
             trajectory.count("interaction/errors")

@@ -11,6 +11,7 @@ trajectories are laid out exactly like an engine's output (left-padded ``prompts
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,11 +24,12 @@ from rlcore.agents.loops import AgentContext, AgentSample, Generation
 from rlcore.agents.render import ChatRenderer
 from rlcore.agents.settings import AgentSettings
 from rlcore.agents.tools import ToolExecutor, load_tools
+from rlcore.agents.tracing import Tracer, trajectory_outputs
 from rlcore.agents.trajectory import Trajectory
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 
-__all__ = ["AgentRunner", "TurnBatcher", "run_agent_loops"]
+__all__ = ["AgentRunner", "TurnBatcher", "aborted_trajectory", "finish_or_abort", "run_agent_loops"]
 
 #: seconds the batcher waits for more turns once one is pending and some trajectories are busy elsewhere
 GATHER_WINDOW_S = 0.005
@@ -122,10 +124,12 @@ class TurnBatcher:
                 turns = await asyncio.to_thread(self._call, [ids for ids, _ in batch])
             except BaseException as exc:
                 for _, future in batch:
-                    future.set_exception(exc)
+                    if not future.done():
+                        future.set_exception(exc)
                 raise
             for (_, future), turn in zip(batch, turns):
-                future.set_result(turn)
+                if not future.done():  # its trajectory was aborted (over_sample_rate) while the turn ran
+                    future.set_result(turn)
 
 
 class AgentRunner:
@@ -161,6 +165,7 @@ class AgentRunner:
         eos = tokenizer.eos_token_id
         self.eos_ids = [int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None]
         self._calls = 0
+        self.tracer = Tracer.from_config(config, tokenizer)
 
     def applies_to(self, batch: Batch) -> bool:
         """Whether ``batch`` needs agent loops: multi-turn is on, the default loop is not ``single_turn`` or a
@@ -188,23 +193,59 @@ class AgentRunner:
         samples = _samples(batch, self._calls)
         timings: list[float] = [0.0] * len(samples)
 
+        traced = self.tracer.begin(batch, samples, names, self._calls) if self.tracer else {}
+
         async def one(i: int) -> Trajectory:
             start = time.perf_counter()
-            trajectory = await loops[names[i]].run(samples[i])
+            with self.tracer.trajectory(traced.get(i)) if self.tracer else contextlib.nullcontext() as trace:
+                trajectory = await loops[names[i]].run(samples[i])
+                if trace is not None:
+                    trace.end(trajectory_outputs(trajectory))
             timings[i] = time.perf_counter() - start
             return trajectory
 
         tasks = [asyncio.ensure_future(one(i)) for i in range(len(samples))]
         server = asyncio.ensure_future(batcher.serve(tasks))
         try:
-            trajectories = await asyncio.gather(*tasks)
+            await finish_or_abort(tasks, self.completion_target(len(tasks), batch.meta))
+            trajectories = [
+                aborted_trajectory(samples[i]) if task.cancelled() else task.result() for i, task in enumerate(tasks)
+            ]
         finally:
             for task in (*tasks, server):
                 task.cancel()
             await asyncio.gather(*tasks, server, return_exceptions=True)
+        if self.tracer:
+            self.tracer.export()
         out = assemble(batch, trajectories, self.settings.response_length, self.pad_id, batcher.with_log_probs)
         out.meta["agent_metrics"] = agent_metrics(trajectories, timings, batcher.engine_calls)
         return out
+
+    def completion_target(self, size: int, meta: dict[str, Any]) -> int:
+        """How many of ``size`` trajectories a rollout waits for: ``int(size × (1 − over_sample_rate))`` in
+        training (verl's early termination), all of them in validation."""
+        if meta.get("validate") or not self.settings.over_sample_rate:
+            return size
+        return max(1, int(size * (1 - self.settings.over_sample_rate)))
+
+
+async def finish_or_abort(tasks: Sequence[asyncio.Task[Trajectory]], target: int) -> None:
+    """Wait until ``target`` of ``tasks`` are done, then cancel the others (aborted trajectories) and wait for
+    them to unwind (their tool instances are released). A loop's error is raised as soon as it is seen."""
+    pending: set[asyncio.Task[Trajectory]] = set(tasks)
+    while len(tasks) - len(pending) < target:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
+def aborted_trajectory(sample: AgentSample) -> Trajectory:
+    """What an aborted sample contributes, as in verl: its prompt and an empty response, so that its
+    ``response_mask`` is all 0 and no token of it enters the loss; ``extra["aborted"]`` marks it."""
+    return Trajectory(list(sample.prompt_ids), extra={"aborted": True})
 
 
 def _agent_names(batch: Batch) -> list[str | None]:
@@ -272,7 +313,11 @@ def assemble(
     infos = list(non_tensors.get("extra_info", [None] * len(trajectories)))
     for i, t in enumerate(trajectories):
         info = dict(infos[i]) if isinstance(infos[i], dict) else {}
-        info.update(num_turns=t.num_turns, tool_rewards=t.reward_scores.get("tool_rewards", 0.0))
+        info.update(
+            num_turns=t.num_turns,
+            tool_rewards=t.reward_scores.get("tool_rewards", 0.0),
+            aborted=bool(t.extra.get("aborted", False)),
+        )
         info["turn_scores"] = list(t.extra.get("turn_scores", []))
         infos[i] = info
     non_tensors["extra_info"] = np.array(infos + [None], dtype=object)[:-1]
@@ -287,10 +332,12 @@ def _stats(prefix: str, values: Sequence[float]) -> dict[str, float]:
 
 
 def agent_metrics(trajectories: Sequence[Trajectory], seconds: Sequence[float], engine_calls: int) -> dict[str, float]:
-    """The rollout's metrics: ``num_turns/*`` (verl's names), ``agent_loop/*`` timing, ``tool/*`` counters."""
+    """The rollout's metrics: ``num_turns/*`` (verl's names), ``agent_loop/*`` timing and the count of
+    trajectories aborted by ``over_sample_rate``, ``tool/*`` counters."""
     metrics = _stats("num_turns", [t.num_turns for t in trajectories])
     metrics.update(_stats("agent_loop/trajectory_s", seconds))
     metrics["agent_loop/engine_calls"] = float(engine_calls)
+    metrics["agent_loop/aborted"] = float(sum(bool(t.extra.get("aborted")) for t in trajectories))
     metrics["agent_loop/policy_tokens/mean"] = float(np.mean([sum(t.response_mask) for t in trajectories] or [0]))
     metrics["agent_loop/observation_tokens/mean"] = float(
         np.mean([len(t.response_mask) - sum(t.response_mask) for t in trajectories] or [0])

@@ -9,6 +9,7 @@ from rlcore.errors import RLCoreError
 
 __all__ = ["AGENT_KEY", "MULTI_TURN_KEY", "TRUNCATE_SIDES", "AgentSettings"]
 
+ROLLOUT_KEY = "actor_rollout_ref.rollout"
 MULTI_TURN_KEY = "actor_rollout_ref.rollout.multi_turn"
 AGENT_KEY = "actor_rollout_ref.rollout.agent"
 #: where a tool or interaction response longer than ``max_tool_response_length`` characters is cut
@@ -33,6 +34,8 @@ class AgentSettings:
     ``enable`` is ``multi_turn.enable``; ``default_agent_loop`` is ``agent.default_agent_loop``, or when that is
     null ``tool_agent`` with multi-turn enabled and ``single_turn`` without. ``response_length`` is the
     trajectory's whole budget of response tokens (policy, tool and interaction tokens together).
+    ``over_sample_rate`` is ``rollout.over_sample_rate``: a training rollout stops once ``int(size × (1 − rate))``
+    trajectories have finished and aborts the rest (verl's early termination).
     """
 
     enable: bool
@@ -46,6 +49,7 @@ class AgentSettings:
     interaction_config_path: str | None
     format: str
     response_length: int
+    over_sample_rate: float = 0.0
 
     @classmethod
     def from_rollout(cls, rollout: Any) -> AgentSettings:
@@ -62,6 +66,11 @@ class AgentSettings:
             )
         default = agent.get("default_agent_loop") or ("tool_agent" if enable else "single_turn")
         response_length = rollout.get("response_length", 512)
+        over_sample_rate = rollout.get("over_sample_rate", 0.0)
+        if isinstance(over_sample_rate, bool) or not isinstance(over_sample_rate, (int, float)):
+            raise RLCoreError(f"{ROLLOUT_KEY}.over_sample_rate must be a number in [0, 1), got {over_sample_rate!r}")
+        if not 0 <= over_sample_rate < 1:
+            raise RLCoreError(f"{ROLLOUT_KEY}.over_sample_rate must be in [0, 1), got {over_sample_rate!r}")
         return cls(
             enable=enable,
             default_agent_loop=str(default),
@@ -74,6 +83,7 @@ class AgentSettings:
             interaction_config_path=multi.get("interaction_config_path") or None,
             format=str(multi.get("format") or "hermes"),
             response_length=int(response_length),
+            over_sample_rate=float(over_sample_rate),
         )
 
     @property

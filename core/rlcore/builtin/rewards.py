@@ -1,4 +1,4 @@
-"""Built-in reward managers and the rule-based scorers for GSM8K, MATH and code problems."""
+"""Built-in reward managers and the rule-based scorers for GSM8K, MATH, Geometry3K and code problems."""
 
 from rlcore.hookspecs import hookimpl
 
@@ -29,6 +29,12 @@ def register_reward_scorers(register):
         "rlcore.reward.scorers.math:score",
         description="MATH \\boxed{} answer match (math-verify when installed)",
         aliases=("DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math"),
+    )
+    register(
+        "hiyouga/geometry3k",
+        "rlcore.reward.scorers.geo3k:score",
+        description="Geometry3K: 0.9 x \\boxed{} answer match + 0.1 x <think>...</think> format",
+        aliases=("geo3k",),
     )
     register(
         "codecontests",

@@ -12,6 +12,11 @@ def register_reward_scorers(register):
         "rlcore.tasks.arith_tools:score",
         description="bundled tool task: the last integer of the response is the product",
     )
+    register(
+        "rlcore/shapes_vl",
+        "rlcore.tasks.shapes_vl:score",
+        description="bundled vision-language task: the first word of the response is the shape's colour",
+    )
 
 
 @hookimpl
@@ -28,4 +33,10 @@ def register_presets(register):
         "rlcore.tasks.arith_tools:cpu_preset",
         description="bundled multi-turn task: 2-digit products with a calculator tool (GRPO, HF engine)",
         prepare="rlcore.tasks.arith_tools:prepare_assets",
+    )
+    register(
+        "shapes-vl-cpu",
+        "rlcore.tasks.shapes_vl:cpu_preset",
+        description="bundled vision-language task: name the colour of a drawn shape (tiny Qwen2-VL, GRPO, HF engine)",
+        prepare="rlcore.tasks.shapes_vl:prepare_assets",
     )

@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 #: the controller's part of a checkpoint
 TRAINER_STATE_FILE = "trainer_state.json"
+#: split placement: the rollout-only ranks' engine states (they write no checkpoint of their own)
+ROLLOUT_STATE_FILE = "rollout_state.pkl"
 #: the file listing the size and SHA-256 of every other file of a checkpoint
 CHECKSUMS_FILE = "checksums.json"
 #: the values of ``trainer.resume_mode``
@@ -382,3 +385,24 @@ def read_trainer_state(folder: Path) -> dict[str, Any]:
     if not isinstance(state, dict) or "global_step" not in state:
         raise CheckpointError(f"{file} has no global_step")
     return state
+
+
+def write_rollout_states(folder: Path, states: list[Any]) -> None:
+    """Write the rollout-only ranks' engine states (``rollout_state()`` of each rank, in rank order) as
+    ``folder/rollout_state.pkl``: with split placement those ranks hold the sampling state a resume needs."""
+    (folder / ROLLOUT_STATE_FILE).write_bytes(pickle.dumps(list(states), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def read_rollout_states(folder: Path) -> list[Any] | None:
+    """What :func:`write_rollout_states` wrote into ``folder``; None when the checkpoint has none (a run with
+    colocated placement). An error names the file when it cannot be read."""
+    file = Path(folder) / ROLLOUT_STATE_FILE
+    if not file.is_file():
+        return None
+    try:
+        states = pickle.loads(file.read_bytes())  # noqa: S301 - the run's own checkpoint, like its torch files
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+        raise CheckpointError(f"{file}: cannot read the rollout engines' state ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(states, list):
+        raise CheckpointError(f"{file} does not hold a list of rollout engine states")
+    return states

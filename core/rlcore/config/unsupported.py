@@ -65,20 +65,22 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         MEGATRON_HINT,
     ),
     MissingFeature(
-        "profiling (verl's profiler settings)",
+        "Nsight/NPU profiling and verl's older profiler keys (rlcore profiles with global_profiler.tool=torch or "
+        "torch_memory)",
         (
-            "global_profiler",
-            *(f"{role}.profiler" for role in ROLES),
+            "global_profiler.global_tool_config.nsys",
+            "global_profiler.global_tool_config.npu",
+            *(f"{role}.profiler.{key}" for role in ROLES for key in ("tool", "save_path", "tool_config")),
             "trainer.profile_steps",
             "trainer.profile_continuous_steps",
             "trainer.controller_nsight_options",
             "trainer.worker_nsight_options",
             "trainer.npu_profile",
         ),
+        "docs/profiling.md",
         off={
-            "global_profiler.tool": None,
-            "global_profiler.steps": None,
-            **{f"{role}.profiler.enable": False for role in ROLES},
+            **{f"{role}.profiler.tool": None for role in ROLES},
+            **{f"{role}.profiler.save_path": None for role in ROLES},
         },
     ),
     MissingFeature(
@@ -101,14 +103,17 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         },
     ),
     MissingFeature(
-        "multimodal data (images, video)",
+        "video input and these multimodal data options of verl (rlcore: images through the model's processor)",
         (
-            "data.image_key",
             "data.video_key",
             "data.image_patch_size",
             "data.return_multi_modal_inputs",
-            "actor_rollout_ref.actor.freeze_vision_tower",
         ),
+        off={
+            "data.video_key": "videos",
+            "data.image_patch_size": None,
+            "data.return_multi_modal_inputs": True,
+        },
     ),
     MissingFeature(
         "these reward-model options of verl (global micro-batch, sequence parallelism, reward-loop classes)",
@@ -215,8 +220,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         (
             "actor_rollout_ref.model.hf_config_path",
             "actor_rollout_ref.model.external_lib",
-            "actor_rollout_ref.model.exclude_modules",
-            "actor_rollout_ref.model.fused_kernel_options",
             "actor_rollout_ref.model.tiled_mlp",
         ),
     ),
@@ -231,7 +234,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         (
             "critic.model.external_lib",
             "critic.model.use_shm",
-            "critic.model.enable_activation_offload",
             "critic.model.lora_rank",
             "critic.model.lora_alpha",
             "critic.model.target_modules",
@@ -259,8 +261,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "actor_rollout_ref.rollout.logprobs_mode",
             "actor_rollout_ref.rollout.scheduling_policy",
             "actor_rollout_ref.rollout.disable_log_stats",
-            "actor_rollout_ref.rollout.over_sample_rate",
-            "actor_rollout_ref.rollout.multi_stage_wake_up",
             "actor_rollout_ref.rollout.skip_rollout",
             "actor_rollout_ref.rollout.skip_dump_dir",
             "actor_rollout_ref.rollout.skip_tokenizer_init",
@@ -268,14 +268,11 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "actor_rollout_ref.rollout.quantization",
             "actor_rollout_ref.rollout.quantization_config_file",
             "actor_rollout_ref.rollout.prometheus",
-            "actor_rollout_ref.rollout.trace",
             "actor_rollout_ref.rollout.checkpoint_engine",
             "actor_rollout_ref.rollout.engine_kwargs.trtllm",
         ),
         off={
             "actor_rollout_ref.rollout.layered_summon": False,
-            "actor_rollout_ref.rollout.multi_stage_wake_up": False,
-            "actor_rollout_ref.rollout.over_sample_rate": 0,
             "actor_rollout_ref.rollout.expert_parallel_size": 1,
             "actor_rollout_ref.rollout.pipeline_model_parallel_size": 1,
         },
@@ -287,7 +284,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "data.use_shm",
             "data.return_raw_input_ids",
             "data.return_full_prompt",
-            "data.sampler",
             "data.datagen",
         ),
     ),
@@ -307,13 +303,25 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
     ),
     MissingFeature("verl's TransferQueue", ("transfer_queue",)),
     MissingFeature("Ray start-up options (rlcore: trainer.ray_address)", ("ray_kwargs",)),
+    MissingFeature(
+        "verl's fully-async trainer (rlcore: one-step-off-policy, async_training.enable and max_staleness_steps)",
+        tuple(
+            f"async_training.{key}"
+            for key in (
+                "staleness_threshold",
+                "trigger_parameter_sync_step",
+                "require_batches",
+                "partial_rollout",
+                "use_trainer_do_validate",
+            )
+        ),
+        "docs/async-training.md",
+    ),
 )
 
 #: values rlcore's keys accept but cannot honour yet: key -> (is the value unsupported?, feature)
 UNSUPPORTED_VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "actor_rollout_ref.model.use_fused_kernels": (lambda v: v is True, "verl's fused Triton log-prob kernels"),
     "actor_rollout_ref.model.use_shm": (lambda v: v is True, "loading the model through shared memory"),
-    "actor_rollout_ref.model.enable_activation_offload": (lambda v: v is True, "activation offloading"),
     "actor_rollout_ref.actor.checkpoint.async_save": (lambda v: v is True, "asynchronous checkpoint saving"),
 }
 

@@ -11,9 +11,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from rlcore.config.async_training import async_training_problems
 from rlcore.config.keys import positive_key
 from rlcore.config.loader import ConfigError
 from rlcore.errors import RLCoreError
+from rlcore.workers.activation_offload import activation_offload_notes
 from rlcore.workers.batch_sizes import ppo_batch_sizes, ulysses_size
 
 TRUNCATION_MODES = ("left", "right", "middle", "error")
@@ -105,6 +107,10 @@ SPEED_ONLY: dict[str, tuple[Any, str]] = {
     "actor_rollout_ref.actor.entropy_from_logits_with_chunking": (False, "the entropy is computed in one piece"),
     "actor_rollout_ref.actor.entropy_checkpointing": (False, "the entropy is not recomputed"),
     "data.dataloader_num_workers": (0, "prompts are tokenized once, when the dataset is read"),
+    "actor_rollout_ref.rollout.multi_stage_wake_up": (
+        False,
+        "rlcore's engines load the weights and the KV cache in their own order (an SGLang memory switch of verl)",
+    ),
     "data.filter_overlong_prompts_workers": (1, "the overlong filter runs once, when the dataset is read"),
     "reward_model.use_reward_loop": (
         True,
@@ -176,6 +182,7 @@ def check_values(config: DictConfig) -> None:
         value = OmegaConf.select(config, key, default=None)
         if not _number(value) or value < 0:
             problems.append(f"{key} must be a number >= 0, got {value!r}")
+    problems += async_training_problems(config)
     if config.reward_model.launch_reward_fn_async and config.algorithm.batch_filters:
         problems.append(
             "reward_model.launch_reward_fn_async=true cannot be combined with algorithm.batch_filters: "
@@ -307,6 +314,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
         )
     notes += speed_only_notes(config)
     notes += reward_model_notes(config)
+    notes += activation_offload_notes(config)
     return DerivedQuantities(
         world_size=world,
         data_parallel_size=dp,

@@ -24,17 +24,28 @@ from rlcore.algos.losses import agg_loss
 from rlcore.algos.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
 from rlcore.algos.pf_ppo import pf_ppo_resample
 from rlcore.algos.rollout_correction import apply_rollout_correction
-from rlcore.checkpoint import CheckpointManager, read_trainer_state, resume_path, write_trainer_state
+from rlcore.checkpoint import (
+    CheckpointManager,
+    read_rollout_states,
+    read_trainer_state,
+    resume_path,
+    write_rollout_states,
+    write_trainer_state,
+)
 from rlcore.controller.balance import balance_order
 from rlcore.controller.groups import build_worker_groups
+from rlcore.controller.off_policy import RolloutPipeline
 from rlcore.controller.stop import StopRequest
 from rlcore.controller.uids import prompt_uids
 from rlcore.controller.worker_group import reduce_metrics
 from rlcore.data.collate import collate_rows
 from rlcore.data.custom import load_dataset_class
 from rlcore.data.loader import PromptLoader
+from rlcore.data.sampler import build_sampler, update_curriculum
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager
+from rlcore.processors import load_processor
+from rlcore.profiling import step_profiling
 from rlcore.protocol import Batch
 from rlcore.reward.async_reward import AsyncReward, PendingReward
 from rlcore.reward.model_reward import ModelRewardManager
@@ -105,6 +116,7 @@ class Trainer:
         self.stop = StopRequest()
         self.saved_step = 0  # the step of the newest checkpoint this run saved or resumed from
         self.last: dict[str, float] = {}  # the last step's metrics (plus the last validation), also when stopped
+        self.pipeline: RolloutPipeline | None = None  # async_training.enable: the one-step-off-policy rollout lane
 
     # ------------------------------------------------------------------ setup
     def _build_data(self) -> None:
@@ -127,15 +139,21 @@ class Trainer:
             self.tokenizer.chat_template = model.custom_chat_template
         self.agents = AgentRunner(cfg, self.tokenizer)
         dataset_cls = load_dataset_class(cfg)
-        self.train_dataset = dataset_cls(cfg.data.train_files, self.tokenizer, cfg.data, split="train")
+        # a vision-language model's processor renders image rows (verl passes it to the dataset the same way)
+        self.processor = load_processor(Path(str(model.path)).expanduser(), trust_remote_code=model.trust_remote_code)
+        extra = {"processor": self.processor} if self.processor is not None else {}
+        self.train_dataset = dataset_cls(cfg.data.train_files, self.tokenizer, cfg.data, split="train", **extra)
         self.train_loader = PromptLoader(
             self.train_dataset,
             cfg.data.gen_batch_size or cfg.data.train_batch_size,
             shuffle=cfg.data.shuffle,
             seed=cfg.data.seed if cfg.data.seed is not None else cfg.trainer.seed,
+            sampler=build_sampler(cfg.data, self.train_dataset),
         )
         self.val_dataset = (
-            dataset_cls(cfg.data.val_files, self.tokenizer, cfg.data, split="test") if cfg.data.val_files else None
+            dataset_cls(cfg.data.val_files, self.tokenizer, cfg.data, split="test", **extra)
+            if cfg.data.val_files
+            else None
         )
         steps = cfg.trainer.total_training_steps
         self.total_steps = int(steps if steps is not None else len(self.train_loader) * cfg.trainer.total_epochs)
@@ -159,6 +177,10 @@ class Trainer:
             self.reward_fn = ModelRewardManager(self.reward_fn, self.groups.reward_model, self.config, separate)
         self.val_reward_fn = self.reward_fn
         self.reward_thread = AsyncReward() if self.async_reward else None
+        self.profiling = step_profiling(self.config, self.groups)
+        self.pipeline = RolloutPipeline.from_config(
+            self.config, self.groups, self._collect_batch, lambda: self.train_loader.epoch, self.total_steps
+        )
 
     # ------------------------------------------------------------------- step
     def _prompt_batch(self) -> Batch:
@@ -213,10 +235,12 @@ class Trainer:
         baseline = self.reward_fn(greedy).token_level_scores.sum(-1)
         batch["reward_baselines"] = baseline.repeat_interleave(self.n)
 
-    def _collect_batch(self, metrics: dict[str, float]) -> Batch:
+    def _collect_batch(self, metrics: dict[str, float], timer: StageTimer | None = None) -> Batch:
         """Generate and score rollouts. With batch filters, generate more rounds until
         ``data.train_batch_size`` prompt groups survive (DAPO's dynamic sampling), at most
-        ``algorithm.max_num_gen_batches`` rounds, then keep exactly that many groups."""
+        ``algorithm.max_num_gen_batches`` rounds, then keep exactly that many groups. The stages are timed on
+        ``timer`` (the step's by default; the rollout lane's own with ``async_training``)."""
+        timer = timer or self.timer
         target = int(self.config.data.train_batch_size)
         max_rounds = int(self.config.algorithm.max_num_gen_batches)
         filtering = bool(self.config.algorithm.batch_filters)
@@ -227,15 +251,15 @@ class Trainer:
             rounds += 1
             prompts = self._prompt_batch()
             prompts.meta["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-            with self.timer("gen"):
+            with timer("gen"):
                 batch = self._generate(prompts)
             metrics.update(batch.meta.pop("agent_metrics", {}))
             if self.estimator.meta.get("needs_greedy_baseline"):
-                with self.timer("gen_max"):
+                with timer("gen_max"):
                     self._add_greedy_baseline(prompts, batch)
             if self.async_reward:  # scored in the background by train_step (never with filters: see validate)
                 return batch
-            with self.timer("reward"):
+            with timer("reward"):
                 self._score(batch, self.reward_fn, metrics)
             if not filtering:
                 return batch
@@ -315,7 +339,10 @@ class Trainer:
         timer = self.timer
         self.groups.pop_compute_s()  # drop worker time spent outside steps (validation, checkpoints)
         step_start = time.perf_counter()
-        batch = self._collect_batch(metrics)
+        if self.pipeline is not None:  # one-step-off-policy: generated ahead by the rollout lane
+            batch, metrics["training/epoch"] = self.pipeline.next_batch(self.global_step, metrics)
+        else:
+            batch = self._collect_batch(metrics)
         if self.config.trainer.balance_batch:
             order, balance_metrics = balance_order(batch["attention_mask"].sum(-1), self.actor.dp_size)
             batch.reorder(order)
@@ -363,7 +390,11 @@ class Trainer:
             with timer("update_actor"):
                 metrics.update(reduce_metrics(self.actor.update_actor(batch).meta.get("metrics", {})))
             with timer("update_weights"):
-                metrics.update(reduce_metrics(self.groups.sync_weights()))
+                if self.pipeline is not None:  # the rollout lane loads them after its current generation
+                    metrics.update(self.pipeline.push_weights())
+                else:
+                    metrics.update(reduce_metrics(self.groups.sync_weights()))
+        update_curriculum(self.train_loader.sampler, batch)
         step_time = time.perf_counter() - step_start
         timing = {**timer.pop_all(), "step": step_time}
         worker_s = self.groups.pop_compute_s()
@@ -377,7 +408,7 @@ class Trainer:
         metrics.update(compute_timing_metrics(timing, n_prompt, n_response))
         metrics.update(compute_throughput_metrics(n_prompt + n_response, step_time, self.actor.world_size))
         metrics["training/global_step"] = self.global_step
-        metrics["training/epoch"] = self.train_loader.epoch
+        metrics.setdefault("training/epoch", self.train_loader.epoch)
         return metrics
 
     def _decoded(self, batch: Batch) -> tuple[list[str], list[str]]:
@@ -473,6 +504,10 @@ class Trainer:
 
         def write(folder: Path) -> None:
             """Make the workers and the controller write their parts into ``folder``."""
+            if self.pipeline is not None:  # first: it waits for the batches in flight, which move the loader
+                self.pipeline.save(folder)
+            if self.groups.split:  # rollout-only ranks save nothing themselves; their sampling state goes here
+                write_rollout_states(folder, self.groups.rollout.call_all("rollout_state"))
             self.actor.save_checkpoint(str(folder / "actor"))
             if self.critic is not None:
                 self.critic.save_checkpoint(str(folder / "critic"))
@@ -499,7 +534,12 @@ class Trainer:
             self.critic.load_checkpoint(str(path / "critic"))
         if self.groups.split:  # a colocated actor re-syncs its own engine; a separate rollout group must be told
             self.groups.sync_weights()
+            rollout_states = read_rollout_states(path)
+            if rollout_states is not None:
+                self.groups.rollout.load_rollout_state(rollout_states)
         self.train_loader.load_state_dict(state["data"])
+        if self.pipeline is not None:
+            self.pipeline.load(path, int(state["global_step"]))
         if self.kl_ctrl is not None and state.get("kl_coef") is not None:
             self.kl_ctrl.value = float(state["kl_coef"])
         self.global_step = self.saved_step = int(state["global_step"])
@@ -577,7 +617,11 @@ class Trainer:
                     if self.stop.requested:
                         break
                     self.global_step = step
+                    if self.profiling is not None:
+                        self.profiling.before_step(step)
                     metrics = self.train_step()
+                    if self.profiling is not None:
+                        self.profiling.after_step(step, self.total_steps)
                     self._count_nonfinite(metrics)
                     is_last = step == self.total_steps
                     if self.val_dataset is not None and cfg.test_freq > 0 and (is_last or step % cfg.test_freq == 0):
@@ -609,6 +653,8 @@ class Trainer:
             close = getattr(self.reward_fn, "close", None)
             if callable(close):
                 close()
+            if self.pipeline is not None:
+                self.pipeline.close(wait=status == "completed")
             self.groups.shutdown()
         return last
 
@@ -639,6 +685,8 @@ class Trainer:
             )
 
     def _validate_and_report(self, step: int, trackers: Any) -> dict[str, float]:
+        if self.pipeline is not None:  # validate with the trainer's current weights
+            self.pipeline.drain()
         start = time.perf_counter()
         val, samples = self.validate()
         val["timing_s/testing"] = time.perf_counter() - start

@@ -12,34 +12,47 @@ from rlcore.data import DataError
 from rlcore.errors import RLCoreError
 
 
-def load_from_file(path: str, name: str, *, what: str, error_cls: type[RLCoreError] = RLCoreError) -> Any:
+def load_from_file(
+    path: str,
+    name: str,
+    *,
+    what: str,
+    error_cls: type[RLCoreError] = RLCoreError,
+    path_key: str = "path",
+    name_key: str = "name",
+) -> Any:
     """Import the Python file ``path`` as a module and return its attribute ``name``.
 
-    ``what`` names the config keys in messages (for example ``"data.custom_cls"``). The module is
+    ``what`` names the config section in messages (for example ``"data.custom_cls"``), ``path_key`` and
+    ``name_key`` its two keys (``data.sampler`` has ``class_path`` and ``class_name``). The module is
     registered in ``sys.modules`` under a name derived from the file's absolute path, so classes defined in
     it can be pickled by reference and importing the same file twice reuses the module. Errors (missing
     file, exception while importing, missing attribute) raise ``error_cls`` naming the path and name.
     """
     file = Path(path).expanduser()
     if not file.is_file():
-        raise error_cls(f"{what}.path={path!r}: file does not exist")
+        raise error_cls(f"{what}.{path_key}={path!r}: file does not exist")
     resolved = file.resolve()
     module_name = "rlcore_user_" + hashlib.sha1(str(resolved).encode()).hexdigest()[:12] + "_" + resolved.stem
     module = sys.modules.get(module_name)
     if module is None:
         spec = importlib.util.spec_from_file_location(module_name, resolved)
         if spec is None or spec.loader is None:
-            raise error_cls(f"{what}.path={path!r}: cannot be imported as a Python module")
+            raise error_cls(f"{what}.{path_key}={path!r}: cannot be imported as a Python module")
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         try:
             spec.loader.exec_module(module)
         except Exception as exc:
             del sys.modules[module_name]
-            raise error_cls(f"{what}.path={path!r}: importing the file raised {type(exc).__name__}: {exc}") from exc
+            raise error_cls(
+                f"{what}.{path_key}={path!r}: importing the file raised {type(exc).__name__}: {exc}"
+            ) from exc
     if not hasattr(module, name):
         public = sorted(n for n in vars(module) if not n.startswith("_"))
-        raise error_cls(f"{what}.path={path!r} defines no {name!r} ({what}.name); it defines: {', '.join(public)}")
+        raise error_cls(
+            f"{what}.{path_key}={path!r} defines no {name!r} ({what}.{name_key}); it defines: {', '.join(public)}"
+        )
     return getattr(module, name)
 
 

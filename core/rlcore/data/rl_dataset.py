@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlcore.data import DataError
+from rlcore.data import DataError, multimodal
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ class _Row:
     extra_info: dict[str, Any]
     index: Any
     origin: RowOrigin
+    images: list[Any]
+    agent_name: str | None = None
 
 
 def config_value(config: Any, key: str, default: Any) -> Any:
@@ -166,6 +168,8 @@ class RLDataset:
         config: the ``data`` config section (a DictConfig or dict; missing keys take verl's defaults).
         split: ``"train"`` or a validation split name (``"val"``, ``"test"``); selects
             ``train_max_samples``/``shuffle`` versus ``val_max_samples``/``validation_shuffle``.
+        processor: the model's multimodal processor (``None`` for text-only models); rows with images
+            (``data.image_key``) need it, see :mod:`rlcore.data.multimodal`.
 
     Rows are validated and tokenised eagerly (the chat template is rendered with
     ``add_generation_prompt=True`` and tokenised without special tokens). With
@@ -176,10 +180,16 @@ class RLDataset:
     ``self[i]`` returns ``input_ids``, ``attention_mask``, ``position_ids`` (LongTensors of length
     ``max_prompt_length``, left-padded), ``raw_prompt_ids`` (the unpadded, truncated ids),
     ``raw_prompt`` (the messages, when ``return_raw_chat``), ``data_source``, ``reward_model``,
-    ``extra_info`` and ``index`` (``extra_info["index"]`` or the row's number across the files).
+    ``extra_info`` and ``index`` (``extra_info["index"]`` or the row's number across the files). When any
+    row has images, every row also has ``multi_modal_data`` (``{"image": [PIL images]}``) and
+    ``multi_modal_inputs`` (the processor's ``pixel_values`` and ``image_grid_thw``), ``None`` for text rows;
+    an image row's ids hold its image tokens, which count towards ``max_prompt_length``. When any row names
+    an agent loop (verl's ``agent_name`` column), every row has ``agent_name`` (``None``: the default loop).
     """
 
-    def __init__(self, files: Any, tokenizer: Any, config: Any = None, split: str = "train") -> None:
+    def __init__(
+        self, files: Any, tokenizer: Any, config: Any = None, split: str = "train", processor: Any = None
+    ) -> None:
         self.split = split
         self.files = normalize_files(files, split)
         self.tokenizer = tokenizer
@@ -191,6 +201,8 @@ class RLDataset:
         self.return_raw_chat = bool(config_value(config, "return_raw_chat", True))
         template_kwargs = to_plain(config_value(config, "apply_chat_template_kwargs", {}))
         self.chat_template_kwargs: dict[str, Any] = dict(template_kwargs)
+        self.processor = processor
+        self.image_key: str = config_value(config, "image_key", "images")
         is_train = split == "train"
         self.max_samples = int(config_value(config, "train_max_samples" if is_train else "val_max_samples", -1))
         self.shuffle = bool(config_value(config, "shuffle" if is_train else "validation_shuffle", is_train))
@@ -245,6 +257,16 @@ class RLDataset:
                         "max_prompt_length, set data.truncation=left|right|middle or "
                         "data.filter_overlong_prompts=true"
                     )
+        else:
+            for row, row_ids in zip(rows, ids):
+                if row.images and len(row_ids) > self.max_prompt_length:
+                    raise DataError(
+                        f"{row.origin}: the prompt with its images has {len(row_ids)} tokens, more than "
+                        f"data.max_prompt_length={self.max_prompt_length}, and cutting it would cut image tokens; "
+                        "raise max_prompt_length or set data.filter_overlong_prompts=true"
+                    )
+        self.has_images = any(row.images for row in rows)
+        self.has_agent_names = any(row.agent_name for row in rows)
         self._rows = rows
         self._ids = ids
 
@@ -302,6 +324,14 @@ class RLDataset:
             raise DataError(f"{origin}: key 'extra_info' must be an object, got {type(extra_info).__name__}")
         extra_info = dict(extra_info)
         index = extra_info.get("index")
+        agent_name = record.get("agent_name")
+        if agent_name is not None and not isinstance(agent_name, str):
+            raise DataError(
+                f"{origin}: key 'agent_name' must be the name of an agent loop (a string) or null, "
+                f"got {type(agent_name).__name__}"
+            )
+        multimodal.check_no_videos(record, str(origin))
+        images = multimodal.image_list(record.get(self.image_key), str(origin), self.image_key)
         return _Row(
             prompt=prompt,
             data_source=data_source,
@@ -309,12 +339,42 @@ class RLDataset:
             extra_info=extra_info,
             index=number if index is None else index,
             origin=origin,
+            images=images,
+            agent_name=agent_name or None,
+        )
+
+    def _is_image_row(self, row: _Row) -> bool:
+        """Whether the processor renders ``row``: it has images, or ``<image>`` placeholders and a processor."""
+        if row.images:
+            return True
+        return self.processor is not None and any(multimodal.IMAGE_PLACEHOLDER in m["content"] for m in row.prompt)
+
+    def _render(self, row: _Row) -> multimodal.RenderedRow:
+        """Render an image row with the processor (its ids, images and pixel tensors)."""
+        if self.processor is None:
+            raise DataError(
+                f"{row.origin}: key {self.image_key!r} holds images but the model has no multimodal processor "
+                "(no preprocessor_config.json next to actor_rollout_ref.model.path)"
+            )
+        return multimodal.render_row(
+            self.processor,
+            row.prompt,
+            row.images,
+            where=str(row.origin),
+            key=self.image_key,
+            base_dir=Path(row.origin.file).parent,
+            chat_template_kwargs=self.chat_template_kwargs,
         )
 
     def _tokenize(self, rows: list[_Row]) -> list[np.ndarray]:
-        """Render each prompt with the chat template and tokenise all of them in one batched call."""
+        """Render each prompt with the chat template and tokenise all text rows in one batched call (image
+        rows go through the processor one by one)."""
         texts = []
-        for row in rows:
+        rendered: dict[int, list[int]] = {}
+        for i, row in enumerate(rows):
+            if self._is_image_row(row):
+                rendered[i] = self._render(row).input_ids
+                continue
             try:
                 text = self.tokenizer.apply_chat_template(
                     row.prompt, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
@@ -325,8 +385,8 @@ class RLDataset:
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
             texts.append(text)
-        encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        return [np.asarray(row_ids, dtype=np.int64) for row_ids in encoded]
+        encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+        return [np.asarray(rendered[i] if i in rendered else next(encoded), dtype=np.int64) for i in range(len(rows))]
 
     def __len__(self) -> int:
         """Number of rows after ``max_samples`` and the overlong filter."""
@@ -353,10 +413,16 @@ class RLDataset:
             "position_ids": position_ids,
             "raw_prompt_ids": kept,
         }
+        if self.has_images:
+            rendered = self._render(row) if self._is_image_row(row) else None
+            item[multimodal.MULTI_MODAL_DATA] = {"image": rendered.images} if rendered else None
+            item[multimodal.MULTI_MODAL_INPUTS] = rendered.inputs if rendered else None
         if self.return_raw_chat:
             item["raw_prompt"] = copy.deepcopy(row.prompt)
         item["data_source"] = row.data_source
         item["reward_model"] = copy.deepcopy(row.reward_model)
         item["extra_info"] = copy.deepcopy(row.extra_info)
         item["index"] = row.index
+        if self.has_agent_names:
+            item["agent_name"] = row.agent_name
         return item

@@ -5,13 +5,20 @@ samples with its own loop instead of ``model.generate``: one prefill forward ove
 prompts with an explicit attention mask and position ids, then one forward per new token against a
 ``DynamicCache`` — or, on CPU for plain Llama-family models, through
 :class:`rlcore.rollout.static_decoder.StaticDecoder` (the same function without the module overhead).
-Sampling (temperature, top-k, top-p, greedy) runs on float32 logits with a
-``torch.Generator`` seeded from ``rollout.seed``. The loop stops as soon as every sequence has emitted an
-end-of-sequence token; after its EOS a sequence is filled with the pad token.
+Sampling (temperature, top-k, top-p, greedy) runs on float32 logits; every row draws from its own
+``torch.Generator`` seeded from ``rollout.seed``, the call's index and the row
+(:mod:`rlcore.rollout.row_noise`), so a row's tokens do not depend on the rest of the batch. A call is
+decoded in chunks of rows bounded by ``rollout.max_num_batched_tokens`` prompt + response tokens
+(:mod:`rlcore.rollout.chunking`), which bounds the engine's memory. The loop stops as soon as every
+sequence of a chunk has emitted an end-of-sequence token; after its EOS a sequence is filled with the pad
+token.
 
 The trainer pushes new weights in memory after every update with :meth:`HFRolloutEngine.update_weights`
-(the hybrid engine's weight sync); :meth:`HFRolloutEngine.weight_checksum` and :func:`state_checksum`
-let the caller verify that the engine serves the trainer's weights.
+(the hybrid engine's weight sync), or, when the trainer's parameters live in the same process on the same
+device with the same dtype (one CPU rank), hands them over once with :meth:`HFRolloutEngine.share_weights`:
+the engine then computes with the trainer's own tensors, so a sync copies nothing and the engine holds no
+second copy of the model. :meth:`HFRolloutEngine.weight_checksum` and :func:`state_checksum` let the caller
+verify that the engine serves the trainer's weights.
 """
 
 from __future__ import annotations
@@ -25,9 +32,12 @@ import torch
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore.rollout import static_decoder
+from rlcore.rollout.chunking import chunk_slices, token_budget, trim_left_padding
 from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
-from rlcore.rollout.sampling import RolloutSettings, SamplingParams, sample_next_tokens
+from rlcore.rollout.row_noise import RowNoise, block_steps
+from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds, sample_next_tokens
 from rlcore.rollout.weights import check_weight_names, float64_sum, state_checksum
+from rlcore.workers.vlm import MULTI_MODAL_INPUTS, load_policy, rollout_prefill
 
 __all__ = ["HFRolloutEngine", "state_checksum"]
 
@@ -47,12 +57,12 @@ class HFRolloutEngine:
     """Batched sampling from a ``transformers`` causal LM, with in-memory weight updates.
 
     Args:
-        model_path: a local model directory or hub name for ``AutoModelForCausalLM.from_pretrained``;
+        model_path: a local model directory or hub name (a causal LM, or a vision-language model);
             ignored when ``module`` is given.
         tokenizer: the policy's tokenizer; supplies ``pad_token_id`` and ``eos_token_id``.
         config: the ``actor_rollout_ref.rollout`` section (``temperature``, ``top_k``, ``top_p``,
             ``do_sample``, ``response_length``, ``val_kwargs``, ``calculate_log_probs``, ``seed``,
-            ``ignore_eos``); ``n`` is not applied here (the controller repeats prompts before calling
+            ``ignore_eos``, ``max_num_batched_tokens``); ``n`` is not applied here (the controller repeats prompts before calling
             :meth:`generate`).
         device: where the engine's module runs.
         dtype: the engine's parameter dtype (a ``torch.dtype`` or its name), applied to a given
@@ -78,11 +88,10 @@ class HFRolloutEngine:
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.settings = RolloutSettings(config)
+        self.token_budget = token_budget(config)
 
         if module is None:
-            from transformers import AutoModelForCausalLM
-
-            module = AutoModelForCausalLM.from_pretrained(model_path, dtype=engine_dtype(dtype))
+            module = load_policy(model_path, engine_dtype(dtype))
         self.module = module.to(device=self.device, dtype=engine_dtype(dtype)).eval().requires_grad_(False)
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(self.module.forward).parameters
         self._prebuilt_decode_mask = _sdpa_full_attention_only(self.module.config)
@@ -93,8 +102,9 @@ class HFRolloutEngine:
         self.eos_token_ids: list[int] = special.eos_token_ids
         self.pad_token_id = special.pad_token_id
 
-        self._generator = torch.Generator(device=self.device).manual_seed(self.settings.seed)
+        self._calls = 0
         self._weight_version = 0
+        self._shared = False
         self._asleep = False
 
     @property
@@ -114,7 +124,8 @@ class HFRolloutEngine:
         """Sample one response per prompt row of ``batch``; returns a new Batch of the same length.
 
         Reads ``input_ids [B, P]`` (left-padded), ``attention_mask`` and ``position_ids`` (computed from
-        the mask when absent). Uses ``val_kwargs`` when ``validate`` or ``batch.meta["validate"]`` is
+        the mask when absent), and for a vision-language model the rows' images from
+        ``non_tensors["multi_modal_inputs"]`` (:func:`rlcore.workers.vlm.rollout_prefill`). Uses ``val_kwargs`` when ``validate`` or ``batch.meta["validate"]`` is
         true; ``batch.meta["do_sample"] = False`` forces greedy decoding. The result holds ``prompts``, ``responses [B, R]`` (right-padded with the pad token,
         ``R = response_length``), ``response_mask`` (1 up to and including the EOS token),
         ``input_ids``, ``attention_mask`` and ``position_ids = clip(cumsum(attention_mask) - 1, 0)`` over
@@ -126,8 +137,27 @@ class HFRolloutEngine:
             raise RLCoreError("the rollout engine is asleep: call wake() before generate()")
         params = self.settings.params_for(batch, validate)
         prompts, prompt_mask, prompt_positions = check_left_padded(batch)
-        responses, response_mask, logprobs = self._sample(
-            prompts.to(self.device), prompt_mask.to(self.device), prompt_positions.to(self.device), params
+        # greedy calls draw nothing and do not advance the seed stream (validation does not change training)
+        seeds = [] if params.greedy else request_seeds(self.settings.seed, self._calls, len(prompts))
+        if not params.greedy:
+            self._calls += 1
+        images = batch.non_tensors.get(MULTI_MODAL_INPUTS)
+        width = prompts.shape[1] + self.settings.response_length
+        chunks = [
+            self._sample(
+                *(
+                    t.to(self.device)
+                    for t in trim_left_padding(prompts[rows], prompt_mask[rows], prompt_positions[rows])
+                ),
+                params,
+                seeds[rows],
+                None if images is None else images[rows],
+            )
+            for rows in chunk_slices(len(prompts), width, self.token_budget)
+        ]
+        responses, response_mask, logprobs = (
+            None if parts[0] is None else torch.cat(parts)
+            for parts in zip(*chunks)  # type: ignore[arg-type]
         )
         return rollout_output(batch, responses, response_mask, logprobs)
 
@@ -138,8 +168,11 @@ class HFRolloutEngine:
         attention_mask: torch.Tensor,
         position_ids: torch.Tensor,
         params: SamplingParams,
+        seeds: Sequence[int],
+        images: Sequence[Any] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """The decoding loop; returns ``responses``, a boolean ``response_mask`` and the log-probs or None."""
+        """The decoding loop over one chunk of rows (``seeds``: one per row); returns ``responses``, a
+        boolean ``response_mask`` and the log-probs or None."""
         from transformers import DynamicCache
 
         batch_size, prompt_len = input_ids.shape
@@ -157,6 +190,9 @@ class HFRolloutEngine:
         full_mask = torch.ones((batch_size, prompt_len + length), dtype=torch.long, device=self.device)
         full_mask[:, :prompt_len] = attention_mask
         next_position = position_ids[:, -1:].long() + 1
+        prefill: dict[str, Any] = {"position_ids": position_ids}
+        if images is not None:  # the rows' multi_modal_inputs: images and mrope positions for the prefill
+            prefill, next_position = rollout_prefill(self.module, input_ids, attention_mask, images)
         eos_ids = torch.tensor(self.eos_token_ids, dtype=torch.long, device=self.device)
         unfinished = torch.ones(batch_size, dtype=torch.bool, device=self.device)
         # on an accelerator every `.any()` is a host sync: test for "all finished" less often there
@@ -175,24 +211,34 @@ class HFRolloutEngine:
             output = self.module(
                 input_ids=input_ids,
                 attention_mask=full_mask[:, :prompt_len],
-                position_ids=position_ids,
                 past_key_values=cache,
                 use_cache=True,
+                **prefill,
                 **extra,
             )
             logits = output.logits[:, -1, :]
+        vocab = logits.shape[-1]
+        noise = None if params.greedy else RowNoise(seeds, vocab, block_steps(vocab, length), self.device)
+        stop_on_eos = not self.settings.ignore_eos and bool(eos_ids.numel())
+        # per step only the sampled tokens (and log-probs) are stored and the rows still running are
+        # tracked; masks and padding after each row's EOS are applied once after the loop (a finished
+        # row keeps decoding its own samples, which no other row sees)
+        steps = length
         for step in range(length):
             tokens, step_logprobs = sample_next_tokens(
-                logits, params, self._generator, with_logprobs=logprobs is not None
+                logits,
+                params,
+                None,
+                with_logprobs=logprobs is not None,
+                gumbel=None if noise is None else noise.step(step),
             )
-            tokens = torch.where(unfinished, tokens, self.pad_token_id)
             responses[:, step] = tokens
-            response_mask[:, step] = unfinished
             if logprobs is not None:
-                logprobs[:, step] = step_logprobs.masked_fill_(~unfinished, 0.0)
-            if not self.settings.ignore_eos and eos_ids.numel():
-                unfinished &= ~torch.isin(tokens, eos_ids)
+                logprobs[:, step] = step_logprobs
+            if stop_on_eos:
+                unfinished.logical_and_(torch.isin(tokens, eos_ids).logical_not_())
             if step == length - 1 or ((step + 1) % check_every == 0 and not bool(unfinished.any())):
+                steps = step + 1
                 break
             if static is not None:
                 logits = static.decode(
@@ -207,6 +253,16 @@ class HFRolloutEngine:
                 use_cache=True,
             )
             logits = output.logits[:, -1, :]
+        if static is not None:
+            static.release()
+        if stop_on_eos:  # a token is in the response when no EOS came before it
+            hits = torch.isin(responses[:, :steps], eos_ids).int()
+            response_mask[:, :steps] = hits.cumsum(dim=1) == hits
+        else:
+            response_mask[:, :steps] = True
+        responses.masked_fill_(~response_mask, self.pad_token_id)
+        if logprobs is not None:
+            logprobs.masked_fill_(~response_mask, 0.0)
         return responses, response_mask, logprobs
 
     # ------------------------------------------------------------------ weights
@@ -220,6 +276,10 @@ class HFRolloutEngine:
         shape and, when ``strict``, the parameters that were not given; in that case the module may
         have been partly updated and :attr:`weight_version` is not incremented.
         """
+        if self._shared:  # never write into the trainer's own tensors: take private copies first
+            for param in self.module.parameters():
+                param.data = param.data.clone()
+            self._shared = False
         targets: Mapping[str, torch.Tensor] = self.module.state_dict(keep_vars=True)
         written: set[int] = set()
         unexpected: list[str] = []
@@ -239,6 +299,39 @@ class HFRolloutEngine:
         check_weight_names("hf", unexpected, mismatched, missing)
         self._weight_version += 1
 
+    def share_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> bool:
+        """Serve the given tensors themselves: every parameter of the engine's module becomes the tensor of
+        its state-dict name (its storage is shared, nothing is copied, the engine's own copy is freed).
+
+        For a trainer in the same process whose parameters are updated in place (one CPU rank): after
+        every update the engine already serves the new weights, and the caller calls this again as its
+        weight sync (then it only checks the tensors are the same ones). The engine never writes into
+        shared tensors (:meth:`update_weights` takes private copies first). Returns False and changes
+        nothing when a name is unknown, a parameter is not given, or a tensor's shape, dtype or device
+        differs from the engine's (the caller then copies with :meth:`update_weights`); True counts as a
+        weight update (:attr:`weight_version`).
+        """
+        given = dict(named_tensors)
+        targets = self.module.state_dict(keep_vars=True)
+        params = dict(self.module.named_parameters())
+        if any(name not in targets for name in given):
+            return False
+        for name, param in params.items():
+            tensor = given.get(name)
+            if tensor is None or (tensor.shape, tensor.dtype, tensor.device) != (
+                param.shape,
+                param.dtype,
+                param.device,
+            ):
+                return False
+        with torch.no_grad():
+            for name, param in params.items():
+                if param.data_ptr() != given[name].data_ptr():
+                    param.data = given[name].detach()
+        self._shared = True
+        self._weight_version += 1
+        return True
+
     @torch.no_grad()
     def prompt_log_probs(self, token_ids: Sequence[int]) -> torch.Tensor:
         """Teacher-forced log-probs of ``token_ids[1:]`` given their prefixes: float32 ``[L - 1]`` on the CPU.
@@ -257,19 +350,20 @@ class HFRolloutEngine:
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        """The engine's resumable state: the sampling generator's state and :attr:`weight_version`.
+        """The engine's resumable state: how many generate calls drew seeds, and :attr:`weight_version`.
 
         A checkpoint stores it so that generation after a resume draws the same random numbers as the
-        uninterrupted run (the weights themselves come from the trainer's checkpoint).
+        uninterrupted run (every row's seed derives from ``rollout.seed``, the call index and the row; the
+        weights themselves come from the trainer's checkpoint).
         """
-        return {"generator": self._generator.get_state(), "weight_version": self._weight_version}
+        return {"calls": self._calls, "weight_version": self._weight_version}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned; call it after the trainer's weights are synced."""
-        missing = sorted({"generator", "weight_version"} - set(state))
+        missing = sorted({"calls", "weight_version"} - set(state))
         if missing:
             raise RLCoreError(f"rollout engine state is missing {', '.join(missing)}")
-        self._generator.set_state(state["generator"])
+        self._calls = int(state["calls"])
         self._weight_version = int(state["weight_version"])
 
     # ------------------------------------------------------------------ memory

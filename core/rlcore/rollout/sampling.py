@@ -1,9 +1,11 @@
 """Sampling parameters read from the ``actor_rollout_ref.rollout`` config, and one batched sampling step.
 
 The step works on float32 logits ``[B, V]``: temperature scaling, then top-k and top-p filtering, then a
-draw with an exponential race (``argmax(p / E)`` with ``E ~ Exp(1)``, the same distribution as
-``multinomial`` and several times faster for small batches) from a caller-owned ``torch.Generator``, so
-a run is reproducible from its seed. Greedy decoding takes the argmax of the raw logits.
+draw with the Gumbel-max trick (``argmax(logits / T + G)`` with ``G = -log(-log U)``, which equals the
+exponential race ``argmax(p / E)`` with ``E = -log U ~ Exp(1)``: the same distribution as ``multinomial``,
+without a softmax and several times faster for small batches), from a caller-owned ``torch.Generator`` or
+caller-drawn Gumbel noise, so a run is reproducible from its seed. Greedy decoding takes the argmax of
+the raw logits.
 """
 
 from __future__ import annotations
@@ -120,8 +122,13 @@ def sample_next_tokens(
     params: SamplingParams,
     generator: torch.Generator | None,
     with_logprobs: bool = False,
+    gumbel: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Pick one token per row of ``logits [B, V]``; returns ``(tokens [B], logprobs [B] or None)``.
+
+    A sampled token is ``argmax(filtered logits / T + G)``; ``gumbel`` holds the Gumbel draws ``G [B, V]``
+    when the caller draws them (per-row generators: :class:`rlcore.rollout.row_noise.RowNoise`), else
+    they are drawn from ``generator``.
 
     The log-prob of a token is taken from ``log_softmax(logits / T)`` with ``T =
     params.logprob_temperature``, before top-k/top-p filtering: the quantity a trainer recomputes with
@@ -132,11 +139,13 @@ def sample_next_tokens(
         tokens = logits.argmax(dim=-1)
         scaled = logits / params.logprob_temperature if with_logprobs else logits
     else:
-        scaled = logits / params.temperature
-        filtered = _filter_top_k_top_p(scaled.clone(), params.top_k, params.top_p)
-        probs = torch.softmax(filtered, dim=-1)
-        race = torch.rand(probs.shape, generator=generator, device=probs.device, dtype=probs.dtype)
-        tokens = probs.div_(race.log_().neg_()).argmax(dim=-1)
+        scaled = logits if params.temperature == 1 else logits / params.temperature
+        filters = 0 < params.top_k < logits.shape[-1] or params.top_p < 1.0
+        filtered = _filter_top_k_top_p(scaled.clone(), params.top_k, params.top_p) if filters else scaled
+        if gumbel is None:
+            uniform = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=torch.float32)
+            gumbel = uniform.log_().neg_().log_().neg_()
+        tokens = (filtered + gumbel).argmax(dim=-1)
     if not with_logprobs:
         return tokens, None
     logprobs = torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)

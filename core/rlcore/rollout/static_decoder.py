@@ -6,12 +6,15 @@ copies the key/value cache once per query-head group at every step instead of us
 attention. :class:`StaticDecoder` computes the same function directly with torch ops on the module's
 own parameters (read at call time, so in-place weight updates are served at once): RMSNorm, rotary
 embeddings from a precomputed table, grouped-query ``scaled_dot_product_attention`` against a static
-cache, SwiGLU MLP. Only plain causal models with default rotary embeddings qualify (:func:`supports`);
+cache, SwiGLU MLP; the q/k/v and gate/up projections run as one matrix product each on weights
+concatenated at every prefill (:class:`_LayerWeights`). Only plain causal models with default rotary embeddings qualify (:func:`supports`);
 everything else keeps the HF path. ``tests/test_rollout_hf.py`` checks that both paths give the same
 tokens and log-probs.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +41,44 @@ def supports(module: torch.nn.Module) -> bool:
     return getattr(config, "pretraining_tp", 1) == 1 and not getattr(config, "mlp_bias", False)
 
 
+@dataclass(frozen=True)
+class _LayerWeights:
+    """One decoder layer's weights for decoding: q/k/v and gate/up projections concatenated (one matrix
+    product each), the rest the module's own tensors. Built at every prefill, so weights updated between
+    generate calls are always served; released with the KV cache."""
+
+    input_norm: torch.Tensor
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    out: torch.Tensor
+    out_bias: torch.Tensor | None
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+
+    @classmethod
+    def of(cls, layer: torch.nn.Module) -> _LayerWeights:
+        """The weights of ``layer`` (a Qwen2/Llama decoder layer)."""
+        attn, mlp = layer.self_attn, layer.mlp
+        projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+        biases = [p.bias for p in projections]
+        qkv_bias = None
+        if any(b is not None for b in biases):
+            qkv_bias = torch.cat(
+                [p.weight.new_zeros(p.out_features) if b is None else b for p, b in zip(projections, biases)]
+            )
+        return cls(
+            input_norm=layer.input_layernorm.weight,
+            qkv=torch.cat([p.weight for p in projections]),
+            qkv_bias=qkv_bias,
+            out=attn.o_proj.weight,
+            out_bias=attn.o_proj.bias,
+            post_norm=layer.post_attention_layernorm.weight,
+            gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+            down=mlp.down_proj.weight,
+        )
+
+
 class StaticDecoder:
     """Prefill + one-token decode steps for ``module`` with a static KV cache of ``max_len`` positions."""
 
@@ -59,10 +100,14 @@ class StaticDecoder:
         self.norm = model.norm
         self.lm_head = module.lm_head
         self._tables: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._rotation = torch.empty(0)
+        self._fused: list[_LayerWeights] = []
 
     # -------------------------------------------------------------- pieces
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """RMSNorm of ``x`` (computed in float32) scaled by ``weight``."""
+        """RMSNorm of ``x`` (computed in float32) scaled by ``weight``: one fused op for float32."""
+        if x.dtype == torch.float32 and weight.dtype == torch.float32:
+            return F.rms_norm(x, weight.shape, weight, self.eps)
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * h.to(x.dtype)
@@ -73,13 +118,18 @@ class StaticDecoder:
             freqs = torch.arange(max_pos, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
             emb = torch.cat((freqs, freqs), dim=-1)
             self._tables = (emb.cos().to(device=device, dtype=dtype), emb.sin().to(device=device, dtype=dtype))
+            # rotate_half as a signed permutation matrix: x @ R == cat(-x[half:], x[:half]) exactly (one
+            # nonzero ±1 per column), in one op instead of four
+            half = self.head_dim // 2
+            rotation = torch.zeros(self.head_dim, self.head_dim, dtype=dtype, device=device)
+            rotation[half:, :half] = -torch.eye(half, dtype=dtype, device=device)
+            rotation[:half, half:] = torch.eye(half, dtype=dtype, device=device)
+            self._rotation = rotation
         return self._tables
 
-    @staticmethod
-    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """``x`` rotated by the rotary embedding (``x·cos + rotate_half(x)·sin``)."""
-        half = x.shape[-1] // 2
-        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+        return x * cos + (x @ self._rotation) * sin
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, start: int, mask: torch.Tensor) -> torch.Tensor:
         """Hidden states ``[B, T, C]`` of ``ids [B, T]`` written at cache slots ``start … start+T-1``;
@@ -90,28 +140,25 @@ class StaticDecoder:
         cos_table, sin_table = self._tables
         cos, sin = cos_table[positions][:, None], sin_table[positions][:, None]
         end = start + length
-        for index, layer in enumerate(self.layers):
-            attn, mlp = layer.self_attn, layer.mlp
-            h = self._rms(x, layer.input_layernorm.weight)
-            q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(batch, length, heads, dim).transpose(1, 2)
-            k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(batch, length, kv_heads, dim).transpose(1, 2)
-            v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(batch, length, kv_heads, dim).transpose(1, 2)
-            self.keys[index][:, :, start:end] = self._rotate(k, cos, sin)
-            self.values[index][:, :, start:end] = v
+        for index, weights in enumerate(self._fused):
+            h = self._rms(x, weights.input_norm)
+            # one projection for q, k and v; q and k rotated together
+            qkv = F.linear(h, weights.qkv, weights.qkv_bias).view(batch, length, heads + 2 * kv_heads, dim)
+            qkv = qkv.transpose(1, 2)
+            qk = self._rotate(qkv[:, : heads + kv_heads], cos, sin)
+            self.keys[index][:, :, start:end] = qk[:, heads:]
+            self.values[index][:, :, start:end] = qkv[:, heads + kv_heads :]
             out = F.scaled_dot_product_attention(
-                self._rotate(q, cos, sin),
+                qk[:, :heads],
                 self.keys[index][:, :, :end],
                 self.values[index][:, :, :end],
                 attn_mask=mask,
                 enable_gqa=heads != kv_heads,
             )
-            x = x + F.linear(
-                out.transpose(1, 2).reshape(batch, length, heads * dim), attn.o_proj.weight, attn.o_proj.bias
-            )
-            h = self._rms(x, layer.post_attention_layernorm.weight)
-            x = x + F.linear(
-                F.silu(F.linear(h, mlp.gate_proj.weight)) * F.linear(h, mlp.up_proj.weight), mlp.down_proj.weight
-            )
+            x = x + F.linear(out.transpose(1, 2).reshape(batch, length, heads * dim), weights.out, weights.out_bias)
+            h = self._rms(x, weights.post_norm)
+            gate, up = F.linear(h, weights.gate_up).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, weights.down)
         return x
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -131,12 +178,17 @@ class StaticDecoder:
         shape = (batch, self.kv_heads, max_len, self.head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in self.layers]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in self.layers]
+        self._fused = [_LayerWeights.of(layer) for layer in self.layers]
         valid = attention_mask.bool()
         causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
         # a padding query attends to itself only (no fully masked row: sdpa would return NaN there)
         mask = (causal[None] & valid[:, None, :]) | torch.eye(length, dtype=torch.bool, device=device)[None]
         hidden = self._forward(ids, positions, 0, mask[:, None])
         return self._logits(hidden[:, -1:])
+
+    def release(self) -> None:
+        """Free the KV cache and the fused weights (the next :meth:`prefill` builds new ones)."""
+        self.keys, self.values, self._fused = [], [], []
 
     @torch.no_grad()
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, slot: int, key_mask: torch.Tensor) -> torch.Tensor:

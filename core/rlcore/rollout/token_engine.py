@@ -84,6 +84,16 @@ class TokenListEngine(ABC):
         seed (None: greedy), stopping at ``eos_token_ids`` (kept in the response) unless ``settings.ignore_eos``;
         log-probs (after the temperature) only when ``settings.calculate_log_probs``."""
 
+    def _complete_multimodal(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None], data: list[Any]
+    ) -> list[Completion]:
+        """:meth:`_complete` for prompts with images: ``data`` holds each row's ``multi_modal_data``
+        (``{"image": [PIL images]}``, or None for a text-only row). Engines that take images override it."""
+        raise RLCoreError(
+            f"{ROLLOUT_KEY}.name={self.engine_name}: this rollout engine does not take image prompts "
+            "(the batch has multi_modal_data); use rollout.name=hf"
+        )
+
     @abstractmethod
     def _load_weights(self, state: dict[str, torch.Tensor]) -> None:
         """Make the engine serve ``state``: a complete, checked CPU state dict with Hugging Face names,
@@ -143,7 +153,11 @@ class TokenListEngine(ABC):
             [None] * len(rows) if params.greedy else list(request_seeds(self.settings.seed, self._calls, len(rows)))
         )
         self._calls += 1
-        completions = self._complete(rows, params, seeds)
+        images = batch.non_tensors.get("multi_modal_data")
+        if images is None or all(entry is None for entry in images):
+            completions = self._complete(rows, params, seeds)
+        else:
+            completions = self._complete_multimodal(rows, params, seeds, list(images))
 
         size = (len(rows), self.settings.response_length)
         responses = torch.full(size, self.pad_token_id, dtype=torch.long)

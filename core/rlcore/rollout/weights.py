@@ -91,11 +91,13 @@ class ExpectedState:
     @classmethod
     def from_pretrained(cls, model_path: str) -> ExpectedState:
         """The expected state of the causal LM at ``model_path``, built on the meta device (nothing loaded)."""
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoConfig
+
+        from rlcore.workers.vlm import policy_loader
 
         config = AutoConfig.from_pretrained(model_path)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
+            model = policy_loader(config).from_config(config)
         owners = {id(param): name for name, param in model.named_parameters()}
         entries = model.state_dict(keep_vars=True)
         aliases = {name: owners[id(tensor)] for name, tensor in entries.items() if owners.get(id(tensor), name) != name}

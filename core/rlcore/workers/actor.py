@@ -335,15 +335,17 @@ class ActorRolloutRefWorker(WorkerBase):
         with actor.resident():
             return actor.full_weights(only_rank0=True)
 
-    def receive_weights(self, state: dict[str, torch.Tensor]) -> dict[str, float]:
+    def receive_weights(self, state: dict[str, torch.Tensor], *, shared: bool = False) -> dict[str, float]:
         """Load a trainer's full weights into this worker's rollout engine; verify them when
         ``rollout.check_weight_sync``. Returns ``rollout/weight_version`` and the check's metrics.
+        ``shared``: the engine already serves ``state``'s own tensors (``share_weights``), nothing is copied.
 
         A rollout-only worker (split placement) has no trainer model to compare log-probs with, so an
         engine without ``weight_checksum()`` is verified by its weight version only (warned once)."""
         engine = self._rollout("receive_weights")
         engine.wake()
-        engine.update_weights(state.items())
+        if not shared:
+            engine.update_weights(state.items())
         metrics: dict[str, float] = {}
         if self.rollout_config.get("check_weight_sync", True):
             metrics.update(self.check_weight_sync(state))
@@ -356,10 +358,15 @@ class ActorRolloutRefWorker(WorkerBase):
         Returns ``actor/weight_sync_s``, ``rollout/weight_version`` and (when checked) the metrics of
         :meth:`check_weight_sync`.
         """
-        self._actor_engine("sync_weights")
-        self._rollout("sync_weights")
+        actor: Any = self._actor_engine("sync_weights")  # live_weights() and share_weights() are optional
+        engine: Any = self._rollout("sync_weights")
         start = time.perf_counter()
-        metrics = self.receive_weights(self.full_state_dict())
+        # one CPU rank: the engine computes with the actor's own parameters (no copy, no second model)
+        live = actor.live_weights() if hasattr(actor, "live_weights") and hasattr(engine, "share_weights") else None
+        if live is not None and engine.share_weights(live.items()):
+            metrics = self.receive_weights(live, shared=True)
+        else:
+            metrics = self.receive_weights(self.full_state_dict())
         metrics["actor/weight_sync_s"] = time.perf_counter() - start
         return metrics
 
@@ -441,6 +448,26 @@ class ActorRolloutRefWorker(WorkerBase):
         return diff
 
     # ------------------------------------------------------------ checkpoints
+    def rollout_state(self) -> dict[str, Any] | None:
+        """This rank's rollout engine's resumable state (its ``state_dict()``: the generate calls that drew
+        seeds and the weight version), or None for an engine without one. A rollout-only worker (split placement)
+        has no checkpoint of its own: the controller saves these states (one-step-off-policy training)."""
+        engine: Any = self._rollout("rollout_state")  # state_dict() is optional: found with hasattr
+        return engine.state_dict() if hasattr(engine, "state_dict") else None
+
+    def load_rollout_state(self, states: list[dict[str, Any] | None]) -> None:
+        """Restore this rank's entry of ``states`` (every rank's :meth:`rollout_state`, in rank order) into
+        the rollout engine; call it after the weights are synced."""
+        engine: Any = self._rollout("load_rollout_state")
+        if len(states) != self.world_size:
+            raise RLCoreError(
+                f"the saved rollout states are for {len(states)} rollout rank(s), this run has {self.world_size}: "
+                "resume with the same trainer.rollout_n_gpus_per_node x trainer.nnodes"
+            )
+        state = states[self.rank]
+        if state is not None and hasattr(engine, "load_state_dict"):
+            engine.load_state_dict(state)
+
     def save_checkpoint(self, path: str | Path) -> None:
         """Write the actor's checkpoint into the directory ``path`` (the controller passes
         ``global_step_N/actor``). Every rank must call this; roles without an actor save nothing.

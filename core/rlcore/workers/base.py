@@ -25,6 +25,7 @@ from rlcore.workers.engine import (
     TrainingBackend,
     TrainingEngine,
 )
+from rlcore.workers.profiler import WorkerProfiler
 
 #: what a checkpoint may contain (``checkpoint.save_contents`` / ``load_contents``); ``hf_model`` (a Hugging
 #: Face export of the weights) is written by the actor only and never loaded
@@ -87,6 +88,7 @@ class WorkerBase:
         self.device = resolve_device(select(config, "trainer.device", "auto"), rank)
         self._owns_process_group = False
         self.engines: list[TrainingEngine] = []
+        self.profiler = WorkerProfiler(rank, self.device, role)
         self.configure()
         timeout = float(select(config, "actor_rollout_ref.nccl_timeout", 600))
         self._owns_process_group = init_process_group(rank, world_size, self.device, timeout)
@@ -136,6 +138,14 @@ class WorkerBase:
         """How the worker group cuts batches for this rank: its first engine's layout (every rank its own
         data-parallel rank before ``init_model``)."""
         return self.engines[0].layout if self.engines else ParallelLayout(self.rank, self.world_size)
+
+    def start_profile(self, step: int, kind: str, plan: dict[str, Any]) -> None:
+        """Begin profiling ``step`` on this rank when ``plan`` chooses it (:mod:`rlcore.profiling`)."""
+        self.profiler.start(step, kind, plan)
+
+    def stop_profile(self) -> list[str]:
+        """End the step's profile and write its files; the paths written on this rank."""
+        return self.profiler.stop()
 
     def shutdown(self) -> None:
         """Close the engines, then destroy the process group if this worker created it (idempotent)."""

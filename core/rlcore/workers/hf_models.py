@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -20,6 +21,7 @@ from rlcore.algos import entropy_from_logits, logprobs_from_logits, sum_pi_squar
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore.workers.engine import ModelOutput
+from rlcore.workers.fused_logprobs import fused_head
 from rlcore.workers.packing import PackedBatch, pack_batch
 from rlcore.workers.sequence_parallel import (
     SequenceParallel,
@@ -28,11 +30,14 @@ from rlcore.workers.sequence_parallel import (
     shard_packed,
     shard_padded,
 )
+from rlcore.workers.vlm import policy_loader, vision_language_kwargs
 
 
 def load_pretrained(loader: Any, model_config: Mapping[str, Any], key: str, dtype: torch.dtype) -> nn.Module:
     """``loader.from_pretrained`` for the model section at ``key`` (``path``, ``override_config``,
-    ``trust_remote_code``); a missing or unloadable path is an error naming ``key.path``."""
+    ``trust_remote_code``); a missing or unloadable path is an error naming ``key.path``. ``loader=None``
+    loads a policy with its language-modelling head, vision-language or not
+    (:func:`rlcore.workers.vlm.policy_loader`)."""
     from transformers import AutoConfig
 
     path = model_config.get("path", None)
@@ -46,6 +51,7 @@ def load_pretrained(loader: Any, model_config: Mapping[str, Any], key: str, dtyp
             overrides = OmegaConf.to_container(overrides, resolve=True)
         for name, value in overrides.items():
             setattr(hf_config, name, value)
+        loader = policy_loader(hf_config) if loader is None else loader
         return loader.from_pretrained(path, config=hf_config, dtype=dtype, trust_remote_code=trust)
     except (OSError, ValueError) as exc:
         raise RLCoreError(f"{key}.path={path!r} cannot be loaded: {exc}") from exc
@@ -106,6 +112,61 @@ def _from_logits(
     )
 
 
+def _head(
+    model: nn.Module, fused: str | None, temperature: float, labels: Callable[[], torch.Tensor]
+) -> AbstractContextManager[None]:
+    """With ``fused`` (a ``fused_kernel_options.impl_backend``), ``model``'s LM head returns fused per-token
+    results for ``labels()`` (:func:`rlcore.workers.fused_logprobs.fused_head`); otherwise nothing changes."""
+    return nullcontext() if fused is None else fused_head(model, labels(), temperature, fused)
+
+
+def _outputs(
+    head_out: torch.Tensor,
+    labels: torch.Tensor,
+    restore: Callable[[torch.Tensor], torch.Tensor],
+    temperature: float,
+    fused: str | None,
+    *,
+    with_entropy: bool,
+    with_sum_pi_squared: bool,
+) -> ModelOutput:
+    """The per-token outputs from what the LM head returned at the response positions: logits (tempered
+    here) or, ``fused``, the ``[..., 3]`` log-probs, entropies and ``Σπ²`` already computed for ``labels``."""
+    if fused is None:
+        return _from_logits(
+            head_out.float() / temperature,
+            labels,
+            restore,
+            with_entropy=with_entropy,
+            with_sum_pi_squared=with_sum_pi_squared,
+        )
+    return ModelOutput(
+        log_probs=restore(head_out[..., 0]),
+        entropy=restore(head_out[..., 1]) if with_entropy else None,
+        sum_pi_squared=restore(head_out[..., 2]) if with_sum_pi_squared else None,
+    )
+
+
+def _padded_labels(batch: Batch, keep: bool) -> torch.Tensor:
+    """The next token at every position the padded forward projects: ``R + 1`` positions with
+    ``logits_to_keep``, else all ``T`` (0 where no response token follows)."""
+    responses = batch["responses"]
+    total, length = batch["input_ids"].shape[1], responses.shape[1]
+    labels = responses.new_zeros((responses.shape[0], length + 1 if keep else total))
+    labels[:, labels.shape[1] - length - 1 : labels.shape[1] - 1] = responses
+    return labels
+
+
+def _packed_labels(labels: torch.Tensor, packed: PackedBatch, keep: bool) -> torch.Tensor:
+    """``[1, K]`` the response tokens ``labels`` at the positions the packed forward projects: only the
+    kept ones with ``logits_to_keep``, else every position of the row (0 where no response token follows)."""
+    if keep:
+        return labels.unsqueeze(0)
+    full = labels.new_zeros((1, packed.input_ids.shape[1]))
+    full[0, packed.keep_index] = labels
+    return full
+
+
 def response_outputs(
     model: nn.Module,
     batch: Batch,
@@ -116,6 +177,7 @@ def response_outputs(
     remove_padding: bool = False,
     remove_padding_key: str = "actor_rollout_ref.model.use_remove_padding",
     sp: SequenceParallel | None = None,
+    fused: str | None = None,
 ) -> ModelOutput:
     """Teacher-forced log-probs of ``batch["responses"]`` under ``model`` and, when asked, the entropy and
     ``Σπ²`` of each next-token distribution, all ``[B, R]`` float32.
@@ -127,36 +189,53 @@ def response_outputs(
     With ``remove_padding`` the batch runs packed into one row without padding
     (:func:`rlcore.workers.packing.pack_batch`); response positions that are not attended then get 0.
     Without it they hold whatever the padded forward gives. Either way only positions inside the
-    attention mask are meaningful. With ``sp`` the model (switched to Ulysses attention by
-    :func:`rlcore.workers.sequence_parallel.install`) runs on this rank's slice of the sequence: each rank
+    attention mask are meaningful. A vision-language model also gets the rows' images and mrope position
+    ids (:func:`rlcore.workers.vlm.vision_language_kwargs`). With ``sp`` the model (switched to Ulysses
+    attention by :func:`rlcore.workers.sequence_parallel.install`) runs on this rank's slice of the sequence: each rank
     projects only its slice to the vocabulary and the per-token results are gathered over the group.
+    With ``fused`` (``model.use_fused_kernels``: the ``fused_kernel_options.impl_backend``) the LM head
+    computes the per-token results from the hidden states in chunks, without materialising the logits
+    (:mod:`rlcore.workers.fused_logprobs`); the numbers are the same.
     """
     wanted = {"with_entropy": with_entropy, "with_sum_pi_squared": with_sum_pi_squared}
     if sp is not None:
         inputs, packed = _sharded(model, batch, remove_padding, remove_padding_key, sp)
-        logits = model(**inputs.model_kwargs(), use_cache=False).logits.float() / temperature
-        return _from_logits(
-            logits, inputs.labels, lambda t: _responses(gather_sequence(t, sp, dim=1), batch, packed), **wanted
+        with _head(model, fused, temperature, lambda: inputs.labels):
+            logits = model(**inputs.model_kwargs(), use_cache=False).logits
+        return _outputs(
+            logits,
+            inputs.labels,
+            lambda t: _responses(gather_sequence(t, sp, dim=1), batch, packed),
+            temperature,
+            fused,
+            **wanted,
         )
     keep = accepts_logits_to_keep(model)
     if remove_padding:
         packed = pack_batch(batch, remove_padding_key)
-        kwargs: dict[str, Any] = {"logits_to_keep": packed.keep_index} if keep else {}
-        logits = model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False, **kwargs).logits
-        logits = (logits[0] if keep else logits[0, packed.keep_index]).float() / temperature
-        return _from_logits(logits, batch["responses"][packed.rows, packed.cols], packed.unpack, **wanted)
+        kwargs: dict[str, Any] = {"input_ids": packed.input_ids, "position_ids": packed.position_ids}
+        kwargs.update(vision_language_kwargs(model, batch, packed))
+        if keep:
+            kwargs["logits_to_keep"] = packed.keep_index
+        labels = batch["responses"][packed.rows, packed.cols]
+        with _head(model, fused, temperature, lambda: _packed_labels(labels, packed, keep)):
+            logits = model(**kwargs, use_cache=False).logits
+        logits = logits[0] if keep else logits[0, packed.keep_index]
+        return _outputs(logits, labels, packed.unpack, temperature, fused, **wanted)
     length = batch["responses"].shape[1]
     kwargs = {
         "input_ids": batch["input_ids"],
         "attention_mask": batch["attention_mask"],
         "position_ids": batch["position_ids"],
         "use_cache": False,
+        **vision_language_kwargs(model, batch, None),
     }
     if keep:
         kwargs["logits_to_keep"] = length + 1
-    logits = model(**kwargs).logits
+    with _head(model, fused, temperature, lambda: _padded_labels(batch, keep)):
+        logits = model(**kwargs).logits
     logits = logits[:, :-1] if keep else logits[:, -length - 1 : -1]
-    return _from_logits(logits.float() / temperature, batch["responses"], lambda t: t, **wanted)
+    return _outputs(logits, batch["responses"], lambda t: t, temperature, fused, **wanted)
 
 
 class ValueModel(nn.Module):

@@ -4,9 +4,11 @@ and ``use_torch_compile``.
 - ``use_liger``: Liger's Triton kernels (RMSNorm, RoPE, SwiGLU, ...) patched into the model instance
   (``liger_kernel.transformers._apply_liger_kernel_to_instance``). Triton needs CUDA: on another device,
   or without the ``liger-kernel`` package, the engine stops with an error naming the key.
-- ``use_fused_kernels``: verl's fused Triton kernels that compute log-probs and entropies from the hidden
-  states without materialising the logits. rlcore has no such kernels: ``true`` is rejected with the
-  config (:data:`rlcore.config.unsupported.UNSUPPORTED_VALUES`) on every device.
+- ``use_fused_kernels``: log-probs and entropies computed from the last hidden states and the LM head in
+  chunks of tokens, without materialising the logits (:mod:`rlcore.workers.fused_logprobs`);
+  ``fused_kernel_options.impl_backend`` picks ``torch`` (any device) or ``triton`` (``torch.compile``-d
+  chunk arithmetic: CUDA and the triton package, else an error naming the key). Engines pass
+  :func:`fused_backend` to :func:`rlcore.workers.hf_models.response_outputs`.
 - ``use_torch_compile``: ``torch.compile`` of the model's forward (``nn.Module.compile``); it runs on CPU
   (inductor's C++ backend) and CUDA.
 
@@ -22,6 +24,7 @@ from torch import nn
 from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
 from rlcore.workers.distributed import DEVICE_KEY, resolve_device
+from rlcore.workers.fused_logprobs import FUSED_BACKENDS
 
 
 def _device_type(config: DictConfig) -> str:
@@ -29,9 +32,38 @@ def _device_type(config: DictConfig) -> str:
     return resolve_device(select(config, DEVICE_KEY, "auto")).type
 
 
+def fused_backend(config: DictConfig, model_section: str) -> str | None:
+    """The ``fused_kernel_options.impl_backend`` of the model section when its ``use_fused_kernels`` is
+    true, else None (the logits path)."""
+    if not select(config, f"{model_section}.use_fused_kernels", False):
+        return None
+    return str(select(config, f"{model_section}.fused_kernel_options.impl_backend", "torch"))
+
+
+def _check_fused_kernels(config: DictConfig, model_section: str) -> None:
+    """Raise an error naming the key for an unknown ``impl_backend`` or ``triton`` where it cannot run."""
+    backend = fused_backend(config, model_section)
+    key = f"{model_section}.fused_kernel_options.impl_backend"
+    if backend is None or backend == "torch":
+        return
+    if backend not in FUSED_BACKENDS:
+        raise RLCoreError(f"{key}={backend!r} is not one of {', '.join(FUSED_BACKENDS)}")
+    device = _device_type(config)
+    if device != "cuda":
+        raise RLCoreError(
+            f"{key}=triton needs a CUDA device (the fused chunks compile to Triton kernels), but {DEVICE_KEY} "
+            f"resolves to {device} here; set {key}=torch"
+        )
+    try:
+        import triton  # noqa: F401
+    except ImportError as exc:
+        raise RLCoreError(f"{key}=triton needs the triton package: pip install triton (or set {key}=torch)") from exc
+
+
 def check_kernel_switches(config: DictConfig, model_section: str) -> None:
-    """Raise an error naming the key when ``use_liger`` cannot run here: off CUDA or without
-    ``liger-kernel``. (``use_fused_kernels=true`` is rejected with the config, :mod:`rlcore.config.unsupported`.)"""
+    """Raise an error naming the key when ``use_liger`` cannot run here (off CUDA or without
+    ``liger-kernel``) or ``use_fused_kernels`` asks for a backend that cannot (:func:`fused_backend`)."""
+    _check_fused_kernels(config, model_section)
     liger_key = f"{model_section}.use_liger"
     if select(config, liger_key, False):
         device = _device_type(config)

@@ -163,12 +163,16 @@ def test_kl_loss_metrics(make_worker: Callable[..., Any], batch: Batch) -> None:
 
 
 def test_weight_sync_checks_the_engine(make_worker: Callable[..., Any], batch: Batch, monkeypatch: Any) -> None:
-    """Sync pushes the trained weights; a tampered or stale engine fails the check with an error."""
+    """Sync pushes the trained weights; a tampered or stale engine fails the check with an error. (The
+    copying sync: on one CPU rank the engine otherwise serves the actor's own tensors, see
+    ``tests/test_shared_weights.py``.)"""
     worker = make_worker("actor_rollout")
+    monkeypatch.setattr(worker.actor, "live_weights", lambda: None)
+    worker.sync_weights()
     worker.update_actor(with_old_log_probs(worker, batch))
     metrics = worker.sync_weights()
     assert metrics["rollout/weight_checksum_diff"] <= 1e-6
-    assert metrics["rollout/weight_version"] == 2.0
+    assert metrics["rollout/weight_version"] == 3.0
     engine_state = worker.rollout_engine.module.state_dict()
     for name, tensor in worker.full_state_dict().items():
         assert torch.equal(engine_state[name], tensor), name

@@ -29,7 +29,10 @@ LAYOUTS: dict[str, tuple[int, int, int]] = {
     "pp2": (2, 1, 2),
     "tp2pp2": (4, 2, 2),
     "tp2dp2": (4, 2, 1),
+    "pp2vpp2": (2, 1, 2),
 }
+#: name -> virtual pipeline size, for the layouts with interleaved (virtual) pipeline stages
+VIRTUAL: dict[str, int] = {"pp2vpp2": 2}
 
 
 class Settings(TrainingBackendContract):
@@ -45,40 +48,75 @@ def global_batch(model_dir: Path) -> Batch:
     return make_batch(AutoTokenizer.from_pretrained(model_dir), prompts=PROMPTS, response_length=8, seed=7)
 
 
-def run_layout(name: str, model_dir: Path, rank: int) -> dict[str, Any]:
-    """Build the actor for layout ``name`` as ``rank``; return its data-parallel chunk's log-probs before and
-    after one update, the gradient norm and the gathered Hugging Face weights."""
+def make_worker(name: str, model_dir: Path, rank: int) -> Any:
+    """The actor worker of layout ``name`` as ``rank`` (initialised)."""
     from rlcore.workers.actor import ActorRolloutRefWorker
 
     world, tp, pp = LAYOUTS[name]
+    sizes = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp}
+    if name in VIRTUAL:
+        sizes["virtual_pipeline_model_parallel_size"] = VIRTUAL[name]
     config = Settings.make_config(
         model_dir,
         **{
-            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": tp,
-            "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size": pp,
-            "actor_rollout_ref.ref.megatron.tensor_model_parallel_size": tp,
-            "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size": pp,
+            f"actor_rollout_ref.{role}.megatron.{key}": value
+            for role in ("actor", "ref")
+            for key, value in sizes.items()
+        },
+        **{
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1,
             "actor_rollout_ref.actor.entropy_coeff": 0.01,
             "actor_rollout_ref.actor.optim.lr": 1e-3,
         },
     )
     worker = ActorRolloutRefWorker(config, "actor", rank, world)
+    worker.init_model()
+    return worker
+
+
+def update(worker: Any, chunk: Batch) -> float:
+    """One PPO update of ``worker`` on ``chunk`` (old log-probs recomputed); the gradient norm."""
+    chunk["old_log_probs"] = worker.compute_log_prob(chunk)["old_log_probs"]
+    return float(worker.update_actor(chunk).meta["metrics"]["actor/grad_norm"])
+
+
+def run_layout(name: str, model_dir: Path, rank: int, out_dir: Path | None = None) -> dict[str, Any]:
+    """Build the actor for layout ``name`` as ``rank``; return its data-parallel chunk's log-probs before and
+    after one update, the gradient norm and the gathered Hugging Face weights.
+
+    With virtual pipeline stages and an ``out_dir``, also: the Hugging Face export after the update
+    (``out_dir/hf``), a checkpoint (``out_dir/ckpt``), the log-probs after a second update, and the same
+    second update by a fresh worker resumed from the checkpoint (``resumed``).
+    """
+    worker = make_worker(name, model_dir, rank)
     try:
-        worker.init_model()
         layout = worker.parallel_layout()
         batch = global_batch(model_dir)
         advantages = torch.linspace(-1.0, 1.0, batch["responses"].numel()).view_as(batch["responses"])
         chunk = batch.chunk(layout.dp_size)[layout.dp_rank]
         chunk["advantages"] = advantages.chunk(layout.dp_size)[layout.dp_rank].clone()
         out: dict[str, Any] = {"dp_rank": layout.dp_rank, "dp_size": layout.dp_size, "output": layout.is_output_rank}
-        chunk["old_log_probs"] = out["before"] = worker.compute_log_prob(chunk)["old_log_probs"]
-        out["grad_norm"] = worker.update_actor(chunk).meta["metrics"]["actor/grad_norm"]
+        out["before"] = worker.compute_log_prob(chunk)["old_log_probs"]
+        out["grad_norm"] = update(worker, chunk)
         out["after"] = worker.compute_log_prob(chunk)["old_log_probs"]
         out["state"] = {key: t.clone() for key, t in worker.full_state_dict().items()}
-        return out
+        if name in VIRTUAL and out_dir is not None:
+            out["chunk_layers"] = [list(layers) for layers in worker.actor.chunk_layers]
+            worker.actor.save_hf(out_dir / "hf", with_weights=True)
+            worker.save_checkpoint(out_dir / "ckpt")
+            update(worker, chunk)
+            out["second"] = worker.compute_log_prob(chunk)["old_log_probs"]
     finally:
         worker.shutdown()
+    if name in VIRTUAL and out_dir is not None:
+        resumed = make_worker(name, model_dir, rank)
+        try:
+            resumed.load_checkpoint(out_dir / "ckpt")
+            update(resumed, chunk)
+            out["resumed"] = resumed.compute_log_prob(chunk)["old_log_probs"]
+        finally:
+            resumed.shutdown()
+    return out
 
 
 def run_rank(rank: int, name: str, store_file: str, model_dir: str, out_dir: str) -> None:
@@ -88,7 +126,7 @@ def run_rank(rank: int, name: str, store_file: str, model_dir: str, out_dir: str
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store_file, world), rank=rank, world_size=world)
     try:
-        result = run_layout(name, Path(model_dir), rank)
+        result = run_layout(name, Path(model_dir), rank, Path(out_dir))
     finally:
         dist.destroy_process_group()
     torch.save(result, Path(out_dir) / f"{name}_rank{rank}.pt")

@@ -55,10 +55,16 @@ def test_data_parallel_size_divides_the_world() -> None:
     ("key", "value", "message"),
     [
         ("context_parallel_size", 2, "Transformer Engine"),
-        ("virtual_pipeline_model_parallel_size", 2, "virtual"),
+        (
+            "virtual_pipeline_model_parallel_size",
+            2,
+            "needs actor_rollout_ref.actor.megatron.pipeline_model_parallel_size > 1",
+        ),
         ("use_distributed_optimizer", True, "use_distributed_optimizer=true"),
         ("expert_model_parallel_size", 2, "MoE"),
         ("tensor_model_parallel_size", 0, "positive integer"),
+        ("virtual_pipeline_model_parallel_size", 0, "virtual_pipeline_model_parallel_size must be a positive"),
+        ("seed", "x", "seed must be an integer or null"),
     ],
 )
 def test_unsupported_settings_are_rejected(key: str, value: object, message: str) -> None:

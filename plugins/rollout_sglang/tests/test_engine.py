@@ -1,6 +1,7 @@
 """The SGLang engine's behaviour that does not need a GPU, and rlcore's contract suite where SGLang runs.
 
-SGLang runs on CUDA only: the contract suite skips cleanly without a GPU or without SGLang installed.
+SGLang runs on CUDA only: the contract suites (in-process engine and server mode) skip cleanly without a GPU
+or without SGLang installed.
 """
 
 from __future__ import annotations
@@ -68,3 +69,17 @@ class TestSGLangEngineContract(RolloutEngineContract):
         except RLCoreError as exc:
             pytest.skip(str(exc))
         return engine_cls(str(model_dir), tokenizer, config, device="cuda", dtype=torch.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="SGLang needs CUDA")
+class TestSGLangServerContract(TestSGLangEngineContract):
+    """The same contract with ``rollout.sglang_rollout_mode=server``: SGLang as an HTTP server process."""
+
+    CONFIG_OVERRIDES = {**TestSGLangEngineContract.CONFIG_OVERRIDES, "sglang_rollout_mode": "server"}
+
+    def make_engine(self, engine_cls: type, model_dir: Path, tokenizer: Any, config: Any) -> Any:
+        """Skip without CUDA or SGLang; else start a server-mode engine and check its server runs."""
+        engine = super().make_engine(engine_cls, model_dir, tokenizer, config)
+        assert engine.mode == "server" and engine.engine.process.poll() is None
+        return engine

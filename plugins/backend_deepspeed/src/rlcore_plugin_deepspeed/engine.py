@@ -32,6 +32,7 @@ from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore.workers import sequence_parallel
+from rlcore.workers.activation_offload import activation_offload, offload_enabled
 from rlcore.workers.distributed import DEVICE_KEY, resolve_device
 from rlcore.workers.engine import EngineRequest, EngineRole, MicroBatchLoss, ModelOutput
 from rlcore.workers.hf_models import (
@@ -41,7 +42,7 @@ from rlcore.workers.hf_models import (
     response_outputs,
     response_values,
 )
-from rlcore.workers.kernels import apply_kernel_switches, check_kernel_switches
+from rlcore.workers.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
 from rlcore.workers.optim import OptimizerState, build_lr_scheduler, build_optimizer
 from rlcore_plugin_deepspeed.settings import GATHER_BUCKET_NUMEL, DeepSpeedSettings, deepspeed_json, resolve_settings
 
@@ -113,7 +114,9 @@ class DeepSpeedEngine(OptimizerState):
         self.layout, self.sp = sequence_parallel.from_config(config, section, request.rank, request.world_size)
         self.remove_padding_key = f"{request.model_section}.use_remove_padding"
         self.remove_padding = bool(select(config, self.remove_padding_key, False))
+        self.fused = fused_backend(config, request.model_section)
         model = self._load_model(select(config, request.model_section), request.model_section)
+        self.offload_activations = offload_enabled(select(config, request.model_section))
         if self.sp is not None:
             sequence_parallel.install(model, self.sp, f"{section}.ulysses_sequence_parallel_size")
         apply_kernel_switches(model, config, section, request.model_section)
@@ -162,7 +165,9 @@ class DeepSpeedEngine(OptimizerState):
         padding = {"remove_padding": self.remove_padding, "remove_padding_key": self.remove_padding_key}
         if self.role == "critic":
             return ModelOutput(values=response_values(self.engine, micro, sp=self.sp, **padding))
-        return response_outputs(self.engine, micro, temperature, with_entropy=with_entropy, sp=self.sp, **padding)
+        return response_outputs(
+            self.engine, micro, temperature, with_entropy=with_entropy, sp=self.sp, fused=self.fused, **padding
+        )
 
     def forward(self, micro_batches: Sequence[Batch], *, temperature: float, with_entropy: bool) -> list[ModelOutput]:
         """Outputs of every micro-batch without gradients (see the contract)."""
@@ -183,9 +188,9 @@ class DeepSpeedEngine(OptimizerState):
         self.engine.train()
         for index, micro in enumerate(micro_batches):
             micro = micro.copy_to(self.device)
-            self.engine.backward(
-                loss_fn(index, micro, self._output(micro, temperature, with_entropy)), scale_wrt_gas=False
-            )
+            with activation_offload(self.offload_activations, self.device):
+                loss = loss_fn(index, micro, self._output(micro, temperature, with_entropy))
+            self.engine.backward(loss, scale_wrt_gas=False)
 
     def optimizer_step(self, grad_clip: float | None) -> float:
         """Reduce the accumulated gradients, clip them to ``grad_clip`` and step when their norm is finite

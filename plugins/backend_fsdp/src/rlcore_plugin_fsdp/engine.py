@@ -32,6 +32,7 @@ from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore.workers import sequence_parallel
+from rlcore.workers.activation_offload import activation_offload, offload_enabled
 from rlcore.workers.engine import EngineRequest, EngineRole, MicroBatchLoss, ModelOutput
 from rlcore.workers.hf_models import (
     ValueModel,
@@ -40,8 +41,9 @@ from rlcore.workers.hf_models import (
     response_outputs,
     response_values,
 )
-from rlcore.workers.kernels import apply_kernel_switches, check_kernel_switches
+from rlcore.workers.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
 from rlcore.workers.optim import OptimizerState, build_lr_scheduler, build_optimizer
+from rlcore.workers.vlm import freeze_vision_tower, is_vision_language, rope_owner
 from rlcore_plugin_fsdp.fsdp import Offloader, apply_fsdp2, build_device_mesh, resolve_fsdp_config
 from rlcore_plugin_fsdp.lora import LoraMerger, apply_lora, lora_settings
 from rlcore_plugin_fsdp.models import load_reward_model, response_scores
@@ -82,11 +84,13 @@ class FSDPEngine(OptimizerState):
         self.weights_dtype = self.fsdp["model_dtype"]
         self.remove_padding_key = f"{request.model_section}.use_remove_padding"
         self.remove_padding = bool(select(config, self.remove_padding_key, False))
+        self.fused = fused_backend(config, request.model_section)
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         self.lora_merger: LoraMerger | None = None
         self.adapters_disabled = False
         model_config = select(config, request.model_section)
+        self.offload_activations = offload_enabled(model_config)
         shared = request.share_with
         if request.role == "ref" and isinstance(shared, FSDPEngine) and shared.lora_merger is not None:
             self.module, self.offloader, self.adapters_disabled = shared.module, shared.offloader, True
@@ -97,13 +101,13 @@ class FSDPEngine(OptimizerState):
             from transformers import AutoModel
 
             backbone = load_pretrained(AutoModel, model_config, request.model_section, self.fsdp["model_dtype"])
+            if is_vision_language(backbone.config):
+                raise RLCoreError(f"{request.model_section}.path: a critic of a vision-language model is not supported")
             if model_config.get("enable_gradient_checkpointing", False):
                 enable_activation_checkpointing(backbone)
             model: nn.Module = ValueModel(backbone)
         else:
-            from transformers import AutoModelForCausalLM
-
-            model = load_pretrained(AutoModelForCausalLM, model_config, request.model_section, self.fsdp["model_dtype"])
+            model = load_pretrained(None, model_config, request.model_section, self.fsdp["model_dtype"])
             if request.role == "ref":
                 model.requires_grad_(False)
                 model.eval()
@@ -111,11 +115,17 @@ class FSDPEngine(OptimizerState):
                 enable_activation_checkpointing(model)
         settings = lora_settings(model_config, request.model_section) if request.role == "actor" else None
         if self.sp is not None:
+            if rope_owner(model) is not None:
+                raise RLCoreError(
+                    f"{section}.ulysses_sequence_parallel_size > 1 is not supported for vision-language models"
+                )
             sequence_parallel.install(model, self.sp, f"{section}.ulysses_sequence_parallel_size")
         apply_kernel_switches(model, config, section, request.model_section)
         if settings is not None:
             model = apply_lora(model, settings, request.model_section)
             self.lora_merger = LoraMerger.from_model(model)
+        if request.role == "actor" and select(config, f"{section}.freeze_vision_tower", False):
+            freeze_vision_tower(model, f"{section}.freeze_vision_tower")
         mesh = build_device_mesh(
             self.device, self.world_size, self.fsdp["fsdp_size"], f"{section}.fsdp_config.fsdp_size"
         )
@@ -158,6 +168,7 @@ class FSDPEngine(OptimizerState):
             remove_padding=self.remove_padding,
             remove_padding_key=self.remove_padding_key,
             sp=self.sp,
+            fused=self.fused,
         )
 
     def forward(
@@ -188,7 +199,9 @@ class FSDPEngine(OptimizerState):
         self.module.train()
         for index, micro in enumerate(micro_batches):
             micro = micro.copy_to(self.device)
-            loss_fn(index, micro, self._output(micro, temperature, with_entropy)).backward()
+            with activation_offload(self.offload_activations, self.device):
+                loss = loss_fn(index, micro, self._output(micro, temperature, with_entropy))
+            loss.backward()
 
     def optimizer_step(self, grad_clip: float | None) -> float:
         """Clip, step when the gradient norm is finite, zero the gradients; the norm."""
@@ -210,6 +223,15 @@ class FSDPEngine(OptimizerState):
         return self.offloader
 
     # ------------------------------------------------------------ weights
+    def live_weights(self) -> dict[str, torch.Tensor] | None:
+        """The actor's own parameter tensors by Hugging Face name (tied aliases included), which training
+        updates in place, for a rollout engine in this process to serve without a copy
+        (``share_weights``); None unless this is an actor on one CPU rank (not sharded, never offloaded)
+        without LoRA adapters."""
+        if self.role != "actor" or self.device.type != "cpu" or self.world_size != 1 or self.lora_merger is not None:
+            return None
+        return get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True))
+
     def full_weights(self, *, only_rank0: bool = False) -> dict[str, torch.Tensor]:
         """The gathered state dict with Hugging Face names; with LoRA the merged weights ``W + scaling·B·A``
         (computed on new tensors: the training model is not modified)."""

@@ -8,6 +8,7 @@ from the gathered full state dict, leaving the training model untouched.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +33,9 @@ class LoraSettings:
         alpha: ``lora_alpha``; the adapter output is scaled by ``alpha / rank``.
         target_modules: ``target_modules``: ``"all-linear"`` (every linear layer but the output head) or a
             list of module names.
+        exclude_modules: ``exclude_modules`` (verl's key, peft's semantics): modules that get no adapter, a
+            regular expression that must match a module's whole name or a list of names (a module matches a
+            name it equals or ends with ``.name``); None excludes nothing.
         adapter_path: ``lora_adapter_path``: a saved peft adapter to start from, or None.
     """
 
@@ -39,6 +43,7 @@ class LoraSettings:
     alpha: float
     target_modules: str | list[str]
     adapter_path: str | None
+    exclude_modules: str | list[str] | None = None
 
 
 def lora_settings(model_config: Mapping[str, Any], key: str) -> LoraSettings | None:
@@ -62,8 +67,29 @@ def lora_settings(model_config: Mapping[str, Any], key: str) -> LoraSettings | N
         targets = targets if targets == "all-linear" else [targets]
     if not targets or not isinstance(targets, (str, list)) or not all(isinstance(t, str) for t in targets):
         raise RLCoreError(f"{key}.target_modules must be 'all-linear' or a list of module names, got {targets!r}")
+    excluded = model_config.get("exclude_modules", None)
+    if isinstance(excluded, ListConfig):
+        excluded = OmegaConf.to_container(excluded, resolve=True)
+    if excluded is not None and not (
+        (isinstance(excluded, str) and excluded)
+        or (isinstance(excluded, list) and all(isinstance(e, str) and e for e in excluded))
+    ):
+        raise RLCoreError(
+            f"{key}.exclude_modules must be a regular expression or a list of module names, got {excluded!r}"
+        )
+    if isinstance(excluded, str):
+        try:
+            re.compile(excluded)
+        except re.error as exc:
+            raise RLCoreError(f"{key}.exclude_modules={excluded!r} is not a valid regular expression: {exc}") from exc
     path = model_config.get("lora_adapter_path", None)
-    return LoraSettings(rank=rank, alpha=float(alpha), target_modules=targets, adapter_path=path or None)
+    return LoraSettings(
+        rank=rank,
+        alpha=float(alpha),
+        target_modules=targets,
+        adapter_path=path or None,
+        exclude_modules=excluded or None,
+    )
 
 
 def apply_lora(model: nn.Module, settings: LoraSettings, key: str) -> nn.Module:
@@ -88,6 +114,7 @@ def apply_lora(model: nn.Module, settings: LoraSettings, key: str) -> nn.Module:
             r=settings.rank,
             lora_alpha=settings.alpha,
             target_modules=settings.target_modules,
+            exclude_modules=settings.exclude_modules,
             lora_dropout=0.0,
             bias="none",
             task_type="CAUSAL_LM",
@@ -95,7 +122,10 @@ def apply_lora(model: nn.Module, settings: LoraSettings, key: str) -> nn.Module:
         try:
             return get_peft_model(model, config)
         except ValueError as exc:
-            raise RLCoreError(f"{key}.target_modules={settings.target_modules!r}: {exc}") from exc
+            raise RLCoreError(
+                f"{key}.target_modules={settings.target_modules!r}, "
+                f"{key}.exclude_modules={settings.exclude_modules!r}: {exc}"
+            ) from exc
 
 
 @dataclass(frozen=True)

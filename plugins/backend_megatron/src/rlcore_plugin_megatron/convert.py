@@ -285,6 +285,20 @@ def stage_layers(num_layers: int, pp_size: int, pp_rank: int, key: str) -> range
     return range(pp_rank * per_stage, (pp_rank + 1) * per_stage)
 
 
+def chunk_layers(num_layers: int, pp_size: int, vpp_size: int, pp_rank: int, key: str) -> list[range]:
+    """The global layer numbers of each model chunk pipeline rank ``pp_rank`` holds: the layers split evenly
+    into ``pp_size × vpp_size`` chunks, chunk ``c`` of the rank being global chunk ``c × pp_size + pp_rank``
+    (megatron-core's interleaved assignment; one chunk per rank without virtual stages). ``key`` names the
+    sizes in the error when they do not divide the layers."""
+    chunks = pp_size * vpp_size
+    if num_layers % chunks:
+        raise RLCoreError(
+            f"{key}: pipeline_model_parallel_size ({pp_size}) × virtual_pipeline_model_parallel_size ({vpp_size}) "
+            f"= {chunks} must divide the model's {num_layers} layers"
+        )
+    return [stage_layers(num_layers, chunks, c * pp_size + pp_rank, key) for c in range(vpp_size)]
+
+
 def stage_holds(name: str, layers: range, *, first: bool, last: bool, spec: ModelSpec) -> bool:
     """Whether a stage with global ``layers`` (``first``/``last`` stage) holds the full-model weight ``name``.
 

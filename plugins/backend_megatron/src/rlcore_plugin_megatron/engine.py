@@ -3,9 +3,11 @@ pipeline-parallel ranks, replicated over data-parallel ranks.
 
 It implements :class:`rlcore.workers.engine.TrainingEngine`. The model is a ``GPTModel`` on megatron-core's
 local layer spec (:mod:`rlcore_plugin_megatron.model`), loaded from a Hugging Face checkpoint through
-:mod:`rlcore_plugin_megatron.convert`. Pipeline stages run the micro-batches in order (all forwards, then all
-backwards in reverse, with blocking point-to-point sends between neighbouring stages) and the last stage's
-outputs are broadcast to every stage. Gradients are averaged over the data-parallel group and, for tied
+:mod:`rlcore_plugin_megatron.convert`. The layers are split into ``pp × vpp`` model chunks (``vpp`` =
+``virtual_pipeline_model_parallel_size``, 1 when null); pipeline rank ``r`` holds chunks ``r, pp + r, …``
+(megatron-core's interleaved assignment). Every micro-batch goes through all chunks in order (all forwards,
+then all backwards in reverse, with blocking point-to-point sends between the ranks of consecutive chunks)
+and the last chunk's outputs are broadcast to every stage. Gradients are averaged over the data-parallel group and, for tied
 embeddings split over stages, summed between the first and the last stage, before clipping with the global
 norm and stepping AdamW. On CPU, :mod:`rlcore_plugin_megatron.cpu_compat` works around megatron-core's two
 CUDA assumptions.
@@ -13,6 +15,7 @@ CUDA assumptions.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -38,11 +41,11 @@ from rlcore.workers.engine import (
 from rlcore.workers.optim import OptimizerState, build_lr_scheduler, build_optimizer
 from rlcore_plugin_megatron.convert import (
     ModelSpec,
+    chunk_layers,
     from_stage,
     hf_to_megatron,
     megatron_to_hf,
     partition_dim,
-    stage_layers,
     to_stage,
     tp_shard,
     tp_unshard,
@@ -86,6 +89,11 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
         )
     if int(select(config, f"{model_section}.lora_rank", 0) or 0) > 0:
         raise RLCoreError(f"{model_section}.lora_rank > 0: LoRA is not supported by the megatron backend (use fsdp)")
+    if select(config, f"{model_section}.use_fused_kernels", False):
+        raise RLCoreError(
+            f"{model_section}.use_fused_kernels=true is not supported by the megatron backend (its output layer "
+            f"computes the logits itself); set it to false or use {section}.strategy=fsdp"
+        )
     if _is_cpu(config):
         for name in ("param_offload", "grad_offload", "optimizer_offload"):
             if getattr(settings, name):
@@ -234,7 +242,8 @@ class MegatronEngine(OptimizerState):
                 model_parallel_cuda_manual_seed,
             )
 
-            model_parallel_cuda_manual_seed(int(select(config, "trainer.seed", 1)))
+            seed = self.settings.seed
+            model_parallel_cuda_manual_seed(int(select(config, "trainer.seed", 1)) if seed is None else seed)
         model_config = select(config, request.model_section)
         hf_config = load_hf_config(model_config, request.model_section)
         self.hf_config = hf_config
@@ -249,14 +258,27 @@ class MegatronEngine(OptimizerState):
                 f"{self.settings.key}.tensor_model_parallel_size={self.settings.tp} must divide the vocabulary size "
                 f"({self.spec.vocab_size}) of {request.model_section}.path"
             )
-        self.layers = stage_layers(
-            self.spec.num_layers, self.settings.pp, self.pp_rank, f"{self.settings.key}.pipeline_model_parallel_size"
-        )
+        pp, vpp = self.settings.pp, self.settings.vpp
+        self.num_chunks = pp * vpp
+        #: the global number of each chunk this rank holds, and its global layers
+        self.chunk_ids = [c * pp + self.pp_rank for c in range(vpp)]
+        self.chunk_layers = chunk_layers(self.spec.num_layers, pp, vpp, self.pp_rank, self.settings.key)
         mc_config = transformer_config(self.spec, hf_config, self.settings, self.settings.key, self.device)
+        if vpp > 1:  # each chunk is a GPTModel of num_layers / vpp layers split over the pp ranks
+            mc_config = dataclasses.replace(mc_config, num_layers=self.spec.num_layers // vpp)
         with cpu_compat(self.device):
-            self.module = build_stage(
-                self.spec, mc_config, hf_config, request.model_section, first=self.first, last=self.last
-            )
+            self.chunks = [
+                build_stage(
+                    self.spec,
+                    mc_config,
+                    hf_config,
+                    request.model_section,
+                    first=chunk == 0,
+                    last=chunk == self.num_chunks - 1,
+                )
+                for chunk in self.chunk_ids
+            ]
+        self.module: torch.nn.Module = self.chunks[0] if vpp == 1 else torch.nn.ModuleList(self.chunks)
         if self.settings.use_dist_checkpointing:
             self._load_model_files(
                 Path(self.settings.dist_checkpointing_path), f"{self.settings.key}.dist_checkpointing_path"
@@ -286,14 +308,17 @@ class MegatronEngine(OptimizerState):
         peer = dist.get_process_group_ranks(self.pp_group)[peer_stage]
         (dist.send if send else dist.recv)(tensor, peer)
 
-    def _stage_forward(self, inputs: Prepared, hidden_in: torch.Tensor | None) -> torch.Tensor:
-        """This stage's forward: logits ``[B, T, V]`` (values ``[B, T, 1]``) on the last stage, else hidden
-        states ``[T, B, H]``."""
-        if not self.first:
-            self.module.set_input_tensor(hidden_in)
-        return self.module(
-            input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask
-        )
+    def _owner(self, chunk: int) -> int:
+        """The pipeline rank that holds global model chunk ``chunk``."""
+        return chunk % self.settings.pp
+
+    def _chunk_forward(self, local: int, inputs: Prepared, hidden_in: torch.Tensor | None) -> torch.Tensor:
+        """The forward of this rank's chunk ``local``: logits ``[B, T, V]`` (values ``[B, T, 1]``) for the
+        model's last chunk, else hidden states ``[T, B, H]``."""
+        chunk = self.chunks[local]
+        if self.chunk_ids[local] != 0:
+            chunk.set_input_tensor(hidden_in)
+        return chunk(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask)
 
     def _outputs(
         self,
@@ -318,13 +343,14 @@ class MegatronEngine(OptimizerState):
             sum_pi_squared=sum_pi_squared_from_logits(logits) if with_sum_pi_squared else None,
         )
 
-    def _receive_hidden(self, inputs: Prepared) -> torch.Tensor | None:
-        """The ``[T, B, H]`` hidden states of ``inputs`` from the previous stage (None on the first stage)."""
-        if self.first:
+    def _receive_hidden(self, chunk: int, inputs: Prepared) -> torch.Tensor | None:
+        """The ``[T, B, H]`` input hidden states of global chunk ``chunk`` from the rank of the chunk before
+        (None for the first chunk)."""
+        if chunk == 0:
             return None
         rows, width = inputs.input_ids.shape
         hidden = torch.empty(width, rows, self.spec.hidden_size, dtype=torch.float32, device=self.device)
-        self._p2p(hidden, self.pp_rank - 1, send=False)
+        self._p2p(hidden, self._owner(chunk - 1), send=False)
         return hidden
 
     def _broadcast_outputs(
@@ -375,13 +401,14 @@ class MegatronEngine(OptimizerState):
                 for micro in micro_batches:
                     micro = micro.copy_to(self.device)
                     inputs = prepare(micro)
-                    out = self._stage_forward(inputs, self._receive_hidden(inputs))
-                    if self.last:
-                        outputs.append(
-                            self._outputs(out, inputs, micro, temperature, with_entropy, with_sum_pi_squared)
-                        )
-                    else:
-                        self._p2p(out.contiguous(), self.pp_rank + 1, send=True)
+                    for local, chunk in enumerate(self.chunk_ids):
+                        out = self._chunk_forward(local, inputs, self._receive_hidden(chunk, inputs))
+                        if chunk == self.num_chunks - 1:
+                            outputs.append(
+                                self._outputs(out, inputs, micro, temperature, with_entropy, with_sum_pi_squared)
+                            )
+                        else:
+                            self._p2p(out.contiguous(), self._owner(chunk + 1), send=True)
             return self._broadcast_outputs(outputs, micro_batches, with_entropy, with_sum_pi_squared)
         finally:
             self.module.train(was_training)
@@ -389,41 +416,53 @@ class MegatronEngine(OptimizerState):
     def forward_backward(
         self, micro_batches: Sequence[Batch], loss_fn: MicroBatchLoss, *, temperature: float, with_entropy: bool
     ) -> None:
-        """Accumulate the gradients of ``loss_fn`` over ``micro_batches`` (see the contract). With one stage
-        each micro-batch runs forward and backward in turn; with several, all forwards run first, then all
-        backwards in reverse order; ``loss_fn`` is called on the last stage only."""
+        """Accumulate the gradients of ``loss_fn`` over ``micro_batches`` (see the contract). With one model
+        chunk each micro-batch runs forward and backward in turn; with several (pipeline and virtual stages),
+        every micro-batch goes forward through all chunks first, then all backwards run in exactly the
+        reverse order; ``loss_fn`` is called where the last chunk is."""
         self._trainable("forward_backward")
         self.module.train()
-        pending: list[tuple[torch.Tensor | None, torch.Tensor]] = []
+        last = self.num_chunks - 1
+        pending: list[tuple[int, torch.Tensor | None, torch.Tensor]] = []
         with cpu_compat(self.device):
             for index, micro in enumerate(micro_batches):
                 micro = micro.copy_to(self.device)
                 inputs = prepare(micro)
-                hidden = self._receive_hidden(inputs)
-                if hidden is not None:
-                    hidden.requires_grad_()
-                out = self._stage_forward(inputs, hidden)
-                if self.last:
-                    out = loss_fn(index, micro, self._outputs(out, inputs, micro, temperature, with_entropy))
-                else:
-                    self._p2p(out.detach().contiguous(), self.pp_rank + 1, send=True)
-                if self.settings.pp == 1:
-                    out.backward()
-                else:
-                    pending.append((hidden, out))
-            for hidden, out in reversed(pending):
-                if self.last:
+                for local, chunk in enumerate(self.chunk_ids):
+                    hidden = self._receive_hidden(chunk, inputs)
+                    if hidden is not None:
+                        hidden.requires_grad_()
+                    out = self._chunk_forward(local, inputs, hidden)
+                    if chunk == last:
+                        out = loss_fn(index, micro, self._outputs(out, inputs, micro, temperature, with_entropy))
+                    else:
+                        self._p2p(out.detach().contiguous(), self._owner(chunk + 1), send=True)
+                    if self.num_chunks == 1:
+                        out.backward()
+                    else:
+                        pending.append((chunk, hidden, out))
+            for chunk, hidden, out in reversed(pending):
+                if chunk == last:
                     out.backward()
                 else:
                     grad = torch.empty_like(out)
-                    self._p2p(grad, self.pp_rank + 1, send=False)
+                    self._p2p(grad, self._owner(chunk + 1), send=False)
                     torch.autograd.backward(out, grad)
-                if not self.first:
-                    self._p2p(hidden.grad.contiguous(), self.pp_rank - 1, send=True)
+                if hidden is not None:
+                    self._p2p(hidden.grad.contiguous(), self._owner(chunk - 1), send=True)
 
-    def _shared_output_copy(self, name: str) -> bool:
-        """Whether ``name`` is the last stage's copy of a tied embedding (pipeline size > 1)."""
-        return self.spec.tied and self.settings.pp > 1 and self.last and name == "output_layer.weight"
+    def _chunk_parameters(self) -> list[tuple[int, str, torch.nn.Parameter]]:
+        """``(global chunk, chunk-local name, parameter)`` of every parameter this rank holds."""
+        return [
+            (chunk, name, param)
+            for chunk, module in zip(self.chunk_ids, self.chunks, strict=True)
+            for name, param in module.named_parameters()
+        ]
+
+    def _shared_output_copy(self, chunk: int, name: str) -> bool:
+        """Whether ``name`` of global chunk ``chunk`` is the last chunk's copy of a tied embedding (several
+        chunks)."""
+        return self.spec.tied and self.num_chunks > 1 and chunk == self.num_chunks - 1 and name == "output_layer.weight"
 
     def _reduce_gradients(self) -> None:
         """Average the gradients over the data-parallel group and sum a tied embedding's gradient between the
@@ -443,14 +482,18 @@ class MegatronEngine(OptimizerState):
             from megatron.core import parallel_state as ps
 
             if ps.is_rank_in_embedding_group():
-                name = "embedding.word_embeddings.weight" if self.first else "output_layer.weight"
-                dist.all_reduce(self.module.get_parameter(name).grad, group=ps.get_embedding_group())
+                module, name = (
+                    (self.chunks[0], "embedding.word_embeddings.weight")
+                    if self.first
+                    else (self.chunks[-1], "output_layer.weight")
+                )
+                dist.all_reduce(module.get_parameter(name).grad, group=ps.get_embedding_group())
 
     def _grad_norm(self) -> float:
         """The global gradient norm: every weight counted once over tensor- and pipeline-parallel ranks."""
         total = torch.zeros((), dtype=torch.float64, device=self.device)
-        for name, param in self.module.named_parameters():
-            if param.grad is None or self._shared_output_copy(name):
+        for chunk, name, param in self._chunk_parameters():
+            if param.grad is None or self._shared_output_copy(chunk, name):
                 continue
             if partition_dim(name, self.spec) is None and self.tp_rank != 0:
                 continue
@@ -493,16 +536,20 @@ class MegatronEngine(OptimizerState):
 
     # ------------------------------------------------------------ weights
     def _gather_stage(self) -> dict[str, torch.Tensor]:
-        """This stage's weights with their tensor-parallel shards joined, under full-model names."""
+        """This rank's weights (all its chunks) with their tensor-parallel shards joined, under full-model
+        names."""
         state: dict[str, torch.Tensor] = {}
-        for name, param in self.module.named_parameters():
-            tensor = param.detach()
-            if self.settings.tp > 1 and partition_dim(name, self.spec) is not None:
-                shards = [torch.empty_like(tensor) for _ in range(self.settings.tp)]
-                dist.all_gather(shards, tensor.contiguous(), group=self.tp_group)
-                tensor = tp_unshard(name, shards, self.spec)
-            state[name] = tensor
-        return from_stage(state, self.layers, first=self.first, spec=self.spec)
+        for module, chunk, layers in zip(self.chunks, self.chunk_ids, self.chunk_layers, strict=True):
+            chunk_state: dict[str, torch.Tensor] = {}
+            for name, param in module.named_parameters():
+                tensor = param.detach()
+                if self.settings.tp > 1 and partition_dim(name, self.spec) is not None:
+                    shards = [torch.empty_like(tensor) for _ in range(self.settings.tp)]
+                    dist.all_gather(shards, tensor.contiguous(), group=self.tp_group)
+                    tensor = tp_unshard(name, shards, self.spec)
+                chunk_state[name] = tensor
+            state.update(from_stage(chunk_state, layers, first=chunk == 0, spec=self.spec))
+        return state
 
     def _gather_pipeline(self, own: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Every stage's weights on every stage, broadcast stage by stage in buckets of at most
@@ -544,22 +591,23 @@ class MegatronEngine(OptimizerState):
         return {name: t.cpu() for name, t in state.items()} if dist.get_rank() == 0 else {}
 
     def _load_megatron_state(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Copy this rank's part of a full megatron-core state (global layer names) into the stage."""
-        stage = to_stage(state, self.layers, first=self.first, last=self.last, spec=self.spec)
-        params = dict(self.module.named_parameters())
-        if stage.keys() != params.keys():
-            raise RLCoreError(
-                f"weights do not match the {self.role} model: missing {sorted(params.keys() - stage.keys())}, "
-                f"unexpected {sorted(stage.keys() - params.keys())}"
-            )
-        with torch.no_grad():
-            for name, param in params.items():
-                shard = tp_shard(name, stage[name], self.tp_rank, self.settings.tp, self.spec)
-                if shard.shape != param.shape:
-                    raise RLCoreError(
-                        f"weight {name} has shape {tuple(shard.shape)}, the model expects {tuple(param.shape)}"
-                    )
-                param.copy_(shard)
+        """Copy this rank's part of a full megatron-core state (global layer names) into its chunks."""
+        for module, chunk, layers in zip(self.chunks, self.chunk_ids, self.chunk_layers, strict=True):
+            part = to_stage(state, layers, first=chunk == 0, last=chunk == self.num_chunks - 1, spec=self.spec)
+            params = dict(module.named_parameters())
+            if part.keys() != params.keys():
+                raise RLCoreError(
+                    f"weights do not match the {self.role} model: missing {sorted(params.keys() - part.keys())}, "
+                    f"unexpected {sorted(part.keys() - params.keys())}"
+                )
+            with torch.no_grad():
+                for name, param in params.items():
+                    shard = tp_shard(name, part[name], self.tp_rank, self.settings.tp, self.spec)
+                    if shard.shape != param.shape:
+                        raise RLCoreError(
+                            f"weight {name} has shape {tuple(shard.shape)}, the model expects {tuple(param.shape)}"
+                        )
+                    param.copy_(shard)
 
     def load_full_weights(self, state: Mapping[str, torch.Tensor]) -> None:
         """Replace the weights by ``state`` (Hugging Face names, full tensors)."""
@@ -572,7 +620,10 @@ class MegatronEngine(OptimizerState):
 
     def _shard_header(self) -> dict[str, int]:
         """The layout a shard file was written for."""
-        return {"tensor_model_parallel_size": self.settings.tp, "pipeline_model_parallel_size": self.settings.pp}
+        header = {"tensor_model_parallel_size": self.settings.tp, "pipeline_model_parallel_size": self.settings.pp}
+        if self.settings.vpp > 1:
+            header["virtual_pipeline_model_parallel_size"] = self.settings.vpp
+        return header
 
     def _read_shard(self, file: Path, key: str) -> dict[str, Any]:
         """A shard file written by :meth:`save` for this rank, checked against this layout (``key`` names
@@ -583,7 +634,7 @@ class MegatronEngine(OptimizerState):
         if payload["layout"] != self._shard_header():
             raise RLCoreError(
                 f"{key}: {file} was saved with {payload['layout']}, but {self.settings.key} asks for "
-                f"{self._shard_header()}; a checkpoint loads with the same tensor and pipeline sizes"
+                f"{self._shard_header()}; a checkpoint loads with the same tensor, pipeline and virtual pipeline sizes"
             )
         return payload
 

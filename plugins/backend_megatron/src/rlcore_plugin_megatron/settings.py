@@ -30,6 +30,7 @@ MEGATRON_DEFAULTS: dict[str, Any] = {
     "optimizer_offload": False,
     "use_dist_checkpointing": False,
     "dist_checkpointing_path": None,
+    "seed": None,
     "override_transformer_config": {},
 }
 _SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
@@ -50,12 +51,17 @@ class MegatronSettings:
     Attributes:
         key: the section's dotted key (``actor_rollout_ref.actor.megatron``), named by errors.
         tp, pp, cp: tensor, pipeline and context parallel sizes.
+        vpp: model chunks per pipeline rank (``virtual_pipeline_model_parallel_size``; 1 when null): with
+            ``pp=P, vpp=V`` the layers are split into ``P × V`` chunks and rank ``r`` holds chunks
+            ``r, P + r, 2P + r, …`` (megatron-core's interleaved assignment).
         sequence_parallel: verl's ``sequence_parallel`` (honoured only at tensor-parallel size 1, where it
             means nothing; see :func:`resolve_settings`).
         param_offload, grad_offload, optimizer_offload: CUDA only (see the README).
         use_dist_checkpointing: load the initial weights from ``dist_checkpointing_path`` instead of
             converting ``model.path``.
         dist_checkpointing_path: a directory written by the engine's ``save`` (its ``model/`` part).
+        seed: the seed of megatron-core's CUDA RNG tracker (None: ``trainer.seed``); on the CPU the tracker
+            draws nothing (see :mod:`rlcore_plugin_megatron.cpu_compat`).
         override_transformer_config: extra ``TransformerConfig`` fields.
     """
 
@@ -63,12 +69,14 @@ class MegatronSettings:
     tp: int
     pp: int
     cp: int
+    vpp: int
     sequence_parallel: bool
     param_offload: bool
     grad_offload: bool
     optimizer_offload: bool
     use_dist_checkpointing: bool
     dist_checkpointing_path: str | None
+    seed: int | None
     override_transformer_config: dict[str, Any]
 
     @property
@@ -87,7 +95,8 @@ def _size(value: Any, key: str) -> int:
 def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSettings:
     """The ``megatron`` section at ``key`` merged over :data:`MEGATRON_DEFAULTS` and checked.
 
-    Rejected, each with an error naming the key: unknown keys, virtual pipeline stages, context
+    Rejected, each with an error naming the key: unknown keys, virtual pipeline stages without pipeline
+    parallelism (``virtual_pipeline_model_parallel_size > 1`` needs ``pipeline_model_parallel_size > 1``), context
     parallelism (megatron-core runs it only in Transformer Engine's attention), expert parallelism (no
     MoE models), the distributed optimizer, and sequence parallelism at tensor-parallel size > 1 (the
     local layer spec's norms cannot shard the sequence, and gloo has no reduce-scatter).
@@ -101,10 +110,16 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
     for name in _FLAGS:
         if not isinstance(resolved[name], bool):
             raise RLCoreError(f"{key}.{name} must be true or false, got {resolved[name]!r}")
-    if resolved["virtual_pipeline_model_parallel_size"] not in (None, 1):
+    vpp_key = f"{key}.virtual_pipeline_model_parallel_size"
+    vpp = (
+        1
+        if resolved["virtual_pipeline_model_parallel_size"] is None
+        else _size(resolved["virtual_pipeline_model_parallel_size"], vpp_key)
+    )
+    if vpp > 1 and sizes["pipeline_model_parallel_size"] == 1:
         raise RLCoreError(
-            f"{key}.virtual_pipeline_model_parallel_size={resolved['virtual_pipeline_model_parallel_size']!r}: "
-            "interleaved (virtual) pipeline stages are not supported by rlcore's Megatron engine; leave it null"
+            f"{vpp_key}={vpp} needs {key}.pipeline_model_parallel_size > 1: virtual stages interleave the layers "
+            "over pipeline ranks; leave it null without pipeline parallelism"
         )
     if sizes["context_parallel_size"] != 1:
         raise RLCoreError(
@@ -128,6 +143,9 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
             f"{sizes['tensor_model_parallel_size']}: megatron-core's local layer spec (no Transformer Engine) cannot "
             "shard the sequence in its norms; set sequence_parallel=false"
         )
+    seed = resolved["seed"]
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise RLCoreError(f"{key}.seed must be an integer or null, got {seed!r}")
     path = resolved["dist_checkpointing_path"]
     if resolved["use_dist_checkpointing"] and not path:
         raise RLCoreError(f"{key}.use_dist_checkpointing=true needs {key}.dist_checkpointing_path")
@@ -141,12 +159,14 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
         tp=sizes["tensor_model_parallel_size"],
         pp=sizes["pipeline_model_parallel_size"],
         cp=sizes["context_parallel_size"],
+        vpp=vpp,
         sequence_parallel=resolved["sequence_parallel"],
         param_offload=resolved["param_offload"],
         grad_offload=resolved["grad_offload"],
         optimizer_offload=resolved["optimizer_offload"],
         use_dist_checkpointing=resolved["use_dist_checkpointing"],
         dist_checkpointing_path=str(path) if path else None,
+        seed=seed,
         override_transformer_config={str(k): v for k, v in dict(overrides).items()},
     )
 

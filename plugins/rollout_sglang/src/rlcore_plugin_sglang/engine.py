@@ -6,6 +6,10 @@ in SGLang's own processes). The trainer pushes new weights after every update th
 the prefix cache is flushed with the last bucket. :meth:`SGLangRolloutEngine.sleep` and
 :meth:`SGLangRolloutEngine.wake` release and resume the engine's GPU memory (weights and KV cache)
 around training. SGLang runs on CUDA only.
+
+With ``rollout.sglang_rollout_mode=server`` the engine is an SGLang HTTP server process instead, reached
+through :class:`~rlcore_plugin_sglang.server.ServerEngine` with ``rollout.server``'s timeout, retries and
+connection limit (:mod:`rlcore_plugin_sglang.server`); everything else is the same.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from rlcore.errors import RLCoreError
 from rlcore.rollout.sampling import ROLLOUT_KEY, SamplingParams
 from rlcore.rollout.token_engine import Completion, TokenListEngine
 from rlcore_plugin_sglang.sampling import sglang_sampling_params
+from rlcore_plugin_sglang.server import ServerEngine, ServerSettings, rollout_mode
 
 __all__ = ["SGLangRolloutEngine", "import_sglang"]
 
@@ -89,11 +94,12 @@ class SGLangRolloutEngine(TokenListEngine):
             )
         super().__init__(model_path, tokenizer, config, dtype=dtype, module=module)
         own = config.get("sglang") or {}
+        self.mode = rollout_mode(config)
         self._bucket_bytes = int(float(own.get("update_weights_bucket_mb", 512)) * 2**20)
         self.engine = self._start(str(model_path), own)
 
     def _start(self, model_path: str, own: Mapping[str, Any]) -> Any:
-        """Build the ``sglang.Engine`` from the rollout config."""
+        """Build the ``sglang.Engine`` (or, in server mode, start the server) from the rollout config."""
         config = self.config
         kwargs: dict[str, Any] = {
             "model_path": model_path,
@@ -112,6 +118,8 @@ class SGLangRolloutEngine(TokenListEngine):
         }
         sglang = import_sglang()
         try:
+            if self.mode == "server":
+                return ServerEngine(kwargs, ServerSettings.from_rollout(config))
             return sglang.Engine(**kwargs)
         except Exception as exc:
             raise RLCoreError(f"{ROLLOUT_KEY}.name=sglang: SGLang could not start on {model_path!r}: {exc}") from exc
@@ -158,6 +166,10 @@ class SGLangRolloutEngine(TokenListEngine):
         buckets = list(_buckets(state, self._bucket_bytes))
         for index, bucket in enumerate(buckets):
             self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=index == len(buckets) - 1)
+
+    def close(self) -> None:
+        """Stop SGLang's processes now (the server in server mode, the scheduler otherwise)."""
+        self.engine.shutdown()
 
     def sleep(self) -> None:
         """Release the engine's GPU memory (weights and KV cache) for training."""

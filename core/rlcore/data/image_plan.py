@@ -1,0 +1,67 @@
+"""The dry run's image check: do the data files have images, and does the model have a processor for them?"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rlcore.data import DataError
+from rlcore.data.multimodal import describe_processor
+
+
+def files_with_images(files: Any, key: str) -> list[str]:
+    """Those of ``files`` (a path or a list; ``None``: none) with images: a ``key`` column that is not all null
+    (parquet) or non-empty in some record (jsonl/json). Files that do not exist are left to the dataset."""
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(files):
+        files = OmegaConf.to_container(files, resolve=True)
+    if files is None:
+        return []
+    found = []
+    for path in [files] if isinstance(files, (str, os.PathLike)) else list(files):
+        path = os.fspath(path)
+        if not Path(path).is_file():
+            continue
+        if Path(path).suffix.lower() == ".parquet":
+            import pyarrow.parquet as pq
+
+            try:
+                column = pq.read_table(path, columns=[key]).column(0) if key in pq.read_schema(path).names else None
+                has = column is not None and column.null_count < len(column)
+            except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
+                raise DataError(f"{path}: cannot read parquet file: {type(exc).__name__}: {exc}") from exc
+        else:
+            from rlcore.data.rl_dataset import read_rows  # imports torch: only for jsonl/json data
+
+            has = any(isinstance(r, Mapping) and r.get(key) for r in read_rows(path)[0])
+        if has:
+            found.append(path)
+    return found
+
+
+def image_plan(config: Any) -> str | None:
+    """What a run does with images, for ``rlcore run --dry-run``; ``None`` when no data file has images.
+
+    When ``data.train_files``/``data.val_files`` have a ``data.image_key`` column, a local
+    ``actor_rollout_ref.model.path`` must have a multimodal processor (else :class:`DataError` naming the
+    file and the model); its class and pixel bounds are described.
+    """
+    from rlcore.processors import load_processor
+
+    data, model = config.data, config.actor_rollout_ref.model
+    key = data.image_key
+    found = files_with_images(data.train_files, key) + files_with_images(data.val_files, key)
+    if not found:
+        return None
+    if not Path(str(model.path)).expanduser().is_dir():
+        return f"images: {found[0]} has column {key!r}; the processor of {model.path} is loaded when the run starts"
+    processor = load_processor(Path(str(model.path)).expanduser(), trust_remote_code=bool(model.trust_remote_code))
+    if processor is None:
+        raise DataError(
+            f"{found[0]}: column {key!r} (data.image_key) holds images but actor_rollout_ref.model.path={model.path} "
+            "has no multimodal processor (preprocessor_config.json); use a vision-language model"
+        )
+    return describe_processor(processor)

@@ -1,0 +1,225 @@
+"""Profiling of chosen training steps (verl's ``global_profiler`` and the roles' ``profiler`` sections).
+
+``global_profiler.tool``:
+
+- ``torch``: a ``torch.profiler`` trace of each chosen step on every profiled worker rank, written as a Chrome
+  trace ``{save_path}/step{N}/{group}_rank{r}.trace.json`` (open it in Perfetto or ``chrome://tracing``);
+- ``torch_memory``: on CUDA, the allocator's memory history is recorded
+  (``torch.cuda.memory._record_memory_history`` with ``global_tool_config.torch_memory.*``) and a snapshot
+  is dumped after each chosen step, ``{group}_rank{r}.memory_snapshot.pickle`` (open it in
+  https://pytorch.org/memory_viz); on CPU, which has no allocator history, the step runs under
+  ``torch.profiler`` with ``profile_memory=True`` instead, written as ``{group}_rank{r}.memory.trace.json``
+  and a table of the operators' CPU memory, ``{group}_rank{r}.memory.txt``.
+
+``global_profiler.steps`` lists the steps (null: every step for ``torch_memory``, as verl dumps a snapshot
+after each update; ``torch`` needs a list); ``profile_continuous_steps=true`` makes a run of consecutive
+chosen steps one trace, named after its first step. A worker group is profiled when one of its roles'
+``profiler.enable`` is true (``actor_rollout_ref.{actor,rollout,ref}.profiler``, ``critic.profiler``,
+``reward_model.profiler``), or every group when no role enables it; within a group, ``profiler.all_ranks``
+or ``profiler.ranks`` choose the ranks (default: rank 0). ``nsys`` and ``npu`` are not available.
+
+This module only reads the config (the controller side); the workers' side is
+:mod:`rlcore.workers.profiler`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlcore.errors import RLCoreError
+
+__all__ = ["GROUP_SECTIONS", "ProfilePlan", "StepProfiling", "describe_profiler", "profile_plan", "step_profiling"]
+
+TOOLS = ("torch", "torch_memory")
+KEY = "global_profiler"
+#: the role sections whose ``profiler.{enable, all_ranks, ranks}`` choose what a worker group profiles
+GROUP_SECTIONS: dict[str, tuple[str, ...]] = {
+    "actor": ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"),
+    "critic": ("critic",),
+    "reward_model": ("reward_model",),
+}
+
+
+@dataclass(frozen=True)
+class ProfilePlan:
+    """What to profile: the ``tool``, the ``steps`` (None: every step), where to write, the CUDA memory-history
+    options and, per worker group kind (``actor``, ``critic``, ``reward_model``), the ranks to profile
+    (None: all ranks); a kind missing from ``ranks`` is not profiled."""
+
+    tool: str
+    steps: tuple[int, ...] | None
+    continuous: bool
+    save_path: str
+    memory_options: dict[str, Any] = field(default_factory=dict)
+    ranks: dict[str, tuple[int, ...] | None] = field(default_factory=dict)
+
+    def profiled(self, step: int) -> bool:
+        """Whether ``step`` is one of the chosen steps."""
+        return self.steps is None or step in self.steps
+
+    def starts(self, step: int) -> bool:
+        """Whether a trace starts at ``step`` (with continuous steps, only at the first of a run of them)."""
+        return self.profiled(step) and not (self.continuous and self.steps is not None and step - 1 in self.steps)
+
+    def stops(self, step: int, last: int) -> bool:
+        """Whether a trace ends after ``step`` (the last step of the run ends any trace)."""
+        if not self.profiled(step):
+            return False
+        return step == last or not (self.continuous and self.steps is not None and step + 1 in self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict for the workers (it crosses process boundaries under Ray)."""
+        return {
+            "tool": self.tool,
+            "save_path": self.save_path,
+            "memory_options": dict(self.memory_options),
+            "ranks": {kind: (list(r) if r is not None else None) for kind, r in self.ranks.items()},
+        }
+
+
+def _select(config: Any, key: str, default: Any = None) -> Any:
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(config, key, default=default)
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def _steps(config: Any, tool: str) -> tuple[int, ...] | None:
+    steps = _select(config, f"{KEY}.steps")
+    if steps is None:
+        if tool == "torch":
+            raise RLCoreError(
+                f"{KEY}.tool=torch profiles the steps in {KEY}.steps, which is null: set it, e.g. {KEY}.steps=[1,2]"
+            )
+        return None
+    if isinstance(steps, int) and not isinstance(steps, bool):
+        steps = [steps]
+    if not isinstance(steps, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in steps):
+        raise RLCoreError(f"{KEY}.steps must be a list of positive step numbers or null, got {steps!r}")
+    return tuple(sorted(set(steps)))
+
+
+def _ranks(config: Any) -> dict[str, tuple[int, ...] | None]:
+    enabled = {
+        kind: [s for s in sections if _select(config, f"{s}.profiler.enable", False) is True]
+        for kind, sections in GROUP_SECTIONS.items()
+    }
+    kinds = [kind for kind in GROUP_SECTIONS if enabled[kind]] or list(GROUP_SECTIONS)
+    chosen: dict[str, tuple[int, ...] | None] = {}
+    for kind in kinds:
+        looked = enabled[kind] or list(GROUP_SECTIONS[kind])
+        if any(_select(config, f"{s}.profiler.all_ranks", False) is True for s in looked):
+            chosen[kind] = None
+            continue
+        listed: set[int] = set()
+        for section in looked:
+            values = _select(config, f"{section}.profiler.ranks") or []
+            if not isinstance(values, list) or not all(isinstance(r, int) and r >= 0 for r in values):
+                raise RLCoreError(f"{section}.profiler.ranks must be a list of rank numbers, got {values!r}")
+            listed.update(values)
+        chosen[kind] = tuple(sorted(listed)) or (0,)
+    return chosen
+
+
+def profile_plan(config: Any) -> ProfilePlan | None:
+    """The run's :class:`ProfilePlan`, or None when ``global_profiler.tool`` is null; bad values raise an error
+    naming the key."""
+    tool = _select(config, f"{KEY}.tool")
+    if tool is None:
+        return None
+    if tool not in TOOLS:
+        raise RLCoreError(
+            f"{KEY}.tool={tool!r}: rlcore profiles with {' or '.join(TOOLS)} (nsys and npu are not available)"
+        )
+    save_path = _select(config, f"{KEY}.save_path") or "outputs/profile"
+    memory = _select(config, f"{KEY}.global_tool_config.torch_memory") or {}
+    options = {
+        "max_entries": int(memory.get("trace_alloc_max_entries", 100000)),
+        "stack_depth": int(memory.get("stack_depth", 32)),
+        "context": memory.get("context", "all"),
+        "stacks": memory.get("stacks", "all"),
+        **dict(memory.get("kw_args") or {}),
+    }
+    return ProfilePlan(
+        tool=str(tool),
+        steps=_steps(config, str(tool)),
+        continuous=bool(_select(config, f"{KEY}.profile_continuous_steps", False)),
+        save_path=str(save_path),
+        memory_options=options,
+        ranks=_ranks(config),
+    )
+
+
+def describe_profiler(config: Any) -> str | None:
+    """The run plan's line for the profiler (None when off): the tool, what it writes on this device, the
+    steps, the groups and ranks, and the folder."""
+    plan = profile_plan(config)
+    if plan is None:
+        return None
+    cpu = _select(config, "trainer.device", "auto") == "cpu"
+    if plan.tool == "torch":
+        what = "torch.profiler Chrome traces"
+    elif cpu:
+        what = (
+            "torch_memory on CPU: torch.profiler with profile_memory=True (a Chrome trace with memory events and "
+            "a table of CPU memory per operator; trace_alloc_max_entries and stack_depth apply to CUDA snapshots)"
+        )
+    else:
+        what = "torch_memory: CUDA memory snapshots (torch.cuda.memory._record_memory_history/_dump_snapshot)"
+    steps = "every step" if plan.steps is None else "steps " + ", ".join(map(str, plan.steps))
+    groups = ", ".join(
+        f"{kind} {'all ranks' if ranks is None else 'ranks ' + ','.join(map(str, ranks))}"
+        for kind, ranks in plan.ranks.items()
+    )
+    return f"profiler: {what}; {steps}; {groups}; under {plan.save_path}/step<N>/"
+
+
+class StepProfiling:
+    """The controller's side: tells the profiled worker groups when a chosen step starts and ends.
+
+    Args:
+        plan: the run's plan.
+        groups: ``(kind, group)`` pairs, kind one of :data:`GROUP_SECTIONS`; each group is called with
+            ``start_profile(step, plan)`` and ``stop_profile()`` on all of its ranks.
+    """
+
+    def __init__(self, plan: ProfilePlan, groups: list[tuple[str, Any]]) -> None:
+        self.plan = plan
+        self.groups = [(kind, group) for kind, group in groups if kind in plan.ranks]
+        self.active = False
+
+    def before_step(self, step: int) -> None:
+        """Start the trace of ``step`` when it is chosen (and not continuing a trace)."""
+        if self.plan.starts(step) and not self.active:
+            payload = self.plan.to_dict()
+            for kind, group in self.groups:
+                group.start_profile(step, kind, payload)
+            self.active = True
+
+    def after_step(self, step: int, last: int) -> None:
+        """End the trace after ``step`` when it is the last of its run (or the run's last step)."""
+        if self.active and self.plan.stops(step, last):
+            self.close()
+
+    def close(self) -> None:
+        """End a trace that is still running (the run stopped early)."""
+        if self.active:
+            for _, group in self.groups:
+                group.stop_profile()
+            self.active = False
+
+
+def step_profiling(config: Any, groups: Any) -> StepProfiling | None:
+    """The controller's :class:`StepProfiling` over the run's :class:`~rlcore.controller.groups.WorkerGroups`
+    (None when ``global_profiler.tool`` is null)."""
+    plan = profile_plan(config)
+    if plan is None:
+        return None
+    kinds = [("actor", groups.actor)]
+    if groups.split:
+        kinds.append(("actor", groups.rollout))
+    kinds += [
+        (kind, group) for kind, group in (("critic", groups.critic), ("reward_model", groups.reward_model)) if group
+    ]
+    return StepProfiling(plan, kinds)

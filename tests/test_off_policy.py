@@ -1,0 +1,191 @@
+"""One-step-off-policy training (``async_training``) on split placement with real Ray worker processes: the
+batch a step trains on was generated one update earlier, the engine's log-probs show it, validation uses the
+current weights, and a checkpoint with a batch in flight resumes to exactly the uninterrupted run."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from rlcore.checkpoint import read_rollout_states  # noqa: E402
+from rlcore.config import ConfigError, check_values, load_config  # noqa: E402
+from rlcore.controller.off_policy import STATE_FILE  # noqa: E402
+from rlcore.testing.runs import make_tiny_task, tiny_run  # noqa: E402
+from rlcore.tracking.sinks import read_metrics  # noqa: E402
+
+#: one trainer and one rollout process, the engine's log-probs, token-level importance weights
+ASYNC = (
+    "async_training.enable=true",
+    "trainer.executor=ray",
+    "trainer.placement=split",
+    "trainer.n_gpus_per_node=1",
+    "trainer.rollout_n_gpus_per_node=1",
+    "actor_rollout_ref.rollout.calculate_log_probs=true",
+    "algorithm.rollout_correction.rollout_is=token",
+    "trainer.val_before_train=false",
+)
+#: four steps, validating and saving every second one
+FOUR_STEPS = ("trainer.total_training_steps=4", "trainer.test_freq=2", "trainer.save_freq=2")
+#: metrics that measure time, speed or how much of it overlapped, not what was trained
+VOLATILE_PREFIXES = (
+    "timing_s/",
+    "timing_worker_s/",
+    "timing_per_token_ms/",
+    "perf/",
+    "actor/weight_sync_s",
+    "actor/weight_export_s",
+    "async_training/overlap_share",
+)
+
+
+def comparable(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The metric records by step without timing values."""
+    return {row["step"]: {k: v for k, v in row.items() if not k.startswith(VOLATILE_PREFIXES)} for row in rows}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["trainer.placement=colocated", "trainer.n_gpus_per_node=2"],
+            "async_training.enable=true .* needs trainer.placement=split .*got trainer.placement='colocated'",
+        ),
+        (["trainer.executor=local"], r"async_training.enable=true needs trainer.executor=ray \(got .*'local'\)"),
+        (
+            ["trainer.placement=split", "actor_rollout_ref.rollout.calculate_log_probs=false"],
+            "set actor_rollout_ref.rollout.calculate_log_probs=true",
+        ),
+        (["trainer.placement=split", "async_training.max_staleness_steps=0"], "max_staleness_steps must be a positive"),
+    ],
+)
+def test_bad_settings_name_the_keys(overrides: list[str], message: str) -> None:
+    config = load_config(
+        [], ["async_training.enable=true", "actor_rollout_ref.rollout.calculate_log_probs=true", *overrides], []
+    )
+    with pytest.raises(ConfigError, match=message):
+        check_values(config)
+
+
+def test_staleness_must_be_positive_even_when_off() -> None:
+    config = load_config([], ["async_training.max_staleness_steps=-1"], [])
+    with pytest.raises(ConfigError, match=r"async_training.max_staleness_steps must be a positive integer .* -1"):
+        check_values(config)
+
+
+def test_verl_fully_async_keys_name_the_feature_rlcore_has_instead() -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"async_training.staleness_threshold: verl's fully-async trainer .*"
+        r"async_training.enable and max_staleness_steps",
+    ):
+        load_config([], ["async_training.staleness_threshold=0.1"], [])
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return make_tiny_task(tmp_path_factory.mktemp("task"))
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, task: dict[str, Path]) -> dict[str, Any]:
+    """Four uninterrupted one-step-off-policy steps, checkpointing after steps 2 and 4."""
+    tmp = tmp_path_factory.mktemp("full")
+    _, run_dir = tiny_run(tmp, tiny_model_dir, task, *ASYNC, *FOUR_STEPS)
+    return {"ckpt": tmp / "ckpt", "rows": read_metrics(run_dir / "metrics.jsonl")}
+
+
+def test_each_batch_was_generated_one_update_earlier(full_run: dict[str, Any]) -> None:
+    rows = {row["step"]: row for row in full_run["rows"]}
+    assert sorted(rows) == [1, 2, 3, 4]
+    assert [rows[s]["async_training/staleness"] for s in range(1, 5)] == [0.0, 1.0, 1.0, 1.0]
+    # step 1 trains on the initial weights' batch: the engine's log-probs are the trainer's; later ones lag
+    assert rows[1]["training/rollout_probs_diff_max"] < 1e-6
+    assert all(rows[s]["training/rollout_probs_diff_max"] > 1e-5 for s in (2, 3, 4))
+    assert abs(rows[1]["rollout_corr/is_weight_mean"] - 1) < 1e-5
+    assert all(rows[s]["rollout_corr/is_weight_mean"] != 1 for s in (2, 3, 4))
+    for step in range(1, 5):
+        row = rows[step]
+        assert row["timing_s/wait_prev_gen"] >= 0 and 0 <= row["async_training/overlap_share"] <= 1
+        assert row["timing_s/gen"] > 0
+    # from step 2 on the batch was ready before the trainer asked for it (generated during the last update)
+    assert rows[3]["timing_s/wait_prev_gen"] < rows[3]["timing_s/gen"]
+    # the weights of update 1 reached the engines before the batch of step 3 was generated with them
+    assert rows[3]["rollout/weight_checksum_diff"] <= 1e-6
+    assert any(key.startswith("val-core/") for key in rows[2]) and any(key.startswith("val-core/") for key in rows[4])
+
+
+def test_checkpoint_holds_the_batch_in_flight(full_run: dict[str, Any]) -> None:
+    saved = pickle.loads((full_run["ckpt"] / "global_step_2" / STATE_FILE).read_bytes())
+    assert [item.step for item in saved.in_flight] == [3]
+    assert saved.in_flight[0].version == 1 and saved.version == 2 and saved.served == 2
+    (rollout_state,) = read_rollout_states(full_run["ckpt"] / "global_step_2") or [None]
+    assert rollout_state is not None and rollout_state["weight_version"] >= 1
+    last = pickle.loads((full_run["ckpt"] / "global_step_4" / STATE_FILE).read_bytes())
+    assert last.in_flight == [], "nothing is generated beyond the last step"
+
+
+def test_resume_with_a_batch_in_flight_equals_the_uninterrupted_run(
+    full_run: dict[str, Any], tiny_model_dir: Path, task: dict[str, Path], tmp_path: Path
+) -> None:
+    """2 steps + resume + 2 steps: steps 3 and 4 (trained on the saved in-flight batch, then on one generated
+    from the restored sampling state) match the uninterrupted run metric for metric."""
+    checkpoint = full_run["ckpt"] / "global_step_2"
+    _, run_dir = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        *ASYNC,
+        *FOUR_STEPS,
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={checkpoint}",
+    )
+    resumed = comparable(read_metrics(run_dir / "metrics.jsonl"))
+    expected = comparable(full_run["rows"])
+    assert list(resumed) == [3, 4]
+    for step in (3, 4):
+        assert resumed[step] == expected[step], f"step {step} differs"
+
+
+def test_a_larger_staleness_bound_generates_further_ahead(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
+    _, run_dir = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        *ASYNC,
+        "async_training.max_staleness_steps=2",
+        "trainer.total_training_steps=3",
+        "trainer.test_freq=-1",
+    )
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [row["async_training/staleness"] for row in rows] == [0.0, 1.0, 2.0]
+
+
+def test_a_synchronous_split_run_resumes_exactly(tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]) -> None:
+    """Without one-step-off too, the rollout-only ranks' sampling state is in the checkpoint
+    (``rollout_state.pkl``): 2 steps + resume + 2 steps equal 4 uninterrupted steps metric for metric."""
+    sync = [arg for arg in ASYNC if not arg.startswith(("async_training.", "algorithm.rollout_correction"))]
+    _, full_dir = tiny_run(tmp_path / "full", tiny_model_dir, task, *sync, *FOUR_STEPS)
+    checkpoint = tmp_path / "full" / "ckpt" / "global_step_2"
+    (state,) = read_rollout_states(checkpoint) or [None]
+    assert state is not None and state["calls"] >= 2, "the rollout rank's generate calls are saved"
+    _, resumed_dir = tiny_run(
+        tmp_path / "resumed",
+        tiny_model_dir,
+        task,
+        *sync,
+        *FOUR_STEPS,
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={checkpoint}",
+    )
+    expected = comparable(read_metrics(full_dir / "metrics.jsonl"))
+    resumed = comparable(read_metrics(resumed_dir / "metrics.jsonl"))
+    assert list(resumed) == [3, 4]
+    for step in (3, 4):
+        assert resumed[step] == expected[step], f"step {step} differs"
