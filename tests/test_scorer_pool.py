@@ -174,3 +174,24 @@ def test_scorer_processes_die_with_a_killed_controller(tmp_path):
     while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
         time.sleep(0.2)
     assert [pid for pid in pids if _alive(pid)] == []
+
+
+def test_a_scorer_process_ends_on_sigterm_under_the_controllers_stop_handler(tiny_tokenizer) -> None:
+    """Scorer processes are forked while the controller's SIGTERM handler (finish the step, then stop) is
+    installed; they must not inherit it, or multiprocessing's terminate() at interpreter exit cannot end them
+    and the exiting controller waits for them forever."""
+    import multiprocessing
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        manager = NaiveRewardManager(tiny_tokenizer, by_truth, {"scorer_timeout": 30, "scorer_workers": 1})
+        batch, _ = make_reward_batch(tiny_tokenizer, ["a"], ground_truths=["ok"])
+        manager(batch)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    (scorer,) = [p for p in multiprocessing.active_children() if p.name == "rlcore-scorer"]
+    scorer.terminate()
+    scorer.join(10)
+    assert not scorer.is_alive()
+    manager.close()

@@ -59,3 +59,15 @@ def test_load_processor_text_only_model_and_bad_arch(tmp_path):
     (broken / "processor_config.json").write_text('{"processor_class": "NoSuchProcessor"}')
     with pytest.raises(RLCoreError, match="broken: cannot load the model's processor"):
         load_processor(broken)
+
+
+def test_load_processor_resolves_a_hub_name_and_names_it_when_it_cannot(monkeypatch, tmp_path):
+    """A model given by name (not a local folder) is looked up like its tokenizer; offline and uncached, the
+    error names the model instead of treating it as a text-only model."""
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    with pytest.raises(RLCoreError, match="no-such-org/no-such-vlm: cannot read the model's config"):
+        load_processor("no-such-org/no-such-vlm")

@@ -39,17 +39,31 @@ def build_image_only_processor(image_processor, tokenizer, chat_template: str | 
     return _image_only_class()(image_processor=image_processor, tokenizer=tokenizer, chat_template=chat_template)
 
 
-def _model_type(path: Path) -> str | None:
+def _multimodal_model_type(model: str | Path, **kwargs: Any) -> tuple[bool, str | None]:
+    """Whether ``model`` (a local folder or a hub name) has a multimodal processor, and its ``model_type``.
+
+    A folder has one when it holds ``preprocessor_config.json`` or ``processor_config.json``; a hub name
+    (resolved and cached by transformers, like the tokenizer) when its config has a ``vision_config``.
+    """
     import json
 
-    config = path / "config.json"
-    if not config.is_file():
-        return None
-    return json.loads(config.read_text()).get("model_type")
+    local = Path(model).expanduser()
+    if local.is_dir():
+        config = local / "config.json"
+        model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+        has_processor = (local / "preprocessor_config.json").is_file() or (local / "processor_config.json").is_file()
+        return has_processor, model_type
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(str(model), **kwargs)
+    except (OSError, ValueError) as exc:
+        raise RLCoreError(f"{model}: cannot read the model's config to find its processor: {exc}") from exc
+    return getattr(config, "vision_config", None) is not None, getattr(config, "model_type", None)
 
 
 def load_processor(path: str | Path, **kwargs: Any):
-    """The multimodal processor saved at ``path``, or ``None`` for a text-only model (no image processor).
+    """The multimodal processor of ``path`` (a local folder or a hub name), or ``None`` for a text-only model.
 
     Uses ``AutoProcessor``, except for Qwen2-VL-family models when torchvision is missing (their video
     processor needs it): then an image-only processor built from the saved image processor and tokenizer.
@@ -57,10 +71,11 @@ def load_processor(path: str | Path, **kwargs: Any):
     from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
     from transformers.utils import is_torchvision_available
 
-    path = Path(path)
-    if not (path / "preprocessor_config.json").is_file() and not (path / "processor_config.json").is_file():
+    has_processor, model_type = _multimodal_model_type(path, **kwargs)
+    if not has_processor:
         return None
-    if _model_type(path) in QWEN2_VL_MODEL_TYPES and not is_torchvision_available():
+    path = Path(path).expanduser() if Path(path).expanduser().is_dir() else path
+    if model_type in QWEN2_VL_MODEL_TYPES and not is_torchvision_available():
         tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
         image_processor = AutoImageProcessor.from_pretrained(path, backend="pil")
         return build_image_only_processor(image_processor, tokenizer, getattr(tokenizer, "chat_template", None))

@@ -203,11 +203,17 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
 
 def run_plan_lines(config: DictConfig) -> list[str]:
     """The plan's lines for the custom training sampler and the profiler; importing the sampler class here
-    makes a bad ``data.sampler`` fail the dry run."""
-    from rlcore.data.sampler import describe_sampler
+    makes a bad ``data.sampler`` fail the dry run (the sampler module needs torch: imported only then)."""
+    from omegaconf import OmegaConf
+
     from rlcore.profiling import describe_profiler
 
-    return [line for line in (describe_sampler(config.data), describe_profiler(config)) if line]
+    lines = [describe_profiler(config)]
+    if OmegaConf.select(config, "data.sampler.class_path") not in (None, ""):
+        from rlcore.data.sampler import describe_sampler
+
+        lines.insert(0, describe_sampler(config.data))
+    return [line for line in lines if line]
 
 
 def _loggers(config: DictConfig) -> list[str]:

@@ -47,10 +47,16 @@ def image_plan(config: Any) -> str | None:
 
     When ``data.train_files``/``data.val_files`` have a ``data.image_key`` column, a local
     ``actor_rollout_ref.model.path`` must have a multimodal processor (else :class:`DataError` naming the
-    file and the model); its class and pixel bounds are described.
+    file and the model); its class and pixel bounds are described. Without the training stack (a lean
+    ``pip install rlcore``: no pyarrow or torch to read the data with) nothing is checked: the dry run names
+    the missing components instead.
     """
+    from importlib.util import find_spec
+
     from rlcore.processors import load_processor
 
+    if find_spec("pyarrow") is None or find_spec("torch") is None:
+        return None
     data, model = config.data, config.actor_rollout_ref.model
     key = data.image_key
     found = files_with_images(data.train_files, key) + files_with_images(data.val_files, key)

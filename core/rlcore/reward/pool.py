@@ -77,6 +77,7 @@ def _serve(fn: Callable[..., Any], conn: Connection, inherited: list[Connection]
     for end in inherited:
         end.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the controller's stop handler: terminate() must end it
     while True:
         try:
             index, kwargs = conn.recv()

@@ -349,3 +349,17 @@ def test_dapo_round_limit_is_a_clear_error(tmp_path: Path, tiny_model_dir: Path)
             "algorithm.filter_groups.max_num_gen_batches=1",
             presets=("dapo",),
         )
+
+
+def test_close_ends_the_scorer_processes(tiny_tokenizer: Any) -> None:
+    """The controller closes the reward manager when a run ends: the naive manager's scorer processes stop (left
+    running, a process exiting waits for them)."""
+    import multiprocessing
+
+    section = OmegaConf.create({"scorer_timeout": 30, "scorer_workers": 2, "overlong_buffer": BUFFER})
+    manager = DAPORewardManager(tiny_tokenizer, _value, section)
+    manager(_reward_batch(tiny_tokenizer))
+    scorers = [p for p in multiprocessing.active_children() if p.name == "rlcore-scorer"]
+    assert scorers, "scoring with a time limit runs in scorer processes"
+    manager.close()
+    assert not any(p.is_alive() for p in scorers)

@@ -30,9 +30,14 @@ LAYOUTS: dict[str, tuple[int, int, int]] = {
     "tp2pp2": (4, 2, 2),
     "tp2dp2": (4, 2, 1),
     "pp2vpp2": (2, 1, 2),
+    "cp2": (2, 1, 1),
 }
 #: name -> virtual pipeline size, for the layouts with interleaved (virtual) pipeline stages
 VIRTUAL: dict[str, int] = {"pp2vpp2": 2}
+#: name -> context parallel size, for the layouts with context parallelism
+CONTEXT: dict[str, int] = {"cp2": 2}
+#: the layouts whose runs also export, checkpoint and resume (given an ``out_dir``)
+RESUMED = set(VIRTUAL) | set(CONTEXT)
 
 
 class Settings(TrainingBackendContract):
@@ -56,6 +61,8 @@ def make_worker(name: str, model_dir: Path, rank: int) -> Any:
     sizes = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp}
     if name in VIRTUAL:
         sizes["virtual_pipeline_model_parallel_size"] = VIRTUAL[name]
+    if name in CONTEXT:
+        sizes["context_parallel_size"] = CONTEXT[name]
     config = Settings.make_config(
         model_dir,
         **{
@@ -84,7 +91,7 @@ def run_layout(name: str, model_dir: Path, rank: int, out_dir: Path | None = Non
     """Build the actor for layout ``name`` as ``rank``; return its data-parallel chunk's log-probs before and
     after one update, the gradient norm and the gathered Hugging Face weights.
 
-    With virtual pipeline stages and an ``out_dir``, also: the Hugging Face export after the update
+    With virtual pipeline stages or context parallelism (:data:`RESUMED`) and an ``out_dir``, also: the Hugging Face export after the update
     (``out_dir/hf``), a checkpoint (``out_dir/ckpt``), the log-probs after a second update, and the same
     second update by a fresh worker resumed from the checkpoint (``resumed``).
     """
@@ -100,7 +107,7 @@ def run_layout(name: str, model_dir: Path, rank: int, out_dir: Path | None = Non
         out["grad_norm"] = update(worker, chunk)
         out["after"] = worker.compute_log_prob(chunk)["old_log_probs"]
         out["state"] = {key: t.clone() for key, t in worker.full_state_dict().items()}
-        if name in VIRTUAL and out_dir is not None:
+        if name in RESUMED and out_dir is not None:
             out["chunk_layers"] = [list(layers) for layers in worker.actor.chunk_layers]
             worker.actor.save_hf(out_dir / "hf", with_weights=True)
             worker.save_checkpoint(out_dir / "ckpt")
@@ -108,7 +115,7 @@ def run_layout(name: str, model_dir: Path, rank: int, out_dir: Path | None = Non
             out["second"] = worker.compute_log_prob(chunk)["old_log_probs"]
     finally:
         worker.shutdown()
-    if name in VIRTUAL and out_dir is not None:
+    if name in RESUMED and out_dir is not None:
         resumed = make_worker(name, model_dir, rank)
         try:
             resumed.load_checkpoint(out_dir / "ckpt")

@@ -7,12 +7,18 @@ from rlcore_plugin_megatron.cpu_compat import cpu_compat, install_rng_tracker
 
 
 def test_current_device_patched_on_cpu_and_restored() -> None:
-    """Inside ``cpu_compat(cpu)`` megatron-core's ``torch.cuda.current_device()`` gives the CPU; afterwards the
-    original function is back, also after an error."""
+    """Inside ``cpu_compat(cpu)`` megatron-core's ``torch.cuda.current_device()`` gives the CPU and RoPE's
+    context-parallel selection is the CPU one; afterwards the originals are back, also after an error."""
+    from megatron.core.models.common.embeddings import rotary_pos_embedding
+    from rlcore_plugin_megatron.context_parallel import pos_emb_on_this_cp_rank
+
     original = torch.cuda.current_device
+    original_pos_emb = rotary_pos_embedding.get_pos_emb_on_this_cp_rank
     with cpu_compat(torch.device("cpu")):
         assert torch.cuda.current_device() == torch.device("cpu")
+        assert rotary_pos_embedding.get_pos_emb_on_this_cp_rank is pos_emb_on_this_cp_rank
     assert torch.cuda.current_device is original
+    assert rotary_pos_embedding.get_pos_emb_on_this_cp_rank is original_pos_emb
     try:
         with cpu_compat(torch.device("cpu")):
             raise KeyError("boom")

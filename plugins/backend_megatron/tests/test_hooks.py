@@ -47,6 +47,16 @@ def test_data_parallel_size_divides_the_world() -> None:
         ]
     )
     assert core_data_parallel_size(config, "actor_rollout_ref.actor", 8) == 2
+    with_cp = load_config(
+        overrides=[
+            "actor_rollout_ref.actor.strategy=megatron",
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+            "actor_rollout_ref.actor.megatron.context_parallel_size=2",
+        ]
+    )
+    assert core_data_parallel_size(with_cp, "actor_rollout_ref.actor", 8) == 2
+    with pytest.raises(RLCoreError, match=r"context_parallel_size \(2\) = 4 must divide the number of ranks \(6"):
+        data_parallel_size(with_cp, "actor_rollout_ref.actor", 6)
     with pytest.raises(RLCoreError, match=r"tensor_model_parallel_size \(2\) × pipeline_model_parallel_size \(2\)"):
         data_parallel_size(config, "actor_rollout_ref.actor", 6)
 
@@ -54,7 +64,7 @@ def test_data_parallel_size_divides_the_world() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("context_parallel_size", 2, "Transformer Engine"),
+        ("context_parallel_size", 0, "context_parallel_size must be a positive integer"),
         (
             "virtual_pipeline_model_parallel_size",
             2,

@@ -2,7 +2,9 @@
 
 Starting a vLLM engine on CPU takes 15–30 s (vLLM spawns its engine process, which imports vLLM again), so
 tests share started engines through :class:`EnginePool`: an engine is reused for an identical model and
-config after its public state is reset (original weights, weight version 0, no generate calls yet).
+config after its public state is reset (original weights, weight version 0, no generate calls yet). Each
+engine holds about 2.3 GB (its worker process and KV cache), so the pool keeps the most recently used
+:data:`POOL_SIZE` and stops the others.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
+
+#: the most started engines the pool keeps at once
+POOL_SIZE = 2
 
 
 @pytest.fixture(scope="session")
@@ -42,14 +47,17 @@ class EnginePool:
         from rlcore_plugin_vllm.engine import VLLMRolloutEngine
 
         key = (str(model_dir), dtype, OmegaConf.to_yaml(config))
-        engine = self.engines.get(key)
+        engine = self.engines.pop(key, None)
         if engine is None:
-            engine = self.engines[key] = VLLMRolloutEngine(str(model_dir), self.tokenizer, config, dtype=dtype)
+            while len(self.engines) >= POOL_SIZE:  # stop the least recently used engine first
+                self.engines.pop(next(iter(self.engines))).close()
+            engine = VLLMRolloutEngine(str(model_dir), self.tokenizer, config, dtype=dtype)
         elif engine.weight_version:
             from safetensors.torch import load_file
 
             engine.update_weights(load_file(str(Path(model_dir) / "model.safetensors")).items(), strict=False)
         engine.load_state_dict({"calls": 0, "weight_version": 0})
+        self.engines[key] = engine  # the most recently used last
         return engine
 
     def close(self) -> None:

@@ -47,6 +47,10 @@ class DAPORewardManager:
         self.naive = NaiveRewardManager(tokenizer, scorer, config)
         self.overlong = overlong_buffer(config)
 
+    def close(self) -> None:
+        """End the naive manager's scorer processes (the controller calls it when the run ends)."""
+        self.naive.close()
+
     def __call__(self, batch: Any) -> RewardResult:
         """Score ``batch`` and apply the overlong penalty."""
         result = self.naive(batch)

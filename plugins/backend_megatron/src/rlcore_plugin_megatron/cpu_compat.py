@@ -1,6 +1,6 @@
 """Running megatron-core on a CPU: the two places where it hard-codes CUDA, worked around on CPU only.
 
-megatron-core 0.16.1 assumes a CUDA device in two places that a forward and backward pass reach:
+megatron-core 0.16.1 assumes a CUDA device in three places that a forward and backward pass reach:
 
 1. ``torch.cuda.current_device()`` is called to place tensors: by RoPE
    (``RotaryEmbedding.__init__``/``get_emb`` move ``inv_freq`` there) and by the global memory buffer of
@@ -11,6 +11,10 @@ megatron-core 0.16.1 assumes a CUDA device in two places that a forward and back
    fails when no CUDA state was added. :func:`install_rng_tracker` installs megatron-core's own
    "inference" tracker, whose ``fork()`` does nothing. That is exact because the engine builds every model
    with ``hidden_dropout = attention_dropout = 0``: nothing inside a fork draws random numbers.
+3. With context parallelism, RoPE selects this rank's positions with ``get_pos_emb_on_this_cp_rank``, which
+   builds its index in pinned memory and moves it with ``.cuda()``. :func:`cpu_compat` replaces it (in
+   ``rotary_pos_embedding``, where RoPE calls it) by
+   :func:`rlcore_plugin_megatron.context_parallel.pos_emb_on_this_cp_rank`, which selects the same rows.
 
 Both are applied only when the engine's device is the CPU; on CUDA they do nothing (tests check it), and the
 engine seeds megatron-core's CUDA RNG tracker as megatron-core expects.
@@ -31,17 +35,25 @@ def _cpu_device() -> torch.device:
 
 @contextmanager
 def cpu_compat(device: torch.device) -> Iterator[None]:
-    """While the block runs on a CPU ``device``, ``torch.cuda.current_device()`` returns the CPU device
-    (workaround 1 of the module docstring). A no-op for any other device."""
+    """While the block runs on a CPU ``device``, ``torch.cuda.current_device()`` returns the CPU device and
+    RoPE selects context-parallel positions on the CPU (workarounds 1 and 3 of the module docstring). A no-op
+    for any other device."""
     if device.type != "cpu":
         yield
         return
+    from megatron.core.models.common.embeddings import rotary_pos_embedding
+
+    from rlcore_plugin_megatron.context_parallel import pos_emb_on_this_cp_rank
+
     original = torch.cuda.current_device
+    original_pos_emb = rotary_pos_embedding.get_pos_emb_on_this_cp_rank
     torch.cuda.current_device = _cpu_device
+    rotary_pos_embedding.get_pos_emb_on_this_cp_rank = pos_emb_on_this_cp_rank
     try:
         yield
     finally:
         torch.cuda.current_device = original
+        rotary_pos_embedding.get_pos_emb_on_this_cp_rank = original_pos_emb
 
 
 def install_rng_tracker(device: torch.device) -> bool:

@@ -1,5 +1,5 @@
-"""The megatron-core training engine: one model (actor, reference or critic) split over tensor- and
-pipeline-parallel ranks, replicated over data-parallel ranks.
+"""The megatron-core training engine: one model (actor, reference or critic) split over tensor-, pipeline-
+and context-parallel ranks, replicated over data-parallel ranks.
 
 It implements :class:`rlcore.workers.engine.TrainingEngine`. The model is a ``GPTModel`` on megatron-core's
 local layer spec (:mod:`rlcore_plugin_megatron.model`), loaded from a Hugging Face checkpoint through
@@ -7,7 +7,10 @@ local layer spec (:mod:`rlcore_plugin_megatron.model`), loaded from a Hugging Fa
 ``virtual_pipeline_model_parallel_size``, 1 when null); pipeline rank ``r`` holds chunks ``r, pp + r, …``
 (megatron-core's interleaved assignment). Every micro-batch goes through all chunks in order (all forwards,
 then all backwards in reverse, with blocking point-to-point sends between the ranks of consecutive chunks)
-and the last chunk's outputs are broadcast to every stage. Gradients are averaged over the data-parallel group and, for tied
+and the last chunk's outputs are broadcast to every stage. With context parallelism (``cp > 1``) each rank of a
+context-parallel group holds ``1/cp`` of every sequence's tokens (:mod:`rlcore_plugin_megatron.context_parallel`)
+and the last chunk's outputs are all-gathered over the group. Gradients are summed over the context-parallel
+ranks and averaged over the data-parallel group and, for tied
 embeddings split over stages, summed between the first and the last stage, before clipping with the global
 norm and stepping AdamW. On CPU, :mod:`rlcore_plugin_megatron.cpu_compat` works around megatron-core's two
 CUDA assumptions.
@@ -39,6 +42,7 @@ from rlcore.workers.engine import (
     ParallelLayout,
 )
 from rlcore.workers.optim import OptimizerState, build_lr_scheduler, build_optimizer
+from rlcore_plugin_megatron.context_parallel import cp_positions, gather_sequence
 from rlcore_plugin_megatron.convert import (
     ModelSpec,
     chunk_layers,
@@ -120,26 +124,30 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
 class Prepared:
     """A micro-batch as the model takes it: each row's tokens moved to the front (left padding removed),
     so that positions count 0, 1, 2, … as the batch's ``position_ids`` do and a causal mask suffices.
+    With context parallelism the width is padded to a multiple of ``2·cp`` and the tensors hold this rank's
+    tokens only (its two chunks, :func:`~rlcore_plugin_megatron.context_parallel.cp_positions`).
 
     Attributes:
-        input_ids: ``[B, T]`` the shifted tokens.
-        position_ids: ``[B, T]`` ``0 … T−1``.
-        attention_mask: ``[1, 1, T, T]`` True above the diagonal (masked).
-        positions: ``[B, R]`` the shifted positions whose outputs predict the response tokens.
+        input_ids: ``[B, T]`` the shifted tokens (``[B, T/cp]`` this rank's).
+        position_ids: ``[B, T]`` ``0 … T−1`` (this rank's positions).
+        attention_mask: ``[1, 1, T, T]`` True above the diagonal (masked); None with context parallelism,
+            whose attention masks by positions itself.
+        positions: ``[B, R]`` the shifted positions whose outputs predict the response tokens (global).
     """
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    attention_mask: torch.Tensor
+    attention_mask: torch.Tensor | None
     positions: torch.Tensor
 
 
-def prepare(micro: Batch) -> Prepared:
-    """:class:`Prepared` inputs of ``micro`` (tensors on its device).
+def prepare(micro: Batch, cp_size: int = 1, cp_rank: int = 0) -> Prepared:
+    """:class:`Prepared` inputs of ``micro`` (tensors on its device) for context-parallel rank ``cp_rank`` of
+    ``cp_size``.
 
     Each row's attended tokens must be one contiguous run (left-padded prompt, right-padded response), as
     rollouts produce them; with RoPE only relative positions matter, so shifting a row leaves its outputs
-    unchanged.
+    unchanged. Padding the shifted rows on the right changes no output (attention is causal).
     """
     mask = micro["attention_mask"].bool()
     rows, width = mask.shape
@@ -155,12 +163,24 @@ def prepare(micro: Batch) -> Prepared:
         )
     index = (arange[None] + lead[:, None]).clamp(max=width - 1)
     positions = (width - length - 1 - lead)[:, None] + arange[None, :length]
+    input_ids = micro["input_ids"].gather(1, index)
+    positions = positions.clamp(0, width - 1)
+    if cp_size > 1:
+        padded = -(-width // (2 * cp_size)) * (2 * cp_size)
+        input_ids = torch.nn.functional.pad(input_ids, (0, padded - width))
+        own = cp_positions(padded, cp_size, cp_rank, mask.device)
+        return Prepared(
+            input_ids=input_ids[:, own],
+            position_ids=own[None].expand(rows, -1),
+            attention_mask=None,
+            positions=positions,
+        )
     causal = torch.ones(width, width, dtype=torch.bool, device=mask.device).triu(1)
     return Prepared(
-        input_ids=micro["input_ids"].gather(1, index),
+        input_ids=input_ids,
         position_ids=arange[None].expand(rows, width),
         attention_mask=causal[None, None],
-        positions=positions.clamp(0, width - 1),
+        positions=positions,
     )
 
 
@@ -234,9 +254,14 @@ class MegatronEngine(OptimizerState):
         self.tp_group, self.pp_group = ps.get_tensor_model_parallel_group(), ps.get_pipeline_model_parallel_group()
         self.dp_group = ps.get_data_parallel_group()
         self.dp_size = ps.get_data_parallel_world_size()
+        #: the context-parallel group and the data-parallel × context-parallel group gradients are reduced over
+        self.cp_group, self.cp_rank = ps.get_context_parallel_group(), ps.get_context_parallel_rank()
+        self.dp_cp_group = ps.get_data_parallel_group(with_context_parallel=True)
         self.first = self.pp_rank == 0
         self.last = self.pp_rank == self.settings.pp - 1
-        self.layout = ParallelLayout(ps.get_data_parallel_rank(), self.dp_size, self.tp_rank == 0 and self.last)
+        self.layout = ParallelLayout(
+            ps.get_data_parallel_rank(), self.dp_size, self.tp_rank == 0 and self.cp_rank == 0 and self.last
+        )
         if not install_rng_tracker(self.device):
             from megatron.core.tensor_parallel.random import (
                 model_parallel_cuda_manual_seed,
@@ -313,12 +338,16 @@ class MegatronEngine(OptimizerState):
         return chunk % self.settings.pp
 
     def _chunk_forward(self, local: int, inputs: Prepared, hidden_in: torch.Tensor | None) -> torch.Tensor:
-        """The forward of this rank's chunk ``local``: logits ``[B, T, V]`` (values ``[B, T, 1]``) for the
-        model's last chunk, else hidden states ``[T, B, H]``."""
+        """The forward of this rank's chunk ``local``: logits ``[B, T, V]`` (values ``[B, T, 1]``) of the whole
+        sequence (gathered over context-parallel ranks) for the model's last chunk, else hidden states
+        ``[T, B, H]`` of this rank's tokens."""
         chunk = self.chunks[local]
         if self.chunk_ids[local] != 0:
             chunk.set_input_tensor(hidden_in)
-        return chunk(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask)
+        out = chunk(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask)
+        if self.settings.cp > 1 and self.chunk_ids[local] == self.num_chunks - 1:
+            out = gather_sequence(out, 1, self.cp_group, sum_grads=False)
+        return out
 
     def _outputs(
         self,
@@ -400,7 +429,7 @@ class MegatronEngine(OptimizerState):
             with torch.no_grad(), cpu_compat(self.device):
                 for micro in micro_batches:
                     micro = micro.copy_to(self.device)
-                    inputs = prepare(micro)
+                    inputs = prepare(micro, self.settings.cp, self.cp_rank)
                     for local, chunk in enumerate(self.chunk_ids):
                         out = self._chunk_forward(local, inputs, self._receive_hidden(chunk, inputs))
                         if chunk == self.num_chunks - 1:
@@ -427,7 +456,7 @@ class MegatronEngine(OptimizerState):
         with cpu_compat(self.device):
             for index, micro in enumerate(micro_batches):
                 micro = micro.copy_to(self.device)
-                inputs = prepare(micro)
+                inputs = prepare(micro, self.settings.cp, self.cp_rank)
                 for local, chunk in enumerate(self.chunk_ids):
                     hidden = self._receive_hidden(chunk, inputs)
                     if hidden is not None:
@@ -465,16 +494,16 @@ class MegatronEngine(OptimizerState):
         return self.spec.tied and self.num_chunks > 1 and chunk == self.num_chunks - 1 and name == "output_layer.weight"
 
     def _reduce_gradients(self) -> None:
-        """Average the gradients over the data-parallel group and sum a tied embedding's gradient between the
-        first and the last pipeline stage."""
+        """Sum the gradients over the context-parallel ranks (each holds its tokens' part), average them over the
+        data-parallel group and sum a tied embedding's gradient between the first and the last pipeline stage."""
         params = [param for param in self.module.parameters() if param.requires_grad]
         for param in params:
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
-        if self.dp_size > 1:
+        if self.dp_size * self.settings.cp > 1:
             grads = [param.grad for param in params]
             flat = torch.cat([grad.reshape(-1) for grad in grads])
-            dist.all_reduce(flat, group=self.dp_group)
+            dist.all_reduce(flat, group=self.dp_cp_group)
             flat /= self.dp_size
             for grad, part in zip(grads, flat.split([grad.numel() for grad in grads]), strict=True):
                 grad.copy_(part.view_as(grad))
@@ -619,10 +648,13 @@ class MegatronEngine(OptimizerState):
         return f"tp{self.tp_rank:02d}_pp{self.pp_rank:02d}.pt"
 
     def _shard_header(self) -> dict[str, int]:
-        """The layout a shard file was written for."""
+        """The layout a shard file was written for (the context-parallel size is recorded when > 1; the shards
+        do not depend on it, so a checkpoint loads at any context-parallel size)."""
         header = {"tensor_model_parallel_size": self.settings.tp, "pipeline_model_parallel_size": self.settings.pp}
         if self.settings.vpp > 1:
             header["virtual_pipeline_model_parallel_size"] = self.settings.vpp
+        if self.settings.cp > 1:
+            header["context_parallel_size"] = self.settings.cp
         return header
 
     def _read_shard(self, file: Path, key: str) -> dict[str, Any]:
@@ -631,7 +663,9 @@ class MegatronEngine(OptimizerState):
         if not file.is_file():
             raise RLCoreError(f"{key}: no Megatron shard {file}")
         payload = torch.load(file, map_location=self.device, weights_only=True)
-        if payload["layout"] != self._shard_header():
+        expected = {name: size for name, size in self._shard_header().items() if name != "context_parallel_size"}
+        saved = {name: size for name, size in payload["layout"].items() if name != "context_parallel_size"}
+        if saved != expected:
             raise RLCoreError(
                 f"{key}: {file} was saved with {payload['layout']}, but {self.settings.key} asks for "
                 f"{self._shard_header()}; a checkpoint loads with the same tensor, pipeline and virtual pipeline sizes"
@@ -648,8 +682,9 @@ class MegatronEngine(OptimizerState):
 
     def save(self, directory: Path, contents: set[str]) -> None:
         """``model/`` and ``optim/``: one file per tensor/pipeline shard (``tp<t>_pp<p>.pt``), written by
-        data-parallel rank 0 (the other data-parallel ranks hold the same state)."""
-        if self.layout.dp_rank != 0:
+        data-parallel and context-parallel rank 0 (the other data- and context-parallel ranks hold the same
+        state)."""
+        if self.layout.dp_rank != 0 or self.cp_rank != 0:
             return
         parts = {"model": lambda: self.module.state_dict(), "optimizer": lambda: self._trainable("save").state_dict()}
         for part, folder in (("model", "model"), ("optimizer", "optim")):

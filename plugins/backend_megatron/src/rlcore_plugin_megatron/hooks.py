@@ -38,7 +38,7 @@ def register_training_backends(register: Callable[..., None]) -> None:
     register(
         "megatron",
         "rlcore_plugin_megatron.backend:MegatronBackend",
-        description="megatron-core GPTModel (tensor + pipeline parallel) actor/ref and critic; Qwen2/Qwen3/Llama",
+        description="megatron-core GPTModel (tensor + pipeline + context parallel) actor/ref and critic; Qwen2/Qwen3/Llama",
         data_parallel_size=data_parallel_size,
         sum_pi_squared=True,
     )

@@ -198,7 +198,9 @@ class ValueHead(nn.Module):
 
 def build_stage(spec: ModelSpec, config: Any, hf_config: Any, key: str, *, first: bool, last: bool) -> nn.Module:
     """This rank's pipeline stage of a ``GPTModel`` on megatron-core's local layer spec (no Transformer
-    Engine), with full (gathered) logits on every tensor-parallel rank.
+    Engine), with full (gathered) logits on every tensor-parallel rank; with context parallelism
+    (``config.context_parallel_size > 1``) its core attention is
+    :class:`~rlcore_plugin_megatron.context_parallel.ContextParallelAttention`.
 
     Tied embeddings are tied by megatron-core on a single stage; over several stages the last stage gets
     its own output layer, which the engine keeps equal to the embedding. A critic's last stage gets a
@@ -208,6 +210,10 @@ def build_stage(spec: ModelSpec, config: Any, hf_config: Any, key: str, *, first
     from megatron.core.models.gpt.gpt_model import GPTModel
 
     layer_spec = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=spec.qk_norm)
+    if config.context_parallel_size > 1:
+        from rlcore_plugin_megatron.context_parallel import ContextParallelAttention
+
+        layer_spec.submodules.self_attention.submodules.core_attention = ContextParallelAttention
     model = GPTModel(
         config=config,
         transformer_layer_spec=layer_spec,

@@ -50,7 +50,8 @@ class MegatronSettings:
 
     Attributes:
         key: the section's dotted key (``actor_rollout_ref.actor.megatron``), named by errors.
-        tp, pp, cp: tensor, pipeline and context parallel sizes.
+        tp, pp, cp: tensor, pipeline and context parallel sizes (with ``cp = C`` each rank of a context-parallel
+            group holds ``1/C`` of every sequence's tokens; see :mod:`rlcore_plugin_megatron.context_parallel`).
         vpp: model chunks per pipeline rank (``virtual_pipeline_model_parallel_size``; 1 when null): with
             ``pp=P, vpp=V`` the layers are split into ``P × V`` chunks and rank ``r`` holds chunks
             ``r, P + r, 2P + r, …`` (megatron-core's interleaved assignment).
@@ -96,9 +97,8 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
     """The ``megatron`` section at ``key`` merged over :data:`MEGATRON_DEFAULTS` and checked.
 
     Rejected, each with an error naming the key: unknown keys, virtual pipeline stages without pipeline
-    parallelism (``virtual_pipeline_model_parallel_size > 1`` needs ``pipeline_model_parallel_size > 1``), context
-    parallelism (megatron-core runs it only in Transformer Engine's attention), expert parallelism (no
-    MoE models), the distributed optimizer, and sequence parallelism at tensor-parallel size > 1 (the
+    parallelism (``virtual_pipeline_model_parallel_size > 1`` needs ``pipeline_model_parallel_size > 1``), expert
+    parallelism (no MoE models), the distributed optimizer, and sequence parallelism at tensor-parallel size > 1 (the
     local layer spec's norms cannot shard the sequence, and gloo has no reduce-scatter).
     """
     resolved = dict(MEGATRON_DEFAULTS)
@@ -120,12 +120,6 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
         raise RLCoreError(
             f"{vpp_key}={vpp} needs {key}.pipeline_model_parallel_size > 1: virtual stages interleave the layers "
             "over pipeline ranks; leave it null without pipeline parallelism"
-        )
-    if sizes["context_parallel_size"] != 1:
-        raise RLCoreError(
-            f"{key}.context_parallel_size={sizes['context_parallel_size']}: megatron-core runs context parallelism "
-            "only in Transformer Engine's attention, which rlcore's Megatron engine (local layer spec) does not use; "
-            "use 1"
         )
     if resolved["expert_model_parallel_size"] != 1 or resolved["expert_tensor_parallel_size"] not in (None, 1):
         raise RLCoreError(
