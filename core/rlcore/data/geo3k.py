@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.data import DataError
+from rlcore.data.gsm8k import SPLITS, write_splits
 
 DATA_SOURCE = "hiyouga/geometry3k"
 INSTRUCTION = (
@@ -20,7 +21,6 @@ INSTRUCTION = (
     "The reasoning process MUST BE enclosed within <think> </think> tags. "
     "The final answer MUST BE put in \\boxed{}."
 )
-SPLITS: tuple[str, ...] = ("train", "test")
 INPUT_EXTENSIONS: tuple[str, ...] = (".parquet", ".jsonl", ".json")
 
 
@@ -103,9 +103,6 @@ def prepare_geo3k(input_dir: str, local_dir: str) -> dict[str, str]:
     Returns:
         ``{"train": path, "test": path}`` of the written files.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     source = Path(input_dir).expanduser()
     if not source.is_dir():
         raise DataError(f"--input {input_dir}: not a folder")
@@ -116,11 +113,4 @@ def prepare_geo3k(input_dir: str, local_dir: str) -> dict[str, str]:
         ]
         for split in SPLITS
     }
-    out = Path(local_dir).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
-    written = {}
-    for split, rows in splits.items():
-        path = out / f"{split}.parquet"
-        pq.write_table(pa.Table.from_pylist(rows), path)
-        written[split] = str(path)
-    return written
+    return write_splits(splits, local_dir)

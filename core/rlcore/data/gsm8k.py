@@ -90,10 +90,6 @@ def prepare_gsm8k(input_dir: str | None, local_dir: str) -> dict[str, str]:
     ability: "math", reward_model: {style: rule, ground_truth}, extra_info: {split, index, answer,
     question}}`` where ``ground_truth`` is the number after ``####`` with commas removed.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    out = Path(local_dir).expanduser()
     splits: dict[str, list[dict[str, Any]]] = {}
     for split in SPLITS:
         if input_dir is not None:
@@ -103,6 +99,16 @@ def prepare_gsm8k(input_dir: str | None, local_dir: str) -> dict[str, str]:
                 make_row(r["question"], r["answer"], split, i, where=f"openai/gsm8k {split}, row {i}")
                 for i, r in enumerate(_load_hub(split))
             ]
+    return write_splits(splits, local_dir)
+
+
+def write_splits(splits: dict[str, list[dict[str, Any]]], local_dir: str) -> dict[str, str]:
+    """Write each split's rows as ``{local_dir}/{split}.parquet`` (the folder is created if needed); returns
+    ``{split: path}`` of the written files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = Path(local_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     written = {}
     for split, rows in splits.items():

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from rlcore.data.multimodal import MULTI_MODAL_INPUTS
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore.rollout import static_decoder
@@ -37,7 +38,7 @@ from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtyp
 from rlcore.rollout.row_noise import RowNoise, block_steps
 from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds, sample_next_tokens
 from rlcore.rollout.weights import check_weight_names, float64_sum, state_checksum
-from rlcore.workers.vlm import MULTI_MODAL_INPUTS, load_policy, rollout_prefill
+from rlcore.workers.vlm import load_policy, rollout_prefill
 
 __all__ = ["HFRolloutEngine", "state_checksum"]
 

@@ -21,12 +21,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlcore.data.multimodal import MULTI_MODAL_INPUTS
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore.workers.packing import PackedBatch
 
-#: the Batch's per-row processor outputs for the training engine
-MULTI_MODAL_INPUTS = "multi_modal_inputs"
 #: ``model_type`` values of the vision-language architectures the engines train
 VISION_LANGUAGE_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +20,18 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def jobs() -> Iterator[Any]:
+    """The :mod:`multirank_jobs` helper module (test_multirank, test_vpp, test_cp), importable by name in
+    spawned processes."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(Path(__file__).parent))
+        import multirank_jobs
+
+        yield multirank_jobs
+        sys.modules.pop("multirank_jobs", None)
 
 
 def pytest_configure(config: pytest.Config) -> None:

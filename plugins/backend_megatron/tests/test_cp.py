@@ -8,8 +8,6 @@ a checkpoint (whose header records cp) resumed by fresh workers continues exactl
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +16,6 @@ import torch
 import torch.multiprocessing as mp
 
 from rlcore.testing.tiny import make_tiny_model_dir
-
-
-@pytest.fixture(scope="module")
-def jobs() -> Iterator[Any]:
-    """The :mod:`multirank_jobs` helper module, importable by name in spawned processes."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(Path(__file__).parent))
-        import multirank_jobs
-
-        yield multirank_jobs
-        sys.modules.pop("multirank_jobs", None)
 
 
 def test_load_balanced_positions() -> None:

@@ -8,8 +8,6 @@ weights, which must all equal the single-rank run.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +19,6 @@ from rlcore.testing.tiny import make_tiny_model_dir
 
 #: the layouts spawned against the single-rank run
 LAYOUTS = ("tp2", "pp2", "tp2pp2", "tp2dp2")
-
-
-@pytest.fixture(scope="module")
-def jobs() -> Iterator[Any]:
-    """The :mod:`multirank_jobs` helper module, importable by name in spawned processes."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(Path(__file__).parent))
-        import multirank_jobs
-
-        yield multirank_jobs
-        sys.modules.pop("multirank_jobs", None)
 
 
 @pytest.fixture(scope="module")
