@@ -195,3 +195,114 @@ def test_a_scorer_process_ends_on_sigterm_under_the_controllers_stop_handler(tin
     scorer.join(10)
     assert not scorer.is_alive()
     manager.close()
+
+
+# ----------------------------------------------------------------- chunks: several samples per message
+def scored_by(ground_truth):
+    """``hang`` never returns, ``die`` kills its process, ``slow`` takes 0.3 s, ``fail`` raises,
+    ``unsendable`` returns a value that cannot be pickled; else the worker's process id."""
+    if ground_truth == "hang":
+        time.sleep(3600)
+    if ground_truth == "die":
+        os._exit(3)
+    if ground_truth == "slow":
+        time.sleep(0.3)
+    if ground_truth == "fail":
+        raise ValueError("bad sample")
+    if ground_truth == "unsendable":
+        return lambda: None
+    return os.getpid()
+
+
+def _pool(workers, timeout, batch_timeout=None):
+    from rlcore.reward.pool import ScorerPool
+
+    return ScorerPool(scored_by, workers=workers, timeout=timeout, batch_timeout=batch_timeout)
+
+
+def _calls(*truths):
+    return [{"ground_truth": t} for t in truths]
+
+
+def test_a_worker_gets_its_samples_as_one_chunk_dealt_round_robin():
+    pool = _pool(workers=2, timeout=30)
+    try:
+        pids = [o.value for o in pool.map(_calls("slow", *["ok"] * 7))]
+    finally:
+        pool.close()
+    # one at a time, the free worker would score all the fast samples while the other runs the slow one
+    assert len(set(pids[1::2])) == 1 and pids[2::2] == [pids[0]] * 3 and pids[0] != pids[1], pids
+
+
+def test_a_hung_sample_in_a_chunk_times_out_alone_and_the_rest_of_its_chunk_is_scored_elsewhere():
+    pool = _pool(workers=1, timeout=0.5)
+    start = time.monotonic()
+    try:
+        outcomes = pool.map(_calls("ok", "hang", "ok", "ok"))
+        again = pool.map(_calls("ok"))
+    finally:
+        pool.close()
+    assert time.monotonic() - start < 3
+    assert [o.kind for o in outcomes] == ["ok", "timeout", "ok", "ok"] and outcomes[1].value == "sample"
+    assert outcomes[2].value == outcomes[3].value != outcomes[0].value, "a fresh worker scored the rest"
+    assert again[0].value == outcomes[3].value, "the fresh worker is kept"
+
+
+def test_a_worker_that_dies_mid_chunk_is_an_error_of_that_sample_only():
+    pool = _pool(workers=1, timeout=30)
+    try:
+        outcomes = pool.map(_calls("ok", "die", "ok", "ok"))
+    finally:
+        pool.close()
+    assert [o.kind for o in outcomes] == ["ok", "error", "ok", "ok"]
+    assert "exit code 3" in str(outcomes[1].value)
+    assert outcomes[2].value == outcomes[3].value != outcomes[0].value
+
+
+def test_the_timeout_clock_of_a_chunk_member_starts_when_the_member_starts():
+    pool = _pool(workers=1, timeout=0.5)
+    try:
+        outcomes = pool.map(_calls(*["slow"] * 4))  # one chunk: 1.2 s in all, 0.3 s each
+    finally:
+        pool.close()
+    assert [o.kind for o in outcomes] == ["ok"] * 4
+    assert len({o.value for o in outcomes}) == 1, "one worker, never killed"
+
+
+def test_the_batch_timeout_covers_the_unstarted_members_of_a_chunk():
+    pool = _pool(workers=1, timeout=30, batch_timeout=0.5)
+    start = time.monotonic()
+    try:
+        outcomes = pool.map(_calls("ok", "hang", "ok", "ok"))
+    finally:
+        pool.close()
+    assert time.monotonic() - start < 2
+    assert [(o.kind, o.value) for o in outcomes[1:]] == [("timeout", "batch")] * 3 and outcomes[0].kind == "ok"
+
+
+def test_fail_fast_in_a_chunk_leaves_its_unfinished_samples_unscored():
+    pool = _pool(workers=1, timeout=30)
+    start = time.monotonic()
+    try:
+        outcomes = pool.map(_calls("ok", "fail", "hang", "ok"), stop=lambda o: o.kind == "error")
+        again = pool.map(_calls("ok", "ok"))
+    finally:
+        pool.close()
+    assert time.monotonic() - start < 3
+    assert outcomes[0].kind == "ok" and outcomes[1].kind == "error" and outcomes[2:] == [None, None]
+    assert [o.kind for o in again] == ["ok", "ok"]
+
+
+def test_unsendable_values_are_reported_per_sample():
+    from rlcore.errors import RLCoreError
+
+    pool = _pool(workers=1, timeout=30)
+    try:
+        outcomes = pool.map(_calls("ok", "unsendable", "ok"))
+        assert [o.kind for o in outcomes] == ["ok", "error", "ok"]
+        assert "cannot be sent back" in str(outcomes[1].value)
+        with pytest.raises(RLCoreError, match="sample 2's arguments"):
+            pool.map(_calls("ok", "ok") + [{"ground_truth": lambda: None}])
+        assert [o.kind for o in pool.map(_calls("ok"))] == ["ok"], "the pool still works"
+    finally:
+        pool.close()

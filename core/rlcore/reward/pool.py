@@ -11,6 +11,15 @@ scores the samples of a batch concurrently on up to ``workers`` processes, and:
 - stops at the first outcome a ``stop`` predicate flags (fail-fast), killing the samples in flight;
 - reports a worker that dies (a segfault, ``os._exit``) as an ``error`` of its sample.
 
+Samples are sent in chunks, so that a batch of fast samples costs one pipe message per worker rather than
+one round trip per sample: the pending samples are dealt round-robin over the workers free (so each gets
+about ``ceil(pending / free workers)``, at most :data:`MAX_CHUNK`, and a prompt's neighbouring samples run
+on different workers); a worker gets its chunk in one message, scores it in order and sends each outcome
+back as soon as it has it. The limits stay per sample: a sample's clock starts when its worker starts it (at
+dispatch for the first of a chunk, when the previous outcome arrives for the others), and the samples of a
+chunk not finished when its worker is killed or dies go back to the front of the queue, in order, for other
+or fresh workers.
+
 Workers are started on first use and kept for later batches; :meth:`ScorerPool.close` ends them (they are
 daemon processes, and a worker whose controller died exits when its pipe closes).
 """
@@ -26,12 +35,16 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from rlcore.errors import RLCoreError
 
 #: an outcome kind: the scorer returned (``ok``), raised or died (``error``), or ran out of time (``timeout``)
 KINDS = ("ok", "error", "timeout")
+
+#: the most samples sent to a worker in one message
+MAX_CHUNK = 64
 
 
 @dataclass
@@ -57,6 +70,15 @@ def _portable(exc: BaseException) -> BaseException:
         return cls(f"{type(exc).__name__}: {exc}")
 
 
+def _picklable(value: Any) -> bool:
+    """Whether ``value`` can be sent through a pipe."""
+    try:
+        ForkingPickler.dumps(value)
+        return True
+    except Exception:  # noqa: BLE001 - any pickling failure
+        return False
+
+
 def _die_with_parent() -> None:
     """Linux: have the kernel SIGKILL this process when the controller dies (even a hung scorer)."""
     try:
@@ -68,7 +90,8 @@ def _die_with_parent() -> None:
 
 
 def _serve(fn: Callable[..., Any], conn: Connection, inherited: list[Connection]) -> None:
-    """A worker's loop: receive ``(index, kwargs)``, send back ``(index, kind, value)``; exit on EOF.
+    """A worker's loop: receive a chunk (a list of kwargs), send back ``(kind, value)`` for each call as soon
+    as it returns, in order; exit on EOF.
 
     ``inherited`` are the controller's pipe ends this forked process holds copies of (its own pipe's and the
     other workers'): they are closed so that the pipe reports EOF as soon as the controller is gone.
@@ -80,29 +103,32 @@ def _serve(fn: Callable[..., Any], conn: Connection, inherited: list[Connection]
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the controller's stop handler: terminate() must end it
     while True:
         try:
-            index, kwargs = conn.recv()
+            chunk = conn.recv()
         except (EOFError, OSError):
             return
-        try:
-            result: tuple[int, str, Any] = (index, "ok", fn(**kwargs))
-        except BaseException as exc:  # noqa: BLE001 - a scorer failure is its sample's, not the worker's
-            result = (index, "error", _portable(exc))
-        try:
-            conn.send(result)
-        except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable return value
-            conn.send((index, "error", ScorerProcessError(f"the return value cannot be sent back: {exc}")))
+        for kwargs in chunk:
+            try:
+                result: tuple[str, Any] = ("ok", fn(**kwargs))
+            except BaseException as exc:  # noqa: BLE001 - a scorer failure is its sample's, not the worker's
+                result = ("error", _portable(exc))
+            try:
+                conn.send(result)
+            except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable return value
+                conn.send(("error", ScorerProcessError(f"the return value cannot be sent back: {exc}")))
 
 
 class _Worker:
-    """One forked worker process and the controller's end of its pipe."""
+    """One forked worker process, the controller's end of its pipe and the chunk it is scoring."""
 
     def __init__(self, context: Any, fn: Callable[..., Any], others: list[_Worker]) -> None:
         self.conn, child = context.Pipe()
         inherited = [self.conn, *(w.conn for w in others)]
         self.process = context.Process(target=_serve, args=(fn, child, inherited), name="rlcore-scorer", daemon=True)
         self.process.start()
+        self.sentinel = self.process.sentinel  # readable once the process has ended
         child.close()
-        self.task: tuple[int, float] | None = None  # (sample index, start time) while busy
+        self.chunk: deque[int] = deque()  # the sample indices sent and not answered yet; the first is running
+        self.start = 0.0  # when the running sample started
 
     def kill(self) -> None:
         """SIGKILL the process and reap it."""
@@ -136,44 +162,32 @@ class ScorerPool:
     def map(
         self, calls: list[Mapping[str, Any]], stop: Callable[[Outcome], bool] | None = None
     ) -> list[Outcome | None]:
-        """One :class:`Outcome` per call, in order; see the module docstring for the limits.
+        """One :class:`Outcome` per call, in order; see the module docstring for the limits and the chunks.
 
         ``stop(outcome)`` returning true for an outcome stops the scoring there (the calls in flight are
-        killed): the calls not finished then are ``None``.
+        killed): the calls not finished then are ``None``. Arguments that do not pickle raise an
+        :class:`RLCoreError` naming the sample.
         """
         outcomes: list[Outcome | None] = [None] * len(calls)
         pending = deque(range(len(calls)))
         deadline = time.monotonic() + self.batch_timeout if self.batch_timeout else None
-        while pending or self._busy():
+        while True:
             self._dispatch(pending, calls)
-            busy = self._busy()
-            now = time.monotonic()
-            limits = [start + self.timeout for _, (_, start) in busy] if self.timeout else []
+            busy = [w for w in self._workers if w.chunk]
+            if not busy:
+                return outcomes
+            limits = [w.start + self.timeout for w in busy] if self.timeout else []
             if deadline is not None:
                 limits.append(deadline)
-            wait_s = max(0.0, min(limits) - now) if limits else None
-            ready = wait([w.conn for w, _ in busy] + [w.process.sentinel for w, _ in busy], wait_s)
-            stopped = False
-            for worker, (index, start) in busy:
-                outcome = self._poll(worker, ready)
-                if outcome is None and self.timeout and time.monotonic() - start >= self.timeout:
-                    outcome = Outcome("timeout", "sample")
-                    self._retire(worker)
-                if outcome is not None:
-                    outcomes[index] = outcome
-                    worker.task = None
-                    stopped = stopped or (stop is not None and stop(outcome))
-            if stopped:
-                self._abandon()
-                return outcomes
+            wait_s = max(0.0, min(limits) - time.monotonic()) if limits else None
+            ready = set(wait([w.conn for w in busy] + [w.sentinel for w in busy], wait_s))
+            for worker in busy:
+                if self._collect(worker, ready, outcomes, pending, stop):
+                    self._abandon()
+                    return outcomes
             if deadline is not None and time.monotonic() >= deadline:
-                for _worker, (index, _) in self._busy():
-                    outcomes[index] = Outcome("timeout", "batch")
                 self._abandon()
-                for index in pending:
-                    outcomes[index] = Outcome("timeout", "batch")
-                return outcomes
-        return outcomes
+                return [Outcome("timeout", "batch") if o is None else o for o in outcomes]
 
     def close(self) -> None:
         """End every worker process (idempotent)."""
@@ -182,55 +196,89 @@ class ScorerPool:
         self._workers = []
 
     # ----------------------------------------------------------------- internals
-    def _busy(self) -> list[tuple[_Worker, tuple[int, float]]]:
-        return [(w, w.task) for w in self._workers if w.task is not None]
-
     def _dispatch(self, pending: deque[int], calls: list[Mapping[str, Any]]) -> None:
-        """Hand pending calls to idle workers, starting workers up to the pool size."""
-        while pending:
-            worker = next((w for w in self._workers if w.task is None), None)
-            if worker is None and len(self._workers) < self.size:
-                worker = _Worker(self._context, self.fn, self._workers)
-                self._workers.append(worker)
-            if worker is None:
-                return
-            index = pending.popleft()
-            try:
-                worker.conn.send((index, dict(calls[index])))
-            except (OSError, pickle.PicklingError, TypeError, AttributeError) as exc:
-                if isinstance(exc, OSError):  # the worker died between calls: replace it and retry
+        """Send the workers free now (idle ones, then new ones up to the pool size) one chunk each: the
+        pending calls are dealt round-robin over them (at most :data:`MAX_CHUNK` each), so that neighbours,
+        which tend to take as long as each other (a prompt's group), run on different workers."""
+        if not pending:
+            return
+        idle = [w for w in self._workers if not w.chunk]
+        free = min(len(pending), len(idle) + self.size - len(self._workers))
+        dealt = [pending.popleft() for _ in range(min(len(pending), free * MAX_CHUNK))]
+        for chunk in (dealt[k::free] for k in range(free)):
+            while True:
+                worker = idle.pop(0) if idle else self._start()
+                try:
+                    worker.conn.send([dict(calls[index]) for index in chunk])
+                    break
+                except OSError:  # the worker died between calls: replace it and retry
                     self._retire(worker)
-                    pending.appendleft(index)
-                    continue
-                raise RLCoreError(f"cannot send sample {index}'s arguments to a scorer process: {exc}") from exc
-            worker.task = (index, time.monotonic())
+                except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                    self._abandon()
+                    index = next((i for i in chunk if not _picklable(dict(calls[i]))), chunk[0])
+                    raise RLCoreError(f"cannot send sample {index}'s arguments to a scorer process: {exc}") from exc
+            worker.chunk.extend(chunk)
+            worker.start = time.monotonic()
 
-    def _poll(self, worker: _Worker, ready: list[Any]) -> Outcome | None:
-        """The outcome a worker sent, an error when its process died, or None while it is still working."""
-        if worker.conn in ready or worker.conn.poll():
+    def _start(self) -> _Worker:
+        """Start a worker and add it to the pool."""
+        worker = _Worker(self._context, self.fn, self._workers)
+        self._workers.append(worker)
+        return worker
+
+    def _collect(
+        self,
+        worker: _Worker,
+        ready: set[Any],
+        outcomes: list[Outcome | None],
+        pending: deque[int],
+        stop: Callable[[Outcome], bool] | None,
+    ) -> bool:
+        """Record the outcomes a busy worker sent; retire it when it died or its running sample is past the
+        timeout, sending the rest of its chunk back to the front of ``pending``. True when ``stop`` flagged
+        one of the outcomes recorded."""
+        dead = worker.sentinel in ready
+        overdue = self.timeout is not None and time.monotonic() - worker.start >= self.timeout
+        # read all that arrived (an outcome that arrived just in time beats the timeout)
+        readable = worker.conn in ready or ((dead or overdue) and worker.conn.poll())
+        while readable and worker.chunk:
             try:
-                _, kind, value = worker.conn.recv()
-                return Outcome(kind, value)
+                kind, value = worker.conn.recv()
+                outcome = Outcome(kind, value)
             except (EOFError, OSError):
-                pass
+                dead = True
+                break
             except Exception as exc:  # noqa: BLE001 - a value that cannot be unpickled here
-                return Outcome("error", ScorerProcessError(f"the scorer's result cannot be read: {exc}"))
-        if worker.process.sentinel in ready or not worker.process.is_alive():
+                outcome = Outcome("error", ScorerProcessError(f"the scorer's result cannot be read: {exc}"))
+            outcomes[worker.chunk.popleft()] = outcome
+            worker.start = time.monotonic()
+            if stop is not None and stop(outcome):
+                return True
+            readable = bool(worker.chunk) and worker.conn.poll()
+        if dead:
             worker.process.join(1)
             code = worker.process.exitcode
-            self._retire(worker)
             how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-            return Outcome("error", ScorerProcessError(f"the scorer's process died ({how})"))
-        return None
+            outcome = Outcome("error", ScorerProcessError(f"the scorer's process died ({how})"))
+        elif self.timeout is not None and worker.chunk and time.monotonic() - worker.start >= self.timeout:
+            outcome = Outcome("timeout", "sample")
+        else:
+            return False
+        running = bool(worker.chunk)  # a worker that died idle has no sample to blame
+        if running:
+            outcomes[worker.chunk.popleft()] = outcome
+            pending.extendleft(reversed(worker.chunk))
+        self._retire(worker)
+        return running and stop is not None and stop(outcome)
 
     def _retire(self, worker: _Worker) -> None:
         """Kill a worker and drop it from the pool (a new one is started when needed)."""
         worker.kill()
-        worker.task = None
+        worker.chunk.clear()
         if worker in self._workers:
             self._workers.remove(worker)
 
     def _abandon(self) -> None:
         """Kill the workers that are still scoring."""
-        for worker, _ in self._busy():
+        for worker in [w for w in self._workers if w.chunk]:
             self._retire(worker)
