@@ -21,6 +21,7 @@ Contents:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -344,13 +345,13 @@ def add_run_args(
     parser.add_argument("--keep", action="store_true", help="keep the work directory (model, logs, run dirs)")
 
 
-def check_sizes(value: str, allow_both: bool) -> list[str]:
-    """The sizes named by ``--size`` (``both`` = all when ``allow_both``); an error for an unknown one."""
+def check_sizes(value: str, allow_both: bool, option: str = "--size") -> list[str]:
+    """The sizes named by ``option`` (``both`` = all when ``allow_both``); an error for an unknown one."""
     if allow_both and value == "both":
         return list(SIZES)
     if value not in SIZES:
         names = [*SIZES, "both"] if allow_both else list(SIZES)
-        raise BenchError(f"unknown --size {value!r}: use {', '.join(names[:-1])} or {names[-1]}")
+        raise BenchError(f"unknown {option} {value!r}: use {', '.join(names[:-1])} or {names[-1]}")
     return [value]
 
 
@@ -402,11 +403,14 @@ def machine_info(threads: int, load_start: float) -> dict[str, Any]:
 
 def run_main(benchmark: str, threads: int, body: Callable[[], dict[str, Any]]) -> int:
     """Run ``body`` and print ``{"benchmark", "machine", "wall_s", **its result}`` as the one JSON object on
-    stdout (exit 0), or ``error: <message>`` on stderr for a :class:`BenchError` (exit 2)."""
+    stdout (exit 0), or ``error: <message>`` on stderr for a :class:`BenchError` (exit 2). Whatever the body
+    prints goes to stderr (libraries imported on the way, such as DeepSpeed through accelerate, log to
+    stdout), so stdout holds the JSON only."""
     load_start = os.getloadavg()[0]
     started = time.perf_counter()
     try:
-        result = body()
+        with contextlib.redirect_stdout(sys.stderr):
+            result = body()
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -5,7 +5,9 @@ temp dir and loaded from there by both), the same prompts, the same reward funct
 file with an rlcore ``compute_score`` and a TRL reward function around one scorer), the same group size,
 response length, learning rate (constant, no weight decay), temperature 1, number of steps, one optimizer
 step per RL step, no KL / reference model, no validation, no checkpoints, and gradient checkpointing off on
-both sides (TRL turns it on by default; ``--gradient-checkpointing`` turns it on for both). The runs alternate
+both sides (TRL turns it on by default; ``--gradient-checkpointing`` turns it on for both), float32 on both
+sides unless ``--bf16 SIZE`` names the size (bf16 mixed precision on both: TRL's ``bf16=True``, rlcore's
+``fsdp_config.cpu_autocast=true``; float32 weights and optimizer state on both). The runs alternate
 ``TRL, rlcore, TRL, rlcore, ...`` (``--rounds`` pairs), each in a fresh process started by this script,
 so that a slow patch of a shared machine hits both sides alike.
 
@@ -24,6 +26,7 @@ magnitude; ``--threads 0`` keeps torch's default).
     python bench/vs_trl.py --size tiny                 # 2 rounds of TRL/rlcore, 20 steps each
     python bench/vs_trl.py --size small --steps 4
     python bench/vs_trl.py --size both --rounds 3 --threads 2
+    python bench/vs_trl.py --size both --rounds 3 --bf16 small
 
 The work (model, tokenizer, prompts, reward, the ``rlcore run`` command line) and the child-process and
 metrics helpers come from ``bench/common.py``, shared with ``bench/step_breakdown.py``. Needs the bench
@@ -54,11 +57,12 @@ log = common.make_log("vs_trl")
 
 
 # ------------------------------------------------------------------------------------------- child: TRL
-def trl_child(work: Path, size: str, steps: int, out: Path, checkpointing: bool) -> None:
+def trl_child(work: Path, size: str, steps: int, out: Path, checkpointing: bool, bf16: bool) -> None:
     """Train with TRL's GRPOTrainer in this process and write its per-step figures to ``out`` (JSON).
 
     ``checkpointing``: TRL's ``gradient_checkpointing`` (TRL defaults it to true; it is set explicitly so
-    that both sides store or recompute activations alike)."""
+    that both sides store or recompute activations alike). ``bf16``: TRL's ``bf16`` mixed precision
+    (the Trainer's CPU autocast; float32 weights)."""
     import datasets
     import torch
     import transformers
@@ -99,7 +103,7 @@ def trl_child(work: Path, size: str, steps: int, out: Path, checkpointing: bool)
     config = GRPOConfig(
         output_dir=str(work / "trl_out"),
         use_cpu=True,
-        bf16=False,
+        bf16=bf16,
         fp16=False,
         per_device_train_batch_size=batch,
         num_generations=spec["generations"],
@@ -197,6 +201,7 @@ def summarise(runs: list[dict[str, Any]], warmup: int, batch: int) -> dict[str, 
 def bench_size(size: str, args: argparse.Namespace, root: Path, env: dict[str, str]) -> dict[str, Any]:
     """Prepare the work of ``size`` and run ``--rounds`` pairs TRL, rlcore; return the size's JSON section."""
     steps, warmup = common.run_length(size, args.steps, args.warmup)
+    bf16 = size in bf16_sizes(args)
     work = root / size
     log(f"{size}: building model, tokenizer and data in {work}")
     facts = common.prepare_work(work, size)
@@ -224,12 +229,17 @@ def bench_size(size: str, args: argparse.Namespace, root: Path, env: dict[str, s
                     "--child-out",
                     str(out),
                     *(["--gradient-checkpointing"] if args.gradient_checkpointing else []),
+                    *(["--bf16", size] if bf16 else []),
                 ]
             else:
                 overrides = common.rlcore_overrides(work, size, steps, facts["prompt_tokens_max"], run_root)
                 checkpointing = str(args.gradient_checkpointing).lower()
                 cmd = common.rlcore_command(
-                    [*overrides, f"actor_rollout_ref.model.enable_gradient_checkpointing={checkpointing}"]
+                    [
+                        *overrides,
+                        f"actor_rollout_ref.model.enable_gradient_checkpointing={checkpointing}",
+                        f"actor_rollout_ref.actor.fsdp_config.cpu_autocast={str(bf16).lower()}",
+                    ]
                 )
             child = common.run_checked(cmd, env, log_file, f"{size} {side} run {rnd + 1}")
             result = json.loads(out.read_text()) if side == "trl" else read_rlcore_run(run_root)
@@ -250,6 +260,7 @@ def bench_size(size: str, args: argparse.Namespace, root: Path, env: dict[str, s
         "rounds": args.rounds,
         "order": order,
         "gradient_checkpointing": args.gradient_checkpointing,
+        "bf16": bf16,
         "threads": runs["trl"][0]["threads"],
         "trl": trl_summary,
         "rlcore": rlcore_summary,
@@ -278,10 +289,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="recompute activations in the backward pass on both sides (TRL's default; off by default here, "
         "as in rlcore and verl)",
     )
+    parser.add_argument(
+        "--bf16",
+        default="",
+        metavar="SIZE",
+        help="tiny, small or both: run these sizes in bf16 mixed precision on both sides (TRL's bf16=True, "
+        "rlcore's actor_rollout_ref.actor.fsdp_config.cpu_autocast=true; float32 weights on both; fast on "
+        "CPUs with AMX or AVX512-BF16). Default: none, float32",
+    )
     parser.add_argument("--child", choices=["trl"], help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--child-out", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
+
+
+def bf16_sizes(args: argparse.Namespace) -> list[str]:
+    """The sizes ``--bf16`` names (none when not given)."""
+    return common.check_sizes(args.bf16, allow_both=True, option="--bf16") if args.bf16 else []
 
 
 def check_args(args: argparse.Namespace) -> list[str]:
@@ -292,6 +316,7 @@ def check_args(args: argparse.Namespace) -> list[str]:
         raise BenchError("--rounds must be >= 1")
     for size in sizes:
         common.run_length(size, args.steps, args.warmup)
+    bf16_sizes(args)
     common.check_modules(
         [("trl", "bench"), ("datasets", "bench"), ("rlcore", "train"), ("torch", "train"), ("pyarrow", "train")]
     )
@@ -315,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (or, with ``--child``, one TRL run) and print the JSON result."""
     args = parse_args(argv)
     if args.child == "trl":
-        trl_child(Path(args.work), args.size, args.steps, Path(args.child_out), args.gradient_checkpointing)
+        bf16 = bool(args.bf16)
+        trl_child(Path(args.work), args.size, args.steps, Path(args.child_out), args.gradient_checkpointing, bf16)
         return 0
     return common.run_main("vs_trl", args.threads, lambda: benchmark(args))
 

@@ -127,12 +127,13 @@ class ActorRolloutRefWorker(WorkerBase):
         return tokenizer
 
     def _rollout_dtype(self) -> torch.dtype:
-        """What the rollout engine serves: ``rollout.dtype`` on CUDA, else the trainer's weight dtype (the
-        actor's, or the reference's for a rollout-only rank: the same model)."""
+        """What the rollout engine serves: ``rollout.dtype`` on CUDA, else the dtype the trainer on this
+        rank computes in (the actor's, or the reference's: the same model; float32 on a rollout-only
+        rank)."""
         if self.device.type == "cuda":
             return parse_dtype(self.rollout_config.get("dtype", "bf16"), f"{ARR}.rollout.dtype")
         trainer = self.actor or self.ref
-        return trainer.weights_dtype if trainer is not None else torch.float32
+        return trainer.compute_dtype if trainer is not None else torch.float32
 
     def _init_rollout(self) -> None:
         """Construct the rollout engine named by ``rollout.name`` from the model path."""

@@ -133,8 +133,11 @@ class TrainingEngine(Protocol):
     device: torch.device
     #: the data-parallel position of this rank (see :class:`ParallelLayout`)
     layout: ParallelLayout
-    #: the dtype of the weights :meth:`full_weights` returns (what a rollout engine on this rank serves)
+    #: the dtype of the weights :meth:`full_weights` returns
     weights_dtype: torch.dtype
+    #: the dtype the model's matrix products run in (``weights_dtype`` unless the engine computes in lower
+    #: precision); a rollout engine on this rank's CPU serves the weights in it
+    compute_dtype: torch.dtype
 
     def forward(
         self,

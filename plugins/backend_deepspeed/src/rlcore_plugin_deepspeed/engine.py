@@ -110,7 +110,7 @@ class DeepSpeedEngine(OptimizerState):
         self.rank = request.rank
         self.world_size = request.world_size
         self.settings = check_config(config, request.role, section, request.model_section)
-        self.weights_dtype = self.settings.dtype
+        self.weights_dtype = self.compute_dtype = self.settings.dtype
         self.layout, self.sp = sequence_parallel.from_config(config, section, request.rank, request.world_size)
         self.remove_padding_key = f"{request.model_section}.use_remove_padding"
         self.remove_padding = bool(select(config, self.remove_padding_key, False))

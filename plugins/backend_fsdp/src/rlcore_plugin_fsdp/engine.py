@@ -44,7 +44,15 @@ from rlcore.workers.hf_models import (
 from rlcore.workers.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
 from rlcore.workers.optim import OptimizerState, build_lr_scheduler, build_optimizer
 from rlcore.workers.vlm import freeze_vision_tower, is_vision_language, rope_owner
-from rlcore_plugin_fsdp.fsdp import Offloader, apply_fsdp2, build_device_mesh, resolve_fsdp_config
+from rlcore_plugin_fsdp.fsdp import (
+    Offloader,
+    apply_fsdp2,
+    build_device_mesh,
+    compute_context,
+    compute_dtype,
+    resolve_fsdp_config,
+    warn_without_native_bf16,
+)
 from rlcore_plugin_fsdp.lora import LoraMerger, apply_lora, lora_settings
 from rlcore_plugin_fsdp.models import load_reward_model, response_scores
 
@@ -82,6 +90,8 @@ class FSDPEngine(OptimizerState):
         self.layout, self.sp = sequence_parallel.from_config(config, section, request.rank, request.world_size)
         self.fsdp = check_config(config, request.role, section, request.model_section)
         self.weights_dtype = self.fsdp["model_dtype"]
+        self.compute_dtype = compute_dtype(self.fsdp, self.device)
+        warn_without_native_bf16(self.fsdp, self.device, f"{section}.fsdp_config")
         self.remove_padding_key = f"{request.model_section}.use_remove_padding"
         self.remove_padding = bool(select(config, self.remove_padding_key, False))
         self.fused = fused_backend(config, request.model_section)
@@ -89,6 +99,7 @@ class FSDPEngine(OptimizerState):
         self.lr_scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         self.lora_merger: LoraMerger | None = None
         self.adapters_disabled = False
+        self._live: dict[str, torch.Tensor] | None = None
         model_config = select(config, request.model_section)
         self.offload_activations = offload_enabled(model_config)
         shared = request.share_with
@@ -147,7 +158,14 @@ class FSDPEngine(OptimizerState):
     def _output(
         self, micro: Batch, temperature: float, with_entropy: bool, with_sum_pi_squared: bool = False
     ) -> ModelOutput:
-        """The forward pass of one micro-batch on the device."""
+        """The forward pass of one micro-batch on the device, in the compute dtype (``cpu_autocast``)."""
+        with compute_context(self.fsdp, self.device):
+            return self._model_output(micro, temperature, with_entropy, with_sum_pi_squared)
+
+    def _model_output(
+        self, micro: Batch, temperature: float, with_entropy: bool, with_sum_pi_squared: bool
+    ) -> ModelOutput:
+        """The model's outputs for one micro-batch, by role."""
         if self.role == "reward":
             return ModelOutput(scores=response_scores(self.module, micro))
         if self.role == "critic":
@@ -230,7 +248,9 @@ class FSDPEngine(OptimizerState):
         without LoRA adapters."""
         if self.role != "actor" or self.device.type != "cpu" or self.world_size != 1 or self.lora_merger is not None:
             return None
-        return get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True))
+        if self._live is None:  # the same tensors for the engine's life: every update and load is in place
+            self._live = get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True))
+        return self._live
 
     def full_weights(self, *, only_rank0: bool = False) -> dict[str, torch.Tensor]:
         """The gathered state dict with Hugging Face names; with LoRA the merged weights ``W + scaling·B·A``

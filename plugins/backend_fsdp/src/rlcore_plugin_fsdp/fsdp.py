@@ -2,15 +2,20 @@
 
 Precision policy (documented in the README): parameters are kept in ``fsdp_config.model_dtype`` (fp32 by
 default, the master weights). On CUDA, ``fsdp_config.dtype`` (bf16 by default) is the compute dtype of an
-FSDP2 ``MixedPrecisionPolicy`` with fp32 gradient reduction. On CPU no mixed-precision policy is applied:
-the model computes in ``model_dtype``, which is both faster and more accurate than bf16 on CPU.
+FSDP2 ``MixedPrecisionPolicy`` with fp32 gradient reduction. On CPU the model computes in ``model_dtype``
+unless ``fsdp_config.cpu_autocast`` is set: then its forward passes (and so their backward) run under
+``torch.autocast("cpu", dtype)`` (:func:`compute_context`), which CPUs with AMX or AVX512-BF16 run about
+twice as fast as float32 (bench/vs_trl.py ``--bf16``); weights, gradients and optimizer state stay in
+``model_dtype``.
 ``offload_policy``, ``param_offload`` and ``optimizer_offload`` only act on CUDA (on CPU there is nothing
 to offload to).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -22,6 +27,8 @@ from rlcore.dtypes import parse_dtype
 from rlcore.errors import RLCoreError
 from rlcore_plugin_fsdp.hooks import FSDP_CONFIG_DEFAULTS
 
+logger = logging.getLogger(__name__)
+
 
 def resolve_fsdp_config(section: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
     """The ``fsdp_config`` section at ``key`` merged over the plugin defaults, with its types checked."""
@@ -30,14 +37,48 @@ def resolve_fsdp_config(section: Mapping[str, Any] | None, key: str) -> dict[str
         if name not in FSDP_CONFIG_DEFAULTS:
             raise RLCoreError(f"unknown key {key}.{name}; known keys: {', '.join(FSDP_CONFIG_DEFAULTS)}")
         resolved[name] = value
-    for name in ("param_offload", "optimizer_offload", "offload_policy", "reshard_after_forward", "forward_prefetch"):
+    flags = ("param_offload", "optimizer_offload", "offload_policy", "reshard_after_forward", "forward_prefetch")
+    for name in (*flags, "cpu_autocast"):
         if not isinstance(resolved[name], bool):
             raise RLCoreError(f"{key}.{name} must be true or false, got {resolved[name]!r}")
     if isinstance(resolved["fsdp_size"], bool) or not isinstance(resolved["fsdp_size"], int):
         raise RLCoreError(f"{key}.fsdp_size must be an integer (-1 = all ranks), got {resolved['fsdp_size']!r}")
     resolved["model_dtype"] = parse_dtype(resolved["model_dtype"], f"{key}.model_dtype")
     resolved["dtype"] = parse_dtype(resolved["dtype"], f"{key}.dtype")
+    if resolved["cpu_autocast"] and resolved["dtype"] not in (torch.bfloat16, torch.float16):
+        raise RLCoreError(
+            f"{key}.cpu_autocast=true computes in {key}.dtype, which must be bf16 or fp16, got {resolved['dtype']}"
+        )
     return resolved
+
+
+def compute_dtype(fsdp_config: Mapping[str, Any], device: torch.device) -> torch.dtype:
+    """The dtype the model's matrix products run in: ``dtype`` on CUDA (FSDP2 mixed precision) and on CPU
+    with ``cpu_autocast``, else ``model_dtype``."""
+    if device.type == "cuda" or (device.type == "cpu" and fsdp_config["cpu_autocast"]):
+        return fsdp_config["dtype"]
+    return fsdp_config["model_dtype"]
+
+
+def compute_context(fsdp_config: Mapping[str, Any], device: torch.device) -> AbstractContextManager[Any]:
+    """``torch.autocast("cpu", dtype)`` for a forward pass on CPU with ``cpu_autocast``, else a no-op (on
+    CUDA the FSDP2 mixed-precision policy casts instead)."""
+    if device.type == "cpu" and fsdp_config["cpu_autocast"] and fsdp_config["dtype"] != fsdp_config["model_dtype"]:
+        return torch.autocast("cpu", dtype=fsdp_config["dtype"])
+    return nullcontext()
+
+
+def warn_without_native_bf16(fsdp_config: Mapping[str, Any], device: torch.device, key: str) -> None:
+    """Warn once when ``cpu_autocast`` asks for bf16 on a CPU without native bf16 instructions (AMX or
+    AVX512-BF16), where autocast is slower than float32."""
+    if device.type != "cpu" or not fsdp_config["cpu_autocast"] or fsdp_config["dtype"] != torch.bfloat16:
+        return
+    if not torch.backends.mkldnn.is_available() or not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        logger.warning(
+            "%s.cpu_autocast=true: this CPU has no native bf16 instructions (AMX or AVX512-BF16), so bf16 "
+            "autocast will be slower than float32",
+            key,
+        )
 
 
 def build_device_mesh(device: torch.device, world_size: int, fsdp_size: int, key: str) -> DeviceMesh:
@@ -76,8 +117,7 @@ def apply_fsdp2(model: nn.Module, mesh: DeviceMesh, fsdp_config: Mapping[str, An
     ``fsdp_config`` is a section returned by :func:`resolve_fsdp_config`. Parameters move to ``device``
     as they are sharded (unless the CUDA-only ``offload_policy`` keeps them on the CPU).
 
-    A single CPU rank is not sharded at all: there is nothing to shard over and no mixed precision on
-    CPU, while FSDP2's DTensor parameters and per-layer hooks cost ~1 ms per forward and make AdamW,
+    A single CPU rank is not sharded at all: there is nothing to shard over, while FSDP2's DTensor parameters and per-layer hooks cost ~1 ms per forward and make AdamW,
     gradient clipping and the full state dict several times slower on small models (bench/vs_trl.py).
     """
     if device.type == "cpu" and mesh.size() == 1:

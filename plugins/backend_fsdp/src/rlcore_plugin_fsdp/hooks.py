@@ -20,6 +20,7 @@ FSDP_CONFIG_DEFAULTS: dict[str, Any] = {
     "forward_prefetch": False,
     "model_dtype": "fp32",
     "dtype": "bf16",
+    "cpu_autocast": False,
 }
 
 

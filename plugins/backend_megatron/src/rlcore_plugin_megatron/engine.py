@@ -247,7 +247,7 @@ class MegatronEngine(OptimizerState):
         self.device = request.device
         self.rank = request.rank
         self.settings = check_config(config, request.role, section, request.model_section)
-        self.weights_dtype = torch.float32
+        self.weights_dtype = self.compute_dtype = torch.float32
         self._closed = False
         acquire_parallel_state(self.settings)
         self.tp_rank, self.pp_rank = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
