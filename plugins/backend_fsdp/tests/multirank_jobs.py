@@ -51,6 +51,14 @@ SCENARIOS: dict[str, tuple[str, dict[str, Any]]] = {
         },
     ),
     "critic": ("critic", {"critic.ppo_micro_batch_size_per_gpu": 2}),
+    # bf16 compute under torch.autocast on FSDP2-sharded parameters
+    "cpu_autocast": (
+        "actor",
+        {
+            "actor_rollout_ref.actor.fsdp_config.cpu_autocast": True,
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+        },
+    ),
 }
 
 

@@ -11,6 +11,7 @@ import torch
 
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
+from rlcore.testing.contracts.rollout import make_prompt_batch
 
 AUTOCAST = "actor_rollout_ref__actor__fsdp_config__cpu_autocast"
 
@@ -28,7 +29,8 @@ def log_probs_and_update(worker: Any, batch: Batch) -> tuple[torch.Tensor, dict[
 def test_cpu_autocast_computes_in_bf16_and_keeps_float32_weights(make_worker: Callable[..., Any], batch: Batch) -> None:
     """The forward passes run in bf16 (the log-probs move off the float32 ones by bf16 rounding, not more),
     the parameters, their gradients' result and the optimizer stay float32, the update still improves the
-    advantage-weighted log-probs, and the colocated rollout engine serves the new weights in bf16."""
+    advantage-weighted log-probs, and the colocated rollout engine serves the new weights in bf16 and
+    samples with them."""
     reference = make_worker("actor_rollout_ref")
     fp32_before, fp32_metrics, _ = log_probs_and_update(reference, batch)
     worker = make_worker("actor_rollout_ref", **{AUTOCAST: True})
@@ -52,6 +54,9 @@ def test_cpu_autocast_computes_in_bf16_and_keeps_float32_weights(make_worker: Ca
     assert sync["rollout/weight_checksum_diff"] <= 1e-6
     assert next(worker.rollout_engine.module.parameters()).dtype is torch.bfloat16
     assert not worker.rollout_engine._shared, "a bf16 engine copies the float32 weights, it cannot share them"
+    out = worker.generate_sequences(make_prompt_batch(worker.tokenizer))
+    assert out["responses"].shape[1] == worker.rollout_config.response_length
+    assert bool(out["response_mask"].any()) and int(out["responses"].max()) < len(worker.tokenizer)
 
 
 def test_cpu_autocast_off_shares_the_float32_weights(make_worker: Callable[..., Any]) -> None:

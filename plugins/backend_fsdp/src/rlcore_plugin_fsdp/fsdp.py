@@ -69,7 +69,7 @@ def compute_context(fsdp_config: Mapping[str, Any], device: torch.device) -> Abs
 
 
 def warn_without_native_bf16(fsdp_config: Mapping[str, Any], device: torch.device, key: str) -> None:
-    """Warn once when ``cpu_autocast`` asks for bf16 on a CPU without native bf16 instructions (AMX or
+    """Warn when ``cpu_autocast`` asks for bf16 on a CPU without native bf16 instructions (AMX or
     AVX512-BF16), where autocast is slower than float32."""
     if device.type != "cpu" or not fsdp_config["cpu_autocast"] or fsdp_config["dtype"] != torch.bfloat16:
         return
@@ -117,8 +117,9 @@ def apply_fsdp2(model: nn.Module, mesh: DeviceMesh, fsdp_config: Mapping[str, An
     ``fsdp_config`` is a section returned by :func:`resolve_fsdp_config`. Parameters move to ``device``
     as they are sharded (unless the CUDA-only ``offload_policy`` keeps them on the CPU).
 
-    A single CPU rank is not sharded at all: there is nothing to shard over, while FSDP2's DTensor parameters and per-layer hooks cost ~1 ms per forward and make AdamW,
-    gradient clipping and the full state dict several times slower on small models (bench/vs_trl.py).
+    A single CPU rank is not sharded at all: there is nothing to shard over, while FSDP2's DTensor
+    parameters and per-layer hooks cost ~1 ms per forward and make AdamW, gradient clipping and the full
+    state dict several times slower on small models (bench/vs_trl.py).
     """
     if device.type == "cpu" and mesh.size() == 1:
         return model.to(device)
