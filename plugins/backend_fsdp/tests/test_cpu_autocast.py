@@ -28,9 +28,9 @@ def log_probs_and_update(worker: Any, batch: Batch) -> tuple[torch.Tensor, dict[
 
 def test_cpu_autocast_computes_in_bf16_and_keeps_float32_weights(make_worker: Callable[..., Any], batch: Batch) -> None:
     """The forward passes run in bf16 (the log-probs move off the float32 ones by bf16 rounding, not more),
-    the parameters, their gradients' result and the optimizer stay float32, the update still improves the
-    advantage-weighted log-probs, and the colocated rollout engine serves the new weights in bf16 and
-    samples with them."""
+    the gradient norm stays within 5 % of float32's, the parameters and the optimizer state stay float32,
+    the update still improves the advantage-weighted log-probs, and the colocated rollout engine serves the
+    new weights in bf16 and samples with them."""
     reference = make_worker("actor_rollout_ref")
     fp32_before, fp32_metrics, _ = log_probs_and_update(reference, batch)
     worker = make_worker("actor_rollout_ref", **{AUTOCAST: True})
