@@ -71,6 +71,11 @@ def build_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 512):
     return hf
 
 
+def padded_vocab_size(tokenizer) -> int:
+    """The embedding rows a tiny model gets for ``tokenizer``: its length rounded up to a multiple of 64."""
+    return max(64, -(-len(tokenizer) // 64) * 64)
+
+
 def build_model(
     tokenizer,
     *,
@@ -89,7 +94,7 @@ def build_model(
 
     torch.manual_seed(seed)
     config = Qwen2Config(
-        vocab_size=max(64, -(-len(tokenizer) // 64) * 64),
+        vocab_size=padded_vocab_size(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlcore.testing.tiny import padded_vocab_size
+
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 PATCH_SIZE = 14
 MERGE_SIZE = 2
@@ -92,7 +94,7 @@ def build_vl_model(
     mrope_section = [half - 2 * (half * 3 // 8), half * 3 // 8, half * 3 // 8]
     ids = {name: tokenizer.convert_tokens_to_ids(name) for name in VISION_TOKENS}
     text_config = dict(
-        vocab_size=max(64, -(-len(tokenizer) // 64) * 64),
+        vocab_size=padded_vocab_size(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
