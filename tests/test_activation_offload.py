@@ -13,12 +13,10 @@ from typing import Any
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from rlcore.algos.functional import masked_mean
-from rlcore.cli import cli
 from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
-from rlcore.testing.runs import make_tiny_task, tiny_overrides
+from rlcore.testing.runs import dry_run, make_tiny_task, tiny_overrides
 
 
 class Counting(torch.autograd.graph.save_on_cpu):
@@ -117,15 +115,10 @@ def test_deepspeed_steps_identically_with_activation_offload(
 
 def test_the_dry_run_notes_that_cpu_offload_changes_nothing(tmp_path: Path, tiny_model_dir: Path) -> None:
     task = make_tiny_task(tmp_path / "task")
-    result = CliRunner().invoke(
-        cli,
-        [
-            "run",
-            "--dry-run",
-            *tiny_overrides(tmp_path, tiny_model_dir, task),
-            "actor_rollout_ref.model.enable_activation_offload=True",
-            "critic.model.enable_activation_offload=True",
-        ],
+    result = dry_run(
+        *tiny_overrides(tmp_path, tiny_model_dir, task),
+        "actor_rollout_ref.model.enable_activation_offload=True",
+        "critic.model.enable_activation_offload=True",
     )
     assert result.exit_code == 0, result.output
     for section in ("actor_rollout_ref.model", "critic.model"):

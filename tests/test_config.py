@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from rlcore.cli import cli
 from rlcore.config import ConfigError, derive_quantities, load_config, parse_command_line
 from rlcore.plugins import load_plugins
+from rlcore.testing import runs
 
 SEED_COMMAND = Path(__file__).resolve().parents[2] / "shared" / "seed-command.txt"
 
@@ -209,17 +210,12 @@ def test_dry_run_prints_the_plan(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------- verl command lines
 def dry_run(*args: str) -> Any:
     """``rlcore run --dry-run`` with a model and data path, plus ``args``."""
-    return CliRunner().invoke(
-        cli,
-        [
-            "run",
-            "--dry-run",
-            "data.train_files=x.parquet",
-            "actor_rollout_ref.model.path=m",
-            "data.train_batch_size=8",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            *args,
-        ],
+    return runs.dry_run(
+        "data.train_files=x.parquet",
+        "actor_rollout_ref.model.path=m",
+        "data.train_batch_size=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        *args,
     )
 
 

@@ -14,12 +14,11 @@ import re
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from omegaconf import OmegaConf
 
-from rlcore.cli import cli
 from rlcore.config.loader import default_config, flatten, known_keys
 from rlcore.config.unsupported import UNSUPPORTED_VALUES
+from rlcore.testing import runs
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the key tables of the config package itself: a key named there is not read by that
@@ -69,9 +68,7 @@ def test_every_default_key_is_read_by_some_code() -> None:
 
 def dry_run(*args: str):
     """``rlcore run --dry-run`` with a model and data path, plus ``args``."""
-    return CliRunner().invoke(
-        cli, ["run", "--dry-run", "data.train_files=x.parquet", "actor_rollout_ref.model.path=m", *args]
-    )
+    return runs.dry_run("data.train_files=x.parquet", "actor_rollout_ref.model.path=m", *args)
 
 
 @pytest.mark.parametrize(

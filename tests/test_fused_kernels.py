@@ -12,14 +12,12 @@ from typing import Any
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from rlcore.algos import entropy_from_logits, logprobs_from_logits, sum_pi_squared_from_logits
-from rlcore.cli import cli
 from rlcore.errors import RLCoreError
 from rlcore.testing import sequence_parallel as sp_checks
 from rlcore.testing.contracts.backend import make_batch
-from rlcore.testing.runs import make_tiny_task, tiny_run
+from rlcore.testing.runs import dry_run, make_tiny_task, tiny_run
 from rlcore.workers.fused_logprobs import fused_head, fused_linear_logprobs
 from rlcore.workers.hf_models import response_outputs
 
@@ -127,17 +125,12 @@ def test_a_head_that_rescales_logits_is_refused(tiny_model_dir: Path) -> None:
 
 
 def _dry_run(*extra: str) -> Any:
-    return CliRunner().invoke(
-        cli,
-        [
-            "run",
-            "--dry-run",
-            "data.train_files=x.parquet",
-            "actor_rollout_ref.model.path=m",
-            "trainer.device=cpu",
-            "actor_rollout_ref.model.use_fused_kernels=true",
-            *extra,
-        ],
+    return dry_run(
+        "data.train_files=x.parquet",
+        "actor_rollout_ref.model.path=m",
+        "trainer.device=cpu",
+        "actor_rollout_ref.model.use_fused_kernels=true",
+        *extra,
     )
 
 

@@ -12,17 +12,15 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 
 from rlcore.agents.runner import AgentRunner, left_pad
 from rlcore.agents.tracing import TraceSettings, traced
-from rlcore.cli import cli
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore.rollout.hf import HFRolloutEngine
 from rlcore.testing.contracts.chat_templates import tool_chat_pair
-from rlcore.testing.runs import make_tiny_task, tiny_overrides, tiny_run
+from rlcore.testing.runs import dry_run, make_tiny_task, tiny_overrides, tiny_run
 
 RESPONSE_LENGTH = 80
 
@@ -176,14 +174,8 @@ def test_dry_run_names_a_missing_backend(tmp_path: Path, tiny_model_dir: Path, b
     if backend == "weave" and __import__("importlib").util.find_spec("weave") is not None:
         pytest.skip("weave is installed")
     task = make_tiny_task(tmp_path / "task")
-    result = CliRunner().invoke(
-        cli,
-        [
-            "run",
-            "--dry-run",
-            *tiny_overrides(tmp_path, tiny_model_dir, task),
-            f"actor_rollout_ref.rollout.trace.backend={backend}",
-        ],
+    result = dry_run(
+        *tiny_overrides(tmp_path, tiny_model_dir, task), f"actor_rollout_ref.rollout.trace.backend={backend}"
     )
     assert result.exit_code != 0
     assert message in result.output, result.output

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from rlcore.cli import cli
 from rlcore.errors import RLCoreError
+from rlcore.testing import runs
 from rlcore.testing import sequence_parallel as sp_checks
 
 
@@ -62,9 +61,9 @@ def test_layout_of_sequence_parallel_groups() -> None:
 
 def dry_run(*args: str) -> Any:
     """``rlcore run --dry-run`` of 4 ranks with ``args``."""
-    base = ["run", "--dry-run", "data.train_files=x.parquet", "actor_rollout_ref.model.path=m"]
+    base = ["data.train_files=x.parquet", "actor_rollout_ref.model.path=m"]
     ranks = ["trainer.executor=ray", "trainer.n_gpus_per_node=4", "data.train_batch_size=8"]
-    return CliRunner().invoke(cli, [*base, *ranks, "actor_rollout_ref.actor.ppo_mini_batch_size=4", *args])
+    return runs.dry_run(*base, *ranks, "actor_rollout_ref.actor.ppo_mini_batch_size=4", *args)
 
 
 def test_dry_run_divides_the_data_parallel_size_by_the_sequence_parallel_size() -> None:
@@ -136,17 +135,12 @@ def test_heads_must_divide_by_the_group_size(tiny_model_dir: Path) -> None:
 @pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
 def test_liger_on_cpu_is_a_clear_error(strategy: str) -> None:
     """``use_liger`` cannot run without CUDA: the run stops before any model is built, naming the key."""
-    result = CliRunner().invoke(
-        cli,
-        [
-            "run",
-            "--dry-run",
-            "data.train_files=x.parquet",
-            "actor_rollout_ref.model.path=m",
-            "trainer.device=cpu",
-            f"actor_rollout_ref.actor.strategy={strategy}",
-            "actor_rollout_ref.model.use_liger=true",
-        ],
+    result = runs.dry_run(
+        "data.train_files=x.parquet",
+        "actor_rollout_ref.model.path=m",
+        "trainer.device=cpu",
+        f"actor_rollout_ref.actor.strategy={strategy}",
+        "actor_rollout_ref.model.use_liger=true",
     )
     assert result.exit_code == 2, result.output
     assert "actor_rollout_ref.model.use_liger=true needs a CUDA device" in result.output

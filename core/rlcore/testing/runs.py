@@ -77,6 +77,16 @@ def tiny_overrides(tmp_path: Path, model_dir: Path, task: dict[str, Path]) -> li
     ]
 
 
+def dry_run(*args: str) -> Any:
+    """``rlcore run --dry-run`` with ``args`` (``key=value`` overrides, ``--preset`` ...) through click's test
+    runner in this process; its ``Result`` has ``exit_code`` and ``output``."""
+    from click.testing import CliRunner
+
+    from rlcore.cli import cli
+
+    return CliRunner().invoke(cli, ["run", "--dry-run", *args])
+
+
 def tiny_run(
     tmp_path: Path, model_dir: Path, task: dict[str, Path], *extra: str, presets: tuple[str, ...] = ()
 ) -> tuple[dict[str, Any], Path]:

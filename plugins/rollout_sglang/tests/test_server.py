@@ -256,23 +256,15 @@ def test_dry_run_checks_server_mode(
     tmp_path: Path, tiny_model_dir: Path, overrides: list[str], message: str | None
 ) -> None:
     """verl's server-mode keys pass the dry run; a bad value is named there, before anything starts."""
-    from click.testing import CliRunner
-
-    from rlcore.cli import cli
-    from rlcore.testing.runs import make_tiny_task, tiny_overrides
+    from rlcore.testing.runs import dry_run, make_tiny_task, tiny_overrides
 
     task = make_tiny_task(tmp_path / "task")
-    result = CliRunner().invoke(
-        cli,
-        [
-            "run",
-            "--dry-run",
-            *tiny_overrides(tmp_path, tiny_model_dir, task),
-            "actor_rollout_ref.rollout.name=sglang",
-            "actor_rollout_ref.rollout.sglang_rollout_mode=server",
-            "actor_rollout_ref.rollout.server.max_start_wait_time=600",
-            *overrides,
-        ],
+    result = dry_run(
+        *tiny_overrides(tmp_path, tiny_model_dir, task),
+        "actor_rollout_ref.rollout.name=sglang",
+        "actor_rollout_ref.rollout.sglang_rollout_mode=server",
+        "actor_rollout_ref.rollout.server.max_start_wait_time=600",
+        *overrides,
     )
     if message is None:
         assert result.exit_code == 0, result.output
