@@ -238,3 +238,17 @@ def test_the_workers_check_their_sections_with_the_same_table() -> None:
     with pytest.raises(RLCoreError, match=r"^r.top_p must be a number in \(0, 1\], got 0$"):
         SamplingParams.from_config({"temperature": 1.0, "top_p": 0}, "r")
     assert OPTIM_RANGES["lr"] == Range(low=0) and SAMPLING_RANGES["top_p"].describe() == "a number in (0, 1]"
+
+
+def test_the_sft_dry_run_checks_its_optimizer_with_the_same_table() -> None:
+    from click.testing import CliRunner
+
+    from rlcore.cli import cli
+
+    args = ["sft", "--dry-run", "data.train_files=x.parquet", "model.partial_pretrain=m", "optim.lr=-1"]
+    result = CliRunner().invoke(cli, [*args, "optim.min_lr_ratio=2"])
+    assert result.exit_code == 2
+    assert errors(result.output) == [
+        "error: optim.lr must be a number >= 0, got -1",
+        "error: optim.min_lr_ratio must be a number in [0, 1], got 2",
+    ]
