@@ -22,7 +22,7 @@ from rlcore.testing import runs
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the key tables of the config package itself: a key named there is not read by that
-TABLES = {ROOT / "core" / "rlcore" / "config" / "unsupported.py", ROOT / "core" / "rlcore" / "config" / "aliases.py"}
+TABLES = {ROOT / "core" / "rlcore" / "config" / name for name in ("unsupported.py", "aliases.py", "ranges.py")}
 
 
 def _code_words() -> set[str]:

@@ -14,7 +14,7 @@ import click
 
 from rlcore import __version__
 from rlcore.errors import RLCoreError
-from rlcore.plugins import PluginManager, load_plugins
+from rlcore.plugins import PluginManager, load_plugins, slow_plugin_warning
 from rlcore.registry import KINDS
 
 
@@ -71,13 +71,16 @@ def _plugin_rows(manager: PluginManager, show_all: bool, kind: str | None) -> li
                 ],
                 "error": record.error,
                 **({"traceback": record.traceback} if record.traceback else {}),
+                "load_seconds": record.load_seconds,
             }
         )
     return rows
 
 
 def _format_table(rows: list[dict[str, Any]], verbose: bool) -> str:
-    headers = ("PLUGIN", "VERSION", "STATUS", "COMPONENTS")
+    """The plugin table; ``verbose`` adds each plugin's load time (LOAD: import + registration hooks) and the
+    tracebacks of failed plugins."""
+    headers = ("PLUGIN", "VERSION", "STATUS", *(("LOAD",) if verbose else ()), "COMPONENTS")
     body = []
     for row in rows:
         if row["status"] in ("error", "conflict"):
@@ -86,9 +89,14 @@ def _format_table(rows: list[dict[str, Any]], verbose: bool) -> str:
             detail = "(disabled by RLCORE_LOAD_PLUGINS / RLCORE_DISABLE_PLUGINS)"
         else:
             detail = ", ".join(f"{c['kind']}:{c['name']}" for c in row["components"]) or "-"
-        body.append((row["name"], row["version"] or "-", row["status"], detail))
-    widths = [max(len(str(r[i])) for r in [headers, *body]) for i in range(3)]
-    lines = ["  ".join(str(v).ljust(w) for v, w in zip(r[:3], widths)) + "  " + r[3] for r in [headers, *body]]
+        seconds = row["load_seconds"]
+        load = (("-" if seconds is None else f"{seconds:.2f}s"),) if verbose else ()
+        body.append((row["name"], row["version"] or "-", row["status"], *load, detail))
+    columns = len(headers) - 1
+    widths = [max(len(str(r[i])) for r in [headers, *body]) for i in range(columns)]
+    lines = [
+        "  ".join(str(v).ljust(w) for v, w in zip(r[:columns], widths)) + "  " + r[columns] for r in [headers, *body]
+    ]
     if verbose:
         for row in rows:
             if row.get("traceback"):
@@ -100,7 +108,9 @@ def _format_table(rows: list[dict[str, Any]], verbose: bool) -> str:
 @click.option("--all", "show_all", is_flag=True, help="Include the built-in plugins.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--kind", type=click.Choice(KINDS), help="Only plugins providing this component kind.")
-@click.option("--verbose", is_flag=True, help="Show tracebacks of plugins that failed to load.")
+@click.option(
+    "--verbose", is_flag=True, help="Show each plugin's load time and the tracebacks of plugins that failed to load."
+)
 @click.option("--strict", is_flag=True, help="Exit with status 1 when any plugin failed or conflicts.")
 @click.option("--requirements", is_flag=True, help="Print name==version lines of the external plugins.")
 def plugins(show_all: bool, as_json: bool, kind: str | None, verbose: bool, strict: bool, requirements: bool) -> None:
@@ -113,6 +123,7 @@ def plugins(show_all: bool, as_json: bool, kind: str | None, verbose: bool, stri
         if not verbose:
             for row in rows:
                 row.pop("traceback", None)
+                row.pop("load_seconds", None)
         click.echo(json.dumps(rows, indent=2))
     else:
         click.echo(_format_table(rows, verbose) if rows else "no plugins installed (use --all to see the built-ins)")
@@ -305,11 +316,15 @@ def new_plugin(values: tuple[str, ...], no_input: bool, output_dir: str) -> None
 
 
 def main() -> None:
-    """Console-script entry point: load plugins, let them add commands, run the CLI."""
+    """Console-script entry point: load plugins (naming any that is slow to load), let them add commands, run
+    the CLI."""
     try:
         manager = load_plugins()
+        slow = manager.slow_plugins()
     except RLCoreError as exc:  # strict mode: a broken plugin is fatal, but still no traceback
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
+    for record in slow:
+        click.echo(slow_plugin_warning(record), err=True)
     manager.add_commands(cli)
     cli(prog_name="rlcore")

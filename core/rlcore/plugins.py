@@ -15,6 +15,10 @@ two plugins registering the same component are recorded as ``conflict``. Environ
     any error or conflict raises :class:`PluginLoadError`.
 ``RLCORE_TRACE_PLUGINS=1``
     print every hook call with its arguments and results to stderr.
+``RLCORE_SLOW_PLUGIN_SECONDS``
+    a plugin whose import and registration hooks take longer than this (default 2) is named in a warning by
+    every ``rlcore`` command (:meth:`PluginManager.slow_plugins`); ``rlcore plugins --verbose`` shows each
+    plugin's load time.
 
 :func:`load_plugins` is idempotent and cheap to call again; Ray actors and torchrun ranks call it with the
 driver's environment so that every process sees the same components.
@@ -26,6 +30,7 @@ import difflib
 import importlib
 import os
 import sys
+import time
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -53,6 +58,9 @@ ENV_LOAD = "RLCORE_LOAD_PLUGINS"
 ENV_DISABLE = "RLCORE_DISABLE_PLUGINS"
 ENV_STRICT = "RLCORE_STRICT_PLUGINS"
 ENV_TRACE = "RLCORE_TRACE_PLUGINS"
+ENV_SLOW = "RLCORE_SLOW_PLUGIN_SECONDS"
+#: load time (import + registration hooks) past which a plugin is named in a warning
+DEFAULT_SLOW_PLUGIN_SECONDS = 2.0
 #: the variables a worker process must inherit from the driver
 PLUGIN_ENV_VARS: tuple[str, ...] = (ENV_LOAD, ENV_DISABLE, ENV_STRICT, ENV_TRACE)
 
@@ -74,6 +82,12 @@ class PluginRecord:
     error: str | None = None
     traceback: str | None = None
     hooks: list[str] = field(default_factory=list)
+    #: seconds spent importing the plugin's module and running its registration hooks (None: not loaded)
+    load_seconds: float | None = None
+
+    def add_load_time(self, seconds: float) -> None:
+        """Add ``seconds`` of import or registration-hook time to :attr:`load_seconds`."""
+        self.load_seconds = (self.load_seconds or 0.0) + seconds
 
     def fail(self, status: str, message: str, tb: str | None = None) -> None:
         """Mark the plugin as failed, keeping the first error message."""
@@ -130,11 +144,14 @@ class PluginManager:
             if normalize_dist_name(module_name) in disabled:
                 record.status = "disabled"
                 continue
+            started = time.perf_counter()
             try:
                 module = importlib.import_module(module_name)
             except Exception as exc:  # a broken built-in must not hide the rest
                 record.fail("error", f"{type(exc).__name__}: {exc}", traceback.format_exc())
                 continue
+            finally:
+                record.add_load_time(time.perf_counter() - started)
             self._register(module, record)
 
     def load_entrypoints(self, group: str = hookspecs.PROJECT) -> None:
@@ -158,6 +175,7 @@ class PluginManager:
             if (allow is not None and key not in allow) or key in disabled:
                 record.status = "disabled"
                 continue
+            started = time.perf_counter()
             try:
                 module = ep.load()
             except BaseException as exc:  # noqa: BLE001 - SystemExit in a plugin must not kill the CLI
@@ -165,6 +183,8 @@ class PluginManager:
                     raise
                 record.fail("error", f"{type(exc).__name__}: {exc}", traceback.format_exc())
                 continue
+            finally:
+                record.add_load_time(time.perf_counter() - started)
             self._register(module, record)
         installed = {normalize_dist_name(n.split(":")[0]) for n, r in self.records.items() if not r.builtin}
         for wanted in sorted((allow or set()) - installed):
@@ -235,11 +255,14 @@ class PluginManager:
                 pending: list[tuple[Component, bool]] = []
                 dist = None if record.builtin else record.name.split(":")[0]
                 register = registry.make_register(kind, record.name, dist, record.version, sink=pending)
+                started = time.perf_counter()
                 try:
                     impl.function(**{arg: register for arg in impl.argnames})
                 except Exception as exc:  # a registration error is the plugin's, not the run's
                     record.fail("error", f"{hook_name} raised {type(exc).__name__}: {exc}", traceback.format_exc())
                     continue
+                finally:
+                    record.add_load_time(time.perf_counter() - started)
                 for comp, replace in pending:
                     registry.add(comp, replace=replace)
         for clash in registry.conflicts.values():  # every party to a clash is in conflict, not just the last
@@ -264,6 +287,13 @@ class PluginManager:
         """Records with status ``error`` or ``conflict``."""
         return [r for r in self.records.values() if r.status in ("error", "conflict")]
 
+    def slow_plugins(self, threshold: float | None = None) -> list[PluginRecord]:
+        """Records whose load time exceeds ``threshold`` seconds (default ``RLCORE_SLOW_PLUGIN_SECONDS``, else
+        :data:`DEFAULT_SLOW_PLUGIN_SECONDS`), slowest first."""
+        limit = slow_plugin_threshold() if threshold is None else threshold
+        slow = [r for r in self.records.values() if r.load_seconds is not None and r.load_seconds > limit]
+        return sorted(slow, key=lambda r: -(r.load_seconds or 0.0))
+
     def components_of(self, plugin: str) -> list[Component]:
         """Components registered by one plugin (including ones that lost a conflict)."""
         comps = [c for c in self.registry.components() if c.plugin == plugin]
@@ -280,6 +310,33 @@ class PluginManager:
         if problems:
             lines = "\n".join(f"  {r.name} [{r.status}]: {r.error}" for r in problems)
             raise PluginLoadError(f"{len(problems)} plugin(s) failed to load ({ENV_STRICT}=1):\n{lines}")
+
+
+def slow_plugin_threshold() -> float:
+    """``RLCORE_SLOW_PLUGIN_SECONDS`` as a number of seconds (:data:`DEFAULT_SLOW_PLUGIN_SECONDS` when unset);
+    a value that is no number >= 0 raises :class:`PluginLoadError` naming the variable."""
+    raw = os.environ.get(ENV_SLOW, "").strip()
+    if not raw:
+        return DEFAULT_SLOW_PLUGIN_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise PluginLoadError(f"{ENV_SLOW}={raw!r} must be a number of seconds >= 0")
+    return value
+
+
+def slow_plugin_warning(record: PluginRecord) -> str:
+    """The warning line for a plugin that is slow to load: its time, its module and what to do."""
+    what = record.module or record.name
+    disable = record.name.split(":")[0]
+    return (
+        f"warning: plugin {record.name} took {record.load_seconds or 0.0:.1f} s to load ({what}: import and "
+        f"registration hooks), and every rlcore command waits for it; a plugin's hooks module should not import "
+        f"heavy libraries (lazy 'module:attr' targets do). `rlcore plugins --verbose` shows every plugin's load "
+        f"time; {ENV_DISABLE}={disable} skips it"
+    )
 
 
 def _is_spec(name: str) -> bool:

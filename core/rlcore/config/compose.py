@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from rlcore.config.problems import ConfigError
+from rlcore.config.problems import ConfigError, ConfigFileError
 
 #: verl's config names that rlcore provides without a file
 BUILTIN_CONFIGS: dict[str, dict[str, Any]] = {
@@ -71,16 +71,33 @@ def parse_command_line(args: Sequence[str]) -> CommandLine:
     return line
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML parse error in one line: ``line L, column C: problem (while ... at line L', column C')``."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
+        return " ".join(str(exc).split())
+    mark = exc.problem_mark
+    text = f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+    if exc.context and exc.context_mark is not None:
+        start = exc.context_mark
+        text += f" ({exc.context} at line {start.line + 1}, column {start.column + 1})"
+    elif exc.context:
+        text += f" ({exc.context})"
+    return text
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
-    """The mapping in the YAML file ``path``; errors name the file."""
+    """The mapping in the YAML file ``path``; a :class:`ConfigFileError` names the file (and, for a parse
+    error, the line and column)."""
     if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist")
+        raise ConfigFileError(f"config file {str(path)!r} does not exist")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from exc
+        raise ConfigFileError(f"config file {str(path)!r} is not valid YAML: {_yaml_problem(exc)}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigFileError(f"config file {str(path)!r} cannot be read: {exc}") from exc
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(path)!r} must contain a mapping at the top level")
+        raise ConfigFileError(f"config file {str(path)!r} must contain a mapping at the top level")
     return data
 
 
@@ -103,7 +120,7 @@ def _named(name: str, folders: list[Path], referrer: str, stack: tuple[Path, ...
     if stem in BUILTIN_CONFIGS:
         return [Source(f"verl's {stem}", BUILTIN_CONFIGS[stem])]
     searched = ", ".join(str(f) for f in folders)
-    raise ConfigError(
+    raise ConfigFileError(
         f"{referrer}: no {stem}.yaml in {searched}; without a file, rlcore knows verl's {' and '.join(BUILTIN_CONFIGS)}"
     )
 
@@ -111,7 +128,7 @@ def _named(name: str, folders: list[Path], referrer: str, stack: tuple[Path, ...
 def _load(path: Path, search: list[Path], stack: tuple[Path, ...]) -> list[Source]:
     resolved = path.resolve()
     if resolved in stack:
-        raise ConfigError(f"config file {str(path)!r}: its defaults list includes itself")
+        raise ConfigFileError(f"config file {str(path)!r}: its defaults list includes itself")
     stack = (*stack, resolved)
     data = read_yaml(path)
     label = f"config file {str(path)!r}"
@@ -120,7 +137,7 @@ def _load(path: Path, search: list[Path], stack: tuple[Path, ...]) -> list[Sourc
     if defaults is None:
         return [Source(label, data)]
     if not isinstance(defaults, list):
-        raise ConfigError(f"{label}: 'defaults' must be a list")
+        raise ConfigFileError(f"{label}: 'defaults' must be a list")
     entries = defaults if "_self_" in defaults else [*defaults, "_self_"]
     sources: list[Source] = []
     for entry in entries:
@@ -131,14 +148,14 @@ def _load(path: Path, search: list[Path], stack: tuple[Path, ...]) -> list[Sourc
         elif isinstance(entry, dict) and len(entry) == 1:
             sources += _group(*next(iter(entry.items())), folders, label, stack)
         else:
-            raise ConfigError(f"{label}: defaults entry {entry!r} is not a config name or a 'group: option' pair")
+            raise ConfigFileError(f"{label}: defaults entry {entry!r} is not a config name or a 'group: option' pair")
     return sources
 
 
 def _group(key: str, option: Any, folders: list[Path], label: str, stack: tuple[Path, ...]) -> list[Source]:
     """``group@package: option`` → ``group/option.yaml`` with its keys placed under ``package``."""
     if key.startswith(("override ", "optional ")):
-        raise ConfigError(f"{label}: defaults entry {key!r}: Hydra's override/optional entries are not supported")
+        raise ConfigFileError(f"{label}: defaults entry {key!r}: Hydra's override/optional entries are not supported")
     if option is None:
         return []
     group, _, package = key.partition("@")
@@ -161,7 +178,7 @@ def _search_path(hydra: Any, label: str) -> list[Path]:
         return []
     if not isinstance(hydra, dict) or set(hydra) - {"searchpath"}:
         others = sorted(set(hydra) - {"searchpath"}) if isinstance(hydra, dict) else [repr(hydra)]
-        raise ConfigError(
+        raise ConfigFileError(
             f"{label}: hydra.{', hydra.'.join(others)}: Hydra's own settings have no effect in rlcore "
             f"(only hydra.searchpath is read)"
         )

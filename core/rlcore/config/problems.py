@@ -19,6 +19,14 @@ class ConfigError(RLCoreError, ValueError):
         self.problems = list(problems)
 
 
+class ConfigFileError(ConfigError):
+    """A config file that cannot be read (missing, not YAML, not a mapping, a broken ``defaults:`` list).
+
+    The keys it would have set are unknown, so checking the rest would only report their absence:
+    :meth:`Problems.collect` lets this error through, and the run stops at it.
+    """
+
+
 class Problems:
     """Collects config problems, so that a run reports all of them instead of stopping at the first."""
 
@@ -32,9 +40,12 @@ class Problems:
 
     @contextmanager
     def collect(self) -> Iterator[None]:
-        """Record the problems of an :class:`RLCoreError` raised in the block instead of propagating it."""
+        """Record the problems of an :class:`RLCoreError` raised in the block instead of propagating it
+        (a :class:`ConfigFileError` propagates: nothing after it can be checked meaningfully)."""
         try:
             yield
+        except ConfigFileError:
+            raise
         except ConfigError as exc:
             for message in exc.problems:
                 self.add(message)

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from rlcore.config.async_training import async_training_problems
 from rlcore.config.keys import positive_key
 from rlcore.config.loader import ConfigError
+from rlcore.config.ranges import value_range_problems
 from rlcore.errors import RLCoreError
 from rlcore.workers.activation_offload import activation_offload_notes
 from rlcore.workers.batch_sizes import ppo_batch_sizes, ulysses_size
@@ -150,11 +151,128 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def sampling_problems(config: DictConfig) -> list[str]:
+    """Training rollout settings that contradict the update (none with ``trainer.val_only``: nothing is
+    trained). The actor computes the log-probs of the sampled tokens under ``softmax(logits / temperature)``
+    (and the engines' rollout log-probs, ``calculate_log_probs``, are of the same distribution), as verl
+    does: at temperature 0 that is a division by zero, and a greedy rollout (``do_sample=false``) does not
+    sample the policy the update assumes (and gives a prompt's ``n`` responses the same tokens). Greedy
+    decoding is for validation (``val_kwargs``)."""
+    from omegaconf import OmegaConf
+
+    if OmegaConf.select(config, "trainer.val_only", default=False):
+        return []
+    key = "actor_rollout_ref.rollout"
+    rollout = config.actor_rollout_ref.rollout
+    problems = []
+    if _number(rollout.temperature) and rollout.temperature == 0:
+        problems.append(
+            f"{key}.temperature=0 cannot train: the actor computes the log-probs of the sampled tokens under "
+            "softmax(logits / temperature), undefined at 0 (greedy decoding); train at a temperature > 0 "
+            f"(verl's default is 1.0) and decode greedily in validation ({key}.val_kwargs.temperature=0)"
+        )
+    if rollout.get("do_sample", True) is False:
+        problems.append(
+            f"{key}.do_sample=false cannot train: greedy training rollouts are not samples of the policy whose "
+            f"log-probs the update uses (and the {key}.n responses of a prompt are identical); keep it true and "
+            f"decode greedily in validation ({key}.val_kwargs.do_sample=false)"
+        )
+    return problems
+
+
+def sampling_notes(config: DictConfig) -> list[str]:
+    """Notes on sampling settings that are allowed but easy to misread: a training rollout with top-k or
+    top-p filtering samples from the filtered distribution while every log-prob (the actor's and the
+    engine's) is of the whole distribution at the temperature, as in verl; a greedy validation with
+    ``val_kwargs.n`` > 1 decodes the same response n times."""
+    rollout = config.actor_rollout_ref.rollout
+    key = "actor_rollout_ref.rollout"
+    notes = []
+    filtered = [f"{name}={rollout.get(name)}" for name in ("top_k", "top_p") if _filters(rollout, name)]
+    if filtered and not config.trainer.get("val_only", False):
+        notes.append(
+            f"{key}.{' and '.join(filtered)}: responses are sampled from the filtered distribution, but the "
+            "log-probs of the update are those of the whole distribution at the temperature (as in verl)"
+        )
+    val = rollout.val_kwargs
+    greedy = val.get("do_sample", False) is False or val.get("temperature", 0) == 0
+    if greedy and isinstance(val.get("n"), int) and val.n > 1:
+        notes.append(
+            f"{key}.val_kwargs.n={val.n} with greedy validation (val_kwargs.do_sample=false or temperature=0): "
+            f"the {val.n} responses of a prompt are identical; set val_kwargs.do_sample=true and a temperature "
+            "> 0 to sample them"
+        )
+    return notes
+
+
+def _filters(section: DictConfig, name: str) -> bool:
+    """Whether ``top_k`` (> 0) or ``top_p`` (< 1) of a sampling section filters the distribution."""
+    value = section.get(name, None)
+    if not _number(value):
+        return False
+    return value > 0 if name == "top_k" else value < 1
+
+
+def algorithm_value_problems(config: DictConfig) -> list[str]:
+    """The names and settings the algorithm code checks when it first uses them, checked now by the same
+    functions: the loss aggregation mode, the KL estimators, the KL controller and the LR schedules."""
+    from omegaconf import OmegaConf
+
+    from rlcore.algos.kl_control import make_kl_controller
+    from rlcore.algos.losses import check_kl_penalty, check_loss_agg_mode
+    from rlcore.config.ranges import OPTIM_SECTIONS
+    from rlcore.workers.optim import scheduler_type
+
+    actor, algorithm = config.actor_rollout_ref.actor, config.algorithm
+    checks = [
+        lambda: check_loss_agg_mode(actor.loss_agg_mode, "actor_rollout_ref.actor.loss_agg_mode"),
+        lambda: check_kl_penalty(actor.kl_loss_type, "actor_rollout_ref.actor.kl_loss_type"),
+        lambda: check_kl_penalty(algorithm.kl_penalty, "algorithm.kl_penalty"),
+        lambda: make_kl_controller(algorithm.kl_ctrl),
+        *(
+            (lambda section=section: scheduler_type(OmegaConf.select(config, section), section))
+            for section in OPTIM_SECTIONS
+        ),
+    ]
+    problems = []
+    for check in checks:
+        try:
+            check()
+        except RLCoreError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def user_file_problems(config: DictConfig) -> list[str]:
+    """The reward function (``custom_reward_function``) and the dataset class (``data.custom_cls``) the config
+    names are defined in their files: read, not run (:func:`rlcore.data.custom.check_defines`)."""
+    from rlcore.data.custom import check_defines
+
+    problems = []
+    reward = config.custom_reward_function
+    custom = config.data.custom_cls
+    if custom.path and not custom.name:
+        problems.append(f"data.custom_cls.path={custom.path!r} is set but data.custom_cls.name is not")
+    wanted = [("custom_reward_function", reward.path, reward.name or "compute_score")]
+    wanted.append(("data.custom_cls", custom.path, custom.name))
+    for what, path, name in wanted:
+        if not path or not name:
+            continue
+        try:
+            check_defines(str(path), str(name), what=what, error_cls=ConfigError)
+        except ConfigError as exc:
+            problems += exc.problems
+    return problems
+
+
 def check_values(config: DictConfig) -> None:
     """Check single values that are meaningless or unsupported: zero or negative sizes and counts (a
-    ``response_length`` of 0, ``total_training_steps=0``, ``total_epochs<=0``), negative timeouts, and the
-    verl keys rlcore honours at one value only (:data:`ONLY_VALUES`). Raises one :class:`ConfigError` with
-    every problem found."""
+    ``response_length`` of 0, ``total_training_steps=0``, ``total_epochs<=0``), negative timeouts, values
+    outside their range (:func:`rlcore.config.ranges.value_range_problems`: a negative learning rate, a
+    ``top_p`` of 0, ...), names the algorithm code would reject (:func:`algorithm_value_problems`), sampling
+    settings that cannot train (:func:`sampling_problems`), a reward function or dataset class that its file
+    does not define (:func:`user_file_problems`), and the verl keys rlcore honours at one value only
+    (:data:`ONLY_VALUES`). Raises one :class:`ConfigError` with every problem found."""
     from omegaconf import OmegaConf
 
     problems: list[str] = []
@@ -178,10 +296,10 @@ def check_values(config: DictConfig) -> None:
         if value not in allowed or type(value) not in {type(a) for a in allowed}:
             shown = " or ".join(repr(a) if isinstance(a, str) else str(a).lower() for a in allowed)
             problems.append(f"{key}={value!r} is not supported: {why} (allowed: {shown})")
-    for key in ("actor_rollout_ref.rollout.temperature", "actor_rollout_ref.rollout.val_kwargs.temperature"):
-        value = OmegaConf.select(config, key, default=None)
-        if not _number(value) or value < 0:
-            problems.append(f"{key} must be a number >= 0, got {value!r}")
+    problems += value_range_problems(config)
+    problems += algorithm_value_problems(config)
+    problems += sampling_problems(config)
+    problems += user_file_problems(config)
     problems += async_training_problems(config)
     if config.reward_model.launch_reward_fn_async and config.algorithm.batch_filters:
         problems.append(
@@ -313,6 +431,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
             f"the last mini-batch holds {prompts % mini} prompts"
         )
     notes += speed_only_notes(config)
+    notes += sampling_notes(config)
     notes += reward_model_notes(config)
     notes += activation_offload_notes(config)
     return DerivedQuantities(

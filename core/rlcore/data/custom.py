@@ -1,7 +1,10 @@
-"""Resolve the dataset class: ``data.custom_cls`` (a class in a .py file) or the ``dataset`` registry."""
+"""User code named by the config: import a function or class from a .py file (the dataset class,
+``data.custom_cls``, or the ``dataset`` registry; the reward function), and check that a file defines a name
+without running it (the dry run)."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import sys
@@ -54,6 +57,74 @@ def load_from_file(
             f"{what}.{path_key}={path!r} defines no {name!r} ({what}.{name_key}); it defines: {', '.join(public)}"
         )
     return getattr(module, name)
+
+
+#: names whose use lets a module bind names that its source does not show
+_DYNAMIC = {"globals", "exec", "__getattr__", "__dict__", "setattr"}
+
+
+def module_level_names(tree: ast.Module) -> set[str] | None:
+    """The names a module binds at its top level (definitions, assignments, imports, also inside ``if``/
+    ``try``/``with``/``for`` blocks), or ``None`` when it may bind names its source does not show (a star
+    import, ``globals()``, ``exec``, a module ``__getattr__``)."""
+    words = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    words |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    words |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    if words & _DYNAMIC:
+        return None
+    return _bound_names(tree.body)
+
+
+def _bound_names(statements: list[ast.stmt]) -> set[str] | None:
+    names: set[str] = set()
+    for node in statements:
+        targets: list[ast.expr] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(alias.name == "*" for alias in node.names):
+                return None
+            names.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+            targets = [node.target]
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
+        for target in targets:
+            names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        names.update(
+            n.target.id for n in ast.walk(node) if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name)
+        )
+        handlers = [s for handler in getattr(node, "handlers", []) for s in handler.body]
+        inner = [*getattr(node, "body", []), *getattr(node, "orelse", []), *getattr(node, "finalbody", []), *handlers]
+        if inner:
+            found = _bound_names([s for s in inner if isinstance(s, ast.stmt)])
+            if found is None:
+                return None
+            names |= found
+    return names
+
+
+def check_defines(path: str, name: str, *, what: str, error_cls: type[RLCoreError] = RLCoreError) -> None:
+    """Check, without running it, that the Python file ``path`` (key ``{what}.path``) exists, parses and
+    defines ``name`` (key ``{what}.name``): the checks :func:`load_from_file` makes by importing it, with its
+    messages."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise error_cls(f"{what}.path={path!r}: file does not exist")
+    try:
+        tree = ast.parse(file.read_bytes(), str(file))
+    except SyntaxError as exc:
+        where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
+        raise error_cls(f"{what}.path={path!r} is not valid Python: {where}: {exc.msg}") from None
+    except (OSError, ValueError) as exc:
+        raise error_cls(f"{what}.path={path!r} cannot be read: {exc}") from exc
+    names = module_level_names(tree)
+    if names is not None and name not in names:
+        public = sorted(n for n in names if not n.startswith("_"))
+        raise error_cls(f"{what}.path={path!r} defines no {name!r} ({what}.name); it defines: {', '.join(public)}")
 
 
 def load_dataset_class(config: Any, registry: Any = None) -> type:

@@ -8,21 +8,28 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.data import DataError
+from rlcore.data.files import folder_files
 from rlcore.data.multimodal import describe_processor
 
 
-def files_with_images(files: Any, key: str) -> list[str]:
+def files_with_images(files: Any, key: str, split: str = "train", folders: bool = True) -> list[str]:
     """Those of ``files`` (a path or a list; ``None``: none) with images: a ``key`` column that is not all null
-    (parquet) or non-empty in some record (jsonl/json). Files that do not exist are left to the dataset."""
+    (parquet) or non-empty in some record (jsonl/json). Files that do not exist are left to the dataset. With
+    ``folders``, a folder stands for its data files (:func:`~rlcore.data.files.folder_files`, whose errors
+    name the folder and ``split``'s key); without, folders are skipped (a custom dataset reads them)."""
     from omegaconf import OmegaConf
 
     if OmegaConf.is_config(files):
         files = OmegaConf.to_container(files, resolve=True)
     if files is None:
         return []
+    paths = []
+    for entry in [files] if isinstance(files, (str, os.PathLike)) else list(files):
+        entry = os.fspath(entry)
+        is_folder = Path(entry).expanduser().is_dir()
+        paths += folder_files(entry, split) if is_folder and folders else [entry]
     found = []
-    for path in [files] if isinstance(files, (str, os.PathLike)) else list(files):
-        path = os.fspath(path)
+    for path in paths:
         if not Path(path).is_file():
             continue
         if Path(path).suffix.lower() == ".parquet":
@@ -42,12 +49,27 @@ def files_with_images(files: Any, key: str) -> list[str]:
     return found
 
 
+def _builtin_dataset(config: Any) -> bool:
+    """Whether the run reads its data with the built-in dataset (which takes folders of data files)."""
+    from rlcore.plugins import load_plugins
+    from rlcore.registry import UnknownComponentError
+
+    if config.data.custom_cls.path:
+        return False
+    try:
+        component = load_plugins().registry.get("dataset", config.data.dataset)
+    except UnknownComponentError:  # reported by the component check
+        return False
+    return component.target_path == "rlcore.data.rl_dataset:RLDataset"
+
+
 def image_plan(config: Any) -> str | None:
     """What a run does with images, for ``rlcore run --dry-run``; ``None`` when no data file has images.
 
-    When ``data.train_files``/``data.val_files`` have a ``data.image_key`` column, a local
-    ``actor_rollout_ref.model.path`` must have a multimodal processor (else :class:`DataError` naming the
-    file and the model); its class and pixel bounds are described. Without the training stack (a lean
+    A folder named by ``data.train_files``/``data.val_files`` that holds no data files (or files of several
+    kinds or splits) is an error here, for the built-in dataset. When those files have a ``data.image_key``
+    column, a local ``actor_rollout_ref.model.path`` must have a multimodal processor (else
+    :class:`DataError` naming the file and the model); its class and pixel bounds are described. Without the training stack (a lean
     ``pip install rlcore``: no pyarrow or torch to read the data with) nothing is checked: the dry run names
     the missing components instead.
     """
@@ -59,7 +81,10 @@ def image_plan(config: Any) -> str | None:
         return None
     data, model = config.data, config.actor_rollout_ref.model
     key = data.image_key
-    found = files_with_images(data.train_files, key) + files_with_images(data.val_files, key)
+    folders = _builtin_dataset(config)
+    found = files_with_images(data.train_files, key, "train", folders) + files_with_images(
+        data.val_files, key, "val", folders
+    )
     if not found:
         return None
     if not Path(str(model.path)).expanduser().is_dir():

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +21,11 @@ import numpy as np
 import torch
 
 from rlcore.data import DataError, multimodal
+from rlcore.data.files import DATA_EXTENSIONS, PARQUET_EXTENSIONS, normalize_files
 
 logger = logging.getLogger(__name__)
 
 TRUNCATION_MODES: tuple[str, ...] = ("left", "right", "middle", "error")
-PARQUET_EXTENSIONS: tuple[str, ...] = (".parquet",)
-JSON_EXTENSIONS: tuple[str, ...] = (".jsonl", ".json")
 
 
 @dataclass(frozen=True)
@@ -72,14 +70,23 @@ def to_plain(value: Any) -> Any:
     return value
 
 
-def normalize_files(files: Any, split: str) -> list[str]:
-    """Turn ``files`` (a path or a list of paths) into a non-empty list of path strings."""
-    files = to_plain(files)
-    if isinstance(files, (str, os.PathLike)):
-        files = [files]
-    if not isinstance(files, Sequence) or not files:
-        raise DataError(f"{split} data files: expected a path or a non-empty list of paths, got {files!r}")
-    return [os.fspath(f) for f in files]
+def check_unicode(text: str, where: str) -> None:
+    """Raise a :class:`DataError` naming ``where`` when ``text`` is not valid Unicode: a lone surrogate (half
+    of a UTF-16 pair, which valid JSON can hold as ``"\\ud800"``) that no tokenizer can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start]
+        raise DataError(
+            f"{where} holds invalid Unicode: a lone surrogate U+{ord(bad):04X} at character {exc.start} (half of "
+            "a UTF-16 pair, e.g. a JSON '\\ud800' escape), which no tokenizer can encode; fix the text in the file"
+        ) from None
+
+
+def tokenizer_failure(where: str, key: str, exc: Exception) -> DataError:
+    """The error for a tokenizer that raised on the text of ``where`` (file and row) under config ``key``."""
+    lines = str(exc).strip().splitlines()
+    return DataError(f"{where}: the tokenizer failed on {key}: {type(exc).__name__}: {lines[0] if lines else ''}")
 
 
 def read_rows(path: str) -> tuple[list[Any], list[RowOrigin]]:
@@ -90,10 +97,10 @@ def read_rows(path: str) -> tuple[list[Any], list[RowOrigin]]:
     """
     p = Path(path)
     ext = p.suffix.lower()
-    if ext not in PARQUET_EXTENSIONS + JSON_EXTENSIONS:
-        raise DataError(f"{path}: unsupported data file extension {ext or '(none)'!r}; use .parquet, .jsonl or .json")
     if not p.exists():
         raise DataError(f"{path}: data file does not exist")
+    if ext not in DATA_EXTENSIONS:
+        raise DataError(f"{path}: unsupported data file extension {ext or '(none)'!r}; use .parquet, .jsonl or .json")
     if not p.is_file():
         raise DataError(f"{path}: not a regular file")
     if ext in PARQUET_EXTENSIONS:
@@ -163,7 +170,8 @@ class RLDataset:
     """verl-schema prompt rows from parquet/jsonl files, chat-templated and left-padded.
 
     Args:
-        files: one path or a list of ``.parquet`` / ``.jsonl`` / ``.json`` paths, concatenated in order.
+        files: one path or a list of ``.parquet`` / ``.jsonl`` / ``.json`` paths, concatenated in order; a
+            folder stands for the data files in it (:mod:`rlcore.data.files`).
         tokenizer: a Hugging Face tokenizer with a chat template and a pad (or eos) token.
         config: the ``data`` config section (a DictConfig or dict; missing keys take verl's defaults).
         split: ``"train"`` or a validation split name (``"val"``, ``"test"``); selects
@@ -303,6 +311,7 @@ class RLDataset:
                         f"{origin}: key {self.prompt_key!r}[{j}] has no string {field!r} "
                         f"(message keys: {sorted(message)})"
                     )
+                check_unicode(message[field], f"{origin}: key {self.prompt_key!r}[{j}].{field} (data.prompt_key)")
             prompt.append(dict(message))
         if not any(m["content"].strip() for m in prompt):
             raise DataError(f"{origin}: key {self.prompt_key!r} is an empty prompt (every message content is empty)")
@@ -385,8 +394,25 @@ class RLDataset:
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
             texts.append(text)
-        encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+        text_rows = [row for i, row in enumerate(rows) if i not in rendered]
+        encoded = iter(self._encode_texts(texts, text_rows))
         return [np.asarray(rendered[i] if i in rendered else next(encoded), dtype=np.int64) for i in range(len(rows))]
+
+    def _encode_texts(self, texts: list[str], rows: list[_Row]) -> list[list[int]]:
+        """Token ids of the rendered ``texts`` of ``rows`` in one batched call; when the tokenizer fails, each
+        text alone, so that the error names the row at fault."""
+        if not texts:
+            return []
+        try:
+            return list(self.tokenizer(texts, add_special_tokens=False)["input_ids"])
+        except Exception as batch_exc:  # TypeError for text it cannot encode, ValueError, ...
+            for text, row in zip(texts, rows):
+                try:
+                    self.tokenizer([text], add_special_tokens=False)
+                except Exception as exc:
+                    raise tokenizer_failure(str(row.origin), f"key {self.prompt_key!r} (data.prompt_key)", exc) from exc
+            where = f"{self.split} data {', '.join(self.files)}"
+            raise tokenizer_failure(where, f"key {self.prompt_key!r} (data.prompt_key)", batch_exc) from batch_exc
 
     def __len__(self) -> int:
         """Number of rows after ``max_samples`` and the overlong filter."""

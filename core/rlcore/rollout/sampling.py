@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlcore.config.ranges import SAMPLING_RANGES, range_problems
 from rlcore.errors import RLCoreError
 
 __all__ = ["RolloutSettings", "SamplingParams", "request_seeds", "sample_next_tokens"]
@@ -50,17 +51,14 @@ class SamplingParams:
         ``prefix`` is the dotted path of ``section``, used to name the key at fault in the
         :class:`~rlcore.errors.RLCoreError` raised for an invalid value.
         """
+        problems = range_problems(section, prefix, SAMPLING_RANGES)
+        if problems:
+            raise RLCoreError("; ".join(problems))
         temperature = _number(section.get("temperature", 1.0), f"{prefix}.temperature")
-        if temperature < 0:
-            raise RLCoreError(f"{prefix}.temperature must be >= 0, got {temperature}")
         top_p = _number(section.get("top_p", 1.0), f"{prefix}.top_p")
-        if not 0 < top_p <= 1:
-            raise RLCoreError(f"{prefix}.top_p must be in (0, 1], got {top_p}")
         top_k = section.get("top_k", -1)
         if top_k is None:
             top_k = -1
-        if isinstance(top_k, bool) or not isinstance(top_k, int):
-            raise RLCoreError(f"{prefix}.top_k must be an integer (-1 = off), got {top_k!r}")
         do_sample = section.get("do_sample", True)
         if not isinstance(do_sample, bool):
             raise RLCoreError(f"{prefix}.do_sample must be true or false, got {do_sample!r}")

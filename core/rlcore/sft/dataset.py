@@ -33,7 +33,8 @@ import torch
 
 from rlcore.agents.audit import mask_spans
 from rlcore.data import DataError
-from rlcore.data.rl_dataset import RowOrigin, config_value, normalize_files, read_rows, to_plain
+from rlcore.data.files import normalize_files
+from rlcore.data.rl_dataset import RowOrigin, check_unicode, config_value, read_rows, to_plain, tokenizer_failure
 from rlcore.protocol import Batch
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ def _descend(value: Any, keys: Sequence[str], column: str, origin: RowOrigin, di
 
 
 class SFTDataset:
-    """The SFT rows of ``files`` (a path or list of parquet/jsonl files), tokenized with ``tokenizer``.
+    """The SFT rows of ``files`` (a path or list of parquet/jsonl files, or folders of them:
+    :mod:`rlcore.data.files`), tokenized with ``tokenizer``.
 
     ``config`` is the ``data`` section of the SFT config; ``split`` is ``train`` or ``val`` (messages,
     ``*_max_samples``). ``dataset[i]`` is ``{"input_ids": list, "loss_mask": list}``, which
@@ -108,7 +110,17 @@ class SFTDataset:
         """Tokenize one row; None when truncation left no loss token (logged)."""
         if not isinstance(record, Mapping):
             raise DataError(f"{origin}: a row must be an object, got {type(record).__name__}")
-        ids, mask = self._chat(record, origin) if self.multiturn else self._single(record, origin)
+        try:
+            ids, mask = self._chat(record, origin) if self.multiturn else self._single(record, origin)
+        except DataError:
+            raise
+        except Exception as exc:  # the chat template or the tokenizer failed on this row's text
+            keys = (
+                f"key {self.messages_key!r} (data.multiturn.messages_key)"
+                if self.multiturn
+                else f"keys {self.prompt_key!r} / {self.response_key!r} (data.prompt_key / data.response_key)"
+            )
+            raise tokenizer_failure(str(origin), keys, exc) from exc
         if len(ids) > self.max_length:
             if self.truncation == "error":
                 raise DataError(
@@ -133,6 +145,7 @@ class SFTDataset:
         value = _descend(to_plain(record[key]), dict_keys, key, origin, f"data.{kind}_dict_keys")
         if not isinstance(value, str):
             raise DataError(f"{origin}: the {kind} ({key!r}) must be a string, got {type(value).__name__}")
+        check_unicode(value, f"{origin}: the {kind} ({key!r}, data.{kind}_key)")
         return value
 
     def _encode(self, text: str) -> list[int]:
@@ -165,6 +178,9 @@ class SFTDataset:
         for number, message in enumerate(messages):
             if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
                 raise DataError(f"{origin}: {key}[{number}] must be an object with a 'role' (and 'content')")
+            for field in ("role", "content"):
+                if isinstance(message.get(field), str):
+                    check_unicode(message[field], f"{origin}: {key}[{number}].{field} (data.multiturn.messages_key)")
         messages = [dict(m) for m in messages]
         kwargs: dict[str, Any] = {}
         if record.get(self.tools_key) is not None:

@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 
 from rlcore.config import Problems, config_to_yaml
 from rlcore.config.problems import ConfigError
+from rlcore.config.ranges import OPTIM_RANGES, range_problems
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins
 from rlcore.sft.config import (
@@ -76,6 +77,8 @@ def check_sft(config: DictConfig, manager: PluginManager, problems: Problems) ->
     with problems.collect():
         if not config.model.partial_pretrain:
             raise ConfigError("model.partial_pretrain is not set: pass model.partial_pretrain=MODEL_DIR")
+    for message in range_problems(config.optim, "optim", OPTIM_RANGES):  # what the optimizer builder checks
+        problems.add(message)
     known_backend = False
     with problems.collect():
         try:

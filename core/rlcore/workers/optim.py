@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
+from rlcore.config.ranges import OPTIM_RANGES, range_problems
 from rlcore.errors import RLCoreError
 
 SCHEDULER_TYPES: tuple[str, ...] = ("constant", "cosine")
@@ -44,17 +45,23 @@ def _number(optim_config: Mapping[str, Any], name: str, key: str, default: float
     return float(value)
 
 
+def check_optim_ranges(optim_config: Mapping[str, Any], key: str) -> None:
+    """Raise one :class:`RLCoreError` naming every value of the section at ``key`` outside its range
+    (:data:`rlcore.config.ranges.OPTIM_RANGES`: ``lr``, ``weight_decay``, ``betas``, the schedule's values)."""
+    problems = range_problems(optim_config, key, OPTIM_RANGES)
+    if problems:
+        raise RLCoreError("; ".join(problems))
+
+
 def build_optimizer(
     params: Iterable[torch.nn.Parameter], optim_config: Mapping[str, Any], key: str
 ) -> torch.optim.AdamW:
-    """AdamW over ``params`` with ``lr``, ``weight_decay`` and ``betas`` from the section at ``key``."""
+    """AdamW over ``params`` with ``lr``, ``weight_decay`` and ``betas`` from the section at ``key``; every value
+    of the section outside its range (:data:`rlcore.config.ranges.OPTIM_RANGES`) is named in one error."""
+    check_optim_ranges(optim_config, key)
     lr = _number(optim_config, "lr", key, 1e-6)
-    if lr < 0:
-        raise RLCoreError(f"{key}.lr must not be negative, got {lr}")
     weight_decay = _number(optim_config, "weight_decay", key, 0.01)
     betas = list(optim_config.get("betas", None) or (0.9, 0.999))
-    if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
-        raise RLCoreError(f"{key}.betas must be two numbers in [0, 1), got {betas!r}")
     params = list(params)
     # the fused kernel (CPU and CUDA) handles plain tensors only; DTensor (FSDP2) parameters take the
     # multi-tensor path, which torch's default picks on CUDA but not on CPU (single-tensor there)
@@ -87,14 +94,13 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_config: Mapping[s
     Warm-up steps are ``lr_warmup_steps`` when it is ≥ 0, else ``int(lr_warmup_steps_ratio ×
     total_training_steps)``. A cosine schedule, or a warm-up ratio, needs ``total_training_steps`` > 0.
     """
+    check_optim_ranges(optim_config, key)
     kind = scheduler_type(optim_config, key)
     total = int(_number(optim_config, "total_training_steps", key, -1))
     warmup = int(_number(optim_config, "lr_warmup_steps", key, -1))
     ratio = _number(optim_config, "lr_warmup_steps_ratio", key, 0.0)
     min_lr_ratio = _number(optim_config, "min_lr_ratio", key, 0.0)
     num_cycles = _number(optim_config, "num_cycles", key, 0.5)
-    if not 0.0 <= min_lr_ratio <= 1.0:
-        raise RLCoreError(f"{key}.min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
     if warmup < 0:
         if ratio and total <= 0:
             raise RLCoreError(
