@@ -226,3 +226,31 @@ def test_the_run_passes_the_choice_to_its_scorer_processes(monkeypatch: pytest.M
     assert "RLCORE_SANDBOX_ALLOW_UNCONFINED" not in os.environ
     export_unconfined_choice(OmegaConf.create({"reward_model": {"sandbox": {"allow_unconfined": True}}}))
     assert os.environ["RLCORE_SANDBOX_ALLOW_UNCONFINED"] == "1"
+
+
+@pytest.mark.parametrize("accepted", [False, True])
+def test_the_plan_and_the_code_tool_on_a_host_without_isolation(
+    tmp_path: Path, code_task: Path, monkeypatch: pytest.MonkeyPatch, accepted: bool
+) -> None:
+    monkeypatch.setenv("RLCORE_SANDBOX_ISOLATION", "none")
+    tools = tmp_path / "tools.yaml"
+    tools.write_text(
+        f"tools:\n  - class_name: code_interpreter\n    config: {{allow_unconfined: {str(accepted).lower()}}}\n"
+    )
+    result = runs.dry_run(
+        f"data.train_files={code_task}",
+        "actor_rollout_ref.model.path=m",
+        "reward_model.sandbox.allow_unconfined=true",
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
+    )
+    if accepted:
+        assert result.exit_code == 0, result.output
+        assert "for code rewards (codecontests) and tool code_interpreter" in result.output
+        assert (
+            "accepted by reward_model.sandbox.allow_unconfined=true, code_interpreter: allow_unconfined"
+            in result.output
+        )
+    else:
+        assert result.exit_code != 0
+        assert "tools[0]: code_interpreter: the sandbox cannot fully confine" in result.output

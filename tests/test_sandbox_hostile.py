@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -147,6 +149,29 @@ def test_a_grandchild_dies_with_a_program_that_returns_at_once() -> None:
     marker = f"{uuid.uuid4().int % 10**9}.5"
     result = run_python(setsid_sleeper(marker) + "print('left it running')", limits=LIMITS, audit_hook=False)
     assert result.status == "ok", result
+    assert not still_running(marker)
+
+
+def test_a_program_dies_with_a_caller_that_is_killed() -> None:
+    """Nobody would stop it at its wall time: the launcher server kills it when its caller's socket closes."""
+    marker = f"{uuid.uuid4().int % 10**9}.375"
+    program = setsid_sleeper(marker) + "import time\ntime.sleep(100)"
+    caller = (
+        "from rlcore.sandbox import SandboxLimits, run_python\n"
+        f"run_python({program!r}, limits=SandboxLimits(wall_seconds=100), audit_hook=False)"
+    )
+    process = subprocess.Popen([sys.executable, "-c", caller])
+    try:
+        deadline = time.monotonic() + 60
+        while not still_running(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert still_running(marker)
+    finally:
+        process.kill()
+        process.wait()
+    deadline = time.monotonic() + 10
+    while still_running(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert not still_running(marker)
 
 

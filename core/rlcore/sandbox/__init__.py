@@ -1,9 +1,9 @@
 """Run untrusted Python (model-written code) confined by the kernel: the core sandbox.
 
-One sandbox serves the code-interpreter tool of multi-turn rollouts and the code-execution reward. Each
-:func:`run_python` call starts a launcher process (:mod:`.jail.launcher`) that confines the program before
-its interpreter starts, in the strongest way this host allows (:func:`host_isolation`,
-``rlcore sandbox check``):
+One sandbox serves the code-interpreter tool of multi-turn rollouts and the code-execution reward. For each
+:func:`run_python` call, this process's launcher server (:mod:`.server`, started once) forks a launcher
+(:mod:`.jail.launcher`) that confines the program before its interpreter starts, in the strongest way this
+host allows (:func:`host_isolation`, ``rlcore sandbox check``):
 
 - **namespaces** (Linux with user namespaces, or root): new mount, PID, network, IPC and UTS namespaces. The
   program sees a read-only view of the interpreter and the system libraries and a private tmpfs folder

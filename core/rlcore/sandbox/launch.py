@@ -1,5 +1,5 @@
-"""The caller's side of the launcher: prepare a program's folder and cgroup, start :mod:`.jail.launcher`,
-collect the program's output and reports, stop it at its wall-time limit.
+"""The caller's side of a launch: prepare a program's folder and cgroup, have this process's launcher server
+start :mod:`.jail.launcher` for it, collect the program's output and reports, stop it at its wall-time limit.
 
 Everything a call leaves behind is removed before :func:`execute` returns: the folder (the program's own
 tmpfs goes with its mount namespace) and the cgroup.
@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import site
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,16 +20,15 @@ from pathlib import Path
 from rlcore.errors import RLCoreError
 from rlcore.sandbox.cgroups import Cgroup, Layout
 from rlcore.sandbox.limits import SandboxLimits
+from rlcore.sandbox.server import LauncherServer, launcher_server
 from rlcore.sandbox.streams import Stream, read_until
 from rlcore.sandbox.view import visible_paths
 
-#: the launcher script, run by this interpreter in isolated mode without site-packages
-LAUNCHER = Path(__file__).with_name("jail") / "launcher.py"
 #: environment of a sandboxed program: nothing inherited from the run (no tokens, no proxies)
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
 #: separates list items in the launcher's arguments (``SEPARATOR`` of :mod:`.jail.launcher`)
 SEPARATOR = "\x1f"
-#: how long the launcher gets to kill the program's tree after SIGTERM before it is killed itself
+#: how long the launcher gets to kill the program's tree after SIGTERM, and then the server after SIGKILL
 STOP_GRACE_S = 1.0
 
 
@@ -94,8 +92,6 @@ def execute(mode: str, code: str, stdin: str, limits: SandboxLimits, layout: Lay
 
 
 def _launch(mode: str, base: Path, limits: SandboxLimits, cgroup_procs: list[str], audit: bool) -> Execution:
-    setup_read, setup_write = os.pipe()
-    events_read, events_write = os.pipe()
     cpu = max(1, int(limits.cpu_seconds + 0.999))
     spec: dict[str, object] = {
         "mode": mode,
@@ -107,54 +103,32 @@ def _launch(mode: str, base: Path, limits: SandboxLimits, cgroup_procs: list[str
         "limits": f"{cpu},{limits.memory_mb << 20},{limits.file_mb << 20}",
         "max_processes": limits.max_processes,
         "cgroup_procs": cgroup_procs,
-        "setup_fd": setup_write,
-        "events_fd": events_write,
         "audit": "1" if audit else "0",
         "site": [path for path in site.getsitepackages() if os.path.isdir(path)],
         "env": [f"{k}={v}" for k, v in {**BASE_ENV, "HOME": str(base / "work"), "TMPDIR": str(base / "work")}.items()],
     }
     arguments = [f"{key}={SEPARATOR.join(value) if isinstance(value, list) else value}" for key, value in spec.items()]
-    start = time.monotonic()
-    try:
-        with open(base / "stdin", "rb") as stdin:
-            process = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(LAUNCHER), *arguments],
-                stdin=stdin,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=base,
-                env=BASE_ENV,
-                pass_fds=(setup_write, events_write),
-                start_new_session=True,
-            )
-    finally:
-        os.close(setup_write)
-        os.close(events_write)
-    assert process.stdout is not None and process.stderr is not None
+    names = ("stdout", "stderr", "setup", "events")
+    pipes = {name: os.pipe() for name in names}
+    readers = {name: pipes[name][0] for name in names}
     keep = limits.output_bytes
     streams = {"stdout": Stream(keep), "stderr": Stream(keep), "events": Stream(65536), "setup": Stream(65536)}
-    pipes = {"stdout": process.stdout.fileno(), "stderr": process.stderr.fileno()}
-    pipes.update(events=events_read, setup=setup_read)
-    deadline = start + limits.wall_seconds
+    start = time.monotonic()
     try:
-        timed_out = read_until(pipes, streams, deadline)
-        if not timed_out:  # every pipe closed: the program ended; the launcher is finishing
-            try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()) + STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-        if timed_out:
-            _stop(process)
-    finally:
+        server = launcher_server()
+        stdin = os.open(base / "stdin", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            os.killpg(process.pid, signal.SIGKILL)  # anything of the launcher's session still there
-        except (ProcessLookupError, PermissionError):
-            pass
-        process.wait()
-        process.stdout.close()
-        process.stderr.close()
-        os.close(events_read)
-        os.close(setup_read)
+            launcher = server.launch(arguments, [stdin, *(pipes[name][1] for name in names)])
+        finally:
+            os.close(stdin)
+            for name in names:
+                os.close(pipes[name][1])
+        timed_out = read_until(readers, streams, start + limits.wall_seconds)
+        if timed_out and read_until(readers, streams, _signal(server, launcher, signal.SIGTERM)):
+            read_until(readers, streams, _signal(server, launcher, signal.SIGKILL))
+    finally:
+        for reader in readers.values():
+            os.close(reader)
     return Execution(
         stdout=streams["stdout"],
         stderr=streams["stderr"],
@@ -166,10 +140,8 @@ def _launch(mode: str, base: Path, limits: SandboxLimits, cgroup_procs: list[str
     )
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Ask the launcher to kill the program's whole tree (SIGTERM); kill the launcher if it does not end."""
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
+def _signal(server: LauncherServer, launcher: int, number: int) -> float:
+    """Send ``number`` to the launcher (SIGTERM: it kills the program's tree and ends; SIGKILL: the server
+    kills what is left); the deadline to wait for the pipes to close."""
+    server.signal(launcher, number)
+    return time.monotonic() + STOP_GRACE_S

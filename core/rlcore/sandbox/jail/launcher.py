@@ -1,15 +1,15 @@
-"""The sandbox's launcher: ``python -I -S launcher.py KEY=VALUE...`` confines one program and supervises it.
+"""One program's launcher: confine the program and supervise it, in a process forked for it by :mod:`server`.
 
-It is a process of its own, started fresh for each program, because entering namespaces, mounting and
-dropping privileges must happen in a single-threaded process (the caller may run threads). Its arguments
-(the spec, see :func:`parse_spec`) are written by :mod:`rlcore.sandbox.launch`; it imports no more than it
-needs (no ``json``), as it starts once per program. What it does depends on the spec's ``mode``:
+Entering namespaces, mounting and dropping privileges must happen in a single-threaded process (the caller
+may run threads), hence a process of its own for each program. Its spec (see :func:`parse_spec`) is written
+by :mod:`rlcore.sandbox.launch`. What it does depends on the spec's ``mode``:
 
 ``namespaces``
     It enters new PID, network, IPC and UTS namespaces — as root directly, otherwise inside a new user
     namespace that maps only the caller's own user — then forks the namespace's init (PID 1). The init
-    enters a mount namespace of its own, builds the program's root (:mod:`mounts`) and forks the program. When the program ends, or the launcher
-    dies, the init ends, and the kernel kills every process left in the namespace, ``setsid`` or not.
+    enters a mount namespace of its own, builds the program's root (:mod:`mounts`) and forks the program.
+    When the program ends, or the launcher dies, the init ends, and the kernel kills every process left in
+    the namespace, ``setsid`` or not.
 ``landlock``
     It becomes a child subreaper and forks the program under a Landlock ruleset (:mod:`landlock`): reads of
     the visible paths only, writes in the folder only, no TCP. When the program ends it kills every
@@ -19,21 +19,18 @@ needs (no ``json``), as it starts once per program. What it does depends on the 
 
 In every mode a root caller's program runs under its own unprivileged user (``UID_BASE`` + the launcher's
 PID, so that ``RLIMIT_NPROC`` counts this program's processes only), with no capabilities and
-``no_new_privs``; it joins the per-call cgroups the caller created. SIGTERM from the caller kills the whole
-tree. The launcher reports on the descriptor ``setup_fd``, one line each: ``info KEY VALUE`` about
-the host, ``note TEXT``, ``error TEXT`` when confining failed (the program then does not run), and
-``exit CODE`` (negative: killed by that signal) when the program ended.
+``no_new_privs``; it joins the per-call cgroups the caller created. SIGTERM kills the whole tree. The
+launcher reports on the descriptor ``setup_fd``, one line each: ``info KEY VALUE`` about the host,
+``note TEXT``, ``error TEXT`` when confining failed (the program then does not run), and ``exit CODE``
+(negative: killed by that signal) when the program ended.
 """
 
-import _signal as signal  # not signal: that module imports enum, slow to import in a launcher started per program
+import _signal as signal  # not signal: that module imports enum, which doubles the start-up time
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import kernel  # noqa: E402 - the launcher's own folder, added above (the interpreter runs isolated)
-import landlock  # noqa: E402
-import mounts  # noqa: E402
+import kernel
+import landlock
+import mounts
 
 #: the first user id of the programs of a root caller (systemd leaves 0x78000000 and above unassigned)
 UID_BASE = 0x78000000
@@ -42,7 +39,10 @@ SEPARATOR = "\x1f"
 #: the spec's keys with list values, and those with integer values
 LIST_KEYS = ("visible", "cgroup_procs", "site", "env")
 INT_KEYS = ("setup_fd", "events_fd", "folder_mb", "max_processes")
-PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "program.py")
+#: the program's preamble (:mod:`program`), passed to its interpreter with ``-c``; read once, by the server,
+#: while the host's files are in sight
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "program.py"), encoding="utf-8") as _file:
+    PROGRAM = _file.read()
 
 
 def parse_spec(arguments: list[str]) -> dict:
@@ -71,16 +71,14 @@ def _stop(signum: int, frame: object) -> None:
 
 
 class Launcher:
-    """One program's confinement and supervision, as ``SPEC`` describes it."""
+    """One program's confinement and supervision, as its spec describes it."""
 
     def __init__(self, spec: dict) -> None:
-        """Open the cgroups to join and read the program's preamble while the host's files are in sight."""
+        """Choose the program's user and process limit (nothing that can fail: failures are reported by :meth:`run`)."""
         self.spec = spec
         self.setup_fd = spec["setup_fd"]
         os.set_inheritable(self.setup_fd, False)
-        self.cgroups = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in spec["cgroup_procs"]]
-        with open(PROGRAM, encoding="utf-8") as handle:
-            self.program = handle.read()  # read now: after the switch of root the file is out of sight
+        self.cgroups: list[int] = []
         self.owner = (os.geteuid(), os.getegid())
         #: a root caller's program keeps uid 0 without capabilities where another user could not reach the
         #: interpreter (a Python under /root) and no mount namespace makes it visible
@@ -105,6 +103,7 @@ class Launcher:
 
     def run(self) -> None:
         """Confine and supervise the program; report its exit."""
+        self.cgroups = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in self.spec["cgroup_procs"]]
         self.report("info", "landlock-abi", landlock.abi())
         user = "root-without-capabilities" if self.keep_root else "own" if os.geteuid() == 0 else "caller"
         self.report("info", "user", user)
@@ -203,7 +202,7 @@ class Launcher:
             site = SEPARATOR.join(spec["site"])
             arguments = [str(spec["events_fd"]), spec["folder"], limits, "1" if spec["audit"] else "0", site]
             python = spec["python"]
-            os.execve(python, [python, "-I", "-S", "-c", self.program, *arguments], spec["env"])
+            os.execve(python, [python, "-I", "-S", "-c", PROGRAM, *arguments], spec["env"])
         except BaseException as error:  # noqa: BLE001 - reported, then this process ends
             self.report("error", f"starting the program: {error}")
             os._exit(127)
@@ -228,6 +227,18 @@ def _wait_for(child: int) -> int:
             return os.waitstatus_to_exitcode(status)
 
 
+def process_tree() -> dict[str, list[str]]:
+    """The PIDs of this host's processes by their parent's PID (all as strings), read from ``/proc``."""
+    parents: dict[str, list[str]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                parents.setdefault(handle.read().rsplit(b")", 1)[1].split()[1].decode(), []).append(pid)
+        except (OSError, IndexError):
+            continue
+    return parents
+
+
 def _has_children() -> bool:
     """Whether this process has a child, running or not yet reaped (with none, it has no descendant left)."""
     try:
@@ -242,13 +253,7 @@ def _kill_descendants() -> None:
     every orphan of its tree, so a process forked meanwhile is found in the next round."""
     me = str(os.getpid())
     while _has_children():
-        parents: dict[str, list[str]] = {}
-        for pid in os.listdir("/proc"):
-            try:
-                with open(f"/proc/{pid}/stat", "rb") as handle:
-                    parents.setdefault(handle.read().rsplit(b")", 1)[1].split()[1].decode(), []).append(pid)
-            except (OSError, IndexError):
-                continue
+        parents = process_tree()
         queue = list(parents.get(me, []))
         killed = bool(queue)
         while queue:
@@ -266,20 +271,26 @@ def _kill_descendants() -> None:
             return
 
 
-def main() -> None:
-    """Run the launcher on ``sys.argv[1]``; a failure to confine is reported, and the program never runs."""
+def launch(arguments: list[str], stdio: tuple[int, int, int]) -> None:
+    """In a process of its own: run the launcher on the spec ``arguments`` with ``stdio`` as the program's
+    standard input, output and error; end with the launcher (never returns). A failure to confine is
+    reported, and the program never runs."""
+    code, launcher = 1, None
     signal.signal(signal.SIGTERM, _stop)
-    launcher = Launcher(parse_spec(sys.argv[1:]))
     try:
+        for target, fd in enumerate(stdio):
+            os.dup2(fd, target)
+            os.close(fd)
+        launcher = Launcher(parse_spec(arguments))
         launcher.run()
+        code = 0
     except Stopped:
         _kill_descendants()
-        launcher.report("stopped")
-    except OSError as error:
-        launcher.report("error", f"confining the program: {error}")
+        if launcher is not None:
+            launcher.report("stopped")
+    except BaseException as error:  # noqa: BLE001 - reported; this process ends here whatever happened
+        if launcher is not None:
+            launcher.report("error", f"confining the program: {error!r}")
         _kill_descendants()
-        sys.exit(1)
-
-
-if __name__ == "__main__":
-    main()
+    finally:
+        os._exit(code)
