@@ -128,11 +128,11 @@ print(sorted(os.listdir({str(Path.home())!r})) if os.path.isdir({str(Path.home()
 def test_a_setsid_grandchild_dies_when_the_call_returns() -> None:
     marker = f"{uuid.uuid4().int % 10**9}.25"  # sleep's argument: a command line no other process has
     code = f"""
-import os, time
+import os, sys, time
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
-        os.execv("/usr/bin/sleep", ["sleep", "{marker}"])
+        os.execv(sys.executable, [sys.executable, "-S", "-c", "import time; time.sleep({marker})"])
     os._exit(0)
 time.sleep(0.5)
 print("started", flush=True)

@@ -83,12 +83,13 @@ except OSError:
 
 
 def setsid_sleeper(marker: str) -> str:
-    """Python that starts a ``setsid`` process with the command line ``sleep MARKER`` and leaves it behind."""
+    """Python that starts a ``setsid`` process sleeping ``MARKER`` seconds (its command line holds the
+    marker) and leaves it behind."""
     return f"""
-import os
+import os, sys
 if os.fork() == 0:
     os.setsid()
-    os.execv("/usr/bin/sleep", ["sleep", "{marker}"])
+    os.execv(sys.executable, [sys.executable, "-S", "-c", "import time; time.sleep({marker})"])
 """
 
 

@@ -27,7 +27,7 @@ ISOLATION_ENV = "RLCORE_SANDBOX_ISOLATION"
 #: the modes, strongest first
 MODES = ("namespaces", "landlock", "none")
 #: what ``RLCORE_SANDBOX_ISOLATION`` may say, and the first mode each tries
-CHOICES = {"auto": "namespaces", "namespaces": "namespaces", "landlock": "landlock", "none": "none"}
+CHOICES = {"auto": "namespaces", "landlock": "landlock", "none": "none"}
 #: the rows that must all be enforced for the level to be ``full``
 BOUNDARY = ("reads", "writes", "processes", "process count", "memory", "network", "privileges")
 #: (resource, mode) -> (enforced, how) for the reads and writes of files

@@ -59,7 +59,7 @@ def _status(execution: Execution, blocked: tuple[str, ...]) -> Status:
         return "timeout"
     if execution.oom_kills:
         return "memory"
-    if execution.exit_code in (-signal.SIGXCPU, -signal.SIGKILL, None):
+    if execution.exit_code in (-signal.SIGXCPU, -signal.SIGKILL):
         return "timeout"
     if "memory" in execution.events:
         return "memory"
