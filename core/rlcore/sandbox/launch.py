@@ -98,7 +98,7 @@ def _launch(mode: str, base: Path, limits: SandboxLimits, cgroup_procs: list[str
         "python": sys.executable,
         "folder": str(base / "work"),
         "stage": str(base / "root"),
-        "visible": visible_paths(),
+        "visible": list(visible_paths()),
         "folder_mb": limits.folder_mb,
         "limits": f"{cpu},{limits.memory_mb << 20},{limits.file_mb << 20}",
         "max_processes": limits.max_processes,

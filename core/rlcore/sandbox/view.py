@@ -9,6 +9,7 @@ visible even where they lie in a home folder (a virtual environment, pyenv), but
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -28,9 +29,10 @@ SYSTEM_PATHS = (
 )
 
 
-def visible_paths() -> list[str]:
+@functools.cache
+def visible_paths() -> tuple[str, ...]:
     """The existing paths the program may read: :data:`SYSTEM_PATHS` and this interpreter's prefixes and
-    executable folder, without any that lies inside another."""
+    executable folder, without any that lies inside another (found once per process)."""
     executable = os.path.realpath(sys.executable)
     candidates = [*SYSTEM_PATHS, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
     candidates += [os.path.realpath(sys.base_prefix), os.path.dirname(executable)]
@@ -38,4 +40,4 @@ def visible_paths() -> list[str]:
     for path in sorted({os.path.abspath(p) for p in candidates if os.path.lexists(p)}):
         if path != "/" and not any(path.startswith(kept + "/") for kept in paths):
             paths.append(path)
-    return paths
+    return tuple(paths)
