@@ -142,6 +142,12 @@ def _launch(mode: str, base: Path, limits: SandboxLimits, cgroup_procs: list[str
 
 def _signal(server: LauncherServer, launcher: int, number: int) -> float:
     """Send ``number`` to the launcher (SIGTERM: it kills the program's tree and ends; SIGKILL: the server
-    kills what is left); the deadline to wait for the pipes to close."""
-    server.signal(launcher, number)
+    kills what is left), directly where the server is gone; the deadline to wait for the pipes to close."""
+    try:
+        server.signal(launcher, number)
+    except OSError:
+        try:
+            os.kill(launcher, number)
+        except ProcessLookupError:
+            pass
     return time.monotonic() + STOP_GRACE_S
