@@ -152,27 +152,36 @@ def test_a_grandchild_dies_with_a_program_that_returns_at_once() -> None:
     assert not still_running(marker)
 
 
-def test_a_program_dies_with_a_caller_that_is_killed() -> None:
-    """Nobody would stop it at its wall time: the launcher server kills it when its caller's socket closes."""
+def test_a_program_dies_with_a_caller_that_is_killed(tmp_path: Path) -> None:
+    """Nobody would stop it at its wall time: the launcher server kills it when its caller's socket closes,
+    and removes its folder and cgroups."""
     marker = f"{uuid.uuid4().int % 10**9}.375"
     program = setsid_sleeper(marker) + "import time\ntime.sleep(100)"
-    caller = (
-        "from rlcore.sandbox import SandboxLimits, run_python\n"
-        f"run_python({program!r}, limits=SandboxLimits(wall_seconds=100), audit_hook=False)"
+    caller = (  # the program comes on stdin, so that the caller's own command line has no marker
+        "import sys\nfrom rlcore.sandbox import SandboxLimits, run_python\n"
+        "run_python(sys.stdin.read(), limits=SandboxLimits(wall_seconds=100), audit_hook=False)"
     )
-    process = subprocess.Popen([sys.executable, "-c", caller])
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    process = subprocess.Popen([sys.executable, "-c", caller], env=env, stdin=subprocess.PIPE, text=True)
+    assert process.stdin is not None
+    process.stdin.write(program)
+    process.stdin.close()
     try:
         deadline = time.monotonic() + 60
         while not still_running(marker) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert still_running(marker)
+        assert still_running(marker) and list(tmp_path.glob("rlcore-sandbox-*"))
     finally:
         process.kill()
         process.wait()
     deadline = time.monotonic() + 10
-    while still_running(marker) and time.monotonic() < deadline:
+    while (still_running(marker) or list(tmp_path.glob("rlcore-sandbox-*"))) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not still_running(marker)
+    assert not still_running(marker) and not list(tmp_path.glob("rlcore-sandbox-*"))
+    layout = host_isolation().cgroups
+    if layout is not None:
+        for folder in {layout.memory, layout.pids}:
+            assert not list(Path(folder).glob(f"rlcore-sandbox-{process.pid}-*"))
 
 
 def test_a_fork_bomb_stops_at_the_process_limit() -> None:

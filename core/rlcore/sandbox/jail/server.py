@@ -12,7 +12,7 @@ and asks it over the ``SOCK_SEQPACKET`` socket ``FD``:
 
 Words are separated by NUL bytes. The server is a child subreaper: what a killed launcher leaves behind is
 re-parented to it and killed. When the socket closes (its caller ended, or was killed), it kills every
-program still running and ends.
+program still running, removes their folders and cgroups, and ends.
 """
 
 import os
@@ -35,6 +35,8 @@ class Server:
     def __init__(self, channel: socket.socket) -> None:
         self.channel = channel
         self.launchers: set[int] = set()
+        #: per running launcher, what its caller removes after the call: the program's folder, its cgroups
+        self.leftovers: dict[int, list[str]] = {}
 
     def serve(self) -> None:
         """Answer requests until the socket closes."""
@@ -68,6 +70,8 @@ class Server:
             os.set_inheritable(events, True)  # the program's interpreter reports on it
             launcher.launch([*arguments, f"setup_fd={setup}", f"events_fd={events}"], (stdin, stdout, stderr))
         self.launchers.add(pid)
+        spec = launcher.parse_spec([*arguments, f"setup_fd={setup}", f"events_fd={events}"])
+        self.leftovers[pid] = [os.path.dirname(spec["folder"])] + [os.path.dirname(p) for p in spec["cgroup_procs"]]
         return str(pid)
 
     def signal(self, pid: int, number: int) -> str:
@@ -79,15 +83,27 @@ class Server:
         if number == launcher.signal.SIGKILL:
             os.waitpid(pid, 0)
             self.launchers.discard(pid)
+            self.leftovers.pop(pid, None)
             self.kill_strays()
         return "sent"
 
     def shutdown(self) -> None:
-        """The caller is gone (it ended or was killed): nobody will stop its programs at their wall time, so
-        kill them all now."""
+        """The caller is gone (it ended or was killed): nobody will stop its programs at their wall time, nor
+        remove their folders and cgroups, so do both now."""
+        leftovers = [self.leftovers[pid] for pid in self.launchers if pid in self.leftovers]
         for pid in list(self.launchers):
             self.signal(pid, launcher.signal.SIGKILL)
         self.reap()
+        if leftovers:
+            import shutil
+
+            for folder, *cgroups in leftovers:
+                shutil.rmtree(folder, ignore_errors=True)
+                for cgroup in cgroups:
+                    try:
+                        os.rmdir(cgroup)
+                    except OSError:
+                        pass
 
     def reap(self) -> None:
         """Reap the launchers that ended, and any process left behind and re-parented here."""
@@ -97,6 +113,7 @@ class Server:
                 if pid == 0:
                     return
                 self.launchers.discard(pid)
+                self.leftovers.pop(pid, None)
                 if os.WIFSIGNALED(status):
                     self.kill_strays()
         except ChildProcessError:
