@@ -15,9 +15,18 @@ from rlcore.protocol import Batch
 from rlcore.reward.managers import NaiveRewardManager
 from rlcore.reward.scorers.code import extract_program, parse_tests, score
 from rlcore.reward.scoring import RegistryScorer
+from rlcore.sandbox import host_isolation
 
 #: a + b from one line of standard input; 1 s of CPU time (2 s wall), 64 MB
 ADD = {"inputs": ["1 2\n", "10 -3\n", "0 0\n"], "outputs": ["3\n", "7", "0\n"], "time_limit": 1, "memory_limit": 64}
+
+
+@pytest.fixture(autouse=True)
+def accept_this_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the kernel cannot confine programs fully, accept it: scoring is the subject here
+    (``test_sandbox_host.py`` tests the refusal)."""
+    if host_isolation().level != "full":
+        monkeypatch.setenv("RLCORE_SANDBOX_ALLOW_UNCONFINED", "1")
 
 
 def fenced(code: str) -> str:

@@ -1,4 +1,5 @@
-"""The core sandbox against well-behaved and hostile programs: each is contained and reported, none escapes."""
+"""The core sandbox against well-behaved programs and against what the audit hook names: each program is
+contained and reported (the kernel's confinement without the hook: ``test_sandbox_hostile.py``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.sandbox import SandboxLimits, run_python, run_python_async
+from rlcore.sandbox import SandboxLimits, host_isolation, run_python, run_python_async
 
 LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=2, memory_mb=256, output_bytes=1000)
+
+
+@pytest.fixture(autouse=True)
+def accept_this_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the kernel cannot confine programs fully, accept it: what the hook names and the limits are
+    the subject here (``test_sandbox_host.py`` tests the refusal)."""
+    if host_isolation().level != "full":
+        monkeypatch.setenv("RLCORE_SANDBOX_ALLOW_UNCONFINED", "1")
 
 
 def test_a_program_reads_stdin_and_writes_stdout() -> None:
@@ -153,6 +162,15 @@ def test_async_runs_overlap_and_do_not_block_the_event_loop() -> None:
     assert max(start for start, _ in spans) < min(end for _, end in spans)
 
 
-def test_limits_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="SandboxLimits.wall_seconds must be positive"):
-        SandboxLimits(wall_seconds=0)
+@pytest.mark.parametrize("name", ["wall_seconds", "folder_mb", "max_processes"])
+def test_limits_must_be_positive(name: str) -> None:
+    with pytest.raises(ValueError, match=f"SandboxLimits.{name} must be positive"):
+        SandboxLimits(**{name: 0})
+
+
+def test_the_folder_holds_at_most_folder_mb() -> None:
+    if host_isolation().mode != "namespaces":
+        pytest.skip("the folder is a size-limited tmpfs only in a mount namespace")
+    limits = SandboxLimits(cpu_seconds=2, wall_seconds=4, file_mb=16, folder_mb=2)
+    result = run_python("for i in range(3):\n    open(f'part{i}', 'wb').write(b'x' * 2**20)", limits=limits)
+    assert result.status == "error" and "No space left on device" in result.stderr, result

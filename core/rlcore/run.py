@@ -202,13 +202,15 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
 
 
 def run_plan_lines(config: DictConfig) -> list[str]:
-    """The plan's lines for the custom training sampler and the profiler; importing the sampler class here
-    makes a bad ``data.sampler`` fail the dry run (the sampler module needs torch: imported only then)."""
+    """The plan's lines for the custom training sampler, the profiler and the sandbox; importing the sampler
+    class here makes a bad ``data.sampler`` fail the dry run (the sampler module needs torch: imported only
+    then), and a host that cannot confine code rewards fails it too (unless accepted)."""
     from omegaconf import OmegaConf
 
     from rlcore.profiling import describe_profiler
+    from rlcore.sandbox.plan import sandbox_plan
 
-    lines = [describe_profiler(config)]
+    lines = [describe_profiler(config), sandbox_plan(config)]
     if OmegaConf.select(config, "data.sampler.class_path") not in (None, ""):
         from rlcore.data.sampler import describe_sampler
 
@@ -335,6 +337,9 @@ def run_training(
         return {}
     prepare_presets(manager, presets, config)
     from rlcore.model_check import check_model_paths
+    from rlcore.sandbox.plan import export_unconfined_choice
+
+    export_unconfined_choice(config)
 
     check_model_paths(config)
     if _saves_checkpoints(config):

@@ -41,4 +41,5 @@ def register_reward_scorers(register):
         "rlcore.reward.scorers.code:score",
         description="fraction of test cases the program passes in the sandbox",
         aliases=("apps", "codeforces", "taco"),
+        sandbox=True,
     )

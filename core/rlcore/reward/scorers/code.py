@@ -8,9 +8,12 @@ The ground truth is a JSON string (or a dict) in the TACO/APPS layout::
 
 optionally with ``"time_limit"`` (seconds of CPU time per test; wall time is twice that) and
 ``"memory_limit"`` (MB). The program is the last fenced code block of the response (```` ```python ````
-preferred), else the whole response. Each test runs in :func:`rlcore.sandbox.run_python` — its own
-process in a throwaway directory, with CPU-time, wall-time, memory and output limits, no network, no writes
-outside that directory and no child processes. A test passes when the program exits normally and its output
+preferred), else the whole response. Each test runs in :func:`rlcore.sandbox.run_python`, confined by the
+kernel (its own namespaces, a read-only view of the interpreter, a private folder, no network, no
+privileges) with CPU-time, wall-time, memory, process and output limits; on a host that cannot confine it
+fully, scoring raises :class:`rlcore.sandbox.SandboxUnavailableError` unless
+``reward_model.sandbox.allow_unconfined=true`` (which a run passes on as ``RLCORE_SANDBOX_ALLOW_UNCONFINED``).
+A test passes when the program exits normally and its output
 equals the expected output (compared line by line, ignoring trailing whitespace; call-based: equal as JSON
 values). After the first test that runs out of time or memory, the remaining tests are counted as failed
 without running, so a hanging program costs one wall-time limit per sample. Samples are scored concurrently
