@@ -26,6 +26,7 @@ from rlcore.algos.pf_ppo import pf_ppo_resample
 from rlcore.algos.rollout_correction import apply_rollout_correction
 from rlcore.checkpoint import (
     CheckpointManager,
+    claim_checkpoints,
     read_rollout_states,
     read_trainer_state,
     resume_path,
@@ -113,7 +114,7 @@ class Trainer:
         self.reward_model_worker = self.estimator.meta.get("reward_model_worker")  # e.g. PRIME's implicit PRM
         self.use_reward_model = bool(config.reward_model.enable) or self.reward_model_worker is not None
         self.nonfinite_in_a_row = 0
-        self.stop = StopRequest()
+        self.stop = StopRequest(config.trainer.get("stop_grace_s"))
         self.saved_step = 0  # the step of the newest checkpoint this run saved or resumed from
         self.last: dict[str, float] = {}  # the last step's metrics (plus the last validation), also when stopped
         self.pipeline: RolloutPipeline | None = None  # async_training.enable: the one-step-off-policy rollout lane
@@ -521,7 +522,7 @@ class Trainer:
             }
             write_trainer_state(folder, state)
 
-        path = CheckpointManager(self.config).save(self.global_step, write)
+        path = CheckpointManager(self.config, self.run.identity).save(self.global_step, write)
         self.saved_step = self.global_step
         return path
 
@@ -587,6 +588,8 @@ class Trainer:
 
     def _fit(self) -> dict[str, float]:
         resume_from = resume_path(self.config)  # a bad resume setting fails before any model is loaded
+        if self.run.identity is not None:  # another lineage's checkpoints are never replaced
+            claim_checkpoints(self.config, self.run.identity, resume_from)
         self._build_data()
         if resume_from is not None:
             self._check_same_model(resume_from)
