@@ -49,8 +49,9 @@ from rlcore.processors import load_processor
 from rlcore.profiling import step_profiling
 from rlcore.protocol import Batch
 from rlcore.reward.async_reward import AsyncReward, PendingReward
+from rlcore.reward.extras import check_reward_extras
 from rlcore.reward.model_reward import ModelRewardManager
-from rlcore.reward.scoring import build_reward_manager
+from rlcore.reward.scoring import build_reward_manager, describe_scorer
 from rlcore.run_context import RunContext
 from rlcore.tracking.generations import dump_generations
 from rlcore.tracking.progress import ProgressBar
@@ -216,6 +217,7 @@ class Trainer:
                 REWARD_WARN_MAGNITUDE,
                 float(scores.max()),
             )
+        check_reward_extras(result.extra_info, batch, describe_scorer(self.config))
         for key, values in result.extra_info.items():  # per-sample extras (e.g. "acc") for filters and metrics
             batch[key] = list(values)
         for key, tensor in result.tensors.items():  # e.g. rm_scores for an estimator that reads them itself
