@@ -27,7 +27,6 @@ STEP_KEYS: frozenset[str] = frozenset(
         "sum_pi_squared",
         "rm_scores",
         "reward_baselines",
-        "entropys",
     }
 )
 
