@@ -154,7 +154,12 @@ def test_naive_manager_with_gsm8k(tiny_tokenizer):
     assert result.token_level_scores.shape == (4, RESPONSE_LENGTH)
     assert result.token_level_scores[0, lengths[0] - 1] == 1.0
     assert result.token_level_scores.sum().item() == 1.0
-    assert result.metrics == {"reward/scorer_errors": 0.0, "reward/scorer_timeouts": 0.0, "reward/scorer_nan": 0.0}
+    assert result.metrics == {
+        "reward/scorer_errors": 0.0,
+        "reward/scorer_timeouts": 0.0,
+        "reward/scorer_nan": 0.0,
+        "reward/ground_truth_nonstring": 0.0,
+    }
 
 
 def test_batch_manager_single_call(tiny_tokenizer):

@@ -1,8 +1,12 @@
 """Scorers cannot hang a run: timeouts kill the scorer's process, samples are scored concurrently, a batch's
-scoring has a bound, fail-fast stops at the first failure. Every test runs real processes."""
+scoring has a bound, fail-fast stops at the first failure. Scorer processes are contained: each leads its own
+process group, closing the pool (or the controller's exit) kills what a scorer started, and their output goes
+through the pool, capped per batch, never straight to the run's stdout, so a leftover child cannot hold a
+pipeline open. Every test runs real processes."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -14,6 +18,7 @@ import pytest
 
 from rlcore.reward import RewardError
 from rlcore.reward.managers import BatchRewardManager, NaiveRewardManager
+from rlcore.reward.pool import ScorerPool
 from rlcore.testing.contracts.rewards import make_reward_batch
 
 
@@ -215,8 +220,6 @@ def scored_by(ground_truth):
 
 
 def _pool(workers, timeout, batch_timeout=None):
-    from rlcore.reward.pool import ScorerPool
-
     return ScorerPool(scored_by, workers=workers, timeout=timeout, batch_timeout=batch_timeout)
 
 
@@ -306,3 +309,106 @@ def test_unsendable_values_are_reported_per_sample():
         assert [o.kind for o in pool.map(_calls("ok"))] == ["ok"], "the pool still works"
     finally:
         pool.close()
+
+
+# ----------------------------------------------------------------- containment: process groups, output
+def _wait_dead(pids: list[int], seconds: float = 10.0) -> list[int]:
+    """The ``pids`` still alive after waiting up to ``seconds`` for them to die."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.1)
+    return [pid for pid in pids if _alive(pid)]
+
+
+def starts_a_child(folder: str) -> float:
+    """Starts ``sleep 300`` (inheriting stdout/stderr) and leaves it running; writes both process ids."""
+    child = subprocess.Popen(["sleep", "300"])
+    Path(folder, f"{os.getpid()}-{child.pid}").touch()
+    return 1.0
+
+
+def test_closing_the_pool_kills_what_a_scorer_started(tmp_path: Path) -> None:
+    pool = ScorerPool(starts_a_child, workers=2, timeout=30)
+    try:
+        assert [o.kind for o in pool.map([{"folder": str(tmp_path)}] * 2)] == ["ok", "ok"]
+        pairs = [tuple(int(x) for x in p.name.split("-")) for p in tmp_path.iterdir()]
+        for worker, child in pairs:
+            assert os.getpgid(worker) == worker, "each scorer process leads its own process group"
+            assert os.getpgid(child) == worker
+        assert all(_alive(child) for _, child in pairs)
+    finally:
+        pool.close()
+    assert _wait_dead([pid for pair in pairs for pid in pair]) == []
+
+
+PIPELINE = """
+import sys
+from rlcore.reward.pool import ScorerPool
+sys.path.insert(0, {tests!r})
+from test_scorer_pool import starts_a_child
+
+pool = ScorerPool(starts_a_child, workers=1, timeout=30)
+print([o.kind for o in pool.map([{{"folder": {folder!r}}}])], flush=True)
+print("the run ends without closing its pool", flush=True)
+"""
+
+
+def test_a_scorers_leftover_child_does_not_hold_the_runs_output_open(tmp_path: Path) -> None:
+    """``rlcore run ... | tee log``: the pipe must reach EOF when the run ends, whatever a scorer started."""
+    code = PIPELINE.format(tests=str(Path(__file__).parent), folder=str(tmp_path))
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=60)  # waits for EOF on both pipes, as a pipeline does
+    assert proc.returncode == 0, err
+    assert time.monotonic() - start < 45, "the output pipe was held open after the run ended"
+    assert out.splitlines() == ["['ok']", "the run ends without closing its pool"]
+    ((worker, child),) = [tuple(int(x) for x in p.name.split("-")) for p in tmp_path.iterdir()]
+    assert _wait_dead([worker, child]) == [], "the scorer's child died with the run"
+
+
+def prints(size: int) -> float:
+    print("x" * size, flush=True)
+    print("e" * size, file=sys.stderr, flush=True)
+    return 1.0
+
+
+def test_scorer_output_is_relayed_and_capped_per_batch(capsys, caplog) -> None:
+    pool = ScorerPool(prints, workers=2, timeout=30, output_bytes=3000)
+    out, err = "", ""
+    try:
+        with caplog.at_level(logging.WARNING, logger="rlcore.reward.pool"):
+            pool.map([{"size": 100}])
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not (out.strip() and err.strip()):  # relayed by a thread
+                time.sleep(0.05)
+                small = capsys.readouterr()
+                out, err = out + small.out, err + small.err
+            pool.map([{"size": 1_000_000}, {"size": 1_000_000}])
+    finally:
+        pool.close()
+    big = capsys.readouterr()
+    assert out.strip() == "x" * 100 and err.strip() == "e" * 100, "shown, each on its own stream"
+    shown = big.out.count("x") + big.err.count("e")
+    assert 0 < shown <= 3000 + 300, "capped at output_bytes per batch (the last batch's too)"
+    cut = [r.getMessage() for r in caplog.records if "scorer_output_bytes=3000" in r.getMessage()]
+    assert cut, "the cut output is reported"
+
+
+def test_a_scorer_that_floods_its_output_does_not_block() -> None:
+    code = textwrap.dedent(
+        """
+        from rlcore.reward.pool import ScorerPool
+
+        def floods():
+            for _ in range(200):
+                print("y" * 100_000)
+            return 1.0
+
+        pool = ScorerPool(floods, workers=1, timeout=60, output_bytes=1000)
+        print([o.kind for o in pool.map([{}, {}])], flush=True)
+        pool.close()
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("y") <= 1000 and "['ok', 'ok']" in proc.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -42,16 +43,20 @@ class Floods(Tool):
 
 
 class Sleeps(Tool):
-    """Sleeps ``arguments["s"]`` seconds and records how many calls overlap."""
+    """Sleeps ``arguments["s"]`` seconds and records how many calls overlap (calls run on the executor's tool
+    threads: the counters are locked)."""
 
     running = 0
     peak = 0
+    lock = threading.Lock()
 
     async def execute(self, instance_id: str, arguments: dict[str, Any]) -> ToolResult:
-        type(self).running += 1
-        type(self).peak = max(type(self).peak, type(self).running)
+        with self.lock:
+            type(self).running += 1
+            type(self).peak = max(type(self).peak, type(self).running)
         await asyncio.sleep(arguments["s"])
-        type(self).running -= 1
+        with self.lock:
+            type(self).running -= 1
         return ToolResult("slept", reward=0.5, metrics={"naps": 1.0})
 
 

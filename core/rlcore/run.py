@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import signal
 import sys
 import time
 import uuid
@@ -22,6 +21,7 @@ import click
 from omegaconf import DictConfig
 
 from rlcore.agents.checks import check_agent_config
+from rlcore.checkpoint import saves_checkpoints
 from rlcore.config import (
     ConfigError,
     Problems,
@@ -34,12 +34,10 @@ from rlcore.data.image_plan import image_plan
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins
 from rlcore.run_context import RunContext
+from rlcore.run_guard import guarded_fit
+from rlcore.usercode import contain_exit
 
 BUNDLED_PRESET = "arith-cpu"
-
-
-class RunInterrupted(SystemExit):
-    """A run stopped by SIGINT/SIGTERM after its summary was written; exits with ``128 + signal``."""
 
 
 def default_presets(files: list[str], overrides: list[str], config_name: str | None = None) -> list[str]:
@@ -266,10 +264,6 @@ def check_writable(folder: Path, key: str) -> None:
         raise RLCoreError(f"{key}={folder} is not writable ({exc.strerror or exc}); choose a writable folder") from exc
 
 
-def _saves_checkpoints(config: DictConfig) -> bool:
-    return config.trainer.save_freq > 0 or bool(config.trainer.save_on_signal)
-
-
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -305,7 +299,7 @@ def run_training(
     config = load_config(
         files, overrides, presets, manager, config_name=config_name, config_path=config_path, problems=problems
     )
-    with problems.collect():
+    with problems.collect(), contain_exit("a plugin's on_config_resolved hook"):
         manager.hook.on_config_resolved(config=config)
     with problems.collect():
         _require(config, "data.train_files", "pass data.train_files=PATH (parquet or jsonl) or a config file")
@@ -342,7 +336,7 @@ def run_training(
     export_unconfined_choice(config)
 
     check_model_paths(config)
-    if _saves_checkpoints(config):
+    if saves_checkpoints(config):
         check_writable(Path(config.trainer.default_local_dir), "trainer.default_local_dir")
     for key in ("rollout_data_dir", "validation_data_dir"):
         if config.trainer.get(key):
@@ -361,26 +355,14 @@ def run_training(
     (run_dir / "derived.json").write_text(json.dumps(derived.as_dict(), indent=2))
     click.echo(f"run directory: {run_dir}")
 
-    from rlcore.controller.trainer import Trainer
-
     run = RunContext(config=config, run_dir=run_dir, plugins=versions, derived=derived.as_dict())
-    trainer = Trainer(config, run, manager)
-    try:
-        last = trainer.fit()
-    except KeyboardInterrupt:
-        signum = trainer.stop.signum or signal.SIGINT
-        _summarise(run_dir, trainer.last, time.perf_counter() - start, f"interrupted by {signal.Signals(signum).name}")
-        _print_kept(config, trainer, run_dir, abandoned=True)
-        raise RunInterrupted(128 + signum) from None
-    except RLCoreError as exc:
-        _summarise(run_dir, trainer.last, time.perf_counter() - start, f"failed: {exc}")
-        raise
-    if trainer.stop.requested:
-        _summarise(run_dir, last, time.perf_counter() - start, f"interrupted by {trainer.stop.name}")
-        _print_kept(config, trainer, run_dir, abandoned=False)
-        raise RunInterrupted(128 + int(trainer.stop.signum or 0))
-    _summarise(run_dir, last, time.perf_counter() - start)
-    return last
+    return guarded_fit(
+        config,
+        run,
+        manager,
+        summarise=lambda last, status: _summarise(run_dir, last, time.perf_counter() - start, status),
+        print_kept=lambda trainer, abandoned: _print_kept(config, trainer, run_dir, abandoned=abandoned),
+    )
 
 
 def _print_kept(config: DictConfig, trainer: Any, run_dir: Path, *, abandoned: bool) -> None:

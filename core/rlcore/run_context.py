@@ -8,12 +8,21 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from rlcore.checkpoint.ownership import RunIdentity
+
 
 @dataclass
 class RunContext:
-    """What a lifecycle hook may know about the run: its resolved config, its directory, the plugins."""
+    """What a lifecycle hook may know about the run: its resolved config, its directory, the plugins, and
+    its identity (``identity.run_id``; the checkpoints it writes record it)."""
 
     config: DictConfig
     run_dir: Path
     plugins: dict[str, str | None] = field(default_factory=dict)
     derived: dict[str, Any] = field(default_factory=dict)
+    identity: RunIdentity | None = None
+
+    def __post_init__(self) -> None:
+        """A run gets a fresh identity unless one is given."""
+        if self.identity is None:
+            self.identity = RunIdentity.new(self.run_dir)

@@ -7,6 +7,14 @@ config's ``timeout``, default :data:`DEFAULT_TIMEOUT_S` seconds), cuts long resp
 ``multi_turn.max_tool_response_length`` characters, and turns every failure — an unknown name, malformed
 arguments, an exception, a timeout — into an error message for the model and a metric, never an exception
 that stops the run.
+
+The timeout holds even for a tool that blocks (``time.sleep`` or a blocking client inside ``async def``):
+the tools' own ``create``/``execute``/``release`` run on ``max_parallel_calls`` event loops of their own,
+on daemon threads (:mod:`rlcore.agents.tool_threads`; a trajectory keeps one loop from ``create`` to
+``release``), and the rollout's loop only waits for them, so a blocked call times out on time, its loop is
+replaced, the other trajectories go on, and the stuck thread cannot keep the process from exiting. A tool that leaves ``max_parallel_calls`` calls stuck past their timeout gets no more calls
+started until one returns. A tool that calls ``sys.exit()`` stops the run with a
+:class:`~rlcore.usercode.UserCodeExit` naming it.
 """
 
 from __future__ import annotations
@@ -15,14 +23,16 @@ import asyncio
 import importlib
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlcore.agents.parsers import ToolCall
 from rlcore.agents.settings import MULTI_TURN_KEY
+from rlcore.agents.tool_threads import LoopCall, ToolExit, ToolLoops
 from rlcore.errors import RLCoreError
+from rlcore.usercode import UserCodeExit, exit_error
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +177,15 @@ def truncate(text: str, limit: int, side: str) -> tuple[str, bool]:
     return text[:head] + marker + text[len(text) - (keep - head) :], True
 
 
+class ToolNotAnswering(Exception):
+    """A tool has ``max_parallel_calls`` calls still running past their timeout: no new one is started."""
+
+
+def _overridden(tool: Tool, method: str) -> bool:
+    """Whether ``tool`` defines ``method`` itself rather than inheriting :class:`Tool`'s no-op."""
+    return getattr(type(tool), method) is not getattr(Tool, method)
+
+
 class ToolExecutor:
     """Runs tool calls for all trajectories of a rollout, bounded, timed and contained.
 
@@ -185,6 +204,8 @@ class ToolExecutor:
         self.max_response_length = max_response_length
         self.truncate_side = truncate_side
         self._semaphores: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+        self._loops = ToolLoops(max_parallel_calls)
+        self._stuck: dict[str, list[LoopCall]] = {}  # tool name -> its calls still running past their timeout
 
     def _limit(self) -> asyncio.Semaphore:
         """The ``max_parallel_calls`` semaphore of the running event loop (each rollout runs its own loop)."""
@@ -204,23 +225,64 @@ class ToolExecutor:
             kwargs = (
                 (tools_kwargs.get(name) or {}).get("create_kwargs", {}) if isinstance(tools_kwargs, Mapping) else {}
             )
+            if not _overridden(tool, "create"):
+                continue
             try:
-                await self._guarded(tool, tool.create(instance_id, **dict(kwargs)))
+                await self._guarded(tool, instance_id, tool.create(instance_id, **dict(kwargs)))
+            except UserCodeExit:
+                raise
             except Exception as exc:  # noqa: BLE001 - one tool's failure must not stop the rollout
                 log.warning("tool %r: create failed for %s: %s: %s", name, instance_id, type(exc).__name__, exc)
                 metrics["tool/create_errors"] = metrics.get("tool/create_errors", 0.0) + 1
 
     async def release(self, instance_id: str) -> None:
-        """Release every tool's instance for one trajectory (failures are ignored: the trajectory is done)."""
-        for tool in self.tools.values():
-            try:
-                await self._guarded(tool, tool.release(instance_id))
-            except Exception:  # noqa: BLE001 - a failing release must not stop the rollout
-                continue
+        """Release every tool's instance for one trajectory (failures are ignored: the trajectory is done),
+        then the trajectory's thread."""
+        try:
+            for tool in self.tools.values():
+                if not _overridden(tool, "release"):
+                    continue
+                try:
+                    await self._guarded(tool, instance_id, tool.release(instance_id))
+                except UserCodeExit:
+                    raise
+                except Exception:  # noqa: BLE001 - a failing release must not stop the rollout
+                    continue
+        finally:
+            self._loops.release(instance_id)
 
-    async def _guarded(self, tool: Tool, coroutine: Any) -> Any:
+    def _stuck_calls(self, tool: Tool) -> int:
+        """How many of ``tool``'s calls are still running past their timeout."""
+        stuck = [call for call in self._stuck.get(tool.name, []) if not call.finished.is_set()]
+        self._stuck[tool.name] = stuck
+        return len(stuck)
+
+    async def _guarded(self, tool: Tool, instance_id: str, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        """Run one of ``tool``'s coroutines on the trajectory's tool loop and wait at most the tool's timeout
+        for it (``TimeoutError`` then: the coroutine is cancelled, and a blocked one is left to finish on its
+        own). A tool with ``max_parallel_calls`` calls stuck past their timeout gets :class:`ToolNotAnswering`
+        instead. ``SystemExit`` and ``KeyboardInterrupt`` from the tool become
+        :class:`~rlcore.usercode.UserCodeExit`."""
+        stuck = self._stuck_calls(tool)
+        if stuck >= self.max_parallel_calls:
+            coroutine.close()
+            raise ToolNotAnswering(
+                f"tool {tool.name!r} is not answering: {stuck} earlier calls are still running past their timeout"
+            )
         timeout = float(tool.config.get("timeout", DEFAULT_TIMEOUT_S))
-        return await asyncio.wait_for(coroutine, timeout)
+        call = self._loops.submit(instance_id, coroutine)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(call.future), timeout)
+        except TimeoutError:
+            call.time_out()
+            self._stuck.setdefault(tool.name, []).append(call)
+            raise
+        except asyncio.CancelledError:  # the trajectory was aborted (over_sample_rate): so is its tool call
+            call.cancel()
+            raise
+        except ToolExit as exc:  # a signal never reaches that thread: the tool raised it
+            what = f"tool {tool.name!r} ({type(tool).__module__}.{type(tool).__qualname__})"
+            raise exit_error(exc.original, what) from None
 
     async def call(self, instance_id: str, call: ToolCall, metrics: dict[str, float]) -> ToolResult:
         """Run one parsed call; every failure becomes an ``Error: ...`` response and a count in ``metrics``."""
@@ -241,7 +303,12 @@ class ToolExecutor:
         start = time.perf_counter()
         async with self._limit():
             try:
-                result = await self._guarded(tool, tool.execute(instance_id, call.arguments))
+                result = await self._guarded(tool, instance_id, tool.execute(instance_id, call.arguments))
+            except UserCodeExit:
+                raise
+            except ToolNotAnswering as exc:
+                count("tool/errors")
+                result = ToolResult(f"Error: {exc}; the call was not started")
             except TimeoutError:
                 count("tool/errors")
                 count("tool/timeouts")

@@ -17,22 +17,26 @@ def register_reward_managers(register):
 
 @hookimpl
 def register_reward_scorers(register):
-    """Register rule-based scorers by data_source."""
+    """Register rule-based scorers by data_source; ``ground_truth="text"`` marks the scorers that compare the
+    ground truth as text (the reward manager passes it to them as text, see ``rlcore.reward.ground_truth``)."""
     register(
         "openai/gsm8k",
         "rlcore.reward.scorers.gsm8k:score",
+        ground_truth="text",
         description="GSM8K '#### N' answer match",
         aliases=("gsm8k",),
     )
     register(
         "lighteval/MATH",
         "rlcore.reward.scorers.math:score",
+        ground_truth="text",
         description="MATH \\boxed{} answer match (math-verify when installed)",
         aliases=("DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math"),
     )
     register(
         "hiyouga/geometry3k",
         "rlcore.reward.scorers.geo3k:score",
+        ground_truth="text",
         description="Geometry3K: 0.9 x \\boxed{} answer match + 0.1 x <think>...</think> format",
         aliases=("geo3k",),
     )

@@ -7,6 +7,7 @@ Layout::
       global_step_N/                        a complete checkpoint (only ever created by a rename)
         actor/ critic/                      the workers' parts (see the training backend)
         trainer_state.json                  the controller's part (step, data loader, KL coefficient)
+        run.json                            the run that wrote it and its lineage (see ownership.py)
         checksums.json                      size and SHA-256 of every other file, written last
       global_step_M.tmp-<id>/               a checkpoint being written, or left half-written by a crash
 
@@ -18,13 +19,17 @@ looks complete. The ``*.tmp-*`` folders are ignored when choosing what to resume
 
 Before a checkpoint is resumed, :func:`verify_checkpoint` compares every file with ``checksums.json``; an
 ``auto`` resume falls back to the newest intact checkpoint (with a warning naming the bad file), a
-``resume_path`` resume stops with an error naming it. A disk that fills up (or turns read-only) during a
-save is reported as such; the previous checkpoint is left as it was.
+``resume_path`` resume stops with an error naming it. A disk that fills up (or turns read-only) anywhere in a
+save is reported as such (:func:`rlcore.checkpoint.disk.disk_problem`); the previous checkpoint is left as it
+was.
+
+A save given the run's :class:`~rlcore.checkpoint.ownership.RunIdentity` records it in ``run.json`` and never
+replaces a ``global_step_N`` of another lineage; :func:`claim_checkpoints` refuses, before any model loads, a
+run that would save into a folder holding another lineage's checkpoints.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
@@ -37,10 +42,12 @@ import sys
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from omegaconf import DictConfig
 
+from rlcore.checkpoint.disk import disk_problem, last_written
+from rlcore.checkpoint.ownership import RunIdentity, describe_writer, read_run_record, write_run_record
 from rlcore.errors import RLCoreError
 
 log = logging.getLogger(__name__)
@@ -137,18 +144,22 @@ def verify_checkpoint(folder: Path) -> bool:
     return True
 
 
-def _disk_error(exc: OSError, step: int, root: Path, previous: Path | None) -> CheckpointError:
-    """A one-line error for a save that failed on the disk, saying what was kept."""
+def _disk_error(
+    why: str, exc: BaseException, step: int, root: Path, previous: Path | None, last: str | None
+) -> CheckpointError:
+    """A one-line error for a save that failed on the disk: what was wrong, the file written last, what was kept."""
     kept = f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint exists"
-    if exc.errno == errno.ENOSPC:
-        why = "the disk is full"
-    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        why = "the folder is not writable"
-    else:
-        why = exc.strerror or str(exc)
+    where = f"; the last file written was {last}" if last else ""
+    detail = (str(exc).strip().splitlines() or [""])[0][:200]
     return CheckpointError(
-        f"cannot save the checkpoint of step {step} in {root} (trainer.default_local_dir): {why} [{exc}]; {kept}"
+        f"cannot save the checkpoint of step {step} in {root} (trainer.default_local_dir): {why} "
+        f"[{type(exc).__name__}: {detail}]{where}; {kept}"
     )
+
+
+def saves_checkpoints(config: DictConfig) -> bool:
+    """Whether a run writes checkpoints (``trainer.save_freq > 0`` or ``trainer.save_on_signal``)."""
+    return config.trainer.save_freq > 0 or bool(config.trainer.get("save_on_signal", False))
 
 
 def _crash_if_asked(step: int) -> None:
@@ -182,14 +193,17 @@ class CheckpointManager:
     Args:
         config: the run config; reads ``trainer.default_local_dir``, ``trainer.max_actor_ckpt_to_keep`` and
             ``trainer.max_critic_ckpt_to_keep``.
+        identity: the saving run; its record goes into each checkpoint (``run.json``), and a checkpoint of
+            another lineage is never replaced. None: no record, no check.
     """
 
-    def __init__(self, config: DictConfig) -> None:
+    def __init__(self, config: DictConfig, identity: RunIdentity | None = None) -> None:
         trainer = config.trainer
         if not trainer.get("default_local_dir", None):
             raise CheckpointError("trainer.default_local_dir is not set: checkpoints need a folder")
         self.root = Path(trainer.default_local_dir)
         self.keep = _keep_count(trainer)
+        self.identity = identity
 
     def step_dir(self, step: int) -> Path:
         """The folder of the checkpoint of ``step`` (whether or not it exists)."""
@@ -246,41 +260,74 @@ class CheckpointManager:
     def save(self, step: int, write_fn: Callable[[Path], None]) -> Path:
         """Write the checkpoint of ``step`` with ``write_fn`` and publish it atomically; returns its folder.
 
-        ``write_fn(folder)`` writes every part into a fresh ``global_step_N.tmp-<id>`` folder; the checksums of
-        its files are recorded (``checksums.json``). The folder is then flushed to disk, renamed to ``global_step_N`` (replacing an older folder of that step), and
-        only then ``latest_checkpointed_iteration.txt`` is replaced (write a temporary file, ``os.replace``).
-        Finally complete checkpoints of earlier steps beyond the keep count are deleted. If ``write_fn``
-        raises, the temporary folder is removed and the error propagates (an ``OSError``, such as a full
-        disk, as a :class:`CheckpointError` that says what happened and what was kept). All workers must see the same
-        file system (a multi-node run needs a shared ``default_local_dir``).
+        ``write_fn(folder)`` writes every part into a fresh ``global_step_N.tmp-<id>`` folder; the run's record
+        (``run.json``, with an identity) and the checksums of its files (``checksums.json``) are added. The
+        folder is then flushed to disk, renamed to ``global_step_N`` (replacing an older folder of that step
+        of the same lineage; one of another lineage is an error), and only then
+        ``latest_checkpointed_iteration.txt`` is replaced (write a temporary file, ``os.replace``). Finally
+        complete checkpoints of earlier steps beyond the keep count are deleted. If ``write_fn`` raises, the
+        temporary folder is removed and the error propagates; a disk problem anywhere (full, over quota,
+        read-only, in whatever exception the writer wraps it) and any ``OSError`` become a
+        :class:`CheckpointError` that says what happened, the file written last and what was kept. All workers
+        must see the same file system (a multi-node run needs a shared ``default_local_dir``).
         """
         final = self.step_dir(step)
+        self._check_replace(final)
         previous = self.latest()
         tmp = self.root / f"{final.name}.tmp-{uuid.uuid4().hex[:12]}"
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             tmp.mkdir()
             write_fn(tmp)
+            if self.identity is not None:
+                write_run_record(tmp, self.identity)
             write_checksums(tmp)
             _crash_if_asked(step)
             _fsync_tree(tmp)
-        except OSError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise _disk_error(exc, step, self.root, previous) from exc
-        except BaseException:
+        except (KeyboardInterrupt, SystemExit):
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        except BaseException as exc:  # torch.distributed.checkpoint's CheckpointException is a BaseException
+            self._fail(exc, step, previous, tmp)
         replaced = None
-        if final.exists():
-            replaced = self.root / f"{final.name}.tmp-replaced-{uuid.uuid4().hex[:12]}"
-            os.rename(final, replaced)
-        os.rename(tmp, final)
-        _fsync_dir(self.root)
-        self._write_latest(step)
+        try:
+            if final.exists():
+                replaced = self.root / f"{final.name}.tmp-replaced-{uuid.uuid4().hex[:12]}"
+                os.rename(final, replaced)
+            os.rename(tmp, final)
+            _fsync_dir(self.root)
+            self._write_latest(step)
+        except OSError as exc:
+            why = disk_problem(exc, self.root) or exc.strerror or str(exc)
+            raise _disk_error(why, exc, step, self.root, previous, None) from exc
         if replaced is not None:
             shutil.rmtree(replaced, ignore_errors=True)
         self._rotate(step)
         return final
+
+    def _check_replace(self, final: Path) -> None:
+        """Refuse to replace a checkpoint of another lineage than this manager's run's."""
+        if self.identity is None or not final.is_dir():
+            return
+        record = read_run_record(final)
+        if not self.identity.owns(record):
+            raise CheckpointError(
+                f"{final} was written by {describe_writer(record)}, not by a run this one continues: it is not replaced. Give this "
+                "run its own folder (another trainer.experiment_name, or trainer.default_local_dir), or resume that "
+                "checkpoint (trainer.resume_mode)"
+            )
+
+    def _fail(self, exc: BaseException, step: int, previous: Path | None, tmp: Path) -> NoReturn:
+        """A save failed with ``exc``: remove the temporary folder and raise (a disk problem or an ``OSError``
+        as a :class:`CheckpointError`; anything else as it is). The disk is looked at before the folder goes."""
+        why = disk_problem(exc, self.root)
+        last = last_written(tmp) if tmp.is_dir() else None
+        shutil.rmtree(tmp, ignore_errors=True)
+        if why is None and isinstance(exc, OSError):
+            why = exc.strerror or str(exc)
+        if why is None:
+            raise exc
+        raise _disk_error(why, exc, step, self.root, previous, last) from exc
 
     def _write_latest(self, step: int) -> None:
         """Replace ``latest_checkpointed_iteration.txt`` atomically with ``step``."""
@@ -364,7 +411,32 @@ def resume_path(config: DictConfig) -> Path | None:
         return path
     raise CheckpointError(
         f"every checkpoint in {manager.root} is damaged ({'; '.join(damaged)}); "
-        "set trainer.resume_mode=disable to start over"
+        "start over in another folder (trainer.resume_mode=disable with another trainer.experiment_name or "
+        "trainer.default_local_dir)"
+    )
+
+
+def claim_checkpoints(config: DictConfig, identity: RunIdentity, resume_from: Path | None) -> None:
+    """Make ``identity`` continue the lineage of the checkpoint it resumes (``resume_from``), then, when the run
+    saves checkpoints, refuse to start if ``trainer.default_local_dir`` holds complete checkpoints of another
+    lineage: its saves would replace or mix with them. Raises :class:`CheckpointError` naming the first such
+    checkpoint and the run that wrote it. Call it before any model loads."""
+    if resume_from is not None:
+        identity.adopt(resume_from)
+    if not saves_checkpoints(config):
+        return
+    manager = CheckpointManager(config)
+    foreign = [path for _, path in manager.complete() if not identity.owns(read_run_record(path))]
+    if not foreign:
+        return
+    writer = describe_writer(read_run_record(foreign[0]))
+    more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+    how = f"resumes from {resume_from}" if resume_from is not None else "starts fresh"
+    raise CheckpointError(
+        f"trainer.default_local_dir={manager.root} holds {foreign[0].name}{more}, written by {writer}; this run "
+        f"{how} and its checkpoints would replace or mix with those. Give this run its own folder (another "
+        "trainer.experiment_name, or trainer.default_local_dir), resume those checkpoints (trainer.resume_mode=auto), "
+        "or delete them"
     )
 
 

@@ -80,9 +80,17 @@ NULL_OR_POSITIVE_KEYS: tuple[str, ...] = (
     "data.val_batch_size",
 )
 #: counts where 0 is meaningful but a negative value is not
-NON_NEGATIVE_KEYS: tuple[str, ...] = ("trainer.log_val_generations", "reward_model.num_examine")
+NON_NEGATIVE_KEYS: tuple[str, ...] = (
+    "trainer.log_val_generations",
+    "reward_model.num_examine",
+    "reward_model.scorer_output_bytes",
+)
 #: durations in seconds: 0 or null switch the limit off, a negative value is an error
-NON_NEGATIVE_SECONDS: tuple[str, ...] = ("reward_model.scorer_timeout", "reward_model.scorer_batch_timeout")
+NON_NEGATIVE_SECONDS: tuple[str, ...] = (
+    "reward_model.scorer_timeout",
+    "reward_model.scorer_batch_timeout",
+    "trainer.stop_grace_s",
+)
 #: keys accepted for verl's sake that rlcore honours only at one value: key -> (allowed values, why)
 ONLY_VALUES: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.hybrid_engine": (

@@ -26,6 +26,7 @@ from rlcore.algos.pf_ppo import pf_ppo_resample
 from rlcore.algos.rollout_correction import apply_rollout_correction
 from rlcore.checkpoint import (
     CheckpointManager,
+    claim_checkpoints,
     read_rollout_states,
     read_trainer_state,
     resume_path,
@@ -48,8 +49,9 @@ from rlcore.processors import load_processor
 from rlcore.profiling import step_profiling
 from rlcore.protocol import Batch
 from rlcore.reward.async_reward import AsyncReward, PendingReward
+from rlcore.reward.extras import check_reward_extras
 from rlcore.reward.model_reward import ModelRewardManager
-from rlcore.reward.scoring import build_reward_manager
+from rlcore.reward.scoring import build_reward_manager, describe_scorer
 from rlcore.run_context import RunContext
 from rlcore.tracking.generations import dump_generations
 from rlcore.tracking.progress import ProgressBar
@@ -113,7 +115,7 @@ class Trainer:
         self.reward_model_worker = self.estimator.meta.get("reward_model_worker")  # e.g. PRIME's implicit PRM
         self.use_reward_model = bool(config.reward_model.enable) or self.reward_model_worker is not None
         self.nonfinite_in_a_row = 0
-        self.stop = StopRequest()
+        self.stop = StopRequest(config.trainer.get("stop_grace_s"))
         self.saved_step = 0  # the step of the newest checkpoint this run saved or resumed from
         self.last: dict[str, float] = {}  # the last step's metrics (plus the last validation), also when stopped
         self.pipeline: RolloutPipeline | None = None  # async_training.enable: the one-step-off-policy rollout lane
@@ -215,6 +217,7 @@ class Trainer:
                 REWARD_WARN_MAGNITUDE,
                 float(scores.max()),
             )
+        check_reward_extras(result.extra_info, batch, describe_scorer(self.config))
         for key, values in result.extra_info.items():  # per-sample extras (e.g. "acc") for filters and metrics
             batch[key] = list(values)
         for key, tensor in result.tensors.items():  # e.g. rm_scores for an estimator that reads them itself
@@ -521,7 +524,7 @@ class Trainer:
             }
             write_trainer_state(folder, state)
 
-        path = CheckpointManager(self.config).save(self.global_step, write)
+        path = CheckpointManager(self.config, self.run.identity).save(self.global_step, write)
         self.saved_step = self.global_step
         return path
 
@@ -587,6 +590,8 @@ class Trainer:
 
     def _fit(self) -> dict[str, float]:
         resume_from = resume_path(self.config)  # a bad resume setting fails before any model is loaded
+        if self.run.identity is not None:  # another lineage's checkpoints are never replaced
+            claim_checkpoints(self.config, self.run.identity, resume_from)
         self._build_data()
         if resume_from is not None:
             self._check_same_model(resume_from)

@@ -13,6 +13,7 @@ from typing import Any
 
 from rlcore.data import DataError
 from rlcore.errors import RLCoreError
+from rlcore.usercode import EXIT_EXCEPTIONS, describe_exit, is_stop_signal
 
 
 def load_from_file(
@@ -30,7 +31,8 @@ def load_from_file(
     ``name_key`` its two keys (``data.sampler`` has ``class_path`` and ``class_name``). The module is
     registered in ``sys.modules`` under a name derived from the file's absolute path, so classes defined in
     it can be pickled by reference and importing the same file twice reuses the module. Errors (missing
-    file, exception while importing, missing attribute) raise ``error_cls`` naming the path and name.
+    file, exception while importing, ``sys.exit()`` while importing, missing attribute) raise ``error_cls``
+    naming the path and name.
     """
     file = Path(path).expanduser()
     if not file.is_file():
@@ -46,6 +48,14 @@ def load_from_file(
         sys.modules[module_name] = module
         try:
             spec.loader.exec_module(module)
+        except EXIT_EXCEPTIONS as exc:
+            del sys.modules[module_name]
+            if is_stop_signal(exc):
+                raise
+            raise error_cls(
+                f"{what}.{path_key}={path!r}: importing the file tried to end the run: {describe_exit(exc)}; a "
+                "file rlcore imports must not end the process"
+            ) from None
         except Exception as exc:
             del sys.modules[module_name]
             raise error_cls(

@@ -19,11 +19,22 @@ forked processes and :meth:`_RewardManagerBase._collect`:
   error and always propagates.
 
 ``scorer_timeout`` of 0 or null scores inline in the controller, one sample after another, without any
-time limit (for debugging a scorer).
+time limit (for debugging a scorer); each call gets its own deep copy of its arguments, as a scorer
+process gets its pickled copy, so that a scorer that changes its ``extra_info`` scores the same either way.
+
+A scorer that calls ``sys.exit()`` (or raises ``KeyboardInterrupt`` without a Ctrl-C), inline or in a
+scorer process, stops the run with a :class:`~rlcore.usercode.UserCodeExit` naming the line.
+
+Ground truths: for data sources whose registered scorer compares text (``ground_truth="text"``) the
+ground truth is passed as text (``33.0`` → ``"33"``, :mod:`rlcore.reward.ground_truth`); those without a
+clear text form (None, NaN, several answers) are passed as they are, counted in
+``reward/ground_truth_nonstring`` and warned about once per data source. A custom reward function gets the
+ground truth as the data holds it (as in verl).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import numbers
@@ -37,7 +48,10 @@ import torch
 from rlcore.data.rl_dataset import to_plain
 from rlcore.errors import RLCoreError
 from rlcore.reward.errors import RewardError
-from rlcore.reward.pool import Outcome, ScorerPool
+from rlcore.reward.ground_truth import ground_truth_text
+from rlcore.reward.pool import Outcome, ScorerPool, scorer_label
+from rlcore.reward.scoring import RegistryScorer
+from rlcore.usercode import EXIT_EXCEPTIONS, exit_error, is_stop_signal
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +124,8 @@ class _RewardManagerBase:
     def __init__(self, tokenizer: Any, scorer: Callable[..., Any], config: Any = None) -> None:
         """``config`` is the ``reward_model`` section (``scorer_timeout`` (default 30; 0 or null: inline, no
         limit), ``scorer_batch_timeout`` (default 600; 0 or null: no bound), ``scorer_workers`` (default 8),
-        ``scorer_fail_fast``, ``num_examine``, ``reward_kwargs``); a dict or ``None`` works too."""
+        ``scorer_output_bytes`` (default 65536), ``scorer_fail_fast``, ``num_examine``, ``reward_kwargs``); a
+        dict or ``None`` works too."""
         self.tokenizer = tokenizer
         self.scorer = scorer
         timeout = 30.0 if config is None else config.get("scorer_timeout", 30.0)
@@ -118,10 +133,12 @@ class _RewardManagerBase:
         batch_timeout = 600.0 if config is None else config.get("scorer_batch_timeout", 600.0)
         self.batch_timeout = float(batch_timeout or 0.0)
         self.workers = int(_option(config, "scorer_workers", 8))
+        self.output_bytes = int(_option(config, "scorer_output_bytes", 65536))
         self.fail_fast = bool(_option(config, "scorer_fail_fast", False))
         self.num_examine = int(_option(config, "num_examine", 0))
         self.reward_kwargs: dict[str, Any] = dict(to_plain(_option(config, "reward_kwargs", {})))
         self._pool: ScorerPool | None = None
+        self._warned_sources: set[Any] = set()  # data sources already warned about for their ground truths
 
     def _score_calls(self, calls: list[dict[str, Any]], fail_fast: bool | None = None) -> list[Outcome | None]:
         """``self.scorer(**kwargs)`` for each of ``calls``: in the scorer processes with the time limits, or
@@ -132,14 +149,18 @@ class _RewardManagerBase:
             outcomes: list[Outcome | None] = []
             for kwargs in calls:
                 try:
-                    outcomes.append(Outcome("ok", self.scorer(**kwargs)))
+                    outcomes.append(Outcome("ok", self.scorer(**copy.deepcopy(kwargs))))
+                except EXIT_EXCEPTIONS as exc:
+                    if is_stop_signal(exc):
+                        raise
+                    raise exit_error(exc, scorer_label(kwargs)) from None
                 except Exception as exc:  # noqa: BLE001 - reported by _collect
                     outcomes.append(Outcome("error", exc))
                 if stop and _failed(outcomes[-1]):
                     break
             return outcomes + [None] * (len(calls) - len(outcomes))
         if self._pool is None:
-            self._pool = ScorerPool(self.scorer, self.workers, self.timeout, self.batch_timeout)
+            self._pool = ScorerPool(self.scorer, self.workers, self.timeout, self.batch_timeout, self.output_bytes)
         return self._pool.map(calls, stop=_failed if stop else None)
 
     def close(self) -> None:
@@ -170,6 +191,36 @@ class _RewardManagerBase:
         ground_truths = [rm.get("ground_truth") if isinstance(rm, Mapping) else None for rm in reward_models]
         extra_infos = list(batch["extra_info"]) if "extra_info" in batch else [None] * len(responses)
         return responses, valid, texts, data_sources, ground_truths, extra_infos
+
+    def _text_ground_truths(self, sources: list[Any], truths: list[Any]) -> tuple[list[Any], dict[str, float]]:
+        """The ground truths with those of text-comparing scorers as text (a :class:`RegistryScorer` only);
+        the metric ``reward/ground_truth_nonstring`` counts those without a clear text form, and the first
+        such value of each data source is warned about once."""
+        if not isinstance(self.scorer, RegistryScorer):
+            return truths, {}
+        out = list(truths)
+        unclear: dict[Any, list[int]] = {}
+        for i, (source, truth) in enumerate(zip(sources, truths)):
+            if isinstance(truth, str) or not self.scorer.compares_text(source):
+                continue
+            text = ground_truth_text(truth)
+            if text is None:
+                unclear.setdefault(source, []).append(i)
+            else:
+                out[i] = text
+        for source, rows in unclear.items():
+            if source not in self._warned_sources:
+                self._warned_sources.add(source)
+                logger.warning(
+                    "data_source %r: the ground truth of sample %d is %r, which has no clear text form, and its "
+                    "scorer compares text: such samples probably score 0 (%d in this batch; counted in "
+                    "reward/ground_truth_nonstring; this warning is shown once per data source)",
+                    source,
+                    rows[0],
+                    truths[rows[0]],
+                    len(rows),
+                )
+        return out, {"reward/ground_truth_nonstring": float(sum(len(rows) for rows in unclear.values()))}
 
     def _collect(
         self, outcomes: list[Outcome | None], data_sources: list[Any]
@@ -269,6 +320,7 @@ class NaiveRewardManager(_RewardManagerBase):
         if "rm_scores" in batch:
             return RewardResult(batch["rm_scores"])
         responses, valid, texts, sources, truths, infos = self._inputs(batch)
+        truths, truth_metrics = self._text_ground_truths(sources, truths)
         outcomes = self._score_calls(
             [
                 {"data_source": sources[i], "solution_str": texts[i], "ground_truth": truths[i], "extra_info": infos[i]}
@@ -276,6 +328,7 @@ class NaiveRewardManager(_RewardManagerBase):
             ]
         )
         scores, extras, metrics = self._collect(outcomes, sources)
+        metrics.update(truth_metrics)
         self._examine(batch, texts, sources, truths, scores)
         return RewardResult(self._place(scores, valid, responses.shape[1]), extras, metrics)
 

@@ -9,7 +9,14 @@ scores the samples of a batch concurrently on up to ``workers`` processes, and:
 - stops the whole batch at ``batch_timeout`` seconds: running samples are killed, samples not yet started
   are ``timeout`` too, so a batch never takes longer than that;
 - stops at the first outcome a ``stop`` predicate flags (fail-fast), killing the samples in flight;
-- reports a worker that dies (a segfault, ``os._exit``) as an ``error`` of its sample.
+- reports a worker that dies (a segfault, ``os._exit``) as an ``error`` of its sample;
+- reports a scorer that calls ``sys.exit()`` (or raises ``KeyboardInterrupt``) as a
+  :class:`~rlcore.usercode.UserCodeExit` naming the line, an error that stops the run.
+
+Each worker is the leader of its own process group (``setsid``), and killing a worker kills its group, so
+whatever a scorer started (a child process, a shell pipeline) ends with it. The workers' stdout and stderr
+are pipes read by an :class:`~rlcore.reward.output.OutputRelay` (at most ``output_bytes`` per batch reach the
+run's own output), so no scorer's child holds the run's stdout.
 
 Samples are sent in chunks, so that a batch of fast samples costs one pipe message per worker rather than
 one round trip per sample: the pending samples are dealt round-robin over the workers free (so each gets
@@ -20,17 +27,22 @@ dispatch for the first of a chunk, when the previous outcome arrives for the oth
 chunk not finished when its worker is killed or dies go back to the front of the queue, in order, for other
 or fresh workers.
 
-Workers are started on first use and kept for later batches; :meth:`ScorerPool.close` ends them (they are
-daemon processes, and a worker whose controller died exits when its pipe closes).
+Workers are started on first use and kept for later batches; :meth:`ScorerPool.close` ends them and their
+process groups (so do the controller's exit and the stop watchdog's forced exit); a worker whose controller
+was killed is killed by the kernel (``PR_SET_PDEATHSIG``), but what it started outlives it then.
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import multiprocessing
 import os
 import pickle
 import signal
+import sys
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,7 +50,12 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+from rlcore.controller.stop import at_hard_exit
 from rlcore.errors import RLCoreError
+from rlcore.reward.output import OutputRelay
+from rlcore.usercode import EXIT_EXCEPTIONS, exit_error
+
+logger = logging.getLogger(__name__)
 
 #: an outcome kind: the scorer returned (``ok``), raised or died (``error``), or ran out of time (``timeout``)
 KINDS = ("ok", "error", "timeout")
@@ -89,16 +106,46 @@ def _die_with_parent() -> None:
         pass
 
 
-def _serve(fn: Callable[..., Any], conn: Connection, inherited: list[Connection]) -> None:
+def scorer_label(kwargs: Mapping[str, Any]) -> str:
+    """``the reward scorer (data_source 'gsm8k')`` for one call's keyword arguments."""
+    source = kwargs.get("data_source")
+    if source is None and kwargs.get("data_sources"):
+        source = kwargs["data_sources"][0]
+    return "the reward scorer" + (f" (data_source {source!r})" if source is not None else "")
+
+
+def _redirect_output(child_fds: tuple[int, int]) -> None:
+    """Make fd 1 and 2 (and ``sys.stdout``/``sys.stderr``) the relay's pipes."""
+    for fd, target in zip(child_fds, (1, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False, errors="replace")  # noqa: SIM115 - fd 1 lives on
+    sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
+
+
+def _serve(
+    fn: Callable[..., Any],
+    conn: Connection,
+    inherited: list[Connection],
+    child_fds: tuple[int, int],
+    parent_fds: tuple[int, ...],
+) -> None:
     """A worker's loop: receive a chunk (a list of kwargs), send back ``(kind, value)`` for each call as soon
     as it returns, in order; exit on EOF.
 
     ``inherited`` are the controller's pipe ends this forked process holds copies of (its own pipe's and the
-    other workers'): they are closed so that the pipe reports EOF as soon as the controller is gone.
+    other workers'): they are closed so that the pipe reports EOF as soon as the controller is gone; so are
+    ``parent_fds`` (the relay's read ends). The process becomes the leader of a new session (its own process
+    group) and writes its output to ``child_fds``.
     """
+    os.setsid()
     _die_with_parent()
+    signal.set_wakeup_fd(-1)  # the controller's stop watchdog listens there, not to this process's signals
     for end in inherited:
         end.close()
+    for fd in parent_fds:
+        os.close(fd)
+    _redirect_output(child_fds)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the controller's stop handler: terminate() must end it
     while True:
@@ -109,6 +156,8 @@ def _serve(fn: Callable[..., Any], conn: Connection, inherited: list[Connection]
         for kwargs in chunk:
             try:
                 result: tuple[str, Any] = ("ok", fn(**kwargs))
+            except EXIT_EXCEPTIONS as exc:  # SIGINT is ignored here: any KeyboardInterrupt is the scorer's own
+                result = ("error", exit_error(exc, scorer_label(kwargs)))
             except BaseException as exc:  # noqa: BLE001 - a scorer failure is its sample's, not the worker's
                 result = ("error", _portable(exc))
             try:
@@ -120,20 +169,36 @@ def _serve(fn: Callable[..., Any], conn: Connection, inherited: list[Connection]
 class _Worker:
     """One forked worker process, the controller's end of its pipe and the chunk it is scoring."""
 
-    def __init__(self, context: Any, fn: Callable[..., Any], others: list[_Worker]) -> None:
+    def __init__(self, context: Any, fn: Callable[..., Any], others: list[_Worker], relay: OutputRelay) -> None:
         self.conn, child = context.Pipe()
         inherited = [self.conn, *(w.conn for w in others)]
-        self.process = context.Process(target=_serve, args=(fn, child, inherited), name="rlcore-scorer", daemon=True)
+        self.process = context.Process(
+            target=_serve,
+            args=(fn, child, inherited, relay.child_fds, relay.parent_fds),
+            name="rlcore-scorer",
+            daemon=True,
+        )
         self.process.start()
         self.sentinel = self.process.sentinel  # readable once the process has ended
         child.close()
         self.chunk: deque[int] = deque()  # the sample indices sent and not answered yet; the first is running
         self.start = 0.0  # when the running sample started
 
+    def kill_group(self) -> None:
+        """SIGKILL the process and its process group (what the scorer started), without waiting."""
+        pid = self.process.pid
+        if pid is None:
+            return
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the group id is the worker's pid (setsid)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.process.is_alive():  # started so recently that it had no time to call setsid
+            os.kill(pid, signal.SIGKILL)
+
     def kill(self) -> None:
-        """SIGKILL the process and reap it."""
-        if self.process.is_alive():
-            os.kill(self.process.pid, signal.SIGKILL)
+        """SIGKILL the process and its process group, and reap it."""
+        self.kill_group()
         self.process.join(5)
         self.conn.close()
 
@@ -147,17 +212,28 @@ class ScorerPool:
         workers: the most processes scoring at once.
         timeout: seconds one call may run before its process is killed (None or <= 0: no limit).
         batch_timeout: seconds one :meth:`map` may run (None or <= 0: no limit).
+        output_bytes: the most bytes of the workers' stdout and stderr relayed to the run's output per
+            :meth:`map` (None: no limit); the rest is dropped, and a warning says how much.
     """
 
     def __init__(
-        self, fn: Callable[..., Any], workers: int, timeout: float | None, batch_timeout: float | None = None
+        self,
+        fn: Callable[..., Any],
+        workers: int,
+        timeout: float | None,
+        batch_timeout: float | None = None,
+        output_bytes: int | None = None,
     ) -> None:
         self.fn = fn
         self.size = max(1, int(workers))
         self.timeout = timeout if timeout and timeout > 0 else None
         self.batch_timeout = batch_timeout if batch_timeout and batch_timeout > 0 else None
+        self.output_bytes = output_bytes
         self._context = multiprocessing.get_context("fork")
         self._workers: list[_Worker] = []
+        self._relay: OutputRelay | None = None
+        self._owner = os.getpid()
+        _LIVE_POOLS.add(self)
 
     def map(
         self, calls: list[Mapping[str, Any]], stop: Callable[[Outcome], bool] | None = None
@@ -168,6 +244,26 @@ class ScorerPool:
         killed): the calls not finished then are ``None``. Arguments that do not pickle raise an
         :class:`RLCoreError` naming the sample.
         """
+        if self._relay is not None:
+            self._relay.new_batch()
+        try:
+            return self._map(calls, stop)
+        finally:
+            self._report_cut_output()
+
+    def _report_cut_output(self) -> None:
+        """Warn when scorer output was cut during the batch."""
+        cut = self._relay.take_cut() if self._relay is not None else 0
+        if cut:
+            logger.warning(
+                "the scorer processes printed %d bytes more than reward_model.scorer_output_bytes=%s in this batch; "
+                "they were not shown",
+                cut,
+                self.output_bytes,
+            )
+
+    def _map(self, calls: list[Mapping[str, Any]], stop: Callable[[Outcome], bool] | None) -> list[Outcome | None]:
+        """:meth:`map` without the output accounting."""
         outcomes: list[Outcome | None] = [None] * len(calls)
         pending = deque(range(len(calls)))
         deadline = time.monotonic() + self.batch_timeout if self.batch_timeout else None
@@ -190,10 +286,21 @@ class ScorerPool:
                 return [Outcome("timeout", "batch") if o is None else o for o in outcomes]
 
     def close(self) -> None:
-        """End every worker process (idempotent)."""
+        """End every worker process and its process group, and stop relaying their output (idempotent)."""
         for worker in self._workers:
             worker.kill()
         self._workers = []
+        if self._relay is not None:
+            self._relay.close()
+            self._relay = None
+
+    def kill_groups(self) -> None:
+        """SIGKILL every worker's process group at once, without waiting (the process is ending); a no-op in a
+        process forked from the pool's owner."""
+        if os.getpid() != self._owner:
+            return
+        for worker in self._workers:
+            worker.kill_group()
 
     # ----------------------------------------------------------------- internals
     def _dispatch(self, pending: deque[int], calls: list[Mapping[str, Any]]) -> None:
@@ -221,8 +328,10 @@ class ScorerPool:
             worker.start = time.monotonic()
 
     def _start(self) -> _Worker:
-        """Start a worker and add it to the pool."""
-        worker = _Worker(self._context, self.fn, self._workers)
+        """Start a worker and add it to the pool (and the output relay with the first one)."""
+        if self._relay is None:
+            self._relay = OutputRelay(self.output_bytes)
+        worker = _Worker(self._context, self.fn, self._workers, self._relay)
         self._workers.append(worker)
         return worker
 
@@ -282,3 +391,17 @@ class ScorerPool:
         """Kill the workers that are still scoring."""
         for worker in [w for w in self._workers if w.chunk]:
             self._retire(worker)
+
+
+#: the pools whose workers may be running: their process groups are killed when the controller exits
+_LIVE_POOLS: weakref.WeakSet[ScorerPool] = weakref.WeakSet()
+
+
+def _kill_live_pools() -> None:
+    """Kill the process groups of every live pool's workers (at exit, and by the stop watchdog)."""
+    for pool in list(_LIVE_POOLS):
+        pool.kill_groups()
+
+
+atexit.register(_kill_live_pools)
+at_hard_exit(_kill_live_pools)

@@ -24,6 +24,22 @@ class RegistryScorer:
         self.registry = registry
         self._cache: dict[str, Callable[..., Any]] = {}
 
+    def _registry(self) -> Any:
+        if self.registry is not None:
+            return self.registry
+        from rlcore.plugins import load_plugins
+
+        return load_plugins().registry
+
+    def compares_text(self, data_source: str) -> bool:
+        """Whether the scorer of ``data_source`` compares the ground truth as text (registered with
+        ``ground_truth="text"``): the reward manager then passes it as text (:mod:`rlcore.reward.ground_truth`).
+        False for an unknown data source (scoring reports it)."""
+        registry = self._registry()
+        if not registry.has("reward_scorer", data_source):
+            return False
+        return registry.get("reward_scorer", data_source).meta.get("ground_truth") == "text"
+
     def resolve(self, data_source: str) -> Callable[..., Any]:
         """The scorer registered for ``data_source`` (or one of its aliases)."""
         scorer = self._cache.get(data_source)
@@ -75,6 +91,15 @@ def build_scorer(config: Any) -> Callable[..., Any]:
         fn = _run_coroutine_function(fn)
     kwargs = dict(to_plain(custom.get("reward_kwargs", None) or {}))
     return functools.partial(fn, **kwargs) if kwargs else fn
+
+
+def describe_scorer(config: Any) -> str:
+    """The scorer of a run for messages: ``custom_reward_function 'compute_score' in reward.py``, or ``the
+    reward scorer of the data source`` (registered by ``data_source``)."""
+    custom = config.get("custom_reward_function", None) or {}
+    if custom.get("path", None):
+        return f"custom_reward_function {custom.get('name', None) or 'compute_score'!r} in {custom['path']}"
+    return "the reward scorer of the data source"
 
 
 def build_reward_manager(config: Any, tokenizer: Any) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rlcore.reward.ground_truth import ground_truth_as_text
 from rlcore.reward.scorers import math as math_scorer
 
 FORMAT_SCORE = 0.1
@@ -37,4 +38,4 @@ def compute_score(solution_str: str, ground_truth: str, format_score: float = FO
 
 def score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None) -> float:
     """The registered ``reward_scorer`` for ``hiyouga/geometry3k``: 0, 0.1, 0.9 or 1."""
-    return compute_score(solution_str, str(ground_truth))
+    return compute_score(solution_str, ground_truth_as_text(ground_truth))

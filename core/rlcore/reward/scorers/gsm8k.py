@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rlcore.reward.ground_truth import ground_truth_as_text
+
 #: only the tail of a response is searched, so an answer echoed early in a long response does not count
 SOLUTION_CLIP_CHARS = 300
 _STRICT = re.compile(r"#### (-?[0-9.,]+)")
@@ -45,4 +47,4 @@ def compute_score(
 
 def score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None) -> float:
     """The registered ``reward_scorer`` for ``openai/gsm8k``: strict extraction, 1 or 0."""
-    return compute_score(solution_str, str(ground_truth))
+    return compute_score(solution_str, ground_truth_as_text(ground_truth))

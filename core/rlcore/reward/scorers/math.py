@@ -35,6 +35,8 @@ import threading
 from types import ModuleType
 from typing import Any
 
+from rlcore.reward.ground_truth import ground_truth_as_text
+
 #: the last ``\boxed`` token of a text, then what follows it: braces (maybe after white space) or a space
 _BOXED = re.compile(r"\\boxed")
 _FBOX = re.compile(r"\\fbox")
@@ -197,4 +199,4 @@ def compute_score(solution_str: str, ground_truth: str) -> float:
 
 def score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None) -> float:
     """The registered ``reward_scorer`` for MATH data sources: 1 or 0."""
-    return compute_score(solution_str, str(ground_truth))
+    return compute_score(solution_str, ground_truth_as_text(ground_truth))

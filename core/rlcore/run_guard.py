@@ -1,0 +1,94 @@
+"""The end of a run, whatever ends it: ``summary.json`` with its status, a non-zero exit for a failure, and
+the checkpoint folder's lock released.
+
+:func:`guarded_fit` is the last part of ``rlcore run``: it locks ``trainer.default_local_dir``
+(:mod:`rlcore.checkpoint.lock`), builds the trainer and trains. However the run ends — completed, stopped by
+SIGINT/SIGTERM (after its grace period, even with the main thread stuck: see
+:mod:`rlcore.controller.stop`), a user error, user code calling ``sys.exit()``, a bug — the summary is
+written with its status, and only a completed run returns normally.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from rlcore.checkpoint.lock import lock_checkpoint_folder
+from rlcore.errors import RLCoreError
+from rlcore.plugins import PluginManager
+from rlcore.run_context import RunContext
+from rlcore.usercode import EXIT_EXCEPTIONS, exit_error, is_stop_signal
+
+#: ``summarise(last_metrics, status)``: print the run's end and write ``summary.json``
+Summarise = Callable[[dict[str, Any], str], None]
+#: ``print_kept(trainer, abandoned)``: after a stop signal, say which steps and checkpoint were kept
+PrintKept = Callable[[Any, bool], None]
+
+
+class RunInterrupted(SystemExit):
+    """A run stopped by SIGINT/SIGTERM after its summary was written; exits with ``128 + signal``."""
+
+
+def _summarise_failure(summarise: Summarise, last: dict[str, Any], status: str) -> None:
+    """Write the summary of a run that failed; a failure to write it is printed, never raised over the
+    run's own error."""
+    try:
+        summarise(last, status)
+    except Exception as exc:  # noqa: BLE001 - e.g. the run directory's disk is full: the run's error comes first
+        click.echo(f"warning: the run's summary could not be written ({type(exc).__name__}: {exc})", err=True)
+
+
+def guarded_fit(
+    config: Any, run: RunContext, manager: PluginManager, *, summarise: Summarise, print_kept: PrintKept
+) -> dict[str, Any]:
+    """Train the run and return its last metrics; see the module docstring.
+
+    Raises :class:`RunInterrupted` (exit status 143 or 130) after a stop signal, the :class:`RLCoreError`
+    of a user error (a :class:`~rlcore.usercode.UserCodeExit` naming the line when user code raised
+    ``SystemExit`` or its own ``KeyboardInterrupt``), or the exception of a bug; ``summary.json`` is
+    written in every case.
+    """
+    from rlcore.controller.trainer import Trainer
+
+    lock = None
+    trainer: Any = None
+    try:
+        assert run.identity is not None  # RunContext gives every run one
+        lock = lock_checkpoint_folder(config, run.identity)
+        trainer = Trainer(config, run, manager)
+
+        def overdue() -> None:
+            """The stop watchdog's last resort: the main thread is stuck, the process is about to end."""
+            summarise(trainer.last, f"interrupted by {trainer.stop.name} (the step in progress was abandoned)")
+            print_kept(trainer, True)
+
+        trainer.stop.on_overdue = overdue
+        last = trainer.fit()
+    except BaseException as exc:
+        last = trainer.last if trainer is not None else {}
+        stop = trainer.stop if trainer is not None else None
+        signalled = isinstance(exc, KeyboardInterrupt) and (stop.caused(exc) if stop else is_stop_signal(exc))
+        if signalled:
+            signum = (stop.signum if stop else None) or signal.SIGINT
+            _summarise_failure(summarise, last, f"interrupted by {signal.Signals(signum).name}")
+            if trainer is not None:
+                print_kept(trainer, True)
+            raise RunInterrupted(128 + signum) from None
+        error = exit_error(exc, "user code") if isinstance(exc, EXIT_EXCEPTIONS) else exc
+        described = str(error) if isinstance(error, RLCoreError) else f"{type(error).__name__}: {error}"
+        _summarise_failure(summarise, last, f"failed: {described}")
+        if error is exc:
+            raise
+        raise error from None
+    finally:
+        if lock is not None:
+            lock.release()
+    if trainer.stop.requested:
+        summarise(last, f"interrupted by {trainer.stop.name}")
+        print_kept(trainer, False)
+        raise RunInterrupted(128 + int(trainer.stop.signum or 0))
+    summarise(last, "completed")
+    return last

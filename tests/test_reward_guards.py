@@ -1,0 +1,139 @@
+"""Reward data is guarded: a scorer's extra value named like a batch key is an error naming the key, inline
+scoring gives each call its own copy of its inputs (as scorer processes do), and ground truths that are not
+text are made text for the scorers that compare text, or counted when their meaning is unclear."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlcore.reward import RewardError
+from rlcore.reward.extras import check_reward_extras
+from rlcore.reward.ground_truth import ground_truth_text
+from rlcore.reward.managers import NaiveRewardManager
+from rlcore.reward.scoring import RegistryScorer
+from rlcore.testing.contracts.rewards import make_reward_batch
+from rlcore.testing.runs import make_tiny_task, tiny_run
+
+
+def with_extra(key: str):
+    def scorer(data_source, solution_str, ground_truth, extra_info=None):
+        return {"score": 1.0, key: "same"}
+
+    return scorer
+
+
+@pytest.mark.parametrize(("key", "where"), [("uid", "a key of the batch"), ("values", "a key the step adds")])
+def test_an_extra_named_like_a_batch_key_is_an_error_naming_it(tiny_tokenizer, key: str, where: str) -> None:
+    batch, _ = make_reward_batch(tiny_tokenizer, data_source="my/source")
+    batch["uid"] = np.array(["a", "a", "b", "b"], dtype=object)
+    result = NaiveRewardManager(tiny_tokenizer, with_extra(key), {"scorer_timeout": 0})(batch)
+    with pytest.raises(RewardError) as caught:
+        check_reward_extras(result.extra_info, batch, "custom_reward_function 'compute_score' in reward.py")
+    message = str(caught.value)
+    assert message.startswith(
+        "custom_reward_function 'compute_score' in reward.py (data_source 'my/source', sample 0) returned the "
+        f"extra value {key!r}, which is {where}"
+    )
+    assert f"it would replace the batch's {key!r} for the rest of the step; rename it" in message
+    check_reward_extras({"acc": [1.0] * 4}, batch)  # a new name is fine
+
+
+UID_REWARD = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": float(len(solution_str) % 3), "uid": "one group"}
+"""
+
+
+def test_a_run_whose_scorer_returns_uid_stops_instead_of_regrouping(tmp_path: Path, tiny_model_dir: Path) -> None:
+    task = make_tiny_task(tmp_path / "task")
+    task["reward"].write_text(UID_REWARD)
+    with pytest.raises(RewardError, match=r"returned the extra value 'uid', which is a key of the batch"):
+        tiny_run(tmp_path, tiny_model_dir, task, "trainer.test_freq=-1", "trainer.val_before_train=false")
+
+
+def counts_visits(data_source, solution_str, ground_truth, extra_info=None):
+    """Scores how many times this ``extra_info`` dict was seen, and marks it."""
+    extra_info["visits"] = extra_info.get("visits", 0) + 1
+    return float(extra_info["visits"])
+
+
+def test_inline_scoring_gives_each_call_its_own_copy_like_scorer_processes(tiny_tokenizer) -> None:
+    batch, _ = make_reward_batch(tiny_tokenizer)
+    shared = {"value": 1.0}  # what repeat(n, interleave=True) gives a prompt's samples: one dict
+    batch["extra_info"] = np.array([shared] * 4 + [None], dtype=object)[:-1]
+    scores = {}
+    for timeout in (0, 10):
+        manager = NaiveRewardManager(tiny_tokenizer, counts_visits, {"scorer_timeout": timeout})
+        scores[timeout] = manager(batch).token_level_scores.sum(-1).tolist()
+        manager.close()
+    assert scores[0] == scores[10] == [1.0] * 4
+    assert shared == {"value": 1.0}, "the batch's own extra_info is untouched"
+
+
+# ------------------------------------------------------------------ ground truths
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("33", "33"),
+        (33, "33"),
+        (33.0, "33"),
+        (np.int64(33), "33"),
+        (np.float32(33.0), "33"),
+        (0.5, "0.5"),
+        (np.array(33.0), "33"),
+        (["33"], "33"),
+        ((33.0,), "33"),
+        (np.array([33]), "33"),
+        (None, None),
+        (float("nan"), None),
+        (float("inf"), None),
+        (True, None),
+        (["33", "34"], None),
+        ([], None),
+        ({"answer": "33"}, None),
+        ([["33"]], None),
+    ],
+)
+def test_ground_truth_text(value, text) -> None:
+    assert ground_truth_text(value) == text
+
+
+def test_text_scorers_get_text_ground_truths_and_unclear_ones_are_counted_once(tiny_tokenizer, caplog) -> None:
+    truths = [72.0, np.int64(72), ["72"], None, float("nan"), ["72", "73"]]
+    batch, _ = make_reward_batch(tiny_tokenizer, ["#### 72"] * 6, data_source="openai/gsm8k", ground_truths=truths)
+    manager = NaiveRewardManager(tiny_tokenizer, RegistryScorer(), {"scorer_timeout": 0})
+    with caplog.at_level(logging.WARNING, logger="rlcore.reward.managers"):
+        result = manager(batch)
+        again = manager(batch)
+    assert result.token_level_scores.sum(-1).tolist() == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    assert result.metrics["reward/ground_truth_nonstring"] == 3 == again.metrics["reward/ground_truth_nonstring"]
+    warnings = [r.getMessage() for r in caplog.records if "no clear text form" in r.getMessage()]
+    assert len(warnings) == 1, "once per data source"
+    assert "data_source 'openai/gsm8k': the ground truth of sample 3 is None" in warnings[0]
+    assert "3 in this batch" in warnings[0] and "reward/ground_truth_nonstring" in warnings[0]
+
+
+def keeps_type(data_source, solution_str, ground_truth, extra_info=None):
+    """A custom function comparing numbers (verl passes the ground truth as the data holds it)."""
+    return float(isinstance(ground_truth, float) and ground_truth == 72.0)
+
+
+def test_a_custom_reward_function_gets_the_ground_truth_as_stored(tiny_tokenizer) -> None:
+    batch, _ = make_reward_batch(tiny_tokenizer, ["72"], data_source="openai/gsm8k", ground_truths=[72.0])
+    result = NaiveRewardManager(tiny_tokenizer, keeps_type, {"scorer_timeout": 0})(batch)
+    assert result.token_level_scores.sum().item() == 1.0
+    assert "reward/ground_truth_nonstring" not in result.metrics
+
+
+def test_the_builtin_text_scorers_read_a_float_ground_truth_as_its_integer() -> None:
+    from rlcore.reward.scorers import geo3k, gsm8k, math
+
+    assert gsm8k.score("openai/gsm8k", "#### 33", 33.0) == 1.0
+    assert math.score("math", "\\boxed{33}", np.float64(33.0)) == 1.0
+    assert geo3k.score("geo3k", "<think>x</think> \\boxed{0.5}", 0.5) == 1.0

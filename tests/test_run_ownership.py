@@ -1,0 +1,200 @@
+"""A run owns its checkpoint folder: a second run is refused while the first holds the folder's lock (real
+processes), the lock dies with its holder (even a forked child of it does not keep it), and a run never
+replaces checkpoints of another lineage (real runs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import DictConfig, OmegaConf
+
+from rlcore.checkpoint import (
+    RUN_FILE,
+    CheckpointError,
+    CheckpointManager,
+    RunIdentity,
+    claim_checkpoints,
+)
+from rlcore.checkpoint.lock import LOCK_FILE, lock_checkpoint_folder
+from rlcore.testing.runs import make_tiny_task, tiny_run
+
+
+def config(root: Path, **trainer: Any) -> DictConfig:
+    """The ``trainer`` keys the lock, the lineage check and the checkpoint manager read."""
+    base = {
+        "default_local_dir": str(root),
+        "resume_mode": "auto",
+        "resume_from_path": None,
+        "save_freq": 1,
+        "save_on_signal": False,
+        "max_actor_ckpt_to_keep": None,
+        "max_critic_ckpt_to_keep": None,
+    }
+    return OmegaConf.create({"trainer": {**base, **trainer}})
+
+
+HOLDER = """
+import os, sys, time
+from pathlib import Path
+from omegaconf import OmegaConf
+from rlcore.checkpoint import RunIdentity
+from rlcore.checkpoint.lock import lock_checkpoint_folder
+
+root = Path(sys.argv[1])
+config = OmegaConf.create({"trainer": {"default_local_dir": str(root), "save_freq": 1, "resume_mode": "auto"}})
+lock = lock_checkpoint_folder(config, RunIdentity.new("/runs/first-run"))
+if sys.argv[2] == "fork":  # a child that outlives this process must not keep the folder locked
+    child = os.fork()
+    if child == 0:
+        time.sleep(120)
+        os._exit(0)
+    print(child, flush=True)
+    os._exit(0)
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def hold_lock(root: Path, mode: str = "hold") -> tuple[subprocess.Popen[str], str]:
+    """A real process that takes the folder's lock, and the line it printed once it held it."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(root), mode], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, proc.stdout.readline().strip()
+
+
+def test_a_second_run_is_refused_naming_the_first_and_the_lock_dies_with_it(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    root = tmp_path / "ckpt"
+    holder, line = hold_lock(root)
+    try:
+        assert line == "locked"
+        with pytest.raises(CheckpointError) as caught:
+            lock_checkpoint_folder(config(root), RunIdentity.new(tmp_path / "second"))
+        message = str(caught.value)
+        assert f"trainer.default_local_dir={root} is in use by another run" in message
+        assert f"PID {holder.pid} on host {os.uname().nodename}" in message
+        assert "run directory /runs/first-run" in message and "started 20" in message
+        assert "\n" not in message
+        task = make_tiny_task(tmp_path / "task")
+        with pytest.raises(CheckpointError, match=f"in use by another run: run .*PID {holder.pid}"):
+            tiny_run(tmp_path, tiny_model_dir, task, "trainer.save_freq=1", f"trainer.default_local_dir={root}")
+        (run_dir,) = (tmp_path / "runs").glob("*/*")
+        assert not (run_dir / "metrics.jsonl").exists() and not list(root.glob("global_step_*"))
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(30)
+    assert (root / LOCK_FILE).is_file(), "the lock file stays behind, naming the dead run"
+    lock = lock_checkpoint_folder(config(root), RunIdentity.new(tmp_path / "third"))
+    assert lock is not None, "a killed holder's lock is free at once"
+    assert json.loads((root / LOCK_FILE).read_text())["run_dir"] == str(tmp_path / "third")
+    lock.release()
+
+
+def test_a_forked_child_of_the_holder_does_not_keep_the_lock(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    holder, line = hold_lock(root, "fork")
+    child = int(line)
+    holder.wait(30)
+    try:
+        assert Path(f"/proc/{child}").exists(), "the child outlives its parent"
+        lock = lock_checkpoint_folder(config(root), RunIdentity.new(tmp_path / "next"))
+        assert lock is not None
+        lock.release()
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def test_runs_that_save_nothing_and_resume_nothing_take_no_lock(tmp_path: Path) -> None:
+    assert lock_checkpoint_folder(config(tmp_path / "none", save_freq=-1), RunIdentity.new(tmp_path)) is None
+    assert not (tmp_path / "none").exists()
+
+
+# ------------------------------------------------------------------ lineage: whose checkpoint is it
+
+
+def write_part(folder: Path) -> None:
+    (folder / "state.json").write_text("{}")
+
+
+def test_a_checkpoint_records_its_run_and_another_lineage_is_never_replaced(tmp_path: Path) -> None:
+    first = RunIdentity.new(tmp_path / "first")
+    CheckpointManager(config(tmp_path), first).save(1, write_part)
+    CheckpointManager(config(tmp_path), first).save(2, write_part)
+    assert json.loads((tmp_path / "global_step_2" / RUN_FILE).read_text()) == first.record()
+
+    fresh = RunIdentity.new(tmp_path / "fresh")
+    with pytest.raises(CheckpointError) as caught:
+        claim_checkpoints(config(tmp_path), fresh, None)
+    message = str(caught.value)
+    assert f"holds global_step_1 (and 1 more), written by run {first.run_id} (PID {os.getpid()}" in message
+    assert f"run directory {tmp_path / 'first'}" in message and "this run starts fresh" in message
+    assert "trainer.experiment_name" in message
+    with pytest.raises(CheckpointError, match=r"global_step_2 was written by run .* it is not replaced"):
+        CheckpointManager(config(tmp_path), fresh).save(2, write_part)
+    assert json.loads((tmp_path / "global_step_2" / RUN_FILE).read_text())["run_id"] == first.run_id
+
+    resumed = RunIdentity.new(tmp_path / "resumed")
+    claim_checkpoints(config(tmp_path), resumed, tmp_path / "global_step_1")  # continues the first run's lineage
+    assert resumed.lineage == first.run_id
+    CheckpointManager(config(tmp_path), resumed).save(2, write_part)
+    record = json.loads((tmp_path / "global_step_2" / RUN_FILE).read_text())
+    assert (record["run_id"], record["lineage"]) == (resumed.run_id, first.run_id)
+
+    claim_checkpoints(config(tmp_path, save_freq=-1), RunIdentity.new(tmp_path / "reader"), None)  # saves nothing
+
+
+def test_checkpoints_from_before_run_records_are_kept_from_fresh_runs_and_resumable(tmp_path: Path) -> None:
+    CheckpointManager(config(tmp_path)).save(1, write_part)  # no identity: no run.json, as older rlcore wrote
+    with pytest.raises(CheckpointError, match="written by a run before rlcore recorded which run wrote"):
+        claim_checkpoints(config(tmp_path), RunIdentity.new(tmp_path / "fresh"), None)
+    resumed = RunIdentity.new(tmp_path / "resumed")
+    claim_checkpoints(config(tmp_path), resumed, tmp_path / "global_step_1")
+    CheckpointManager(config(tmp_path), resumed).save(1, write_part)
+
+
+# ------------------------------------------------------------------ real runs
+
+
+def test_real_runs_a_fresh_run_is_refused_before_loading_a_resumed_one_continues_the_lineage(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    task = make_tiny_task(tmp_path / "task")
+    ckpt = tmp_path / "ckpt"
+    shared = (
+        "trainer.save_freq=1",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        f"trainer.default_local_dir={ckpt}",
+    )
+    _, first_dir = tiny_run(tmp_path / "first", tiny_model_dir, task, *shared)
+    first = json.loads((ckpt / "global_step_2" / RUN_FILE).read_text())
+    assert first["run_dir"] == str(first_dir) and first["lineage"] == first["run_id"]
+
+    start = time.monotonic()
+    with pytest.raises(CheckpointError, match=rf"holds global_step_1 \(and 1 more\), written by run {first['run_id']}"):
+        tiny_run(tmp_path / "fresh", tiny_model_dir, task, *shared, "trainer.resume_mode=disable")
+    (fresh_dir,) = (tmp_path / "fresh" / "runs").glob("*/*")
+    assert not (fresh_dir / "metrics.jsonl").exists(), "refused before training"
+    summary = json.loads((fresh_dir / "summary.json").read_text())
+    assert summary["status"].startswith("failed: trainer.default_local_dir=")
+    assert time.monotonic() - start < 120
+
+    _, resumed_dir = tiny_run(
+        tmp_path / "resumed",
+        tiny_model_dir,
+        task,
+        *shared,
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={ckpt / 'global_step_1'}",
+    )
+    record = json.loads((ckpt / "global_step_2" / RUN_FILE).read_text())
+    assert record["run_dir"] == str(resumed_dir) and record["lineage"] == first["run_id"]

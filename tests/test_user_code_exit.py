@@ -1,0 +1,210 @@
+"""User code cannot end a run silently: ``sys.exit()`` or a ``KeyboardInterrupt`` raised by a reward file, a
+scorer (inline and in scorer processes), a tool, a plugin hook or a custom dataset is an error naming the
+file and line, the run's ``summary.json`` says it failed, and the exit status is not 0. A real Ctrl-C still
+stops the run as one."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rlcore
+from rlcore.agents.parsers import ToolCall
+from rlcore.agents.tools import Tool, ToolExecutor
+from rlcore.controller.stop import SignalInterrupt, StopRequest
+from rlcore.reward import RewardError
+from rlcore.reward.managers import BatchRewardManager, NaiveRewardManager
+from rlcore.reward.scoring import build_scorer
+from rlcore.testing.contracts.rewards import make_reward_batch
+from rlcore.testing.runs import dry_run, make_tiny_task, tiny_overrides, tiny_run
+from rlcore.usercode import UserCodeExit
+
+
+def exits(data_source, solution_str, ground_truth, extra_info=None):
+    """Ends the process on sample '2'."""
+    if ground_truth == "2":
+        sys.exit(3)
+    return 1.0
+
+
+def interrupts(data_source, solution_str, ground_truth, extra_info=None):
+    """Raises KeyboardInterrupt itself (no Ctrl-C)."""
+    raise KeyboardInterrupt
+
+
+def batched_exit(data_sources, solution_strs, ground_truths, extra_infos):
+    exit()
+
+
+def _line(function: Any, text: str) -> int:
+    """The line of ``function`` holding ``text``."""
+    lines, start = inspect.getsourcelines(function)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+@pytest.mark.parametrize("timeout", [0, 10], ids=["inline", "scorer-processes"])
+def test_a_scorer_calling_sys_exit_stops_the_run_naming_the_line(tiny_tokenizer, timeout: float) -> None:
+    batch, _ = make_reward_batch(tiny_tokenizer)
+    manager = NaiveRewardManager(tiny_tokenizer, exits, {"scorer_timeout": timeout})
+    try:
+        with pytest.raises(UserCodeExit) as caught:
+            manager(batch)
+    finally:
+        manager.close()
+    message = str(caught.value)
+    assert "the reward scorer (data_source 'contract') tried to end the run: SystemExit(3)" in message
+    assert f"{__file__}:{_line(exits, 'sys.exit(3)')} (in exits)" in message
+
+
+@pytest.mark.parametrize("timeout", [0, 10], ids=["inline", "scorer-processes"])
+def test_a_scorer_raising_keyboard_interrupt_itself_is_an_error(tiny_tokenizer, timeout: float) -> None:
+    batch, _ = make_reward_batch(tiny_tokenizer)
+    manager = NaiveRewardManager(tiny_tokenizer, interrupts, {"scorer_timeout": timeout})
+    try:
+        with StopRequest(), pytest.raises(UserCodeExit) as caught:  # the run's handlers: a real Ctrl-C is told apart
+            manager(batch)
+    finally:
+        manager.close()
+    assert f"KeyboardInterrupt (no Ctrl-C was pressed) raised at {__file__}:" in str(caught.value)
+
+
+def test_a_batched_scorer_calling_exit_is_an_error(tiny_tokenizer) -> None:
+    batch, _ = make_reward_batch(tiny_tokenizer)
+    with pytest.raises(
+        UserCodeExit, match=r"SystemExit\(None\) raised at .*test_user_code_exit.py:\d+ \(in batched_exit\)"
+    ):
+        BatchRewardManager(tiny_tokenizer, batched_exit, {"scorer_timeout": 0})(batch)
+
+
+def sleeps_through_signals(data_source, solution_str, ground_truth, extra_info=None):
+    """Sends the process SIGINT twice (a user pressing Ctrl-C twice), then sleeps."""
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGINT)
+    import time
+
+    time.sleep(30)
+    return 1.0
+
+
+def test_a_real_ctrl_c_in_an_inline_scorer_still_stops_the_run(tiny_tokenizer) -> None:
+    batch, _ = make_reward_batch(tiny_tokenizer, ["a"])
+    with StopRequest() as stop, pytest.raises(SignalInterrupt):
+        NaiveRewardManager(tiny_tokenizer, sleeps_through_signals, {"scorer_timeout": 0})(batch)
+    assert stop.caused(SignalInterrupt()) and stop.signum == signal.SIGINT
+
+
+def test_a_reward_file_calling_sys_exit_at_import_is_named(tmp_path: Path) -> None:
+    reward = tmp_path / "exiting_reward.py"
+    reward.write_text("import sys\n\nsys.exit(0)\n\ndef compute_score(**kwargs):\n    return 1.0\n")
+    config = {"custom_reward_function": {"path": str(reward), "name": "compute_score"}}
+    with pytest.raises(RewardError) as caught:
+        build_scorer(config)
+    assert str(caught.value) == (
+        f"custom_reward_function.path={str(reward)!r}: importing the file tried to end the run: SystemExit(0) "
+        f"raised at {reward}:3 (in <module>); a file rlcore imports must not end the process"
+    )
+
+
+class Quits(Tool):
+    async def execute(self, instance_id: str, arguments: dict[str, Any]) -> str:
+        raise SystemExit(1)
+
+
+def test_a_tool_calling_sys_exit_is_an_error_naming_the_tool() -> None:
+    schema = {"type": "function", "function": {"name": "quits", "parameters": {"type": "object"}}}
+    executor = ToolExecutor({"quits": Quits({}, schema)}, 2, 100, "middle")
+    with pytest.raises(UserCodeExit, match=rf"tool 'quits' \({__name__}.Quits\) tried to end the run: SystemExit\(1\)"):
+        asyncio.run(executor.call("t0", ToolCall("quits", {}), {}))
+
+
+# ------------------------------------------------------------------ real runs
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return make_tiny_task(tmp_path_factory.mktemp("task"))
+
+
+def test_a_plugin_hook_calling_sys_exit_fails_the_run_with_a_summary(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path], registered
+) -> None:
+    def on_step_end(run, step, metrics):
+        sys.exit(0)
+
+    plugin = types.SimpleNamespace(on_step_end=rlcore.hookimpl(on_step_end))
+    with registered(plugin, name="exiting-plugin"), pytest.raises(UserCodeExit) as caught:
+        tiny_run(tmp_path, tiny_model_dir, task, "trainer.test_freq=-1")
+    message = str(caught.value)
+    assert f"user code tried to end the run: SystemExit(0) raised at {__file__}:" in message
+    assert "(in on_step_end)" in message
+    (run_dir,) = (tmp_path / "runs").glob("*/*")
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == f"failed: {message}"
+
+
+def test_a_dataset_raising_keyboard_interrupt_is_not_taken_for_ctrl_c(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
+    dataset = tmp_path / "interrupting_dataset.py"
+    dataset.write_text(
+        "from rlcore.data.rl_dataset import RLDataset\n\n\n"
+        "class InterruptingDataset(RLDataset):\n"
+        "    def __getitem__(self, i):\n"
+        "        self.reads = getattr(self, 'reads', 0) + 1\n"
+        "        if self.reads > 4 and self.split == 'train':\n"
+        "            raise KeyboardInterrupt\n"
+        "        return super().__getitem__(i)\n"
+    )
+    with pytest.raises(UserCodeExit) as caught:
+        tiny_run(
+            tmp_path,
+            tiny_model_dir,
+            task,
+            "trainer.test_freq=-1",
+            f"data.custom_cls.path={dataset}",
+            "data.custom_cls.name=InterruptingDataset",
+        )
+    assert f"KeyboardInterrupt (no Ctrl-C was pressed) raised at {dataset}:8 (in __getitem__)" in str(caught.value)
+    (run_dir,) = (tmp_path / "runs").glob("*/*")
+    assert json.loads((run_dir / "summary.json").read_text())["status"].startswith("failed: user code tried")
+
+
+def test_rlcore_run_exits_non_zero_with_one_line_when_the_reward_file_exits(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
+    reward = tmp_path / "exiting_reward.py"
+    reward.write_text("import sys\nsys.exit(0)\n")
+    args = [*tiny_overrides(tmp_path, tiny_model_dir, task), f"custom_reward_function.path={reward}"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlcore", "run", *args], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: custom_reward_function.path={str(reward)!r}: importing the file tried to end the run: "
+        f"SystemExit(0) raised at {reward}:2 (in <module>); a file rlcore imports must not end the process"
+    ]
+    (run_dir,) = (tmp_path / "runs").glob("*/*")
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == errors[0].replace("error: ", "failed: ")
+
+
+def test_a_plugin_exiting_while_the_config_resolves_fails_the_dry_run(registered) -> None:
+    def on_config_resolved(config):
+        sys.exit(0)
+
+    plugin = types.SimpleNamespace(on_config_resolved=rlcore.hookimpl(on_config_resolved))
+    with registered(plugin, name="exiting-config-plugin"):
+        result = dry_run("data.train_files=x.parquet", "actor_rollout_ref.model.path=m")
+    assert result.exit_code == 2, result.output
+    assert "error: a plugin's on_config_resolved hook tried to end the run: SystemExit(0) raised at" in result.output
+    assert "(in on_config_resolved)" in result.output
