@@ -353,12 +353,12 @@ def run_training(
             indent=2,
         )
     )
-    (run_dir / "derived.json").write_text(json.dumps(derived.as_dict(), indent=2))
+    run = RunContext(config=config, run_dir=run_dir, plugins=versions, derived=derived.as_dict())
+    run.save_derived()
     click.echo(f"run directory: {run_dir}")
 
     from rlcore.controller.trainer import Trainer
 
-    run = RunContext(config=config, run_dir=run_dir, plugins=versions, derived=derived.as_dict())
     trainer = Trainer(config, run, manager)
     try:
         last = trainer.fit()
