@@ -17,6 +17,7 @@ LONG_FILES = (
     "plugins/backend_megatron/tests/test_seed_command.py",
     "tests/test_wheelhouse.py",
     "tests/test_default_run.py",
+    "tests/test_bench_gpu.py",
     "plugins/backend_megatron/tests/test_multirank.py",
     "plugins/rollout_vllm/tests/test_contract.py",
     "tests/test_template.py",

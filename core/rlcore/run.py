@@ -352,10 +352,10 @@ def run_training(
             indent=2,
         )
     )
-    (run_dir / "derived.json").write_text(json.dumps(derived.as_dict(), indent=2))
+    run = RunContext(config=config, run_dir=run_dir, plugins=versions, derived=derived.as_dict())
+    run.save_derived()
     click.echo(f"run directory: {run_dir}")
 
-    run = RunContext(config=config, run_dir=run_dir, plugins=versions, derived=derived.as_dict())
     return guarded_fit(
         config,
         run,

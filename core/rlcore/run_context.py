@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,3 +27,8 @@ class RunContext:
         """A run gets a fresh identity unless one is given."""
         if self.identity is None:
             self.identity = RunIdentity.new(self.run_dir)
+
+    def save_derived(self) -> None:
+        """Write :attr:`derived` (the batch arithmetic, and the device peak once the workers are up) to
+        ``derived.json`` in the run directory."""
+        (self.run_dir / "derived.json").write_text(json.dumps(self.derived, indent=2))

@@ -90,3 +90,18 @@ def compute_throughput_metrics(total_tokens: int, step_time: float, n_devices: i
         "perf/time_per_step": float(step_time),
         "perf/throughput": float(total_tokens) / denominator if denominator > 0 else 0.0,
     }
+
+
+def compute_memory_metrics(peaks: Mapping[str, tuple[float, float]]) -> dict[str, float]:
+    """Peak CUDA memory of the step's worker methods (``peaks``: ``{method: (GiB allocated, GiB reserved)}``):
+    ``perf/max_memory_allocated_gb/<method>`` and ``perf/max_memory_reserved_gb/<method>``, and verl's
+    ``perf/max_memory_allocated_gb`` and ``perf/max_memory_reserved_gb``, the largest over the methods."""
+    if not peaks:
+        return {}
+    metrics: dict[str, float] = {}
+    for method, (allocated, reserved) in peaks.items():
+        metrics[f"perf/max_memory_allocated_gb/{method}"] = float(allocated)
+        metrics[f"perf/max_memory_reserved_gb/{method}"] = float(reserved)
+    metrics["perf/max_memory_allocated_gb"] = max(float(a) for a, _ in peaks.values())
+    metrics["perf/max_memory_reserved_gb"] = max(float(r) for _, r in peaks.values())
+    return metrics

@@ -12,7 +12,7 @@ implemented by :class:`rlcore.workers.actor.ActorRolloutRefWorker`,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +46,10 @@ class WorkerGroup(Protocol):
         """Seconds spent inside each worker method since the last call (the slowest rank), and reset."""
         ...
 
+    def pop_peak_memory_gb(self) -> dict[str, tuple[float, float]]:
+        """Peak CUDA GiB (allocated, reserved) of each worker method since the last call, and reset."""
+        ...
+
     def shutdown(self) -> None:
         """Release the workers (process groups, engines, Ray actors)."""
         ...
@@ -68,6 +72,10 @@ class ActorGroup(WorkerGroup, Protocol):
 
     def update_actor(self, batch: Batch) -> Batch:
         """One PPO update; the result's ``meta["metrics"]`` holds ``actor/*``."""
+        ...
+
+    def device_peak(self) -> dict[str, Any]:
+        """Rank 0's device peak FLOPS (``device``, ``dtype``, ``tflops``, ``source``), the MFU denominator."""
         ...
 
     def sync_weights(self) -> dict[str, float]:

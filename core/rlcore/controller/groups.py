@@ -78,6 +78,16 @@ class WorkerGroups:
                 out[method] = out.get(method, 0.0) + seconds
         return out
 
+    def pop_peak_memory_gb(self) -> dict[str, tuple[float, float]]:
+        """Peak CUDA GiB (allocated, reserved) per worker method since the last call, the largest over the
+        groups, and reset."""
+        out: dict[str, tuple[float, float]] = {}
+        for group in self.distinct():
+            for method, (allocated, reserved) in group.pop_peak_memory_gb().items():
+                before = out.get(method, (0.0, 0.0))
+                out[method] = (max(before[0], allocated), max(before[1], reserved))
+        return out
+
     def shutdown(self) -> None:
         """Shut every group down, even when one of them fails to."""
         errors: list[BaseException] = []

@@ -22,7 +22,6 @@ import logging
 import os
 import re
 import socket
-import time
 from typing import Any
 
 import ray
@@ -30,6 +29,7 @@ from omegaconf import DictConfig
 from ray.exceptions import RayError, RayTaskError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from rlcore.controller.call_stats import CallLedger, CallMeter, CallStats
 from rlcore.controller.placement import BUNDLE_SHARE, POOL_TRAIN, SESSION
 from rlcore.controller.worker_spec import WorkerSpec
 from rlcore.errors import RLCoreError
@@ -147,13 +147,14 @@ class RayWorker:
         worker_cls = WorkerSpec(worker).resolve()
         self.worker = worker_cls(config, self.role, self.rank, world_size)
 
-    def execute(self, method: str, call: tuple[tuple[Any, ...], dict[str, Any]], keep: bool) -> tuple[Any, float]:
-        """Run ``worker.method(*args, **kwargs)``; return ``(result or None when keep is false, seconds)``,
-        where ``seconds`` is the time spent in the method itself (not in Ray's (de)serialisation)."""
+    def execute(self, method: str, call: tuple[tuple[Any, ...], dict[str, Any]], keep: bool) -> tuple[Any, CallStats]:
+        """Run ``worker.method(*args, **kwargs)``; return ``(result or None when keep is false, stats)``, where
+        ``stats`` (:class:`CallStats`) hold the time spent in the method itself (not in Ray's (de)serialisation)
+        and, on CUDA, its peak memory."""
         args, kwargs = call
-        start = time.perf_counter()
-        result = getattr(self.worker, method)(*args, **kwargs)
-        return (result if keep else None), time.perf_counter() - start
+        with CallMeter() as meter:
+            result = getattr(self.worker, method)(*args, **kwargs)
+        return (result if keep else None), meter.stats
 
     def shutdown(self) -> None:
         """Call the worker's ``shutdown()`` (process group, engines) when it has one."""
@@ -229,7 +230,7 @@ class RayWorkerGroup:
         self._failure: WorkerError | None = None
         self._closed = False
         self._in_flight = False
-        self.compute_s: dict[str, float] = {}
+        self.calls = CallLedger()
         self.layouts: list[ParallelLayout] = []
         self._pools = pools = SESSION.acquire(config)
         try:
@@ -307,15 +308,18 @@ class RayWorkerGroup:
             method, self._gather([actor.execute.remote(method, shared, True) for actor in self.actors], method)
         )
 
-    def _unwrap(self, method: str, results: list[tuple[Any, float]]) -> list[Any]:
-        """The ranks' results of ``execute``; their compute seconds (the slowest rank's) go to ``compute_s``."""
-        self.compute_s[method] = self.compute_s.get(method, 0.0) + max((s for _, s in results), default=0.0)
+    def _unwrap(self, method: str, results: list[tuple[Any, CallStats]]) -> list[Any]:
+        """The ranks' results of ``execute``; their stats go to the ledger (the slowest rank's seconds)."""
+        self.calls.add(method, [stats for _, stats in results])
         return [r for r, _ in results]
 
     def pop_compute_s(self) -> dict[str, float]:
         """Seconds the workers spent inside each method since the last call (slowest rank), and reset."""
-        out, self.compute_s = self.compute_s, {}
-        return out
+        return self.calls.pop_seconds()
+
+    def pop_peak_memory_gb(self) -> dict[str, tuple[float, float]]:
+        """Peak CUDA GiB (allocated, reserved) of each method since the last call (largest rank), and reset."""
+        return self.calls.pop_memory_gb()
 
     def rank_info(self) -> list[dict[str, Any]]:
         """Each rank's ``pid``, ``ip``, ``node_id`` and distributed environment, in rank order."""

@@ -21,7 +21,12 @@ from omegaconf import DictConfig
 from rlcore.agents.runner import AgentRunner
 from rlcore.algos.kl_control import apply_kl_penalty, make_kl_controller
 from rlcore.algos.losses import agg_loss
-from rlcore.algos.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
+from rlcore.algos.metrics import (
+    compute_data_metrics,
+    compute_memory_metrics,
+    compute_throughput_metrics,
+    compute_timing_metrics,
+)
 from rlcore.algos.pf_ppo import pf_ppo_resample
 from rlcore.algos.rollout_correction import apply_rollout_correction
 from rlcore.checkpoint import (
@@ -53,6 +58,7 @@ from rlcore.reward.extras import check_reward_extras
 from rlcore.reward.model_reward import ModelRewardManager
 from rlcore.reward.scoring import build_reward_manager, describe_scorer
 from rlcore.run_context import RunContext
+from rlcore.tracking.flops import flops_model, mfu_metrics
 from rlcore.tracking.generations import dump_generations
 from rlcore.tracking.progress import ProgressBar
 from rlcore.tracking.sinks import build_trackers
@@ -76,15 +82,21 @@ MODEL_SHAPE_KEYS: tuple[str, ...] = (
 )
 
 
-def model_fingerprint(model_path: str) -> dict[str, Any]:
-    """The shape of the model at ``model_path`` (:data:`MODEL_SHAPE_KEYS` of its config), recorded in each
-    checkpoint so that resuming into another model fails before anything is loaded."""
+def load_model_config(model_path: str, trust_remote_code: bool = False) -> Any | None:
+    """The Hugging Face config of the model at ``model_path``, or None when it cannot be loaded (the model
+    check before the run reports a broken model)."""
     from transformers import AutoConfig
 
     try:
-        config = AutoConfig.from_pretrained(model_path).to_dict()
-    except Exception:  # noqa: BLE001 - the model check before the run reports a broken model
-        return {}
+        return AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    except Exception:  # noqa: BLE001 - transformers raises many types; reported by the model check
+        return None
+
+
+def model_fingerprint(model_config: Any | None) -> dict[str, Any]:
+    """The shape of a model (:data:`MODEL_SHAPE_KEYS` of its config; {} without one), recorded in each
+    checkpoint so that resuming into another model fails before anything is loaded."""
+    config = model_config.to_dict() if model_config is not None else {}
     return {key: config[key] for key in MODEL_SHAPE_KEYS if key in config}
 
 
@@ -126,7 +138,8 @@ class Trainer:
 
         cfg = self.config
         model = cfg.actor_rollout_ref.model
-        self.model_shape = model_fingerprint(model.path)
+        self.model_config = load_model_config(model.path, bool(model.trust_remote_code))
+        self.model_shape = model_fingerprint(self.model_config)
         source = model.tokenizer_path or model.path
         key = "actor_rollout_ref.model.tokenizer_path" if model.tokenizer_path else "actor_rollout_ref.model.path"
         try:
@@ -183,6 +196,10 @@ class Trainer:
         self.pipeline = RolloutPipeline.from_config(
             self.config, self.groups, self._collect_batch, lambda: self.train_loader.epoch, self.total_steps
         )
+        self.flops = flops_model(self.model_config) if self.model_config is not None else None
+        self.run.derived["device_peak"] = peak = self.actor.device_peak()
+        self.run.save_derived()
+        self.peak_flops = float(peak["tflops"]) * 1e12
 
     # ------------------------------------------------------------------- step
     def _prompt_batch(self) -> Batch:
@@ -340,7 +357,8 @@ class Trainer:
         """Run one RL step and return its metrics (verl's names)."""
         metrics: dict[str, float] = {}
         timer = self.timer
-        self.groups.pop_compute_s()  # drop worker time spent outside steps (validation, checkpoints)
+        self.groups.pop_compute_s()  # drop worker time and memory outside steps (validation, checkpoints)
+        self.groups.pop_peak_memory_gb()
         step_start = time.perf_counter()
         if self.pipeline is not None:  # one-step-off-policy: generated ahead by the rollout lane
             batch, metrics["training/epoch"] = self.pipeline.next_batch(self.global_step, metrics)
@@ -353,6 +371,7 @@ class Trainer:
         reward: PendingReward | None = None
         if self.reward_thread is not None:  # reward_model.launch_reward_fn_async: score while log-probs run
             reward = self.reward_thread.submit(self.reward_fn, batch)
+        log_prob_lengths = batch["attention_mask"].sum(-1).tolist()
         if self._on_policy_update(batch):
             batch.meta["on_policy"] = True  # the worker takes old_log_probs (and actor/entropy) from the update
         elif self.config.algorithm.rollout_correction.bypass_mode:  # the engine's log-probs are the old policy
@@ -410,6 +429,12 @@ class Trainer:
         n_response = int(batch["response_mask"].sum())
         metrics.update(compute_timing_metrics(timing, n_prompt, n_response))
         metrics.update(compute_throughput_metrics(n_prompt + n_response, step_time, self.actor.world_size))
+        if self.flops is not None:
+            lengths = {"old_log_prob": log_prob_lengths, "ref": log_prob_lengths}
+            lengths["actor"] = batch["attention_mask"].sum(-1).tolist()  # PF-PPO may have resampled the batch
+            epochs = int(self.config.actor_rollout_ref.actor.ppo_epochs)
+            metrics.update(mfu_metrics(self.flops, lengths, worker_s, self.peak_flops, self.actor.world_size, epochs))
+        metrics.update(compute_memory_metrics(self.groups.pop_peak_memory_gb()))
         metrics["training/global_step"] = self.global_step
         metrics.setdefault("training/epoch", self.train_loader.epoch)
         return metrics

@@ -9,11 +9,11 @@ executor (:mod:`rlcore.controller.ray_executor`) shares this interface with one 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from omegaconf import DictConfig
 
+from rlcore.controller.call_stats import CallLedger, CallMeter
 from rlcore.controller.contracts import WorkerGroup
 from rlcore.controller.worker_spec import WorkerSpec
 
@@ -37,7 +37,7 @@ class LocalWorkerGroup:
         self.role = role
         self.world_size = 1
         self.dp_size = 1
-        self.compute_s: dict[str, float] = {}
+        self.calls = CallLedger()
         self.worker = spec.resolve()(config, role, rank=0, world_size=1)
 
     def __getattr__(self, name: str) -> Any:
@@ -48,18 +48,22 @@ class LocalWorkerGroup:
             return value
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
+            meter = CallMeter()
             try:
-                return value(*args, **kwargs)
+                with meter:
+                    return value(*args, **kwargs)
             finally:
-                self.compute_s[name] = self.compute_s.get(name, 0.0) + time.perf_counter() - start
+                self.calls.add(name, [meter.stats])
 
         return timed
 
     def pop_compute_s(self) -> dict[str, float]:
         """Seconds spent inside each worker method since the last call, and reset."""
-        out, self.compute_s = self.compute_s, {}
-        return out
+        return self.calls.pop_seconds()
+
+    def pop_peak_memory_gb(self) -> dict[str, tuple[float, float]]:
+        """Peak CUDA GiB (allocated, reserved) of each worker method since the last call, and reset."""
+        return self.calls.pop_memory_gb()
 
     def shutdown(self) -> None:
         """Release the worker's resources (process group, engines)."""

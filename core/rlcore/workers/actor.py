@@ -220,6 +220,15 @@ class ActorRolloutRefWorker(WorkerBase):
         out = self._forward(engine, batch, micro_size, budget, budget_key, names)
         return out["log_probs"], out.get("entropy")
 
+    def device_peak(self) -> dict[str, Any]:
+        """This rank's device peak in the dtype the actor (else the reference) computes in, as
+        :meth:`rlcore.tracking.device_peak.DevicePeak.as_dict` gives it: the denominator of ``perf/mfu/*``."""
+        from rlcore.tracking.device_peak import device_peak
+
+        engine = self.actor or self.ref
+        dtype = engine.compute_dtype if engine is not None else torch.float32
+        return device_peak(self.device, dtype).as_dict()
+
     # ---------------------------------------------------------------- methods
     def compute_log_prob(self, batch: Batch) -> Batch:
         """``old_log_probs`` and ``entropys`` ``[B, R]`` of the batch's responses under the current actor,
