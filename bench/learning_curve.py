@@ -312,10 +312,6 @@ def trl_curve_child(work: Path, seed: int, steps: int, eval_every: int, out: Pat
     ``out`` gets ``{"val": {step: greedy validation reward}, "train_reward": [mean sampled reward per RL
     step], "versions": ...}``; steps are RL steps (one generation batch each).
     """
-    import datasets
-    import torch
-    import transformers
-    import trl
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -385,12 +381,7 @@ def trl_curve_child(work: Path, seed: int, steps: int, eval_every: int, out: Pat
     result = {
         "val": {str(k): v for k, v in sorted(val.items())},
         "train_reward": train_reward,
-        "versions": {
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "trl": trl.__version__,
-            "datasets": datasets.__version__,
-        },
+        "versions": common.trl_versions(),
     }
     out.write_text(json.dumps(result))
 
@@ -479,6 +470,7 @@ def plot_curves(sides: dict[str, dict[str, Any]], threshold: float, title: str, 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     colours = {"rlcore": "tab:blue", "trl": "tab:orange"}
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -498,6 +490,7 @@ def plot_curves(sides: dict[str, dict[str, Any]], threshold: float, title: str, 
                 xs, [s["min"] for s in stats], [s["max"] for s in stats], color=colours.get(name), alpha=0.2
             )
         ax.axhline(threshold, color="grey", linestyle="--", linewidth=0.8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("RL step (one generation batch)")
         ax.set_ylabel("greedy validation reward")
         ax.set_ylim(-0.02, 1.02)

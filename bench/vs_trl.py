@@ -73,10 +73,7 @@ def trl_child(work: Path, size: str, steps: int, out: Path, checkpointing: bool,
     ``checkpointing``: TRL's ``gradient_checkpointing`` (TRL defaults it to true; it is set explicitly so
     that both sides store or recompute activations alike). ``bf16``: TRL's ``bf16`` mixed precision
     (the Trainer's CPU autocast; float32 weights)."""
-    import datasets
     import torch
-    import transformers
-    import trl
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -156,12 +153,7 @@ def trl_child(work: Path, size: str, steps: int, out: Path, checkpointing: bool,
         "reward_mean": [float(h.get("reward", float("nan"))) for h in logs],
         "train_s": train_s,
         "threads": torch.get_num_threads(),
-        "versions": {
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "trl": trl.__version__,
-            "datasets": datasets.__version__,
-        },
+        "versions": common.trl_versions(),
     }
     out.write_text(json.dumps(result))
 
