@@ -557,9 +557,9 @@ def check_curve_args(args: Any) -> None:
         raise BenchError(f"unknown --task {args.task!r}: use {' or '.join(TASKS)}")
     if args.kl not in KL_MODES:
         raise BenchError(f"unknown --kl {args.kl!r}: use {' or '.join(KL_MODES)}")
-    for name in ("seeds", "jobs"):
+    for name in ("seeds", "first_seed", "jobs"):
         if getattr(args, name) < 1:
-            raise BenchError(f"--{name} must be >= 1")
+            raise BenchError(f"--{name.replace('_', '-')} must be >= 1")
     for name in ("steps", "eval_every"):
         if (getattr(args, name) or 0) < 0:
             raise BenchError(f"--{name.replace('_', '-')} must be >= 1 (0 or unset: the preset's)")
@@ -581,7 +581,7 @@ def run_curves(args: Any, script: Path) -> dict[str, Any]:
     settings = task_settings(args.task, args.kl, args.kl_coef)
     args.steps = args.steps or settings["preset_steps"]
     args.eval_every = args.eval_every or settings["preset_test_freq"]
-    seeds = list(range(1, args.seeds + 1))
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     with common.work_dir("rlcore_vs_trl_curve_", args.keep, log) as work:
         (work / "settings.json").write_text(json.dumps(settings))
         for seed in seeds:

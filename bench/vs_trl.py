@@ -308,6 +308,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     curve.add_argument("--seeds", type=int, default=3, help="seeds per framework (default 3)")
     curve.add_argument(
+        "--first-seed", type=int, default=1, help="the seeds are FIRST, FIRST+1, ... (default 1: more seeds later)"
+    )
+    curve.add_argument(
         "--task", default="arith", help=f"bundled task: {' or '.join(learning_curve.TASKS)} (default arith)"
     )
     curve.add_argument(

@@ -138,6 +138,7 @@ def test_bad_command_lines_give_one_line_errors() -> None:
         (["--task", "gsm8k"], "error: unknown --task 'gsm8k': use arith or arith-chain"),
         (["--kl", "k2"], "error: unknown --kl 'k2': use none or low_var_kl"),
         (["--seeds", "0"], "error: --seeds must be >= 1"),
+        (["--first-seed", "0"], "error: --first-seed must be >= 1"),
         (["--threshold", "1.5"], "error: --threshold must be in (0, 1]"),
     ):
         result = subprocess.run(
