@@ -92,6 +92,21 @@ class BenchError(Exception):
     """A problem with the benchmark's input or environment, reported as one line (exit status 2)."""
 
 
+def trl_versions() -> dict[str, str]:
+    """The versions of torch, transformers, TRL and datasets in this process (a TRL child reports them)."""
+    import datasets
+    import torch
+    import transformers
+    import trl
+
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "datasets": datasets.__version__,
+    }
+
+
 def make_log(tag: str) -> Callable[[str], None]:
     """A progress printer for one script: ``[tag] message`` on stderr (stdout carries only the JSON)."""
 

@@ -28,6 +28,15 @@ magnitude; ``--threads 0`` keeps torch's default).
     python bench/vs_trl.py --size both --rounds 3 --threads 2
     python bench/vs_trl.py --size both --rounds 3 --bf16 small
 
+``--curve`` compares learning instead of speed: both frameworks train a bundled task (``--task arith`` or
+``arith-chain``) from its warm-started model with the same settings for ``--seeds`` seeds each, and the
+greedy validation reward is recorded every ``--eval-every`` steps (``bench/learning_curve.py``; the mapping of
+settings is in ``docs/vs-trl.md``). It prints per-step mean and spread across seeds, steps-to-0.9 and the
+final reward per framework, and writes a PNG with both curves and their min-max bands:
+
+    python bench/vs_trl.py --curve --seeds 3                      # arith, no KL, the preset's 40 steps
+    python bench/vs_trl.py --curve --seeds 3 --kl low_var_kl --task arith-chain --jobs 2
+
 The work (model, tokenizer, prompts, reward, the ``rlcore run`` command line) and the child-process and
 metrics helpers come from ``bench/common.py``, shared with ``bench/step_breakdown.py``. Needs the bench
 extra: ``pip install -e '.[bench]'`` (TRL and datasets). Prints one JSON object on stdout; progress goes
@@ -49,6 +58,7 @@ BENCH_DIR = str(Path(__file__).resolve().parent)
 if BENCH_DIR not in sys.path:  # ``python bench/vs_trl.py`` has it first already; other ways of loading may not
     sys.path.insert(0, BENCH_DIR)
 import common  # noqa: E402  (shared with step_breakdown.py: the work, the rlcore run, child processes)
+import learning_curve  # noqa: E402  (--curve)
 from common import SIZES, BenchError  # noqa: E402
 
 #: rlcore/TRL median step-time ratio to stay at or below, per size
@@ -63,10 +73,7 @@ def trl_child(work: Path, size: str, steps: int, out: Path, checkpointing: bool,
     ``checkpointing``: TRL's ``gradient_checkpointing`` (TRL defaults it to true; it is set explicitly so
     that both sides store or recompute activations alike). ``bf16``: TRL's ``bf16`` mixed precision
     (the Trainer's CPU autocast; float32 weights)."""
-    import datasets
     import torch
-    import transformers
-    import trl
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -146,12 +153,7 @@ def trl_child(work: Path, size: str, steps: int, out: Path, checkpointing: bool,
         "reward_mean": [float(h.get("reward", float("nan"))) for h in logs],
         "train_s": train_s,
         "threads": torch.get_num_threads(),
-        "versions": {
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "trl": trl.__version__,
-            "datasets": datasets.__version__,
-        },
+        "versions": common.trl_versions(),
     }
     out.write_text(json.dumps(result))
 
@@ -297,9 +299,42 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "rlcore's actor_rollout_ref.actor.fsdp_config.cpu_autocast=true; float32 weights on both; fast on "
         "CPUs with AMX or AVX512-BF16). Default: none, float32",
     )
-    parser.add_argument("--child", choices=["trl"], help=argparse.SUPPRESS)
+    curve = parser.add_argument_group("learning curves (--curve)")
+    curve.add_argument(
+        "--curve",
+        action="store_true",
+        help="compare greedy validation reward curves on a bundled task instead of step times "
+        "(--steps: default the preset's trainer.total_training_steps)",
+    )
+    curve.add_argument("--seeds", type=int, default=3, help="seeds per framework (default 3)")
+    curve.add_argument(
+        "--first-seed", type=int, default=1, help="the seeds are FIRST, FIRST+1, ... (default 1: more seeds later)"
+    )
+    curve.add_argument(
+        "--task", default="arith", help=f"bundled task: {' or '.join(learning_curve.TASKS)} (default arith)"
+    )
+    curve.add_argument(
+        "--kl", default="none", help="none or low_var_kl (TRL: beta with its k3 estimator; default none)"
+    )
+    curve.add_argument(
+        "--kl-coef", type=float, default=None, help="KL coefficient (default: rlcore's kl_loss_coef, 0.001)"
+    )
+    curve.add_argument(
+        "--eval-every", type=int, default=0, help="RL steps between validations (default: the preset's test_freq)"
+    )
+    curve.add_argument("--threshold", type=float, default=0.9, help="reward whose first step is reported (default 0.9)")
+    curve.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
+    curve.add_argument("--png", default="", help="the figure (default bench/figures/vs_trl_curve_<task>_<kl>.png)")
+    curve.add_argument(
+        "--trl-kl-bias-correction",
+        action="store_true",
+        help="keep TRL's default use_bias_correction_kl=True (the KL term times the importance ratio); "
+        "off by default, as verl's low_var_kl has no such factor",
+    )
+    parser.add_argument("--child", choices=["trl", "trl-curve"], help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--child-out", help=argparse.SUPPRESS)
+    parser.add_argument("--seed-value", type=int, default=1, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -339,6 +374,18 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (or, with ``--child``, one TRL run) and print the JSON result."""
     args = parse_args(argv)
+    if args.child == "trl-curve":
+        learning_curve.trl_curve_child(
+            Path(args.work),
+            args.seed_value,
+            args.steps,
+            args.eval_every,
+            Path(args.child_out),
+            args.trl_kl_bias_correction,
+        )
+        return 0
+    if args.curve:
+        return common.run_main("vs_trl_curve", args.threads, lambda: learning_curve.run_curves(args, Path(__file__)))
     if args.child == "trl":
         bf16 = bool(args.bf16)
         trl_child(Path(args.work), args.size, args.steps, Path(args.child_out), args.gradient_checkpointing, bf16)

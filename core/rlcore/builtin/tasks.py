@@ -13,6 +13,11 @@ def register_reward_scorers(register):
         description="bundled tool task: the last integer of the response is the product",
     )
     register(
+        "rlcore/arith_chain",
+        "rlcore.tasks.arith_chain:score",
+        description="bundled two-step task: the last integer of the response is a+b-c",
+    )
+    register(
         "rlcore/shapes_vl",
         "rlcore.tasks.shapes_vl:score",
         description="bundled vision-language task: the first word of the response is the shape's colour",
@@ -33,6 +38,12 @@ def register_presets(register):
         "rlcore.tasks.arith_tools:cpu_preset",
         description="bundled multi-turn task: 2-digit products with a calculator tool (GRPO, HF engine)",
         prepare="rlcore.tasks.arith_tools:prepare_assets",
+    )
+    register(
+        "arith-chain-cpu",
+        "rlcore.tasks.arith_chain:cpu_preset",
+        description="bundled CPU task: GRPO on a+b-c answered as a two-step chain, from a biased warm start",
+        prepare="rlcore.tasks.arith_chain:prepare_assets",
     )
     register(
         "shapes-vl-cpu",

@@ -1,0 +1,161 @@
+"""A bundled two-step arithmetic task (preset ``arith-chain-cpu``): ``a+b-c`` with the intermediate sum written out.
+
+Prompts are ``"a+b-c="`` with ``a, b`` in ``0..MAX_OPERAND`` and ``0 <= c <= a+b``; the answer format is the
+chain ``"s-c=r"`` (``s = a+b``, ``r = s-c``), and the reward is 1 when the last integer of the response is
+``a+b-c``. It is harder than the sum task (``arith-cpu``): the response is several tokens long, both steps
+must be right, and the warm-started model is right less often.
+
+The run starts from a model warm-started (no download) by supervised learning on a **biased teacher** that
+makes each step's result one too large with probability :data:`TEACHER_OFF_BY_ONE` and gets it right with
+probability :data:`TEACHER_CORRECT` (another nearby number otherwise), independently for the two steps. Greedy
+decoding follows the off-by-one mode at both steps and is almost always wrong; sampling is right about a sixth
+of the time; GRPO has to move both steps to the right answer. As for the sum task, the warm start sees every
+problem (the held-out ones with the teacher's biased answers); RL trains on the training problems only, and
+the greedy validation reward on the held-out ones measures how far the correction generalises. Assets (parquet files and the model) are built
+once and cached under ``$RLCORE_CACHE/arith-chain-<version>`` (4.3 CPU-minutes of training: a few minutes on an idle machine).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+from rlcore.tasks.arith import cache_dir as _arith_cache_dir
+from rlcore.tasks.warm_start import MaskedRows, build_task_assets, task_model, train_on_masked_rows
+
+TASK_VERSION = "v1"
+DATA_SOURCE = "rlcore/arith_chain"
+MAX_OPERAND = 15
+N_TEST = 64
+TEACHER_CORRECT = 0.4
+TEACHER_OFF_BY_ONE = 0.45
+SFT_STEPS = 700
+SFT_BATCH = 128
+SFT_LR = 3e-3
+SEED = 2468
+
+_INT = re.compile(r"\d+")
+
+
+def score(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None) -> float:
+    """1.0 when the last integer of ``solution_str`` (the chain's result) equals ``ground_truth``, else 0.0."""
+    numbers = _INT.findall(solution_str)
+    return 1.0 if numbers and numbers[-1] == str(ground_truth).strip() else 0.0
+
+
+def cache_dir() -> Path:
+    """Where the task's data and warm-started model live."""
+    return _arith_cache_dir().parent / f"arith-chain-{TASK_VERSION}"
+
+
+def chain_text(a: int, b: int, c: int) -> str:
+    """The correct response to ``a+b-c=``: ``"s-c=r"``."""
+    return f"{a + b}-{c}={a + b - c}"
+
+
+def _triples() -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """The training and the held-out test problems (``N_TEST`` of them), in a fixed shuffled order."""
+    triples = [
+        (a, b, c)
+        for a in range(MAX_OPERAND + 1)
+        for b in range(MAX_OPERAND + 1)
+        for c in range(min(a + b, MAX_OPERAND) + 1)
+    ]
+    random.Random(SEED).shuffle(triples)
+    return triples[N_TEST:], triples[:N_TEST]
+
+
+def _row(a: int, b: int, c: int, split: str, index: int) -> dict[str, Any]:
+    """One verl-schema row of problem ``a+b-c``."""
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": [{"role": "user", "content": f"{a}+{b}-{c}="}],
+        "ability": "arithmetic",
+        "reward_model": {"style": "rule", "ground_truth": str(a + b - c)},
+        "extra_info": {"split": split, "index": index},
+    }
+
+
+def cpu_preset() -> dict[str, Any]:
+    """The config fragment of the task (preset ``arith-chain-cpu``)."""
+    root = cache_dir()
+    return {
+        "data.train_files": str(root / "train.parquet"),
+        "data.val_files": str(root / "test.parquet"),
+        "data.train_batch_size": 16,
+        "data.max_prompt_length": 24,
+        "data.max_response_length": 10,
+        "actor_rollout_ref.model.path": str(root / "base-model"),
+        "actor_rollout_ref.rollout.name": "hf",
+        "actor_rollout_ref.rollout.n": 8,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
+        "actor_rollout_ref.actor.optim.lr": 3e-5,
+        "actor_rollout_ref.actor.optim.weight_decay": 0.0,
+        "algorithm.adv_estimator": "grpo",
+        "trainer.device": "cpu",
+        "trainer.logger": [],
+        "trainer.total_training_steps": 60,
+        "trainer.test_freq": 5,
+        "trainer.project_name": "rlcore-default",
+        "trainer.experiment_name": "arith-chain-grpo",
+    }
+
+
+def _teacher_step(value: int, rng: random.Random) -> int:
+    """The biased teacher's result of one step whose right result is ``value``."""
+    u = rng.random()
+    if u < TEACHER_CORRECT:
+        return value
+    if u < TEACHER_CORRECT + TEACHER_OFF_BY_ONE:
+        return value + 1
+    return max(0, value + rng.choice((-2, -1, 2)))
+
+
+def teacher_response(a: int, b: int, c: int, rng: random.Random) -> str:
+    """The biased teacher's chain for ``a+b-c``: each step independently right, one too large or off."""
+    total = _teacher_step(a + b, rng)
+    return f"{total}-{c}={_teacher_step(max(0, total - c), rng)}"
+
+
+def warm_start(model_dir: Path, triples: list[tuple[int, int, int]]) -> None:
+    """Train a small Qwen2 model on the biased teacher and save it (with its tokenizer) to ``model_dir``."""
+    from rlcore.testing.tiny import build_tokenizer, default_corpus
+
+    rng = random.Random(SEED)
+    corpus = default_corpus() + [f"{a}+{b}-{c}={chain_text(a, b, c)}" for a, b, c in triples]
+    tokenizer = build_tokenizer(corpus)
+    model = task_model(tokenizer, max_position_embeddings=64, seed=SEED)
+    prompts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"{a}+{b}-{c}="}], add_generation_prompt=True, tokenize=False
+        )
+        for a, b, c in triples
+    ]
+    prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+
+    def sample_batch() -> MaskedRows:
+        """``SFT_BATCH`` teacher responses to random training problems, loss on the response and EOS."""
+        rows = []
+        for i in [rng.randrange(len(triples)) for _ in range(SFT_BATCH)]:
+            answer = tokenizer(teacher_response(*triples[i], rng), add_special_tokens=False)["input_ids"]
+            answer.append(tokenizer.eos_token_id)
+            rows.append((prompt_ids[i] + answer, [0] * len(prompt_ids[i]) + [1] * len(answer)))
+        return rows
+
+    train_on_masked_rows(model, tokenizer.pad_token_id, sample_batch, steps=SFT_STEPS, lr=SFT_LR, warmup=50, seed=SEED)
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+
+
+def prepare_assets(config: Any = None) -> Path:
+    """Build the task's parquet files and warm-started model if they are not cached yet."""
+    train, test = _triples()
+    return build_task_assets(
+        cache_dir(),
+        lambda: [_row(a, b, c, "train", i) for i, (a, b, c) in enumerate(train)],
+        lambda: [_row(a, b, c, "test", i) for i, (a, b, c) in enumerate(test)],
+        lambda model_dir: warm_start(model_dir, train + test),
+        "building the warm-started base model of the two-step arithmetic task in {model_dir} (once, a few minutes)",
+    )
