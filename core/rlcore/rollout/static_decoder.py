@@ -221,7 +221,7 @@ class StaticDecoder:
         if length > 1:
             mask = mask.repeat(1, 1, groups, 1)
         out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask)
-        return out.view(batch, heads, length, dim)
+        return out.reshape(batch, heads, length, dim)  # a copy where the kernel's output is not contiguous
 
     def _forward(
         self,
