@@ -236,8 +236,8 @@ class HFRolloutEngine:
         return slices
 
     def _state(self, rows: int, params: SamplingParams, cache_len: int | None) -> DecodeState:
-        """A decode state for ``rows`` rows and ``params``; with CUDA graphs one per shape, kept (the graphs
-        read its tensors) and reused for every chunk of that shape until :meth:`sleep`."""
+        """A decode state for ``rows`` rows and ``params``; when bucketed one per shape, kept (CUDA graphs
+        read its tensors) and reused for every chunk of that shape until the cache is released."""
         key = (rows, params, cache_len)
         state = self._states.get(key)
         if state is None:
@@ -297,6 +297,8 @@ class HFRolloutEngine:
             decode = self._module_decoder(input_ids, attention_mask, prefill, state)
         # on an accelerator every `.any()` is a host sync: test for "all finished" less often there
         check_every = 1 if self.device.type == "cpu" else 8
+        # a row that emitted EOS keeps decoding its own samples (no other row sees them); the response
+        # mask and padding after each row's EOS are applied once, after the loop
         taken = 1  # tokens sampled per row so far
         while taken < length and not (
             state.stop_on_eos and taken % check_every == 0 and not bool(state.unfinished[:batch_size].any())
