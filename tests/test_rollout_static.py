@@ -193,10 +193,11 @@ def test_cuda_graphs_sample_what_eager_steps_sample(tiny_tokenizer: Any, overrid
     assert graphs.pads_to_buckets and not eager.pads_to_buckets
     batch = make_prompt_batch(tiny_tokenizer, MORE_PROMPTS)
     replayed = graphs.generate(batch)
+    assert graphs._graphs is not None and graphs._graphs.failure is None
     assert replayed.meta["metrics"]["rollout/graph_step_share"] > 0.9
     assert_same_samples(replayed, eager.generate(batch))
     assert_same_samples(replayed, cpu.generate(batch))
-    assert graphs._graphs is not None and len(graphs._graphs) == 1
+    assert len(graphs._graphs) == 1
     graphs.sleep()
     assert len(graphs._graphs) == 0
     graphs.wake()

@@ -9,16 +9,23 @@ replays it afterwards: one launch per step. The first step of a key runs eagerly
 (a real step, which also does the lazy initialisation that capture forbids), then the step is captured
 (recording does not run it) and every later step replays the graph. Graphs are dropped with
 :meth:`StepGraphs.clear` (the engine's ``sleep()``, and whenever the decoder's version changes).
+
+Should a capture fail (an op of this torch/CUDA build that cannot be captured), the error is logged as a
+warning and every later step runs eagerly — the same function, so the same tokens; the engine's metric
+``rollout/graph_step_share`` then reads 0.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Hashable
 from typing import Any
 
 import torch
 
 __all__ = ["StepGraphs"]
+
+log = logging.getLogger(__name__)
 
 
 class StepGraphs:
@@ -27,6 +34,8 @@ class StepGraphs:
     def __init__(self) -> None:
         self._graphs: dict[Hashable, Any] = {}
         self._version: Hashable = None
+        #: why capturing failed (steps then run eagerly), or None
+        self.failure: str | None = None
 
     def __len__(self) -> int:
         """How many graphs are held."""
@@ -36,6 +45,9 @@ class StepGraphs:
         """Run one ``step``: replay the graph of ``key``, or (the first time for ``key``) run it eagerly
         and capture it. A ``version`` other than the last one drops every graph first (the tensors they
         read were reallocated). Returns True when the step was replayed."""
+        if self.failure is not None:
+            step()
+            return False
         if version != self._version:
             self.clear()
             self._version = version
@@ -50,8 +62,14 @@ class StepGraphs:
             step()
         current.wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            step()
+        try:
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                step()
+        except RuntimeError as exc:  # the eager step above was a real one: nothing is lost
+            self.failure = f"{type(exc).__name__}: {exc}"
+            self.clear()
+            log.warning("CUDA graph capture of the HF engine's decoding step failed; decoding eagerly: %s", exc)
+            return False
         self._graphs[key] = graph
         return False
 
