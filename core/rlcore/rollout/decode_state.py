@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rlcore.rollout.row_noise import RowNoise, block_steps
+from rlcore.rollout.row_noise import RowNoise
 from rlcore.rollout.sampling import SamplingParams, sample_next_tokens
 from rlcore.rollout.static_decoder import StaticDecoder
 
@@ -35,8 +35,8 @@ class DecodeState:
         eos_ids: the end-of-sequence token ids (int64, on the device).
         stop_on_eos: whether rows stop at an EOS (tracked in :attr:`unfinished`).
         with_logprobs: whether the sampled tokens' log-probs are stored.
-        graphed: whether steps are replayed as CUDA graphs: the noise is then drawn step by step from the
-            device's step counter; otherwise in blocks of steps, counted on the host.
+        graphed: whether steps are replayed as CUDA graphs: the step and the cache slot are then device
+            counters that every step reads and advances; otherwise they are counted on the host.
         device: where the buffers live.
     """
 
@@ -69,8 +69,7 @@ class DecodeState:
         )
         self.unfinished = torch.ones(rows, dtype=torch.bool, device=device)
         self.graphed = graphed
-        block = 1 if graphed else block_steps(vocab_size, response_length)
-        self.noise = None if params.greedy else RowNoise(rows, vocab_size, response_length, device, block)
+        self.noise = None if params.greedy else RowNoise(rows, vocab_size, response_length, device)
         self._index = 0  # tokens taken, counted on the host (eager only: a graph replay does not count)
         self._width = 0  # the chunk's prompt width
 
@@ -97,7 +96,8 @@ class DecodeState:
     def take(self, logits: torch.Tensor) -> None:
         """Sample this step's token of every row from ``logits [rows, V]`` (fewer rows: the first ones, the
         rest padded), store it and its log-prob at the current step, mark rows that emitted EOS as
-        finished and advance the step; a fixed number of ops, no host reads."""
+        finished and advance the step; a fixed number of ops, no host reads. Graphed, the step is the
+        device counter :attr:`step`; eagerly, the host's count."""
         if logits.shape[0] < self.rows:
             logits = torch.cat([logits, logits.new_zeros(self.rows - logits.shape[0], logits.shape[1])])
         tokens, logprobs = sample_next_tokens(
@@ -105,23 +105,34 @@ class DecodeState:
             self.params,
             None,
             with_logprobs=self.logprobs is not None,
-            gumbel=None if self.noise is None else self.noise.gumbel(self.step, self._index),
+            gumbel=None if self.noise is None else self.noise.gumbel(self.step if self.graphed else self._index),
         )
-        self.responses.index_copy_(1, self.step, tokens[:, None])
-        if self.logprobs is not None and logprobs is not None:
-            self.logprobs.index_copy_(1, self.step, logprobs[:, None])
+        if self.graphed:
+            self.responses.index_copy_(1, self.step, tokens[:, None])
+            if self.logprobs is not None and logprobs is not None:
+                self.logprobs.index_copy_(1, self.step, logprobs[:, None])
+            self.step.add_(1)
+        else:
+            self.responses[:, self._index] = tokens
+            if self.logprobs is not None and logprobs is not None:
+                self.logprobs[:, self._index] = logprobs
         if self.stop_on_eos:
             self.unfinished.logical_and_((tokens[:, None] == self.eos_ids).any(dim=-1).logical_not_())
-        self.tokens.copy_(tokens)
-        self.step.add_(1)
+        if self.graphed:  # a graph reads and writes the same tensors at every step
+            self.tokens.copy_(tokens)
+        else:
+            self.tokens = tokens
         self._index += 1
 
     def decode_with(self, decoder: StaticDecoder) -> None:
         """One decoding step through the static ``decoder``: forward the last tokens at their positions
-        into the current cache slot, advance both, and :meth:`take` the next tokens. Eagerly only the
-        filled cache positions are attended; graphed, the whole cache under the mask (static shapes)."""
-        filled = None if self.graphed else self._width + self._index
-        logits = decoder.decode(self.tokens, self.positions, self.slot, self.key_mask, filled)
+        into the current cache slot, advance both, and :meth:`take` the next tokens. Graphed, the slot is
+        the device counter :attr:`slot` and the whole cache is attended under the mask (static shapes);
+        eagerly, the slot is counted on the host and only the filled positions are attended."""
+        if self.graphed:
+            logits = decoder.decode(self.tokens, self.positions, self.slot, self.key_mask)
+            self.slot.add_(1)
+        else:
+            logits = decoder.decode(self.tokens, self.positions, self._width + self._index - 1, self.key_mask)
         self.positions.add_(1)
-        self.slot.add_(1)
         self.take(logits)

@@ -24,6 +24,7 @@ CUDA; ``G`` goes through two float32 logarithms, whose last bit may differ betwe
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -79,14 +80,16 @@ def step_keys(seeds: torch.Tensor, steps: int) -> torch.Tensor:
     return _low32(z ^ _shr(z, 31, 64))
 
 
+@functools.lru_cache(maxsize=8)
 def vocab_codes(vocab_size: int, device: torch.device) -> torch.Tensor:
-    """``v · φ32`` modulo 2³² for every vocabulary entry: int32 ``[V]`` (computed once per chunk)."""
+    """``v · φ32`` modulo 2³² for every vocabulary entry: int32 ``[V]`` (computed once per vocabulary and
+    device; read, never written)."""
     return _low32(torch.arange(vocab_size, dtype=torch.int64, device=device) * _GOLDEN32)
 
 
 class _HashConstants:
     """The hash's constants as 0-dim int32 tensors on one device (a Python int operand would be converted
-    to a tensor at every op)."""
+    to a tensor at every op); one instance per device (:func:`_constants_on`)."""
 
     def __init__(self, device: torch.device) -> None:
         def const(value: int) -> torch.Tensor:
@@ -98,25 +101,34 @@ class _HashConstants:
         self.mix1, self.mix2 = const(_LOWBIAS1), const(_LOWBIAS2)
 
 
-def uniform_draws(keys: torch.Tensor, codes: torch.Tensor, constants: _HashConstants | None = None) -> torch.Tensor:
+@functools.lru_cache(maxsize=8)
+def _constants_on(device: torch.device) -> _HashConstants:
+    """The hash's constants on ``device`` (made once)."""
+    return _HashConstants(device)
+
+
+def uniform_draws(keys: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
     """The uniforms ``U`` (float32, in (0, 1)) of the int32 row ``keys`` (``[B, 1]`` for one step, ``[B, S,
     1]`` for ``S`` steps) and the vocabulary ``codes [V]`` (:func:`vocab_codes`): ``[B, V]`` or ``[B, S,
     V]``. Exact integer arithmetic up to an exact float scaling."""
-    c = constants or _HashConstants(codes.device)
+    c = _constants_on(codes.device)
     x = codes ^ keys
-    x ^= (x >> c.shift16) & c.mask16
-    x *= c.mix1
-    x ^= (x >> c.shift15) & c.mask15
-    x *= c.mix2
+    shifted = torch.empty_like(x)  # the one scratch tensor: every other step works in place
+    for shift, mask, mix in ((c.shift16, c.mask16, c.mix1), (c.shift15, c.mask15, c.mix2)):
+        torch.bitwise_right_shift(x, shift, out=shifted)
+        x ^= shifted.bitwise_and_(mask)
+        x *= mix
     x >>= c.shift9
-    return x.float().mul_(_UNIFORM_SCALE).add_(_UNIFORM_OFFSET)
+    uniform = shifted.view(torch.float32)
+    uniform.copy_(x)  # exact: |x| < 2**22
+    return uniform.mul_(_UNIFORM_SCALE).add_(_UNIFORM_OFFSET)
 
 
 class RowNoise:
     """Gumbel draws ``[rows, V]`` for each decoding step, from each row's seed, in buffers of fixed shape.
 
-    With ``block == 1`` a step's draws are computed from the step counter on the device (:meth:`gumbel`
-    reads no host value: a CUDA graph can replay it); with a larger block, ``block`` steps are drawn at
+    :meth:`gumbel` takes the step either as a device tensor — the step's draws are computed from it, no
+    host value is read, a CUDA graph can replay it — or as a host int, when ``block`` steps are drawn at
     once every ``block`` steps (fewer, larger ops when decoding eagerly). The values are the same.
 
     Args:
@@ -124,14 +136,13 @@ class RowNoise:
         vocab_size: ``V``, the width of the logits.
         steps: the most decoding steps a row takes (the response length).
         device: where the draws are made.
-        block: steps drawn at once (:func:`block_steps` for eager decoding, 1 for graphs).
+        block: steps drawn at once for host-int steps (default :func:`block_steps`).
     """
 
-    def __init__(self, rows: int, vocab_size: int, steps: int, device: torch.device, block: int = 1) -> None:
+    def __init__(self, rows: int, vocab_size: int, steps: int, device: torch.device, block: int | None = None) -> None:
         self.keys = torch.zeros((rows, steps), dtype=torch.int32, device=device)
         self.codes = vocab_codes(vocab_size, device)
-        self.block = block
-        self._constants = _HashConstants(device)
+        self.block = block or block_steps(vocab_size, steps)
         self._draws = torch.empty(0)
 
     def seed(self, seeds: Sequence[int]) -> None:
@@ -141,16 +152,16 @@ class RowNoise:
         values[: len(seeds)] = torch.tensor([int(seed) for seed in seeds], dtype=torch.int64)
         self.keys.copy_(step_keys(values.to(self.keys.device), self.keys.shape[1]))
 
-    def gumbel(self, step: torch.Tensor, index: int) -> torch.Tensor:
-        """The draws of decoding step ``index``, ``[rows, V]`` float32, in a fixed number of ops whatever
-        the number of rows; ``step`` is the same index as an int64 tensor of one element on the device,
-        which is all a block of 1 reads. Steps are taken in order from 0."""
-        if self.block == 1:
-            return _gumbel(uniform_draws(self.keys.index_select(1, step), self.codes, self._constants))
-        offset = index % self.block
+    def gumbel(self, step: torch.Tensor | int) -> torch.Tensor:
+        """The draws of decoding step ``step``, ``[rows, V]`` float32, in a fixed number of ops whatever
+        the number of rows: ``step`` an int64 tensor of one element on the device (read there), or a host
+        int (steps then taken in order from 0, drawn a block at a time)."""
+        if isinstance(step, torch.Tensor):
+            return _gumbel(uniform_draws(self.keys.index_select(1, step), self.codes))
+        offset = step % self.block
         if offset == 0:
-            keys = self.keys[:, index : index + self.block, None]
-            self._draws = _gumbel(uniform_draws(keys, self.codes, self._constants))
+            keys = self.keys[:, step : step + self.block, None]
+            self._draws = _gumbel(uniform_draws(keys, self.codes))
         return self._draws[:, offset]
 
 

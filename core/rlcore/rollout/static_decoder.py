@@ -158,15 +158,23 @@ class StaticDecoder:
 
     def reserve(self, rows: int, length: int) -> None:
         """Make the cache hold at least ``rows`` rows of ``length`` positions: kept when large enough,
-        else allocated anew (zeroed) with the rotary tables for ``length`` positions."""
+        else allocated anew (zeroed); the rotary tables cover ``length`` positions."""
         if self.rows >= rows and self.length == length:
             return
         weight = self.embed.weight
-        device, dtype = weight.device, weight.dtype
         self.keys, self.values = [], []  # free the old cache before allocating the new one
         shape = (rows, self.kv_heads, length, self.head_dim)
-        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in self.layers]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in self.layers]
+        self.keys = [torch.zeros(shape, device=weight.device, dtype=weight.dtype) for _ in self.layers]
+        self.values = [torch.zeros(shape, device=weight.device, dtype=weight.dtype) for _ in self.layers]
+        self._tabulate(length, weight.device, weight.dtype)
+        self.version += 1
+
+    def _tabulate(self, length: int, device: torch.device, dtype: torch.dtype) -> None:
+        """The rotary cos/sin tables, the rotation and the slot indices for ``length`` positions (kept
+        while they match: they survive :meth:`release`)."""
+        cos = self._tables[0]
+        if cos.shape[0] == length and cos.device == device and cos.dtype == dtype:
+            return
         freqs = torch.arange(length, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         self._tables = (emb.cos().to(device=device, dtype=dtype), emb.sin().to(device=device, dtype=dtype))
@@ -178,7 +186,6 @@ class StaticDecoder:
         rotation[:half, half:] = torch.eye(half, dtype=dtype, device=device)
         self._rotation = rotation
         self._slots = torch.arange(length, device=device)
-        self.version += 1
 
     def load_weights(self) -> None:
         """Point the decoder at the module's current weights: the concatenated copies are refreshed in
@@ -212,16 +219,19 @@ class StaticDecoder:
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Grouped-query attention of ``q [B, H, T, D]`` over ``keys``/``values [B, KV, L, D]`` under the
         boolean ``mask [B, 1, T, L]``: the query heads of a group are stacked along the query axis, so
-        no key or value is copied per group. Returns ``[B, H, T, D]``."""
+        no key or value is copied per group. Returns ``[B, T, H·D]``, the output projection's input."""
         batch, heads, length, dim = q.shape
         groups = heads // self.kv_heads
-        if groups == 1:
-            return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        grouped = q.reshape(batch, self.kv_heads, groups * length, dim)
-        if length > 1:
+        if length == 1:  # one query per row: [B, KV, groups, D] attends with the mask broadcast
+            out = F.scaled_dot_product_attention(
+                q.view(batch, self.kv_heads, groups, dim), keys, values, attn_mask=mask
+            )
+            return out.reshape(batch, 1, heads * dim)  # a copy where the kernel's output is not contiguous
+        if groups > 1:
+            q = q.reshape(batch, self.kv_heads, groups * length, dim)
             mask = mask.repeat(1, 1, groups, 1)
-        out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask)
-        return out.reshape(batch, heads, length, dim)  # a copy where the kernel's output is not contiguous
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        return out.reshape(batch, heads, length, dim).transpose(1, 2).reshape(batch, length, heads * dim)
 
     def _forward(
         self,
@@ -248,7 +258,9 @@ class StaticDecoder:
             if weights.qk_norm is not None:
                 qk = self._rms(qk, weights.qk_norm)
             qk = qk * cos + (qk @ self._rotation) * sin
-            keys, values = self.keys[index][:batch], self.values[index][:batch]
+            keys, values = self.keys[index], self.values[index]
+            if batch < keys.shape[0]:
+                keys, values = keys[:batch], values[:batch]
             if isinstance(write, slice):
                 keys[:, :, write] = qk[:, heads:]
                 values[:, :, write] = qkv[:, heads + kv_heads :]
@@ -256,7 +268,7 @@ class StaticDecoder:
                 keys.index_copy_(2, write, qk[:, heads:])
                 values.index_copy_(2, write, qkv[:, heads + kv_heads :])
             out = self._attend(qk[:, :heads], keys[:, :, :read], values[:, :, :read], mask)
-            x = x + F.linear(out.transpose(1, 2).reshape(batch, length, heads * dim), weights.out, weights.out_bias)
+            x = x + F.linear(out, weights.out, weights.out_bias)
             h = self._rms(x, weights.post_norm)
             gate, up = F.linear(h, weights.gate_up).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, weights.down)
@@ -283,27 +295,22 @@ class StaticDecoder:
 
     @torch.no_grad()
     def decode(
-        self,
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        slot: torch.Tensor,
-        key_mask: torch.Tensor,
-        filled: int | None = None,
+        self, tokens: torch.Tensor, positions: torch.Tensor, slot: torch.Tensor | int, key_mask: torch.Tensor
     ) -> torch.Tensor:
         """One step for the first ``B`` rows: ``tokens [B]`` at ``positions [B]``, written at cache position
-        ``slot`` (int64 ``[1]``, on the device); each row attends to the cache positions up to ``slot``
-        where ``key_mask [B, L]`` is true. Returns the logits ``[B, V]``.
+        ``slot``; each row attends to the cache positions up to ``slot`` where ``key_mask [B, L]`` is true.
+        Returns the logits ``[B, V]``.
 
-        Without ``filled`` the step has static shapes and reads no host value (a CUDA graph can replay
-        it): it attends over the whole cache, masking the positions after ``slot``. An eager caller that
-        knows ``filled = slot + 1`` on the host passes it, and only the filled positions are attended.
+        With ``slot`` an int64 tensor of one element on the device, the step has static shapes and reads
+        no host value (a CUDA graph can replay it): it attends over the whole cache, masking the positions
+        after ``slot``. With ``slot`` a host int (eager decoding) only the filled positions are attended.
         """
-        if filled is None:
-            mask = (key_mask & (self._slots <= slot))[:, None, None, :]
-            read = self.length
+        if isinstance(slot, int):
+            mask, read, write = key_mask[:, None, None, : slot + 1], slot + 1, slice(slot, slot + 1)
+            hidden = self._forward(tokens[:, None], positions[:, None], write, read, mask)
         else:
-            mask, read = key_mask[:, None, None, :filled], filled
-        hidden = self._forward(tokens[:, None], positions[:, None], slot, read, mask)
+            mask = (key_mask & (self._slots <= slot))[:, None, None, :]
+            hidden = self._forward(tokens[:, None], positions[:, None], slot, self.length, mask)
         return self._logits(hidden)
 
 
