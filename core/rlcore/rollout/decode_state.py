@@ -2,11 +2,12 @@
 
 A :class:`DecodeState` holds, for ``rows`` rows (a chunk, padded up to its batch-size bucket when steps
 run as CUDA graphs), the last sampled tokens, their positions, the cache slot and step counters, the key
-mask, the sampled responses and log-probs, the rows still running and the rows' noise keys. Every
-counter lives on the device and every write goes through an index tensor, so a step
+mask, the sampled responses and log-probs, the rows still running and the rows' noise keys. When
+``graphed``, every counter lives on the device and every write goes through an index tensor, so a step
 (:meth:`DecodeState.take`, and the static decoder's forward before it) reads no host value and the same
-tensors at every step: it can be captured once and replayed. The buffers are reused for every chunk of
-the same shape (:meth:`DecodeState.start`).
+tensors at every step: it can be captured once and replayed, and the buffers are reused for every chunk
+of the same shape (:meth:`DecodeState.start`). Eagerly the step and slot are counted on the host (plain
+slice writes, fewer ops on CPU); the sampled values are the same.
 """
 
 from __future__ import annotations
