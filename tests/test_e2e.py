@@ -111,6 +111,7 @@ def test_grpo_run_writes_verl_named_metrics(recorded_run) -> None:
         "timing_s/step",
         "perf/throughput",
         "rollout/weight_checksum_diff",
+        "rollout/rows_per_chunk",
         "val-core/tiny/digits/reward/mean@1",
     ):
         assert key in step, key

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,26 +16,13 @@ from rlcore.rollout.hf import HFRolloutEngine, state_checksum
 from rlcore.rollout.sampling import SamplingParams, request_seeds, sample_next_tokens
 from rlcore.testing.contracts.rollout import RolloutEngineContract, make_prompt_batch
 
+pytestmark = pytest.mark.usefixtures("single_intra_op_thread")
+
 
 class TestHFRolloutContract(RolloutEngineContract):
     """The rollout-engine contract for the built-in ``hf`` engine."""
 
     component_name = "hf"
-
-
-@pytest.fixture(autouse=True)
-def single_intra_op_thread() -> Iterator[None]:
-    """Run each test with one intra-op thread (restored afterwards).
-
-    The tiny model's ops are far too small to gain from intra-op parallelism, and on a shared machine an
-    intra-op thread that is descheduled stalls every op of the decoding loop.
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def rollout_config(**overrides: Any) -> Any:

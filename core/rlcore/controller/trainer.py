@@ -273,6 +273,9 @@ class Trainer:
             prompts.meta["temperature"] = self.config.actor_rollout_ref.rollout.temperature
             with timer("gen"):
                 batch = self._generate(prompts)
+            # the engine's own figures (rollout/gen_tokens, the HF engine's rollout/rows_per_chunk, ...):
+            # per rank, averaged over ranks
+            metrics.update(reduce_metrics(batch.meta.get("metrics", {})))
             metrics.update(batch.meta.pop("agent_metrics", {}))
             if self.estimator.meta.get("needs_greedy_baseline"):
                 with timer("gen_max"):

@@ -2,15 +2,21 @@
 
 :class:`HFRolloutEngine` owns its own copy of the policy as a Hugging Face ``transformers`` causal LM and
 samples with its own loop instead of ``model.generate``: one prefill forward over the left-padded
-prompts with an explicit attention mask and position ids, then one forward per new token against a
-``DynamicCache`` — or, on CPU for plain Llama-family models, through
-:class:`rlcore.rollout.static_decoder.StaticDecoder` (the same function without the module overhead).
-Sampling (temperature, top-k, top-p, greedy) runs on float32 logits; every row draws from its own
-``torch.Generator`` seeded from ``rollout.seed``, the call's index and the row
-(:mod:`rlcore.rollout.row_noise`), so a row's tokens do not depend on the rest of the batch. A call is
-decoded in chunks of rows bounded by ``rollout.max_num_batched_tokens`` prompt + response tokens
-(:mod:`rlcore.rollout.chunking`), which bounds the engine's memory. The loop stops as soon as every
-sequence of a chunk has emitted an end-of-sequence token; after its EOS a sequence is filled with the pad
+prompts with an explicit attention mask and position ids, then one forward per new token. Plain
+Llama-family models (Qwen2, Qwen3, Llama) decode through :class:`rlcore.rollout.static_decoder.StaticDecoder`
+(the same function without the module overhead, against a static KV cache); on CUDA each decoding step of
+it, sampling included, is captured once per batch-size bucket as a CUDA graph and replayed
+(:mod:`rlcore.rollout.cuda_graphs`; ``rollout.enforce_eager=true`` keeps eager steps). Other models go
+through the module's own forward with a ``DynamicCache``.
+
+Sampling (temperature, top-k, top-p, greedy) runs on float32 logits; every row's Gumbel noise is a hash
+of its seed (derived from ``rollout.seed``, the call's index and the row), the step and the token
+(:mod:`rlcore.rollout.row_noise`), so a row's tokens do not depend on the rest of the batch and a step
+costs the same number of kernel launches for any batch. A call is decoded in chunks of rows
+(:mod:`rlcore.rollout.chunking`): on CPU bounded by ``rollout.max_num_batched_tokens`` prompt + response
+tokens, on CUDA sized from the memory ``rollout.gpu_memory_utilization`` leaves free. The loop stops as
+soon as every sequence of a chunk has emitted an end-of-sequence token (checked every step on CPU, every
+8 steps on an accelerator: each check is a host sync); after its EOS a sequence is filled with the pad
 token.
 
 The trainer pushes new weights in memory after every update with :meth:`HFRolloutEngine.update_weights`
@@ -24,7 +30,7 @@ verify that the engine serves the trainer's weights.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -33,10 +39,23 @@ from rlcore.data.multimodal import MULTI_MODAL_INPUTS
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch
 from rlcore.rollout import static_decoder
-from rlcore.rollout.chunking import chunk_slices, token_budget, trim_left_padding
+from rlcore.rollout.chunking import (
+    ModelShape,
+    aligned_length,
+    bucket,
+    bucket_floor,
+    chunk_slices,
+    device_memory_rows,
+    even_chunks,
+    memory_utilization,
+    row_bytes,
+    token_budget,
+    trim_left_padding,
+)
+from rlcore.rollout.cuda_graphs import StepGraphs
+from rlcore.rollout.decode_state import DecodeState
 from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
-from rlcore.rollout.row_noise import RowNoise, block_steps
-from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds, sample_next_tokens
+from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
 from rlcore.rollout.weights import check_weight_names, float64_sum, state_checksum
 from rlcore.workers.vlm import load_policy, rollout_prefill
 
@@ -63,16 +82,20 @@ class HFRolloutEngine:
         tokenizer: the policy's tokenizer; supplies ``pad_token_id`` and ``eos_token_id``.
         config: the ``actor_rollout_ref.rollout`` section (``temperature``, ``top_k``, ``top_p``,
             ``do_sample``, ``response_length``, ``val_kwargs``, ``calculate_log_probs``, ``seed``,
-            ``ignore_eos``, ``max_num_batched_tokens``); ``n`` is not applied here (the controller repeats prompts before calling
-            :meth:`generate`).
+            ``ignore_eos``, ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``enforce_eager``);
+            ``n`` is not applied here (the controller repeats prompts before calling :meth:`generate`).
         device: where the engine's module runs.
         dtype: the engine's parameter dtype (a ``torch.dtype`` or its name), applied to a given
             ``module`` too.
         module: an already built causal LM to use instead of loading ``model_path``; the engine takes
             ownership of it (it is moved, cast and put in eval mode, not copied).
+        bucketed: decode the static decoder's steps with static shapes, each chunk padded to its
+            batch-size bucket — on CUDA replayed as CUDA graphs. Default: on CUDA unless
+            ``rollout.enforce_eager``; ``True`` on CPU runs the same steps without capture (what the
+            tests compare with the eager path). Models without a static decoder never are.
 
     Raises:
-        RLCoreError: an invalid sampling setting, naming its ``actor_rollout_ref.rollout.<key>``.
+        RLCoreError: an invalid sampling or memory setting, naming its ``actor_rollout_ref.rollout.<key>``.
     """
 
     def __init__(
@@ -84,24 +107,33 @@ class HFRolloutEngine:
         device: torch.device | str = "cpu",
         dtype: torch.dtype | str = torch.float32,
         module: torch.nn.Module | None = None,
+        bucketed: bool | None = None,
     ) -> None:
         self.config = config
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.settings = RolloutSettings(config)
         self.token_budget = token_budget(config)
+        self.memory_utilization = memory_utilization(config)
 
         if module is None:
             module = load_policy(model_path, engine_dtype(dtype))
         self.module = module.to(device=self.device, dtype=engine_dtype(dtype)).eval().requires_grad_(False)
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(self.module.forward).parameters
         self._prebuilt_decode_mask = _sdpa_full_attention_only(self.module.config)
-        # on CPU, plain Llama-family models decode through a lean functional forward with a static KV cache
-        self._static = static_decoder.build(self.module) if self.device.type == "cpu" else None
+        # plain Llama-family models decode through a lean functional forward with a static KV cache
+        self._static = static_decoder.build(self.module)
+        # on CUDA its steps are captured as graphs per batch-size bucket, unless rollout.enforce_eager
+        if bucketed is None:
+            bucketed = self.device.type == "cuda" and not config.get("enforce_eager", False)
+        self._bucketed = bool(bucketed) and self._static is not None
+        self._graphs = StepGraphs() if self._bucketed and self.device.type == "cuda" else None
+        self._states: dict[tuple[Any, ...], DecodeState] = {}
 
         special = SpecialTokens(tokenizer, getattr(self.module, "generation_config", None))
         self.eos_token_ids: list[int] = special.eos_token_ids
         self.pad_token_id = special.pad_token_id
+        self._eos_ids = torch.tensor(self.eos_token_ids, dtype=torch.long, device=self.device)
 
         self._calls = 0
         self._weight_version = 0
@@ -119,6 +151,12 @@ class HFRolloutEngine:
         parameters = {name for name, _ in self.module.named_parameters()}
         return frozenset(name for name in self.module.state_dict(keep_vars=True) if name not in parameters)
 
+    @property
+    def pads_to_buckets(self) -> bool:
+        """Whether chunks are padded to their batch-size bucket and decoded with static shapes (on CUDA:
+        steps replayed as CUDA graphs)."""
+        return self._bucketed
+
     # ------------------------------------------------------------------ generation
 
     def generate(self, batch: Batch, validate: bool = False) -> Batch:
@@ -126,13 +164,15 @@ class HFRolloutEngine:
 
         Reads ``input_ids [B, P]`` (left-padded), ``attention_mask`` and ``position_ids`` (computed from
         the mask when absent), and for a vision-language model the rows' images from
-        ``non_tensors["multi_modal_inputs"]`` (:func:`rlcore.workers.vlm.rollout_prefill`). Uses ``val_kwargs`` when ``validate`` or ``batch.meta["validate"]`` is
-        true; ``batch.meta["do_sample"] = False`` forces greedy decoding. The result holds ``prompts``, ``responses [B, R]`` (right-padded with the pad token,
-        ``R = response_length``), ``response_mask`` (1 up to and including the EOS token),
-        ``input_ids``, ``attention_mask`` and ``position_ids = clip(cumsum(attention_mask) - 1, 0)`` over
-        ``P + R``, and with
-        ``calculate_log_probs`` ``rollout_log_probs [B, R]`` (0 on padding). Non-tensors are copied;
-        ``meta`` is the input's with ``metrics`` replaced by ``{"rollout/gen_tokens": ...}``.
+        ``non_tensors["multi_modal_inputs"]`` (:func:`rlcore.workers.vlm.rollout_prefill`). Uses
+        ``val_kwargs`` when ``validate`` or ``batch.meta["validate"]`` is true; ``batch.meta["do_sample"] =
+        False`` forces greedy decoding. The result holds ``prompts``, ``responses [B, R]`` (right-padded
+        with the pad token, ``R = response_length``), ``response_mask`` (1 up to and including the EOS
+        token), ``input_ids``, ``attention_mask`` and ``position_ids = clip(cumsum(attention_mask) - 1, 0)``
+        over ``P + R``, and with ``calculate_log_probs`` ``rollout_log_probs [B, R]`` (0 on padding).
+        Non-tensors are copied; ``meta`` is the input's with ``metrics`` replaced by
+        ``rollout/gen_tokens``, ``rollout/rows_per_chunk`` (the largest chunk's rows) and
+        ``rollout/graph_step_share`` (the share of decoding steps replayed from CUDA graphs).
         """
         if self._asleep:
             raise RLCoreError("the rollout engine is asleep: call wake() before generate()")
@@ -143,7 +183,8 @@ class HFRolloutEngine:
         if not params.greedy:
             self._calls += 1
         images = batch.non_tensors.get(MULTI_MODAL_INPUTS)
-        width = prompts.shape[1] + self.settings.response_length
+        slices = self._plan_chunks(len(prompts), prompts.shape[1])
+        steps = [0, 0]  # decoding steps run, and of those replayed from graphs
         chunks = [
             self._sample(
                 *(
@@ -153,14 +194,68 @@ class HFRolloutEngine:
                 params,
                 seeds[rows],
                 None if images is None else images[rows],
+                steps,
             )
-            for rows in chunk_slices(len(prompts), width, self.token_budget)
+            for rows in slices
         ]
+        if self.device.type == "cpu":  # the cache is not kept between calls on CPU (host memory)
+            self._release()
         responses, response_mask, logprobs = (
             None if parts[0] is None else torch.cat(parts)
             for parts in zip(*chunks)  # type: ignore[arg-type]
         )
-        return rollout_output(batch, responses, response_mask, logprobs)
+        out = rollout_output(batch, responses, response_mask, logprobs)
+        out.meta["metrics"]["rollout/rows_per_chunk"] = max(rows.stop - rows.start for rows in slices)
+        out.meta["metrics"]["rollout/graph_step_share"] = steps[1] / steps[0] if steps[0] else 0.0
+        return out
+
+    def _plan_chunks(self, rows: int, prompt_len: int) -> list[slice]:
+        """The chunks of a call of ``rows`` prompts of width ``prompt_len``; loads the static decoder's
+        weights and reserves its cache for the largest chunk (padded to its bucket with graphs).
+
+        On CUDA the rows per chunk come from the free memory (:func:`~rlcore.rollout.chunking.memory_rows`),
+        measured once the decoder's weights are in place; elsewhere from ``rollout.max_num_batched_tokens``.
+        """
+        length = self.settings.response_length
+        static = self._static
+        if static is not None and rows:
+            static.load_weights()
+        if self.device.type != "cuda":
+            slices = chunk_slices(rows, prompt_len + length, self.token_budget)
+            cache_len = prompt_len + length
+        else:
+            cache_len = aligned_length(prompt_len + length)
+            shape = ModelShape.of(self.module.config)
+            per_row = row_bytes(shape, prompt_len, cache_len, self.module.dtype.itemsize)
+            reusable = static.cache_bytes() if static is not None else 0
+            capacity = device_memory_rows(self.device, self.memory_utilization, per_row, reusable)
+            slices = even_chunks(rows, bucket_floor(capacity) if self.pads_to_buckets else capacity)
+        if static is not None and rows:
+            largest = max(part.stop - part.start for part in slices)
+            static.reserve(bucket(largest) if self.pads_to_buckets else largest, cache_len)
+        return slices
+
+    def _state(self, rows: int, params: SamplingParams, cache_len: int | None) -> DecodeState:
+        """A decode state for ``rows`` rows and ``params``; when bucketed one per shape, kept (CUDA graphs
+        read its tensors) and reused for every chunk of that shape until the cache is released."""
+        key = (rows, params, cache_len)
+        state = self._states.get(key)
+        if state is None:
+            state = DecodeState(
+                rows,
+                self.settings.response_length,
+                self.module.get_output_embeddings().weight.shape[0],
+                params,
+                cache_len=cache_len,
+                eos_ids=self._eos_ids,
+                stop_on_eos=not self.settings.ignore_eos and bool(self.eos_token_ids),
+                with_logprobs=self.settings.calculate_log_probs,
+                graphed=self.pads_to_buckets,
+                device=self.device,
+            )
+            if self.pads_to_buckets:
+                self._states[key] = state
+        return state
 
     @torch.no_grad()
     def _sample(
@@ -170,101 +265,124 @@ class HFRolloutEngine:
         position_ids: torch.Tensor,
         params: SamplingParams,
         seeds: Sequence[int],
-        images: Sequence[Any] | None = None,
+        images: Sequence[Any] | None,
+        steps: list[int],
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The decoding loop over one chunk of rows (``seeds``: one per row); returns ``responses``, a
-        boolean ``response_mask`` and the log-probs or None."""
+        boolean ``response_mask`` and the log-probs or None. Adds the decoding steps it ran, and those
+        replayed from a graph, to ``steps``."""
+        batch_size, prompt_len = input_ids.shape
+        length = self.settings.response_length
+        if batch_size == 0:
+            logprobs = torch.zeros((0, length), device=self.device) if self.settings.calculate_log_probs else None
+            empty = torch.zeros((0, length), dtype=torch.long, device=self.device)
+            return empty, empty.bool(), logprobs
+        static = self._static
+        prefill: dict[str, Any] = {"position_ids": position_ids}
+        next_position = position_ids[:, -1] + 1
+        if images is not None:  # the rows' multi_modal_inputs: images and mrope positions for the prefill
+            prefill, first = rollout_prefill(self.module, input_ids, attention_mask, images)
+            next_position = first[:, 0]
+        rows = bucket(batch_size) if self.pads_to_buckets else batch_size
+        cache_len = None if static is None else static.length
+        state = self._state(rows, params, cache_len)
+        state.start(seeds, attention_mask, next_position.long())
+        if static is not None:
+            state.take(static.prefill(input_ids, attention_mask, position_ids))
+
+            def decode() -> None:
+                state.decode_with(static)
+
+        else:
+            decode = self._module_decoder(input_ids, attention_mask, prefill, state)
+        # on an accelerator every `.any()` is a host sync: test for "all finished" less often there
+        check_every = 1 if self.device.type == "cpu" else 8
+        # a row that emitted EOS keeps decoding its own samples (no other row sees them); the response
+        # mask and padding after each row's EOS are applied once, after the loop
+        taken = 1  # tokens sampled per row so far
+        while taken < length and not (
+            state.stop_on_eos and taken % check_every == 0 and not bool(state.unfinished[:batch_size].any())
+        ):
+            if self._graphs is not None and static is not None:
+                steps[1] += int(self._graphs.run((rows, params, cache_len), static.version, decode))
+            else:
+                decode()
+            steps[0] += 1
+            taken += 1
+        return self._finish(state, batch_size, taken)
+
+    def _module_decoder(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefill: dict[str, Any], state: DecodeState
+    ) -> Callable[[], None]:
+        """Prefill the prompts through the module's own forward (a ``DynamicCache``), sample the first
+        tokens into ``state``, and return the step of the following tokens (forward, then sample)."""
         from transformers import DynamicCache
 
         batch_size, prompt_len = input_ids.shape
-        length = self.settings.response_length
-        responses = torch.full((batch_size, length), self.pad_token_id, dtype=torch.long, device=self.device)
-        response_mask = torch.zeros((batch_size, length), dtype=torch.bool, device=self.device)
-        logprobs = (
-            torch.zeros((batch_size, length), dtype=torch.float32, device=self.device)
-            if self.settings.calculate_log_probs
-            else None
+        full_mask = torch.ones(
+            (batch_size, prompt_len + self.settings.response_length), dtype=torch.long, device=self.device
         )
-        if batch_size == 0:
-            return responses, response_mask, logprobs
-
-        full_mask = torch.ones((batch_size, prompt_len + length), dtype=torch.long, device=self.device)
         full_mask[:, :prompt_len] = attention_mask
-        next_position = position_ids[:, -1:].long() + 1
-        prefill: dict[str, Any] = {"position_ids": position_ids}
-        if images is not None:  # the rows' multi_modal_inputs: images and mrope positions for the prefill
-            prefill, next_position = rollout_prefill(self.module, input_ids, attention_mask, images)
-        eos_ids = torch.tensor(self.eos_token_ids, dtype=torch.long, device=self.device)
-        unfinished = torch.ones(batch_size, dtype=torch.bool, device=self.device)
-        # on an accelerator every `.any()` is a host sync: test for "all finished" less often there
-        check_every = 1 if self.device.type == "cpu" else 8
-
         # decode steps: a [B, 1, 1, L] boolean key mask is exactly what sdpa needs for one causal query,
         # and passing it skips transformers' per-step mask construction
         decode_mask = full_mask.bool()[:, None, None, :] if self._prebuilt_decode_mask else full_mask
-        static = self._static
-        if static is not None:
-            key_mask = full_mask.bool()
-            logits = static.prefill(input_ids, attention_mask, position_ids, prompt_len + length)
-        else:
-            cache = DynamicCache(config=self.module.config)
-            extra = {"logits_to_keep": 1} if self._accepts_logits_to_keep else {}
+        cache = DynamicCache(config=self.module.config)
+        extra = {"logits_to_keep": 1} if self._accepts_logits_to_keep else {}
+        output = self.module(
+            input_ids=input_ids,
+            attention_mask=full_mask[:, :prompt_len],
+            past_key_values=cache,
+            use_cache=True,
+            **prefill,
+            **extra,
+        )
+        state.take(output.logits[:, -1, :])
+        width = [prompt_len + 1]
+
+        def step() -> None:
             output = self.module(
-                input_ids=input_ids,
-                attention_mask=full_mask[:, :prompt_len],
-                past_key_values=cache,
-                use_cache=True,
-                **prefill,
-                **extra,
-            )
-            logits = output.logits[:, -1, :]
-        vocab = logits.shape[-1]
-        noise = None if params.greedy else RowNoise(seeds, vocab, block_steps(vocab, length), self.device)
-        stop_on_eos = not self.settings.ignore_eos and bool(eos_ids.numel())
-        # per step only the sampled tokens (and log-probs) are stored and the rows still running are
-        # tracked; masks and padding after each row's EOS are applied once after the loop (a finished
-        # row keeps decoding its own samples, which no other row sees)
-        steps = length
-        for step in range(length):
-            tokens, step_logprobs = sample_next_tokens(
-                logits,
-                params,
-                None,
-                with_logprobs=logprobs is not None,
-                gumbel=None if noise is None else noise.step(step),
-            )
-            responses[:, step] = tokens
-            if logprobs is not None:
-                logprobs[:, step] = step_logprobs
-            if stop_on_eos:
-                unfinished.logical_and_(torch.isin(tokens, eos_ids).logical_not_())
-            if step == length - 1 or ((step + 1) % check_every == 0 and not bool(unfinished.any())):
-                steps = step + 1
-                break
-            if static is not None:
-                logits = static.decode(
-                    tokens, next_position[:, 0] + step, prompt_len + step, key_mask[:, : prompt_len + step + 1]
-                )
-                continue
-            output = self.module(
-                input_ids=tokens[:, None],
-                attention_mask=decode_mask[..., : prompt_len + step + 1],
-                position_ids=next_position + step,
+                input_ids=state.tokens[:, None],
+                attention_mask=decode_mask[..., : width[0]],
+                position_ids=state.positions[:, None],
                 past_key_values=cache,
                 use_cache=True,
             )
-            logits = output.logits[:, -1, :]
-        if static is not None:
-            static.release()
-        if stop_on_eos:  # a token is in the response when no EOS came before it
-            hits = torch.isin(responses[:, :steps], eos_ids).int()
+            state.positions.add_(1)
+            width[0] += 1
+            state.take(output.logits[:, -1, :])
+
+        return step
+
+    def _finish(
+        self, state: DecodeState, batch_size: int, steps: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The chunk's ``responses``, boolean ``response_mask`` and log-probs (or None) from ``state``'s
+        first ``batch_size`` rows and first ``steps`` tokens: a token is in the response when no EOS came before
+        it; the rest is padding (pad token, log-prob 0)."""
+        length = self.settings.response_length
+        responses = torch.full((batch_size, length), self.pad_token_id, dtype=torch.long, device=self.device)
+        responses[:, :steps] = state.responses[:batch_size, :steps]
+        response_mask = torch.zeros((batch_size, length), dtype=torch.bool, device=self.device)
+        if state.stop_on_eos:
+            hits = (responses[:, :steps, None] == self._eos_ids).any(dim=-1).int()
             response_mask[:, :steps] = hits.cumsum(dim=1) == hits
         else:
             response_mask[:, :steps] = True
         responses.masked_fill_(~response_mask, self.pad_token_id)
-        if logprobs is not None:
+        logprobs = None
+        if state.logprobs is not None:
+            logprobs = torch.zeros((batch_size, length), dtype=torch.float32, device=self.device)
+            logprobs[:, :steps] = state.logprobs[:batch_size, :steps]
             logprobs.masked_fill_(~response_mask, 0.0)
         return responses, response_mask, logprobs
+
+    def _release(self) -> None:
+        """Free the decode states, graphs and the static decoder's cache and weight copies."""
+        self._states.clear()
+        if self._graphs is not None:
+            self._graphs.clear()
+        if self._static is not None:
+            self._static.release()
 
     # ------------------------------------------------------------------ weights
 
@@ -370,8 +488,10 @@ class HFRolloutEngine:
     # ------------------------------------------------------------------ memory
 
     def sleep(self) -> None:
-        """Free accelerator memory between rollouts: on CUDA move the module to the CPU; no-op on CPU."""
+        """Free accelerator memory between rollouts: on CUDA drop the KV cache, the decode states and the
+        CUDA graphs, and move the module to the CPU; no-op on CPU."""
         if self.device.type == "cuda" and not self._asleep:
+            self._release()
             self.module.to("cpu")
             torch.cuda.empty_cache()
             self._asleep = True
