@@ -33,6 +33,8 @@ from rlcore.config import (
 from rlcore.data.image_plan import image_plan
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins
+from rlcore.presets import PRESETS_FILE, first_line, name_after_presets, preset_settings, write_presets
+from rlcore.process_env import limit_cpu_threads, quiet_third_party
 from rlcore.run_context import RunContext
 
 BUNDLED_PRESET = "arith-cpu"
@@ -287,28 +289,28 @@ def run_training(
     reported at once, before anything starts.
     """
     start = time.perf_counter()
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # model-loading bars would tear the run's bar
     manager = load_plugins()
     for record in manager.problems():
         click.echo(f"warning: plugin {record.name} [{record.status}]: {record.error}", err=True)
     registry = manager.registry
     task_given = any(registry.has("preset", p) and registry.get("preset", p).meta.get("prepare") for p in presets)
     presets = ([] if task_given else default_presets(files, overrides, config_name)) + presets
-    bundled = BUNDLED_PRESET in presets
-    if bundled:
-        click.echo(
-            f"No config file or data.train_files given: training the bundled CPU task (preset {BUNDLED_PRESET})."
-        )
+    announce = first_line(presets, bundled=BUNDLED_PRESET in presets)
+    if announce:
+        click.echo(announce)
     problems = Problems()
     config = load_config(
         files, overrides, presets, manager, config_name=config_name, config_path=config_path, problems=problems
     )
+    with problems.collect():
+        name_after_presets(config, presets, manager)
     with problems.collect():
         manager.hook.on_config_resolved(config=config)
     with problems.collect():
         _require(config, "data.train_files", "pass data.train_files=PATH (parquet or jsonl) or a config file")
     with problems.collect():
         _require(config, "actor_rollout_ref.model.path", "pass actor_rollout_ref.model.path=NAME_OR_DIR")
+    quiet_third_party(str(config.trainer.device))
     check_components(config, manager, problems)
     with problems.collect():
         check_values(config)
@@ -324,7 +326,7 @@ def run_training(
         images = image_plan(config)
     problems.raise_if_any()
     versions = manager.versions()
-    click.echo("plugins: " + (", ".join(f"{n}-{v}" for n, v in sorted(versions.items())) or "(none)"))
+    click.echo(plugins_line(versions))
     click.echo(derived.summary())
     for line in plan_lines:
         click.echo(line)
@@ -333,6 +335,7 @@ def run_training(
     if dry_run:
         click.echo(config_to_yaml(config), nl=False)
         return {}
+    limit_cpu_threads()
     prepare_presets(manager, presets, config)
     from rlcore.model_check import check_model_paths
 
@@ -342,7 +345,14 @@ def run_training(
     for key in ("rollout_data_dir", "validation_data_dir"):
         if config.trainer.get(key):
             check_writable(Path(config.trainer[key]), f"trainer.{key}")
-    run_dir = make_run_dir(config)
+
+    from rlcore.controller.trainer import Trainer
+
+    # the run directory is made once start-up has succeeded: a start-up error leaves nothing behind
+    run = RunContext(config=config, run_dir=Path(), plugins=versions, derived=derived.as_dict())
+    trainer = Trainer(config, run, manager)
+    trainer.prepare()
+    run_dir = run.run_dir = make_run_dir(config)
     (run_dir / "config.yaml").write_text(config_to_yaml(config))
     (run_dir / "plugins.json").write_text(
         json.dumps(
@@ -354,12 +364,9 @@ def run_training(
         )
     )
     (run_dir / "derived.json").write_text(json.dumps(derived.as_dict(), indent=2))
+    write_presets(run_dir, preset_settings(config, presets, manager))
     click.echo(f"run directory: {run_dir}")
 
-    from rlcore.controller.trainer import Trainer
-
-    run = RunContext(config=config, run_dir=run_dir, plugins=versions, derived=derived.as_dict())
-    trainer = Trainer(config, run, manager)
     try:
         last = trainer.fit()
     except KeyboardInterrupt:
@@ -376,6 +383,13 @@ def run_training(
         raise RunInterrupted(128 + int(trainer.stop.signum or 0))
     _summarise(run_dir, last, time.perf_counter() - start)
     return last
+
+
+def plugins_line(versions: dict[str, str | None]) -> str:
+    """``plugins: N installed (rlcore plugins lists them)``; the versions are in the run's ``plugins.json``."""
+    if not versions:
+        return "plugins: none installed (only rlcore's built-in components)"
+    return f"plugins: {len(versions)} installed (rlcore plugins lists them)"
 
 
 def _print_kept(config: DictConfig, trainer: Any, run_dir: Path, *, abandoned: bool) -> None:
@@ -407,15 +421,24 @@ def _summarise(run_dir: Path, last: dict[str, Any], wall: float, status: str = "
         if points:
             first, final = points[0], points[-1]
             click.echo(f"{key}: {first[1]:.3f} (step {first[0]}) -> {final[1]:.3f} (step {final[0]})")
-    summary = {"status": status, "wall_time_s": round(wall, 1), "peak_rss_mb": round(_peak_rss_mb(), 1)}
+    presets = [entry["name"] for entry in json.loads((run_dir / PRESETS_FILE).read_text())]
+    summary = {
+        "status": status,
+        "presets": presets,
+        "wall_time_s": round(wall, 1),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+    }
     (run_dir / "summary.json").write_text(json.dumps({**summary, "last": last}, indent=2, default=float))
     click.echo(f"wall time: {summary['wall_time_s']} s, peak memory (RSS): {summary['peak_rss_mb']} MB")
     click.echo(f"run directory: {run_dir}")
+    if not rows:  # nothing to plot: no step was logged
+        sys.stdout.flush()
+        return
     click.echo(f"metrics:       {metrics_path}")
     try:
         report = write_report([run_dir])
         click.echo(f"report:        {report.html} (plots: {report.png})")
-    except RLCoreError as exc:  # e.g. no step was logged: the run itself succeeded
+    except RLCoreError as exc:
         click.echo(f"report:        not written: {exc}")
     try:
         click.echo(f"reward curve:  {plot_reward_curve(metrics_path, run_dir / 'reward_curve.png')}")
