@@ -37,22 +37,44 @@ def test_usable_cpus_is_at_most_the_affinity() -> None:
     assert 1 <= usable_cpus() <= len(os.sched_getaffinity(0))
 
 
-def test_limit_cpu_threads_keeps_torch_within_the_usable_cores() -> None:
-    """Without ``OMP_NUM_THREADS``, a torch told to use more threads than the process may run on is brought
-    down to that; with it set, the user's choice stands."""
+def test_cpu_threads_setting_and_default() -> None:
+    """``trainer.cpu_threads`` sets torch's threads; without it, a torch about to use more threads than the
+    process may run on is brought down to that, unless ``OMP_NUM_THREADS`` is set (then it stands)."""
     script = (
-        "import torch; torch.set_num_threads(64)\n"
-        "from rlcore.process_env import limit_cpu_threads, usable_cpus\n"
-        "print(limit_cpu_threads(), usable_cpus())\n"
+        "import sys, torch; torch.set_num_threads(64)\n"
+        "from rlcore.process_env import set_cpu_threads, usable_cpus\n"
+        "print(set_cpu_threads(int(sys.argv[1]) or None), usable_cpus())\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    threads, cpus = map(int, out.stdout.split())
-    assert threads == cpus
-    out = subprocess.run(
-        [sys.executable, "-c", script], env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300
-    )
-    assert out.stdout.split()[0] == "64"
+
+    def threads(setting: int, **extra: str) -> list[int]:
+        out = subprocess.run(
+            [sys.executable, "-c", script, str(setting)],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        return [int(word) for word in out.stdout.split()]
+
+    used, cpus = threads(0)
+    assert used == cpus
+    assert threads(0, OMP_NUM_THREADS="1")[0] == 64
+    assert threads(3, OMP_NUM_THREADS="1")[0] == 3
+
+
+def test_cpu_threads_must_be_a_positive_integer() -> None:
+    from omegaconf import OmegaConf
+
+    from rlcore.config import ConfigError
+    from rlcore.process_env import cpu_threads_setting
+
+    assert cpu_threads_setting(OmegaConf.create({"trainer": {"cpu_threads": None}})) is None
+    assert cpu_threads_setting(OmegaConf.create({"trainer": {"cpu_threads": 2}})) == 2
+    for bad in (0, -1, 1.5, "two"):
+        with pytest.raises(ConfigError, match="trainer.cpu_threads must be a positive integer"):
+            cpu_threads_setting(OmegaConf.create({"trainer": {"cpu_threads": bad}}))
 
 
 def test_saving_a_model_prints_no_deepspeed_notice(tmp_path: Path) -> None:

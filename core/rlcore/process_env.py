@@ -5,11 +5,13 @@ CPU threads kept within the cores the process may use.
   DeepSpeed then guesses its accelerator and prints "Setting accelerator to CPU ..." on stdout: naming the
   accelerator in ``DS_ACCELERATOR`` (``cpu`` or ``cuda``, from ``trainer.device``) makes it quiet; a value
   already set is kept. Hugging Face's download/shard bars are turned off (``HF_HUB_DISABLE_PROGRESS_BARS``).
-- torch starts as many intra-op threads as there are cores it sees. A container limited by a CPU quota (cgroup
-  ``cpu.max``) sees every CPU of the host, and that many threads on a few cores' quota wait on each other
-  at every operation: the bundled task's small model ran many times slower that way.
-  :func:`limit_cpu_threads` lowers torch's thread count to the cores the process may use
-  (:func:`usable_cpus`), unless ``OMP_NUM_THREADS`` says otherwise.
+- torch starts as many intra-op threads as there are cores it sees. A small model's operations are too
+  small to share: the bundled task's 40 steps took 124 s with torch's two threads and 36 s with one, on the
+  same shared 2-core machine (the bundled presets set ``trainer.cpu_threads=1``). And a container limited
+  by a CPU quota (cgroup ``cpu.max``) sees every CPU of the host, so that many threads wait on each other
+  on a few cores' quota at every operation. :func:`set_cpu_threads` applies ``trainer.cpu_threads``, or
+  lowers torch's default to the cores the process may use (:func:`usable_cpus`) unless
+  ``OMP_NUM_THREADS`` is set.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 #: cgroup v2 and v1 files that hold a CPU quota
 _CGROUP_V2 = Path("/sys/fs/cgroup/cpu.max")
@@ -47,12 +50,24 @@ def usable_cpus() -> int:
     return min(cpus, quota) if quota is not None else cpus
 
 
-def limit_cpu_threads() -> int:
-    """Lower torch's intra-op threads to :func:`usable_cpus` when ``OMP_NUM_THREADS`` is not set; returns
-    the thread count torch uses."""
+def cpu_threads_setting(config: Any) -> int | None:
+    """``trainer.cpu_threads`` of a run's config: None, or a positive int (else a ``ConfigError`` naming the
+    key)."""
+    from rlcore.config.keys import positive_int
+
+    threads = config.trainer.cpu_threads
+    return None if threads is None else positive_int(threads, "trainer.cpu_threads")
+
+
+def set_cpu_threads(threads: int | None) -> int:
+    """Set torch's intra-op threads: ``threads`` when given (``trainer.cpu_threads``); otherwise
+    ``OMP_NUM_THREADS`` stands when set, and torch's default is lowered to :func:`usable_cpus`. Returns the
+    thread count torch uses."""
     import torch
 
-    if "OMP_NUM_THREADS" not in os.environ and torch.get_num_threads() > usable_cpus():
+    if threads:
+        torch.set_num_threads(int(threads))
+    elif "OMP_NUM_THREADS" not in os.environ and torch.get_num_threads() > usable_cpus():
         torch.set_num_threads(usable_cpus())
     return torch.get_num_threads()
 

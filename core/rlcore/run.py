@@ -34,7 +34,7 @@ from rlcore.data.image_plan import image_plan
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins
 from rlcore.presets import PRESETS_FILE, first_line, name_after_presets, preset_settings, write_presets
-from rlcore.process_env import limit_cpu_threads, quiet_third_party
+from rlcore.process_env import cpu_threads_setting, quiet_third_party, set_cpu_threads
 from rlcore.run_context import RunContext
 
 BUNDLED_PRESET = "arith-cpu"
@@ -316,6 +316,9 @@ def run_training(
         check_values(config)
     with problems.collect():
         check_agent_config(config)
+    cpu_threads = None
+    with problems.collect():
+        cpu_threads = cpu_threads_setting(config)
     plan_lines: list[str] = []
     with problems.collect():
         plan_lines += run_plan_lines(config)
@@ -335,7 +338,7 @@ def run_training(
     if dry_run:
         click.echo(config_to_yaml(config), nl=False)
         return {}
-    limit_cpu_threads()
+    set_cpu_threads(cpu_threads)
     prepare_presets(manager, presets, config)
     from rlcore.model_check import check_model_paths
 

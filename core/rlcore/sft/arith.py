@@ -73,6 +73,7 @@ def bundled_source() -> Source:
             "total_training_steps": 30,
             "test_freq": 10,
             "device": "cpu",
+            "cpu_threads": 1,
             "logger": [],
             "project_name": "rlcore-default",
             "experiment_name": "arith-sft",

@@ -21,7 +21,7 @@ from rlcore.config import Problems, config_to_yaml
 from rlcore.config.problems import ConfigError
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins
-from rlcore.process_env import limit_cpu_threads, quiet_third_party
+from rlcore.process_env import cpu_threads_setting, quiet_third_party, set_cpu_threads
 from rlcore.sft.config import (
     ACTOR,
     SFTBatchSizes,
@@ -116,13 +116,16 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
     config = load_sft_config(files, overrides, problems, base=base)
     quiet_third_party(str(config.trainer.device))
     engine, sizes = check_sft(config, manager, problems)
+    cpu_threads = None
+    with problems.collect():
+        cpu_threads = cpu_threads_setting(config)
     problems.raise_if_any()
     click.echo(plugins_line(manager.versions()))
     click.echo(sizes.summary(int(config.data.train_batch_size)))
     if dry_run:
         click.echo(config_to_yaml(config), nl=False)
         return {}
-    limit_cpu_threads()
+    set_cpu_threads(cpu_threads)
     if base is not None:
         from rlcore.sft.arith import prepare_sft_assets
 

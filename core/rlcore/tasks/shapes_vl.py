@@ -133,6 +133,7 @@ def cpu_preset() -> dict[str, Any]:
         "actor_rollout_ref.actor.optim.weight_decay": 0.0,
         "algorithm.adv_estimator": "grpo",
         "trainer.device": "cpu",
+        "trainer.cpu_threads": 1,  # the small model's operations are too small to share between threads
         "trainer.logger": [],
         "trainer.total_training_steps": 30,
         "trainer.test_freq": 5,
