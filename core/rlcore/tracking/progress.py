@@ -30,12 +30,13 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
-#: the metrics shown after the bar in a terminal; ``*`` patterns (fnmatch) select every matching key
+#: the metrics shown after the bar in a terminal, in this order (what fits the width is shown); ``*``
+#: patterns (fnmatch) select every matching key
 DEFAULT_KEYS: tuple[str, ...] = (
     "critic/score/mean",
+    "val-core/*/reward/mean@*",
     "response_length/mean",
     "actor/pg_loss",
-    "val-core/*/reward/mean@*",
 )
 #: the metrics of a log line, ``(label, pattern)``: a pattern matching several keys labels each by its key
 DEFAULT_LINE_KEYS: tuple[tuple[str, str], ...] = (
