@@ -12,7 +12,7 @@ import importlib
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from omegaconf import DictConfig
@@ -31,6 +31,9 @@ from rlcore.sft.config import (
     sft_key_names,
     world_size,
 )
+
+if TYPE_CHECKING:
+    from rlcore.sft.trainer import SFTTrainer
 
 
 def _given_data(files: list[str], overrides: list[str]) -> bool:
@@ -165,7 +168,7 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
 TREND_KEYS: tuple[str, ...] = ("val/loss", "val/greedy_acc")
 
 
-def _summarise(run_dir: Path, trainer: Any, wall: float, status: str) -> None:
+def _summarise(run_dir: Path, trainer: SFTTrainer, wall: float, status: str) -> None:
     """Print the validation trends and the checkpoint, write ``summary.json`` (``kind: sft``, the trends) and
     the report."""
     from rlcore.tracking.report import write_report
