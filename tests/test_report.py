@@ -180,22 +180,27 @@ def test_binary_rewards_are_drawn_as_the_share_correct() -> None:
             plt.close(fig)
 
 
-def test_legends_sit_beside_the_data() -> None:
-    """A panel's legend is outside its axes (to the right), so it covers no data point."""
+def test_legends_sit_outside_the_data() -> None:
+    """A panel's legend is outside its axes, so it covers no data point: to the right for short labels, under
+    the plot for long ones (the run names of a comparison), inside the figure either way."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    run = binary_run("run", [(0.1 * i, 0.0, 1.0) for i in range(1, 9)])
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    try:
-        assert lines("critic/score/mean", "critic/score/max")(ax, [run])
-        fig.tight_layout()
-        fig.canvas.draw()
-        legend = ax.get_legend().get_window_extent()
-        axes = ax.get_window_extent()
-        assert legend.x0 >= axes.x1, (legend, axes)
-        assert legend.x1 <= fig.bbox.x1 + 1  # and still inside the figure
-    finally:
-        plt.close(fig)
+    scores = [(0.1 * i, 0.0, 1.0) for i in range(1, 9)]
+    for runs, side in (
+        ([binary_run("run", scores)], "right"),
+        ([binary_run("arith-grpo-20261126-220845", scores), binary_run("arith-dapo-20261126-221809", scores)], "below"),
+    ):
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        try:
+            assert lines("critic/score/mean", "critic/score/max")(ax, runs)
+            fig.tight_layout()
+            fig.canvas.draw()
+            legend = ax.get_legend().get_window_extent()
+            axes = ax.get_window_extent()
+            assert legend.x0 >= axes.x1 if side == "right" else legend.y1 <= axes.y0, (side, legend, axes)
+            assert fig.bbox.x0 - 1 <= legend.x0 and legend.x1 <= fig.bbox.x1 + 1 and legend.y0 >= fig.bbox.y0 - 1
+        finally:
+            plt.close(fig)

@@ -52,9 +52,18 @@ def binary_rewards(steps: dict[int, dict[str, Any]]) -> bool:
     return seen
 
 
+#: legend labels longer than this go under the plot rather than beside it (run names in a comparison)
+LONG_LABEL = 24
+
+
 def outside_legend(ax: Axes, fontsize: int = 7) -> None:
-    """The axes' legend beside the plot (to its right), where it covers no data."""
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=fontsize)
+    """The axes' legend outside the plot, where it covers no data: to its right, or under it (below the
+    step axis) when a label is long enough to squeeze the plot."""
+    _, labels = ax.get_legend_handles_labels()
+    if max((len(label) for label in labels), default=0) > LONG_LABEL:
+        ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.22), borderaxespad=0.0, fontsize=fontsize)
+    else:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=fontsize)
 
 
 def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
