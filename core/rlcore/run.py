@@ -1,8 +1,10 @@
 """``rlcore run``: resolve the config, check everything that can be checked, then train.
 
 Before any model, dataset or worker is created this resolves every component the config names (so an
-unknown or conflicting name costs seconds), checks the batch arithmetic, prints the derived quantities and
-writes the resolved config and plugin versions into the run directory.
+unknown or conflicting name costs seconds), checks the batch arithmetic and prints the derived quantities.
+The run directory is created only once the checkpoint to resume, the tokenizer and the datasets are ready
+(a start-up error leaves none behind); it then receives the resolved config, the plugin versions, the batch
+arithmetic and the presets with the keys each one set.
 """
 
 from __future__ import annotations
