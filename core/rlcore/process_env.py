@@ -67,8 +67,8 @@ def set_cpu_threads(threads: int | None) -> int:
 
     if threads:
         torch.set_num_threads(int(threads))
-    elif "OMP_NUM_THREADS" not in os.environ and torch.get_num_threads() > usable_cpus():
-        torch.set_num_threads(usable_cpus())
+    elif "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(min(torch.get_num_threads(), usable_cpus()))
     return torch.get_num_threads()
 
 
