@@ -7,6 +7,7 @@ machine slowed steps tenfold.
 """
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -26,13 +27,19 @@ LONG_FILES = (
 )
 
 
+#: the other tests that take over 1.5 s on two idle cores (real runs, processes, engines), one node id per
+#: line, also marked ``slow``; ``tests/update_slow_tests.py`` adds to it from a ``--durations`` report
+SLOW_TESTS = Path(__file__).parent / "tests" / "slow_tests.txt"
+
+
 def pytest_collection_modifyitems(items: list) -> None:
-    """Mark the tests of :data:`LONG_FILES` ``slow`` and move them to the front, in that order (xdist hands
-    out files in order)."""
+    """Mark the tests of :data:`LONG_FILES` and :data:`SLOW_TESTS` ``slow`` and move :data:`LONG_FILES` to the
+    front, in that order (xdist hands out files in order)."""
     import pytest
 
     rank = {path: index for index, path in enumerate(LONG_FILES)}
+    listed = {line.strip() for line in SLOW_TESTS.read_text().splitlines() if line.strip() and not line.startswith("#")}
     for item in items:
-        if item.nodeid.split("::")[0] in rank:
+        if item.nodeid.split("::")[0] in rank or item.nodeid in listed:
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONG_FILES)))

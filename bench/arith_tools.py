@@ -1,7 +1,7 @@
 """The bundled tool task learns: greedy validation reward and tool-call rate at step 0 and at the end.
 
 Runs ``rlcore run --preset arith-tools-cpu`` (2-digit products with a calculator tool, multi-turn GRPO from a
-warm-started model built once in ``$RLCORE_CACHE``) in a fresh process, with the HF engine and, with
+warm-started model shipped with rlcore) in a fresh process, with the HF engine and, with
 ``--engine vllm``, with vLLM, and prints one JSON object: per engine the validation curves of
 ``val-core/rlcore/arith_tools/reward/mean@1`` and ``val-aux/tool/call_rate`` by step, their first and last
 values, and the training tool-call rate and turns per trajectory of the first and last step.

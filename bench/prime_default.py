@@ -1,7 +1,7 @@
 """PRIME on the bundled CPU task: the greedy validation reward at step 0 and at the end, next to GRPO's.
 
 Runs ``rlcore run --preset prime`` (and, unless ``--no-grpo``, the plain default ``rlcore run``, GRPO) in
-fresh processes on the bundled task (warm-started model in ``$RLCORE_CACHE``, built once) and prints one
+fresh processes on the bundled task (its warm-started model ships with rlcore) and prints one
 JSON object: per algorithm the validation curve ``val-core/rlcore/arith/reward/mean@1`` by step, its first
 and last value, and for PRIME the PRM's ``reward_model/dpo_loss`` and ``reward_model/dpo_acc`` per step.
 """

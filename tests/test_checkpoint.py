@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -319,10 +320,32 @@ def test_crash_in_the_middle_of_a_save_resumes_from_the_last_complete_checkpoint
     assert (root / LATEST_FILE).read_text() == "2"
 
 
-def test_a_finished_run_is_not_resumed_silently(
-    full_run: dict[str, Any], tiny_model_dir: Path, task: dict[str, Path], tmp_path: Path
+def test_a_finished_run_starts_afresh_or_stops(
+    full_run: dict[str, Any],
+    tiny_model_dir: Path,
+    task: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Resuming a checkpoint at the last step is an error that says how to go on, raised before any model
-    is loaded (not a run of zero steps that "succeeds")."""
+    """A checkpoint at the run's last step (or past it) is never resumed into a run of zero steps: named by
+    ``resume_path`` the run stops before any model loads or run directory exists, saying how to go on; found
+    by ``auto`` (a repeated command) the run starts afresh from step 1 and says so."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(full_run["ckpt"], ckpt)  # the fresh run's checkpoints replace these
+    told = (
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={ckpt / 'global_step_6'}",
+        f"trainer.default_local_dir={ckpt}",
+    )
     with pytest.raises(RLCoreError, match="nothing left to train.*trainer.total_training_steps"):
-        tiny_run(tmp_path, tiny_model_dir, task, *RESUME_SETTINGS, f"trainer.default_local_dir={full_run['ckpt']}")
+        tiny_run(tmp_path / "told", tiny_model_dir, task, *RESUME_SETTINGS, *told)
+    assert not (tmp_path / "told" / "runs").exists()
+    found = ("trainer.total_training_steps=1", f"trainer.default_local_dir={ckpt}")
+    _, run_dir = tiny_run(tmp_path / "found", tiny_model_dir, task, *RESUME_SETTINGS, *found)
+    assert (
+        "is at step 6 of the run's 1: nothing is left to train from it, so this is a fresh run"
+        in capsys.readouterr().out
+    )
+    assert not (run_dir / "resume.json").exists()
+    assert [row["step"] for row in read_metrics(run_dir)] == [0, 1]
+    assert (ckpt / LATEST_FILE).read_text() == "1"

@@ -1,8 +1,8 @@
 """The README's main command: `rlcore run` with no arguments trains the bundled task and visibly learns.
 
-This runs the real default end to end in a subprocess — the warm start from an empty cache, 40 GRPO steps,
-validation every 5 steps — and takes about two minutes on two CPU cores; then again with the vLLM rollout
-engine where vLLM can be imported, and the README's SFT -> RL sequence, both reusing the warm-started model.
+This runs the real default end to end in a subprocess — from an empty cache (the task's data is written, the
+warm-started model is the one rlcore ships), 40 GRPO steps, validation every 5 steps; then again with the
+vLLM rollout engine where vLLM can be imported, and the README's SFT -> RL sequence.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ VAL_KEY = "val-core/rlcore/arith/reward/mean@1"
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bundled task's cache, empty at first: the first run warm-starts the model into it."""
+    """The bundled task's cache, empty at first: the first run writes the task's data into it."""
     return tmp_path_factory.mktemp("rlcore-cache")
 
 

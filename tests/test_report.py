@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from rlcore.cli import cli
 from rlcore.errors import RLCoreError
 from rlcore.testing.runs import make_tiny_task, tiny_run
-from rlcore.tracking.report import PANELS, run_names, write_report
+from rlcore.tracking.report import RL_PANELS, RunData, draw_reward, lines, run_names, write_report
 from rlcore.tracking.sinks import read_metrics
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -64,7 +64,7 @@ def panel_captions(page: str) -> dict[str, str]:
 
 def test_rlcore_run_writes_the_report(run_dir: Path) -> None:
     page = (run_dir / "report" / "index.html").read_text()
-    assert set(panel_captions(page)) == {panel.slug for panel in PANELS}
+    assert set(panel_captions(page)) == {panel.slug for panel in RL_PANELS}
     assert_png(run_dir / "report" / "report.png", 900, 1000)
     assert_png(run_dir / "reward_curve.png")
 
@@ -78,8 +78,8 @@ def test_report_of_one_run(run_dir: Path, tmp_path: Path) -> None:
     assert image.shape[0] > image.shape[1]  # four rows of two panels
     page = (out / "index.html").read_text()
     captions = panel_captions(page)
-    assert list(captions) == [panel.slug for panel in PANELS]
-    for panel in PANELS:
+    assert list(captions) == [panel.slug for panel in RL_PANELS]
+    for panel in RL_PANELS:
         assert captions[panel.slug] == panel.title  # no "(no data)": a real run has every metric
         assert f'src="panels/{panel.slug}.png"' in page
         assert_png(out / "panels" / f"{panel.slug}.png")
@@ -108,7 +108,7 @@ def test_missing_metrics_say_no_data(sparse_run_dir: Path, tmp_path: Path) -> No
         "timing": False,
     }
     captions = panel_captions(report.html.read_text())
-    assert captions["entropy"] == "Entropy (no data)" and captions["reward"].startswith("Reward")
+    assert captions["entropy"] == "Entropy (no data)" and captions["reward"].startswith("Training reward")
     assert_png(report.panels["entropy"])  # a panel saying "no data", not a crash
     assert_png(report.png, 900, 1000)
 
@@ -145,3 +145,62 @@ def test_report_errors(tmp_path: Path) -> None:
     with pytest.raises(RLCoreError, match="no run directory"):
         write_report([])
     assert not (tmp_path / "empty-run" / "report").exists()
+
+
+def binary_run(name: str, scores: list[tuple[float, float, float]]) -> RunData:
+    """A run whose training scores are ``(mean, min, max)`` per step."""
+    steps = {
+        step: {"critic/score/mean": mean, "critic/score/min": low, "critic/score/max": high}
+        for step, (mean, low, high) in enumerate(scores, start=1)
+    }
+    return RunData(name=name, path=Path(name), steps=steps)
+
+
+def test_binary_rewards_are_drawn_as_the_share_correct() -> None:
+    """0/1 rewards: the mean is the share of correct responses, drawn without the min-max band (which would
+    span 0 to 1 at every step); other rewards keep their band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    binary = binary_run("binary", [(0.25, 0.0, 1.0), (0.5, 0.0, 1.0), (1.0, 1.0, 1.0)])
+    graded = binary_run("graded", [(0.4, 0.1, 0.9), (0.5, 0.2, 0.8), (0.6, 0.0, 1.0)])
+    for runs, band, labels in (
+        ([binary], False, ["share correct"]),
+        ([graded], True, ["score/mean"]),
+        ([binary, graded], True, ["binary: share correct", "graded"]),
+    ):
+        fig, ax = plt.subplots()
+        try:
+            assert draw_reward(ax, runs)
+            assert bool(ax.collections) == band  # fill_between adds the band
+            assert [text.get_text() for text in ax.get_legend().get_texts()] == labels
+        finally:
+            plt.close(fig)
+
+
+def test_legends_sit_outside_the_data() -> None:
+    """A panel's legend is outside its axes, so it covers no data point: to the right for short labels, under
+    the plot for long ones (the run names of a comparison), inside the figure either way."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scores = [(0.1 * i, 0.0, 1.0) for i in range(1, 9)]
+    for runs, side in (
+        ([binary_run("run", scores)], "right"),
+        ([binary_run("arith-grpo-20261126-220845", scores), binary_run("arith-dapo-20261126-221809", scores)], "below"),
+    ):
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        try:
+            assert lines("critic/score/mean", "critic/score/max")(ax, runs)
+            fig.tight_layout()
+            fig.canvas.draw()
+            legend = ax.get_legend().get_window_extent()
+            axes = ax.get_window_extent()
+            assert legend.x0 >= axes.x1 if side == "right" else legend.y1 <= axes.y0, (side, legend, axes)
+            assert fig.bbox.x0 - 1 <= legend.x0 and legend.x1 <= fig.bbox.x1 + 1 and legend.y0 >= fig.bbox.y0 - 1
+        finally:
+            plt.close(fig)

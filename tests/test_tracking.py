@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -152,7 +153,7 @@ def test_console_prints_through_live_progress_bar(tmp_path: Path, capsys: pytest
     from rich.console import Console
 
     buffer = io.StringIO()
-    console = Console(file=buffer, width=60)
+    console = Console(file=buffer, width=60, force_terminal=True, color_system=None)
     tracker = ConsoleTracker(project="proj", experiment="exp", config=make_config(), run_dir=tmp_path)
     long_metrics = {f"metric/number_{i}": i / 3 for i in range(8)}
     with ProgressBar(2, console=console) as bar:
@@ -161,12 +162,18 @@ def test_console_prints_through_live_progress_bar(tmp_path: Path, capsys: pytest
         bar.update(1, {"critic/score/mean": 0.5})
     assert active_console() is None
     assert capsys.readouterr().out == ""
-    lines = buffer.getvalue().splitlines()
-    assert lines[0] == format_metrics_line(long_metrics, 1)  # not wrapped at the console width
+    assert format_metrics_line(long_metrics, 1) in buffer.getvalue()  # not wrapped at the console width
 
 
 # ------------------------------------------------------------------------------------ progress bar
-def test_progress_bar_non_tty_prints_final_state_once() -> None:
+STEP_LINE = re.compile(
+    r"^step (\d+)/(\d+), (?:[\w: /@.-]+ -?[\d.e+-]+, )*elapsed \d+(?:s|m\d\ds)(?:, ETA \d+(?:s|m\d\ds))?$"
+)
+
+
+def test_progress_in_a_log_prints_one_short_line_per_step() -> None:
+    """Not a terminal: one ``step N/M, reward R, val V, elapsed T, ETA T`` line per step (no ETA after the
+    last), the long phases announced on their own lines, nothing interactive."""
     from rich.console import Console
 
     buffer = io.StringIO()
@@ -175,14 +182,93 @@ def test_progress_bar_non_tty_prints_final_state_once() -> None:
         "response_length/mean": 40.0,
         "actor/pg_loss": 0.01,
         "val-core/openai/gsm8k/reward/mean@1": 0.6,
-        "val-core/openai/gsm8k/acc/mean@1": 0.6,
     }
     with ProgressBar(3, console=Console(file=buffer, width=200)) as bar:
+        assert bar.console is None and active_console() is None  # trackers print plain lines
         for step in (1, 2, 3):
+            if step == 2:
+                with bar.phase("validating after step 2"):
+                    pass
             bar.update(step, metrics if step == 2 else {"critic/score/mean": step / 4})
-    out = buffer.getvalue()
-    assert out.count("3/3") == 1 and out.count("\n") == 1
-    assert bar.description() == ("step score/mean:0.75 response_length/mean:40 actor/pg_loss:0.01 val:gsm8k/mean@1:0.6")
+    lines = buffer.getvalue().splitlines()
+    assert lines[0].startswith("step 1/3, reward 0.25, elapsed ") and ", ETA " in lines[0]
+    assert lines[1] == "validating after step 2 ..."
+    assert lines[2].startswith("step 2/3, reward 0.5, val 0.6, elapsed ")
+    assert lines[3].startswith("step 3/3, reward 0.75, val 0.6, elapsed ") and "ETA" not in lines[3]
+    assert len(lines) == 4 and all(STEP_LINE.match(line) for line in (lines[0], lines[2], lines[3])), lines
+    assert "\x1b" not in buffer.getvalue() and "━" not in buffer.getvalue()
+
+
+def last_frame(output: str) -> str:
+    """The last line a live progress display drew (frames are separated by carriage returns and newlines),
+    without ANSI control sequences."""
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output)
+    frames = [frame for frame in re.split(r"[\r\n]", plain) if frame.strip()]
+    return frames[-1]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_progress_in_a_terminal_puts_bar_count_and_eta_first(width: int) -> None:
+    """In a terminal the bar, ``N/M``, elapsed and ETA come first and stay visible; the metrics follow, cut
+    to the width. The bar is a quarter of the width (20 columns at 80, 30 at 120)."""
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, force_terminal=True, color_system=None)
+    metrics = {f"val-core/source_{i}/reward/mean@1": i / 7 for i in range(6)}
+    metrics.update({"critic/score/mean": 0.421875, "response_length/mean": 3.125, "actor/pg_loss": -0.0123})
+    with ProgressBar(40, console=console) as bar:
+        for step in range(1, 13):
+            bar.update(step, metrics)
+        with bar.phase("validating after step 12"):
+            assert "validating after step 12..." in last_frame(buffer.getvalue())
+    frame = last_frame(buffer.getvalue())
+    assert len(frame) <= width, frame
+    match = re.match(r"^([━╸╺ ]+) 12/40 (\d+:\d\d:\d\d) eta (\S+) (score/mean:0.4219 .*)$", frame)
+    assert match, frame
+    assert len(match.group(1)) == width // 4
+    assert match.group(4).endswith("…")  # the metrics do not fit: cut, never wrapped
+
+
+def test_progress_in_a_pseudo_terminal_draws_the_bar() -> None:
+    """A real process whose stdout is a pseudo-terminal 80 columns wide: the bar's default console finds the
+    terminal and its width by itself and draws the live line within it."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    script = (
+        "from rlcore.tracking.progress import ProgressBar\n"
+        "with ProgressBar(40) as bar:\n"
+        "    for step in range(1, 6):\n"
+        "        bar.update(step, {'critic/score/mean': 0.5, 'actor/pg_loss': 0.01,"
+        " **{f'val-core/s{i}/reward/mean@1': 0.25 for i in range(9)}})\n"
+    )
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TERM", "NO_COLOR")}
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=follower, stderr=follower, env={**env, "TERM": "xterm"}
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:  # the follower side closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert process.wait(timeout=60) == 0
+    os.close(leader)
+    frame = last_frame(b"".join(chunks).decode("utf-8", "replace"))
+    assert re.match(r"^[━╸╺ ]{20} +5/40 \d+:\d\d:\d\d eta \S+ score/mean:0.5 ", frame), frame
+    assert len(frame) <= 80 and frame.endswith("…"), frame
 
 
 def test_progress_bar_disabled_does_nothing(capsys: pytest.CaptureFixture[str]) -> None:

@@ -182,7 +182,7 @@ def test_rlcore_run_exits_non_zero_with_one_line_when_the_reward_file_exits(
     tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
 ) -> None:
     reward = tmp_path / "exiting_reward.py"
-    reward.write_text("import sys\nsys.exit(0)\n")
+    reward.write_text("import sys\nsys.exit(0)\n\ndef compute_score(**kwargs):\n    return 1.0\n")
     args = [*tiny_overrides(tmp_path, tiny_model_dir, task), f"custom_reward_function.path={reward}"]
     proc = subprocess.run(
         [sys.executable, "-m", "rlcore", "run", *args], capture_output=True, text=True, timeout=600, check=False

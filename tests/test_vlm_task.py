@@ -1,6 +1,7 @@
 """The bundled vision-language task (``--preset shapes-vl-cpu``): its pictures, rows, scorer, and two real
 GRPO steps through ``rlcore run``'s code path (parquet with image bytes → RLDataset → FSDP with images →
-HF rollout with images → rule reward). Whether the reward rises is measured by ``bench/shapes_vl.py``."""
+HF rollout with images → rule reward) from the shipped warm-started model. Whether the reward rises is
+measured by ``bench/shapes_vl.py``."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def test_rows_hold_one_picture_in_verls_schema() -> None:
 
 @pytest.fixture(scope="module")
 def task_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cache folder holding the task's assets, small: 16 training and 4 test rows, a 3-step warm start."""
+    """A cache folder holding the task's parquet files, small: 16 training and 4 test rows (the model is the
+    shipped one)."""
     from rlcore.tasks.warm_start import write_parquet
 
     root = tmp_path_factory.mktemp("cache")
@@ -56,7 +58,6 @@ def task_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_parquet(
         [shapes_vl._row(*s, "test", i) for i, s in enumerate(shapes_vl._samples(4, 2))], assets / "test.parquet"
     )
-    shapes_vl.build_base_model(assets / "base-model", steps=3, samples=16)
     return root
 
 

@@ -8,8 +8,9 @@ package index that pip is configured with here (``pip config list``: the same ``
 variables, so a machine whose CPU torch wheel sits in a local ``find-links`` folder serves it to these
 venvs too). The distribution layout under test is described in ``docs/publishing.md`` ("Distributions").
 
-The last test is marked ``slow`` (deselect it with ``-m 'not slow'``): about four minutes on two cores,
-most of it the bundled task's warm start; the others take seconds.
+The last test is marked ``slow`` (deselect it with ``-m 'not slow'``): minutes on two cores, most of it
+building wheels and installing into a fresh venv (the bundled task's model ships in rlcore's wheel); the
+others take seconds.
 """
 
 from __future__ import annotations

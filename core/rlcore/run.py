@@ -1,8 +1,10 @@
 """``rlcore run``: resolve the config, check everything that can be checked, then train.
 
 Before any model, dataset or worker is created this resolves every component the config names (so an
-unknown or conflicting name costs seconds), checks the batch arithmetic, prints the derived quantities and
-writes the resolved config and plugin versions into the run directory.
+unknown or conflicting name costs seconds), checks the batch arithmetic and prints the derived quantities.
+The run directory is created only once the checkpoint to resume, the tokenizer and the datasets are ready
+(a start-up error leaves none behind); it then receives the resolved config, the plugin versions, the batch
+arithmetic and the presets with the keys each one set.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from rlcore.config import (
 from rlcore.data.image_plan import image_plan
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins
+from rlcore.presets import PRESETS_FILE, first_line, name_after_presets, preset_settings, write_presets
+from rlcore.process_env import cpu_threads_setting, quiet_third_party, set_cpu_threads
 from rlcore.run_context import RunContext
 from rlcore.run_guard import guarded_fit
 from rlcore.usercode import contain_exit
@@ -285,33 +289,36 @@ def run_training(
     reported at once, before anything starts.
     """
     start = time.perf_counter()
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # model-loading bars would tear the run's bar
     manager = load_plugins()
     for record in manager.problems():
         click.echo(f"warning: plugin {record.name} [{record.status}]: {record.error}", err=True)
     registry = manager.registry
     task_given = any(registry.has("preset", p) and registry.get("preset", p).meta.get("prepare") for p in presets)
     presets = ([] if task_given else default_presets(files, overrides, config_name)) + presets
-    bundled = BUNDLED_PRESET in presets
-    if bundled:
-        click.echo(
-            f"No config file or data.train_files given: training the bundled CPU task (preset {BUNDLED_PRESET})."
-        )
+    announce = first_line(presets, bundled=BUNDLED_PRESET in presets)
+    if announce:
+        click.echo(announce)
     problems = Problems()
     config = load_config(
         files, overrides, presets, manager, config_name=config_name, config_path=config_path, problems=problems
     )
+    with problems.collect():
+        name_after_presets(config, presets, manager)
     with problems.collect(), contain_exit("a plugin's on_config_resolved hook"):
         manager.hook.on_config_resolved(config=config)
     with problems.collect():
         _require(config, "data.train_files", "pass data.train_files=PATH (parquet or jsonl) or a config file")
     with problems.collect():
         _require(config, "actor_rollout_ref.model.path", "pass actor_rollout_ref.model.path=NAME_OR_DIR")
+    quiet_third_party(str(config.trainer.device))
     check_components(config, manager, problems)
     with problems.collect():
         check_values(config)
     with problems.collect():
         check_agent_config(config)
+    cpu_threads = None
+    with problems.collect():
+        cpu_threads = cpu_threads_setting(config)
     plan_lines: list[str] = []
     with problems.collect():
         plan_lines += run_plan_lines(config)
@@ -322,7 +329,7 @@ def run_training(
         images = image_plan(config)
     problems.raise_if_any()
     versions = manager.versions()
-    click.echo("plugins: " + (", ".join(f"{n}-{v}" for n, v in sorted(versions.items())) or "(none)"))
+    click.echo(plugins_line(versions))
     click.echo(derived.summary())
     for line in plan_lines:
         click.echo(line)
@@ -331,6 +338,7 @@ def run_training(
     if dry_run:
         click.echo(config_to_yaml(config), nl=False)
         return {}
+    set_cpu_threads(cpu_threads)
     prepare_presets(manager, presets, config)
     from rlcore.model_check import check_model_paths
     from rlcore.sandbox.plan import export_unconfined_choice
@@ -343,28 +351,44 @@ def run_training(
     for key in ("rollout_data_dir", "validation_data_dir"):
         if config.trainer.get(key):
             check_writable(Path(config.trainer[key]), f"trainer.{key}")
-    run_dir = make_run_dir(config)
-    (run_dir / "config.yaml").write_text(config_to_yaml(config))
-    (run_dir / "plugins.json").write_text(
-        json.dumps(
-            {
-                r.name: {"version": r.version, "status": r.status, "builtin": r.builtin}
-                for r in manager.records.values()
-            },
-            indent=2,
+
+    # the run directory is made once start-up has succeeded (the folder locked, the resume chosen, the data
+    # read): a start-up error leaves nothing behind
+    run = RunContext(config=config, run_dir=Path(), plugins=versions, derived=derived.as_dict())
+
+    def open_run_dir() -> None:
+        """Make the run directory and write what the run starts from: its config, plugins, batch arithmetic
+        and presets."""
+        run.run_dir = make_run_dir(config)
+        (run.run_dir / "config.yaml").write_text(config_to_yaml(config))
+        (run.run_dir / "plugins.json").write_text(
+            json.dumps(
+                {
+                    r.name: {"version": r.version, "status": r.status, "builtin": r.builtin}
+                    for r in manager.records.values()
+                },
+                indent=2,
+            )
         )
-    )
-    run = RunContext(config=config, run_dir=run_dir, plugins=versions, derived=derived.as_dict())
-    run.save_derived()
-    click.echo(f"run directory: {run_dir}")
+        run.save_derived()
+        write_presets(run.run_dir, preset_settings(config, presets, manager))
+        click.echo(f"run directory: {run.run_dir}")
 
     return guarded_fit(
         config,
         run,
         manager,
-        summarise=lambda last, status: _summarise(run_dir, last, time.perf_counter() - start, status),
-        print_kept=lambda trainer, abandoned: _print_kept(config, trainer, run_dir, abandoned=abandoned),
+        open_run_dir=open_run_dir,
+        summarise=lambda last, status: _summarise(run.run_dir, last, time.perf_counter() - start, status),
+        print_kept=lambda trainer, abandoned: _print_kept(config, trainer, run.run_dir, abandoned=abandoned),
     )
+
+
+def plugins_line(versions: dict[str, str | None]) -> str:
+    """``plugins: N installed (rlcore plugins lists them)``; the versions are in the run's ``plugins.json``."""
+    if not versions:
+        return "plugins: none installed (only rlcore's built-in components)"
+    return f"plugins: {len(versions)} installed (rlcore plugins lists them)"
 
 
 def _print_kept(config: DictConfig, trainer: Any, run_dir: Path, *, abandoned: bool) -> None:
@@ -396,15 +420,24 @@ def _summarise(run_dir: Path, last: dict[str, Any], wall: float, status: str = "
         if points:
             first, final = points[0], points[-1]
             click.echo(f"{key}: {first[1]:.3f} (step {first[0]}) -> {final[1]:.3f} (step {final[0]})")
-    summary = {"status": status, "wall_time_s": round(wall, 1), "peak_rss_mb": round(_peak_rss_mb(), 1)}
+    presets = [entry["name"] for entry in json.loads((run_dir / PRESETS_FILE).read_text())]
+    summary = {
+        "status": status,
+        "presets": presets,
+        "wall_time_s": round(wall, 1),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+    }
     (run_dir / "summary.json").write_text(json.dumps({**summary, "last": last}, indent=2, default=float))
     click.echo(f"wall time: {summary['wall_time_s']} s, peak memory (RSS): {summary['peak_rss_mb']} MB")
     click.echo(f"run directory: {run_dir}")
+    if not rows:  # nothing to plot: no step was logged
+        sys.stdout.flush()
+        return
     click.echo(f"metrics:       {metrics_path}")
     try:
         report = write_report([run_dir])
         click.echo(f"report:        {report.html} (plots: {report.png})")
-    except RLCoreError as exc:  # e.g. no step was logged: the run itself succeeded
+    except RLCoreError as exc:
         click.echo(f"report:        not written: {exc}")
     try:
         click.echo(f"reward curve:  {plot_reward_curve(metrics_path, run_dir / 'reward_curve.png')}")

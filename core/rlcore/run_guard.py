@@ -2,8 +2,10 @@
 the checkpoint folder's lock released.
 
 :func:`guarded_fit` is the last part of ``rlcore run``: it locks ``trainer.default_local_dir``
-(:mod:`rlcore.checkpoint.lock`), builds the trainer and trains. However the run ends — completed, stopped by
-SIGINT/SIGTERM (after its grace period, even with the main thread stuck: see
+(:mod:`rlcore.checkpoint.lock`), builds the trainer, chooses what to resume and reads the data
+(:meth:`~rlcore.controller.trainer.Trainer.prepare`), makes the run directory and trains. A start-up error
+before the run directory exists leaves nothing behind. Once it exists, however the run ends — completed,
+stopped by SIGINT/SIGTERM (after its grace period, even with the main thread stuck: see
 :mod:`rlcore.controller.stop`), a user error, user code calling ``sys.exit()``, a bug — the summary is
 written with its status, and only a completed run returns normally.
 """
@@ -42,9 +44,16 @@ def _summarise_failure(summarise: Summarise, last: dict[str, Any], status: str) 
 
 
 def guarded_fit(
-    config: Any, run: RunContext, manager: PluginManager, *, summarise: Summarise, print_kept: PrintKept
+    config: Any,
+    run: RunContext,
+    manager: PluginManager,
+    *,
+    open_run_dir: Callable[[], None],
+    summarise: Summarise,
+    print_kept: PrintKept,
 ) -> dict[str, Any]:
-    """Train the run and return its last metrics; see the module docstring.
+    """Train the run and return its last metrics; see the module docstring. ``open_run_dir()`` makes the run
+    directory (and sets ``run.run_dir``) once start-up has succeeded.
 
     Raises :class:`RunInterrupted` (exit status 143 or 130) after a stop signal, the :class:`RLCoreError`
     of a user error (a :class:`~rlcore.usercode.UserCodeExit` naming the line when user code raised
@@ -55,10 +64,17 @@ def guarded_fit(
 
     lock = None
     trainer: Any = None
+    opened = False
     try:
         assert run.identity is not None  # RunContext gives every run one
         lock = lock_checkpoint_folder(config, run.identity)
         trainer = Trainer(config, run, manager)
+        trainer.prepare()
+        open_run_dir()
+        opened = True
+        run.identity.run_dir = str(run.run_dir)
+        if lock is not None:
+            lock.record(run.identity)
 
         def overdue() -> None:
             """The stop watchdog's last resort: the main thread is stuck, the process is about to end."""
@@ -73,13 +89,14 @@ def guarded_fit(
         signalled = isinstance(exc, KeyboardInterrupt) and (stop.caused(exc) if stop else is_stop_signal(exc))
         if signalled:
             signum = (stop.signum if stop else None) or signal.SIGINT
-            _summarise_failure(summarise, last, f"interrupted by {signal.Signals(signum).name}")
-            if trainer is not None:
+            if opened:
+                _summarise_failure(summarise, last, f"interrupted by {signal.Signals(signum).name}")
                 print_kept(trainer, True)
             raise RunInterrupted(128 + signum) from None
         error = exit_error(exc, "user code") if isinstance(exc, EXIT_EXCEPTIONS) else exc
         described = str(error) if isinstance(error, RLCoreError) else f"{type(error).__name__}: {error}"
-        _summarise_failure(summarise, last, f"failed: {described}")
+        if opened:
+            _summarise_failure(summarise, last, f"failed: {described}")
         if error is exc:
             raise
         raise error from None

@@ -21,17 +21,15 @@ from rlcore.algos.kl_control import (
 )
 from rlcore.algos.losses import (
     LOG_RATIO_CLAMP,
-    LOSS_AGG_MODES,
     agg_loss,
     build_actor_loss,
-    check_kl_penalty,
-    check_loss_agg_mode,
     clip_ratio_bounds,
     kl_penalty,
     value_loss,
     vanilla_policy_loss,
 )
 from rlcore.algos.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
+from rlcore.config.algorithm_names import LOSS_AGG_MODES, check_kl_penalty, check_loss_agg_mode
 
 __all__ = [
     "LOG_RATIO_CLAMP",

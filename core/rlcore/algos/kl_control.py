@@ -8,10 +8,9 @@ from typing import Any
 import torch
 
 from rlcore.algos.functional import masked_mean
-from rlcore.algos.losses import check_kl_penalty, kl_penalty
-from rlcore.errors import RLCoreError
+from rlcore.algos.losses import kl_penalty
+from rlcore.config.algorithm_names import check_kl_ctrl, check_kl_penalty
 
-KL_CTRL_TYPES: tuple[str, ...] = ("fixed", "adaptive")
 #: the adaptive controller moves the proportional error at most this far per update
 ADAPTIVE_ERROR_CLIP = 0.2
 
@@ -34,13 +33,8 @@ class AdaptiveKLController:
     """
 
     def __init__(self, init_kl_coef: float, target_kl: float, horizon: float) -> None:
-        """Start at ``init_kl_coef``; ``target_kl`` and ``horizon`` must be positive."""
-        if target_kl <= 0:
-            raise RLCoreError(
-                f"algorithm.kl_ctrl.target_kl must be positive for the adaptive controller, got {target_kl}"
-            )
-        if horizon <= 0:
-            raise RLCoreError(f"algorithm.kl_ctrl.horizon must be positive for the adaptive controller, got {horizon}")
+        """Start at ``init_kl_coef``; ``target_kl`` and ``horizon`` are positive (checked by
+        :func:`~rlcore.config.algorithm_names.check_kl_ctrl`)."""
         self.value = float(init_kl_coef)
         self.target = float(target_kl)
         self.horizon = float(horizon)
@@ -56,15 +50,12 @@ KLController = FixedKLController | AdaptiveKLController
 
 def make_kl_controller(kl_ctrl_config: Mapping[str, Any]) -> KLController:
     """Build the controller described by the ``algorithm.kl_ctrl`` section (``type``: fixed | adaptive)."""
-    kind = kl_ctrl_config.get("type", "fixed")
     kl_coef = float(kl_ctrl_config.get("kl_coef", 0.001))
-    if kind == "fixed":
+    if check_kl_ctrl(kl_ctrl_config) == "fixed":
         return FixedKLController(kl_coef)
-    if kind == "adaptive":
-        return AdaptiveKLController(
-            kl_coef, float(kl_ctrl_config.get("target_kl", 0.1)), float(kl_ctrl_config.get("horizon", 10000))
-        )
-    raise RLCoreError(f"unknown algorithm.kl_ctrl.type {kind!r}; expected one of: {', '.join(KL_CTRL_TYPES)}")
+    return AdaptiveKLController(
+        kl_coef, float(kl_ctrl_config.get("target_kl", 0.1)), float(kl_ctrl_config.get("horizon", 10000))
+    )
 
 
 def apply_kl_penalty(

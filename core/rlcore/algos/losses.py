@@ -13,30 +13,21 @@ from typing import Any
 import torch
 
 from rlcore.algos.functional import masked_mean
+from rlcore.config.algorithm_names import (
+    check_kl_penalty,
+    check_loss_agg_mode,
+    kl_base_type,
+)
 from rlcore.errors import RLCoreError
 from rlcore.plugins import get_component
 from rlcore.registry import UnknownComponentError
 
-LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-#: KL estimator names; a ``+`` suffix on any of them selects the straight-through variant
-KL_PENALTY_TYPES: tuple[str, ...] = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 #: the log-ratio is clamped to ±this before ``exp`` (PPO ratio, low-variance KL)
 LOG_RATIO_CLAMP = 20.0
 #: the low-variance KL estimate is clamped to ±this
 LOW_VAR_KL_CLAMP = 10.0
 
 ActorLossFn = Callable[[torch.Tensor, torch.Tensor | None, Any], tuple[torch.Tensor, dict[str, float]]]
-
-
-class KLPenaltyNotImplementedError(RLCoreError, NotImplementedError):
-    """A KL estimator that rlcore names but does not implement (``full``)."""
-
-
-def check_loss_agg_mode(mode: str, key: str = "loss_agg_mode") -> str:
-    """Return ``mode`` if it is a known aggregation mode, else raise naming ``key`` and the modes."""
-    if mode not in LOSS_AGG_MODES:
-        raise RLCoreError(f"unknown {key} {mode!r}; expected one of: {', '.join(LOSS_AGG_MODES)}")
-    return mode
 
 
 def agg_loss(
@@ -67,29 +58,6 @@ def agg_loss(
     return seq_mean
 
 
-def _kl_base_type(kl_type: str, key: str) -> tuple[str, bool]:
-    """Split ``kl_type`` into its base estimator and whether the ``+`` straight-through suffix is set."""
-    straight_through = kl_type.endswith("+")
-    base = kl_type[:-1] if straight_through else kl_type
-    if base == "full":
-        raise KLPenaltyNotImplementedError(
-            f"{key} {kl_type!r}: the full-distribution KL is not implemented; use one of "
-            f"{', '.join(KL_PENALTY_TYPES)} (optionally with a '+' suffix)"
-        )
-    if base not in KL_PENALTY_TYPES:
-        raise RLCoreError(
-            f"unknown {key} {kl_type!r}; expected one of: {', '.join(KL_PENALTY_TYPES)}, "
-            "each optionally with a '+' suffix (straight-through: its value, the k2 gradient)"
-        )
-    return base, straight_through
-
-
-def check_kl_penalty(kl_type: str, key: str = "kl_penalty") -> str:
-    """Return ``kl_type`` if :func:`kl_penalty` accepts it, else raise naming ``key``."""
-    _kl_base_type(kl_type, key)
-    return kl_type
-
-
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
     """Token-wise estimate of KL(π‖π_ref) from sampled log-probs, with Δ = logprob − ref_logprob.
 
@@ -97,7 +65,7 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
     ``eˣ − x − 1`` clamped to ±10. A ``+`` suffix (``k3+``) is the straight-through variant: the forward
     value of the base estimator and the gradient of ``k2``.
     """
-    base, straight_through = _kl_base_type(kl_penalty, "kl_penalty")
+    base, straight_through = kl_base_type(kl_penalty, "kl_penalty")
     delta = logprob - ref_logprob
     if base in ("kl", "k1"):
         value = delta

@@ -84,10 +84,16 @@ class FolderLock:
                 "saving into one folder overwrite each other's checkpoints: wait for that run to end, or give this "
                 "run its own folder (another trainer.experiment_name, or trainer.default_local_dir)"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(identity.record(), indent=2).encode(), 0)
         self.fd = fd
         _HELD.add(fd)
+        self.record(identity)
+
+    def record(self, identity: RunIdentity) -> None:
+        """Write ``identity`` (PID, host, start time, run directory) into the held lock file, for the message
+        a second run gets."""
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, json.dumps(identity.record(), indent=2).encode(), 0)
 
     def release(self) -> None:
         """Release the lock (idempotent); the file stays, naming the last run that held it."""

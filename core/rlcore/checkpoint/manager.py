@@ -10,6 +10,7 @@ Layout::
         run.json                            the run that wrote it and its lineage (see ownership.py)
         checksums.json                      size and SHA-256 of every other file, written last
       global_step_M.tmp-<id>/               a checkpoint being written, or left half-written by a crash
+      previous/<time>-<lineage>/            another run's checkpoints, moved aside by a fresh run
 
 A checkpoint is written into a ``*.tmp-*`` folder, flushed to disk (``fsync``), renamed to
 ``global_step_N`` and only then named in ``latest_checkpointed_iteration.txt``. A crash at any moment
@@ -24,8 +25,9 @@ save is reported as such (:func:`rlcore.checkpoint.disk.disk_problem`); the prev
 was.
 
 A save given the run's :class:`~rlcore.checkpoint.ownership.RunIdentity` records it in ``run.json`` and never
-replaces a ``global_step_N`` of another lineage; :func:`claim_checkpoints` refuses, before any model loads, a
-run that would save into a folder holding another lineage's checkpoints.
+replaces a ``global_step_N`` of another lineage. Before any model loads, :func:`claim_checkpoints` moves another
+lineage's checkpoints aside for a fresh run (``previous/``), and refuses a run that resumes a checkpoint from
+elsewhere into a folder holding them.
 """
 
 from __future__ import annotations
@@ -41,9 +43,11 @@ import signal
 import sys
 import uuid
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
+import click
 from omegaconf import DictConfig
 
 from rlcore.checkpoint.disk import disk_problem, last_written
@@ -60,6 +64,8 @@ TRAINER_STATE_FILE = "trainer_state.json"
 ROLLOUT_STATE_FILE = "rollout_state.pkl"
 #: the file listing the size and SHA-256 of every other file of a checkpoint
 CHECKSUMS_FILE = "checksums.json"
+#: the subfolder where a fresh run moves another run's checkpoints (see :func:`claim_checkpoints`)
+PREVIOUS_DIR = "previous"
 #: the values of ``trainer.resume_mode``
 RESUME_MODES: tuple[str, ...] = ("auto", "disable", "resume_path")
 #: test seam: ``RLCORE_TEST_CRASH_IN_SAVE=N`` makes the process SIGKILL itself while saving step N, after the
@@ -233,6 +239,22 @@ class CheckpointManager:
             else:
                 path.unlink(missing_ok=True)
         return removed
+
+    def set_aside(self, folders: list[Path]) -> Path:
+        """Move the checkpoint ``folders`` (and ``latest_checkpointed_iteration.txt``) into a new
+        ``previous/<time>-<lineage>/`` folder of the root, where resume and rotation never look; returns it.
+        Renames within one file system: nothing is copied."""
+        record = read_run_record(folders[-1]) or {}
+        label = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{record.get('lineage', 'unrecorded')}"
+        aside = self.root / PREVIOUS_DIR / label
+        aside.mkdir(parents=True)
+        for folder in folders:
+            os.rename(folder, aside / folder.name)
+        pointer = self.root / LATEST_FILE
+        if pointer.exists():
+            os.rename(pointer, aside / LATEST_FILE)
+        _fsync_dir(self.root)
+        return aside
 
     def latest(self) -> Path | None:
         """The checkpoint named by ``latest_checkpointed_iteration.txt``, else the newest complete one.
@@ -417,10 +439,18 @@ def resume_path(config: DictConfig) -> Path | None:
 
 
 def claim_checkpoints(config: DictConfig, identity: RunIdentity, resume_from: Path | None) -> None:
-    """Make ``identity`` continue the lineage of the checkpoint it resumes (``resume_from``), then, when the run
-    saves checkpoints, refuse to start if ``trainer.default_local_dir`` holds complete checkpoints of another
-    lineage: its saves would replace or mix with them. Raises :class:`CheckpointError` naming the first such
-    checkpoint and the run that wrote it. Call it before any model loads."""
+    """Make ``identity`` continue the lineage of the checkpoint it resumes (``resume_from``); then, when the run
+    saves checkpoints and ``trainer.default_local_dir`` holds complete checkpoints of another lineage, which
+    its saves would replace or mix with:
+
+    - a fresh run (``resume_from`` None: the folder was new, ``resume_mode=disable``, or its newest checkpoint
+      had already finished its run) moves them aside, into ``previous/<time>-<lineage>/`` in the same folder,
+      and says so: repeating a command starts afresh and loses nothing;
+    - a run resuming a checkpoint from elsewhere stops with a :class:`CheckpointError` naming the first such
+      checkpoint and the run that wrote it.
+
+    Call it before any model loads, holding the folder's lock.
+    """
     if resume_from is not None:
         identity.adopt(resume_from)
     if not saves_checkpoints(config):
@@ -429,14 +459,20 @@ def claim_checkpoints(config: DictConfig, identity: RunIdentity, resume_from: Pa
     foreign = [path for _, path in manager.complete() if not identity.owns(read_run_record(path))]
     if not foreign:
         return
-    writer = describe_writer(read_run_record(foreign[0]))
+    writer = describe_writer(read_run_record(foreign[-1]))
+    if resume_from is None:
+        aside = manager.set_aside(foreign)
+        click.echo(
+            f"{manager.root} (trainer.default_local_dir) held {len(foreign)} checkpoint(s) of another run "
+            f"({writer}); this fresh run moved them to {aside}, so its own saves replace nothing"
+        )
+        return
     more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
-    how = f"resumes from {resume_from}" if resume_from is not None else "starts fresh"
     raise CheckpointError(
         f"trainer.default_local_dir={manager.root} holds {foreign[0].name}{more}, written by {writer}; this run "
-        f"{how} and its checkpoints would replace or mix with those. Give this run its own folder (another "
-        "trainer.experiment_name, or trainer.default_local_dir), resume those checkpoints (trainer.resume_mode=auto), "
-        "or delete them"
+        f"resumes from {resume_from} and its checkpoints would replace or mix with those. Give this run its own "
+        "folder (another trainer.experiment_name, or trainer.default_local_dir), resume those checkpoints "
+        "(trainer.resume_mode=auto), or delete them"
     )
 
 

@@ -232,7 +232,8 @@ def parse_override(text: str) -> tuple[str, Any, bool]:
     return key, value, add
 
 
-def _preset_fragment(name: str, manager: PluginManager) -> dict[str, Any]:
+def preset_fragment(name: str, manager: PluginManager) -> dict[str, Any]:
+    """The nested settings of the preset ``name`` (its mapping, or what its callable returns)."""
     target = manager.registry.load("preset", name)
     fragment = target() if callable(target) else target
     if not isinstance(fragment, Mapping):
@@ -254,7 +255,7 @@ def _sources(
     sources: list[Source] = []
     for name in presets:
         with problems.collect():
-            sources.append(Source(f"preset {name!r}", _preset_fragment(name, manager)))
+            sources.append(Source(f"preset {name!r}", preset_fragment(name, manager)))
     if config_name is not None:
         with problems.collect():
             sources += named_config(config_name, config_path)

@@ -226,17 +226,15 @@ def algorithm_value_problems(config: DictConfig) -> list[str]:
     functions: the loss aggregation mode, the KL estimators, the KL controller and the LR schedules."""
     from omegaconf import OmegaConf
 
-    from rlcore.algos.kl_control import make_kl_controller
-    from rlcore.algos.losses import check_kl_penalty, check_loss_agg_mode
+    from rlcore.config.algorithm_names import check_kl_ctrl, check_kl_penalty, check_loss_agg_mode, scheduler_type
     from rlcore.config.ranges import OPTIM_SECTIONS
-    from rlcore.workers.optim import scheduler_type
 
     actor, algorithm = config.actor_rollout_ref.actor, config.algorithm
     checks = [
         lambda: check_loss_agg_mode(actor.loss_agg_mode, "actor_rollout_ref.actor.loss_agg_mode"),
         lambda: check_kl_penalty(actor.kl_loss_type, "actor_rollout_ref.actor.kl_loss_type"),
         lambda: check_kl_penalty(algorithm.kl_penalty, "algorithm.kl_penalty"),
-        lambda: make_kl_controller(algorithm.kl_ctrl),
+        lambda: check_kl_ctrl(algorithm.kl_ctrl),
         *(
             (lambda section=section: scheduler_type(OmegaConf.select(config, section), section))
             for section in OPTIM_SECTIONS

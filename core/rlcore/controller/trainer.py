@@ -41,6 +41,7 @@ from rlcore.checkpoint import (
 from rlcore.controller.balance import balance_order
 from rlcore.controller.groups import build_worker_groups
 from rlcore.controller.off_policy import RolloutPipeline
+from rlcore.controller.resume import unfinished_checkpoint
 from rlcore.controller.stop import StopRequest
 from rlcore.controller.uids import prompt_uids
 from rlcore.controller.worker_group import reduce_metrics
@@ -131,6 +132,8 @@ class Trainer:
         self.saved_step = 0  # the step of the newest checkpoint this run saved or resumed from
         self.last: dict[str, float] = {}  # the last step's metrics (plus the last validation), also when stopped
         self.pipeline: RolloutPipeline | None = None  # async_training.enable: the one-step-off-policy rollout lane
+        self.prepared = False  # prepare() has run
+        self.resume_from: Path | None = None  # the checkpoint fit() resumes from (set by prepare())
 
     # ------------------------------------------------------------------ setup
     def _build_data(self) -> None:
@@ -595,16 +598,6 @@ class Trainer:
                 "trainer.resume_mode=disable to start over"
             )
 
-    def _check_steps_left(self, path: Path) -> None:
-        """Refuse to resume a checkpoint that already reached ``total_steps`` (a run of zero steps)."""
-        step = int(read_trainer_state(path)["global_step"])
-        if step >= self.total_steps:
-            raise RLCoreError(
-                f"nothing left to train: the checkpoint {path} is at step {step} and the run has {self.total_steps} "
-                "steps; raise trainer.total_training_steps (or trainer.total_epochs) to train on, or set "
-                "trainer.resume_mode=disable to start over"
-            )
-
     # -------------------------------------------------------------------- fit
     def fit(self) -> dict[str, float]:
         """Train for ``total_steps``; returns the last step's metrics (plus the last validation).
@@ -616,15 +609,30 @@ class Trainer:
         with self.stop:
             return self._fit()
 
-    def _fit(self) -> dict[str, float]:
-        resume_from = resume_path(self.config)  # a bad resume setting fails before any model is loaded
-        if self.run.identity is not None:  # another lineage's checkpoints are never replaced
-            claim_checkpoints(self.config, self.run.identity, resume_from)
+    def prepare(self) -> None:
+        """What can fail before any worker starts, done once: the checkpoint to resume (a bad resume setting
+        fails here), the tokenizer and the datasets. ``rlcore run`` calls it before it creates the run
+        directory; :meth:`fit` calls it when nobody did."""
+        if self.prepared:
+            return
+        resume_from = resume_path(self.config)
         self._build_data()
         if resume_from is not None:
             self._check_same_model(resume_from)
             if not self.config.trainer.val_only:
-                self._check_steps_left(resume_from)
+                step = int(read_trainer_state(resume_from)["global_step"])
+                resume_from = unfinished_checkpoint(
+                    resume_from, step, self.total_steps, self.config.trainer.resume_mode
+                )
+        if self.run.identity is not None:  # another lineage's checkpoints are never replaced
+            claim_checkpoints(self.config, self.run.identity, resume_from)
+        self.resume_from = resume_from
+        self.prepared = True
+
+    def _fit(self) -> dict[str, float]:
+        self.prepare()
+        resume_from = self.resume_from
+        click.echo(f"starting the workers: loading {self.config.actor_rollout_ref.model.path} ...")
         self._build_workers()
         cfg = self.config.trainer
         trackers = build_trackers(self.config, self.run.run_dir)
@@ -639,7 +647,8 @@ class Trainer:
             with ProgressBar(self.total_steps, enabled=cfg.progress_bar, initial_step=self.global_step) as bar:
                 validate_first = cfg.val_only or (cfg.val_before_train and resume_from is None)
                 if self.val_dataset is not None and validate_first:
-                    val = self._validate_and_report(self.global_step, trackers)
+                    with bar.phase("validating before training"):
+                        val = self._validate_and_report(self.global_step, trackers)
                     trackers.log(val, step=self.global_step)
                     bar.update(self.global_step, val)
                     last.update(val)
@@ -658,7 +667,8 @@ class Trainer:
                     self._count_nonfinite(metrics)
                     is_last = step == self.total_steps
                     if self.val_dataset is not None and cfg.test_freq > 0 and (is_last or step % cfg.test_freq == 0):
-                        metrics.update(self._validate_and_report(step, trackers))
+                        with bar.phase(f"validating after step {step}"):
+                            metrics.update(self._validate_and_report(step, trackers))
                     if save_time is not None:
                         metrics["timing_s/save_checkpoint"] = save_time  # the previous step's save
                         save_time = None
@@ -668,7 +678,8 @@ class Trainer:
                     last.update(metrics)
                     self._stop_if_nonfinite(step)
                     if cfg.save_freq > 0 and (is_last or step % cfg.save_freq == 0):
-                        save_time = self._save_and_report(step)
+                        with bar.phase(f"saving the checkpoint of step {step}"):
+                            save_time = self._save_and_report(step)
             if self.stop.requested:
                 status = "interrupted"
                 if cfg.save_on_signal and self.global_step > self.saved_step:

@@ -23,7 +23,7 @@ ALLOW_KEY = "reward_model.sandbox.allow_unconfined"
 
 def data_sources(files: Any, key: str) -> set[str]:
     """The values of column ``key`` in the data files ``files`` (a path or a list); missing files are skipped
-    (the dataset names them later)."""
+    (the dataset names them later), and parquet files too when pyarrow is not installed."""
     from omegaconf import OmegaConf
 
     if OmegaConf.is_config(files):
@@ -34,8 +34,10 @@ def data_sources(files: Any, key: str) -> set[str]:
         if not Path(path).is_file():
             continue
         if Path(path).suffix.lower() == ".parquet":
-            import pyarrow.parquet as pq
-
+            try:
+                import pyarrow.parquet as pq
+            except ImportError:  # the lean core (no rlcore[train]): the run's missing parts are named already
+                continue
             if key in pq.read_schema(path).names:
                 found.update(str(v) for v in pq.read_table(path, columns=[key]).column(0).unique().to_pylist())
         else:

@@ -1,7 +1,7 @@
 """The bundled SFT task: the arithmetic task's prompts with their correct answers.
 
-``rlcore sft`` without data trains the arithmetic task's warm-started model (:mod:`rlcore.tasks.arith`,
-which answers mostly off by one) on the correct sums of the training prompts, validating on the held-out
+``rlcore sft`` without data trains the arithmetic task's shipped warm-started model
+(:mod:`rlcore.tasks.arith`, which answers mostly off by one) on the correct sums of the training prompts, validating on the held-out
 prompts; GRPO from the result (``rlcore run actor_rollout_ref.model.path=<checkpoint>/actor/huggingface``)
 then starts from a model that is mostly right.
 """
@@ -41,8 +41,8 @@ def write_sft_data(task_dir: Path, out_dir: Path) -> dict[str, Path]:
 
 
 def prepare_sft_assets() -> Path:
-    """Build the arithmetic task's assets (:func:`rlcore.tasks.arith.prepare_assets`, cached) and its SFT
-    files; returns the task's cache folder."""
+    """Write the arithmetic task's parquet files (:func:`rlcore.tasks.arith.prepare_assets`, cached) and its
+    SFT files; returns the task's cache folder."""
     from rlcore.tasks.arith import prepare_assets
 
     root = prepare_assets()
@@ -53,7 +53,8 @@ def prepare_sft_assets() -> Path:
 
 def bundled_source() -> Source:
     """The settings of the bundled SFT run (a config source, overridden by files and ``key=value``)."""
-    from rlcore.tasks.arith import cache_dir
+    from rlcore.tasks.arith import BASE_MODEL, cache_dir
+    from rlcore.tasks.warm_start import shipped_model_dir
 
     root = cache_dir()
     settings: dict[str, Any] = {
@@ -66,12 +67,13 @@ def bundled_source() -> Source:
             "micro_batch_size_per_gpu": 32,
             "max_length": 32,
         },
-        "model": {"partial_pretrain": str(root / "base-model")},
+        "model": {"partial_pretrain": str(shipped_model_dir(BASE_MODEL))},
         "optim": {"lr": 1e-4, "weight_decay": 0.0, "lr_warmup_steps_ratio": 0.0, "lr_scheduler": "constant"},
         "trainer": {
             "total_training_steps": 30,
             "test_freq": 10,
             "device": "cpu",
+            "cpu_threads": 1,
             "logger": [],
             "project_name": "rlcore-default",
             "experiment_name": "arith-sft",

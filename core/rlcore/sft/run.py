@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from omegaconf import DictConfig
@@ -23,6 +22,7 @@ from rlcore.config.problems import ConfigError
 from rlcore.config.ranges import OPTIM_RANGES, range_problems
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins
+from rlcore.process_env import cpu_threads_setting, quiet_third_party, set_cpu_threads
 from rlcore.sft.config import (
     ACTOR,
     SFTBatchSizes,
@@ -32,6 +32,9 @@ from rlcore.sft.config import (
     sft_key_names,
     world_size,
 )
+
+if TYPE_CHECKING:
+    from rlcore.sft.trainer import SFTTrainer
 
 
 def _given_data(files: list[str], overrides: list[str]) -> bool:
@@ -103,10 +106,9 @@ def check_sft(config: DictConfig, manager: PluginManager, problems: Problems) ->
 
 def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) -> dict[str, float]:
     """Everything ``rlcore sft`` does; returns the last metrics (empty for a dry run)."""
-    from rlcore.run import check_writable, make_run_dir
+    from rlcore.run import check_writable, make_run_dir, plugins_line
 
     start = time.perf_counter()
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     manager = load_plugins()
     for record in manager.problems():
         click.echo(f"warning: plugin {record.name} [{record.status}]: {record.error}", err=True)
@@ -118,12 +120,18 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
         base = bundled_source()
     problems = Problems()
     config = load_sft_config(files, overrides, problems, base=base)
+    quiet_third_party(str(config.trainer.device))
     engine, sizes = check_sft(config, manager, problems)
+    cpu_threads = None
+    with problems.collect():
+        cpu_threads = cpu_threads_setting(config)
     problems.raise_if_any()
+    click.echo(plugins_line(manager.versions()))
     click.echo(sizes.summary(int(config.data.train_batch_size)))
     if dry_run:
         click.echo(config_to_yaml(config), nl=False)
         return {}
+    set_cpu_threads(cpu_threads)
     if base is not None:
         from rlcore.sft.arith import prepare_sft_assets
 
@@ -135,7 +143,13 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
     except RLCoreError as exc:
         raise RLCoreError(sft_key_names(str(exc))) from exc
     check_writable(Path(config.trainer.default_local_dir), "trainer.default_local_dir")
-    run_dir = make_run_dir(config)
+
+    from rlcore.sft.trainer import SFTTrainer
+
+    # the run directory is made once start-up has succeeded: a start-up error leaves nothing behind
+    trainer = SFTTrainer(config, engine, sizes, Path())
+    trainer.prepare()
+    run_dir = trainer.run_dir = make_run_dir(config)
     (run_dir / "config.yaml").write_text(config_to_yaml(config))
     (run_dir / "plugins.json").write_text(
         json.dumps({r.name: {"version": r.version, "status": r.status} for r in manager.records.values()}, indent=2)
@@ -144,37 +158,52 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
     (run_dir / "derived.json").write_text(json.dumps(derived, indent=2))
     click.echo(f"run directory: {run_dir}")
 
-    from rlcore.sft.trainer import SFTTrainer
-
-    trainer = SFTTrainer(config, engine, sizes, run_dir)
     status = "failed"
     try:
         last = trainer.fit()
         status = "completed"
     finally:
-        _summarise(run_dir, trainer.last, time.perf_counter() - start, status)
+        _summarise(run_dir, trainer, time.perf_counter() - start, status)
     return last
 
 
-def _summarise(run_dir: Path, last: dict[str, float], wall: float, status: str) -> None:
-    """Print the validation-loss trend, write ``summary.json`` and the report."""
+#: the validation metrics whose trend ``rlcore sft`` prints and ``summary.json`` records
+TREND_KEYS: tuple[str, ...] = ("val/loss", "val/greedy_acc")
+
+
+def _summarise(run_dir: Path, trainer: SFTTrainer, wall: float, status: str) -> None:
+    """Print the validation trends and the checkpoint, write ``summary.json`` (``kind: sft``, the trends) and
+    the report."""
     from rlcore.tracking.report import write_report
     from rlcore.tracking.sinks import read_metrics
 
     metrics_path = run_dir / "metrics.jsonl"
     rows = read_metrics(metrics_path) if metrics_path.is_file() else []
-    points = [(row["step"], row["val/loss"]) for row in rows if row.get("val/loss") is not None]
     click.echo("")
-    if points:
-        click.echo(f"val/loss: {points[0][1]:.4f} (step {points[0][0]}) -> {points[-1][1]:.4f} (step {points[-1][0]})")
-    (run_dir / "summary.json").write_text(
-        json.dumps({"status": status, "wall_time_s": round(wall, 1), "last": last}, indent=2, default=float)
-    )
+    trends = {}
+    for key in TREND_KEYS:
+        points = [(row["step"], row[key]) for row in rows if row.get(key) is not None]
+        if points:
+            trends[key] = {
+                "first": points[0][1],
+                "first_step": points[0][0],
+                "last": points[-1][1],
+                "last_step": points[-1][0],
+            }
+            click.echo(f"{key}: {points[0][1]:.3f} (step {points[0][0]}) -> {points[-1][1]:.3f} (step {points[-1][0]})")
+    summary = {"kind": "sft", "status": status, "wall_time_s": round(wall, 1), "trends": trends, "last": trainer.last}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     click.echo(f"wall time: {wall:.1f} s")
+    if trainer.last_checkpoint is not None:
+        click.echo(
+            f"checkpoint:    {trainer.last_checkpoint} (model: {trainer.last_checkpoint / 'actor' / 'huggingface'})"
+        )
     click.echo(f"run directory: {run_dir}")
+    if not rows:  # nothing to plot: no step was logged
+        return
     click.echo(f"metrics:       {metrics_path}")
     try:
         report = write_report([run_dir])
         click.echo(f"report:        {report.html}")
-    except RLCoreError as exc:  # e.g. no step was logged
+    except RLCoreError as exc:
         click.echo(f"report:        not written: {exc}")

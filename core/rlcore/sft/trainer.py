@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from rlcore.algos.metrics import compute_throughput_metrics
 from rlcore.checkpoint import CheckpointManager, read_trainer_state, resume_path, write_trainer_state
 from rlcore.controller.contracts import WorkerGroup
+from rlcore.controller.resume import unfinished_checkpoint
 from rlcore.controller.worker_group import make_worker_group, reduce_metrics
 from rlcore.controller.worker_spec import WorkerSpec
 from rlcore.data.collate import collate_rows
@@ -35,8 +36,13 @@ from rlcore.tracking.sinks import build_trackers
 
 #: the worker class of an SFT run's group
 SFT_WORKER = WorkerSpec("rlcore.sft.worker:SFTWorker")
-#: what the progress bar shows
-BAR_KEYS: tuple[str, ...] = ("train/loss", "val/loss")
+#: what the progress bar shows after the bar, and in a log line
+BAR_KEYS: tuple[str, ...] = ("train/loss", "val/loss", "val/greedy_acc")
+LINE_KEYS: tuple[tuple[str, str], ...] = (
+    ("loss", "train/loss"),
+    ("val loss", "val/loss"),
+    ("val acc", "val/greedy_acc"),
+)
 
 
 class SFTGroup(WorkerGroup, Protocol):
@@ -61,6 +67,9 @@ class SFTTrainer:
         self.run_dir = run_dir
         self.global_step = 0
         self.last: dict[str, float] = {}
+        self.prepared = False  # prepare() has run
+        self.resume_from: Path | None = None  # the checkpoint fit() resumes from (set by prepare())
+        self.last_checkpoint: Path | None = None  # the newest checkpoint this run saved
 
     # ------------------------------------------------------------------ set-up
     def _build_data(self) -> None:
@@ -126,19 +135,24 @@ class SFTTrainer:
         return Batch.concat([batch, filler])
 
     def validate(self) -> dict[str, float]:
-        """``val/loss``: the token-mean NLL of the validation set's loss tokens (``timing_s/testing``: its
-        seconds)."""
+        """``val/loss``, the token-mean NLL of the validation set's loss tokens, and ``val/greedy_acc``, the
+        share of its rows that greedy decoding reproduces exactly (:meth:`SFTWorker.eval_loss`);
+        ``timing_s/testing``: its seconds."""
         assert self.val_dataset is not None
         start = time.perf_counter()
         size = int(self.config.data.train_batch_size)
-        nll = tokens = 0.0
+        sums = dict.fromkeys(("val/nll_sum", "val/tokens", "val/rows", "val/greedy_rows"), 0.0)
         for begin in range(0, len(self.val_dataset), size):
             rows = [self.val_dataset[i] for i in range(begin, min(begin + size, len(self.val_dataset)))]
             batch = self._pad_to_ranks(sft_batch(collate_rows(rows), self.pad_token_id))
             metrics = reduce_metrics(self.group.eval_loss(batch).meta["metrics"])
-            nll += metrics["val/nll_sum"]
-            tokens += metrics["val/tokens"]
-        return {"val/loss": nll / tokens if tokens else float("nan"), "timing_s/testing": time.perf_counter() - start}
+            for key in sums:
+                sums[key] += metrics[key]
+        return {
+            "val/loss": sums["val/nll_sum"] / sums["val/tokens"] if sums["val/tokens"] else float("nan"),
+            "val/greedy_acc": sums["val/greedy_rows"] / sums["val/rows"] if sums["val/rows"] else float("nan"),
+            "timing_s/testing": time.perf_counter() - start,
+        }
 
     # -------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> Path:
@@ -157,18 +171,19 @@ class SFTTrainer:
 
         return CheckpointManager(self.engine).save(self.global_step, write)
 
-    def load_checkpoint(self, path: Path) -> None:
-        """Restore the worker, the loader and the step from ``path``; notes it in ``resume.json``."""
+    def _resume_if_unfinished(self, path: Path) -> Path | None:
+        """``path`` when it is an SFT checkpoint with steps left to train (see
+        :func:`~rlcore.controller.resume.unfinished_checkpoint` for a finished one)."""
         state = read_trainer_state(path)
         if state.get("kind") != "sft":
             raise RLCoreError(f"{path} is not an SFT checkpoint (it was written by rlcore run); resume it with that")
         step = int(state["global_step"])
-        if step >= self.total_steps:
-            raise RLCoreError(
-                f"nothing left to train: the checkpoint {path} is at step {step} and the run has {self.total_steps} "
-                "steps; raise trainer.total_training_steps (or trainer.total_epochs), or set "
-                "trainer.resume_mode=disable to start over"
-            )
+        return unfinished_checkpoint(path, step, self.total_steps, self.engine.trainer.resume_mode)
+
+    def load_checkpoint(self, path: Path) -> None:
+        """Restore the worker, the loader and the step from ``path``; notes it in ``resume.json``."""
+        state = read_trainer_state(path)
+        step = int(state["global_step"])
         self.group.load_checkpoint(str(path / "actor"))
         self.loader.load_state_dict(state["data"])
         self.global_step = step
@@ -176,12 +191,24 @@ class SFTTrainer:
         click.echo(f"resumed from {path} (step {step} of {self.total_steps})")
 
     # -------------------------------------------------------------------- fit
+    def prepare(self) -> None:
+        """What can fail before the worker starts, done once: the checkpoint to resume (a finished one starts
+        a fresh run), the tokenizer and the datasets. ``rlcore sft`` calls it before it creates the run
+        directory; :meth:`fit` calls it when nobody did."""
+        if self.prepared:
+            return
+        resume_from = resume_path(self.engine)
+        self._build_data()
+        self.resume_from = self._resume_if_unfinished(resume_from) if resume_from is not None else None
+        self.prepared = True
+
     def fit(self) -> dict[str, float]:
         """Train for ``total_steps`` (resuming first when ``trainer.resume_mode`` selects a checkpoint);
         returns the last step's metrics."""
-        resume_from = resume_path(self.engine)
-        self._build_data()
+        self.prepare()
+        resume_from = self.resume_from
         cfg = self.config.trainer
+        click.echo(f"starting the worker: loading {self.config.model.partial_pretrain} ...")
         self.group = cast(SFTGroup, make_worker_group(SFT_WORKER, self.engine, "actor"))
         trackers = None
         try:
@@ -190,10 +217,15 @@ class SFTTrainer:
             if resume_from is not None:
                 self.load_checkpoint(resume_from)
             with ProgressBar(
-                self.total_steps, enabled=cfg.progress_bar, initial_step=self.global_step, keys=BAR_KEYS
+                self.total_steps,
+                enabled=cfg.progress_bar,
+                initial_step=self.global_step,
+                keys=BAR_KEYS,
+                line_keys=LINE_KEYS,
             ) as bar:
                 if self.val_dataset is not None and resume_from is None:
-                    val = self.validate()
+                    with bar.phase("validating before training"):
+                        val = self.validate()
                     trackers.log(val, step=0)
                     bar.update(0, val)
                     self.last.update(val)
@@ -202,13 +234,14 @@ class SFTTrainer:
                     metrics = self._step()
                     is_last = step == self.total_steps
                     if self.val_dataset is not None and (is_last or cfg.test_freq > 0 and step % cfg.test_freq == 0):
-                        metrics.update(self.validate())
+                        with bar.phase(f"validating after step {step}"):
+                            metrics.update(self.validate())
                     trackers.log(metrics, step=step)
                     bar.update(step, metrics)
                     self.last.update(metrics)
                     if is_last or cfg.save_freq > 0 and step % cfg.save_freq == 0:
-                        path = self.save_checkpoint()
-                        click.echo(f"checkpoint: {path} (model: {path / 'actor' / 'huggingface'})")
+                        with bar.phase(f"saving the checkpoint of step {step}"):
+                            self.last_checkpoint = self.save_checkpoint()
         finally:
             if trackers is not None:
                 trackers.finish()

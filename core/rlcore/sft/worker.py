@@ -8,6 +8,7 @@ global loss normalisation of :func:`rlcore.workers.ppo_loop.ppo_update`, checkpo
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -18,6 +19,9 @@ from rlcore.workers.actor import ActorRolloutRefWorker
 from rlcore.workers.base import cpu_batch
 from rlcore.workers.engine import ModelOutput
 from rlcore.workers.ppo_loop import UpdateSettings, ppo_update
+
+#: the temperature of the validation's greedy check (see :meth:`SFTWorker.eval_loss`)
+GREEDY_TEMPERATURE = 1e-3
 
 
 class SFTWorker(ActorRolloutRefWorker):
@@ -59,16 +63,28 @@ class SFTWorker(ActorRolloutRefWorker):
         return Batch.from_dict({}, meta={"metrics": metrics})
 
     def eval_loss(self, batch: Batch) -> Batch:
-        """The summed NLL and token count of ``response_mask`` tokens over every rank's part of ``batch``
-        (``val/nll_sum``, ``val/tokens`` in ``meta["metrics"]``), without gradients."""
+        """Validation sums over every rank's part of ``batch``, without gradients, in ``meta["metrics"]``:
+        ``val/nll_sum`` and ``val/tokens``, the summed NLL and count of ``response_mask`` tokens; ``val/rows``,
+        the rows with such tokens, and ``val/greedy_rows``, those whose every response token is the model's
+        most likely next token — the rows greedy decoding reproduces exactly.
+
+        The greedy check is a second forward pass at :data:`GREEDY_TEMPERATURE`: there a token's probability
+        is above one half when its logit beats every other one by more than ``GREEDY_TEMPERATURE * ln(vocab)``
+        (under 0.01), and never when another logit is as high, so no engine needs to return logits."""
         actor = self._actor_engine("eval_loss")
-        batch.meta.setdefault("temperature", 1.0)
         micro = self.update_sizes.micro if self.update_sizes else None
         budget_key = "data.max_token_len_per_gpu"
+        batch.meta["temperature"] = 1.0
         log_probs, _ = self._log_probs(actor, batch, micro, self.update_budget, budget_key, with_entropy=False)
-        mask = batch["response_mask"]
+        batch.meta["temperature"] = GREEDY_TEMPERATURE
+        sharp, _ = self._log_probs(actor, batch, micro, self.update_budget, budget_key, with_entropy=False)
+        mask = batch["response_mask"].bool()
+        rows = mask.any(dim=1)
+        greedy = ((sharp > -math.log(2.0)) | ~mask).all(dim=1) & rows
         metrics: dict[str, Any] = {
             "val/nll_sum": actor.all_reduce_sum(float((-log_probs * mask).sum())),
             "val/tokens": actor.all_reduce_sum(float(mask.sum())),
+            "val/rows": actor.all_reduce_sum(float(rows.sum())),
+            "val/greedy_rows": actor.all_reduce_sum(float(greedy.sum())),
         }
         return Batch.from_dict({}, meta={"metrics": metrics})

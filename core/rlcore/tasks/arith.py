@@ -2,16 +2,17 @@
 
 Prompts are ``"a+b="`` with ``a, b`` in ``0..MAX_OPERAND``; the reward is 1 when the first integer of the
 response equals ``a + b``. A policy learning this from random weights needs far more than the five
-minutes the default run may take, so the run starts from a *warm-started* model that this module trains
-itself (no download) by supervised learning on a deliberately **biased teacher**: for every prompt the
-teacher answers ``a+b`` with probability :data:`TEACHER_CORRECT`, ``a+b+1`` with probability
-:data:`TEACHER_OFF_BY_ONE`, and another nearby number otherwise. Greedy decoding of that model is mostly
-wrong (it picks the off-by-one answer), while sampling is right about a third of the time — exactly the
-situation where RL helps: GRPO on the training prompts removes the bias, and the greedy validation reward
-on held-out prompts climbs from near 0.
+minutes the default run may take, so the run starts from a *warm-started* model, trained (no download) by
+supervised learning on a deliberately **biased teacher**: for every prompt the teacher answers ``a+b``
+with probability :data:`TEACHER_CORRECT`, ``a+b+1`` with probability :data:`TEACHER_OFF_BY_ONE`, and
+another nearby number otherwise. Greedy decoding of that model is mostly wrong (it picks the off-by-one
+answer), while sampling is right about a third of the time — exactly the situation where RL helps: GRPO on
+the training prompts removes the bias, and the greedy validation reward on held-out prompts climbs from
+near 0.
 
-Assets (parquet files and the warm-started model) are built once and cached under
-``$RLCORE_CACHE/arith-<version>`` (default ``~/.cache/rlcore``); the build takes about 80 s on 2 CPU cores.
+The warm-started model ships with rlcore (``rlcore/tasks/data/arith-base``, built by
+:func:`build_base_model` through ``python -m rlcore.tasks.build_base``); the parquet files are written once
+under ``$RLCORE_CACHE/arith-<version>`` (default ``~/.cache/rlcore``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlcore.tasks.warm_start import MaskedRows, build_task_assets, task_model, train_on_masked_rows
+from rlcore.tasks.warm_start import (
+    Heartbeat,
+    MaskedRows,
+    build_task_data,
+    shipped_model_dir,
+    task_model,
+    train_on_masked_rows,
+)
 
 TASK_VERSION = "v1"
 DATA_SOURCE = "rlcore/arith"
@@ -34,6 +42,10 @@ SFT_STEPS = 600
 SFT_BATCH = 128
 SFT_LR = 3e-3
 SEED = 1234
+#: the shipped warm-started model (package data, :func:`~rlcore.tasks.warm_start.shipped_model_dir`)
+BASE_MODEL = "arith-base"
+#: the model's maximum sequence length
+MAX_POSITIONS = 64
 
 _FIRST_INT = re.compile(r"-?\d+")
 
@@ -76,7 +88,7 @@ def cpu_preset() -> dict[str, Any]:
         "data.train_batch_size": 16,
         "data.max_prompt_length": 24,
         "data.max_response_length": 4,
-        "actor_rollout_ref.model.path": str(root / "base-model"),
+        "actor_rollout_ref.model.path": str(shipped_model_dir(BASE_MODEL)),
         "actor_rollout_ref.rollout.name": "hf",
         "actor_rollout_ref.rollout.n": 8,
         "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
@@ -84,6 +96,7 @@ def cpu_preset() -> dict[str, Any]:
         "actor_rollout_ref.actor.optim.weight_decay": 0.0,
         "algorithm.adv_estimator": "grpo",
         "trainer.device": "cpu",
+        "trainer.cpu_threads": 1,  # the small model's operations are too small to share between threads
         "trainer.logger": [],
         "trainer.total_training_steps": 40,
         "trainer.test_freq": 5,
@@ -101,14 +114,22 @@ def _teacher_answer(a: int, b: int, rng: random.Random) -> int:
     return a + b + rng.choice((-2, -1, 2, 3))
 
 
-def warm_start(model_dir: Path, pairs: list[tuple[int, int]]) -> None:
-    """Train a small Qwen2 model on the biased teacher and save it (with its tokenizer) to ``model_dir``."""
+def base_tokenizer() -> Any:
+    """The task's tokenizer, trained on the default corpus and every sum of the task."""
     from rlcore.testing.tiny import build_tokenizer, default_corpus
 
+    train_pairs, test_pairs = _pairs()
+    return build_tokenizer(default_corpus() + [f"{a}+{b}={a + b}" for a, b in train_pairs + test_pairs])
+
+
+def build_base_model(model_dir: Path, *, steps: int = SFT_STEPS, heartbeat: bool = True) -> None:
+    """Train the task's small Qwen2 model on the biased teacher for ``steps`` steps and save it (with its
+    tokenizer) to ``model_dir``; ``heartbeat`` prints its progress."""
     rng = random.Random(SEED)
-    corpus = default_corpus() + [f"{a}+{b}={a + b}" for a, b in pairs]
-    tokenizer = build_tokenizer(corpus)
-    model = task_model(tokenizer, max_position_embeddings=64, seed=SEED)
+    train_pairs, test_pairs = _pairs()
+    pairs = train_pairs + test_pairs
+    tokenizer = base_tokenizer()
+    model = task_model(tokenizer, max_position_embeddings=MAX_POSITIONS, seed=SEED)
     prompts = [
         tokenizer.apply_chat_template(
             [{"role": "user", "content": f"{a}+{b}="}], add_generation_prompt=True, tokenize=False
@@ -126,18 +147,25 @@ def warm_start(model_dir: Path, pairs: list[tuple[int, int]]) -> None:
             rows.append((prompt_ids[i] + answer, [0] * len(prompt_ids[i]) + [1] * len(answer)))
         return rows
 
-    train_on_masked_rows(model, tokenizer.pad_token_id, sample_batch, steps=SFT_STEPS, lr=SFT_LR, warmup=50, seed=SEED)
+    train_on_masked_rows(
+        model,
+        tokenizer.pad_token_id,
+        sample_batch,
+        steps=steps,
+        lr=SFT_LR,
+        warmup=50,
+        seed=SEED,
+        heartbeat=Heartbeat(f"warm start of {BASE_MODEL}", steps) if heartbeat else None,
+    )
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
 
 
 def prepare_assets(config: Any = None) -> Path:
-    """Build the task's parquet files and warm-started model if they are not cached yet."""
+    """Write the task's parquet files if they are not cached yet; returns the cache folder."""
     train_pairs, test_pairs = _pairs()
-    return build_task_assets(
+    return build_task_data(
         cache_dir(),
         lambda: [_row(a, b, "train", i) for i, (a, b) in enumerate(train_pairs)],
         lambda: [_row(a, b, "test", i) for i, (a, b) in enumerate(test_pairs)],
-        lambda model_dir: warm_start(model_dir, train_pairs + test_pairs),
-        "building the warm-started base model for the bundled task in {model_dir} (once, about 1.5 minutes on 2 cores)",
     )

@@ -8,8 +8,9 @@ used the tool; the tool-call rate and with it the greedy validation reward rise.
 
 The conversation is rendered the way the agent loop builds it, token for token: the prompt, the assistant's
 ``<tool_call>{...}</tool_call>`` and its end-of-turn token, the tool turn rendered alone through the chat
-template, the final answer. Assets (parquet files and the model) are cached under
-``$RLCORE_CACHE/arith-tools-<version>`` (default ``~/.cache/rlcore``).
+template, the final answer. The warm-started model ships with rlcore (``rlcore/tasks/data/arith-tools-base``,
+built by :func:`build_base_model` through ``python -m rlcore.tasks.build_base``); the parquet files are
+written once under ``$RLCORE_CACHE/arith-tools-<version>`` (default ``~/.cache/rlcore``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.tasks.arith import cache_dir as _arith_cache_dir
-from rlcore.tasks.warm_start import build_task_assets, task_model, train_on_masked_rows
+from rlcore.tasks.warm_start import Heartbeat, build_task_data, shipped_model_dir, task_model, train_on_masked_rows
 
 TASK_VERSION = "v1"
 DATA_SOURCE = "rlcore/arith_tools"
@@ -32,6 +33,10 @@ SFT_STEPS = 400
 SFT_BATCH = 64
 SFT_LR = 3e-3
 SEED = 4321
+#: the shipped warm-started model (package data, :func:`~rlcore.tasks.warm_start.shipped_model_dir`)
+BASE_MODEL = "arith-tools-base"
+#: the model's maximum sequence length
+MAX_POSITIONS = 128
 
 _INT = re.compile(r"-?\d+")
 #: the task's tool YAML (verl's format): the calculator
@@ -79,7 +84,7 @@ def cpu_preset() -> dict[str, Any]:
         "data.train_batch_size": 16,
         "data.max_prompt_length": 24,
         "data.max_response_length": 48,
-        "actor_rollout_ref.model.path": str(root / "base-model"),
+        "actor_rollout_ref.model.path": str(shipped_model_dir(BASE_MODEL)),
         "actor_rollout_ref.rollout.name": "hf",
         "actor_rollout_ref.rollout.n": 8,
         "actor_rollout_ref.rollout.multi_turn.enable": True,
@@ -91,6 +96,7 @@ def cpu_preset() -> dict[str, Any]:
         "actor_rollout_ref.actor.optim.weight_decay": 0.0,
         "algorithm.adv_estimator": "grpo",
         "trainer.device": "cpu",
+        "trainer.cpu_threads": 1,  # the small model's operations are too small to share between threads
         "trainer.logger": [],
         "trainer.total_training_steps": 30,
         "trainer.test_freq": 5,
@@ -118,38 +124,45 @@ def _conversation_ids(tokenizer: Any, renderer: Any, a: int, b: int, rng: random
     return ids, [0] * len(prompt) + [1] * len(call) + [0] * len(tool) + [1] * len(answer)
 
 
-def warm_start(model_dir: Path, pairs: list[tuple[int, int]]) -> None:
-    """Train a small Qwen2 model on the biased teacher and save it (with its tokenizer) to ``model_dir``."""
-    from rlcore.agents.render import ChatRenderer
+def base_tokenizer() -> Any:
+    """The task's tokenizer, trained on the default corpus and tool calls of 2,000 training products."""
     from rlcore.testing.tiny import build_tokenizer, default_corpus
 
+    pairs = _pairs()[0]
+    return build_tokenizer(default_corpus() + [tool_call_text(a, b) + f" {a * b}" for a, b in pairs[:2000]])
+
+
+def build_base_model(model_dir: Path, *, steps: int = SFT_STEPS, heartbeat: bool = True) -> None:
+    """Train the task's small Qwen2 model on the biased teacher's conversations for ``steps`` steps and save
+    it (with its tokenizer) to ``model_dir``; ``heartbeat`` prints its progress."""
+    from rlcore.agents.render import ChatRenderer
+
     rng = random.Random(SEED)
-    corpus = default_corpus() + [tool_call_text(a, b) + f" {a * b}" for a, b in pairs[:2000]]
-    tokenizer = build_tokenizer(corpus)
+    pairs = _pairs()[0]
+    tokenizer = base_tokenizer()
     renderer = ChatRenderer(tokenizer)
-    model = task_model(tokenizer, max_position_embeddings=128, seed=SEED)
+    model = task_model(tokenizer, max_position_embeddings=MAX_POSITIONS, seed=SEED)
     train_on_masked_rows(
         model,
         tokenizer.pad_token_id,
         lambda: [
             _conversation_ids(tokenizer, renderer, *pairs[rng.randrange(len(pairs))], rng) for _ in range(SFT_BATCH)
         ],
-        steps=SFT_STEPS,
+        steps=steps,
         lr=SFT_LR,
         warmup=40,
         seed=SEED,
+        heartbeat=Heartbeat(f"warm start of {BASE_MODEL}", steps) if heartbeat else None,
     )
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
 
 
 def prepare_assets(config: Any = None) -> Path:
-    """Build the task's parquet files and warm-started model if they are not cached yet."""
+    """Write the task's parquet files if they are not cached yet; returns the cache folder."""
     train_pairs, test_pairs = _pairs()
-    return build_task_assets(
+    return build_task_data(
         cache_dir(),
         lambda: [_row(a, b, "train", i) for i, (a, b) in enumerate(train_pairs)],
         lambda: [_row(a, b, "test", i) for i, (a, b) in enumerate(test_pairs)],
-        lambda model_dir: warm_start(model_dir, train_pairs),
-        "building the warm-started base model for the tool task in {model_dir} (once)",
     )

@@ -10,7 +10,9 @@ right answers, so that it learns to see colours, then on a **biased teacher**, l
 :data:`TEACHER_CORRECT` and the *next* colour of :data:`COLOURS` with probability :data:`TEACHER_NEXT`
 (another one otherwise), so greedy decoding mostly names the wrong colour while sampling is right about a
 third of the time. GRPO removes the bias, which it can only do by reading the picture, and the greedy
-validation reward on held-out pictures rises. Assets are cached under ``$RLCORE_CACHE/shapes-vl-<version>``.
+validation reward on held-out pictures rises. The warm-started model ships with rlcore
+(``rlcore/tasks/data/shapes-vl-base``, built by :func:`build_base_model` through ``python -m
+rlcore.tasks.build_base``); the parquet files are written once under ``$RLCORE_CACHE/shapes-vl-<version>``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.tasks.arith import cache_dir as _arith_cache_dir
-from rlcore.tasks.warm_start import build_task_assets
+from rlcore.tasks.warm_start import Heartbeat, build_task_data, shipped_model_dir
 
 TASK_VERSION = "v1"
 DATA_SOURCE = "rlcore/shapes_vl"
@@ -39,6 +41,19 @@ SEE_FRACTION = 0.4
 SFT_BATCH = 32
 SFT_LR = 3e-3
 SEED = 2468
+#: the shipped warm-started model (package data, :func:`~rlcore.tasks.warm_start.shipped_model_dir`)
+BASE_MODEL = "shapes-vl-base"
+#: the model's maximum sequence length
+MAX_POSITIONS = 128
+#: the model's shape (the vision tower has ``vision_depth`` blocks)
+MODEL_SHAPE: dict[str, int] = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_layers": 2,
+    "num_heads": 4,
+    "num_kv_heads": 2,
+    "vision_depth": 2,
+}
 
 _FIRST_WORD = re.compile(r"[a-z]+")
 
@@ -109,7 +124,7 @@ def cpu_preset() -> dict[str, Any]:
         "data.train_batch_size": 16,
         "data.max_prompt_length": 32,
         "data.max_response_length": 4,
-        "actor_rollout_ref.model.path": str(root / "base-model"),
+        "actor_rollout_ref.model.path": str(shipped_model_dir(BASE_MODEL)),
         "actor_rollout_ref.model.use_remove_padding": True,
         "actor_rollout_ref.rollout.name": "hf",
         "actor_rollout_ref.rollout.n": 8,
@@ -118,6 +133,7 @@ def cpu_preset() -> dict[str, Any]:
         "actor_rollout_ref.actor.optim.weight_decay": 0.0,
         "algorithm.adv_estimator": "grpo",
         "trainer.device": "cpu",
+        "trainer.cpu_threads": 1,  # the small model's operations are too small to share between threads
         "trainer.logger": [],
         "trainer.total_training_steps": 30,
         "trainer.test_freq": 5,
@@ -137,8 +153,18 @@ def _teacher_answer(colour: str, rng: random.Random) -> str:
     return rng.choice([name for name in names if name not in (colour, following)])
 
 
-def build_base_model(model_dir: Path, *, steps: int = SFT_STEPS, samples: int = N_TRAIN) -> None:
-    """Build the tiny Qwen2-VL and its processor, train it on the biased teacher and save both to ``model_dir``.
+def base_tokenizer() -> Any:
+    """The task's tokenizer (its vision tokens included), trained on the question, colours and shapes."""
+    from rlcore.testing.tiny_vlm import build_vl_tokenizer
+
+    return build_vl_tokenizer([f"{QUESTION} {name} {shape}" for name in COLOURS for shape in SHAPES] * 20)
+
+
+def build_base_model(
+    model_dir: Path, *, steps: int = SFT_STEPS, samples: int = N_TRAIN, heartbeat: bool = True
+) -> None:
+    """Build the tiny Qwen2-VL and its processor, train it on the biased teacher and save both to ``model_dir``;
+    ``heartbeat`` prints the progress.
 
     The first :data:`SEE_FRACTION` of the steps train on the right colours (the vision tower learns to see
     them), the rest on the biased teacher. All pictures have the same size, so every prompt renders to the
@@ -148,23 +174,13 @@ def build_base_model(model_dir: Path, *, steps: int = SFT_STEPS, samples: int = 
     """
     import torch
 
-    from rlcore.testing.tiny_vlm import build_processor, build_vl_model, build_vl_tokenizer, save_vlm
+    from rlcore.testing.tiny_vlm import build_processor, build_vl_model, save_vlm
     from rlcore.workers.vlm import token_types
 
-    corpus = [f"{QUESTION} {name} {shape}" for name in COLOURS for shape in SHAPES] * 20
-    tokenizer = build_vl_tokenizer(corpus)
+    tokenizer = base_tokenizer()
     processor = build_processor(tokenizer)
-    model = build_vl_model(
-        tokenizer,
-        hidden_size=128,
-        intermediate_size=256,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        vision_depth=2,
-        max_position_embeddings=128,
-        seed=SEED,
-    )
+    model = build_vl_model(tokenizer, **MODEL_SHAPE, max_position_embeddings=MAX_POSITIONS, seed=SEED)
+    beat = Heartbeat(f"warm start of {BASE_MODEL}", steps) if heartbeat else None
     content = [{"type": "image"}, {"type": "text", "text": QUESTION}]
     text = processor.apply_chat_template(
         [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
@@ -206,16 +222,16 @@ def build_base_model(model_dir: Path, *, steps: int = SFT_STEPS, samples: int = 
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
+        if beat is not None:
+            beat.step(step + 1, float(loss.detach()))
     model.eval()
     save_vlm(model, processor, model_dir)
 
 
 def prepare_assets(config: Any = None) -> Path:
-    """Build the task's parquet files and warm-started model if they are not cached yet."""
-    return build_task_assets(
+    """Write the task's parquet files if they are not cached yet; returns the cache folder."""
+    return build_task_data(
         cache_dir(),
         lambda: [_row(*sample, "train", i) for i, sample in enumerate(_samples(N_TRAIN, SEED + 1))],
         lambda: [_row(*sample, "test", i) for i, sample in enumerate(_samples(N_TEST, SEED + 2))],
-        build_base_model,
-        "building the warm-started vision-language base model for the shapes task in {model_dir} (once)",
     )

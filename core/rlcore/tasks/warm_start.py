@@ -1,17 +1,30 @@
-"""What the bundled CPU tasks share: a small model, its supervised warm start, and the cached assets.
+"""What the bundled CPU tasks share: a small model, its supervised warm start, the shipped models, the data.
 
-A bundled task (the arithmetic task, the calculator-tool task) caches two parquet files and a warm-started
-model under its own cache folder; each task supplies only its rows and its teacher's batches.
+Each bundled task starts from a model warm-started on a biased teacher. That model ships with rlcore, as
+package data under ``rlcore/tasks/data/<task>-base`` (:func:`shipped_model_dir`), so a run never builds it:
+:mod:`rlcore.tasks.build_base` trains it with the code below and writes it there. A task's parquet files are
+written once under its own cache folder (:func:`build_task_data`, about a second).
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 #: a batch of teacher sequences: each row's token ids and its loss mask (1 on trained tokens)
 MaskedRows = list[tuple[list[int], list[int]]]
+#: the folder of the shipped models (package data)
+SHIPPED_DIR = Path(__file__).parent / "data"
+#: a warm start prints a line every this many seconds (and at its last step)
+HEARTBEAT_S = 10.0
+
+
+def shipped_model_dir(name: str) -> Path:
+    """The folder of the shipped starting model ``name`` (``arith-base``, ...), inside the installed package."""
+    return SHIPPED_DIR / name
 
 
 def task_model(tokenizer: Any, *, max_position_embeddings: int, seed: int) -> Any:
@@ -30,6 +43,23 @@ def task_model(tokenizer: Any, *, max_position_embeddings: int, seed: int) -> An
     )
 
 
+class Heartbeat:
+    """Prints ``what: step N/M, loss L, T s`` every :data:`HEARTBEAT_S` seconds and at the last step."""
+
+    def __init__(self, what: str, total: int) -> None:
+        """Start the clock of a phase of ``total`` steps."""
+        self.what = what
+        self.total = total
+        self.start = self.last = time.perf_counter()
+
+    def step(self, done: int, loss: float) -> None:
+        """Report step ``done`` (1-based) when a heartbeat is due."""
+        now = time.perf_counter()
+        if now - self.last >= HEARTBEAT_S or done == self.total:
+            self.last = now
+            print(f"{self.what}: step {done}/{self.total}, loss {loss:.3f}, {now - self.start:.0f} s", flush=True)
+
+
 def train_on_masked_rows(
     model: Any,
     pad_token_id: int,
@@ -39,11 +69,13 @@ def train_on_masked_rows(
     lr: float,
     warmup: int,
     seed: int,
+    heartbeat: Heartbeat | None = None,
 ) -> None:
     """Train ``model`` for ``steps`` AdamW steps on ``sample_batch()``'s rows, loss on the masked-in tokens.
 
     The learning rate warms up linearly over ``warmup`` steps and decays linearly to 0; gradients are clipped
-    to norm 1. Rows are right-padded with ``pad_token_id``. The model is left in eval mode.
+    to norm 1. Rows are right-padded with ``pad_token_id``. The model is left in eval mode. ``heartbeat``
+    reports the progress.
     """
     import torch
 
@@ -51,7 +83,7 @@ def train_on_masked_rows(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) * (1 - s / steps))
     torch.manual_seed(seed)
     model.train()
-    for _ in range(steps):
+    for step in range(steps):
         rows = sample_batch()
         width = max(len(ids) for ids, _ in rows)
         input_ids = torch.tensor([ids + [pad_token_id] * (width - len(ids)) for ids, _ in rows])
@@ -64,6 +96,8 @@ def train_on_masked_rows(
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
+        if heartbeat is not None:
+            heartbeat.step(step + 1, float(loss.detach()))
     model.eval()
 
 
@@ -75,30 +109,18 @@ def write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
     pq.write_table(pa.Table.from_pylist(rows), path)
 
 
-def build_task_assets(
-    root: Path,
-    train_rows: Callable[[], list[dict[str, Any]]],
-    test_rows: Callable[[], list[dict[str, Any]]],
-    warm_start: Callable[[Path], None],
-    announcement: str,
+def build_task_data(
+    root: Path, train_rows: Callable[[], list[dict[str, Any]]], test_rows: Callable[[], list[dict[str, Any]]]
 ) -> Path:
-    """Write ``root/{train,test}.parquet`` and ``root/base-model`` (by ``warm_start``) unless cached; return ``root``.
+    """Write ``root/{train,test}.parquet`` unless both are there already; return ``root``.
 
-    The model is built in a temporary folder and renamed into place, so an interrupted build leaves no
-    half-written ``base-model``; ``announcement`` is printed before a build.
+    Each file is written under a temporary name and renamed into place, so an interrupted write leaves no
+    half-written file.
     """
     root.mkdir(parents=True, exist_ok=True)
-    if not (root / "train.parquet").exists() or not (root / "test.parquet").exists():
-        write_parquet(train_rows(), root / "train.parquet")
-        write_parquet(test_rows(), root / "test.parquet")
-    model_dir = root / "base-model"
-    if not (model_dir / "config.json").exists():
-        import shutil
-        import tempfile
-
-        print(announcement.format(model_dir=model_dir), flush=True)
-        tmp = Path(tempfile.mkdtemp(prefix="base-model-", dir=root))
-        warm_start(tmp)
-        shutil.rmtree(model_dir, ignore_errors=True)
-        tmp.rename(model_dir)
+    for name, rows in (("train.parquet", train_rows), ("test.parquet", test_rows)):
+        if not (root / name).exists():
+            partial = root / f".{name}.{os.getpid()}.partial"
+            write_parquet(rows(), partial)
+            partial.replace(root / name)
     return root

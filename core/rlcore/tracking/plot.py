@@ -5,10 +5,13 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlcore.errors import RLCoreError
 from rlcore.tracking.sinks import read_metrics
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 TRAIN_MEAN = "critic/score/mean"
 TRAIN_MIN = "critic/score/min"
@@ -34,11 +37,40 @@ def records_by_step(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return dict(sorted(merged.items()))
 
 
+def binary_rewards(steps: dict[int, dict[str, Any]]) -> bool:
+    """Whether the training rewards look 0/1: at every step that logged them, the lowest score is 0 and the
+    highest 1 (or all are equal to one of them). Their mean is then the share of correct responses, and a
+    min–max band would span 0 to 1 at every step."""
+    seen = False
+    for record in steps.values():
+        low, high = finite_number(record.get(TRAIN_MIN)), finite_number(record.get(TRAIN_MAX))
+        if low is None or high is None:
+            continue
+        if low not in (0.0, 1.0) or high not in (0.0, 1.0):
+            return False
+        seen = True
+    return seen
+
+
+#: legend labels longer than this go under the plot rather than beside it (run names in a comparison)
+LONG_LABEL = 24
+
+
+def outside_legend(ax: Axes, fontsize: int = 7) -> None:
+    """The axes' legend outside the plot, where it covers no data: to its right, or under it (below the
+    step axis) when a label is long enough to squeeze the plot."""
+    _, labels = ax.get_legend_handles_labels()
+    if max((len(label) for label in labels), default=0) > LONG_LABEL:
+        ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.22), borderaxespad=0.0, fontsize=fontsize)
+    else:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=fontsize)
+
+
 def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
     """Plot training and validation reward against the step and save the figure as a PNG.
 
-    Training: ``critic/score/mean`` as a line with a shaded ``critic/score/min``..``max`` band.
-    Validation: each ``val-core/*/reward/mean@*`` key as markers on the same axes. ``metrics_path`` is a
+    Training: ``critic/score/mean`` as a line, with a shaded ``critic/score/min``..``max`` band unless the
+    rewards are 0/1 (:func:`binary_rewards`: the mean is then the share of correct responses). Validation: each ``val-core/*/reward/mean@*`` key as markers on the same axes. ``metrics_path`` is a
     ``metrics.jsonl`` file or a run directory holding one. Returns the path of the PNG; raises
     :class:`RLCoreError` when the file is missing, empty or holds no reward metric.
     """
@@ -70,13 +102,15 @@ def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(9.5, 4.5))
     try:
         if train:
+            binary = binary_rewards(steps)
             xs = [row[0] for row in train]
-            ax.plot(xs, [row[1] for row in train], color="tab:blue", linewidth=1.5, label="train score (mean)")
+            label = "train: share correct" if binary else "train score (mean)"
+            ax.plot(xs, [row[1] for row in train], color="tab:blue", linewidth=1.5, label=label)
             band = [row for row in train if row[2] is not None and row[3] is not None]
-            if band:
+            if band and not binary:
                 ax.fill_between(
                     [row[0] for row in band],
                     [row[2] for row in band],
@@ -103,7 +137,7 @@ def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
         ax.set_xlabel("step")
         ax.set_ylabel("reward")
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="best")
+        outside_legend(ax, fontsize=9)
         out_png = Path(out_png)
         out_png.parent.mkdir(parents=True, exist_ok=True)
         fig.tight_layout()

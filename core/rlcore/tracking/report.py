@@ -3,17 +3,21 @@
 A report is a folder holding
 
 ``report.png``
-    every panel in one figure (:data:`PANELS`: reward with its min–max band, validation reward, response
-    length, KL, entropy, pg clip fraction, throughput, time per stage);
+    every panel in one figure. An RL run has :data:`RL_PANELS`: training reward (for 0/1 rewards the share
+    of correct responses, otherwise the mean with its min–max band), validation reward, response length,
+    KL, entropy, pg clip fraction, throughput, time per stage. An SFT run (``rlcore sft``) has
+    :data:`SFT_PANELS`: train and validation loss, greedy validation accuracy, learning rate, gradient norm,
+    throughput, time per stage;
 ``panels/<name>.png``
     each panel on its own;
 ``index.html``
-    the runs, the panels, the final metrics, the config highlights and the plugin versions, with the
-    images linked (relative paths, so the folder can be moved or served as is).
+    the runs, the panels, the final metrics, the config highlights, the presets with the keys each one
+    set, and the plugin versions, with the images linked (relative paths, so the folder can be moved or
+    served as is).
 
 Given several runs, each panel draws one line per run (legend by run name), the time panel one stacked
-bar per run, and the config table marks the keys whose values differ. A metric a run does not have is
-left out; a panel no run has data for says "no data".
+bar per run, and the config table marks the keys whose values differ. Legends sit beside the plot, never
+on the data. A metric a run does not have is left out; a panel no run has data for says "no data".
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from rlcore.errors import RLCoreError
-from rlcore.tracking.plot import finite_number, records_by_step
+from rlcore.presets import PRESETS_FILE
+from rlcore.tracking.plot import binary_rewards, finite_number, outside_legend, records_by_step
+from rlcore.tracking.progress import short_label
 from rlcore.tracking.sinks import METRICS_FILE, format_value, read_metrics
 
 if TYPE_CHECKING:
@@ -43,11 +49,15 @@ PANELS_DIR = "panels"
 VAL_CORE = re.compile(r"^val-core/.+/(reward|acc)/mean@\d+$")
 TIMING_PREFIX = "timing_s/"
 TIMING_TOTAL = "timing_s/step"
-#: the config keys shown in the report, in order
+TRAIN_SCORE = "critic/score/mean"
+#: the config keys of an RL run shown in the report, in order (the presets come first)
 CONFIG_HIGHLIGHTS: tuple[str, ...] = (
     "actor_rollout_ref.model.path",
     "algorithm.adv_estimator",
     "actor_rollout_ref.actor.policy_loss.loss_mode",
+    "actor_rollout_ref.actor.loss_agg_mode",
+    "reward_model.reward_manager",
+    "algorithm.batch_filters",
     "actor_rollout_ref.actor.strategy",
     "actor_rollout_ref.rollout.name",
     "data.train_files",
@@ -58,6 +68,8 @@ CONFIG_HIGHLIGHTS: tuple[str, ...] = (
     "actor_rollout_ref.actor.ppo_epochs",
     "actor_rollout_ref.actor.optim.lr",
     "actor_rollout_ref.actor.clip_ratio",
+    "actor_rollout_ref.actor.clip_ratio_low",
+    "actor_rollout_ref.actor.clip_ratio_high",
     "actor_rollout_ref.actor.use_kl_loss",
     "actor_rollout_ref.actor.kl_loss_coef",
     "algorithm.use_kl_in_reward",
@@ -66,6 +78,19 @@ CONFIG_HIGHLIGHTS: tuple[str, ...] = (
     "data.max_response_length",
     "trainer.total_training_steps",
     "trainer.logger",
+    "trainer.seed",
+)
+#: the config keys of an SFT run shown in the report, in order
+SFT_CONFIG_HIGHLIGHTS: tuple[str, ...] = (
+    "model.partial_pretrain",
+    "model.strategy",
+    "data.train_files",
+    "data.val_files",
+    "data.train_batch_size",
+    "data.max_length",
+    "optim.lr",
+    "optim.lr_scheduler",
+    "trainer.total_training_steps",
     "trainer.seed",
 )
 COLORS = (
@@ -94,6 +119,17 @@ class RunData:
     config: dict[str, Any] = field(default_factory=dict)
     plugins: dict[str, str | None] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
+    #: the presets applied, in order: ``{"name", "keys": {key: {"preset": value, "final": value}}}``
+    presets: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        """``sft`` for a run of ``rlcore sft`` (its summary says so, or it logged a training loss and no
+        reward), else ``rl``."""
+        if self.summary.get("kind") == "sft":
+            return "sft"
+        keys = self.keys()
+        return "sft" if "train/loss" in keys and "critic/score/mean" not in keys else "rl"
 
     def keys(self) -> list[str]:
         """Every metric key the run logged, sorted."""
@@ -131,6 +167,14 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _read_json_list(path: Path) -> list[Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return data if isinstance(data, list) else []
+
+
 def load_run(path: str | Path, name: str | None = None) -> RunData:
     """Read a run directory (its ``metrics.jsonl``, and ``config.yaml``, ``plugins.json``, ``summary.json``
     when present). Raises :class:`RLCoreError` when it is missing, holds no metrics file or no step."""
@@ -154,6 +198,7 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
         for plugin, info in _read_json(path / "plugins.json").items()
         if isinstance(info, dict) and not info.get("builtin")
     }
+    presets = _read_json_list(path / PRESETS_FILE)
     return RunData(
         name=name or path.name,
         path=path,
@@ -161,6 +206,7 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
         config=config,
         plugins=plugins,
         summary=_read_json(path / "summary.json"),
+        presets=[entry for entry in presets if isinstance(entry, dict) and "name" in entry],
     )
 
 
@@ -188,8 +234,8 @@ class Panel:
 
 def _label(run: RunData, key: str, runs: list[RunData], keys: list[str]) -> str:
     if len(runs) == 1:
-        return key
-    return run.name if len(keys) == 1 else f"{run.name}: {key}"
+        return short_label(key)
+    return run.name if len(keys) == 1 else f"{run.name}: {short_label(key)}"
 
 
 def lines(*keys: str | re.Pattern[str], band: tuple[str, str] | None = None) -> Callable[[Axes, list[RunData]], bool]:
@@ -220,23 +266,44 @@ def lines(*keys: str | re.Pattern[str], band: tuple[str, str] | None = None) -> 
                 )
                 drawn = True
                 if band is not None and key == keys[0]:
-                    low, high = dict(run.series(band[0])), dict(run.series(band[1]))
-                    steps = [x for x in xs if x in low and x in high]
-                    if steps:
-                        ax.fill_between(
-                            steps,
-                            [low[s] for s in steps],
-                            [high[s] for s in steps],
-                            color=color,
-                            alpha=0.15,
-                            linewidth=0,
-                        )
+                    _band(ax, run, xs, band, color)
         if drawn:
-            ax.legend(loc="best", fontsize=7)
+            outside_legend(ax)
             ax.ticklabel_format(axis="y", useOffset=False)
         return drawn
 
     return draw
+
+
+def _band(ax: Axes, run: RunData, xs: list[int], band: tuple[str, str], color: str) -> None:
+    """Shade the range between the run's ``band`` keys (low, high) at the steps ``xs`` that have both."""
+    low, high = dict(run.series(band[0])), dict(run.series(band[1]))
+    steps = [x for x in xs if x in low and x in high]
+    if steps:
+        ax.fill_between(steps, [low[x] for x in steps], [high[x] for x in steps], color=color, alpha=0.15, linewidth=0)
+
+
+def draw_reward(ax: Axes, runs: list[RunData]) -> bool:
+    """The training reward of each run: with 0/1 rewards (:func:`~rlcore.tracking.plot.binary_rewards`) its
+    mean is the share of correct responses, drawn alone; otherwise the mean with its min–max band."""
+    drawn = False
+    for index, run in enumerate(runs):
+        points = run.series(TRAIN_SCORE)
+        if not points:
+            continue
+        binary = binary_rewards(run.steps)
+        label = "share correct" if binary else short_label(TRAIN_SCORE)
+        color = COLORS[index % len(COLORS)]
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        marker = "o" if len(xs) <= 25 else None
+        name = label if len(runs) == 1 else (f"{run.name}: {label}" if binary else run.name)
+        ax.plot(xs, ys, color=color, linewidth=1.5, marker=marker, markersize=3, label=name)
+        drawn = True
+        if not binary:
+            _band(ax, run, xs, ("critic/score/min", "critic/score/max"), color)
+    if drawn:
+        outside_legend(ax)
+    return drawn
 
 
 def _matches(pattern: str | re.Pattern[str], key: str) -> bool:
@@ -283,7 +350,7 @@ def draw_stage_times(ax: Axes, runs: list[RunData]) -> bool:
         total = run.series(TIMING_TOTAL)
         if total:
             ax.plot([p[0] for p in total], [p[1] for p in total], "k--", linewidth=1, label="step (total)")
-        ax.legend(loc="upper left", fontsize=6, ncol=2)
+        outside_legend(ax, fontsize=6)
         return True
     names = [run.name for run, _, _ in timed]
     left = [0.0] * len(timed)
@@ -293,17 +360,13 @@ def draw_stage_times(ax: Axes, runs: list[RunData]) -> bool:
         left = [a + b for a, b in zip(left, widths)]
     ax.set_xlabel("mean seconds per step")
     ax.invert_yaxis()
-    ax.legend(loc="best", fontsize=6, ncol=2)
+    outside_legend(ax, fontsize=6)
     return True
 
 
-PANELS: tuple[Panel, ...] = (
-    Panel(
-        "reward",
-        "Reward (train score, min-max band)",
-        "score",
-        lines("critic/score/mean", band=("critic/score/min", "critic/score/max")),
-    ),
+#: the panels of an RL run
+RL_PANELS: tuple[Panel, ...] = (
+    Panel("reward", "Training reward (0/1 rewards: share correct)", "score", draw_reward),
     Panel("val_reward", "Validation reward", "reward", lines(VAL_CORE)),
     Panel(
         "response_length",
@@ -317,8 +380,33 @@ PANELS: tuple[Panel, ...] = (
     Panel("throughput", "Throughput", "tokens / s / device", lines("perf/throughput")),
     Panel("timing", "Time per stage", "seconds", draw_stage_times),
 )
-#: the metrics of the final-metrics table (validation keys are added per run)
+#: the panels of an SFT run (``rlcore sft``)
+SFT_PANELS: tuple[Panel, ...] = (
+    Panel("loss", "Loss (train, validation)", "nats / token", lines("train/loss", "val/loss")),
+    Panel("val_accuracy", "Validation accuracy (greedy, exact)", "share of rows", lines("val/greedy_acc")),
+    Panel("lr", "Learning rate", "lr", lines("train/lr")),
+    Panel("grad_norm", "Gradient norm", "norm", lines("train/grad_norm")),
+    Panel("throughput", "Throughput", "tokens / s / device", lines("perf/throughput")),
+    Panel("timing", "Time per stage", "seconds", draw_stage_times),
+)
+
+
+def panels_for(runs: Sequence[RunData]) -> tuple[Panel, ...]:
+    """The panels of the runs' kinds: RL, SFT, or both (each panel once) when a report compares the two."""
+    kinds = {run.kind for run in runs}
+    if kinds == {"sft"}:
+        return SFT_PANELS
+    if kinds == {"rl"}:
+        return RL_PANELS
+    slugs = {panel.slug for panel in RL_PANELS}
+    return RL_PANELS + tuple(panel for panel in SFT_PANELS if panel.slug not in slugs)
+
+
+#: the metrics of the final-metrics table (validation keys are added per run; rows no run has are left out)
 FINAL_KEYS: tuple[str, ...] = (
+    "val/greedy_acc",
+    "val/loss",
+    "train/loss",
     "critic/score/mean",
     "response_length/mean",
     "actor/entropy",
@@ -380,9 +468,10 @@ def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path | None = No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    panels = panels_for(runs)
     has_data: dict[str, bool] = {}
     panel_pngs: dict[str, Path] = {}
-    for panel in PANELS:
+    for panel in panels:
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
         try:
             has_data[panel.slug] = _draw_panel(ax, panel, runs)
@@ -392,12 +481,12 @@ def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path | None = No
         finally:
             plt.close(fig)
     columns = 2
-    rows = -(-len(PANELS) // columns)
+    rows = -(-len(panels) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(13, 3.6 * rows), squeeze=False)
     try:
-        for ax, panel in zip(axes.flat, PANELS):
+        for ax, panel in zip(axes.flat, panels):
             _draw_panel(ax, panel, runs)
-        for ax in list(axes.flat)[len(PANELS) :]:
+        for ax in list(axes.flat)[len(panels) :]:
             ax.set_visible(False)
         fig.suptitle("rlcore report: " + " vs ".join(run.name for run in runs), fontsize=13)
         fig.tight_layout()
@@ -406,7 +495,7 @@ def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path | None = No
     finally:
         plt.close(fig)
     html_path = out / REPORT_HTML
-    html_path.write_text(render_html(runs, out, panel_pngs, has_data), encoding="utf-8")
+    html_path.write_text(render_html(runs, out, panels, panel_pngs, has_data), encoding="utf-8")
     return Report(out_dir=out, png=png, html=html_path, panels=panel_pngs, has_data=has_data, runs=runs)
 
 
@@ -442,6 +531,31 @@ def _table(headers: Sequence[str], rows: Sequence[tuple[str, Sequence[str]]]) ->
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
+def _presets_section(runs: list[RunData]) -> list[str]:
+    """The "Presets" section: per run with presets, each key a preset set, its value and the run's final one
+    (a row is marked when a later preset, file or override changed it)."""
+    with_presets = [run for run in runs if run.presets]
+    if not with_presets:
+        return []
+    parts = ["<h2>Presets</h2>"]
+    for run in with_presets:
+        if len(runs) > 1:
+            parts.append(f"<h3>{_e(run.name)}</h3>")
+        rows = []
+        for entry in run.presets:
+            for key, values in (entry.get("keys") or {}).items():
+                preset, final = values.get("preset"), values.get("final")
+                changed = json.dumps(preset, default=str) != json.dumps(final, default=str)
+                rows.append(
+                    ("diff" if changed else "", [_e(entry["name"]), f"<code>{_e(key)}</code>", _e(preset), _e(final)])
+                )
+        parts.append(_table(["preset", "key", "preset's value", "run's value"], rows))
+    parts.append(
+        "<p>Highlighted rows: a later preset, a config file or the command line changed the preset's value.</p>"
+    )
+    return parts
+
+
 def _relative(path: Path, start: Path) -> str:
     try:
         return path.resolve().relative_to(start.resolve()).as_posix()
@@ -449,8 +563,15 @@ def _relative(path: Path, start: Path) -> str:
         return path.resolve().as_uri()
 
 
-def render_html(runs: list[RunData], out: Path, panel_pngs: dict[str, Path], has_data: dict[str, bool]) -> str:
-    """The report page: runs, panels (with their titles), final metrics, config highlights, plugin versions."""
+def render_html(
+    runs: list[RunData],
+    out: Path,
+    panels: Sequence[Panel],
+    panel_pngs: dict[str, Path],
+    has_data: dict[str, bool],
+) -> str:
+    """The report page: runs, panels (with their titles), final metrics, config highlights, presets, plugin
+    versions."""
     from rlcore import __version__
 
     names = [run.name for run in runs]
@@ -484,7 +605,7 @@ def render_html(runs: list[RunData], out: Path, panel_pngs: dict[str, Path], has
         _table(["run", "directory", "training steps", "last step", "wall time (s)", "peak RSS (MB)"], run_rows)
     )
     parts.append('<h2>Plots</h2><div class="panels">')
-    for panel in PANELS:
+    for panel in panels:
         src = _relative(panel_pngs[panel.slug], out)
         note = "" if has_data.get(panel.slug) else ' <span class="nodata">(no data)</span>'
         parts.append(
@@ -507,13 +628,18 @@ def render_html(runs: list[RunData], out: Path, panel_pngs: dict[str, Path], has
 
     parts.append("<h2>Config highlights</h2>")
     config_rows = []
-    for key in CONFIG_HIGHLIGHTS:
-        values = [run.config_value(key) for run in runs]
+    preset_names = [", ".join(entry["name"] for entry in run.presets) or None for run in runs]
+    rows_of = [("presets", preset_names)]
+    kinds = {run.kind for run in runs}
+    keys = (CONFIG_HIGHLIGHTS if "rl" in kinds else ()) + (SFT_CONFIG_HIGHLIGHTS if "sft" in kinds else ())
+    rows_of += [(key, [run.config_value(key) for run in runs]) for key in keys]
+    for key, values in rows_of:
         differs = len(runs) > 1 and len({json.dumps(v, sort_keys=True, default=str) for v in values}) > 1
         config_rows.append(("diff" if differs else "", [f"<code>{_e(key)}</code>", *(_e(v) for v in values)]))
     parts.append(_table(["key", *names], config_rows))
     if len(runs) > 1:
         parts.append("<p>Highlighted rows differ between the runs.</p>")
+    parts.extend(_presets_section(runs))
 
     parts.append("<h2>Plugins</h2>")
     plugins = sorted({name for run in runs for name in run.plugins})

@@ -8,7 +8,8 @@ import torch
 from omegaconf import DictConfig
 
 from rlcore.algos.functional import masked_mean
-from rlcore.algos.losses import check_loss_agg_mode, value_loss
+from rlcore.algos.losses import value_loss
+from rlcore.config.algorithm_names import check_loss_agg_mode
 from rlcore.config.keys import positive_int, select
 from rlcore.errors import RLCoreError
 from rlcore.protocol import Batch

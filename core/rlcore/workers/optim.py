@@ -17,10 +17,9 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
+from rlcore.config.algorithm_names import scheduler_type
 from rlcore.config.ranges import OPTIM_RANGES, range_problems
 from rlcore.errors import RLCoreError
-
-SCHEDULER_TYPES: tuple[str, ...] = ("constant", "cosine")
 
 
 def lr_factor(
@@ -72,20 +71,6 @@ def build_optimizer(
     return torch.optim.AdamW(
         params, lr=lr, weight_decay=weight_decay, betas=(float(betas[0]), float(betas[1])), **kernel
     )
-
-
-def scheduler_type(optim_config: Mapping[str, Any], key: str) -> str:
-    """``lr_scheduler_type``, or the deprecated ``warmup_style`` when that is set (it wins, as in verl)."""
-    name = optim_config.get("lr_scheduler_type", None) or "constant"
-    legacy = optim_config.get("warmup_style", None)
-    source = f"{key}.lr_scheduler_type"
-    if legacy is not None:
-        message = f"{key}.warmup_style is deprecated; use {key}.lr_scheduler_type"
-        warnings.warn(message, DeprecationWarning, stacklevel=2)
-        name, source = legacy, f"{key}.warmup_style"
-    if name not in SCHEDULER_TYPES:
-        raise RLCoreError(f"{source}={name!r} is not a scheduler; use one of {', '.join(SCHEDULER_TYPES)}")
-    return name
 
 
 def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_config: Mapping[str, Any], key: str) -> LambdaLR:

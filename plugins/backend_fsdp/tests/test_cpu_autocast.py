@@ -56,7 +56,8 @@ def test_cpu_autocast_computes_in_bf16_and_keeps_float32_weights(make_worker: Ca
     assert not worker.rollout_engine._shared, "a bf16 engine copies the float32 weights, it cannot share them"
     out = worker.generate_sequences(make_prompt_batch(worker.tokenizer))
     assert out["responses"].shape[1] == worker.rollout_config.response_length
-    assert bool(out["response_mask"].any()) and int(out["responses"].max()) < len(worker.tokenizer)
+    vocab = worker.rollout_engine.module.config.vocab_size  # the tiny model pads its vocabulary past the tokenizer's
+    assert bool(out["response_mask"].any()) and 0 <= int(out["responses"].min()) <= int(out["responses"].max()) < vocab
 
 
 def test_cpu_autocast_off_shares_the_float32_weights(make_worker: Callable[..., Any]) -> None:

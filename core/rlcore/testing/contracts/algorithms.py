@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlcore.algos.losses import LOSS_AGG_MODES
+from rlcore.config.algorithm_names import LOSS_AGG_MODES
 from rlcore.plugins import load_plugins
 from rlcore.registry import Component, Registry
 from rlcore.testing.config import contract_config, default_tree
