@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.tasks.warm_start import (
-    Heartbeat,
     MaskedRows,
     build_task_data,
     shipped_model_dir,
     task_model,
-    train_on_masked_rows,
+    warm_start,
 )
 
 TASK_VERSION = "v1"
@@ -147,18 +146,18 @@ def build_base_model(model_dir: Path, *, steps: int = SFT_STEPS, heartbeat: bool
             rows.append((prompt_ids[i] + answer, [0] * len(prompt_ids[i]) + [1] * len(answer)))
         return rows
 
-    train_on_masked_rows(
+    warm_start(
         model,
-        tokenizer.pad_token_id,
+        tokenizer,
         sample_batch,
+        model_dir,
+        name=BASE_MODEL,
         steps=steps,
         lr=SFT_LR,
         warmup=50,
         seed=SEED,
-        heartbeat=Heartbeat(f"warm start of {BASE_MODEL}", steps) if heartbeat else None,
+        heartbeat=heartbeat,
     )
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
 
 
 def prepare_assets(config: Any = None) -> Path:

@@ -11,8 +11,11 @@ probability :data:`TEACHER_CORRECT` (another nearby number otherwise), independe
 decoding follows the off-by-one mode at both steps and is almost always wrong; sampling is right about a sixth
 of the time; GRPO has to move both steps to the right answer. As for the sum task, the warm start sees every
 problem (the held-out ones with the teacher's biased answers); RL trains on the training problems only, and
-the greedy validation reward on the held-out ones measures how far the correction generalises. Assets (parquet files and the model) are built
-once and cached under ``$RLCORE_CACHE/arith-chain-<version>`` (4.3 CPU-minutes of training: a few minutes on an idle machine).
+the greedy validation reward on the held-out ones measures how far the correction generalises.
+
+The warm-started model ships with rlcore (``rlcore/tasks/data/arith-chain-base``, built by
+:func:`build_base_model` through ``python -m rlcore.tasks.build_base arith-chain``: 4.3 CPU-minutes); the
+parquet files are written once under ``$RLCORE_CACHE/arith-chain-<version>``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.tasks.arith import cache_dir as _arith_cache_dir
-from rlcore.tasks.warm_start import MaskedRows, build_task_assets, task_model, train_on_masked_rows
+from rlcore.tasks.warm_start import (
+    MaskedRows,
+    build_task_data,
+    shipped_model_dir,
+    task_model,
+    warm_start,
+)
 
 TASK_VERSION = "v1"
 DATA_SOURCE = "rlcore/arith_chain"
@@ -35,6 +44,10 @@ SFT_STEPS = 700
 SFT_BATCH = 128
 SFT_LR = 3e-3
 SEED = 2468
+#: the shipped warm-started model (package data, :func:`~rlcore.tasks.warm_start.shipped_model_dir`)
+BASE_MODEL = "arith-chain-base"
+#: the model's maximum sequence length
+MAX_POSITIONS = 64
 
 _INT = re.compile(r"\d+")
 
@@ -46,7 +59,7 @@ def score(data_source: str, solution_str: str, ground_truth: str, extra_info: An
 
 
 def cache_dir() -> Path:
-    """Where the task's data and warm-started model live."""
+    """Where the task's parquet files live."""
     return _arith_cache_dir().parent / f"arith-chain-{TASK_VERSION}"
 
 
@@ -87,7 +100,7 @@ def cpu_preset() -> dict[str, Any]:
         "data.train_batch_size": 16,
         "data.max_prompt_length": 24,
         "data.max_response_length": 10,
-        "actor_rollout_ref.model.path": str(root / "base-model"),
+        "actor_rollout_ref.model.path": str(shipped_model_dir(BASE_MODEL)),
         "actor_rollout_ref.rollout.name": "hf",
         "actor_rollout_ref.rollout.n": 8,
         "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
@@ -95,6 +108,7 @@ def cpu_preset() -> dict[str, Any]:
         "actor_rollout_ref.actor.optim.weight_decay": 0.0,
         "algorithm.adv_estimator": "grpo",
         "trainer.device": "cpu",
+        "trainer.cpu_threads": 1,  # the small model's operations are too small to share between threads
         "trainer.logger": [],
         "trainer.total_training_steps": 60,
         "trainer.test_freq": 5,
@@ -119,14 +133,22 @@ def teacher_response(a: int, b: int, c: int, rng: random.Random) -> str:
     return f"{total}-{c}={_teacher_step(max(0, total - c), rng)}"
 
 
-def warm_start(model_dir: Path, triples: list[tuple[int, int, int]]) -> None:
-    """Train a small Qwen2 model on the biased teacher and save it (with its tokenizer) to ``model_dir``."""
+def base_tokenizer() -> Any:
+    """The task's tokenizer, trained on the default corpus and every chain of the task."""
     from rlcore.testing.tiny import build_tokenizer, default_corpus
 
+    train, test = _triples()
+    return build_tokenizer(default_corpus() + [f"{a}+{b}-{c}={chain_text(a, b, c)}" for a, b, c in train + test])
+
+
+def build_base_model(model_dir: Path, *, steps: int = SFT_STEPS, heartbeat: bool = True) -> None:
+    """Train the task's small Qwen2 model on the biased teacher (every problem, the held-out ones included)
+    for ``steps`` steps and save it (with its tokenizer) to ``model_dir``; ``heartbeat`` prints its progress."""
     rng = random.Random(SEED)
-    corpus = default_corpus() + [f"{a}+{b}-{c}={chain_text(a, b, c)}" for a, b, c in triples]
-    tokenizer = build_tokenizer(corpus)
-    model = task_model(tokenizer, max_position_embeddings=64, seed=SEED)
+    train, test = _triples()
+    triples = train + test
+    tokenizer = base_tokenizer()
+    model = task_model(tokenizer, max_position_embeddings=MAX_POSITIONS, seed=SEED)
     prompts = [
         tokenizer.apply_chat_template(
             [{"role": "user", "content": f"{a}+{b}-{c}="}], add_generation_prompt=True, tokenize=False
@@ -144,18 +166,25 @@ def warm_start(model_dir: Path, triples: list[tuple[int, int, int]]) -> None:
             rows.append((prompt_ids[i] + answer, [0] * len(prompt_ids[i]) + [1] * len(answer)))
         return rows
 
-    train_on_masked_rows(model, tokenizer.pad_token_id, sample_batch, steps=SFT_STEPS, lr=SFT_LR, warmup=50, seed=SEED)
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
+    warm_start(
+        model,
+        tokenizer,
+        sample_batch,
+        model_dir,
+        name=BASE_MODEL,
+        steps=steps,
+        lr=SFT_LR,
+        warmup=50,
+        seed=SEED,
+        heartbeat=heartbeat,
+    )
 
 
 def prepare_assets(config: Any = None) -> Path:
-    """Build the task's parquet files and warm-started model if they are not cached yet."""
+    """Write the task's parquet files if they are not cached yet; returns the cache folder."""
     train, test = _triples()
-    return build_task_assets(
+    return build_task_data(
         cache_dir(),
         lambda: [_row(a, b, c, "train", i) for i, (a, b, c) in enumerate(train)],
         lambda: [_row(a, b, c, "test", i) for i, (a, b, c) in enumerate(test)],
-        lambda model_dir: warm_start(model_dir, train + test),
-        "building the warm-started base model of the two-step arithmetic task in {model_dir} (once, a few minutes)",
     )

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.tasks.arith import cache_dir as _arith_cache_dir
-from rlcore.tasks.warm_start import Heartbeat, build_task_data, shipped_model_dir, task_model, train_on_masked_rows
+from rlcore.tasks.warm_start import build_task_data, shipped_model_dir, task_model, warm_start
 
 TASK_VERSION = "v1"
 DATA_SOURCE = "rlcore/arith_tools"
@@ -142,20 +142,20 @@ def build_base_model(model_dir: Path, *, steps: int = SFT_STEPS, heartbeat: bool
     tokenizer = base_tokenizer()
     renderer = ChatRenderer(tokenizer)
     model = task_model(tokenizer, max_position_embeddings=MAX_POSITIONS, seed=SEED)
-    train_on_masked_rows(
+    warm_start(
         model,
-        tokenizer.pad_token_id,
+        tokenizer,
         lambda: [
             _conversation_ids(tokenizer, renderer, *pairs[rng.randrange(len(pairs))], rng) for _ in range(SFT_BATCH)
         ],
+        model_dir,
+        name=BASE_MODEL,
         steps=steps,
         lr=SFT_LR,
         warmup=40,
         seed=SEED,
-        heartbeat=Heartbeat(f"warm start of {BASE_MODEL}", steps) if heartbeat else None,
+        heartbeat=heartbeat,
     )
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
 
 
 def prepare_assets(config: Any = None) -> Path:

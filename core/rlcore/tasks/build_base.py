@@ -1,6 +1,6 @@
 """Build the bundled tasks' starting models, which ship with rlcore as package data.
 
-The bundled tasks (presets ``arith-cpu``, ``arith-tools-cpu``, ``shapes-vl-cpu``) start from small models
+The bundled tasks (presets ``arith-cpu``, ``arith-chain-cpu``, ``arith-tools-cpu``, ``shapes-vl-cpu``) start from small models
 warm-started on a biased teacher. They are built here, with rlcore's own code (each task's
 ``build_base_model``), and committed under ``core/rlcore/tasks/data/<task>-base`` (a few MB each), so
 that a run never builds them::
@@ -10,7 +10,8 @@ that a run never builds them::
 
 ``--threads`` sets torch's intra-op threads, 1 by default: a model this small runs fastest on one (the
 RL run of the arithmetic task took 36 s with one thread and 124 s with two on the same 2-core machine).
-On a busy shared 2-core machine the three builds took 18, 31 and 4.5 minutes. ``tests/test_shipped_models.py`` checks that the shipped folders match
+On a busy shared 2-core machine the builds took 18 (arith), 31 (arith-tools), 4.5 (shapes-vl) and 8
+(arith-chain) minutes. ``tests/test_shipped_models.py`` checks that the shipped folders match
 what this script builds (model shape, tokenizer) and that each build still runs.
 """
 
@@ -28,6 +29,7 @@ from rlcore.tasks.warm_start import SHIPPED_DIR
 #: task name -> the module that builds its starting model (``build_base_model``, ``BASE_MODEL``)
 TASKS: dict[str, str] = {
     "arith": "rlcore.tasks.arith",
+    "arith-chain": "rlcore.tasks.arith_chain",
     "arith-tools": "rlcore.tasks.arith_tools",
     "shapes-vl": "rlcore.tasks.shapes_vl",
 }

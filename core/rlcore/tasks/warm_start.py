@@ -60,28 +60,33 @@ class Heartbeat:
             print(f"{self.what}: step {done}/{self.total}, loss {loss:.3f}, {now - self.start:.0f} s", flush=True)
 
 
-def train_on_masked_rows(
+def warm_start(
     model: Any,
-    pad_token_id: int,
+    tokenizer: Any,
     sample_batch: Callable[[], MaskedRows],
+    model_dir: Path,
     *,
+    name: str,
     steps: int,
     lr: float,
     warmup: int,
     seed: int,
-    heartbeat: Heartbeat | None = None,
+    heartbeat: bool = True,
 ) -> None:
-    """Train ``model`` for ``steps`` AdamW steps on ``sample_batch()``'s rows, loss on the masked-in tokens.
+    """Train ``model`` for ``steps`` AdamW steps on ``sample_batch()``'s rows, loss on the masked-in tokens,
+    then save it and ``tokenizer`` to ``model_dir``.
 
     The learning rate warms up linearly over ``warmup`` steps and decays linearly to 0; gradients are clipped
-    to norm 1. Rows are right-padded with ``pad_token_id``. The model is left in eval mode. ``heartbeat``
-    reports the progress.
+    to norm 1. Rows are right-padded with the tokenizer's pad token. The model is left in eval mode.
+    ``heartbeat`` prints the progress of the warm start of ``name``.
     """
     import torch
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) * (1 - s / steps))
     torch.manual_seed(seed)
+    beat = Heartbeat(f"warm start of {name}", steps) if heartbeat else None
+    pad_token_id = tokenizer.pad_token_id
     model.train()
     for step in range(steps):
         rows = sample_batch()
@@ -96,9 +101,11 @@ def train_on_masked_rows(
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
-        if heartbeat is not None:
-            heartbeat.step(step + 1, float(loss.detach()))
+        if beat is not None:
+            beat.step(step + 1, float(loss.detach()))
     model.eval()
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
 
 
 def write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
