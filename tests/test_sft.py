@@ -1,6 +1,7 @@
 """``rlcore sft`` end to end on the tiny model, in process with the local executor: exact resume
 (6 = 3 + resume + 3 steps), the same loss curve on the FSDP and the Megatron engines, the run directory,
-and the checkpoint's ``huggingface/`` export training with ``rlcore run``."""
+the checkpoint's ``huggingface/`` export training with ``rlcore run``, and a repeated run moving the
+first one's checkpoints aside."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from rlcore.checkpoint import RUN_FILE
 from rlcore.sft.run import run_sft
 from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore.tracking.sinks import read_metrics
@@ -116,3 +118,22 @@ def test_the_checkpoint_trains_with_rlcore_run(tmp_path: Path, tiny_model_dir: P
     task = make_tiny_task(tmp_path / "task")
     last, _ = tiny_run(tmp_path / "rl", exported, task)
     assert "actor/pg_loss" in last and last["training/global_step"] == 2
+
+
+def test_a_fresh_run_after_a_finished_one_moves_its_checkpoints_aside(
+    tmp_path: Path, tiny_model_dir: Path, sft_data: dict[str, Path]
+) -> None:
+    """Repeating a finished ``rlcore sft`` starts afresh, as ``rlcore run`` does: the first run's checkpoint
+    moves to ``previous/`` unchanged, and the new one records the new run."""
+    sft(tmp_path, tiny_model_dir, sft_data, "trainer.total_training_steps=2")
+    root = tmp_path / "ckpt"
+    first = weights(root / "global_step_2" / "actor" / "huggingface")
+    first_run = json.loads((root / "global_step_2" / RUN_FILE).read_text())["run_id"]
+    rows, _ = sft(tmp_path, tiny_model_dir, sft_data, "trainer.total_training_steps=2", "optim.lr=3e-3")
+    assert [row["step"] for row in rows] == [0, 1, 2], "a fresh run, not a resume"
+    (aside,) = (root / "previous").iterdir()
+    moved = weights(aside / "global_step_2" / "actor" / "huggingface")
+    assert all(torch.equal(first[name], moved[name]) for name in first)
+    second = weights(root / "global_step_2" / "actor" / "huggingface")
+    assert any(not torch.equal(first[name], second[name]) for name in first)
+    assert json.loads((root / "global_step_2" / RUN_FILE).read_text())["run_id"] != first_run

@@ -103,17 +103,20 @@ class FolderLock:
             self.fd = None
 
 
-def lock_checkpoint_folder(config: DictConfig, identity: RunIdentity) -> FolderLock | None:
-    """Lock ``trainer.default_local_dir`` for this run when the run saves checkpoints there, or resumes from
-    it (``trainer.resume_mode=auto`` with the folder present: such a resume deletes half-written saves);
-    None when the run does neither (or the file system cannot lock)."""
+def lock_checkpoint_folder(
+    config: DictConfig, identity: RunIdentity, *, saves: bool | None = None
+) -> FolderLock | None:
+    """Lock ``trainer.default_local_dir`` for this run when the run saves checkpoints there (``saves``; by
+    default :func:`~rlcore.checkpoint.manager.saves_checkpoints`), or resumes from it (``trainer.resume_mode=auto``
+    with the folder present: such a resume deletes half-written saves); None when the run does neither (or
+    the file system cannot lock)."""
     trainer = config.trainer
     root_name = trainer.get("default_local_dir", None)
     if not root_name:
         return None
     root = Path(root_name)
     resumes_here = trainer.get("resume_mode", "auto") == "auto" and root.is_dir()
-    if not (saves_checkpoints(config) or resumes_here):
+    if not ((saves_checkpoints(config) if saves is None else saves) or resumes_here):
         return None
     root.mkdir(parents=True, exist_ok=True)
     lock = FolderLock(root, identity)

@@ -438,10 +438,12 @@ def resume_path(config: DictConfig) -> Path | None:
     )
 
 
-def claim_checkpoints(config: DictConfig, identity: RunIdentity, resume_from: Path | None) -> None:
+def claim_checkpoints(
+    config: DictConfig, identity: RunIdentity, resume_from: Path | None, *, saves: bool | None = None
+) -> None:
     """Make ``identity`` continue the lineage of the checkpoint it resumes (``resume_from``); then, when the run
-    saves checkpoints and ``trainer.default_local_dir`` holds complete checkpoints of another lineage, which
-    its saves would replace or mix with:
+    saves checkpoints (``saves``; by default :func:`saves_checkpoints`) and ``trainer.default_local_dir``
+    holds complete checkpoints of another lineage, which its saves would replace or mix with:
 
     - a fresh run (``resume_from`` None: the folder was new, ``resume_mode=disable``, or its newest checkpoint
       had already finished its run) moves them aside, into ``previous/<time>-<lineage>/`` in the same folder,
@@ -453,7 +455,7 @@ def claim_checkpoints(config: DictConfig, identity: RunIdentity, resume_from: Pa
     """
     if resume_from is not None:
         identity.adopt(resume_from)
-    if not saves_checkpoints(config):
+    if not (saves_checkpoints(config) if saves is None else saves):
         return
     manager = CheckpointManager(config)
     foreign = [path for _, path in manager.complete() if not identity.owns(read_run_record(path))]

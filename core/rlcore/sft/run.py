@@ -144,26 +144,41 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
         raise RLCoreError(sft_key_names(str(exc))) from exc
     check_writable(Path(config.trainer.default_local_dir), "trainer.default_local_dir")
 
+    from rlcore.checkpoint import RunIdentity
+    from rlcore.checkpoint.lock import lock_checkpoint_folder
     from rlcore.sft.trainer import SFTTrainer
 
-    # the run directory is made once start-up has succeeded: a start-up error leaves nothing behind
-    trainer = SFTTrainer(config, engine, sizes, Path())
-    trainer.prepare()
-    run_dir = trainer.run_dir = make_run_dir(config)
-    (run_dir / "config.yaml").write_text(config_to_yaml(config))
-    (run_dir / "plugins.json").write_text(
-        json.dumps({r.name: {"version": r.version, "status": r.status} for r in manager.records.values()}, indent=2)
-    )
-    derived = {"dp_size": sizes.dp_size, "sequences_per_rank": sizes.per_rank, "micro_batch_size_per_gpu": sizes.micro}
-    (run_dir / "derived.json").write_text(json.dumps(derived, indent=2))
-    click.echo(f"run directory: {run_dir}")
-
-    status = "failed"
+    identity = RunIdentity.new(Path())
+    lock = lock_checkpoint_folder(engine, identity, saves=True)  # SFT saves at its end; one run per folder
     try:
-        last = trainer.fit()
-        status = "completed"
+        # the run directory is made once start-up has succeeded: a start-up error leaves nothing behind
+        trainer = SFTTrainer(config, engine, sizes, Path(), identity)
+        trainer.prepare()
+        run_dir = trainer.run_dir = make_run_dir(config)
+        identity.run_dir = str(run_dir)
+        if lock is not None:
+            lock.record(identity)
+        (run_dir / "config.yaml").write_text(config_to_yaml(config))
+        (run_dir / "plugins.json").write_text(
+            json.dumps({r.name: {"version": r.version, "status": r.status} for r in manager.records.values()}, indent=2)
+        )
+        derived = {
+            "dp_size": sizes.dp_size,
+            "sequences_per_rank": sizes.per_rank,
+            "micro_batch_size_per_gpu": sizes.micro,
+        }
+        (run_dir / "derived.json").write_text(json.dumps(derived, indent=2))
+        click.echo(f"run directory: {run_dir}")
+
+        status = "failed"
+        try:
+            last = trainer.fit()
+            status = "completed"
+        finally:
+            _summarise(run_dir, trainer, time.perf_counter() - start, status)
     finally:
-        _summarise(run_dir, trainer, time.perf_counter() - start, status)
+        if lock is not None:
+            lock.release()
     return last
 
 

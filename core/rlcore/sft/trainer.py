@@ -20,7 +20,14 @@ import click
 from omegaconf import DictConfig
 
 from rlcore.algos.metrics import compute_throughput_metrics
-from rlcore.checkpoint import CheckpointManager, read_trainer_state, resume_path, write_trainer_state
+from rlcore.checkpoint import (
+    CheckpointManager,
+    RunIdentity,
+    claim_checkpoints,
+    read_trainer_state,
+    resume_path,
+    write_trainer_state,
+)
 from rlcore.controller.contracts import WorkerGroup
 from rlcore.controller.resume import unfinished_checkpoint
 from rlcore.controller.worker_group import make_worker_group, reduce_metrics
@@ -60,8 +67,18 @@ class SFTGroup(WorkerGroup, Protocol):
 class SFTTrainer:
     """One SFT run: ``config`` is the SFT config, ``engine`` its lowered RL-tree config (the workers')."""
 
-    def __init__(self, config: DictConfig, engine: DictConfig, sizes: SFTBatchSizes, run_dir: Path) -> None:
+    def __init__(
+        self,
+        config: DictConfig,
+        engine: DictConfig,
+        sizes: SFTBatchSizes,
+        run_dir: Path,
+        identity: RunIdentity | None = None,
+    ) -> None:
+        """Train ``config`` (the SFT config) on the engine config ``engine``; ``identity`` is the run's (the
+        checkpoints record it; a fresh one when None)."""
         self.config = config
+        self.identity = identity if identity is not None else RunIdentity.new(run_dir)
         self.engine = engine
         self.sizes = sizes
         self.run_dir = run_dir
@@ -169,7 +186,7 @@ class SFTTrainer:
             }
             write_trainer_state(folder, state)
 
-        return CheckpointManager(self.engine).save(self.global_step, write)
+        return CheckpointManager(self.engine, self.identity).save(self.global_step, write)
 
     def _resume_if_unfinished(self, path: Path) -> Path | None:
         """``path`` when it is an SFT checkpoint with steps left to train (see
@@ -193,13 +210,16 @@ class SFTTrainer:
     # -------------------------------------------------------------------- fit
     def prepare(self) -> None:
         """What can fail before the worker starts, done once: the checkpoint to resume (a finished one starts
-        a fresh run), the tokenizer and the datasets. ``rlcore sft`` calls it before it creates the run
-        directory; :meth:`fit` calls it when nobody did."""
+        a fresh run, which moves the checkpoints of another run aside: see
+        :func:`~rlcore.checkpoint.claim_checkpoints`), the tokenizer and the datasets. ``rlcore sft`` calls it
+        before it creates the run directory, holding the checkpoint folder's lock; :meth:`fit` calls it when
+        nobody did."""
         if self.prepared:
             return
         resume_from = resume_path(self.engine)
         self._build_data()
         self.resume_from = self._resume_if_unfinished(resume_from) if resume_from is not None else None
+        claim_checkpoints(self.engine, self.identity, self.resume_from, saves=True)  # SFT saves at its end
         self.prepared = True
 
     def fit(self) -> dict[str, float]:
