@@ -9,10 +9,9 @@ part stopped at its limit still leaves what it measured).
   ``bench/data/gsm8k`` (no hub), and a random-init model: ``--size 1.7b`` is Qwen3-1.7B's exact shape
   (:data:`QWEN3_1_7B`, bfloat16, built on the benchmark's device), ``--size tiny`` the tiny Qwen2 model of
   ``rlcore.testing.tiny``; both saved to ``DIR/model``. It also records the software and the device.
-- ``gen``: rlcore's HF rollout engine (its public ``generate``) against plain ``transformers``
-  ``model.generate`` on the same left-padded GSM8K prompts, the same number of new tokens (EOS ignored:
-  ``rollout.ignore_eos`` for the engine, ``min_new_tokens`` for ``generate``) and the same sampling
-  (temperature 1, no top-k, no top-p), in this one process, one after the other.
+- ``gen``: rlcore's HF rollout engine against plain ``transformers`` ``model.generate`` on the same
+  chat-templated GSM8K prompts, lengths and sampling: ``bench/rollout.py``'s :func:`~rollout.compare_generate`
+  (two timed calls per side, time allowing), in this one process.
 """
 
 from __future__ import annotations
@@ -176,170 +175,26 @@ def prompt_texts(tokenizer: Any, parquet: Path, rows: int) -> list[str]:
     return [tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in records]
 
 
-def timed_calls(call: Any, deadline: float, max_calls: int, on_call: Any) -> None:
-    """Run ``call()`` (which returns its generated token count) up to ``max_calls`` times; a further call is
-    made only when one more of the last call's length still ends before ``deadline``. ``on_call(seconds,
-    tokens)`` records each."""
-    for _ in range(max_calls):
-        start = time.perf_counter()
-        tokens = call()
-        seconds = time.perf_counter() - start
-        on_call(seconds, tokens)
-        if time.perf_counter() + 1.2 * seconds > deadline:
-            return
-
-
-class GenerationRecord:
-    """The ``gen`` part's result, written to ``work/gen.json`` after every measured call."""
-
-    def __init__(self, work: Path, device: str, result: dict[str, Any]) -> None:
-        """Start from ``result`` (the batch's description)."""
-        self.work = work
-        self.cuda = device == "cuda"
-        self.result = result
-
-    def sync(self) -> None:
-        """Wait for queued GPU work."""
-        import torch
-
-        if self.cuda:
-            torch.cuda.synchronize()
-
-    def reset_peak(self) -> None:
-        """Start a side's peak-memory measurement afresh (CUDA)."""
-        import torch
-
-        if self.cuda:
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-
-    def recorder(self, side: str) -> Any:
-        """``on_call(seconds, tokens)`` adding one call of ``side`` (``generate`` or ``engine``): its calls, the
-        best tokens/s (the warm call when there were two) and the peak memory so far."""
-        import torch
-
-        calls: list[dict[str, float]] = []
-
-        def on_call(seconds: float, tokens: int) -> None:
-            """Add one call and write the result so far."""
-            calls.append({"seconds": round(seconds, 3), "tokens": tokens, "tokens_per_s": round(tokens / seconds, 1)})
-            self.result[side] = {
-                "calls": calls,
-                "tokens_per_s": max(c["tokens_per_s"] for c in calls),
-                "max_memory_allocated_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if self.cuda else None,
-            }
-            self.write()
-
-        return on_call
-
-    def write(self) -> None:
-        """Write the result so far, with the engine/generate ratio once both are measured."""
-        if "engine" in self.result and "generate" in self.result:
-            ratio = self.result["engine"]["tokens_per_s"] / self.result["generate"]["tokens_per_s"]
-            self.result["engine_vs_generate"] = round(ratio, 3)
-        write_result(self.work, "gen", self.result)
-
-
-def measure_hf_generate(
-    record: GenerationRecord, model_dir: Path, batch: Any, response_length: int, deadline: float
-) -> None:
-    """Plain ``transformers`` ``model.generate``: exactly ``response_length`` sampled tokens per row."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    device, dtype = record.result["device"], getattr(torch, record.result["dtype"])
-    start = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
-    record.result["generate_load_s"] = round(time.perf_counter() - start, 2)
-    inputs = {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device)}
-    pad = model.generation_config.pad_token_id
-    prompt_width = inputs["input_ids"].shape[1]
-
-    def call(new_tokens: int) -> int:
-        """One ``generate`` call; returns the tokens it made."""
-        with torch.inference_mode():
-            out = model.generate(
-                **inputs,
-                max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
-                do_sample=True,
-                temperature=1.0,
-                top_k=0,
-                top_p=1.0,
-                pad_token_id=pad,
-            )
-        record.sync()
-        return int(out.shape[0] * (out.shape[1] - prompt_width))
-
-    torch.manual_seed(0)
-    call(2)  # kernels, allocator and library handles: not timed
-    record.reset_peak()
-    log(f"model.generate: {len(batch)} rows x {response_length} tokens")
-    timed_calls(lambda: call(response_length), deadline, 2, record.recorder("generate"))
-
-
-def measure_engine(
-    record: GenerationRecord, model_dir: Path, tokenizer: Any, batch: Any, response_length: int, deadline: float
-) -> None:
-    """rlcore's HF rollout engine, configured as a run configures it (EOS ignored, temperature 1)."""
-    from rlcore.config import load_config
-    from rlcore.rollout.hf import HFRolloutEngine
-
-    overrides = [
-        f"actor_rollout_ref.rollout.response_length={response_length}",
-        f"data.max_prompt_length={batch['input_ids'].shape[1]}",
-        "actor_rollout_ref.rollout.ignore_eos=true",
-        "actor_rollout_ref.rollout.temperature=1.0",
-        "actor_rollout_ref.rollout.top_k=-1",
-        "actor_rollout_ref.rollout.top_p=1.0",
-        "actor_rollout_ref.rollout.gpu_memory_utilization=0.6",
-    ]
-    config = load_config(overrides=overrides).actor_rollout_ref.rollout
-    record.reset_peak()
-    start = time.perf_counter()
-    engine = HFRolloutEngine(
-        str(model_dir), tokenizer, config, device=record.result["device"], dtype=record.result["dtype"]
-    )
-    record.result["engine_load_s"] = round(time.perf_counter() - start, 2)
-
-    def call() -> int:
-        """One ``engine.generate`` call; returns the tokens it made."""
-        out = engine.generate(batch)
-        record.sync()
-        return int(out["response_mask"].sum())
-
-    log(f"HF engine: {len(batch)} rows x {response_length} tokens")
-    timed_calls(call, deadline, 2, record.recorder("engine"))
-
-
 def generate(work: Path, device: str, rows: int, response_length: int, deadline: float) -> None:
-    """Measure ``model.generate``, then the HF engine, on the same batch; write ``work/gen.json`` as it goes."""
+    """:func:`rollout.compare_generate` on the first ``rows`` GSM8K test prompts, chat-templated; writes
+    ``work/gen.json`` after every timed call."""
+    from rollout import compare_generate
     from transformers import AutoTokenizer
 
-    from rlcore.testing.contracts.rollout import make_prompt_batch
-
     model_dir = work / "model"
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    tokenizer.padding_side = "left"
-    batch = make_prompt_batch(tokenizer, prompt_texts(tokenizer, work / "home/data/gsm8k/test.parquet", rows))
-    record = GenerationRecord(
-        work,
+    prompts = prompt_texts(AutoTokenizer.from_pretrained(model_dir), work / "home/data/gsm8k/test.parquet", rows)
+    log(f"HF engine, then model.generate: {len(prompts)} rows x {response_length} tokens")
+    compare_generate(
+        model_dir,
+        prompts,
+        response_length,
         device,
-        {
-            "device": device,
-            "dtype": "bfloat16" if device == "cuda" else "float32",
-            "rows": len(batch),
-            "prompt_tokens_max": batch["input_ids"].shape[1],
-            "prompt_tokens_mean": round(float(batch["attention_mask"].sum(-1).float().mean()), 1),
-            "response_tokens": response_length,
-            "sampling": {"temperature": 1.0, "top_k": None, "top_p": 1.0, "ignore_eos": True},
-        },
+        "bfloat16" if device == "cuda" else "float32",
+        repeats=2,
+        gpu_memory_utilization=0.6,
+        deadline=deadline,
+        on_result=lambda result: write_result(work, "gen", result),
     )
-    now = time.perf_counter()
-    measure_hf_generate(
-        record, model_dir, batch, response_length, now + 0.4 * (deadline - now)
-    )  # the engine gets the rest
-    measure_engine(record, model_dir, tokenizer, batch, response_length, deadline)
 
 
 def main(argv: list[str] | None = None) -> None:

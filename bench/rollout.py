@@ -29,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,54 +103,116 @@ def time_sync(engine: Any, state: dict[str, Any], repeats: int) -> float:
     return round(statistics.median(seconds), 4)
 
 
-def _timed(call: Any, repeats: int, device: Any) -> tuple[float, Any]:
-    """Median seconds of ``call()`` over ``repeats`` calls after one warm-up call (the device synchronised
-    around each), and the last call's result."""
-    import torch
+class _Side:
+    """One timed side of :func:`compare_generate`: its JSON entry, filled as calls are made."""
 
-    def synchronize() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    def __init__(self, device: Any) -> None:
+        """Time calls on ``device`` (synchronised around each call on CUDA)."""
+        self.device = device
+        self.entry: dict[str, Any] = {}
 
-    result = call()
-    seconds = []
-    for _ in range(repeats):
-        synchronize()
+    def synchronize(self) -> None:
+        """Wait for the device's queued work."""
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def reset_peak(self) -> None:
+        """Start the side's peak-memory measurement afresh (CUDA)."""
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def _call(self, call: Callable[[], Any]) -> tuple[float, Any]:
+        """Seconds of one synchronised ``call()``, and its result."""
+        self.synchronize()
         start = time.perf_counter()
         result = call()
-        synchronize()
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds), result
+        self.synchronize()
+        return time.perf_counter() - start, result
+
+    def run(
+        self,
+        call: Callable[[], Any],
+        tokens_of: Callable[[Any], int],
+        repeats: int,
+        deadline: float | None,
+        on_call: Callable[[], None],
+    ) -> Any:
+        """One untimed warm-up call (``first_call_s``), then up to ``repeats`` timed calls; a further timed call
+        starts only while one more of the last one's length ends before ``deadline``. After each timed call
+        the entry holds ``calls``, their median ``seconds``, ``tokens`` and ``tokens_per_s``, and the peak
+        memory, and ``on_call()`` runs. Returns the last call's result."""
+        import torch
+
+        first_s, result = self._call(call)
+        self.entry["first_call_s"] = round(first_s, 3)
+        calls: list[dict[str, float]] = []
+        last_s = first_s
+        while len(calls) < repeats and (
+            deadline is None or not calls or time.perf_counter() + 1.2 * last_s <= deadline
+        ):
+            last_s, result = self._call(call)
+            tokens = tokens_of(result)
+            calls.append({"seconds": round(last_s, 4), "tokens": tokens, "tokens_per_s": round(tokens / last_s, 1)})
+            median = statistics.median(c["seconds"] for c in calls)
+            cuda = self.device.type == "cuda"
+            self.entry.update(
+                calls=calls,
+                seconds=round(median, 4),
+                tokens=tokens,
+                tokens_per_s=round(tokens / median, 1),
+                max_memory_allocated_gb=round(torch.cuda.max_memory_allocated(self.device) / 2**30, 2)
+                if cuda
+                else None,
+            )
+            on_call()
+        return result
 
 
-def _rate(seconds: float, tokens: int) -> dict[str, float]:
-    """The JSON entry of one timed side."""
-    return {"seconds": round(seconds, 4), "tokens": tokens, "tokens_per_s": round(tokens / seconds, 1)}
+def _measure_engine(
+    result: dict[str, Any],
+    make_engine: Callable[[], Any],
+    place: Any,
+    batch: Any,
+    repeats: int,
+    deadline: float | None,
+    report: Callable[[], None],
+) -> None:
+    """The ``engine`` entry of :func:`compare_generate`'s ``result`` and (on CUDA, time allowing)
+    ``engine_sleep_wake``; the engine is built here and freed on return, before ``model.generate`` loads
+    its own copy."""
+    side = _Side(place)
+    result["engine"] = side.entry
+    side.reset_peak()
+    start = time.perf_counter()
+    engine = make_engine()
+    side.entry["load_s"] = round(time.perf_counter() - start, 2)
 
+    def tokens_of(out: Any) -> int:
+        return int(out.meta["metrics"]["rollout/gen_tokens"])
 
-def _time_engine(engine: Any, batch: Any, repeats: int) -> dict[str, Any]:
-    """The ``engine`` and (on CUDA) ``engine_sleep_wake`` entries of :func:`compare_generate`."""
-    seconds, out = _timed(lambda: engine.generate(batch), repeats, engine.device)
+    out = side.run(lambda: engine.generate(batch), tokens_of, repeats, deadline, report)
     metrics = out.meta["metrics"]
-    entries: dict[str, Any] = {
-        "engine": {
-            **_rate(seconds, int(metrics["rollout/gen_tokens"])),
-            "rows_per_chunk": metrics["rollout/rows_per_chunk"],
-            "graph_step_share": round(metrics["rollout/graph_step_share"], 4),
-        }
-    }
-    if engine.device.type == "cuda":
+    side.entry.update(
+        rows_per_chunk=metrics["rollout/rows_per_chunk"], graph_step_share=round(metrics["rollout/graph_step_share"], 4)
+    )
+    if place.type != "cuda" or (deadline is not None and time.perf_counter() >= deadline):
+        return
 
-        def woken() -> Any:
-            engine.wake()
-            try:
-                return engine.generate(batch)
-            finally:
-                engine.sleep()
+    def woken() -> Any:
+        engine.wake()
+        try:
+            return engine.generate(batch)
+        finally:
+            engine.sleep()
 
-        seconds, out = _timed(woken, repeats, engine.device)
-        entries["engine_sleep_wake"] = _rate(seconds, int(out.meta["metrics"]["rollout/gen_tokens"]))
-    return entries
+    asleep = _Side(place)
+    result["engine_sleep_wake"] = asleep.entry
+    asleep.run(woken, tokens_of, repeats, deadline, report)
 
 
 def compare_generate(
@@ -163,6 +226,8 @@ def compare_generate(
     temperature: float = 1.0,
     enforce_eager: bool = False,
     gpu_memory_utilization: float = 0.5,
+    deadline: float | None = None,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """rlcore's HF rollout engine against plain ``transformers`` ``model.generate`` on the same rows.
 
@@ -170,21 +235,30 @@ def compare_generate(
     ``prompts`` (texts, tokenized as they are, padded on the left) and sample ``response_length`` tokens per row
     at ``temperature`` without top-k or top-p, ignoring EOS (the engine's ``rollout.ignore_eos``;
     ``model.generate`` with no EOS token), so both generate exactly ``rows x response_length`` tokens.
-    Each side is timed over ``repeats`` calls after one warm-up call (median, the device synchronised).
+    Each side makes one warm-up call, then up to ``repeats`` timed calls (median, the device synchronised).
     The engine runs as a rollout does (``enforce_eager`` and ``gpu_memory_utilization`` as the rollout
     keys); on CUDA it is also timed with ``wake()`` before and ``sleep()`` after every call, as a run with
     ``rollout.free_cache_engine=true`` (the default) calls it: weights moved back, cache reallocated and
     graphs captured again.
 
+    With a ``deadline`` (a ``time.perf_counter()`` value) the engine's side ends by 60 % of the time left and
+    ``model.generate``'s by the deadline: a timed call starts only while one more of the last one's length
+    fits. ``on_result(result)`` receives the result so far after every timed call, so that a caller stopped
+    at its time limit keeps what was measured.
+
     Returns a JSON-friendly dict:
 
-    - ``device``, ``device_name`` (the GPU's name, or the CPU's architecture), ``dtype``, ``rows``, ``prompt_tokens``
-      (the padded prompt width), ``response_length``, ``temperature``, ``repeats``;
-    - ``engine``: ``seconds`` (median per call), ``tokens`` (generated per call), ``tokens_per_s``,
-      ``rows_per_chunk`` and ``graph_step_share`` (the engine's own metrics of its last call);
-    - ``engine_sleep_wake`` (CUDA only): ``seconds``, ``tokens``, ``tokens_per_s`` with ``wake()`` /
-      ``sleep()`` around every call;
-    - ``generate``: ``seconds``, ``tokens``, ``tokens_per_s`` of ``model.generate``;
+    - ``device``, ``device_name`` (the GPU's name, or the CPU's architecture), ``dtype``, ``rows``,
+      ``prompt_tokens`` (the padded prompt width), ``prompt_tokens_mean`` (the mean real prompt length),
+      ``response_length``, ``temperature``, ``repeats``;
+    - ``engine``: ``load_s`` (building the engine), ``first_call_s`` (the warm-up call), ``calls`` (each timed
+      call's ``seconds``, ``tokens``, ``tokens_per_s``), ``seconds`` (their median), ``tokens`` (generated per
+      call), ``tokens_per_s`` (tokens / median seconds), ``max_memory_allocated_gb`` (the CUDA peak during
+      the side; None on CPU), and ``rows_per_chunk`` and ``graph_step_share`` (the engine's own metrics of
+      its last call);
+    - ``engine_sleep_wake`` (CUDA only, time allowing): the same timing with ``wake()`` / ``sleep()`` around
+      every call;
+    - ``generate``: the same as ``engine`` for ``model.generate`` (``load_s``: loading the model);
     - ``engine_vs_generate``: ``engine.tokens_per_s / generate.tokens_per_s``.
     """
     import copy
@@ -206,7 +280,10 @@ def compare_generate(
     config = load_config(
         overrides=[
             f"actor_rollout_ref.rollout.response_length={response_length}",
+            f"data.max_prompt_length={width}",
             f"actor_rollout_ref.rollout.temperature={temperature}",
+            "actor_rollout_ref.rollout.top_k=-1",
+            "actor_rollout_ref.rollout.top_p=1.0",
             "actor_rollout_ref.rollout.ignore_eos=true",
             f"actor_rollout_ref.rollout.enforce_eager={str(enforce_eager).lower()}",
             f"actor_rollout_ref.rollout.gpu_memory_utilization={gpu_memory_utilization}",
@@ -218,14 +295,37 @@ def compare_generate(
         "dtype": dtype,
         "rows": rows,
         "prompt_tokens": width,
+        "prompt_tokens_mean": round(float(batch["attention_mask"].sum(-1).float().mean()), 1),
         "response_length": response_length,
         "temperature": temperature,
         "repeats": repeats,
-        **_time_engine(
-            HFRolloutEngine(str(model_dir), tokenizer, config, device=place, dtype=torch_dtype), batch, repeats
-        ),
     }
+
+    def report() -> None:
+        """Hand the result so far to ``on_result``, with the ratio once both sides are measured."""
+        if "tokens_per_s" in result.get("engine", {}) and "tokens_per_s" in result.get("generate", {}):
+            ratio = result["engine"]["tokens_per_s"] / result["generate"]["tokens_per_s"]
+            result["engine_vs_generate"] = round(ratio, 2)
+        if on_result is not None:
+            on_result(result)
+
+    now = time.perf_counter()
+    engine_deadline = None if deadline is None else now + 0.6 * (deadline - now)
+    _measure_engine(
+        result,
+        lambda: HFRolloutEngine(str(model_dir), tokenizer, config, device=place, dtype=torch_dtype),
+        place,
+        batch,
+        repeats,
+        engine_deadline,
+        report,
+    )
+    side = _Side(place)
+    side.reset_peak()
+    start = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype).to(place).eval()
+    result["generate"] = side.entry
+    side.entry["load_s"] = round(time.perf_counter() - start, 2)
     settings = copy.deepcopy(model.generation_config)
     settings.eos_token_id = None  # no stopping: every row gets response_length tokens, as with ignore_eos
     settings.update(
@@ -238,10 +338,13 @@ def compare_generate(
         pad_token_id=tokenizer.pad_token_id,
     )
     inputs = {"input_ids": batch["input_ids"].to(place), "attention_mask": batch["attention_mask"].to(place)}
-    with torch.no_grad():
-        seconds, generated = _timed(lambda: model.generate(**inputs, generation_config=settings), repeats, place)
-    result["generate"] = _rate(seconds, rows * (generated.shape[1] - width))
-    result["engine_vs_generate"] = round(result["engine"]["tokens_per_s"] / result["generate"]["tokens_per_s"], 2)
+
+    def generate() -> Any:
+        with torch.inference_mode():
+            return model.generate(**inputs, generation_config=settings)
+
+    side.run(generate, lambda out: rows * (out.shape[1] - width), repeats, deadline, report)
+    report()
     return result
 
 
