@@ -68,7 +68,9 @@ def test_generation_compares_the_engine_with_generate_on_the_same_rows(document:
     for side in ("generate", "engine"):
         entry = gen[side]
         assert 1 <= len(entry["calls"]) <= gen["repeats"] and all(c["tokens"] == expected for c in entry["calls"])
-        assert entry["tokens"] == expected and entry["tokens_per_s"] == pytest.approx(expected / entry["seconds"], rel=0.01)
+        assert entry["tokens"] == expected and entry["tokens_per_s"] == pytest.approx(
+            expected / entry["seconds"], rel=0.01
+        )
         assert entry["load_s"] >= 0 and entry["first_call_s"] > 0
         assert entry["max_memory_allocated_gb"] is None  # CPU: no CUDA allocator
     ratio = gen["engine"]["tokens_per_s"] / gen["generate"]["tokens_per_s"]
