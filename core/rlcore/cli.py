@@ -13,9 +13,9 @@ from typing import Any
 import click
 
 from rlcore import __version__
+from rlcore.api.kinds import KINDS
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins, slow_plugin_warning
-from rlcore.registry import KINDS
 
 
 class RLCoreGroup(click.Group):
