@@ -24,6 +24,8 @@ import time
 
 import rlcore
 
+RLCORE_API = ">=1"
+
 time.sleep({SLEEP_S})
 
 

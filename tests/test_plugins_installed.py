@@ -1,8 +1,9 @@
 """Plugin discovery with real installed distributions.
 
-Four throwaway plugin projects are written to a temporary directory, built and installed with pip into a
-target folder, and every check runs ``rlcore`` in a subprocess that sees that folder on ``PYTHONPATH`` —
-entry points are discovered by ``importlib.metadata`` exactly as for a user's ``pip install``.
+Six throwaway plugin projects are written to a temporary directory, built and installed with pip into a
+target folder, and every check runs ``rlcore`` in a subprocess that sees that folder on ``PYTHONPATH`` (in
+front of this process's own ``PYTHONPATH``, so a worktree's sources stay the ones tested) — entry points are
+discovered by ``importlib.metadata`` exactly as for a user's ``pip install``.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ import json
 import os
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+
+from rlcore.api import API_VERSION
 
 GOOD_HOOKS = """
 import click
@@ -69,6 +73,26 @@ def register_advantage_estimator(register):
     register("typo", "demo_typo.x:y")
 """
 
+FUTURE_HOOKS = """
+import rlcore
+
+RLCORE_API = ">=2,<3"
+
+@rlcore.hookimpl
+def register_presets(register):
+    register("demo-future", {"trainer.total_epochs": 3})
+"""
+
+BAD_RANGE_HOOKS = """
+import rlcore
+
+RLCORE_API = "1.x"
+
+@rlcore.hookimpl
+def register_presets(register):
+    register("demo-bad-range", {"trainer.total_epochs": 3})
+"""
+
 PLUGINS = {
     "rlcore-demo-good": ("demo_good", "1.2.3", {"hooks.py": GOOD_HOOKS, "heavy.py": HEAVY}),
     "rlcore-demo-clash": (
@@ -78,6 +102,8 @@ PLUGINS = {
     ),
     "rlcore-demo-broken": ("demo_broken", "0.0.1", {"hooks.py": BROKEN_HOOKS}),
     "rlcore-demo-typo": ("demo_typo", "0.0.1", {"hooks.py": TYPO_HOOKS}),
+    "rlcore-demo-future": ("demo_future", "2.0.0", {"hooks.py": FUTURE_HOOKS}),
+    "rlcore-demo-bad-range": ("demo_bad_range", "0.0.1", {"hooks.py": BAD_RANGE_HOOKS}),
 }
 
 
@@ -87,13 +113,17 @@ def plugin_site(tmp_path_factory: pytest.TempPathFactory, throwaway_plugins) -> 
     return throwaway_plugins(tmp_path_factory.mktemp("plugin-src"), tmp_path_factory.mktemp("plugin-site"), PLUGINS)
 
 
+def site_env(site: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment without ``RLCORE_*`` variables, the plugin folder first on ``PYTHONPATH``, and ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLCORE_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    return {**env, **(extra or {})}
+
+
 def rlcore(site: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m rlcore ARGS`` with the plugin folder on the path."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("RLCORE_")}
-    full_env["PYTHONPATH"] = str(site)
-    full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "rlcore", *args], capture_output=True, text=True, env=full_env, timeout=120
+        [sys.executable, "-m", "rlcore", *args], capture_output=True, text=True, env=site_env(site, env), timeout=120
     )
 
 
@@ -128,7 +158,7 @@ def test_discovery_lists_installed_plugin_with_components(plugin_site: Path) -> 
 
 def test_json_shape(plugin_site: Path) -> None:
     for row in listing(plugin_site).values():
-        assert set(row) == {"name", "version", "status", "builtin", "hooks", "components", "error"}
+        assert set(row) == {"name", "version", "status", "api", "builtin", "hooks", "components", "error"}
         for comp in row["components"]:
             assert {"kind", "name", "target", "description", "aliases"} <= set(comp)
 
@@ -216,9 +246,9 @@ def test_did_you_mean(plugin_site: Path) -> None:
 
 def test_missing_target_module_names_the_distribution(plugin_site: Path) -> None:
     code = "from rlcore.plugins import get_component\nget_component('advantage_estimator', 'demo-missing')"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLCORE_")}
-    env["PYTHONPATH"] = str(plugin_site)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=site_env(plugin_site), timeout=60
+    )
     assert result.returncode == 1
     assert "ComponentImportError" in result.stderr and "rlcore-demo-good" in result.stderr
     assert "demo_good.not_there" in result.stderr
@@ -233,9 +263,9 @@ def test_listing_never_imports_torch(plugin_site: Path) -> None:
         "heavy = sorted(m for m in ('torch', 'transformers', 'ray', 'vllm', 'demo_good.heavy') if m in sys.modules)\n"
         "print('HEAVY=' + ','.join(heavy))\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLCORE_")}
-    env["PYTHONPATH"] = str(plugin_site)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=site_env(plugin_site), timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("HEAVY=")
 
@@ -250,3 +280,50 @@ def test_plugin_command_preset_and_config_section(plugin_site: Path) -> None:
     presets = json.loads(rlcore(plugin_site, "plugins", "--json", "--kind", "preset").stdout)
     assert "rlcore-demo-good" in [row["name"] for row in presets]
     assert all(row["components"] and {c["kind"] for c in row["components"]} == {"preset"} for row in presets)
+
+
+def test_incompatible_api_range_is_refused(plugin_site: Path) -> None:
+    """A distribution whose ``RLCORE_API`` excludes this rlcore's plugin API is not loaded: ``incompatible`` in
+    the table and the JSON (with its declared range), its preset unknown, fatal with ``--strict``."""
+    table = rlcore(plugin_site, "plugins")
+    assert table.returncode == 0, table.stderr
+    (line,) = [line for line in table.stdout.splitlines() if line.startswith("rlcore-demo-future ")]
+    assert line.split()[1:3] == ["2.0.0", "incompatible"]
+    message = (
+        f"plugin rlcore-demo-future supports rlcore plugin API >=2,<3, but this rlcore ({metadata.version('rlcore')}) "
+    )
+    assert f"{message}has plugin API {API_VERSION}: it is not loaded" in line
+    row = listing(plugin_site)["rlcore-demo-future"]
+    assert (row["status"], row["api"], row["components"], row["hooks"]) == ("incompatible", ">=2,<3", [], [])
+    strict = rlcore(plugin_site, "plugins", "--strict", env={"RLCORE_LOAD_PLUGINS": "rlcore-demo-future"})
+    assert strict.returncode == 1
+    assert "rlcore-demo-future" in strict.stdout and "incompatible" in strict.stdout
+    fatal = rlcore(
+        plugin_site, "plugins", env={"RLCORE_STRICT_PLUGINS": "1", "RLCORE_LOAD_PLUGINS": "rlcore-demo-future"}
+    )
+    assert fatal.returncode == 1
+    assert (
+        "rlcore-demo-future [incompatible]: plugin rlcore-demo-future supports rlcore plugin API >=2,<3" in fatal.stderr
+    )
+    assert "Traceback" not in fatal.stderr
+    run = rlcore(plugin_site, "config", "show", "--preset", "demo-future")
+    assert run.returncode == 2 and "unknown preset 'demo-future'" in run.stderr
+
+
+def test_malformed_api_range_is_an_error_naming_the_plugin(plugin_site: Path) -> None:
+    """``RLCORE_API = "1.x"`` is an ``error`` whose message names the plugin, the value and the expected form."""
+    row = listing(plugin_site)["rlcore-demo-bad-range"]
+    assert (row["status"], row["api"], row["components"]) == ("error", "1.x", [])
+    assert row["error"].startswith("plugin rlcore-demo-bad-range declares RLCORE_API = '1.x', which is not a PEP 440")
+
+
+def test_undeclared_api_range_loads_with_a_warning(plugin_site: Path) -> None:
+    """A plugin that declares no range is loaded (``api`` null) and ``rlcore plugins`` warns about it once."""
+    only_good = {"RLCORE_LOAD_PLUGINS": "rlcore-demo-good"}
+    assert listing(plugin_site, only_good)["rlcore-demo-good"]["api"] is None
+    result = rlcore(plugin_site, "plugins", env=only_good)
+    warnings = [line for line in result.stderr.splitlines() if "declares no RLCORE_API range" in line]
+    assert warnings == [
+        f"warning: plugin rlcore-demo-good declares no RLCORE_API range, so rlcore cannot tell whether it fits "
+        f'plugin API {API_VERSION}; it is loaded anyway. Its author should add RLCORE_API = ">=1,<2" to demo_good.hooks'
+    ]

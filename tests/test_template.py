@@ -20,10 +20,12 @@ from typing import Any
 
 import pytest
 import yaml
+from packaging.specifiers import SpecifierSet
 
 import rlcore
-from rlcore.registry import KINDS
-from rlcore.scaffold import PLUGIN_TEMPLATE, next_steps, template_variables
+from rlcore.api import API_VERSION
+from rlcore.api.kinds import KINDS
+from rlcore.scaffold import default_values, next_steps, template_variables
 
 ROOT = Path(__file__).resolve().parents[1]
 #: files every generated project has (``{pkg}``: the package name)
@@ -41,6 +43,8 @@ COMMON_FILES = (
 COMBINATIONS = [pytest.param((kind,), id=kind) for kind in KINDS] + [pytest.param(KINDS, id="all")]
 #: the running rlcore's major.minor, the template's default ``rlcore_min_version``
 MIN_VERSION = ".".join(rlcore.__version__.split(".")[:2])
+#: the plugin API range the template declares by default
+API_RANGE = f">={API_VERSION.split('.')[0]},<{int(API_VERSION.split('.')[0]) + 1}"
 
 
 def compatible_range(minimum: str) -> str:
@@ -88,16 +92,16 @@ def listed_components(run: Any, rlcore_bin: Path, dist: str) -> set[tuple[str, s
     rows = json.loads(run([rlcore_bin, "plugins", "--json"], env=plugin_env(dist)).stdout)
     (row,) = [row for row in rows if row["name"] == dist]
     assert row["status"] == "ok", row["error"]
+    assert row["api"] == API_RANGE
     return {(component["kind"], component["name"]) for component in row["components"]}
 
 
-def test_template_switches_follow_rlcore() -> None:
-    """One yes/no switch per component kind rlcore knows, and the default rlcore range is the current one."""
-    variables = template_variables()
-    context = json.loads((PLUGIN_TEMPLATE / "cookiecutter.json").read_text())
-    assert set(context["_kinds"]) == set(KINDS)
-    assert {key for key, value in variables.items() if isinstance(value, bool)} == set(KINDS)
-    assert variables["rlcore_min_version"] == MIN_VERSION
+def test_template_default_range_is_the_running_rlcore() -> None:
+    """The default rlcore range is the current one, and so is the default plugin API range, in the template's
+    own file too (for plain cookiecutter); ``tests/test_kinds.py`` checks the per-kind switches."""
+    assert template_variables()["rlcore_min_version"] == MIN_VERSION
+    assert template_variables()["rlcore_api"] == default_values()["rlcore_api"] == API_RANGE
+    assert SpecifierSet(API_RANGE).contains(API_VERSION)
 
 
 @pytest.mark.parametrize(
@@ -224,6 +228,7 @@ def train_with_every_generated_component(run: Any, venv: Any, tmp_path: Path, mo
         (["hyphenated=X-y"], "hyphenated 'X-y' must be"),
         (["underscored=other"], "underscored 'other' must be"),
         (["rlcore_min_version=latest"], "rlcore_min_version 'latest'"),
+        (["rlcore_api=1.x"], "rlcore_api '1.x' must be a PEP 440 version range"),
         (["github_username=not/a/user"], "github_username 'not/a/user'"),
         (switches(()), "choose at least one component kind"),
         (["advantage_estimator=maybe"], "advantage_estimator must be yes or no, got 'maybe'"),

@@ -13,9 +13,9 @@ from typing import Any
 import click
 
 from rlcore import __version__
+from rlcore.api.kinds import KINDS
 from rlcore.errors import RLCoreError
-from rlcore.plugins import PluginManager, load_plugins, slow_plugin_warning
-from rlcore.registry import KINDS
+from rlcore.plugins import PROBLEM_STATUSES, PluginManager, load_plugins, slow_plugin_warning, undeclared_api_warning
 
 
 class RLCoreGroup(click.Group):
@@ -56,6 +56,7 @@ def _plugin_rows(manager: PluginManager, show_all: bool, kind: str | None) -> li
                 "name": record.name,
                 "version": record.version,
                 "status": record.status,
+                "api": record.api_range,
                 "builtin": record.builtin,
                 "hooks": record.hooks,
                 "components": [
@@ -83,7 +84,7 @@ def _format_table(rows: list[dict[str, Any]], verbose: bool) -> str:
     headers = ("PLUGIN", "VERSION", "STATUS", *(("LOAD",) if verbose else ()), "COMPONENTS")
     body = []
     for row in rows:
-        if row["status"] in ("error", "conflict"):
+        if row["status"] in PROBLEM_STATUSES:
             detail = row["error"] + ("" if verbose else " (--verbose for details)")
         elif row["status"] == "disabled":
             detail = "(disabled by RLCORE_LOAD_PLUGINS / RLCORE_DISABLE_PLUGINS)"
@@ -111,11 +112,13 @@ def _format_table(rows: list[dict[str, Any]], verbose: bool) -> str:
 @click.option(
     "--verbose", is_flag=True, help="Show each plugin's load time and the tracebacks of plugins that failed to load."
 )
-@click.option("--strict", is_flag=True, help="Exit with status 1 when any plugin failed or conflicts.")
+@click.option("--strict", is_flag=True, help="Exit with status 1 when any plugin failed, conflicts or is incompatible.")
 @click.option("--requirements", is_flag=True, help="Print name==version lines of the external plugins.")
 def plugins(show_all: bool, as_json: bool, kind: str | None, verbose: bool, strict: bool, requirements: bool) -> None:
     """List installed plugins, their status and the components they provide."""
     manager = load_plugins()
+    for record in manager.undeclared_api():
+        click.echo(undeclared_api_warning(record), err=True)
     rows = _plugin_rows(manager, show_all, kind)
     if requirements:
         click.echo("\n".join(f"{r['name']}=={r['version']}" for r in rows if not r["builtin"] and r["version"]))

@@ -2,15 +2,18 @@
 
 This is the table behind the ``pip install ...`` line of every "component not installed" error: when a
 config names ``actor_rollout_ref.actor.strategy=fsdp`` and no loaded plugin registers it, the error says
-``pip install rlcore-plugin-fsdp``. ``tests/test_registry.py`` checks that the rows of every distribution in
-this repository's ``plugins/`` agree with what its plugin really registers, so the table cannot drift from
-the code; rows of distributions that live elsewhere (Megatron, DeepSpeed) are kept here by hand.
+``pip install rlcore-plugin-fsdp``. ``tests/test_registry.py`` checks that the row of every distribution in
+this repository's ``plugins/`` (all of the rows today, the Megatron and DeepSpeed backends included) agrees
+with what its plugin really registers, so the table cannot drift from the code; a row naming a kind that is
+not in :data:`rlcore.api.kinds.KINDS` is refused when this module is imported.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 from dataclasses import dataclass, field
+
+from rlcore.api.kinds import KINDS
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,12 @@ class Distribution:
     name: str
     components: dict[str, tuple[str, ...]]
     extras: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Refuse a row whose components name a kind rlcore does not know."""
+        unknown = sorted(set(self.components) - set(KINDS))
+        if unknown:
+            raise ValueError(f"distribution {self.name}: unknown component kind(s) {', '.join(unknown)}")
 
     @property
     def install_line(self) -> str:

@@ -2,7 +2,14 @@
 
 Unlike pluggy's ``load_setuptools_entrypoints``, a plugin that fails to import, registers an unknown hook
 or raises inside a registration hook is recorded with status ``error`` and everything else keeps working;
-two plugins registering the same component are recorded as ``conflict``. Environment variables:
+two plugins registering the same component are recorded as ``conflict``.
+
+A plugin declares the range of rlcore plugin APIs it supports in its hooks module, ``RLCORE_API = ">=1,<2"``
+(a PEP 440 specifier, checked against :data:`rlcore.api.API_VERSION`). A plugin whose range excludes this
+rlcore's API is not registered and is recorded as ``incompatible``; a range that is no PEP 440 specifier is
+an ``error``. A plugin that declares nothing is loaded as before (third-party plugins written before the
+API was versioned keep working) and ``rlcore plugins`` warns about it. Built-in plugins are part of the core
+and declare nothing. Environment variables:
 
 ``RLCORE_LOAD_PLUGINS``
     comma-separated allow-list of distribution names; the empty string loads no external plugin. A name
@@ -12,7 +19,7 @@ two plugins registering the same component are recorded as ``conflict``. Environ
     comma-separated distribution names (or built-in plugin names) not to load. A component that is missing
     because its plugin is disabled (or not allowed) says so: see :meth:`PluginManager.disabled_provider`.
 ``RLCORE_STRICT_PLUGINS=1``
-    any error or conflict raises :class:`PluginLoadError`.
+    any error, conflict or incompatible plugin raises :class:`PluginLoadError`.
 ``RLCORE_TRACE_PLUGINS=1``
     print every hook call with its arguments and results to stderr.
 ``RLCORE_SLOW_PLUGIN_SECONDS``
@@ -38,8 +45,10 @@ from importlib import metadata
 from typing import Any
 
 import pluggy
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from rlcore import hookspecs
+from rlcore.api import API_RANGE_ATTRIBUTE, API_VERSION
 from rlcore.errors import RLCoreError
 from rlcore.registry import KIND_HOOKS, Component, Registry, UnknownComponentError
 
@@ -65,8 +74,12 @@ DEFAULT_SLOW_PLUGIN_SECONDS = 2.0
 PLUGIN_ENV_VARS: tuple[str, ...] = (ENV_LOAD, ENV_DISABLE, ENV_STRICT, ENV_TRACE)
 
 
+#: the statuses :meth:`PluginManager.problems` reports (fatal under ``--strict`` / ``RLCORE_STRICT_PLUGINS=1``)
+PROBLEM_STATUSES: tuple[str, ...] = ("error", "conflict", "incompatible")
+
+
 class PluginLoadError(RLCoreError):
-    """Raised in strict mode when any plugin failed to load or conflicts with another."""
+    """Raised in strict mode when any plugin failed to load, conflicts with another or is incompatible."""
 
 
 @dataclass
@@ -84,6 +97,8 @@ class PluginRecord:
     hooks: list[str] = field(default_factory=list)
     #: seconds spent importing the plugin's module and running its registration hooks (None: not loaded)
     load_seconds: float | None = None
+    #: the plugin API range its hooks module declares (``RLCORE_API``); None: not declared, or not loaded
+    api_range: str | None = None
 
     def add_load_time(self, seconds: float) -> None:
         """Add ``seconds`` of import or registration-hook time to :attr:`load_seconds`."""
@@ -227,6 +242,8 @@ class PluginManager:
         return None
 
     def _register(self, module: Any, record: PluginRecord) -> None:
+        if not record.builtin and not self._api_compatible(module, record):
+            return
         try:
             self.pm.register(module, name=record.name)
         except Exception as exc:  # PluginValidationError, duplicate names
@@ -242,6 +259,27 @@ class PluginManager:
             )
             return
         record.hooks = sorted(hc.name for hc in self.pm.get_hookcallers(module) or [])
+
+    def _api_compatible(self, module: Any, record: PluginRecord) -> bool:
+        """Check the plugin's declared ``RLCORE_API`` range against :data:`rlcore.api.API_VERSION`; a range that
+        excludes it marks the record ``incompatible``, a malformed one ``error``. No declaration passes."""
+        declared = getattr(module, API_RANGE_ATTRIBUTE, None)
+        if declared is None:
+            return True
+        record.api_range = declared if isinstance(declared, str) else repr(declared)
+        problem = api_range_problem(declared)
+        if problem is not None:
+            record.fail("error", f"plugin {record.name} declares {API_RANGE_ATTRIBUTE} = {declared!r}, {problem}")
+            return False
+        if not SpecifierSet(declared).contains(API_VERSION, prereleases=True):
+            record.fail(
+                "incompatible",
+                f"plugin {record.name} supports rlcore plugin API {declared}, but this rlcore "
+                f"({_rlcore_version() or 'unknown version'}) has plugin API {API_VERSION}: it is not loaded (install a "
+                f"release of {record.name} that supports {API_VERSION})",
+            )
+            return False
+        return True
 
     # --------------------------------------------------------------- registry
     def build_registry(self) -> Registry:
@@ -284,8 +322,12 @@ class PluginManager:
 
     # ---------------------------------------------------------------- queries
     def problems(self) -> list[PluginRecord]:
-        """Records with status ``error`` or ``conflict``."""
-        return [r for r in self.records.values() if r.status in ("error", "conflict")]
+        """Records with status ``error``, ``conflict`` or ``incompatible``."""
+        return [r for r in self.records.values() if r.status in PROBLEM_STATUSES]
+
+    def undeclared_api(self) -> list[PluginRecord]:
+        """Loaded external plugins whose hooks module declares no ``RLCORE_API`` range."""
+        return [r for r in self.records.values() if not r.builtin and r.status == "ok" and r.api_range is None]
 
     def slow_plugins(self, threshold: float | None = None) -> list[PluginRecord]:
         """Records whose load time exceeds ``threshold`` seconds (default ``RLCORE_SLOW_PLUGIN_SECONDS``, else
@@ -310,6 +352,30 @@ class PluginManager:
         if problems:
             lines = "\n".join(f"  {r.name} [{r.status}]: {r.error}" for r in problems)
             raise PluginLoadError(f"{len(problems)} plugin(s) failed to load ({ENV_STRICT}=1):\n{lines}")
+
+
+def api_range_problem(declared: object) -> str | None:
+    """What is wrong with a declared ``RLCORE_API`` value (``None``: it is a usable PEP 440 specifier)."""
+    example = "a PEP 440 version range such as '>=1,<2'"
+    if not isinstance(declared, str):
+        return f"which is a {type(declared).__name__}, not {example}"
+    if not declared.strip():
+        return f"which is empty: give {example}"
+    try:
+        SpecifierSet(declared)
+    except InvalidSpecifier as exc:
+        return f"which is not {example} ({exc})"
+    return None
+
+
+def undeclared_api_warning(record: PluginRecord) -> str:
+    """The warning line for a plugin whose hooks module declares no ``RLCORE_API`` range."""
+    major = API_VERSION.split(".")[0]
+    return (
+        f"warning: plugin {record.name} declares no {API_RANGE_ATTRIBUTE} range, so rlcore cannot tell whether it "
+        f"fits plugin API {API_VERSION}; it is loaded anyway. Its author should add "
+        f'{API_RANGE_ATTRIBUTE} = ">={major},<{int(major) + 1}" to {record.module or "its hooks module"}'
+    )
 
 
 def slow_plugin_threshold() -> float:

@@ -14,26 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlcore import distributions
+from rlcore.api.kinds import COMPONENT_KINDS, KINDS
 from rlcore.errors import RLCoreError
 
-#: component kind -> the hook that registers it
-KIND_HOOKS: dict[str, str] = {
-    "training_backend": "register_training_backends",
-    "rollout_engine": "register_rollout_engines",
-    "reward_manager": "register_reward_managers",
-    "reward_scorer": "register_reward_scorers",
-    "dataset": "register_datasets",
-    "advantage_estimator": "register_advantage_estimators",
-    "policy_loss": "register_policy_losses",
-    "batch_filter": "register_batch_filters",
-    "tracker": "register_trackers",
-    "preset": "register_presets",
-    "tool": "register_tools",
-    "agent_loop": "register_agent_loops",
-    "interaction": "register_interactions",
-    "tool_parser": "register_tool_parsers",
-}
-KINDS: tuple[str, ...] = tuple(KIND_HOOKS)
+#: component kind -> the hook that registers it (from :data:`rlcore.api.kinds.COMPONENT_KINDS`)
+KIND_HOOKS: dict[str, str] = {spec.name: spec.hook for spec in COMPONENT_KINDS}
 
 _LAZY_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][\w.\-/+]*$")

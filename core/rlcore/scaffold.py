@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore import __version__
+from rlcore.api import API_VERSION
 from rlcore.errors import RLCoreError
 
 #: the plugin template (a cookiecutter template directory)
@@ -62,8 +63,10 @@ def parse_assignments(args: Iterable[str], variables: Mapping[str, Any]) -> dict
 
 
 def default_values() -> dict[str, str]:
-    """Defaults that follow the running rlcore: ``rlcore_min_version`` is its ``major.minor``."""
-    return {"rlcore_min_version": ".".join(__version__.split(".")[:2])}
+    """Defaults that follow the running rlcore: ``rlcore_min_version`` is its ``major.minor`` and
+    ``rlcore_api`` the range of its plugin API's major version (``>=1,<2`` for API 1.x)."""
+    major = int(API_VERSION.split(".")[0])
+    return {"rlcore_min_version": ".".join(__version__.split(".")[:2]), "rlcore_api": f">={major},<{major + 1}"}
 
 
 def new_plugin(values: Mapping[str, str | bool], *, no_input: bool, output_dir: Path) -> Path:

@@ -6,6 +6,9 @@ from typing import Any
 
 from rlcore import hookimpl
 
+#: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
+RLCORE_API = ">=1,<2"
+
 
 @hookimpl
 def register_advantage_estimators(register: Any) -> None:

@@ -20,6 +20,9 @@ from rlcore_plugin_megatron.settings import (
     resolve_settings,
 )
 
+#: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
+RLCORE_API = ">=1,<2"
+
 
 def data_parallel_size(config: DictConfig, section: str, world_size: int) -> int:
     """The data-parallel size of the engine at ``section`` over ``world_size`` ranks:

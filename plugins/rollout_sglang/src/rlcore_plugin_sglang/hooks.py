@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from rlcore import hookimpl
 
+#: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
+RLCORE_API = ">=1,<2"
+
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 

@@ -16,6 +16,9 @@ PREFIX = "rlcore-plugin-"
 PLUGIN_NAME = re.compile(r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$")
 HYPHENATED = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
+#: a PEP 440 version range: comma-separated clauses such as ">=1" and "<2"
+CLAUSE = r"\s*(?:~=|==|!=|<=|>=|<|>)\s*\d+(?:\.\d+)*(?:\.\*)?\s*"
+API_RANGE = re.compile(rf"^{CLAUSE}(?:,{CLAUSE})*$")
 GITHUB_USER = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?$")
 
 
@@ -51,10 +54,12 @@ def name_problems(plugin_name: str, hyphenated: str, underscored: str) -> list[s
 
 
 def other_problems(context: dict) -> list[str]:
-    """What is wrong with the version, the GitHub user and the component switches."""
+    """What is wrong with the version, the API range, the GitHub user and the component switches."""
     problems = []
     if not VERSION.match(context["rlcore_min_version"]):
         problems.append(f"rlcore_min_version {context['rlcore_min_version']!r} must look like '0.1' (major.minor)")
+    if not API_RANGE.match(context["rlcore_api"]):
+        problems.append(f"rlcore_api {context['rlcore_api']!r} must be a PEP 440 version range such as '>=1,<2'")
     if context["github_username"] and not GITHUB_USER.match(context["github_username"]):
         problems.append(f"github_username {context['github_username']!r} is not a GitHub user or organisation name")
     if not any(context[kind] for kind in context["_kinds"]):

@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rlcore import hookimpl
+
+#: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
+RLCORE_API = "{{ cookiecutter.rlcore_api }}"
 {% if cookiecutter.advantage_estimator %}
 
 

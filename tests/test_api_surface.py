@@ -1,0 +1,68 @@
+"""The plugin API surface and its snapshot: the stored ``core/rlcore/api/surface.json`` matches the source and
+``API_VERSION``, and a change of the surface without a big enough version bump is refused."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rlcore.api import API_VERSION
+from rlcore.api.surface import PACKAGE, SNAPSHOT, SurfaceError, check_snapshot, main, write_snapshot
+
+
+def test_snapshot_matches_the_source() -> None:
+    """Fails when a hookspec, the register callback, a kind or a public module's names or signatures changed
+    without ``python -m rlcore.api.surface --write`` (which needs an API_VERSION bump)."""
+    problem = check_snapshot()
+    assert problem is None, problem
+    assert main([]) == 0
+
+
+@pytest.fixture
+def package_copy(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of rlcore's Python sources and of the snapshot, to change without touching the checkout."""
+    package = tmp_path / "rlcore"
+    shutil.copytree(PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__", "tasks", "templates", "*.json"))
+    snapshot = tmp_path / "surface.json"
+    shutil.copy2(SNAPSHOT, snapshot)
+    return package, snapshot
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    """Replace ``old`` (which must be there) with ``new`` in ``path``."""
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def test_a_changed_hook_needs_a_minor_bump(package_copy: tuple[Path, Path]) -> None:
+    """A hookspec gains an argument: the check names it, ``--write`` refuses the same version and accepts the
+    next minor one, after which the snapshot matches again."""
+    package, snapshot = package_copy
+    edit(
+        package / "hookspecs.py",
+        "def on_run_end(run: RunContext, status: str)",
+        "def on_run_end(run: RunContext, status: str, why: str)",
+    )
+    problem = check_snapshot(snapshot, API_VERSION, package)
+    assert problem is not None and "~ hooks/on_run_end" in problem and "bump at least the minor version" in problem
+    with pytest.raises(SurfaceError, match="bump at least the minor version"):
+        write_snapshot(snapshot, API_VERSION, package)
+    major, minor, _ = API_VERSION.split(".")
+    bumped = f"{major}.{int(minor) + 1}.0"
+    write_snapshot(snapshot, bumped, package)
+    assert check_snapshot(snapshot, bumped, package) is None
+    assert "belongs to" in (check_snapshot(snapshot, API_VERSION, package) or "")
+
+
+def test_a_removed_name_needs_a_major_bump(package_copy: tuple[Path, Path]) -> None:
+    """A public function disappears: a minor bump is refused, a major one accepted."""
+    package, snapshot = package_copy
+    edit(package / "dtypes.py", "def parse_dtype(", "def _parse_dtype(")
+    major, minor, _ = (int(part) for part in API_VERSION.split("."))
+    with pytest.raises(SurfaceError, match=r"(?s)bump the major version.*- modules/rlcore.dtypes/parse_dtype"):
+        write_snapshot(snapshot, f"{major}.{minor + 1}.0", package)
+    write_snapshot(snapshot, f"{major + 1}.0.0", package)
+    assert check_snapshot(snapshot, f"{major + 1}.0.0", package) is None
