@@ -309,6 +309,7 @@ def config_defaults() -> dict[str, Any]:
         def config_defaults():
             return {"algorithm": {"norm_adv_by_std_in_grpo": True}}
     """
+    raise NotImplementedError  # a hookspec: pluggy calls the plugins' implementations, never this body
 
 
 @hookspec

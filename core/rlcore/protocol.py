@@ -21,7 +21,7 @@ tensor view covers, so a chunk sent to a worker does not carry its parent's stor
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from typing import Any, overload
 
 import numpy as np
@@ -261,7 +261,8 @@ class Batch:
 
     def _row_counts(self, exclude: str | None = None) -> Iterator[tuple[str, int]]:
         """``(key, rows)`` for every tensor and non-tensor except ``exclude``."""
-        for key, value in (*self.tensors.items(), *self.non_tensors.items()):
+        entries: list[tuple[str, Sized]] = [*self.tensors.items(), *self.non_tensors.items()]
+        for key, value in entries:
             if key != exclude:
                 yield key, len(value)
 
@@ -307,16 +308,17 @@ class Batch:
         """Store a tensor (into ``tensors``) or a per-sample sequence (into ``non_tensors``), replacing
         any entry of either kind under ``key``; its length must match the other entries."""
         _check_key(key)
-        if isinstance(value, torch.Tensor):
-            value, target, other = _as_tensor(key, value), self.tensors, self.non_tensors
-        else:
-            value, target, other = _as_non_tensor(key, value), self.non_tensors, self.tensors
+        stored = _as_tensor(key, value) if isinstance(value, torch.Tensor) else _as_non_tensor(key, value)
         for ref, rows in self._row_counts(exclude=key):
-            if len(value) != rows:
-                raise BatchError(f"{key!r} has {len(value)} rows but the Batch has {rows} (from {ref!r})")
+            if len(stored) != rows:
+                raise BatchError(f"{key!r} has {len(stored)} rows but the Batch has {rows} (from {ref!r})")
             break
-        other.pop(key, None)
-        target[key] = value
+        if isinstance(stored, torch.Tensor):
+            self.non_tensors.pop(key, None)
+            self.tensors[key] = stored
+        else:
+            self.tensors.pop(key, None)
+            self.non_tensors[key] = stored
 
     def __delitem__(self, key: str) -> None:
         """Remove a tensor or non-tensor key."""

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -78,9 +78,8 @@ def _merge_plugin_defaults(base: dict[str, Any], manager: PluginManager) -> dict
                         f"({existing!r}) and {impl.plugin_name} ({value!r})"
                     )
             owners[key] = impl.plugin_name
-        base = OmegaConf.to_container(
-            OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(nest(fragment))), resolve=False
-        )
+        merged = OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(nest(fragment)))
+        base = cast(dict[str, Any], OmegaConf.to_container(merged, resolve=False))  # a DictConfig's container
     return base
 
 
@@ -204,7 +203,7 @@ def _apply(
     for message in feature_problems:
         problems.add(message)
     try:
-        return OmegaConf.merge(merged, nest(good))
+        return cast(DictConfig, OmegaConf.merge(merged, nest(good)))  # merging into a DictConfig gives one
     except Exception as exc:  # e.g. a mapping given where the defaults hold a list
         problems.add(f"{source.label}: cannot merge: {exc}")
         return merged

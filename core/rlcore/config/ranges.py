@@ -67,8 +67,9 @@ class Range:
         return self._number_ok(value)
 
     def _number_ok(self, value: Any) -> bool:
-        kinds: tuple[type, ...] = (int,) if self.integer else (int, float)
-        if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False
+        if self.integer and isinstance(value, float):
             return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False

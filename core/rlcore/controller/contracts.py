@@ -12,12 +12,17 @@ implemented by :class:`rlcore.workers.actor.ActorRolloutRefWorker`,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     import torch
 
     from rlcore.protocol import Batch
+
+
+#: the roles of :class:`rlcore.workers.actor.ActorRolloutRefWorker` (its ``ROLE_PARTS``): their groups are
+#: :class:`ActorGroup`\ s
+ActorRole = Literal["actor_rollout_ref", "actor_rollout", "actor", "actor_ref", "rollout", "ref"]
 
 
 class WorkerGroup(Protocol):
@@ -27,8 +32,11 @@ class WorkerGroup(Protocol):
     role: str
     #: how many ranks (processes) it has
     world_size: int
-    #: how many chunks a batch is cut into (world size ÷ model-parallel size)
-    dp_size: int
+
+    @property
+    def dp_size(self) -> int:
+        """How many chunks a batch is cut into (world size ÷ model-parallel size)."""
+        ...
 
     def init_model(self) -> None:
         """Build every rank's engines (and the rollout engine, by role)."""
@@ -48,6 +56,10 @@ class WorkerGroup(Protocol):
 
     def pop_peak_memory_gb(self) -> dict[str, tuple[float, float]]:
         """Peak CUDA GiB (allocated, reserved) of each worker method since the last call, and reset."""
+        ...
+
+    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call the worker method ``method`` on every rank and return every rank's result, in rank order."""
         ...
 
     def shutdown(self) -> None:
@@ -88,6 +100,11 @@ class ActorGroup(WorkerGroup, Protocol):
 
     def receive_weights(self, state: dict[str, torch.Tensor]) -> dict[str, float]:
         """Load a trainer's weights into this group's rollout engines and check them (split placement)."""
+        ...
+
+    def load_rollout_state(self, states: list[dict[str, Any] | None]) -> None:
+        """Restore every rank's rollout-engine state (``call_all("rollout_state")`` of a saved run, split
+        placement); call it after the weights are synced."""
         ...
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-from rlcore.controller.contracts import ActorGroup, CriticGroup, RewardModelGroup, WorkerGroup
+from rlcore.controller.contracts import ActorGroup, ActorRole, CriticGroup, RewardModelGroup, WorkerGroup
 from rlcore.controller.placement import POOL_REWARD, POOL_ROLLOUT, POOL_TRAIN, placement_mode, reward_pool
 from rlcore.controller.worker_group import make_worker_group
 from rlcore.controller.worker_spec import WorkerSpec
@@ -117,6 +117,7 @@ def build_worker_groups(
     split = placement_mode(config) == "split"
     actor_spec = WorkerSpec("actor")
     created: list[WorkerGroup] = []
+    role: ActorRole
     try:
         if split:
             role = "actor_ref" if use_reference else "actor"
@@ -128,11 +129,11 @@ def build_worker_groups(
             role = "actor_rollout_ref" if use_reference else "actor_rollout"
             actor = rollout = make_worker_group(actor_spec, config, role, POOL_TRAIN)
             created.append(actor)
-        critic = None
+        critic: CriticGroup | None = None
         if use_critic:
             critic = make_worker_group(WorkerSpec("critic"), config, "critic", POOL_TRAIN)
             created.append(critic)
-        reward_model = None
+        reward_model: RewardModelGroup | None = None
         if use_reward_model:
             spec = WorkerSpec(reward_model_worker or "reward_model")
             pool = POOL_REWARD if reward_pool(config) else POOL_TRAIN

@@ -361,8 +361,8 @@ class RayWorkerGroup:
         self._in_flight = False
         if not errors:
             return [results[rank] for rank in ranks]
-        rank, exc = (died or errors)[0]
-        error = self._to_error(rank, exc, method)
+        rank, cause = (died or errors)[0]
+        error = self._to_error(rank, cause, method)
         if died or pending:
             self._fail(error)
         raise error

@@ -475,6 +475,8 @@ class Trainer:
     # ------------------------------------------------------------- validation
     def _val_batches(self) -> list[Batch]:
         dataset = self.val_dataset
+        if dataset is None:
+            raise RLCoreError("validation needs a validation set: set data.val_files")
         size = self.config.data.val_batch_size or len(dataset)
         return [
             collate_rows([dataset[i] for i in range(s, min(s + size, len(dataset)))])

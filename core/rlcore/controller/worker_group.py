@@ -9,13 +9,16 @@ executor (:mod:`rlcore.controller.ray_executor`) shares this interface with one 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from omegaconf import DictConfig
 
 from rlcore.controller.call_stats import CallLedger, CallMeter
-from rlcore.controller.contracts import WorkerGroup
+from rlcore.controller.contracts import ActorGroup, ActorRole, CriticGroup, RewardModelGroup, WorkerGroup
 from rlcore.controller.worker_spec import WorkerSpec
+
+if TYPE_CHECKING:
+    from rlcore.controller.ray_executor import RayWorkerGroup
 
 
 def reduce_metrics(metrics: dict[str, Any]) -> dict[str, float]:
@@ -57,6 +60,10 @@ class LocalWorkerGroup:
 
         return timed
 
+    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """``method(*args, **kwargs)`` of the one worker, as the one-element list of every rank's result."""
+        return [getattr(self, method)(*args, **kwargs)]
+
     def pop_compute_s(self) -> dict[str, float]:
         """Seconds spent inside each worker method since the last call, and reset."""
         return self.calls.pop_seconds()
@@ -72,8 +79,26 @@ class LocalWorkerGroup:
             close()
 
 
-def make_worker_group(spec: WorkerSpec, config: DictConfig, role: str, pool: str = "train") -> WorkerGroup:
+@overload
+def make_worker_group(spec: WorkerSpec, config: DictConfig, role: ActorRole, pool: str = "train") -> ActorGroup: ...
+@overload
+def make_worker_group(
+    spec: WorkerSpec, config: DictConfig, role: Literal["critic"], pool: str = "train"
+) -> CriticGroup: ...
+@overload
+def make_worker_group(
+    spec: WorkerSpec, config: DictConfig, role: Literal["reward_model"], pool: str = "train"
+) -> RewardModelGroup: ...
+@overload
+def make_worker_group(spec: WorkerSpec, config: DictConfig, role: str, pool: str = "train") -> WorkerGroup: ...
+def make_worker_group(
+    spec: WorkerSpec, config: DictConfig, role: str, pool: str = "train"
+) -> LocalWorkerGroup | RayWorkerGroup:
     """Create the worker group for ``role`` with the executor named by ``trainer.executor``.
+
+    The group's type follows the role: an :class:`~rlcore.controller.contracts.ActorGroup` for an
+    :data:`~rlcore.controller.contracts.ActorRole`, a ``CriticGroup`` for ``critic``, a ``RewardModelGroup``
+    for ``reward_model`` and a plain ``WorkerGroup`` for any other role (e.g. a plugin worker's).
 
     ``local`` gives a :class:`LocalWorkerGroup`; ``ray`` a
     :class:`~rlcore.controller.ray_executor.RayWorkerGroup` on the resource pool ``pool`` (``train``, or

@@ -39,7 +39,7 @@ def make_row(question: str, answer: str, split: str, index: int, *, where: str) 
 def _read_jsonl(path: Path, split: str) -> list[dict[str, Any]]:
     if not path.is_file():
         raise DataError(f"{path}: GSM8K {split} file does not exist (expected train.jsonl and test.jsonl)")
-    rows = []
+    rows: list[dict[str, Any]] = []
     with path.open(encoding="utf-8") as f:
         for line_no, line in enumerate(f, start=1):
             if not line.strip():

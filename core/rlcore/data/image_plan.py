@@ -23,7 +23,7 @@ def files_with_images(files: Any, key: str, split: str = "train", folders: bool 
         files = OmegaConf.to_container(files, resolve=True)
     if files is None:
         return []
-    paths = []
+    paths: list[str] = []
     for entry in [files] if isinstance(files, (str, os.PathLike)) else list(files):
         entry = os.fspath(entry)
         is_folder = Path(entry).expanduser().is_dir()

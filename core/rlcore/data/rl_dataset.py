@@ -121,7 +121,8 @@ def read_rows(path: str) -> tuple[list[Any], list[RowOrigin]]:
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}, line {exc.lineno}: invalid JSON: {exc.msg}") from exc
         return records, [RowOrigin(path, i) for i in range(len(records))]
-    records, origins = [], []
+    records = []
+    origins: list[RowOrigin] = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue

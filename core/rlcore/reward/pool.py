@@ -44,7 +44,7 @@ import sys
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import ForkingPickler
@@ -236,7 +236,7 @@ class ScorerPool:
         _LIVE_POOLS.add(self)
 
     def map(
-        self, calls: list[Mapping[str, Any]], stop: Callable[[Outcome], bool] | None = None
+        self, calls: Sequence[Mapping[str, Any]], stop: Callable[[Outcome], bool] | None = None
     ) -> list[Outcome | None]:
         """One :class:`Outcome` per call, in order; see the module docstring for the limits and the chunks.
 
@@ -262,7 +262,7 @@ class ScorerPool:
                 self.output_bytes,
             )
 
-    def _map(self, calls: list[Mapping[str, Any]], stop: Callable[[Outcome], bool] | None) -> list[Outcome | None]:
+    def _map(self, calls: Sequence[Mapping[str, Any]], stop: Callable[[Outcome], bool] | None) -> list[Outcome | None]:
         """:meth:`map` without the output accounting."""
         outcomes: list[Outcome | None] = [None] * len(calls)
         pending = deque(range(len(calls)))
@@ -303,7 +303,7 @@ class ScorerPool:
             worker.kill_group()
 
     # ----------------------------------------------------------------- internals
-    def _dispatch(self, pending: deque[int], calls: list[Mapping[str, Any]]) -> None:
+    def _dispatch(self, pending: deque[int], calls: Sequence[Mapping[str, Any]]) -> None:
         """Send the workers free now (idle ones, then new ones up to the pool size) one chunk each: the
         pending calls are dealt round-robin over them (at most :data:`MAX_CHUNK` each), so that neighbours,
         which tend to take as long as each other (a prompt's group), run on different workers."""

@@ -21,7 +21,7 @@ import io
 import random
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from rlcore.tasks.arith import cache_dir as _arith_cache_dir
 from rlcore.tasks.warm_start import Heartbeat, build_task_data, shipped_model_dir
@@ -45,8 +45,21 @@ SEED = 2468
 BASE_MODEL = "shapes-vl-base"
 #: the model's maximum sequence length
 MAX_POSITIONS = 128
+
+
 #: the model's shape (the vision tower has ``vision_depth`` blocks)
-MODEL_SHAPE: dict[str, int] = {
+class ModelShape(TypedDict):
+    """The tiny VLM's size: :func:`rlcore.testing.tiny_vlm.build_vl_model`'s keywords."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    vision_depth: int
+
+
+MODEL_SHAPE: ModelShape = {
     "hidden_size": 128,
     "intermediate_size": 256,
     "num_layers": 2,

@@ -69,8 +69,10 @@ def run_case(
     from rlcore.workers.actor import ActorRolloutRefWorker
     from rlcore.workers.critic import CriticWorker
 
-    settings = type("Settings", (TrainingBackendContract,), {"component_name": strategy})
-    config = settings.make_config(
+    class Settings(TrainingBackendContract):
+        component_name = strategy
+
+    config = Settings.make_config(
         model_dir,
         **{
             "data.train_batch_size": ROWS,
@@ -176,8 +178,10 @@ def assert_matches(
             for name, tol in (*checks, ("new_log_probs", update_atol), ("new_values", update_atol)):
                 expected = reference[name].chunk(dp_size)[rank // sp]
                 where = f"rank {rank} packed={packed} {name}"
-                torch.testing.assert_close(
-                    got[name][mask], expected[mask], atol=tol, rtol=0, msg=lambda m, w=where: f"{w}: {m}"
-                )
+
+                def message(detail: str, where: str = where) -> str:
+                    return f"{where}: {detail}"
+
+                torch.testing.assert_close(got[name][mask], expected[mask], atol=tol, rtol=0, msg=message)
             for name in ("grad_norm", "critic_grad_norm"):
                 assert abs(got[name] - reference[name]) <= 1e-4 * reference[name], (rank, packed, name)

@@ -100,7 +100,7 @@ def build_model(
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=num_kv_heads,
-        head_dim=hidden_size // num_heads,
+        head_dim=hidden_size // num_heads,  # type: ignore[call-arg]  # accepted at run time, not in the stubs
         max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=tie_word_embeddings,
         eos_token_id=tokenizer.eos_token_id,

@@ -107,6 +107,8 @@ def build_vl_model(
         bos_token_id=None,
         tie_word_embeddings=tie_word_embeddings,
     )
+    config_cls: type[Qwen2VLConfig | Qwen2_5_VLConfig]
+    model_cls: type[Qwen2VLForConditionalGeneration | Qwen2_5_VLForConditionalGeneration]
     if arch == "qwen2_vl":
         vision_config: dict = dict(
             depth=vision_depth,

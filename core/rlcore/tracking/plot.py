@@ -109,12 +109,12 @@ def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
             xs = [row[0] for row in train]
             label = "train: share correct" if binary else "train score (mean)"
             ax.plot(xs, [row[1] for row in train], color="tab:blue", linewidth=1.5, label=label)
-            band = [row for row in train if row[2] is not None and row[3] is not None]
+            band = [(row[0], row[2], row[3]) for row in train if row[2] is not None and row[3] is not None]
             if band and not binary:
                 ax.fill_between(
-                    [row[0] for row in band],
-                    [row[2] for row in band],
-                    [row[3] for row in band],
+                    [step for step, _, _ in band],
+                    [low for _, low, _ in band],
+                    [high for _, _, high in band],
                     color="tab:blue",
                     alpha=0.2,
                     linewidth=0,

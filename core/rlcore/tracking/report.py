@@ -631,8 +631,8 @@ def render_html(
     preset_names = [", ".join(entry["name"] for entry in run.presets) or None for run in runs]
     rows_of = [("presets", preset_names)]
     kinds = {run.kind for run in runs}
-    keys = (CONFIG_HIGHLIGHTS if "rl" in kinds else ()) + (SFT_CONFIG_HIGHLIGHTS if "sft" in kinds else ())
-    rows_of += [(key, [run.config_value(key) for run in runs]) for key in keys]
+    config_keys = (CONFIG_HIGHLIGHTS if "rl" in kinds else ()) + (SFT_CONFIG_HIGHLIGHTS if "sft" in kinds else ())
+    rows_of += [(key, [run.config_value(key) for run in runs]) for key in config_keys]
     for key, values in rows_of:
         differs = len(runs) > 1 and len({json.dumps(v, sort_keys=True, default=str) for v in values}) > 1
         config_rows.append(("diff" if differs else "", [f"<code>{_e(key)}</code>", *(_e(v) for v in values)]))

@@ -45,6 +45,12 @@ def _response_mask(lengths: list[int], width: int = RESPONSE_LENGTH) -> torch.Te
     return (torch.arange(width).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).float()
 
 
+def _grad(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor.grad`` after ``loss.backward()``; a loss that never reached ``tensor`` fails the contract."""
+    assert tensor.grad is not None, "loss.backward() left no gradient on log_prob"
+    return tensor.grad
+
+
 @dataclass
 class EstimatorInputs:
     """One batch of estimator inputs: the scalar reward sits on each response's last valid token."""
@@ -349,7 +355,7 @@ class PolicyLossContract:
         if self.value_signed_by_advantage:
             assert loss.item() < 0
         loss.backward()
-        grad = inputs.log_prob.grad[inputs.response_mask == 1]
+        grad = _grad(inputs.log_prob)[inputs.response_mask == 1]
         if self.value_signed_by_advantage:
             assert (grad <= 0).all(), "gradient descent must raise the log-prob of good tokens"
         else:
@@ -366,7 +372,7 @@ class PolicyLossContract:
             assert loss.item() > 0
         else:
             loss.backward()
-            assert (inputs.log_prob.grad[inputs.response_mask == 1] > 0).all(), "bad tokens' log-prob must fall"
+            assert (_grad(inputs.log_prob)[inputs.response_mask == 1] > 0).all(), "bad tokens' log-prob must fall"
 
     def test_masked_positions_do_not_matter(
         self, policy_loss: Callable[..., Any], loss_agg_mode: str, actor_config: Any
@@ -412,7 +418,7 @@ class PolicyLossContract:
         loss, _ = self.run_loss(policy_loss, inputs, loss_agg_mode, actor_config)
         assert torch.isfinite(loss)
         loss.backward()
-        assert torch.isfinite(inputs.log_prob.grad).all()
+        assert torch.isfinite(_grad(inputs.log_prob)).all()
 
     def test_inputs_unchanged(self, policy_loss: Callable[..., Any], loss_agg_mode: str, actor_config: Any) -> None:
         """The loss does not modify its input tensors in place."""

@@ -120,16 +120,14 @@ class RewardManagerContract:
     def make_manager(self, tokenizer: Any, per_sample: Callable[[str, str, Any, Any], Any], **overrides: Any) -> Any:
         """Construct the manager with a scorer applying ``per_sample`` to each sample (batched if the class is)."""
         cls = self.manager_class()
-        if getattr(cls, "batched", False):
 
-            def scorer(data_sources, solution_strs, ground_truths, extra_infos, **kwargs):
-                return [per_sample(*args) for args in zip(data_sources, solution_strs, ground_truths, extra_infos)]
+        def batch_scorer(data_sources, solution_strs, ground_truths, extra_infos, **kwargs):
+            return [per_sample(*args) for args in zip(data_sources, solution_strs, ground_truths, extra_infos)]
 
-        else:
+        def sample_scorer(data_source, solution_str, ground_truth, extra_info=None):
+            return per_sample(data_source, solution_str, ground_truth, extra_info)
 
-            def scorer(data_source, solution_str, ground_truth, extra_info=None):
-                return per_sample(data_source, solution_str, ground_truth, extra_info)
-
+        scorer = batch_scorer if getattr(cls, "batched", False) else sample_scorer
         config = reward_config({"scorer_timeout": 10.0, **self.config_overrides, **overrides})
         return cls(tokenizer, scorer, config)
 

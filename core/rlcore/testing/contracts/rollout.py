@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import pytest
 import torch
@@ -50,7 +50,7 @@ def make_eos_prone_model_dir(source: str | Path, path: str | Path, eos_prob: flo
     path = Path(path)
     tokenizer = AutoTokenizer.from_pretrained(source)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-    embedding = model.get_input_embeddings().weight
+    embedding = cast(torch.nn.Embedding, model.get_input_embeddings()).weight  # a causal LM's token embedding
     head = embedding.detach().clone()
     model.config.tie_word_embeddings = False
     model.get_output_embeddings().weight = torch.nn.Parameter(head)
