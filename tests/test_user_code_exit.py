@@ -66,6 +66,32 @@ def test_a_scorer_calling_sys_exit_stops_the_run_naming_the_line(tiny_tokenizer,
     assert f"{__file__}:{_line(exits, 'sys.exit(3)')} (in exits)" in message
 
 
+@pytest.fixture
+def wandb_exit_hooks() -> Any:
+    """wandb's own exit hooks installed, as ``wandb.init`` installs them: ``sys.exit`` is wandb's function."""
+    exit_hooks = pytest.importorskip("wandb.sdk.lib.exit_hooks")
+    saved = sys.exit, sys.excepthook
+    exit_hooks.ExitHooks().hook()
+    try:
+        yield
+    finally:
+        sys.exit, sys.excepthook = saved
+
+
+@pytest.mark.parametrize("timeout", [0, 10], ids=["inline", "scorer-processes"])
+def test_the_line_is_named_when_a_library_replaced_sys_exit(tiny_tokenizer, timeout: float, wandb_exit_hooks) -> None:
+    """With ``sys.exit`` replaced by a library's function (wandb's exit hooks, after ``wandb.init``), the
+    message still names the user's line, not the library's."""
+    batch, _ = make_reward_batch(tiny_tokenizer)
+    manager = NaiveRewardManager(tiny_tokenizer, exits, {"scorer_timeout": timeout})
+    try:
+        with pytest.raises(UserCodeExit) as caught:
+            manager(batch)
+    finally:
+        manager.close()
+    assert f"{__file__}:{_line(exits, 'sys.exit(3)')} (in exits)" in str(caught.value)
+
+
 @pytest.mark.parametrize("timeout", [0, 10], ids=["inline", "scorer-processes"])
 def test_a_scorer_raising_keyboard_interrupt_itself_is_an_error(tiny_tokenizer, timeout: float) -> None:
     batch, _ = make_reward_batch(tiny_tokenizer)

@@ -11,12 +11,14 @@ keep stopping the run) from one raised by code.
 from __future__ import annotations
 
 import signal
+import sys
 import sysconfig
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from rlcore.controller.stop import SignalInterrupt
 from rlcore.errors import RLCoreError
@@ -53,16 +55,24 @@ def _in_stdlib(filename: str) -> bool:
     return resolved.startswith(_STDLIB)
 
 
+def _exit_wrapper_code() -> Any:
+    """The code of ``sys.exit`` when a library replaced the builtin with a Python function (wandb does, to run
+    its exit hooks): its frame raises the ``SystemExit``, but the user's line is the one that called it."""
+    return getattr(sys.exit, "__code__", None)
+
+
 def raised_at(tb: TracebackType | None) -> str:
     """Where an exception was raised: ``file:line (in function)`` of the innermost frame outside the standard
-    library (so ``exit()`` and ``argparse`` name the caller), or ``an unknown place`` without a traceback."""
-    frames = traceback.extract_tb(tb)
-    for frame in reversed(frames):
-        if not _in_stdlib(frame.filename):
-            return f"{frame.filename}:{frame.lineno} (in {frame.name})"
+    library and outside a library's replacement of ``sys.exit`` (so ``exit()``, ``argparse`` and wandb's
+    exit hook name the caller), or ``an unknown place`` without a traceback."""
+    wrapper = _exit_wrapper_code()
+    frames = [(frame.f_code, line) for frame, line in traceback.walk_tb(tb) if frame.f_code is not wrapper]
+    for code, line in reversed(frames):
+        if not _in_stdlib(code.co_filename):
+            return f"{code.co_filename}:{line} (in {code.co_name})"
     if frames:
-        frame = frames[-1]
-        return f"{frame.filename}:{frame.lineno} (in {frame.name})"
+        code, line = frames[-1]
+        return f"{code.co_filename}:{line} (in {code.co_name})"
     return "an unknown place"
 
 
