@@ -142,6 +142,22 @@ def test_landlock_confines_reads_writes_tcp_and_processes(monkeypatch: pytest.Mo
     assert not os.listdir(outside) and not still_running(marker)
 
 
+@full_host
+def test_an_interpreter_under_tmp_is_visible_in_the_sandbox(tmp_path: Path) -> None:
+    """Run from a virtual environment under ``/tmp`` (a checkout there): the environment's prefix is bound
+    read-only inside the program's private ``/tmp``, and the program runs."""
+    assert str(tmp_path).startswith("/tmp/")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    script = (
+        "from rlcore.sandbox import run_python\nr = run_python('print(6 * 7)')\nprint(r.status, r.stdout, r.isolation)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([venv / "bin" / "python", "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["ok", "42", "namespaces"]
+
+
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1) to start an unprivileged process")
 def test_an_unprivileged_user_gets_namespaces_of_its_own(targets, tmp_path: Path) -> None:
     """The path of a user who is not root: a process in a user namespace, without capabilities, runs the

@@ -37,11 +37,11 @@ def enter_root(stage: str, folder: str, folder_mb: int, owner: tuple[int, int], 
     working directory ``folder``. Returns notes on what could not be provided (``/proc``)."""
     kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_PRIVATE)
     kernel.mount("tmpfs", stage, "tmpfs", _SAFE, "size=1m,mode=0755")
+    _make_folder(stage, folder, folder_mb, owner)  # first: visible paths under /tmp (a venv there) go inside it
     exposed: set[str] = set()
     for path in visible:
         _expose(stage, path, exposed)
     _make_devices(stage)
-    _make_folder(stage, folder, folder_mb, owner)
     notes = _mount_proc(stage)
     os.chdir(stage)
     kernel.pivot_root(".", ".")
