@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.tasks.warm_start import (
-    MaskedRows,
     build_task_data,
-    shipped_model_dir,
+    cpu_task_preset,
+    question_row,
     task_model,
+    teacher_batches,
     warm_start,
 )
 
@@ -69,39 +70,20 @@ def _pairs() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
 
 
 def _row(a: int, b: int, split: str, index: int) -> dict[str, Any]:
-    return {
-        "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": f"{a}+{b}="}],
-        "ability": "arithmetic",
-        "reward_model": {"style": "rule", "ground_truth": str(a + b)},
-        "extra_info": {"split": split, "index": index},
-    }
+    return question_row(DATA_SOURCE, f"{a}+{b}=", str(a + b), split, index)
 
 
 def cpu_preset() -> dict[str, Any]:
     """The config fragment of the bundled task (preset ``arith-cpu``)."""
-    root = cache_dir()
-    return {
-        "data.train_files": str(root / "train.parquet"),
-        "data.val_files": str(root / "test.parquet"),
-        "data.train_batch_size": 16,
+    settings = {
         "data.max_prompt_length": 24,
         "data.max_response_length": 4,
-        "actor_rollout_ref.model.path": str(shipped_model_dir(BASE_MODEL)),
-        "actor_rollout_ref.rollout.name": "hf",
-        "actor_rollout_ref.rollout.n": 8,
         "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
         "actor_rollout_ref.actor.optim.lr": 3e-5,
-        "actor_rollout_ref.actor.optim.weight_decay": 0.0,
-        "algorithm.adv_estimator": "grpo",
-        "trainer.device": "cpu",
-        "trainer.cpu_threads": 1,  # the small model's operations are too small to share between threads
-        "trainer.logger": [],
         "trainer.total_training_steps": 40,
-        "trainer.test_freq": 5,
-        "trainer.project_name": "rlcore-default",
         "trainer.experiment_name": "arith-grpo",
     }
+    return cpu_task_preset(cache_dir(), BASE_MODEL, settings)
 
 
 def _teacher_answer(a: int, b: int, rng: random.Random) -> int:
@@ -129,23 +111,10 @@ def build_base_model(model_dir: Path, *, steps: int = SFT_STEPS, heartbeat: bool
     pairs = train_pairs + test_pairs
     tokenizer = base_tokenizer()
     model = task_model(tokenizer, max_position_embeddings=MAX_POSITIONS, seed=SEED)
-    prompts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"{a}+{b}="}], add_generation_prompt=True, tokenize=False
-        )
-        for a, b in pairs
-    ]
-    prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-
-    def sample_batch() -> MaskedRows:
-        rows = []
-        for i in [rng.randrange(len(pairs)) for _ in range(SFT_BATCH)]:
-            a, b = pairs[i]
-            answer = tokenizer(str(_teacher_answer(a, b, rng)), add_special_tokens=False)["input_ids"]
-            answer.append(tokenizer.eos_token_id)
-            rows.append((prompt_ids[i] + answer, [0] * len(prompt_ids[i]) + [1] * len(answer)))
-        return rows
-
+    questions = [f"{a}+{b}=" for a, b in pairs]
+    sample_batch = teacher_batches(
+        tokenizer, questions, lambda i, rng: str(_teacher_answer(*pairs[i], rng)), rng, SFT_BATCH
+    )
     warm_start(
         model,
         tokenizer,

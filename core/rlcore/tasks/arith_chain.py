@@ -27,10 +27,11 @@ from typing import Any
 
 from rlcore.tasks.arith import cache_dir as _arith_cache_dir
 from rlcore.tasks.warm_start import (
-    MaskedRows,
     build_task_data,
-    shipped_model_dir,
+    cpu_task_preset,
+    question_row,
     task_model,
+    teacher_batches,
     warm_start,
 )
 
@@ -82,39 +83,20 @@ def _triples() -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
 
 def _row(a: int, b: int, c: int, split: str, index: int) -> dict[str, Any]:
     """One verl-schema row of problem ``a+b-c``."""
-    return {
-        "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": f"{a}+{b}-{c}="}],
-        "ability": "arithmetic",
-        "reward_model": {"style": "rule", "ground_truth": str(a + b - c)},
-        "extra_info": {"split": split, "index": index},
-    }
+    return question_row(DATA_SOURCE, f"{a}+{b}-{c}=", str(a + b - c), split, index)
 
 
 def cpu_preset() -> dict[str, Any]:
     """The config fragment of the task (preset ``arith-chain-cpu``)."""
-    root = cache_dir()
-    return {
-        "data.train_files": str(root / "train.parquet"),
-        "data.val_files": str(root / "test.parquet"),
-        "data.train_batch_size": 16,
+    settings = {
         "data.max_prompt_length": 24,
         "data.max_response_length": 10,
-        "actor_rollout_ref.model.path": str(shipped_model_dir(BASE_MODEL)),
-        "actor_rollout_ref.rollout.name": "hf",
-        "actor_rollout_ref.rollout.n": 8,
         "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
         "actor_rollout_ref.actor.optim.lr": 3e-5,
-        "actor_rollout_ref.actor.optim.weight_decay": 0.0,
-        "algorithm.adv_estimator": "grpo",
-        "trainer.device": "cpu",
-        "trainer.cpu_threads": 1,  # the small model's operations are too small to share between threads
-        "trainer.logger": [],
         "trainer.total_training_steps": 60,
-        "trainer.test_freq": 5,
-        "trainer.project_name": "rlcore-default",
         "trainer.experiment_name": "arith-chain-grpo",
     }
+    return cpu_task_preset(cache_dir(), BASE_MODEL, settings)
 
 
 def _teacher_step(value: int, rng: random.Random) -> int:
@@ -149,23 +131,10 @@ def build_base_model(model_dir: Path, *, steps: int = SFT_STEPS, heartbeat: bool
     triples = train + test
     tokenizer = base_tokenizer()
     model = task_model(tokenizer, max_position_embeddings=MAX_POSITIONS, seed=SEED)
-    prompts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"{a}+{b}-{c}="}], add_generation_prompt=True, tokenize=False
-        )
-        for a, b, c in triples
-    ]
-    prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-
-    def sample_batch() -> MaskedRows:
-        """``SFT_BATCH`` teacher responses to random training problems, loss on the response and EOS."""
-        rows = []
-        for i in [rng.randrange(len(triples)) for _ in range(SFT_BATCH)]:
-            answer = tokenizer(teacher_response(*triples[i], rng), add_special_tokens=False)["input_ids"]
-            answer.append(tokenizer.eos_token_id)
-            rows.append((prompt_ids[i] + answer, [0] * len(prompt_ids[i]) + [1] * len(answer)))
-        return rows
-
+    questions = [f"{a}+{b}-{c}=" for a, b, c in triples]
+    sample_batch = teacher_batches(
+        tokenizer, questions, lambda i, rng: teacher_response(*triples[i], rng), rng, SFT_BATCH
+    )
     warm_start(
         model,
         tokenizer,

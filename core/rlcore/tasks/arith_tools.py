@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.tasks.arith import cache_dir as _arith_cache_dir
-from rlcore.tasks.warm_start import build_task_data, shipped_model_dir, task_model, warm_start
+from rlcore.tasks.warm_start import build_task_data, cpu_task_preset, question_row, task_model, warm_start
 
 TASK_VERSION = "v1"
 DATA_SOURCE = "rlcore/arith_tools"
@@ -66,43 +66,24 @@ def _pairs() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
 
 
 def _row(a: int, b: int, split: str, index: int) -> dict[str, Any]:
-    return {
-        "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": f"{a}*{b}="}],
-        "ability": "arithmetic",
-        "reward_model": {"style": "rule", "ground_truth": str(a * b)},
-        "extra_info": {"split": split, "index": index},
-    }
+    return question_row(DATA_SOURCE, f"{a}*{b}=", str(a * b), split, index)
 
 
 def cpu_preset() -> dict[str, Any]:
     """The config fragment of the task (preset ``arith-tools-cpu``)."""
-    root = cache_dir()
-    return {
-        "data.train_files": str(root / "train.parquet"),
-        "data.val_files": str(root / "test.parquet"),
-        "data.train_batch_size": 16,
+    settings = {
         "data.max_prompt_length": 24,
         "data.max_response_length": 48,
-        "actor_rollout_ref.model.path": str(shipped_model_dir(BASE_MODEL)),
-        "actor_rollout_ref.rollout.name": "hf",
-        "actor_rollout_ref.rollout.n": 8,
         "actor_rollout_ref.rollout.multi_turn.enable": True,
         "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": 3,
         "actor_rollout_ref.rollout.multi_turn.max_parallel_calls": 8,
         "actor_rollout_ref.rollout.multi_turn.tool_config_path": str(TOOL_CONFIG),
         "actor_rollout_ref.actor.ppo_mini_batch_size": 16,
         "actor_rollout_ref.actor.optim.lr": 2e-5,
-        "actor_rollout_ref.actor.optim.weight_decay": 0.0,
-        "algorithm.adv_estimator": "grpo",
-        "trainer.device": "cpu",
-        "trainer.cpu_threads": 1,  # the small model's operations are too small to share between threads
-        "trainer.logger": [],
         "trainer.total_training_steps": 30,
-        "trainer.test_freq": 5,
-        "trainer.project_name": "rlcore-default",
         "trainer.experiment_name": "arith-tools-grpo",
     }
+    return cpu_task_preset(cache_dir(), BASE_MODEL, settings)
 
 
 def _teacher_guess(a: int, b: int, rng: random.Random) -> int:

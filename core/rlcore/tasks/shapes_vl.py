@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from rlcore.tasks.arith import cache_dir as _arith_cache_dir
-from rlcore.tasks.warm_start import Heartbeat, build_task_data, shipped_model_dir
+from rlcore.tasks.warm_start import Heartbeat, build_task_data, cpu_task_preset
 
 TASK_VERSION = "v1"
 DATA_SOURCE = "rlcore/shapes_vl"
@@ -129,30 +129,17 @@ def _row(colour: str, shape: str, image: Any, split: str, index: int) -> dict[st
 
 def cpu_preset() -> dict[str, Any]:
     """The config fragment of the task (preset ``shapes-vl-cpu``)."""
-    root = cache_dir()
-    return {
-        "data.train_files": str(root / "train.parquet"),
-        "data.val_files": str(root / "test.parquet"),
+    settings = {
         "data.image_key": "images",
-        "data.train_batch_size": 16,
         "data.max_prompt_length": 32,
         "data.max_response_length": 4,
-        "actor_rollout_ref.model.path": str(shipped_model_dir(BASE_MODEL)),
         "actor_rollout_ref.model.use_remove_padding": True,
-        "actor_rollout_ref.rollout.name": "hf",
-        "actor_rollout_ref.rollout.n": 8,
         "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
         "actor_rollout_ref.actor.optim.lr": 3e-5,
-        "actor_rollout_ref.actor.optim.weight_decay": 0.0,
-        "algorithm.adv_estimator": "grpo",
-        "trainer.device": "cpu",
-        "trainer.cpu_threads": 1,  # the small model's operations are too small to share between threads
-        "trainer.logger": [],
         "trainer.total_training_steps": 30,
-        "trainer.test_freq": 5,
-        "trainer.project_name": "rlcore-default",
         "trainer.experiment_name": "shapes-vl-grpo",
     }
+    return cpu_task_preset(cache_dir(), BASE_MODEL, settings)
 
 
 def _teacher_answer(colour: str, rng: random.Random) -> str:

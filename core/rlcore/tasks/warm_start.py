@@ -9,8 +9,9 @@ written once under its own cache folder (:func:`build_task_data`, about a second
 from __future__ import annotations
 
 import os
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,71 @@ HEARTBEAT_S = 10.0
 def shipped_model_dir(name: str) -> Path:
     """The folder of the shipped starting model ``name`` (``arith-base``, ...), inside the installed package."""
     return SHIPPED_DIR / name
+
+
+def cpu_task_preset(root: Path, base_model: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A bundled task's preset: what every bundled CPU task sets — its parquet files under ``root``, its
+    shipped model ``base_model``, GRPO on 16 prompts x n=8 with the HF rollout, no weight decay, one CPU thread
+    (the small model's operations are too small to share between threads), no tracker, validation every
+    5 steps — followed by the task's own ``settings`` (dotted key -> value)."""
+    return {
+        "data.train_files": str(root / "train.parquet"),
+        "data.val_files": str(root / "test.parquet"),
+        "data.train_batch_size": 16,
+        "actor_rollout_ref.model.path": str(shipped_model_dir(base_model)),
+        "actor_rollout_ref.rollout.name": "hf",
+        "actor_rollout_ref.rollout.n": 8,
+        "actor_rollout_ref.actor.optim.weight_decay": 0.0,
+        "algorithm.adv_estimator": "grpo",
+        "trainer.device": "cpu",
+        "trainer.cpu_threads": 1,
+        "trainer.logger": [],
+        "trainer.test_freq": 5,
+        "trainer.project_name": "rlcore-default",
+        **settings,
+    }
+
+
+def question_row(data_source: str, question: str, answer: str, split: str, index: int) -> dict[str, Any]:
+    """One verl-schema row of an arithmetic ``question`` (the user's turn) whose right ``answer`` the
+    rule-based reward compares with."""
+    return {
+        "data_source": data_source,
+        "prompt": [{"role": "user", "content": question}],
+        "ability": "arithmetic",
+        "reward_model": {"style": "rule", "ground_truth": answer},
+        "extra_info": {"split": split, "index": index},
+    }
+
+
+def teacher_batches(
+    tokenizer: Any,
+    questions: list[str],
+    teacher: Callable[[int, random.Random], str],
+    rng: random.Random,
+    batch_size: int,
+) -> Callable[[], MaskedRows]:
+    """``sample_batch`` for :func:`warm_start`: ``batch_size`` questions drawn with ``rng`` (each the user's turn
+    in the chat template), each answered by ``teacher(question index, rng)`` and EOS, loss on the answer."""
+    prompt_ids = [
+        tokenizer(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
+            ),
+            add_special_tokens=False,
+        )["input_ids"]
+        for question in questions
+    ]
+
+    def sample_batch() -> MaskedRows:
+        rows = []
+        for i in [rng.randrange(len(questions)) for _ in range(batch_size)]:
+            answer = tokenizer(teacher(i, rng), add_special_tokens=False)["input_ids"]
+            answer.append(tokenizer.eos_token_id)
+            rows.append((prompt_ids[i] + answer, [0] * len(prompt_ids[i]) + [1] * len(answer)))
+        return rows
+
+    return sample_batch
 
 
 def task_model(tokenizer: Any, *, max_position_embeddings: int, seed: int) -> Any:
