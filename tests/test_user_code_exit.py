@@ -52,23 +52,13 @@ def _line(function: Any, text: str) -> int:
     return start + next(i for i, line in enumerate(lines) if text in line)
 
 
-@pytest.mark.parametrize("timeout", [0, 10], ids=["inline", "scorer-processes"])
-def test_a_scorer_calling_sys_exit_stops_the_run_naming_the_line(tiny_tokenizer, timeout: float) -> None:
-    batch, _ = make_reward_batch(tiny_tokenizer)
-    manager = NaiveRewardManager(tiny_tokenizer, exits, {"scorer_timeout": timeout})
-    try:
-        with pytest.raises(UserCodeExit) as caught:
-            manager(batch)
-    finally:
-        manager.close()
-    message = str(caught.value)
-    assert "the reward scorer (data_source 'contract') tried to end the run: SystemExit(3)" in message
-    assert f"{__file__}:{_line(exits, 'sys.exit(3)')} (in exits)" in message
-
-
-@pytest.fixture
-def wandb_exit_hooks() -> Any:
-    """wandb's own exit hooks installed, as ``wandb.init`` installs them: ``sys.exit`` is wandb's function."""
+@pytest.fixture(params=["builtin", "wandb"], ids=["sys.exit", "wandb-exit-hooks"])
+def exit_function(request: pytest.FixtureRequest) -> Any:
+    """``sys.exit`` as Python has it, or replaced by a library's function: wandb's own exit hooks, installed
+    as ``wandb.init`` installs them."""
+    if request.param == "builtin":
+        yield
+        return
     exit_hooks = pytest.importorskip("wandb.sdk.lib.exit_hooks")
     saved = sys.exit, sys.excepthook
     exit_hooks.ExitHooks().hook()
@@ -79,9 +69,8 @@ def wandb_exit_hooks() -> Any:
 
 
 @pytest.mark.parametrize("timeout", [0, 10], ids=["inline", "scorer-processes"])
-def test_the_line_is_named_when_a_library_replaced_sys_exit(tiny_tokenizer, timeout: float, wandb_exit_hooks) -> None:
-    """With ``sys.exit`` replaced by a library's function (wandb's exit hooks, after ``wandb.init``), the
-    message still names the user's line, not the library's."""
+def test_a_scorer_calling_sys_exit_stops_the_run_naming_the_line(tiny_tokenizer, timeout: float, exit_function) -> None:
+    """The message names the user's line, also when a library replaced ``sys.exit``."""
     batch, _ = make_reward_batch(tiny_tokenizer)
     manager = NaiveRewardManager(tiny_tokenizer, exits, {"scorer_timeout": timeout})
     try:
@@ -89,7 +78,9 @@ def test_the_line_is_named_when_a_library_replaced_sys_exit(tiny_tokenizer, time
             manager(batch)
     finally:
         manager.close()
-    assert f"{__file__}:{_line(exits, 'sys.exit(3)')} (in exits)" in str(caught.value)
+    message = str(caught.value)
+    assert "the reward scorer (data_source 'contract') tried to end the run: SystemExit(3)" in message
+    assert f"{__file__}:{_line(exits, 'sys.exit(3)')} (in exits)" in message
 
 
 @pytest.mark.parametrize("timeout", [0, 10], ids=["inline", "scorer-processes"])
