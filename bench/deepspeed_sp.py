@@ -64,7 +64,7 @@ def _batch(rows: int, prompt: int, response: int, vocab: int) -> Any:
     """Random tokens, every position attended."""
     import torch
 
-    from rlcore.protocol import Batch
+    from rlcore.api.batch import Batch
 
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(3, vocab, (rows, prompt + response), generator=generator)

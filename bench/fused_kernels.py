@@ -1,5 +1,5 @@
 """Peak memory and time of one forward + backward of the LM-head step with and without
-``use_fused_kernels`` (:mod:`rlcore.workers.fused_logprobs`).
+``use_fused_kernels`` (:mod:`rlcore.modelkit.fused_logprobs`).
 
 The work: hidden states ``[tokens, hidden]`` and an LM head ``[vocab, hidden]``; log-probs of random labels
 and entropies at temperature 0.7, a PPO-style loss ``−mean(adv·logp) − 0.01·mean(entropy)``, backward to
@@ -43,7 +43,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from rlcore.algos import entropy_from_logits, logprobs_from_logits
-    from rlcore.workers.fused_logprobs import fused_linear_logprobs
+    from rlcore.modelkit.fused_logprobs import fused_linear_logprobs
 
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)

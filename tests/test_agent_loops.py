@@ -18,8 +18,8 @@ import torch
 
 from rlcore.agents.audit import MaskAuditError, audit_batch
 from rlcore.agents.runner import AgentRunner, left_pad
+from rlcore.api.batch import Batch
 from rlcore.config import load_config
-from rlcore.protocol import Batch
 from rlcore.rollout.hf import HFRolloutEngine
 from rlcore.testing.contracts import AgentLoopContract
 from rlcore.testing.contracts.chat_templates import CHAT_FAMILIES, tool_chat_pair

@@ -34,10 +34,10 @@ from rlcore.algos import (
     value_loss,
     vanilla_policy_loss,
 )
+from rlcore.api.batch import Batch
 from rlcore.config.algorithm_names import KLPenaltyNotImplementedError
 from rlcore.errors import RLCoreError
 from rlcore.hookspecs import hookimpl
-from rlcore.protocol import Batch
 from rlcore.registry import UnknownComponentError
 from rlcore.testing.contracts.algorithms import PolicyLossContract
 

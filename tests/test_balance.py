@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from rlcore.api.batch import Batch
 from rlcore.controller.balance import (
     balance_order,
     budget_partition,
@@ -16,7 +17,6 @@ from rlcore.controller.balance import (
     sequence_workload,
 )
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 
 
 def skewed_lengths(n: int, seed: int = 0) -> list[int]:

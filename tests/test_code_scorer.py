@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 from rlcore.reward.managers import NaiveRewardManager
 from rlcore.reward.scorers.code import extract_program, parse_tests, score
 from rlcore.reward.scoring import RegistryScorer

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import rlcore
+from rlcore.api.batch import Batch
 from rlcore.api.kinds import KINDS
-from rlcore.protocol import Batch
 from rlcore.testing.contracts import CONTRACTS, BatchFilterContract, PresetContract
 
 

@@ -15,9 +15,9 @@ import pytest
 
 from rlcore.config.ranges import OPTIM_RANGES, SAMPLING_RANGES, Range
 from rlcore.errors import RLCoreError
+from rlcore.modelkit.optim import build_optimizer
 from rlcore.rollout.sampling import SamplingParams
 from rlcore.testing.runs import dry_run
-from rlcore.workers.optim import build_optimizer
 
 REWARD = """
 import math

@@ -1,5 +1,5 @@
 """``actor_rollout_ref.model.use_fused_kernels``: log-probs, entropy and Σπ² from the hidden states in chunks
-(:mod:`rlcore.workers.fused_logprobs`) equal the logits path, forward and backward, padded and packed, and
+(:mod:`rlcore.modelkit.fused_logprobs`) equal the logits path, forward and backward, padded and packed, and
 never keep a ``[tokens, vocab]`` tensor; the config switches fail clearly where they cannot run."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import torch
 
 from rlcore.algos import entropy_from_logits, logprobs_from_logits, sum_pi_squared_from_logits
 from rlcore.errors import RLCoreError
+from rlcore.modelkit.fused_logprobs import fused_head, fused_linear_logprobs
+from rlcore.modelkit.hf_models import response_outputs
 from rlcore.testing import sequence_parallel as sp_checks
 from rlcore.testing.contracts.backend import make_batch
 from rlcore.testing.runs import dry_run, make_tiny_task, tiny_run
-from rlcore.workers.fused_logprobs import fused_head, fused_linear_logprobs
-from rlcore.workers.hf_models import response_outputs
 
 TEMPERATURE = 0.7
 

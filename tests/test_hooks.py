@@ -138,7 +138,7 @@ def test_hook_register_policy_losses(registered) -> None:
     with registered(plugin(register_policy_losses=impl), name="loss-plugin"):
         import torch
 
-        from rlcore.protocol import Batch
+        from rlcore.api.batch import Batch
 
         cfg = load_config(overrides=["actor_rollout_ref.actor.policy_loss.loss_mode=custom"])
         loss_fn = build_actor_loss(cfg.actor_rollout_ref.actor)

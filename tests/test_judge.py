@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 from rlcore.reward.errors import RewardError
 from rlcore.reward.judge import DEFAULT_TEMPLATE, JudgeRewardManager, parse_verdict
 from rlcore.testing.tiny import build_model, build_tokenizer

@@ -142,7 +142,7 @@ def test_arith_tools_teacher_conversations_are_shaped_like_rollouts() -> None:
 
     from rlcore.agents import ChatRenderer, audit_batch
     from rlcore.agents.runner import left_pad
-    from rlcore.protocol import Batch
+    from rlcore.api.batch import Batch
     from rlcore.tasks.arith_tools import _conversation_ids
     from rlcore.testing.tiny import build_tokenizer
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from rlcore.agents.runner import AgentRunner, finish_or_abort, left_pad
+from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 from rlcore.rollout.hf import HFRolloutEngine
 from rlcore.testing.contracts.chat_templates import tool_chat_pair
 

@@ -325,5 +325,5 @@ def test_undeclared_api_range_loads_with_a_warning(plugin_site: Path) -> None:
     warnings = [line for line in result.stderr.splitlines() if "declares no RLCORE_API range" in line]
     assert warnings == [
         f"warning: plugin rlcore-demo-good declares no RLCORE_API range, so rlcore cannot tell whether it fits "
-        f'plugin API {API_VERSION}; it is loaded anyway. Its author should add RLCORE_API = ">=1,<2" to demo_good.hooks'
+        f'plugin API {API_VERSION}; it is loaded anyway. Its author should add RLCORE_API = ">=2,<3" to demo_good.hooks'
     ]

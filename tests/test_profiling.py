@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from rlcore.cli import cli
 from rlcore.config import default_config
 from rlcore.errors import RLCoreError
-from rlcore.profiling import describe_profiler, profile_plan
+from rlcore.profiling.plan import describe_profiler, profile_plan
 from rlcore.testing.runs import make_tiny_task, tiny_overrides, tiny_run
 
 

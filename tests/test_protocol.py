@@ -1,4 +1,4 @@
-"""Tests for :mod:`rlcore.protocol`: the Batch and every operation the controller and workers use."""
+"""Tests for :mod:`rlcore.api.batch`: the Batch and every operation the controller and workers use."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from rlcore.api.batch import Batch, BatchError, BatchIndexError, BatchKeyError, BatchTypeError
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch, BatchError, BatchIndexError, BatchKeyError, BatchTypeError
 
 
 def make_batch(n: int = 4, meta: dict | None = None) -> Batch:

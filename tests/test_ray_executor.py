@@ -23,6 +23,7 @@ import torch
 
 ray = pytest.importorskip("ray")
 
+from rlcore.api.batch import Batch  # noqa: E402
 from rlcore.config import ConfigError, load_config  # noqa: E402
 from rlcore.controller import ray_executor  # noqa: E402
 from rlcore.controller.groups import build_worker_groups  # noqa: E402
@@ -31,7 +32,6 @@ from rlcore.controller.ray_executor import RayWorkerGroup, WorkerDiedError, Work
 from rlcore.controller.worker_group import make_worker_group  # noqa: E402
 from rlcore.controller.worker_spec import WorkerSpec  # noqa: E402
 from rlcore.errors import RLCoreError  # noqa: E402
-from rlcore.protocol import Batch  # noqa: E402
 from rlcore.testing.runs import make_tiny_task, tiny_overrides, tiny_run  # noqa: E402
 from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
@@ -52,7 +52,7 @@ import torch
 import torch.distributed as dist
 
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
+from rlcore.api.batch import Batch
 
 
 class EchoWorker:
@@ -109,7 +109,7 @@ class TensorParallelEchoWorker(EchoWorker):
         pass
 
     def parallel_layout(self):
-        from rlcore.workers.engine import ParallelLayout
+        from rlcore.api.training import ParallelLayout
 
         return ParallelLayout(dp_rank=0, dp_size=1, is_output_rank=self.rank == 0)
 

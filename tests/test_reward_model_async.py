@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.protocol import Batch
+from rlcore.api.batch import Batch
 from rlcore.reward.async_reward import AsyncReward
 from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore.testing.tiny import make_tiny_reward_model_dir

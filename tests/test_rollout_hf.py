@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 
+from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 from rlcore.rollout.hf import HFRolloutEngine, state_checksum
 from rlcore.rollout.sampling import SamplingParams, request_seeds, sample_next_tokens
 from rlcore.testing.contracts.rollout import RolloutEngineContract, make_prompt_batch

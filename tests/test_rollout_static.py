@@ -12,8 +12,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from rlcore.api.batch import Batch
 from rlcore.config import load_config
-from rlcore.protocol import Batch
 from rlcore.rollout.hf import HFRolloutEngine
 from rlcore.testing.contracts.rollout import PROMPTS, make_prompt_batch
 from rlcore.testing.tiny import padded_vocab_size

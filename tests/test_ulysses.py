@@ -48,7 +48,7 @@ def test_four_ranks_are_two_data_parallel_ranks_of_two(tiny_model_dir: Path, one
 
 def test_layout_of_sequence_parallel_groups() -> None:
     """Consecutive ranks share a data-parallel rank; the first of each group returns the outputs."""
-    from rlcore.workers.sequence_parallel import parallel_layout
+    from rlcore.modelkit.sequence_parallel import parallel_layout
 
     layouts = [parallel_layout(rank, 4, 2) for rank in range(4)]
     assert [(lay.dp_rank, lay.dp_size, lay.is_output_rank) for lay in layouts] == [
@@ -122,7 +122,7 @@ def test_heads_must_divide_by_the_group_size(tiny_model_dir: Path) -> None:
     """The tiny model has 2 query heads: a group of 4 cannot split them (checked before any all-to-all)."""
     from transformers import AutoModelForCausalLM
 
-    from rlcore.workers.sequence_parallel import SequenceParallel, install
+    from rlcore.modelkit.sequence_parallel import SequenceParallel, install
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     with pytest.raises(

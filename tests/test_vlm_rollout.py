@@ -10,13 +10,13 @@ import pytest
 import torch
 from PIL import Image
 
+from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
+from rlcore.modelkit.hf_models import response_outputs
 from rlcore.processors import load_processor
-from rlcore.protocol import Batch
 from rlcore.rollout.hf import HFRolloutEngine
 from rlcore.testing.tiny_vlm import build_tiny_vlm, vl_prompt_batch
-from rlcore.workers.hf_models import response_outputs
 
 ROWS = [
     ("how many red", [Image.new("RGB", (56, 56), (220, 30, 30))]),

@@ -10,13 +10,13 @@ import pytest
 import torch
 from PIL import Image
 
+from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
+from rlcore.modelkit.hf_models import response_outputs
+from rlcore.modelkit.vlm import token_types
 from rlcore.processors import load_processor
-from rlcore.protocol import Batch
 from rlcore.testing.contracts.backend import TrainingBackendContract
 from rlcore.testing.tiny_vlm import build_tiny_vlm, vl_prompt_batch
-from rlcore.workers.hf_models import response_outputs
-from rlcore.workers.vlm import token_types
 
 RED, BLUE = Image.new("RGB", (56, 56), (220, 30, 30)), Image.new("RGB", (84, 56), (30, 30, 220))
 ROWS = [

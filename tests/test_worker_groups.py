@@ -9,7 +9,7 @@ from typing import get_args
 import pytest
 from omegaconf import OmegaConf
 
-from rlcore.controller.contracts import ActorRole
+from rlcore.api.groups import ActorRole
 from rlcore.controller.worker_group import LocalWorkerGroup, make_worker_group
 from rlcore.controller.worker_spec import WorkerSpec
 from rlcore.workers.actor import ROLE_PARTS

@@ -7,7 +7,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rlcore.errors import RLCoreError
-from rlcore.workers.optim import build_lr_scheduler, build_optimizer
+from rlcore.modelkit.optim import build_lr_scheduler, build_optimizer
 
 KEY = "actor_rollout_ref.actor.optim"
 

@@ -41,9 +41,9 @@ def register_training_backends(register: Register) -> None:
     """Register training backends (kind ``training_backend``), selected by ``actor_rollout_ref.actor.strategy``
     (actor and reference) and ``critic.strategy``.
 
-    A backend target implements :class:`rlcore.workers.engine.TrainingBackend`: ``check_config(config, role,
+    A backend target implements :class:`rlcore.api.training.TrainingBackend`: ``check_config(config, role,
     section, model_section)`` rejects settings it cannot run before anything starts, and
-    ``create_engine(request)`` builds one :class:`rlcore.workers.engine.TrainingEngine` per model (actor,
+    ``create_engine(request)`` builds one :class:`rlcore.api.training.TrainingEngine` per model (actor,
     reference, critic) on each rank. rlcore's generic workers (:mod:`rlcore.workers`) do everything else —
     roles, the rollout engine and its weight-sync check, the PPO mini/micro-batch loop, checkpoints — so a
     backend never sees the algorithm: it runs forward passes and back-propagates the losses it is given.
@@ -68,7 +68,7 @@ def register_training_backends(register: Register) -> None:
 def register_rollout_engines(register: Register) -> None:
     """Register rollout (generation) engines (kind ``rollout_engine``), selected by ``actor_rollout_ref.rollout.name``.
 
-    A target is a class implementing :class:`rlcore.rollout.engine.RolloutEngine`:
+    A target is a class implementing :class:`rlcore.api.rollout.RolloutEngine`:
     ``(model_path, tokenizer, config, *, device, dtype)`` with
     ``generate(batch, validate=False) -> Batch`` (responses and masks, optionally rollout log-probs),
     ``update_weights(named_tensors)``, ``prompt_log_probs(token_ids)`` (teacher-forced log-probs of a

@@ -4,7 +4,7 @@ Unlike pluggy's ``load_setuptools_entrypoints``, a plugin that fails to import, 
 or raises inside a registration hook is recorded with status ``error`` and everything else keeps working;
 two plugins registering the same component are recorded as ``conflict``.
 
-A plugin declares the range of rlcore plugin APIs it supports in its hooks module, ``RLCORE_API = ">=1,<2"``
+A plugin declares the range of rlcore plugin APIs it supports in its hooks module, ``RLCORE_API = ">=2,<3"``
 (a PEP 440 specifier, checked against :data:`rlcore.api.API_VERSION`). A plugin whose range excludes this
 rlcore's API is not registered and is recorded as ``incompatible``; a range that is no PEP 440 specifier is
 an ``error``. A plugin that declares nothing is loaded as before (third-party plugins written before the
@@ -356,7 +356,7 @@ class PluginManager:
 
 def api_range_problem(declared: object) -> str | None:
     """What is wrong with a declared ``RLCORE_API`` value (``None``: it is a usable PEP 440 specifier)."""
-    example = "a PEP 440 version range such as '>=1,<2'"
+    example = "a PEP 440 version range such as '>=2,<3'"
     if not isinstance(declared, str):
         return f"which is a {type(declared).__name__}, not {example}"
     if not declared.strip():

@@ -12,7 +12,7 @@ from __future__ import annotations
 PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore",  # hookimpl, hookspec, get_component, load_plugins, __version__
     "rlcore.errors",  # RLCoreError
-    "rlcore.protocol",  # Batch
+    "rlcore.api.batch",  # Batch
     "rlcore.algos",  # the algorithm math: losses, advantages' building blocks, KL, metrics
     "rlcore.config",  # load_config, ConfigError
     "rlcore.config.keys",  # select, positive_int
@@ -20,23 +20,23 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.reward",  # RewardResult, RewardError, NaiveRewardManager
     "rlcore.sandbox",  # run_python: model-written code under limits, for tools and code rewards
     "rlcore.agents",  # Tool, Interaction, AgentLoop, Trajectory, ToolCall, audit_batch: multi-turn components
-    "rlcore.rollout.engine",  # the RolloutEngine protocol
+    "rlcore.api.rollout",  # the RolloutEngine protocol
     "rlcore.rollout.sampling",  # SamplingParams, ROLLOUT_KEY
     "rlcore.rollout.token_engine",  # TokenListEngine, Completion: a base for token-id rollout engines
-    "rlcore.workers.engine",  # the TrainingEngine / TrainingBackend contract
-    "rlcore.workers.optim",  # AdamW and verl's learning-rate schedule, for engines
+    "rlcore.api.training",  # the TrainingEngine / TrainingBackend contract
+    "rlcore.modelkit.optim",  # AdamW and verl's learning-rate schedule, for engines
     "rlcore.workers.distributed",  # device, process group, seeding and RNG state, for engines
     "rlcore.workers.base",  # WorkerBase: the rank set-up and engines of an algorithm's own worker (PRIME's PRM)
-    "rlcore.workers.batch_sizes",  # UpdateBatchSizes and the batch arithmetic, for such workers
+    "rlcore.config.batch_sizes",  # UpdateBatchSizes and the batch arithmetic, for such workers
     "rlcore.workers.micro_batches",  # plan_micro_batches, for such workers
     "rlcore.workers.ppo_loop",  # ppo_update: the mini/micro-batch update loop, for such workers
-    "rlcore.workers.hf_models",  # loading, value model, log-probs and values of transformers models
-    "rlcore.workers.packing",  # sequence packing (use_remove_padding)
-    "rlcore.workers.sequence_parallel",  # Ulysses sequence parallelism
-    "rlcore.workers.kernels",  # the use_liger / use_torch_compile switches
-    "rlcore.workers.vlm",  # vision-language models: loader class, images and mrope positions, vision tower
+    "rlcore.modelkit.hf_models",  # loading, value model, log-probs and values of transformers models
+    "rlcore.modelkit.packing",  # sequence packing (use_remove_padding)
+    "rlcore.modelkit.sequence_parallel",  # Ulysses sequence parallelism
+    "rlcore.modelkit.kernels",  # the use_liger / use_torch_compile switches
+    "rlcore.modelkit.vlm",  # vision-language models: loader class, images and mrope positions, vision tower
     "rlcore.processors",  # load_processor: a model's multimodal processor (also without torchvision)
-    "rlcore.workers.activation_offload",  # enable_activation_offload: saved activations in host memory
+    "rlcore.modelkit.activation_offload",  # enable_activation_offload: saved activations in host memory
     "rlcore.tracking.external",  # ExternalTracker and the tracker helpers
     "rlcore.testing.*",  # fixtures, tiny models and the contract suites
 )

@@ -210,7 +210,7 @@ def run_plan_lines(config: DictConfig) -> list[str]:
     accepted)."""
     from omegaconf import OmegaConf
 
-    from rlcore.profiling import describe_profiler
+    from rlcore.profiling.plan import describe_profiler
     from rlcore.rollout.chunking import describe_chunking
     from rlcore.sandbox.plan import sandbox_plan
 

@@ -26,8 +26,8 @@ from rlcore.agents.settings import AgentSettings
 from rlcore.agents.tools import ToolExecutor, load_tools
 from rlcore.agents.tracing import Tracer, trajectory_outputs
 from rlcore.agents.trajectory import Trajectory
+from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 
 __all__ = ["AgentRunner", "TurnBatcher", "aborted_trajectory", "finish_or_abort", "run_agent_loops"]
 

@@ -32,7 +32,7 @@ def _length_stats(prefix: str, lengths: torch.Tensor, max_length: int) -> dict[s
 def compute_data_metrics(batch: Any, use_critic: bool) -> dict[str, float]:
     """Reward, advantage, return, value and length statistics of one training batch.
 
-    ``batch`` is a :class:`rlcore.protocol.Batch` (anything indexable by key) with ``prompts [B, P]``,
+    ``batch`` is a :class:`rlcore.api.batch.Batch` (anything indexable by key) with ``prompts [B, P]``,
     ``responses [B, R]``, ``attention_mask [B, P+R]``, ``response_mask [B, R]``, ``token_level_scores``,
     ``token_level_rewards``, ``advantages``, ``returns`` and, with ``use_critic``, ``values``.
     ``critic/score`` and ``critic/rewards`` are statistics of per-sequence sums; advantages, returns and

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
+from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 
 __all__ = ["REWEIGHT_METHODS", "check_pf_ppo", "pf_ppo_indices", "pf_ppo_resample", "pf_ppo_weights"]
 

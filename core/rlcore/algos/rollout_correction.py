@@ -30,8 +30,8 @@ from typing import Any
 import torch
 
 from rlcore.algos.functional import masked_mean, masked_sum
+from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 
 __all__ = [
     "apply_rollout_correction",

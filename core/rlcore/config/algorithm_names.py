@@ -2,7 +2,7 @@
 
 The loss aggregation modes, the KL estimators, the KL controller types and the LR schedule types are
 checked here, once: by the algorithm code when it first uses a name (:mod:`rlcore.algos.losses`,
-:mod:`rlcore.algos.kl_control`, :mod:`rlcore.workers.optim`) and by the dry run
+:mod:`rlcore.algos.kl_control`, :mod:`rlcore.modelkit.optim`) and by the dry run
 (:func:`rlcore.config.validate.algorithm_value_problems`), which must work on a core installed without torch.
 """
 

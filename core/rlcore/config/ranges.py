@@ -1,7 +1,7 @@
 """The ranges of numeric config values, in one table read by the dry run and by the code that uses them.
 
 :data:`OPTIM_RANGES` and :data:`SAMPLING_RANGES` hold the keys of a section (an optimizer's ``optim``, a
-rollout's sampling settings) relative to it: the optimizer builder (:mod:`rlcore.workers.optim`) and the
+rollout's sampling settings) relative to it: the optimizer builder (:mod:`rlcore.modelkit.optim`) and the
 sampling parameters (:mod:`rlcore.rollout.sampling`) check their section with them when they are built, and the
 dry run checks every such section of the run config before anything starts (:func:`value_range_problems`),
 together with the single keys of :data:`KEY_RANGES`. A value outside its range, a NaN or an infinity is one

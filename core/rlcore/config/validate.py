@@ -12,12 +12,12 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rlcore.config.async_training import async_training_problems
+from rlcore.config.batch_sizes import ppo_batch_sizes, ulysses_size
 from rlcore.config.keys import positive_key
 from rlcore.config.loader import ConfigError
 from rlcore.config.ranges import value_range_problems
 from rlcore.errors import RLCoreError
-from rlcore.workers.activation_offload import activation_offload_notes
-from rlcore.workers.batch_sizes import ppo_batch_sizes, ulysses_size
+from rlcore.modelkit.activation_offload import activation_offload_notes
 
 TRUNCATION_MODES = ("left", "right", "middle", "error")
 
@@ -366,8 +366,8 @@ def _check_rollout_correction(config: DictConfig) -> None:
 def _data_parallel_size(config: DictConfig, world: int) -> int:
     """The actor's data-parallel size over ``world`` ranks, as its training backend derives it (``world`` when
     the backend is unknown: that is reported by the component check)."""
+    from rlcore.config.batch_sizes import data_parallel_size
     from rlcore.registry import UnknownComponentError
-    from rlcore.workers.engine import data_parallel_size
 
     try:
         return data_parallel_size(config, "actor_rollout_ref.actor", world)
@@ -382,7 +382,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
 
     verl semantics: ``ppo_mini_batch_size`` counts prompts (times ``rollout.n`` responses) and is divided
     across data-parallel ranks; ``ppo_micro_batch_size_per_gpu`` counts responses on one rank. The per-rank
-    sizes come from :func:`rlcore.workers.batch_sizes.ppo_batch_sizes`, the function the workers use, over
+    sizes come from :func:`rlcore.config.batch_sizes.ppo_batch_sizes`, the function the workers use, over
     the data-parallel size the training backend reports (world ÷ model-parallel size).
     """
     n = positive_key(config, "actor_rollout_ref.rollout.n")

@@ -46,8 +46,8 @@ from rlcore.errors import RLCoreError
 from rlcore.tracking.timer import StageTimer
 
 if TYPE_CHECKING:
+    from rlcore.api.batch import Batch
     from rlcore.controller.groups import WorkerGroups
-    from rlcore.protocol import Batch
 
 log = logging.getLogger(__name__)
 

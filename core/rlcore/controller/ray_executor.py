@@ -29,13 +29,13 @@ from omegaconf import DictConfig
 from ray.exceptions import RayError, RayTaskError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from rlcore.api.batch import Batch
+from rlcore.api.training import ParallelLayout
 from rlcore.controller.call_stats import CallLedger, CallMeter, CallStats
 from rlcore.controller.placement import BUNDLE_SHARE, POOL_TRAIN, SESSION
 from rlcore.controller.worker_spec import WorkerSpec
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PLUGIN_ENV_VARS
-from rlcore.protocol import Batch
-from rlcore.workers.engine import ParallelLayout
 
 log = logging.getLogger(__name__)
 

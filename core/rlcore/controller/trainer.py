@@ -29,6 +29,7 @@ from rlcore.algos.metrics import (
 )
 from rlcore.algos.pf_ppo import pf_ppo_resample
 from rlcore.algos.rollout_correction import apply_rollout_correction
+from rlcore.api.batch import Batch
 from rlcore.checkpoint import (
     CheckpointManager,
     claim_checkpoints,
@@ -52,8 +53,7 @@ from rlcore.data.sampler import build_sampler, update_curriculum
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager
 from rlcore.processors import load_processor
-from rlcore.profiling import step_profiling
-from rlcore.protocol import Batch
+from rlcore.profiling.plan import step_profiling
 from rlcore.reward.async_reward import AsyncReward, PendingReward
 from rlcore.reward.extras import check_reward_extras
 from rlcore.reward.model_reward import ModelRewardManager

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from omegaconf import DictConfig
 
+from rlcore.api.groups import ActorGroup, ActorRole, CriticGroup, RewardModelGroup, WorkerGroup
 from rlcore.controller.call_stats import CallLedger, CallMeter
-from rlcore.controller.contracts import ActorGroup, ActorRole, CriticGroup, RewardModelGroup, WorkerGroup
 from rlcore.controller.worker_spec import WorkerSpec
 
 if TYPE_CHECKING:
@@ -96,8 +96,8 @@ def make_worker_group(
 ) -> LocalWorkerGroup | RayWorkerGroup:
     """Create the worker group for ``role`` with the executor named by ``trainer.executor``.
 
-    The group's type follows the role: an :class:`~rlcore.controller.contracts.ActorGroup` for an
-    :data:`~rlcore.controller.contracts.ActorRole`, a ``CriticGroup`` for ``critic``, a ``RewardModelGroup``
+    The group's type follows the role: an :class:`~rlcore.api.groups.ActorGroup` for an
+    :data:`~rlcore.api.groups.ActorRole`, a ``CriticGroup`` for ``critic``, a ``RewardModelGroup``
     for ``reward_model`` and a plain ``WorkerGroup`` for any other role (e.g. a plugin worker's).
 
     ``local`` gives a :class:`LocalWorkerGroup`; ``ray`` a

@@ -1,4 +1,4 @@
-"""Collate dataset rows into a :class:`rlcore.protocol.Batch`."""
+"""Collate dataset rows into a :class:`rlcore.api.batch.Batch`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def collate_rows(rows: Sequence[Mapping[str, Any]]) -> Any:
     are filled element by element, so list-valued fields (``raw_prompt_ids``, ``raw_prompt``) stay one
     Python object per sample instead of becoming a 2-D array.
     """
-    from rlcore.protocol import Batch
+    from rlcore.api.batch import Batch
 
     if not rows:
         raise DataError("cannot collate an empty list of rows")

@@ -127,7 +127,7 @@ class PromptLoader:
         return perm
 
     def next_batch(self) -> Any:
-        """The next batch (a :class:`rlcore.protocol.Batch`), crossing into the next epoch when needed."""
+        """The next batch (a :class:`rlcore.api.batch.Batch`), crossing into the next epoch when needed."""
         if self._position >= self.batches_per_epoch:
             self.set_epoch(self._epoch + 1)
         start = self._position * self.batch_size

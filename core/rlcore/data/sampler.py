@@ -53,7 +53,7 @@ class AbstractCurriculumSampler(AbstractSampler):
 
     @abstractmethod
     def update(self, batch: Any) -> None:
-        """Take the finished step's :class:`rlcore.protocol.Batch` into account for the rows drawn next."""
+        """Take the finished step's :class:`rlcore.api.batch.Batch` into account for the rows drawn next."""
 
 
 def _sampler_settings(data_config: Any) -> tuple[str | None, str | None]:

@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rlcore.protocol import Batch
+    from rlcore.api.batch import Batch
 
 
 class PendingReward:

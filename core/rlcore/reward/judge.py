@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
+from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 from rlcore.reward.errors import RewardError
 from rlcore.reward.managers import RewardResult, _RewardManagerBase
 

@@ -35,9 +35,10 @@ from typing import Any
 
 import torch
 
+from rlcore.api.batch import Batch
 from rlcore.data.multimodal import MULTI_MODAL_INPUTS
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
+from rlcore.modelkit.vlm import load_policy, rollout_prefill
 from rlcore.rollout import static_decoder
 from rlcore.rollout.chunking import (
     ModelShape,
@@ -57,7 +58,6 @@ from rlcore.rollout.decode_state import DecodeState
 from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
 from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
 from rlcore.rollout.weights import check_weight_names, float64_sum, state_checksum
-from rlcore.workers.vlm import load_policy, rollout_prefill
 
 __all__ = ["HFRolloutEngine", "state_checksum"]
 
@@ -164,7 +164,7 @@ class HFRolloutEngine:
 
         Reads ``input_ids [B, P]`` (left-padded), ``attention_mask`` and ``position_ids`` (computed from
         the mask when absent), and for a vision-language model the rows' images from
-        ``non_tensors["multi_modal_inputs"]`` (:func:`rlcore.workers.vlm.rollout_prefill`). Uses
+        ``non_tensors["multi_modal_inputs"]`` (:func:`rlcore.modelkit.vlm.rollout_prefill`). Uses
         ``val_kwargs`` when ``validate`` or ``batch.meta["validate"]`` is true; ``batch.meta["do_sample"] =
         False`` forces greedy decoding. The result holds ``prompts``, ``responses [B, R]`` (right-padded
         with the pad token, ``R = response_length``), ``response_mask`` (1 up to and including the EOS

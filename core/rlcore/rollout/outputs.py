@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
+from rlcore.api.batch import Batch
 from rlcore.dtypes import parse_dtype
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 from rlcore.rollout.sampling import ROLLOUT_KEY
 
 __all__ = ["SpecialTokens", "check_left_padded", "engine_dtype", "rollout_output"]

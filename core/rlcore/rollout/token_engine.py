@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
 from rlcore.rollout.sampling import ROLLOUT_KEY, RolloutSettings, SamplingParams, request_seeds
 from rlcore.rollout.weights import ExpectedState

@@ -93,7 +93,7 @@ class ExpectedState:
         """The expected state of the causal LM at ``model_path``, built on the meta device (nothing loaded)."""
         from transformers import AutoConfig
 
-        from rlcore.workers.vlm import policy_loader
+        from rlcore.modelkit.vlm import policy_loader
 
         config = AutoConfig.from_pretrained(model_path)
         with torch.device("meta"):

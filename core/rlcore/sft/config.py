@@ -6,7 +6,7 @@ closest known key, a value of the wrong type is an error naming the key, and eve
 once. A verl key that rlcore cannot honour is accepted only at the value that asks for nothing
 (:data:`UNSUPPORTED`).
 
-The training engines read the RL key tree (:mod:`rlcore.workers.engine`): :func:`engine_config` lowers
+The training engines read the RL key tree (:mod:`rlcore.api.training`): :func:`engine_config` lowers
 an SFT config onto rlcore's RL defaults (``actor_rollout_ref.model.*``, ``actor_rollout_ref.actor.*``,
 ``trainer.*``), so SFT runs on exactly the engines, workers and checkpoints that RL uses.
 """
@@ -212,7 +212,7 @@ def world_size(config: DictConfig) -> int:
 def lower_config(config: DictConfig, manager: PluginManager | None = None) -> tuple[DictConfig, SFTBatchSizes]:
     """The engine config (:func:`engine_config`) and the step's batch sizes, which it carries: the
     per-rank micro-batch (the whole per-rank batch with a token budget)."""
-    from rlcore.workers.engine import data_parallel_size
+    from rlcore.config.batch_sizes import data_parallel_size
 
     lowered = engine_config(config, manager)
     sizes = sft_batch_sizes(config, data_parallel_size(lowered, ACTOR, world_size(config)))
@@ -267,7 +267,7 @@ class SFTBatchSizes:
 
 def sft_batch_sizes(config: DictConfig, dp_size: int) -> SFTBatchSizes:
     """The per-rank sizes of a step over ``dp_size`` data-parallel ranks; errors name the SFT keys."""
-    from rlcore.workers.batch_sizes import legacy_per_rank
+    from rlcore.config.batch_sizes import legacy_per_rank
 
     total = positive_int(select(config, "data.train_batch_size"), "data.train_batch_size")
     if total % dp_size:

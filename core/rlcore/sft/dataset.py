@@ -32,10 +32,10 @@ import numpy as np
 import torch
 
 from rlcore.agents.audit import mask_spans
+from rlcore.api.batch import Batch
 from rlcore.data import DataError
 from rlcore.data.files import normalize_files
 from rlcore.data.rl_dataset import RowOrigin, check_unicode, config_value, read_rows, to_plain, tokenizer_failure
-from rlcore.protocol import Batch
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class SFTDataset:
 
     ``config`` is the ``data`` section of the SFT config; ``split`` is ``train`` or ``val`` (messages,
     ``*_max_samples``). ``dataset[i]`` is ``{"input_ids": list, "loss_mask": list}``, which
-    :func:`sft_batch` pads into a :class:`~rlcore.protocol.Batch`.
+    :func:`sft_batch` pads into a :class:`~rlcore.api.batch.Batch`.
     """
 
     def __init__(self, files: Any, tokenizer: Any, config: Any, split: str = "train") -> None:

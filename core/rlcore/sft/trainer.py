@@ -20,6 +20,8 @@ import click
 from omegaconf import DictConfig
 
 from rlcore.algos.metrics import compute_throughput_metrics
+from rlcore.api.batch import Batch
+from rlcore.api.groups import WorkerGroup
 from rlcore.checkpoint import (
     CheckpointManager,
     RunIdentity,
@@ -28,14 +30,12 @@ from rlcore.checkpoint import (
     resume_path,
     write_trainer_state,
 )
-from rlcore.controller.contracts import WorkerGroup
 from rlcore.controller.resume import unfinished_checkpoint
 from rlcore.controller.worker_group import make_worker_group, reduce_metrics
 from rlcore.controller.worker_spec import WorkerSpec
 from rlcore.data.collate import collate_rows
 from rlcore.data.loader import PromptLoader
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 from rlcore.sft.config import SFTBatchSizes
 from rlcore.sft.dataset import SFTDataset, sft_batch
 from rlcore.tracking.progress import ProgressBar

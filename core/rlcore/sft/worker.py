@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from rlcore.algos.losses import agg_loss
-from rlcore.protocol import Batch
+from rlcore.api.batch import Batch
+from rlcore.api.training import ModelOutput
 from rlcore.workers.actor import ActorRolloutRefWorker
 from rlcore.workers.base import cpu_batch
-from rlcore.workers.engine import ModelOutput
 from rlcore.workers.ppo_loop import UpdateSettings, ppo_update
 
 #: the temperature of the validation's greedy check (see :meth:`SFTWorker.eval_loss`)

@@ -174,8 +174,8 @@ def build_base_model(
     """
     import torch
 
+    from rlcore.modelkit.vlm import token_types
     from rlcore.testing.tiny_vlm import build_processor, build_vl_model, save_vlm
-    from rlcore.workers.vlm import token_types
 
     tokenizer = base_tokenizer()
     processor = build_processor(tokenizer)

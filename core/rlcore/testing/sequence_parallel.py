@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rlcore.protocol import Batch
+from rlcore.api.batch import Batch
 from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
 
 #: prompts of different lengths (left padding) for the global batch

@@ -198,7 +198,7 @@ def vl_prompt_batch(processor, rows: Sequence[tuple[str, Sequence[Any]]]):
     """
     import torch
 
-    from rlcore.protocol import Batch
+    from rlcore.api.batch import Batch
 
     encoded, data, inputs = [], [], []
     for text, images in rows:

@@ -15,16 +15,22 @@ from typing import Any, TypeVar
 import torch
 
 from rlcore.algos.losses import agg_loss, build_actor_loss
+from rlcore.api.batch import Batch
+from rlcore.api.rollout import RolloutEngine
+from rlcore.api.training import ModelOutput, TrainingEngine
+from rlcore.config.batch_sizes import (
+    UpdateBatchSizes,
+    data_parallel_size,
+    inference_micro_batch_size,
+    ppo_batch_sizes,
+    token_budget,
+)
 from rlcore.config.keys import select
 from rlcore.dtypes import parse_dtype
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 from rlcore.registry import UnknownComponentError
-from rlcore.rollout.engine import RolloutEngine
 from rlcore.rollout.weights import state_checksum
 from rlcore.workers.base import WorkerBase, checkpoint_contents, cpu_batch
-from rlcore.workers.batch_sizes import UpdateBatchSizes, inference_micro_batch_size, ppo_batch_sizes, token_budget
-from rlcore.workers.engine import ModelOutput, TrainingEngine, data_parallel_size
 from rlcore.workers.micro_batches import plan_micro_batches
 from rlcore.workers.ppo_loop import UpdateSettings, ppo_update
 

@@ -13,11 +13,8 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
 
-from rlcore.config.keys import select
-from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
-from rlcore.workers.distributed import init_process_group, resolve_device, rng_state, seed_everything, set_rng_state
-from rlcore.workers.engine import (
+from rlcore.api.batch import Batch
+from rlcore.api.training import (
     ENGINE_CONTENTS,
     EngineRequest,
     EngineRole,
@@ -25,7 +22,10 @@ from rlcore.workers.engine import (
     TrainingBackend,
     TrainingEngine,
 )
-from rlcore.workers.profiler import WorkerProfiler
+from rlcore.config.keys import select
+from rlcore.errors import RLCoreError
+from rlcore.profiling.worker import WorkerProfiler
+from rlcore.workers.distributed import init_process_group, resolve_device, rng_state, seed_everything, set_rng_state
 
 #: what a checkpoint may contain (``checkpoint.save_contents`` / ``load_contents``); ``hf_model`` (a Hugging
 #: Face export of the weights) is written by the actor only and never loaded
@@ -140,7 +140,7 @@ class WorkerBase:
         return self.engines[0].layout if self.engines else ParallelLayout(self.rank, self.world_size)
 
     def start_profile(self, step: int, kind: str, plan: dict[str, Any]) -> None:
-        """Begin profiling ``step`` on this rank when ``plan`` chooses it (:mod:`rlcore.profiling`)."""
+        """Begin profiling ``step`` on this rank when ``plan`` chooses it (:mod:`rlcore.profiling.plan`)."""
         self.profiler.start(step, kind, plan)
 
     def stop_profile(self) -> list[str]:

@@ -9,13 +9,13 @@ from omegaconf import DictConfig
 
 from rlcore.algos.functional import masked_mean
 from rlcore.algos.losses import value_loss
+from rlcore.api.batch import Batch
+from rlcore.api.training import ModelOutput, TrainingEngine
 from rlcore.config.algorithm_names import check_loss_agg_mode
+from rlcore.config.batch_sizes import data_parallel_size, ppo_batch_sizes, token_budget
 from rlcore.config.keys import positive_int, select
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 from rlcore.workers.base import WorkerBase, checkpoint_contents, cpu_batch
-from rlcore.workers.batch_sizes import ppo_batch_sizes, token_budget
-from rlcore.workers.engine import ModelOutput, TrainingEngine, data_parallel_size
 from rlcore.workers.micro_batches import plan_micro_batches
 from rlcore.workers.ppo_loop import UpdateSettings, ppo_update
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from rlcore.api.batch import Batch
 from rlcore.controller.balance import budget_partition
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 
 
 @dataclass(frozen=True)

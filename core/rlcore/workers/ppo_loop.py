@@ -1,4 +1,4 @@
-"""The PPO mini/micro-batch update over a :class:`~rlcore.workers.engine.TrainingEngine`, shared by the
+"""The PPO mini/micro-batch update over a :class:`~rlcore.api.training.TrainingEngine`, shared by the
 actor and the critic of every backend."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
-from rlcore.protocol import Batch
-from rlcore.workers.batch_sizes import UpdateBatchSizes
-from rlcore.workers.engine import MicroBatchLoss, ModelOutput, TrainingEngine
+from rlcore.api.batch import Batch
+from rlcore.api.training import MicroBatchLoss, ModelOutput, TrainingEngine
+from rlcore.config.batch_sizes import UpdateBatchSizes
 from rlcore.workers.micro_batches import plan_micro_batches
 
 #: ``loss_fn(micro_batch, output) -> (loss, metrics)``: the unscaled loss of one micro-batch as the
@@ -25,7 +25,7 @@ class UpdateSettings:
     """How one ``update_actor``/``update_critic`` call runs.
 
     Attributes:
-        sizes: per-rank mini- and micro-batch sizes (:func:`rlcore.workers.batch_sizes.ppo_batch_sizes`).
+        sizes: per-rank mini- and micro-batch sizes (:func:`rlcore.config.batch_sizes.ppo_batch_sizes`).
         epochs: passes over the batch (``ppo_epochs``).
         grad_clip: the gradient-norm clip (``grad_clip``; None or ≤ 0: none).
         loss_agg_mode: how the algorithm aggregates a loss over tokens (:func:`loss_units`).

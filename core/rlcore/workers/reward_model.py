@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
+from rlcore.api.batch import Batch
+from rlcore.api.training import TrainingEngine
+from rlcore.config.batch_sizes import token_budget
 from rlcore.config.keys import positive_int, select
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 from rlcore.workers.base import WorkerBase, cpu_batch
-from rlcore.workers.batch_sizes import token_budget
-from rlcore.workers.engine import TrainingEngine
 from rlcore.workers.micro_batches import plan_micro_batches
 
 RM = "reward_model"

@@ -20,10 +20,10 @@ from rlcore_plugin_dapo.filters import keep_varied_groups
 from rlcore_plugin_dapo.reward import DAPORewardManager
 from rlcore_plugin_dapo.settings import overlong_buffer
 
+from rlcore.api.batch import Batch
 from rlcore.config import ConfigError, load_config
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
-from rlcore.protocol import Batch
 from rlcore.testing.contracts import BatchFilterContract, PresetContract, RewardManagerContract
 from rlcore.testing.runs import make_tiny_task, tiny_run
 

@@ -97,11 +97,11 @@ def test_otb_bad_inputs_are_named() -> None:
 
 
 def test_sum_pi_squared_of_the_actor_forward(tiny_model_dir: Path, tiny_tokenizer: Any) -> None:
-    """Σπ² from :func:`rlcore.workers.hf_models.response_outputs` (padded and packed) equals Σ softmax(z/T)²
+    """Σπ² from :func:`rlcore.modelkit.hf_models.response_outputs` (padded and packed) equals Σ softmax(z/T)²
     of the model's logits at the positions that predict the response tokens."""
     from transformers import AutoModelForCausalLM
 
-    from rlcore.workers.hf_models import response_outputs
+    from rlcore.modelkit.hf_models import response_outputs
 
     logits = torch.tensor([[0.0, 1.0, -2.0], [3.0, 3.0, 3.0]])
     torch.testing.assert_close(sum_pi_squared_from_logits(logits), (logits.softmax(-1) ** 2).sum(-1))
@@ -191,9 +191,9 @@ class TestOTBEstimatorContract(AdvantageEstimatorContract):
 
 def test_the_controller_passes_the_is_weights_when_the_batch_has_them() -> None:
     """``optional_batch_keys``: the trainer hands ``rollout_is_weights`` to the estimator only when present."""
+    from rlcore.api.batch import Batch
     from rlcore.config.loader import load_config
     from rlcore.controller.trainer import Trainer
-    from rlcore.protocol import Batch
 
     case = _case()
     weights = torch.tensor([[1.0, 1, 1], [2, 2, 2], [1, 1, 1]])

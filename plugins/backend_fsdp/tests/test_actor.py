@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
+from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 from rlcore.workers.actor import WeightSyncError
 
 

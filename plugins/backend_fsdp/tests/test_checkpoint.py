@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import torch
 
+from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 
 
 def full_state(worker: Any) -> dict[str, torch.Tensor]:

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from rlcore.protocol import Batch
-from rlcore.workers.hf_models import ValueModel
+from rlcore.api.batch import Batch
+from rlcore.modelkit.hf_models import ValueModel
 
 CRITIC_METRICS = ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr")
 

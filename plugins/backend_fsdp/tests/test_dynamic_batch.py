@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from rlcore.protocol import Batch
+from rlcore.api.batch import Batch
 from rlcore.testing.contracts.backend import make_batch
 from rlcore.workers.micro_batches import plan_micro_batches
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from rlcore.protocol import Batch
+from rlcore.api.batch import Batch
 
 LORA = {
     "actor_rollout_ref__model__lora_rank": 4,

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy
 
-from rlcore.protocol import Batch
+from rlcore.api.batch import Batch
 
 
 def train_once(worker: Any, batch: Batch) -> dict[str, float]:

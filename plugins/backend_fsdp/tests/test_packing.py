@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import torch
 
+from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
+from rlcore.modelkit.packing import pack_batch
 from rlcore.testing.contracts.backend import make_batch
-from rlcore.workers.packing import pack_batch
 
 PROMPTS = ("what is 3 + 4", "john has 5 apples and mary has more", "cost", "how many oranges are left", "a")
 

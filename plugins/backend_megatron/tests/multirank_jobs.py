@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rlcore.protocol import Batch
+from rlcore.api.batch import Batch
 from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
 
 PROMPTS = (

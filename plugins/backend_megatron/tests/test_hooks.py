@@ -37,7 +37,7 @@ def test_config_defaults_cover_actor_ref_and_critic() -> None:
 def test_data_parallel_size_divides_the_world() -> None:
     """world ÷ (tp × pp × cp), through the core's helper; a size that does not divide names the keys."""
     from rlcore.config import load_config
-    from rlcore.workers.engine import data_parallel_size as core_data_parallel_size
+    from rlcore.config.batch_sizes import data_parallel_size as core_data_parallel_size
 
     config = load_config(
         overrides=[

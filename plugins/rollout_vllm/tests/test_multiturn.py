@@ -11,8 +11,8 @@ import torch
 
 from rlcore.agents import audit_batch
 from rlcore.agents.runner import AgentRunner, left_pad
+from rlcore.api.batch import Batch
 from rlcore.config import load_config
-from rlcore.protocol import Batch
 from rlcore.testing.contracts.chat_templates import tool_chat_pair
 
 

@@ -152,8 +152,8 @@ class AgentLoopContract:
         import torch
 
         from rlcore.agents.runner import AgentRunner, left_pad
+        from rlcore.api.batch import Batch
         from rlcore.config import load_config
-        from rlcore.protocol import Batch
         from rlcore.rollout.hf import HFRolloutEngine
         from rlcore.testing.contracts.chat_templates import tool_chat_pair
 

@@ -21,7 +21,7 @@ model's log-probs equal the actor's before any update; one ``update_actor`` with
 raises the log-prob of the trained responses and reports the standard ``actor/*`` metrics; after
 ``sync_weights`` the rollout engine serves the trainer's weights; an on-policy update equals one with
 recomputed old log-probs. On the engines themselves: they satisfy
-:class:`rlcore.workers.engine.TrainingEngine`; log-probs do not depend on the micro-batching; gradient
+:class:`rlcore.api.training.TrainingEngine`; log-probs do not depend on the micro-batching; gradient
 accumulation over micro-batches equals one pass over the whole batch; ``full_weights`` →
 ``load_full_weights`` round-trips; ``save``/``load`` restore model, optimizer and engine state exactly;
 the critic's values are ``[B, R]`` and a critic update moves them toward the returns.
@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import pytest
 import torch
 
-from rlcore.protocol import Batch
+from rlcore.api.batch import Batch
 
 #: metrics every ``update_actor`` must report
 ACTOR_METRICS: tuple[str, ...] = (
@@ -173,7 +173,7 @@ class TrainingBackendContract:
 
     def test_backend_builds_engines(self, hybrid_worker: Any) -> None:
         """The registered target checks configs and creates engines that satisfy the engine protocol."""
-        from rlcore.workers.engine import TrainingEngine
+        from rlcore.api.training import TrainingEngine
 
         assert self.component_name, f"{type(self).__name__} must set component_name"
         backend = self.backend()

@@ -20,7 +20,7 @@ The dataset class is resolved through the process-wide registry and constructed 
 ``data_overrides``, and the tiny ChatML tokenizer of the ``tiny_tokenizer`` fixture. The files must hold
 at least two rows whose chat-templated prompts are longer than :attr:`DatasetContract.short_length`
 tokens (any real prompt is). The suite checks left padding, position ids, every truncation mode against the
-untruncated ids, the overlong filter, and that rows collate into a :class:`rlcore.protocol.Batch`.
+untruncated ids, the overlong filter, and that rows collate into a :class:`rlcore.api.batch.Batch`.
 """
 
 from __future__ import annotations

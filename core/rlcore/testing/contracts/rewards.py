@@ -64,7 +64,7 @@ def make_reward_batch(
     ``{"value": i + 1.5}``.
     """
     truths = [str(i) for i in range(len(responses))] if ground_truths is None else ground_truths
-    from rlcore.protocol import Batch
+    from rlcore.api.batch import Batch
 
     pad = tokenizer.pad_token_id
     filler = tokenizer.encode("question", add_special_tokens=False)[0]

@@ -81,7 +81,7 @@ def teacher_forced_log_probs(model: Any, ids: list[int]) -> torch.Tensor:
 
 def make_prompt_batch(tokenizer: Any, prompts: list[str] = PROMPTS, meta: dict[str, Any] | None = None) -> Any:
     """A Batch of left-padded prompts: ``input_ids``, ``attention_mask``, ``position_ids`` and ``uid``."""
-    from rlcore.protocol import Batch
+    from rlcore.api.batch import Batch
 
     encoded = tokenizer(prompts, padding=True, return_tensors="pt")
     assert bool((encoded["attention_mask"][:, -1] == 1).all()), "the tokenizer must pad prompts on the left"

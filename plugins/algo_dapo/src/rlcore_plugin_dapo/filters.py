@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 
 
 def group_metric(batch: Batch, metric: str) -> np.ndarray:

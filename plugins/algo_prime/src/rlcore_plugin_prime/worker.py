@@ -17,12 +17,12 @@ import copy
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from rlcore.api.batch import Batch
+from rlcore.api.training import ModelOutput, TrainingEngine
+from rlcore.config.batch_sizes import UpdateBatchSizes, data_parallel_size
 from rlcore.config.keys import positive_int, select
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 from rlcore.workers.base import WorkerBase, cpu_batch
-from rlcore.workers.batch_sizes import UpdateBatchSizes
-from rlcore.workers.engine import ModelOutput, TrainingEngine, data_parallel_size
 from rlcore.workers.micro_batches import plan_micro_batches
 from rlcore.workers.ppo_loop import UpdateSettings, ppo_update
 

@@ -1,10 +1,10 @@
 """The DeepSpeed training engine: one Hugging Face model (actor, reference or critic) under ZeRO stage 1, 2 or 3.
 
-It implements :class:`rlcore.workers.engine.TrainingEngine`; rlcore's generic workers run the PPO loop, the
+It implements :class:`rlcore.api.training.TrainingEngine`; rlcore's generic workers run the PPO loop, the
 rollout engine and the checkpoints around it. The models, their log-probs and values and Ulysses sequence
-parallelism are rlcore's (:mod:`rlcore.workers.hf_models`, :mod:`rlcore.workers.sequence_parallel`), the
+parallelism are rlcore's (:mod:`rlcore.modelkit.hf_models`, :mod:`rlcore.modelkit.sequence_parallel`), the
 same code the FSDP engine runs; the optimizer is rlcore's AdamW with verl's LR schedule
-(:mod:`rlcore.workers.optim`), which DeepSpeed wraps in its ZeRO optimizer.
+(:mod:`rlcore.modelkit.optim`), which DeepSpeed wraps in its ZeRO optimizer.
 
 Gradient accumulation and clipping belong to rlcore's PPO loop: DeepSpeed runs with
 ``managed_gradient_accumulation: false`` (``backward`` accumulates, ``step`` is the boundary) and no
@@ -28,22 +28,22 @@ import torch.distributed as dist
 from omegaconf import DictConfig
 from torch import nn
 
+from rlcore.api.batch import Batch
+from rlcore.api.training import EngineRequest, EngineRole, MicroBatchLoss, ModelOutput
 from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
-from rlcore.workers import sequence_parallel
-from rlcore.workers.activation_offload import activation_offload, offload_enabled
-from rlcore.workers.distributed import DEVICE_KEY, resolve_device
-from rlcore.workers.engine import EngineRequest, EngineRole, MicroBatchLoss, ModelOutput
-from rlcore.workers.hf_models import (
+from rlcore.modelkit import sequence_parallel
+from rlcore.modelkit.activation_offload import activation_offload, offload_enabled
+from rlcore.modelkit.hf_models import (
     ValueModel,
     enable_activation_checkpointing,
     load_pretrained,
     response_outputs,
     response_values,
 )
-from rlcore.workers.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
-from rlcore.workers.optim import OptimizerState, build_lr_scheduler, build_optimizer
+from rlcore.modelkit.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
+from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
+from rlcore.workers.distributed import DEVICE_KEY, resolve_device
 from rlcore_plugin_deepspeed.settings import GATHER_BUCKET_NUMEL, DeepSpeedSettings, deepspeed_json, resolve_settings
 
 #: where :meth:`DeepSpeedEngine.save` puts the full weights and DeepSpeed's own checkpoint

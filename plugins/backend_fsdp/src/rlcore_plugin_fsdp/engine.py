@@ -1,10 +1,10 @@
 """The FSDP2 training engine: one Hugging Face model (actor, reference or critic) sharded with ``fully_shard``.
 
-It implements :class:`rlcore.workers.engine.TrainingEngine`; rlcore's generic workers run the PPO loop,
+It implements :class:`rlcore.api.training.TrainingEngine`; rlcore's generic workers run the PPO loop,
 the rollout engine and the checkpoints around it. Precision, offload and wrapping are in
 :mod:`rlcore_plugin_fsdp.fsdp`; model loading and the log-prob/value computations in rlcore's
-:mod:`rlcore.workers.hf_models` (shared with the DeepSpeed engine), Ulysses sequence parallelism in
-:mod:`rlcore.workers.sequence_parallel`.
+:mod:`rlcore.modelkit.hf_models` (shared with the DeepSpeed engine), Ulysses sequence parallelism in
+:mod:`rlcore.modelkit.sequence_parallel`.
 """
 
 from __future__ import annotations
@@ -28,22 +28,22 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.tensor import DTensor
 
+from rlcore.api.batch import Batch
+from rlcore.api.training import EngineRequest, EngineRole, MicroBatchLoss, ModelOutput
 from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
-from rlcore.workers import sequence_parallel
-from rlcore.workers.activation_offload import activation_offload, offload_enabled
-from rlcore.workers.engine import EngineRequest, EngineRole, MicroBatchLoss, ModelOutput
-from rlcore.workers.hf_models import (
+from rlcore.modelkit import sequence_parallel
+from rlcore.modelkit.activation_offload import activation_offload, offload_enabled
+from rlcore.modelkit.hf_models import (
     ValueModel,
     enable_activation_checkpointing,
     load_pretrained,
     response_outputs,
     response_values,
 )
-from rlcore.workers.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
-from rlcore.workers.optim import OptimizerState, build_lr_scheduler, build_optimizer
-from rlcore.workers.vlm import freeze_vision_tower, is_vision_language, rope_owner
+from rlcore.modelkit.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
+from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
+from rlcore.modelkit.vlm import freeze_vision_tower, is_vision_language, rope_owner
 from rlcore_plugin_fsdp.fsdp import (
     Offloader,
     apply_fsdp2,

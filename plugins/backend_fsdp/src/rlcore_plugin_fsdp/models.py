@@ -1,5 +1,5 @@
 """The reward model the FSDP engine runs. The policy and value models, their loading and their log-probs and
-values are rlcore's (:mod:`rlcore.workers.hf_models`), shared with the other engines."""
+values are rlcore's (:mod:`rlcore.modelkit.hf_models`), shared with the other engines."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlcore.protocol import Batch
-from rlcore.workers.hf_models import load_pretrained
+from rlcore.api.batch import Batch
+from rlcore.modelkit.hf_models import load_pretrained
 
 
 def load_reward_model(model_config: Mapping[str, Any], key: str, dtype: torch.dtype) -> nn.Module:

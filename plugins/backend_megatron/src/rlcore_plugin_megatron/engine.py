@@ -1,7 +1,7 @@
 """The megatron-core training engine: one model (actor, reference or critic) split over tensor-, pipeline-
 and context-parallel ranks, replicated over data-parallel ranks.
 
-It implements :class:`rlcore.workers.engine.TrainingEngine`. The model is a ``GPTModel`` on megatron-core's
+It implements :class:`rlcore.api.training.TrainingEngine`. The model is a ``GPTModel`` on megatron-core's
 local layer spec (:mod:`rlcore_plugin_megatron.model`), loaded from a Hugging Face checkpoint through
 :mod:`rlcore_plugin_megatron.convert`. The layers are split into ``pp × vpp`` model chunks (``vpp`` =
 ``virtual_pipeline_model_parallel_size``, 1 when null); pipeline rank ``r`` holds chunks ``r, pp + r, …``
@@ -31,17 +31,17 @@ import torch.distributed as dist
 from omegaconf import DictConfig
 
 from rlcore.algos import entropy_from_logits, logprobs_from_logits, sum_pi_squared_from_logits
-from rlcore.config.keys import select
-from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
-from rlcore.workers.engine import (
+from rlcore.api.batch import Batch
+from rlcore.api.training import (
     EngineRequest,
     EngineRole,
     MicroBatchLoss,
     ModelOutput,
     ParallelLayout,
 )
-from rlcore.workers.optim import OptimizerState, build_lr_scheduler, build_optimizer
+from rlcore.config.keys import select
+from rlcore.errors import RLCoreError
+from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
 from rlcore_plugin_megatron.context_parallel import cp_positions, gather_sequence
 from rlcore_plugin_megatron.convert import (
     ModelSpec,

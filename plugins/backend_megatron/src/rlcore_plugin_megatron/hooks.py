@@ -21,7 +21,7 @@ from rlcore_plugin_megatron.settings import (
 )
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
-RLCORE_API = ">=1,<2"
+RLCORE_API = ">=2,<3"
 
 
 def data_parallel_size(config: DictConfig, section: str, world_size: int) -> int:

@@ -21,9 +21,9 @@ from typing import Any
 import torch
 
 from rlcore.errors import RLCoreError
+from rlcore.modelkit.vlm import is_vision_language
 from rlcore.rollout.sampling import ROLLOUT_KEY, SamplingParams
 from rlcore.rollout.token_engine import Completion, TokenListEngine
-from rlcore.workers.vlm import is_vision_language
 from rlcore_plugin_vllm.sampling import vllm_sampling_kwargs
 
 __all__ = ["VLLMRolloutEngine", "import_vllm"]

@@ -5,7 +5,7 @@ What it does: builds its training engines with the backend registered as :data:`
 rlcore's generic workers run everything around the engines (roles, rollout, PPO loop, checkpoints).
 
 What to change: return your own engine from :meth:`Backend.create_engine` — a class with the methods of
-:class:`rlcore.workers.engine.TrainingEngine` (forward, forward_backward, optimizer_step, full weights,
+:class:`rlcore.api.training.TrainingEngine` (forward, forward_backward, optimizer_step, full weights,
 sharded save/load; rlcore's ``docs/writing-an-engine.md`` walks through one) — and reject the settings it
 cannot run in :meth:`Backend.check_config`. A backend that no longer delegates can drop the
 ``rlcore-plugin-fsdp`` dependency from ``pyproject.toml``. ``tests/test_training_backend.py`` runs rlcore's
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlcore import get_component
-from rlcore.workers.engine import EngineRequest, EngineRole, TrainingEngine
+from rlcore.api.training import EngineRequest, EngineRole, TrainingEngine
 
 #: the registered training backend whose engines this one builds
 BASE_BACKEND = "fsdp"

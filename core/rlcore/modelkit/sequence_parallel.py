@@ -36,11 +36,11 @@ import torch.distributed as dist
 from omegaconf import DictConfig
 from torch import nn
 
+from rlcore.api.batch import Batch
+from rlcore.api.training import ParallelLayout
+from rlcore.config.batch_sizes import ulysses_size
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
-from rlcore.workers.batch_sizes import ulysses_size
-from rlcore.workers.engine import ParallelLayout
-from rlcore.workers.packing import PackedBatch
+from rlcore.modelkit.packing import PackedBatch
 
 #: the name of the Ulysses attention in transformers' ``AttentionInterface``
 ATTENTION_NAME = "rlcore_ulysses"

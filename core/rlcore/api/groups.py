@@ -2,7 +2,7 @@
 
 A group (:class:`~rlcore.controller.worker_group.LocalWorkerGroup` or
 :class:`~rlcore.controller.ray_executor.RayWorkerGroup`) forwards ``group.method(...)`` to the same method
-of its workers on every rank, splitting a leading :class:`~rlcore.protocol.Batch` over the data-parallel
+of its workers on every rank, splitting a leading :class:`~rlcore.api.batch.Batch` over the data-parallel
 ranks and concatenating the results. These protocols name those methods, so that a reader (and a type
 checker) can follow a step from :mod:`rlcore.controller.trainer` to the worker: each method here is
 implemented by :class:`rlcore.workers.actor.ActorRolloutRefWorker`,
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from rlcore.protocol import Batch
+    from rlcore.api.batch import Batch
 
 
 #: the roles of :class:`rlcore.workers.actor.ActorRolloutRefWorker` (its ``ROLE_PARTS``): their groups are

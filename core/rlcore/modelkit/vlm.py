@@ -21,10 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlcore.api.batch import Batch
 from rlcore.data.multimodal import MULTI_MODAL_INPUTS
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
-from rlcore.workers.packing import PackedBatch
+from rlcore.modelkit.packing import PackedBatch
 
 #: ``model_type`` values of the vision-language architectures the engines train
 VISION_LANGUAGE_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import torch
     from omegaconf import DictConfig
 
-    from rlcore.protocol import Batch
+    from rlcore.api.batch import Batch
 
 
 class RolloutEngine(Protocol):

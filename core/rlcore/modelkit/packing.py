@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,7 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_config: Mapping[s
 
 
 class OptimizerState:
-    """The optimizer and LR-schedule bookkeeping of a :class:`~rlcore.workers.engine.TrainingEngine` that
+    """The optimizer and LR-schedule bookkeeping of a :class:`~rlcore.api.training.TrainingEngine` that
     trains with a torch optimizer and the schedule of :func:`build_lr_scheduler`: a mixin giving the
     contract's ``lr_scheduler_step``, ``has_optimizer_state``, ``reset_optimizer_state``, ``state_dict`` and
     ``load_state_dict``. The engine sets :attr:`role`, :attr:`optimizer` and :attr:`lr_scheduler` (both

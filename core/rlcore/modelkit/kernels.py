@@ -5,10 +5,10 @@ and ``use_torch_compile``.
   (``liger_kernel.transformers._apply_liger_kernel_to_instance``). Triton needs CUDA: on another device,
   or without the ``liger-kernel`` package, the engine stops with an error naming the key.
 - ``use_fused_kernels``: log-probs and entropies computed from the last hidden states and the LM head in
-  chunks of tokens, without materialising the logits (:mod:`rlcore.workers.fused_logprobs`);
+  chunks of tokens, without materialising the logits (:mod:`rlcore.modelkit.fused_logprobs`);
   ``fused_kernel_options.impl_backend`` picks ``torch`` (any device) or ``triton`` (``torch.compile``-d
   chunk arithmetic: CUDA and the triton package, else an error naming the key). Engines pass
-  :func:`fused_backend` to :func:`rlcore.workers.hf_models.response_outputs`.
+  :func:`fused_backend` to :func:`rlcore.modelkit.hf_models.response_outputs`.
 - ``use_torch_compile``: ``torch.compile`` of the model's forward (``nn.Module.compile``); it runs on CPU
   (inductor's C++ backend) and CUDA.
 
@@ -23,8 +23,8 @@ from torch import nn
 
 from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
+from rlcore.modelkit.fused_logprobs import FUSED_BACKENDS
 from rlcore.workers.distributed import DEVICE_KEY, resolve_device
-from rlcore.workers.fused_logprobs import FUSED_BACKENDS
 
 
 def _device_type(config: DictConfig) -> str:

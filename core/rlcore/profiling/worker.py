@@ -1,4 +1,4 @@
-"""The workers' side of step profiling (:mod:`rlcore.profiling` reads the config and says when).
+"""The workers' side of step profiling (:mod:`rlcore.profiling.plan` reads the config and says when).
 
 A worker keeps one :class:`WorkerProfiler`; ``start(step, kind, plan)`` begins a trace when this rank is one
 the plan profiles for its group kind, ``stop()`` writes the files under ``{save_path}/step{N}/``.

@@ -1,6 +1,6 @@
 """The Hugging Face models that training engines train: loading, activation checkpointing, the value model,
 and the teacher-forced log-probs and values of a micro-batch's response tokens (padded or packed, on one
-rank or split over a Ulysses sequence-parallel group, :mod:`rlcore.workers.sequence_parallel`).
+rank or split over a Ulysses sequence-parallel group, :mod:`rlcore.modelkit.sequence_parallel`).
 
 Shared by the engines of every backend that trains transformers models directly (FSDP, DeepSpeed), so
 that they compute the same numbers the same way.
@@ -18,26 +18,26 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from rlcore.algos import entropy_from_logits, logprobs_from_logits, sum_pi_squared_from_logits
+from rlcore.api.batch import Batch
+from rlcore.api.training import ModelOutput
 from rlcore.errors import RLCoreError
-from rlcore.protocol import Batch
-from rlcore.workers.engine import ModelOutput
-from rlcore.workers.fused_logprobs import fused_head
-from rlcore.workers.packing import PackedBatch, pack_batch
-from rlcore.workers.sequence_parallel import (
+from rlcore.modelkit.fused_logprobs import fused_head
+from rlcore.modelkit.packing import PackedBatch, pack_batch
+from rlcore.modelkit.sequence_parallel import (
     SequenceParallel,
     ShardedInput,
     gather_sequence,
     shard_packed,
     shard_padded,
 )
-from rlcore.workers.vlm import policy_loader, vision_language_kwargs
+from rlcore.modelkit.vlm import policy_loader, vision_language_kwargs
 
 
 def load_pretrained(loader: Any, model_config: Mapping[str, Any], key: str, dtype: torch.dtype) -> nn.Module:
     """``loader.from_pretrained`` for the model section at ``key`` (``path``, ``override_config``,
     ``trust_remote_code``); a missing or unloadable path is an error naming ``key.path``. ``loader=None``
     loads a policy with its language-modelling head, vision-language or not
-    (:func:`rlcore.workers.vlm.policy_loader`)."""
+    (:func:`rlcore.modelkit.vlm.policy_loader`)."""
     from transformers import AutoConfig
 
     path = model_config.get("path", None)
@@ -116,7 +116,7 @@ def _head(
     model: nn.Module, fused: str | None, temperature: float, labels: Callable[[], torch.Tensor]
 ) -> AbstractContextManager[None]:
     """With ``fused`` (a ``fused_kernel_options.impl_backend``), ``model``'s LM head returns fused per-token
-    results for ``labels()`` (:func:`rlcore.workers.fused_logprobs.fused_head`); otherwise nothing changes."""
+    results for ``labels()`` (:func:`rlcore.modelkit.fused_logprobs.fused_head`); otherwise nothing changes."""
     return nullcontext() if fused is None else fused_head(model, labels(), temperature, fused)
 
 
@@ -187,15 +187,15 @@ def response_outputs(
     Only those positions are projected to the vocabulary when the model supports ``logits_to_keep``.
 
     With ``remove_padding`` the batch runs packed into one row without padding
-    (:func:`rlcore.workers.packing.pack_batch`); response positions that are not attended then get 0.
+    (:func:`rlcore.modelkit.packing.pack_batch`); response positions that are not attended then get 0.
     Without it they hold whatever the padded forward gives. Either way only positions inside the
     attention mask are meaningful. A vision-language model also gets the rows' images and mrope position
-    ids (:func:`rlcore.workers.vlm.vision_language_kwargs`). With ``sp`` the model (switched to Ulysses
-    attention by :func:`rlcore.workers.sequence_parallel.install`) runs on this rank's slice of the sequence: each rank
+    ids (:func:`rlcore.modelkit.vlm.vision_language_kwargs`). With ``sp`` the model (switched to Ulysses
+    attention by :func:`rlcore.modelkit.sequence_parallel.install`) runs on this rank's slice of the sequence: each rank
     projects only its slice to the vocabulary and the per-token results are gathered over the group.
     With ``fused`` (``model.use_fused_kernels``: the ``fused_kernel_options.impl_backend``) the LM head
     computes the per-token results from the hidden states in chunks, without materialising the logits
-    (:mod:`rlcore.workers.fused_logprobs`); the numbers are the same.
+    (:mod:`rlcore.modelkit.fused_logprobs`); the numbers are the same.
     """
     wanted = {"with_entropy": with_entropy, "with_sum_pi_squared": with_sum_pi_squared}
     if sp is not None:
@@ -267,7 +267,7 @@ class ValueModel(nn.Module):
         """Values ``[B, T, 1]`` of every position, of the last ``keep_last`` positions when it is > 0, or
         of the positions ``keep_index`` (along the sequence) when it is given.
 
-        ``attention_mask`` is None for a packed row (:mod:`rlcore.workers.packing`) and a ready mask
+        ``attention_mask`` is None for a packed row (:mod:`rlcore.modelkit.packing`) and a ready mask
         mapping under sequence parallelism. A module wrapped by FSDP2 must not return a view, so the
         trailing dimension is kept (no ``squeeze``) and the bias is added out of place (``Linear`` on a
         contiguous 3-D input returns a view of its matmul).
@@ -292,7 +292,7 @@ def response_values(
 ) -> torch.Tensor:
     """Float32 values ``[B, R]`` at positions ``P−1 … P+R−2`` (the states before each response token).
 
-    With ``remove_padding`` the batch runs packed into one row (:func:`rlcore.workers.packing.pack_batch`)
+    With ``remove_padding`` the batch runs packed into one row (:func:`rlcore.modelkit.packing.pack_batch`)
     and response positions outside the attention mask get 0. With ``sp`` each rank of the group computes
     the values of its slice of the sequence and they are gathered.
     """

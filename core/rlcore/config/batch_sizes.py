@@ -66,7 +66,7 @@ def ppo_batch_sizes(config: DictConfig, section: str, dp_size: int) -> UpdateBat
 
 def ulysses_size(config: DictConfig, section: str) -> int:
     """``{section}.ulysses_sequence_parallel_size`` (1 when absent): how many ranks split each sequence;
-    the data-parallel size is the world size divided by it (:func:`rlcore.workers.engine.data_parallel_size`)."""
+    the data-parallel size is the world size divided by it (:func:`data_parallel_size`)."""
     key = f"{section}.ulysses_sequence_parallel_size"
     return positive_int(select(config, key, 1), key)
 
@@ -100,3 +100,27 @@ def token_budget(config: DictConfig, flag_key: str, budget_key: str) -> int | No
     if not bool(select(config, flag_key, False)):
         return None
     return positive_int(select(config, budget_key), budget_key)
+
+
+def data_parallel_size(config: DictConfig, section: str, world_size: int) -> int:
+    """The data-parallel size of the engine at config ``section`` over ``world_size`` ranks.
+
+    It asks the backend's registration (meta ``data_parallel_size``: a function
+    ``(config, section, world_size) -> int`` in the plugin's light hooks module) and defaults to
+    ``world_size``: every rank is its own data-parallel rank, as with FSDP. Ulysses sequence parallelism
+    (``{section}.ulysses_sequence_parallel_size``) divides it further: the ranks of a sequence-parallel
+    group share one data-parallel rank.
+    """
+    from rlcore.plugins import load_plugins
+
+    strategy = select(config, f"{section}.strategy") or select(config, "actor_rollout_ref.actor.strategy")
+    meta = load_plugins().registry.get("training_backend", strategy).meta
+    derive = meta.get("data_parallel_size")
+    size = world_size if derive is None else int(derive(config, section, world_size))
+    sequence_parallel = ulysses_size(config, section)
+    if size % sequence_parallel:
+        raise RLCoreError(
+            f"{section}.ulysses_sequence_parallel_size={sequence_parallel} must divide the number of "
+            f"data-parallel ranks before sequence parallelism ({size} of {world_size} ranks)"
+        )
+    return size // sequence_parallel

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import torch
     from omegaconf import DictConfig
 
-    from rlcore.protocol import Batch
+    from rlcore.api.batch import Batch
 
 #: what an engine holds: the trainable policy, the frozen reference policy, the trainable value model, or the
 #: frozen reward model
@@ -126,7 +126,7 @@ class TrainingEngine(Protocol):
     """One model on this rank, built by :meth:`TrainingBackend.create_engine`.
 
     Every method that computes is collective over the engine's ranks: all ranks call it with their own
-    micro-batches (the same number of them). Tensors in a :class:`~rlcore.protocol.Batch` arrive on the
+    micro-batches (the same number of them). Tensors in a :class:`~rlcore.api.batch.Batch` arrive on the
     CPU; the engine moves what it needs to its device and returns outputs on the CPU.
     """
 
@@ -260,30 +260,3 @@ class TrainingBackend(Protocol):
     def create_engine(self, request: EngineRequest) -> TrainingEngine:
         """Build the model that ``request`` describes on this rank (called once per role by each rank)."""
         ...
-
-
-def data_parallel_size(config: DictConfig, section: str, world_size: int) -> int:
-    """The data-parallel size of the engine at config ``section`` over ``world_size`` ranks.
-
-    It asks the backend's registration (meta ``data_parallel_size``: a function
-    ``(config, section, world_size) -> int`` in the plugin's light hooks module) and defaults to
-    ``world_size``: every rank is its own data-parallel rank, as with FSDP. Ulysses sequence parallelism
-    (``{section}.ulysses_sequence_parallel_size``) divides it further: the ranks of a sequence-parallel
-    group share one data-parallel rank.
-    """
-    from rlcore.config.keys import select
-    from rlcore.errors import RLCoreError
-    from rlcore.plugins import load_plugins
-    from rlcore.workers.batch_sizes import ulysses_size
-
-    strategy = select(config, f"{section}.strategy") or select(config, "actor_rollout_ref.actor.strategy")
-    meta = load_plugins().registry.get("training_backend", strategy).meta
-    derive = meta.get("data_parallel_size")
-    size = world_size if derive is None else int(derive(config, section, world_size))
-    sequence_parallel = ulysses_size(config, section)
-    if size % sequence_parallel:
-        raise RLCoreError(
-            f"{section}.ulysses_sequence_parallel_size={sequence_parallel} must divide the number of "
-            f"data-parallel ranks before sequence parallelism ({size} of {world_size} ranks)"
-        )
-    return size // sequence_parallel

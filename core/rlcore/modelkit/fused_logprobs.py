@@ -10,7 +10,7 @@ unsharding, DeepSpeed ZeRO-3's gathering) and the model's own ``logits_to_keep``
 
 Backends (``fused_kernel_options.impl_backend``): ``torch`` runs the chunk arithmetic eagerly on any
 device; ``triton`` compiles it with ``torch.compile``, whose inductor backend emits Triton kernels on CUDA
-(the matrix products stay cuBLAS). :func:`rlcore.workers.kernels.check_kernel_switches` only lets
+(the matrix products stay cuBLAS). :func:`rlcore.modelkit.kernels.check_kernel_switches` only lets
 ``triton`` through on CUDA with the triton package.
 """
 

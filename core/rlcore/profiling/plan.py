@@ -19,7 +19,7 @@ chosen steps one trace, named after its first step. A worker group is profiled w
 or ``profiler.ranks`` choose the ranks (default: rank 0). ``nsys`` and ``npu`` are not available.
 
 This module only reads the config (the controller side); the workers' side is
-:mod:`rlcore.workers.profiler`.
+:mod:`rlcore.profiling.worker`.
 """
 
 from __future__ import annotations
