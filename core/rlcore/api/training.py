@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 #: what an engine holds: the trainable policy, the frozen reference policy, the trainable value model, or the
 #: frozen reward model
-EngineRole = Literal["actor", "ref", "critic", "reward"]
+EngineRole = Literal["actor", "ref", "critic", "reward_model"]
 #: the parts of a sharded engine state that ``*.checkpoint.save_contents`` may name
 ENGINE_CONTENTS: tuple[str, ...] = ("model", "optimizer")
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 
 from rlcore.algos.losses import agg_loss, build_actor_loss
 from rlcore.api.batch import Batch
+from rlcore.api.groups import ActorRole
 from rlcore.api.rollout import RolloutEngine
 from rlcore.api.training import ModelOutput, TrainingEngine
 from rlcore.config.batch_sizes import (
@@ -36,8 +37,8 @@ from rlcore.workers.ppo_loop import UpdateSettings, ppo_update
 
 ARR = "actor_rollout_ref"
 ACTOR = f"{ARR}.actor"
-#: role -> (has actor, has rollout engine, has reference model)
-ROLE_PARTS: dict[str, tuple[bool, bool, bool]] = {
+#: role (:data:`rlcore.api.groups.ActorRole`) -> (has actor, has rollout engine, has reference model)
+ROLE_PARTS: dict[ActorRole, tuple[bool, bool, bool]] = {
     "actor_rollout_ref": (True, True, True),
     "actor_rollout": (True, True, False),
     "actor": (True, False, False),
@@ -71,7 +72,9 @@ class ActorRolloutRefWorker(WorkerBase):
         config = self.config
         if not select(config, f"{ARR}.model.path"):
             raise RLCoreError(f"{ARR}.model.path is not set: give a Hugging Face model directory or hub name")
-        self.has_actor, self.has_rollout, self.has_ref = ROLE_PARTS[self.role]
+        self.has_actor, self.has_rollout, self.has_ref = ROLE_PARTS[
+            cast(ActorRole, self.role)
+        ]  # WorkerBase checked ROLES
         self.actor_config = config.actor_rollout_ref.actor
         self.rollout_config = config.actor_rollout_ref.rollout
         dp_size = data_parallel_size(config, ACTOR, self.world_size)

@@ -68,7 +68,7 @@ class RewardModelWorker(WorkerBase):
         self.budget = token_budget(config, f"{RM}.use_dynamic_bsz", f"{RM}.forward_max_token_len_per_gpu")
         max_length = select(config, f"{RM}.max_length")
         self.max_length = None if max_length is None else positive_int(max_length, f"{RM}.max_length")
-        self._check_engine_config("reward", RM, f"{RM}.model")
+        self._check_engine_config("reward_model", RM, f"{RM}.model")
         self.engine: TrainingEngine | None = None
         self.tokenizer: Any = None
         self.input_tokenizer: Any = None
@@ -86,7 +86,7 @@ class RewardModelWorker(WorkerBase):
                 f"{RM}.model.path={model.path!r}: its tokenizer differs from the policy's ({RM}.model.input_tokenizer="
                 f"{source!r}) and has no chat template to re-render the responses with"
             )
-        self.engine = self._create_engine("reward", RM, f"{RM}.model")
+        self.engine = self._create_engine("reward_model", RM, f"{RM}.model")
 
     def compute_rm_score(self, batch: Batch) -> Batch:
         """``rm_scores`` ``[B, R]``: each response's reward-model score on its last valid token."""

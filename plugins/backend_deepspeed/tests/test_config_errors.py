@@ -47,7 +47,7 @@ def test_reward_models_are_left_to_other_backends(tiny_model_dir: Path) -> None:
 
     config = Settings.make_config(tiny_model_dir)
     with pytest.raises(RLCoreError, match="the deepspeed backend does not run reward models"):
-        check_config(config, "reward", "reward_model", "reward_model.model")
+        check_config(config, "reward_model", "reward_model", "reward_model.model")
 
 
 def test_bf16_trains_on_the_cpu(tiny_model_dir: Path, tiny_tokenizer: object) -> None:

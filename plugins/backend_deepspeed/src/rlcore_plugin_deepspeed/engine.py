@@ -53,7 +53,7 @@ MODEL_FILE, DEEPSPEED_DIR, DEEPSPEED_TAG = "model/model.safetensors", "deepspeed
 def check_config(config: DictConfig, role: EngineRole, section: str, model_section: str) -> DeepSpeedSettings:
     """Validate what the engine of ``role`` reads (``{section}.deepspeed_config``, sequence parallelism, the
     kernel switches) and return the resolved settings; errors name the key."""
-    if role == "reward":
+    if role == "reward_model":
         raise RLCoreError(
             "the deepspeed backend does not run reward models; set reward_model.strategy=fsdp (or another backend)"
         )

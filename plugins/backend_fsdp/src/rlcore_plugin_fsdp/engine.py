@@ -106,7 +106,7 @@ class FSDPEngine(OptimizerState):
         if request.role == "ref" and isinstance(shared, FSDPEngine) and shared.lora_merger is not None:
             self.module, self.offloader, self.adapters_disabled = shared.module, shared.offloader, True
             return
-        if request.role == "reward":
+        if request.role == "reward_model":
             model = load_reward_model(model_config, request.model_section, self.fsdp["model_dtype"])
         elif request.role == "critic":
             from transformers import AutoModel
@@ -166,7 +166,7 @@ class FSDPEngine(OptimizerState):
         self, micro: Batch, temperature: float, with_entropy: bool, with_sum_pi_squared: bool
     ) -> ModelOutput:
         """The model's outputs for one micro-batch, by role."""
-        if self.role == "reward":
+        if self.role == "reward_model":
             return ModelOutput(scores=response_scores(self.module, micro))
         if self.role == "critic":
             values = response_values(
@@ -290,7 +290,7 @@ class FSDPEngine(OptimizerState):
     def save_hf(self, directory: Path, *, with_weights: bool) -> None:
         """The model config and, ``with_weights``, the full (LoRA-merged) weights as a Hugging Face model
         directory, written by rank 0."""
-        if self.role in ("critic", "reward"):
+        if self.role in ("critic", "reward_model"):
             raise RLCoreError(f"the {self.role} model has no Hugging Face causal-LM export")
         state = self.full_weights(only_rank0=True) if with_weights else None
         if self.rank != 0:

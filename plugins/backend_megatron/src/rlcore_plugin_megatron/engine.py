@@ -78,7 +78,7 @@ def _is_cpu(config: DictConfig) -> bool:
 def check_config(config: DictConfig, role: EngineRole, section: str, model_section: str) -> MegatronSettings:
     """Validate what the engine of ``role`` reads and return its resolved ``{section}.megatron``; errors name
     the key."""
-    if role == "reward":
+    if role == "reward_model":
         raise RLCoreError(
             f"{section}.strategy=megatron: the megatron backend has no reward-model engine yet; use "
             f"{section}.strategy=fsdp"
