@@ -25,7 +25,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.rollout.token_engine",  # TokenListEngine, Completion: a base for token-id rollout engines
     "rlcore.api.training",  # the TrainingEngine / TrainingBackend contract
     "rlcore.modelkit.optim",  # AdamW and verl's learning-rate schedule, for engines
-    "rlcore.workers.distributed",  # device, process group, seeding and RNG state, for engines
+    "rlcore.modelkit.distributed",  # device, process group, seeding and RNG state, for engines
     "rlcore.workers.base",  # WorkerBase: the rank set-up and engines of an algorithm's own worker (PRIME's PRM)
     "rlcore.config.batch_sizes",  # UpdateBatchSizes and the batch arithmetic, for such workers
     "rlcore.workers.micro_batches",  # plan_micro_batches, for such workers

@@ -6,8 +6,9 @@ entropy and values of response tokens (:mod:`~rlcore.modelkit.hf_models`), seque
 (:mod:`~rlcore.modelkit.packing`), Ulysses sequence parallelism (:mod:`~rlcore.modelkit.sequence_parallel`),
 the kernel switches and fused log-probs (:mod:`~rlcore.modelkit.kernels`,
 :mod:`~rlcore.modelkit.fused_logprobs`), vision-language models (:mod:`~rlcore.modelkit.vlm`), the optimizer
-and learning-rate schedule (:mod:`~rlcore.modelkit.optim`) and activation offload
-(:mod:`~rlcore.modelkit.activation_offload`).
+and learning-rate schedule (:mod:`~rlcore.modelkit.optim`), activation offload
+(:mod:`~rlcore.modelkit.activation_offload`), and the device, process group, seeding and RNG state of a rank
+(:mod:`~rlcore.modelkit.distributed`).
 
 Nothing here knows about roles, workers or the algorithm: :mod:`rlcore.workers` uses the kit, and so do the
 backend plugins (these modules are part of the public API, :data:`rlcore.public_api.PUBLIC_MODULES`).

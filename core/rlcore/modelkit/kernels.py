@@ -23,8 +23,8 @@ from torch import nn
 
 from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
+from rlcore.modelkit.distributed import DEVICE_KEY, resolve_device
 from rlcore.modelkit.fused_logprobs import FUSED_BACKENDS
-from rlcore.workers.distributed import DEVICE_KEY, resolve_device
 
 
 def _device_type(config: DictConfig) -> str:

@@ -7,5 +7,4 @@
   worker, such as PRIME's reward model).
 - :mod:`rlcore.workers.ppo_loop`, :mod:`rlcore.workers.micro_batches`: the update loop and its micro-batches;
   the batch arithmetic is :mod:`rlcore.config.batch_sizes`.
-- :mod:`rlcore.workers.distributed`: device, process group, seeding and RNG state.
 """

@@ -24,8 +24,8 @@ from rlcore.api.training import (
 )
 from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
+from rlcore.modelkit.distributed import init_process_group, resolve_device, rng_state, seed_everything, set_rng_state
 from rlcore.profiling.worker import WorkerProfiler
-from rlcore.workers.distributed import init_process_group, resolve_device, rng_state, seed_everything, set_rng_state
 
 #: what a checkpoint may contain (``checkpoint.save_contents`` / ``load_contents``); ``hf_model`` (a Hugging
 #: Face export of the weights) is written by the actor only and never loaded

@@ -34,6 +34,7 @@ from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
 from rlcore.modelkit import sequence_parallel
 from rlcore.modelkit.activation_offload import activation_offload, offload_enabled
+from rlcore.modelkit.distributed import DEVICE_KEY, resolve_device
 from rlcore.modelkit.hf_models import (
     ValueModel,
     enable_activation_checkpointing,
@@ -43,7 +44,6 @@ from rlcore.modelkit.hf_models import (
 )
 from rlcore.modelkit.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
 from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
-from rlcore.workers.distributed import DEVICE_KEY, resolve_device
 from rlcore_plugin_deepspeed.settings import GATHER_BUCKET_NUMEL, DeepSpeedSettings, deepspeed_json, resolve_settings
 
 #: where :meth:`DeepSpeedEngine.save` puts the full weights and DeepSpeed's own checkpoint
