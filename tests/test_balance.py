@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from rlcore.api.batch import Batch
-from rlcore.controller.balance import (
+from rlcore.errors import RLCoreError
+from rlcore.workers.balance import (
     balance_order,
     budget_partition,
     chunk_sizes,
     greedy_partition,
     sequence_workload,
 )
-from rlcore.errors import RLCoreError
 
 
 def skewed_lengths(n: int, seed: int = 0) -> list[int]:

@@ -23,10 +23,6 @@ KNOWN_UPWARD_IMPORTS: dict[tuple[str, str], str] = {
     ("rlcore.config.validate", "rlcore.algos.rollout_correction"): "the dry run checks rollout-correction settings",
     ("rlcore.config.validate", "rlcore.data.custom"): "the dry run loads data.custom_cls to check it exists",
     ("rlcore.config.validate", "rlcore.modelkit.activation_offload"): "the dry run's activation-offload note",
-    ("rlcore.reward.model_reward", "rlcore.controller.worker_group"): "reduce_metrics of the reward-model group",
-    ("rlcore.reward.pool", "rlcore.controller.stop"): "the scoring pool stops with the run's hard exit",
-    ("rlcore.usercode", "rlcore.controller.stop"): "a user's code interrupted by the run's signal handler",
-    ("rlcore.workers.micro_batches", "rlcore.controller.balance"): "micro-batches balanced like the ranks",
 }
 
 

@@ -21,7 +21,7 @@ import pytest
 import rlcore
 from rlcore.agents.parsers import ToolCall
 from rlcore.agents.tools import Tool, ToolExecutor
-from rlcore.controller.stop import SignalInterrupt, StopRequest
+from rlcore.graceful_stop import SignalInterrupt, StopRequest
 from rlcore.reward import RewardError
 from rlcore.reward.managers import BatchRewardManager, NaiveRewardManager
 from rlcore.reward.scoring import build_scorer

@@ -6,7 +6,7 @@ the checkpoint folder's lock released.
 (:meth:`~rlcore.controller.trainer.Trainer.prepare`), makes the run directory and trains. A start-up error
 before the run directory exists leaves nothing behind. Once it exists, however the run ends — completed,
 stopped by SIGINT/SIGTERM (after its grace period, even with the main thread stuck: see
-:mod:`rlcore.controller.stop`), a user error, user code calling ``sys.exit()``, a bug — the summary is
+:mod:`rlcore.graceful_stop`), a user error, user code calling ``sys.exit()``, a bug — the summary is
 written with its status, and only a completed run returns normally.
 """
 

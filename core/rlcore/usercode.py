@@ -20,8 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from rlcore.controller.stop import SignalInterrupt
 from rlcore.errors import RLCoreError
+from rlcore.graceful_stop import SignalInterrupt
 
 #: the exceptions that end a process rather than report a failure
 EXIT_EXCEPTIONS: tuple[type[BaseException], ...] = (SystemExit, KeyboardInterrupt)
@@ -96,7 +96,7 @@ def exit_error(exc: BaseException, what: str) -> UserCodeExit:
 
 def is_stop_signal(exc: BaseException) -> bool:
     """Whether ``exc`` comes from a real SIGINT/SIGTERM rather than from code: the run's stop handler raises
-    :class:`~rlcore.controller.stop.SignalInterrupt`; outside a run, a ``KeyboardInterrupt`` under Python's
+    :class:`~rlcore.graceful_stop.SignalInterrupt`; outside a run, a ``KeyboardInterrupt`` under Python's
     default SIGINT handler may be a real Ctrl-C, so it counts as one."""
     if isinstance(exc, SignalInterrupt):
         return True

@@ -39,18 +39,16 @@ from rlcore.checkpoint import (
     write_rollout_states,
     write_trainer_state,
 )
-from rlcore.controller.balance import balance_order
 from rlcore.controller.groups import build_worker_groups
 from rlcore.controller.off_policy import RolloutPipeline
 from rlcore.controller.resume import unfinished_checkpoint
-from rlcore.controller.stop import StopRequest
 from rlcore.controller.uids import prompt_uids
-from rlcore.controller.worker_group import reduce_metrics
 from rlcore.data.collate import collate_rows
 from rlcore.data.custom import load_dataset_class
 from rlcore.data.loader import PromptLoader
 from rlcore.data.sampler import build_sampler, update_curriculum
 from rlcore.errors import RLCoreError
+from rlcore.graceful_stop import StopRequest
 from rlcore.plugins import PluginManager
 from rlcore.processors import load_processor
 from rlcore.profiling.plan import step_profiling
@@ -64,6 +62,8 @@ from rlcore.tracking.generations import dump_generations
 from rlcore.tracking.progress import ProgressBar
 from rlcore.tracking.sinks import build_trackers
 from rlcore.tracking.timer import StageTimer
+from rlcore.tracking.values import reduce_metrics
+from rlcore.workers.balance import balance_order
 
 log = logging.getLogger(__name__)
 

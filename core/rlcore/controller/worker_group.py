@@ -2,7 +2,7 @@
 
 The controller only ever calls ``group.method(batch)``. A group splits the batch across its data-parallel
 ranks, calls every rank and concatenates the results; per-rank metrics in ``meta["metrics"]`` arrive as
-lists and are reduced by :func:`reduce_metrics`. The ``local`` executor holds a single worker in the
+lists and are reduced by :func:`rlcore.tracking.values.reduce_metrics`. The ``local`` executor holds a single worker in the
 controller's own process (world size 1), which is what debugging and fast tests want; the ``ray``
 executor (:mod:`rlcore.controller.ray_executor`) shares this interface with one Ray actor per rank.
 """
@@ -19,18 +19,6 @@ from rlcore.controller.worker_spec import WorkerSpec
 
 if TYPE_CHECKING:
     from rlcore.controller.ray_executor import RayWorkerGroup
-
-
-def reduce_metrics(metrics: dict[str, Any]) -> dict[str, float]:
-    """Average list-valued metrics (one value per rank or micro-batch) into floats."""
-    out: dict[str, float] = {}
-    for key, value in metrics.items():
-        if isinstance(value, (list, tuple)):
-            values = [float(v) for v in value]
-            out[key] = sum(values) / len(values) if values else float("nan")
-        else:
-            out[key] = float(value)
-    return out
 
 
 class LocalWorkerGroup:

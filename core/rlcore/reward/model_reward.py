@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlcore.controller.worker_group import reduce_metrics
 from rlcore.reward.managers import RewardResult
+from rlcore.tracking.values import reduce_metrics
 
 
 class ModelRewardManager:

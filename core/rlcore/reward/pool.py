@@ -50,8 +50,8 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from rlcore.controller.stop import at_hard_exit
 from rlcore.errors import RLCoreError
+from rlcore.graceful_stop import at_hard_exit
 from rlcore.reward.output import OutputRelay
 from rlcore.usercode import EXIT_EXCEPTIONS, exit_error
 

@@ -31,7 +31,7 @@ from rlcore.checkpoint import (
     write_trainer_state,
 )
 from rlcore.controller.resume import unfinished_checkpoint
-from rlcore.controller.worker_group import make_worker_group, reduce_metrics
+from rlcore.controller.worker_group import make_worker_group
 from rlcore.controller.worker_spec import WorkerSpec
 from rlcore.data.collate import collate_rows
 from rlcore.data.loader import PromptLoader
@@ -40,6 +40,7 @@ from rlcore.sft.config import SFTBatchSizes
 from rlcore.sft.dataset import SFTDataset, sft_batch
 from rlcore.tracking.progress import ProgressBar
 from rlcore.tracking.sinks import build_trackers
+from rlcore.tracking.values import reduce_metrics
 
 #: the worker class of an SFT run's group
 SFT_WORKER = WorkerSpec("rlcore.sft.worker:SFTWorker")

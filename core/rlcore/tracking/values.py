@@ -1,4 +1,4 @@
-"""Metric values: JSON-safe conversion and compact formatting (a leaf module: the sinks, the progress bar,
+"""Metric values: averaging per-rank lists, JSON-safe conversion and compact formatting (a leaf module: the sinks, the progress bar,
 the report and the trackers all use it)."""
 
 from __future__ import annotations
@@ -55,3 +55,15 @@ def format_value(value: Any) -> str:
     if 1e-3 <= abs(value) < 1.0:
         return f"{value:.4g}"
     return f"{value:.3e}"
+
+
+def reduce_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    """Average list-valued metrics (one value per rank or micro-batch) into floats."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        if isinstance(value, (list, tuple)):
+            values = [float(v) for v in value]
+            out[key] = sum(values) / len(values) if values else float("nan")
+        else:
+            out[key] = float(value)
+    return out

@@ -2,7 +2,7 @@
 
 With a token budget the rows are split into the fewest micro-batches whose summed valid lengths
 (``attention_mask`` sums) stay within the budget, balanced by a longest-first greedy partition
-(:func:`rlcore.controller.balance.budget_partition`). A row longer than the budget gets a micro-batch of
+(:func:`rlcore.workers.balance.budget_partition`). A row longer than the budget gets a micro-batch of
 its own (with a warning naming the budget key). Every rank must run the same number of forward passes
 (sharded engines gather parameters in every pass), so the micro-batch count is agreed with an all-reduce (max) over
 the ranks. Results computed per micro-batch are put back into the original row order.
@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 from rlcore.api.batch import Batch
-from rlcore.controller.balance import budget_partition
 from rlcore.errors import RLCoreError
+from rlcore.workers.balance import budget_partition
 
 
 @dataclass(frozen=True)
