@@ -76,7 +76,7 @@ def register_advantage_estimator(register):
 FUTURE_HOOKS = """
 import rlcore
 
-RLCORE_API = ">=2,<3"
+RLCORE_API = ">=3,<4"
 
 @rlcore.hookimpl
 def register_presets(register):
@@ -290,11 +290,11 @@ def test_incompatible_api_range_is_refused(plugin_site: Path) -> None:
     (line,) = [line for line in table.stdout.splitlines() if line.startswith("rlcore-demo-future ")]
     assert line.split()[1:3] == ["2.0.0", "incompatible"]
     message = (
-        f"plugin rlcore-demo-future supports rlcore plugin API >=2,<3, but this rlcore ({metadata.version('rlcore')}) "
+        f"plugin rlcore-demo-future supports rlcore plugin API >=3,<4, but this rlcore ({metadata.version('rlcore')}) "
     )
     assert f"{message}has plugin API {API_VERSION}: it is not loaded" in line
     row = listing(plugin_site)["rlcore-demo-future"]
-    assert (row["status"], row["api"], row["components"], row["hooks"]) == ("incompatible", ">=2,<3", [], [])
+    assert (row["status"], row["api"], row["components"], row["hooks"]) == ("incompatible", ">=3,<4", [], [])
     strict = rlcore(plugin_site, "plugins", "--strict", env={"RLCORE_LOAD_PLUGINS": "rlcore-demo-future"})
     assert strict.returncode == 1
     assert "rlcore-demo-future" in strict.stdout and "incompatible" in strict.stdout
@@ -303,7 +303,7 @@ def test_incompatible_api_range_is_refused(plugin_site: Path) -> None:
     )
     assert fatal.returncode == 1
     assert (
-        "rlcore-demo-future [incompatible]: plugin rlcore-demo-future supports rlcore plugin API >=2,<3" in fatal.stderr
+        "rlcore-demo-future [incompatible]: plugin rlcore-demo-future supports rlcore plugin API >=3,<4" in fatal.stderr
     )
     assert "Traceback" not in fatal.stderr
     run = rlcore(plugin_site, "config", "show", "--preset", "demo-future")
