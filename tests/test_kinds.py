@@ -9,12 +9,12 @@ import inspect
 import json
 import re
 from pathlib import Path
-from typing import get_args
+from typing import get_args, get_overloads
 
 from rlcore import distributions, hookdocs, hookspecs
 from rlcore.api import specs
 from rlcore.api.kinds import COMPONENT_KINDS, KINDS
-from rlcore.registry import KIND_HOOKS
+from rlcore.registry import KIND_HOOKS, ComponentLoader, Registry
 from rlcore.scaffold import PLUGIN_TEMPLATE, template_variables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,6 +96,25 @@ def test_every_kind_has_a_protocol_and_at_most_one_spec_class() -> None:
     spec_classes = [kind.spec for kind in COMPONENT_KINDS if kind.spec is not None]
     assert len(set(spec_classes)) == len(spec_classes)
     assert set(spec_classes) == set(get_args(specs.CapabilitySpec))
+
+
+def _overload_kinds(function) -> list[str]:
+    """The ``Literal`` kinds of the overloads of ``function`` (its annotations are strings here)."""
+    found = []
+    for overload in get_overloads(function):
+        match = re.fullmatch(r"Literal\['(\w+)'\]", overload.__annotations__["kind"])
+        if match:
+            found.append(match[1])
+    return found
+
+
+def test_the_typed_registry_covers_every_kind() -> None:
+    """``Registry.load`` / ``get_component`` have an overload for every kind, ``Registry.spec`` and
+    ``Registry.get`` one for every kind with a spec class, so that no kind falls back to ``Any``."""
+    assert sorted(_overload_kinds(ComponentLoader.__call__)) == sorted(KINDS)
+    with_specs = sorted(kind.name for kind in COMPONENT_KINDS if kind.spec is not None)
+    assert sorted(_overload_kinds(Registry.spec)) == with_specs
+    assert sorted(_overload_kinds(Registry.get)) == with_specs
 
 
 def test_architecture_page_names_each_kind_protocol_and_spec() -> None:

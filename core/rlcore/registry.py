@@ -14,11 +14,18 @@ import importlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, overload
 
 from rlcore import distributions
 from rlcore.api.kinds import COMPONENT_KINDS, KINDS, KindSpec
-from rlcore.api.specs import AdvantageEstimatorSpec, PresetSpec, RewardScorerSpec, TrainingBackendSpec, spec_fields
+from rlcore.api.specs import (
+    AdvantageEstimatorSpec,
+    CapabilitySpec,
+    PresetSpec,
+    RewardScorerSpec,
+    TrainingBackendSpec,
+    spec_fields,
+)
 from rlcore.errors import RLCoreError
 
 if TYPE_CHECKING:
@@ -139,6 +146,47 @@ class Component(Generic[SpecT]):
         return f"{head}: {type(exc).__name__}: {exc} — {provider} looks broken or incompatible with this rlcore"
 
 
+class ComponentLoader(Protocol):
+    """``load(kind, name)``: the imported target of ``(kind, name)``, typed with its kind's protocol
+    (:attr:`rlcore.api.kinds.KindSpec.protocol`; a class kind's target is the class). The type of
+    :attr:`Registry.load` and :func:`rlcore.get_component`, so that both are typed per kind."""
+
+    @overload
+    def __call__(self, kind: Literal["training_backend"], name: str) -> TrainingBackend: ...
+    @overload
+    def __call__(self, kind: Literal["rollout_engine"], name: str) -> type[RolloutEngine]: ...
+    @overload
+    def __call__(self, kind: Literal["reward_manager"], name: str) -> type[RewardManager]: ...
+    @overload
+    def __call__(self, kind: Literal["reward_scorer"], name: str) -> RewardScorer: ...
+    @overload
+    def __call__(self, kind: Literal["dataset"], name: str) -> type[Dataset]: ...
+    @overload
+    def __call__(self, kind: Literal["advantage_estimator"], name: str) -> AdvantageEstimator: ...
+    @overload
+    def __call__(self, kind: Literal["policy_loss"], name: str) -> PolicyLoss: ...
+    @overload
+    def __call__(self, kind: Literal["batch_filter"], name: str) -> BatchFilter: ...
+    @overload
+    def __call__(self, kind: Literal["tracker"], name: str) -> type[Tracker]: ...
+    @overload
+    def __call__(self, kind: Literal["preset"], name: str) -> Mapping[str, Any] | Preset: ...
+    @overload
+    def __call__(self, kind: Literal["tool"], name: str) -> type[Tool]: ...
+    @overload
+    def __call__(self, kind: Literal["agent_loop"], name: str) -> type[AgentLoop]: ...
+    @overload
+    def __call__(self, kind: Literal["interaction"], name: str) -> type[Interaction]: ...
+    @overload
+    def __call__(self, kind: Literal["tool_parser"], name: str) -> type[ToolParser]: ...
+    @overload
+    def __call__(self, kind: str, name: str) -> Any: ...
+
+    def __call__(self, kind: str, name: str) -> Any:
+        """The imported target of ``(kind, name)``."""
+        ...
+
+
 class Registry:
     """All components of all loaded plugins, keyed by ``(kind, name)`` with aliases."""
 
@@ -146,6 +194,8 @@ class Registry:
         self._components: dict[tuple[str, str], Component[Any]] = {}
         self._aliases: dict[tuple[str, str], str] = {}
         self.conflicts: dict[tuple[str, str], list[Component[Any]]] = {}
+        #: ``load(kind, name)``: the imported target of ``(kind, name)``, typed per kind (:class:`ComponentLoader`)
+        self.load: ComponentLoader = self._load
 
     def make_register(
         self,
@@ -168,7 +218,7 @@ class Registry:
             description: str = "",
             aliases: tuple[str, ...] | list[str] = (),
             replace: bool = False,
-            spec: Any = None,
+            spec: CapabilitySpec | None = None,
             **unknown: Any,
         ) -> None:
             """Register one component; ``spec`` declares its capabilities (the kind's spec class)."""
@@ -318,40 +368,8 @@ class Registry:
             raise RLCoreError(f"the {kind} kind has no capabilities; kinds with a spec are {with_specs}")
         return self.get(kind, name).spec
 
-    @overload
-    def load(self, kind: Literal["training_backend"], name: str) -> TrainingBackend: ...
-    @overload
-    def load(self, kind: Literal["rollout_engine"], name: str) -> type[RolloutEngine]: ...
-    @overload
-    def load(self, kind: Literal["reward_manager"], name: str) -> type[RewardManager]: ...
-    @overload
-    def load(self, kind: Literal["reward_scorer"], name: str) -> RewardScorer: ...
-    @overload
-    def load(self, kind: Literal["dataset"], name: str) -> type[Dataset]: ...
-    @overload
-    def load(self, kind: Literal["advantage_estimator"], name: str) -> AdvantageEstimator: ...
-    @overload
-    def load(self, kind: Literal["policy_loss"], name: str) -> PolicyLoss: ...
-    @overload
-    def load(self, kind: Literal["batch_filter"], name: str) -> BatchFilter: ...
-    @overload
-    def load(self, kind: Literal["tracker"], name: str) -> type[Tracker]: ...
-    @overload
-    def load(self, kind: Literal["preset"], name: str) -> Mapping[str, Any] | Preset: ...
-    @overload
-    def load(self, kind: Literal["tool"], name: str) -> type[Tool]: ...
-    @overload
-    def load(self, kind: Literal["agent_loop"], name: str) -> type[AgentLoop]: ...
-    @overload
-    def load(self, kind: Literal["interaction"], name: str) -> type[Interaction]: ...
-    @overload
-    def load(self, kind: Literal["tool_parser"], name: str) -> type[ToolParser]: ...
-    @overload
-    def load(self, kind: str, name: str) -> Any: ...
-
-    def load(self, kind: str, name: str) -> Any:
-        """Return the imported target of ``(kind, name)``, typed with its kind's protocol
-        (:attr:`rlcore.api.kinds.KindSpec.protocol`; a class kind's target is the class)."""
+    def _load(self, kind: str, name: str) -> Any:
+        """Return the imported target of ``(kind, name)`` (:attr:`load`, typed per kind)."""
         return self.get(kind, name).load()
 
 
