@@ -23,7 +23,7 @@ from rlcore.agents.settings import AgentSettings
 from rlcore.agents.tools import ToolExecutor, ToolResult
 from rlcore.agents.tracing import traced
 from rlcore.agents.trajectory import Trajectory
-from rlcore.api.components import AgentLoop, ToolParser
+from rlcore.api.components import AgentLoop, AgentSample, ToolParser
 from rlcore.errors import RLCoreError
 
 log = logging.getLogger(__name__)
@@ -56,17 +56,6 @@ class TurnGenerator(Protocol):
     async def generate(self, token_ids: list[int]) -> Generation:
         """Sample one assistant turn continuing ``token_ids``."""
         ...
-
-
-@dataclass
-class AgentSample:
-    """One sample for a loop: its ``prompt_ids`` (the dataset's, unpadded), its chat ``messages`` (``raw_prompt``,
-    None when the dataset did not keep them), ``extra_info`` and a unique ``instance_id``."""
-
-    prompt_ids: list[int]
-    messages: list[dict[str, Any]] | None
-    extra_info: dict[str, Any]
-    instance_id: str
 
 
 @dataclass

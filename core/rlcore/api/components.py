@@ -7,18 +7,20 @@ calls with keywords or in this order); a kind whose target is a class has the pr
 constructor included, and the registry returns ``type[Protocol]``. The two engine kinds have theirs in
 :mod:`rlcore.api.training` (``TrainingBackend``) and :mod:`rlcore.api.rollout` (``RolloutEngine``).
 
+The small records the components hand back are defined here too (:class:`RewardResult`, :class:`ToolResult`,
+:class:`InteractionTurn`, :class:`AgentSample`; :mod:`rlcore.reward` and :mod:`rlcore.agents` re-export them).
 Nothing here imports torch, numpy or omegaconf at run time (their types are for the type checker only), so
 the plugin loader can import this module at start-up. Like the rest of :mod:`rlcore.api` it sits on the
 ground floor of the import graph: even for the type checker it imports only the contract modules and the
-agents' leaf data modules (``ToolCall``, ``Trajectory``). The data classes of modules above it
-(:class:`rlcore.agents.ToolResult`, :class:`rlcore.agents.InteractionTurn`, :class:`rlcore.agents.AgentContext`,
-:class:`rlcore.agents.AgentSample`, :class:`rlcore.reward.RewardResult`) are therefore ``Any`` here, named in
-the docstrings. ``tests/test_component_protocols.py`` checks every bundled component against its kind's protocol.
+agents' leaf data modules (``ToolCall``, ``Trajectory``), so an agent loop's context
+(:class:`rlcore.agents.AgentContext`, which holds the runner's machinery) is ``Any`` here.
+``tests/test_component_protocols.py`` checks every bundled component against its kind's protocol.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -33,17 +35,68 @@ if TYPE_CHECKING:
 __all__ = [
     "AdvantageEstimator",
     "AgentLoop",
+    "AgentSample",
     "BatchFilter",
     "Dataset",
     "Interaction",
+    "InteractionTurn",
     "PolicyLoss",
     "Preset",
     "RewardManager",
+    "RewardResult",
     "RewardScorer",
     "Tool",
     "ToolParser",
+    "ToolResult",
     "Tracker",
 ]
+
+
+@dataclass
+class RewardResult:
+    """What a reward manager returns.
+
+    Attributes:
+        token_level_scores: ``[B, R]`` float32; each sample's score on its last valid response token.
+        extra_info: per-sample lists (length ``B``) of the extra keys scorers returned in their dicts.
+        metrics: scalar metrics of this call (the ``reward/scorer_*`` failure counters).
+        tensors: tensors with one row per sample that the controller puts into the batch as they are (e.g.
+            ``rm_scores`` and ``acc`` for an advantage estimator that reads them itself).
+    """
+
+    token_level_scores: torch.Tensor
+    extra_info: dict[str, list] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class ToolResult:
+    """What a tool call returns: the ``text`` the model sees, an optional step ``reward`` and ``metrics``."""
+
+    text: str
+    reward: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class InteractionTurn:
+    """An interaction's reply: the user ``text``, an optional ``reward`` and whether the episode is ``done``."""
+
+    text: str
+    reward: float | None = None
+    done: bool = False
+
+
+@dataclass
+class AgentSample:
+    """One sample for a loop: its ``prompt_ids`` (the dataset's, unpadded), its chat ``messages`` (``raw_prompt``,
+    None when the dataset did not keep them), ``extra_info`` and a unique ``instance_id``."""
+
+    prompt_ids: list[int]
+    messages: list[dict[str, Any]] | None
+    extra_info: dict[str, Any]
+    instance_id: str
 
 
 class AdvantageEstimator(Protocol):
@@ -104,9 +157,9 @@ class RewardManager(Protocol):
         """Keep the tokenizer (to decode responses), the scorer and the ``reward_model`` section."""
         ...
 
-    def __call__(self, batch: Batch) -> Any:
-        """A :class:`rlcore.reward.RewardResult`: token-level scores ``[B, R]``, each sample's scalar on its
-        last valid response token, with per-sample extra information and metrics."""
+    def __call__(self, batch: Batch) -> RewardResult:
+        """Token-level scores ``[B, R]``, each sample's scalar on its last valid response token, with
+        per-sample extra information and metrics."""
         ...
 
 
@@ -185,8 +238,8 @@ class Tool(Protocol):
         """Set up the state of one trajectory (``kwargs`` from the sample's ``tools_kwargs``)."""
         ...
 
-    async def execute(self, instance_id: str, arguments: dict[str, Any]) -> Any:
-        """Run one call: text, or a :class:`rlcore.agents.ToolResult` with a step reward and metrics."""
+    async def execute(self, instance_id: str, arguments: dict[str, Any]) -> ToolResult | str:
+        """Run one call: text, or a :class:`ToolResult` with a step reward and metrics."""
         ...
 
     async def release(self, instance_id: str) -> None:
@@ -203,9 +256,8 @@ class AgentLoop(Protocol):
         """Keep the context (an :class:`rlcore.agents.AgentContext`); built once per rollout."""
         ...
 
-    async def run(self, sample: Any) -> Trajectory:
-        """The trajectory of the :class:`rlcore.agents.AgentSample`; response tokens the policy did not
-        generate must have mask 0."""
+    async def run(self, sample: AgentSample) -> Trajectory:
+        """The sample's trajectory; response tokens the policy did not generate must have mask 0."""
         ...
 
 
@@ -222,9 +274,8 @@ class Interaction(Protocol):
         """Set up one episode (``kwargs`` from the sample's ``interaction_kwargs``)."""
         ...
 
-    async def respond(self, instance_id: str, messages: list[dict[str, Any]]) -> Any:
-        """An :class:`rlcore.agents.InteractionTurn`: the reply to the conversation so far, an optional reward
-        and whether the episode is done."""
+    async def respond(self, instance_id: str, messages: list[dict[str, Any]]) -> InteractionTurn:
+        """The reply to the conversation so far, an optional reward and whether the episode is done."""
         ...
 
     async def finish(self, instance_id: str) -> None:
