@@ -3,7 +3,7 @@
 Components are contributed by plugins through the ``register_<kind>s`` hooks. Targets given as
 ``"module:attr"`` strings are imported on first use and cached, so building the registry never imports
 torch or any other heavy dependency. A component's capabilities are its kind's spec
-(:mod:`rlcore.api.specs`), and :meth:`Registry.load` / :meth:`Registry.get` are typed per kind with the
+(:mod:`rlcore.api.specs`), and :attr:`Registry.load` / :meth:`Registry.get` are typed per kind with the
 protocols of :mod:`rlcore.api.components`, so the type checker follows a component from the config to its call.
 """
 

@@ -1,6 +1,6 @@
 """What the registry hands back for each component kind, as typed protocols.
 
-One protocol per kind (:attr:`rlcore.api.kinds.KindSpec.protocol`); :meth:`rlcore.registry.Registry.load` is
+One protocol per kind (:attr:`rlcore.api.kinds.KindSpec.protocol`); :attr:`rlcore.registry.Registry.load` is
 typed with them, so mypy follows a component from the config through the registry to the call. A kind whose
 target is a function has a ``__call__`` protocol (the function's parameter names are the contract: the core
 calls with keywords or in this order); a kind whose target is a class has the protocol of its instances, the
