@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import rlcore
+from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.plugins import PluginRecord, make_plugin_manager, set_plugin_manager
 from rlcore.testing.runs import make_tiny_task
 from rlcore.testing.runs import tiny_run as run_tiny
@@ -279,7 +280,7 @@ def test_greedy_baseline_is_provided_to_estimators_that_need_it(
         return advantages, advantages
 
     def register_advantage_estimators(register):
-        register("greedy-baseline", baseline_estimator, needs_greedy_baseline=True)
+        register("greedy-baseline", baseline_estimator, spec=AdvantageEstimatorSpec(needs_greedy_baseline=True))
 
     _, previous = _with_plugin(register_advantage_estimators=register_advantage_estimators)
     try:

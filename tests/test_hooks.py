@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 import rlcore
 from rlcore import hookdocs
+from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,9 +44,9 @@ def test_every_hook_has_a_test(name: str) -> None:
     assert re.search(rf"^def test_hook_{name}\(", sources, re.M), f"no test_hook_{name} in tests/"
 
 
-def _registers(registered, hook: str, kind: str, target: object, **meta) -> object:
+def _registers(registered, hook: str, kind: str, target: object, spec: object = None) -> object:
     def impl(register):
-        register(f"test-{kind}", target, description="from a test", **meta)
+        register(f"test-{kind}", target, description="from a test", spec=spec)
 
     with registered(plugin(**{hook: impl}), name="hook-test") as manager:
         comp = manager.registry.get(kind, f"test-{kind}")
@@ -116,11 +117,10 @@ def test_hook_register_advantage_estimators(registered) -> None:
         "register_advantage_estimators",
         "advantage_estimator",
         estimate,
-        needs_critic=True,
-        min_group_size=2,
+        spec=AdvantageEstimatorSpec(needs_critic=True, min_group_size=2),
     )
     assert loaded is estimate
-    assert comp.meta == {"needs_critic": True, "min_group_size": 2}
+    assert comp.spec == AdvantageEstimatorSpec(needs_critic=True, min_group_size=2)
 
 
 def test_hook_register_policy_losses(registered) -> None:

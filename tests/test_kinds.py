@@ -4,19 +4,24 @@ fails a test."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import re
 from pathlib import Path
+from typing import get_args, get_overloads
 
 from rlcore import distributions, hookdocs, hookspecs
+from rlcore.api import specs
 from rlcore.api.kinds import COMPONENT_KINDS, KINDS
-from rlcore.registry import KIND_HOOKS
+from rlcore.registry import KIND_HOOKS, ComponentLoader, Registry
 from rlcore.scaffold import PLUGIN_TEMPLATE, template_variables
 
 ROOT = Path(__file__).resolve().parents[1]
-#: a row of the kinds table of docs/architecture.md: | `kind` | selected by | target |
-TABLE_ROW = re.compile(r"^\| `(?P<kind>[a-z_]+)` \| (?P<selected_by>[^|]+) \|")
+#: a row of the kinds table of docs/architecture.md: | `kind` | selected by | protocol | spec | target |
+TABLE_ROW = re.compile(
+    r"^\| `(?P<kind>[a-z_]+)` \| (?P<selected_by>[^|]+) \| `(?P<protocol>[\w.]+)` \| (?P<spec>`\w+`|—) \|"
+)
 
 
 def section(page: Path, heading: str) -> str:
@@ -74,6 +79,56 @@ def test_architecture_page_has_one_row_per_kind() -> None:
     rows = [m for m in map(TABLE_ROW.match, text.splitlines()) if m]
     assert [(m["kind"], m["selected_by"].replace("`", "").strip()) for m in rows] == [
         (spec.name, spec.selected_by) for spec in COMPONENT_KINDS
+    ]
+
+
+def test_every_kind_has_a_protocol_and_at_most_one_spec_class() -> None:
+    """Each kind's protocol is a ``typing.Protocol`` of the contract package (``rlcore.api``); each spec class is
+    a frozen dataclass of :mod:`rlcore.api.specs` whose fields all have defaults (a spec built with no
+    arguments is the kind's default), used by one kind only."""
+    for kind in COMPONENT_KINDS:
+        assert getattr(kind.protocol, "_is_protocol", False), f"{kind.name}: {kind.protocol!r} is not a Protocol"
+        assert kind.protocol.__module__.startswith("rlcore.api."), kind
+        if kind.spec is not None:
+            assert dataclasses.is_dataclass(kind.spec) and kind.spec.__dataclass_params__.frozen, kind
+            assert kind.spec.__module__ == "rlcore.api.specs", kind
+            assert kind.spec() == kind.spec(), kind
+    spec_classes = [kind.spec for kind in COMPONENT_KINDS if kind.spec is not None]
+    assert len(set(spec_classes)) == len(spec_classes)
+    assert set(spec_classes) == set(get_args(specs.CapabilitySpec))
+
+
+def _overload_kinds(function) -> list[str]:
+    """The ``Literal`` kinds of the overloads of ``function`` (its annotations are strings here)."""
+    found = []
+    for overload in get_overloads(function):
+        match = re.fullmatch(r"Literal\['(\w+)'\]", overload.__annotations__["kind"])
+        if match:
+            found.append(match[1])
+    return found
+
+
+def test_the_typed_registry_covers_every_kind() -> None:
+    """``Registry.load`` / ``get_component`` have an overload for every kind, ``Registry.spec`` and
+    ``Registry.get`` one for every kind with a spec class, so that no kind falls back to ``Any``."""
+    assert sorted(_overload_kinds(ComponentLoader.__call__)) == sorted(KINDS)
+    with_specs = sorted(kind.name for kind in COMPONENT_KINDS if kind.spec is not None)
+    assert sorted(_overload_kinds(Registry.spec)) == with_specs
+    assert sorted(_overload_kinds(Registry.get)) == with_specs
+
+
+def test_architecture_page_names_each_kind_protocol_and_spec() -> None:
+    """The protocol and spec columns of docs/architecture.md's kinds table are the table's (a protocol by its
+    dotted path, a spec class by its name, "—" for a kind without capabilities)."""
+    text = section(ROOT / "docs" / "architecture.md", "## Component kinds and their call signatures")
+    rows = [m for m in map(TABLE_ROW.match, text.splitlines()) if m]
+    assert [(m["kind"], m["protocol"], m["spec"]) for m in rows] == [
+        (
+            kind.name,
+            f"{kind.protocol.__module__}.{kind.protocol.__qualname__}",
+            f"`{kind.spec.__name__}`" if kind.spec else "—",
+        )
+        for kind in COMPONENT_KINDS
     ]
 
 

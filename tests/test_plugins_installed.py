@@ -22,11 +22,12 @@ from rlcore.api import API_VERSION
 GOOD_HOOKS = """
 import click
 import rlcore
+from rlcore.api.specs import AdvantageEstimatorSpec
 
 @rlcore.hookimpl
 def register_advantage_estimators(register):
     register("demo-est", "demo_good.heavy:estimate", description="demo estimator", aliases=("demo-alias",),
-             needs_critic=False)
+             spec=AdvantageEstimatorSpec(needs_critic=False))
     register("demo-missing", "demo_good.not_there:estimate", description="target whose module is missing")
 
 @rlcore.hookimpl

@@ -108,14 +108,13 @@ def test_missing_dependency_names_distribution_and_extra(tmp_path, monkeypatch) 
             kind="rollout_engine",
             plugin="rlcore-plugin-vllm",
             target="engine_pkg_x:Engine",
-            meta={"extra": "gpu"},
         )
     )
     with pytest.raises(ComponentImportError) as info:
         registry.load("rollout_engine", "vllm")
     message = str(info.value)
     assert "needs the module 'surely_missing_dependency'" in message
-    assert "pip install 'rlcore-plugin-vllm[gpu]'" in message
+    assert "pip install 'rlcore-plugin-vllm[cpu]' (CPU machines) or pip install 'rlcore-plugin-vllm[gpu]'" in message
 
 
 def test_missing_target_module_asks_whether_the_plugin_is_installed() -> None:

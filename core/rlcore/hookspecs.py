@@ -6,13 +6,17 @@ repeats each signature with an example, and a test keeps the two in step.
 
 Every component hook receives ``register``, a callback with the signature::
 
-    register(name, target, *, description="", aliases=(), replace=False, **meta)
+    register(name, target, *, description="", aliases=(), replace=False, spec=None)
 
 ``target`` is the component itself (a class or callable) or a lazy ``"package.module:attr"`` string that
-is imported the first time a run uses the component, so a hooks module never needs to import torch.
-``replace=True`` deliberately overrides a component of the same kind and name registered by another plugin;
-without it a duplicate is a conflict that names both plugins. ``meta`` is free-form metadata that the
-core reads for some kinds (for example an advantage estimator's ``needs_critic=True``).
+is imported the first time a run uses the component, so a hooks module never needs to import torch; it
+implements its kind's protocol (:mod:`rlcore.api.components`, :mod:`rlcore.api.training`,
+:mod:`rlcore.api.rollout`). ``replace=True`` deliberately overrides a component of the same kind and name
+registered by another plugin; without it a duplicate is a conflict that names both plugins. ``spec`` declares
+the component's capabilities for the four kinds that have them, as that kind's frozen dataclass from
+:mod:`rlcore.api.specs` (for example ``spec=AdvantageEstimatorSpec(needs_critic=True)``); without it the
+kind's default spec applies (every capability off). A spec of another kind's class, a spec for a kind
+without capabilities, or a capability passed as a keyword (``needs_critic=True``) is a registration error.
 """
 
 from __future__ import annotations
@@ -49,10 +53,11 @@ def register_training_backends(register: Register) -> None:
     backend never sees the algorithm: it runs forward passes and back-propagates the losses it is given.
     ``docs/writing-an-engine.md`` walks through one; ``rlcore.testing.contracts.backend`` checks it.
 
-    Optional registration meta: ``data_parallel_size``, a function ``(config, section, world_size) -> int``
-    (defined in the plugin's light hooks module) for backends with model parallelism, so that the dry run
-    and the workers split batches over data-parallel ranks only; ``sum_pi_squared=True`` when the engine's
-    ``forward`` fills ``ModelOutput.sum_pi_squared`` (``with_sum_pi_squared``), without which
+    Optional capabilities, as ``spec=TrainingBackendSpec(...)`` (:mod:`rlcore.api.specs`):
+    ``data_parallel_size``, a function ``(config, section, world_size) -> int`` (defined in the plugin's light
+    hooks module) for backends with model parallelism, so that the dry run and the workers split batches over
+    data-parallel ranks only; ``sum_pi_squared=True`` when the engine's ``forward`` fills
+    ``ModelOutput.sum_pi_squared`` (``with_sum_pi_squared``), without which
     ``actor_rollout_ref.actor.calculate_sum_pi_squared=true`` is refused before the run starts.
 
     Example::
@@ -60,7 +65,8 @@ def register_training_backends(register: Register) -> None:
         @rlcore.hookimpl
         def register_training_backends(register):
             register("fsdp", "rlcore_plugin_fsdp.backend:FSDPBackend",
-                     description="PyTorch FSDP2", aliases=("fsdp2",))
+                     description="PyTorch FSDP2", aliases=("fsdp2",),
+                     spec=TrainingBackendSpec(sum_pi_squared=True))
     """
 
 
@@ -108,13 +114,16 @@ def register_reward_scorers(register: Register) -> None:
 
     A target is a callable ``(data_source, solution_str, ground_truth, extra_info=None) -> float | dict``;
     a dict must carry ``"score"``, its other keys are reported as extra information. Use ``aliases`` for
-    the several ``data_source`` strings one scorer serves.
+    the several ``data_source`` strings one scorer serves. Optional capabilities, as
+    ``spec=RewardScorerSpec(...)``: ``ground_truth="text"`` (the reward manager passes the ground truth as
+    text) and ``sandbox=True`` (the scorer executes model-written code and runs in the sandbox).
 
     Example::
 
         @rlcore.hookimpl
         def register_reward_scorers(register):
-            register("openai/gsm8k", "my_pkg.scorers:gsm8k", aliases=("gsm8k",))
+            register("openai/gsm8k", "my_pkg.scorers:gsm8k", aliases=("gsm8k",),
+                     spec=RewardScorerSpec(ground_truth="text"))
     """
 
 
@@ -140,21 +149,22 @@ def register_advantage_estimators(register: Register) -> None:
 
     A target is a callable with keyword arguments ``token_level_rewards, response_mask, index, config``
     (plus ``values`` and ``reward_baselines`` when the estimator declares it needs them) returning
-    ``(advantages, returns)``, both ``[B, R]``. Declare needs as metadata so the controller creates the
-    roles they require and no others: ``needs_critic=True``, ``needs_greedy_baseline=True``,
-    ``min_group_size=2`` (checked against ``actor_rollout_ref.rollout.n`` before anything loads),
+    ``(advantages, returns)``, both ``[B, R]``. Declare needs as ``spec=AdvantageEstimatorSpec(...)``
+    (:mod:`rlcore.api.specs`) so the controller creates the roles they require and no others:
+    ``needs_critic=True``, ``needs_greedy_baseline=True``, ``min_group_size=2`` (checked against
+    ``actor_rollout_ref.rollout.n`` before anything loads),
     ``reward_model_worker="my_pkg.worker:MyRewardModelWorker"`` (a reward-model worker group of that class,
     whose ``compute_rm_score(batch)`` sees the rule scores as ``acc``; PRIME's implicit PRM),
-    ``batch_keys=("rm_scores", "acc")`` (batch columns passed to the estimator as keyword arguments; with
-    ``rm_scores`` among them the reward model's scores are not added to the rule scores; with
+    ``batch_keys=frozenset({"rm_scores", "acc"})`` (batch columns passed to the estimator as keyword
+    arguments; with ``rm_scores`` among them the reward model's scores are not added to the rule scores; with
     ``sum_pi_squared`` among them the run needs ``actor_rollout_ref.actor.calculate_sum_pi_squared=true``) and
-    ``optional_batch_keys=("rollout_is_weights",)`` (passed only when the batch has them).
+    ``optional_batch_keys=frozenset({"rollout_is_weights"})`` (passed only when the batch has them).
 
     Example::
 
         @rlcore.hookimpl
         def register_advantage_estimators(register):
-            register("gae", "rlcore_plugin_ppo.gae:compute_gae", needs_critic=True)
+            register("gae", "rlcore_plugin_ppo.gae:compute_gae", spec=AdvantageEstimatorSpec(needs_critic=True))
     """
 
 
@@ -209,7 +219,9 @@ def register_presets(register: Register) -> None:
     """Register presets (kind ``preset``): named config fragments applied by ``rlcore run --preset NAME``.
 
     A target is a dict of dotted keys to values, or a callable returning one; it is applied after the
-    defaults and before the user's files and overrides.
+    defaults and before the user's files and overrides. Optional capabilities, as ``spec=PresetSpec(...)``:
+    ``prepare="module:attr"`` (a callable ``(config)`` run before a real run, e.g. to build a bundled task's
+    assets) and ``task="name"`` (the preset is a bundled task's; the stem of its run's name).
 
     Example::
 

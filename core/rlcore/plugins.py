@@ -50,7 +50,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from rlcore import hookspecs
 from rlcore.api import API_RANGE_ATTRIBUTE, API_VERSION
 from rlcore.errors import RLCoreError
-from rlcore.registry import KIND_HOOKS, Component, Registry, UnknownComponentError
+from rlcore.registry import KIND_HOOKS, Component, ComponentLoader, Registry, UnknownComponentError
 
 #: built-in plugin modules, registered through the same hooks as external plugins
 BUILTIN_PLUGINS: tuple[str, ...] = (
@@ -443,7 +443,7 @@ def set_plugin_manager(manager: PluginManager | None) -> PluginManager | None:
     return previous
 
 
-def get_component(kind: str, name: str) -> Any:
+def _get_component(kind: str, name: str) -> Any:
     """Resolve ``(kind, name)`` through the process-wide registry and return the imported target; an unknown
     name that a disabled plugin provides names that plugin."""
     manager = load_plugins()
@@ -454,3 +454,9 @@ def get_component(kind: str, name: str) -> Any:
         if provider is None:
             raise
         raise UnknownComponentError(f"{exc}; {provider}") from exc
+
+
+#: ``get_component(kind, name)``: resolve ``(kind, name)`` through the process-wide registry and return the
+#: imported target, typed with the kind's protocol (:class:`rlcore.registry.ComponentLoader`); an unknown name
+#: that a disabled plugin provides names that plugin
+get_component: ComponentLoader = _get_component

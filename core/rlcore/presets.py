@@ -19,9 +19,9 @@ PRESETS_FILE = "presets.json"
 
 
 def task_presets(presets: list[str], manager: PluginManager) -> list[str]:
-    """The presets of ``presets`` that are bundled tasks (registered with ``prepare=`` and ``task=``)."""
+    """The presets of ``presets`` that are bundled tasks (their :class:`~rlcore.api.specs.PresetSpec` names a ``task``)."""
     registry = manager.registry
-    return [name for name in presets if registry.has("preset", name) and registry.get("preset", name).meta.get("task")]
+    return [name for name in presets if registry.has("preset", name) and registry.spec("preset", name).task]
 
 
 def first_line(presets: list[str], bundled: bool) -> str | None:
@@ -50,7 +50,7 @@ def name_after_presets(config: DictConfig, presets: list[str], manager: PluginMa
     task = tasks[0]
     own_name = flatten(preset_fragment(task, manager)).get("trainer.experiment_name")
     if own_name is not None and config.trainer.experiment_name == own_name:
-        stem = manager.registry.get("preset", task).meta["task"]
+        stem = manager.registry.spec("preset", task).task or task
         config.trainer.experiment_name = "-".join([stem, *others])
 
 

@@ -13,6 +13,8 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore",  # hookimpl, hookspec, get_component, load_plugins, __version__
     "rlcore.errors",  # RLCoreError
     "rlcore.api.batch",  # Batch
+    "rlcore.api.specs",  # the capability specs a component is registered with (spec=...)
+    "rlcore.api.components",  # the protocol of every component kind
     "rlcore.algos",  # the algorithm math: losses, advantages' building blocks, KL, metrics
     "rlcore.config",  # load_config, ConfigError
     "rlcore.config.keys",  # select, positive_int

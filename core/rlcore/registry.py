@@ -2,7 +2,9 @@
 
 Components are contributed by plugins through the ``register_<kind>s`` hooks. Targets given as
 ``"module:attr"`` strings are imported on first use and cached, so building the registry never imports
-torch or any other heavy dependency.
+torch or any other heavy dependency. A component's capabilities are its kind's spec
+(:mod:`rlcore.api.specs`), and :attr:`Registry.load` / :meth:`Registry.get` are typed per kind with the
+protocols of :mod:`rlcore.api.components`, so the type checker follows a component from the config to its call.
 """
 
 from __future__ import annotations
@@ -10,18 +12,50 @@ from __future__ import annotations
 import difflib
 import importlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, overload
 
 from rlcore import distributions
-from rlcore.api.kinds import COMPONENT_KINDS, KINDS
+from rlcore.api.kinds import COMPONENT_KINDS, KINDS, KindSpec
+from rlcore.api.specs import (
+    AdvantageEstimatorSpec,
+    CapabilitySpec,
+    PresetSpec,
+    RewardScorerSpec,
+    TrainingBackendSpec,
+    spec_fields,
+)
 from rlcore.errors import RLCoreError
+
+if TYPE_CHECKING:
+    from rlcore.api.components import (
+        AdvantageEstimator,
+        AgentLoop,
+        BatchFilter,
+        Dataset,
+        Interaction,
+        PolicyLoss,
+        Preset,
+        RewardManager,
+        RewardScorer,
+        Tool,
+        ToolParser,
+        Tracker,
+    )
+    from rlcore.api.rollout import RolloutEngine
+    from rlcore.api.training import TrainingBackend
 
 #: component kind -> the hook that registers it (from :data:`rlcore.api.kinds.COMPONENT_KINDS`)
 KIND_HOOKS: dict[str, str] = {spec.name: spec.hook for spec in COMPONENT_KINDS}
+#: component kind -> its row of :data:`rlcore.api.kinds.COMPONENT_KINDS` (protocol and spec class)
+KIND_SPECS: dict[str, KindSpec] = {spec.name: spec for spec in COMPONENT_KINDS}
 
 _LAZY_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][\w.\-/+]*$")
+
+#: the type of a component's capability spec (None for a kind without capabilities)
+SpecT = TypeVar("SpecT")
 
 
 class UnknownComponentError(RLCoreError, KeyError):
@@ -44,8 +78,10 @@ class RegistrationError(RLCoreError, ValueError):
 
 
 @dataclass
-class Component:
-    """One registered component; ``load()`` returns the (imported) target."""
+class Component(Generic[SpecT]):
+    """One registered component; ``load()`` returns the (imported) target and ``spec`` holds its capabilities
+    (its kind's spec class from :mod:`rlcore.api.specs`, the default one when the plugin gave none; None for
+    a kind without capabilities)."""
 
     kind: str
     name: str
@@ -56,8 +92,14 @@ class Component:
     description: str = ""
     aliases: tuple[str, ...] = ()
     replaced: str | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
+    spec: SpecT = None  # type: ignore[assignment]  # None: filled with the kind's default spec below
     _loaded: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        """Give a component of a kind with capabilities its kind's default spec when none was given."""
+        kind = KIND_SPECS.get(self.kind)
+        if self.spec is None and kind is not None and kind.spec is not None:
+            self.spec = kind.spec()
 
     @property
     def target_path(self) -> str:
@@ -96,28 +138,64 @@ class Component:
         head = f"{self.kind} {self.name!r} (provided by {provider}) cannot be imported from {module_name!r}"
         missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
         if missing and not module_name.startswith(missing + ".") and missing != module_name.split(".")[0]:
-            extra = self.meta.get("extra")
             dist = distributions.by_name(provider)
-            if extra:
-                install = f"pip install '{provider}[{extra}]'"
-            elif dist is not None and dist.extras:
-                install = dist.install_line
-            else:
-                install = f"pip install {missing}"
-            hint = self.meta.get("install_hint", install)
-            return f"{head}: it needs the module {missing!r}, which is not installed ({hint})"
+            install = dist.install_line if dist is not None and dist.extras else f"pip install {missing}"
+            return f"{head}: it needs the module {missing!r}, which is not installed ({install})"
         if missing:
             return f"{head}: {exc}. Is {provider} installed in this environment?"
         return f"{head}: {type(exc).__name__}: {exc} — {provider} looks broken or incompatible with this rlcore"
+
+
+class ComponentLoader(Protocol):
+    """``load(kind, name)``: the imported target of ``(kind, name)``, typed with its kind's protocol
+    (:attr:`rlcore.api.kinds.KindSpec.protocol`; a class kind's target is the class). The type of
+    :attr:`Registry.load` and :func:`rlcore.get_component`, so that both are typed per kind."""
+
+    @overload
+    def __call__(self, kind: Literal["training_backend"], name: str) -> TrainingBackend: ...
+    @overload
+    def __call__(self, kind: Literal["rollout_engine"], name: str) -> type[RolloutEngine]: ...
+    @overload
+    def __call__(self, kind: Literal["reward_manager"], name: str) -> type[RewardManager]: ...
+    @overload
+    def __call__(self, kind: Literal["reward_scorer"], name: str) -> RewardScorer: ...
+    @overload
+    def __call__(self, kind: Literal["dataset"], name: str) -> type[Dataset]: ...
+    @overload
+    def __call__(self, kind: Literal["advantage_estimator"], name: str) -> AdvantageEstimator: ...
+    @overload
+    def __call__(self, kind: Literal["policy_loss"], name: str) -> PolicyLoss: ...
+    @overload
+    def __call__(self, kind: Literal["batch_filter"], name: str) -> BatchFilter: ...
+    @overload
+    def __call__(self, kind: Literal["tracker"], name: str) -> type[Tracker]: ...
+    @overload
+    def __call__(self, kind: Literal["preset"], name: str) -> Mapping[str, Any] | Preset: ...
+    @overload
+    def __call__(self, kind: Literal["tool"], name: str) -> type[Tool]: ...
+    @overload
+    def __call__(self, kind: Literal["agent_loop"], name: str) -> type[AgentLoop]: ...
+    @overload
+    def __call__(self, kind: Literal["interaction"], name: str) -> type[Interaction]: ...
+    @overload
+    def __call__(self, kind: Literal["tool_parser"], name: str) -> type[ToolParser]: ...
+    @overload
+    def __call__(self, kind: str, name: str) -> Any: ...
+
+    def __call__(self, kind: str, name: str) -> Any:
+        """The imported target of ``(kind, name)``."""
+        ...
 
 
 class Registry:
     """All components of all loaded plugins, keyed by ``(kind, name)`` with aliases."""
 
     def __init__(self) -> None:
-        self._components: dict[tuple[str, str], Component] = {}
+        self._components: dict[tuple[str, str], Component[Any]] = {}
         self._aliases: dict[tuple[str, str], str] = {}
-        self.conflicts: dict[tuple[str, str], list[Component]] = {}
+        self.conflicts: dict[tuple[str, str], list[Component[Any]]] = {}
+        #: ``load(kind, name)``: the imported target of ``(kind, name)``, typed per kind (:class:`ComponentLoader`)
+        self.load: ComponentLoader = self._load
 
     def make_register(
         self,
@@ -125,7 +203,7 @@ class Registry:
         plugin: str,
         dist: str | None,
         version: str | None,
-        sink: list[tuple[Component, bool]] | None = None,
+        sink: list[tuple[Component[Any], bool]] | None = None,
     ):
         """Return the ``register`` callback handed to one plugin's ``register_<kind>s`` hook.
 
@@ -140,9 +218,13 @@ class Registry:
             description: str = "",
             aliases: tuple[str, ...] | list[str] = (),
             replace: bool = False,
-            **meta: Any,
+            spec: CapabilitySpec | None = None,
+            **unknown: Any,
         ) -> None:
-            comp = Component(
+            """Register one component; ``spec`` declares its capabilities (the kind's spec class)."""
+            if unknown:
+                raise RegistrationError(_unknown_keywords(plugin, kind, name, unknown))
+            comp: Component[Any] = Component(
                 kind=kind,
                 name=name,
                 target=target,
@@ -151,7 +233,7 @@ class Registry:
                 version=version,
                 description=description,
                 aliases=tuple(aliases),
-                meta=dict(meta),
+                spec=spec,
             )
             self.validate(comp)
             if sink is None:
@@ -162,10 +244,21 @@ class Registry:
         return register
 
     @staticmethod
-    def validate(comp: Component) -> None:
-        """Check the kind, the names and the shape of a lazy target."""
+    def validate(comp: Component[Any]) -> None:
+        """Check the kind, the names, the shape of a lazy target and the type of the spec."""
         if comp.kind not in KIND_HOOKS:
             raise RegistrationError(f"unknown component kind {comp.kind!r}; kinds are {', '.join(KINDS)}")
+        expected = KIND_SPECS[comp.kind].spec
+        if expected is None and comp.spec is not None:
+            raise RegistrationError(
+                f"{comp.plugin}: {comp.kind} {comp.name!r}: the {comp.kind} kind has no capabilities and takes "
+                f"no spec (got {type(comp.spec).__name__})"
+            )
+        if expected is not None and not isinstance(comp.spec, expected):
+            raise RegistrationError(
+                f"{comp.plugin}: {comp.kind} {comp.name!r}: spec must be a rlcore.api.specs.{expected.__name__}, "
+                f"got {type(comp.spec).__name__}"
+            )
         for label in (comp.name, *comp.aliases):
             if not isinstance(label, str) or not _NAME.match(label):
                 raise RegistrationError(
@@ -176,7 +269,7 @@ class Registry:
                 f"{comp.plugin}: {comp.kind} {comp.name!r} target {comp.target!r} is not of the form 'module:attr'"
             )
 
-    def add(self, comp: Component, *, replace: bool = False) -> None:
+    def add(self, comp: Component[Any], *, replace: bool = False) -> None:
         """Add a component; a duplicate without ``replace`` is recorded as a conflict."""
         self.validate(comp)
         key = (comp.kind, comp.name)
@@ -192,11 +285,11 @@ class Registry:
         for alias in comp.aliases:
             self._aliases[(comp.kind, alias)] = comp.name
 
-    def _by_alias(self, kind: str, name: str) -> Component | None:
+    def _by_alias(self, kind: str, name: str) -> Component[Any] | None:
         canonical = self._aliases.get((kind, name))
         return self._components.get((kind, canonical)) if canonical else None
 
-    def _drop(self, comp: Component) -> None:
+    def _drop(self, comp: Component[Any]) -> None:
         self._components.pop((comp.kind, comp.name), None)
         for alias in comp.aliases:
             self._aliases.pop((comp.kind, alias), None)
@@ -205,7 +298,7 @@ class Registry:
         """Sorted canonical names of one kind."""
         return sorted(name for (k, name) in self._components if k == kind)
 
-    def components(self, kind: str | None = None) -> list[Component]:
+    def components(self, kind: str | None = None) -> list[Component[Any]]:
         """All components, optionally of one kind, sorted by (kind, name)."""
         return [c for key, c in sorted(self._components.items()) if kind is None or key[0] == kind]
 
@@ -213,7 +306,18 @@ class Registry:
         """Whether ``name`` (or an alias) of ``kind`` is registered."""
         return (kind, name) in self._components or (kind, name) in self._aliases
 
-    def get(self, kind: str, name: str) -> Component:
+    @overload
+    def get(self, kind: Literal["advantage_estimator"], name: str) -> Component[AdvantageEstimatorSpec]: ...
+    @overload
+    def get(self, kind: Literal["training_backend"], name: str) -> Component[TrainingBackendSpec]: ...
+    @overload
+    def get(self, kind: Literal["preset"], name: str) -> Component[PresetSpec]: ...
+    @overload
+    def get(self, kind: Literal["reward_scorer"], name: str) -> Component[RewardScorerSpec]: ...
+    @overload
+    def get(self, kind: str, name: str) -> Component[Any]: ...
+
+    def get(self, kind: str, name: str) -> Component[Any]:
         """Return the component record; unknown names and conflicts raise with a helpful message."""
         if kind not in KIND_HOOKS:
             raise UnknownComponentError(f"unknown component kind {kind!r}; kinds are {', '.join(KINDS)}")
@@ -245,6 +349,41 @@ class Registry:
             hint = f" Did you mean {close[0]!r}{f' ({dist.install_line})' if dist else ''}?"
         return f"unknown {kind} {name!r}.{hint} Known {kind}s: {listing}"
 
-    def load(self, kind: str, name: str) -> Any:
-        """Return the imported target of ``(kind, name)``."""
+    @overload
+    def spec(self, kind: Literal["advantage_estimator"], name: str) -> AdvantageEstimatorSpec: ...
+    @overload
+    def spec(self, kind: Literal["training_backend"], name: str) -> TrainingBackendSpec: ...
+    @overload
+    def spec(self, kind: Literal["preset"], name: str) -> PresetSpec: ...
+    @overload
+    def spec(self, kind: Literal["reward_scorer"], name: str) -> RewardScorerSpec: ...
+    @overload
+    def spec(self, kind: str, name: str) -> Any: ...
+
+    def spec(self, kind: str, name: str) -> Any:
+        """The capabilities of ``(kind, name)``: its spec (:mod:`rlcore.api.specs`), without importing the
+        target. Only the kinds with capabilities have one."""
+        if kind in KIND_SPECS and KIND_SPECS[kind].spec is None:
+            with_specs = ", ".join(k.name for k in COMPONENT_KINDS if k.spec is not None)
+            raise RLCoreError(f"the {kind} kind has no capabilities; kinds with a spec are {with_specs}")
+        return self.get(kind, name).spec
+
+    def _load(self, kind: str, name: str) -> Any:
+        """Return the imported target of ``(kind, name)`` (:attr:`load`, typed per kind)."""
         return self.get(kind, name).load()
+
+
+def _unknown_keywords(plugin: str, kind: str, name: str, unknown: Mapping[str, Any]) -> str:
+    """The one-line error for ``register`` keywords it does not take: the 1.x ``**meta`` capabilities get the
+    ``spec=...`` to write instead, anything else the keywords ``register`` takes."""
+    head = f"{plugin}: {kind} {name!r}"
+    spec_class = KIND_SPECS[kind].spec if kind in KIND_SPECS else None
+    if spec_class is not None and set(unknown) <= set(spec_fields(spec_class)):
+        args = ", ".join(f"{key}={value!r}" for key, value in unknown.items())
+        return (
+            f"{head}: capabilities are no longer keywords of register(); write spec={spec_class.__name__}({args}) "
+            f"(from rlcore.api.specs import {spec_class.__name__})"
+        )
+    keys = ", ".join(sorted(unknown))
+    takes = "description, aliases, replace" + (f", spec (a {spec_class.__name__})" if spec_class else "")
+    return f"{head}: register() got unexpected keyword(s) {keys}; it takes {takes}"

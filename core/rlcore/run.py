@@ -37,6 +37,7 @@ from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins
 from rlcore.presets import PRESETS_FILE, first_line, name_after_presets, preset_settings, write_presets
 from rlcore.process_env import cpu_threads_setting, quiet_third_party, set_cpu_threads
+from rlcore.registry import Registry
 from rlcore.run_context import RunContext
 from rlcore.run_guard import guarded_fit
 from rlcore.usercode import contain_exit
@@ -58,7 +59,7 @@ def prepare_presets(manager: PluginManager, presets: list[str], config: DictConf
     import importlib
 
     for name in presets:
-        prepare = manager.registry.get("preset", name).meta.get("prepare")
+        prepare = manager.registry.spec("preset", name).prepare
         if prepare:
             module, _, attr = str(prepare).partition(":")
             getattr(importlib.import_module(module), attr)(config)
@@ -75,14 +76,14 @@ def _component(manager: PluginManager, key: str, kind: str, name: str) -> None:
         raise ConfigError(f"{key}={name}: {exc}{disabled}") from exc
 
 
-def _check_group_size(config: DictConfig, registry: Any) -> None:
-    """``actor_rollout_ref.rollout.n`` is at least the estimator's ``min_group_size`` meta (an unknown
+def _check_group_size(config: DictConfig, registry: Registry) -> None:
+    """``actor_rollout_ref.rollout.n`` is at least the estimator's ``min_group_size`` (an unknown
     estimator is reported by the component check)."""
     try:
         estimator = registry.get("advantage_estimator", config.algorithm.adv_estimator)
     except RLCoreError:
         return
-    need = int(estimator.meta.get("min_group_size", 1))
+    need = estimator.spec.min_group_size
     n = config.actor_rollout_ref.rollout.n
     if isinstance(n, int) and n < need:
         raise ConfigError(
@@ -91,16 +92,16 @@ def _check_group_size(config: DictConfig, registry: Any) -> None:
         )
 
 
-def _check_sum_pi_squared(config: DictConfig, registry: Any) -> None:
+def _check_sum_pi_squared(config: DictConfig, registry: Registry) -> None:
     """``actor_rollout_ref.actor.calculate_sum_pi_squared`` is on exactly when the estimator reads
     ``sum_pi_squared`` (its ``batch_keys``), the old log-probs are computed by the actor (not taken from the
-    rollout by ``bypass_mode``), and the actor's training backend computes Σπ² (registration meta
+    rollout by ``bypass_mode``), and the actor's training backend computes Σπ² (its spec's
     ``sum_pi_squared=True``). Unknown components are reported by the component check."""
     key = "actor_rollout_ref.actor.calculate_sum_pi_squared"
     wanted = bool(config.actor_rollout_ref.actor.calculate_sum_pi_squared)
     try:
         estimator = registry.get("advantage_estimator", config.algorithm.adv_estimator)
-        reads = "sum_pi_squared" in estimator.meta.get("batch_keys", ())
+        reads = "sum_pi_squared" in estimator.spec.batch_keys
     except RLCoreError:
         return
     if reads and not wanted:
@@ -122,14 +123,14 @@ def _check_sum_pi_squared(config: DictConfig, registry: Any) -> None:
         backend = registry.get("training_backend", strategy)
     except RLCoreError:
         return
-    if not backend.meta.get("sum_pi_squared"):
+    if not backend.spec.sum_pi_squared:
         raise ConfigError(
             f"{key}=true: the {backend.name!r} training backend does not compute Σπ²; "
             "use actor_rollout_ref.actor.strategy=fsdp or megatron"
         )
 
 
-def _check_engines(config: DictConfig, registry: Any) -> None:
+def _check_engines(config: DictConfig, registry: Registry) -> None:
     """Ask the training backends to reject settings they cannot run (``check_config``), for the actor and,
     when the estimator needs one, the critic — the call the workers make at start-up, made before anything
     starts. This imports the backend (torch); a backend that is not installed is reported by the component
@@ -138,9 +139,7 @@ def _check_engines(config: DictConfig, registry: Any) -> None:
 
     roles = [("actor", "actor_rollout_ref.actor", "actor_rollout_ref.model", config.actor_rollout_ref.actor.strategy)]
     try:
-        needs_critic = bool(
-            registry.get("advantage_estimator", config.algorithm.adv_estimator).meta.get("needs_critic")
-        )
+        needs_critic = registry.spec("advantage_estimator", config.algorithm.adv_estimator).needs_critic
     except RLCoreError:
         needs_critic = False
     if needs_critic:
@@ -159,7 +158,7 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
     """Resolve every component the config names; raise on unknown or conflicting ones (all of them, or
     record them in ``problems`` when it is given).
 
-    Components are resolved without importing them (an advantage estimator's ``min_group_size`` meta is
+    Components are resolved without importing them (an advantage estimator's ``min_group_size`` is
     checked against ``rollout.n``), except the training backends, whose ``check_config`` runs
     (:func:`_check_engines`), and the trackers: their libraries are imported and
     their settings checked (:func:`~rlcore.tracking.external.preflight_trackers`), so that a tracker whose
@@ -293,7 +292,7 @@ def run_training(
     for record in manager.problems():
         click.echo(f"warning: plugin {record.name} [{record.status}]: {record.error}", err=True)
     registry = manager.registry
-    task_given = any(registry.has("preset", p) and registry.get("preset", p).meta.get("prepare") for p in presets)
+    task_given = any(registry.has("preset", p) and registry.spec("preset", p).prepare for p in presets)
     presets = ([] if task_given else default_presets(files, overrides, config_name)) + presets
     announce = first_line(presets, bundled=BUNDLED_PRESET in presets)
     if announce:

@@ -12,11 +12,12 @@ and :class:`ToolParser` (kind ``tool_parser``), :func:`audit_batch`, the mask au
 from rlcore.agents.audit import MaskAuditError, audit_batch
 from rlcore.agents.interactions import Interaction, InteractionTurn
 from rlcore.agents.loops import AgentContext, AgentLoop, AgentSample, Generation
-from rlcore.agents.parsers import ToolCall, ToolParser
+from rlcore.agents.parsers import ToolCall
 from rlcore.agents.render import ChatRenderer
 from rlcore.agents.tools import Tool, ToolResult
 from rlcore.agents.tracing import Span, TraceSettings, TrajectoryTrace, with_text
 from rlcore.agents.trajectory import Trajectory
+from rlcore.api.components import ToolParser
 
 __all__ = [
     "AgentContext",

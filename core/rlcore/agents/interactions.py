@@ -10,23 +10,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from rlcore.agents.settings import MULTI_TURN_KEY
 from rlcore.agents.tools import _plain, class_entries
+from rlcore.api.components import InteractionTurn
 from rlcore.errors import RLCoreError
 
 __all__ = ["Gsm8kInteraction", "Interaction", "InteractionTurn", "load_interactions"]
-
-
-@dataclass
-class InteractionTurn:
-    """An interaction's reply: the user ``text``, an optional ``reward`` and whether the episode is ``done``."""
-
-    text: str
-    reward: float | None = None
-    done: bool = False
 
 
 class Interaction:

@@ -17,12 +17,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from rlcore.agents.interactions import Interaction
-from rlcore.agents.parsers import ToolCall, ToolParser
+from rlcore.agents.parsers import ToolCall
 from rlcore.agents.render import ChatRenderer
 from rlcore.agents.settings import AgentSettings
 from rlcore.agents.tools import ToolExecutor, ToolResult
 from rlcore.agents.tracing import traced
 from rlcore.agents.trajectory import Trajectory
+from rlcore.api.components import AgentLoop, AgentSample, ToolParser
 from rlcore.errors import RLCoreError
 
 log = logging.getLogger(__name__)
@@ -58,17 +59,6 @@ class TurnGenerator(Protocol):
 
 
 @dataclass
-class AgentSample:
-    """One sample for a loop: its ``prompt_ids`` (the dataset's, unpadded), its chat ``messages`` (``raw_prompt``,
-    None when the dataset did not keep them), ``extra_info`` and a unique ``instance_id``."""
-
-    prompt_ids: list[int]
-    messages: list[dict[str, Any]] | None
-    extra_info: dict[str, Any]
-    instance_id: str
-
-
-@dataclass
 class AgentContext:
     """What a loop may use: the tokenizer and renderer, the settings, the tools, the interactions and the
     tool-call parser; ``generate`` is the engine."""
@@ -85,18 +75,6 @@ class AgentContext:
         """One assistant turn for the context ``token_ids`` (batched with other trajectories' turns)."""
         work = self.generator.generate(token_ids)
         return await traced("generate", "LLM", {"prompt_ids": token_ids}, work, _generation_outputs)
-
-
-class AgentLoop(Protocol):
-    """An agent loop: ``AgentLoop(context)`` then ``await loop.run(sample)`` for each sample."""
-
-    def __init__(self, context: AgentContext) -> None:
-        """Keep the context; built once per rollout."""
-        ...
-
-    async def run(self, sample: AgentSample) -> Trajectory:
-        """The sample's trajectory; response tokens the policy did not generate must have mask 0."""
-        ...
 
 
 class SingleTurnAgentLoop:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-__all__ = ["HermesToolParser", "ToolCall", "ToolParser"]
+__all__ = ["HermesToolParser", "ToolCall"]
 
 
 @dataclass(frozen=True)
@@ -22,14 +22,6 @@ class ToolCall:
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-
-
-class ToolParser(Protocol):
-    """What an agent loop needs from a parser."""
-
-    def parse(self, text: str) -> list[ToolCall]:
-        """The tool calls in one assistant turn's decoded ``text`` (empty when it makes none)."""
-        ...
 
 
 class HermesToolParser:

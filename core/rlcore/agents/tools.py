@@ -24,13 +24,13 @@ import importlib
 import logging
 import time
 from collections.abc import Coroutine, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlcore.agents.parsers import ToolCall
 from rlcore.agents.settings import MULTI_TURN_KEY
 from rlcore.agents.tool_threads import LoopCall, ToolExit, ToolLoops
+from rlcore.api.components import ToolResult
 from rlcore.errors import RLCoreError
 from rlcore.usercode import UserCodeExit, exit_error
 
@@ -40,15 +40,6 @@ __all__ = ["DEFAULT_TIMEOUT_S", "Tool", "ToolExecutor", "ToolResult", "load_tool
 
 #: seconds a tool call may take when its config gives no ``timeout``
 DEFAULT_TIMEOUT_S = 30.0
-
-
-@dataclass
-class ToolResult:
-    """What a call returns: the ``text`` the model sees, an optional step ``reward`` and ``metrics``."""
-
-    text: str
-    reward: float | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
 
 
 class Tool:

@@ -157,7 +157,7 @@ class TrainingEngine(Protocol):
         ``entropy``; value models fill ``values``; reward models fill ``scores``. Positions outside the attention mask may hold anything.
 
         ``with_sum_pi_squared`` (actor only) also fills ``sum_pi_squared``. A backend that computes it says so
-        in its registration (meta ``sum_pi_squared=True``); for any other the run is refused before it starts
+        in its registration (``TrainingBackendSpec(sum_pi_squared=True)``); for any other the run is refused before it starts
         when ``actor_rollout_ref.actor.calculate_sum_pi_squared`` is set, so it is never asked.
         """
         ...

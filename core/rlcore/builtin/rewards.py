@@ -1,5 +1,6 @@
 """Built-in reward managers and the rule-based scorers for GSM8K, MATH, Geometry3K and code problems."""
 
+from rlcore.api.specs import RewardScorerSpec
 from rlcore.hookspecs import hookimpl
 
 
@@ -17,26 +18,26 @@ def register_reward_managers(register):
 
 @hookimpl
 def register_reward_scorers(register):
-    """Register rule-based scorers by data_source; ``ground_truth="text"`` marks the scorers that compare the
+    """Register rule-based scorers by data_source; ``RewardScorerSpec(ground_truth="text")`` marks the scorers that compare the
     ground truth as text (the reward manager passes it to them as text, see ``rlcore.reward.ground_truth``)."""
     register(
         "openai/gsm8k",
         "rlcore.reward.scorers.gsm8k:score",
-        ground_truth="text",
+        spec=RewardScorerSpec(ground_truth="text"),
         description="GSM8K '#### N' answer match",
         aliases=("gsm8k",),
     )
     register(
         "lighteval/MATH",
         "rlcore.reward.scorers.math:score",
-        ground_truth="text",
+        spec=RewardScorerSpec(ground_truth="text"),
         description="MATH \\boxed{} answer match (math-verify when installed)",
         aliases=("DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math"),
     )
     register(
         "hiyouga/geometry3k",
         "rlcore.reward.scorers.geo3k:score",
-        ground_truth="text",
+        spec=RewardScorerSpec(ground_truth="text"),
         description="Geometry3K: 0.9 x \\boxed{} answer match + 0.1 x <think>...</think> format",
         aliases=("geo3k",),
     )
@@ -45,5 +46,5 @@ def register_reward_scorers(register):
         "rlcore.reward.scorers.code:score",
         description="fraction of test cases the program passes in the sandbox",
         aliases=("apps", "codeforces", "taco"),
-        sandbox=True,
+        spec=RewardScorerSpec(sandbox=True),
     )

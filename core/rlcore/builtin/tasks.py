@@ -1,5 +1,6 @@
 """The bundled CPU task that ``rlcore run`` trains by default: its scorer and its preset."""
 
+from rlcore.api.specs import PresetSpec
 from rlcore.hookspecs import hookimpl
 
 
@@ -28,32 +29,29 @@ def register_reward_scorers(register):
 def register_presets(register):
     """Register the bundled tasks' presets (``arith-cpu`` is applied by ``rlcore run`` when no data is given).
 
-    ``prepare`` writes a task's data before the run; ``task`` is the stem of its run's name, which
+    The spec's ``prepare`` writes a task's data before the run; ``task`` is the stem of its run's name, which
     :func:`rlcore.presets.name_after_presets` completes with the presets applied on top."""
     register(
         "arith-cpu",
         "rlcore.tasks.arith:cpu_preset",
         description="bundled CPU task: GRPO on small sums from a biased warm-started model",
-        prepare="rlcore.tasks.arith:prepare_assets",
-        task="arith",
+        spec=PresetSpec(prepare="rlcore.tasks.arith:prepare_assets", task="arith"),
     )
     register(
         "arith-tools-cpu",
         "rlcore.tasks.arith_tools:cpu_preset",
         description="bundled multi-turn task: 2-digit products with a calculator tool (GRPO, HF engine)",
-        prepare="rlcore.tasks.arith_tools:prepare_assets",
-        task="arith-tools",
+        spec=PresetSpec(prepare="rlcore.tasks.arith_tools:prepare_assets", task="arith-tools"),
     )
     register(
         "arith-chain-cpu",
         "rlcore.tasks.arith_chain:cpu_preset",
         description="bundled CPU task: GRPO on a+b-c answered as a two-step chain, from a biased warm start",
-        prepare="rlcore.tasks.arith_chain:prepare_assets",
+        spec=PresetSpec(prepare="rlcore.tasks.arith_chain:prepare_assets"),
     )
     register(
         "shapes-vl-cpu",
         "rlcore.tasks.shapes_vl:cpu_preset",
         description="bundled vision-language task: name the colour of a drawn shape (tiny Qwen2-VL, GRPO, HF engine)",
-        prepare="rlcore.tasks.shapes_vl:prepare_assets",
-        task="shapes-vl",
+        spec=PresetSpec(prepare="rlcore.tasks.shapes_vl:prepare_assets", task="shapes-vl"),
     )

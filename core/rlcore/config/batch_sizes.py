@@ -105,7 +105,7 @@ def token_budget(config: DictConfig, flag_key: str, budget_key: str) -> int | No
 def data_parallel_size(config: DictConfig, section: str, world_size: int) -> int:
     """The data-parallel size of the engine at config ``section`` over ``world_size`` ranks.
 
-    It asks the backend's registration (meta ``data_parallel_size``: a function
+    It asks the backend's spec (``TrainingBackendSpec.data_parallel_size``: a function
     ``(config, section, world_size) -> int`` in the plugin's light hooks module) and defaults to
     ``world_size``: every rank is its own data-parallel rank, as with FSDP. Ulysses sequence parallelism
     (``{section}.ulysses_sequence_parallel_size``) divides it further: the ranks of a sequence-parallel
@@ -114,8 +114,7 @@ def data_parallel_size(config: DictConfig, section: str, world_size: int) -> int
     from rlcore.plugins import load_plugins
 
     strategy = select(config, f"{section}.strategy") or select(config, "actor_rollout_ref.actor.strategy")
-    meta = load_plugins().registry.get("training_backend", strategy).meta
-    derive = meta.get("data_parallel_size")
+    derive = load_plugins().registry.spec("training_backend", strategy).data_parallel_size
     size = world_size if derive is None else int(derive(config, section, world_size))
     sequence_parallel = ulysses_size(config, section)
     if size % sequence_parallel:

@@ -112,11 +112,9 @@ class Trainer:
         algo = config.algorithm
         self.estimator = self.registry.get("advantage_estimator", algo.adv_estimator)
         self.use_critic = (
-            bool(config.critic.enable)
-            if config.critic.enable is not None
-            else bool(self.estimator.meta.get("needs_critic", False))
+            bool(config.critic.enable) if config.critic.enable is not None else self.estimator.spec.needs_critic
         )
-        if self.estimator.meta.get("needs_critic") and not self.use_critic:
+        if self.estimator.spec.needs_critic and not self.use_critic:
             raise RLCoreError(f"algorithm.adv_estimator={algo.adv_estimator!r} needs a critic but critic.enable=false")
         actor = config.actor_rollout_ref.actor
         self.use_reference = bool(actor.use_kl_loss or algo.use_kl_in_reward)
@@ -125,7 +123,7 @@ class Trainer:
         self.global_step = 0
         self.timer = StageTimer()
         self.async_reward = bool(config.reward_model.launch_reward_fn_async)
-        self.reward_model_worker = self.estimator.meta.get("reward_model_worker")  # e.g. PRIME's implicit PRM
+        self.reward_model_worker = self.estimator.spec.reward_model_worker  # e.g. PRIME's implicit PRM
         self.use_reward_model = bool(config.reward_model.enable) or self.reward_model_worker is not None
         self.nonfinite_in_a_row = 0
         self.stop = StopRequest(config.trainer.get("stop_grace_s"))
@@ -191,7 +189,7 @@ class Trainer:
         self.groups.init_models()
         self.reward_fn = build_reward_manager(self.config, self.tokenizer)
         if self.groups.reward_model is not None:  # reward_model.enable: reward-model scores plus rule scores
-            separate = "rm_scores" in self.estimator.meta.get("batch_keys", ())
+            separate = "rm_scores" in self.estimator.spec.batch_keys
             self.reward_fn = ModelRewardManager(self.reward_fn, self.groups.reward_model, self.config, separate)
         self.val_reward_fn = self.reward_fn
         self.reward_thread = AsyncReward() if self.async_reward else None
@@ -280,7 +278,7 @@ class Trainer:
             # per rank, averaged over ranks
             metrics.update(reduce_metrics(batch.meta.get("metrics", {})))
             metrics.update(batch.meta.pop("agent_metrics", {}))
-            if self.estimator.meta.get("needs_greedy_baseline"):
+            if self.estimator.spec.needs_greedy_baseline:
                 with timer("gen_max"):
                     self._add_greedy_baseline(prompts, batch)
             if self.async_reward:  # scored in the background by train_step (never with filters: see validate)
@@ -334,9 +332,9 @@ class Trainer:
             kwargs["values"] = batch["values"]
         if "reward_baselines" in batch:
             kwargs["reward_baselines"] = batch["reward_baselines"]
-        for key in self.estimator.meta.get("batch_keys", ()):  # what the estimator declares it reads
+        for key in self.estimator.spec.batch_keys:  # what the estimator declares it reads
             kwargs[key] = batch[key]
-        for key in self.estimator.meta.get("optional_batch_keys", ()):  # ... and reads when the batch has it
+        for key in self.estimator.spec.optional_batch_keys:  # ... and reads when the batch has it
             if key in batch:
                 kwargs[key] = batch[key]
         advantages, returns = self.estimator.load()(**kwargs)
@@ -355,7 +353,7 @@ class Trainer:
             and self.kl_ctrl is None
             and "rollout_log_probs" not in batch
             and self.config.trainer.critic_warmup <= self.global_step
-            and "old_log_probs" not in self.estimator.meta.get("batch_keys", ())
+            and "old_log_probs" not in self.estimator.spec.batch_keys
             and not actor.calculate_sum_pi_squared
         )
 

@@ -89,9 +89,10 @@ class JudgeRewardManager(_RewardManagerBase):
         super().__init__(tokenizer, scorer, config)
         section = config or {}
         model = section.get("model", None) or {}
-        self.model_path = model.get("path", None)
-        if not self.model_path:
+        path = model.get("path", None)
+        if not path:
             raise RLCoreError("reward_model.reward_manager=judge needs reward_model.model.path: the judge LLM")
+        self.model_path = str(path)
         judge = section.get("judge", None) or {}
         self.template = judge.get("prompt_template", None) or DEFAULT_TEMPLATE
         self.max_score = float(judge.get("max_score", None) or 10.0)

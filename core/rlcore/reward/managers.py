@@ -39,12 +39,12 @@ import logging
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from rlcore.api.components import RewardResult
 from rlcore.data.rl_dataset import to_plain
 from rlcore.errors import RLCoreError
 from rlcore.reward.errors import RewardError
@@ -66,24 +66,6 @@ _FAILURE_WORDS = {
     "timeout": "timed out",
     "invalid": "returned a value that is not a finite number",
 }
-
-
-@dataclass
-class RewardResult:
-    """What a reward manager returns.
-
-    Attributes:
-        token_level_scores: ``[B, R]`` float32; each sample's score on its last valid response token.
-        extra_info: per-sample lists (length ``B``) of the extra keys scorers returned in their dicts.
-        metrics: scalar metrics of this call (the ``reward/scorer_*`` failure counters).
-        tensors: tensors with one row per sample that the controller puts into the batch as they are (e.g.
-            ``rm_scores`` and ``acc`` for an advantage estimator that reads them itself).
-    """
-
-    token_level_scores: torch.Tensor
-    extra_info: dict[str, list] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def to_score(value: Any) -> tuple[float | None, dict[str, Any]]:

@@ -33,12 +33,12 @@ class RegistryScorer:
 
     def compares_text(self, data_source: str) -> bool:
         """Whether the scorer of ``data_source`` compares the ground truth as text (registered with
-        ``ground_truth="text"``): the reward manager then passes it as text (:mod:`rlcore.reward.ground_truth`).
+        ``RewardScorerSpec(ground_truth="text")``): the reward manager then passes it as text (:mod:`rlcore.reward.ground_truth`).
         False for an unknown data source (scoring reports it)."""
         registry = self._registry()
         if not registry.has("reward_scorer", data_source):
             return False
-        return registry.get("reward_scorer", data_source).meta.get("ground_truth") == "text"
+        return registry.spec("reward_scorer", data_source).ground_truth == "text"
 
     def resolve(self, data_source: str) -> Callable[..., Any]:
         """The scorer registered for ``data_source`` (or one of its aliases)."""

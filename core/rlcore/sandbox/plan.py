@@ -58,7 +58,7 @@ def sandbox_users(config: Any) -> tuple[list[str], list[tuple[str, bool]]]:
         data = config.data
         key = data.get("reward_fn_key") or "data_source"
         for source in sorted(data_sources(data.get("train_files"), key) | data_sources(data.get("val_files"), key)):
-            if registry.has("reward_scorer", source) and registry.get("reward_scorer", source).meta.get("sandbox"):
+            if registry.has("reward_scorer", source) and registry.spec("reward_scorer", source).sandbox:
                 sources.append(source)
     tools: list[tuple[str, bool]] = []
     multi_turn = config.actor_rollout_ref.rollout.get("multi_turn") or {}

@@ -13,6 +13,7 @@ import pytest
 import torch
 from rlcore_plugin_gpg.gpg import compute_gpg_outcome_advantage, gpg_policy_loss
 
+from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.plugins import load_plugins
 from rlcore.testing.contracts import AdvantageEstimatorContract, PolicyLossContract
 from rlcore.testing.runs import make_tiny_task, tiny_run
@@ -65,7 +66,7 @@ def test_gpg_loss_hand_computed() -> None:
 def test_registration() -> None:
     registry = load_plugins().registry
     assert registry.get("advantage_estimator", "gpg").dist == "rlcore-plugin-gpg"
-    assert registry.get("advantage_estimator", "gpg").meta == {}
+    assert registry.get("advantage_estimator", "gpg").spec == AdvantageEstimatorSpec()
     assert registry.get("policy_loss", "gpg").dist == "rlcore-plugin-gpg"
 
 

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from rlcore_plugin_grpo import hooks
 from rlcore_plugin_grpo.advantage import compute_grpo_outcome_advantage, compute_grpo_passk_outcome_advantage
 
+from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
 from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
@@ -130,10 +131,10 @@ def test_registration_and_config_defaults() -> None:
     manager = load_plugins()
     comp = manager.registry.get("advantage_estimator", "grpo")
     assert comp.dist == "rlcore-plugin-grpo"
-    assert not comp.meta.get("needs_critic")
+    assert not comp.spec.needs_critic
     passk = manager.registry.get("advantage_estimator", "grpo_passk")
     assert passk.dist == "rlcore-plugin-grpo"
-    assert passk.meta == {"min_group_size": 2}
+    assert passk.spec == AdvantageEstimatorSpec(min_group_size=2)
     assert hooks.config_defaults() == {"algorithm": {"norm_adv_by_std_in_grpo": True}}
     from rlcore.config import default_config
 

@@ -149,7 +149,7 @@ def test_a_backend_without_sum_pi_squared_is_refused() -> None:
     without = [
         name
         for name in registry.names("training_backend")
-        if not registry.get("training_backend", name).meta.get("sum_pi_squared")
+        if not registry.get("training_backend", name).spec.sum_pi_squared
     ]
     if not without:
         pytest.skip("every installed training backend computes Σπ²")
@@ -161,7 +161,7 @@ def test_a_backend_without_sum_pi_squared_is_refused() -> None:
 def test_registration() -> None:
     component = load_plugins().registry.get("advantage_estimator", "optimal_token_baseline")
     assert component.dist == "rlcore-plugin-otb"
-    assert component.meta["batch_keys"] == ("old_log_probs", "sum_pi_squared")
+    assert component.spec.batch_keys == {"old_log_probs", "sum_pi_squared"}
 
 
 def test_hooks_module_does_not_import_torch() -> None:

@@ -10,6 +10,7 @@ import pytest
 import torch
 from rlcore_plugin_ppo.gae import compute_gae
 
+from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
 from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
@@ -76,7 +77,7 @@ def test_gae_needs_values() -> None:
 def test_registration_declares_critic() -> None:
     comp = load_plugins().registry.get("advantage_estimator", "gae")
     assert comp.dist == "rlcore-plugin-ppo"
-    assert comp.meta == {"needs_critic": True}
+    assert comp.spec == AdvantageEstimatorSpec(needs_critic=True)
 
 
 def test_hooks_module_does_not_import_torch() -> None:

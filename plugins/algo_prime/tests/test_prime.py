@@ -135,7 +135,7 @@ def test_the_prm_learns_the_outcome_labels(tiny_model_dir: Path, tiny_tokenizer)
 def test_registration_and_preset() -> None:
     registry = load_plugins().registry
     estimator = registry.get("advantage_estimator", "prime")
-    assert estimator.meta["batch_keys"] == ("rm_scores", "acc")
+    assert estimator.spec.batch_keys == {"rm_scores", "acc"}
     config = load_config([], [], ["prime"])
     assert config.algorithm.adv_estimator == "prime"
     assert config.algorithm.reward_dpo_coef == 5.0 and config.algorithm.reward_gt_coef == 5.0

@@ -16,6 +16,7 @@ from rlcore_plugin_reinforce_pp.advantage import (
     compute_reinforce_plus_plus_outcome_advantage,
 )
 
+from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.plugins import load_plugins
 from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
 from rlcore.testing.runs import make_tiny_task, tiny_run
@@ -117,7 +118,7 @@ def test_registration() -> None:
     for name in ("reinforce_plus_plus", "reinforce_plus_plus_baseline"):
         comp = registry.get("advantage_estimator", name)
         assert comp.dist == "rlcore-plugin-reinforce-pp"
-        assert comp.meta == {}
+        assert comp.spec == AdvantageEstimatorSpec()
 
 
 def test_hooks_module_does_not_import_torch() -> None:

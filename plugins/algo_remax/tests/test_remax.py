@@ -13,6 +13,7 @@ import pytest
 import torch
 from rlcore_plugin_remax.advantage import compute_remax_outcome_advantage
 
+from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
 from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
@@ -55,7 +56,7 @@ def test_remax_needs_baselines() -> None:
 def test_registration_declares_greedy_baseline() -> None:
     comp = load_plugins().registry.get("advantage_estimator", "remax")
     assert comp.dist == "rlcore-plugin-remax"
-    assert comp.meta == {"needs_greedy_baseline": True}
+    assert comp.spec == AdvantageEstimatorSpec(needs_greedy_baseline=True)
 
 
 def test_hooks_module_does_not_import_torch() -> None:

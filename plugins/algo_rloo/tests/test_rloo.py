@@ -13,6 +13,7 @@ import pytest
 import torch
 from rlcore_plugin_rloo.advantage import compute_rloo_outcome_advantage
 
+from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
 from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
@@ -69,7 +70,7 @@ def test_rloo_index_length_mismatch() -> None:
 def test_registration() -> None:
     comp = load_plugins().registry.get("advantage_estimator", "rloo")
     assert comp.dist == "rlcore-plugin-rloo"
-    assert comp.meta == {}
+    assert comp.spec == AdvantageEstimatorSpec()
 
 
 def test_hooks_module_does_not_import_torch() -> None:

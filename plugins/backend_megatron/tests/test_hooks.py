@@ -14,12 +14,12 @@ from rlcore.plugins import load_plugins
 
 
 def test_backend_registered_with_data_parallel_size() -> None:
-    """``megatron`` resolves to the backend and carries the ``data_parallel_size`` meta."""
+    """``megatron`` resolves to the backend and declares ``data_parallel_size`` in its spec."""
     from rlcore_plugin_megatron.backend import MegatronBackend
 
     registry = load_plugins().registry
     assert registry.load("training_backend", "megatron") is MegatronBackend
-    assert registry.get("training_backend", "megatron").meta["data_parallel_size"] is data_parallel_size
+    assert registry.get("training_backend", "megatron").spec.data_parallel_size is data_parallel_size
 
 
 def test_config_defaults_cover_actor_ref_and_critic() -> None:

@@ -50,6 +50,7 @@ class ToolContract:
     def tool(self) -> Tool:
         """A tool instance built as the tool YAML would build it."""
         cls = load_plugins().registry.load("tool", self.component_name)
+        assert issubclass(cls, Tool), f"{cls!r} is not a subclass of rlcore.agents.Tool"
         return cls(dict(self.tool_config), self.tool_schema)
 
     def test_schema_is_an_openai_function(self, tool: Tool) -> None:

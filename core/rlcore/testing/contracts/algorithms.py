@@ -31,11 +31,15 @@ import numpy as np
 import pytest
 import torch
 
+from rlcore.api.components import AdvantageEstimator
+from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.config.algorithm_names import LOSS_AGG_MODES
 from rlcore.plugins import load_plugins
 from rlcore.registry import Component, Registry
 from rlcore.testing.config import contract_config, default_tree
 
+#: the registry record of an advantage estimator
+EstimatorComponent = Component[AdvantageEstimatorSpec]
 #: padded response length of the contract batches
 RESPONSE_LENGTH = 6
 
@@ -84,13 +88,13 @@ class AdvantageEstimatorContract:
         return load_plugins().registry
 
     @pytest.fixture
-    def component(self, registry: Registry) -> Component:
-        """The registry record of the estimator under test (its ``meta`` declares its needs)."""
+    def component(self, registry: Registry) -> EstimatorComponent:
+        """The registry record of the estimator under test (its ``spec`` declares its needs)."""
         assert self.component_name, f"{type(self).__name__} must set component_name"
         return registry.get("advantage_estimator", self.component_name)
 
     @pytest.fixture
-    def estimator(self, component: Component) -> Callable[..., Any]:
+    def estimator(self, component: EstimatorComponent) -> AdvantageEstimator:
         """The imported estimator callable."""
         return component.load()
 
@@ -100,9 +104,9 @@ class AdvantageEstimatorContract:
         """The ``algorithm`` config section handed to the estimator (built once per test class)."""
         return contract_config(cls.config_overrides).algorithm
 
-    def group_size(self, component: Component) -> int:
+    def group_size(self, component: EstimatorComponent) -> int:
         """Samples per prompt in the contract batches: 3, or the estimator's ``min_group_size`` if larger."""
-        return max(3, int(component.meta.get("min_group_size", 1)))
+        return max(3, component.spec.min_group_size)
 
     def make_inputs(
         self, rewards: list[float], lengths: list[int], group_size: int, values: torch.Tensor | None = None
@@ -120,7 +124,7 @@ class AdvantageEstimatorContract:
             values = torch.rand(len(lengths), RESPONSE_LENGTH, generator=torch.Generator().manual_seed(0))
         return EstimatorInputs(rewards_mat, mask, index, values, torch.zeros(len(lengths)))
 
-    def default_inputs(self, component: Component) -> EstimatorInputs:
+    def default_inputs(self, component: EstimatorComponent) -> EstimatorInputs:
         """Two groups with varied rewards and response lengths."""
         size = self.group_size(component)
         rewards = [float(i % 3 == 0) + 0.25 * i for i in range(2 * size)]
@@ -128,7 +132,7 @@ class AdvantageEstimatorContract:
         return self.make_inputs(rewards, lengths, size)
 
     def run_estimator(
-        self, estimator: Callable[..., Any], component: Component, inputs: EstimatorInputs, config: Any
+        self, estimator: Callable[..., Any], component: EstimatorComponent, inputs: EstimatorInputs, config: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Call the estimator with the full keyword signature, as the controller does."""
         return estimator(
@@ -136,8 +140,8 @@ class AdvantageEstimatorContract:
             response_mask=inputs.response_mask,
             index=inputs.index,
             config=config,
-            values=inputs.values if component.meta.get("needs_critic") else None,
-            reward_baselines=inputs.reward_baselines if component.meta.get("needs_greedy_baseline") else None,
+            values=inputs.values if component.spec.needs_critic else None,
+            reward_baselines=inputs.reward_baselines if component.spec.needs_greedy_baseline else None,
         )
 
     def test_is_registered(self, registry: Registry) -> None:
@@ -145,14 +149,12 @@ class AdvantageEstimatorContract:
         assert registry.has("advantage_estimator", self.component_name)
         assert callable(registry.load("advantage_estimator", self.component_name))
 
-    def test_meta_types(self, component: Component) -> None:
-        """Declared needs have the types the controller expects."""
-        for key in ("needs_critic", "needs_greedy_baseline"):
-            assert isinstance(component.meta.get(key, False), bool), f"meta {key} must be a bool"
-        min_group = component.meta.get("min_group_size", 1)
-        assert isinstance(min_group, int) and min_group >= 1, "meta min_group_size must be an int >= 1"
+    def test_spec_type(self, component: EstimatorComponent) -> None:
+        """The declared needs are an :class:`~rlcore.api.specs.AdvantageEstimatorSpec` (which checked its
+        fields when it was built)."""
+        assert isinstance(component.spec, AdvantageEstimatorSpec), type(component.spec)
 
-    def test_shapes_and_dtype(self, estimator: Callable[..., Any], component: Component, config: Any) -> None:
+    def test_shapes_and_dtype(self, estimator: Callable[..., Any], component: EstimatorComponent, config: Any) -> None:
         """Advantages and returns are floating ``[B, R]`` tensors."""
         inputs = self.default_inputs(component)
         advantages, returns = self.run_estimator(estimator, component, inputs, config)
@@ -161,19 +163,21 @@ class AdvantageEstimatorContract:
             assert out.shape == inputs.response_mask.shape, f"{name} has shape {tuple(out.shape)}"
             assert out.is_floating_point(), f"{name} has dtype {out.dtype}"
 
-    def test_finite(self, estimator: Callable[..., Any], component: Component, config: Any) -> None:
+    def test_finite(self, estimator: Callable[..., Any], component: EstimatorComponent, config: Any) -> None:
         """No NaN or infinity in either output."""
         advantages, returns = self.run_estimator(estimator, component, self.default_inputs(component), config)
         assert torch.isfinite(advantages).all()
         assert torch.isfinite(returns).all()
 
-    def test_zero_at_masked_positions(self, estimator: Callable[..., Any], component: Component, config: Any) -> None:
+    def test_zero_at_masked_positions(
+        self, estimator: Callable[..., Any], component: EstimatorComponent, config: Any
+    ) -> None:
         """Advantages are exactly zero where ``response_mask`` is 0."""
         inputs = self.default_inputs(component)
         advantages, _ = self.run_estimator(estimator, component, inputs, config)
         assert (advantages[inputs.response_mask == 0] == 0).all()
 
-    def test_deterministic(self, estimator: Callable[..., Any], component: Component, config: Any) -> None:
+    def test_deterministic(self, estimator: Callable[..., Any], component: EstimatorComponent, config: Any) -> None:
         """Two calls on the same inputs give identical outputs."""
         inputs = self.default_inputs(component)
         first = self.run_estimator(estimator, component, inputs, config)
@@ -181,7 +185,7 @@ class AdvantageEstimatorContract:
         for a, b in zip(first, second):
             assert torch.equal(a, b)
 
-    def test_inputs_unchanged(self, estimator: Callable[..., Any], component: Component, config: Any) -> None:
+    def test_inputs_unchanged(self, estimator: Callable[..., Any], component: EstimatorComponent, config: Any) -> None:
         """The estimator does not modify its input tensors in place."""
         inputs = self.default_inputs(component)
         copies = [inputs.token_level_rewards.clone(), inputs.response_mask.clone(), inputs.values.clone()]
@@ -190,7 +194,7 @@ class AdvantageEstimatorContract:
             assert torch.equal(before, after)
 
     def test_equal_rewards_give_zero_advantages(
-        self, estimator: Callable[..., Any], component: Component, config: Any
+        self, estimator: Callable[..., Any], component: EstimatorComponent, config: Any
     ) -> None:
         """Within a group whose rewards are all equal nothing is better than the baseline."""
         if not self.group_relative:
@@ -201,7 +205,7 @@ class AdvantageEstimatorContract:
         assert torch.allclose(advantages, torch.zeros_like(advantages), atol=self.atol)
 
     def test_better_sample_gets_higher_advantage(
-        self, estimator: Callable[..., Any], component: Component, config: Any
+        self, estimator: Callable[..., Any], component: EstimatorComponent, config: Any
     ) -> None:
         """In a group, the response with the higher reward has the higher (token-mean) advantage."""
         size = self.group_size(component)
@@ -214,10 +218,10 @@ class AdvantageEstimatorContract:
         assert per_sample[0] > per_sample[1] + self.atol, f"advantages {per_sample.tolist()}"
 
     def test_masked_values_do_not_matter(
-        self, estimator: Callable[..., Any], component: Component, config: Any
+        self, estimator: Callable[..., Any], component: EstimatorComponent, config: Any
     ) -> None:
         """For a critic-based estimator, values at masked positions do not change any valid output."""
-        if not component.meta.get("needs_critic"):
+        if not component.spec.needs_critic:
             pytest.skip(f"{self.component_name} does not use critic values")
         inputs = self.default_inputs(component)
         advantages, returns = self.run_estimator(estimator, component, inputs, config)

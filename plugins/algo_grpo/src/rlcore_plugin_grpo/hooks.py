@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlcore import hookimpl
+from rlcore.api.specs import AdvantageEstimatorSpec
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=2,<3"
@@ -13,7 +14,7 @@ RLCORE_API = ">=2,<3"
 @hookimpl
 def register_advantage_estimators(register: Any) -> None:
     """Register ``grpo`` (group-relative outcome advantages, groups of any size, even 1) and ``grpo_passk``
-    (the best response's margin over the runner-up; declares ``min_group_size=2``)."""
+    (the best response's margin over the runner-up; declares a ``min_group_size`` of 2)."""
     register(
         "grpo",
         "rlcore_plugin_grpo.advantage:compute_grpo_outcome_advantage",
@@ -23,7 +24,7 @@ def register_advantage_estimators(register: Any) -> None:
         "grpo_passk",
         "rlcore_plugin_grpo.advantage:compute_grpo_passk_outcome_advantage",
         description="Pass@k: only each group's best response learns, from its margin over the runner-up",
-        min_group_size=2,
+        spec=AdvantageEstimatorSpec(min_group_size=2),
     )
 
 

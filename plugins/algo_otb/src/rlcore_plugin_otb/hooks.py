@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlcore import hookimpl
+from rlcore.api.specs import AdvantageEstimatorSpec
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=2,<3"
@@ -19,6 +20,8 @@ def register_advantage_estimators(register: Any) -> None:
         "optimal_token_baseline",
         "rlcore_plugin_otb.advantage:compute_optimal_token_baseline_advantage",
         description="OTB: G_t - sum(G_t W_t)/sum(W_t) over the prompt's responses, W_t = cumulative 1-2pi+sum(pi^2)",
-        batch_keys=("old_log_probs", "sum_pi_squared"),
-        optional_batch_keys=("rollout_is_weights",),
+        spec=AdvantageEstimatorSpec(
+            batch_keys=frozenset({"old_log_probs", "sum_pi_squared"}),
+            optional_batch_keys=frozenset({"rollout_is_weights"}),
+        ),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlcore import hookimpl
+from rlcore.api.specs import AdvantageEstimatorSpec
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=2,<3"
@@ -17,5 +18,5 @@ def register_advantage_estimators(register: Any) -> None:
         "gae",
         "rlcore_plugin_ppo.gae:compute_gae",
         description="PPO generalized advantage estimation (gamma, lam) with a learned critic",
-        needs_critic=True,
+        spec=AdvantageEstimatorSpec(needs_critic=True),
     )

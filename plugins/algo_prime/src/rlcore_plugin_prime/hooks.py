@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlcore import hookimpl
+from rlcore.api.specs import AdvantageEstimatorSpec
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=2,<3"
@@ -49,9 +50,11 @@ def register_advantage_estimators(register: Any) -> None:
         "prime",
         "rlcore_plugin_prime.advantage:compute_prime_advantage",
         description="PRIME: RLOO on implicit PRM token rewards + outcome reward, PRM trained online",
-        min_group_size=2,
-        batch_keys=("rm_scores", "acc"),
-        reward_model_worker="rlcore_plugin_prime.worker:PrimeRewardModelWorker",
+        spec=AdvantageEstimatorSpec(
+            min_group_size=2,
+            batch_keys=frozenset({"rm_scores", "acc"}),
+            reward_model_worker="rlcore_plugin_prime.worker:PrimeRewardModelWorker",
+        ),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlcore import hookimpl
+from rlcore.api.specs import AdvantageEstimatorSpec
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=2,<3"
@@ -18,5 +19,5 @@ def register_advantage_estimators(register: Any) -> None:
         "remax",
         "rlcore_plugin_remax.advantage:compute_remax_outcome_advantage",
         description="ReMax: return minus the reward of the prompt's greedy response, no critic",
-        needs_greedy_baseline=True,
+        spec=AdvantageEstimatorSpec(needs_greedy_baseline=True),
     )

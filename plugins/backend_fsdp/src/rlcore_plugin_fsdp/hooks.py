@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlcore import hookimpl
+from rlcore.api.specs import TrainingBackendSpec
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=2,<3"
@@ -35,7 +36,7 @@ def register_training_backends(register: Callable[..., None]) -> None:
         "rlcore_plugin_fsdp.backend:FSDPBackend",
         description="PyTorch FSDP2 (fully_shard) actor/rollout/ref and critic workers; CPU (gloo) or CUDA (nccl)",
         aliases=("fsdp2",),
-        sum_pi_squared=True,
+        spec=TrainingBackendSpec(sum_pi_squared=True),
     )
 
 

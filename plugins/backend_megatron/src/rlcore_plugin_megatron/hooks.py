@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rlcore import hookimpl
+from rlcore.api.specs import TrainingBackendSpec
 from rlcore.config.keys import select
 from rlcore_plugin_megatron.settings import (
     MEGATRON_DEFAULTS,
@@ -28,7 +29,7 @@ def data_parallel_size(config: DictConfig, section: str, world_size: int) -> int
     """The data-parallel size of the engine at ``section`` over ``world_size`` ranks:
     ``world_size ÷ (tensor × pipeline × context parallel size)`` of ``{section}.megatron``.
 
-    Registered as the backend's ``data_parallel_size`` meta, so that the dry run and the worker group
+    Registered as the backend's ``TrainingBackendSpec.data_parallel_size``, so that the dry run and the worker group
     split batches over data-parallel ranks only; an error names the keys when the sizes do not divide.
     """
     key = f"{section}.megatron"
@@ -42,8 +43,7 @@ def register_training_backends(register: Callable[..., None]) -> None:
         "megatron",
         "rlcore_plugin_megatron.backend:MegatronBackend",
         description="megatron-core GPTModel (tensor + pipeline + context parallel) actor/ref and critic; Qwen2/Qwen3/Llama",
-        data_parallel_size=data_parallel_size,
-        sum_pi_squared=True,
+        spec=TrainingBackendSpec(data_parallel_size=data_parallel_size, sum_pi_squared=True),
     )
 
 

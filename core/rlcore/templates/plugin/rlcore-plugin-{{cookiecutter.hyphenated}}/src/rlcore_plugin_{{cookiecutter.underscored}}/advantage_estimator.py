@@ -3,13 +3,13 @@
 What it computes: each response's reward minus the mean reward of its group (the responses sampled for
 the same prompt, which share an ``index`` value). A response better than its siblings gets a positive
 advantage on every one of its tokens, a worse one a negative advantage; a group whose rewards are all
-equal gives zero, and a group of one response gives zero too, which is why ``hooks.py`` declares
-``min_group_size=2``.
+equal gives zero, and a group of one response gives zero too, which is why ``hooks.py`` registers it with
+``spec=AdvantageEstimatorSpec(min_group_size=2)``.
 
 What to change: the body of :func:`compute_advantage`. Keep the signature: rlcore calls it with keyword
 arguments (``token_level_rewards``, ``response_mask``, ``index``, ``config``, and ``values`` /
-``reward_baselines`` when you declare ``needs_critic=True`` / ``needs_greedy_baseline=True`` in
-``hooks.py``). ``config`` is the ``algorithm`` config section; a key of your own must be declared by a
+``reward_baselines`` when you declare ``needs_critic=True`` / ``needs_greedy_baseline=True`` in the
+``AdvantageEstimatorSpec`` of ``hooks.py``; ``rlcore.api.components.AdvantageEstimator`` is the protocol). ``config`` is the ``algorithm`` config section; a key of your own must be declared by a
 ``config_defaults`` hook. The returned tensors must be ``[B, R]``, finite and zero where
 ``response_mask`` is 0; ``tests/test_advantage_estimator.py`` runs rlcore's contract suite on it.
 """

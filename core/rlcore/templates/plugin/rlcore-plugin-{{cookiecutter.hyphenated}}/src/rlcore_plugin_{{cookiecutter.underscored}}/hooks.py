@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rlcore import hookimpl
+{% if cookiecutter.advantage_estimator %}
+from rlcore.api.specs import AdvantageEstimatorSpec
+{% endif %}
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = "{{ cookiecutter.rlcore_api }}"
@@ -25,7 +28,7 @@ def register_advantage_estimators(register: Callable[..., None]) -> None:
         "{{ name }}",
         "{{ package }}.advantage_estimator:compute_advantage",
         description="reward minus the mean reward of its group (no critic)",
-        min_group_size=2,
+        spec=AdvantageEstimatorSpec(min_group_size=2),
     )
 {% endif %}
 {% if cookiecutter.policy_loss %}
