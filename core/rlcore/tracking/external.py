@@ -28,9 +28,9 @@ import logging
 import math
 import os
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from rlcore.errors import RLCoreError
 from rlcore.tracking.sinks import Tracker, logger_names, to_json_value
@@ -63,13 +63,23 @@ def tracker_setting(config: Any, tracker: str, key: str, env: str | None = None,
     return default
 
 
-def check_choice(value: Any, choices: Iterable[str], what: str) -> str:
-    """Return ``value`` as a string if it is one of ``choices``; raise :class:`TrackerConfigError` otherwise."""
+Choice = TypeVar("Choice", bound=str)
+
+#: a table cell as :func:`table_data` writes it
+Cell = int | float | str | None
+
+
+def check_choice(value: object, choices: Iterable[Choice], what: str) -> Choice:
+    """Return the one of ``choices`` that ``str(value)`` equals; raise :class:`TrackerConfigError` otherwise.
+
+    The result has the type of the choices, so a tuple of ``Literal`` strings gives a ``Literal``.
+    """
     allowed = list(choices)
     text = str(value)
-    if text not in allowed:
-        raise TrackerConfigError(f"{what} is {text!r}; expected one of {', '.join(allowed)}")
-    return text
+    for choice in allowed:
+        if choice == text:
+            return choice
+    raise TrackerConfigError(f"{what} is {text!r}; expected one of {', '.join(allowed)}")
 
 
 # ------------------------------------------------------------------------------------------ metadata
@@ -148,7 +158,7 @@ def numeric_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def table_data(rows: list[Mapping[str, Any]], step: int) -> tuple[list[str], list[list[Any]]]:
+def table_data(rows: Sequence[Mapping[str, object]], step: int) -> tuple[list[str], list[list[Cell]]]:
     """A table as ``(columns, data)``: ``step`` first, then every key of every row in first-seen order;
     cells are JSON-safe scalars (numbers, strings, ``None``; anything else as its ``str``)."""
     columns = ["step", *dict.fromkeys(str(key) for row in rows for key in row if key != "step")]
@@ -156,7 +166,7 @@ def table_data(rows: list[Mapping[str, Any]], step: int) -> tuple[list[str], lis
     return columns, data
 
 
-def _cell(value: Any) -> Any:
+def _cell(value: object) -> Cell:
     value = to_json_value(value)
     return value if value is None or isinstance(value, (int, float, str)) else str(value)
 

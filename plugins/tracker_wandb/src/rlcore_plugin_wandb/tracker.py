@@ -15,11 +15,12 @@ Settings (``trainer.tracking.wandb``; config wins over the environment, which wi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from rlcore.tracking.external import ExternalTracker, check_choice, numeric_metrics, table_data, tracker_setting
 
-MODES = ("online", "offline", "disabled")
+Mode = Literal["online", "offline", "disabled"]
+MODES: tuple[Mode, ...] = ("online", "offline", "disabled")
 
 
 class WandbTracker(ExternalTracker):
@@ -42,7 +43,7 @@ class WandbTracker(ExternalTracker):
         """
         import wandb
 
-        self.mode = str(self.setting("mode", "WANDB_MODE", "online"))
+        self.mode = check_choice(self.setting("mode", "WANDB_MODE", "online"), MODES, "trainer.tracking.wandb.mode")
         self.dir = str(self.setting("dir", "WANDB_DIR", self.run_dir))
         self.run = wandb.init(
             project=self.project,
@@ -67,7 +68,8 @@ class WandbTracker(ExternalTracker):
         if not rows:
             return
         columns, data = table_data(rows, step)
-        self.run.log({name: wandb.Table(columns=columns, data=data)}, step=int(step))
+        header: list[str | int] = list(columns)
+        self.run.log({name: wandb.Table(columns=header, data=data)}, step=int(step))
 
     def close(self) -> None:
         """Finish the W&B run (in offline mode this prints the ``wandb sync`` line)."""
