@@ -15,9 +15,12 @@ Settings (``trainer.tracking.wandb``; config wins over the environment, which wi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from rlcore.tracking.external import ExternalTracker, check_choice, numeric_metrics, table_data, tracker_setting
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 Mode = Literal["online", "offline", "disabled"]
 MODES: tuple[Mode, ...] = ("online", "offline", "disabled")
@@ -31,7 +34,7 @@ class WandbTracker(ExternalTracker):
     extra: ClassVar[str] = "wandb"
 
     @classmethod
-    def check_settings(cls, config: Any) -> None:
+    def check_settings(cls, config: DictConfig) -> None:
         """``mode`` must be one of :data:`MODES`."""
         mode = tracker_setting(config, cls.name, "mode", "WANDB_MODE", "online")
         check_choice(mode, MODES, "trainer.tracking.wandb.mode (or $WANDB_MODE)")
