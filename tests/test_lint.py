@@ -3,9 +3,12 @@ mypy over the typed modules listed in ``pyproject.toml``. ``pre-commit`` runs th
 
 from __future__ import annotations
 
+import glob
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -43,3 +46,22 @@ def test_mypy() -> None:
     """mypy passes on the files ``[tool.mypy]`` lists (the contracts and a step's path through the code)."""
     result = run(sys.executable, "-m", "mypy", "--no-incremental")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_covers_the_core_and_every_plugin() -> None:
+    """``[tool.mypy] files`` covers ``core/rlcore`` and every ``plugins/<name>/src`` (so a new plugin cannot
+    be left unchecked), and ``exclude`` leaves out nothing but the plugin template."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    listed = [Path(match) for pattern in config["files"] for match in glob.glob(str(ROOT / pattern))]
+    wanted = [ROOT / "core" / "rlcore", *sorted(ROOT.glob("plugins/*/src"))]
+    assert len(wanted) > 1, "no plugins/*/src found"
+    unchecked = [str(path.relative_to(ROOT)) for path in wanted if not any(path.is_relative_to(p) for p in listed)]
+    assert not unchecked, f"not in [tool.mypy] files: {unchecked}"
+    sources = sorted(path.relative_to(ROOT).as_posix() for root in wanted for path in root.rglob("*.py"))
+    excluded = [
+        source
+        for source in sources
+        if not source.startswith("core/rlcore/templates/")
+        and any(re.search(pattern, source) for pattern in config.get("exclude", []))
+    ]
+    assert not excluded, f"excluded from mypy: {excluded}"

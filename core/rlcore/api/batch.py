@@ -29,10 +29,13 @@ import torch
 
 from rlcore.errors import RLCoreError
 
-__all__ = ["Batch", "BatchError", "BatchIndexError", "BatchKeyError", "BatchTypeError", "RowIndex"]
+__all__ = ["Batch", "BatchError", "BatchIndexError", "BatchKeyError", "BatchTypeError", "NonTensorValues", "RowIndex"]
 
 #: what :meth:`Batch.index` accepts: a row, a slice, row numbers or a boolean mask over the rows
 RowIndex = int | np.integer | slice | Sequence[int] | Sequence[bool] | range | np.ndarray | torch.Tensor
+#: what a Batch accepts as a non-tensor entry: one value per row (the values themselves are arbitrary: texts,
+#: dicts of images, ground truths, ...), kept as a 1-D object array
+NonTensorValues = np.ndarray | list[Any] | tuple[Any, ...]
 
 
 class BatchError(RLCoreError, ValueError):
@@ -54,7 +57,7 @@ class BatchIndexError(RLCoreError, IndexError):
     """A row number outside the Batch."""
 
 
-def _object_array(values: Sequence[Any]) -> np.ndarray:
+def _object_array(values: Sequence[object]) -> np.ndarray:
     """A 1-D object array holding ``values`` as elements, even when they are themselves lists or dicts."""
     out = np.empty(len(values), dtype=object)
     for i, value in enumerate(values):
@@ -62,14 +65,14 @@ def _object_array(values: Sequence[Any]) -> np.ndarray:
     return out
 
 
-def _check_key(key: Any) -> str:
+def _check_key(key: object) -> str:
     """Return ``key`` if it is a string, else raise."""
     if not isinstance(key, str):
         raise BatchTypeError(f"Batch keys are strings, got {key!r} ({type(key).__name__})")
     return key
 
 
-def _as_tensor(key: str, value: Any) -> torch.Tensor:
+def _as_tensor(key: str, value: object) -> torch.Tensor:
     """Validate a value stored under ``tensors[key]``."""
     if not isinstance(value, torch.Tensor):
         raise BatchTypeError(f"tensor {key!r} must be a torch.Tensor, got {type(value).__name__}")
@@ -80,7 +83,7 @@ def _as_tensor(key: str, value: Any) -> torch.Tensor:
     return value
 
 
-def _as_non_tensor(key: str, value: Any) -> np.ndarray:
+def _as_non_tensor(key: str, value: object) -> np.ndarray:
     """Convert a per-sample sequence stored under ``non_tensors[key]`` into a 1-D object array."""
     if isinstance(value, np.ndarray):
         if value.ndim != 1:
@@ -97,7 +100,7 @@ def _as_non_tensor(key: str, value: Any) -> np.ndarray:
     )
 
 
-def _positive_int(what: str, value: Any) -> int:
+def _positive_int(what: str, value: object) -> int:
     """Return ``value`` if it is an int >= 1, else raise naming ``what``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise BatchTypeError(f"{what} must be an int, got {value!r}")
@@ -106,7 +109,7 @@ def _positive_int(what: str, value: Any) -> int:
     return int(value)
 
 
-def _normalize_index(idx: Any, n: int) -> slice | np.ndarray:
+def _normalize_index(idx: object, n: int) -> slice | np.ndarray:
     """Turn any accepted row index into a forward slice or an int64 array of non-negative row numbers."""
     if isinstance(idx, torch.Tensor) and idx.ndim == 0 and idx.dtype != torch.bool and not idx.is_floating_point():
         idx = int(idx.item())
@@ -163,7 +166,7 @@ def _tensors_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return False
 
 
-def _values_equal(x: Any, y: Any) -> bool:
+def _values_equal(x: object, y: object) -> bool:
     """Deep equality for non-tensor elements and meta values (dicts, sequences, arrays, tensors, NaN)."""
     if x is y:
         return True
@@ -225,7 +228,7 @@ class Batch:
     def __init__(
         self,
         tensors: Mapping[str, torch.Tensor] | None = None,
-        non_tensors: Mapping[str, Any] | None = None,
+        non_tensors: Mapping[str, NonTensorValues] | None = None,
         meta: Mapping[str, Any] | None = None,
     ) -> None:
         self.tensors = {_check_key(k): _as_tensor(k, v) for k, v in (tensors or {}).items()}
@@ -253,7 +256,9 @@ class Batch:
         return batch
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> Batch:
+    def from_dict(
+        cls, data: Mapping[str, torch.Tensor | NonTensorValues], meta: Mapping[str, Any] | None = None
+    ) -> Batch:
         """Build a Batch from one dict: ``torch.Tensor`` values become tensors, all others non-tensors."""
         tensors = {k: v for k, v in data.items() if isinstance(v, torch.Tensor)}
         non_tensors = {k: v for k, v in data.items() if not isinstance(v, torch.Tensor)}
@@ -304,7 +309,7 @@ class Batch:
             return self.non_tensors[key]
         raise self._missing(key)
 
-    def __setitem__(self, key: str, value: Any) -> None:
+    def __setitem__(self, key: str, value: torch.Tensor | NonTensorValues) -> None:
         """Store a tensor (into ``tensors``) or a per-sample sequence (into ``non_tensors``), replacing
         any entry of either kind under ``key``; its length must match the other entries."""
         _check_key(key)

@@ -86,7 +86,7 @@ class ActorGroup(WorkerGroup, Protocol):
         """One PPO update; the result's ``meta["metrics"]`` holds ``actor/*``."""
         ...
 
-    def device_peak(self) -> dict[str, Any]:
+    def device_peak(self) -> dict[str, str | float]:
         """Rank 0's device peak FLOPS (``device``, ``dtype``, ``tflops``, ``source``), the MFU denominator."""
         ...
 

@@ -8,11 +8,12 @@ engine-specific steps; ``rlcore.testing.contracts.rollout`` checks an engine.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import torch
     from omegaconf import DictConfig
+    from transformers import PreTrainedTokenizerBase
 
     from rlcore.api.batch import Batch
 
@@ -24,7 +25,13 @@ class RolloutEngine(Protocol):
     (sampling state for exact resume) and ``close()`` (stop the engine's own processes)."""
 
     def __init__(
-        self, model_path: str, tokenizer: Any, config: DictConfig, *, device: torch.device, dtype: Any
+        self,
+        model_path: str,
+        tokenizer: PreTrainedTokenizerBase,
+        config: DictConfig,
+        *,
+        device: torch.device,
+        dtype: torch.dtype,
     ) -> None:
         """Load the model (or a placeholder the first weight sync fills) for ``device`` in ``dtype``."""
         ...

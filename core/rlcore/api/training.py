@@ -191,7 +191,7 @@ class TrainingEngine(Protocol):
         """The sum of ``value`` over the data-parallel ranks (``value`` itself for one)."""
         ...
 
-    def resident(self) -> AbstractContextManager[Any]:
+    def resident(self) -> AbstractContextManager[object]:
         """A context in which the model (and optimizer state) are on the compute device; engines that
         offload between calls (``param_offload``, ``optimizer_offload``) move them back out on exit."""
         ...

@@ -107,7 +107,7 @@ def build_sampler(data_config: Any, dataset: Sized) -> Sampler[int] | None:
             f"{type(exc).__name__}: {exc}"
         ) from exc
     try:
-        len(sampler)  # type: ignore[arg-type]
+        len(sampler)  # type: ignore[arg-type]  # probing whether the user's sampler has a len()
     except TypeError as exc:
         raise DataError(
             f"{SAMPLER_KEY}.class_name={cls.__name__}: the sampler has no len() (the rows of one epoch), which "

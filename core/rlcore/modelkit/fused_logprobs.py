@@ -206,7 +206,7 @@ def fused_head(model: nn.Module, labels: torch.Tensor, temperature: float, backe
     def forward(hidden: torch.Tensor) -> torch.Tensor:
         return fused_linear_logprobs(hidden, head.weight, head.bias, labels, temperature, backend)
 
-    head.forward = forward  # type: ignore[method-assign,assignment]
+    head.forward = forward  # type: ignore[method-assign,assignment]  # patched for the block, restored below
     try:
         yield
     finally:

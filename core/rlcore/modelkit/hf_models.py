@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -32,6 +32,20 @@ from rlcore.modelkit.sequence_parallel import (
 )
 from rlcore.modelkit.vlm import policy_loader, vision_language_kwargs
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+
+def config_overrides(model_config: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """``{key}.override_config`` as a plain dict of Hugging Face config attributes (empty when unset); a
+    value that is not a mapping is an error naming the key."""
+    overrides = model_config.get("override_config", None) or {}
+    if isinstance(overrides, DictConfig):
+        overrides = OmegaConf.to_container(overrides, resolve=True)
+    if not isinstance(overrides, Mapping):
+        raise RLCoreError(f"{key}.override_config must be a mapping of config attributes, got {overrides!r}")
+    return {str(name): value for name, value in overrides.items()}
+
 
 def load_pretrained(loader: Any, model_config: Mapping[str, Any], key: str, dtype: torch.dtype) -> nn.Module:
     """``loader.from_pretrained`` for the model section at ``key`` (``path``, ``override_config``,
@@ -46,15 +60,24 @@ def load_pretrained(loader: Any, model_config: Mapping[str, Any], key: str, dtyp
     trust = bool(model_config.get("trust_remote_code", False))
     try:
         hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
-        overrides: Any = model_config.get("override_config", None) or {}
-        if isinstance(overrides, DictConfig):
-            overrides = OmegaConf.to_container(overrides, resolve=True)
-        for name, value in overrides.items():
+        for name, value in config_overrides(model_config, key).items():
             setattr(hf_config, name, value)
         loader = policy_loader(hf_config) if loader is None else loader
         return loader.from_pretrained(path, config=hf_config, dtype=dtype, trust_remote_code=trust)
     except (OSError, ValueError) as exc:
         raise RLCoreError(f"{key}.path={path!r} cannot be loaded: {exc}") from exc
+
+
+def hf_model(module: nn.Module) -> PreTrainedModel:
+    """The Hugging Face model of an engine's ``module``, looking through a peft wrapper (for
+    ``save_pretrained``); a module that is none (a value model) is an error naming its class."""
+    from transformers import PreTrainedModel
+
+    get_base_model = getattr(module, "get_base_model", None)
+    model = get_base_model() if callable(get_base_model) else module
+    if not isinstance(model, PreTrainedModel):
+        raise RLCoreError(f"{type(model).__name__} is not a Hugging Face model: it has no Hugging Face export")
+    return model
 
 
 def enable_activation_checkpointing(model: Any) -> None:

@@ -15,8 +15,8 @@ image features into the ``<|image_pad|>`` positions in the same order) and repla
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -25,6 +25,9 @@ from rlcore.api.batch import Batch
 from rlcore.data.multimodal import MULTI_MODAL_INPUTS
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.packing import PackedBatch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 #: ``model_type`` values of the vision-language architectures the engines train
 VISION_LANGUAGE_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
@@ -134,7 +137,7 @@ def mrope_positions(
     return positions
 
 
-def load_policy(path: str, dtype: torch.dtype) -> nn.Module:
+def load_policy(path: str, dtype: torch.dtype) -> PreTrainedModel:
     """The policy at ``path`` in ``dtype`` with the class :func:`policy_loader` picks."""
     from transformers import AutoConfig
 
@@ -142,7 +145,7 @@ def load_policy(path: str, dtype: torch.dtype) -> nn.Module:
 
 
 def rollout_prefill(
-    module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, entries: Sequence[Any]
+    module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, entries: Iterable[Any]
 ) -> tuple[dict[str, Any], torch.Tensor]:
     """The prefill keyword arguments of left-padded prompts with the rows' ``multi_modal_inputs``
     ``entries`` (images and mrope ``position_ids``) and the ``[B, 1]`` position of each row's first new

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -59,12 +59,15 @@ from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtyp
 from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
 from rlcore.rollout.weights import check_weight_names, float64_sum, state_checksum
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 __all__ = ["HFRolloutEngine", "state_checksum"]
 
 
 def _sdpa_full_attention_only(config: Any) -> bool:
     """True when the model attends with sdpa and every layer is plain causal (no sliding or chunked)."""
-    layer_types = getattr(config, "layer_types", None)
+    layer_types = getattr(config, "layer_types", None) or ()
     return (
         getattr(config, "_attn_implementation", None) == "sdpa"
         and getattr(config, "is_causal", True)
@@ -106,7 +109,7 @@ class HFRolloutEngine:
         *,
         device: torch.device | str = "cpu",
         dtype: torch.dtype | str = torch.float32,
-        module: torch.nn.Module | None = None,
+        module: PreTrainedModel | None = None,
         bucketed: bool | None = None,
     ) -> None:
         self.config = config
@@ -117,8 +120,13 @@ class HFRolloutEngine:
         self.memory_utilization = memory_utilization(config)
 
         if module is None:
+            if model_path is None:
+                raise RLCoreError("HFRolloutEngine needs a model_path or a module")
             module = load_policy(model_path, engine_dtype(dtype))
-        self.module = module.to(device=self.device, dtype=engine_dtype(dtype)).eval().requires_grad_(False)
+        # nn.Module.to moves in place; typed through it because transformers' wrapper of `to` confuses mypy
+        movable: torch.nn.Module = module
+        movable.to(device=self.device, dtype=engine_dtype(dtype))
+        self.module = module.eval().requires_grad_(False)
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(self.module.forward).parameters
         self._prebuilt_decode_mask = _sdpa_full_attention_only(self.module.config)
         # plain Llama-family models decode through a lean functional forward with a static KV cache
@@ -185,26 +193,31 @@ class HFRolloutEngine:
         images = batch.non_tensors.get(MULTI_MODAL_INPUTS)
         slices = self._plan_chunks(len(prompts), prompts.shape[1])
         steps = [0, 0]  # decoding steps run, and of those replayed from graphs
-        chunks = [
-            self._sample(
-                *(
-                    t.to(self.device)
-                    for t in trim_left_padding(prompts[rows], prompt_mask[rows], prompt_positions[rows])
-                ),
-                params,
-                seeds[rows],
-                None if images is None else images[rows],
-                steps,
+        chunks = []
+        for rows in slices:
+            input_ids, attention_mask, position_ids = (
+                t.to(self.device) for t in trim_left_padding(prompts[rows], prompt_mask[rows], prompt_positions[rows])
             )
-            for rows in slices
-        ]
+            chunks.append(
+                self._sample(
+                    input_ids,
+                    attention_mask,
+                    position_ids,
+                    params,
+                    seeds[rows],
+                    None if images is None else images[rows],
+                    steps,
+                )
+            )
         if self.device.type == "cpu":  # the cache is not kept between calls on CPU (host memory)
             self._release()
-        responses, response_mask, logprobs = (
-            None if parts[0] is None else torch.cat(parts)
-            for parts in zip(*chunks)  # type: ignore[arg-type]
+        logprob_parts = [logprobs for _, _, logprobs in chunks if logprobs is not None]
+        out = rollout_output(
+            batch,
+            torch.cat([responses for responses, _, _ in chunks]),
+            torch.cat([response_mask for _, response_mask, _ in chunks]),
+            torch.cat(logprob_parts) if logprob_parts else None,
         )
-        out = rollout_output(batch, responses, response_mask, logprobs)
         out.meta["metrics"]["rollout/rows_per_chunk"] = max(rows.stop - rows.start for rows in slices)
         out.meta["metrics"]["rollout/graph_step_share"] = steps[1] / steps[0] if steps[0] else 0.0
         return out
@@ -265,7 +278,7 @@ class HFRolloutEngine:
         position_ids: torch.Tensor,
         params: SamplingParams,
         seeds: Sequence[int],
-        images: Sequence[Any] | None,
+        images: Iterable[Any] | None,
         steps: list[int],
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The decoding loop over one chunk of rows (``seeds``: one per row); returns ``responses``, a

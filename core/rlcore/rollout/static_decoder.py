@@ -23,18 +23,90 @@ paths give the same tokens and log-probs.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol, TypedDict, TypeGuard
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["StaticDecoder", "build", "supports"]
+__all__ = ["LlamaLikeLM", "StaticDecoder", "build", "supports"]
 
 #: the ``model_type`` values whose forward :class:`StaticDecoder` reproduces
 SUPPORTED_TYPES = ("qwen2", "qwen3", "llama")
 
 
-def supports(module: torch.nn.Module) -> bool:
+class _Weighted(Protocol):
+    """A norm or an embedding: the decoder reads its ``weight``."""
+
+    weight: torch.Tensor
+
+
+class _Linear(Protocol):
+    """A projection (``nn.Linear``)."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    out_features: int
+
+
+class _Attention(Protocol):
+    """A layer's ``self_attn`` (Qwen3's ``q_norm``/``k_norm`` are optional and read with ``getattr``)."""
+
+    q_proj: _Linear
+    k_proj: _Linear
+    v_proj: _Linear
+    o_proj: _Linear
+
+
+class _MLP(Protocol):
+    """A layer's SwiGLU ``mlp``."""
+
+    gate_proj: _Linear
+    up_proj: _Linear
+    down_proj: _Linear
+
+
+class _DecoderLayer(Protocol):
+    """One decoder layer of ``model.layers``."""
+
+    self_attn: _Attention
+    mlp: _MLP
+    input_layernorm: _Weighted
+    post_attention_layernorm: _Weighted
+
+
+class _Backbone(Protocol):
+    """The causal LM's ``model``: embeddings, decoder layers and final norm."""
+
+    embed_tokens: _Weighted
+    layers: Iterable[_DecoderLayer]
+    norm: _Weighted
+
+
+class _Config(Protocol):
+    """The config keys the decoder reads without a default."""
+
+    num_attention_heads: int
+    num_key_value_heads: int
+    hidden_size: int
+    rms_norm_eps: float
+
+
+class LlamaLikeLM(Protocol):
+    """What :class:`StaticDecoder` reads of a Qwen2/Qwen3/Llama causal LM (the Hugging Face attribute
+    names); :func:`supports` tells whether a module is one."""
+
+    config: _Config
+    model: _Backbone
+    lm_head: Callable[[torch.Tensor], torch.Tensor]
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        """The module's parameters."""
+        ...
+
+
+def supports(module: torch.nn.Module) -> TypeGuard[LlamaLikeLM]:
     """Whether ``module`` is a plain Llama-family causal LM this decoder reproduces exactly."""
     config = getattr(module, "config", None)
     if config is None or getattr(config, "model_type", None) not in SUPPORTED_TYPES:
@@ -48,6 +120,15 @@ def supports(module: torch.nn.Module) -> bool:
     if layer_types and any(kind != "full_attention" for kind in layer_types):
         return False
     return getattr(config, "pretraining_tp", 1) == 1 and not getattr(config, "mlp_bias", False)
+
+
+class _Concatenated(TypedDict):
+    """The tensors of a layer that :class:`_LayerWeights` holds as new, concatenated copies."""
+
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    qk_norm: torch.Tensor | None
+    gate_up: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -66,7 +147,7 @@ class _LayerWeights:
     down: torch.Tensor
 
     @staticmethod
-    def _concatenated(layer: torch.nn.Module, heads: int, kv_heads: int) -> dict[str, torch.Tensor | None]:
+    def _concatenated(layer: _DecoderLayer, heads: int, kv_heads: int) -> _Concatenated:
         """The concatenated tensors of ``layer`` (new tensors): ``qkv``, ``qkv_bias``, ``qk_norm``, ``gate_up``."""
         attn, mlp = layer.self_attn, layer.mlp
         projections = (attn.q_proj, attn.k_proj, attn.v_proj)
@@ -77,9 +158,10 @@ class _LayerWeights:
                 [p.weight.new_zeros(p.out_features) if b is None else b for p, b in zip(projections, biases)]
             )
         qk_norm = None
-        if getattr(attn, "q_norm", None) is not None:  # Qwen3: [heads + kv_heads, 1, head_dim]
-            q_norm, k_norm = attn.q_norm.weight, attn.k_norm.weight
-            qk_norm = torch.cat([q_norm.expand(heads, -1), k_norm.expand(kv_heads, -1)])[:, None, :]
+        q_norm: _Weighted | None = getattr(attn, "q_norm", None)
+        k_norm: _Weighted | None = getattr(attn, "k_norm", None)
+        if q_norm is not None and k_norm is not None:  # Qwen3: [heads + kv_heads, 1, head_dim]
+            qk_norm = torch.cat([q_norm.weight.expand(heads, -1), k_norm.weight.expand(kv_heads, -1)])[:, None, :]
         return {
             "qkv": torch.cat([p.weight for p in projections]),
             "qkv_bias": qkv_bias,
@@ -88,7 +170,7 @@ class _LayerWeights:
         }
 
     @classmethod
-    def of(cls, layer: torch.nn.Module, heads: int, kv_heads: int) -> _LayerWeights:
+    def of(cls, layer: _DecoderLayer, heads: int, kv_heads: int) -> _LayerWeights:
         """The weights of ``layer`` (a Qwen2/Qwen3/Llama decoder layer) with ``heads`` query heads."""
         attn = layer.self_attn
         return cls(
@@ -97,15 +179,21 @@ class _LayerWeights:
             out_bias=attn.o_proj.bias,
             post_norm=layer.post_attention_layernorm.weight,
             down=layer.mlp.down_proj.weight,
-            **cls._concatenated(layer, heads, kv_heads),  # type: ignore[arg-type]
+            **cls._concatenated(layer, heads, kv_heads),
         )
 
-    def refresh(self, layer: torch.nn.Module, heads: int, kv_heads: int) -> None:
+    def refresh(self, layer: _DecoderLayer, heads: int, kv_heads: int) -> None:
         """Copy ``layer``'s current values into the concatenated tensors (in place: their storage stays)."""
-        for name, fresh in self._concatenated(layer, heads, kv_heads).items():
-            mine = getattr(self, name)
-            if mine is not None and fresh is not None:
-                mine.copy_(fresh)
+        fresh = self._concatenated(layer, heads, kv_heads)
+        pairs = (
+            (self.qkv, fresh["qkv"]),
+            (self.qkv_bias, fresh["qkv_bias"]),
+            (self.qk_norm, fresh["qk_norm"]),
+            (self.gate_up, fresh["gate_up"]),
+        )
+        for mine, new in pairs:
+            if mine is not None and new is not None:
+                mine.copy_(new)
 
 
 class StaticDecoder:
@@ -116,7 +204,8 @@ class StaticDecoder:
     :meth:`decode` runs one token per row; :meth:`release` frees the cache and the weight copies.
     """
 
-    def __init__(self, module: torch.nn.Module) -> None:
+    def __init__(self, module: LlamaLikeLM) -> None:
+        """Read the shapes and the submodules of ``module`` (one that :func:`supports` accepts)."""
         config = module.config
         self.module = module
         self.heads = int(config.num_attention_heads)

@@ -74,7 +74,7 @@ class TokenListEngine(ABC):
         self.pad_token_id = special.pad_token_id
         self._calls = 0
         self._weight_version = 0
-        self._sleeping = False
+        self._sleeping: bool = False
 
     # ------------------------------------------------------------------ engine-specific steps
 

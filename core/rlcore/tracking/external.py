@@ -28,12 +28,17 @@ import logging
 import math
 import os
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from rlcore.errors import RLCoreError
 from rlcore.tracking.sinks import Tracker, logger_names, to_json_value
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from rlcore.registry import Registry
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +52,7 @@ class TrackerConfigError(RLCoreError):
 
 
 # ------------------------------------------------------------------------------------------ settings
-def tracker_setting(config: Any, tracker: str, key: str, env: str | None = None, default: Any = None) -> Any:
+def tracker_setting(config: DictConfig, tracker: str, key: str, env: str | None = None, default: object = None) -> Any:
     """The value of ``trainer.tracking.<tracker>.<key>``: config if set, else ``$env`` if set, else ``default``.
 
     A config value of ``null`` (or a missing section, as in a small hand-made config) counts as "not set";
@@ -63,13 +68,23 @@ def tracker_setting(config: Any, tracker: str, key: str, env: str | None = None,
     return default
 
 
-def check_choice(value: Any, choices: Iterable[str], what: str) -> str:
-    """Return ``value`` as a string if it is one of ``choices``; raise :class:`TrackerConfigError` otherwise."""
+_Choice = TypeVar("_Choice", bound=str)
+
+#: a table cell as :func:`table_data` writes it
+Cell = int | float | str | None
+
+
+def check_choice(value: object, choices: Iterable[_Choice], what: str) -> _Choice:
+    """Return the one of ``choices`` that ``str(value)`` equals; raise :class:`TrackerConfigError` otherwise.
+
+    The result has the type of the choices, so a tuple of ``Literal`` strings gives a ``Literal``.
+    """
     allowed = list(choices)
     text = str(value)
-    if text not in allowed:
-        raise TrackerConfigError(f"{what} is {text!r}; expected one of {', '.join(allowed)}")
-    return text
+    for choice in allowed:
+        if choice == text:
+            return choice
+    raise TrackerConfigError(f"{what} is {text!r}; expected one of {', '.join(allowed)}")
 
 
 # ------------------------------------------------------------------------------------------ metadata
@@ -90,17 +105,18 @@ def git_commit(cwd: str | Path | None = None) -> str | None:
     return commit if result.returncode == 0 and commit else None
 
 
-def resolved_config(config: Any) -> dict[str, Any]:
+def resolved_config(config: DictConfig | Mapping[str, Any] | None) -> dict[str, Any]:
     """The config as a plain dict with interpolations resolved (unresolvable ones are kept as written)."""
     from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     if not isinstance(config, DictConfig):
         return dict(config or {})
+    # a DictConfig converts to a dict with string keys
     try:
-        return OmegaConf.to_container(config, resolve=True)  # type: ignore[return-value]
+        return cast("dict[str, Any]", OmegaConf.to_container(config, resolve=True))
     except OmegaConfBaseException:  # an interpolation that cannot be resolved here (e.g. a missing env var)
-        return OmegaConf.to_container(config, resolve=False)  # type: ignore[return-value]
+        return cast("dict[str, Any]", OmegaConf.to_container(config, resolve=False))
 
 
 def plugin_versions(run_dir: str | Path) -> dict[str, str | None]:
@@ -135,7 +151,7 @@ def run_metadata(run_dir: str | Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ values
-def numeric_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+def numeric_metrics(metrics: Mapping[str, object]) -> dict[str, float]:
     """The finite numeric values of ``metrics`` as floats (numpy/torch scalars included).
 
     Non-finite values (``metrics.jsonl`` writes them as ``null``) and non-numeric ones are left out.
@@ -148,7 +164,7 @@ def numeric_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def table_data(rows: list[Mapping[str, Any]], step: int) -> tuple[list[str], list[list[Any]]]:
+def table_data(rows: Sequence[Mapping[str, object]], step: int) -> tuple[list[str], list[list[Cell]]]:
     """A table as ``(columns, data)``: ``step`` first, then every key of every row in first-seen order;
     cells are JSON-safe scalars (numbers, strings, ``None``; anything else as its ``str``)."""
     columns = ["step", *dict.fromkeys(str(key) for row in rows for key in row if key != "step")]
@@ -156,12 +172,12 @@ def table_data(rows: list[Mapping[str, Any]], step: int) -> tuple[list[str], lis
     return columns, data
 
 
-def _cell(value: Any) -> Any:
+def _cell(value: object) -> Cell:
     value = to_json_value(value)
     return value if value is None or isinstance(value, (int, float, str)) else str(value)
 
 
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(tree: object, prefix: str = "") -> dict[str, Any]:
     """Flatten nested dicts to dotted keys (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``); lists stay values."""
     if not isinstance(tree, Mapping):
         return {prefix: tree} if prefix else {}
@@ -193,7 +209,7 @@ class ExternalTracker(Tracker):
     #: the ``rlcore[...]`` extra that installs :attr:`requires`
     extra: ClassVar[str] = ""
 
-    def __init__(self, project: str, experiment: str, config: Any, run_dir: str | Path) -> None:
+    def __init__(self, project: str, experiment: str, config: DictConfig, run_dir: str | Path) -> None:
         """Check the settings, gather the run metadata and start the library's run."""
         super().__init__(project, experiment, config, run_dir)
         self.check_settings(config)
@@ -208,7 +224,7 @@ class ExternalTracker(Tracker):
         return f"pip install 'rlcore[{cls.extra}]'" if cls.extra else f"pip install {' '.join(cls.requires)}"
 
     @classmethod
-    def preflight(cls, config: Any) -> None:
+    def preflight(cls, config: DictConfig) -> None:
         """Import the tracker's dependencies and check its settings; raise a clear error before training."""
         for module in cls.requires:
             try:
@@ -223,10 +239,10 @@ class ExternalTracker(Tracker):
         cls.check_settings(config)
 
     @classmethod
-    def check_settings(cls, config: Any) -> None:
+    def check_settings(cls, config: DictConfig) -> None:
         """Raise :class:`TrackerConfigError` for a bad ``trainer.tracking.<name>`` value; the default checks nothing."""
 
-    def setting(self, key: str, env: str | None = None, default: Any = None) -> Any:
+    def setting(self, key: str, env: str | None = None, default: object = None) -> Any:
         """This tracker's ``trainer.tracking.<name>.<key>`` (see :func:`tracker_setting`)."""
         return tracker_setting(self.config, self.name, key, env, default)
 
@@ -249,7 +265,7 @@ class ExternalTracker(Tracker):
 
 
 # ------------------------------------------------------------------------------------------ preflight
-def preflight_trackers(config: Any, registry: Any = None) -> None:
+def preflight_trackers(config: DictConfig, registry: Registry | None = None) -> None:
     """Check, before training, every tracker ``trainer.logger`` names (plus ``jsonl``).
 
     Each name is resolved through the registry (unknown names raise the registry's error); a tracker

@@ -15,10 +15,13 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rlcore.errors import RLCoreError
 from rlcore.tracking.values import format_value, to_json_value
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ class Tracker:
     library and check its settings, raising :class:`RLCoreError` with a clear message.
     """
 
-    def __init__(self, project: str, experiment: str, config: Any, run_dir: str | Path) -> None:
+    def __init__(self, project: str, experiment: str, config: DictConfig, run_dir: str | Path) -> None:
         """Store the run's identity, its config and its directory."""
         self.project = project
         self.experiment = experiment
@@ -104,7 +107,7 @@ class JsonlTracker(Tracker):
     ``<run_dir>/tables/<name>.jsonl``.
     """
 
-    def __init__(self, project: str, experiment: str, config: Any, run_dir: str | Path) -> None:
+    def __init__(self, project: str, experiment: str, config: DictConfig, run_dir: str | Path) -> None:
         """Create the run directory if needed and open the metrics file for appending."""
         super().__init__(project, experiment, config, run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -261,7 +264,7 @@ class TrackerSet:
 
 
 # ----------------------------------------------------------------------------------- construction
-def logger_names(config: Any) -> list[str]:
+def logger_names(config: DictConfig) -> list[str]:
     """The tracker names of a run: ``trainer.logger`` (a list or a single string), plus ``jsonl``."""
     trainer = config.get("trainer") or {}
     raw = trainer.get("logger")
@@ -276,7 +279,7 @@ def logger_names(config: Any) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def build_trackers(config: Any, run_dir: str | Path) -> TrackerSet:
+def build_trackers(config: DictConfig, run_dir: str | Path) -> TrackerSet:
     """Build the run's trackers from ``trainer.logger`` (``jsonl`` is always added).
 
     Every name is resolved with ``rlcore.plugins.get_component("tracker", name)`` before any tracker is

@@ -56,6 +56,8 @@ class PrimeRewardModelWorker(WorkerBase):
     """The implicit PRM (role ``reward_model``): a trainable ``actor`` engine and a frozen ``ref`` engine."""
 
     ROLES = (RM,)
+    #: the run's config (:meth:`configure` may replace it by a copy with the PRM's model path filled in)
+    config: DictConfig
 
     def configure(self) -> None:
         """Validate the PRIME keys and the PRM's batch sizes; default the PRM to the policy's weights."""

@@ -38,6 +38,7 @@ from rlcore.modelkit.distributed import DEVICE_KEY, resolve_device
 from rlcore.modelkit.hf_models import (
     ValueModel,
     enable_activation_checkpointing,
+    hf_model,
     load_pretrained,
     response_outputs,
     response_values,
@@ -162,11 +163,22 @@ class DeepSpeedEngine(OptimizerState):
     def _output(self, micro: Batch, temperature: float, with_entropy: bool) -> ModelOutput:
         """The forward pass of one micro-batch on the device, through the DeepSpeed engine (which counts the
         micro-steps that ZeRO-3 accumulates gradients over and hooks its backward into the outputs)."""
-        padding = {"remove_padding": self.remove_padding, "remove_padding_key": self.remove_padding_key}
+        padding, padding_key = self.remove_padding, self.remove_padding_key
         if self.role == "critic":
-            return ModelOutput(values=response_values(self.engine, micro, sp=self.sp, **padding))
+            return ModelOutput(
+                values=response_values(
+                    self.engine, micro, sp=self.sp, remove_padding=padding, remove_padding_key=padding_key
+                )
+            )
         return response_outputs(
-            self.engine, micro, temperature, with_entropy=with_entropy, sp=self.sp, fused=self.fused, **padding
+            self.engine,
+            micro,
+            temperature,
+            with_entropy=with_entropy,
+            sp=self.sp,
+            fused=self.fused,
+            remove_padding=padding,
+            remove_padding_key=padding_key,
         )
 
     def forward(self, micro_batches: Sequence[Batch], *, temperature: float, with_entropy: bool) -> list[ModelOutput]:
@@ -216,7 +228,7 @@ class DeepSpeedEngine(OptimizerState):
         """The model's parameters and persistent buffers under their state-dict names (tied weights under
         every name they have)."""
         keys = self.module.state_dict(keep_vars=True).keys()
-        tensors = dict(self.module.named_parameters(remove_duplicate=False))
+        tensors: dict[str, torch.Tensor] = dict(self.module.named_parameters(remove_duplicate=False))
         tensors.update(self.module.named_buffers(remove_duplicate=False))
         return {name: tensors[name] for name in keys}
 
@@ -323,10 +335,11 @@ class DeepSpeedEngine(OptimizerState):
         state = self.full_weights(only_rank0=True) if with_weights else None
         if self.rank != 0:
             return
+        model = hf_model(self.module)
         if state is not None:
-            self.module.save_pretrained(directory, state_dict=state)
+            model.save_pretrained(directory, state_dict=state)
         else:
-            self.module.config.save_pretrained(directory)
+            model.config.save_pretrained(directory)
 
     def close(self) -> None:
         """Release DeepSpeed's hooks and buffers (idempotent); the worker owns the process group, and once

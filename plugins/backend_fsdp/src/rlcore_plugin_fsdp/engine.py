@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -37,6 +37,7 @@ from rlcore.modelkit.activation_offload import activation_offload, offload_enabl
 from rlcore.modelkit.hf_models import (
     ValueModel,
     enable_activation_checkpointing,
+    hf_model,
     load_pretrained,
     response_outputs,
     response_values,
@@ -75,8 +76,18 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
     return resolve_fsdp_config(select(config, f"{section}.fsdp_config"), f"{section}.fsdp_config")
 
 
+def full_state_dict(module: nn.Module, options: StateDictOptions) -> dict[str, torch.Tensor]:
+    """The gathered model state dict of ``module`` (``options.full_state_dict`` is set): every value is a
+    plain tensor then, not a ``DTensor`` or ``ShardedTensor``."""
+    return cast("dict[str, torch.Tensor]", get_model_state_dict(module, options=options))
+
+
 class FSDPEngine(OptimizerState):
     """One model of the run on this rank, sharded over all ranks of the worker group (FSDP2)."""
+
+    #: the sharded model (the actor's, adapters disabled, for a reference engine sharing it)
+    module: nn.Module
+    offloader: Offloader
 
     def __init__(self, request: EngineRequest) -> None:
         """Load the model of ``request.model_section``, shard it and (actor, critic) build AdamW and the LR
@@ -106,6 +117,7 @@ class FSDPEngine(OptimizerState):
         if request.role == "ref" and isinstance(shared, FSDPEngine) and shared.lora_merger is not None:
             self.module, self.offloader, self.adapters_disabled = shared.module, shared.offloader, True
             return
+        model: nn.Module
         if request.role == "reward_model":
             model = load_reward_model(model_config, request.model_section, self.fsdp["model_dtype"])
         elif request.role == "critic":
@@ -116,7 +128,7 @@ class FSDPEngine(OptimizerState):
                 raise RLCoreError(f"{request.model_section}.path: a critic of a vision-language model is not supported")
             if model_config.get("enable_gradient_checkpointing", False):
                 enable_activation_checkpointing(backbone)
-            model: nn.Module = ValueModel(backbone)
+            model = ValueModel(backbone)
         else:
             model = load_pretrained(None, model_config, request.model_section, self.fsdp["model_dtype"])
             if request.role == "ref":
@@ -153,7 +165,15 @@ class FSDPEngine(OptimizerState):
     # ------------------------------------------------------------ computing
     def _adapters(self) -> AbstractContextManager[Any]:
         """Disable the LoRA adapters for a reference engine that shares the actor's model."""
-        return self.module.disable_adapter() if self.adapters_disabled else nullcontext()
+        if not self.adapters_disabled:
+            return nullcontext()
+        from peft import PeftModel
+
+        if not isinstance(self.module, PeftModel):  # adapters_disabled is only set with the actor's peft model
+            raise RLCoreError(
+                f"a reference engine sharing the actor's model needs its peft model, got {type(self.module)}"
+            )
+        return self.module.disable_adapter()
 
     def _output(
         self, micro: Batch, temperature: float, with_entropy: bool, with_sum_pi_squared: bool = False
@@ -249,14 +269,13 @@ class FSDPEngine(OptimizerState):
         if self.role != "actor" or self.device.type != "cpu" or self.world_size != 1 or self.lora_merger is not None:
             return None
         if self._live is None:  # the same tensors for the engine's life: every update and load is in place
-            self._live = get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True))
+            self._live = full_state_dict(self.module, StateDictOptions(full_state_dict=True))
         return self._live
 
     def full_weights(self, *, only_rank0: bool = False) -> dict[str, torch.Tensor]:
         """The gathered state dict with Hugging Face names; with LoRA the merged weights ``W + scaling·B·A``
         (computed on new tensors: the training model is not modified)."""
-        options = StateDictOptions(full_state_dict=True, cpu_offload=only_rank0)
-        state = get_model_state_dict(self.module, options=options)
+        state = full_state_dict(self.module, StateDictOptions(full_state_dict=True, cpu_offload=only_rank0))
         return self.lora_merger.merge(state) if self.lora_merger is not None else state
 
     def load_full_weights(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -283,9 +302,9 @@ class FSDPEngine(OptimizerState):
             set_model_state_dict(self.module, state)
         if "optimizer" in contents:
             optimizer = self._trainable("load")
-            state = get_optimizer_state_dict(self.module, optimizer)
-            dcp.load(state, checkpoint_id=directory / "optim")
-            set_optimizer_state_dict(self.module, optimizer, state)
+            optim_state = get_optimizer_state_dict(self.module, optimizer)
+            dcp.load(optim_state, checkpoint_id=directory / "optim")
+            set_optimizer_state_dict(self.module, optimizer, optim_state)
 
     def save_hf(self, directory: Path, *, with_weights: bool) -> None:
         """The model config and, ``with_weights``, the full (LoRA-merged) weights as a Hugging Face model
@@ -295,7 +314,7 @@ class FSDPEngine(OptimizerState):
         state = self.full_weights(only_rank0=True) if with_weights else None
         if self.rank != 0:
             return
-        model = self.module.get_base_model() if hasattr(self.module, "get_base_model") else self.module
+        model = hf_model(self.module)
         if state is not None:
             model.save_pretrained(directory, state_dict=state)
         else:

@@ -131,9 +131,7 @@ def apply_fsdp2(model: nn.Module, mesh: DeviceMesh, fsdp_config: Mapping[str, An
             )
         if fsdp_config["offload_policy"]:
             kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
-    layers = decoder_layers(model)
-    for layer in layers:
-        fully_shard(layer, **kwargs)
+    layers = [fully_shard(layer, **kwargs) for layer in decoder_layers(model)]
     fully_shard(model, **kwargs)
     if fsdp_config["forward_prefetch"]:
         for layer, following in zip(layers, layers[1:]):
@@ -172,14 +170,14 @@ class Offloader:
         """Bring the offloaded parts back to the compute device."""
         if self.params:
             self.model.to(self.device)
-        if self.optim:
+        if self.optim and self.optimizer is not None:
             move_optimizer_state(self.optimizer, self.device)
 
     def offload(self) -> None:
         """Move the offloaded parts to the CPU and release cached device memory."""
         if self.params:
             self.model.to("cpu")
-        if self.optim:
+        if self.optim and self.optimizer is not None:
             move_optimizer_state(self.optimizer, torch.device("cpu"))
         if self.params or self.optim:
             torch.cuda.empty_cache()

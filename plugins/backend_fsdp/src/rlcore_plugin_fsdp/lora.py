@@ -112,7 +112,8 @@ def apply_lora(model: nn.Module, settings: LoraSettings, key: str) -> nn.Module:
                 raise RLCoreError(f"{key}.lora_adapter_path={settings.adapter_path!r} cannot be loaded: {exc}") from exc
         config = LoraConfig(
             r=settings.rank,
-            lora_alpha=settings.alpha,
+            # peft annotates lora_alpha as int, but scales by lora_alpha / r: a float alpha works as written
+            lora_alpha=settings.alpha,  # type: ignore[arg-type]
             target_modules=settings.target_modules,
             exclude_modules=settings.exclude_modules,
             lora_dropout=0.0,

@@ -47,7 +47,8 @@ def cpu_compat(device: torch.device) -> Iterator[None]:
 
     original = torch.cuda.current_device
     original_pos_emb = rotary_pos_embedding.get_pos_emb_on_this_cp_rank
-    torch.cuda.current_device = _cpu_device
+    # deliberately a device where torch says an index: megatron passes the result on as its tensors' device
+    torch.cuda.current_device = _cpu_device  # type: ignore[assignment]
     rotary_pos_embedding.get_pos_emb_on_this_cp_rank = pos_emb_on_this_cp_rank
     try:
         yield

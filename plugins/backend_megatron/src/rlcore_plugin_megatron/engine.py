@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import torch
 import torch.distributed as dist
@@ -205,6 +205,8 @@ class Offloader:
 
     def _move_optimizer(self, device: torch.device) -> None:
         """Every tensor of the optimizer state to ``device``."""
+        if self.optimizer is None:  # only called with optimizer_offload, which needs an optimizer
+            return
         for state in self.optimizer.state.values():
             for name, value in state.items():
                 if isinstance(value, torch.Tensor):
@@ -304,10 +306,10 @@ class MegatronEngine(OptimizerState):
                 for chunk in self.chunk_ids
             ]
         self.module: torch.nn.Module = self.chunks[0] if vpp == 1 else torch.nn.ModuleList(self.chunks)
-        if self.settings.use_dist_checkpointing:
-            self._load_model_files(
-                Path(self.settings.dist_checkpointing_path), f"{self.settings.key}.dist_checkpointing_path"
-            )
+        # resolve_settings requires the path when use_dist_checkpointing is set
+        checkpoint = self.settings.dist_checkpointing_path if self.settings.use_dist_checkpointing else None
+        if checkpoint is not None:
+            self._load_model_files(Path(checkpoint), f"{self.settings.key}.dist_checkpointing_path")
         else:
             state = load_hf_state(model_config, request.model_section, hf_config)
             if self.spec.value_head:
@@ -478,6 +480,8 @@ class MegatronEngine(OptimizerState):
                     self._p2p(grad, self._owner(chunk + 1), send=False)
                     torch.autograd.backward(out, grad)
                 if hidden is not None:
+                    if hidden.grad is None:
+                        raise RLCoreError(f"pipeline chunk {chunk}: no gradient reached the hidden states it received")
                     self._p2p(hidden.grad.contiguous(), self._owner(chunk - 1), send=True)
 
     def _chunk_parameters(self) -> list[tuple[int, str, torch.nn.Parameter]]:
@@ -497,11 +501,12 @@ class MegatronEngine(OptimizerState):
         """Sum the gradients over the context-parallel ranks (each holds its tokens' part), average them over the
         data-parallel group and sum a tied embedding's gradient between the first and the last pipeline stage."""
         params = [param for param in self.module.parameters() if param.requires_grad]
+        grads: list[torch.Tensor] = []
         for param in params:
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
+            grads.append(param.grad)
         if self.dp_size * self.settings.cp > 1:
-            grads = [param.grad for param in params]
             flat = torch.cat([grad.reshape(-1) for grad in grads])
             dist.all_reduce(flat, group=self.dp_cp_group)
             flat /= self.dp_size
@@ -592,7 +597,8 @@ class MegatronEngine(OptimizerState):
             dist.broadcast_object_list(meta, src, group=self.pp_group)
             buckets: list[list[tuple[str, tuple[int, ...]]]] = [[]]
             size = 0
-            for name, shape in meta[0]:
+            shapes = cast("list[tuple[str, tuple[int, ...]]]", meta[0])  # the broadcast filled it on every rank
+            for name, shape in shapes:
                 numel = math.prod(shape)
                 if buckets[-1] and (size + numel) * 4 > BUCKET_BYTES:
                     buckets.append([])

@@ -6,16 +6,19 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from rlcore.errors import RLCoreError
+from rlcore.modelkit.hf_models import config_overrides
 from rlcore_plugin_megatron.convert import ModelSpec
 from rlcore_plugin_megatron.settings import MegatronSettings
+
+if TYPE_CHECKING:
+    from megatron.core.models.gpt.gpt_model import GPTModel
 
 #: megatron-core's warnings that are expected with the local layer spec on any machine without Transformer
 #: Engine or Apex, and its own internal deprecations; hidden so that real warnings stay visible
@@ -91,10 +94,7 @@ def load_hf_config(model_config: Mapping[str, Any], key: str) -> Any:
         )
     except (OSError, ValueError) as exc:
         raise RLCoreError(f"{key}.path={path!r} cannot be loaded: {exc}") from exc
-    overrides = model_config.get("override_config", None) or {}
-    if isinstance(overrides, DictConfig):
-        overrides = OmegaConf.to_container(overrides, resolve=True)
-    for name, value in overrides.items():
+    for name, value in config_overrides(model_config, key).items():
         setattr(hf_config, name, value)
     return hf_config
 
@@ -103,7 +103,7 @@ def load_hf_state(model_config: Mapping[str, Any], key: str, hf_config: Any) -> 
     """The float32 Hugging Face state dict of the causal LM at ``key.path`` (on the CPU)."""
     from transformers import AutoModelForCausalLM
 
-    path = model_config.path
+    path = model_config["path"]
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path,
@@ -196,7 +196,7 @@ class ValueHead(nn.Module):
         return nn.functional.linear(hidden, self.weight, self.bias), None
 
 
-def build_stage(spec: ModelSpec, config: Any, hf_config: Any, key: str, *, first: bool, last: bool) -> nn.Module:
+def build_stage(spec: ModelSpec, config: Any, hf_config: Any, key: str, *, first: bool, last: bool) -> GPTModel:
     """This rank's pipeline stage of a ``GPTModel`` on megatron-core's local layer spec (no Transformer
     Engine), with full (gathered) logits on every tensor-parallel rank; with context parallelism
     (``config.context_parallel_size > 1``) its core attention is

@@ -9,11 +9,25 @@ to ``model_runner.reload_weights``, which re-runs vLLM's own loading and post-pr
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["RLCoreWorkerExtension"]
+
+
+class _ModelRunner(Protocol):
+    """What the extension uses of the vLLM worker's ``model_runner``."""
+
+    def reload_weights(self, *, weights_iterator: list[tuple[str, torch.Tensor]]) -> object:
+        """Load the named tensors into the served model."""
 
 
 class RLCoreWorkerExtension:
     """Mixed into vLLM's worker class; ``self`` is the worker (it has ``model_runner``)."""
+
+    model_runner: _ModelRunner
 
     def rlcore_load_weights(self, blob: bytes) -> int:
         """Load the safetensors-serialised ``(name, tensor)`` pairs in ``blob`` into the served model.

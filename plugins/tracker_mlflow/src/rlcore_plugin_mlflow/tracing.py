@@ -123,4 +123,5 @@ class MlflowTraceBackend:
                 )
             mlflow.flush_trace_async_logging()
         finally:
-            mlflow.set_tracking_uri(previous)
+            # None is accepted (it unsets MLFLOW_TRACKING_URI again) though mlflow annotates str | Path
+            mlflow.set_tracking_uri(previous)  # type: ignore[arg-type]

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rlcore.tracking.external import ExternalTracker, check_choice, numeric_metrics, table_data, tracker_setting
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 MODES = ("cloud", "online", "local", "offline", "disabled")
 
@@ -29,7 +32,7 @@ class SwanlabTracker(ExternalTracker):
     extra: ClassVar[str] = "swanlab"
 
     @classmethod
-    def check_settings(cls, config: Any) -> None:
+    def check_settings(cls, config: DictConfig) -> None:
         """``mode`` must be one of :data:`MODES`."""
         mode = tracker_setting(config, cls.name, "mode", "SWANLAB_MODE", "cloud")
         check_choice(mode, MODES, "trainer.tracking.swanlab.mode (or $SWANLAB_MODE)")

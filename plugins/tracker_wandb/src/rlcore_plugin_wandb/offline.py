@@ -13,7 +13,9 @@ from typing import Any
 
 def read_records(path: Path) -> list[Any]:
     """The records of a ``.wandb`` file (LevelDB log format: 32 KiB blocks of checksum/length/type chunks)."""
-    from wandb.proto import wandb_internal_pb2
+    # wandb re-exports Record from the module of the installed protobuf major version (v5/v6/v7) by a star
+    # import chosen at run time, which mypy cannot follow
+    from wandb.proto.wandb_internal_pb2 import Record  # type: ignore[attr-defined]
 
     data = path.read_bytes()
     position, block, records, pending = 7, 32768, [], b""
@@ -27,7 +29,7 @@ def read_records(path: Path) -> list[Any]:
         pending += data[position + 7 : position + 7 + length]
         position += 7 + length
         if kind in (1, 4):  # FULL or LAST
-            records.append(wandb_internal_pb2.Record.FromString(pending))
+            records.append(Record.FromString(pending))
             pending = b""
     return records
 

@@ -15,11 +15,15 @@ Settings (``trainer.tracking.wandb``; config wins over the environment, which wi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from rlcore.tracking.external import ExternalTracker, check_choice, numeric_metrics, table_data, tracker_setting
 
-MODES = ("online", "offline", "disabled")
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+Mode = Literal["online", "offline", "disabled"]
+MODES: tuple[Mode, ...] = ("online", "offline", "disabled")
 
 
 class WandbTracker(ExternalTracker):
@@ -30,7 +34,7 @@ class WandbTracker(ExternalTracker):
     extra: ClassVar[str] = "wandb"
 
     @classmethod
-    def check_settings(cls, config: Any) -> None:
+    def check_settings(cls, config: DictConfig) -> None:
         """``mode`` must be one of :data:`MODES`."""
         mode = tracker_setting(config, cls.name, "mode", "WANDB_MODE", "online")
         check_choice(mode, MODES, "trainer.tracking.wandb.mode (or $WANDB_MODE)")
@@ -42,7 +46,7 @@ class WandbTracker(ExternalTracker):
         """
         import wandb
 
-        self.mode = str(self.setting("mode", "WANDB_MODE", "online"))
+        self.mode = check_choice(self.setting("mode", "WANDB_MODE", "online"), MODES, "trainer.tracking.wandb.mode")
         self.dir = str(self.setting("dir", "WANDB_DIR", self.run_dir))
         self.run = wandb.init(
             project=self.project,
@@ -67,7 +71,8 @@ class WandbTracker(ExternalTracker):
         if not rows:
             return
         columns, data = table_data(rows, step)
-        self.run.log({name: wandb.Table(columns=columns, data=data)}, step=int(step))
+        header: list[str | int] = list(columns)
+        self.run.log({name: wandb.Table(columns=header, data=data)}, step=int(step))
 
     def close(self) -> None:
         """Finish the W&B run (in offline mode this prints the ``wandb sync`` line)."""
