@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import torch
     from omegaconf import DictConfig
+    from transformers import PreTrainedTokenizerBase
 
     from rlcore.agents.parsers import ToolCall
     from rlcore.agents.trajectory import Trajectory
@@ -153,7 +154,9 @@ class RewardScorer(Protocol):
 class RewardManager(Protocol):
     """Kind ``reward_manager`` (``reward_model.reward_manager``): a class turning scores into token rewards."""
 
-    def __init__(self, tokenizer: Any, scorer: RewardScorer, config: Any = None) -> None:
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, scorer: RewardScorer, config: Mapping[str, Any] | None = None
+    ) -> None:
         """Keep the tokenizer (to decode responses), the scorer and the ``reward_model`` section."""
         ...
 
@@ -167,7 +170,9 @@ class RewardManager(Protocol):
 class Dataset(Protocol):
     """Kind ``dataset`` (``data.dataset``): a class of prompt rows."""
 
-    def __init__(self, files: Sequence[str] | str, tokenizer: Any, config: Any, split: str) -> None:
+    def __init__(
+        self, files: Sequence[str] | str, tokenizer: PreTrainedTokenizerBase, config: DictConfig, split: str
+    ) -> None:
         """Read ``files`` (the ``data.train_files`` or ``data.val_files``) of ``split`` with the ``data`` section."""
         ...
 
@@ -194,7 +199,7 @@ class Tracker(Protocol):
     """Kind ``tracker`` (``trainer.logger``): a class logging metrics. Optional, detected with ``hasattr``:
     ``log_table(name, rows, step)`` and the classmethod ``preflight(config)`` (run before training)."""
 
-    def __init__(self, project: str, experiment: str, config: Any, run_dir: str | Path) -> None:
+    def __init__(self, project: str, experiment: str, config: DictConfig, run_dir: str | Path) -> None:
         """Open the run (``trainer.project_name``, ``trainer.experiment_name``, the resolved config)."""
         ...
 
