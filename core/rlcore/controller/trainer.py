@@ -39,6 +39,7 @@ from rlcore.checkpoint import (
     write_rollout_states,
     write_trainer_state,
 )
+from rlcore.config.schema import Sections
 from rlcore.controller.balance import balance_order
 from rlcore.controller.groups import build_worker_groups
 from rlcore.controller.off_policy import RolloutPipeline
@@ -106,6 +107,8 @@ class Trainer:
 
     def __init__(self, config: DictConfig, run: RunContext, manager: PluginManager) -> None:
         self.config = config
+        #: the typed sections of ``config``, built once for the run (:class:`rlcore.config.schema.Sections`)
+        self.sections = Sections.from_tree(config)
         self.run = run
         self.manager = manager
         self.registry = manager.registry
@@ -121,14 +124,14 @@ class Trainer:
         actor = config.actor_rollout_ref.actor
         self.use_reference = bool(actor.use_kl_loss or algo.use_kl_in_reward)
         self.kl_ctrl = make_kl_controller(algo.kl_ctrl) if algo.use_kl_in_reward else None
-        self.n = int(config.actor_rollout_ref.rollout.n)
+        self.n = int(self.sections.actor_rollout_ref.rollout.n)
         self.global_step = 0
         self.timer = StageTimer()
         self.async_reward = bool(config.reward_model.launch_reward_fn_async)
         self.reward_model_worker = self.estimator.meta.get("reward_model_worker")  # e.g. PRIME's implicit PRM
         self.use_reward_model = bool(config.reward_model.enable) or self.reward_model_worker is not None
         self.nonfinite_in_a_row = 0
-        self.stop = StopRequest(config.trainer.get("stop_grace_s"))
+        self.stop = StopRequest(self.sections.trainer.stop_grace_s)
         self.saved_step = 0  # the step of the newest checkpoint this run saved or resumed from
         self.last: dict[str, float] = {}  # the last step's metrics (plus the last validation), also when stopped
         self.pipeline: RolloutPipeline | None = None  # async_training.enable: the one-step-off-policy rollout lane
@@ -348,10 +351,10 @@ class Trainer:
         (one PPO epoch, one mini-batch, nothing before the update reads ``old_log_probs`` or ``sum_pi_squared``). Then the
         recomputed old log-probs equal the update's own detached log-probs, and the worker uses those
         instead of a separate forward pass (``batch.meta["on_policy"]``)."""
-        actor = self.config.actor_rollout_ref.actor
+        actor = self.sections.actor_rollout_ref.actor
         return (
             int(actor.ppo_epochs) == 1
-            and int(actor.ppo_mini_batch_size) >= int(self.config.data.train_batch_size)
+            and int(actor.ppo_mini_batch_size) >= int(self.sections.data.train_batch_size)
             and self.kl_ctrl is None
             and "rollout_log_probs" not in batch
             and self.config.trainer.critic_warmup <= self.global_step
