@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from rlcore.config import ConfigError, check_values, load_config
 from rlcore.config.loader import DEFAULTS_FILE
@@ -187,3 +187,46 @@ def test_no_core_reader_restates_a_default_of_the_typed_sections() -> None:
     files = [*sorted((CORE / "workers").glob("*.py")), *sorted((CORE / "controller").glob("*.py")), CORE / "run.py"]
     found = [hit for path in files for hit in restated_defaults(path)]
     assert not found, "\n".join(found)
+
+
+#: subsections the core hands whole to a component (which reads its own keys), not read key by key
+HANDED_TO_COMPONENTS = (
+    "actor_rollout_ref.actor.policy_loss",
+    "algorithm.kl_ctrl",
+    "algorithm.pf_ppo",
+    "algorithm.rollout_correction",
+    "data.custom_cls",
+)
+
+
+def attribute_reads(path: Path) -> Iterator[tuple[str, int]]:
+    """``(dotted key, line)`` of every ``config.a.b`` / ``self.config.a.b`` attribute chain in ``path``."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        parts: list[str] = []
+        current: ast.expr = node  # type: ignore[assignment]
+        while isinstance(current, ast.Attribute):
+            parts.append(current.attr)
+            current = current.value
+        parts.reverse()
+        if isinstance(current, ast.Name) and current.id == "self" and parts[:1] == ["config"]:
+            yield ".".join(parts[1:]), node.lineno
+        elif isinstance(current, ast.Name) and current.id == "config" and parts:
+            yield ".".join(parts), node.lineno
+
+
+def test_every_key_the_core_reads_of_a_covered_section_has_a_field() -> None:
+    """A leaf key of ``defaults.yaml`` that the workers, the controller or ``run.py`` read by attribute, in a
+    section the typed sections cover, is a field of that section."""
+    defaults = OmegaConf.create(yaml.safe_load(DEFAULTS_FILE.read_text()))
+    fields = {key for key, _ in section_fields(Sections, "")}
+    covered = {key.rpartition(".")[0] for key in fields}
+    files = [*sorted((CORE / "workers").glob("*.py")), *sorted((CORE / "controller").glob("*.py")), CORE / "run.py"]
+    missing = []
+    for path in files:
+        for key, line in attribute_reads(path):
+            if key.startswith(HANDED_TO_COMPONENTS) or key.rpartition(".")[0] not in covered:
+                continue
+            value = OmegaConf.select(defaults, key, default="<absent>")
+            if value != "<absent>" and not isinstance(value, DictConfig) and key not in fields:
+                missing.append(f"{path.relative_to(CORE)}:{line} reads {key}")
+    assert not missing, "\n".join(sorted(set(missing)))

@@ -25,6 +25,9 @@ from rlcore.config.problems import ConfigError
 #: Face export of the weights) is written by the actor only and never loaded
 CHECKPOINT_CONTENTS: tuple[str, ...] = (*ENGINE_CONTENTS, "extra", "hf_model")
 
+#: how a prompt longer than ``data.max_prompt_length`` is handled
+Truncation = Literal["left", "right", "middle", "error"]
+
 _S = TypeVar("_S", bound="Section")
 
 
@@ -213,6 +216,8 @@ class ActorConfig(PPOUpdateConfig):
     calculate_sum_pi_squared: bool
     #: seed of the update's shuffling generator (actor and critic)
     data_loader_seed: int
+    #: a KL term to the reference policy in the loss (needs the reference model)
+    use_kl_loss: bool
     checkpoint: ActorCheckpointConfig
 
 
@@ -342,6 +347,8 @@ class RewardModelConfig(Section):
     PATH = "reward_model"
     #: a discriminative reward model scores every response
     enable: bool
+    #: reward manager component (kind ``reward_manager``)
+    reward_manager: str
     #: training backend that runs the reward model
     strategy: str
     #: the reward model on a Ray resource pool of its own
@@ -390,6 +397,10 @@ class AlgorithmConfig(Section):
     PATH = "algorithm"
     #: advantage estimator component (kind ``advantage_estimator``)
     adv_estimator: str
+    #: a KL penalty to the reference policy in the reward (needs the reference model)
+    use_kl_in_reward: bool
+    #: the KL estimator of that penalty (``kl``, ``abs``, ``mse``, ``low_var_kl``, ``k1``..``k3``)
+    kl_penalty: str
     #: batch filter components applied after reward, in order
     batch_filters: list[str]
     #: generation rounds per step while filters leave too few prompts (<= 0: no limit)
@@ -403,6 +414,8 @@ class DataConfig(Section):
     """``data``: batch sizes and lengths (the dataset component reads the rest)."""
 
     PATH = "data"
+    #: dataset component (kind ``dataset``)
+    dataset: str
     #: prompts per step
     train_batch_size: int
     #: prompts per generation round (None: ``train_batch_size``)
@@ -414,7 +427,7 @@ class DataConfig(Section):
     #: response tokens generated at most
     max_response_length: int
     #: how a prompt longer than ``max_prompt_length`` is handled
-    truncation: Literal["left", "right", "middle", "error"]
+    truncation: Truncation
 
     def problems(self) -> list[str]:
         """The optional batch sizes are positive or null."""
@@ -440,6 +453,28 @@ class TrainerConfig(Section):
     ray_address: str | None
     #: the seed of every rank and of the prompt uids
     seed: int
+    #: the project's name (checkpoint and run folders, trackers)
+    project_name: str
+    #: the run's name (checkpoint and run folders, trackers)
+    experiment_name: str
+    #: trackers: console and tracker plugins (jsonl always)
+    logger: list[str]
+    #: run directories are created under this folder
+    runs_dir: str
+    #: where checkpoints are saved
+    default_local_dir: str
+    #: auto | disable | resume_path (checked by :mod:`rlcore.checkpoint.manager`)
+    resume_mode: str
+    #: reorder each batch so every data-parallel rank gets a similar token count
+    balance_batch: bool
+    #: steps that train only the critic before the actor updates too
+    critic_warmup: int
+    #: validate once and stop
+    val_only: bool
+    #: a folder for each step's generations (None: not written)
+    rollout_data_dir: str | None
+    #: a folder for each validation's generations (None: not written)
+    validation_data_dir: str | None
     #: passes over the training data (unless ``total_training_steps``)
     total_epochs: int
     #: training steps (None: from the epochs)
