@@ -115,3 +115,15 @@ def test_the_core_has_no_import_cycles() -> None:
         if module not in state:
             visit(module, [module])
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_config_layer_imports_no_workers_or_controller() -> None:
+    """``rlcore.config`` (the key tree, the typed sections, the batch arithmetic) sits below the workers and the
+    controller: none of its modules imports them, at any depth."""
+    found = [
+        f"{path.relative_to(CORE)}:{line} imports {module}"
+        for path in sorted((CORE / "rlcore" / "config").rglob("*.py"))
+        for line, module in imported_modules(path)
+        if module.split(".")[:2] in (["rlcore", "workers"], ["rlcore", "controller"])
+    ]
+    assert not found, "\n".join(found)

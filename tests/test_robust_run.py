@@ -204,12 +204,13 @@ def test_resuming_into_a_model_of_another_size_fails_before_loading(
 
 
 def test_non_finite_steps_in_a_row_stop_the_run() -> None:
-    from omegaconf import OmegaConf
-
+    from rlcore.config import load_config
+    from rlcore.config.schema import Sections
     from rlcore.controller.trainer import Trainer
 
     trainer = Trainer.__new__(Trainer)  # only the counting logic: no workers needed
-    trainer.config = OmegaConf.create({"trainer": {"max_nonfinite_steps": 2}})
+    trainer.config = load_config([], ["trainer.max_nonfinite_steps=2"], [])
+    trainer.sections = Sections.from_tree(trainer.config)
     trainer.nonfinite_in_a_row = 0
     for step, skipped in enumerate([1.0, 0.0, 1.0], start=1):
         metrics = {"actor/grad_norm_nonfinite": skipped}

@@ -30,6 +30,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.modelkit.distributed",  # device, process group, seeding and RNG state, for engines
     "rlcore.workers.base",  # WorkerBase: the rank set-up and engines of an algorithm's own worker (PRIME's PRM)
     "rlcore.config.batch_sizes",  # UpdateBatchSizes and the batch arithmetic, for such workers
+    "rlcore.config.schema",  # the typed config sections (Sections.from_tree) the batch arithmetic takes
     "rlcore.workers.micro_batches",  # plan_micro_batches, for such workers
     "rlcore.workers.ppo_loop",  # ppo_update: the mini/micro-batch update loop, for such workers
     "rlcore.modelkit.hf_models",  # loading, value model, log-probs and values of transformers models

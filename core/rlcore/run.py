@@ -113,7 +113,7 @@ def _check_sum_pi_squared(config: DictConfig, registry: Registry) -> None:
         )
     if not wanted:
         return
-    if config.algorithm.rollout_correction.get("bypass_mode", False):
+    if config.algorithm.rollout_correction.bypass_mode:
         raise ConfigError(
             f"{key}=true needs the actor's old-log-prob pass, which "
             "algorithm.rollout_correction.bypass_mode=true skips: turn bypass_mode off"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from rlcore.config.keys import positive_int, select
+from rlcore.config.schema import LogProbConfig, PPOUpdateConfig
 from rlcore.errors import RLCoreError
 
 ROLLOUT_N_KEY = "actor_rollout_ref.rollout.n"
@@ -35,14 +36,13 @@ class UpdateBatchSizes:
     micro_from_default: bool = False
 
 
-def ppo_batch_sizes(config: DictConfig, section: str, dp_size: int) -> UpdateBatchSizes:
-    """The per-rank mini- and micro-batch sizes of the update at ``section`` (``actor_rollout_ref.actor``
-    or ``critic``) over ``dp_size`` data-parallel ranks; every error names its key."""
-    n = positive_int(select(config, ROLLOUT_N_KEY, 1), ROLLOUT_N_KEY)
-    mini_key = f"{section}.ppo_mini_batch_size"
-    micro_key = f"{section}.ppo_micro_batch_size_per_gpu"
-    legacy_key = f"{section}.ppo_micro_batch_size"
-    mini_prompts = positive_int(select(config, mini_key), mini_key)
+def ppo_batch_sizes(section: PPOUpdateConfig, n: int, dp_size: int) -> UpdateBatchSizes:
+    """The per-rank mini- and micro-batch sizes of the update of ``section`` (the actor's or the critic's)
+    with ``n`` responses per prompt over ``dp_size`` data-parallel ranks; every error names its key."""
+    n = positive_int(n, ROLLOUT_N_KEY)
+    mini_key = section.key("ppo_mini_batch_size")
+    micro_key = section.key("ppo_micro_batch_size_per_gpu")
+    mini_prompts = positive_int(section.ppo_mini_batch_size, mini_key)
     responses = mini_prompts * n
     if responses % dp_size:
         raise RLCoreError(
@@ -50,9 +50,9 @@ def ppo_batch_sizes(config: DictConfig, section: str, dp_size: int) -> UpdateBat
             f"the number of data-parallel ranks ({dp_size})"
         )
     mini = responses // dp_size
-    micro = select(config, micro_key)
-    if micro is None and select(config, legacy_key) is not None:
-        micro = legacy_per_rank(config, legacy_key, micro_key, dp_size)
+    micro = section.ppo_micro_batch_size_per_gpu
+    if micro is None and section.ppo_micro_batch_size is not None:
+        micro = per_rank(section.ppo_micro_batch_size, section.key("ppo_micro_batch_size"), micro_key, dp_size)
     if micro is None:
         return UpdateBatchSizes(mini, mini, micro_from_default=True)
     micro = positive_int(micro, micro_key)
@@ -72,34 +72,47 @@ def ulysses_size(config: DictConfig, section: str) -> int:
 
 
 def legacy_per_rank(config: DictConfig, legacy_key: str, per_gpu_key: str, dp_size: int) -> int:
-    """A deprecated global micro-batch size at ``legacy_key`` divided over ``dp_size`` ranks; it must divide."""
-    legacy = positive_int(select(config, legacy_key), legacy_key)
-    if legacy % dp_size:
+    """The deprecated global micro-batch size at the dotted ``legacy_key`` of ``config`` divided over
+    ``dp_size`` ranks (:func:`per_rank`)."""
+    return per_rank(select(config, legacy_key), legacy_key, per_gpu_key, dp_size)
+
+
+def per_rank(legacy: object, legacy_key: str, per_gpu_key: str, dp_size: int) -> int:
+    """A deprecated global micro-batch size ``legacy`` (config key ``legacy_key``) divided over ``dp_size``
+    ranks; it must divide."""
+    size = positive_int(legacy, legacy_key)
+    if size % dp_size:
         raise RLCoreError(
-            f"{legacy_key} ({legacy}) must be divisible by the number of data-parallel ranks ({dp_size}); "
+            f"{legacy_key} ({size}) must be divisible by the number of data-parallel ranks ({dp_size}); "
             f"or set {per_gpu_key}"
         )
-    return legacy // dp_size
+    return size // dp_size
 
 
-def inference_micro_batch_size(config: DictConfig, section: str, dp_size: int) -> int | None:
-    """``{section}.log_prob_micro_batch_size_per_gpu``, or the deprecated global size divided by ``dp_size``
-    (rounded down, at least 1: any size gives the same results); None = the whole batch in one pass."""
-    per_gpu_key = f"{section}.log_prob_micro_batch_size_per_gpu"
-    if select(config, per_gpu_key) is not None:
-        return positive_int(select(config, per_gpu_key), per_gpu_key)
-    legacy_key = f"{section}.log_prob_micro_batch_size"
-    if select(config, legacy_key) is None:
+def inference_micro_batch_size(section: LogProbConfig, dp_size: int) -> int | None:
+    """``log_prob_micro_batch_size_per_gpu`` of ``section`` (the rollout's or the reference's), or the
+    deprecated global size divided by ``dp_size`` (rounded down, at least 1: any size gives the same
+    results); None = the whole batch in one pass."""
+    if section.log_prob_micro_batch_size_per_gpu is not None:
+        return positive_int(section.log_prob_micro_batch_size_per_gpu, section.key("log_prob_micro_batch_size_per_gpu"))
+    if section.log_prob_micro_batch_size is None:
         return None
-    return max(1, positive_int(select(config, legacy_key), legacy_key) // dp_size)
+    return max(1, positive_int(section.log_prob_micro_batch_size, section.key("log_prob_micro_batch_size")) // dp_size)
 
 
-def token_budget(config: DictConfig, flag_key: str, budget_key: str) -> int | None:
-    """The per-micro-batch token budget ``budget_key`` when ``flag_key`` (a ``use_dynamic_bsz`` switch) is
-    true, else None (micro-batches of a fixed number of rows)."""
-    if not bool(select(config, flag_key, False)):
+def token_budget(enabled: bool, budget: object, budget_key: str) -> int | None:
+    """The per-micro-batch token budget ``budget`` (config key ``budget_key``) when ``enabled`` (a
+    ``use_dynamic_bsz`` switch is true), else None (micro-batches of a fixed number of rows)."""
+    if not enabled:
         return None
-    return positive_int(select(config, budget_key), budget_key)
+    return positive_int(budget, budget_key)
+
+
+def log_prob_budget(section: LogProbConfig) -> int | None:
+    """The token budget of a log-prob pass of ``section`` (the rollout's or the reference's), see
+    :func:`token_budget`."""
+    key = section.key("log_prob_max_token_len_per_gpu")
+    return token_budget(section.log_prob_use_dynamic_bsz, section.log_prob_max_token_len_per_gpu, key)
 
 
 def data_parallel_size(config: DictConfig, section: str, world_size: int) -> int:

@@ -100,7 +100,7 @@ SAMPLING_RANGES: dict[str, Range] = {
 #: the sections checked with the tables above
 OPTIM_SECTIONS: tuple[str, ...] = ("actor_rollout_ref.actor.optim", "critic.optim")
 SAMPLING_SECTIONS: tuple[str, ...] = ("actor_rollout_ref.rollout", "actor_rollout_ref.rollout.val_kwargs")
-#: single keys (counts that must be positive are in :data:`rlcore.config.validate.POSITIVE_KEYS`)
+#: single keys (counts that must be positive are in :mod:`rlcore.config.schema`)
 KEY_RANGES: dict[str, Range] = {
     "actor_rollout_ref.actor.clip_ratio": Range(low=0),
     "actor_rollout_ref.actor.clip_ratio_low": Range(low=0, nullable=True),

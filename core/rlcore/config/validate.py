@@ -13,13 +13,12 @@ from omegaconf import DictConfig
 
 from rlcore.config.async_training import async_training_problems
 from rlcore.config.batch_sizes import ppo_batch_sizes, ulysses_size
-from rlcore.config.keys import positive_key
+from rlcore.config.keys import positive_int, positive_key
 from rlcore.config.loader import ConfigError
 from rlcore.config.ranges import value_range_problems
+from rlcore.config.schema import ActorConfig, DataConfig, section_problems
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.activation_offload import activation_offload_notes
-
-TRUNCATION_MODES = ("left", "right", "middle", "error")
 
 
 @dataclass
@@ -64,33 +63,6 @@ class DerivedQuantities:
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
 
-#: counts that must be positive integers, or null where null has a meaning (``trainer.total_training_steps``:
-#: derived from the epochs; ``data.gen_batch_size``: ``data.train_batch_size``; ...)
-POSITIVE_KEYS: tuple[str, ...] = (
-    "actor_rollout_ref.rollout.response_length",
-    "actor_rollout_ref.rollout.prompt_length",
-    "actor_rollout_ref.rollout.val_kwargs.n",
-    "trainer.total_epochs",
-    "trainer.max_nonfinite_steps",
-    "reward_model.scorer_workers",
-)
-NULL_OR_POSITIVE_KEYS: tuple[str, ...] = (
-    "trainer.total_training_steps",
-    "data.gen_batch_size",
-    "data.val_batch_size",
-)
-#: counts where 0 is meaningful but a negative value is not
-NON_NEGATIVE_KEYS: tuple[str, ...] = (
-    "trainer.log_val_generations",
-    "reward_model.num_examine",
-    "reward_model.scorer_output_bytes",
-)
-#: durations in seconds: 0 or null switch the limit off, a negative value is an error
-NON_NEGATIVE_SECONDS: tuple[str, ...] = (
-    "reward_model.scorer_timeout",
-    "reward_model.scorer_batch_timeout",
-    "trainer.stop_grace_s",
-)
 #: keys accepted for verl's sake that rlcore honours only at one value: key -> (allowed values, why)
 ONLY_VALUES: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.hybrid_engine": (
@@ -226,12 +198,11 @@ def algorithm_value_problems(config: DictConfig) -> list[str]:
     functions: the loss aggregation mode, the KL estimators, the KL controller and the LR schedules."""
     from omegaconf import OmegaConf
 
-    from rlcore.config.algorithm_names import check_kl_ctrl, check_kl_penalty, check_loss_agg_mode, scheduler_type
+    from rlcore.config.algorithm_names import check_kl_ctrl, check_kl_penalty, scheduler_type
     from rlcore.config.ranges import OPTIM_SECTIONS
 
     actor, algorithm = config.actor_rollout_ref.actor, config.algorithm
     checks = [
-        lambda: check_loss_agg_mode(actor.loss_agg_mode, "actor_rollout_ref.actor.loss_agg_mode"),
         lambda: check_kl_penalty(actor.kl_loss_type, "actor_rollout_ref.actor.kl_loss_type"),
         lambda: check_kl_penalty(algorithm.kl_penalty, "algorithm.kl_penalty"),
         lambda: check_kl_ctrl(algorithm.kl_ctrl),
@@ -281,22 +252,7 @@ def check_values(config: DictConfig) -> None:
     (:data:`ONLY_VALUES`). Raises one :class:`ConfigError` with every problem found."""
     from omegaconf import OmegaConf
 
-    problems: list[str] = []
-    for key in POSITIVE_KEYS + NULL_OR_POSITIVE_KEYS:
-        value = OmegaConf.select(config, key, default=None)
-        if value is None and key in NULL_OR_POSITIVE_KEYS:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            null = " or null" if key in NULL_OR_POSITIVE_KEYS else ""
-            problems.append(f"{key} must be a positive integer{null}, got {value!r}")
-    for key in NON_NEGATIVE_KEYS:
-        value = OmegaConf.select(config, key, default=None)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            problems.append(f"{key} must be an integer >= 0, got {value!r}")
-    for key in NON_NEGATIVE_SECONDS:
-        value = OmegaConf.select(config, key, default=None)
-        if value is not None and (not _number(value) or value < 0):
-            problems.append(f"{key} must be a number of seconds >= 0 (0 or null: no limit), got {value!r}")
+    problems = section_problems(config)
     for key, (allowed, why) in ONLY_VALUES.items():
         value = OmegaConf.select(config, key, default=None)
         if value not in allowed or type(value) not in {type(a) for a in allowed}:
@@ -385,10 +341,12 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     sizes come from :func:`rlcore.config.batch_sizes.ppo_batch_sizes`, the function the workers use, over
     the data-parallel size the training backend reports (world ÷ model-parallel size).
     """
+    actor = ActorConfig.from_tree(config)
+    data = DataConfig.from_tree(config)
     n = positive_key(config, "actor_rollout_ref.rollout.n")
-    prompts = positive_key(config, "data.train_batch_size")
-    mini = positive_key(config, "actor_rollout_ref.actor.ppo_mini_batch_size")
-    epochs = positive_key(config, "actor_rollout_ref.actor.ppo_epochs")
+    prompts = positive_int(data.train_batch_size, data.key("train_batch_size"))
+    mini = positive_int(actor.ppo_mini_batch_size, actor.key("ppo_mini_batch_size"))
+    epochs = positive_int(actor.ppo_epochs, actor.key("ppo_epochs"))
     world = positive_key(config, "trainer.nnodes") * positive_key(config, "trainer.n_gpus_per_node")
     notes: list[str] = []
 
@@ -399,12 +357,8 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
         )
     if config.trainer.executor not in ("local", "ray"):
         raise ConfigError(f"trainer.executor must be 'auto', 'local' or 'ray', got {config.trainer.executor!r}")
-    if config.data.truncation not in TRUNCATION_MODES:
-        raise ConfigError(
-            f"data.truncation must be one of {', '.join(TRUNCATION_MODES)}, got {config.data.truncation!r}"
-        )
-    positive_key(config, "data.max_prompt_length")
-    positive_key(config, "data.max_response_length")
+    positive_int(data.max_prompt_length, data.key("max_prompt_length"))
+    positive_int(data.max_response_length, data.key("max_response_length"))
     _check_rollout_correction(config)
     if mini > prompts:
         raise ConfigError(
@@ -417,12 +371,12 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
             f"{dp} data-parallel ranks ({world} ranks: trainer.nnodes x trainer.n_gpus_per_node)"
         )
     try:
-        sizes = ppo_batch_sizes(config, "actor_rollout_ref.actor", dp)
+        sizes = ppo_batch_sizes(actor, n, dp)
     except RLCoreError as exc:
         raise ConfigError(str(exc)) from exc
     per_rank = sizes.mini
     micro = sizes.micro
-    if config.actor_rollout_ref.actor.use_dynamic_bsz:
+    if actor.use_dynamic_bsz:
         micro = per_rank
         notes.append("use_dynamic_bsz: micro-batches are formed by ppo_max_token_len_per_gpu")
     elif sizes.micro_from_default:

@@ -73,7 +73,7 @@ class PoolLayout:
 
 def placement_mode(config: DictConfig) -> str:
     """``trainer.placement`` validated: ``colocated`` or ``split`` (which needs ``trainer.executor=ray``)."""
-    mode = str(config.trainer.get("placement", "colocated"))
+    mode = str(config.trainer.placement)
     if mode not in PLACEMENTS:
         raise ConfigError(f"trainer.placement must be one of {', '.join(PLACEMENTS)}, got {mode!r}")
     if mode == "split" and config.trainer.executor != "ray":
@@ -91,7 +91,7 @@ def wants_gpu(config: DictConfig) -> bool:
     """
     import ray
 
-    device = str(config.trainer.get("device", "auto") or "auto").lower()
+    device = str(config.trainer.device).lower()
     if device == "cpu":
         return False
     if device.startswith("cuda"):
@@ -120,15 +120,15 @@ def reward_pool(config: DictConfig) -> bool:
     """Whether the reward model gets a pool of its own (``reward_model.enable_resource_pool``), validated: it
     needs ``trainer.executor=ray``, and ``reward_model.nnodes`` (0: ``trainer.nnodes``) must be
     ``trainer.nnodes`` (every pool spans the same nodes)."""
-    section = config.get("reward_model", None) or {}
-    if not section.get("enable_resource_pool", False):
+    section = config.reward_model
+    if not section.enable_resource_pool:
         return False
     if config.trainer.executor != "ray":
         raise ConfigError(
             "reward_model.enable_resource_pool=true puts the reward model on workers of its own and needs "
             f"trainer.executor=ray (got {config.trainer.executor!r})"
         )
-    nodes = section.get("nnodes", 0) or 0
+    nodes = section.nnodes
     if nodes not in (0, config.trainer.nnodes):
         raise ConfigError(
             f"reward_model.nnodes={nodes}: rlcore places every pool on the same nodes; set it to trainer.nnodes "
@@ -170,7 +170,7 @@ def ensure_ray(config: DictConfig) -> bool:
 
     if ray.is_initialized():
         return False
-    address = config.trainer.get("ray_address")
+    address = config.trainer.ray_address
     nnodes = positive_key(config, "trainer.nnodes")
     if address:
         hint = "Start one with `ray start --head` (and `ray start --address=HEAD:PORT` on the other nodes)"

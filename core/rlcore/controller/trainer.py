@@ -39,6 +39,7 @@ from rlcore.checkpoint import (
     write_rollout_states,
     write_trainer_state,
 )
+from rlcore.config.schema import Sections
 from rlcore.controller.groups import build_worker_groups
 from rlcore.controller.off_policy import RolloutPipeline
 from rlcore.controller.resume import unfinished_checkpoint
@@ -106,6 +107,8 @@ class Trainer:
 
     def __init__(self, config: DictConfig, run: RunContext, manager: PluginManager) -> None:
         self.config = config
+        #: the typed sections of ``config``, built once for the run (:class:`rlcore.config.schema.Sections`)
+        self.sections = Sections.from_tree(config)
         self.run = run
         self.manager = manager
         self.registry = manager.registry
@@ -119,14 +122,14 @@ class Trainer:
         actor = config.actor_rollout_ref.actor
         self.use_reference = bool(actor.use_kl_loss or algo.use_kl_in_reward)
         self.kl_ctrl = make_kl_controller(algo.kl_ctrl) if algo.use_kl_in_reward else None
-        self.n = int(config.actor_rollout_ref.rollout.n)
+        self.n = int(self.sections.actor_rollout_ref.rollout.n)
         self.global_step = 0
         self.timer = StageTimer()
         self.async_reward = bool(config.reward_model.launch_reward_fn_async)
         self.reward_model_worker = self.estimator.spec.reward_model_worker  # e.g. PRIME's implicit PRM
         self.use_reward_model = bool(config.reward_model.enable) or self.reward_model_worker is not None
         self.nonfinite_in_a_row = 0
-        self.stop = StopRequest(config.trainer.get("stop_grace_s"))
+        self.stop = StopRequest(self.sections.trainer.stop_grace_s)
         self.saved_step = 0  # the step of the newest checkpoint this run saved or resumed from
         self.last: dict[str, float] = {}  # the last step's metrics (plus the last validation), also when stopped
         self.pipeline: RolloutPipeline | None = None  # async_training.enable: the one-step-off-policy rollout lane
@@ -177,7 +180,7 @@ class Trainer:
         cfg.critic.optim.total_training_steps = self.total_steps
 
     def _build_workers(self) -> None:
-        self.registry.get("training_backend", self.config.actor_rollout_ref.actor.strategy)
+        self.registry.get("training_backend", self.sections.actor_rollout_ref.actor.strategy)
         self.groups = build_worker_groups(
             self.config,
             use_reference=self.use_reference,
@@ -206,7 +209,7 @@ class Trainer:
     def _prompt_batch(self) -> Batch:
         batch = self.train_loader.next_batch()
         loader = self.train_loader
-        uids = prompt_uids(self.config.trainer.seed, loader.epoch, loader.position, len(batch))
+        uids = prompt_uids(self.sections.trainer.seed, loader.epoch, loader.position, len(batch))
         batch["uid"] = np.array(uids, dtype=object)
         return batch
 
@@ -243,7 +246,7 @@ class Trainer:
         metrics.update(result.metrics)
 
     def _apply_filters(self, batch: Batch, metrics: dict[str, float]) -> Batch:
-        for name in self.config.algorithm.batch_filters:
+        for name in self.sections.algorithm.batch_filters:
             batch, filter_metrics = self.registry.load("batch_filter", name)(batch, self.config)
             metrics.update(filter_metrics)
         return batch
@@ -262,16 +265,16 @@ class Trainer:
         ``algorithm.max_num_gen_batches`` rounds, then keep exactly that many groups. The stages are timed on
         ``timer`` (the step's by default; the rollout lane's own with ``async_training``)."""
         timer = timer or self.timer
-        target = int(self.config.data.train_batch_size)
-        max_rounds = int(self.config.algorithm.max_num_gen_batches)
-        filtering = bool(self.config.algorithm.batch_filters)
+        target = int(self.sections.data.train_batch_size)
+        max_rounds = int(self.sections.algorithm.max_num_gen_batches)
+        filtering = bool(self.sections.algorithm.batch_filters)
         kept: list[Batch] = []
         prompts_kept = 0
         rounds = 0
         while True:
             rounds += 1
             prompts = self._prompt_batch()
-            prompts.meta["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+            prompts.meta["temperature"] = self.sections.actor_rollout_ref.rollout.temperature
             with timer("gen"):
                 batch = self._generate(prompts)
             # the engine's own figures (rollout/gen_tokens, the HF engine's rollout/rows_per_chunk, ...):
@@ -295,7 +298,7 @@ class Trainer:
                 break
             if 0 < max_rounds <= rounds:
                 raise RLCoreError(
-                    f"the batch filters ({', '.join(self.config.algorithm.batch_filters)}) kept {prompts_kept} of the "
+                    f"the batch filters ({', '.join(self.sections.algorithm.batch_filters)}) kept {prompts_kept} of the "
                     f"{target} prompt groups a step needs after {rounds} generation rounds "
                     f"(algorithm.max_num_gen_batches={max_rounds}); raise the limit or check the reward"
                 )
@@ -316,7 +319,7 @@ class Trainer:
             batch["ref_log_prob"],
             batch["response_mask"],
             self.kl_ctrl,
-            self.config.algorithm.kl_penalty,
+            self.sections.algorithm.kl_penalty,
         )
         batch["token_level_rewards"] = rewards
         metrics.update(kl_metrics)
@@ -346,13 +349,13 @@ class Trainer:
         (one PPO epoch, one mini-batch, nothing before the update reads ``old_log_probs`` or ``sum_pi_squared``). Then the
         recomputed old log-probs equal the update's own detached log-probs, and the worker uses those
         instead of a separate forward pass (``batch.meta["on_policy"]``)."""
-        actor = self.config.actor_rollout_ref.actor
+        actor = self.sections.actor_rollout_ref.actor
         return (
             int(actor.ppo_epochs) == 1
-            and int(actor.ppo_mini_batch_size) >= int(self.config.data.train_batch_size)
+            and int(actor.ppo_mini_batch_size) >= int(self.sections.data.train_batch_size)
             and self.kl_ctrl is None
             and "rollout_log_probs" not in batch
-            and self.config.trainer.critic_warmup <= self.global_step
+            and self.sections.trainer.critic_warmup <= self.global_step
             and "old_log_probs" not in self.estimator.spec.batch_keys
             and not actor.calculate_sum_pi_squared
         )
@@ -368,7 +371,7 @@ class Trainer:
             batch, metrics["training/epoch"] = self.pipeline.next_batch(self.global_step, metrics)
         else:
             batch = self._collect_batch(metrics)
-        if self.config.trainer.balance_batch:
+        if self.sections.trainer.balance_batch:
             order, balance_metrics = balance_order(batch["attention_mask"].sum(-1), self.actor.dp_size)
             batch.reorder(order)
             metrics.update(balance_metrics)
@@ -384,7 +387,7 @@ class Trainer:
             with timer("old_log_prob"):
                 out = self.actor.compute_log_prob(batch)
                 metrics["actor/entropy"] = agg_loss(
-                    out["entropys"], batch["response_mask"], self.config.actor_rollout_ref.actor.loss_agg_mode
+                    out["entropys"], batch["response_mask"], self.sections.actor_rollout_ref.actor.loss_agg_mode
                 ).item()
                 batch["old_log_probs"] = out["old_log_probs"]
                 if "sum_pi_squared" in out:  # actor.calculate_sum_pi_squared
@@ -404,15 +407,15 @@ class Trainer:
         with timer("adv"):
             self._apply_kl_in_reward(batch, metrics)
             self._compute_advantage(batch)
-            if self.config.algorithm.use_pf_ppo:  # PF-PPO: resample the batch by reward reliability
+            if self.sections.algorithm.use_pf_ppo:  # PF-PPO: resample the batch by reward reliability
                 batch, pf_metrics = pf_ppo_resample(
-                    batch, self.config.algorithm.pf_ppo, int(self.config.trainer.seed) + self.global_step
+                    batch, self.config.algorithm.pf_ppo, int(self.sections.trainer.seed) + self.global_step
                 )
                 metrics.update(pf_metrics)
         if self.critic is not None:
             with timer("update_critic"):
                 metrics.update(reduce_metrics(self.critic.update_critic(batch).meta.get("metrics", {})))
-        if self.config.trainer.critic_warmup <= self.global_step:
+        if self.sections.trainer.critic_warmup <= self.global_step:
             with timer("update_actor"):
                 metrics.update(reduce_metrics(self.actor.update_actor(batch).meta.get("metrics", {})))
             with timer("update_weights"):
@@ -436,7 +439,7 @@ class Trainer:
         if self.flops is not None:
             lengths = {"old_log_prob": log_prob_lengths, "ref": log_prob_lengths}
             lengths["actor"] = batch["attention_mask"].sum(-1).tolist()  # PF-PPO may have resampled the batch
-            epochs = int(self.config.actor_rollout_ref.actor.ppo_epochs)
+            epochs = int(self.sections.actor_rollout_ref.actor.ppo_epochs)
             metrics.update(mfu_metrics(self.flops, lengths, worker_s, self.peak_flops, self.actor.world_size, epochs))
         metrics.update(compute_memory_metrics(self.groups.pop_peak_memory_gb()))
         metrics["training/global_step"] = self.global_step
@@ -466,7 +469,7 @@ class Trainer:
 
     def _dump_rollouts(self, batch: Batch) -> None:
         """``trainer.rollout_data_dir``: this step's generations, one JSON line per response."""
-        folder = self.config.trainer.rollout_data_dir
+        folder = self.sections.trainer.rollout_data_dir
         if folder:
             self._dump(folder, self.global_step, batch)
 
@@ -475,7 +478,7 @@ class Trainer:
         dataset = self.val_dataset
         if dataset is None:
             raise RLCoreError("validation needs a validation set: set data.val_files")
-        size = self.config.data.val_batch_size or len(dataset)
+        size = self.sections.data.val_batch_size or len(dataset)
         return [
             collate_rows([dataset[i] for i in range(s, min(s + size, len(dataset)))])
             for s in range(0, len(dataset), size)
@@ -487,7 +490,7 @@ class Trainer:
         Returns the metrics ``val-core/<source>/reward/mean@N`` (and ``val-aux/.../std@N`` when N > 1) and
         the first ``trainer.log_val_generations`` samples as ``{"prompt", "response", "score"}`` rows.
         """
-        n = int(self.config.actor_rollout_ref.rollout.val_kwargs.n)
+        n = int(self.sections.actor_rollout_ref.rollout.val_kwargs.n)
         sources: list[str] = []
         scores: list[float] = []
         samples: list[dict[str, Any]] = []
@@ -495,7 +498,7 @@ class Trainer:
         outputs: list[Batch] = []
         agent_metrics: list[dict[str, float]] = []
         for prompts in self._val_batches():
-            prompts.meta["temperature"] = self.config.actor_rollout_ref.rollout.val_kwargs.temperature
+            prompts.meta["temperature"] = self.sections.actor_rollout_ref.rollout.val_kwargs.temperature
             out = self._generate(prompts, validate=True, n=n)
             agent_metrics.append(out.meta.pop("agent_metrics", {}))
             self._score(out, self.val_reward_fn, metrics)
@@ -503,7 +506,7 @@ class Trainer:
             seq_scores = out["token_level_scores"].sum(-1).tolist()
             sources += [str(s) for s in out["data_source"]]
             scores += seq_scores
-            wanted = self.config.trainer.log_val_generations - len(samples)
+            wanted = self.sections.trainer.log_val_generations - len(samples)
             if wanted > 0:
                 prompts_text = self.tokenizer.batch_decode(out["prompts"][:wanted], skip_special_tokens=True)
                 responses = self.tokenizer.batch_decode(out["responses"][:wanted], skip_special_tokens=True)
@@ -511,9 +514,9 @@ class Trainer:
                     {"prompt": p, "response": r, "score": s}
                     for p, r, s in zip(prompts_text, responses, seq_scores[:wanted])
                 ]
-        if self.config.trainer.validation_data_dir:
+        if self.sections.trainer.validation_data_dir:
             self._dump(
-                self.config.trainer.validation_data_dir,
+                self.sections.trainer.validation_data_dir,
                 self.global_step,
                 outputs[0] if len(outputs) == 1 else Batch.concat(outputs),
             )
@@ -546,7 +549,7 @@ class Trainer:
             if self.critic is not None:
                 self.critic.save_checkpoint(str(folder / "critic"))
             kl_coef = None if self.kl_ctrl is None else self.kl_ctrl.value
-            model = {"path": str(self.config.actor_rollout_ref.model.path), "shape": self.model_shape}
+            model = {"path": str(self.sections.actor_rollout_ref.model.path), "shape": self.model_shape}
             state = {
                 "global_step": self.global_step,
                 "data": self.train_loader.state_dict(),
@@ -583,7 +586,7 @@ class Trainer:
     def _check_same_model(self, path: Path) -> None:
         """Refuse to resume a checkpoint written for a model of another shape (before any model loads)."""
         saved = read_trainer_state(path).get("model") or {}
-        model_path = self.config.actor_rollout_ref.model.path
+        model_path = self.sections.actor_rollout_ref.model.path
         current = self.model_shape
         before = saved.get("shape") or {}
         differ = [
@@ -619,10 +622,10 @@ class Trainer:
         self._build_data()
         if resume_from is not None:
             self._check_same_model(resume_from)
-            if not self.config.trainer.val_only:
+            if not self.sections.trainer.val_only:
                 step = int(read_trainer_state(resume_from)["global_step"])
                 resume_from = unfinished_checkpoint(
-                    resume_from, step, self.total_steps, self.config.trainer.resume_mode
+                    resume_from, step, self.total_steps, self.sections.trainer.resume_mode
                 )
         if self.run.identity is not None:  # another lineage's checkpoints are never replaced
             claim_checkpoints(self.config, self.run.identity, resume_from)
@@ -632,7 +635,7 @@ class Trainer:
     def _fit(self) -> dict[str, float]:
         self.prepare()
         resume_from = self.resume_from
-        click.echo(f"starting the workers: loading {self.config.actor_rollout_ref.model.path} ...")
+        click.echo(f"starting the workers: loading {self.sections.actor_rollout_ref.model.path} ...")
         self._build_workers()
         cfg = self.config.trainer
         trackers = build_trackers(self.config, self.run.run_dir)
@@ -718,7 +721,7 @@ class Trainer:
 
     def _stop_if_nonfinite(self, step: int) -> None:
         """Stop after ``trainer.max_nonfinite_steps`` steps in a row with skipped updates."""
-        limit = int(self.config.trainer.max_nonfinite_steps)
+        limit = int(self.sections.trainer.max_nonfinite_steps)
         if self.nonfinite_in_a_row >= limit:
             first = step - self.nonfinite_in_a_row + 1
             raise RLCoreError(

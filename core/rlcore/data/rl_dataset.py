@@ -15,17 +15,18 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import torch
 
+from rlcore.config.schema import Truncation
 from rlcore.data import DataError, multimodal
 from rlcore.data.files import DATA_EXTENSIONS, PARQUET_EXTENSIONS, normalize_files
 
 logger = logging.getLogger(__name__)
 
-TRUNCATION_MODES: tuple[str, ...] = ("left", "right", "middle", "error")
+TRUNCATION_MODES: tuple[str, ...] = get_args(Truncation)
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ class SFTWorker(ActorRolloutRefWorker):
         settings = UpdateSettings(
             sizes=self._require("actor", "train_batch", self.update_sizes),
             epochs=1,
-            grad_clip=self.actor_config.get("grad_clip", None),
+            grad_clip=self.actor_config.grad_clip,
             loss_agg_mode="token-mean",
             prefix="train",
             budget=self.update_budget,

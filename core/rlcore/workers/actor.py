@@ -23,15 +23,15 @@ from rlcore.config.batch_sizes import (
     UpdateBatchSizes,
     data_parallel_size,
     inference_micro_batch_size,
+    log_prob_budget,
     ppo_batch_sizes,
     token_budget,
 )
-from rlcore.config.keys import select
 from rlcore.dtypes import parse_dtype
 from rlcore.errors import RLCoreError
 from rlcore.registry import UnknownComponentError
 from rlcore.rollout.weights import state_checksum
-from rlcore.workers.base import WorkerBase, checkpoint_contents, cpu_batch
+from rlcore.workers.base import WorkerBase, cpu_batch
 from rlcore.workers.micro_batches import plan_micro_batches
 from rlcore.workers.ppo_loop import UpdateSettings, ppo_update
 
@@ -69,30 +69,27 @@ class ActorRolloutRefWorker(WorkerBase):
 
     def configure(self) -> None:
         """Validate the config for this role: model path, batch sizes and token budgets."""
-        config = self.config
-        if not select(config, f"{ARR}.model.path"):
+        policy = self.sections.actor_rollout_ref
+        if not policy.model.path:
             raise RLCoreError(f"{ARR}.model.path is not set: give a Hugging Face model directory or hub name")
         self.has_actor, self.has_rollout, self.has_ref = ROLE_PARTS[
             cast(ActorRole, self.role)
         ]  # WorkerBase checked ROLES
-        self.actor_config = config.actor_rollout_ref.actor
-        self.rollout_config = config.actor_rollout_ref.rollout
-        dp_size = data_parallel_size(config, ACTOR, self.world_size)
-        self.update_budget = token_budget(config, f"{ACTOR}.use_dynamic_bsz", f"{ACTOR}.ppo_max_token_len_per_gpu")
-        self.log_prob_budget = token_budget(
-            config, f"{ARR}.rollout.log_prob_use_dynamic_bsz", f"{ARR}.rollout.log_prob_max_token_len_per_gpu"
+        self.model_config, self.actor_config, self.rollout_config = policy.model, policy.actor, policy.rollout
+        dp_size = data_parallel_size(self.config, ACTOR, self.world_size)
+        self.update_budget = token_budget(
+            policy.actor.use_dynamic_bsz, policy.actor.ppo_max_token_len_per_gpu, f"{ACTOR}.ppo_max_token_len_per_gpu"
         )
-        self.ref_budget = token_budget(
-            config, f"{ARR}.ref.log_prob_use_dynamic_bsz", f"{ARR}.ref.log_prob_max_token_len_per_gpu"
-        )
+        self.log_prob_budget = log_prob_budget(policy.rollout)
+        self.ref_budget = log_prob_budget(policy.ref)
         self.update_sizes: UpdateBatchSizes | None = None
         if self.has_actor:
-            self.update_sizes = ppo_batch_sizes(config, ACTOR, dp_size)
+            self.update_sizes = ppo_batch_sizes(policy.actor, policy.rollout.n, dp_size)
             self._check_engine_config("actor", ACTOR, f"{ARR}.model")
         if self.has_ref:
             self._check_engine_config("ref", f"{ARR}.ref", f"{ARR}.model")
-        self.log_prob_micro_batch_size = inference_micro_batch_size(config, f"{ARR}.rollout", dp_size)
-        self.ref_micro_batch_size = inference_micro_batch_size(config, f"{ARR}.ref", dp_size)
+        self.log_prob_micro_batch_size = inference_micro_batch_size(policy.rollout, dp_size)
+        self.ref_micro_batch_size = inference_micro_batch_size(policy.ref, dp_size)
         self.tokenizer: Any = None
         self.actor: TrainingEngine | None = None
         self.ref: TrainingEngine | None = None
@@ -108,10 +105,9 @@ class ActorRolloutRefWorker(WorkerBase):
         self.tokenizer = self._load_tokenizer()
         if self.has_actor:
             self.actor = self._create_engine("actor", ACTOR, f"{ARR}.model")
-            self.loss_fn = build_actor_loss(self.actor_config)
-            if self.actor_config.get("shuffle", False):
-                seed = int(self.actor_config.get("data_loader_seed", 42))
-                self.shuffle_generator = torch.Generator().manual_seed(seed)
+            self.loss_fn = build_actor_loss(self.config.actor_rollout_ref.actor)
+            if self.actor_config.shuffle:
+                self.shuffle_generator = torch.Generator().manual_seed(int(self.actor_config.data_loader_seed))
         if self.has_ref:
             self.ref = self._create_engine("ref", f"{ARR}.ref", f"{ARR}.model", share_with=self.actor)
         if self.has_rollout:
@@ -123,15 +119,14 @@ class ActorRolloutRefWorker(WorkerBase):
         """The tokenizer of ``model.tokenizer_path`` (else ``model.path``), with ``custom_chat_template``."""
         from transformers import AutoTokenizer
 
-        model_config = self.config.actor_rollout_ref.model
-        path = model_config.get("tokenizer_path", None) or model_config.path
-        trust = bool(model_config.get("trust_remote_code", False))
+        model_config = self.model_config
+        path = model_config.tokenizer_path or model_config.path
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=bool(model_config.trust_remote_code))
         except (OSError, ValueError) as exc:
-            key = "tokenizer_path" if model_config.get("tokenizer_path", None) else "path"
+            key = "tokenizer_path" if model_config.tokenizer_path else "path"
             raise RLCoreError(f"{ARR}.model.{key}={path!r} has no loadable tokenizer: {exc}") from exc
-        if model_config.get("custom_chat_template", None):
+        if model_config.custom_chat_template:
             tokenizer.chat_template = model_config.custom_chat_template
         return tokenizer
 
@@ -140,7 +135,7 @@ class ActorRolloutRefWorker(WorkerBase):
         rank computes in (the actor's, or the reference's: the same model; float32 on a rollout-only
         rank)."""
         if self.device.type == "cuda":
-            return parse_dtype(self.rollout_config.get("dtype", "bf16"), f"{ARR}.rollout.dtype")
+            return parse_dtype(self.rollout_config.dtype, f"{ARR}.rollout.dtype")
         trainer = self.actor or self.ref
         return trainer.compute_dtype if trainer is not None else torch.float32
 
@@ -148,15 +143,17 @@ class ActorRolloutRefWorker(WorkerBase):
         """Construct the rollout engine named by ``rollout.name`` from the model path."""
         from rlcore.plugins import get_component
 
-        name = self.rollout_config.get("name", "hf")
+        name = self.rollout_config.name
         try:
             engine_cls = get_component("rollout_engine", name)
         except UnknownComponentError as exc:
             raise UnknownComponentError(f"{ARR}.rollout.name: {exc}") from exc
+        model_path = self.model_config.path
+        assert model_path is not None, "configure() refuses a missing actor_rollout_ref.model.path"
         self.rollout_engine = engine_cls(
-            self.config.actor_rollout_ref.model.path,
+            model_path,
             self.tokenizer,
-            self.rollout_config,
+            self.config.actor_rollout_ref.rollout,  # the engine reads its own keys of the section too
             device=self.device,
             dtype=self._rollout_dtype(),
         )
@@ -181,7 +178,7 @@ class ActorRolloutRefWorker(WorkerBase):
 
     def _temperature(self, batch: Batch) -> float:
         """The sampling temperature of ``batch`` (``meta["temperature"]``, else ``rollout.temperature``)."""
-        temperature = float(batch.meta.get("temperature", self.rollout_config.get("temperature", 1.0)))
+        temperature = float(batch.meta.get("temperature", self.rollout_config.temperature))
         if temperature <= 0:
             raise RLCoreError(
                 f"log-probs need a positive sampling temperature ({ARR}.rollout.temperature), got {temperature}"
@@ -245,7 +242,7 @@ class ActorRolloutRefWorker(WorkerBase):
         ``rollout.log_prob_use_dynamic_bsz``, of at most ``rollout.log_prob_max_token_len_per_gpu`` tokens);
         with ``actor.calculate_sum_pi_squared`` also ``sum_pi_squared`` ``[B, R]`` (Σπ² of each next-token
         distribution, for the optimal token baseline)."""
-        with_sum_pi_squared = bool(self.actor_config.get("calculate_sum_pi_squared", False))
+        with_sum_pi_squared = bool(self.actor_config.calculate_sum_pi_squared)
         out = self._forward(
             self._actor_engine("compute_log_prob"),
             batch,
@@ -288,9 +285,9 @@ class ActorRolloutRefWorker(WorkerBase):
         ``actor/entropy`` is measured here.
         """
         actor = self._actor_engine("update_actor")
-        with_entropy = float(self.actor_config.get("entropy_coeff", 0.0) or 0.0) != 0.0
+        with_entropy = float(self.actor_config.entropy_coeff) != 0.0
         on_policy = bool(batch.meta.get("on_policy", False))
-        agg_mode = self.actor_config.get("loss_agg_mode", "token-mean")
+        agg_mode = self.actor_config.loss_agg_mode
 
         def objective(micro: Batch, output: ModelOutput) -> tuple[torch.Tensor, dict[str, float]]:
             """The actor loss of one micro-batch and its metrics."""
@@ -305,8 +302,8 @@ class ActorRolloutRefWorker(WorkerBase):
 
         settings = UpdateSettings(
             sizes=self._require("actor", "update_actor", self.update_sizes),
-            epochs=int(self.actor_config.get("ppo_epochs", 1)),
-            grad_clip=self.actor_config.get("grad_clip", None),
+            epochs=int(self.actor_config.ppo_epochs),
+            grad_clip=self.actor_config.grad_clip,
             loss_agg_mode=agg_mode,
             prefix="actor",
             budget=self.update_budget,
@@ -336,7 +333,7 @@ class ActorRolloutRefWorker(WorkerBase):
         engine = self._rollout("generate_sequences")
         engine.wake()
         out = engine.generate(batch, validate=bool(batch.meta.get("validate", False)))
-        if self.rollout_config.get("free_cache_engine", True):
+        if self.rollout_config.free_cache_engine:
             engine.sleep()
         return out
 
@@ -366,7 +363,7 @@ class ActorRolloutRefWorker(WorkerBase):
         if not shared:
             engine.update_weights(state.items())
         metrics: dict[str, float] = {}
-        if self.rollout_config.get("check_weight_sync", True):
+        if self.rollout_config.check_weight_sync:
             metrics.update(self.check_weight_sync(state))
         metrics["rollout/weight_version"] = float(engine.weight_version)
         return metrics
@@ -430,7 +427,7 @@ class ActorRolloutRefWorker(WorkerBase):
                 "rank %d: the %s rollout engine has no weight_checksum(), and this %r worker has no trainer model "
                 "to compare log-probs with: weight syncs are checked by weight version only",
                 self.rank,
-                self.rollout_config.get("name"),
+                self.rollout_config.name,
                 self.role,
             )
         return metrics
@@ -439,7 +436,7 @@ class ActorRolloutRefWorker(WorkerBase):
         """The mean absolute difference between the engine's and the actor's log-probs of the probe sequence;
         raises :class:`WeightSyncError` above ``rollout.weight_sync_logprob_tol``."""
         # at most 32 tokens, and room in the engine's context (prompt + response length) for one more
-        room = int(self.rollout_config.get("prompt_length") or 0) + int(self.rollout_config.get("response_length") or 0)
+        room = int(self.rollout_config.prompt_length) + int(self.rollout_config.response_length)
         ids = self.tokenizer(WEIGHT_SYNC_PROBE_TEXT)["input_ids"][: max(2, min(32, room - 1))]
         tokens = torch.tensor([ids], dtype=torch.long)
         probe = Batch.from_dict(
@@ -454,7 +451,7 @@ class ActorRolloutRefWorker(WorkerBase):
         trainer, _ = self._log_probs(actor, probe, 1, None, "", with_entropy=False)
         served = engine.prompt_log_probs(ids).to(torch.float32)
         diff = float((served - trainer[0].float()).abs().mean())
-        tolerance = self.rollout_config.get("weight_sync_logprob_tol")
+        tolerance = self.rollout_config.weight_sync_logprob_tol
         if tolerance is None:
             tolerance = 1e-3 if self._rollout_dtype() == torch.float32 else 5e-2
         if not diff <= tolerance:
@@ -514,7 +511,7 @@ class ActorRolloutRefWorker(WorkerBase):
                     "resumed run samples differently from an uninterrupted one",
                     type(rollout).__name__,
                 )
-        contents = checkpoint_contents(self.config, ACTOR, "save_contents")
+        contents = set(self.actor_config.checkpoint.save_contents)
         with actor.resident():
             self._save_state(directory, actor, extra, contents)
             actor.save_hf(directory / "huggingface", with_weights="hf_model" in contents)
@@ -528,7 +525,7 @@ class ActorRolloutRefWorker(WorkerBase):
         if not self.has_actor:
             return
         actor = self._actor_engine("load_checkpoint")
-        contents = checkpoint_contents(self.config, ACTOR, "load_contents")
+        contents = set(self.actor_config.checkpoint.load_contents)
         with actor.resident():
             extra = self._load_state(Path(path), actor, contents, f"{ACTOR}.checkpoint.load_contents")
         if extra is not None and self.shuffle_generator is not None and "shuffle_generator" in extra:

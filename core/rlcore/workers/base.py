@@ -23,13 +23,11 @@ from rlcore.api.training import (
     TrainingEngine,
 )
 from rlcore.config.keys import select
+from rlcore.config.schema import Sections
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.distributed import init_process_group, resolve_device, rng_state, seed_everything, set_rng_state
 from rlcore.profiling.worker import WorkerProfiler
 
-#: what a checkpoint may contain (``checkpoint.save_contents`` / ``load_contents``); ``hf_model`` (a Hugging
-#: Face export of the weights) is written by the actor only and never loaded
-CHECKPOINT_CONTENTS: tuple[str, ...] = (*ENGINE_CONTENTS, "extra", "hf_model")
 #: the file (written by rank 0) that records a worker checkpoint's world size and contents
 CHECKPOINT_MANIFEST = "checkpoint.json"
 
@@ -39,17 +37,6 @@ logger = logging.getLogger(__name__)
 def extra_state_name(world_size: int, rank: int) -> str:
     """The file name of one rank's extra checkpoint state (LR schedule, generators, RNG states)."""
     return f"extra_state_world_size_{world_size}_rank_{rank}.pt"
-
-
-def checkpoint_contents(config: DictConfig, section: str, which: str) -> set[str]:
-    """``{section}.checkpoint.{which}`` (default: model, optimizer and extra), validated."""
-    contents = list(select(config, f"{section}.checkpoint.{which}", CHECKPOINT_CONTENTS[:3]))
-    unknown = sorted(set(contents) - set(CHECKPOINT_CONTENTS))
-    if unknown:
-        raise RLCoreError(
-            f"{section}.checkpoint.{which} has unknown item(s) {unknown}; allowed: {', '.join(CHECKPOINT_CONTENTS)}"
-        )
-    return set(contents)
 
 
 def cpu_batch(batch: Batch) -> Batch:
@@ -82,17 +69,19 @@ class WorkerBase:
         if role not in self.ROLES:
             raise RLCoreError(f"{type(self).__name__} has no role {role!r}; expected one of {', '.join(self.ROLES)}")
         self.config = config
+        #: the typed sections of ``config``, built once per worker (:class:`rlcore.config.schema.Sections`)
+        self.sections = Sections.from_tree(config)
         self.role = role
         self.rank = rank
         self.world_size = world_size
-        self.device = resolve_device(select(config, "trainer.device", "auto"), rank)
+        self.device = resolve_device(self.sections.trainer.device, rank)
         self._owns_process_group = False
         self.engines: list[TrainingEngine] = []
         self.profiler = WorkerProfiler(rank, self.device, role)
         self.configure()
-        timeout = float(select(config, "actor_rollout_ref.nccl_timeout", 600))
+        timeout = float(self.sections.actor_rollout_ref.nccl_timeout)
         self._owns_process_group = init_process_group(rank, world_size, self.device, timeout)
-        seed_everything(int(select(config, "trainer.seed", 1)))
+        seed_everything(int(self.sections.trainer.seed))
 
     def configure(self) -> None:
         """Read and validate this worker's config sections; runs before any distributed set-up."""

@@ -11,11 +11,10 @@ from rlcore.algos.functional import masked_mean
 from rlcore.algos.losses import value_loss
 from rlcore.api.batch import Batch
 from rlcore.api.training import ModelOutput, TrainingEngine
-from rlcore.config.algorithm_names import check_loss_agg_mode
 from rlcore.config.batch_sizes import data_parallel_size, ppo_batch_sizes, token_budget
 from rlcore.config.keys import positive_int, select
 from rlcore.errors import RLCoreError
-from rlcore.workers.base import WorkerBase, checkpoint_contents, cpu_batch
+from rlcore.workers.base import WorkerBase, cpu_batch
 from rlcore.workers.micro_batches import plan_micro_batches
 from rlcore.workers.ppo_loop import UpdateSettings, ppo_update
 
@@ -31,33 +30,36 @@ class CriticWorker(WorkerBase):
 
     def configure(self) -> None:
         """Validate the ``critic`` section: model path, batch sizes, token budgets and the loss mode."""
-        config = self.config
-        if not select(config, "critic.model.path"):
+        critic = self.critic_config = self.sections.critic
+        if not critic.model.path:
             raise RLCoreError("critic.model.path is not set (it defaults to actor_rollout_ref.model.path)")
-        self.critic_config = config.critic
-        dp_size = data_parallel_size(config, "critic", self.world_size)
-        self.update_budget = token_budget(config, "critic.use_dynamic_bsz", "critic.ppo_max_token_len_per_gpu")
-        self.forward_budget = token_budget(config, "critic.use_dynamic_bsz", "critic.forward_max_token_len_per_gpu")
-        self.update_sizes = ppo_batch_sizes(config, "critic", dp_size)
+        dp_size = data_parallel_size(self.config, "critic", self.world_size)
+        self.update_budget = token_budget(
+            critic.use_dynamic_bsz, critic.ppo_max_token_len_per_gpu, critic.key("ppo_max_token_len_per_gpu")
+        )
+        self.forward_budget = token_budget(
+            critic.use_dynamic_bsz, critic.forward_max_token_len_per_gpu, critic.key("forward_max_token_len_per_gpu")
+        )
+        self.update_sizes = ppo_batch_sizes(critic, self.sections.actor_rollout_ref.rollout.n, dp_size)
         self._check_engine_config("critic", "critic", "critic.model")
+        # verl's critic.forward_micro_batch_size_per_gpu is not in defaults.yaml (verl's own ppo_trainer.yaml
+        # derives it); a config may still add it (+key=...), so it is read from the tree when present
         forward_micro = select(
-            config, "critic.forward_micro_batch_size_per_gpu", select(config, "critic.ppo_micro_batch_size_per_gpu")
+            self.config, "critic.forward_micro_batch_size_per_gpu", critic.ppo_micro_batch_size_per_gpu
         )
         self.forward_micro_batch_size = (
             None if forward_micro is None else positive_int(forward_micro, "critic.forward_micro_batch_size_per_gpu")
         )
-        self.loss_agg_mode = check_loss_agg_mode(
-            self.critic_config.get("loss_agg_mode", "token-mean"), "critic.loss_agg_mode"
-        )
-        self.cliprange_value = float(self.critic_config.get("cliprange_value", 0.5))
+        self.loss_agg_mode = critic.loss_agg_mode
+        self.cliprange_value = float(critic.cliprange_value)
         self.critic: TrainingEngine | None = None
         self.shuffle_generator: torch.Generator | None = None
 
     def init_model(self) -> None:
         """Build the value-model engine (with its optimizer and LR schedule) and the shuffling generator."""
         self.critic = self._create_engine("critic", "critic", "critic.model")
-        if self.critic_config.get("shuffle", False):
-            seed = int(select(self.config, "actor_rollout_ref.actor.data_loader_seed", 42))
+        if self.critic_config.shuffle:
+            seed = int(self.sections.actor_rollout_ref.actor.data_loader_seed)
             self.shuffle_generator = torch.Generator().manual_seed(seed)
 
     def _engine(self, method: str) -> TrainingEngine:
@@ -106,8 +108,8 @@ class CriticWorker(WorkerBase):
 
         settings = UpdateSettings(
             sizes=self.update_sizes,
-            epochs=int(self.critic_config.get("ppo_epochs", 1)),
-            grad_clip=self.critic_config.get("grad_clip", None),
+            epochs=int(self.critic_config.ppo_epochs),
+            grad_clip=self.critic_config.grad_clip,
             loss_agg_mode=self.loss_agg_mode,
             prefix="critic",
             budget=self.update_budget,
@@ -128,12 +130,12 @@ class CriticWorker(WorkerBase):
         if self.shuffle_generator is not None:
             extra["shuffle_generator"] = self.shuffle_generator.get_state()
         with engine.resident():
-            self._save_state(Path(path), engine, extra, checkpoint_contents(self.config, "critic", "save_contents"))
+            self._save_state(Path(path), engine, extra, self.critic_config.checkpoint.save_contents)
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Restore what :meth:`save_checkpoint` wrote into ``path`` (per ``critic.checkpoint.load_contents``)."""
         engine = self._engine("load_checkpoint")
-        contents = checkpoint_contents(self.config, "critic", "load_contents")
+        contents = self.critic_config.checkpoint.load_contents
         with engine.resident():
             extra = self._load_state(Path(path), engine, contents, "critic.checkpoint.load_contents")
         if extra is not None and self.shuffle_generator is not None and "shuffle_generator" in extra:

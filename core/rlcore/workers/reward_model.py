@@ -17,7 +17,7 @@ import torch
 from rlcore.api.batch import Batch
 from rlcore.api.training import TrainingEngine
 from rlcore.config.batch_sizes import token_budget
-from rlcore.config.keys import positive_int, select
+from rlcore.config.keys import positive_int
 from rlcore.errors import RLCoreError
 from rlcore.workers.base import WorkerBase, cpu_batch
 from rlcore.workers.micro_batches import plan_micro_batches
@@ -58,15 +58,17 @@ class RewardModelWorker(WorkerBase):
 
     def configure(self) -> None:
         """Validate the ``reward_model`` section: model path, micro-batch size, token budget, max length."""
-        config = self.config
-        if not select(config, f"{RM}.model.path"):
+        section = self.sections.reward_model
+        if not section.model.path:
             raise RLCoreError(
                 f"{RM}.enable=true needs {RM}.model.path: a token- or sequence-classification model with one label"
             )
-        micro = select(config, f"{RM}.micro_batch_size_per_gpu")
+        micro = section.micro_batch_size_per_gpu
         self.micro_batch_size = None if micro is None else positive_int(micro, f"{RM}.micro_batch_size_per_gpu")
-        self.budget = token_budget(config, f"{RM}.use_dynamic_bsz", f"{RM}.forward_max_token_len_per_gpu")
-        max_length = select(config, f"{RM}.max_length")
+        self.budget = token_budget(
+            section.use_dynamic_bsz, section.forward_max_token_len_per_gpu, f"{RM}.forward_max_token_len_per_gpu"
+        )
+        max_length = section.max_length
         self.max_length = None if max_length is None else positive_int(max_length, f"{RM}.max_length")
         self._check_engine_config("reward_model", RM, f"{RM}.model")
         self.engine: TrainingEngine | None = None
@@ -75,10 +77,10 @@ class RewardModelWorker(WorkerBase):
 
     def init_model(self) -> None:
         """Build the reward-model engine and load both tokenizers (the reward model's and the policy's)."""
-        model = self.config.reward_model.model
-        trust = bool(model.get("trust_remote_code", False))
-        self.tokenizer = _load_tokenizer(model.path, f"{RM}.model.path", trust)
-        source = model.get("input_tokenizer", None) or select(self.config, "actor_rollout_ref.model.path")
+        model = self.sections.reward_model.model
+        trust = bool(model.trust_remote_code)
+        self.tokenizer = _load_tokenizer(str(model.path), f"{RM}.model.path", trust)  # configure() checked it is set
+        source = str(model.input_tokenizer or self.sections.actor_rollout_ref.model.path)
         self.input_tokenizer = _load_tokenizer(source, f"{RM}.model.input_tokenizer", trust)
         self.rerender = not same_tokenizer(self.tokenizer, self.input_tokenizer)
         if self.rerender and not getattr(self.tokenizer, "chat_template", None):

@@ -11,9 +11,9 @@ import torch
 import torch.distributed as dist
 from rlcore_plugin_fsdp.fsdp import resolve_fsdp_config
 
+from rlcore.config.schema import ActorCheckpointConfig
 from rlcore.errors import RLCoreError
 from rlcore.workers.actor import ActorRolloutRefWorker
-from rlcore.workers.base import checkpoint_contents
 from rlcore.workers.critic import CriticWorker
 
 
@@ -67,7 +67,7 @@ def test_checkpoint_contents_are_checked(make_config: Callable[..., Any]) -> Non
     """``checkpoint.save_contents`` may only list model, optimizer, extra and hf_model."""
     config = make_config(**{"actor_rollout_ref.actor.checkpoint.save_contents": "[model, weights]"})
     with pytest.raises(RLCoreError, match=re.escape("actor_rollout_ref.actor.checkpoint.save_contents")):
-        checkpoint_contents(config, "actor_rollout_ref.actor", "save_contents")
+        ActorCheckpointConfig.from_tree(config)
 
 
 def test_invalid_config_leaves_no_process_group(make_config: Callable[..., Any]) -> None:

@@ -51,7 +51,7 @@ def test_vllm_serves_the_megatron_actor_after_an_update(vllm: Any, tiny_model_di
     )
     try:
         engine = worker.rollout_engine
-        assert worker.rollout_config.load_format == "dummy" and engine.weight_version == 1
+        assert worker.config.actor_rollout_ref.rollout.load_format == "dummy" and engine.weight_version == 1
         ids = tiny_tokenizer(PROMPTS[3])["input_ids"]
         before = engine.prompt_log_probs(ids)
         torch.testing.assert_close(before, trainer_log_probs(worker, tiny_model_dir, ids), atol=1e-4, rtol=0)

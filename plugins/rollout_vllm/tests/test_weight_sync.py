@@ -48,7 +48,7 @@ def test_sync_moves_the_engine_to_the_trainer_and_catches_a_broken_sync(
     )
     try:
         engine = worker.rollout_engine
-        assert worker.rollout_config.load_format == "dummy" and engine.weight_version == 1
+        assert worker.config.actor_rollout_ref.rollout.load_format == "dummy" and engine.weight_version == 1
         ids = tiny_tokenizer(PROMPTS[3])["input_ids"]
         before = engine.prompt_log_probs(ids)
         torch.testing.assert_close(before, trainer_log_probs(worker, tiny_model_dir, ids), atol=1e-4, rtol=0)

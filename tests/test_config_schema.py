@@ -1,0 +1,232 @@
+"""The typed config sections (:mod:`rlcore.config.schema`): built from the resolved tree with verl's key names,
+no defaults of their own, every problem naming its key, and no reader in the core restating a default."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import pickle
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from rlcore.config import ConfigError, check_values, load_config
+from rlcore.config.loader import DEFAULTS_FILE
+from rlcore.config.schema import (
+    ActorCheckpointConfig,
+    DataConfig,
+    Section,
+    Sections,
+    TrainerConfig,
+)
+
+CORE = Path(__file__).resolve().parents[1] / "core" / "rlcore"
+EXAMPLE = "examples/ppo_trainer/run_deepseek7b_llm.sh"
+
+
+def section_fields(kind: type, path: str) -> Iterator[tuple[str, type]]:
+    """``(dotted key, annotation)`` of every leaf field of the section class ``kind`` at ``path``, recursively."""
+    hints = typing.get_type_hints(kind)
+    for field in dataclasses.fields(kind):
+        key = f"{path}.{field.name}" if path else field.name
+        hint = hints[field.name]
+        if isinstance(hint, type) and (issubclass(hint, Section) or dataclasses.is_dataclass(hint)):
+            yield from section_fields(hint, key)
+        else:
+            yield key, hint
+
+
+def test_the_sections_build_from_the_defaults_with_the_yaml_values() -> None:
+    config = load_config([], [], [])
+    sections = Sections.from_tree(config)
+    assert sections.actor_rollout_ref.actor.ppo_mini_batch_size == config.actor_rollout_ref.actor.ppo_mini_batch_size
+    assert sections.critic.ppo_epochs == config.actor_rollout_ref.actor.ppo_epochs, "interpolations are resolved"
+    assert sections.actor_rollout_ref.actor.checkpoint.save_contents == ["model", "optimizer", "extra", "hf_model"]
+    assert sections.trainer.executor in ("local", "ray"), "run-time resolution (auto) happened in load_config"
+    for key, _ in section_fields(Sections, ""):
+        value = OmegaConf.select(config, key)
+        built = sections
+        for part in key.split("."):
+            built = getattr(built, part)
+        assert built == (OmegaConf.to_container(value) if OmegaConf.is_config(value) else value), key
+
+
+def test_the_sections_pickle_for_workers_in_other_processes() -> None:
+    sections = Sections.from_tree(load_config([], [], []))
+    assert pickle.loads(pickle.dumps(sections)) == sections
+
+
+def test_the_sections_build_from_a_verl_example_script(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("verl_scripts", Path(__file__).parent / "test_verl_scripts.py")
+    assert spec is not None and spec.loader is not None
+    scripts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scripts)  # its verl_arguments() runs the script with verl's entry point shimmed
+    config = load_config([], scripts.verl_arguments(EXAMPLE, tmp_path), [])
+    sections = Sections.from_tree(config)
+    assert sections.algorithm.adv_estimator == "gae"
+    assert sections.data.train_batch_size == 1024
+    assert sections.actor_rollout_ref.actor.ppo_mini_batch_size == 256
+    assert sections.critic.ppo_micro_batch_size_per_gpu == 32
+    assert sections.critic.model.path == "deepseek-ai/deepseek-llm-7b-chat"
+    assert sections.actor_rollout_ref.rollout.name == "vllm"
+
+
+def test_every_field_is_a_key_of_the_defaults_and_has_no_default_of_its_own() -> None:
+    defaults = OmegaConf.create(yaml.safe_load(DEFAULTS_FILE.read_text()))
+    for key, _ in section_fields(Sections, ""):
+        parent, _, name = key.rpartition(".")
+        node = OmegaConf.select(defaults, parent)
+        assert node is not None and name in node, f"{key} is a field but not a key of defaults.yaml"
+    for kind in (Sections, *Section.__subclasses__()):
+        for field in dataclasses.fields(kind):
+            assert field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING, (
+                f"{kind.__name__}.{field.name} restates a default: defaults.yaml is the one place of defaults"
+            )
+
+
+def test_every_field_has_a_docstring_comment() -> None:
+    """A field's docstring is the ``#:`` comment above it; a subsection is documented by its class."""
+    import rlcore.config.schema as schema
+
+    source = (CORE / "config" / "schema.py").read_text()
+    lines = source.splitlines()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            if not isinstance(item, ast.AnnAssign) or not isinstance(item.target, ast.Name):
+                continue
+            hint = ast.unparse(item.annotation)
+            if hint.startswith("ClassVar") or isinstance(getattr(schema, hint, None), type):
+                continue
+            comment = lines[item.lineno - 2].strip()
+            assert comment.startswith("#:"), f"{node.name}.{item.target.id} has no #: comment"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("data.truncation=sideways", "data.truncation must be one of left, right, middle, error, got 'sideways'"),
+        ("trainer.placement=spread", "trainer.placement must be one of colocated, split, got 'spread'"),
+        ("trainer.total_epochs=0", "trainer.total_epochs must be a positive integer, got 0"),
+        ("trainer.stop_grace_s=-1", "trainer.stop_grace_s must be a number of seconds >= 0 (0 or null: no limit)"),
+        ("critic.loss_agg_mode=mean", "unknown critic.loss_agg_mode 'mean'; expected one of:"),
+        (
+            "actor_rollout_ref.actor.checkpoint.load_contents=[model,weights]",
+            "actor_rollout_ref.actor.checkpoint.load_contents has unknown item(s) ['weights']",
+        ),
+    ],
+)
+def test_a_bad_value_names_its_key(override: str, message: str) -> None:
+    config = load_config([], [override], [])
+    with pytest.raises(ConfigError) as error:
+        Sections.from_tree(config)
+    assert any(message in problem for problem in error.value.problems), error.value.problems
+    with pytest.raises(ConfigError) as dry_run:
+        check_values(config)
+    assert any(message in problem for problem in dry_run.value.problems), "the dry run reports it too"
+
+
+def test_every_problem_of_every_section_is_reported_at_once() -> None:
+    config = load_config([], ["data.truncation=sideways", "trainer.total_epochs=0", "trainer.stop_grace_s=-1"], [])
+    with pytest.raises(ConfigError) as error:
+        Sections.from_tree(config)
+    assert len(error.value.problems) == 3, error.value.problems
+
+
+def test_a_missing_key_is_named() -> None:
+    config = load_config([], [], [])
+    del config.trainer["seed"]
+    with pytest.raises(ConfigError, match=r"trainer\.seed is missing from the config"):
+        TrainerConfig.from_tree(config)
+    del config["data"]
+    with pytest.raises(ConfigError, match="data is missing from the config"):
+        DataConfig.from_tree(config)
+
+
+def test_one_section_builds_alone() -> None:
+    checkpoint = ActorCheckpointConfig.from_tree(load_config([], [], []))
+    assert checkpoint.key("save_contents") == "actor_rollout_ref.actor.checkpoint.save_contents"
+
+
+def covered_keys() -> set[str]:
+    """The leaf names of the keys the typed sections cover."""
+    return {key.rpartition(".")[2] for key, _ in section_fields(Sections, "")}
+
+
+def restated_defaults(path: Path) -> Iterator[str]:
+    """``file:line call`` of every read of a covered key with a default: ``select(config, "k", default)`` or
+    ``<...config...>.get("k", default)``."""
+    covered = covered_keys()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "select" and len(node.args) == 3:
+            key = node.args[1]
+        elif isinstance(func, ast.Attribute) and func.attr == "get" and len(node.args) == 2:
+            if "config" not in ast.unparse(func.value) and "section" not in ast.unparse(func.value):
+                continue
+            key = node.args[0]
+        else:
+            continue
+        if isinstance(key, ast.Constant) and str(key.value).rpartition(".")[2] in covered:
+            yield f"{path.relative_to(CORE)}:{node.lineno} {ast.unparse(node)}"
+
+
+def test_no_core_reader_restates_a_default_of_the_typed_sections() -> None:
+    """Workers and the controller read the typed sections; a ``get("k", default)`` of a key they cover would
+    write the default a second time (``critic.forward_micro_batch_size_per_gpu``, absent from the YAML, is
+    read with a fallback and is not covered)."""
+    files = [*sorted((CORE / "workers").glob("*.py")), *sorted((CORE / "controller").glob("*.py")), CORE / "run.py"]
+    found = [hit for path in files for hit in restated_defaults(path)]
+    assert not found, "\n".join(found)
+
+
+#: subsections the core hands whole to a component (which reads its own keys), not read key by key
+HANDED_TO_COMPONENTS = (
+    "actor_rollout_ref.actor.policy_loss",
+    "algorithm.kl_ctrl",
+    "algorithm.pf_ppo",
+    "algorithm.rollout_correction",
+    "data.custom_cls",
+)
+
+
+def attribute_reads(path: Path) -> Iterator[tuple[str, int]]:
+    """``(dotted key, line)`` of every ``config.a.b`` / ``self.config.a.b`` attribute chain in ``path``."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        parts: list[str] = []
+        current: ast.expr = node  # type: ignore[assignment]
+        while isinstance(current, ast.Attribute):
+            parts.append(current.attr)
+            current = current.value
+        parts.reverse()
+        if isinstance(current, ast.Name) and current.id == "self" and parts[:1] == ["config"]:
+            yield ".".join(parts[1:]), node.lineno
+        elif isinstance(current, ast.Name) and current.id == "config" and parts:
+            yield ".".join(parts), node.lineno
+
+
+def test_every_key_the_core_reads_of_a_covered_section_has_a_field() -> None:
+    """A leaf key of ``defaults.yaml`` that the workers, the controller or ``run.py`` read by attribute, in a
+    section the typed sections cover, is a field of that section."""
+    defaults = OmegaConf.create(yaml.safe_load(DEFAULTS_FILE.read_text()))
+    fields = {key for key, _ in section_fields(Sections, "")}
+    covered = {key.rpartition(".")[0] for key in fields}
+    files = [*sorted((CORE / "workers").glob("*.py")), *sorted((CORE / "controller").glob("*.py")), CORE / "run.py"]
+    missing = []
+    for path in files:
+        for key, line in attribute_reads(path):
+            if key.startswith(HANDED_TO_COMPONENTS) or key.rpartition(".")[0] not in covered:
+                continue
+            value = OmegaConf.select(defaults, key, default="<absent>")
+            if value != "<absent>" and not isinstance(value, DictConfig) and key not in fields:
+                missing.append(f"{path.relative_to(CORE)}:{line} reads {key}")
+    assert not missing, "\n".join(sorted(set(missing)))
