@@ -15,10 +15,8 @@ sequence parallelism prints world ÷ ``ulysses_sequence_parallel_size`` data-par
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -31,7 +29,14 @@ from rlcore.config.aliases import ALIASES, canonical_key
 from rlcore.config.loader import flatten, known_keys
 from rlcore.config.unsupported import MEGATRON_HINT, MISSING_FEATURES, UNSUPPORTED_VALUES, missing_feature
 from rlcore.plugins import load_plugins
-from rlcore.testing.runs import make_tiny_task
+from tests.verl_scripts_harness import (  # noqa: F401 (the fixtures are used by name)
+    data_parallel_line,
+    localised,
+    tiny_task_fixture,
+    tiny_vl_task_fixture,
+    tiny_vlm_dir_fixture,
+    verl_arguments,
+)
 
 EXAMPLES = Path(__file__).parent / "verl_examples"
 MEGATRON = "pip install rlcore-plugin-megatron"
@@ -137,107 +142,11 @@ CURRICULUM_MODULE = "from rlcore.testing.samplers import RandomCurriculumSampler
 #: scripts run with the tiny VLM and an image task instead of the tiny text model and task
 VLM_SCRIPTS = {script for script in EXPECTED if "_vl" in script}
 
-#: stands in for ``python3``/``python`` (records main_ppo's arguments) and ``ray job submit ... --``
-SHIMS = r"""
-python3() {
-    if [ "$1" = "-m" ] && [ "${2#verl.trainer.main_ppo}" != "$2" ]; then shift 2; printf '%s\0' "$@" > "$VERL_ARGV"
-    elif [ "$1" = "-c" ]; then return 1  # an import probe (python3 -c 'import torch_npu'): not installed
-    else echo "{}"; fi
-}
-python() { python3 "$@"; }
-ray() { while [ $# -gt 0 ] && [ "$1" != "--" ]; do shift; done; shift; "$@"; }
-nvidia-smi() { echo 8; }
-export -f python3 python ray nvidia-smi
-bash "$1"
-"""
-#: the keys pointed at local files
-MODEL_KEYS = ("actor_rollout_ref.model.path", "critic.model.path", "reward_model.model.path")
-DATA_KEYS = ("data.train_files", "data.val_files")
-
 
 def test_the_table_covers_every_copied_script() -> None:
     copied = {str(p.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*.sh")}
     assert copied == set(EXPECTED)
     assert set(NOTES) <= set(EXPECTED)
-
-
-def verl_arguments(script: str, home: Path) -> list[str]:
-    """The arguments the script passes to ``python3 -m verl.trainer.main_ppo``."""
-    argv = home / "argv"
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "VERL_ARGV": str(argv)}
-    # run in ``home``: a script may write files into its working directory (gpt-oss writes get_model.py)
-    subprocess.run(
-        ["bash", "-c", SHIMS, "shim", str(EXAMPLES / script)],
-        cwd=home,
-        env=env,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    assert argv.is_file(), f"{script} did not reach python3 -m verl.trainer.main_ppo"
-    return [word for word in argv.read_bytes().decode().split("\0") if word]
-
-
-def localised(arguments: list[str], model: Path, task: dict[str, Path]) -> list[str]:
-    """``arguments`` with the model and data paths pointed at local files, and ``trainer.device=cpu``."""
-    out = []
-    for word in arguments:
-        key = word.split("=", 1)[0].lstrip("+")
-        if key in MODEL_KEYS:
-            word = f"{key}={model}"
-        elif key in DATA_KEYS:
-            word = f"{key}={task['train' if key == 'data.train_files' else 'test']}"
-        out.append(word)
-    return [*out, "trainer.device=cpu"]
-
-
-def data_parallel_line(arguments: list[str]) -> str:
-    """The run plan's data-parallel line for a Megatron script: world = GPUs per node × nodes, split into
-    world ÷ (the actor's tensor × pipeline × context parallel size) data-parallel ranks."""
-    values = dict(word.lstrip("+").split("=", 1) for word in arguments if "=" in word)
-    world = int(values.get("trainer.n_gpus_per_node", 1)) * int(values.get("trainer.nnodes", 1))
-    model_parallel = 1
-    for size in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
-        model_parallel *= int(values.get(f"actor_rollout_ref.actor.megatron.{size}", 1))
-    return f"data-parallel ranks: {world // model_parallel} (of {world} ranks)"
-
-
-@pytest.fixture(scope="module")
-def tiny_task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A tiny parquet task shared by every script."""
-    return make_tiny_task(tmp_path_factory.mktemp("task"))
-
-
-@pytest.fixture(scope="module")
-def tiny_vlm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny Qwen2.5-VL model with its processor, for the VLM scripts."""
-    from rlcore.testing.tiny_vlm import build_tiny_vlm
-
-    return build_tiny_vlm(tmp_path_factory.mktemp("vlm"), arch="qwen2_5_vl")
-
-
-@pytest.fixture(scope="module")
-def tiny_vl_task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A geo3k-style image task (train/test parquet with an ``images`` column) for the VLM scripts."""
-    import io
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from PIL import Image
-
-    folder = tmp_path_factory.mktemp("vl_task")
-    buffer = io.BytesIO()
-    Image.new("RGB", (56, 56), "red").save(buffer, format="PNG")
-    row = {
-        "data_source": "hiyouga/geometry3k",
-        "prompt": [{"role": "user", "content": "<image>What colour is the square?"}],
-        "images": [{"bytes": buffer.getvalue(), "path": None}],
-        "reward_model": {"style": "rule", "ground_truth": "red"},
-    }
-    paths = {split: folder / f"{split}.parquet" for split in ("train", "test")}
-    for path in paths.values():
-        pq.write_table(pa.Table.from_pylist([row] * 4), path)
-    return paths
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="the example scripts are bash scripts")
@@ -256,7 +165,7 @@ def test_verl_script_dry_run(script: str, tmp_path: Path, request: pytest.Fixtur
         module.parent.mkdir(parents=True)
         module.write_text(CURRICULUM_MODULE)
         request.getfixturevalue("monkeypatch").syspath_prepend(str(tmp_path))
-    arguments = localised(verl_arguments(script, tmp_path), tiny_model_dir, tiny_task)
+    arguments = localised(verl_arguments(EXAMPLES, script, tmp_path), tiny_model_dir, tiny_task)
     result = CliRunner().invoke(cli, ["run", "--dry-run", *arguments])
     if expected is None:
         assert result.exit_code == 0, result.output
@@ -279,7 +188,7 @@ def test_the_vllm_multiturn_script_runs_once_its_empty_variable_is_set(
     dry run passes."""
     script = "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_vllm_fsdp.sh"
     shutil.copytree(EXAMPLES / "examples" / "sglang_multiturn", tmp_path / "examples" / "sglang_multiturn")
-    arguments = localised(verl_arguments(script, tmp_path), tiny_model_dir, tiny_task)
+    arguments = localised(verl_arguments(EXAMPLES, script, tmp_path), tiny_model_dir, tiny_task)
     result = CliRunner().invoke(cli, ["run", "--dry-run", *arguments, "actor_rollout_ref.actor.use_kl_loss=true"])
     assert result.exit_code == 0, result.output
     assert "prompts per step:" in result.output

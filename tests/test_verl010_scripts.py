@@ -1,0 +1,181 @@
+"""verl 0.10's own example scripts, run through ``rlcore run --dry-run`` with only the entry point swapped.
+
+The scripts under ``tests/verl010_examples/`` are unmodified copies from verl 0.10.0.dev (see the NOTICE there):
+a sample of 38 of the 82 scripts of its ``examples/`` that call ``verl.trainer.main_ppo`` and are not for Ascend
+NPUs only, spread over its algorithms (GRPO, PPO, GSPO, CISPO, DPPO, GDPO, GMPO, GPG, OTB, RLOO, ReMax,
+REINFORCE++, SAPO, on-policy distillation, MTP, rollout correction, prefix grouper) and engines (FSDP, Megatron
+through ``model_engine=megatron``, LoRA, profiling). They run the way ``tests/test_verl_scripts.py`` runs 0.9's
+(:mod:`tests.verl_scripts_harness`): each script as verl's defaults make it, so through ``uv run ... python3`` and
+with ``ray_kwargs.ray_init.runtime_env.py_executable`` set, with the model and data paths pointed at local files
+and ``trainer.device=cpu`` appended.
+
+:data:`EXPECTED` says what each script's dry run names today: nothing (it must pass) or the obstacles its errors
+name, the first one printed first. The test fails when a script starts passing (take it out of the table) and when
+its errors name anything the table does not list, so the table shrinks as rlcore learns verl 0.10's keys.
+``docs/from-verl.md`` states the counts, under "Accepted per verl version".
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rlcore.cli import cli
+from tests.test_verl_scripts import EXPECTED as VERL09_EXPECTED
+from tests.test_verl_scripts import MEGATRON as VERL09_MEGATRON
+from tests.verl_scripts_harness import (  # noqa: F401 (the fixtures are used by name)
+    localised,
+    tiny_task_fixture,
+    tiny_vl_task_fixture,
+    tiny_vlm_dir_fixture,
+    verl_arguments,
+)
+
+EXAMPLES = Path(__file__).parent / "verl010_examples"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "from-verl.md"
+
+# the obstacles: each a name (as docs/from-verl.md spells it) and a text of the error line that names it
+RAY = "ray_kwargs.ray_init.*"
+MODEL_ENGINE = "model_engine=megatron"
+ACTOR_MODEL_ENGINE = "actor_rollout_ref.actor.model_engine"
+REWARD = "reward.*"
+DISTILLATION = "distillation.*"
+MEGATRON_SETTINGS = "megatron.use_mbridge"
+BUCKETS = "rollout.checkpoint_engine.update_weights_bucket_megabytes"
+EXPERT_PARALLEL = "rollout.expert_parallel_size"
+MTP = "model.mtp.*"
+DPPO_TV = "policy_loss.loss_mode=dppo_tv"
+GDPO = "adv_estimator=gdpo"
+CRITIC_FSDP = "critic.fsdp.*"
+PREFIX_GROUPER = "actor.use_prefix_grouper"
+PROFILER_HOOKS = "global_profiler.relocate_results"
+PROFILER_TOOL_CONFIG = "profiler.tool_config.torch.*"
+BYPASS = "rollout_correction.bypass_mode"
+REF_STRATEGY = "ref.strategy"
+LAYERED_SUMMON = "rollout.layered_summon"
+OFFLOAD_ON_CPU = "megatron.param_offload"
+OBSTACLES: dict[str, str] = {
+    RAY: "ray_kwargs.ray_init.",
+    MODEL_ENGINE: "unknown config key 'model_engine'",
+    ACTOR_MODEL_ENGINE: "unknown config key 'actor_rollout_ref.actor.model_engine'",
+    REWARD: "unknown config key 'reward.",
+    DISTILLATION: "unknown config key 'distillation.",
+    # use_mbridge, vanilla_mbridge, use_megatron_fsdp, dtype, and the LoRA keys of a script whose model_engine
+    # switch rlcore does not read: "verl's Megatron backend settings"
+    MEGATRON_SETTINGS: "verl's Megatron backend settings",
+    BUCKETS: "rollout.checkpoint_engine.update_weights_bucket_megabytes",
+    EXPERT_PARALLEL: "rollout.expert_parallel_size",
+    MTP: "multi-token prediction (MTP)",
+    DPPO_TV: "unknown policy_loss 'dppo_tv'",
+    GDPO: "unknown advantage_estimator 'gdpo'",
+    CRITIC_FSDP: "unknown config key 'critic.fsdp.",
+    PREFIX_GROUPER: "actor_rollout_ref.actor.use_prefix_grouper",
+    PROFILER_HOOKS: "unknown config key 'global_profiler.",
+    PROFILER_TOOL_CONFIG: "profiler.tool_config.torch.",
+    BYPASS: "bypass",
+    REF_STRATEGY: "settings of the reference model apart from the actor's",
+    LAYERED_SUMMON: "rollout.layered_summon",
+    OFFLOAD_ON_CPU: "offloading needs a CUDA device",
+}
+
+#: script -> the obstacles its dry run names, the first one printed first; () when it must pass
+EXPECTED: dict[str, tuple[str, ...]] = {
+    "examples/cispo_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
+    "examples/dppo_trainer/run_qwen3_30b_a3b_megatron.sh": (MODEL_ENGINE, MEGATRON_SETTINGS, RAY, DPPO_TV),
+    "examples/gdpo_trainer/run_qwen3_8b_fsdp.sh": (REWARD, RAY, GDPO),
+    "examples/gmpo_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
+    "examples/gpg_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
+    "examples/gpg_trainer/run_qwen3_8b_megatron.sh": (MODEL_ENGINE, RAY),
+    "examples/grpo_trainer/run_gpt_oss_20b_fsdp.sh": (RAY,),
+    "examples/grpo_trainer/run_mistral_nemo_12b_skyworkrm_fsdp.sh": (REWARD, RAY),
+    "examples/grpo_trainer/run_qwen2-7b_math_megatron_fsdp.sh": (MEGATRON_SETTINGS, RAY),
+    "examples/grpo_trainer/run_qwen2_5_32b_fsdp.sh": (BUCKETS, RAY),
+    "examples/grpo_trainer/run_qwen2_5_vl_7b_fsdp.sh": (RAY,),
+    "examples/grpo_trainer/run_qwen2_5_vl_7b_megatron.sh": (MODEL_ENGINE, MEGATRON_SETTINGS, RAY),
+    "examples/grpo_trainer/run_qwen3_30b_a3b_fsdp.sh": (RAY,),
+    "examples/grpo_trainer/run_qwen3_30b_a3b_megatron.sh": (
+        MODEL_ENGINE,
+        MEGATRON_SETTINGS,
+        BUCKETS,
+        EXPERT_PARALLEL,
+        RAY,
+    ),
+    "examples/grpo_trainer/run_qwen3_4b_fsdp.sh": (BUCKETS, RAY),
+    "examples/grpo_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
+    "examples/grpo_trainer/run_qwen3_8b_megatron.sh": (MODEL_ENGINE, RAY),
+    "examples/gspo_trainer/run_qwen3_30b_a3b_megatron.sh": (MODEL_ENGINE, MEGATRON_SETTINGS, RAY),
+    "examples/gspo_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
+    "examples/mtp_trainer/run_mimo_7b_mtp_megatron.sh": (REWARD, MODEL_ENGINE, MTP, MEGATRON_SETTINGS, RAY),
+    "examples/on_policy_distillation_trainer/run_qwen3_8b_fsdp.sh": (DISTILLATION, RAY),
+    "examples/on_policy_distillation_trainer/run_qwen3_8b_megatron.sh": (MODEL_ENGINE, DISTILLATION, RAY),
+    "examples/on_policy_distillation_trainer/run_qwen3_8b_mopd_fsdp.sh": (DISTILLATION, RAY),
+    "examples/otb_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
+    "examples/ppo_trainer/run_qwen3_8b_fsdp.sh": (CRITIC_FSDP, RAY),
+    "examples/ppo_trainer/run_qwen3_8b_megatron.sh": (MODEL_ENGINE, RAY),
+    "examples/prefix_grouper/run_qwen3_8b_fsdp.sh": (PREFIX_GROUPER, RAY),
+    # the one script without ray_kwargs
+    "examples/profile/run_qwen2_5_7b_torch_profile.sh": (PROFILER_HOOKS, PROFILER_TOOL_CONFIG),
+    "examples/reinforce_plus_plus_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
+    "examples/remax_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
+    "examples/rloo_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
+    "examples/rollout_correction/run_qwen2_5_7b_fsdp.sh": (BYPASS, RAY),
+    "examples/rollout_correction/run_qwen2_5_7b_fsdp_multi_rs.sh": (RAY, BYPASS),
+    "examples/sapo_trainer/run_qwen3_30b_a3b_fsdp.sh": (REF_STRATEGY, RAY),
+    "examples/tuning/lora/run_qwen3_30b_a3b_megatron.sh": (MODEL_ENGINE, MEGATRON_SETTINGS, RAY),
+    "examples/tuning/lora/run_qwen3_8b_fsdp.sh": (LAYERED_SUMMON, RAY),
+    "examples/tuning/scaling/run_qwen2_5_32b_megatron.sh": (ACTOR_MODEL_ENGINE, RAY, OFFLOAD_ON_CPU),
+    "examples/tuning/scaling/run_qwen2_5_72b_fsdp.sh": (RAY,),
+}
+
+#: scripts run with the tiny VLM and an image task instead of the tiny text model and task
+VLM_SCRIPTS = {script for script in EXPECTED if "_vl_" in script}
+
+
+def test_the_table_covers_every_copied_script() -> None:
+    copied = {str(p.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*.sh")}
+    assert copied == set(EXPECTED)
+    assert {name for names in EXPECTED.values() for name in names} == set(OBSTACLES)
+
+
+def obstacles_named(line: str, expected: tuple[str, ...]) -> list[str]:
+    """The obstacles of ``expected`` that the error ``line`` names."""
+    return [name for name in expected if OBSTACLES[name] in line]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="the example scripts are bash scripts")
+@pytest.mark.parametrize("script", sorted(EXPECTED))
+def test_verl010_script_dry_run(script: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    vlm = script in VLM_SCRIPTS
+    model = request.getfixturevalue("tiny_vlm_dir" if vlm else "tiny_model_dir")
+    task = request.getfixturevalue("tiny_vl_task" if vlm else "tiny_task")
+    expected = EXPECTED[script]
+    arguments = localised(verl_arguments(EXAMPLES, script, tmp_path), model, task)
+    result = CliRunner().invoke(cli, ["run", "--dry-run", *arguments])
+    if not expected:
+        assert result.exit_code == 0, result.output
+        assert "prompts per step:" in result.output
+        return
+    assert result.exit_code != 0, f"{script} passes now: make its EXPECTED entry ()\n{result.output}"
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert errors, result.output
+    for line in errors:
+        assert obstacles_named(line, expected), f"an error the table does not list for {script}: {line}"
+    for name in expected:
+        assert any(OBSTACLES[name] in line for line in errors), f"{script} no longer names {name}\n{result.output}"
+    assert expected[0] in obstacles_named(errors[0], expected), f"the first error is not {expected[0]}: {errors[0]}"
+
+
+def test_counts_per_verl_version_in_the_doc() -> None:
+    """The migration page states how many scripts of each verl sample pass and names every obstacle left."""
+    section = DOC.read_text().split("## Accepted per verl version\n", 1)[1].split("\n## ", 1)[0]
+    passing09 = sum(1 for value in VERL09_EXPECTED.values() if value in (None, VERL09_MEGATRON))
+    assert f"verl 0.9 sample: {passing09} of {len(VERL09_EXPECTED)}" in section
+    passing = sum(1 for value in EXPECTED.values() if not value)
+    assert f"verl 0.10 sample: {passing} of {len(EXPECTED)}" in section
+    for name in OBSTACLES:
+        assert f"`{name}`" in section, name

@@ -1,0 +1,122 @@
+"""Runs verl's example scripts far enough to record their command lines, for ``rlcore run --dry-run``.
+
+Shared by the tests of each verl version's sample (``tests/test_verl_scripts.py`` for 0.9,
+``tests/test_verl010_scripts.py`` for 0.10). A script is executed by bash with ``python3`` replaced by a
+function that records the arguments of its ``python3 -m verl.trainer.main_ppo`` line (reached directly, through
+``ray job submit ... --`` or through ``uv run ... python3``); :func:`localised` then points its model and data
+paths at tiny local files and appends ``trainer.device=cpu``, the only changes a user would make.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rlcore.testing.runs import make_tiny_task
+
+#: stands in for ``python3``/``python`` (records main_ppo's arguments), ``ray job submit ... --``, ``uv run ...
+#: python3`` (verl 0.10's launcher; the script still passes ``runtime_env.py_executable`` as it would) and
+#: ``nvidia-smi``
+SHIMS = r"""
+python3() {
+    if [ "$1" = "-m" ] && [ "${2#verl.trainer.main_ppo}" != "$2" ]; then shift 2; printf '%s\0' "$@" > "$VERL_ARGV"
+    elif [ "$1" = "-c" ]; then return 1  # an import probe (python3 -c 'import torch_npu'): not installed
+    else echo "{}"; fi
+}
+python() { python3 "$@"; }
+ray() { while [ $# -gt 0 ] && [ "$1" != "--" ]; do shift; done; shift; "$@"; }
+uv() { while [ $# -gt 0 ] && [ "$1" != "python3" ] && [ "$1" != "python" ]; do shift; done; "$@"; }
+nvidia-smi() { echo 8; }
+export -f python3 python ray uv nvidia-smi
+bash "$1"
+"""
+#: the keys naming a model directory: the actor's, critic's and reward model's (verl 0.9 and 0.10 spellings) and
+#: each distillation teacher's
+MODEL_KEY = re.compile(
+    r"(actor_rollout_ref|critic|reward_model)\.model\.path"
+    r"|reward\.reward_model\.model_path"
+    r"|distillation\.teacher_models\.[^.=]+\.model_path"
+)
+DATA_KEYS = ("data.train_files", "data.val_files")
+
+
+def verl_arguments(examples: Path, script: str, home: Path) -> list[str]:
+    """The arguments ``examples/script`` passes to ``python3 -m verl.trainer.main_ppo``, run in ``home`` (a
+    script may write files into its working directory: gpt-oss writes get_model.py)."""
+    argv = home / "argv"
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "VERL_ARGV": str(argv)}
+    subprocess.run(
+        ["bash", "-c", SHIMS, "shim", str(examples / script)],
+        cwd=home,
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert argv.is_file(), f"{script} did not reach python3 -m verl.trainer.main_ppo"
+    return [word for word in argv.read_bytes().decode().split("\0") if word]
+
+
+def localised(arguments: list[str], model: Path, task: dict[str, Path]) -> list[str]:
+    """``arguments`` with the model and data paths pointed at local files, and ``trainer.device=cpu``."""
+    out = []
+    for word in arguments:
+        key = word.split("=", 1)[0].lstrip("+")
+        if MODEL_KEY.fullmatch(key):
+            word = f"{key}={model}"
+        elif key in DATA_KEYS:
+            word = f"{key}={task['train' if key == 'data.train_files' else 'test']}"
+        out.append(word)
+    return [*out, "trainer.device=cpu"]
+
+
+def data_parallel_line(arguments: list[str]) -> str:
+    """The run plan's data-parallel line for a Megatron script: world = GPUs per node × nodes, split into
+    world ÷ (the actor's tensor × pipeline × context parallel size) data-parallel ranks."""
+    values = dict(word.lstrip("+").split("=", 1) for word in arguments if "=" in word)
+    world = int(values.get("trainer.n_gpus_per_node", 1)) * int(values.get("trainer.nnodes", 1))
+    model_parallel = 1
+    for size in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+        model_parallel *= int(values.get(f"actor_rollout_ref.actor.megatron.{size}", 1))
+    return f"data-parallel ranks: {world // model_parallel} (of {world} ranks)"
+
+
+@pytest.fixture(scope="module", name="tiny_task")
+def tiny_task_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny parquet task shared by every script."""
+    return make_tiny_task(tmp_path_factory.mktemp("task"))
+
+
+@pytest.fixture(scope="module", name="tiny_vlm_dir")
+def tiny_vlm_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Qwen2.5-VL model with its processor, for the VLM scripts."""
+    from rlcore.testing.tiny_vlm import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("vlm"), arch="qwen2_5_vl")
+
+
+@pytest.fixture(scope="module", name="tiny_vl_task")
+def tiny_vl_task_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A geo3k-style image task (train/test parquet with an ``images`` column) for the VLM scripts."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    folder = tmp_path_factory.mktemp("vl_task")
+    buffer = io.BytesIO()
+    Image.new("RGB", (56, 56), "red").save(buffer, format="PNG")
+    row = {
+        "data_source": "hiyouga/geometry3k",
+        "prompt": [{"role": "user", "content": "<image>What colour is the square?"}],
+        "images": [{"bytes": buffer.getvalue(), "path": None}],
+        "reward_model": {"style": "rule", "ground_truth": "red"},
+    }
+    paths = {split: folder / f"{split}.parquet" for split in ("train", "test")}
+    for path in paths.values():
+        pq.write_table(pa.Table.from_pylist([row] * 4), path)
+    return paths
