@@ -94,7 +94,7 @@ def test_the_local_executor_accepts_ray_kwargs_and_notes_them_as_unused() -> Non
 
 @pytest.mark.slow  # Ray's start-up: about 13 s on two busy cores
 def test_ray_init_options_reach_a_real_ray_and_its_workers(tmp_path: Path) -> None:
-    """A Ray started with num_cpus=3 reports 3 CPUs; env_vars reach the worker actor (its PYTHONPATH finds a
+    """A Ray started with num_cpus=3 reports 3 CPUs, in the namespace added with +; env_vars reach the worker actor (its PYTHONPATH finds a
     module only the workers see, its probe variable is set); the timeline file is written once the group is
     shut down."""
     ray = pytest.importorskip("ray")
@@ -114,17 +114,32 @@ def test_ray_init_options_reach_a_real_ray_and_its_workers(tmp_path: Path) -> No
             "ray_kwargs.ray_init.runtime_env.env_vars.RAY_KWARGS_PROBE=from-config",
             f"ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH='{pythonpath}'",
             f"ray_kwargs.timeline_json_file={timeline}",
+            "+ray_kwargs.ray_init.namespace=rlcore-ray-kwargs",
         ]
     )
     group = RayWorkerGroup(WorkerSpec("probe_only_workers:EnvProbe"), config, role="probe")
     try:
         assert ray.cluster_resources()["CPU"] == 3
+        assert ray.get_runtime_context().namespace == "rlcore-ray-kwargs"  # a ray.init argument added with +
         assert group.read_env("RAY_KWARGS_PROBE") == "from-config"
     finally:
         group.shutdown()
     assert not ray.is_initialized() and not SESSION.pools
     events = json.loads(timeline.read_text())
     assert events and all({"name", "ph", "ts"} <= set(event) for event in events)  # Chrome trace events
+
+
+def test_a_ray_init_argument_ray_does_not_know_is_a_config_error() -> None:
+    ray = pytest.importorskip("ray")
+    from rlcore.config import ConfigError
+    from rlcore.controller.placement import ensure_ray
+
+    if ray.is_initialized():
+        pytest.skip("another test of this process left Ray running")
+    config = load_config(overrides=["trainer.executor=ray", "+ray_kwargs.ray_init.no_such_argument=1"])
+    with pytest.raises(ConfigError, match=r"ray_kwargs.ray_init: ray.init\(\) refused .*no_such_argument"):
+        ensure_ray(config)
+    assert not ray.is_initialized()
 
 
 def test_verl_file_logger_is_the_jsonl_sink_written_once(tmp_path: Path) -> None:

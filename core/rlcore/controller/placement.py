@@ -184,7 +184,9 @@ def ensure_ray(config: DictConfig) -> bool:
         hint = "Start one with `ray start --head` (and `ray start --address=HEAD:PORT` on the other nodes)"
         try:
             check_reachable(str(address))
-            ray.init(address=str(address), **{"log_to_driver": True, **ray_init_options(config, attach=True)})
+            _init_ray(str(address), {"log_to_driver": True, **ray_init_options(config, attach=True)})
+        except ConfigError:
+            raise
         except (OSError, RuntimeError, ValueError) as exc:
             message = f"trainer.ray_address={address!r}: cannot attach to a Ray cluster there ({exc})"
             raise RLCoreError(f"{message}. {hint}") from exc
@@ -201,13 +203,22 @@ def ensure_ray(config: DictConfig) -> bool:
         "object_store_memory": LOCAL_OBJECT_STORE_BYTES,
         "log_to_driver": True,
     }
-    options = {**defaults, **ray_init_options(config, attach=False)}
-    try:
-        # address "local": a private cluster even when `ray start` left one recorded on this machine
-        ray.init(address="local", **options)
-    except TypeError as exc:  # a ray.init argument added with +ray_kwargs.ray_init.<name> that Ray does not know
-        raise ConfigError(f"{RAY_INIT}: ray.init() refused the options {sorted(options)}: {exc}") from exc
+    # address "local": a private cluster even when `ray start` left one recorded on this machine
+    _init_ray("local", {**defaults, **ray_init_options(config, attach=False)})
     return True
+
+
+def _init_ray(address: str, options: dict[str, Any]) -> None:
+    """``ray.init(address, **options)``; an argument Ray does not know (added with ``+ray_kwargs.ray_init.<name>``)
+    is a :class:`ConfigError` naming the section."""
+    import ray
+
+    try:
+        ray.init(address=address, **options)
+    except (TypeError, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and "Unknown keyword argument" not in str(exc):
+            raise
+        raise ConfigError(f"{RAY_INIT}: ray.init() refused the options {sorted(options)}: {exc}") from exc
 
 
 def select_nodes(nnodes: int, need: dict[str, float]) -> list[str]:
