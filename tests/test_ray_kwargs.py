@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from rlcore.config import load_config
-from rlcore.config.ray_kwargs import ray_init_options
+from rlcore.config.ray_kwargs import given_ray_kwargs, ray_init_options
 from rlcore.testing.runs import dry_run as rlcore_dry_run
 
 PROBE_MODULE = """
@@ -43,6 +43,11 @@ def test_ray_init_options_leave_out_nulls_and_what_an_attached_cluster_refuses()
     common = {"include_dashboard": False, "log_to_driver": True, "runtime_env": runtime_env}
     assert ray_init_options(config, attach=False) == {"num_cpus": 3, **common}
     assert ray_init_options(config, attach=True) == {"log_to_driver": True, "runtime_env": runtime_env}
+    assert given_ray_kwargs(config) == [
+        "ray_kwargs.ray_init.num_cpus",
+        "ray_kwargs.ray_init.runtime_env.env_vars.FLAG",
+        "ray_kwargs.ray_init.runtime_env.py_executable",
+    ]
 
 
 def test_attaching_with_num_cpus_fails_the_dry_run_naming_both_keys() -> None:

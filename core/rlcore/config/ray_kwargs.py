@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 RAY_INIT = "ray_kwargs.ray_init"
 TIMELINE_KEY = "ray_kwargs.timeline_json_file"
+ENV_VARS_KEY = f"{RAY_INIT}.runtime_env.env_vars"
 #: ``ray.init`` arguments that size or start a new Ray: Ray refuses them when attaching to a running cluster
 NEW_RAY_ONLY: tuple[str, ...] = (
     "num_cpus",
@@ -132,7 +133,7 @@ def ray_kwargs_problems(config: DictConfig) -> list[str]:
     return problems
 
 
-def _given_keys(config: DictConfig) -> list[str]:
+def given_ray_kwargs(config: DictConfig) -> list[str]:
     """The ``ray_kwargs`` keys whose values differ from rlcore's defaults."""
     from rlcore.config.loader import DEFAULTS_FILE, flatten
 
@@ -149,7 +150,7 @@ def ray_kwargs_notes(config: DictConfig) -> list[str]:
     """The run plan's note when ``ray_kwargs`` is set but the run uses the local executor (no Ray)."""
     if OmegaConf.select(config, "trainer.executor", default=None) != "local":
         return []
-    given = _given_keys(config)
+    given = given_ray_kwargs(config)
     if not given:
         return []
     return [

@@ -40,7 +40,14 @@ from omegaconf import DictConfig
 
 from rlcore.config import ConfigError
 from rlcore.config.keys import positive_key
-from rlcore.config.ray_kwargs import RAY_INIT, TIMELINE_KEY, ray_init_options, timeline_file
+from rlcore.config.ray_kwargs import (
+    ENV_VARS_KEY,
+    RAY_INIT,
+    TIMELINE_KEY,
+    given_ray_kwargs,
+    ray_init_options,
+    timeline_file,
+)
 from rlcore.errors import RLCoreError
 
 POOL_TRAIN = "train"
@@ -177,6 +184,9 @@ def ensure_ray(config: DictConfig) -> bool:
     import ray
 
     if ray.is_initialized():
+        ignored = [key for key in given_ray_kwargs(config) if not key.startswith(ENV_VARS_KEY) and key != TIMELINE_KEY]
+        if ignored:
+            log.warning("%s: unused, Ray was started before the run (only env_vars reach the workers)", ignored)
         return False
     address = config.trainer.get("ray_address")
     nnodes = positive_key(config, "trainer.nnodes")
