@@ -23,6 +23,7 @@ KNOWN_UPWARD_IMPORTS: dict[tuple[str, str], str] = {
     ("rlcore.config.validate", "rlcore.algos.rollout_correction"): "the dry run checks rollout-correction settings",
     ("rlcore.config.validate", "rlcore.data.custom"): "the dry run loads data.custom_cls to check it exists",
     ("rlcore.config.validate", "rlcore.modelkit.activation_offload"): "the dry run's activation-offload note",
+    ("rlcore.config.validate", "rlcore.tracking.sinks"): "the dry run's note on verl's file-logger variables",
 }
 
 

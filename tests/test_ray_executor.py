@@ -25,9 +25,10 @@ ray = pytest.importorskip("ray")
 
 from rlcore.api.batch import Batch  # noqa: E402
 from rlcore.config import ConfigError, load_config  # noqa: E402
+from rlcore.config.pools import placement_mode  # noqa: E402
 from rlcore.controller import ray_executor  # noqa: E402
 from rlcore.controller.groups import build_worker_groups  # noqa: E402
-from rlcore.controller.placement import SESSION, placement_mode  # noqa: E402
+from rlcore.controller.placement import SESSION  # noqa: E402
 from rlcore.controller.ray_executor import RayWorkerGroup, WorkerDiedError, WorkerError  # noqa: E402
 from rlcore.controller.worker_group import make_worker_group  # noqa: E402
 from rlcore.controller.worker_spec import WorkerSpec  # noqa: E402

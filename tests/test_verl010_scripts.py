@@ -38,7 +38,6 @@ EXAMPLES = Path(__file__).parent / "verl010_examples"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "from-verl.md"
 
 # the obstacles: each a name (as docs/from-verl.md spells it) and a text of the error line that names it
-RAY = "ray_kwargs.ray_init.*"
 MODEL_ENGINE = "model_engine=megatron"
 ACTOR_MODEL_ENGINE = "actor_rollout_ref.actor.model_engine"
 REWARD = "reward.*"
@@ -58,7 +57,6 @@ REF_STRATEGY = "ref.strategy"
 LAYERED_SUMMON = "rollout.layered_summon"
 OFFLOAD_ON_CPU = "megatron.param_offload"
 OBSTACLES: dict[str, str] = {
-    RAY: "ray_kwargs.ray_init.",
     MODEL_ENGINE: "unknown config key 'model_engine'",
     ACTOR_MODEL_ENGINE: "unknown config key 'actor_rollout_ref.actor.model_engine'",
     REWARD: "unknown config key 'reward.",
@@ -83,51 +81,50 @@ OBSTACLES: dict[str, str] = {
 
 #: script -> the obstacles its dry run names, the first one printed first; () when it must pass
 EXPECTED: dict[str, tuple[str, ...]] = {
-    "examples/cispo_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
-    "examples/dppo_trainer/run_qwen3_30b_a3b_megatron.sh": (MODEL_ENGINE, MEGATRON_SETTINGS, RAY, DPPO_TV),
-    "examples/gdpo_trainer/run_qwen3_8b_fsdp.sh": (REWARD, RAY, GDPO),
-    "examples/gmpo_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
-    "examples/gpg_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
-    "examples/gpg_trainer/run_qwen3_8b_megatron.sh": (MODEL_ENGINE, RAY),
-    "examples/grpo_trainer/run_gpt_oss_20b_fsdp.sh": (RAY,),
-    "examples/grpo_trainer/run_mistral_nemo_12b_skyworkrm_fsdp.sh": (REWARD, RAY),
-    "examples/grpo_trainer/run_qwen2-7b_math_megatron_fsdp.sh": (MEGATRON_SETTINGS, RAY),
-    "examples/grpo_trainer/run_qwen2_5_32b_fsdp.sh": (BUCKETS, RAY),
-    "examples/grpo_trainer/run_qwen2_5_vl_7b_fsdp.sh": (RAY,),
-    "examples/grpo_trainer/run_qwen2_5_vl_7b_megatron.sh": (MODEL_ENGINE, MEGATRON_SETTINGS, RAY),
-    "examples/grpo_trainer/run_qwen3_30b_a3b_fsdp.sh": (RAY,),
+    "examples/cispo_trainer/run_qwen3_8b_fsdp.sh": (),
+    "examples/dppo_trainer/run_qwen3_30b_a3b_megatron.sh": (MODEL_ENGINE, MEGATRON_SETTINGS, DPPO_TV),
+    "examples/gdpo_trainer/run_qwen3_8b_fsdp.sh": (REWARD, GDPO),
+    "examples/gmpo_trainer/run_qwen3_8b_fsdp.sh": (),
+    "examples/gpg_trainer/run_qwen3_8b_fsdp.sh": (),
+    "examples/gpg_trainer/run_qwen3_8b_megatron.sh": (MODEL_ENGINE,),
+    "examples/grpo_trainer/run_gpt_oss_20b_fsdp.sh": (),
+    "examples/grpo_trainer/run_mistral_nemo_12b_skyworkrm_fsdp.sh": (REWARD,),
+    "examples/grpo_trainer/run_qwen2-7b_math_megatron_fsdp.sh": (MEGATRON_SETTINGS,),
+    "examples/grpo_trainer/run_qwen2_5_32b_fsdp.sh": (BUCKETS,),
+    "examples/grpo_trainer/run_qwen2_5_vl_7b_fsdp.sh": (),
+    "examples/grpo_trainer/run_qwen2_5_vl_7b_megatron.sh": (MODEL_ENGINE, MEGATRON_SETTINGS),
+    "examples/grpo_trainer/run_qwen3_30b_a3b_fsdp.sh": (),
     "examples/grpo_trainer/run_qwen3_30b_a3b_megatron.sh": (
         MODEL_ENGINE,
         MEGATRON_SETTINGS,
         BUCKETS,
         EXPERT_PARALLEL,
-        RAY,
     ),
-    "examples/grpo_trainer/run_qwen3_4b_fsdp.sh": (BUCKETS, RAY),
-    "examples/grpo_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
-    "examples/grpo_trainer/run_qwen3_8b_megatron.sh": (MODEL_ENGINE, RAY),
-    "examples/gspo_trainer/run_qwen3_30b_a3b_megatron.sh": (MODEL_ENGINE, MEGATRON_SETTINGS, RAY),
-    "examples/gspo_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
-    "examples/mtp_trainer/run_mimo_7b_mtp_megatron.sh": (REWARD, MODEL_ENGINE, MTP, MEGATRON_SETTINGS, RAY),
-    "examples/on_policy_distillation_trainer/run_qwen3_8b_fsdp.sh": (DISTILLATION, RAY),
-    "examples/on_policy_distillation_trainer/run_qwen3_8b_megatron.sh": (MODEL_ENGINE, DISTILLATION, RAY),
-    "examples/on_policy_distillation_trainer/run_qwen3_8b_mopd_fsdp.sh": (DISTILLATION, RAY),
-    "examples/otb_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
-    "examples/ppo_trainer/run_qwen3_8b_fsdp.sh": (CRITIC_FSDP, RAY),
-    "examples/ppo_trainer/run_qwen3_8b_megatron.sh": (MODEL_ENGINE, RAY),
-    "examples/prefix_grouper/run_qwen3_8b_fsdp.sh": (PREFIX_GROUPER, RAY),
+    "examples/grpo_trainer/run_qwen3_4b_fsdp.sh": (BUCKETS,),
+    "examples/grpo_trainer/run_qwen3_8b_fsdp.sh": (),
+    "examples/grpo_trainer/run_qwen3_8b_megatron.sh": (MODEL_ENGINE,),
+    "examples/gspo_trainer/run_qwen3_30b_a3b_megatron.sh": (MODEL_ENGINE, MEGATRON_SETTINGS),
+    "examples/gspo_trainer/run_qwen3_8b_fsdp.sh": (),
+    "examples/mtp_trainer/run_mimo_7b_mtp_megatron.sh": (REWARD, MODEL_ENGINE, MTP, MEGATRON_SETTINGS),
+    "examples/on_policy_distillation_trainer/run_qwen3_8b_fsdp.sh": (DISTILLATION,),
+    "examples/on_policy_distillation_trainer/run_qwen3_8b_megatron.sh": (MODEL_ENGINE, DISTILLATION),
+    "examples/on_policy_distillation_trainer/run_qwen3_8b_mopd_fsdp.sh": (DISTILLATION,),
+    "examples/otb_trainer/run_qwen3_8b_fsdp.sh": (),
+    "examples/ppo_trainer/run_qwen3_8b_fsdp.sh": (CRITIC_FSDP,),
+    "examples/ppo_trainer/run_qwen3_8b_megatron.sh": (MODEL_ENGINE,),
+    "examples/prefix_grouper/run_qwen3_8b_fsdp.sh": (PREFIX_GROUPER,),
     # the one script without ray_kwargs
     "examples/profile/run_qwen2_5_7b_torch_profile.sh": (PROFILER_HOOKS, PROFILER_TOOL_CONFIG),
-    "examples/reinforce_plus_plus_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
-    "examples/remax_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
-    "examples/rloo_trainer/run_qwen3_8b_fsdp.sh": (RAY,),
-    "examples/rollout_correction/run_qwen2_5_7b_fsdp.sh": (BYPASS, RAY),
-    "examples/rollout_correction/run_qwen2_5_7b_fsdp_multi_rs.sh": (RAY, BYPASS),
-    "examples/sapo_trainer/run_qwen3_30b_a3b_fsdp.sh": (REF_STRATEGY, RAY),
-    "examples/tuning/lora/run_qwen3_30b_a3b_megatron.sh": (MODEL_ENGINE, MEGATRON_SETTINGS, RAY),
-    "examples/tuning/lora/run_qwen3_8b_fsdp.sh": (LAYERED_SUMMON, RAY),
-    "examples/tuning/scaling/run_qwen2_5_32b_megatron.sh": (ACTOR_MODEL_ENGINE, RAY, OFFLOAD_ON_CPU),
-    "examples/tuning/scaling/run_qwen2_5_72b_fsdp.sh": (RAY,),
+    "examples/reinforce_plus_plus_trainer/run_qwen3_8b_fsdp.sh": (),
+    "examples/remax_trainer/run_qwen3_8b_fsdp.sh": (),
+    "examples/rloo_trainer/run_qwen3_8b_fsdp.sh": (),
+    "examples/rollout_correction/run_qwen2_5_7b_fsdp.sh": (BYPASS,),
+    "examples/rollout_correction/run_qwen2_5_7b_fsdp_multi_rs.sh": (BYPASS,),
+    "examples/sapo_trainer/run_qwen3_30b_a3b_fsdp.sh": (REF_STRATEGY,),
+    "examples/tuning/lora/run_qwen3_30b_a3b_megatron.sh": (MODEL_ENGINE, MEGATRON_SETTINGS),
+    "examples/tuning/lora/run_qwen3_8b_fsdp.sh": (LAYERED_SUMMON,),
+    "examples/tuning/scaling/run_qwen2_5_32b_megatron.sh": (ACTOR_MODEL_ENGINE, OFFLOAD_ON_CPU),
+    "examples/tuning/scaling/run_qwen2_5_72b_fsdp.sh": (),
 }
 
 #: scripts run with the tiny VLM and an image task instead of the tiny text model and task

@@ -302,7 +302,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         ),
     ),
     MissingFeature("verl's TransferQueue", ("transfer_queue",)),
-    MissingFeature("Ray start-up options (rlcore: trainer.ray_address)", ("ray_kwargs",)),
     MissingFeature(
         "verl's fully-async trainer (rlcore: one-step-off-policy, async_training.enable and max_staleness_steps)",
         tuple(

@@ -16,9 +16,11 @@ from rlcore.config.batch_sizes import ppo_batch_sizes, ulysses_size
 from rlcore.config.keys import positive_int, positive_key
 from rlcore.config.loader import ConfigError
 from rlcore.config.ranges import value_range_problems
+from rlcore.config.ray_kwargs import ray_kwargs_notes, ray_kwargs_problems
 from rlcore.config.schema import ActorConfig, DataConfig, section_problems
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.activation_offload import activation_offload_notes
+from rlcore.tracking.sinks import file_logger_notes
 
 
 @dataclass
@@ -263,6 +265,7 @@ def check_values(config: DictConfig) -> None:
     problems += sampling_problems(config)
     problems += user_file_problems(config)
     problems += async_training_problems(config)
+    problems += ray_kwargs_problems(config)
     if config.reward_model.launch_reward_fn_async and config.algorithm.batch_filters:
         problems.append(
             "reward_model.launch_reward_fn_async=true cannot be combined with algorithm.batch_filters: "
@@ -394,6 +397,8 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     notes += sampling_notes(config)
     notes += reward_model_notes(config)
     notes += activation_offload_notes(config)
+    notes += ray_kwargs_notes(config)
+    notes += file_logger_notes(config)
     return DerivedQuantities(
         world_size=world,
         data_parallel_size=dp,

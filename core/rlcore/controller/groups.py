@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from rlcore.api.groups import ActorGroup, ActorRole, CriticGroup, RewardModelGroup, WorkerGroup
-from rlcore.controller.placement import POOL_REWARD, POOL_ROLLOUT, POOL_TRAIN, placement_mode, reward_pool
+from rlcore.config.pools import placement_mode, reward_pool
+from rlcore.controller.placement import POOL_REWARD, POOL_ROLLOUT, POOL_TRAIN
 from rlcore.controller.worker_group import make_worker_group
 from rlcore.controller.worker_spec import WorkerSpec
 

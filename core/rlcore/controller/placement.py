@@ -20,28 +20,40 @@ Each pool's placement groups are pinned to distinct nodes (the driver's node fir
 ``node × per_node … node × per_node + per_node − 1`` share a node. Ray itself is started on first use
 (``trainer.ray_address: null``: a local Ray with just the CPUs the ranks need) or attached to
 (``trainer.ray_address``: ``auto`` or ``host:port`` of a cluster started with ``ray start --head``); an
-already initialised Ray (``ray.init`` by the caller) is used as it is. :data:`SESSION` counts the worker
+already initialised Ray (``ray.init`` by the caller) is used as it is. ``ray_kwargs.ray_init`` adds to or
+overrides the ``ray.init`` arguments, and ``ray_kwargs.timeline_json_file`` receives Ray's timeline when
+the last group leaves. :data:`SESSION` counts the worker
 groups that use the pools: the last one to leave removes the placement groups and stops the Ray it started.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
 from rlcore.config import ConfigError
 from rlcore.config.keys import positive_key
+from rlcore.config.pools import bundles_per_node, placement_mode, reward_pool
+from rlcore.config.ray_kwargs import (
+    ENV_VARS_KEY,
+    RAY_INIT,
+    TIMELINE_KEY,
+    given_ray_kwargs,
+    ray_init_options,
+    timeline_file,
+)
 from rlcore.errors import RLCoreError
 
 POOL_TRAIN = "train"
 POOL_ROLLOUT = "rollout"
 POOL_REWARD = "reward"
-PLACEMENTS = ("colocated", "split")
 #: the share of its bundle's CPU (and GPU) each worker actor requests: up to four roles share a bundle
 BUNDLE_SHARE = 0.25
 #: how long to wait for the placement groups before reporting that the cluster lacks resources
@@ -50,6 +62,8 @@ PLACEMENT_TIMEOUT_S = 120.0
 LOCAL_OBJECT_STORE_BYTES = 512 * 2**20
 #: the node label Ray gives every node, used to pin a placement group to a node
 NODE_ID_LABEL = "ray.io/node-id"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -69,19 +83,6 @@ class PoolLayout:
     def bundle(self) -> dict[str, float]:
         """The resources of one rank's bundle."""
         return {"CPU": 1.0, "GPU": 1.0} if self.use_gpu else {"CPU": 1.0}
-
-
-def placement_mode(config: DictConfig) -> str:
-    """``trainer.placement`` validated: ``colocated`` or ``split`` (which needs ``trainer.executor=ray``)."""
-    mode = str(config.trainer.placement)
-    if mode not in PLACEMENTS:
-        raise ConfigError(f"trainer.placement must be one of {', '.join(PLACEMENTS)}, got {mode!r}")
-    if mode == "split" and config.trainer.executor != "ray":
-        raise ConfigError(
-            f"trainer.placement=split puts the rollout on its own workers and needs trainer.executor=ray "
-            f"(got {config.trainer.executor!r})"
-        )
-    return mode
 
 
 def wants_gpu(config: DictConfig) -> bool:
@@ -116,37 +117,6 @@ def pool_layouts(config: DictConfig, use_gpu: bool) -> dict[str, PoolLayout]:
     return layouts
 
 
-def reward_pool(config: DictConfig) -> bool:
-    """Whether the reward model gets a pool of its own (``reward_model.enable_resource_pool``), validated: it
-    needs ``trainer.executor=ray``, and ``reward_model.nnodes`` (0: ``trainer.nnodes``) must be
-    ``trainer.nnodes`` (every pool spans the same nodes)."""
-    section = config.reward_model
-    if not section.enable_resource_pool:
-        return False
-    if config.trainer.executor != "ray":
-        raise ConfigError(
-            "reward_model.enable_resource_pool=true puts the reward model on workers of its own and needs "
-            f"trainer.executor=ray (got {config.trainer.executor!r})"
-        )
-    nodes = section.nnodes
-    if nodes not in (0, config.trainer.nnodes):
-        raise ConfigError(
-            f"reward_model.nnodes={nodes}: rlcore places every pool on the same nodes; set it to trainer.nnodes "
-            f"({config.trainer.nnodes}) or 0"
-        )
-    return True
-
-
-def _bundles_per_node(config: DictConfig) -> int:
-    """How many bundles (ranks of every pool) one node holds."""
-    per_node = positive_key(config, "trainer.n_gpus_per_node")
-    if placement_mode(config) == "split":
-        per_node += positive_key(config, "trainer.rollout_n_gpus_per_node")
-    if reward_pool(config):
-        per_node += positive_key(config, "reward_model.n_gpus_per_node")
-    return per_node
-
-
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     """Raise ``OSError`` unless ``HOST:PORT`` (optionally ``scheme://HOST:PORT``) accepts TCP
     connections; ``auto`` is left to Ray. ``ray.init`` itself retries an unreachable address forever."""
@@ -164,11 +134,15 @@ def ensure_ray(config: DictConfig) -> bool:
 
     ``trainer.ray_address`` null starts a local Ray with ``num_cpus`` = the bundles the ranks need, no
     dashboard, a small object store and token authentication off (unless ``RAY_AUTH_MODE`` is set);
-    otherwise the driver attaches to the cluster at that address.
+    otherwise the driver attaches to the cluster at that address. ``ray_kwargs.ray_init`` is passed to
+    ``ray.init`` over these choices (:func:`rlcore.config.ray_kwargs.ray_init_options`).
     """
     import ray
 
     if ray.is_initialized():
+        ignored = [key for key in given_ray_kwargs(config) if not key.startswith(ENV_VARS_KEY) and key != TIMELINE_KEY]
+        if ignored:
+            log.warning("%s: unused, Ray was started before the run (only env_vars reach the workers)", ignored)
         return False
     address = config.trainer.ray_address
     nnodes = positive_key(config, "trainer.nnodes")
@@ -176,7 +150,9 @@ def ensure_ray(config: DictConfig) -> bool:
         hint = "Start one with `ray start --head` (and `ray start --address=HEAD:PORT` on the other nodes)"
         try:
             check_reachable(str(address))
-            ray.init(address=str(address), log_to_driver=True)
+            _init_ray(str(address), {"log_to_driver": True, **ray_init_options(config, attach=True)})
+        except ConfigError:
+            raise
         except (OSError, RuntimeError, ValueError) as exc:
             message = f"trainer.ray_address={address!r}: cannot attach to a Ray cluster there ({exc})"
             raise RLCoreError(f"{message}. {hint}") from exc
@@ -187,14 +163,28 @@ def ensure_ray(config: DictConfig) -> bool:
             "`ray start --address=HEAD:PORT` on the others, then set trainer.ray_address=HEAD:PORT (or auto)"
         )
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(
-        address="local",  # a private cluster even when `ray start` left one recorded on this machine
-        num_cpus=_bundles_per_node(config),
-        include_dashboard=False,
-        object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-        log_to_driver=True,
-    )
+    defaults = {
+        "num_cpus": bundles_per_node(config),
+        "include_dashboard": False,
+        "object_store_memory": LOCAL_OBJECT_STORE_BYTES,
+        "log_to_driver": True,
+    }
+    # address "local": a private cluster even when `ray start` left one recorded on this machine
+    _init_ray("local", {**defaults, **ray_init_options(config, attach=False)})
     return True
+
+
+def _init_ray(address: str, options: dict[str, Any]) -> None:
+    """``ray.init(address, **options)``; an argument Ray does not know (added with ``+ray_kwargs.ray_init.<name>``)
+    is a :class:`ConfigError` naming the section."""
+    import ray
+
+    try:
+        ray.init(address=address, **options)
+    except (TypeError, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and "Unknown keyword argument" not in str(exc):
+            raise
+        raise ConfigError(f"{RAY_INIT}: ray.init() refused the options {sorted(options)}: {exc}") from exc
 
 
 def select_nodes(nnodes: int, need: dict[str, float]) -> list[str]:
@@ -266,6 +256,21 @@ class ResourcePool:
         self.placement_groups = []
 
 
+def write_timeline(path: str) -> None:
+    """Write Ray's timeline of this job's tasks and actors to ``path`` (Chrome trace JSON); a file that cannot
+    be written is reported in the log, the run's results are kept."""
+    import ray
+
+    target = Path(path).expanduser()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        ray.timeline(filename=str(target))
+    except OSError as exc:
+        log.warning("%s=%s: Ray's timeline could not be written: %s", TIMELINE_KEY, path, exc)
+        return
+    log.info("Ray's timeline written to %s", target)
+
+
 class RaySession:
     """The driver's Ray state: whether it started Ray, and the pools with the number of groups using each.
 
@@ -275,6 +280,7 @@ class RaySession:
 
     def __init__(self) -> None:
         self.started = False
+        self.timeline: str | None = None
         self.pools: dict[PoolLayout, ResourcePool] = {}
         self.users: dict[PoolLayout, int] = {}
 
@@ -282,6 +288,7 @@ class RaySession:
         """Make sure Ray runs and the config's pools exist; count one more user of each. Returns the pools
         by name; give them back with :meth:`release`."""
         placement_mode(config)
+        self.timeline = timeline_file(config) or self.timeline
         if ensure_ray(config):  # a new Ray: pools from an earlier one are gone with it
             self.started, self.pools, self.users = True, {}, {}
         try:
@@ -330,12 +337,15 @@ class RaySession:
             self._stop()
 
     def _stop(self) -> None:
-        """Shut down Ray if this session started it (placement groups go with it)."""
+        """Write Ray's timeline when ``ray_kwargs.timeline_json_file`` asks for it, then shut down Ray if this
+        session started it (placement groups go with it)."""
         import ray
 
+        if self.timeline and ray.is_initialized():
+            write_timeline(self.timeline)
         if self.started and ray.is_initialized():
             ray.shutdown()
-        self.pools, self.users, self.started = {}, {}, False
+        self.pools, self.users, self.started, self.timeline = {}, {}, False, None
 
 
 #: the driver's process-wide session, shared by every :class:`~rlcore.controller.ray_executor.RayWorkerGroup`

@@ -1,6 +1,7 @@
 """The ``ray`` executor: one Ray actor per rank, behind the worker-group interface of ``LocalWorkerGroup``.
 
-Every actor is a generic :class:`RayWorker`. It receives the driver's ``RLCORE_*`` variables, gets
+Every actor is a generic :class:`RayWorker`. It receives the driver's ``RLCORE_*`` variables (and
+``ray_kwargs.ray_init.runtime_env.env_vars``), gets
 ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` (rank 0's node address and a
 port that was free there), loads its own plugins and resolves the :class:`WorkerSpec` by name — worker
 classes and registry objects never travel. Calls follow the dispatch rule of ``docs/architecture.md``: a
@@ -31,6 +32,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rlcore.api.batch import Batch
 from rlcore.api.training import ParallelLayout
+from rlcore.config.ray_kwargs import ray_env_vars
 from rlcore.controller.call_stats import CallLedger, CallMeter, CallStats
 from rlcore.controller.placement import BUNDLE_SHARE, POOL_TRAIN, SESSION
 from rlcore.controller.worker_spec import WorkerSpec
@@ -82,10 +84,12 @@ class WorkerDiedError(WorkerError):
     """A worker process died (killed, out of memory, crashed) or could not be reached."""
 
 
-def worker_env() -> dict[str, str]:
-    """The environment a worker needs from the driver: every ``RLCORE_*`` variable and :data:`PASSTHROUGH_ENV`."""
+def worker_env(config: DictConfig) -> dict[str, str]:
+    """The environment of a worker: every ``RLCORE_*`` variable and :data:`PASSTHROUGH_ENV` of the driver, then
+    ``ray_kwargs.ray_init.runtime_env.env_vars`` (which win over the driver's values)."""
     env = {k: v for k, v in os.environ.items() if k.startswith("RLCORE_")}
     env.update({k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ})
+    env.update(ray_env_vars(config))
     return env
 
 
@@ -239,7 +243,7 @@ class RayWorkerGroup:
             resource_pool = pools[pool]
             self.world_size = resource_pool.layout.world_size
             share = {"num_cpus": BUNDLE_SHARE, "num_gpus": BUNDLE_SHARE if resource_pool.layout.use_gpu else 0}
-            env = worker_env()
+            env = worker_env(config)
             actor_cls = _actor_class()
             bundles = resource_pool.bundles()
             for rank, (pg, index) in enumerate(bundles):

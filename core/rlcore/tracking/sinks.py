@@ -2,7 +2,8 @@
 
 A tracker is a component of kind ``tracker`` selected by ``trainer.logger``. The controller builds all
 of them once with :func:`build_trackers` before training starts and then calls, once per step,
-``trackers.log(metrics, step)`` and at the end ``trackers.finish()``. The ``jsonl`` tracker is always on:
+``trackers.log(metrics, step)`` and at the end ``trackers.finish()``. The ``jsonl`` tracker (verl's
+``file`` logger) is always on:
 ``<run_dir>/metrics.jsonl`` is the run's own record, read back by :func:`read_metrics`, the reward plot
 and ``rlcore`` commands.
 """
@@ -29,6 +30,8 @@ logger = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
 #: the tracker added to every run, whatever ``trainer.logger`` says
 ALWAYS_ON = "jsonl"
+#: where verl's ``file`` logger writes (a file, or a folder of ``<project>/<experiment>.jsonl``); rlcore does not
+VERL_FILE_LOGGER_VARS = ("VERL_FILE_LOGGER_PATH", "VERL_FILE_LOGGER_ROOT")
 
 
 class Tracker:
@@ -279,12 +282,29 @@ def logger_names(config: DictConfig) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def file_logger_notes(config: DictConfig) -> list[str]:
+    """The run plan's note when ``trainer.logger`` names verl's ``file`` logger while one of
+    :data:`VERL_FILE_LOGGER_VARS` is set: rlcore's JSONL sink writes ``<run_dir>/metrics.jsonl`` only."""
+    import os
+
+    if "file" not in logger_names(config):
+        return []
+    given = [f"{name}={os.environ[name]}" for name in VERL_FILE_LOGGER_VARS if os.environ.get(name)]
+    if not given:
+        return []
+    return [
+        f"trainer.logger=file is rlcore's JSONL sink: the metrics go to <run_dir>/{METRICS_FILE} as flat "
+        f'{{"step": N, "<metric>": value}} lines; {", ".join(given)} is not read'
+    ]
+
+
 def build_trackers(config: DictConfig, run_dir: str | Path) -> TrackerSet:
     """Build the run's trackers from ``trainer.logger`` (``jsonl`` is always added).
 
     Every name is resolved with ``rlcore.plugins.get_component("tracker", name)`` before any tracker is
     constructed, so an unknown name raises the registry's error (which lists the known trackers) before
-    training starts. Each tracker is constructed with ``project=trainer.project_name``,
+    training starts; names of the same tracker (an alias: ``file`` is ``jsonl``) give one tracker, under its
+    registered name. Each tracker is constructed with ``project=trainer.project_name``,
     ``experiment=trainer.experiment_name``, ``config`` and ``run_dir``. A constructor that raises
     :class:`RLCoreError` (a bad setting) stops the run; one that fails otherwise (an unwritable directory,
     no network, the library raising) is reported once and the tracker is disabled, like a tracker failing
@@ -292,14 +312,18 @@ def build_trackers(config: DictConfig, run_dir: str | Path) -> TrackerSet:
     :class:`RLCoreError`. Missing libraries are caught earlier, by
     :func:`rlcore.tracking.external.preflight_trackers`.
     """
-    from rlcore.plugins import get_component
+    from rlcore.plugins import get_component, load_plugins
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = config.get("trainer") or {}
     project = str(trainer.get("project_name") or "rlcore")
     experiment = str(trainer.get("experiment_name") or "run")
-    classes = {name: get_component("tracker", name) for name in logger_names(config)}
+    registry = load_plugins().registry
+    classes: dict[str, Any] = {}
+    for name in logger_names(config):
+        cls = get_component("tracker", name)
+        classes.setdefault(registry.get("tracker", name).name, cls)  # an alias (file -> jsonl) is built once
     trackers: dict[str, Any] = {}
     failed: dict[str, str] = {}
     for name, cls in classes.items():
