@@ -23,8 +23,10 @@ from rlcore.config.schema import (
     Sections,
     TrainerConfig,
 )
+from tests.verl_scripts_harness import verl_arguments
 
 CORE = Path(__file__).resolve().parents[1] / "core" / "rlcore"
+VERL09_EXAMPLES = Path(__file__).parent / "verl_examples"
 EXAMPLE = "examples/ppo_trainer/run_deepseek7b_llm.sh"
 
 
@@ -61,13 +63,9 @@ def test_the_sections_pickle_for_workers_in_other_processes() -> None:
 
 
 def test_the_sections_build_from_a_verl_example_script(tmp_path: Path) -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("verl_scripts", Path(__file__).parent / "test_verl_scripts.py")
-    assert spec is not None and spec.loader is not None
-    scripts = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(scripts)  # its verl_arguments() runs the script with verl's entry point shimmed
-    config = load_config([], scripts.verl_arguments(EXAMPLE, tmp_path), [])
+    """verl's own PPO script (run with its entry point shimmed, :mod:`tests.verl_scripts_harness`) gives
+    sections holding the script's values."""
+    config = load_config([], verl_arguments(VERL09_EXAMPLES, EXAMPLE, tmp_path), [])
     sections = Sections.from_tree(config)
     assert sections.algorithm.adv_estimator == "gae"
     assert sections.data.train_batch_size == 1024

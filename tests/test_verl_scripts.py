@@ -264,5 +264,5 @@ def test_sample_counts_in_the_doc() -> None:
     megatron = sum(1 for v in EXPECTED.values() if v == MEGATRON)
     text = DOC.read_text()
     assert f"a sample of {len(EXPECTED)} of verl's own example scripts" in text
-    assert f"**{passing} pass**" in text and f"**{megatron} need the Megatron backend**" in text
+    assert f"**{passing} pass**" in text and f"**{megatron} use the Megatron backend**" in text
     assert f"**{len(EXPECTED) - passing - megatron} need a feature rlcore does not have yet**" in text
