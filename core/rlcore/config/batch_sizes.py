@@ -14,10 +14,13 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from rlcore.config.keys import positive_int, select
-from rlcore.config.schema import LogProbConfig, PPOUpdateConfig
+from rlcore.config.schema import LogProbConfig, PPOUpdateConfig, Section
 from rlcore.errors import RLCoreError
 
 ROLLOUT_N_KEY = "actor_rollout_ref.rollout.n"
+#: the switch and budget fields of a log-prob pass (:class:`~rlcore.config.schema.LogProbConfig`), for
+#: :func:`token_budget`
+LOG_PROB_BUDGET = ("log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu")
 
 
 @dataclass(frozen=True)
@@ -100,19 +103,12 @@ def inference_micro_batch_size(section: LogProbConfig, dp_size: int) -> int | No
     return max(1, positive_int(section.log_prob_micro_batch_size, section.key("log_prob_micro_batch_size")) // dp_size)
 
 
-def token_budget(enabled: bool, budget: object, budget_key: str) -> int | None:
-    """The per-micro-batch token budget ``budget`` (config key ``budget_key``) when ``enabled`` (a
-    ``use_dynamic_bsz`` switch is true), else None (micro-batches of a fixed number of rows)."""
-    if not enabled:
+def token_budget(section: Section, flag: str, budget: str) -> int | None:
+    """The per-micro-batch token budget, field ``budget`` of ``section``, when its ``use_dynamic_bsz`` switch
+    (field ``flag``) is true, else None (micro-batches of a fixed number of rows); errors name the key."""
+    if not getattr(section, flag):
         return None
-    return positive_int(budget, budget_key)
-
-
-def log_prob_budget(section: LogProbConfig) -> int | None:
-    """The token budget of a log-prob pass of ``section`` (the rollout's or the reference's), see
-    :func:`token_budget`."""
-    key = section.key("log_prob_max_token_len_per_gpu")
-    return token_budget(section.log_prob_use_dynamic_bsz, section.log_prob_max_token_len_per_gpu, key)
+    return positive_int(getattr(section, budget), section.key(budget))
 
 
 def data_parallel_size(config: DictConfig, section: str, world_size: int) -> int:

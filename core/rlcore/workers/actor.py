@@ -20,10 +20,10 @@ from rlcore.api.groups import ActorRole
 from rlcore.api.rollout import RolloutEngine
 from rlcore.api.training import ModelOutput, TrainingEngine
 from rlcore.config.batch_sizes import (
+    LOG_PROB_BUDGET,
     UpdateBatchSizes,
     data_parallel_size,
     inference_micro_batch_size,
-    log_prob_budget,
     ppo_batch_sizes,
     token_budget,
 )
@@ -77,11 +77,9 @@ class ActorRolloutRefWorker(WorkerBase):
         ]  # WorkerBase checked ROLES
         self.model_config, self.actor_config, self.rollout_config = policy.model, policy.actor, policy.rollout
         dp_size = data_parallel_size(self.config, ACTOR, self.world_size)
-        self.update_budget = token_budget(
-            policy.actor.use_dynamic_bsz, policy.actor.ppo_max_token_len_per_gpu, f"{ACTOR}.ppo_max_token_len_per_gpu"
-        )
-        self.log_prob_budget = log_prob_budget(policy.rollout)
-        self.ref_budget = log_prob_budget(policy.ref)
+        self.update_budget = token_budget(policy.actor, "use_dynamic_bsz", "ppo_max_token_len_per_gpu")
+        self.log_prob_budget = token_budget(policy.rollout, *LOG_PROB_BUDGET)
+        self.ref_budget = token_budget(policy.ref, *LOG_PROB_BUDGET)
         self.update_sizes: UpdateBatchSizes | None = None
         if self.has_actor:
             self.update_sizes = ppo_batch_sizes(policy.actor, policy.rollout.n, dp_size)

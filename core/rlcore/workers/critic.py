@@ -34,12 +34,8 @@ class CriticWorker(WorkerBase):
         if not critic.model.path:
             raise RLCoreError("critic.model.path is not set (it defaults to actor_rollout_ref.model.path)")
         dp_size = data_parallel_size(self.config, "critic", self.world_size)
-        self.update_budget = token_budget(
-            critic.use_dynamic_bsz, critic.ppo_max_token_len_per_gpu, critic.key("ppo_max_token_len_per_gpu")
-        )
-        self.forward_budget = token_budget(
-            critic.use_dynamic_bsz, critic.forward_max_token_len_per_gpu, critic.key("forward_max_token_len_per_gpu")
-        )
+        self.update_budget = token_budget(critic, "use_dynamic_bsz", "ppo_max_token_len_per_gpu")
+        self.forward_budget = token_budget(critic, "use_dynamic_bsz", "forward_max_token_len_per_gpu")
         self.update_sizes = ppo_batch_sizes(critic, self.sections.actor_rollout_ref.rollout.n, dp_size)
         self._check_engine_config("critic", "critic", "critic.model")
         # verl's critic.forward_micro_batch_size_per_gpu is not in defaults.yaml (verl's own ppo_trainer.yaml

@@ -65,9 +65,7 @@ class RewardModelWorker(WorkerBase):
             )
         micro = section.micro_batch_size_per_gpu
         self.micro_batch_size = None if micro is None else positive_int(micro, f"{RM}.micro_batch_size_per_gpu")
-        self.budget = token_budget(
-            section.use_dynamic_bsz, section.forward_max_token_len_per_gpu, f"{RM}.forward_max_token_len_per_gpu"
-        )
+        self.budget = token_budget(section, "use_dynamic_bsz", "forward_max_token_len_per_gpu")
         max_length = section.max_length
         self.max_length = None if max_length is None else positive_int(max_length, f"{RM}.max_length")
         self._check_engine_config("reward_model", RM, f"{RM}.model")
