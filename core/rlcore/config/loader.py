@@ -83,13 +83,17 @@ def _merge_plugin_defaults(base: dict[str, Any], manager: PluginManager) -> dict
     return base
 
 
+def core_defaults() -> dict[str, Any]:
+    """rlcore's own ``defaults.yaml`` as plain data (no plugin sections)."""
+    with DEFAULTS_FILE.open() as fh:
+        return dict(yaml.safe_load(fh))
+
+
 def default_config(manager: PluginManager | None = None) -> DictConfig:
     """rlcore's defaults plus the sections of every loaded plugin (unresolved interpolations kept)."""
     from rlcore.plugins import load_plugins
 
-    with DEFAULTS_FILE.open() as fh:
-        base = yaml.safe_load(fh)
-    base = _merge_plugin_defaults(base, manager or load_plugins())
+    base = _merge_plugin_defaults(core_defaults(), manager or load_plugins())
     return OmegaConf.create(base)
 
 

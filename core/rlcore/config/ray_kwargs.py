@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
 RAY_INIT = "ray_kwargs.ray_init"
@@ -135,10 +134,9 @@ def ray_kwargs_problems(config: DictConfig) -> list[str]:
 
 def given_ray_kwargs(config: DictConfig) -> list[str]:
     """The ``ray_kwargs`` keys whose values differ from rlcore's defaults."""
-    from rlcore.config.loader import DEFAULTS_FILE, flatten
+    from rlcore.config.loader import core_defaults, flatten
 
-    with DEFAULTS_FILE.open() as fh:
-        defaults = flatten({"ray_kwargs": yaml.safe_load(fh)["ray_kwargs"]})
+    defaults = flatten({"ray_kwargs": core_defaults()["ray_kwargs"]})
     node = OmegaConf.select(config, "ray_kwargs", default=None)
     if node is None:
         return []
