@@ -44,7 +44,9 @@ class RolloutEngine(Protocol):
     def generate(self, batch: Batch, validate: bool = False) -> Batch:
         """Responses for left-padded prompts (``input_ids``, ``attention_mask``, ``position_ids``): the batch
         gains ``prompts``, ``responses``, ``response_mask`` and full-sequence tensors (+ ``rollout_log_probs``
-        with ``calculate_log_probs``). ``validate`` selects ``val_kwargs``; ``meta["do_sample"]`` false is greedy."""
+        with ``calculate_log_probs``; + ``routed_experts``, see :data:`rlcore.api.training.ROUTED_EXPERTS`, with
+        ``enable_rollout_routing_replay`` on a mixture-of-experts model). ``validate`` selects ``val_kwargs``;
+        ``meta["do_sample"]`` false is greedy."""
         ...
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -35,6 +35,13 @@ if TYPE_CHECKING:
 EngineRole = Literal["actor", "ref", "critic", "reward_model"]
 #: the parts of a sharded engine state that ``*.checkpoint.save_contents`` may name
 ENGINE_CONTENTS: tuple[str, ...] = ("model", "optimizer")
+#: the batch key of a mixture-of-experts model's recorded routing: ``[B, P + R, L, k]`` integers laid out as
+#: ``input_ids`` (``L`` sparse layers, the ``k`` experts each token was routed to; ``-1`` where nothing was
+#: recorded: padding, and the last token, which the rollout never fed through the model). Written by a rollout
+#: engine with ``actor_rollout_ref.rollout.enable_rollout_routing_replay`` (R3) or by the actor's
+#: log-prob pass (R2); an engine whose section has ``router_replay.mode`` R2 or R3 routes each recorded token to
+#: exactly those experts instead of recomputing the top-k, and recomputes it where the entry is ``-1``
+ROUTED_EXPERTS = "routed_experts"
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,15 @@ class ModelOutput:
         sum_pi_squared: ``Σ_v π(v | prefix)²`` of that tempered distribution over the whole vocabulary at each
             response position (actor, asked for by ``with_sum_pi_squared``; verl's ``calculate_sum_pi_squared``,
             read by the optimal token baseline).
+        routed_experts: a mixture-of-experts model's routing in this forward, ``[B, P + R, L, k]`` integers laid
+            out as ``input_ids`` (``L`` sparse layers, the ``k`` experts each token used; ``-1`` outside the
+            attention mask). Filled by an engine whose section records routing
+            (``router_replay.mode=R2`` in :meth:`TrainingEngine.forward`); the worker stores it in the batch as
+            ``routed_experts`` for the update to replay (see :data:`ROUTED_EXPERTS`).
+        stats: scalar statistics the engine measured on this micro-batch, by bare name (a mixture-of-experts
+            model: ``moe_aux_loss``, ``moe_load_max_over_mean``, ``moe_dropped_fraction``,
+            ``router_replay_agreement``); the worker averages each over the micro-batches of a call and logs it
+            under the role's prefix (``actor/moe_aux_loss``). Engines of dense models leave it empty.
     """
 
     log_probs: torch.Tensor | None = None
@@ -104,6 +120,8 @@ class ModelOutput:
     values: torch.Tensor | None = None
     scores: torch.Tensor | None = None
     sum_pi_squared: torch.Tensor | None = None
+    routed_experts: torch.Tensor | None = None
+    stats: dict[str, float] = field(default_factory=dict)
 
     def require(self, name: str) -> torch.Tensor:
         """The output ``name`` (``log_probs``, ``entropy``, ``values``, ``scores`` or ``sum_pi_squared``); an engine

@@ -1,4 +1,5 @@
-"""Build a tiny Qwen2-architecture causal LM and a locally trained byte-level BPE tokenizer.
+"""Build tiny causal LMs (dense Qwen2; mixture-of-experts Qwen3-MoE and Qwen2-MoE) and a locally trained
+byte-level BPE tokenizer.
 
 Nothing is downloaded. The tokenizer is trained with Qwen2's normaliser and pre-tokenizer (transformers
 rebuilds a ``Qwen2Tokenizer`` from vocab + merges when ``config.json`` says ``model_type=qwen2``, so any
@@ -11,6 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -120,6 +122,82 @@ def make_tiny_model_dir(
     path = Path(path)
     tokenizer = build_tokenizer(corpus)
     model = build_model(tokenizer, seed=seed, **model_kwargs)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+#: the mixture-of-experts families :func:`build_moe_model` builds: Qwen3-MoE (routed experts only, per-head
+#: query/key norms) and Qwen2-MoE (routed experts plus a gated shared expert)
+MOE_FAMILIES: tuple[str, ...] = ("qwen3_moe", "qwen2_moe")
+
+
+def build_moe_model(
+    tokenizer,
+    *,
+    family: str = "qwen3_moe",
+    hidden_size: int = 64,
+    moe_intermediate_size: int = 32,
+    shared_expert_intermediate_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    num_kv_heads: int = 1,
+    num_experts: int = 8,
+    top_k: int = 2,
+    norm_topk_prob: bool = True,
+    router_aux_loss_coef: float = 0.001,
+    tie_word_embeddings: bool = True,
+    max_position_embeddings: int = 2048,
+    seed: int = 0,
+):
+    """A randomly initialised mixture-of-experts causal LM of ``family`` (:data:`MOE_FAMILIES`) sized for
+    ``tokenizer``: every decoder layer is sparse, with ``num_experts`` experts of which each token uses
+    ``top_k``. Qwen2-MoE layers also have a shared expert of ``shared_expert_intermediate_size``."""
+    import torch
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    if family not in MOE_FAMILIES:
+        raise ValueError(f"family={family!r}: choose one of {', '.join(MOE_FAMILIES)}")
+    torch.manual_seed(seed)
+    common: dict[str, Any] = dict(
+        vocab_size=padded_vocab_size(tokenizer),
+        head_dim=hidden_size // num_heads,
+        hidden_size=hidden_size,
+        intermediate_size=moe_intermediate_size,
+        moe_intermediate_size=moe_intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        num_experts=num_experts,
+        num_experts_per_tok=top_k,
+        norm_topk_prob=norm_topk_prob,
+        router_aux_loss_coef=router_aux_loss_coef,
+        decoder_sparse_step=1,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=tie_word_embeddings,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    model: Qwen3MoeForCausalLM | Qwen2MoeForCausalLM
+    if family == "qwen3_moe":
+        model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**common))
+    else:
+        shared = shared_expert_intermediate_size
+        model = Qwen2MoeForCausalLM(Qwen2MoeConfig(**common, shared_expert_intermediate_size=shared))
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def make_tiny_moe_model_dir(
+    path: str | Path, *, corpus: Iterable[str] | None = None, seed: int = 0, **model_kwargs
+) -> Path:
+    """Write a tiny mixture-of-experts model (:func:`build_moe_model`; by default Qwen3-MoE, 2 layers, 8
+    experts, top-2) and its tokenizer to ``path``, loadable with ``AutoModelForCausalLM``/``AutoTokenizer``."""
+    path = Path(path)
+    tokenizer = build_tokenizer(corpus)
+    model = build_moe_model(tokenizer, seed=seed, **model_kwargs)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
