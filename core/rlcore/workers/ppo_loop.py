@@ -62,15 +62,19 @@ def _scaled(
     total: float,
     dp_size: int,
     collected: dict[str, list[float]],
+    prefix: str,
 ) -> MicroBatchLoss:
     """The engine's loss function for one mini-batch: micro-batch ``index``'s loss times its share
     ``units[index] / total`` of the global mini-batch, times ``dp_size`` (see :func:`ppo_update`); the
-    objective's metrics are appended to ``collected``."""
+    objective's metrics and the engine's own statistics of the micro-batch (:attr:`ModelOutput.stats`, as
+    ``{prefix}/{name}``) are appended to ``collected``."""
 
     def scaled_loss(index: int, micro: Batch, output: ModelOutput) -> torch.Tensor:
         loss, metrics = objective(micro, output)
         for name, value in metrics.items():
             collected[name].append(float(value))
+        for name, value in output.stats.items():
+            collected[f"{prefix}/{name}"].append(float(value))
         share = units[index] / total if total else 0.0
         return loss * (dp_size * share)
 
@@ -112,7 +116,7 @@ def ppo_update(
             )
             units = [loss_units(micro["response_mask"], settings.loss_agg_mode) for micro in plan.parts]
             total = engine.all_reduce_sum(sum(units))
-            scaled_loss = _scaled(objective, units, total, dp_size, collected)
+            scaled_loss = _scaled(objective, units, total, dp_size, collected, settings.prefix)
             engine.forward_backward(
                 plan.parts, scaled_loss, temperature=settings.temperature, with_entropy=settings.with_entropy
             )
