@@ -467,3 +467,34 @@ def test_dry_run_asks_the_training_backend_to_check_its_settings() -> None:
     result = CliRunner().invoke(cli, ["run", "--dry-run", "actor_rollout_ref.actor.fsdp_config.dtype=fp8"])
     assert result.exit_code == 2
     assert "actor_rollout_ref.actor.fsdp_config.dtype='fp8' is not a dtype" in result.output
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ([], None),
+        (["critic.ppo_micro_batch_size_per_gpu=4"], 4),
+        (["critic.ppo_micro_batch_size_per_gpu=4", "critic.forward_micro_batch_size_per_gpu=2"], 2),
+        (["critic.forward_micro_batch_size=8"], 4),
+        (["critic.forward_micro_batch_size=1"], 1),
+    ],
+)
+def test_critic_values_pass_micro_batch(overrides: list[str], expected: int | None) -> None:
+    """verl's ``critic.forward_micro_batch_size_per_gpu`` (default: the update's micro-batch) sizes the values
+    pass; the deprecated global ``forward_micro_batch_size`` is divided over the data-parallel ranks (here 2)."""
+    from rlcore.config.batch_sizes import forward_micro_batch_size
+    from rlcore.config.schema import Sections
+
+    critic = Sections.from_tree(load_config(overrides=overrides)).critic
+    size = forward_micro_batch_size(critic, "forward_micro_batch_size_per_gpu", "forward_micro_batch_size", 2)
+    assert size == expected
+
+
+def test_critic_values_pass_micro_batch_must_be_positive() -> None:
+    """A values micro-batch of 0 is an error naming the key."""
+    from rlcore.config.batch_sizes import forward_micro_batch_size
+    from rlcore.config.schema import Sections
+
+    critic = Sections.from_tree(load_config(overrides=["critic.forward_micro_batch_size_per_gpu=0"])).critic
+    with pytest.raises(Exception, match="critic.forward_micro_batch_size_per_gpu"):
+        forward_micro_batch_size(critic, "forward_micro_batch_size_per_gpu", "forward_micro_batch_size", 1)

@@ -180,8 +180,7 @@ def restated_defaults(path: Path) -> Iterator[str]:
 
 def test_no_core_reader_restates_a_default_of_the_typed_sections() -> None:
     """Workers and the controller read the typed sections; a ``get("k", default)`` of a key they cover would
-    write the default a second time (``critic.forward_micro_batch_size_per_gpu``, absent from the YAML, is
-    read with a fallback and is not covered)."""
+    write the default a second time."""
     files = [*sorted((CORE / "workers").glob("*.py")), *sorted((CORE / "controller").glob("*.py")), CORE / "run.py"]
     found = [hit for path in files for hit in restated_defaults(path)]
     assert not found, "\n".join(found)

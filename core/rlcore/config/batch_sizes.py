@@ -92,15 +92,24 @@ def per_rank(legacy: object, legacy_key: str, per_gpu_key: str, dp_size: int) ->
     return size // dp_size
 
 
-def inference_micro_batch_size(section: LogProbConfig, dp_size: int) -> int | None:
-    """``log_prob_micro_batch_size_per_gpu`` of ``section`` (the rollout's or the reference's), or the
-    deprecated global size divided by ``dp_size`` (rounded down, at least 1: any size gives the same
-    results); None = the whole batch in one pass."""
-    if section.log_prob_micro_batch_size_per_gpu is not None:
-        return positive_int(section.log_prob_micro_batch_size_per_gpu, section.key("log_prob_micro_batch_size_per_gpu"))
-    if section.log_prob_micro_batch_size is None:
+def forward_micro_batch_size(section: Section, per_gpu: str, legacy: str, dp_size: int) -> int | None:
+    """The micro-batch of a forward pass without gradients: field ``per_gpu`` of ``section`` (responses on one
+    rank), or its deprecated global field ``legacy`` divided by ``dp_size`` (rounded down, at least 1: any size
+    gives the same results); None = the whole batch in one pass. Errors name the key."""
+    per_rank_size = getattr(section, per_gpu)
+    if per_rank_size is not None:
+        return positive_int(per_rank_size, section.key(per_gpu))
+    global_size = getattr(section, legacy)
+    if global_size is None:
         return None
-    return max(1, positive_int(section.log_prob_micro_batch_size, section.key("log_prob_micro_batch_size")) // dp_size)
+    return max(1, positive_int(global_size, section.key(legacy)) // dp_size)
+
+
+def inference_micro_batch_size(section: LogProbConfig, dp_size: int) -> int | None:
+    """The log-prob pass's micro-batch of ``section`` (the rollout's or the reference's):
+    ``log_prob_micro_batch_size_per_gpu``, else ``log_prob_micro_batch_size`` over the ranks
+    (:func:`forward_micro_batch_size`)."""
+    return forward_micro_batch_size(section, "log_prob_micro_batch_size_per_gpu", "log_prob_micro_batch_size", dp_size)
 
 
 def token_budget(section: Section, flag: str, budget: str) -> int | None:

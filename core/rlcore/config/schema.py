@@ -319,6 +319,10 @@ class CriticConfig(PPOUpdateConfig):
     PATH = "critic"
     #: None: only when the advantage estimator needs a critic
     enable: bool | None
+    #: responses per values forward pass on one rank (None: the deprecated global size, else the whole batch)
+    forward_micro_batch_size_per_gpu: int | None
+    #: deprecated global micro-batch of the values pass (divided over the data-parallel ranks)
+    forward_micro_batch_size: int | None
     #: the token budget of a values micro-batch with ``use_dynamic_bsz``
     forward_max_token_len_per_gpu: int
     #: the value clip of the clipped value loss

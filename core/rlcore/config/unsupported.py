@@ -238,8 +238,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "critic.model.lora_alpha",
             "critic.model.target_modules",
             "critic.model.tiled_mlp",
-            "critic.forward_micro_batch_size",
-            "critic.forward_micro_batch_size_per_gpu",
             "critic.data_loader_seed",
             "critic.checkpoint.async_save",
         ),

@@ -11,8 +11,7 @@ from rlcore.algos.functional import masked_mean
 from rlcore.algos.losses import value_loss
 from rlcore.api.batch import Batch
 from rlcore.api.training import ModelOutput, TrainingEngine
-from rlcore.config.batch_sizes import data_parallel_size, ppo_batch_sizes, token_budget
-from rlcore.config.keys import positive_int, select
+from rlcore.config.batch_sizes import data_parallel_size, forward_micro_batch_size, ppo_batch_sizes, token_budget
 from rlcore.errors import RLCoreError
 from rlcore.workers.base import WorkerBase, cpu_batch
 from rlcore.workers.micro_batches import plan_micro_batches
@@ -38,13 +37,8 @@ class CriticWorker(WorkerBase):
         self.forward_budget = token_budget(critic, "use_dynamic_bsz", "forward_max_token_len_per_gpu")
         self.update_sizes = ppo_batch_sizes(critic, self.sections.actor_rollout_ref.rollout.n, dp_size)
         self._check_engine_config("critic", "critic", "critic.model")
-        # verl's critic.forward_micro_batch_size_per_gpu is not in defaults.yaml (verl's own ppo_trainer.yaml
-        # derives it); a config may still add it (+key=...), so it is read from the tree when present
-        forward_micro = select(
-            self.config, "critic.forward_micro_batch_size_per_gpu", critic.ppo_micro_batch_size_per_gpu
-        )
-        self.forward_micro_batch_size = (
-            None if forward_micro is None else positive_int(forward_micro, "critic.forward_micro_batch_size_per_gpu")
+        self.forward_micro_batch_size = forward_micro_batch_size(
+            critic, "forward_micro_batch_size_per_gpu", "forward_micro_batch_size", dp_size
         )
         self.loss_agg_mode = critic.loss_agg_mode
         self.cliprange_value = float(critic.cliprange_value)
