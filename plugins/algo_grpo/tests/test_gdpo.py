@@ -92,7 +92,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 
 
 def test_gdpo_trains_on_reward_components(tmp_path: Path, tiny_model_dir: Path) -> None:
-    """Two real steps: the reward function returns two components, GDPO normalises each (verl 0.10 spellings)."""
+    """Two real steps: the reward function returns two components, GDPO normalises each (verl 0.10's reward
+    manager and function-name spellings)."""
     reward_file = tmp_path / "components.py"
     reward_file.write_text(REWARD)
     task = make_tiny_task(tmp_path / "task")
@@ -102,7 +103,7 @@ def test_gdpo_trains_on_reward_components(tmp_path: Path, tiny_model_dir: Path) 
         task,
         "algorithm.adv_estimator=gdpo",
         "+algorithm.gdpo_reward_keys=[correct, short]",
-        f"reward.custom_reward_function.path={reward_file}",
+        f"custom_reward_function.path={reward_file}",  # the tiny task's own line spells it the 0.9 way
         "reward.custom_reward_function.name=compute_score",
         "reward.reward_manager.name=gdpo",
     )
