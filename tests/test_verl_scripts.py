@@ -87,8 +87,8 @@ EXPECTED: dict[str, str | None] = {
     # needs $DIST_CKPT_PATH, a Megatron checkpoint converted offline
     "examples/grpo_trainer/run_qwen2_5_vl-7b-megatron.sh": "dist_checkpointing_path",
     "examples/grpo_trainer/run_qwen2_5_vl_7b_fsdp.sh": None,
-    # verl's new model-engine switch (model_engine=megatron), not a key rlcore knows
-    "examples/grpo_trainer/run_qwen2_5_vl_7b_megatron.sh": "unknown config key 'model_engine'",
+    # model_engine=megatron is accepted now; verl's mbridge settings (and fused kernels on Megatron) stop it
+    "examples/grpo_trainer/run_qwen2_5_vl_7b_megatron.sh": "megatron.use_mbridge",
     "examples/grpo_trainer/run_qwen2_5_7b_grpo_discrete_prof_npu.sh": "profiling",
     # a Megatron script that also asks for the fused log-prob kernels (use_fused_kernels=True): FSDP/DeepSpeed only
     "examples/grpo_trainer/run_qwen2-7b_math_megatron.sh": "use_fused_kernels=true is not supported by the megatron",
