@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from rlcore.cli import cli
 from rlcore.config import default_config
-from rlcore.config.aliases import ALIASES, canonical_key
+from rlcore.config.aliases import ALIASES, VERL010_ALIASES, canonical_key
 from rlcore.config.loader import flatten, known_keys
 from rlcore.config.unsupported import MEGATRON_HINT, MISSING_FEATURES, UNSUPPORTED_VALUES, missing_feature
 from rlcore.plugins import load_plugins
@@ -87,8 +87,8 @@ EXPECTED: dict[str, str | None] = {
     # needs $DIST_CKPT_PATH, a Megatron checkpoint converted offline
     "examples/grpo_trainer/run_qwen2_5_vl-7b-megatron.sh": "dist_checkpointing_path",
     "examples/grpo_trainer/run_qwen2_5_vl_7b_fsdp.sh": None,
-    # verl's new model-engine switch (model_engine=megatron), not a key rlcore knows
-    "examples/grpo_trainer/run_qwen2_5_vl_7b_megatron.sh": "unknown config key 'model_engine'",
+    # model_engine=megatron is accepted now; verl's mbridge settings (and fused kernels on Megatron) stop it
+    "examples/grpo_trainer/run_qwen2_5_vl_7b_megatron.sh": "megatron.use_mbridge",
     "examples/grpo_trainer/run_qwen2_5_7b_grpo_discrete_prof_npu.sh": "profiling",
     # a Megatron script that also asks for the fused log-prob kernels (use_fused_kernels=True): FSDP/DeepSpeed only
     "examples/grpo_trainer/run_qwen2-7b_math_megatron.sh": "use_fused_kernels=true is not supported by the megatron",
@@ -197,6 +197,9 @@ def test_the_vllm_multiturn_script_runs_once_its_empty_variable_is_set(
 # ------------------------------------------------------------------ docs/from-verl.md is kept honest
 DOC = Path(__file__).resolve().parents[1] / "docs" / "from-verl.md"
 VERL_DEFAULTS = EXAMPLES / "verl" / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+VERL010_DEFAULTS = (
+    Path(__file__).parent / "verl010_examples" / "verl" / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+)
 
 
 def doc_tables(heading: str) -> list[list[list[str]]]:
@@ -219,9 +222,33 @@ def ticked(cell: str) -> list[str]:
 
 
 def test_renamed_table_is_the_alias_table() -> None:
+    """Each row is one spelling: in the verl 0.9 column (:data:`ALIASES`) or the verl 0.10 one
+    (:data:`VERL010_ALIASES`), with rlcore's key."""
     (table,) = doc_tables("Renamed keys")
-    rows = {tuple(ticked(a) + ticked(b)) for a, b in table}
-    assert rows == set(ALIASES.items())
+    rows = {(tuple(ticked(old)), tuple(ticked(new)), tuple(ticked(ours))) for old, new, ours in table}
+    expected = {((a,), (), (t,)) for a, t in ALIASES.items()} | {((), (a,), (t,)) for a, t in VERL010_ALIASES.items()}
+    assert rows == expected
+
+
+def test_every_verl010_spelling_is_in_its_generated_config_and_the_counts_are_right() -> None:
+    """The verl 0.10 column names keys of verl 0.10's own default config, and the page's counts of that config's
+    keys (same name, renamed, a missing feature, not sorted yet) are right."""
+    keys = [k for k in flatten(yaml.safe_load(VERL010_DEFAULTS.read_text())) if not k.endswith("_target_")]
+    for alias in VERL010_ALIASES:
+        assert any(k == alias or k.startswith(alias + ".") for k in keys), alias
+    known = known_keys(default_config())
+    counts = {"same": 0, "renamed": 0, "missing": 0, "unsorted": 0}
+    for key in keys:
+        target = canonical_key(key)
+        if known.declares(target):
+            counts["same" if target == key else "renamed"] += 1
+        else:
+            counts["missing" if missing_feature(target) is not None else "unsorted"] += 1
+    text = " ".join(DOC.read_text().split())
+    assert (
+        f"{counts['same']} exist in rlcore under the same name and {counts['renamed']} under another name, "
+        f"{counts['missing']} belong to those features, and {counts['unsorted']} are verl 0.10 additions" in text
+    )
 
 
 def test_missing_table_is_the_feature_table() -> None:
@@ -255,7 +282,7 @@ def test_every_verl_default_key_is_accounted_for() -> None:
         if megatron and feature.hint == MEGATRON_HINT:
             continue
         assert [key for key in known.leaves | known.free if feature.matches(key)] == [], feature.feature
-    for alias in ALIASES:
+    for alias in [*ALIASES, *VERL010_ALIASES]:
         assert not known.declares(alias), f"{alias} is an alias but also a key of its own"
 
 

@@ -148,8 +148,9 @@ def register_advantage_estimators(register: Register) -> None:
     """Register advantage estimators (kind ``advantage_estimator``), selected by ``algorithm.adv_estimator``.
 
     A target is a callable with keyword arguments ``token_level_rewards, response_mask, index, config``
-    (plus ``values`` and ``reward_baselines`` when the estimator declares it needs them) returning
-    ``(advantages, returns)``, both ``[B, R]``. Declare needs as ``spec=AdvantageEstimatorSpec(...)``
+    and ``reward_extras`` (the reward function's per-sample extras by name, such as GDPO's reward components;
+    accept ``**kwargs`` for what you do not read), plus ``values`` and ``reward_baselines`` when the estimator
+    declares it needs them, returning ``(advantages, returns)``, both ``[B, R]``. Declare needs as ``spec=AdvantageEstimatorSpec(...)``
     (:mod:`rlcore.api.specs`) so the controller creates the roles they require and no others:
     ``needs_critic=True``, ``needs_greedy_baseline=True``, ``min_group_size=2`` (checked against
     ``actor_rollout_ref.rollout.n`` before anything loads),

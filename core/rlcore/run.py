@@ -130,6 +130,23 @@ def _check_sum_pi_squared(config: DictConfig, registry: Registry) -> None:
         )
 
 
+def _check_ref_strategy(config: DictConfig, registry: Registry) -> None:
+    """``actor_rollout_ref.ref.strategy`` names the actor's backend (under any of its names): the reference
+    engine lives in the actor's worker processes and cuts batches by the actor's layout, so it cannot run on
+    another backend."""
+    ref, actor = config.actor_rollout_ref.ref.strategy, config.actor_rollout_ref.actor.strategy
+    try:
+        same = registry.get("training_backend", ref).name == registry.get("training_backend", actor).name
+    except RLCoreError:  # an unknown backend is reported by the component check
+        return
+    if not same:
+        raise ConfigError(
+            f"actor_rollout_ref.ref.strategy={ref!r} differs from actor_rollout_ref.actor.strategy={actor!r}: the "
+            "reference model runs in the actor's worker processes, sharded by the actor's layout, so rlcore builds "
+            f"it with the actor's backend; set actor_rollout_ref.ref.strategy={actor} (or leave it unset)"
+        )
+
+
 def _check_engines(config: DictConfig, registry: Registry) -> None:
     """Ask the training backends to reject settings they cannot run (``check_config``), for the actor and,
     when the estimator needs one, the critic — the call the workers make at start-up, made before anything
@@ -187,6 +204,8 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
         _check_group_size(config, registry)
     with collected.collect():
         _check_sum_pi_squared(config, registry)
+    with collected.collect():
+        _check_ref_strategy(config, registry)
     with collected.collect():
         _check_engines(config, registry)
     before = len(collected.items)

@@ -3,8 +3,9 @@
 An alias is a key prefix: every key below it maps to the same place below the canonical key
 (``critic.model.fsdp_config.param_offload`` → ``critic.fsdp_config.param_offload``). Aliases are applied
 to every config file, preset and override before the keys are checked; ``rlcore config show`` marks each
-canonical key with the verl spelling it also accepts. ``docs/from-verl.md`` lists them (a test keeps the
-page and this table equal).
+canonical key with the verl spellings it also accepts (``# verl: ...`` for 0.9's, ``# verl 0.10: ...`` for the
+spellings verl 0.10's config tree introduced). ``docs/from-verl.md`` lists them (a test keeps the page and these
+tables equal).
 """
 
 from __future__ import annotations
@@ -32,17 +33,33 @@ ALIASES: dict[str, str] = {
     "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_with_chunking": "actor_rollout_ref.actor.entropy_from_logits_with_chunking",
     "actor_rollout_ref.actor.fsdp_config.entropy_checkpointing": "actor_rollout_ref.actor.entropy_checkpointing",
     "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+    "actor_rollout_ref.ref.fsdp_config.use_torch_compile": "actor_rollout_ref.ref.use_torch_compile",
+    "actor_rollout_ref.ref.fsdp_config.entropy_from_logits_with_chunking": "actor_rollout_ref.ref.entropy_from_logits_with_chunking",
+    "actor_rollout_ref.ref.fsdp_config.entropy_checkpointing": "actor_rollout_ref.ref.entropy_checkpointing",
     "critic.fsdp_config.ulysses_sequence_parallel_size": "critic.ulysses_sequence_parallel_size",
 }
+
+#: verl 0.10's spelling (its ``reward`` section and engine sections) -> rlcore's canonical key
+VERL010_ALIASES: dict[str, str] = {
+    "reward.reward_manager.name": "reward_model.reward_manager",
+    "reward.num_workers": "reward_model.scorer_workers",
+    "reward.custom_reward_function": "custom_reward_function",
+    "reward.reward_model.model_path": "reward_model.model.path",
+    "reward.reward_model": "reward_model",
+    "critic.fsdp": "critic.fsdp_config",
+}
+
+#: every accepted spelling, longest first (the most specific alias wins)
+_ALL_ALIASES: dict[str, str] = dict(sorted({**ALIASES, **VERL010_ALIASES}.items(), key=lambda kv: -len(kv[0])))
 
 
 def canonical_key(key: str) -> str:
     """rlcore's name for ``key`` (``key`` itself when it is not a verl spelling)."""
-    for _ in range(len(ALIASES) + 1):  # aliases may chain (critic.model.fsdp_config.X -> critic.fsdp_config.X)
-        alias = next((a for a in sorted(ALIASES, key=len, reverse=True) if key == a or key.startswith(a + ".")), None)
+    for _ in range(len(_ALL_ALIASES) + 1):  # aliases may chain (critic.model.fsdp_config.X -> critic.fsdp_config.X)
+        alias = next((a for a in _ALL_ALIASES if key == a or key.startswith(a + ".")), None)
         if alias is None:
             return key
-        key = ALIASES[alias] + key[len(alias) :]
+        key = _ALL_ALIASES[alias] + key[len(alias) :]
     return key
 
 
@@ -71,10 +88,16 @@ def rename_aliases(dotted: Mapping[str, Any], source: str) -> tuple[dict[str, An
 
 
 def with_alias_comments(yaml_text: str) -> str:
-    """Mark each canonical key in ``yaml_text`` (OmegaConf's block-style dump) with its verl spellings."""
-    spellings: dict[str, list[str]] = {}
-    for alias, target in ALIASES.items():
-        spellings.setdefault(target, []).append(alias)
+    """Mark each canonical key in ``yaml_text`` (OmegaConf's block-style dump) with its verl spellings:
+    ``# verl: <0.9 spellings>; verl 0.10: <0.10 spellings>``."""
+    marks: dict[str, dict[str, list[str]]] = {}
+    for label, table in (("verl", ALIASES), ("verl 0.10", VERL010_ALIASES)):
+        for alias, target in table.items():
+            marks.setdefault(target, {}).setdefault(label, []).append(alias)
+    spellings = {
+        target: "; ".join(f"{label}: {', '.join(names)}" for label, names in by_label.items())
+        for target, by_label in marks.items()
+    }
     path: list[str] = []
     lines = []
     for line in yaml_text.splitlines():
@@ -84,6 +107,6 @@ def with_alias_comments(yaml_text: str) -> str:
             path = path[:depth] + [stripped.split(":", 1)[0].strip("'\"")]
             names = spellings.get(".".join(path))
             if names:
-                line = f"{line}  # verl: {', '.join(names)}"
+                line = f"{line}  # {names}"
         lines.append(line)
     return "\n".join(lines) + ("\n" if yaml_text.endswith("\n") else "")

@@ -9,6 +9,11 @@ rlcore does not use Hydra; this module reads the subset verl's scripts and examp
   (``- group@package: option`` → ``group/option.yaml`` placed under ``package``) and ``_self_`` (the
   file's own keys; last when it is not listed), in order, later entries winning.
 - ``hydra.searchpath``: extra folders searched for the entries of a ``defaults:`` list.
+- verl 0.10's engine group on the command line: ``model_engine=dp|megatron`` (also spelled
+  ``actor_rollout_ref.actor.model_engine``) and the groups it picks, ``actor@actor_rollout_ref.actor=dp_actor``,
+  ``ref@actor_rollout_ref.ref=dp_ref`` and ``critic@critic=dp_critic``: each selects the engine's defaults
+  (the strategy of the roles it covers), as ``--config-name ppo_megatron_trainer`` does, before any file or
+  override. An engine rlcore does not have (``veomni``, ``torchtitan``, ...) is an error naming it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,24 @@ from rlcore.config.problems import ConfigError, ConfigFileError
 BUILTIN_CONFIGS: dict[str, dict[str, Any]] = {
     "ppo_trainer": {},
     "ppo_megatron_trainer": {"actor_rollout_ref": {"actor": {"strategy": "megatron"}}},
+}
+#: verl 0.10's ``model_engine`` choices that rlcore has -> the training backend (``strategy``) each selects
+MODEL_ENGINES: dict[str, str] = {"dp": "fsdp", "megatron": "megatron"}
+#: verl's engines rlcore does not have, by their ``model_engine`` name
+FOREIGN_ENGINES: dict[str, str] = {
+    "veomni": "VeOmni",
+    "torchtitan": "TorchTitan",
+    "automodel": "NeMo AutoModel",
+    "mlite": "Megatron-Lite",
+}
+#: the command-line keys that select the engine of every role (verl 0.10's defaults group)
+ENGINE_KEYS = ("model_engine", "actor_rollout_ref.actor.model_engine")
+#: verl 0.10's per-role engine groups (``group@package=<engine>_<group>``) -> the section whose strategy the
+#: choice sets
+ENGINE_GROUPS: dict[str, str] = {
+    "actor@actor_rollout_ref.actor": "actor_rollout_ref.actor",
+    "ref@actor_rollout_ref.ref": "actor_rollout_ref.ref",
+    "critic@critic": "critic",
 }
 _OPTIONS = {"--config-path": "config_path", "-cp": "config_path", "--config-name": "config_name", "-cn": "config_name"}
 
@@ -99,6 +122,36 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigFileError(f"config file {str(path)!r} must contain a mapping at the top level")
     return data
+
+
+def is_engine_choice(key: str) -> bool:
+    """Whether the command-line ``key`` selects verl 0.10's engine defaults (:func:`engine_choice`)."""
+    return key in ENGINE_KEYS or key in ENGINE_GROUPS
+
+
+def engine_choice(key: str, value: Any) -> Source:
+    """The engine defaults that ``key=value`` selects (``model_engine=megatron``,
+    ``actor@actor_rollout_ref.actor=megatron_actor``): the strategy of the section it covers.
+
+    Raises :class:`ConfigError` naming the key for an engine rlcore does not have or a malformed option.
+    """
+    option = str(value)
+    if key in ENGINE_KEYS:
+        engine, section = option, "actor_rollout_ref.actor"  # the ref and the critic follow the actor
+    else:
+        suffix = "_" + key.split("@", 1)[0]
+        if not option.endswith(suffix):
+            raise ConfigError(f"{key}={option}: verl's options of this group end in {suffix!r} (dp{suffix})")
+        engine, section = option[: -len(suffix)], ENGINE_GROUPS[key]
+    if engine not in MODEL_ENGINES:
+        known = " and ".join(MODEL_ENGINES)
+        name = FOREIGN_ENGINES.get(engine)
+        what = f"verl's {name} engine is not in rlcore" if name else f"{engine!r} is not an engine verl or rlcore has"
+        raise ConfigError(
+            f"{key}={option}: {what} (rlcore has model_engine={known}; DeepSpeed is "
+            "actor_rollout_ref.actor.strategy=deepspeed)"
+        )
+    return Source(f"{key}={option}", _under(section, {"strategy": MODEL_ENGINES[engine]}))
 
 
 def named_config(name: str, config_path: str | None) -> list[Source]:

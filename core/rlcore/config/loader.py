@@ -13,7 +13,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlcore.config.aliases import canonical_key, rename_aliases
-from rlcore.config.compose import Source, config_file, named_config
+from rlcore.config.compose import Source, config_file, engine_choice, is_engine_choice, named_config
 from rlcore.config.problems import ConfigError, Problems
 from rlcore.config.unsupported import missing_feature_problems, unsupported_value_problems
 
@@ -251,10 +251,12 @@ def _sources(
     presets: Iterable[str],
     config_name: str | None,
     config_path: str | None,
+    engines: Iterable[Source],
     manager: PluginManager,
     problems: Problems,
 ) -> list[Source]:
-    """Presets, then the ``--config-name`` config, then the YAML files, each expanded into its sources."""
+    """Presets, then the ``--config-name`` config, then the engine defaults that ``model_engine=...`` picks,
+    then the YAML files, each expanded into its sources."""
     sources: list[Source] = []
     for name in presets:
         with problems.collect():
@@ -262,6 +264,7 @@ def _sources(
     if config_name is not None:
         with problems.collect():
             sources += named_config(config_name, config_path)
+    sources += engines
     for path in files:
         with problems.collect():
             sources += config_file(path)
@@ -302,15 +305,19 @@ def load_config(
     manager = manager or load_plugins()
     defaults = default_config(manager)
     known = known_keys(defaults)
-    sources = _sources(files, presets, config_name, config_path, manager, collected)
     dotted: dict[str, Any] = {}
     added: set[str] = set()
+    engines: list[Source] = []
     for text in overrides:
         with collected.collect():
             key, value, add = parse_override(text)
+            if is_engine_choice(key):  # a Hydra defaults group: it picks defaults, below every file and override
+                engines.append(engine_choice(key, value))
+                continue
             dotted[key] = value
             if add:
                 added.add(canonical_key(key))
+    sources = _sources(files, presets, config_name, config_path, engines, manager, collected)
     sources.append(Source("command line", nest(dotted)))
     merged = defaults
     for source in sources:

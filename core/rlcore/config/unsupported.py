@@ -153,7 +153,7 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
     ),
     MissingFeature(
         "sandboxed code-execution rewards (Sandbox Fusion)",
-        ("reward_model.sandbox_fusion",),
+        ("reward_model.sandbox_fusion", "reward.sandbox_fusion", "sandbox_fusion"),
         "rlcore runs code rewards in its own sandbox instead: data_source codecontests, apps, codeforces or taco "
         "(docs/rewards.md)",
     ),
@@ -162,6 +162,8 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         (
             "reward_manager.source",
             "reward_manager.module",
+            "reward.reward_manager.source",
+            "reward.reward_manager.module",
         ),
     ),
     MissingFeature("multi-token prediction (MTP)", ("actor_rollout_ref.model.mtp", "actor_rollout_ref.rollout.mtp")),
@@ -174,16 +176,8 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         ),
     ),
     MissingFeature(
-        "settings of the reference model apart from the actor's (rlcore's reference follows the actor)",
-        (
-            "actor_rollout_ref.ref.strategy",
-            "actor_rollout_ref.ref.use_torch_compile",
-            "actor_rollout_ref.ref.entropy_from_logits_with_chunking",
-            "actor_rollout_ref.ref.entropy_checkpointing",
-            "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
-            "actor_rollout_ref.ref.fsdp_config.entropy_from_logits_with_chunking",
-            "actor_rollout_ref.ref.fsdp_config.entropy_checkpointing",
-        ),
+        "verl's Megatron-Lite engine (actor@actor_rollout_ref.actor=mlite_actor)",
+        ("actor_rollout_ref.actor.engine", "actor_rollout_ref.ref.engine", "critic.engine"),
     ),
     MissingFeature(
         "these FSDP options of verl (rlcore-plugin-fsdp does not have them)",

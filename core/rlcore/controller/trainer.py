@@ -127,6 +127,7 @@ class Trainer:
         self.timer = StageTimer()
         self.async_reward = bool(config.reward_model.launch_reward_fn_async)
         self.reward_model_worker = self.estimator.spec.reward_model_worker  # e.g. PRIME's implicit PRM
+        self.reward_extra_keys: tuple[str, ...] = ()  # the per-sample extras the reward function returned
         self.use_reward_model = bool(config.reward_model.enable) or self.reward_model_worker is not None
         self.nonfinite_in_a_row = 0
         self.stop = StopRequest(self.sections.trainer.stop_grace_s)
@@ -241,6 +242,7 @@ class Trainer:
         check_reward_extras(result.extra_info, batch, describe_scorer(self.config))
         for key, values in result.extra_info.items():  # per-sample extras (e.g. "acc") for filters and metrics
             batch[key] = list(values)
+        self.reward_extra_keys = tuple(result.extra_info)  # ... and for estimators that read them (GDPO)
         for key, tensor in result.tensors.items():  # e.g. rm_scores for an estimator that reads them itself
             batch[key] = tensor
         metrics.update(result.metrics)
@@ -335,6 +337,7 @@ class Trainer:
             kwargs["values"] = batch["values"]
         if "reward_baselines" in batch:
             kwargs["reward_baselines"] = batch["reward_baselines"]
+        kwargs["reward_extras"] = {key: batch[key] for key in self.reward_extra_keys if key in batch}
         for key in self.estimator.spec.batch_keys:  # what the estimator declares it reads
             kwargs[key] = batch[key]
         for key in self.estimator.spec.optional_batch_keys:  # ... and reads when the batch has it

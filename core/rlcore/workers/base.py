@@ -88,11 +88,12 @@ class WorkerBase:
         raise NotImplementedError
 
     def _backend(self, role: EngineRole, section: str) -> TrainingBackend:
-        """The training backend of ``role``: ``{section}.strategy`` (the actor's strategy for the reference
-        model), resolved through this process's plugin registry."""
+        """The training backend of ``role``: ``{section}.strategy`` (the reference model's is the actor's
+        backend, under any of its names: the dry run rejects another), resolved through this process's plugin
+        registry."""
         from rlcore.plugins import get_component
 
-        key = "actor_rollout_ref.actor.strategy" if role == "ref" else f"{section}.strategy"
+        key = f"{section}.strategy"
         backend = get_component("training_backend", select(self.config, key))
         if not callable(getattr(backend, "create_engine", None)):
             raise RLCoreError(

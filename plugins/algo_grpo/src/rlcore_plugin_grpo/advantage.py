@@ -47,6 +47,15 @@ def compute_grpo_outcome_advantage(
     advantages.
     """
     scores = (token_level_rewards * response_mask).sum(dim=-1).float()  # tool tokens (mask 0) carry no reward
+    advantages = _broadcast(group_relative(scores, index, config, epsilon), token_level_rewards, response_mask)
+    return advantages, advantages.clone()
+
+
+def group_relative(
+    scores: torch.Tensor, index: Sequence[Any], config: Mapping[str, Any] | None, epsilon: float
+) -> torch.Tensor:
+    """GRPO's per-response advantage of the scores ``[B]``: (r − mean_g) / (std_g + ``epsilon``), or r − mean_g
+    when ``config.norm_adv_by_std_in_grpo`` is false; a singleton group has mean 0 and std 1."""
     stats = group_stats(scores, index)
     singleton = stats.size < 2
     means = torch.where(singleton, torch.zeros_like(stats.mean), stats.mean)
@@ -54,8 +63,7 @@ def compute_grpo_outcome_advantage(
     advantages = scores - means
     if _normalize_by_std(config):
         advantages = advantages / (stds + epsilon)
-    advantages = _broadcast(advantages, token_level_rewards, response_mask)
-    return advantages, advantages.clone()
+    return advantages
 
 
 @torch.no_grad()
