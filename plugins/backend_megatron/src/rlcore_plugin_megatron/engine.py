@@ -402,7 +402,7 @@ class MegatronEngine(OptimizerState):
         result = []
         for index, micro in enumerate(micros):
             shape = tuple(micro["responses"].shape)
-            tensors = {}
+            output = ModelOutput()
             for name in names:
                 tensor = (
                     getattr(outputs[index], name)
@@ -411,8 +411,8 @@ class MegatronEngine(OptimizerState):
                 )
                 tensor = tensor.contiguous()
                 dist.broadcast(tensor, src, group=self.pp_group)
-                tensors[name] = tensor
-            result.append(ModelOutput(**tensors))
+                setattr(output, name, tensor)
+            result.append(output)
         return result
 
     def forward(
