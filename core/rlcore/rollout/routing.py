@@ -20,17 +20,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlcore.errors import RLCoreError
-from rlcore.rollout.sampling import ROLLOUT_KEY
+from rlcore.rollout.routing_plan import REPLAY_KEY
 
 if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
 
-__all__ = ["ROUTING_DTYPE", "RoutingRecorder", "place_routing", "routing_replay_key", "sparse_routers"]
+__all__ = ["ROUTING_DTYPE", "RoutingRecorder", "place_routing", "sparse_routers"]
 
 #: the dtype of a recorded routing tensor (expert indices; -1 where nothing was recorded)
 ROUTING_DTYPE = torch.int32
-#: the config key that turns the recording on, as errors name it
-routing_replay_key = f"{ROLLOUT_KEY}.enable_rollout_routing_replay"
 
 
 def sparse_routers(module: torch.nn.Module) -> list[torch.nn.Module]:
@@ -54,7 +52,7 @@ def _chosen_experts(output: Any) -> torch.Tensor:
         if isinstance(part, torch.Tensor) and not part.is_floating_point():
             return part
     raise RLCoreError(
-        f"{routing_replay_key}: a router of this model returns no integer expert indices, so its routing "
+        f"{REPLAY_KEY}: a router of this model returns no integer expert indices, so its routing "
         "cannot be recorded; set it to false"
     )
 
@@ -74,7 +72,7 @@ class RoutingRecorder:
         if not self.routers:
             model_type = getattr(getattr(module, "config", None), "model_type", type(module).__name__)
             raise RLCoreError(
-                f"{routing_replay_key}=true records the routing of a mixture-of-experts model, but the "
+                f"{REPLAY_KEY}=true records the routing of a mixture-of-experts model, but the "
                 f"policy (model_type {model_type!r}) has no sparse layers; set it to false"
             )
         self.top_k = int(self.routers[0].top_k)
