@@ -15,7 +15,7 @@ whose forward returns ``(logits, weights, indices)``, the indices ``[tokens, k]`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -75,7 +75,7 @@ class RoutingRecorder:
                 f"{REPLAY_KEY}=true records the routing of a mixture-of-experts model, but the "
                 f"policy (model_type {model_type!r}) has no sparse layers; set it to false"
             )
-        self.top_k = int(self.routers[0].top_k)
+        self.top_k = int(cast(Any, self.routers[0]).top_k)
         self._captured: list[list[torch.Tensor]] = [[] for _ in self.routers]
         self._handles: list[RemovableHandle] = []
 
