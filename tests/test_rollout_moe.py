@@ -198,7 +198,8 @@ def test_dry_run_describes_recording_on_an_moe_model(moe_dirs: dict[str, Path]) 
     [
         ((), r"is a dense model \(model_type 'qwen2'\); set it to false"),
         (("actor_rollout_ref.rollout.name=vllm",), f"{KEY}=true needs .* actor_rollout_ref.rollout.name=vllm"),
-        (("actor_rollout_ref.rollout.multi_turn.enable=true",), "multi_turn.enable=true: the agent loops"),
+        (("actor_rollout_ref.rollout.multi_turn.enable=true",), f"{KEY}=true with agent loops"),
+        (("actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",), f"{KEY}=true with agent loops"),
     ],
 )
 def test_dry_run_refuses_what_cannot_record(
@@ -208,3 +209,14 @@ def test_dry_run_refuses_what_cannot_record(
     result = dry_run(moe_dirs["qwen3_moe"] if args else tiny_model_dir, *args)
     assert result.exit_code != 0
     assert re.search(message, result.output), result.output
+
+
+def test_agent_loops_refuse_to_drop_the_recorded_routing(tiny_tokenizer: Any) -> None:
+    """Samples that reach the agent loops with R3 on (past the dry run: they name a loop themselves) fail
+    with the key, instead of training without the routing they asked for."""
+    from rlcore.agents.runner import AgentRunner
+
+    config = load_config(overrides=[f"{KEY}=true", "actor_rollout_ref.rollout.multi_turn.enable=true"])
+    runner = AgentRunner(config, tiny_tokenizer)
+    with pytest.raises(RLCoreError, match=f"{KEY}=true, but these samples go through agent loops"):
+        runner.run(make_prompt_batch(tiny_tokenizer), lambda batch: batch)

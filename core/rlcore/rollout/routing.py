@@ -79,17 +79,16 @@ class RoutingRecorder:
         self._captured: list[list[torch.Tensor]] = [[] for _ in self.routers]
         self._handles: list[RemovableHandle] = []
 
-    @property
-    def num_layers(self) -> int:
-        """``L``: the number of sparse layers recorded."""
-        return len(self.routers)
-
     def __enter__(self) -> RoutingRecorder:
+        """Attach the hooks (dropping anything left from a forward that raised)."""
+        for captured in self._captured:
+            captured.clear()
         for layer, router in enumerate(self.routers):
             self._handles.append(router.register_forward_hook(self._hook(layer)))
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Detach the hooks."""
         for handle in self._handles:
             handle.remove()
         self._handles.clear()

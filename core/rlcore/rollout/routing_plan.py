@@ -2,7 +2,7 @@
 
 ``actor_rollout_ref.rollout.enable_rollout_routing_replay=true`` asks the rollout engine to return the
 experts it routed every token to (:mod:`rlcore.rollout.routing`). Before anything loads, the dry run checks
-what it can: the engine is ``hf`` (the only one that records), the rollouts are single-turn, and a local
+what it can: the engine is ``hf`` (the only one that records), no agent loops drive it, and a local
 policy is a mixture-of-experts model (its ``config.json``). Imports no torch.
 """
 
@@ -12,8 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlcore.agents.settings import ROLLOUT_KEY
+from rlcore.agents.settings import ROLLOUT_KEY, AgentSettings
 from rlcore.config.loader import ConfigError
+from rlcore.errors import RLCoreError
 
 __all__ = ["describe_routing_replay", "moe_shape"]
 
@@ -40,11 +41,19 @@ def moe_shape(model_path: str) -> tuple[str, int, int] | None:
     return str(parsed.get("model_type", "unknown")), experts, top_k
 
 
+def _agent_loops(rollout: Any) -> bool:
+    """Whether rollouts go through agent loops (an invalid agent setting is reported by its own check)."""
+    try:
+        return AgentSettings.from_rollout(rollout).active
+    except RLCoreError:
+        return False
+
+
 def describe_routing_replay(config: Any) -> str | None:
     """The plan's line for R3 recording (None when it is off).
 
     Raises:
-        ConfigError: another engine than ``hf`` (naming ``rollout.name``), multi-turn rollouts, or a dense
+        ConfigError: another engine than ``hf`` (naming ``rollout.name``), agent loops, or a dense
             policy (naming its ``model_type``), each with what to use instead.
     """
     from omegaconf import OmegaConf
@@ -65,11 +74,12 @@ def describe_routing_replay(config: Any) -> str | None:
             f"{reason}; use {ROLLOUT_KEY}.name=hf, or record the routing in the actor's log-prob pass "
             "(actor_rollout_ref.actor.router_replay.mode=R2)"
         )
-    if OmegaConf.select(config, f"{ROLLOUT_KEY}.multi_turn.enable", default=False):
+    if _agent_loops(rollout):
         raise ConfigError(
-            f"{REPLAY_KEY}=true with {ROLLOUT_KEY}.multi_turn.enable=true: the agent loops assemble each "
-            "trajectory from several engine calls and do not carry the recorded routing into it yet; turn one "
-            "of them off (actor_rollout_ref.actor.router_replay.mode=R2 records the routing in the actor instead)"
+            f"{REPLAY_KEY}=true with agent loops ({ROLLOUT_KEY}.multi_turn.enable=true or {ROLLOUT_KEY}.agent."
+            "default_agent_loop): the agent loops assemble each trajectory from several engine calls and do not "
+            "carry the recorded routing into it yet; turn one of them off "
+            "(actor_rollout_ref.actor.router_replay.mode=R2 records the routing in the actor instead)"
         )
     model_path = str(OmegaConf.select(config, "actor_rollout_ref.model.path", default="") or "")
     shape = moe_shape(model_path)
