@@ -182,7 +182,9 @@ class HFRolloutEngine:
         False`` forces greedy decoding. The result holds ``prompts``, ``responses [B, R]`` (right-padded
         with the pad token, ``R = response_length``), ``response_mask`` (1 up to and including the EOS
         token), ``input_ids``, ``attention_mask`` and ``position_ids = clip(cumsum(attention_mask) - 1, 0)``
-        over ``P + R``, and with ``calculate_log_probs`` ``rollout_log_probs [B, R]`` (0 on padding).
+        over ``P + R``, with ``calculate_log_probs`` ``rollout_log_probs [B, R]`` (0 on padding), and with
+        ``enable_rollout_routing_replay`` on a mixture-of-experts model, outside validation, the routing of
+        every token fed through the model (:data:`~rlcore.api.training.ROUTED_EXPERTS`, :mod:`rlcore.rollout.routing`).
         Non-tensors are copied; ``meta`` is the input's with ``metrics`` replaced by
         ``rollout/gen_tokens``, ``rollout/rows_per_chunk`` (the largest chunk's rows) and
         ``rollout/graph_step_share`` (the share of decoding steps replayed from CUDA graphs).
