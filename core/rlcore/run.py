@@ -222,17 +222,23 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
 
 
 def run_plan_lines(config: DictConfig) -> list[str]:
-    """The plan's lines for the HF rollout engine's chunks, the custom training sampler, the profiler and the
-    sandbox; importing the sampler class here makes a bad ``data.sampler`` fail the dry run (the sampler
-    module needs torch: imported only then), and a host that cannot confine code rewards fails it too (unless
-    accepted)."""
+    """The plan's lines for the HF rollout engine's chunks, its routing recording (R3), the custom training
+    sampler, the profiler and the sandbox; importing the sampler class here makes a bad ``data.sampler`` fail
+    the dry run (the sampler module needs torch: imported only then), and a host that cannot confine code
+    rewards fails it too (unless accepted)."""
     from omegaconf import OmegaConf
 
     from rlcore.profiling.plan import describe_profiler
     from rlcore.rollout.chunking import describe_chunking
+    from rlcore.rollout.routing_plan import describe_routing_replay
     from rlcore.sandbox.plan import sandbox_plan
 
-    lines = [describe_chunking(config), describe_profiler(config), sandbox_plan(config)]
+    lines = [
+        describe_chunking(config),
+        describe_routing_replay(config),
+        describe_profiler(config),
+        sandbox_plan(config),
+    ]
     if OmegaConf.select(config, "data.sampler.class_path") not in (None, ""):
         from rlcore.data.sampler import describe_sampler
 

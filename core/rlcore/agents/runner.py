@@ -22,7 +22,7 @@ import torch
 from rlcore.agents.interactions import load_interactions
 from rlcore.agents.loops import AgentContext, AgentSample, Generation
 from rlcore.agents.render import ChatRenderer
-from rlcore.agents.settings import AgentSettings
+from rlcore.agents.settings import ROLLOUT_KEY, AgentSettings
 from rlcore.agents.tools import ToolExecutor, load_tools
 from rlcore.agents.tracing import Tracer, trajectory_outputs
 from rlcore.agents.trajectory import Trajectory
@@ -145,6 +145,7 @@ class AgentRunner:
 
         rollout = config.actor_rollout_ref.rollout
         self.settings = AgentSettings.from_rollout(rollout)
+        self.records_routing = bool(rollout.get("enable_rollout_routing_replay", False))
         self.tokenizer = tokenizer
         self.registry = load_plugins().registry
         tools = load_tools(self.settings.tool_config_path) if self.settings.tool_config_path else {}
@@ -173,7 +174,17 @@ class AgentRunner:
         return self.settings.active or any(name for name in _agent_names(batch) if name)
 
     def run(self, batch: Batch, generate: Callable[[Batch], Batch]) -> Batch:
-        """The rollout of ``batch`` (left-padded prompts, already repeated ``n`` times) through agent loops."""
+        """The rollout of ``batch`` (left-padded prompts, already repeated ``n`` times) through agent loops.
+
+        Raises :class:`RLCoreError` with ``rollout.enable_rollout_routing_replay`` (R3): the trajectories do not
+        carry the routing the engine records (the dry run refuses R3 with multi-turn; this catches samples that
+        name an agent loop themselves)."""
+        if self.records_routing:
+            raise RLCoreError(
+                f"{ROLLOUT_KEY}.enable_rollout_routing_replay=true, but these samples go through agent loops "
+                f"(they name one, or {ROLLOUT_KEY}.multi_turn is on), whose trajectories do not carry the recorded "
+                "routing yet; turn R3 off or drop the samples' agent loop"
+            )
         return asyncio.run(self._run(batch, generate))
 
     async def _run(self, batch: Batch, generate: Callable[[Batch], Batch]) -> Batch:

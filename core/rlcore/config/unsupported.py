@@ -172,7 +172,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         (
             "actor_rollout_ref.actor.router_replay",
             "actor_rollout_ref.ref.router_replay",
-            "actor_rollout_ref.rollout.enable_rollout_routing_replay",
         ),
     ),
     MissingFeature(

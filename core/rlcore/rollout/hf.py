@@ -29,6 +29,7 @@ verify that the engine serves the trainer's weights.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlcore.api.batch import Batch
+from rlcore.api.training import ROUTED_EXPERTS
 from rlcore.data.multimodal import MULTI_MODAL_INPUTS
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.vlm import load_policy, rollout_prefill
@@ -56,6 +58,7 @@ from rlcore.rollout.chunking import (
 from rlcore.rollout.cuda_graphs import StepGraphs
 from rlcore.rollout.decode_state import DecodeState
 from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
+from rlcore.rollout.routing import RoutingRecorder, place_routing
 from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
 from rlcore.rollout.weights import check_weight_names, float64_sum, state_checksum
 
@@ -137,6 +140,8 @@ class HFRolloutEngine:
         self._bucketed = bool(bucketed) and self._static is not None
         self._graphs = StepGraphs() if self._bucketed and self.device.type == "cuda" else None
         self._states: dict[tuple[Any, ...], DecodeState] = {}
+        # R3: the routers of a mixture-of-experts model are hooked while training rollouts decode
+        self._routing = RoutingRecorder(self.module) if config.get("enable_rollout_routing_replay", False) else None
 
         special = SpecialTokens(tokenizer, getattr(self.module, "generation_config", None))
         self.eos_token_ids: list[int] = special.eos_token_ids
@@ -177,7 +182,9 @@ class HFRolloutEngine:
         False`` forces greedy decoding. The result holds ``prompts``, ``responses [B, R]`` (right-padded
         with the pad token, ``R = response_length``), ``response_mask`` (1 up to and including the EOS
         token), ``input_ids``, ``attention_mask`` and ``position_ids = clip(cumsum(attention_mask) - 1, 0)``
-        over ``P + R``, and with ``calculate_log_probs`` ``rollout_log_probs [B, R]`` (0 on padding).
+        over ``P + R``, with ``calculate_log_probs`` ``rollout_log_probs [B, R]`` (0 on padding), and with
+        ``enable_rollout_routing_replay`` on a mixture-of-experts model, outside validation, the routing of
+        every token fed through the model (:data:`~rlcore.api.training.ROUTED_EXPERTS`, :mod:`rlcore.rollout.routing`).
         Non-tensors are copied; ``meta`` is the input's with ``metrics`` replaced by
         ``rollout/gen_tokens``, ``rollout/rows_per_chunk`` (the largest chunk's rows) and
         ``rollout/graph_step_share`` (the share of decoding steps replayed from CUDA graphs).
@@ -190,6 +197,8 @@ class HFRolloutEngine:
         seeds = [] if params.greedy else request_seeds(self.settings.seed, self._calls, len(prompts))
         if not params.greedy:
             self._calls += 1
+        validating = validate or bool(batch.meta.get("validate", False))
+        recorder = None if validating else self._routing
         images = batch.non_tensors.get(MULTI_MODAL_INPUTS)
         slices = self._plan_chunks(len(prompts), prompts.shape[1])
         steps = [0, 0]  # decoding steps run, and of those replayed from graphs
@@ -198,8 +207,8 @@ class HFRolloutEngine:
             input_ids, attention_mask, position_ids = (
                 t.to(self.device) for t in trim_left_padding(prompts[rows], prompt_mask[rows], prompt_positions[rows])
             )
-            chunks.append(
-                self._sample(
+            with recorder if recorder is not None else contextlib.nullcontext():
+                sampled = self._sample(
                     input_ids,
                     attention_mask,
                     position_ids,
@@ -208,19 +217,40 @@ class HFRolloutEngine:
                     None if images is None else images[rows],
                     steps,
                 )
+            # the routing of the tokens fed through the model, from where the trimmed prompts start
+            routing = (
+                None if recorder is None else (prompts.shape[1] - input_ids.shape[1], recorder.collect(len(input_ids)))
             )
+            chunks.append((*sampled, routing))
         if self.device.type == "cpu":  # the cache is not kept between calls on CPU (host memory)
             self._release()
-        logprob_parts = [logprobs for _, _, logprobs in chunks if logprobs is not None]
+        logprob_parts = [logprobs for _, _, logprobs, _ in chunks if logprobs is not None]
         out = rollout_output(
             batch,
-            torch.cat([responses for responses, _, _ in chunks]),
-            torch.cat([response_mask for _, response_mask, _ in chunks]),
+            torch.cat([responses for responses, _, _, _ in chunks]),
+            torch.cat([response_mask for _, response_mask, _, _ in chunks]),
             torch.cat(logprob_parts) if logprob_parts else None,
         )
+        if recorder is not None:
+            out[ROUTED_EXPERTS] = self._routing_layout(out, slices, [routing for *_, routing in chunks])
         out.meta["metrics"]["rollout/rows_per_chunk"] = max(rows.stop - rows.start for rows in slices)
         out.meta["metrics"]["rollout/graph_step_share"] = steps[1] / steps[0] if steps[0] else 0.0
         return out
+
+    def _routing_layout(
+        self, out: Batch, slices: Sequence[slice], recorded: Sequence[tuple[int, torch.Tensor] | None]
+    ) -> torch.Tensor:
+        """The call's :data:`~rlcore.api.training.ROUTED_EXPERTS` ``[B, P + R, L, k]``: each chunk's record
+        (its first column and ``[rows, tokens, L, k]``) placed as ``out``'s ``input_ids``
+        (:func:`~rlcore.rollout.routing.place_routing`)."""
+        prompt_width = out["prompts"].shape[1]
+        mask = out["attention_mask"]
+        parts = []
+        for rows, record in zip(slices, recorded):
+            assert record is not None
+            first_column, routing = record
+            parts.append(place_routing(routing, first_column, prompt_width, mask[rows]))
+        return torch.cat(parts)
 
     def _plan_chunks(self, rows: int, prompt_len: int) -> list[slice]:
         """The chunks of a call of ``rows`` prompts of width ``prompt_len``; loads the static decoder's

@@ -205,7 +205,9 @@ class VLLMRolloutEngine(TokenListEngine):
 
     def _load_weights(self, state: dict[str, torch.Tensor]) -> None:
         """Serialise ``state`` with safetensors (a tied ``lm_head.weight`` included: vLLM's CPU build keeps its
-        own copy of a tied head), have every vLLM worker reload it, and reset the prefix cache."""
+        own copy of a tied head; a mixture-of-experts model's fused expert tensors are sent under their
+        in-memory names, which vLLM 0.32's Qwen3-MoE/Qwen2-MoE loaders map), have every vLLM worker reload
+        it, and reset the prefix cache."""
         from safetensors.torch import save
 
         self.llm.collective_rpc("rlcore_load_weights", args=(save(state),))

