@@ -41,7 +41,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "from-verl.md"
 MODEL_ENGINE = "model_engine=megatron"
 ACTOR_MODEL_ENGINE = "actor_rollout_ref.actor.model_engine"
 REWARD = "reward.*"
-DISTILLATION = "distillation.*"
+FORWARD_KL_TOPK = "distillation_loss.loss_mode=forward_kl_topk"
 MEGATRON_SETTINGS = "megatron.use_mbridge"
 BUCKETS = "rollout.checkpoint_engine.update_weights_bucket_megabytes"
 EXPERT_PARALLEL = "rollout.expert_parallel_size"
@@ -60,7 +60,7 @@ OBSTACLES: dict[str, str] = {
     MODEL_ENGINE: "unknown config key 'model_engine'",
     ACTOR_MODEL_ENGINE: "unknown config key 'actor_rollout_ref.actor.model_engine'",
     REWARD: "unknown config key 'reward.",
-    DISTILLATION: "unknown config key 'distillation.",
+    FORWARD_KL_TOPK: "loss_mode=forward_kl_topk is not supported",
     # use_mbridge, vanilla_mbridge, use_megatron_fsdp, dtype, and the LoRA keys of a script whose model_engine
     # switch rlcore does not read: "verl's Megatron backend settings"
     MEGATRON_SETTINGS: "verl's Megatron backend settings",
@@ -106,9 +106,9 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/gspo_trainer/run_qwen3_30b_a3b_megatron.sh": (MODEL_ENGINE, MEGATRON_SETTINGS),
     "examples/gspo_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/mtp_trainer/run_mimo_7b_mtp_megatron.sh": (REWARD, MODEL_ENGINE, MTP, MEGATRON_SETTINGS),
-    "examples/on_policy_distillation_trainer/run_qwen3_8b_fsdp.sh": (DISTILLATION,),
-    "examples/on_policy_distillation_trainer/run_qwen3_8b_megatron.sh": (MODEL_ENGINE, DISTILLATION),
-    "examples/on_policy_distillation_trainer/run_qwen3_8b_mopd_fsdp.sh": (DISTILLATION,),
+    "examples/on_policy_distillation_trainer/run_qwen3_8b_fsdp.sh": (),
+    "examples/on_policy_distillation_trainer/run_qwen3_8b_megatron.sh": (MODEL_ENGINE, FORWARD_KL_TOPK),
+    "examples/on_policy_distillation_trainer/run_qwen3_8b_mopd_fsdp.sh": (),
     "examples/otb_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/ppo_trainer/run_qwen3_8b_fsdp.sh": (CRITIC_FSDP,),
     "examples/ppo_trainer/run_qwen3_8b_megatron.sh": (MODEL_ENGINE,),
