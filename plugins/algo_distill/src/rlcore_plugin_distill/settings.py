@@ -101,7 +101,9 @@ def _teacher_entries(config: DictConfig, problems: list[str]) -> dict[str, dict[
     """The configured teacher entries (verl's rule: the default ``teacher_model`` entry is dropped when other
     entries are given, and it is an error here to have configured it as well)."""
     section = OmegaConf.select(config, f"{D}.teacher_models") or {}
-    entries = {str(name): OmegaConf.to_container(entry, resolve=True) for name, entry in section.items()}
+    entries: dict[str, Any] = {
+        str(name): OmegaConf.to_container(entry, resolve=True) for name, entry in section.items()
+    }
     if len(entries) > 1 and DEFAULT_TEACHER in entries:
         default = entries.pop(DEFAULT_TEACHER)
         if isinstance(default, dict) and default.get("model_path"):
@@ -110,7 +112,7 @@ def _teacher_entries(config: DictConfig, problems: list[str]) -> dict[str, dict[
                 f"({', '.join(sorted(entries))}): verl drops the {DEFAULT_TEACHER!r} entry then; rename it "
                 f"(e.g. +{D}.teacher_models.teacher_model1.model_path=...)"
             )
-    return {name: entry if isinstance(entry, dict) else {} for name, entry in entries.items()}
+    return {name: dict(entry) if isinstance(entry, dict) else {} for name, entry in entries.items()}
 
 
 def _unknown_keys(prefix: str, given: dict[str, Any], known: dict[str, Any], problems: list[str]) -> None:
