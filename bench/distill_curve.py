@@ -10,7 +10,8 @@
    own first steps: the same process up to there, the learning rate being constant), and **distill** — the
    warm-started student, ``--student-steps`` steps of on-policy distillation from the teacher
    (``rlcore-plugin-distill``: PG OPD with ``k1``, the teacher as the only training signal,
-   ``use_task_rewards=false``; the verifier only scores validation).
+   ``use_task_rewards=false``; the verifier only scores validation), with ``--distill-n`` responses per
+   prompt (default the task's ``rollout.n``, as RL's; distillation needs no groups, so 1 works).
 
 Every run scores the greedy responses to the validation set every ``--eval-every`` steps
 (``val-core/<source>/reward/mean@1``). The JSON gives, per side, the curves across seeds (mean, std, min,
@@ -69,6 +70,9 @@ def main() -> int:
     parser.add_argument("--student-steps", type=int, default=15, help="steps of each side (default 15)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per side (default 3)")
     parser.add_argument("--first-seed", type=int, default=1, help="the first seed (default 1)")
+    parser.add_argument(
+        "--distill-n", type=int, help="rollout.n of the distillation runs (default: the task's, as RL's)"
+    )
     parser.add_argument("--eval-every", type=int, default=1, help="trainer.test_freq (default 1)")
     parser.add_argument("--tolerance", type=float, default=0.02, help="'reaches' = within this of the teacher")
     parser.add_argument("--png", type=Path, help="write a figure of both sides' curves there")
@@ -78,8 +82,10 @@ def main() -> int:
     log = common.make_log("distill")
 
     def body() -> dict[str, Any]:
-        if min(args.teacher_steps, args.student_steps, args.eval_every, args.seeds) < 1:
-            raise common.BenchError("--teacher-steps, --student-steps, --eval-every and --seeds must be >= 1")
+        if min(args.teacher_steps, args.student_steps, args.eval_every, args.seeds, args.distill_n or 1) < 1:
+            raise common.BenchError(
+                "--teacher-steps, --student-steps, --eval-every, --seeds and --distill-n must be >= 1"
+            )
         if args.student_steps > args.teacher_steps:
             raise common.BenchError("--student-steps must not exceed --teacher-steps (rl's first seed is the teacher)")
         task = ["--preset", TASKS[args.task], f"trainer.test_freq={args.eval_every}"]
@@ -123,6 +129,7 @@ def main() -> int:
                         "distillation.distillation_loss.loss_mode=k1",
                         "distillation.distillation_loss.use_policy_gradient=true",
                         "distillation.distillation_loss.use_task_rewards=false",
+                        *([f"{ARR}.rollout.n={args.distill_n}"] if args.distill_n else []),
                     ],
                     root,
                     args.threads,
@@ -140,6 +147,7 @@ def main() -> int:
             "task": args.task,
             "teacher_steps": args.teacher_steps,
             "student_steps": args.student_steps,
+            "distill_n": args.distill_n,
             "seeds": seeds,
             "teacher": {"val_by_step": teacher["val_by_step"], "final": final, "wall_s": teacher["wall_s"]},
             "threshold": threshold,
