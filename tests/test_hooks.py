@@ -18,6 +18,7 @@ import rlcore
 from rlcore import hookdocs
 from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.config import ConfigError, load_config
+from rlcore.errors import RLCoreError
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "plugins.md"
@@ -234,6 +235,40 @@ def test_broken_register_commands_marks_the_plugin(registered) -> None:
     with registered(plugin(register_commands=commands), name="bad-cmd") as manager:
         manager.add_commands(click.Group())
         assert manager.records["bad-cmd"].status == "error"
+
+
+def test_hook_step_extensions(registered, tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A real run with a plugin's step extension: its worker group is built and initialised, its stage's column
+    and metric join the batch and the step's metrics, and its loss term replaces the actor loss."""
+    from rlcore.api.extensions import StepExtension
+    from rlcore.testing.runs import make_tiny_task, tiny_run
+    from rlcore.tracking.sinks import read_metrics
+
+    extension = StepExtension(
+        "lengths",
+        worker="tests.extension_parts:ResponseLengthWorker",
+        method="response_lengths",
+        loss_term="tests.extension_parts:make_zero_term",
+    )
+
+    def step_extensions(config):
+        return [extension] if config.trainer.experiment_name == "extended" else None
+
+    task = make_tiny_task(tmp_path / "task", train_rows=8, test_rows=2)
+    with registered(plugin(step_extensions=step_extensions), name="extension-hook"):
+        _, run_dir = tiny_run(tmp_path, tiny_model_dir, task, "trainer.experiment_name=extended")
+    rows = [row for row in read_metrics(run_dir / "metrics.jsonl") if "training/global_step" in row]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["lengths/mean"] == pytest.approx(row["response_length/mean"])
+        assert row["actor/lengths_seen"] > 0 and row["timing_s/lengths"] > 0
+        assert row["actor/grad_norm"] == 0.0, "the term's zero loss is what was backpropagated"
+    with pytest.raises(RLCoreError, match="give both worker and method, or neither"):
+        StepExtension("half", worker="a:B")
+    with pytest.raises(RLCoreError, match="two plugins return a step extension named 'lengths'"):
+        from rlcore.api.extensions import collect_step_extensions
+
+        collect_step_extensions([[extension], None, [extension]])
 
 
 def test_hook_on_config_resolved(registered, capsys) -> None:

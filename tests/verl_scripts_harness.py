@@ -68,7 +68,7 @@ def localised(arguments: list[str], model: Path, task: dict[str, Path]) -> list[
     for word in arguments:
         key = word.split("=", 1)[0].lstrip("+")
         if MODEL_KEY.fullmatch(key):
-            word = f"{key}={model}"
+            word = f"{word.split('=', 1)[0]}={model}"  # keeps the '+' of a key the script adds
         elif key in DATA_KEYS:
             word = f"{key}={task['train' if key == 'data.train_files' else 'test']}"
         out.append(word)

@@ -344,6 +344,26 @@ def on_config_resolved(config: DictConfig) -> None:
 
 
 @hookspec
+def step_extensions(config: DictConfig) -> list[Any] | None:
+    """Return the :class:`rlcore.api.extensions.StepExtension` objects this plugin adds to a run of ``config``
+    (a worker group of its own, a stage of the step that adds batch keys, a term of the actor loss), or None
+    when the config does not switch the plugin's feature on.
+
+    Called by the controller before the worker groups are built and by each actor worker for its loss, so it
+    must depend on ``config`` only. :mod:`rlcore.api.extensions` says when each part runs.
+
+    Example::
+
+        @rlcore.hookimpl
+        def step_extensions(config):
+            if not config.distillation.enabled:
+                return None
+            return [StepExtension("teacher", worker="my_pkg.worker:TeacherWorker",
+                                  method="compute_teacher_log_prob", loss_term="my_pkg.loss:make_term")]
+    """
+
+
+@hookspec
 def register_commands(cli: click.Group) -> None:
     """Add sub-commands to the ``rlcore`` command line.
 

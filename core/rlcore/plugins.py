@@ -49,6 +49,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from rlcore import hookspecs
 from rlcore.api import API_RANGE_ATTRIBUTE, API_VERSION
+from rlcore.api.extensions import StepExtension, collect_step_extensions
 from rlcore.errors import RLCoreError
 from rlcore.registry import KIND_HOOKS, Component, ComponentLoader, Registry, UnknownComponentError
 
@@ -454,6 +455,12 @@ def _get_component(kind: str, name: str) -> Any:
         if provider is None:
             raise
         raise UnknownComponentError(f"{exc}; {provider}") from exc
+
+
+def step_extensions(config: Any, manager: PluginManager | None = None) -> list[StepExtension]:
+    """The :class:`rlcore.api.extensions.StepExtension` objects the plugins add to a run of ``config`` (the
+    ``step_extensions`` hook of ``manager``, by default the process-wide one), in plugin order."""
+    return collect_step_extensions((manager or load_plugins()).hook.step_extensions(config=config))
 
 
 #: ``get_component(kind, name)``: resolve ``(kind, name)`` through the process-wide registry and return the

@@ -28,6 +28,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.api.training",  # the TrainingEngine / TrainingBackend contract
     "rlcore.modelkit.optim",  # AdamW and verl's learning-rate schedule, for engines
     "rlcore.modelkit.distributed",  # device, process group, seeding and RNG state, for engines
+    "rlcore.api.extensions",  # StepExtension: a plugin's worker group, step stage and actor loss term
     "rlcore.workers.base",  # WorkerBase: the rank set-up and engines of an algorithm's own worker (PRIME's PRM)
     "rlcore.config.batch_sizes",  # UpdateBatchSizes and the batch arithmetic, for such workers
     "rlcore.config.schema",  # the typed config sections (Sections.from_tree) the batch arithmetic takes

@@ -21,6 +21,7 @@ from rlcore.algos.kl_control import (
 )
 from rlcore.algos.losses import (
     LOG_RATIO_CLAMP,
+    ActorLossTerm,
     agg_loss,
     build_actor_loss,
     clip_ratio_bounds,
@@ -33,6 +34,7 @@ from rlcore.config.algorithm_names import LOSS_AGG_MODES, check_kl_penalty, chec
 
 __all__ = [
     "LOG_RATIO_CLAMP",
+    "ActorLossTerm",
     "LOSS_AGG_MODES",
     "AdaptiveKLController",
     "FixedKLController",

@@ -7,7 +7,7 @@ loss against the reference policy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -28,6 +28,9 @@ LOG_RATIO_CLAMP = 20.0
 LOW_VAR_KL_CLAMP = 10.0
 
 ActorLossFn = Callable[[torch.Tensor, torch.Tensor | None, Any], tuple[torch.Tensor, dict[str, float]]]
+#: a plugin's term of the actor loss, ``term(log_prob, micro_batch, loss) -> (loss, metrics)``: it receives the
+#: loss of the policy, entropy and KL terms and returns the micro-batch's loss (:mod:`rlcore.api.extensions`)
+ActorLossTerm = Callable[[torch.Tensor, Any, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
 
 
 def agg_loss(
@@ -174,7 +177,22 @@ def value_loss(
     return loss, clipfrac.item()
 
 
-def build_actor_loss(actor_config: Mapping[str, Any]) -> ActorLossFn:
+def loss_terms(config: Any) -> list[ActorLossTerm]:
+    """The actor loss terms the plugins' step extensions add to a run of ``config``: each extension's
+    ``loss_term`` factory, imported and called with ``config``."""
+    import importlib
+
+    from rlcore.plugins import step_extensions
+
+    terms: list[ActorLossTerm] = []
+    for extension in step_extensions(config):
+        if extension.loss_term is not None:
+            module, _, attr = extension.loss_term.partition(":")
+            terms.append(getattr(importlib.import_module(module), attr)(config))
+    return terms
+
+
+def build_actor_loss(actor_config: Mapping[str, Any], terms: Sequence[ActorLossTerm] = ()) -> ActorLossFn:
     """Build the actor's loss function from the ``actor_rollout_ref.actor`` config section.
 
     The returned ``loss_fn(log_prob, entropy, micro_batch) -> (loss, metrics)`` reads ``old_log_probs``,
@@ -184,8 +202,9 @@ def build_actor_loss(actor_config: Mapping[str, Any]) -> ActorLossFn:
         loss = policy_loss − entropy_coeff · agg(entropy) + kl_loss_coef · agg(kl_penalty(logπ, logπ_ref))
 
     where the policy loss is the component named by ``policy_loss.loss_mode``, the entropy term is used
-    when ``entropy_coeff != 0`` and the KL term when ``use_kl_loss``. Metrics: the policy loss's own,
-    ``actor/pg_loss`` and, with the KL loss, ``actor/kl_loss`` and ``actor/kl_coef``. The component and
+    when ``entropy_coeff != 0`` and the KL term when ``use_kl_loss``; each of ``terms`` (the plugins' loss
+    terms, :func:`loss_terms`) then maps that loss to the final one, in order. Metrics: the policy loss's own,
+    ``actor/pg_loss``, with the KL loss ``actor/kl_loss`` and ``actor/kl_coef``, and the terms' own. The component and
     the modes are resolved here, so a misconfiguration fails before training starts.
     """
     policy_section = actor_config.get("policy_loss", None) or {}
@@ -239,6 +258,9 @@ def build_actor_loss(actor_config: Mapping[str, Any]) -> ActorLossFn:
             loss = loss + kl_coef * kl_loss
             metrics["actor/kl_loss"] = kl_loss.detach().item()
             metrics["actor/kl_coef"] = kl_coef
+        for term in terms:
+            loss, term_metrics = term(log_prob, micro_batch, loss)
+            metrics.update(term_metrics)
         return loss, metrics
 
     return loss_fn

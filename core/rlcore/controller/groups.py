@@ -12,10 +12,12 @@ group too, unless ``reward_model.enable_resource_pool`` gives it the ``reward`` 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from omegaconf import DictConfig
 
+from rlcore.api.extensions import StepExtension
 from rlcore.api.groups import ActorGroup, ActorRole, CriticGroup, RewardModelGroup, WorkerGroup
 from rlcore.config.pools import placement_mode, reward_pool
 from rlcore.controller.placement import POOL_REWARD, POOL_ROLLOUT, POOL_TRAIN
@@ -47,6 +49,8 @@ class WorkerGroups:
     rollout: ActorGroup
     critic: CriticGroup | None = None
     reward_model: RewardModelGroup | None = None
+    #: the plugins' step extensions' groups, by extension name (:mod:`rlcore.api.extensions`)
+    extensions: dict[str, WorkerGroup] = field(default_factory=dict)
 
     @property
     def split(self) -> bool:
@@ -54,11 +58,13 @@ class WorkerGroups:
         return self.rollout is not self.actor
 
     def distinct(self) -> list[WorkerGroup]:
-        """Every group once: actor, then rollout (when split), then critic and reward model (when used)."""
+        """Every group once: actor, then rollout (when split), then critic and reward model (when used), then
+        the step extensions' groups."""
         groups: list[WorkerGroup] = [self.actor]
         if self.split:
             groups.append(self.rollout)
-        return groups + [group for group in (self.critic, self.reward_model) if group is not None]
+        groups += [group for group in (self.critic, self.reward_model) if group is not None]
+        return groups + list(self.extensions.values())
 
     def init_models(self) -> None:
         """``init_model()`` on every group, then (split) the first weight sync to the rollout group."""
@@ -108,12 +114,15 @@ def build_worker_groups(
     use_critic: bool,
     use_reward_model: bool = False,
     reward_model_worker: str | None = None,
+    extensions: Sequence[StepExtension] = (),
 ) -> WorkerGroups:
     """Create the run's worker groups for ``trainer.placement`` (models are loaded by ``init_models()``).
 
     The workers build their engines with the backends of ``actor_rollout_ref.actor.strategy`` and
     ``critic.strategy`` (and ``reward_model.strategy``). The reward-model group builds ``reward_model_worker``
-    (a :class:`WorkerSpec` name, e.g. an algorithm's own reward model) or the core's discriminative one; groups already created are shut down again when a later one fails to start.
+    (a :class:`WorkerSpec` name, e.g. an algorithm's own reward model) or the core's discriminative one. Each
+    step extension with a worker gets a group of role ``extension.name`` on the ``train`` pool. Groups already
+    created are shut down again when a later one fails to start.
     """
     split = placement_mode(config) == "split"
     actor_spec = WorkerSpec("actor")
@@ -139,7 +148,14 @@ def build_worker_groups(
             spec = WorkerSpec(reward_model_worker or "reward_model")
             pool = POOL_REWARD if reward_pool(config) else POOL_TRAIN
             reward_model = make_worker_group(spec, config, "reward_model", pool)
-        return WorkerGroups(actor, rollout, critic, reward_model)
+            created.append(reward_model)
+        extension_groups: dict[str, WorkerGroup] = {}
+        for extension in extensions:
+            if extension.worker is not None:
+                group = make_worker_group(WorkerSpec(extension.worker), config, extension.name, POOL_TRAIN)
+                created.append(group)
+                extension_groups[extension.name] = group
+        return WorkerGroups(actor, rollout, critic, reward_model, extension_groups)
     except BaseException:
         for group in reversed(created):
             group.shutdown()

@@ -50,7 +50,7 @@ from rlcore.data.loader import PromptLoader
 from rlcore.data.sampler import build_sampler, update_curriculum
 from rlcore.errors import RLCoreError
 from rlcore.graceful_stop import StopRequest
-from rlcore.plugins import PluginManager
+from rlcore.plugins import PluginManager, step_extensions
 from rlcore.processors import load_processor
 from rlcore.profiling.plan import step_profiling
 from rlcore.reward.async_reward import AsyncReward, PendingReward
@@ -129,6 +129,7 @@ class Trainer:
         self.reward_model_worker = self.estimator.spec.reward_model_worker  # e.g. PRIME's implicit PRM
         self.reward_extra_keys: tuple[str, ...] = ()  # the per-sample extras the reward function returned
         self.use_reward_model = bool(config.reward_model.enable) or self.reward_model_worker is not None
+        self.extensions = step_extensions(config, manager)  # the plugins' worker groups, stages and loss terms
         self.nonfinite_in_a_row = 0
         self.stop = StopRequest(self.sections.trainer.stop_grace_s)
         self.saved_step = 0  # the step of the newest checkpoint this run saved or resumed from
@@ -188,6 +189,7 @@ class Trainer:
             use_critic=self.use_critic,
             use_reward_model=self.use_reward_model,
             reward_model_worker=self.reward_model_worker,
+            extensions=self.extensions,
         )
         self.actor, self.rollout, self.critic = self.groups.actor, self.groups.rollout, self.groups.critic
         self.groups.init_models()
@@ -347,6 +349,18 @@ class Trainer:
         batch["advantages"] = advantages
         batch["returns"] = returns
 
+    def _run_extensions(self, batch: Batch, metrics: dict[str, float]) -> None:
+        """The step extensions' stages (:mod:`rlcore.api.extensions`): each group's method adds its tensors
+        to ``batch`` and its ``meta["metrics"]`` to ``metrics``, timed as ``timing_s/<name>``."""
+        for extension in self.extensions:
+            if extension.method is None:
+                continue
+            with self.timer(extension.name):
+                out = getattr(self.groups.extensions[extension.name], extension.method)(batch)
+            for key in out.tensors:
+                batch[key] = out[key]
+            metrics.update(reduce_metrics(out.meta.get("metrics", {})))
+
     def _on_policy_update(self, batch: Batch) -> bool:
         """Whether the actor update is one optimizer step on exactly the policy that generated ``batch``
         (one PPO epoch, one mini-batch, nothing before the update reads ``old_log_probs`` or ``sum_pi_squared``). Then the
@@ -406,6 +420,7 @@ class Trainer:
         if reward is not None:
             with timer("reward"):
                 self._apply_reward(batch, reward.result(metrics), metrics)
+        self._run_extensions(batch, metrics)
         self._dump_rollouts(batch)
         with timer("adv"):
             self._apply_kl_in_reward(batch, metrics)

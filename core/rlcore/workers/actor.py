@@ -14,7 +14,7 @@ from typing import Any, TypeVar, cast
 
 import torch
 
-from rlcore.algos.losses import agg_loss, build_actor_loss
+from rlcore.algos.losses import agg_loss, build_actor_loss, loss_terms
 from rlcore.api.batch import Batch
 from rlcore.api.groups import ActorRole
 from rlcore.api.rollout import RolloutEngine
@@ -103,7 +103,7 @@ class ActorRolloutRefWorker(WorkerBase):
         self.tokenizer = self._load_tokenizer()
         if self.has_actor:
             self.actor = self._create_engine("actor", ACTOR, f"{ARR}.model")
-            self.loss_fn = build_actor_loss(self.config.actor_rollout_ref.actor)
+            self.loss_fn = build_actor_loss(self.config.actor_rollout_ref.actor, loss_terms(self.config))
             if self.actor_config.shuffle:
                 self.shuffle_generator = torch.Generator().manual_seed(int(self.actor_config.data_loader_seed))
         if self.has_ref:

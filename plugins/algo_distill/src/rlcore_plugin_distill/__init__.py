@@ -1,0 +1,1 @@
+"""On-policy distillation for rlcore (verl's ``distillation.*`` keys)."""

@@ -1,0 +1,256 @@
+"""verl 0.10's ``distillation.*`` section: its defaults, and its validation into :class:`DistillationSettings`.
+
+Imports no torch: the hooks module reads it at start-up, and ``rlcore run --dry-run`` validates with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlcore.config import ConfigError
+
+D = "distillation"
+#: the single-teacher entry of verl's defaults; with other entries present it must be left unset
+DEFAULT_TEACHER = "teacher_model"
+#: the per-token reverse-KL estimators of ``distillation_loss.loss_mode`` (rlcore.algos.kl_penalty's names)
+ESTIMATORS: tuple[str, ...] = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+#: verl's top-k mode: it needs the student's logits at the teacher's top-k token ids inside the training
+#: forward, which rlcore's training engines do not return (they return the sampled tokens' log-probs)
+TOPK_MODES: tuple[str, ...] = ("forward_kl_topk",)
+
+#: the keys of one teacher entry, with verl's defaults (``distillation.teacher_models.<name>.*``)
+TEACHER_DEFAULTS: dict[str, Any] = {
+    "key": None,  # the value of the sample's teacher_key routed to this teacher (several teachers)
+    "model_path": None,  # the teacher's Hugging Face directory (required); same tokenizer as the student
+    "num_replicas": 0,  # verl's teacher replicas (0: the whole pool, for one teacher); checked, see README
+    "inference": {
+        "name": "vllm",  # verl's serving engine; here the training backend's forward scores (plan note)
+        "tensor_model_parallel_size": 2,  # a replica's size in verl's pool check (tp × dp)
+        "data_parallel_size": 1,  # a replica's size in verl's pool check (tp × dp)
+        "gpu_memory_utilization": 0.5,  # verl's serving-engine memory share; unused here (plan note)
+        "max_model_len": None,  # must hold data.max_prompt_length + data.max_response_length + 1
+    },
+}
+
+#: verl 0.10's ``distillation`` section (``verl/trainer/config/distillation/distillation.yaml``), with its defaults
+CONFIG_DEFAULTS: dict[str, Any] = {
+    D: {
+        "enabled": False,  # on-policy distillation: teacher log-probs on the student's samples (rlcore-plugin-distill)
+        "n_gpus_per_node": 8,  # verl's teacher pool per node; checked against the teachers' replicas
+        "nnodes": 0,  # verl's teacher pool nodes (0: none); when ≥ 1 checked against the teachers' replicas
+        "teacher_key": "data_source",  # the sample field that routes it to a teacher's key (several teachers)
+        "teacher_models": {DEFAULT_TEACHER: TEACHER_DEFAULTS},
+        "distillation_loss": {
+            "loss_mode": "k3",  # per-token reverse-KL estimator: kl|k1|abs|mse|k2|low_var_kl|k3
+            "topk": 32,  # k of verl's top-k modes (forward_kl_topk is not supported here)
+            "use_task_rewards": True,  # also the policy loss on the task reward's advantages
+            "distillation_loss_coef": 1.0,  # weight of the distillation loss when use_task_rewards
+            "loss_max_clamp": None,  # clamp each token's distillation loss to ±this
+            "log_prob_min_clamp": None,  # verl clamps log-probs only in its top-k modes: a no-op for estimators
+            "use_policy_gradient": False,  # true: PPO-clipped surrogate with advantage −loss; false: backprop the loss
+            "policy_loss_mode": "vanilla",  # the surrogate of use_policy_gradient (verl: vanilla only)
+            "clip_ratio": 0.2,  # that surrogate's clip range (fallback of _low/_high)
+            "clip_ratio_low": 0.2,
+            "clip_ratio_high": 0.2,
+        },
+    }
+}
+
+
+@dataclass(frozen=True)
+class Teacher:
+    """One teacher: its entry name, its routing key (None for a single teacher) and its model directory."""
+
+    name: str
+    key: str | None
+    model_path: str
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """``distillation.distillation_loss``, validated."""
+
+    loss_mode: str
+    use_task_rewards: bool
+    coef: float
+    loss_max_clamp: float | None
+    use_policy_gradient: bool
+    clip_ratio: float
+    clip_ratio_low: float
+    clip_ratio_high: float
+
+
+@dataclass(frozen=True)
+class DistillationSettings:
+    """The validated ``distillation`` section of an enabled run."""
+
+    teachers: tuple[Teacher, ...]
+    teacher_key: str
+    loss: LossSettings
+
+
+def enabled(config: DictConfig) -> bool:
+    """Whether ``distillation.enabled`` is set (False when the section is absent)."""
+    return bool(OmegaConf.select(config, f"{D}.enabled", default=False))
+
+
+def _teacher_entries(config: DictConfig, problems: list[str]) -> dict[str, dict[str, Any]]:
+    """The configured teacher entries (verl's rule: the default ``teacher_model`` entry is dropped when other
+    entries are given, and it is an error here to have configured it as well)."""
+    section = OmegaConf.select(config, f"{D}.teacher_models") or {}
+    entries: dict[str, Any] = {
+        str(name): OmegaConf.to_container(entry, resolve=True) for name, entry in section.items()
+    }
+    if len(entries) > 1 and DEFAULT_TEACHER in entries:
+        default = entries.pop(DEFAULT_TEACHER)
+        if isinstance(default, dict) and default.get("model_path"):
+            problems.append(
+                f"{D}.teacher_models.{DEFAULT_TEACHER}.model_path is set beside other teachers "
+                f"({', '.join(sorted(entries))}): verl drops the {DEFAULT_TEACHER!r} entry then; rename it "
+                f"(e.g. +{D}.teacher_models.teacher_model1.model_path=...)"
+            )
+    return {name: dict(entry) if isinstance(entry, dict) else {} for name, entry in entries.items()}
+
+
+def _unknown_keys(prefix: str, given: dict[str, Any], known: dict[str, Any], problems: list[str]) -> None:
+    """Name every key of ``given`` that ``known`` does not declare (recursively)."""
+    for key, value in given.items():
+        if key not in known:
+            problems.append(
+                f"unknown config key '{prefix}.{key}': a teacher entry takes "
+                f"{', '.join(sorted(TEACHER_DEFAULTS))} and inference.{{{', '.join(TEACHER_DEFAULTS['inference'])}}}"
+            )
+        elif isinstance(known[key], dict) and isinstance(value, dict):
+            _unknown_keys(f"{prefix}.{key}", value, known[key], problems)
+
+
+def _positive_int(value: Any, key: str, problems: list[str], minimum: int = 1) -> int:
+    """``value`` as an int of at least ``minimum``, or 0 with a problem recorded."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        problems.append(f"{key}={value!r} must be an integer of at least {minimum}")
+        return 0
+    return value
+
+
+def _check_pool(config: DictConfig, entries: dict[str, dict[str, Any]], problems: list[str]) -> None:
+    """verl's sizing rule, when a teacher pool is given (``nnodes`` ≥ 1): the teachers' replicas
+    (num_replicas × tp × dp each) fill ``n_gpus_per_node × nnodes`` exactly; one teacher with
+    ``num_replicas=0`` takes the whole pool. ``nnodes=0`` (verl's default) gives no pool to check."""
+    nnodes = OmegaConf.select(config, f"{D}.nnodes")
+    if nnodes == 0:
+        return
+    pool = _positive_int(OmegaConf.select(config, f"{D}.n_gpus_per_node"), f"{D}.n_gpus_per_node", problems) * (
+        _positive_int(nnodes, f"{D}.nnodes", problems, minimum=0)
+    )
+    total = 0
+    for name, entry in entries.items():
+        inference = {**TEACHER_DEFAULTS["inference"], **(entry.get("inference") or {})}
+        prefix = f"{D}.teacher_models.{name}"
+        replica = _positive_int(
+            inference["tensor_model_parallel_size"], f"{prefix}.inference.tensor_model_parallel_size", problems
+        ) * _positive_int(inference["data_parallel_size"], f"{prefix}.inference.data_parallel_size", problems)
+        replicas = entry.get("num_replicas", 0)
+        if len(entries) == 1 and not replicas and replica and pool:
+            if pool % replica:
+                problems.append(
+                    f"{prefix}: a replica's size (tensor × data parallel = {replica}) must divide the teacher "
+                    f"pool ({D}.n_gpus_per_node × {D}.nnodes = {pool})"
+                )
+                continue
+            replicas = pool // replica
+        total += _positive_int(replicas, f"{prefix}.num_replicas", problems) * replica
+    if pool and total and total != pool:
+        problems.append(
+            f"the teachers' replicas need {total} devices (num_replicas × tensor × data parallel, summed) but the "
+            f"teacher pool {D}.n_gpus_per_node × {D}.nnodes is {pool}: make them equal (verl's rule)"
+        )
+
+
+def _check_lengths(config: DictConfig, entries: dict[str, dict[str, Any]], problems: list[str]) -> None:
+    """A teacher's ``inference.max_model_len`` must hold the student's prompt, response and one token."""
+    need = int(OmegaConf.select(config, "data.max_prompt_length") or 0) + int(
+        OmegaConf.select(config, "data.max_response_length") or 0
+    )
+    for name, entry in entries.items():
+        limit = (entry.get("inference") or {}).get("max_model_len")
+        if limit is not None and need + 1 > int(limit):
+            problems.append(
+                f"{D}.teacher_models.{name}.inference.max_model_len={limit} cannot hold the student's prompt and "
+                f"response (data.max_prompt_length + data.max_response_length + 1 = {need + 1})"
+            )
+
+
+def _loss_settings(config: DictConfig, problems: list[str]) -> LossSettings:
+    """``distillation.distillation_loss``, validated as verl validates it."""
+    section = OmegaConf.to_container(OmegaConf.select(config, f"{D}.distillation_loss"), resolve=True)
+    assert isinstance(section, dict)
+    prefix = f"{D}.distillation_loss"
+    mode = str(section["loss_mode"])
+    use_pg = bool(section["use_policy_gradient"])
+    if mode in TOPK_MODES:
+        problems.append(
+            f"{prefix}.loss_mode={mode} is not supported: it needs the student's logits at the teacher's top-k "
+            f"token ids inside the training forward, which rlcore's engines do not return; use one of "
+            f"{', '.join(ESTIMATORS)}"
+        )
+    elif mode not in ESTIMATORS:
+        problems.append(f"{prefix}.loss_mode={mode!r} is unknown; use one of {', '.join(ESTIMATORS)}")
+    elif mode in ("kl", "k1") and not use_pg:
+        problems.append(
+            f"{prefix}.loss_mode={mode} with use_policy_gradient=false: the gradient of k1 does not depend on the "
+            "teacher (verl refuses it too); set use_policy_gradient=true or use k3"
+        )
+    if section["policy_loss_mode"] != "vanilla":
+        problems.append(
+            f"{prefix}.policy_loss_mode={section['policy_loss_mode']!r}: only vanilla is supported (as in verl)"
+        )
+    _positive_int(section["topk"], f"{prefix}.topk", problems)
+    clamp = section["loss_max_clamp"]
+    if clamp is not None and float(clamp) <= 0:
+        problems.append(f"{prefix}.loss_max_clamp={clamp} must be positive (or null)")
+    clip = float(section["clip_ratio"])
+    return LossSettings(
+        loss_mode=mode,
+        use_task_rewards=bool(section["use_task_rewards"]),
+        coef=float(section["distillation_loss_coef"]),
+        loss_max_clamp=None if clamp is None else float(clamp),
+        use_policy_gradient=use_pg,
+        clip_ratio=clip,
+        clip_ratio_low=float(section["clip_ratio_low"] if section["clip_ratio_low"] is not None else clip),
+        clip_ratio_high=float(section["clip_ratio_high"] if section["clip_ratio_high"] is not None else clip),
+    )
+
+
+def distillation_settings(config: DictConfig) -> DistillationSettings:
+    """The validated ``distillation`` section; a :class:`ConfigError` lists every problem, each naming its key."""
+    problems: list[str] = []
+    entries = _teacher_entries(config, problems)
+    teachers: list[Teacher] = []
+    keys: set[str] = set()
+    for name, entry in entries.items():
+        prefix = f"{D}.teacher_models.{name}"
+        _unknown_keys(prefix, entry, TEACHER_DEFAULTS, problems)
+        if not entry.get("model_path"):
+            problems.append(f"{prefix}.model_path is not set: give the teacher's Hugging Face model directory")
+        key = entry.get("key")
+        if len(entries) > 1:
+            if not key:
+                problems.append(
+                    f"{prefix}.key is not set: with several teachers each routes the samples whose "
+                    f"{D}.teacher_key field equals its key"
+                )
+            elif key in keys:
+                problems.append(f"{prefix}.key={key!r} is the key of another teacher too")
+            keys.add(str(key))
+        teachers.append(Teacher(name, str(key) if len(entries) > 1 and key else None, str(entry.get("model_path"))))
+    if not entries:
+        problems.append(f"{D}.enabled=true but {D}.teacher_models is empty")
+    _check_pool(config, entries, problems)
+    _check_lengths(config, entries, problems)
+    loss = _loss_settings(config, problems)
+    if problems:
+        raise ConfigError(*problems)
+    return DistillationSettings(tuple(teachers), str(OmegaConf.select(config, f"{D}.teacher_key")), loss)

@@ -1,0 +1,146 @@
+"""The teacher worker (role ``teacher``): one frozen engine per teacher model, scoring the student's samples.
+
+Each teacher is built like the reference model (role ``ref`` of the actor's training backend,
+``actor_rollout_ref.actor.strategy``, with the ``actor_rollout_ref.ref.*`` and ``actor_rollout_ref.model.*``
+settings) from its own ``model_path``, and returns the log-probs of the sampled response tokens at
+temperature 1 (verl forces 1 too: the teacher scores, it does not sample). With several teachers each row goes
+to the teacher whose ``key`` equals the row's ``distillation.teacher_key`` field (``data_source`` by default).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from rlcore.api.batch import Batch
+from rlcore.api.training import EngineRequest, TrainingEngine
+from rlcore.config.batch_sizes import LOG_PROB_BUDGET, data_parallel_size, inference_micro_batch_size, token_budget
+from rlcore.config.keys import select
+from rlcore.errors import RLCoreError
+from rlcore.workers.base import WorkerBase, cpu_batch
+from rlcore.workers.micro_batches import plan_micro_batches
+from rlcore_plugin_distill.loss import TEACHER_LOG_PROBS
+from rlcore_plugin_distill.settings import D, Teacher, distillation_settings
+
+ARR = "actor_rollout_ref"
+#: the batch columns a teacher's forward reads
+INPUTS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+
+
+def _vocabulary(path: str, key: str) -> dict[str, int]:
+    """The token → id map of the tokenizer at ``path`` (``key`` names it in the error)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return dict(AutoTokenizer.from_pretrained(path).get_vocab())
+    except Exception as exc:  # transformers raises many types; the user needs one line
+        raise RLCoreError(f"{key}={path}: the tokenizer cannot be loaded ({type(exc).__name__})") from exc
+
+
+def check_same_tokenizer(student: str, teacher: str, key: str) -> None:
+    """verl's rule: a teacher shares the student's tokenizer (its per-token log-probs are read at the student's
+    token ids). Raise, naming ``key``, when the two vocabularies differ."""
+    mine, theirs = _vocabulary(student, f"{ARR}.model.path"), _vocabulary(teacher, key)
+    if mine != theirs:
+        differ = sorted(set(mine.items()) ^ set(theirs.items()))
+        raise RLCoreError(
+            f"{key}={teacher}: the teacher's tokenizer differs from the student's ({student}): "
+            f"{len(mine)} vs {len(theirs)} tokens, {len(differ)} token/id pairs differ (e.g. {differ[0]!r}); "
+            "on-policy distillation needs one tokenizer for both (verl's rule)"
+        )
+
+
+def teacher_config(config: DictConfig, teacher: Teacher) -> DictConfig:
+    """A copy of ``config`` whose policy model is the teacher's (the reference engine is built from it)."""
+    copied = copy.deepcopy(config)
+    OmegaConf.update(copied, f"{ARR}.model.path", teacher.model_path)
+    OmegaConf.update(copied, f"{ARR}.model.tokenizer_path", None)
+    return copied
+
+
+class TeacherWorker(WorkerBase):
+    """One rank of the teacher group: ``compute_teacher_log_prob(batch)`` → ``teacher_log_probs`` ``[B, R]``."""
+
+    ROLES = ("teacher",)
+
+    def configure(self) -> None:
+        """Validate the ``distillation`` section, each teacher's directory and tokenizer, and the engine
+        settings, before anything is initialised."""
+        self.settings = distillation_settings(self.config)
+        student = str(select(self.config, f"{ARR}.model.tokenizer_path") or select(self.config, f"{ARR}.model.path"))
+        self.configs: list[DictConfig] = []
+        for teacher in self.settings.teachers:
+            key = f"{D}.teacher_models.{teacher.name}.model_path"
+            if not (Path(teacher.model_path).expanduser() / "config.json").is_file():
+                raise RLCoreError(
+                    f"{key}={teacher.model_path}: no config.json there; give the teacher's model directory"
+                )
+            check_same_tokenizer(student, teacher.model_path, key)
+            self.configs.append(teacher_config(self.config, teacher))
+            self._backend("ref", f"{ARR}.ref").check_config(self.configs[-1], "ref", f"{ARR}.ref", f"{ARR}.model")
+        ref = self.sections.actor_rollout_ref.ref
+        self.micro = inference_micro_batch_size(ref, data_parallel_size(self.config, f"{ARR}.actor", self.world_size))
+        self.budget = token_budget(ref, *LOG_PROB_BUDGET)
+        self.teachers: list[TrainingEngine] = []
+
+    def init_model(self) -> None:
+        """Build one frozen engine per teacher."""
+        for config in self.configs:
+            request = EngineRequest(
+                role="ref",
+                config=config,
+                section=f"{ARR}.ref",
+                model_section=f"{ARR}.model",
+                device=self.device,
+                rank=self.rank,
+                world_size=self.world_size,
+            )
+            engine = self._backend("ref", f"{ARR}.ref").create_engine(request)
+            self.engines.append(engine)
+            self.teachers.append(engine)
+
+    def _rows(self, batch: Batch) -> list[torch.Tensor]:
+        """The row indices of ``batch`` each teacher scores (all rows for a single teacher)."""
+        if len(self.teachers) == 1:
+            return [torch.arange(len(batch))]
+        field = self.settings.teacher_key
+        if field not in batch:
+            raise RLCoreError(f"{D}.teacher_key={field!r}: the batch has no such field to route samples by")
+        values = np.asarray([str(v) for v in batch[field]], dtype=object)
+        keys = [str(t.key) for t in self.settings.teachers]
+        unrouted = sorted(set(values) - set(keys))
+        if unrouted:
+            raise RLCoreError(
+                f"{D}.teacher_key={field!r}: no teacher has the key {unrouted[0]!r} (the teachers' keys: "
+                f"{', '.join(keys)}); set {D}.teacher_models.<name>.key"
+            )
+        return [torch.from_numpy(np.flatnonzero(values == key)) for key in keys]
+
+    def compute_teacher_log_prob(self, batch: Batch) -> Batch:
+        """``teacher_log_probs`` ``[B, R]``: each routed teacher's log-probs of the sampled response tokens at
+        temperature 1, in micro-batches of ``ref.log_prob_micro_batch_size_per_gpu`` (or of at most
+        ``ref.log_prob_max_token_len_per_gpu`` tokens); 0 on padding."""
+        if not self.teachers:
+            raise RLCoreError("compute_teacher_log_prob() called before init_model()")
+        data = cpu_batch(batch).select(list(INPUTS))
+        out = torch.zeros(data["responses"].shape, dtype=torch.float32)
+        for engine, rows in zip(self.teachers, self._rows(batch)):
+            if not len(rows):
+                continue
+            part = data.index(rows)
+            plan = plan_micro_batches(
+                part,
+                size=self.micro,
+                budget=self.budget,
+                budget_key=f"{ARR}.ref.log_prob_max_token_len_per_gpu",
+                device=engine.device,
+            )
+            with engine.resident():
+                outputs = engine.forward(plan.parts, temperature=1.0, with_entropy=False)
+            out[rows] = plan.restore([o.require("log_probs").cpu() for o in outputs]).float()
+        out = out * data["response_mask"].to(out.dtype)
+        return Batch.from_dict({TEACHER_LOG_PROBS: out})
