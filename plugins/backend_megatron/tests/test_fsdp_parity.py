@@ -1,5 +1,6 @@
 """The same tiny model and batch on the megatron and the fsdp backends: equal log-probs, entropies, Σπ², and
-equal log-probs after one PPO update (fp32 on the CPU)."""
+equal log-probs after one PPO update (fp32 on the CPU); the same for a tiny Qwen3-MoE (megatron-core's MoE
+layers against transformers' ``Qwen3MoeForCausalLM``)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,17 @@ def run(backend: str, model_dir: Path, tokenizer: Any) -> dict[str, torch.Tensor
 
 
 @pytest.fixture(scope="module")
+def moe_results(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer: Any) -> dict[str, dict[str, torch.Tensor]]:
+    """Both backends' results on a tiny Qwen3-MoE (2 layers, 8 experts, top-2) without a load-balancing loss
+    (``router_aux_loss_coef=0``: transformers adds it only with ``output_router_logits``), so that the updates
+    compare the policy loss's gradients alone."""
+    from rlcore.testing.tiny import make_tiny_moe_model_dir
+
+    model_dir = make_tiny_moe_model_dir(tmp_path_factory.mktemp("moe"), router_aux_loss_coef=0.0)
+    return {backend: run(backend, model_dir, tiny_tokenizer) for backend in ("fsdp", "megatron")}
+
+
+@pytest.fixture(scope="module")
 def results(tiny_model_dir: Path, tiny_tokenizer: Any) -> dict[str, dict[str, torch.Tensor]]:
     """Both backends' results on the same model and batch."""
     return {backend: run(backend, tiny_model_dir, tiny_tokenizer) for backend in ("fsdp", "megatron")}
@@ -88,3 +100,16 @@ def test_one_update_gives_the_same_policy(results: dict[str, dict[str, torch.Ten
     mask = fsdp["probe_mask"]
     assert (fsdp["after"] - fsdp["probe_before"])[mask].abs().max() > 1e-3, "the update changed nothing"
     torch.testing.assert_close(megatron["after"][mask], fsdp["after"][mask], atol=1e-4, rtol=0)
+
+
+def test_moe_log_probs_and_update_equal_fsdp(moe_results: dict[str, dict[str, torch.Tensor]]) -> None:
+    """The MoE model within the dense engines' tolerances: log-probs and entropies to 1e-5 before any update,
+    the gradient norm (1e-4 relative) and the new log-probs (1e-4) after one."""
+    fsdp, megatron = moe_results["fsdp"], moe_results["megatron"]
+    mask = fsdp["mask"]
+    torch.testing.assert_close(megatron["log_probs"][mask], fsdp["log_probs"][mask], atol=1e-5, rtol=0)
+    torch.testing.assert_close(megatron["entropy"][mask], fsdp["entropy"][mask], atol=1e-5, rtol=0)
+    assert float(megatron["grad_norm"]) == pytest.approx(float(fsdp["grad_norm"]), rel=1e-4)
+    probe = fsdp["probe_mask"]
+    assert (fsdp["after"] - fsdp["probe_before"])[probe].abs().max() > 1e-3, "the update changed nothing"
+    torch.testing.assert_close(megatron["after"][probe], fsdp["after"][probe], atol=1e-4, rtol=0)

@@ -107,6 +107,11 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
             f"{REPLAY_MODE_KEY}={mode} with {key}.pipeline_model_parallel_size={settings.pp}: routing replay on the "
             "megatron backend needs every MoE layer on one pipeline stage; set pipeline_model_parallel_size=1"
         )
+    if mode == "R2" and settings.cp > 1:
+        raise RLCoreError(
+            f"{REPLAY_MODE_KEY}=R2 with {key}.context_parallel_size={settings.cp}: recording the routing needs whole "
+            "sequences on a rank; use R3 (the rollout records it) or context_parallel_size=1"
+        )
     ulysses = select(config, f"{section}.ulysses_sequence_parallel_size", 1)
     if ulysses != 1:
         raise RLCoreError(
