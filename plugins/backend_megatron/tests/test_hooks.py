@@ -71,7 +71,7 @@ def test_data_parallel_size_divides_the_world() -> None:
             "needs actor_rollout_ref.actor.megatron.pipeline_model_parallel_size > 1",
         ),
         ("use_distributed_optimizer", True, "use_distributed_optimizer=true"),
-        ("expert_tensor_parallel_size", 2, "does not split experts over tensor-parallel ranks"),
+        ("expert_tensor_parallel_size", 0, "expert_tensor_parallel_size must be a positive integer"),
         ("expert_model_parallel_size", 8, r"expert_model_parallel_size \(8\) must divide"),
         ("tensor_model_parallel_size", 0, "positive integer"),
         ("virtual_pipeline_model_parallel_size", 0, "virtual_pipeline_model_parallel_size must be a positive"),

@@ -25,16 +25,11 @@ def settings(**section: Any) -> Any:
 
 
 def test_expert_parallel_sizes() -> None:
-    """EP is read; experts are never split over tensor ranks (ETP 1, or null at TP 1); EP must divide the
-    tensor × context × data-parallel ranks of a stage, as megatron-core requires."""
+    """EP is read; EP must divide the tensor × context × data-parallel ranks of a stage, as megatron-core
+    requires."""
     assert settings(expert_model_parallel_size=2).ep == 2
     assert settings(expert_model_parallel_size=2, expert_tensor_parallel_size=1).ep == 2
-    with pytest.raises(RLCoreError, match=rf"{KEY}.expert_tensor_parallel_size=2 .*set expert_tensor_parallel_size=1"):
-        settings(expert_tensor_parallel_size=2)
-    with pytest.raises(
-        RLCoreError, match=r"expert_tensor_parallel_size=None \(null means tensor_model_parallel_size=2"
-    ):
-        settings(tensor_model_parallel_size=2)
+    assert settings(tensor_model_parallel_size=2).etp is None  # dense models at TP 2 keep verl's default
     with pytest.raises(RLCoreError, match=rf"{KEY}.expert_model_parallel_size must be a positive integer"):
         settings(expert_model_parallel_size=0)
     assert layout_sizes(settings(expert_model_parallel_size=4), 8) == 8
@@ -79,7 +74,8 @@ def test_moe_fields_act_note_or_fail() -> None:
 def test_model_fields_from_the_hugging_face_config() -> None:
     """Qwen3-MoE's config becomes megatron-core's MoE fields (no token dropping; softmax over the top-k logits
     for norm_topk_prob); an override of a model field must agree; EP on a dense model, EP not dividing the
-    experts and tensor parallelism with MoE are errors naming the key."""
+    experts, experts split over tensor ranks (ETP other than 1, or null at TP 2) and tensor parallelism with MoE
+    are errors naming the key."""
     config = build_moe_model(build_tokenizer(None), num_experts=4, top_k=2).config
     spec = ModelSpec.from_hf_config(config, "actor_rollout_ref.model")
     cpu = torch.device("cpu")
@@ -94,6 +90,12 @@ def test_model_fields_from_the_hugging_face_config() -> None:
         moe_fields(spec, settings(override_transformer_config={"moe_router_topk": 4}), cpu)
     with pytest.raises(RLCoreError, match=r"expert_model_parallel_size=3 must divide the model's 4 experts"):
         moe_fields(spec, settings(expert_model_parallel_size=3), cpu)
+    with pytest.raises(RLCoreError, match=rf"{KEY}.expert_tensor_parallel_size=2 .*set expert_tensor_parallel_size=1"):
+        moe_fields(spec, settings(expert_tensor_parallel_size=2), cpu)
+    with pytest.raises(
+        RLCoreError, match=r"expert_tensor_parallel_size=None \(null means tensor_model_parallel_size=2"
+    ):
+        moe_fields(spec, settings(tensor_model_parallel_size=2), cpu)
     with pytest.raises(RLCoreError, match=r"tensor_model_parallel_size=2 with a mixture-of-experts model"):
         moe_fields(spec, settings(tensor_model_parallel_size=2, expert_tensor_parallel_size=1), cpu)
     dense = ModelSpec(

@@ -145,6 +145,13 @@ def moe_fields(spec: ModelSpec, settings: MegatronSettings, device: torch.device
                 "model (qwen3_moe), and this model is dense; set it to 1"
             )
         return {}
+    etp = settings.tp if settings.etp is None else settings.etp
+    if etp != 1:
+        raise RLCoreError(
+            f"{settings.key}.expert_tensor_parallel_size={settings.etp} (null means tensor_model_parallel_size="
+            f"{settings.tp} in megatron-core): rlcore's Megatron engine does not split experts over tensor-parallel "
+            "ranks; set expert_tensor_parallel_size=1"
+        )
     if settings.tp > 1:
         raise RLCoreError(
             f"{settings.key}.tensor_model_parallel_size={settings.tp} with a mixture-of-experts model: megatron-core "

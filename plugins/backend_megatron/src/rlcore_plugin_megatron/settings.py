@@ -52,6 +52,8 @@ class MegatronSettings:
         key: the section's dotted key (``actor_rollout_ref.actor.megatron``), named by errors.
         tp, pp, cp: tensor, pipeline and context parallel sizes (with ``cp = C`` each rank of a context-parallel
             group holds ``1/C`` of every sequence's tokens; see :mod:`rlcore_plugin_megatron.context_parallel`).
+        etp: ``expert_tensor_parallel_size`` (None: megatron-core's default, the tensor-parallel size); the
+            engine splits no expert over tensor-parallel ranks, so a mixture-of-experts model needs it to resolve to 1.
         ep: expert-parallel size (``expert_model_parallel_size``): each rank of an expert-parallel group holds
             ``E / ep`` of every mixture-of-experts layer's ``E`` experts (a dense model needs 1).
         vpp: model chunks per pipeline rank (``virtual_pipeline_model_parallel_size``; 1 when null): with
@@ -74,6 +76,7 @@ class MegatronSettings:
     cp: int
     vpp: int
     ep: int
+    etp: int | None
     sequence_parallel: bool
     param_offload: bool
     grad_offload: bool
@@ -100,11 +103,11 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
     """The ``megatron`` section at ``key`` merged over :data:`MEGATRON_DEFAULTS` and checked.
 
     Rejected, each with an error naming the key: unknown keys, virtual pipeline stages without pipeline
-    parallelism (``virtual_pipeline_model_parallel_size > 1`` needs ``pipeline_model_parallel_size > 1``), experts
-    split over tensor-parallel ranks (``expert_tensor_parallel_size`` other than 1, or null with tensor parallelism),
-    the distributed optimizer, and sequence parallelism at tensor-parallel size > 1 (the local layer spec's norms
+    parallelism (``virtual_pipeline_model_parallel_size > 1`` needs ``pipeline_model_parallel_size > 1``), the
+    distributed optimizer, and sequence parallelism at tensor-parallel size > 1 (the local layer spec's norms
     cannot shard the sequence, and gloo has no reduce-scatter). The mixture-of-experts fields of
-    ``override_transformer_config`` are checked by :func:`rlcore_plugin_megatron.moe_settings.moe_overrides`.
+    ``override_transformer_config`` are checked by :func:`rlcore_plugin_megatron.moe_settings.moe_overrides`, and
+    ``expert_tensor_parallel_size`` (:attr:`MegatronSettings.etp`) by the engine once it knows the model is one.
     """
     resolved = dict(MEGATRON_DEFAULTS)
     for name, value in (section or {}).items():
@@ -130,12 +133,6 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
     etp = resolved["expert_tensor_parallel_size"]
     if etp is not None:
         etp = _size(etp, f"{key}.expert_tensor_parallel_size")
-    if (etp if etp is not None else sizes["tensor_model_parallel_size"]) != 1:
-        raise RLCoreError(
-            f"{key}.expert_tensor_parallel_size={etp} (null means tensor_model_parallel_size="
-            f"{sizes['tensor_model_parallel_size']} in megatron-core): rlcore's Megatron engine does not split experts "
-            "over tensor-parallel ranks; set expert_tensor_parallel_size=1"
-        )
     if resolved["use_distributed_optimizer"]:
         raise RLCoreError(
             f"{key}.use_distributed_optimizer=true: sharding the optimizer state over data-parallel ranks is not "
@@ -165,6 +162,7 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
         cp=sizes["context_parallel_size"],
         vpp=vpp,
         ep=ep,
+        etp=etp,
         sequence_parallel=resolved["sequence_parallel"],
         param_offload=resolved["param_offload"],
         grad_offload=resolved["grad_offload"],
