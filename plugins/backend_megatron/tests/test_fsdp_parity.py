@@ -19,9 +19,9 @@ class Settings(TrainingBackendContract):
     component_name = "megatron"
 
 
-def run(backend: str, model_dir: Path, tokenizer: Any) -> dict[str, torch.Tensor]:
-    """Log-probs and entropies before, and log-probs after, one update with mixed-sign advantages and
-    two micro-batches, on ``backend``."""
+def run(backend: str, model_dir: Path, tokenizer: Any) -> dict[str, Any]:
+    """The full weights and the log-probs and entropies before, and log-probs after, one update with
+    mixed-sign advantages and two micro-batches, on ``backend``."""
     from rlcore.workers.actor import ActorRolloutRefWorker
 
     config = Settings.make_config(
@@ -38,6 +38,7 @@ def run(backend: str, model_dir: Path, tokenizer: Any) -> dict[str, torch.Tensor
     try:
         worker.init_model()
         batch = make_batch(tokenizer)
+        weights = {name: tensor.clone() for name, tensor in worker.full_state_dict().items()}
         before = worker.compute_log_prob(batch)
         probe = make_batch(tokenizer, seed=1)
         probe_before = worker.compute_log_prob(probe)["old_log_probs"]
@@ -54,6 +55,7 @@ def run(backend: str, model_dir: Path, tokenizer: Any) -> dict[str, torch.Tensor
             "grad_norm": torch.tensor(metrics["actor/grad_norm"]),
             "mask": batch["response_mask"].bool(),
             "probe_mask": probe["response_mask"].bool(),
+            "weights": weights,
         }
     finally:
         worker.shutdown()
@@ -103,9 +105,13 @@ def test_one_update_gives_the_same_policy(results: dict[str, dict[str, torch.Ten
 
 
 def test_moe_log_probs_and_update_equal_fsdp(moe_results: dict[str, dict[str, torch.Tensor]]) -> None:
-    """The MoE model within the dense engines' tolerances: log-probs and entropies to 1e-5 before any update,
-    the gradient norm (1e-4 relative) and the new log-probs (1e-4) after one."""
+    """The MoE model within the dense engines' tolerances: the same full weights (names, shapes, values: fused
+    experts included), log-probs and entropies to 1e-5 before any update, the gradient norm (1e-4 relative) and
+    the new log-probs (1e-4) after one."""
     fsdp, megatron = moe_results["fsdp"], moe_results["megatron"]
+    assert megatron["weights"].keys() == fsdp["weights"].keys()
+    for name, tensor in fsdp["weights"].items():
+        assert torch.equal(megatron["weights"][name], tensor), name
     mask = fsdp["mask"]
     torch.testing.assert_close(megatron["log_probs"][mask], fsdp["log_probs"][mask], atol=1e-5, rtol=0)
     torch.testing.assert_close(megatron["entropy"][mask], fsdp["entropy"][mask], atol=1e-5, rtol=0)

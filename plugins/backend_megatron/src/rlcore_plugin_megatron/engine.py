@@ -803,9 +803,12 @@ class MegatronEngine(OptimizerState):
         return full
 
     def full_weights(self, *, only_rank0: bool = False) -> dict[str, torch.Tensor]:
-        """The full weights under Hugging Face names: tensor-parallel shards all-gathered, pipeline stages
-        broadcast in buckets. Collective over all ranks."""
+        """The full weights under Hugging Face names, as transformers' ``state_dict()`` has them (a tied
+        model's ``lm_head.weight`` is the embedding, as in the FSDP engine's): tensor-parallel shards and
+        experts all-gathered, pipeline stages broadcast in buckets. Collective over all ranks."""
         state = megatron_to_hf(self._gather_pipeline(self._gather_stage()), self.spec)
+        if self.spec.tied:
+            state["lm_head.weight"] = state["model.embed_tokens.weight"]
         if not only_rank0:
             return state
         return {name: t.cpu() for name, t in state.items()} if dist.get_rank() == 0 else {}
@@ -913,8 +916,9 @@ class MegatronEngine(OptimizerState):
         directory.mkdir(parents=True, exist_ok=True)
         self.hf_config.save_pretrained(directory)
         if state is not None:
+            tied_alias = "lm_head.weight" if self.spec.tied else None  # a checkpoint stores a tied head once
             save_file(
-                {name: t.contiguous() for name, t in state.items()},
+                {name: t.contiguous() for name, t in state.items() if name != tied_alias},
                 str(directory / "model.safetensors"),
                 metadata={"format": "pt"},
             )
