@@ -529,7 +529,8 @@ class MegatronEngine(OptimizerState):
     def _broadcast_outputs(
         self, outputs: list[ModelOutput], micros: Sequence[Batch], with_entropy: bool, with_sum_pi_squared: bool
     ) -> list[ModelOutput]:
-        """The last stage's outputs on every stage of the pipeline."""
+        """The last stage's outputs on every stage of the pipeline (the statistics stay on the last stage, whose
+        outputs are the ones collected)."""
         if self.settings.pp == 1:
             return outputs
         src = dist.get_process_group_ranks(self.pp_group)[-1]
@@ -544,7 +545,8 @@ class MegatronEngine(OptimizerState):
         result = []
         for index, micro in enumerate(micros):
             shape = tuple(micro["responses"].shape)
-            tensors = {}
+            # the last stage keeps its own output (with a MoE model's statistics); the others get its tensors
+            output = outputs[index] if self.last else ModelOutput()
             for name in names:
                 tensor = (
                     getattr(outputs[index], name)
@@ -553,8 +555,8 @@ class MegatronEngine(OptimizerState):
                 )
                 tensor = tensor.contiguous()
                 dist.broadcast(tensor, src, group=self.pp_group)
-                tensors[name] = tensor
-            result.append(ModelOutput(**tensors))
+                setattr(output, name, tensor)
+            result.append(output)
         return result
 
     def forward(
