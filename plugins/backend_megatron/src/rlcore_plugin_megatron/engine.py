@@ -14,6 +14,12 @@ ranks and averaged over the data-parallel group and, for tied
 embeddings split over stages, summed between the first and the last stage, before clipping with the global
 norm and stepping AdamW. On CPU, :mod:`rlcore_plugin_megatron.cpu_compat` works around megatron-core's two
 CUDA assumptions.
+
+A mixture-of-experts model (Qwen3-MoE) runs megatron-core's MoE layers with expert parallelism: each rank of an
+expert-parallel group holds ``E / ep`` experts of every layer, tokens reach them through the allgather dispatcher
+on the CPU, and an expert's gradient is reduced over the ranks holding the same expert. The routers'
+:class:`~rlcore_plugin_megatron.routing.RouterTap` records the routing, measures the load statistics and replays
+a batch's ``routed_experts`` (``router_replay.mode`` R2/R3).
 """
 
 from __future__ import annotations
