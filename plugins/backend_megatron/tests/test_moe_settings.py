@@ -74,8 +74,8 @@ def test_moe_fields_act_note_or_fail() -> None:
 def test_model_fields_from_the_hugging_face_config() -> None:
     """Qwen3-MoE's config becomes megatron-core's MoE fields (no token dropping; softmax over the top-k logits
     for norm_topk_prob); an override of a model field must agree; EP on a dense model, EP not dividing the
-    experts, experts split over tensor ranks (ETP other than 1, or null at TP 2) and tensor parallelism with MoE
-    are errors naming the key."""
+    experts, experts split over tensor ranks (ETP other than 1, or null at TP 2), tensor parallelism with MoE
+    and a ``moe_*`` field on a dense model are errors naming the key."""
     config = build_moe_model(build_tokenizer(None), num_experts=4, top_k=2).config
     spec = ModelSpec.from_hf_config(config, "actor_rollout_ref.model")
     cpu = torch.device("cpu")
@@ -105,3 +105,7 @@ def test_model_fields_from_the_hugging_face_config() -> None:
     assert moe_fields(dense, settings(), cpu) == {}
     with pytest.raises(RLCoreError, match=rf"{KEY}.expert_model_parallel_size=2: expert parallelism needs a mixture"):
         moe_fields(dense, settings(expert_model_parallel_size=2), cpu)
+    with pytest.raises(
+        RLCoreError, match=rf"{KEY}.override_transformer_config.moe_aux_loss_coeff: a mixture-of-expert"
+    ):
+        moe_fields(dense, settings(override_transformer_config={"moe_aux_loss_coeff": 0.1}), cpu)

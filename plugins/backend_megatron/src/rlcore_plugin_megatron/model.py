@@ -144,6 +144,12 @@ def moe_fields(spec: ModelSpec, settings: MegatronSettings, device: torch.device
                 f"{settings.key}.expert_model_parallel_size={settings.ep}: expert parallelism needs a mixture-of-experts "
                 "model (qwen3_moe), and this model is dense; set it to 1"
             )
+        moe_keys = [name for name in settings.override_transformer_config if name.startswith("moe_")]
+        if moe_keys:
+            raise RLCoreError(
+                f"{settings.key}.override_transformer_config.{moe_keys[0]}: a mixture-of-experts field, and this model "
+                "is dense; remove it"
+            )
         return {}
     etp = settings.tp if settings.etp is None else settings.etp
     if etp != 1:
