@@ -61,14 +61,16 @@ def run(backend: str, model_dir: Path, tokenizer: Any) -> dict[str, Any]:
         worker.shutdown()
 
 
-@pytest.fixture(scope="module")
-def moe_results(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer: Any) -> dict[str, dict[str, torch.Tensor]]:
-    """Both backends' results on a tiny Qwen3-MoE (2 layers, 8 experts, top-2) without a load-balancing loss
-    (``router_aux_loss_coef=0``: transformers adds it only with ``output_router_logits``), so that the updates
-    compare the policy loss's gradients alone."""
+@pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe"])
+def moe_results(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer: Any
+) -> dict[str, dict[str, torch.Tensor]]:
+    """Both backends' results on a tiny Qwen3-MoE or Qwen2-MoE (2 layers, 8 experts, top-2; Qwen2-MoE with its
+    sigmoid-gated shared expert) without a load-balancing loss (``router_aux_loss_coef=0``: transformers adds it
+    only with ``output_router_logits``), so that the updates compare the policy loss's gradients alone."""
     from rlcore.testing.tiny import make_tiny_moe_model_dir
 
-    model_dir = make_tiny_moe_model_dir(tmp_path_factory.mktemp("moe"), router_aux_loss_coef=0.0)
+    model_dir = make_tiny_moe_model_dir(tmp_path_factory.mktemp("moe"), family=request.param, router_aux_loss_coef=0.0)
     return {backend: run(backend, model_dir, tiny_tokenizer) for backend in ("fsdp", "megatron")}
 
 

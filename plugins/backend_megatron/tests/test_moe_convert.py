@@ -1,5 +1,6 @@
-"""Qwen3-MoE <-> megatron-core conversion: bit-exact round trips in both directions on both name specs,
-the expert layout itself, expert-parallel sharding, and the errors for what the converter does not map."""
+"""Qwen3-MoE and Qwen2-MoE <-> megatron-core conversion: bit-exact round trips in both directions on both name
+specs, the expert and shared-expert layouts, expert-parallel sharding, and the errors for what the converter does
+not map."""
 
 from __future__ import annotations
 
@@ -28,10 +29,12 @@ def exact(left: dict[str, torch.Tensor], right: dict[str, torch.Tensor]) -> None
 
 
 @pytest.mark.parametrize("names", ["local", "te"])
-def test_round_trips_are_bit_exact(moe_model: Any, names: str) -> None:
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe"])
+def test_round_trips_are_bit_exact(moe_model: Any, names: str, family: str) -> None:
     """HF -> megatron -> HF and megatron -> HF -> megatron give back every tensor bit for bit."""
-    spec = ModelSpec.from_hf_config(moe_model.config, "m")
-    hf = {name: t.detach() for name, t in moe_model.state_dict().items()}
+    model = moe_model if family == "qwen3_moe" else build_moe_model(build_tokenizer(None), family=family)
+    spec = ModelSpec.from_hf_config(model.config, "m")
+    hf = {name: t.detach() for name, t in model.state_dict().items() if not (spec.tied and name == "lm_head.weight")}
     megatron = hf_to_megatron(hf, spec, names=names)
     exact(megatron_to_hf(megatron, spec, names=names), hf)
     exact(hf_to_megatron(megatron_to_hf(megatron, spec, names=names), spec, names=names), megatron)
@@ -79,11 +82,27 @@ def test_expert_parallel_shards_join_back(moe_model: Any, names: str) -> None:
         ep_shard(full, 0, 3, spec.num_experts)
 
 
+def test_shared_expert_layout() -> None:
+    """Qwen2-MoE: qkv biases, no q/k norms; the shared expert's gate and up rows are linear_fc1 (gate first), its
+    down projection linear_fc2, its sigmoid gate megatron-core's gate_weight."""
+    model = build_moe_model(build_tokenizer(None), family="qwen2_moe")
+    spec = ModelSpec.from_hf_config(model.config, "m")
+    assert spec.shared_expert_ffn == 64 and spec.qkv_bias and not spec.qk_norm
+    state = hf_to_megatron(model.state_dict(), spec)
+    shared = model.model.layers[0].mlp.shared_expert
+    fc1 = state["decoder.layers.0.mlp.shared_experts.linear_fc1.weight"]
+    assert torch.equal(fc1, torch.cat([shared.gate_proj.weight, shared.up_proj.weight]))
+    assert torch.equal(state["decoder.layers.0.mlp.shared_experts.linear_fc2.weight"], shared.down_proj.weight)
+    gate = model.model.layers[0].mlp.shared_expert_gate.weight
+    assert torch.equal(state["decoder.layers.0.mlp.shared_experts.gate_weight"], gate)
+
+
 def test_what_the_converter_does_not_map(moe_model: Any) -> None:
-    """Qwen2-MoE is named as unsupported; a missing expert is named."""
-    qwen2_moe = build_moe_model(build_tokenizer(None), family="qwen2_moe")
-    with pytest.raises(RLCoreError, match="model_type 'qwen2_moe'.*shared expert"):
-        ModelSpec.from_hf_config(qwen2_moe.config, "actor_rollout_ref.model")
+    """A MoE model with dense layers is named as unsupported; a missing expert is named."""
+    dense_layers = build_moe_model(build_tokenizer(None)).config
+    dense_layers.mlp_only_layers = [1]
+    with pytest.raises(RLCoreError, match="actor_rollout_ref.model: a qwen3_moe model with dense layers"):
+        ModelSpec.from_hf_config(dense_layers, "actor_rollout_ref.model")
     spec = ModelSpec.from_hf_config(moe_model.config, "m")
     full = hf_to_megatron(moe_model.state_dict(), spec)
     del full["decoder.layers.0.mlp.experts.local_experts.6.linear_fc1.weight"]

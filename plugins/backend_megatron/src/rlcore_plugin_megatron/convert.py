@@ -1,4 +1,4 @@
-"""Hugging Face <-> megatron-core weight conversion for the Qwen2, Qwen3, Llama and Qwen3-MoE families.
+"""Hugging Face <-> megatron-core weight conversion for the Qwen2, Qwen3, Llama, Qwen3-MoE and Qwen2-MoE families.
 
 Three layers, each a pure function of tensors:
 
@@ -39,7 +39,9 @@ from rlcore_plugin_megatron.moe_convert import expert_of, experts_to_hf, experts
 
 Names = Literal["local", "te"]
 #: Hugging Face ``model_type`` values whose decoder layer the converter maps
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = ("qwen2", "qwen3", "llama", "qwen3_moe")
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = ("qwen2", "qwen3", "llama", "qwen3_moe", "qwen2_moe")
+#: the mixture-of-experts model types among them
+MOE_MODEL_TYPES: tuple[str, ...] = ("qwen3_moe", "qwen2_moe")
 _LAYER = re.compile(r"^(model\.layers|decoder\.layers)\.(\d+)\.(.+)$")
 
 
@@ -59,6 +61,8 @@ class ModelSpec:
         moe_ffn_hidden_size: the intermediate size of one expert.
         norm_topk_prob: the top-k routing weights are renormalised to sum to 1 (Qwen3-MoE's default).
         router_aux_loss_coef: the load-balancing loss coefficient of the Hugging Face config.
+        shared_expert_ffn: the intermediate size of Qwen2-MoE's shared expert (0: none), whose output every token
+            gets, scaled by ``sigmoid(shared_expert_gate(x))``.
     """
 
     num_layers: int
@@ -77,6 +81,7 @@ class ModelSpec:
     moe_ffn_hidden_size: int = 0
     norm_topk_prob: bool = True
     router_aux_loss_coef: float = 0.0
+    shared_expert_ffn: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -88,11 +93,6 @@ class ModelSpec:
         """The spec of ``hf_config`` (a transformers ``PretrainedConfig`` of the model at config ``key``);
         an architecture or option the converter does not map is an error naming ``key``."""
         model_type = getattr(hf_config, "model_type", None)
-        if model_type == "qwen2_moe":
-            raise RLCoreError(
-                f"{key}: model_type 'qwen2_moe' (Qwen2-MoE: a shared expert besides the routed ones) is not supported by "
-                "the megatron backend yet (supported mixture-of-experts family: qwen3_moe); use the fsdp backend for it"
-            )
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise RLCoreError(
                 f"{key}: model_type {model_type!r} is not supported by the megatron backend "
@@ -109,14 +109,18 @@ class ModelSpec:
         heads = int(hf_config.num_attention_heads)
         groups = int(getattr(hf_config, "num_key_value_heads", None) or heads)
         head_dim = int(getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads)
-        qkv_bias = model_type == "qwen2" or bool(getattr(hf_config, "attention_bias", False))
+        qkv_bias = (
+            model_type == "qwen2"
+            or bool(getattr(hf_config, "attention_bias", False))
+            or (model_type == "qwen2_moe" and bool(getattr(hf_config, "qkv_bias", True)))
+        )
         moe: dict[str, Any] = {}
-        if model_type == "qwen3_moe":
+        if model_type in MOE_MODEL_TYPES:
             if int(getattr(hf_config, "decoder_sparse_step", 1)) != 1 or list(
                 getattr(hf_config, "mlp_only_layers", [])
             ):
                 raise RLCoreError(
-                    f"{key}: a Qwen3-MoE model with dense layers (decoder_sparse_step != 1 or mlp_only_layers) is not "
+                    f"{key}: a {model_type} model with dense layers (decoder_sparse_step != 1 or mlp_only_layers) is not "
                     "supported by the megatron backend: every decoder layer must be sparse"
                 )
             moe = {
@@ -125,6 +129,9 @@ class ModelSpec:
                 "moe_ffn_hidden_size": int(hf_config.moe_intermediate_size),
                 "norm_topk_prob": bool(getattr(hf_config, "norm_topk_prob", True)),
                 "router_aux_loss_coef": float(getattr(hf_config, "router_aux_loss_coef", 0.0) or 0.0),
+                "shared_expert_ffn": int(getattr(hf_config, "shared_expert_intermediate_size", 0) or 0)
+                if model_type == "qwen2_moe"
+                else 0,
             }
         return cls(
             num_layers=int(hf_config.num_hidden_layers),

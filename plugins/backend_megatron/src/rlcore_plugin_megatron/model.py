@@ -132,7 +132,8 @@ def moe_fields(spec: ModelSpec, settings: MegatronSettings, device: torch.device
     """megatron-core's mixture-of-experts fields for ``spec`` (empty for a dense model): Qwen3-MoE's router
     (softmax over all experts, then the top-k; with ``norm_topk_prob`` the k weights renormalised, which is
     megatron-core's softmax over the top-k logits, else its ``moe_router_pre_softmax``), sequential experts,
-    no token dropping, the load-balancing loss at ``router_aux_loss_coef``, then the section's ``moe_*``
+    no token dropping, the load-balancing loss at ``router_aux_loss_coef``, Qwen2-MoE's sigmoid-gated shared
+    expert (``moe_shared_expert_intermediate_size``, ``moe_shared_expert_gate``), then the section's ``moe_*``
     overrides (:func:`~rlcore_plugin_megatron.moe_settings.moe_overrides`). A model field set to another value
     than the Hugging Face config's, or expert parallelism on a dense model, is an error naming the key."""
     from rlcore_plugin_megatron.moe_settings import moe_overrides
@@ -179,6 +180,8 @@ def moe_fields(spec: ModelSpec, settings: MegatronSettings, device: torch.device
         "moe_expert_capacity_factor": None,
         "moe_grouped_gemm": False,
         "moe_router_dtype": "fp32",
+        "moe_shared_expert_intermediate_size": spec.shared_expert_ffn or None,
+        "moe_shared_expert_gate": bool(spec.shared_expert_ffn),
         "expert_model_parallel_size": settings.ep,
         "expert_tensor_parallel_size": 1,
     }

@@ -6,8 +6,11 @@ Hugging Face (transformers' in-memory names, what rlcore's engines exchange): ``
 ``mlp.experts.down_proj [E, H, I]``. megatron-core: ``mlp.router.weight`` and, per expert ``e``, ``linear_fc1``
 ``[2I, H]`` (gate rows first, as megatron-core's gated linear unit splits it) and ``linear_fc2 [H, I]``, named
 ``mlp.experts.local_experts.<e>.linear_fc{1,2}.weight`` on the local spec (``SequentialMLP``) or
-``mlp.experts.linear_fc{1,2}.weight<e>`` in the grouped form (``TEGroupedMLP``, ``names="te"``). Every tensor is
-a slice or a stack of the other side's, so conversions are bit-exact.
+``mlp.experts.linear_fc{1,2}.weight<e>`` in the grouped form (``TEGroupedMLP``, ``names="te"``). Qwen2-MoE's shared expert (``mlp.shared_expert.
+{gate,up,down}_proj.weight``, gated by ``mlp.shared_expert_gate.weight [1, H]``) is megatron-core's
+``mlp.shared_experts.linear_fc1`` (gate rows, then up rows), ``linear_fc2`` and ``gate_weight`` (megatron-core also
+scales the shared expert's output by the sigmoid of that gate). Every tensor is a slice, a stack or a concatenation
+of the other side's, so conversions are bit-exact.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from rlcore.errors import RLCoreError
 if TYPE_CHECKING:
     from rlcore_plugin_megatron.convert import ModelSpec
 
+#: megatron-core's prefix of a layer's shared expert
+SHARED = "mlp.shared_experts."
 _EXPERT = re.compile(
     r"^(?P<head>.*mlp\.experts\.)(?:local_experts\.(?P<local>\d+)\.(?P<tail>.+)|(?P<grouped>linear_fc[12]\.weight)(?P<index>\d+))$"
 )
@@ -69,6 +74,12 @@ def experts_to_megatron(
     for expert in range(spec.num_experts):
         out[_expert_name(prefix, expert, 1, names)] = gate_up[expert]
         out[_expert_name(prefix, expert, 2, names)] = down[expert]
+    if spec.shared_expert_ffn:
+        out[f"{prefix}{SHARED}linear_fc1.weight"] = torch.cat(
+            [layer.pop("mlp.shared_expert.gate_proj.weight"), layer.pop("mlp.shared_expert.up_proj.weight")]
+        )
+        out[f"{prefix}{SHARED}linear_fc2.weight"] = layer.pop("mlp.shared_expert.down_proj.weight")
+        out[f"{prefix}{SHARED}gate_weight"] = layer.pop("mlp.shared_expert_gate.weight")
     return out
 
 
@@ -82,6 +93,14 @@ def experts_to_hf(layer: Mapping[str, torch.Tensor], prefix: str, spec: ModelSpe
         expert = expert_of(name)
         if name == "mlp.router.weight":
             out[f"{prefix}mlp.gate.weight"] = tensor
+        elif name == f"{SHARED}linear_fc1.weight" and spec.shared_expert_ffn:
+            gate, up = tensor.chunk(2)
+            out[f"{prefix}mlp.shared_expert.gate_proj.weight"] = gate.contiguous()
+            out[f"{prefix}mlp.shared_expert.up_proj.weight"] = up.contiguous()
+        elif name == f"{SHARED}linear_fc2.weight" and spec.shared_expert_ffn:
+            out[f"{prefix}mlp.shared_expert.down_proj.weight"] = tensor
+        elif name == f"{SHARED}gate_weight" and spec.shared_expert_ffn:
+            out[f"{prefix}mlp.shared_expert_gate.weight"] = tensor
         elif expert is not None and "linear_fc1" in name:
             fc1[expert] = tensor
         elif expert is not None and "linear_fc2" in name:
