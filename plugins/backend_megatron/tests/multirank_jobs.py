@@ -31,13 +31,17 @@ LAYOUTS: dict[str, tuple[int, int, int]] = {
     "tp2dp2": (4, 2, 1),
     "pp2vpp2": (2, 1, 2),
     "cp2": (2, 1, 1),
+    "moe_ep1": (1, 1, 1),
+    "moe_ep2": (2, 1, 1),
 }
 #: name -> virtual pipeline size, for the layouts with interleaved (virtual) pipeline stages
 VIRTUAL: dict[str, int] = {"pp2vpp2": 2}
 #: name -> context parallel size, for the layouts with context parallelism
 CONTEXT: dict[str, int] = {"cp2": 2}
+#: name -> expert parallel size, for the layouts of a mixture-of-experts model
+EXPERT: dict[str, int] = {"moe_ep1": 1, "moe_ep2": 2}
 #: the layouts whose runs also export, checkpoint and resume (given an ``out_dir``)
-RESUMED = set(VIRTUAL) | set(CONTEXT)
+RESUMED = set(VIRTUAL) | set(CONTEXT) | set(EXPERT)
 
 
 class Settings(TrainingBackendContract):
@@ -63,6 +67,8 @@ def make_worker(name: str, model_dir: Path, rank: int) -> Any:
         sizes["virtual_pipeline_model_parallel_size"] = VIRTUAL[name]
     if name in CONTEXT:
         sizes["context_parallel_size"] = CONTEXT[name]
+    if name in EXPERT:
+        sizes["expert_model_parallel_size"] = EXPERT[name]
     config = Settings.make_config(
         model_dir,
         **{
@@ -81,10 +87,15 @@ def make_worker(name: str, model_dir: Path, rank: int) -> Any:
     return worker
 
 
+def update_metrics(worker: Any, chunk: Batch) -> dict[str, float]:
+    """One PPO update of ``worker`` on ``chunk`` (old log-probs recomputed); its metrics."""
+    chunk["old_log_probs"] = worker.compute_log_prob(chunk)["old_log_probs"]
+    return dict(worker.update_actor(chunk).meta["metrics"])
+
+
 def update(worker: Any, chunk: Batch) -> float:
     """One PPO update of ``worker`` on ``chunk`` (old log-probs recomputed); the gradient norm."""
-    chunk["old_log_probs"] = worker.compute_log_prob(chunk)["old_log_probs"]
-    return float(worker.update_actor(chunk).meta["metrics"]["actor/grad_norm"])
+    return float(update_metrics(worker, chunk)["actor/grad_norm"])
 
 
 def run_layout(name: str, model_dir: Path, rank: int, out_dir: Path | None = None) -> dict[str, Any]:
@@ -104,14 +115,15 @@ def run_layout(name: str, model_dir: Path, rank: int, out_dir: Path | None = Non
         chunk["advantages"] = advantages.chunk(layout.dp_size)[layout.dp_rank].clone()
         out: dict[str, Any] = {"dp_rank": layout.dp_rank, "dp_size": layout.dp_size, "output": layout.is_output_rank}
         out["before"] = worker.compute_log_prob(chunk)["old_log_probs"]
-        out["grad_norm"] = update(worker, chunk)
+        out["metrics"] = update_metrics(worker, chunk)
+        out["grad_norm"] = out["metrics"]["actor/grad_norm"]
         out["after"] = worker.compute_log_prob(chunk)["old_log_probs"]
         out["state"] = {key: t.clone() for key, t in worker.full_state_dict().items()}
         if name in RESUMED and out_dir is not None:
             out["chunk_layers"] = [list(layers) for layers in worker.actor.chunk_layers]
             worker.actor.save_hf(out_dir / "hf", with_weights=True)
             worker.save_checkpoint(out_dir / "ckpt")
-            update(worker, chunk)
+            out["second_metrics"] = update_metrics(worker, chunk)
             out["second"] = worker.compute_log_prob(chunk)["old_log_probs"]
     finally:
         worker.shutdown()

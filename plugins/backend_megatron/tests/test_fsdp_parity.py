@@ -1,5 +1,6 @@
 """The same tiny model and batch on the megatron and the fsdp backends: equal log-probs, entropies, Σπ², and
-equal log-probs after one PPO update (fp32 on the CPU)."""
+equal log-probs after one PPO update (fp32 on the CPU); the same for a tiny Qwen3-MoE (megatron-core's MoE
+layers against transformers' ``Qwen3MoeForCausalLM``)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ class Settings(TrainingBackendContract):
     component_name = "megatron"
 
 
-def run(backend: str, model_dir: Path, tokenizer: Any) -> dict[str, torch.Tensor]:
-    """Log-probs and entropies before, and log-probs after, one update with mixed-sign advantages and
-    two micro-batches, on ``backend``."""
+def run(backend: str, model_dir: Path, tokenizer: Any) -> dict[str, Any]:
+    """The full weights and the log-probs and entropies before, and log-probs after, one update with
+    mixed-sign advantages and two micro-batches, on ``backend``."""
     from rlcore.workers.actor import ActorRolloutRefWorker
 
     config = Settings.make_config(
@@ -37,6 +38,7 @@ def run(backend: str, model_dir: Path, tokenizer: Any) -> dict[str, torch.Tensor
     try:
         worker.init_model()
         batch = make_batch(tokenizer)
+        weights = {name: tensor.clone() for name, tensor in worker.full_state_dict().items()}
         before = worker.compute_log_prob(batch)
         probe = make_batch(tokenizer, seed=1)
         probe_before = worker.compute_log_prob(probe)["old_log_probs"]
@@ -53,9 +55,23 @@ def run(backend: str, model_dir: Path, tokenizer: Any) -> dict[str, torch.Tensor
             "grad_norm": torch.tensor(metrics["actor/grad_norm"]),
             "mask": batch["response_mask"].bool(),
             "probe_mask": probe["response_mask"].bool(),
+            "weights": weights,
         }
     finally:
         worker.shutdown()
+
+
+@pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe"])
+def moe_results(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer: Any
+) -> dict[str, dict[str, torch.Tensor]]:
+    """Both backends' results on a tiny Qwen3-MoE or Qwen2-MoE (2 layers, 8 experts, top-2; Qwen2-MoE with its
+    sigmoid-gated shared expert) without a load-balancing loss (``router_aux_loss_coef=0``: transformers adds it
+    only with ``output_router_logits``), so that the updates compare the policy loss's gradients alone."""
+    from rlcore.testing.tiny import make_tiny_moe_model_dir
+
+    model_dir = make_tiny_moe_model_dir(tmp_path_factory.mktemp("moe"), family=request.param, router_aux_loss_coef=0.0)
+    return {backend: run(backend, model_dir, tiny_tokenizer) for backend in ("fsdp", "megatron")}
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +104,20 @@ def test_one_update_gives_the_same_policy(results: dict[str, dict[str, torch.Ten
     mask = fsdp["probe_mask"]
     assert (fsdp["after"] - fsdp["probe_before"])[mask].abs().max() > 1e-3, "the update changed nothing"
     torch.testing.assert_close(megatron["after"][mask], fsdp["after"][mask], atol=1e-4, rtol=0)
+
+
+def test_moe_log_probs_and_update_equal_fsdp(moe_results: dict[str, dict[str, torch.Tensor]]) -> None:
+    """The MoE model within the dense engines' tolerances: the same full weights (names, shapes, values: fused
+    experts included), log-probs and entropies to 1e-5 before any update, the gradient norm (1e-4 relative) and
+    the new log-probs (1e-4) after one."""
+    fsdp, megatron = moe_results["fsdp"], moe_results["megatron"]
+    assert megatron["weights"].keys() == fsdp["weights"].keys()
+    for name, tensor in fsdp["weights"].items():
+        assert torch.equal(megatron["weights"][name], tensor), name
+    mask = fsdp["mask"]
+    torch.testing.assert_close(megatron["log_probs"][mask], fsdp["log_probs"][mask], atol=1e-5, rtol=0)
+    torch.testing.assert_close(megatron["entropy"][mask], fsdp["entropy"][mask], atol=1e-5, rtol=0)
+    assert float(megatron["grad_norm"]) == pytest.approx(float(fsdp["grad_norm"]), rel=1e-4)
+    probe = fsdp["probe_mask"]
+    assert (fsdp["after"] - fsdp["probe_before"])[probe].abs().max() > 1e-3, "the update changed nothing"
+    torch.testing.assert_close(megatron["after"][probe], fsdp["after"][probe], atol=1e-4, rtol=0)

@@ -30,14 +30,15 @@ def vllm() -> Any:
 
 def trainer_log_probs(worker: Any, tiny_model_dir: Path, ids: list[int]) -> torch.Tensor:
     """The trainer's current probe log-probs, from the Megatron actor's gathered (Hugging Face-named) weights
-    in a plain Hugging Face model. The tiny model ties its embeddings, so the export has no ``lm_head.weight``
-    (as in a Hugging Face checkpoint); loading the embedding sets it."""
+    in a plain Hugging Face model. The tiny model ties its embeddings: ``lm_head.weight`` is the embedding, as in
+    transformers' ``state_dict()`` and the FSDP engine's weights."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     assert model.config.tie_word_embeddings
-    incompatible = model.load_state_dict(worker.full_state_dict(), strict=False)
-    assert incompatible.missing_keys == ["lm_head.weight"] and not incompatible.unexpected_keys
+    weights = worker.full_state_dict()
+    assert torch.equal(weights["lm_head.weight"], weights["model.embed_tokens.weight"])
+    model.load_state_dict(weights, strict=True)
     return teacher_forced_log_probs(model, ids)
 
 

@@ -1,4 +1,4 @@
-"""Hugging Face <-> megatron-core weight conversion for the Qwen2, Qwen3 and Llama families.
+"""Hugging Face <-> megatron-core weight conversion for the Qwen2, Qwen3, Llama, Qwen3-MoE and Qwen2-MoE families.
 
 Three layers, each a pure function of tensors:
 
@@ -13,6 +13,12 @@ Three layers, each a pure function of tensors:
   ``linear_fc1`` is split per half, so that every rank holds its gate rows and its up rows.
 - pipeline parallelism (:func:`stage_layers`, :func:`to_stage`, :func:`from_stage`): which global layers a
   stage holds and the stage-local names (``decoder.layers.<local>``).
+
+Qwen3-MoE layers (:mod:`rlcore_plugin_megatron.moe_convert`): the router ``mlp.gate.weight`` is
+``mlp.router.weight``; the fused experts ``mlp.experts.gate_up_proj [E, 2I, H]`` (gate rows first) and
+``mlp.experts.down_proj [E, H, I]`` are expert ``e``'s ``linear_fc1`` and ``linear_fc2``
+(``mlp.experts.local_experts.<e>.linear_fc{1,2}.weight`` on the local spec, ``mlp.experts.linear_fc{1,2}.weight<e>``
+in the grouped form of ``names="te"``); expert parallelism (:func:`ep_shard`) gives each rank ``E / ep`` of them.
 
 With tied embeddings the Hugging Face side has no ``lm_head.weight`` (it is an alias of
 ``model.embed_tokens.weight``) and megatron-core has no ``output_layer.weight``. A critic's value model
@@ -29,10 +35,13 @@ from typing import Any, Literal
 import torch
 
 from rlcore.errors import RLCoreError
+from rlcore_plugin_megatron.moe_convert import expert_of, experts_to_hf, experts_to_megatron
 
 Names = Literal["local", "te"]
 #: Hugging Face ``model_type`` values whose decoder layer the converter maps
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = ("qwen2", "qwen3", "llama")
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = ("qwen2", "qwen3", "llama", "qwen3_moe", "qwen2_moe")
+#: the mixture-of-experts model types among them
+MOE_MODEL_TYPES: tuple[str, ...] = ("qwen3_moe", "qwen2_moe")
 _LAYER = re.compile(r"^(model\.layers|decoder\.layers)\.(\d+)\.(.+)$")
 
 
@@ -47,6 +56,13 @@ class ModelSpec:
         qk_norm: per-head RMSNorm of queries and keys before RoPE (Qwen3).
         tied: the output layer is the input embedding.
         value_head: a critic: the language-model head is replaced by a scalar ``value_head``.
+        num_experts: experts of every (sparse) decoder layer of a mixture-of-experts model (0: dense).
+        moe_topk: experts each token is routed to.
+        moe_ffn_hidden_size: the intermediate size of one expert.
+        norm_topk_prob: the top-k routing weights are renormalised to sum to 1 (Qwen3-MoE's default).
+        router_aux_loss_coef: the load-balancing loss coefficient of the Hugging Face config.
+        shared_expert_ffn: the intermediate size of Qwen2-MoE's shared expert (0: none), whose output every token
+            gets, scaled by ``sigmoid(shared_expert_gate(x))``.
     """
 
     num_layers: int
@@ -60,6 +76,17 @@ class ModelSpec:
     qk_norm: bool
     tied: bool
     value_head: bool = False
+    num_experts: int = 0
+    moe_topk: int = 0
+    moe_ffn_hidden_size: int = 0
+    norm_topk_prob: bool = True
+    router_aux_loss_coef: float = 0.0
+    shared_expert_ffn: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether the decoder layers are mixture-of-experts layers."""
+        return self.num_experts > 0
 
     @classmethod
     def from_hf_config(cls, hf_config: Any, key: str, *, value_head: bool = False) -> ModelSpec:
@@ -82,7 +109,30 @@ class ModelSpec:
         heads = int(hf_config.num_attention_heads)
         groups = int(getattr(hf_config, "num_key_value_heads", None) or heads)
         head_dim = int(getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads)
-        qkv_bias = model_type == "qwen2" or bool(getattr(hf_config, "attention_bias", False))
+        qkv_bias = (
+            model_type == "qwen2"
+            or bool(getattr(hf_config, "attention_bias", False))
+            or (model_type == "qwen2_moe" and bool(getattr(hf_config, "qkv_bias", True)))
+        )
+        moe: dict[str, Any] = {}
+        if model_type in MOE_MODEL_TYPES:
+            if int(getattr(hf_config, "decoder_sparse_step", 1)) != 1 or list(
+                getattr(hf_config, "mlp_only_layers", [])
+            ):
+                raise RLCoreError(
+                    f"{key}: a {model_type} model with dense layers (decoder_sparse_step != 1 or mlp_only_layers) is not "
+                    "supported by the megatron backend: every decoder layer must be sparse"
+                )
+            moe = {
+                "num_experts": int(hf_config.num_experts),
+                "moe_topk": int(hf_config.num_experts_per_tok),
+                "moe_ffn_hidden_size": int(hf_config.moe_intermediate_size),
+                "norm_topk_prob": bool(getattr(hf_config, "norm_topk_prob", True)),
+                "router_aux_loss_coef": float(getattr(hf_config, "router_aux_loss_coef", 0.0) or 0.0),
+                "shared_expert_ffn": int(getattr(hf_config, "shared_expert_intermediate_size", 0) or 0)
+                if model_type == "qwen2_moe"
+                else 0,
+            }
         return cls(
             num_layers=int(hf_config.num_hidden_layers),
             hidden_size=int(hf_config.hidden_size),
@@ -92,17 +142,19 @@ class ModelSpec:
             num_query_groups=groups,
             head_dim=head_dim,
             qkv_bias=qkv_bias,
-            qk_norm=model_type == "qwen3",
+            qk_norm=model_type in ("qwen3", "qwen3_moe"),
             tied=bool(getattr(hf_config, "tie_word_embeddings", False)) and not value_head,
             value_head=value_head,
+            **moe,
         )
 
 
-def _layer_names(names: Names) -> dict[str, str]:
+def _layer_names(names: Names, *, moe: bool = False) -> dict[str, str]:
     """Hugging Face layer-relative name -> megatron-core layer-relative name (weights other than q/k/v and
-    gate/up, which are fused)."""
+    gate/up, which are fused, and the experts). A mixture-of-experts layer keeps its pre-MLP norm apart from
+    the experts in both specs (the router reads the normalised input)."""
     input_norm = "self_attention.linear_qkv.layer_norm_weight" if names == "te" else "input_layernorm.weight"
-    mlp_norm = "mlp.linear_fc1.layer_norm_weight" if names == "te" else "pre_mlp_layernorm.weight"
+    mlp_norm = "mlp.linear_fc1.layer_norm_weight" if names == "te" and not moe else "pre_mlp_layernorm.weight"
     return {
         "input_layernorm.weight": input_norm,
         "post_attention_layernorm.weight": mlp_norm,
@@ -144,7 +196,7 @@ def hf_to_megatron(
     """
     out: dict[str, torch.Tensor] = {}
     per_layer: dict[int, dict[str, torch.Tensor]] = {}
-    renames = _layer_names(names)
+    renames = _layer_names(names, moe=spec.is_moe)
     for name, tensor in state.items():
         match = _LAYER.match(name)
         if match and match.group(1) == "model.layers":
@@ -180,9 +232,12 @@ def hf_to_megatron(
                     layer.pop("self_attn.v_proj.bias"),
                     spec,
                 )
-            out[prefix + "mlp.linear_fc1.weight"] = torch.cat(
-                [layer.pop("mlp.gate_proj.weight"), layer.pop("mlp.up_proj.weight")]
-            )
+            if spec.is_moe:
+                out.update(experts_to_megatron(layer, prefix, spec, names))
+            else:
+                out[prefix + "mlp.linear_fc1.weight"] = torch.cat(
+                    [layer.pop("mlp.gate_proj.weight"), layer.pop("mlp.up_proj.weight")]
+                )
         except KeyError as exc:
             raise RLCoreError(f"Hugging Face state lacks model.layers.{index}.{exc.args[0]}") from exc
         for hf_name, tensor in layer.items():
@@ -204,13 +259,16 @@ def megatron_to_hf(
 
     Tied models get no ``lm_head.weight``; a value model's head comes out as ``value_head.*``.
     """
-    renames = {mc: hf for hf, mc in _layer_names(names).items()}
+    renames = {mc: hf for hf, mc in _layer_names(names, moe=spec.is_moe).items()}
     out: dict[str, torch.Tensor] = {}
+    experts: dict[int, dict[str, torch.Tensor]] = {}
     for name, tensor in state.items():
         match = _LAYER.match(name)
         if match and match.group(1) == "decoder.layers":
             prefix, rest = f"model.layers.{match.group(2)}.", match.group(3)
-            if rest in ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias"):
+            if spec.is_moe and rest.startswith("mlp."):
+                experts.setdefault(int(match.group(2)), {})[rest] = tensor
+            elif rest in ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias"):
                 kind = rest.rsplit(".", 1)[1]
                 for proj, part in zip(("q_proj", "k_proj", "v_proj"), _split_qkv(tensor, spec)):
                     out[f"{prefix}self_attn.{proj}.{kind}"] = part.contiguous()
@@ -235,13 +293,18 @@ def megatron_to_hf(
                 out["lm_head.weight"] = tensor
         else:
             raise RLCoreError(f"megatron-core weight {name!r} has no Hugging Face counterpart")
+    for index, layer in sorted(experts.items()):
+        out.update(experts_to_hf(layer, f"model.layers.{index}.", spec))
     return out
 
 
 # ---------------------------------------------------------------- tensor parallelism
 def partition_dim(name: str, spec: ModelSpec) -> int | None:
     """The dimension along which tensor parallelism splits the megatron-core weight ``name`` (None:
-    replicated on every tensor-parallel rank)."""
+    replicated on every tensor-parallel rank; experts and routers are never split: ``expert_tensor_parallel_size``
+    is 1)."""
+    if expert_of(name) is not None or name.endswith("mlp.router.weight"):
+        return None
     if name.endswith(("linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight", "word_embeddings.weight")):
         return 0
     if name.endswith(("linear_proj.weight", "linear_fc2.weight")):

@@ -16,7 +16,12 @@ megatron-core 0.16.1 assumes a CUDA device in three places that a forward and ba
    ``rotary_pos_embedding``, where RoPE calls it) by
    :func:`rlcore_plugin_megatron.context_parallel.pos_emb_on_this_cp_rank`, which selects the same rows.
 
-Both are applied only when the engine's device is the CPU; on CUDA they do nothing (tests check it), and the
+4. Without Transformer Engine (any device), the MoE router's ``RouterGatingLinearFunction`` tests
+   ``te_general_gemm is not None``, a name ``megatron.core.transformer.moe.moe_utils`` defines only when its
+   Transformer Engine import succeeds (a ``NameError`` otherwise). :func:`define_missing_te_gemm` defines it as
+   None, which selects the plain ``torch.matmul`` path megatron-core has for that case.
+
+The first three are applied only when the engine's device is the CPU; on CUDA they do nothing (tests check it), and the
 engine seeds megatron-core's CUDA RNG tracker as megatron-core expects.
 """
 
@@ -66,3 +71,12 @@ def install_rng_tracker(device: torch.device) -> bool:
 
     initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
     return True
+
+
+def define_missing_te_gemm() -> None:
+    """Define ``moe_utils.te_general_gemm = None`` when megatron-core's Transformer Engine import failed
+    (workaround 4 of the module docstring); nothing when Transformer Engine is installed."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None

@@ -14,11 +14,18 @@ ranks and averaged over the data-parallel group and, for tied
 embeddings split over stages, summed between the first and the last stage, before clipping with the global
 norm and stepping AdamW. On CPU, :mod:`rlcore_plugin_megatron.cpu_compat` works around megatron-core's two
 CUDA assumptions.
+
+A mixture-of-experts model (Qwen3-MoE) runs megatron-core's MoE layers with expert parallelism: each rank of an
+expert-parallel group holds ``E / ep`` experts of every layer, tokens reach them through the allgather dispatcher
+on the CPU, and an expert's gradient is reduced over the ranks holding the same expert. The routers'
+:class:`~rlcore_plugin_megatron.routing.RouterTap` records the routing, measures the load statistics and replays
+a batch's ``routed_experts`` (``router_replay.mode`` R2/R3).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -33,6 +40,7 @@ from omegaconf import DictConfig
 from rlcore.algos import entropy_from_logits, logprobs_from_logits, sum_pi_squared_from_logits
 from rlcore.api.batch import Batch
 from rlcore.api.training import (
+    ROUTED_EXPERTS,
     EngineRequest,
     EngineRole,
     MicroBatchLoss,
@@ -54,7 +62,7 @@ from rlcore_plugin_megatron.convert import (
     tp_shard,
     tp_unshard,
 )
-from rlcore_plugin_megatron.cpu_compat import cpu_compat, install_rng_tracker
+from rlcore_plugin_megatron.cpu_compat import cpu_compat, define_missing_te_gemm, install_rng_tracker
 from rlcore_plugin_megatron.model import (
     acquire_parallel_state,
     build_stage,
@@ -63,7 +71,20 @@ from rlcore_plugin_megatron.model import (
     release_parallel_state,
     transformer_config,
 )
+from rlcore_plugin_megatron.moe_convert import ep_global_name, ep_shard, expert_of
+from rlcore_plugin_megatron.moe_settings import moe_overrides
+from rlcore_plugin_megatron.routing import (
+    REPLAY_MODES,
+    install_taps,
+    routed_experts,
+    routing_stats,
+    set_targets,
+)
 from rlcore_plugin_megatron.settings import MegatronSettings, resolve_settings
+
+logger = logging.getLogger(__name__)
+#: where verl keeps the routing replay mode (read with a default until the key is part of rlcore's defaults)
+REPLAY_MODE_KEY = "actor_rollout_ref.actor.router_replay.mode"
 
 #: the most bytes one broadcast of gathered weights carries (weights of a pipeline stage go in buckets)
 BUCKET_BYTES = 256 * 2**20
@@ -85,6 +106,18 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
         )
     key = f"{section}.megatron"
     settings = resolve_settings(select(config, key), key)
+    moe_overrides(settings, on_cpu=_is_cpu(config))
+    mode = replay_mode(config)
+    if mode != "disabled" and settings.pp > 1:
+        raise RLCoreError(
+            f"{REPLAY_MODE_KEY}={mode} with {key}.pipeline_model_parallel_size={settings.pp}: routing replay on the "
+            "megatron backend needs every MoE layer on one pipeline stage; set pipeline_model_parallel_size=1"
+        )
+    if mode == "R2" and settings.cp > 1:
+        raise RLCoreError(
+            f"{REPLAY_MODE_KEY}=R2 with {key}.context_parallel_size={settings.cp}: recording the routing needs whole "
+            "sequences on a rank; use R3 (the rollout records it) or context_parallel_size=1"
+        )
     ulysses = select(config, f"{section}.ulysses_sequence_parallel_size", 1)
     if ulysses != 1:
         raise RLCoreError(
@@ -112,12 +145,24 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
     if role == "ref":
         actor_key = "actor_rollout_ref.actor.megatron"
         actor = resolve_settings(select(config, actor_key), actor_key)
-        if (actor.tp, actor.pp, actor.cp) != (settings.tp, settings.pp, settings.cp):
+        if (actor.tp, actor.pp, actor.cp, actor.ep) != (settings.tp, settings.pp, settings.cp, settings.ep):
             raise RLCoreError(
-                f"{key} parallel sizes (tp={settings.tp}, pp={settings.pp}, cp={settings.cp}) must equal {actor_key}'s "
-                f"(tp={actor.tp}, pp={actor.pp}, cp={actor.cp}): the reference model shares the actor's ranks"
+                f"{key} parallel sizes (tp={settings.tp}, pp={settings.pp}, cp={settings.cp}, ep={settings.ep}) must "
+                f"equal {actor_key}'s (tp={actor.tp}, pp={actor.pp}, cp={actor.cp}, ep={actor.ep}): the reference "
+                "model shares the actor's ranks"
             )
     return settings
+
+
+def replay_mode(config: DictConfig) -> str:
+    """``actor_rollout_ref.actor.router_replay.mode`` (``disabled`` when absent); another value than
+    :data:`~rlcore_plugin_megatron.routing.REPLAY_MODES` is an error naming the key."""
+    from omegaconf import OmegaConf
+
+    mode = str(OmegaConf.select(config, REPLAY_MODE_KEY, default="disabled") or "disabled")
+    if mode not in REPLAY_MODES:
+        raise RLCoreError(f"{REPLAY_MODE_KEY}={mode!r}: choose one of {', '.join(REPLAY_MODES)}")
+    return mode
 
 
 @dataclass(frozen=True)
@@ -133,12 +178,43 @@ class Prepared:
         attention_mask: ``[1, 1, T, T]`` True above the diagonal (masked); None with context parallelism,
             whose attention masks by positions itself.
         positions: ``[B, R]`` the shifted positions whose outputs predict the response tokens (global).
+        valid: ``[B, T]`` (this rank's ``[B, T/cp]``) True at the shifted row's own tokens, False on padding.
+        index: ``[B, W]`` where each shifted column comes from in the batch's ``W`` columns (``W ≤ T``).
+        own: with context parallelism, the shifted columns this rank holds (None without).
     """
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
     attention_mask: torch.Tensor | None
     positions: torch.Tensor
+    valid: torch.Tensor
+    index: torch.Tensor
+    own: torch.Tensor | None = None
+
+    def shift(self, tensor: torch.Tensor, fill: int) -> torch.Tensor:
+        """A ``[B, W, ...]`` tensor laid out as ``input_ids`` moved to the model's layout (this rank's columns;
+        ``fill`` on padding)."""
+        index = self.index.reshape(*self.index.shape, *([1] * (tensor.dim() - 2))).expand(-1, -1, *tensor.shape[2:])
+        shifted = tensor.gather(1, index)
+        width = shifted.shape[1]
+        padded = self.valid.shape[1] if self.own is None else int(self.own.max()) + 1
+        shifted = torch.nn.functional.pad(
+            shifted, (0, 0) * (tensor.dim() - 2) + (0, max(padded - width, 0)), value=fill
+        )
+        if self.own is not None:
+            shifted = shifted[:, self.own]
+        mask = self.valid.reshape(*self.valid.shape, *([1] * (tensor.dim() - 2)))
+        return shifted.masked_fill(~mask, fill)
+
+    def unshift(self, tensor: torch.Tensor, fill: int) -> torch.Tensor:
+        """The inverse of :meth:`shift` for a ``[B, T, ...]`` tensor of the whole shifted rows (no context
+        parallelism): back to the batch's layout, ``fill`` outside each row's tokens."""
+        width = self.index.shape[1]
+        out = torch.full((tensor.shape[0], width, *tensor.shape[2:]), fill, dtype=tensor.dtype, device=tensor.device)
+        valid = self.valid[:, :width]
+        rows = torch.arange(tensor.shape[0], device=tensor.device)[:, None].expand(-1, width)
+        out[rows[valid], self.index[valid]] = tensor[:, :width][valid]
+        return out
 
 
 def prepare(micro: Batch, cp_size: int = 1, cp_rank: int = 0) -> Prepared:
@@ -165,15 +241,20 @@ def prepare(micro: Batch, cp_size: int = 1, cp_rank: int = 0) -> Prepared:
     positions = (width - length - 1 - lead)[:, None] + arange[None, :length]
     input_ids = micro["input_ids"].gather(1, index)
     positions = positions.clamp(0, width - 1)
+    valid = arange[None] < count[:, None]
     if cp_size > 1:
         padded = -(-width // (2 * cp_size)) * (2 * cp_size)
         input_ids = torch.nn.functional.pad(input_ids, (0, padded - width))
+        valid = torch.nn.functional.pad(valid, (0, padded - width))
         own = cp_positions(padded, cp_size, cp_rank, mask.device)
         return Prepared(
             input_ids=input_ids[:, own],
             position_ids=own[None].expand(rows, -1),
             attention_mask=None,
             positions=positions,
+            valid=valid[:, own],
+            index=index,
+            own=own,
         )
     causal = torch.ones(width, width, dtype=torch.bool, device=mask.device).triu(1)
     return Prepared(
@@ -181,6 +262,8 @@ def prepare(micro: Batch, cp_size: int = 1, cp_rank: int = 0) -> Prepared:
         position_ids=arange[None].expand(rows, width),
         attention_mask=causal[None, None],
         positions=positions,
+        valid=valid,
+        index=index,
     )
 
 
@@ -259,6 +342,11 @@ class MegatronEngine(OptimizerState):
         #: the context-parallel group and the data-parallel × context-parallel group gradients are reduced over
         self.cp_group, self.cp_rank = ps.get_context_parallel_group(), ps.get_context_parallel_rank()
         self.dp_cp_group = ps.get_data_parallel_group(with_context_parallel=True)
+        #: expert parallelism: the group that splits the experts, this rank's place in it, and the group the
+        #: experts' gradients are reduced over (the ranks holding the same experts)
+        self.ep_group, self.ep_rank = ps.get_expert_model_parallel_group(), ps.get_expert_model_parallel_rank()
+        self.edp_group = ps.get_expert_data_parallel_group()
+        self.edp_rank = ps.get_expert_data_parallel_rank()
         self.first = self.pp_rank == 0
         self.last = self.pp_rank == self.settings.pp - 1
         self.layout = ParallelLayout(
@@ -291,6 +379,10 @@ class MegatronEngine(OptimizerState):
         self.chunk_ids = [c * pp + self.pp_rank for c in range(vpp)]
         self.chunk_layers = chunk_layers(self.spec.num_layers, pp, vpp, self.pp_rank, self.settings.key)
         mc_config = transformer_config(self.spec, hf_config, self.settings, self.settings.key, self.device)
+        self.replay_mode = replay_mode(config) if request.section == "actor_rollout_ref.actor" else "disabled"
+        self.plan = self._plan_line(mc_config)
+        if self.plan:
+            logger.info(self.plan)
         if vpp > 1:  # each chunk is a GPTModel of num_layers / vpp layers split over the pp ranks
             mc_config = dataclasses.replace(mc_config, num_layers=self.spec.num_layers // vpp)
         with cpu_compat(self.device):
@@ -306,6 +398,9 @@ class MegatronEngine(OptimizerState):
                 for chunk in self.chunk_ids
             ]
         self.module: torch.nn.Module = self.chunks[0] if vpp == 1 else torch.nn.ModuleList(self.chunks)
+        self.taps = install_taps(self.chunks, bool(mc_config.moe_router_pre_softmax)) if self.spec.is_moe else []
+        if self.spec.is_moe:
+            define_missing_te_gemm()
         # resolve_settings requires the path when use_dist_checkpointing is set
         checkpoint = self.settings.dist_checkpointing_path if self.settings.use_dist_checkpointing else None
         if checkpoint is not None:
@@ -328,6 +423,24 @@ class MegatronEngine(OptimizerState):
         self.offloader = Offloader(self.module, self.optimizer, self.settings, self.device)
         self.offloader.offload()
 
+    def _plan_line(self, mc_config: Any) -> str:
+        """What the engine builds for a mixture-of-experts model (empty for a dense one): experts per rank, the
+        token dispatcher (and why, on the CPU), what was dropped, the routing replay mode."""
+        if not self.spec.is_moe:
+            return ""
+        overrides = moe_overrides(self.settings, on_cpu=self.device.type == "cpu")
+        dispatcher = mc_config.moe_token_dispatcher_type
+        if self.device.type == "cpu":
+            dispatcher += " (gloo on the CPU: megatron-core's alltoall dispatcher needs CUDA streams)"
+        parts = [
+            f"megatron MoE ({self.settings.key}): {self.spec.num_experts} experts, top-{self.spec.moe_topk}, "
+            f"expert_model_parallel_size={self.settings.ep} ({self.spec.num_experts // self.settings.ep} experts per "
+            f"rank), sequential experts, token dispatcher {dispatcher}, load-balancing loss coefficient "
+            f"{mc_config.moe_aux_loss_coeff}, routing replay {self.replay_mode}",
+            *overrides.notes,
+        ]
+        return "; ".join(parts)
+
     # ------------------------------------------------------------ computing
     def _p2p(self, tensor: torch.Tensor, peer_stage: int, send: bool) -> None:
         """Send ``tensor`` to (or receive it in place from) this rank's counterpart on pipeline stage
@@ -346,7 +459,13 @@ class MegatronEngine(OptimizerState):
         chunk = self.chunks[local]
         if self.chunk_ids[local] != 0:
             chunk.set_input_tensor(hidden_in)
-        out = chunk(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask)
+        extra = {"padding_mask": ~inputs.valid} if self.spec.is_moe else {}
+        out = chunk(
+            input_ids=inputs.input_ids,
+            position_ids=inputs.position_ids,
+            attention_mask=inputs.attention_mask,
+            **extra,
+        )
         if self.settings.cp > 1 and self.chunk_ids[local] == self.num_chunks - 1:
             out = gather_sequence(out, 1, self.cp_group, sum_grads=False)
         return out
@@ -359,20 +478,49 @@ class MegatronEngine(OptimizerState):
         temperature: float,
         with_entropy: bool,
         with_sum_pi_squared: bool = False,
+        record: bool = False,
     ) -> ModelOutput:
         """Log-probs, entropies and Σπ² (values for a critic) at the response positions of the last stage's
-        output (full-vocabulary logits)."""
+        output (full-vocabulary logits); a mixture-of-experts model's statistics and, ``record``, its routing."""
         index = inputs.positions[..., None].expand(-1, -1, out.shape[-1])
         picked = out.gather(1, index).float()
         if self.spec.value_head:
-            return ModelOutput(values=picked[..., 0])
+            return self._with_routing(ModelOutput(values=picked[..., 0]), inputs, record=False)
         logits = picked / temperature
         log_probs = logprobs_from_logits(logits, micro["responses"])
-        return ModelOutput(
+        output = ModelOutput(
             log_probs=log_probs,
             entropy=entropy_from_logits(logits) if with_entropy else None,
             sum_pi_squared=sum_pi_squared_from_logits(logits) if with_sum_pi_squared else None,
         )
+        return self._with_routing(output, inputs, record=record)
+
+    def _set_replay(self, micro: Batch, inputs: Prepared) -> None:
+        """Before a micro-batch's forward: the routers replay its ``routed_experts`` (``[B, P + R, L, k]``,
+        ``-1`` = recompute) when the routing replay mode is R2 or R3 and the batch has them, else recompute."""
+        if not self.taps:
+            return
+        routed = None
+        if self.replay_mode != "disabled" and ROUTED_EXPERTS in micro:
+            given = micro[ROUTED_EXPERTS]
+            expected = (*micro["input_ids"].shape, len(self.taps), self.spec.moe_topk)
+            if tuple(given.shape) != expected:
+                raise RLCoreError(
+                    f"batch key {ROUTED_EXPERTS!r} has shape {tuple(given.shape)}; this model needs {expected} "
+                    "(rows, tokens, MoE layers, experts per token)"
+                )
+            routed = inputs.shift(given.to(device=self.device, dtype=torch.long), -1)
+        set_targets(self.taps, routed)
+
+    def _with_routing(self, output: ModelOutput, inputs: Prepared, *, record: bool) -> ModelOutput:
+        """``output`` with the routers' statistics of the micro-batch (:func:`~rlcore_plugin_megatron.routing.
+        routing_stats`) and, ``record``, the experts every token used (``routed_experts``, ``[B, P + R, L, k]``)."""
+        if not self.taps:
+            return output
+        output.stats = routing_stats(self.taps, inputs.valid, self.spec.num_experts, self.spec.moe_topk)
+        if record:
+            output.routed_experts = inputs.unshift(routed_experts(self.taps, inputs.valid.shape[0]), -1)
+        return output
 
     def _receive_hidden(self, chunk: int, inputs: Prepared) -> torch.Tensor | None:
         """The ``[T, B, H]`` input hidden states of global chunk ``chunk`` from the rank of the chunk before
@@ -387,7 +535,8 @@ class MegatronEngine(OptimizerState):
     def _broadcast_outputs(
         self, outputs: list[ModelOutput], micros: Sequence[Batch], with_entropy: bool, with_sum_pi_squared: bool
     ) -> list[ModelOutput]:
-        """The last stage's outputs on every stage of the pipeline."""
+        """The last stage's outputs on every stage of the pipeline (the statistics stay on the last stage, whose
+        outputs are the ones collected)."""
         if self.settings.pp == 1:
             return outputs
         src = dist.get_process_group_ranks(self.pp_group)[-1]
@@ -402,7 +551,8 @@ class MegatronEngine(OptimizerState):
         result = []
         for index, micro in enumerate(micros):
             shape = tuple(micro["responses"].shape)
-            output = ModelOutput()
+            # the last stage keeps its own output (with a MoE model's statistics); the others get its tensors
+            output = outputs[index] if self.last else ModelOutput()
             for name in names:
                 tensor = (
                     getattr(outputs[index], name)
@@ -432,11 +582,20 @@ class MegatronEngine(OptimizerState):
                 for micro in micro_batches:
                     micro = micro.copy_to(self.device)
                     inputs = prepare(micro, self.settings.cp, self.cp_rank)
+                    self._set_replay(micro, inputs)
                     for local, chunk in enumerate(self.chunk_ids):
                         out = self._chunk_forward(local, inputs, self._receive_hidden(chunk, inputs))
                         if chunk == self.num_chunks - 1:
                             outputs.append(
-                                self._outputs(out, inputs, micro, temperature, with_entropy, with_sum_pi_squared)
+                                self._outputs(
+                                    out,
+                                    inputs,
+                                    micro,
+                                    temperature,
+                                    with_entropy,
+                                    with_sum_pi_squared,
+                                    record=self.replay_mode == "R2",
+                                )
                             )
                         else:
                             self._p2p(out.contiguous(), self._owner(chunk + 1), send=True)
@@ -455,10 +614,17 @@ class MegatronEngine(OptimizerState):
         self.module.train()
         last = self.num_chunks - 1
         pending: list[tuple[int, torch.Tensor | None, torch.Tensor]] = []
+        if self.spec.is_moe:
+            from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler
+
+            # the load-balancing loss of every micro-batch counts 1/n (the gradients are then averaged over the
+            # data-parallel ranks): the mean over micro-batches and ranks of coeff × Σ_layers loss
+            MoEAuxLossAutoScaler.set_loss_scale(torch.tensor(1.0 / max(len(micro_batches), 1), device=self.device))
         with cpu_compat(self.device):
             for index, micro in enumerate(micro_batches):
                 micro = micro.copy_to(self.device)
                 inputs = prepare(micro, self.settings.cp, self.cp_rank)
+                self._set_replay(micro, inputs)
                 for local, chunk in enumerate(self.chunk_ids):
                     hidden = self._receive_hidden(chunk, inputs)
                     if hidden is not None:
@@ -499,16 +665,28 @@ class MegatronEngine(OptimizerState):
 
     def _reduce_gradients(self) -> None:
         """Sum the gradients over the context-parallel ranks (each holds its tokens' part), average them over the
-        data-parallel group and sum a tied embedding's gradient between the first and the last pipeline stage."""
-        params = [param for param in self.module.parameters() if param.requires_grad]
-        grads: list[torch.Tensor] = []
-        for param in params:
+        data-parallel group and sum a tied embedding's gradient between the first and the last pipeline stage.
+
+        An expert's gradient already holds the part of every token routed to it from the ranks of its
+        expert-parallel group; it is summed over the ranks holding the same expert (megatron-core's expert
+        data-parallel group) and divided by the data-parallel size like the others."""
+        dense: list[torch.Tensor] = []
+        experts: list[torch.Tensor] = []
+        for name, param in self.module.named_parameters():
+            if not param.requires_grad:
+                continue
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
-            grads.append(param.grad)
-        if self.dp_size * self.settings.cp > 1:
+            (experts if expert_of(name) is not None else dense).append(param.grad)
+        for grads, group, size in (
+            (dense, self.dp_cp_group, self.dp_size * self.settings.cp),
+            (experts, self.edp_group, dist.get_world_size(self.edp_group) if experts else 1),
+        ):
+            if not grads or (size == 1 and self.dp_size == 1):
+                continue
             flat = torch.cat([grad.reshape(-1) for grad in grads])
-            dist.all_reduce(flat, group=self.dp_cp_group)
+            if size > 1:
+                dist.all_reduce(flat, group=group)
             flat /= self.dp_size
             for grad, part in zip(grads, flat.split([grad.numel() for grad in grads]), strict=True):
                 grad.copy_(part.view_as(grad))
@@ -524,14 +702,23 @@ class MegatronEngine(OptimizerState):
                 dist.all_reduce(module.get_parameter(name).grad, group=ps.get_embedding_group())
 
     def _grad_norm(self) -> float:
-        """The global gradient norm: every weight counted once over tensor- and pipeline-parallel ranks."""
+        """The global gradient norm: every weight counted once over tensor-, pipeline- and expert-parallel
+        ranks."""
         total = torch.zeros((), dtype=torch.float64, device=self.device)
+        experts = torch.zeros((), dtype=torch.float64, device=self.device)
         for chunk, name, param in self._chunk_parameters():
             if param.grad is None or self._shared_output_copy(chunk, name):
+                continue
+            if expert_of(name) is not None:
+                experts += param.grad.double().pow(2).sum()
                 continue
             if partition_dim(name, self.spec) is None and self.tp_rank != 0:
                 continue
             total += param.grad.double().pow(2).sum()
+        if self.settings.ep > 1:
+            dist.all_reduce(experts, group=self.ep_group)
+        if self.tp_rank == 0:
+            total += experts
         if self.settings.tp * self.settings.pp > 1:
             from megatron.core import parallel_state as ps
 
@@ -581,6 +768,12 @@ class MegatronEngine(OptimizerState):
                     shards = [torch.empty_like(tensor) for _ in range(self.settings.tp)]
                     dist.all_gather(shards, tensor.contiguous(), group=self.tp_group)
                     tensor = tp_unshard(name, shards, self.spec)
+                if self.settings.ep > 1 and expert_of(name) is not None:
+                    shards = [torch.empty_like(tensor) for _ in range(self.settings.ep)]
+                    dist.all_gather(shards, tensor.contiguous(), group=self.ep_group)
+                    for ep_rank, shard in enumerate(shards):
+                        chunk_state[ep_global_name(name, ep_rank, self.settings.ep, self.spec.num_experts)] = shard
+                    continue
                 chunk_state[name] = tensor
             state.update(from_stage(chunk_state, layers, first=chunk == 0, spec=self.spec))
         return state
@@ -618,9 +811,12 @@ class MegatronEngine(OptimizerState):
         return full
 
     def full_weights(self, *, only_rank0: bool = False) -> dict[str, torch.Tensor]:
-        """The full weights under Hugging Face names: tensor-parallel shards all-gathered, pipeline stages
-        broadcast in buckets. Collective over all ranks."""
+        """The full weights under Hugging Face names, as transformers' ``state_dict()`` has them (a tied
+        model's ``lm_head.weight`` is the embedding, as in the FSDP engine's): tensor-parallel shards and
+        experts all-gathered, pipeline stages broadcast in buckets. Collective over all ranks."""
         state = megatron_to_hf(self._gather_pipeline(self._gather_stage()), self.spec)
+        if self.spec.tied:
+            state["lm_head.weight"] = state["model.embed_tokens.weight"]
         if not only_rank0:
             return state
         return {name: t.cpu() for name, t in state.items()} if dist.get_rank() == 0 else {}
@@ -629,6 +825,8 @@ class MegatronEngine(OptimizerState):
         """Copy this rank's part of a full megatron-core state (global layer names) into its chunks."""
         for module, chunk, layers in zip(self.chunks, self.chunk_ids, self.chunk_layers, strict=True):
             part = to_stage(state, layers, first=chunk == 0, last=chunk == self.num_chunks - 1, spec=self.spec)
+            if self.spec.is_moe:
+                part = ep_shard(part, self.ep_rank, self.settings.ep, self.spec.num_experts)
             params = dict(module.named_parameters())
             if part.keys() != params.keys():
                 raise RLCoreError(
@@ -650,8 +848,9 @@ class MegatronEngine(OptimizerState):
 
     # ------------------------------------------------------------ checkpoints
     def _shard_name(self) -> str:
-        """The file of this rank's tensor/pipeline shard."""
-        return f"tp{self.tp_rank:02d}_pp{self.pp_rank:02d}.pt"
+        """The file of this rank's tensor/pipeline (and, with expert parallelism, expert-parallel) shard."""
+        ep = f"_ep{self.ep_rank:02d}" if self.settings.ep > 1 else ""
+        return f"tp{self.tp_rank:02d}_pp{self.pp_rank:02d}{ep}.pt"
 
     def _shard_header(self) -> dict[str, int]:
         """The layout a shard file was written for (the context-parallel size is recorded when > 1; the shards
@@ -659,6 +858,8 @@ class MegatronEngine(OptimizerState):
         header = {"tensor_model_parallel_size": self.settings.tp, "pipeline_model_parallel_size": self.settings.pp}
         if self.settings.vpp > 1:
             header["virtual_pipeline_model_parallel_size"] = self.settings.vpp
+        if self.settings.ep > 1:
+            header["expert_model_parallel_size"] = self.settings.ep
         if self.settings.cp > 1:
             header["context_parallel_size"] = self.settings.cp
         return header
@@ -674,7 +875,8 @@ class MegatronEngine(OptimizerState):
         if saved != expected:
             raise RLCoreError(
                 f"{key}: {file} was saved with {payload['layout']}, but {self.settings.key} asks for "
-                f"{self._shard_header()}; a checkpoint loads with the same tensor, pipeline and virtual pipeline sizes"
+                f"{self._shard_header()}; a checkpoint loads with the same tensor, pipeline, virtual pipeline and expert "
+                "parallel sizes"
             )
         return payload
 
@@ -687,10 +889,12 @@ class MegatronEngine(OptimizerState):
             raise RLCoreError(f"{key}: {directory} lacks {sorted(missing)}")
 
     def save(self, directory: Path, contents: set[str]) -> None:
-        """``model/`` and ``optim/``: one file per tensor/pipeline shard (``tp<t>_pp<p>.pt``), written by
-        data-parallel and context-parallel rank 0 (the other data- and context-parallel ranks hold the same
-        state)."""
-        if self.layout.dp_rank != 0 or self.cp_rank != 0:
+        """``model/`` and ``optim/``: one file per tensor/pipeline shard (``tp<t>_pp<p>.pt``; with expert
+        parallelism one per expert-parallel rank too, ``tp<t>_pp<p>_ep<e>.pt``), written by data-parallel and
+        context-parallel rank 0 (the other data- and context-parallel ranks hold the same state; with expert
+        parallelism, by expert-data-parallel rank 0 of each expert-parallel rank)."""
+        writer = self.edp_rank == 0 if self.settings.ep > 1 else self.layout.dp_rank == 0 and self.cp_rank == 0
+        if not writer:
             return
         parts = {"model": lambda: self.module.state_dict(), "optimizer": lambda: self._trainable("save").state_dict()}
         for part, folder in (("model", "model"), ("optimizer", "optim")):
@@ -720,8 +924,9 @@ class MegatronEngine(OptimizerState):
         directory.mkdir(parents=True, exist_ok=True)
         self.hf_config.save_pretrained(directory)
         if state is not None:
+            tied_alias = "lm_head.weight" if self.spec.tied else None  # a checkpoint stores a tied head once
             save_file(
-                {name: t.contiguous() for name, t in state.items()},
+                {name: t.contiguous() for name, t in state.items() if name != tied_alias},
                 str(directory / "model.safetensors"),
                 metadata={"format": "pt"},
             )

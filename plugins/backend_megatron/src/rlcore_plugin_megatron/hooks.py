@@ -42,7 +42,10 @@ def register_training_backends(register: Callable[..., None]) -> None:
     register(
         "megatron",
         "rlcore_plugin_megatron.backend:MegatronBackend",
-        description="megatron-core GPTModel (tensor + pipeline + context parallel) actor/ref and critic; Qwen2/Qwen3/Llama",
+        description=(
+            "megatron-core GPTModel (tensor + pipeline + context + expert parallel) actor/ref and critic; "
+            "Qwen2/Qwen3/Llama, Qwen3-MoE"
+        ),
         spec=TrainingBackendSpec(data_parallel_size=data_parallel_size, sum_pi_squared=True),
     )
 

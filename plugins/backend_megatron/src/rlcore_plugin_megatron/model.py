@@ -32,7 +32,7 @@ for _message in (
 ):
     warnings.filterwarnings("ignore", message=_message)
 
-#: the model-parallel layout this process initialised: (tp, pp, cp), the default group it was built
+#: the model-parallel layout this process initialised: (tp, pp, cp, ep), the default group it was built
 #: on, and how many engines use it
 _PARALLEL_STATE: dict[str, Any] = {"sizes": None, "world": None, "users": 0, "key": ""}
 
@@ -46,12 +46,12 @@ def acquire_parallel_state(settings: MegatronSettings) -> None:
     """
     from megatron.core import parallel_state
 
-    sizes = (settings.tp, settings.pp, settings.cp)
+    sizes = (settings.tp, settings.pp, settings.cp, settings.ep)
     world = dist.group.WORLD
     if _PARALLEL_STATE["users"] and _PARALLEL_STATE["world"] is world:
         if _PARALLEL_STATE["sizes"] != sizes:
             raise RLCoreError(
-                f"{settings.key} asks for tensor/pipeline/context parallel sizes {sizes}, but this process already "
+                f"{settings.key} asks for tensor/pipeline/context/expert parallel sizes {sizes}, but this process already "
                 f"runs an engine with {_PARALLEL_STATE['sizes']} ({_PARALLEL_STATE['key']}); megatron-core allows one "
                 "layout per process: set the same sizes"
             )
@@ -63,6 +63,8 @@ def acquire_parallel_state(settings: MegatronSettings) -> None:
         tensor_model_parallel_size=settings.tp,
         pipeline_model_parallel_size=settings.pp,
         context_parallel_size=settings.cp,
+        expert_model_parallel_size=settings.ep,
+        expert_tensor_parallel_size=1,
     )
     _PARALLEL_STATE.update(sizes=sizes, world=world, users=1, key=settings.key)
 
@@ -126,11 +128,79 @@ def rope_base(hf_config: Any, key: str) -> float:
     return float(parameters.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
 
 
+def moe_fields(spec: ModelSpec, settings: MegatronSettings, device: torch.device) -> dict[str, Any]:
+    """megatron-core's mixture-of-experts fields for ``spec`` (empty for a dense model): Qwen3-MoE's router
+    (softmax over all experts, then the top-k; with ``norm_topk_prob`` the k weights renormalised, which is
+    megatron-core's softmax over the top-k logits, else its ``moe_router_pre_softmax``), sequential experts,
+    no token dropping, the load-balancing loss at ``router_aux_loss_coef``, Qwen2-MoE's sigmoid-gated shared
+    expert (``moe_shared_expert_intermediate_size``, ``moe_shared_expert_gate``), then the section's ``moe_*``
+    overrides (:func:`~rlcore_plugin_megatron.moe_settings.moe_overrides`). A model field set to another value
+    than the Hugging Face config's, or expert parallelism on a dense model, is an error naming the key."""
+    from rlcore_plugin_megatron.moe_settings import moe_overrides
+
+    overrides = moe_overrides(settings, on_cpu=device.type == "cpu")
+    if not spec.is_moe:
+        if settings.ep > 1:
+            raise RLCoreError(
+                f"{settings.key}.expert_model_parallel_size={settings.ep}: expert parallelism needs a mixture-of-experts "
+                "model (qwen3_moe), and this model is dense; set it to 1"
+            )
+        moe_keys = [name for name in settings.override_transformer_config if name.startswith("moe_")]
+        if moe_keys:
+            raise RLCoreError(
+                f"{settings.key}.override_transformer_config.{moe_keys[0]}: a mixture-of-experts field, and this model "
+                "is dense; remove it"
+            )
+        return {}
+    etp = settings.tp if settings.etp is None else settings.etp
+    if etp != 1:
+        raise RLCoreError(
+            f"{settings.key}.expert_tensor_parallel_size={settings.etp} (null means tensor_model_parallel_size="
+            f"{settings.tp} in megatron-core): rlcore's Megatron engine does not split experts over tensor-parallel "
+            "ranks; set expert_tensor_parallel_size=1"
+        )
+    if settings.tp > 1:
+        raise RLCoreError(
+            f"{settings.key}.tensor_model_parallel_size={settings.tp} with a mixture-of-experts model: megatron-core "
+            "needs sequence parallelism with tensor-parallel MoE layers, which the local layer spec cannot do; use "
+            "expert_model_parallel_size instead and set tensor_model_parallel_size=1"
+        )
+    if spec.num_experts % settings.ep:
+        raise RLCoreError(
+            f"{settings.key}.expert_model_parallel_size={settings.ep} must divide the model's {spec.num_experts} experts"
+        )
+    fields: dict[str, Any] = {
+        "num_moe_experts": spec.num_experts,
+        "moe_router_topk": spec.moe_topk,
+        "moe_ffn_hidden_size": spec.moe_ffn_hidden_size,
+        "moe_router_score_function": "softmax",
+        "moe_router_pre_softmax": not spec.norm_topk_prob,
+        "moe_router_load_balancing_type": "aux_loss" if spec.router_aux_loss_coef > 0 else "none",
+        "moe_aux_loss_coeff": spec.router_aux_loss_coef,
+        "moe_expert_capacity_factor": None,
+        "moe_grouped_gemm": False,
+        "moe_router_dtype": "fp32",
+        "moe_shared_expert_intermediate_size": spec.shared_expert_ffn or None,
+        "moe_shared_expert_gate": bool(spec.shared_expert_ffn),
+        "expert_model_parallel_size": settings.ep,
+        "expert_tensor_parallel_size": 1,
+    }
+    for name, value in overrides.from_model.items():
+        if fields.get(name) != value:
+            raise RLCoreError(
+                f"{settings.key}.override_transformer_config.{name}={value!r}: the model's config.json gives "
+                f"{fields.get(name)!r}; megatron-core's MoE layers must match the Hugging Face model"
+            )
+    fields.update(overrides.fields)
+    return fields
+
+
 def transformer_config(
     spec: ModelSpec, hf_config: Any, settings: MegatronSettings, key: str, device: torch.device
 ) -> Any:
     """megatron-core's ``TransformerConfig`` for ``spec`` in float32 without dropout, with the section's
-    ``override_transformer_config`` applied (an unknown field is an error naming it)."""
+    ``override_transformer_config`` applied (an unknown field is an error naming it; the mixture-of-experts
+    fields go through :func:`moe_fields`)."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     fields = {
@@ -175,7 +245,9 @@ def transformer_config(
                 f"{settings.key}.override_transformer_config.{name}: activation recomputation saves CUDA RNG states "
                 "and does not run on the CPU"
             )
-        fields[name] = value
+        if not (name.startswith("moe_") or name.startswith("expert_") or name == "overlap_moe_expert_parallel_comm"):
+            fields[name] = value
+    fields.update(moe_fields(spec, settings, device))
     return TransformerConfig(**fields)
 
 
@@ -209,7 +281,11 @@ def build_stage(spec: ModelSpec, config: Any, hf_config: Any, key: str, *, first
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
 
-    layer_spec = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=spec.qk_norm)
+    layer_spec = get_gpt_layer_local_spec(
+        num_experts=spec.num_experts or None,
+        normalization="RMSNorm",
+        qk_layernorm=spec.qk_norm,
+    )
     if config.context_parallel_size > 1:
         from rlcore_plugin_megatron.context_parallel import ContextParallelAttention
 

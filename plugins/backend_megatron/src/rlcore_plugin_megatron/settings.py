@@ -52,6 +52,10 @@ class MegatronSettings:
         key: the section's dotted key (``actor_rollout_ref.actor.megatron``), named by errors.
         tp, pp, cp: tensor, pipeline and context parallel sizes (with ``cp = C`` each rank of a context-parallel
             group holds ``1/C`` of every sequence's tokens; see :mod:`rlcore_plugin_megatron.context_parallel`).
+        etp: ``expert_tensor_parallel_size`` (None: megatron-core's default, the tensor-parallel size); the
+            engine splits no expert over tensor-parallel ranks, so a mixture-of-experts model needs it to resolve to 1.
+        ep: expert-parallel size (``expert_model_parallel_size``): each rank of an expert-parallel group holds
+            ``E / ep`` of every mixture-of-experts layer's ``E`` experts (a dense model needs 1).
         vpp: model chunks per pipeline rank (``virtual_pipeline_model_parallel_size``; 1 when null): with
             ``pp=P, vpp=V`` the layers are split into ``P × V`` chunks and rank ``r`` holds chunks
             ``r, P + r, 2P + r, …`` (megatron-core's interleaved assignment).
@@ -71,6 +75,8 @@ class MegatronSettings:
     pp: int
     cp: int
     vpp: int
+    ep: int
+    etp: int | None
     sequence_parallel: bool
     param_offload: bool
     grad_offload: bool
@@ -97,9 +103,11 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
     """The ``megatron`` section at ``key`` merged over :data:`MEGATRON_DEFAULTS` and checked.
 
     Rejected, each with an error naming the key: unknown keys, virtual pipeline stages without pipeline
-    parallelism (``virtual_pipeline_model_parallel_size > 1`` needs ``pipeline_model_parallel_size > 1``), expert
-    parallelism (no MoE models), the distributed optimizer, and sequence parallelism at tensor-parallel size > 1 (the
-    local layer spec's norms cannot shard the sequence, and gloo has no reduce-scatter).
+    parallelism (``virtual_pipeline_model_parallel_size > 1`` needs ``pipeline_model_parallel_size > 1``), the
+    distributed optimizer, and sequence parallelism at tensor-parallel size > 1 (the local layer spec's norms
+    cannot shard the sequence, and gloo has no reduce-scatter). The mixture-of-experts fields of
+    ``override_transformer_config`` are checked by :func:`rlcore_plugin_megatron.moe_settings.moe_overrides`, and
+    ``expert_tensor_parallel_size`` (:attr:`MegatronSettings.etp`) by the engine once it knows the model is one.
     """
     resolved = dict(MEGATRON_DEFAULTS)
     for name, value in (section or {}).items():
@@ -121,11 +129,10 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
             f"{vpp_key}={vpp} needs {key}.pipeline_model_parallel_size > 1: virtual stages interleave the layers "
             "over pipeline ranks; leave it null without pipeline parallelism"
         )
-    if resolved["expert_model_parallel_size"] != 1 or resolved["expert_tensor_parallel_size"] not in (None, 1):
-        raise RLCoreError(
-            f"{key}.expert_model_parallel_size / expert_tensor_parallel_size: expert parallelism needs a MoE model, "
-            "and rlcore's Megatron engine supports dense Qwen2/Qwen3/Llama models only; leave them at 1 / null"
-        )
+    ep = _size(resolved["expert_model_parallel_size"], f"{key}.expert_model_parallel_size")
+    etp = resolved["expert_tensor_parallel_size"]
+    if etp is not None:
+        etp = _size(etp, f"{key}.expert_tensor_parallel_size")
     if resolved["use_distributed_optimizer"]:
         raise RLCoreError(
             f"{key}.use_distributed_optimizer=true: sharding the optimizer state over data-parallel ranks is not "
@@ -154,6 +161,8 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
         pp=sizes["pipeline_model_parallel_size"],
         cp=sizes["context_parallel_size"],
         vpp=vpp,
+        ep=ep,
+        etp=etp,
         sequence_parallel=resolved["sequence_parallel"],
         param_offload=resolved["param_offload"],
         grad_offload=resolved["grad_offload"],
@@ -175,4 +184,14 @@ def layout_sizes(settings: MegatronSettings, world_size: int) -> int:
             f"({settings.pp}) × context_parallel_size ({settings.cp}) = {model_parallel} must divide the number of "
             f"ranks ({world_size} = trainer.nnodes × trainer.n_gpus_per_node)"
         )
-    return world_size // model_parallel
+    data_parallel = world_size // model_parallel
+    # megatron-core: expert tensor (1) × expert model × pipeline parallel sizes must divide the world, i.e. the
+    # expert-parallel size must divide the tensor × context × data-parallel ranks of a pipeline stage
+    if (settings.tp * settings.cp * data_parallel) % settings.ep:
+        raise RLCoreError(
+            f"{settings.key}.expert_model_parallel_size ({settings.ep}) must divide tensor_model_parallel_size "
+            f"({settings.tp}) × context_parallel_size ({settings.cp}) × the data-parallel size ({data_parallel}) "
+            f"= {settings.tp * settings.cp * data_parallel} (world {world_size} ÷ pipeline_model_parallel_size "
+            f"{settings.pp}), as megatron-core requires"
+        )
+    return data_parallel
