@@ -167,11 +167,7 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
     MissingFeature("multi-token prediction (MTP)", ("actor_rollout_ref.model.mtp", "actor_rollout_ref.rollout.mtp")),
     MissingFeature(
         "MoE router replay",
-        (
-            "actor_rollout_ref.actor.router_replay",
-            "actor_rollout_ref.ref.router_replay",
-            "actor_rollout_ref.rollout.enable_rollout_routing_replay",
-        ),
+        ("actor_rollout_ref.rollout.enable_rollout_routing_replay",),
     ),
     MissingFeature(
         "settings of the reference model apart from the actor's (rlcore's reference follows the actor)",
