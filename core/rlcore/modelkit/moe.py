@@ -4,8 +4,9 @@ the expert-load statistics, and routing record and replay (``router_replay.mode`
 A :class:`MoeRouting` hooks every router of one model once (a forward hook that may replace the router's
 ``(logits, weights, experts)``). Before each forward pass the caller opens a :class:`RoutingPass` with
 :meth:`MoeRouting.begin`, telling it which tokens are valid (padding never counts) and, to replay, which
-experts each token must use; the hooks fill the pass layer by layer. The pass stays current until the next
-one begins, so that a backward pass that recomputes checkpointed layers routes them the same way.
+experts each token must use; the hooks fill the pass layer by layer. A pass with gradients stays current
+until :meth:`MoeRouting.end` (after its backward), so that a backward that recomputes checkpointed layers
+routes them the same way; a pass without gradients ends with :meth:`MoeRouting.finish`.
 
 Only routers whose semantics are known are accepted (:data:`SOFTMAX_TOP_K_ROUTERS`: a softmax over the
 router logits, the top-k of those probabilities, renormalised with ``norm_topk_prob``); any other
@@ -187,6 +188,12 @@ class MoeRouting:
         if routing.record and layout is not None:
             used = torch.stack([routing.used[layer] for layer in range(self.num_layers)], dim=1)
             output.routed_experts = layout(used).cpu()
+        if not torch.is_grad_enabled():
+            self.current = None  # no backward will recompute these layers
+
+    def end(self) -> None:
+        """Close the current pass once its backward has run: later forwards (an export, a probe) route freely."""
+        self.current = None
 
     def add_aux_loss(self, loss: torch.Tensor, micro_batches: int) -> torch.Tensor:
         """``loss`` plus ``aux_loss_coef × aux / micro_batches`` of the pass just run (``loss`` itself when the

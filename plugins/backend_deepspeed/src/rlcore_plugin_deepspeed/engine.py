@@ -208,6 +208,8 @@ class DeepSpeedEngine(OptimizerState):
                 if self.routing is not None:
                     loss = self.routing.routing.add_aux_loss(loss, len(micro_batches))
             self.engine.backward(loss, scale_wrt_gas=False)
+            if self.routing is not None:
+                self.routing.routing.end()
 
     def optimizer_step(self, grad_clip: float | None) -> float:
         """Reduce the accumulated gradients, clip them to ``grad_clip`` and step when their norm is finite

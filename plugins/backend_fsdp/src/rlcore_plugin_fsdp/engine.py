@@ -248,6 +248,8 @@ class FSDPEngine(OptimizerState):
                 if self.routing is not None:
                     loss = self.routing.routing.add_aux_loss(loss, len(micro_batches))
             loss.backward()
+            if self.routing is not None:
+                self.routing.routing.end()
 
     def optimizer_step(self, grad_clip: float | None) -> float:
         """Clip, step when the gradient norm is finite, zero the gradients; the norm."""
