@@ -257,3 +257,26 @@ def test_replay_on_a_dense_model_fails_the_dry_run(tmp_path: Path, tiny_model_di
 def test_r2_on_a_moe_model_passes_the_dry_run(tmp_path: Path, moe_dir: Path) -> None:
     result = replay_dry_run(tmp_path, moe_dir, "actor_rollout_ref.actor.router_replay.mode=R2")
     assert result.exit_code == 0, result.output
+
+
+def test_ulysses_splits_a_moe_model_like_one_rank(tmp_path: Path) -> None:
+    """Two gloo processes with ``ulysses_sequence_parallel_size=2`` compute a Qwen2-MoE's log-probs, update
+    and values as one process does (padded and packed). The load-balancing loss is left out
+    (``router_aux_loss_coef=0``): under Ulysses each rank balances its own slice of the sequence. (Qwen3-MoE's
+    forward does not take the mask mapping that rlcore's Ulysses attention passes.)"""
+    from rlcore.testing import sequence_parallel as sp_checks
+
+    model_dir = make_tiny_moe_model_dir(tmp_path / "model", family="qwen2_moe", router_aux_loss_coef=0.0)
+    one = {packed: sp_checks.run_case("fsdp", model_dir, packed=packed) for packed in (False, True)}
+    ranks = sp_checks.spawn_ranks("fsdp", model_dir, tmp_path, world_size=2, sp=2)
+    sp_checks.assert_matches(ranks, one, sp=2)
+
+
+def test_ulysses_with_a_qwen3_moe_model_is_refused_by_the_engine(tmp_path: Path) -> None:
+    from rlcore.config import load_config
+
+    model_dir = make_tiny_moe_model_dir(tmp_path / "model")
+    model, _ = load(model_dir)
+    config = load_config(overrides=["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"])
+    with pytest.raises(RLCoreError, match="ulysses_sequence_parallel_size=2 is not supported for the mixture-of"):
+        moe.engine_routing(model, config, "actor", "actor_rollout_ref.actor", MODEL_KEY)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from rlcore.api.training import ROUTED_EXPERTS, ModelOutput
@@ -37,6 +37,11 @@ SOFTMAX_TOP_K_ROUTERS: tuple[str, ...] = (
     "OlmoeTopKRouter",
     "FlexOlmoTopKRouter",
 )
+
+
+#: the mixture-of-experts ``model_type``s whose forward takes the mask mapping of rlcore's Ulysses attention
+#: (:mod:`rlcore.modelkit.sequence_parallel`); Qwen3-MoE's builds its mask from a tensor only
+ULYSSES_MOE_TYPES: tuple[str, ...] = ("qwen2_moe",)
 
 
 def _routers(model: nn.Module) -> list[nn.Module]:
@@ -57,7 +62,7 @@ class RoutingPass:
     Attributes:
         valid: ``[N]`` bool, the flattened tokens that count (inside the attention mask; packed tokens all do).
         replay: ``[N, L, k]`` long, the experts each token must use (``-1``: recompute), or None.
-        record: whether to keep the experts each token used, for :meth:`routed_experts`.
+        record: whether to keep the experts each token used (``ModelOutput.routed_experts``, :meth:`MoeRouting.finish`).
         used: per layer, the ``[N, k]`` experts the layer used.
         counts: per layer, ``[E]`` float: how many valid tokens chose each expert (no gradient).
         prob_sums: per layer, ``[E]`` float: the valid tokens' summed router probabilities (with gradient).
@@ -263,6 +268,15 @@ def engine_routing(
     if mode not in REPLAY_MODES:
         raise RLCoreError(f"{section}.router_replay.mode={mode!r} is not a mode: choose {', '.join(REPLAY_MODES)}")
     routing = attach(model, model_key)
+    sp_key = f"{section}.ulysses_sequence_parallel_size"
+    model_type = (model.get_base_model() if hasattr(model, "get_base_model") else model).config.model_type
+    sp_size = OmegaConf.select(config, sp_key, default=1)
+    if routing is not None and isinstance(sp_size, int) and sp_size > 1 and model_type not in ULYSSES_MOE_TYPES:
+        raise RLCoreError(
+            f"{sp_key}={sp_size} is not supported for the mixture-of-experts model_type {model_type!r} of "
+            f"{model_key}.path (only {', '.join(ULYSSES_MOE_TYPES)}): its forward does not take the attention mask "
+            "of rlcore's Ulysses attention; set the size to 1"
+        )
     if routing is None:
         if mode != "disabled":
             base = model.get_base_model() if hasattr(model, "get_base_model") else model
