@@ -280,3 +280,29 @@ def test_ulysses_with_a_qwen3_moe_model_is_refused_by_the_engine(tmp_path: Path)
     config = load_config(overrides=["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"])
     with pytest.raises(RLCoreError, match="ulysses_sequence_parallel_size=2 is not supported for the mixture-of"):
         moe.engine_routing(model, config, "actor", "actor_rollout_ref.actor", MODEL_KEY)
+
+
+def test_activation_checkpointing_recomputes_the_replayed_routing(moe_dir: Path) -> None:
+    """With gradient checkpointing the backward recomputes each layer under the same (replayed) routing: the
+    gradients, the load-balancing loss's included, equal those without checkpointing."""
+    from rlcore.modelkit.hf_models import enable_activation_checkpointing
+
+    grads = []
+    for checkpointing in (False, True):
+        model, routing = load(moe_dir)
+        model.train()
+        if checkpointing:
+            enable_activation_checkpointing(model)
+        batch = make_batch()
+        recorded = outputs(model, routing, batch, record_routing=True)
+        with torch.no_grad():  # recomputed, the routing would differ: replay must hold in the backward
+            for router in moe._routers(model):
+                router.weight.mul_(-1.0)
+        batch["routed_experts"] = recorded.routed_experts
+        out = response_outputs(model, batch, 1.0, with_entropy=False, moe=routing, replay_routing=True)
+        routing.add_aux_loss(-(out.log_probs * response_mask(batch)).sum(), micro_batches=1).backward()
+        routing.end()
+        grads.append({name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, rtol=1e-5, atol=1e-7, msg=name)
