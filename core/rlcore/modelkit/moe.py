@@ -15,7 +15,7 @@ mixture-of-experts model is an error naming its ``model_type``, never silently w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from rlcore.api.batch import Batch
 from rlcore.api.training import ROUTED_EXPERTS, ModelOutput
 from rlcore.config.router_replay import REPLAY_MODES, is_moe_fields, replay_mode
 from rlcore.errors import RLCoreError
@@ -44,7 +45,13 @@ SOFTMAX_TOP_K_ROUTERS: tuple[str, ...] = (
 ULYSSES_MOE_TYPES: tuple[str, ...] = ("qwen2_moe",)
 
 
-def _routers(model: nn.Module) -> list[nn.Module]:
+def _base(model: nn.Module) -> Any:
+    """The transformers model of ``model``, looking through a peft wrapper."""
+    get_base_model = getattr(model, "get_base_model", None)
+    return get_base_model() if callable(get_base_model) else model
+
+
+def _routers(model: nn.Module) -> list[Any]:
     """The modules of ``model`` whose class is a known softmax top-k router, in layer order."""
     return [module for module in model.modules() if type(module).__name__ in SOFTMAX_TOP_K_ROUTERS]
 
@@ -137,7 +144,7 @@ class RoutingPass:
 class MoeRouting:
     """The hooked routers of one mixture-of-experts model (see the module docstring)."""
 
-    def __init__(self, routers: list[nn.Module], aux_loss_coef: float) -> None:
+    def __init__(self, routers: list[Any], aux_loss_coef: float) -> None:
         """Hook each of ``routers`` (in layer order); ``aux_loss_coef`` weighs the load-balancing loss."""
         self.num_layers = len(routers)
         self.top_k = int(routers[0].top_k)
@@ -217,7 +224,7 @@ def attach(model: nn.Module, model_key: str) -> MoeRouting | None:
     applied). A mixture-of-experts model whose routers are not known softmax top-k routers is an error naming
     ``{model_key}.path``'s ``model_type``.
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = _base(model)
     hooked = getattr(base, "_rlcore_moe_routing", None)
     if isinstance(hooked, MoeRouting):
         return hooked
@@ -269,7 +276,7 @@ def engine_routing(
         raise RLCoreError(f"{section}.router_replay.mode={mode!r} is not a mode: choose {', '.join(REPLAY_MODES)}")
     routing = attach(model, model_key)
     sp_key = f"{section}.ulysses_sequence_parallel_size"
-    model_type = (model.get_base_model() if hasattr(model, "get_base_model") else model).config.model_type
+    model_type = _base(model).config.model_type
     sp_size = OmegaConf.select(config, sp_key, default=1)
     if routing is not None and isinstance(sp_size, int) and sp_size > 1 and model_type not in ULYSSES_MOE_TYPES:
         raise RLCoreError(
@@ -279,16 +286,15 @@ def engine_routing(
         )
     if routing is None:
         if mode != "disabled":
-            base = model.get_base_model() if hasattr(model, "get_base_model") else model
             raise RLCoreError(
                 f"{section}.router_replay.mode={mode} needs a mixture-of-experts model, but {model_key}.path is a "
-                f"dense {base.config.model_type!r} model; set the mode to disabled"
+                f"dense {model_type!r} model; set the mode to disabled"
             )
         return None
     return EngineRouting(routing, mode)
 
 
-def _replay_tokens(batch: Mapping[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor | None:
+def _replay_tokens(batch: Batch, mask: torch.Tensor | None) -> torch.Tensor | None:
     """The batch's ``routed_experts`` ``[B, T, L, k]`` flattened to the tokens the model sees: ``[B·T, L, k]``
     for the padded layout (``mask`` None), the tokens of ``mask`` in row-major order for the packed one; None
     when the batch has none. A tensor not laid out as ``input_ids`` is an error naming the key."""
@@ -323,7 +329,7 @@ def _layout(mask: torch.Tensor, packed: bool) -> Callable[[torch.Tensor], torch.
 
 
 def begin_batch(
-    routing: MoeRouting, batch: Mapping[str, torch.Tensor], *, packed: bool, replay: bool, record: bool
+    routing: MoeRouting, batch: Batch, *, packed: bool, replay: bool, record: bool
 ) -> tuple[RoutingPass, Callable[[torch.Tensor], torch.Tensor]]:
     """Open ``routing``'s pass for a forward of ``batch`` on one rank, padded (every position of
     ``input_ids`` goes through the model, the attention mask says which count) or ``packed`` (only the
