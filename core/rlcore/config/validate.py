@@ -251,7 +251,8 @@ def check_values(config: DictConfig) -> None:
     outside their range (:func:`rlcore.config.ranges.value_range_problems`: a negative learning rate, a
     ``top_p`` of 0, ...), names the algorithm code would reject (:func:`algorithm_value_problems`), sampling
     settings that cannot train (:func:`sampling_problems`), a reward function or dataset class that its file
-    does not define (:func:`user_file_problems`), and the verl keys rlcore honours at one value only
+    does not define (:func:`user_file_problems`), the ``router_replay`` keys
+    (:func:`rlcore.config.router_replay.router_replay_problems`), and the verl keys rlcore honours at one value only
     (:data:`ONLY_VALUES`). Raises one :class:`ConfigError` with every problem found."""
     from omegaconf import OmegaConf
 
