@@ -58,6 +58,12 @@ SIZES: dict[str, dict[str, Any]] = {
         "warmup": 1,
     },
 }
+#: the mixture-of-experts variant of each size (``--moe``): the same attention, every layer sparse with 8
+#: experts of a quarter of the dense MLP's width, each token routed to 2 (the active MLP is half the dense one)
+MOE_SHAPES: dict[str, dict[str, Any]] = {
+    "tiny": {"moe_intermediate_size": 32, "num_experts": 8, "top_k": 2},
+    "small": {"moe_intermediate_size": 352, "num_experts": 8, "top_k": 2},
+}
 LEARNING_RATE = 1e-4
 DATASET_ROWS = 64
 DATA_SOURCE = "bench/digits"
@@ -133,8 +139,16 @@ def make_prompts(n: int = DATASET_ROWS, seed: int = 0) -> list[dict[str, str]]:
     return rows
 
 
-def prepare_work(work: Path, size: str) -> dict[str, Any]:
-    """Build the model, tokenizer, prompts (JSON + verl-schema parquet) and ``reward.py`` under ``work``.
+def _moe_shape(size: str) -> dict[str, Any]:
+    """The Qwen3-MoE shape of ``size`` (:data:`MOE_SHAPES`), as :func:`rlcore.testing.tiny.build_moe_model` takes it."""
+    dense = dict(SIZES[size]["model"])
+    dense.pop("intermediate_size")
+    return {**dense, **MOE_SHAPES[size]}
+
+
+def prepare_work(work: Path, size: str, *, moe: bool = False) -> dict[str, Any]:
+    """Build the model (with ``moe``, a Qwen3-MoE of :data:`MOE_SHAPES`), tokenizer, prompts (JSON +
+    verl-schema parquet) and ``reward.py`` under ``work``.
 
     Returns facts about the work: parameter count, the model shape and the longest templated prompt in
     tokens (rlcore pads prompts to ``data.max_prompt_length``, which is set to exactly that).
@@ -142,12 +156,13 @@ def prepare_work(work: Path, size: str) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rlcore.testing.tiny import build_model, build_tokenizer
+    from rlcore.testing.tiny import build_model, build_moe_model, build_tokenizer
 
     spec = SIZES[size]
     work.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
-    model = build_model(tokenizer, **spec["model"])
+    shape = _moe_shape(size) if moe else spec["model"]
+    model = build_moe_model(tokenizer, **shape) if moe else build_model(tokenizer, **shape)
     model_dir = work / "model"
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
@@ -177,7 +192,7 @@ def prepare_work(work: Path, size: str) -> dict[str, Any]:
     ]
     return {
         "params": sum(p.numel() for p in model.parameters()),
-        "shape": dict(spec["model"], vocab_size=model.config.vocab_size, head_dim=model.config.head_dim),
+        "shape": dict(shape, vocab_size=model.config.vocab_size, head_dim=model.config.head_dim),
         "prompt_tokens_max": max(lengths),
         "prompt_tokens_mean": round(sum(lengths) / len(lengths), 2),
     }

@@ -9,6 +9,11 @@ after ``--warmup`` of every run of an engine.
 
     python bench/engines.py                          # small, 5 steps per run, 2 rounds
     python bench/engines.py --size tiny --steps 12 --rounds 1
+    python bench/engines.py --moe --size tiny        # a Qwen3-MoE of the same attention (bench/common.py MOE_SHAPES)
+
+``--moe`` trains a mixture of experts instead of the dense model and adds the medians of
+``actor/moe_aux_loss`` and ``actor/moe_load_max_over_mean``; ``--strategy`` picks the engines (default
+``fsdp,megatron``, with ``--moe`` ``fsdp``; each engine's MoE settings are in :data:`MOE_OVERRIDES`).
 
 Prints one JSON object on stdout; progress goes to stderr; bad input (or a missing megatron plugin) gives a
 one-line ``error: ...`` on stderr and exit status 2. Needs ``pip install -e '.[train]'`` and
@@ -31,6 +36,10 @@ from common import BenchError  # noqa: E402
 
 #: the training engines compared (``actor_rollout_ref.actor.strategy``), in the order each round runs them
 ENGINES: tuple[str, ...] = ("fsdp", "megatron")
+#: the engines ``--moe`` runs unless ``--strategy`` says otherwise
+MOE_ENGINES: tuple[str, ...] = ("fsdp",)
+#: each engine's extra overrides for the ``--moe`` work (FSDP: one unit per decoder layer, nothing to set)
+MOE_OVERRIDES: dict[str, tuple[str, ...]] = {"fsdp": (), "megatron": ()}
 #: the worker methods whose time the engine decides (the rollout is the HF engine for both)
 ENGINE_METHODS: tuple[str, ...] = ("update_actor", "sync_weights", "compute_log_prob")
 log = common.make_log("engines")
@@ -51,6 +60,11 @@ def summarise(runs: list[list[dict[str, Any]]], walls: list[float], rss: list[fl
         "median_stage_s": {name: common.median(values) for name, values in stages.items()},
         "median_worker_s": {name: common.median(values) for name, values in workers.items() if name in ENGINE_METHODS},
         "median_grad_norm": common.median(common.series(timed, "actor/grad_norm")),
+        **{
+            f"median_{name}": common.median(common.series(timed, f"actor/{name}"))
+            for name in ("moe_aux_loss", "moe_load_max_over_mean")
+            if any(f"actor/{name}" in row for row in timed)
+        },
         "process_wall_s": [round(wall, 1) for wall in walls],
         "peak_rss_mb": round(max(rss), 1),
     }
@@ -67,8 +81,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         None,
         "first steps of each run left out of the medians (default: tiny 2, small 1)",
     )
-    parser.add_argument("--rounds", type=int, default=2, help="fsdp + megatron run pairs (default 2)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of one run per engine (default 2)")
+    parser.add_argument("--moe", action="store_true", help="train a Qwen3-MoE of the size (MOE_SHAPES in common.py)")
+    parser.add_argument(
+        "--strategy", default=None, help="comma-separated engines (default fsdp,megatron; with --moe: fsdp)"
+    )
     return parser.parse_args(argv)
+
+
+def engines_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """The engines ``--strategy`` names (its default depends on ``--moe``); an unknown one is an error."""
+    if args.strategy is None:
+        return MOE_ENGINES if args.moe else ENGINES
+    engines = tuple(name.strip() for name in args.strategy.split(",") if name.strip())
+    unknown = [name for name in engines if name not in ENGINES]
+    if unknown or not engines:
+        raise BenchError(f"--strategy {args.strategy!r}: choose from {', '.join(ENGINES)}")
+    return engines
 
 
 def check_args(args: argparse.Namespace) -> tuple[int, int]:
@@ -78,6 +107,8 @@ def check_args(args: argparse.Namespace) -> tuple[int, int]:
     if args.rounds < 1:
         raise BenchError("--rounds must be >= 1")
     common.check_modules([("rlcore", "train"), ("torch", "train"), ("pyarrow", "train")])
+    if "megatron" not in engines_of(args):
+        return common.run_length(args.size, args.steps, args.warmup)
     for module in ("rlcore_plugin_megatron", "megatron.core"):
         try:
             found = importlib.util.find_spec(module) is not None
@@ -89,44 +120,49 @@ def check_args(args: argparse.Namespace) -> tuple[int, int]:
 
 
 def benchmark(args: argparse.Namespace) -> dict[str, Any]:
-    """Every round's fsdp and megatron runs; the JSON result without the common header."""
+    """Every round's run of each engine; the JSON result without the common header."""
     steps, warmup = check_args(args)
+    engines = engines_of(args)
     env = common.bench_env(args.threads)
-    runs: dict[str, list[list[dict[str, Any]]]] = {engine: [] for engine in ENGINES}
-    walls: dict[str, list[float]] = {engine: [] for engine in ENGINES}
-    rss: dict[str, list[float]] = {engine: [] for engine in ENGINES}
+    runs: dict[str, list[list[dict[str, Any]]]] = {engine: [] for engine in engines}
+    walls: dict[str, list[float]] = {engine: [] for engine in engines}
+    rss: dict[str, list[float]] = {engine: [] for engine in engines}
     with common.work_dir("rlcore_engines_", args.keep, log) as root:
-        log(f"{args.size}: building model, tokenizer and data in {root}")
-        facts = common.prepare_work(root, args.size)
+        log(f"{args.size}{' MoE' if args.moe else ''}: building model, tokenizer and data in {root}")
+        facts = common.prepare_work(root, args.size, moe=args.moe)
         for round_index in range(args.rounds):
-            for engine in ENGINES:
+            for engine in engines:
                 run_root = root / f"runs-{engine}-{round_index}"
                 log_file = root / f"{engine}-{round_index}.log"
                 log(f"round {round_index + 1}/{args.rounds}, {engine}: {steps} steps (log {log_file})")
                 overrides = common.rlcore_overrides(root, args.size, steps, facts["prompt_tokens_max"], run_root)
-                command = common.rlcore_command([*overrides, f"actor_rollout_ref.actor.strategy={engine}"])
+                extra = MOE_OVERRIDES[engine] if args.moe else ()
+                command = common.rlcore_command([*overrides, f"actor_rollout_ref.actor.strategy={engine}", *extra])
                 child = common.run_checked(command, env, log_file, f"{engine} run")
                 rows = common.read_metrics(run_root)[1]
                 runs[engine].append(rows)
                 walls[engine].append(child.wall_s)
                 rss[engine].append(child.peak_rss_mb)
                 log(f"{engine}: median step {common.median(common.series(rows, 'timing_s/step')[warmup:])} s")
-    results = {engine: summarise(runs[engine], walls[engine], rss[engine], warmup) for engine in ENGINES}
-    fsdp, megatron = results["fsdp"]["median_step_s"], results["megatron"]["median_step_s"]
-    return {
+    results = {engine: summarise(runs[engine], walls[engine], rss[engine], warmup) for engine in engines}
+    out = {
         "size": args.size,
+        "moe": args.moe,
         **common.work_summary(args.size, facts),
         "steps_per_run": steps,
         "warmup_steps_excluded_per_run": warmup,
         "rounds": args.rounds,
-        "order": [engine for _ in range(args.rounds) for engine in ENGINES],
+        "order": [engine for _ in range(args.rounds) for engine in engines],
         **results,
-        "ratio_megatron_over_fsdp": round(megatron / fsdp, 3),
-        "ratio_update_actor_megatron_over_fsdp": round(
-            results["megatron"]["median_worker_s"]["update_actor"] / results["fsdp"]["median_worker_s"]["update_actor"],
-            3,
-        ),
     }
+    if "fsdp" in results and "megatron" in results:
+        fsdp, megatron = results["fsdp"], results["megatron"]
+        out["ratio_megatron_over_fsdp"] = round(megatron["median_step_s"] / fsdp["median_step_s"], 3)
+        update = "update_actor"
+        out["ratio_update_actor_megatron_over_fsdp"] = round(
+            megatron["median_worker_s"][update] / fsdp["median_worker_s"][update], 3
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -168,13 +168,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
     ),
     MissingFeature("multi-token prediction (MTP)", ("actor_rollout_ref.model.mtp", "actor_rollout_ref.rollout.mtp")),
     MissingFeature(
-        "MoE router replay",
-        (
-            "actor_rollout_ref.actor.router_replay",
-            "actor_rollout_ref.ref.router_replay",
-        ),
-    ),
-    MissingFeature(
         "verl's Megatron-Lite engine (actor@actor_rollout_ref.actor=mlite_actor)",
         ("actor_rollout_ref.actor.engine", "actor_rollout_ref.ref.engine", "critic.engine"),
     ),

@@ -30,6 +30,7 @@ from rlcore.algos.metrics import (
 from rlcore.algos.pf_ppo import pf_ppo_resample
 from rlcore.algos.rollout_correction import apply_rollout_correction
 from rlcore.api.batch import Batch
+from rlcore.api.training import ROUTED_EXPERTS
 from rlcore.checkpoint import (
     CheckpointManager,
     claim_checkpoints,
@@ -409,6 +410,8 @@ class Trainer:
                 batch["old_log_probs"] = out["old_log_probs"]
                 if "sum_pi_squared" in out:  # actor.calculate_sum_pi_squared
                     batch["sum_pi_squared"] = out["sum_pi_squared"]
+                if ROUTED_EXPERTS in out:  # router_replay.mode=R2: the update replays this pass's routing
+                    batch[ROUTED_EXPERTS] = out[ROUTED_EXPERTS]
         if "rollout_log_probs" in batch:
             metrics.update(apply_rollout_correction(batch, self.config.algorithm.rollout_correction))
         if self.use_reference:

@@ -22,10 +22,12 @@ from rlcore.api.batch import Batch
 from rlcore.api.training import ModelOutput
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.fused_logprobs import fused_head
+from rlcore.modelkit.moe import MoeRouting, begin_batch
 from rlcore.modelkit.packing import PackedBatch, pack_batch
 from rlcore.modelkit.sequence_parallel import (
     SequenceParallel,
     ShardedInput,
+    attended_slice,
     gather_sequence,
     shard_packed,
     shard_padded,
@@ -201,6 +203,9 @@ def response_outputs(
     remove_padding_key: str = "actor_rollout_ref.model.use_remove_padding",
     sp: SequenceParallel | None = None,
     fused: str | None = None,
+    moe: MoeRouting | None = None,
+    record_routing: bool = False,
+    replay_routing: bool = False,
 ) -> ModelOutput:
     """Teacher-forced log-probs of ``batch["responses"]`` under ``model`` and, when asked, the entropy and
     ``Σπ²`` of each next-token distribution, all ``[B, R]`` float32.
@@ -219,13 +224,22 @@ def response_outputs(
     With ``fused`` (``model.use_fused_kernels``: the ``fused_kernel_options.impl_backend``) the LM head
     computes the per-token results from the hidden states in chunks, without materialising the logits
     (:mod:`rlcore.modelkit.fused_logprobs`); the numbers are the same.
+
+    ``moe`` (a mixture-of-experts model's hooked routers, :mod:`rlcore.modelkit.moe`) fills ``stats`` with the
+    load-balancing loss and the expert load of the valid tokens; ``record_routing`` also fills
+    ``routed_experts``, and ``replay_routing`` routes each token to the batch's ``routed_experts`` (when it
+    has them). Neither is possible with ``sp``: each rank routes a slice of the sequence.
     """
     wanted = {"with_entropy": with_entropy, "with_sum_pi_squared": with_sum_pi_squared}
     if sp is not None:
         inputs, packed = _sharded(model, batch, remove_padding, remove_padding_key, sp)
+        if moe is not None and (record_routing or replay_routing):
+            raise RLCoreError("routing replay cannot run with Ulysses sequence parallelism (each rank routes a slice)")
+        mask = batch["attention_mask"] if packed is None else torch.ones_like(packed.input_ids)
+        routing = moe.begin(attended_slice(mask, sp), None, record=False) if moe is not None else None
         with _head(model, fused, temperature, lambda: inputs.labels):
             logits = model(**inputs.model_kwargs(), use_cache=False).logits
-        return _outputs(
+        output = _outputs(
             logits,
             inputs.labels,
             lambda t: _responses(gather_sequence(t, sp, dim=1), batch, packed),
@@ -233,7 +247,33 @@ def response_outputs(
             fused,
             **wanted,
         )
+        if moe is not None and routing is not None:
+            moe.finish(routing, output, None)
+        return output
     keep = accepts_logits_to_keep(model)
+    routing, layout = (
+        begin_batch(moe, batch, packed=remove_padding, replay=replay_routing, record=record_routing)
+        if moe is not None
+        else (None, None)
+    )
+    output = _unsharded_outputs(model, batch, temperature, remove_padding, remove_padding_key, keep, fused, wanted)
+    if moe is not None and routing is not None:
+        moe.finish(routing, output, layout)
+    return output
+
+
+def _unsharded_outputs(
+    model: nn.Module,
+    batch: Batch,
+    temperature: float,
+    remove_padding: bool,
+    remove_padding_key: str,
+    keep: bool,
+    fused: str | None,
+    wanted: dict[str, bool],
+) -> ModelOutput:
+    """:func:`response_outputs` of a micro-batch that one rank runs whole, packed (``remove_padding``) or
+    padded."""
     if remove_padding:
         packed = pack_batch(batch, remove_padding_key)
         kwargs: dict[str, Any] = {"input_ids": packed.input_ids, "position_ids": packed.position_ids}

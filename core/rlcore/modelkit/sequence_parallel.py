@@ -304,6 +304,13 @@ def shard_packed(packed: PackedBatch, sp: SequenceParallel, dtype: torch.dtype =
     return _shard(ids, positions, mask[None, None], sp, dtype)
 
 
+def attended_slice(mask: torch.Tensor, sp: SequenceParallel) -> torch.Tensor:
+    """Which positions of this rank's slice hold attended tokens: ``mask`` ``[B, T]`` (the attention mask, or
+    ones ``(1, nnz)`` for a packed row) padded as :func:`shard_padded`/:func:`shard_packed` pad, then sliced;
+    bool ``[B, T'/size]``."""
+    return _slice(_pad_to(mask, padded_length(mask.shape[1], sp)), sp).bool()
+
+
 def check_config(config: DictConfig, role: str, section: str) -> None:
     """Check ``{section}.ulysses_sequence_parallel_size`` before any model exists: a positive integer, and
     for the reference model the actor's size (both run in the actor's worker group, which dispatches by

@@ -18,7 +18,7 @@ from rlcore.algos.losses import agg_loss, build_actor_loss, loss_terms
 from rlcore.api.batch import Batch
 from rlcore.api.groups import ActorRole
 from rlcore.api.rollout import RolloutEngine
-from rlcore.api.training import ModelOutput, TrainingEngine
+from rlcore.api.training import ROUTED_EXPERTS, ModelOutput, TrainingEngine
 from rlcore.config.batch_sizes import (
     LOG_PROB_BUDGET,
     UpdateBatchSizes,
@@ -27,6 +27,7 @@ from rlcore.config.batch_sizes import (
     ppo_batch_sizes,
     token_budget,
 )
+from rlcore.config.router_replay import ROLLOUT_KEY, replay_mode
 from rlcore.dtypes import parse_dtype
 from rlcore.errors import RLCoreError
 from rlcore.registry import UnknownComponentError
@@ -95,6 +96,7 @@ class ActorRolloutRefWorker(WorkerBase):
         self._warned_unverified = False
         self.loss_fn: Any = None
         self.shuffle_generator: torch.Generator | None = None
+        self.replay_mode = replay_mode(self.config, ACTOR)
 
     # ------------------------------------------------------------------ set-up
     def init_model(self) -> None:
@@ -234,24 +236,40 @@ class ActorRolloutRefWorker(WorkerBase):
         return device_peak(self.device, dtype).as_dict()
 
     # ---------------------------------------------------------------- methods
+    def _check_rollout_routing(self, batch: Batch, method: str) -> None:
+        """With ``router_replay.mode=R3`` the batch must carry the rollout's ``routed_experts``."""
+        if self.replay_mode == "R3" and ROUTED_EXPERTS not in batch:
+            raise RLCoreError(
+                f"{method}(): {ACTOR}.router_replay.mode=R3 replays the rollout's routing, but the batch has no "
+                f"{ROUTED_EXPERTS}: the {self.rollout_config.name!r} rollout engine did not record them ({ROLLOUT_KEY})"
+            )
+
     def compute_log_prob(self, batch: Batch) -> Batch:
         """``old_log_probs`` and ``entropys`` ``[B, R]`` of the batch's responses under the current actor,
         in micro-batches of ``rollout.log_prob_micro_batch_size_per_gpu`` (or, with
         ``rollout.log_prob_use_dynamic_bsz``, of at most ``rollout.log_prob_max_token_len_per_gpu`` tokens);
         with ``actor.calculate_sum_pi_squared`` also ``sum_pi_squared`` ``[B, R]`` (Σπ² of each next-token
-        distribution, for the optimal token baseline)."""
+        distribution, for the optimal token baseline).
+
+        Mixture-of-experts routing (``actor.router_replay.mode``): with R2 the pass records each token's
+        experts and returns them as ``routed_experts`` ``[B, P + R, L, k]`` for the update to replay; with R3 it
+        replays the rollout's ``routed_experts``, which the batch must carry."""
+        self._check_rollout_routing(batch, "compute_log_prob")
         with_sum_pi_squared = bool(self.actor_config.calculate_sum_pi_squared)
+        names = ("log_probs", "entropy", "sum_pi_squared") if with_sum_pi_squared else ("log_probs", "entropy")
         out = self._forward(
             self._actor_engine("compute_log_prob"),
             batch,
             self.log_prob_micro_batch_size,
             self.log_prob_budget,
             f"{ARR}.rollout.log_prob_max_token_len_per_gpu",
-            ("log_probs", "entropy", "sum_pi_squared") if with_sum_pi_squared else ("log_probs", "entropy"),
+            (*names, "routed_experts") if self.replay_mode == "R2" else names,
         )
         result = {"old_log_probs": out["log_probs"], "entropys": out["entropy"]}
         if with_sum_pi_squared:
             result["sum_pi_squared"] = out["sum_pi_squared"]
+        if self.replay_mode == "R2":
+            result[ROUTED_EXPERTS] = out["routed_experts"]
         return Batch.from_dict(result)
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
@@ -281,8 +299,13 @@ class ActorRolloutRefWorker(WorkerBase):
         With ``meta["on_policy"]`` (one on-policy optimizer step, decided by the controller) no
         ``compute_log_prob`` pass ran: the old log-probs are this forward's own, detached (ratio 1), and
         ``actor/entropy`` is measured here.
+
+        A mixture-of-experts actor with ``router_replay.mode`` R2 or R3 routes each token to the batch's
+        ``routed_experts`` (recorded by ``compute_log_prob`` or by the rollout); with R2 and the on-policy
+        shortcut there is nothing recorded, and the update's own routing is the old policy's.
         """
         actor = self._actor_engine("update_actor")
+        self._check_rollout_routing(batch, "update_actor")
         with_entropy = float(self.actor_config.entropy_coeff) != 0.0
         on_policy = bool(batch.meta.get("on_policy", False))
         agg_mode = self.actor_config.loss_agg_mode

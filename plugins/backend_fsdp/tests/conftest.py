@@ -30,12 +30,25 @@ def one_torch_thread() -> Iterator[None]:
 
 
 @pytest.fixture
-def make_config(tiny_model_dir: Path) -> Callable[..., Any]:
+def policy_model_dir(request: pytest.FixtureRequest, tiny_model_dir: Path, tmp_path_factory: Any) -> Path:
+    """The policy the workers train: the session's tiny dense model or, parametrized indirectly with a family
+    of :data:`rlcore.testing.tiny.MOE_FAMILIES`, a tiny mixture of experts with the same tokenizer."""
+    from rlcore.testing.tiny import make_tiny_moe_model_dir
+
+    family = getattr(request, "param", None)
+    if family is None:
+        return tiny_model_dir
+    return make_tiny_moe_model_dir(tmp_path_factory.mktemp(family), family=family)
+
+
+@pytest.fixture
+def make_config(policy_model_dir: Path) -> Callable[..., Any]:
     """``make_config(**dotted_overrides)``: the contract's small config for the tiny model."""
 
     def factory(**overrides: Any) -> Any:
         """The config with ``overrides`` (dotted keys, or ``__`` for the dots)."""
-        return FSDPSettings.make_config(tiny_model_dir, **{key.replace("__", "."): v for key, v in overrides.items()})
+        dotted = {key.replace("__", "."): value for key, value in overrides.items()}
+        return FSDPSettings.make_config(policy_model_dir, **dotted)
 
     return factory
 

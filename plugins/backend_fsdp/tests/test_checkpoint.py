@@ -61,6 +61,7 @@ ACTOR_SETTINGS = {
 }
 
 
+@pytest.mark.parametrize("policy_model_dir", [None, "qwen3_moe"], ids=["dense", "qwen3_moe"], indirect=True)
 def test_actor_resumes_exactly_in_a_fresh_worker(make_worker: Callable[..., Any], batch: Batch, tmp_path: Path) -> None:
     """Save after two steps; a fresh worker that loads the checkpoint samples the same responses and makes
     the same update (metrics, parameters, optimizer moments, LR) as the worker that went on."""
@@ -96,6 +97,7 @@ def test_actor_resumes_exactly_in_a_fresh_worker(make_worker: Callable[..., Any]
         assert torch.equal(tensor, expected_optim[name]), name
 
 
+@pytest.mark.parametrize("policy_model_dir", [None, "qwen3_moe"], ids=["dense", "qwen3_moe"], indirect=True)
 def test_hf_export_matches_the_trained_model(make_worker: Callable[..., Any], batch: Batch, tmp_path: Path) -> None:
     """``huggingface/`` loads with ``AutoModelForCausalLM`` and gives the trained actor's logits."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -44,6 +44,7 @@ from rlcore.modelkit.hf_models import (
     response_values,
 )
 from rlcore.modelkit.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
+from rlcore.modelkit.moe import engine_routing
 from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
 from rlcore_plugin_deepspeed.settings import GATHER_BUCKET_NUMEL, DeepSpeedSettings, deepspeed_json, resolve_settings
 
@@ -117,6 +118,7 @@ class DeepSpeedEngine(OptimizerState):
         self.remove_padding = bool(select(config, self.remove_padding_key, False))
         self.fused = fused_backend(config, request.model_section)
         model = self._load_model(select(config, request.model_section), request.model_section)
+        self.routing = engine_routing(model, config, request.role, section, request.model_section)
         self.offload_activations = offload_enabled(select(config, request.model_section))
         if self.sp is not None:
             sequence_parallel.install(model, self.sp, f"{section}.ulysses_sequence_parallel_size")
@@ -179,6 +181,7 @@ class DeepSpeedEngine(OptimizerState):
             fused=self.fused,
             remove_padding=padding,
             remove_padding_key=padding_key,
+            **(self.routing.forward_kwargs(training=self.module.training) if self.routing is not None else {}),
         )
 
     def forward(self, micro_batches: Sequence[Batch], *, temperature: float, with_entropy: bool) -> list[ModelOutput]:
@@ -202,7 +205,11 @@ class DeepSpeedEngine(OptimizerState):
             micro = micro.copy_to(self.device)
             with activation_offload(self.offload_activations, self.device):
                 loss = loss_fn(index, micro, self._output(micro, temperature, with_entropy))
+                if self.routing is not None:
+                    loss = self.routing.routing.add_aux_loss(loss, len(micro_batches))
             self.engine.backward(loss, scale_wrt_gas=False)
+            if self.routing is not None:
+                self.routing.routing.end()
 
     def optimizer_step(self, grad_clip: float | None) -> float:
         """Reduce the accumulated gradients, clip them to ``grad_clip`` and step when their norm is finite

@@ -43,6 +43,7 @@ from rlcore.modelkit.hf_models import (
     response_values,
 )
 from rlcore.modelkit.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
+from rlcore.modelkit.moe import EngineRouting, engine_routing
 from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
 from rlcore.modelkit.vlm import freeze_vision_tower, is_vision_language, rope_owner
 from rlcore_plugin_fsdp.fsdp import (
@@ -88,6 +89,8 @@ class FSDPEngine(OptimizerState):
     #: the sharded model (the actor's, adapters disabled, for a reference engine sharing it)
     module: nn.Module
     offloader: Offloader
+    #: the routing of a mixture-of-experts actor or reference model (None otherwise)
+    routing: EngineRouting | None
 
     def __init__(self, request: EngineRequest) -> None:
         """Load the model of ``request.model_section``, shard it and (actor, critic) build AdamW and the LR
@@ -116,6 +119,7 @@ class FSDPEngine(OptimizerState):
         shared = request.share_with
         if request.role == "ref" and isinstance(shared, FSDPEngine) and shared.lora_merger is not None:
             self.module, self.offloader, self.adapters_disabled = shared.module, shared.offloader, True
+            self.routing = engine_routing(self.module, config, "ref", section, request.model_section)
             return
         model: nn.Module
         if request.role == "reward_model":
@@ -149,6 +153,7 @@ class FSDPEngine(OptimizerState):
             self.lora_merger = LoraMerger.from_model(model)
         if request.role == "actor" and select(config, f"{section}.freeze_vision_tower", False):
             freeze_vision_tower(model, f"{section}.freeze_vision_tower")
+        self.routing = engine_routing(model, config, request.role, section, request.model_section)
         mesh = build_device_mesh(
             self.device, self.world_size, self.fsdp["fsdp_size"], f"{section}.fsdp_config.fsdp_size"
         )
@@ -207,6 +212,7 @@ class FSDPEngine(OptimizerState):
             remove_padding_key=self.remove_padding_key,
             sp=self.sp,
             fused=self.fused,
+            **(self.routing.forward_kwargs(training=self.module.training) if self.routing is not None else {}),
         )
 
     def forward(
@@ -239,7 +245,11 @@ class FSDPEngine(OptimizerState):
             micro = micro.copy_to(self.device)
             with activation_offload(self.offload_activations, self.device):
                 loss = loss_fn(index, micro, self._output(micro, temperature, with_entropy))
+                if self.routing is not None:
+                    loss = self.routing.routing.add_aux_loss(loss, len(micro_batches))
             loss.backward()
+            if self.routing is not None:
+                self.routing.routing.end()
 
     def optimizer_step(self, grad_clip: float | None) -> float:
         """Clip, step when the gradient norm is finite, zero the gradients; the norm."""
