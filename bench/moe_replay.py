@@ -1,7 +1,7 @@
 """Routing replay on a mixture-of-experts model: the mismatch between the rollout's and the trainer's
 log-probs with replay off and with R3, the same run otherwise.
 
-    python bench/moe_replay.py [--size tiny|1b] [--device cpu|cuda] [--steps 2] [--threads 1] [--keep]
+    python bench/moe_replay.py [--size tiny|1b] [--device cpu|cuda] [--cpu-bf16] [--strategy fsdp|megatron] [--steps 2] [--threads 1] [--keep]
 
 The work is ``vs_trl``'s (``bench/common.py``: word problems, the digits reward, GRPO) with the policy replaced
 by a randomly initialised Qwen3-MoE (:data:`MOE_SHAPES`; ``tiny`` is ``make_tiny_moe_model_dir``'s default
@@ -18,7 +18,10 @@ Per mode the JSON has the medians over the steps of verl's mismatch metrics
 ``router_replay_agreement`` (the share of (token, layer) pairs whose recomputed top-k is the replayed one),
 ``moe_aux_loss``, ``moe_load_max_over_mean`` and the step time. On a GPU the rollout decodes in bfloat16 with a
 KV cache while training runs a full forward under mixed precision: the two disagree on some near-tied routers,
-which is what replay removes.
+which is what replay removes. On the CPU both compute in float32 by default and agree exactly; ``--cpu-bf16``
+runs them in bfloat16 (``fsdp_config.cpu_autocast``: the rollout serves bfloat16 weights, training autocasts),
+the CPU's twin of the GPU's precision. ``--strategy megatron`` trains on the Megatron engine (megatron-core's MoE
+layers; replay through its router taps) instead of FSDP.
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ def prepare(work: Path, size: str) -> dict[str, Any]:
     return {"params": sum(p.numel() for p in model.parameters()), "shape": MOE_SHAPES[size] or "tiny default"}
 
 
-def overrides(work: Path, size: str, device: str, steps: int, runs: Path) -> list[str]:
+def overrides(work: Path, size: str, device: str, steps: int, runs: Path, cpu_bf16: bool, strategy: str) -> list[str]:
     """``rlcore run`` overrides of one mode's run (the mode's own keys are appended by the caller)."""
     prompts, generations, new_tokens = WORK[size]
     base = {o.split("=", 1)[0]: o for o in common.rlcore_overrides(work, "tiny", steps, prompt_len=64, run_root=runs)}
@@ -103,6 +106,8 @@ def overrides(work: Path, size: str, device: str, steps: int, runs: Path) -> lis
         *base.values(),
         "actor_rollout_ref.rollout.calculate_log_probs=true",
         "actor_rollout_ref.rollout.ignore_eos=true",
+        f"actor_rollout_ref.actor.strategy={strategy}",
+        *(["actor_rollout_ref.actor.fsdp_config.cpu_autocast=true"] if cpu_bf16 and device == "cpu" else []),
     ]
 
 
@@ -119,7 +124,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results: dict[str, Any] = {}
         for mode, extra in MODES.items():
             runs = work / f"runs-{mode}"
-            cmd = common.rlcore_command([*overrides(work, args.size, args.device, args.steps, runs), *extra])
+            base = overrides(work, args.size, args.device, args.steps, runs, args.cpu_bf16, args.strategy)
+            cmd = common.rlcore_command([*base, *extra])
             log(f"{mode}: {' '.join(extra) or 'replay off'}")
             child = common.run_checked(cmd, env, work / f"{mode}.log", f"the {mode} run")
             _, rows = common.read_metrics(runs)
@@ -128,6 +134,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "size": args.size,
         "device": args.device,
+        "cpu_bf16": args.cpu_bf16,
+        "strategy": args.strategy,
         "steps": args.steps,
         "model": facts,
         "modes": results,
@@ -140,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=tuple(MOE_SHAPES), default="tiny")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--cpu-bf16", action="store_true", help="on the CPU: compute in bfloat16 (cpu_autocast)")
+    parser.add_argument("--strategy", choices=("fsdp", "megatron"), default="fsdp")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the runs (0: leave unset)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")

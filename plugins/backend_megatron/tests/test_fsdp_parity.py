@@ -53,6 +53,7 @@ def run(backend: str, model_dir: Path, tokenizer: Any) -> dict[str, Any]:
             "probe_before": probe_before,
             "after": after,
             "grad_norm": torch.tensor(metrics["actor/grad_norm"]),
+            "moe": {name: value for name, value in metrics.items() if name.startswith("actor/moe_")},
             "mask": batch["response_mask"].bool(),
             "probe_mask": probe["response_mask"].bool(),
             "weights": weights,
@@ -108,8 +109,8 @@ def test_one_update_gives_the_same_policy(results: dict[str, dict[str, torch.Ten
 
 def test_moe_log_probs_and_update_equal_fsdp(moe_results: dict[str, dict[str, torch.Tensor]]) -> None:
     """The MoE model within the dense engines' tolerances: the same full weights (names, shapes, values: fused
-    experts included), log-probs and entropies to 1e-5 before any update, the gradient norm (1e-4 relative) and
-    the new log-probs (1e-4) after one."""
+    experts included), log-probs and entropies to 1e-5 before any update, the gradient norm (1e-4 relative), the
+    MoE metrics of the update (the same load-balancing loss and expert load) and the new log-probs (1e-4) after one."""
     fsdp, megatron = moe_results["fsdp"], moe_results["megatron"]
     assert megatron["weights"].keys() == fsdp["weights"].keys()
     for name, tensor in fsdp["weights"].items():
@@ -118,6 +119,9 @@ def test_moe_log_probs_and_update_equal_fsdp(moe_results: dict[str, dict[str, to
     torch.testing.assert_close(megatron["log_probs"][mask], fsdp["log_probs"][mask], atol=1e-5, rtol=0)
     torch.testing.assert_close(megatron["entropy"][mask], fsdp["entropy"][mask], atol=1e-5, rtol=0)
     assert float(megatron["grad_norm"]) == pytest.approx(float(fsdp["grad_norm"]), rel=1e-4)
+    assert set(megatron["moe"]) == set(fsdp["moe"]) == {"actor/moe_aux_loss", "actor/moe_load_max_over_mean"}
+    for name, value in fsdp["moe"].items():
+        assert megatron["moe"][name] == pytest.approx(value, rel=1e-5), name
     probe = fsdp["probe_mask"]
     assert (fsdp["after"] - fsdp["probe_before"])[probe].abs().max() > 1e-3, "the update changed nothing"
     torch.testing.assert_close(megatron["after"][probe], fsdp["after"][probe], atol=1e-4, rtol=0)

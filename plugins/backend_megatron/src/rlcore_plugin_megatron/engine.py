@@ -517,7 +517,7 @@ class MegatronEngine(OptimizerState):
         routing_stats`) and, ``record``, the experts every token used (``routed_experts``, ``[B, P + R, L, k]``)."""
         if not self.taps:
             return output
-        output.stats = routing_stats(self.taps, inputs.valid, self.spec.num_experts, self.spec.moe_topk)
+        output.stats = routing_stats(self.taps, inputs.valid, self.spec.num_experts)
         if record:
             output.routed_experts = inputs.unshift(routed_experts(self.taps, inputs.valid.shape[0]), -1)
         return output

@@ -93,12 +93,14 @@ def routed_experts(taps: list[RouterTap], rows: int) -> torch.Tensor:
     return torch.stack(used, dim=2).transpose(0, 1)
 
 
-def routing_stats(taps: list[RouterTap], valid: torch.Tensor, num_experts: int, topk: int) -> dict[str, float]:
+def routing_stats(taps: list[RouterTap], valid: torch.Tensor, num_experts: int) -> dict[str, float]:
     """Statistics of the last call of every tap over the ``valid`` tokens (``[B, S]`` bool in the model's layout):
 
-    - ``moe_aux_loss``: megatron-core's load-balancing loss ``E/k · Σ_e f_e · P_e`` (``f_e`` the share of the
-      tokens' k assignments that went to expert ``e`` times k, ``P_e`` the mean router probability of ``e``;
-      1.0 when perfectly balanced), averaged over the layers, without the coefficient;
+    - ``moe_aux_loss``: the load-balancing loss as the FSDP engine logs it (transformers'
+      ``load_balancing_loss_func``, :meth:`rlcore.modelkit.moe.RoutingPass.aux_loss`): ``E · Σ_e f_e · P_e`` with
+      ``f_e`` the share of valid tokens routed to expert ``e`` and ``P_e`` their mean router probability of ``e``,
+      each pooled over the layers (``k`` when perfectly balanced), without the coefficient. megatron-core's own
+      per-layer loss, which the gradient uses, is this divided by ``k`` per layer (docs/moe.md);
     - ``moe_load_max_over_mean``: the most loaded expert's token count over the mean count, averaged over the
       layers;
     - ``router_replay_agreement`` (when a target was replayed): the share of replayed tokens whose recomputed
@@ -108,20 +110,24 @@ def routing_stats(taps: list[RouterTap], valid: torch.Tensor, num_experts: int, 
     tokens = int(flat.sum())
     if not taps or tokens == 0:
         return {}
-    aux, load, agree, replayed = 0.0, 0.0, 0, 0
+    load, agree, replayed = 0.0, 0, 0
+    counts_sum = torch.zeros(num_experts, dtype=torch.float64)
+    probs_sum = torch.zeros(num_experts, dtype=torch.float64)
     for tap in taps:
         call = tap.calls[-1]
         used = call.used[flat]
         counts = torch.bincount(used.reshape(-1), minlength=num_experts).double()
-        mean_probs = call.probs[flat].double().mean(0)
-        aux += float(num_experts / topk * ((counts / tokens) * mean_probs).sum())
+        counts_sum += counts.cpu()
+        probs_sum += call.probs[flat].double().sum(0).cpu()
         load += float(counts.max() / counts.mean())
         if call.replayed is not None:
             mask = call.replayed & flat
             same = (call.recomputed.sort(-1).values == call.used.sort(-1).values).all(-1)
             agree += int((same & mask).sum())
             replayed += int(mask.sum())
-    stats = {"moe_aux_loss": aux / len(taps), "moe_load_max_over_mean": load / len(taps)}
+    pooled = tokens * len(taps)
+    aux = float(num_experts * ((counts_sum / pooled) * (probs_sum / pooled)).sum())
+    stats = {"moe_aux_loss": aux, "moe_load_max_over_mean": load / len(taps)}
     if replayed:
         stats["router_replay_agreement"] = agree / replayed
     return stats
