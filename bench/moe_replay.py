@@ -1,11 +1,12 @@
 """Routing replay on a mixture-of-experts model: the mismatch between the rollout's and the trainer's
 log-probs with replay off and with R3, the same run otherwise.
 
-    python bench/moe_replay.py [--size tiny|1b] [--device cpu|cuda] [--cpu-bf16] [--strategy fsdp|megatron] [--steps 2] [--threads 1] [--keep]
+    python bench/moe_replay.py [--size tiny|300m] [--device cpu|cuda] [--cpu-bf16] [--strategy fsdp|megatron] [--steps 2] [--threads 1] [--keep]
 
 The work is ``vs_trl``'s (``bench/common.py``: word problems, the digits reward, GRPO) with the policy replaced
 by a randomly initialised Qwen3-MoE (:data:`MOE_SHAPES`; ``tiny`` is ``make_tiny_moe_model_dir``'s default
-shape, ``1b`` a model of Qwen3-30B-A3B's layout scaled to about 1 B parameters, for a GPU). Each mode runs
+shape, ``300m`` a model of Qwen3-30B-A3B's layout (64 experts, top-8) scaled to about 0.3 B parameters, for
+a GPU). Each mode runs
 ``rlcore run`` for ``--steps`` steps with the rollout's log-probs on (``rollout.calculate_log_probs``) and EOS
 ignored, so every response has the full length:
 
@@ -38,11 +39,11 @@ import common  # noqa: E402
 #: the MoE models of the work (:func:`rlcore.testing.tiny.build_moe_model` keywords)
 MOE_SHAPES: dict[str, dict[str, Any]] = {
     "tiny": {},
-    "1b": {
-        "hidden_size": 1024,
-        "moe_intermediate_size": 384,
-        "num_layers": 12,
-        "num_heads": 16,
+    "300m": {
+        "hidden_size": 768,
+        "moe_intermediate_size": 256,
+        "num_layers": 8,
+        "num_heads": 12,
         "num_kv_heads": 4,
         "num_experts": 64,
         "top_k": 8,
@@ -50,7 +51,7 @@ MOE_SHAPES: dict[str, dict[str, Any]] = {
     },
 }
 #: per size: prompts per step, responses per prompt, new tokens
-WORK = {"tiny": (4, 4, 32), "1b": (32, 4, 256)}
+WORK = {"tiny": (4, 4, 32), "300m": (16, 4, 256)}
 MODES = {
     "off": [],
     "R3": [
