@@ -10,7 +10,7 @@ the rollout engine and the checkpoints around it. Precision, offload and wrappin
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, cast
@@ -45,6 +45,7 @@ from rlcore.modelkit.hf_models import (
 from rlcore.modelkit.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
 from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
 from rlcore.modelkit.vlm import freeze_vision_tower, is_vision_language, rope_owner
+from rlcore.rollout.buckets import distinct_weights
 from rlcore_plugin_fsdp.fsdp import (
     Offloader,
     apply_fsdp2,
@@ -277,6 +278,30 @@ class FSDPEngine(OptimizerState):
         (computed on new tensors: the training model is not modified)."""
         state = full_state_dict(self.module, StateDictOptions(full_state_dict=True, cpu_offload=only_rank0))
         return self.lora_merger.merge(state) if self.lora_merger is not None else state
+
+    def iter_full_weights(self, *, only_rank0: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
+        """The full weights of :meth:`full_weights`, gathered one tensor at a time (for a bucketed weight
+        sync: only the tensors the caller still holds take memory), tied aliases left out. Collective: every
+        rank must consume the whole iterator; with ``only_rank0`` the tensors are on CPU and the other ranks
+        get empty tensors of the right shape and dtype. With LoRA the merged weights are gathered at once."""
+        if self.lora_merger is not None:
+            yield from distinct_weights(self.full_weights(only_rank0=only_rank0))
+            return
+        sharded = cast(
+            "dict[str, torch.Tensor]",
+            get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=False)),
+        )
+        seen: set[int] = set()
+        for name, value in sharded.items():
+            if id(value) in seen:  # a tied alias: the same parameter under a second name
+                continue
+            seen.add(id(value))
+            tensor = value.full_tensor() if isinstance(value, DTensor) else value
+            if only_rank0:
+                tensor = (
+                    tensor.cpu() if self.rank == 0 else torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
+                )
+            yield name, tensor.detach()
 
     def load_full_weights(self, state: Mapping[str, torch.Tensor]) -> None:
         """Load full Hugging Face weights into the sharded model (not with LoRA adapters)."""
