@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
 MEGATRON_HINT = "these need the Megatron backend plugin: pip install rlcore-plugin-megatron"
+#: the hint of :data:`MEGATRON_HINT`'s keys when the plugin is installed (its ``megatron`` sections exist)
+MEGATRON_INSTALLED_HINT = "rlcore-plugin-megatron is installed but does not support these settings yet"
 NOT_YET = "not supported by rlcore yet"
 
 
@@ -268,7 +270,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "actor_rollout_ref.rollout.quantization",
             "actor_rollout_ref.rollout.quantization_config_file",
             "actor_rollout_ref.rollout.prometheus",
-            "actor_rollout_ref.rollout.checkpoint_engine",
             "actor_rollout_ref.rollout.engine_kwargs.trtllm",
         ),
         off={
@@ -335,12 +336,13 @@ def missing_feature(key: str) -> MissingFeature | None:
 
 
 def missing_feature_problems(
-    unknown: Mapping[str, Any], source: str, given: Mapping[str, str]
+    unknown: Mapping[str, Any], source: str, given: Mapping[str, str], *, megatron_installed: bool = False
 ) -> tuple[list[str], list[str]]:
     """Split the ``unknown`` keys (with their values) into one problem per missing feature, and the keys no
     feature accounts for. Keys set to the value that turns their feature off are neither.
 
-    ``given`` maps a renamed key to the spelling the user wrote, which the messages use.
+    ``given`` maps a renamed key to the spelling the user wrote, which the messages use. With
+    ``megatron_installed`` the Megatron features do not tell the user to install the plugin.
     """
     grouped: dict[MissingFeature, list[str]] = {}
     rest = []
@@ -353,7 +355,8 @@ def missing_feature_problems(
     problems = []
     for feature, names in grouped.items():
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        problems.append(f"{source}: {shown}: {feature.feature}: {feature.hint}")
+        hint = MEGATRON_INSTALLED_HINT if megatron_installed and feature.hint == MEGATRON_HINT else feature.hint
+        problems.append(f"{source}: {shown}: {feature.feature}: {hint}")
     return problems, rest
 
 
