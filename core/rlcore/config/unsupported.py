@@ -121,7 +121,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         "these reward-model options of verl (global micro-batch, sequence parallelism, reward-loop classes)",
         (
             "reward_model.model.external_lib",
-            "reward_model.model.use_shm",
             "reward_model.model.use_remove_padding",
             "reward_model.model.use_fused_kernels",
             "reward_model.micro_batch_size",
@@ -235,7 +234,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         "these critic options of verl",
         (
             "critic.model.external_lib",
-            "critic.model.use_shm",
             "critic.model.lora_rank",
             "critic.model.lora_alpha",
             "critic.model.target_modules",
@@ -321,7 +319,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
 
 #: values rlcore's keys accept but cannot honour yet: key -> (is the value unsupported?, feature)
 UNSUPPORTED_VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "actor_rollout_ref.model.use_shm": (lambda v: v is True, "loading the model through shared memory"),
     "actor_rollout_ref.actor.checkpoint.async_save": (lambda v: v is True, "asynchronous checkpoint saving"),
 }
 

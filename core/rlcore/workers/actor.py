@@ -69,6 +69,7 @@ class ActorRolloutRefWorker(WorkerBase):
     """
 
     ROLES = tuple(ROLE_PARTS)
+    MODEL_SECTIONS = (f"{ARR}.model",)
 
     def configure(self) -> None:
         """Validate the config for this role: model path, batch sizes and token budgets."""

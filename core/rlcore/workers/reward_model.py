@@ -55,6 +55,7 @@ class RewardModelWorker(WorkerBase):
     """The reward model (role ``reward_model``): the backend's ``reward`` engine of ``reward_model.model.path``."""
 
     ROLES = (RM,)
+    MODEL_SECTIONS = ("reward_model.model",)
 
     def configure(self) -> None:
         """Validate the ``reward_model`` section: model path, micro-batch size, token budget, max length."""
