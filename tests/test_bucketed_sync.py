@@ -173,3 +173,42 @@ def test_two_rank_bucketed_syncs_serve_the_trainers_weights(
     unbounded, tiny, small, large = counts[0]
     assert unbounded is None  # no bound: the whole state dict at once, as before
     assert large == 1 and tiny is not None and small is not None and tiny > small > 1
+
+
+# ------------------------------------------------------------------ LoRA, layered_summon
+def test_layered_summon_merges_lora_weights_one_at_a_time(
+    tiny_model_dir: Path, tiny_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rollout.layered_summon`` on a LoRA actor (one rank: LoRA weights are never shared, so every sync
+    copies): one tensor per bucket, each adapted weight merged from its own base weight and adapters, and the
+    engine serves exactly the weights the whole-state merge gives."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    from test_shared_weights import FSDPSettings, train_once
+
+    worker = FSDPSettings.make_actor(
+        tiny_model_dir,
+        role="actor_rollout",
+        **{
+            "actor_rollout_ref.model.lora_rank": 4,
+            "actor_rollout_ref.model.lora_alpha": 8,
+            "actor_rollout_ref.actor.optim.lr": 1e-2,
+            "actor_rollout_ref.rollout.layered_summon": True,
+            "actor_rollout_ref.rollout.response_length": 8,
+        },
+    )
+    try:
+        assert worker.bucket_bytes == 1
+        train_once(worker, tiny_tokenizer)  # the adapters move: merged weights differ from the base model's
+        metrics = worker.sync_weights()
+        merged = worker.actor.full_weights()
+        streamed = dict(worker.actor.iter_full_weights())
+        assert metrics["rollout/weight_checksum_diff"] <= 1e-6
+        assert metrics["actor/weight_sync_buckets"] == len(streamed)
+        assert set(streamed) <= set(merged) and not any(".lora_" in name for name in streamed)
+        served = worker.rollout_engine.module.state_dict()
+        for name, tensor in merged.items():
+            torch.testing.assert_close(served[name], tensor.to(served[name].dtype), rtol=0, atol=0, msg=name)
+            if name in streamed:
+                torch.testing.assert_close(streamed[name], tensor, rtol=0, atol=0, msg=name)
+    finally:
+        FSDPSettings.close(worker)

@@ -53,7 +53,6 @@ PROFILER_HOOKS = "global_profiler.relocate_results"
 PROFILER_TOOL_CONFIG = "profiler.tool_config.torch.*"
 BYPASS = "rollout_correction.bypass_mode"
 REF_STRATEGY = "ref.strategy"
-LAYERED_SUMMON = "rollout.layered_summon"
 MEGATRON_FSDP = "megatron.use_megatron_fsdp"
 OBSTACLES: dict[str, str] = {
     MODEL_ENGINE: "unknown config key 'model_engine'",
@@ -72,7 +71,6 @@ OBSTACLES: dict[str, str] = {
     PROFILER_TOOL_CONFIG: "profiler.tool_config.torch.",
     BYPASS: "bypass",
     REF_STRATEGY: "settings of the reference model apart from the actor's",
-    LAYERED_SUMMON: "rollout.layered_summon",
     MEGATRON_FSDP: "use_megatron_fsdp=true: Megatron-FSDP",
 }
 
@@ -114,7 +112,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/rollout_correction/run_qwen2_5_7b_fsdp_multi_rs.sh": (BYPASS,),
     "examples/sapo_trainer/run_qwen3_30b_a3b_fsdp.sh": (REF_STRATEGY,),
     "examples/tuning/lora/run_qwen3_30b_a3b_megatron.sh": (MODEL_ENGINE, MEGATRON_SETTINGS),
-    "examples/tuning/lora/run_qwen3_8b_fsdp.sh": (LAYERED_SUMMON,),
+    "examples/tuning/lora/run_qwen3_8b_fsdp.sh": (),
     "examples/tuning/scaling/run_qwen2_5_32b_megatron.sh": (ACTOR_MODEL_ENGINE,),
     "examples/tuning/scaling/run_qwen2_5_72b_fsdp.sh": (),
 }

@@ -327,6 +327,8 @@ class RolloutConfig(LogProbConfig):
     #: largest mean |Δ log-prob| of the sync probe (None: 1e-3 in float32, 5e-2 below)
     weight_sync_logprob_tol: float | None
     val_kwargs: ValKwargs
+    #: gather (with LoRA: merge) the weights of a sync one tensor at a time (verl: layer by layer)
+    layered_summon: bool
     checkpoint_engine: CheckpointEngineConfig
 
     def problems(self) -> list[str]:

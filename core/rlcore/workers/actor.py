@@ -90,8 +90,11 @@ class ActorRolloutRefWorker(WorkerBase):
             self._check_engine_config("actor", ACTOR, f"{ARR}.model")
         if self.has_ref:
             self._check_engine_config("ref", f"{ARR}.ref", f"{ARR}.model")
-        #: the most bytes of gathered weights a sync holds at once (None: the whole state dict)
+        #: the most bytes of gathered weights a sync holds at once (None: the whole state dict);
+        #: ``layered_summon`` without a bucket size: one tensor per bucket
         self.bucket_bytes = policy.rollout.checkpoint_engine.bucket_bytes
+        if self.bucket_bytes is None and policy.rollout.layered_summon:
+            self.bucket_bytes = 1
         self._export: Iterator[list[tuple[str, torch.Tensor]]] | None = None
         self._export_scope = ExitStack()
         self._incoming: dict[str, torch.Tensor] = {}

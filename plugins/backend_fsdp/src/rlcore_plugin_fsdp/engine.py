@@ -45,7 +45,6 @@ from rlcore.modelkit.hf_models import (
 from rlcore.modelkit.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
 from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
 from rlcore.modelkit.vlm import freeze_vision_tower, is_vision_language, rope_owner
-from rlcore.rollout.buckets import distinct_weights
 from rlcore_plugin_fsdp.fsdp import (
     Offloader,
     apply_fsdp2,
@@ -283,25 +282,29 @@ class FSDPEngine(OptimizerState):
         """The full weights of :meth:`full_weights`, gathered one tensor at a time (for a bucketed weight
         sync: only the tensors the caller still holds take memory), tied aliases left out. Collective: every
         rank must consume the whole iterator; with ``only_rank0`` the tensors are on CPU and the other ranks
-        get empty tensors of the right shape and dtype. With LoRA the merged weights are gathered at once."""
-        if self.lora_merger is not None:
-            yield from distinct_weights(self.full_weights(only_rank0=only_rank0))
-            return
+        get empty tensors of the right shape and dtype. With LoRA each adapted weight is merged as it is
+        gathered, from its base weight and adapter matrices alone (verl's ``layered_summon``)."""
         sharded = cast(
             "dict[str, torch.Tensor]",
             get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=False)),
         )
-        seen: set[int] = set()
-        for name, value in sharded.items():
-            if id(value) in seen:  # a tied alias: the same parameter under a second name
-                continue
-            seen.add(id(value))
+
+        def full(value: torch.Tensor) -> torch.Tensor:
             tensor = value.full_tensor() if isinstance(value, DTensor) else value
-            if only_rank0:
-                tensor = (
-                    tensor.cpu() if self.rank == 0 else torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
-                )
-            yield name, tensor.detach()
+            if only_rank0 and self.rank != 0:
+                return torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
+            return (tensor.cpu() if only_rank0 else tensor).detach()
+
+        seen: set[int] = set()
+        distinct: dict[str, torch.Tensor] = {}
+        for name, value in sharded.items():
+            if id(value) not in seen:  # else a tied alias: the same parameter under a second name
+                seen.add(id(value))
+                distinct[name] = value
+        if self.lora_merger is not None:
+            yield from self.lora_merger.merge_stream(distinct, full)
+        else:
+            yield from ((name, full(value)) for name, value in distinct.items())
 
     def load_full_weights(self, state: Mapping[str, torch.Tensor]) -> None:
         """Load full Hugging Face weights into the sharded model (not with LoRA adapters)."""
