@@ -40,6 +40,12 @@ def register_tools(register):
         aliases=("verl.tools.gsm8k_tool.Gsm8kTool",),
     )
     register(
+        "geo3k",
+        "rlcore.agents.builtin_tools:Geo3kTool",
+        description="verl's Geometry3K answer check (calc_geo3k_reward)",
+        aliases=("verl.tools.geo3k_tool.Geo3kTool",),
+    )
+    register(
         "code_interpreter",
         "rlcore.agents.builtin_tools:CodeInterpreterTool",
         description="Python in the rlcore sandbox (CPU, wall-time and memory limits, no network)",
