@@ -67,8 +67,8 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         MEGATRON_HINT,
     ),
     MissingFeature(
-        "Nsight/NPU profiling and verl's older profiler keys (rlcore profiles with global_profiler.tool=torch or "
-        "torch_memory)",
+        "Nsight/NPU profiling options and verl's older profiler keys (rlcore profiles with global_profiler.tool=torch, "
+        "torch_memory or nsys, whose NVTX ranges need the run launched under nsys)",
         (
             "global_profiler.global_tool_config.nsys",
             "global_profiler.global_tool_config.npu",
