@@ -312,7 +312,7 @@ def test_missing_verl_features_are_named(monkeypatch: pytest.MonkeyPatch) -> Non
                 "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
                 "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
                 "global_profiler.global_tool_config.nsys.discrete=true",
-                "reward_model.micro_batch_size=4",
+                "reward_model.ulysses_sequence_parallel_size=2",
             ],
             manager=without_megatron,
         )
@@ -321,7 +321,7 @@ def test_missing_verl_features_are_named(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "pipeline_model_parallel_size: verl's Megatron backend settings" in problems[0]
     assert "pip install rlcore-plugin-megatron" in problems[0]
     assert "global_profiler.global_tool_config.nsys.discrete: Nsight/NPU profiling" in problems[1]
-    assert "reward_model.micro_batch_size: these reward-model options of verl" in problems[2]
+    assert "reward_model.ulysses_sequence_parallel_size: these reward-model options of verl" in problems[2]
 
 
 def test_megatron_settings_rlcore_lacks_do_not_ask_to_install_the_installed_plugin() -> None:

@@ -404,6 +404,8 @@ class RewardModelConfig(Section):
     #: ranks per node of that pool
     n_gpus_per_node: int
     model: RewardModelModelConfig
+    #: verl's global micro-batch size, divided over the data-parallel ranks (``micro_batch_size_per_gpu`` wins)
+    micro_batch_size: int | None
     #: responses per reward-model forward pass (None: the whole batch)
     micro_batch_size_per_gpu: int | None
     #: re-rendered inputs longer than this are cut from the left (None: no limit)

@@ -118,12 +118,9 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         },
     ),
     MissingFeature(
-        "these reward-model options of verl (global micro-batch, sequence parallelism, reward-loop classes)",
+        "these reward-model options of verl (sequence parallelism, reward-loop classes, its generation engine's settings)",
         (
             "reward_model.model.external_lib",
-            "reward_model.model.use_remove_padding",
-            "reward_model.model.use_fused_kernels",
-            "reward_model.micro_batch_size",
             "reward_model.ulysses_sequence_parallel_size",
             "reward_model.reward_loop_source",
             "reward_model.reward_loop_module_path",

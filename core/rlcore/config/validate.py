@@ -95,6 +95,11 @@ SPEED_ONLY: dict[str, tuple[Any, str]] = {
         "rlcore's engines load the weights and the KV cache in their own order (an SGLang memory switch of verl)",
     ),
     "data.filter_overlong_prompts_workers": (1, "the overlong filter runs once, when the dataset is read"),
+    "reward_model.model.use_remove_padding": (
+        False,
+        "the reward model's forward pass runs padded (packing changes its speed, not its scores)",
+    ),
+    "reward_model.model.use_fused_kernels": (False, "a reward model computes scores, no log-probs to fuse"),
     "reward_model.use_reward_loop": (
         True,
         "rlcore scores each batch in its reward stage (scorer processes and the reward-model worker group)",
