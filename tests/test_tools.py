@@ -258,6 +258,24 @@ class TestGeo3kToolContract(ToolContract):
     create_kwargs = {"ground_truth": "24"}
 
 
+def test_the_qwen_format_is_sglangs_name_for_hermes_blocks() -> None:
+    """``multi_turn.format=qwen`` (SGLang's Qwen 2.5 detector): ``<tool_call>\\n{json}\\n</tool_call>`` blocks, one
+    per call, after any text: the same blocks as ``hermes``."""
+    from rlcore.plugins import get_component
+
+    parser = get_component("tool_parser", "qwen")()
+    text = (
+        "Let me compute.\n<tool_call>\n"
+        '{"name": "calculator", "arguments": {"expression": "1+2"}}\n</tool_call>\n<tool_call>\n'
+        '{"name": "calc_gsm8k_reward", "arguments": {"answer": "3"}}\n</tool_call>'
+    )
+    calls = parser.parse(text)
+    assert [(call.name, call.arguments, call.error) for call in calls] == [
+        ("calculator", {"expression": "1+2"}, None),
+        ("calc_gsm8k_reward", {"answer": "3"}, None),
+    ]
+
+
 class TestHermesContract(ToolParserContract):
     component_name = "hermes"
     example_text = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+2"}}\n</tool_call>'

@@ -23,9 +23,13 @@ def register_agent_loops(register):
 
 @hookimpl
 def register_tool_parsers(register):
-    """Register the Hermes tool-call format."""
+    """Register the Hermes tool-call format (also SGLang's ``qwen``/``qwen25`` names for it)."""
     register(
-        "hermes", "rlcore.agents.parsers:HermesToolParser", description="<tool_call>{json}</tool_call> (Qwen, Hermes)"
+        "hermes",
+        "rlcore.agents.parsers:HermesToolParser",
+        description="<tool_call>{json}</tool_call> (Qwen, Hermes)",
+        # SGLang's qwen/qwen25 detector reads the same <tool_call>\n{json}\n</tool_call> blocks
+        aliases=("qwen", "qwen25"),
     )
 
 
