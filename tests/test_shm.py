@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,12 +22,13 @@ def model_folder(path: Path, weights: bytes = b"w" * 4096) -> Path:
     return path
 
 
-def stage_and_report(source: str, root: str, queue: multiprocessing.Queue) -> None:
-    """A process of the node: stage the copy, report its path, its inode and whether it holds the source's
-    weights, and exit (its exit releases the copy)."""
+def stage_and_report(source: str, root: str, queue: multiprocessing.Queue, together: Any) -> None:
+    """A process of the node (a worker of one run): stage the copy, report its path, its inode and whether it
+    holds the source's weights, wait until every process has it (the run), then exit (releasing it)."""
     staged = shm.stage(source, "actor_rollout_ref.model.use_shm", Path(root))
     same = (Path(staged) / "model.safetensors").read_bytes() == (Path(source) / "model.safetensors").read_bytes()
     queue.put((staged, os.stat(staged).st_ino, same))
+    together.wait(timeout=120)
 
 
 def test_processes_of_a_node_share_one_copy(tmp_path: Path) -> None:
@@ -35,7 +37,10 @@ def test_processes_of_a_node_share_one_copy(tmp_path: Path) -> None:
     root.mkdir()
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    workers = [context.Process(target=stage_and_report, args=(str(source), str(root), queue)) for _ in range(3)]
+    together = context.Barrier(3)
+    workers = [
+        context.Process(target=stage_and_report, args=(str(source), str(root), queue, together)) for _ in range(3)
+    ]
     for worker in workers:
         worker.start()
     reports = [queue.get(timeout=120) for _ in workers]
