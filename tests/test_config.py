@@ -312,7 +312,7 @@ def test_missing_verl_features_are_named(monkeypatch: pytest.MonkeyPatch) -> Non
                 "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
                 "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
                 "global_profiler.global_tool_config.nsys.discrete=true",
-                "reward_model.micro_batch_size=4",
+                "reward_model.ulysses_sequence_parallel_size=2",
             ],
             manager=without_megatron,
         )
@@ -321,7 +321,42 @@ def test_missing_verl_features_are_named(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "pipeline_model_parallel_size: verl's Megatron backend settings" in problems[0]
     assert "pip install rlcore-plugin-megatron" in problems[0]
     assert "global_profiler.global_tool_config.nsys.discrete: Nsight/NPU profiling" in problems[1]
-    assert "reward_model.micro_batch_size: these reward-model options of verl" in problems[2]
+    assert "reward_model.ulysses_sequence_parallel_size: these reward-model options of verl" in problems[2]
+
+
+def test_megatron_settings_rlcore_lacks_do_not_ask_to_install_the_installed_plugin() -> None:
+    pytest.importorskip("rlcore_plugin_megatron")
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=["actor_rollout_ref.actor.megatron.override_ddp_config.grad_reduce_in_fp32=true"])
+    (problem,) = info.value.problems
+    assert "rlcore-plugin-megatron is installed but does not support these settings yet" in problem
+    assert "pip install" not in problem
+
+
+def test_megatron_settings_that_change_nothing_on_the_cpu_are_noted() -> None:
+    from rlcore.config.validate import megatron_notes, speed_only_notes
+
+    pytest.importorskip("rlcore_plugin_megatron")
+    section = "actor_rollout_ref.actor.megatron"
+    config = load_config(
+        overrides=[
+            "trainer.device=cpu",
+            "actor_rollout_ref.actor.strategy=megatron",
+            f"{section}.param_offload=true",
+            f"{section}.dtype=bf16",
+            f"{section}.use_mbridge=true",
+            "actor_rollout_ref.model.use_fused_kernels=true",
+        ]
+    )
+    notes = megatron_notes(config)
+    assert [note.split(" changes nothing")[0] for note in notes] == [
+        f"{section}.param_offload=True",
+        f"{section}.dtype=bf16",
+        "actor_rollout_ref.model.use_fused_kernels=True",
+    ]
+    assert any(note.startswith(f"{section}.use_mbridge=True changes nothing") for note in speed_only_notes(config))
+    config.trainer.device = "cuda"
+    assert megatron_notes(config) == [notes[-1]]
 
 
 def test_keys_of_missing_features_are_accepted_when_they_turn_it_off() -> None:

@@ -88,7 +88,6 @@ def dry_run(*args: str):
         ("trainer.max_nonfinite_steps=0", "trainer.max_nonfinite_steps must be a positive integer, got 0"),
         ("actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.hybrid_engine=False is not supported"),
         ("trainer.use_legacy_worker_impl=enable", "verl's legacy workers are not available"),
-        ("actor_rollout_ref.model.use_shm=true", "use_shm=True asks for loading the model through shared memory"),
         ("actor_rollout_ref.model.use_liger=true", "use_liger=true needs a CUDA device"),
         ("actor_rollout_ref.rollout.temperature=-0.5", "temperature must be a number >= 0, got -0.5"),
     ],

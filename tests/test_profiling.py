@@ -44,6 +44,45 @@ def test_torch_traces_only_the_chosen_steps(tmp_path: Path, tiny_model_dir: Path
     assert any("addmm" in n or "mm" in n for n in names), "the trace holds no matrix products of the update"
 
 
+def test_nsys_on_cpu_records_nothing_and_the_run_goes_on(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
+    """``global_profiler.tool=nsys`` on the CPU: the run trains, no NVTX range is opened, nothing is written."""
+    from rlcore.profiling import nvtx
+
+    save = tmp_path / "profile"
+    last, _ = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "global_profiler.tool=nsys",
+        f"global_profiler.save_path={save}",
+        "trainer.test_freq=-1",
+    )
+    assert last["training/global_step"] == 2 and not save.exists() and not nvtx.active()
+
+
+@pytest.mark.gpu
+def test_nsys_marks_nvtx_ranges_around_worker_calls_on_cuda() -> None:
+    """On CUDA a chosen step opens the capture and a range per worker call (``CallMeter``), and closes them."""
+    import torch
+
+    from rlcore.controller.call_stats import CallMeter
+    from rlcore.profiling import nvtx
+    from rlcore.profiling.worker import WorkerProfiler
+
+    if not torch.cuda.is_available():
+        pytest.skip("NVTX ranges need CUDA")
+    profiler = WorkerProfiler(0, torch.device("cuda", 0), "actor_rollout")
+    plan = {"tool": "nsys", "ranks": {"actor": (0,)}, "save_path": "unused", "memory_options": {}}
+    profiler.start(1, "actor", plan)
+    assert nvtx.active()
+    with CallMeter("update_actor") as meter:
+        torch.ones(4, device="cuda").sum().item()
+    assert meter._range  # the call was a range of its own
+    assert profiler.stop() == [] and not nvtx.active()
+
+
 def test_torch_memory_on_cpu_profiles_every_step(tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]) -> None:
     save = tmp_path / "mem"
     tiny_run(
@@ -91,7 +130,10 @@ def test_continuous_steps_and_rank_choice() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (("global_profiler.tool=nsys",), "global_profiler.tool='nsys': rlcore profiles with torch or torch_memory"),
+        (
+            ("global_profiler.tool=npu",),
+            "global_profiler.tool='npu': rlcore profiles with torch, torch_memory, nsys (npu is not available)",
+        ),
         (("global_profiler.tool=torch",), "global_profiler.tool=torch profiles the steps in global_profiler.steps"),
         (("global_profiler.tool=torch", "global_profiler.steps=[0]"), "global_profiler.steps must be a list"),
     ],
@@ -108,8 +150,13 @@ def test_the_dry_run_says_what_it_will_record(tmp_path: Path, tiny_model_dir: Pa
     assert result.exit_code == 0, result.output
     assert "profiler: torch_memory on CPU: torch.profiler with profile_memory=True" in result.output
     assert "steps 1" in result.output
-    bad = CliRunner().invoke(cli, [*base, "global_profiler.tool=nsys"])
-    assert bad.exit_code == 2 and "Traceback" not in bad.output and "nsys and npu are not available" in bad.output
+    bad = CliRunner().invoke(cli, [*base, "global_profiler.tool=npu"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output and "npu is not available" in bad.output
+    nsys = CliRunner().invoke(cli, [*base, "global_profiler.tool=nsys", "global_profiler.steps=[1]"])
+    assert nsys.exit_code == 0, nsys.output
+    assert "profiler: nsys on CPU: nothing is recorded" in nsys.output
+    on_gpu = describe_profiler(config("global_profiler.tool=nsys", "trainer.device=cuda"))
+    assert on_gpu is not None and "--capture-range=cudaProfilerApi" in on_gpu
     gpu = describe_profiler(config("global_profiler.tool=torch_memory", "trainer.device=cuda"))
     assert gpu is not None and "_record_memory_history" in gpu
 

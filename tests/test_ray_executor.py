@@ -145,7 +145,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, throwaway_plugins) -> Iter
         tmp_path_factory.mktemp("echo-site"),
         {"rlcore-test-echo": ("rlcore_test_echo", "0.0.1", {"hooks.py": HOOKS, "workers.py": WORKERS})},
     )
-    with environ(RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"), PYTHONPATH=str(site)):
+    # the echo plugin first, then the caller's own path (a worktree's sources, when its environment sets them)
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    with environ(RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"), PYTHONPATH=path):
         ray_cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 6})
         ray_cluster.add_node(num_cpus=1)
         ray_cluster.wait_for_nodes()
@@ -380,6 +382,8 @@ def test_split_placement_trains_on_one_pool_and_generates_on_another(
         "trainer.n_gpus_per_node=2",
         "trainer.rollout_n_gpus_per_node=1",
         "actor_rollout_ref.actor.use_kl_loss=true",
+        # buckets of 16 KiB: smaller than the embeddings, which then travel alone
+        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=0.015625",
     )
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     dataset = load_dataset_class(config)(config.data.train_files, tokenizer, config.data, split="train")
@@ -399,6 +403,7 @@ def test_split_placement_trains_on_one_pool_and_generates_on_another(
         sync = groups.sync_weights()
         assert sync["rollout/weight_checksum_diff"] <= 1e-6
         assert sync["rollout/weight_version"] == 2.0
+        assert sync["actor/weight_sync_buckets"] > 2
         assert len(groups.rollout.generate_sequences(prompts)) == 3
     finally:
         groups.shutdown()

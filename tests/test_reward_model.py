@@ -200,6 +200,31 @@ def test_dry_run_names_what_a_reward_model_config_does(tmp_path: Path, tiny_mode
     )
     assert ok.exit_code == 0, ok.output
     assert "note: reward_model.rollout.name=vllm changes nothing in rlcore" in ok.output
-    bad = CliRunner().invoke(cli, ["run", "--dry-run", *base, "reward_model.micro_batch_size=4"])
+    verl_keys = [
+        "reward_model.micro_batch_size=4",
+        "reward_model.model.use_remove_padding=true",
+        "reward_model.model.use_fused_kernels=true",
+    ]
+    accepted = CliRunner().invoke(cli, ["run", "--dry-run", *base, *verl_keys])
+    assert accepted.exit_code == 0, accepted.output
+    assert "note: reward_model.model.use_remove_padding=True changes nothing in rlcore" in accepted.output
+    assert "note: reward_model.model.use_fused_kernels=True changes nothing in rlcore" in accepted.output
+    bad = CliRunner().invoke(cli, ["run", "--dry-run", *base, "reward_model.ulysses_sequence_parallel_size=2"])
     assert bad.exit_code == 2 and "Traceback" not in bad.output
-    assert "reward_model.micro_batch_size: these reward-model options of verl (global micro-batch" in bad.output
+    assert "reward_model.ulysses_sequence_parallel_size: these reward-model options of verl" in bad.output
+
+
+def test_verls_global_micro_batch_size_is_split_over_the_ranks(tiny_model_dir: Path, rm_dir: Path) -> None:
+    """``reward_model.micro_batch_size`` (verl's global size) gives the per-rank size; the per-GPU key wins."""
+    worker = make_worker(tiny_model_dir, rm_dir, "reward_model.micro_batch_size=3")
+    try:
+        assert worker.micro_batch_size == 3  # one rank
+    finally:
+        worker.shutdown()
+    both = make_worker(
+        tiny_model_dir, rm_dir, "reward_model.micro_batch_size=3", "reward_model.micro_batch_size_per_gpu=2"
+    )
+    try:
+        assert both.micro_batch_size == 2
+    finally:
+        both.shutdown()

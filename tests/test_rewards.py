@@ -405,6 +405,35 @@ class TestBatchManagerContract(RewardManagerContract):
     component_name = "batch"
 
 
+class TestPrimeManagerContract(RewardManagerContract):
+    component_name = "prime"
+
+
+def hang_on_empty(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None) -> float:
+    """A scorer that never returns for an empty response (runs in the scorer processes)."""
+    if not solution_str:
+        time.sleep(60)
+    return gsm8k.compute_score(solution_str, ground_truth)
+
+
+def test_prime_manager_scores_in_parallel_with_a_timeout_and_adds_acc(tiny_tokenizer):
+    """verl's ``prime``: a scorer that hangs scores 0 after the per-sample timeout, the others are scored,
+    and the scores come back as the ``acc`` column too."""
+    from rlcore.plugins import get_component
+
+    batch, lengths = make_reward_batch(
+        tiny_tokenizer, GSM8K_RESPONSES, data_source="openai/gsm8k", ground_truths=["72", "72", "72", "72"]
+    )
+    manager = get_component("reward_manager", "prime")(tiny_tokenizer, hang_on_empty, {"scorer_timeout": 2})
+    try:
+        result = manager(batch)
+    finally:
+        manager.close()
+    assert result.tensors["acc"].tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert result.token_level_scores[0, lengths[0] - 1] == 1.0
+    assert result.metrics["reward/scorer_timeouts"] == 1.0
+
+
 class TestGsm8kScorerContract(RewardScorerContract):
     component_name = "openai/gsm8k"
     cases = [

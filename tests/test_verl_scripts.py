@@ -76,7 +76,7 @@ EXPECTED: dict[str, str | None] = {
     "examples/ppo_trainer/run_qwen2-7b_math_gsm8k_megatron.sh": MEGATRON,
     "examples/gpg_trainer/run_qwen2-7b_math_megatron.sh": MEGATRON,
     # features rlcore does not have yet
-    "examples/grpo_trainer/run_qwen2_5-3b_gsm8k_grpo_lora.sh": "actor_rollout_ref.rollout.layered_summon",
+    "examples/grpo_trainer/run_qwen2_5-3b_gsm8k_grpo_lora.sh": None,
     "examples/grpo_trainer/run_qwen2-7b_math_trtllm.sh": "actor_rollout_ref.rollout.name=trtllm: unknown rollout_engine",
     # vision-language (geo3k with images; run with the tiny VLM and an image task, see VLM_SCRIPTS)
     "examples/grpo_trainer/run_qwen2_5_vl-7b.sh": None,
@@ -90,8 +90,8 @@ EXPECTED: dict[str, str | None] = {
     # model_engine=megatron is accepted now; verl's mbridge settings (and fused kernels on Megatron) stop it
     "examples/grpo_trainer/run_qwen2_5_vl_7b_megatron.sh": "megatron.use_mbridge",
     "examples/grpo_trainer/run_qwen2_5_7b_grpo_discrete_prof_npu.sh": "profiling",
-    # a Megatron script that also asks for the fused log-prob kernels (use_fused_kernels=True): FSDP/DeepSpeed only
-    "examples/grpo_trainer/run_qwen2-7b_math_megatron.sh": "use_fused_kernels=true is not supported by the megatron",
+    # a Megatron script that also asks for the fused log-prob kernels (use_fused_kernels=True: noted on Megatron)
+    "examples/grpo_trainer/run_qwen2-7b_math_megatron.sh": MEGATRON,
     "examples/ppo_trainer/run_deepseek7b_llm_sandbox_fusion.sh": "Sandbox Fusion",
     # verl's own Hydra config rejects this script's actor_rollout_ref.model.torch_dtype (no such key)
     "examples/cispo_trainer/run_cispo_qwen2_5_0_5b_gsm8k.sh": "actor_rollout_ref.model.torch_dtype: not a key of verl",
@@ -118,6 +118,7 @@ EXPECTED: dict[str, str | None] = {
 
 #: script -> a note its passing dry run must print (a verl switch that changes nothing in rlcore)
 NOTES: dict[str, str] = {
+    "examples/grpo_trainer/run_qwen2-7b_math_megatron.sh": "use_fused_kernels=True changes nothing on the Megatron",
     "examples/ppo_trainer/run_qwen2-7b_rm.sh": "note: reward_model.rollout.name=vllm changes nothing in rlcore",
     "examples/grpo_trainer/run_mistral13b_skyworkrm_hhrlhf.sh": "note: reward_model.rollout.name=vllm changes nothing",
     "examples/sglang_multiturn/run_qwen0.5b_gsm8k_multiturn_curriculum.sh": (

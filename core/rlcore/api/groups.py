@@ -98,8 +98,21 @@ class ActorGroup(WorkerGroup, Protocol):
         """The actor's full weights on rank 0 (split placement)."""
         ...
 
-    def receive_weights(self, state: dict[str, torch.Tensor]) -> dict[str, float]:
-        """Load a trainer's weights into this group's rollout engines and check them (split placement)."""
+    def begin_weight_export(self) -> None:
+        """Start gathering the actor's weights bucket by bucket (split placement)."""
+        ...
+
+    def next_weight_bucket(self) -> dict[str, torch.Tensor] | None:
+        """The next bucket of the export on rank 0 (CPU tensors by name); None once all were sent."""
+        ...
+
+    def receive_weight_bucket(self, bucket: dict[str, torch.Tensor]) -> None:
+        """Keep one bucket of a trainer's weights for :meth:`receive_weights` (split placement)."""
+        ...
+
+    def receive_weights(self, state: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+        """Load a trainer's weights (None: the buckets received) into this group's rollout engines and check
+        them (split placement)."""
         ...
 
     def load_rollout_state(self, states: list[dict[str, Any] | None]) -> None:

@@ -23,9 +23,13 @@ def register_agent_loops(register):
 
 @hookimpl
 def register_tool_parsers(register):
-    """Register the Hermes tool-call format."""
+    """Register the Hermes tool-call format (also SGLang's ``qwen``/``qwen25`` names for it)."""
     register(
-        "hermes", "rlcore.agents.parsers:HermesToolParser", description="<tool_call>{json}</tool_call> (Qwen, Hermes)"
+        "hermes",
+        "rlcore.agents.parsers:HermesToolParser",
+        description="<tool_call>{json}</tool_call> (Qwen, Hermes)",
+        # SGLang's qwen/qwen25 detector reads the same <tool_call>\n{json}\n</tool_call> blocks
+        aliases=("qwen", "qwen25"),
     )
 
 
@@ -38,6 +42,12 @@ def register_tools(register):
         "rlcore.agents.builtin_tools:Gsm8kTool",
         description="verl's GSM8K answer check (calc_gsm8k_reward)",
         aliases=("verl.tools.gsm8k_tool.Gsm8kTool",),
+    )
+    register(
+        "geo3k",
+        "rlcore.agents.builtin_tools:Geo3kTool",
+        description="verl's Geometry3K answer check (calc_geo3k_reward)",
+        aliases=("verl.tools.geo3k_tool.Geo3kTool",),
     )
     register(
         "code_interpreter",

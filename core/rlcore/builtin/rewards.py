@@ -10,6 +10,11 @@ def register_reward_managers(register):
     register("naive", "rlcore.reward.managers:NaiveRewardManager", description="scores one sample at a time")
     register("batch", "rlcore.reward.managers:BatchRewardManager", description="one scorer call for the whole batch")
     register(
+        "prime",
+        "rlcore.reward.managers:PrimeRewardManager",
+        description="verl's PRIME verifier: parallel scoring with a timeout, scores also as the acc column",
+    )
+    register(
         "judge",
         "rlcore.reward.judge:JudgeRewardManager",
         description="an LLM judge (reward_model.model.path on reward_model.rollout.name) grades each response",

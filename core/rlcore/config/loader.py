@@ -196,7 +196,9 @@ def _apply(
             problems.add(f"{source.label}: {shown!r} is a config section, not a value; set one of its keys instead")
         else:
             unknown[key] = value
-    feature_problems, rest = missing_feature_problems(unknown, source.label, given)
+    feature_problems, rest = missing_feature_problems(
+        unknown, source.label, given, megatron_installed="actor_rollout_ref.actor.megatron" in known.sections
+    )
     for key in rest:
         shown = given.get(key, key)
         renamed_note = f" (rlcore's name: {key!r})" if shown != key else ""

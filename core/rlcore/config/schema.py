@@ -260,6 +260,49 @@ class ValKwargs(Section):
 
 
 @dataclasses.dataclass(frozen=True)
+class CheckpointEngineConfig(Section):
+    """``actor_rollout_ref.rollout.checkpoint_engine``: how the trainer's weights reach the rollout engine
+    (verl's section; rlcore has verl's ``naive`` transfer: in-process copies, Ray objects between processes)."""
+
+    PATH = "actor_rollout_ref.rollout.checkpoint_engine"
+    #: the transfer backend: only ``naive`` (verl's NCCL/NIXL/HCCL/Kimi/delta_sharded engines are rejected)
+    backend: str
+    #: the most MiB of gathered weights one sync holds at once (None: the whole state dict at once)
+    update_weights_bucket_megabytes: float | None
+    #: verl's per-backend engine arguments (must be empty)
+    engine_kwargs: dict[str, Any]
+    #: verl's module registering a custom backend (must be null)
+    custom_backend_module: str | None
+
+    @property
+    def bucket_bytes(self) -> int | None:
+        """The bucket size in bytes (verl: ``megabytes << 20``), or None for no bound."""
+        megabytes = self.update_weights_bucket_megabytes
+        return None if megabytes is None else max(1, int(megabytes * 2**20))
+
+    def problems(self) -> list[str]:
+        """Only the naive backend, without engine arguments or custom module; a positive bucket size."""
+        found = []
+        if self.backend != "naive":
+            found.append(
+                f"{self.key('backend')}={self.backend!r}: rlcore has only the naive transfer (in-process copies, "
+                "Ray objects between processes); verl's NCCL/NIXL/HCCL/Kimi/delta_sharded checkpoint engines are "
+                "not supported: set backend=naive"
+            )
+        if self.engine_kwargs:
+            found.append(f"{self.key('engine_kwargs')}: the naive transfer takes no engine arguments, remove them")
+        if self.custom_backend_module:
+            found.append(f"{self.key('custom_backend_module')}: custom checkpoint-engine backends are not supported")
+        megabytes = self.update_weights_bucket_megabytes
+        if megabytes is not None and not (_is_number(megabytes) and megabytes > 0):
+            found.append(
+                f"{self.key('update_weights_bucket_megabytes')} must be a positive number of megabytes or null "
+                f"(no bound), got {megabytes!r}"
+            )
+        return found
+
+
+@dataclasses.dataclass(frozen=True)
 class RolloutConfig(LogProbConfig):
     """``actor_rollout_ref.rollout``: the keys of the rollout the core reads (the rollout engine gets the
     whole section, its own keys included)."""
@@ -284,6 +327,9 @@ class RolloutConfig(LogProbConfig):
     #: largest mean |Δ log-prob| of the sync probe (None: 1e-3 in float32, 5e-2 below)
     weight_sync_logprob_tol: float | None
     val_kwargs: ValKwargs
+    #: gather (with LoRA: merge) the weights of a sync one tensor at a time (verl: layer by layer)
+    layered_summon: bool
+    checkpoint_engine: CheckpointEngineConfig
 
     def problems(self) -> list[str]:
         """The lengths and ``n`` are positive counts."""
@@ -362,6 +408,8 @@ class RewardModelConfig(Section):
     #: ranks per node of that pool
     n_gpus_per_node: int
     model: RewardModelModelConfig
+    #: verl's global micro-batch size, divided over the data-parallel ranks (``micro_batch_size_per_gpu`` wins)
+    micro_batch_size: int | None
     #: responses per reward-model forward pass (None: the whole batch)
     micro_batch_size_per_gpu: int | None
     #: re-rendered inputs longer than this are cut from the left (None: no limit)

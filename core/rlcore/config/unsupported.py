@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
 MEGATRON_HINT = "these need the Megatron backend plugin: pip install rlcore-plugin-megatron"
+#: the hint of :data:`MEGATRON_HINT`'s keys when the plugin is installed (its ``megatron`` sections exist)
+MEGATRON_INSTALLED_HINT = "rlcore-plugin-megatron is installed but does not support these settings yet"
 NOT_YET = "not supported by rlcore yet"
 
 
@@ -65,8 +67,8 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         MEGATRON_HINT,
     ),
     MissingFeature(
-        "Nsight/NPU profiling and verl's older profiler keys (rlcore profiles with global_profiler.tool=torch or "
-        "torch_memory)",
+        "Nsight/NPU profiling options and verl's older profiler keys (rlcore profiles with global_profiler.tool=torch, "
+        "torch_memory or nsys, whose NVTX ranges need the run launched under nsys)",
         (
             "global_profiler.global_tool_config.nsys",
             "global_profiler.global_tool_config.npu",
@@ -116,13 +118,9 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         },
     ),
     MissingFeature(
-        "these reward-model options of verl (global micro-batch, sequence parallelism, reward-loop classes)",
+        "these reward-model options of verl (sequence parallelism, reward-loop classes, its generation engine's settings)",
         (
             "reward_model.model.external_lib",
-            "reward_model.model.use_shm",
-            "reward_model.model.use_remove_padding",
-            "reward_model.model.use_fused_kernels",
-            "reward_model.micro_batch_size",
             "reward_model.ulysses_sequence_parallel_size",
             "reward_model.reward_loop_source",
             "reward_model.reward_loop_module_path",
@@ -219,7 +217,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         "these critic options of verl",
         (
             "critic.model.external_lib",
-            "critic.model.use_shm",
             "critic.model.lora_rank",
             "critic.model.lora_alpha",
             "critic.model.target_modules",
@@ -248,15 +245,12 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "actor_rollout_ref.rollout.skip_rollout",
             "actor_rollout_ref.rollout.skip_dump_dir",
             "actor_rollout_ref.rollout.skip_tokenizer_init",
-            "actor_rollout_ref.rollout.layered_summon",
             "actor_rollout_ref.rollout.quantization",
             "actor_rollout_ref.rollout.quantization_config_file",
             "actor_rollout_ref.rollout.prometheus",
-            "actor_rollout_ref.rollout.checkpoint_engine",
             "actor_rollout_ref.rollout.engine_kwargs.trtllm",
         ),
         off={
-            "actor_rollout_ref.rollout.layered_summon": False,
             "actor_rollout_ref.rollout.expert_parallel_size": 1,
             "actor_rollout_ref.rollout.pipeline_model_parallel_size": 1,
         },
@@ -304,7 +298,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
 
 #: values rlcore's keys accept but cannot honour yet: key -> (is the value unsupported?, feature)
 UNSUPPORTED_VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "actor_rollout_ref.model.use_shm": (lambda v: v is True, "loading the model through shared memory"),
     "actor_rollout_ref.actor.checkpoint.async_save": (lambda v: v is True, "asynchronous checkpoint saving"),
 }
 
@@ -319,12 +312,13 @@ def missing_feature(key: str) -> MissingFeature | None:
 
 
 def missing_feature_problems(
-    unknown: Mapping[str, Any], source: str, given: Mapping[str, str]
+    unknown: Mapping[str, Any], source: str, given: Mapping[str, str], *, megatron_installed: bool = False
 ) -> tuple[list[str], list[str]]:
     """Split the ``unknown`` keys (with their values) into one problem per missing feature, and the keys no
     feature accounts for. Keys set to the value that turns their feature off are neither.
 
-    ``given`` maps a renamed key to the spelling the user wrote, which the messages use.
+    ``given`` maps a renamed key to the spelling the user wrote, which the messages use. With
+    ``megatron_installed`` the Megatron features do not tell the user to install the plugin.
     """
     grouped: dict[MissingFeature, list[str]] = {}
     rest = []
@@ -337,7 +331,8 @@ def missing_feature_problems(
     problems = []
     for feature, names in grouped.items():
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        problems.append(f"{source}: {shown}: {feature.feature}: {feature.hint}")
+        hint = MEGATRON_INSTALLED_HINT if megatron_installed and feature.hint == MEGATRON_HINT else feature.hint
+        problems.append(f"{source}: {shown}: {feature.feature}: {hint}")
     return problems, rest
 
 

@@ -98,11 +98,56 @@ SPEED_ONLY: dict[str, tuple[Any, str]] = {
         "rlcore's engines load the weights and the KV cache in their own order (an SGLang memory switch of verl)",
     ),
     "data.filter_overlong_prompts_workers": (1, "the overlong filter runs once, when the dataset is read"),
+    "reward_model.model.use_remove_padding": (
+        False,
+        "the reward model's forward pass runs padded (packing changes its speed, not its scores)",
+    ),
+    "reward_model.model.use_fused_kernels": (False, "a reward model computes scores, no log-probs to fuse"),
     "reward_model.use_reward_loop": (
         True,
         "rlcore scores each batch in its reward stage (scorer processes and the reward-model worker group)",
     ),
 }
+
+
+#: the sections of the Megatron backend's ``megatron`` settings (rlcore-plugin-megatron declares them)
+MEGATRON_SECTIONS = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
+SPEED_ONLY.update(
+    {
+        f"{section}.megatron.{name}": (
+            False,
+            "rlcore's Megatron engine converts Hugging Face weights with its own converter, not verl's mbridge",
+        )
+        for section in MEGATRON_SECTIONS
+        for name in ("use_mbridge", "vanilla_mbridge")
+    }
+)
+
+
+def megatron_notes(config: DictConfig) -> list[str]:
+    """Notes for Megatron settings that change nothing here: offloading (``megatron.param_offload``,
+    ``grad_offload``, ``optimizer_offload``) and a lower-precision ``megatron.dtype`` on ``trainer.device=cpu``
+    (the engine computes in float32 with everything in host memory; on CUDA the dtype is an error), and
+    ``use_fused_kernels`` on a Megatron actor (its output layer gives the same log-probs from full logits)."""
+    from omegaconf import OmegaConf
+
+    notes = []
+    cpu = OmegaConf.select(config, "trainer.device", default=None) == "cpu"
+    for section in MEGATRON_SECTIONS if cpu else ():
+        key = f"{section}.megatron"
+        for name in ("param_offload", "grad_offload", "optimizer_offload"):
+            if OmegaConf.select(config, f"{key}.{name}", default=False) is True:
+                notes.append(f"{key}.{name}=True changes nothing on trainer.device=cpu: everything is in host memory")
+        dtype = OmegaConf.select(config, f"{key}.dtype", default="float32")
+        if dtype not in ("float32", "fp32"):
+            notes.append(f"{key}.dtype={dtype} changes nothing on trainer.device=cpu: the engine computes in float32")
+    megatron = OmegaConf.select(config, "actor_rollout_ref.actor.strategy", default=None) == "megatron"
+    if megatron and OmegaConf.select(config, "actor_rollout_ref.model.use_fused_kernels", default=False) is True:
+        notes.append(
+            "actor_rollout_ref.model.use_fused_kernels=True changes nothing on the Megatron backend: its output "
+            "layer computes the logits, and the log-probs and entropy from them are the same numbers"
+        )
+    return notes
 
 
 def speed_only_notes(config: DictConfig) -> list[str]:
@@ -402,6 +447,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     notes += sampling_notes(config)
     notes += reward_model_notes(config)
     notes += activation_offload_notes(config)
+    notes += megatron_notes(config)
     notes += ray_kwargs_notes(config)
     notes += file_logger_notes(config)
     return DerivedQuantities(

@@ -42,13 +42,19 @@ def _cuda_in_use() -> Any:
 class CallMeter:
     """``with CallMeter() as meter: ...`` measures the block; ``meter.stats`` holds the :class:`CallStats`."""
 
-    def __init__(self) -> None:
-        """Nothing measured yet."""
+    def __init__(self, method: str = "") -> None:
+        """Nothing measured yet; ``method`` names the NVTX range of the call (``global_profiler.tool=nsys``)."""
         self.stats = CallStats(0.0)
         self._start = 0.0
+        self.method = method
+        self._range = False
 
     def __enter__(self) -> CallMeter:
-        """Reset the CUDA memory peaks (when CUDA is in use) and start the clock."""
+        """Open the call's NVTX range (when an nsys step is profiled), reset the CUDA memory peaks (when CUDA
+        is in use) and start the clock."""
+        from rlcore.profiling import nvtx
+
+        self._range = nvtx.push_range(self.method or "worker_call")
         cuda = _cuda_in_use()
         if cuda is not None:
             cuda.reset_peak_memory_stats()
@@ -58,8 +64,11 @@ class CallMeter:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        """Record the seconds and the CUDA peaks (also when the block raised)."""
+        """Record the seconds and the CUDA peaks (also when the block raised); close the NVTX range."""
+        from rlcore.profiling import nvtx
+
         seconds = time.perf_counter() - self._start
+        nvtx.pop_range(self._range)
         cuda = _cuda_in_use()
         if cuda is None:
             self.stats = CallStats(seconds)

@@ -5,7 +5,7 @@
 ``sync_weights()`` pushes the weights into its own rollout engine. ``trainer.placement=split``
 (``trainer.executor=ray``): an ``actor_ref`` (or ``actor``) group on the ``train`` pool trains, a ``rollout``
 group on the ``rollout`` pool generates, and :func:`sync_weights` sends the trainer's full state dict
-(rank 0's, on CPU) to every rollout rank. A critic group, when used, shares the ``train`` pool; a reward-model
+(rank 0's, on CPU, in buckets) to every rollout rank. A critic group, when used, shares the ``train`` pool; a reward-model
 group too, unless ``reward_model.enable_resource_pool`` gives it the ``reward`` pool.
 """
 
@@ -29,13 +29,22 @@ def sync_weights(actor: ActorGroup, rollout: ActorGroup) -> dict[str, float]:
     """Make ``rollout`` serve ``actor``'s current weights; returns the sync metrics.
 
     The same group (colocated): the actor worker's own ``sync_weights()``. Two groups (split): the actor
-    workers' ``export_weights()`` (collective; rank 0's full CPU state dict) goes to every rollout worker's
-    ``receive_weights(state)``, which loads it into the engine and checks its checksum.
+    workers gather their weights bucket by bucket (``begin_weight_export()``, then ``next_weight_bucket()``:
+    collective; rank 0's CPU tensors, at most ``rollout.checkpoint_engine.update_weights_bucket_megabytes``
+    per bucket, or all in one without a bound); each bucket goes to every rollout worker's
+    ``receive_weight_bucket()``, and ``receive_weights()`` then loads them into the engine and checks them.
+    Adds ``actor/weight_sync_buckets``.
     """
     if rollout is actor:
         return actor.sync_weights()
     start = time.perf_counter()
-    metrics = dict(rollout.receive_weights(actor.export_weights()))
+    actor.begin_weight_export()
+    count = 0
+    while (bucket := actor.next_weight_bucket()) is not None:
+        rollout.receive_weight_bucket(bucket)
+        count += 1
+    metrics = dict(rollout.receive_weights())
+    metrics["actor/weight_sync_buckets"] = float(count)
     metrics["actor/weight_sync_s"] = time.perf_counter() - start
     return metrics
 

@@ -156,7 +156,7 @@ class RayWorker:
         ``stats`` (:class:`CallStats`) hold the time spent in the method itself (not in Ray's (de)serialisation)
         and, on CUDA, its peak memory."""
         args, kwargs = call
-        with CallMeter() as meter:
+        with CallMeter(method) as meter:
             result = getattr(self.worker, method)(*args, **kwargs)
         return (result if keep else None), meter.stats
 

@@ -39,7 +39,7 @@ class LocalWorkerGroup:
             return value
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            meter = CallMeter()
+            meter = CallMeter(name)
             try:
                 with meter:
                     return value(*args, **kwargs)

@@ -16,7 +16,8 @@ after each update; ``torch`` needs a list); ``profile_continuous_steps=true`` ma
 chosen steps one trace, named after its first step. A worker group is profiled when one of its roles'
 ``profiler.enable`` is true (``actor_rollout_ref.{actor,rollout,ref}.profiler``, ``critic.profiler``,
 ``reward_model.profiler``), or every group when no role enables it; within a group, ``profiler.all_ranks``
-or ``profiler.ranks`` choose the ranks (default: rank 0). ``nsys`` and ``npu`` are not available.
+or ``profiler.ranks`` choose the ranks (default: rank 0). ``nsys``: :mod:`rlcore.profiling.nvtx` marks NVTX
+ranges on CUDA ranks for Nsight Systems, which the user launches the run under; ``npu`` is not available.
 
 This module only reads the config (the controller side); the workers' side is
 :mod:`rlcore.profiling.worker`.
@@ -31,7 +32,7 @@ from rlcore.errors import RLCoreError
 
 __all__ = ["GROUP_SECTIONS", "ProfilePlan", "StepProfiling", "describe_profiler", "profile_plan", "step_profiling"]
 
-TOOLS = ("torch", "torch_memory")
+TOOLS = ("torch", "torch_memory", "nsys")
 KEY = "global_profiler"
 #: the role sections whose ``profiler.{enable, all_ranks, ranks}`` choose what a worker group profiles
 GROUP_SECTIONS: dict[str, tuple[str, ...]] = {
@@ -129,9 +130,7 @@ def profile_plan(config: Any) -> ProfilePlan | None:
     if tool is None:
         return None
     if tool not in TOOLS:
-        raise RLCoreError(
-            f"{KEY}.tool={tool!r}: rlcore profiles with {' or '.join(TOOLS)} (nsys and npu are not available)"
-        )
+        raise RLCoreError(f"{KEY}.tool={tool!r}: rlcore profiles with {', '.join(TOOLS)} (npu is not available)")
     save_path = _select(config, f"{KEY}.save_path") or "outputs/profile"
     memory = _select(config, f"{KEY}.global_tool_config.torch_memory") or {}
     options = {
@@ -160,6 +159,14 @@ def describe_profiler(config: Any) -> str | None:
     cpu = _select(config, "trainer.device", "auto") == "cpu"
     if plan.tool == "torch":
         what = "torch.profiler Chrome traces"
+    elif plan.tool == "nsys" and cpu:
+        what = "nsys on CPU: nothing is recorded (NVTX ranges and cudaProfilerStart/Stop need CUDA)"
+    elif plan.tool == "nsys":
+        what = (
+            "nsys: an NVTX range per worker call inside step<N> ranges, between cudaProfilerStart/Stop (launch "
+            "the run under nsys profile --capture-range=cudaProfilerApi --trace=cuda,nvtx; nothing is written "
+            "under save_path)"
+        )
     elif cpu:
         what = (
             "torch_memory on CPU: torch.profiler with profile_memory=True (a Chrome trace with memory events and "

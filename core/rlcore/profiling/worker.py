@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlcore.profiling import nvtx
+
 __all__ = ["WorkerProfiler"]
 
 
@@ -60,6 +62,10 @@ class WorkerProfiler:
         if ranks is not None and self.rank not in ranks:
             return
         tool = plan["tool"]
+        if tool == "nsys":  # NVTX ranges on CUDA; on the CPU nothing is recorded (the run plan says so)
+            if self._cuda():
+                nvtx.begin_step(step)
+            return
         folder = Path(plan["save_path"]) / f"step{step}"
         folder.mkdir(parents=True, exist_ok=True)
         if tool == "torch_memory" and self._cuda():
@@ -85,6 +91,7 @@ class WorkerProfiler:
         global _SESSION
         import torch
 
+        nvtx.end_step()
         if self._folder is not None:  # CUDA memory history: dump the snapshot after the step
             folder, self._folder = self._folder, None
             path = str(folder / f"{self.name}_rank{self.rank}.memory_snapshot.pickle")

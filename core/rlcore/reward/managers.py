@@ -315,6 +315,20 @@ class NaiveRewardManager(_RewardManagerBase):
         return RewardResult(self._place(scores, valid, responses.shape[1]), extras, metrics)
 
 
+class PrimeRewardManager(NaiveRewardManager):
+    """verl's ``prime`` reward manager (PRIME's verifier): each sample scored in the scorer processes, in
+    parallel, with the per-sample ``reward_model.scorer_timeout`` (a sample that fails or times out scores 0,
+    as in verl), plus the scores as the batch column ``acc`` (one value per sample), which PRIME's estimator
+    and filters read. A batch that already carries ``rm_scores`` is returned as is."""
+
+    def __call__(self, batch: Any) -> RewardResult:
+        """Score as :class:`NaiveRewardManager` does and add ``acc``."""
+        result = super().__call__(batch)
+        if "rm_scores" not in batch:
+            result.tensors["acc"] = result.token_level_scores.sum(dim=-1)
+        return result
+
+
 def _failed(outcome: Outcome | None) -> bool:
     """Whether a call failed: an error, a timeout, or a value that is not a finite score."""
     return outcome is not None and (outcome.kind != "ok" or to_score(outcome.value)[0] is None)

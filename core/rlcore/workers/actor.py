@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -31,6 +33,7 @@ from rlcore.config.router_replay import ROLLOUT_KEY, replay_mode
 from rlcore.dtypes import parse_dtype
 from rlcore.errors import RLCoreError
 from rlcore.registry import UnknownComponentError
+from rlcore.rollout.buckets import RunningChecksum, distinct_weights, weight_buckets
 from rlcore.rollout.weights import state_checksum
 from rlcore.workers.base import WorkerBase, cpu_batch
 from rlcore.workers.micro_batches import plan_micro_batches
@@ -67,6 +70,7 @@ class ActorRolloutRefWorker(WorkerBase):
     """
 
     ROLES = tuple(ROLE_PARTS)
+    MODEL_SECTIONS = (f"{ARR}.model",)
 
     def configure(self) -> None:
         """Validate the config for this role: model path, batch sizes and token budgets."""
@@ -87,6 +91,14 @@ class ActorRolloutRefWorker(WorkerBase):
             self._check_engine_config("actor", ACTOR, f"{ARR}.model")
         if self.has_ref:
             self._check_engine_config("ref", f"{ARR}.ref", f"{ARR}.model")
+        #: the most bytes of gathered weights a sync holds at once (None: the whole state dict);
+        #: ``layered_summon`` without a bucket size: one tensor per bucket
+        self.bucket_bytes = policy.rollout.checkpoint_engine.bucket_bytes
+        if self.bucket_bytes is None and policy.rollout.layered_summon:
+            self.bucket_bytes = 1
+        self._export: Iterator[list[tuple[str, torch.Tensor]]] | None = None
+        self._export_scope = ExitStack()
+        self._incoming: dict[str, torch.Tensor] = {}
         self.log_prob_micro_batch_size = inference_micro_batch_size(policy.rollout, dp_size)
         self.ref_micro_batch_size = inference_micro_batch_size(policy.ref, dp_size)
         self.tokenizer: Any = None
@@ -372,14 +384,52 @@ class ActorRolloutRefWorker(WorkerBase):
         with actor.resident():
             return actor.full_weights(only_rank0=True)
 
-    def receive_weights(self, state: dict[str, torch.Tensor], *, shared: bool = False) -> dict[str, float]:
+    def _weight_stream(self, actor: Any, *, only_rank0: bool) -> Iterator[tuple[str, torch.Tensor]]:
+        """The actor's full weights as ``(name, tensor)`` pairs without tied aliases: gathered one tensor at a
+        time by an engine with ``iter_full_weights``, else from its :meth:`TrainingEngine.full_weights`.
+        Collective: every rank must consume it whole."""
+        if hasattr(actor, "iter_full_weights"):
+            return cast(Iterator[tuple[str, torch.Tensor]], actor.iter_full_weights(only_rank0=only_rank0))
+        return distinct_weights(actor.full_weights(only_rank0=only_rank0))
+
+    def begin_weight_export(self) -> None:
+        """Start a bucketed export of the actor's weights (split placement): :meth:`next_weight_bucket` then
+        gathers them bucket by bucket (``rollout.checkpoint_engine.update_weights_bucket_megabytes``).
+        Collective: every rank must call it and then :meth:`next_weight_bucket` until it returns None."""
+        actor = self._actor_engine("begin_weight_export")
+        self._export_scope.close()
+        self._export_scope.enter_context(actor.resident())
+        self._export = weight_buckets(self._weight_stream(actor, only_rank0=True), self.bucket_bytes)
+
+    def next_weight_bucket(self) -> dict[str, torch.Tensor] | None:
+        """The next bucket of the export :meth:`begin_weight_export` started: CPU tensors by Hugging Face
+        name, complete on rank 0 (empty on the other ranks); None once every weight was sent."""
+        if self._export is None:
+            raise RLCoreError("next_weight_bucket() before begin_weight_export(): start the export first")
+        bucket = next(self._export, None)
+        if bucket is None:
+            self._export = None
+            self._export_scope.close()
+            return None
+        return dict(bucket) if self.rank == 0 else {}
+
+    def receive_weight_bucket(self, bucket: dict[str, torch.Tensor]) -> None:
+        """Keep one bucket of a trainer's weights (split placement) until :meth:`receive_weights` loads them."""
+        self._incoming.update(bucket)
+
+    def receive_weights(
+        self, state: dict[str, torch.Tensor] | None = None, *, shared: bool = False
+    ) -> dict[str, float]:
         """Load a trainer's full weights into this worker's rollout engine; verify them when
         ``rollout.check_weight_sync``. Returns ``rollout/weight_version`` and the check's metrics.
-        ``shared``: the engine already serves ``state``'s own tensors (``share_weights``), nothing is copied.
+        ``state`` None: the buckets :meth:`receive_weight_bucket` kept. ``shared``: the engine already serves
+        ``state``'s own tensors (``share_weights``), nothing is copied.
 
         A rollout-only worker (split placement) has no trainer model to compare log-probs with, so an
         engine without ``weight_checksum()`` is verified by its weight version only (warned once)."""
         engine = self._rollout("receive_weights")
+        if state is None:
+            state, self._incoming = self._incoming, {}
         engine.wake()
         if not shared:
             engine.update_weights(state.items())
@@ -402,13 +452,47 @@ class ActorRolloutRefWorker(WorkerBase):
         live = actor.live_weights() if hasattr(actor, "live_weights") and hasattr(engine, "share_weights") else None
         if live is not None and engine.share_weights(live.items()):
             metrics = self.receive_weights(live, shared=True)
+        elif self.bucket_bytes is not None:
+            metrics = self._sync_in_buckets(actor, engine)
         else:
             metrics = self.receive_weights(self.full_state_dict())
         metrics["actor/weight_sync_s"] = time.perf_counter() - start
         return metrics
 
-    def check_weight_sync(self, state: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+    def _sync_in_buckets(self, actor: Any, engine: Any) -> dict[str, float]:
+        """The colocated sync in buckets of at most ``bucket_bytes``: the engine's ``update_weights`` reads a
+        stream that gathers the next bucket only once the previous one was handed on (an engine that copies
+        tensors as they arrive, such as ``hf``, then holds one bucket of gathered weights at a time). The
+        trainer's checksum is summed bucket by bucket. Adds ``actor/weight_sync_buckets``."""
+        checked = bool(self.rollout_config.check_weight_sync) and hasattr(engine, "weight_checksum")
+        checksum = RunningChecksum(self._rollout_dtype(), getattr(engine, "uncounted_names", ()))
+        count = 0
+
+        def stream() -> Iterator[tuple[str, torch.Tensor]]:
+            nonlocal count
+            for bucket in weight_buckets(self._weight_stream(actor, only_rank0=False), self.bucket_bytes):
+                count += 1
+                if checked:
+                    checksum.add(bucket)
+                yield from bucket
+                bucket.clear()  # the engine has copied these: let them go before the next gather
+
+        engine.wake()
+        with actor.resident():
+            engine.update_weights(stream())
+        metrics: dict[str, float] = {}
+        if self.rollout_config.check_weight_sync:
+            metrics.update(self.check_weight_sync(trainer_checksum=checksum.value if checked else None))
+        metrics["rollout/weight_version"] = float(engine.weight_version)
+        metrics["actor/weight_sync_buckets"] = float(count)
+        return metrics
+
+    def check_weight_sync(
+        self, state: dict[str, torch.Tensor] | None = None, *, trainer_checksum: float | None = None
+    ) -> dict[str, float]:
         """Verify that the rollout engine serves the trainer's weights; returns the check's metrics.
+        ``trainer_checksum``: the trainer's side of the checksum, already summed (a bucketed sync), instead
+        of the checksum of ``state``.
 
         The exact check when the engine supports it, else the probe (each raises :class:`WeightSyncError`):
 
@@ -425,11 +509,13 @@ class ActorRolloutRefWorker(WorkerBase):
         engine: Any = self._rollout("check_weight_sync")  # the optional methods are found with hasattr
         metrics: dict[str, float] = {}
         if hasattr(engine, "weight_checksum"):
-            if state is None:
-                state = self.full_state_dict()
-            skip = getattr(engine, "uncounted_names", ())
-            dtype = self._rollout_dtype()
-            expected = state_checksum(((name, tensor.to(dtype)) for name, tensor in state.items()), skip=skip)
+            expected = trainer_checksum
+            if expected is None:
+                if state is None:
+                    state = self.full_state_dict()
+                skip = getattr(engine, "uncounted_names", ())
+                dtype = self._rollout_dtype()
+                expected = state_checksum(((name, tensor.to(dtype)) for name, tensor in state.items()), skip=skip)
             actual = float(engine.weight_checksum())
             diff = abs(actual - expected) / max(abs(expected), 1e-12)
             if not diff <= WEIGHT_SYNC_RTOL:

@@ -3,6 +3,7 @@ and worker checkpoints (manifest, per-rank extra state, the engine's sharded sta
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Iterable, Mapping
@@ -11,7 +12,7 @@ from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rlcore.api.batch import Batch
 from rlcore.api.training import (
@@ -59,6 +60,8 @@ class WorkerBase:
 
     #: roles this worker class accepts
     ROLES: ClassVar[tuple[str, ...]] = ()
+    #: the model sections this worker loads, whose ``use_shm`` it honours (:mod:`rlcore.modelkit.shm`)
+    MODEL_SECTIONS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: DictConfig, role: str, rank: int = 0, world_size: int = 1) -> None:
         """Validate ``role`` and the config, then initialise the process group and seed.
@@ -68,6 +71,43 @@ class WorkerBase:
         """
         if role not in self.ROLES:
             raise RLCoreError(f"{type(self).__name__} has no role {role!r}; expected one of {', '.join(self.ROLES)}")
+        #: the shared-memory copies this worker loads from (``model.use_shm``), released by :meth:`shutdown`
+        self.staged: list[str] = []
+        try:
+            self._init(self._stage_in_shm(config), role, rank, world_size)
+        except BaseException:
+            self._release_staged()
+            raise
+
+    def _stage_in_shm(self, config: DictConfig) -> DictConfig:
+        """``config`` with the ``path`` and ``tokenizer_path`` of every :attr:`MODEL_SECTIONS` section that
+        sets ``use_shm`` pointing at their copies in shared memory (made once per node); else ``config``."""
+        from rlcore.modelkit import shm
+
+        asked = [section for section in self.MODEL_SECTIONS if select(config, f"{section}.use_shm", False) is True]
+        if not asked:
+            return config
+        config = copy.deepcopy(config)
+        for section in asked:
+            for name in ("path", "tokenizer_path"):
+                source = select(config, f"{section}.{name}", None)
+                if source:
+                    staged = shm.stage(str(source), f"{section}.use_shm")
+                    self.staged.append(staged)
+                    OmegaConf.update(config, f"{section}.{name}", staged)
+        return config
+
+    def _release_staged(self) -> None:
+        """Release this worker's shared-memory copies (removed once no process of the node uses them)."""
+        from rlcore.modelkit import shm
+
+        for staged in self.staged:
+            shm.release(staged)
+        self.staged = []
+
+    def _init(self, config: DictConfig, role: str, rank: int, world_size: int) -> None:
+        """The constructor's work once the models are staged: sections, device, :meth:`configure`, the
+        process group and the seed."""
         self.config = config
         #: the typed sections of ``config``, built once per worker (:class:`rlcore.config.schema.Sections`)
         self.sections = Sections.from_tree(config)
@@ -145,6 +185,7 @@ class WorkerBase:
         if self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()
         self._owns_process_group = False
+        self._release_staged()
 
     def _barrier(self) -> None:
         """Wait for every rank (a no-op for one rank)."""

@@ -22,6 +22,7 @@ class CriticWorker(WorkerBase):
     """The critic (role ``critic``): the backend's value-model engine of ``critic.model.path``."""
 
     ROLES = ("critic",)
+    MODEL_SECTIONS = ("critic.model",)
 
     def __init__(self, config: DictConfig, role: str = "critic", rank: int = 0, world_size: int = 1) -> None:
         """Validate the critic config and set up the process group; call :meth:`init_model` next."""

@@ -16,7 +16,7 @@ import torch
 
 from rlcore.api.batch import Batch
 from rlcore.api.training import TrainingEngine
-from rlcore.config.batch_sizes import token_budget
+from rlcore.config.batch_sizes import data_parallel_size, token_budget
 from rlcore.config.keys import positive_int
 from rlcore.errors import RLCoreError
 from rlcore.workers.base import WorkerBase, cpu_batch
@@ -55,6 +55,7 @@ class RewardModelWorker(WorkerBase):
     """The reward model (role ``reward_model``): the backend's ``reward`` engine of ``reward_model.model.path``."""
 
     ROLES = (RM,)
+    MODEL_SECTIONS = ("reward_model.model",)
 
     def configure(self) -> None:
         """Validate the ``reward_model`` section: model path, micro-batch size, token budget, max length."""
@@ -65,6 +66,9 @@ class RewardModelWorker(WorkerBase):
             )
         micro = section.micro_batch_size_per_gpu
         self.micro_batch_size = None if micro is None else positive_int(micro, f"{RM}.micro_batch_size_per_gpu")
+        if micro is None and section.micro_batch_size is not None:  # verl's global size, per data-parallel rank
+            dp_size = data_parallel_size(self.config, RM, self.world_size)
+            self.micro_batch_size = max(1, positive_int(section.micro_batch_size, f"{RM}.micro_batch_size") // dp_size)
         self.budget = token_budget(section, "use_dynamic_bsz", "forward_max_token_len_per_gpu")
         max_length = section.max_length
         self.max_length = None if max_length is None else positive_int(max_length, f"{RM}.max_length")

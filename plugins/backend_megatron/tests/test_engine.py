@@ -31,11 +31,8 @@ def actor(model_dir: Path, role: str = "actor", **overrides: Any) -> Any:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (
-            {"actor_rollout_ref.actor.megatron.param_offload": True},
-            r"actor\.megatron\.param_offload=true: offloading needs a CUDA",
-        ),
-        ({"actor_rollout_ref.actor.megatron.optimizer_offload": True}, "optimizer_offload=true"),
+        ({"actor_rollout_ref.actor.megatron.use_megatron_fsdp": True}, r"use_megatron_fsdp=true: Megatron-FSDP"),
+        ({"actor_rollout_ref.actor.megatron.dtype": "int8"}, r"megatron\.dtype must be float32, bfloat16 or float16"),
         (
             {
                 "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
@@ -58,6 +55,26 @@ def test_config_errors_name_the_key(tiny_model_dir: Path, overrides: dict[str, A
 
     with pytest.raises(RLCoreError, match=message):
         ActorRolloutRefWorker(Settings.make_config(tiny_model_dir, **overrides), "actor_ref", 0, 1)
+
+
+def test_verl_settings_that_change_nothing_on_the_cpu_are_accepted(tiny_model_dir: Path, tiny_tokenizer: Any) -> None:
+    """Offloading, a lower ``megatron.dtype`` and verl's mbridge switches on ``trainer.device=cpu``: the engine
+    trains (in float32, everything in host memory) and its log-probs equal those of the plain settings."""
+    noop = {
+        f"actor_rollout_ref.actor.megatron.{name}": True
+        for name in ("param_offload", "grad_offload", "optimizer_offload", "use_mbridge")
+    }
+    noop["actor_rollout_ref.actor.megatron.dtype"] = "bfloat16"
+    batch = make_batch(tiny_tokenizer)
+    log_probs = []
+    for overrides in ({}, noop):
+        worker = actor(tiny_model_dir, **overrides)
+        try:
+            assert worker.actor.compute_dtype == torch.float32
+            log_probs.append(worker.compute_log_prob(batch)["old_log_probs"])
+        finally:
+            worker.shutdown()
+    torch.testing.assert_close(log_probs[1], log_probs[0], rtol=0, atol=0)
 
 
 def test_hf_export_loads_with_transformers(tiny_model_dir: Path, tiny_tokenizer: Any, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from rlcore_plugin_sglang.engine import SGLangRolloutEngine, _buckets
+from rlcore_plugin_sglang.engine import SGLangRolloutEngine
 
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager
@@ -42,13 +42,6 @@ def test_cpu_device_is_refused_before_sglang_is_imported(
         SGLangRolloutEngine(
             str(tiny_model_dir), tiny_tokenizer, rollout_section(plugin_manager), module=torch.nn.Linear(2, 2)
         )
-
-
-def test_weight_buckets_respect_the_size_limit() -> None:
-    """Tensors keep their order; a bucket exceeds the limit only when one tensor alone does."""
-    state = {"a": torch.zeros(100), "b": torch.zeros(100), "c": torch.zeros(300), "d": torch.zeros(10)}
-    buckets = [[name for name, _ in bucket] for bucket in _buckets(state, limit_bytes=800)]
-    assert buckets == [["a", "b"], ["c"], ["d"]]
 
 
 @pytest.mark.gpu

@@ -10,7 +10,7 @@ the rollout engine and the checkpoints around it. Precision, offload and wrappin
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, cast
@@ -287,6 +287,34 @@ class FSDPEngine(OptimizerState):
         (computed on new tensors: the training model is not modified)."""
         state = full_state_dict(self.module, StateDictOptions(full_state_dict=True, cpu_offload=only_rank0))
         return self.lora_merger.merge(state) if self.lora_merger is not None else state
+
+    def iter_full_weights(self, *, only_rank0: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
+        """The full weights of :meth:`full_weights`, gathered one tensor at a time (for a bucketed weight
+        sync: only the tensors the caller still holds take memory), tied aliases left out. Collective: every
+        rank must consume the whole iterator; with ``only_rank0`` the tensors are on CPU and the other ranks
+        get empty tensors of the right shape and dtype. With LoRA each adapted weight is merged as it is
+        gathered, from its base weight and adapter matrices alone (verl's ``layered_summon``)."""
+        sharded = cast(
+            "dict[str, torch.Tensor]",
+            get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=False)),
+        )
+
+        def full(value: torch.Tensor) -> torch.Tensor:
+            tensor = value.full_tensor() if isinstance(value, DTensor) else value
+            if only_rank0 and self.rank != 0:
+                return torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
+            return (tensor.cpu() if only_rank0 else tensor).detach()
+
+        seen: set[int] = set()
+        distinct: dict[str, torch.Tensor] = {}
+        for name, value in sharded.items():
+            if id(value) not in seen:  # else a tied alias: the same parameter under a second name
+                seen.add(id(value))
+                distinct[name] = value
+        if self.lora_merger is not None:
+            yield from self.lora_merger.merge_stream(distinct, full)
+        else:
+            yield from ((name, full(value)) for name, value in distinct.items())
 
     def load_full_weights(self, state: Mapping[str, torch.Tensor]) -> None:
         """Load full Hugging Face weights into the sharded model (not with LoRA adapters)."""

