@@ -39,6 +39,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.modelkit.sequence_parallel",  # Ulysses sequence parallelism
     "rlcore.modelkit.kernels",  # the use_liger / use_torch_compile switches
     "rlcore.modelkit.vlm",  # vision-language models: loader class, images and mrope positions, vision tower
+    "rlcore.modelkit.moe",  # mixture-of-experts routers: load-balancing loss, expert load, routing record/replay
     "rlcore.processors",  # load_processor: a model's multimodal processor (also without torchvision)
     "rlcore.modelkit.activation_offload",  # enable_activation_offload: saved activations in host memory
     "rlcore.tracking.external",  # ExternalTracker and the tracker helpers
