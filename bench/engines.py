@@ -13,7 +13,10 @@ after ``--warmup`` of every run of an engine.
 
 ``--moe`` trains a mixture of experts instead of the dense model and adds the medians of
 ``actor/moe_aux_loss`` and ``actor/moe_load_max_over_mean``; ``--strategy`` picks the engines (default
-``fsdp,megatron``, with ``--moe`` ``fsdp``; each engine's MoE settings are in :data:`MOE_OVERRIDES`).
+``fsdp,megatron``). ``--ranks N`` runs N worker processes under Ray (the batch split over them); with ``--moe``
+the Megatron engine then splits the experts over the N ranks (expert parallelism, :func:`moe_overrides`).
+
+    python bench/engines.py --moe --size tiny --ranks 2   # FSDP on 2 ranks against Megatron with EP=2
 
 Prints one JSON object on stdout; progress goes to stderr; bad input (or a missing megatron plugin) gives a
 one-line ``error: ...`` on stderr and exit status 2. Needs ``pip install -e '.[train]'`` and
@@ -36,10 +39,16 @@ from common import BenchError  # noqa: E402
 
 #: the training engines compared (``actor_rollout_ref.actor.strategy``), in the order each round runs them
 ENGINES: tuple[str, ...] = ("fsdp", "megatron")
-#: the engines ``--moe`` runs unless ``--strategy`` says otherwise
-MOE_ENGINES: tuple[str, ...] = ("fsdp",)
-#: each engine's extra overrides for the ``--moe`` work (FSDP: one unit per decoder layer, nothing to set)
-MOE_OVERRIDES: dict[str, tuple[str, ...]] = {"fsdp": (), "megatron": ()}
+
+
+def moe_overrides(engine: str, ranks: int) -> tuple[str, ...]:
+    """The extra overrides of ``engine`` for the ``--moe`` work on ``ranks`` ranks: FSDP shards one unit per
+    decoder layer (nothing to set); Megatron splits the experts over every rank (expert parallelism)."""
+    if engine == "megatron":
+        return (f"actor_rollout_ref.actor.megatron.expert_model_parallel_size={ranks}",)
+    return ()
+
+
 #: the worker methods whose time the engine decides (the rollout is the HF engine for both)
 ENGINE_METHODS: tuple[str, ...] = ("update_actor", "sync_weights", "compute_log_prob")
 log = common.make_log("engines")
@@ -83,8 +92,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=int, default=2, help="rounds of one run per engine (default 2)")
     parser.add_argument("--moe", action="store_true", help="train a Qwen3-MoE of the size (MOE_SHAPES in common.py)")
+    parser.add_argument("--strategy", default=None, help="comma-separated engines (default fsdp,megatron)")
     parser.add_argument(
-        "--strategy", default=None, help="comma-separated engines (default fsdp,megatron; with --moe: fsdp)"
+        "--ranks", type=int, default=1, help="ranks (worker processes under Ray when > 1; Megatron MoE: EP = ranks)"
     )
     return parser.parse_args(argv)
 
@@ -92,7 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def engines_of(args: argparse.Namespace) -> tuple[str, ...]:
     """The engines ``--strategy`` names (its default depends on ``--moe``); an unknown one is an error."""
     if args.strategy is None:
-        return MOE_ENGINES if args.moe else ENGINES
+        return ENGINES
     engines = tuple(name.strip() for name in args.strategy.split(",") if name.strip())
     unknown = [name for name in engines if name not in ENGINES]
     if unknown or not engines:
@@ -106,6 +116,8 @@ def check_args(args: argparse.Namespace) -> tuple[int, int]:
     common.check_non_negative(args, "steps", "warmup", "threads")
     if args.rounds < 1:
         raise BenchError("--rounds must be >= 1")
+    if args.ranks < 1:
+        raise BenchError("--ranks must be >= 1")
     common.check_modules([("rlcore", "train"), ("torch", "train"), ("pyarrow", "train")])
     if "megatron" not in engines_of(args):
         return common.run_length(args.size, args.steps, args.warmup)
@@ -135,8 +147,16 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 run_root = root / f"runs-{engine}-{round_index}"
                 log_file = root / f"{engine}-{round_index}.log"
                 log(f"round {round_index + 1}/{args.rounds}, {engine}: {steps} steps (log {log_file})")
-                overrides = common.rlcore_overrides(root, args.size, steps, facts["prompt_tokens_max"], run_root)
-                extra = MOE_OVERRIDES[engine] if args.moe else ()
+                overrides = common.rlcore_overrides(
+                    root,
+                    args.size,
+                    steps,
+                    facts["prompt_tokens_max"],
+                    run_root,
+                    executor="ray" if args.ranks > 1 else "local",
+                    workers=args.ranks,
+                )
+                extra = moe_overrides(engine, args.ranks) if args.moe else ()
                 command = common.rlcore_command([*overrides, f"actor_rollout_ref.actor.strategy={engine}", *extra])
                 child = common.run_checked(command, env, log_file, f"{engine} run")
                 rows = common.read_metrics(run_root)[1]
@@ -148,6 +168,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     out = {
         "size": args.size,
         "moe": args.moe,
+        "ranks": args.ranks,
         **common.work_summary(args.size, facts),
         "steps_per_run": steps,
         "warmup_steps_excluded_per_run": warmup,

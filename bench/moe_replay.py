@@ -4,7 +4,7 @@ log-probs with replay off and with R3, the same run otherwise.
     python bench/moe_replay.py [--size tiny|300m] [--device cpu|cuda] [--cpu-bf16] [--strategy fsdp|megatron] [--steps 2] [--threads 1] [--keep]
 
 The work is ``vs_trl``'s (``bench/common.py``: word problems, the digits reward, GRPO) with the policy replaced
-by a randomly initialised Qwen3-MoE (:data:`MOE_SHAPES`; ``tiny`` is ``make_tiny_moe_model_dir``'s default
+by a randomly initialised Qwen3-MoE (:data:`REPLAY_MODELS`; ``tiny`` is ``make_tiny_moe_model_dir``'s default
 shape, ``300m`` a model of Qwen3-30B-A3B's layout (64 experts, top-8) scaled to about 0.3 B parameters, for
 a GPU). Each mode runs
 ``rlcore run`` for ``--steps`` steps with the rollout's log-probs on (``rollout.calculate_log_probs``) and EOS
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 #: the MoE models of the work (:func:`rlcore.testing.tiny.build_moe_model` keywords)
-MOE_SHAPES: dict[str, dict[str, Any]] = {
+REPLAY_MODELS: dict[str, dict[str, Any]] = {
     "tiny": {},
     "300m": {
         "hidden_size": 768,
@@ -79,9 +79,9 @@ def prepare(work: Path, size: str) -> dict[str, Any]:
 
     common.prepare_work(work, "tiny")
     tokenizer = AutoTokenizer.from_pretrained(work / "model")
-    model = build_moe_model(tokenizer, **MOE_SHAPES[size])
+    model = build_moe_model(tokenizer, **REPLAY_MODELS[size])
     model.save_pretrained(work / "model")
-    return {"params": sum(p.numel() for p in model.parameters()), "shape": MOE_SHAPES[size] or "tiny default"}
+    return {"params": sum(p.numel() for p in model.parameters()), "shape": REPLAY_MODELS[size] or "tiny default"}
 
 
 def overrides(work: Path, size: str, device: str, steps: int, runs: Path, cpu_bf16: bool, strategy: str) -> list[str]:
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Parse the options, run both modes, print the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", choices=tuple(MOE_SHAPES), default="tiny")
+    parser.add_argument("--size", choices=tuple(REPLAY_MODELS), default="tiny")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--cpu-bf16", action="store_true", help="on the CPU: compute in bfloat16 (cpu_autocast)")
     parser.add_argument("--strategy", choices=("fsdp", "megatron"), default="fsdp")

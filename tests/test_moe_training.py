@@ -144,7 +144,7 @@ def test_replay_forces_the_recorded_experts_on_a_perturbed_router(moe_dir: Path,
     batch = make_batch(prompt=3, response=3).index([2])  # four valid tokens: some experts stay unused
     before = outputs(model, routing, batch, record_routing=True, remove_padding=packed)
     free = unused_experts(before.routed_experts, batch["attention_mask"], routing.num_experts)
-    routers = moe._routers(model)
+    routers = moe.sparse_routers(model)
     with torch.no_grad():
         for router, expert in zip(routers, free):
             router.weight[expert] = torch.randn(router.weight.shape[1]) * 5.0
@@ -166,7 +166,7 @@ def test_replay_keeps_the_gradient_of_the_router(moe_dir: Path) -> None:
     out = response_outputs(model, batch, 1.0, with_entropy=False, moe=routing, replay_routing=True)
     loss = routing.add_aux_loss(-(out.log_probs * response_mask(batch)).sum(), micro_batches=2)
     loss.backward()
-    for router in moe._routers(model):
+    for router in moe.sparse_routers(model):
         assert router.weight.grad is not None and router.weight.grad.abs().sum() > 0
 
 
@@ -296,7 +296,7 @@ def test_activation_checkpointing_recomputes_the_replayed_routing(moe_dir: Path)
         batch = make_batch()
         recorded = outputs(model, routing, batch, record_routing=True)
         with torch.no_grad():  # recomputed, the routing would differ: replay must hold in the backward
-            for router in moe._routers(model):
+            for router in moe.sparse_routers(model):
                 router.weight.mul_(-1.0)
         batch["routed_experts"] = recorded.routed_experts
         out = response_outputs(model, batch, 1.0, with_entropy=False, moe=routing, replay_routing=True)

@@ -51,8 +51,10 @@ def _base(model: nn.Module) -> Any:
     return get_base_model() if callable(get_base_model) else model
 
 
-def _routers(model: nn.Module) -> list[Any]:
-    """The modules of ``model`` whose class is a known softmax top-k router, in layer order."""
+def sparse_routers(model: nn.Module) -> list[Any]:
+    """The router of every sparse layer of ``model``, in layer order: the modules whose class is a known
+    softmax top-k router (:data:`SOFTMAX_TOP_K_ROUTERS`); empty for a dense model. The training forward and
+    the rollout's recorder (:mod:`rlcore.rollout.routing`) hook these."""
     return [module for module in model.modules() if type(module).__name__ in SOFTMAX_TOP_K_ROUTERS]
 
 
@@ -231,7 +233,7 @@ def attach(model: nn.Module, model_key: str) -> MoeRouting | None:
     text = base.config.get_text_config()
     if not is_moe_fields(text.to_dict()):
         return None
-    routers = _routers(base)
+    routers = sparse_routers(base)
     if not routers:
         others = _unknown_routers(base)
         found = f" (its routers: {', '.join(others)})" if others else ""

@@ -2,15 +2,14 @@
 
 With ``actor_rollout_ref.rollout.enable_rollout_routing_replay`` the engine records, for every token it
 feeds through the model (the prompt in the prefill, each sampled token when it is fed back), the experts
-that every sparse layer's router chose. :class:`RoutingRecorder` hooks the routers
-(:func:`sparse_routers`) for the duration of one chunk's decoding loop and hands back what they chose as
-``[rows, tokens, L, k]``; :func:`place_routing` lays a chunk's record out as the rollout's ``input_ids``
+that every sparse layer's router chose. :class:`RoutingRecorder` hooks the routers for the duration of one
+chunk's decoding loop and hands back what they chose as ``[rows, tokens, L, k]``; :func:`place_routing` lays a chunk's record out as the rollout's ``input_ids``
 (:data:`rlcore.api.training.ROUTED_EXPERTS`: left-padded prompt, right-padded response, ``-1`` at padding
 and at each row's last response token, which is never fed through the model).
 
-The routers are those of Hugging Face's MoE causal LMs in ``transformers`` 5 (Qwen3-MoE, Qwen2-MoE, and
-every family built the same way): a decoder layer's ``mlp`` holds ``experts`` and a ``gate`` router module
-whose forward returns ``(logits, weights, indices)``, the indices ``[tokens, k]`` of the chosen experts.
+The routers are those :func:`rlcore.modelkit.moe.sparse_routers` finds (the training forward hooks the same
+ones): a softmax top-k router module whose forward returns ``(logits, weights, indices)``, the indices
+``[tokens, k]`` of the chosen experts.
 """
 
 from __future__ import annotations
@@ -20,29 +19,16 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from rlcore.errors import RLCoreError
+from rlcore.modelkit.moe import sparse_routers
 from rlcore.rollout.routing_plan import REPLAY_KEY
 
 if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
 
-__all__ = ["ROUTING_DTYPE", "RoutingRecorder", "place_routing", "sparse_routers"]
+__all__ = ["ROUTING_DTYPE", "RoutingRecorder", "place_routing"]
 
 #: the dtype of a recorded routing tensor (expert indices; -1 where nothing was recorded)
 ROUTING_DTYPE = torch.int32
-
-
-def sparse_routers(module: torch.nn.Module) -> list[torch.nn.Module]:
-    """The router of every sparse decoder layer of a Hugging Face MoE causal LM, in layer order (empty for
-    a dense model): the ``mlp.gate`` of each layer whose ``mlp`` also holds ``experts``."""
-    backbone = getattr(module, "model", None)
-    layers = getattr(backbone, "layers", None) or ()
-    routers = []
-    for layer in layers:
-        mlp = getattr(layer, "mlp", None)
-        gate = getattr(mlp, "gate", None)
-        if isinstance(gate, torch.nn.Module) and hasattr(mlp, "experts") and hasattr(gate, "top_k"):
-            routers.append(gate)
-    return routers
 
 
 def _chosen_experts(output: Any) -> torch.Tensor:
