@@ -88,7 +88,7 @@ EXPECTED: dict[str, str | None] = {
     "examples/grpo_trainer/run_qwen2_5_vl-7b-megatron.sh": "dist_checkpointing_path",
     "examples/grpo_trainer/run_qwen2_5_vl_7b_fsdp.sh": None,
     # model_engine=megatron is accepted now; verl's mbridge settings (and fused kernels on Megatron) stop it
-    "examples/grpo_trainer/run_qwen2_5_vl_7b_megatron.sh": "megatron.use_mbridge",
+    "examples/grpo_trainer/run_qwen2_5_vl_7b_megatron.sh": MEGATRON,
     "examples/grpo_trainer/run_qwen2_5_7b_grpo_discrete_prof_npu.sh": "profiling",
     # a Megatron script that also asks for the fused log-prob kernels (use_fused_kernels=True: noted on Megatron)
     "examples/grpo_trainer/run_qwen2-7b_math_megatron.sh": MEGATRON,

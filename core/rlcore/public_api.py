@@ -25,6 +25,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.api.rollout",  # the RolloutEngine protocol
     "rlcore.rollout.sampling",  # SamplingParams, ROLLOUT_KEY
     "rlcore.rollout.token_engine",  # TokenListEngine, Completion: a base for token-id rollout engines
+    "rlcore.rollout.buckets",  # weight_buckets: a weight sync in buckets of bounded size
     "rlcore.api.training",  # the TrainingEngine / TrainingBackend contract
     "rlcore.modelkit.optim",  # AdamW and verl's learning-rate schedule, for engines
     "rlcore.modelkit.distributed",  # device, process group, seeding and RNG state, for engines
