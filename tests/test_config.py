@@ -533,3 +533,17 @@ def test_critic_values_pass_micro_batch_must_be_positive() -> None:
     critic = Sections.from_tree(load_config(overrides=["critic.forward_micro_batch_size_per_gpu=0"])).critic
     with pytest.raises(Exception, match="critic.forward_micro_batch_size_per_gpu"):
         forward_micro_batch_size(critic, "forward_micro_batch_size_per_gpu", "forward_micro_batch_size", 1)
+
+
+def test_dynamic_batching_does_not_need_a_dividing_micro_batch() -> None:
+    """With ``use_dynamic_bsz`` the token budget forms the micro-batches: a micro-batch size that does not divide
+    the per-rank mini-batch is accepted (verl ignores it too); without it, it is an error naming the key."""
+    overrides = [
+        "data.train_batch_size=8",
+        "actor_rollout_ref.rollout.n=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3",
+    ]
+    derive_quantities(load_config(overrides=[*overrides, "actor_rollout_ref.actor.use_dynamic_bsz=true"]))
+    with pytest.raises(ConfigError, match="must be divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"):
+        derive_quantities(load_config(overrides=overrides))

@@ -32,6 +32,7 @@ from rlcore.plugins import load_plugins
 from tests.verl_scripts_harness import (  # noqa: F401 (the fixtures are used by name)
     data_parallel_line,
     localised,
+    tiny_moe_dir_fixture,
     tiny_task_fixture,
     tiny_vl_task_fixture,
     tiny_vlm_dir_fixture,
@@ -114,6 +115,26 @@ EXPECTED: dict[str, str | None] = {
     # virtual pipeline stages (vpp=2), context parallelism (cp=2) and megatron.seed run
     "examples/sglang_multiturn/run_qwen2.5-3b_megatron_gsm8k_multiturn.sh": None,
     "examples/sglang_multiturn/run_qwen3-4b_gsm8k_multiturn.sh": None,  # over_sample_rate=0.1
+    # mixture-of-experts scripts on the Megatron engine with expert parallelism (docs/moe.md); run with a tiny
+    # Qwen3-MoE (MOE_SCRIPTS) or, the Qwen3-VL-MoE ones, the tiny VLM
+    "examples/grpo_trainer/run_deepseek671b_math_megatron_80gb.sh": MEGATRON,
+    "examples/grpo_trainer/run_deepseek671b_math_megatron_96gb.sh": MEGATRON,
+    # use_dist_checkpointing=True with the checkpoint path in a variable the script leaves to the user
+    "examples/grpo_trainer/run_moonlight16b_math_megatron.sh": "use_dist_checkpointing=true needs",
+    "examples/grpo_trainer/run_qwen3-235b_megatron_96gb.sh": MEGATRON,
+    "examples/grpo_trainer/run_qwen3_vl-235b-megatron.sh": MEGATRON,
+    # its GPU count comes from a variable the script leaves to the user (tp 2 x cp 2 on one rank)
+    "examples/grpo_trainer/run_qwen3_vl-30b-megatron.sh": "must divide the number of ranks",
+    # verl's Megatron optimizer schedule keys (optim.lr_decay_style, ...)
+    "examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh": "verl's Megatron backend settings",
+    # LoRA on the Megatron backend (model.lora.*)
+    "examples/grpo_trainer/run_qwen3moe-30b_megatron_lora.sh": "verl's Megatron backend settings",
+    # trainer.n_gpus_per_node from a variable the script leaves to the user
+    "examples/gspo_trainer/run_qwen30b_gspo.sh": "n_gpus_per_node='' has the wrong type",
+    "examples/ppo_trainer/run_moonlight16b_a3b_gsm8k_megatron.sh": MEGATRON,
+    # rollout.skip_tokenizer_init (an SGLang server option)
+    "examples/router_replay/run_qwen30_a3b_megatron_sglang.sh": "skip_tokenizer_init",
+    "examples/router_replay/run_qwen30_a3b_megatron_vllm.sh": MEGATRON,  # router_replay.mode=R2 on Megatron
 }
 
 #: script -> a note its passing dry run must print (a verl switch that changes nothing in rlcore)
@@ -141,7 +162,23 @@ CURRICULUM_SCRIPTS = {"examples/sglang_multiturn/run_qwen0.5b_gsm8k_multiturn_cu
 CURRICULUM_MODULE = "from rlcore.testing.samplers import RandomCurriculumSampler  # noqa: F401\n"
 
 #: scripts run with the tiny VLM and an image task instead of the tiny text model and task
-VLM_SCRIPTS = {script for script in EXPECTED if "_vl" in script}
+VLM_SCRIPTS = {script for script in EXPECTED if "_vl" in script and "_vllm" not in script}
+#: mixture-of-experts scripts (expert parallelism, routing replay) run with a tiny Qwen3-MoE
+MOE_SCRIPTS = {
+    f"examples/{name}.sh"
+    for name in (
+        "grpo_trainer/run_deepseek671b_math_megatron_80gb",
+        "grpo_trainer/run_deepseek671b_math_megatron_96gb",
+        "grpo_trainer/run_moonlight16b_math_megatron",
+        "grpo_trainer/run_qwen3-235b_megatron_96gb",
+        "grpo_trainer/run_qwen3moe-30b_megatron_96gb",
+        "grpo_trainer/run_qwen3moe-30b_megatron_lora",
+        "gspo_trainer/run_qwen30b_gspo",
+        "ppo_trainer/run_moonlight16b_a3b_gsm8k_megatron",
+        "router_replay/run_qwen30_a3b_megatron_sglang",
+        "router_replay/run_qwen30_a3b_megatron_vllm",
+    )
+}
 
 
 def test_the_table_covers_every_copied_script() -> None:
@@ -154,7 +191,9 @@ def test_the_table_covers_every_copied_script() -> None:
 @pytest.mark.parametrize("script", sorted(EXPECTED))
 def test_verl_script_dry_run(script: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     vlm = script in VLM_SCRIPTS
-    tiny_model_dir = request.getfixturevalue("tiny_vlm_dir" if vlm else "tiny_model_dir")
+    tiny_model_dir = request.getfixturevalue(
+        "tiny_vlm_dir" if vlm else "tiny_moe_dir" if script in MOE_SCRIPTS else "tiny_model_dir"
+    )
     tiny_task = request.getfixturevalue("tiny_vl_task" if vlm else "tiny_task")
     expected = EXPECTED[script]
     if expected == MEGATRON and load_plugins().registry.has("training_backend", "megatron"):

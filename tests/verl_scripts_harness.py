@@ -100,6 +100,14 @@ def tiny_vlm_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_vlm(tmp_path_factory.mktemp("vlm"), arch="qwen2_5_vl")
 
 
+@pytest.fixture(scope="module", name="tiny_moe_dir")
+def tiny_moe_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen3-MoE (``make_tiny_moe_model_dir``), for the mixture-of-experts scripts."""
+    from rlcore.testing.tiny import make_tiny_moe_model_dir
+
+    return make_tiny_moe_model_dir(tmp_path_factory.mktemp("moe"))
+
+
 @pytest.fixture(scope="module", name="tiny_vl_task")
 def tiny_vl_task_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A geo3k-style image task (train/test parquet with an ``images`` column) for the VLM scripts."""

@@ -41,7 +41,9 @@ class UpdateBatchSizes:
 
 def ppo_batch_sizes(section: PPOUpdateConfig, n: int, dp_size: int) -> UpdateBatchSizes:
     """The per-rank mini- and micro-batch sizes of the update of ``section`` (the actor's or the critic's)
-    with ``n`` responses per prompt over ``dp_size`` data-parallel ranks; every error names its key."""
+    with ``n`` responses per prompt over ``dp_size`` data-parallel ranks; every error names its key. With
+    ``use_dynamic_bsz`` the token budget forms the micro-batches, so the micro-batch size need not divide the
+    mini-batch (verl ignores it then too)."""
     n = positive_int(n, ROLLOUT_N_KEY)
     mini_key = section.key("ppo_mini_batch_size")
     micro_key = section.key("ppo_micro_batch_size_per_gpu")
@@ -59,7 +61,7 @@ def ppo_batch_sizes(section: PPOUpdateConfig, n: int, dp_size: int) -> UpdateBat
     if micro is None:
         return UpdateBatchSizes(mini, mini, micro_from_default=True)
     micro = positive_int(micro, micro_key)
-    if mini % micro:
+    if mini % micro and not section.use_dynamic_bsz:
         raise RLCoreError(
             f"the per-rank mini-batch ({mini_key} {mini_prompts} × n {n} / {dp_size} data-parallel ranks = {mini} "
             f"responses) must be divisible by {micro_key} ({micro})"
