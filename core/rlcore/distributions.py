@@ -58,8 +58,10 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution("rlcore-plugin-deepspeed", {"training_backend": ("deepspeed",)}),
     Distribution("rlcore-plugin-vllm", {"rollout_engine": ("vllm",)}, {"cpu": "CPU machines", "gpu": "CUDA"}),
     Distribution("rlcore-plugin-sglang", {"rollout_engine": ("sglang",)}, {"gpu": "CUDA only"}),
-    Distribution("rlcore-plugin-grpo", {"advantage_estimator": ("grpo", "grpo_passk")}),
-    Distribution("rlcore-plugin-ppo", {"advantage_estimator": ("gae",)}),
+    Distribution(
+        "rlcore-plugin-grpo", {"advantage_estimator": ("grpo", "grpo_passk", "gdpo"), "reward_manager": ("gdpo",)}
+    ),
+    Distribution("rlcore-plugin-ppo", {"advantage_estimator": ("gae",), "policy_loss": ("dppo_tv",)}),
     Distribution(
         "rlcore-plugin-dapo", {"preset": ("dapo",), "reward_manager": ("dapo",), "batch_filter": ("dapo-groups",)}
     ),
@@ -81,6 +83,7 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution("rlcore-plugin-sapo", {"policy_loss": ("sapo",)}),
     Distribution("rlcore-plugin-otb", {"advantage_estimator": ("optimal_token_baseline",)}),
     Distribution("rlcore-plugin-prime", {"advantage_estimator": ("prime",), "preset": ("prime",)}),
+    Distribution("rlcore-plugin-distill", {"reward_manager": ("teacher_only",)}),
     Distribution("rlcore-plugin-swanlab", {"tracker": ("swanlab",)}),
     Distribution("rlcore-plugin-wandb", {"tracker": ("wandb", "tracking")}),
     Distribution("rlcore-plugin-tensorboard", {"tracker": ("tensorboard",)}),

@@ -240,6 +240,8 @@ class RefConfig(LogProbConfig):
     """``actor_rollout_ref.ref``: the frozen reference model's log-prob pass."""
 
     PATH = "actor_rollout_ref.ref"
+    #: the reference engine's training backend (kind ``training_backend``; the actor's backend under any name)
+    strategy: str
     #: ranks that split each sequence (Ulysses)
     ulysses_sequence_parallel_size: int
 

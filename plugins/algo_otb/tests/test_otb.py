@@ -197,8 +197,9 @@ def test_the_controller_passes_the_is_weights_when_the_batch_has_them() -> None:
 
     case = _case()
     weights = torch.tensor([[1.0, 1, 1], [2, 2, 2], [1, 1, 1]])
-    trainer = Trainer.__new__(Trainer)  # only _compute_advantage's two attributes are needed
+    trainer = Trainer.__new__(Trainer)  # only _compute_advantage's three attributes are needed
     trainer.config = load_config([], [OTB, f"{CALC}=true"])
+    trainer.reward_extra_keys = ()
     trainer.estimator = load_plugins().registry.get("advantage_estimator", "optimal_token_baseline")
     for extra in ({}, {"rollout_is_weights": weights}):
         batch = Batch.from_dict(
