@@ -9,7 +9,7 @@ state dict at once, as one bucket (:class:`rlcore.config.schema.CheckpointEngine
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -23,9 +23,12 @@ def tensor_nbytes(tensor: torch.Tensor) -> int:
 
 
 def weight_buckets(
-    named_tensors: Iterable[tuple[str, torch.Tensor]], limit: int | None
+    named_tensors: Iterable[tuple[str, torch.Tensor]],
+    limit: int | None,
+    size_of: Callable[[torch.Tensor], int] = tensor_nbytes,
 ) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Group ``(name, tensor)`` pairs, in order, into buckets of at most ``limit`` bytes (None: one bucket).
+    """Group ``(name, tensor)`` pairs, in order, into buckets whose ``size_of`` (bytes by default) sums to at
+    most ``limit`` (None: one bucket).
 
     A tensor larger than ``limit`` is a bucket of its own. The pairs are consumed lazily: the next bucket
     is only gathered once the previous one has been handed on, so a generator of gathered tensors is never
@@ -33,12 +36,12 @@ def weight_buckets(
     bucket: list[tuple[str, torch.Tensor]] = []
     size = 0
     for name, tensor in named_tensors:
-        nbytes = tensor_nbytes(tensor)
-        if bucket and limit is not None and size + nbytes > limit:
+        tensor_size = size_of(tensor)
+        if bucket and limit is not None and size + tensor_size > limit:
             yield bucket
             bucket, size = [], 0
         bucket.append((name, tensor))
-        size += nbytes
+        size += tensor_size
     if bucket:
         yield bucket
 

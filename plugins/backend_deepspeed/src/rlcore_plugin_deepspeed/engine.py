@@ -46,10 +46,16 @@ from rlcore.modelkit.hf_models import (
 from rlcore.modelkit.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
 from rlcore.modelkit.moe import engine_routing
 from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
+from rlcore.rollout.buckets import weight_buckets
 from rlcore_plugin_deepspeed.settings import GATHER_BUCKET_NUMEL, DeepSpeedSettings, deepspeed_json, resolve_settings
 
 #: where :meth:`DeepSpeedEngine.save` puts the full weights and DeepSpeed's own checkpoint
 MODEL_FILE, DEEPSPEED_DIR, DEEPSPEED_TAG = "model/model.safetensors", "deepspeed", "state"
+
+
+def full_numel(tensor: torch.Tensor) -> int:
+    """The elements of ``tensor``'s full parameter (``ds_numel`` for a ZeRO-3 partition, else its own)."""
+    return int(getattr(tensor, "ds_numel", tensor.numel()))
 
 
 def check_config(config: DictConfig, role: EngineRole, section: str, model_section: str) -> DeepSpeedSettings:
@@ -240,18 +246,9 @@ class DeepSpeedEngine(OptimizerState):
         return {name: tensors[name] for name in keys}
 
     def _buckets(self, named: Mapping[str, torch.Tensor]) -> Iterator[list[tuple[str, torch.Tensor]]]:
-        """``named`` in groups of at most :data:`GATHER_BUCKET_NUMEL` elements (by their full size)."""
-        bucket: list[tuple[str, torch.Tensor]] = []
-        numel = 0
-        for name, tensor in named.items():
-            size = int(getattr(tensor, "ds_numel", tensor.numel()))
-            if bucket and numel + size > GATHER_BUCKET_NUMEL:
-                yield bucket
-                bucket, numel = [], 0
-            bucket.append((name, tensor))
-            numel += size
-        if bucket:
-            yield bucket
+        """``named`` in groups of at most :data:`GATHER_BUCKET_NUMEL` elements (by their full size: a ZeRO-3
+        partition counts its ``ds_numel``)."""
+        return weight_buckets(named.items(), GATHER_BUCKET_NUMEL, full_numel)
 
     def _gathered(
         self, bucket: list[tuple[str, torch.Tensor]], modifier_rank: int | None
