@@ -17,6 +17,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.api.components",  # the protocol of every component kind
     "rlcore.algos",  # the algorithm math: losses, advantages' building blocks, KL, metrics
     "rlcore.config",  # load_config, ConfigError
+    "rlcore.config.router_replay",  # replay_mode, REPLAY_MODES: verl's router_replay keys, for engines
     "rlcore.config.keys",  # select, positive_int
     "rlcore.dtypes",  # parse_dtype
     "rlcore.reward",  # RewardResult, RewardError, NaiveRewardManager

@@ -48,6 +48,8 @@ from rlcore.api.training import (
     ParallelLayout,
 )
 from rlcore.config.keys import select
+from rlcore.config.router_replay import ACTOR, REPLAY_MODES
+from rlcore.config.router_replay import replay_mode as section_replay_mode
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
 from rlcore_plugin_megatron.context_parallel import cp_positions, gather_sequence
@@ -74,7 +76,6 @@ from rlcore_plugin_megatron.model import (
 from rlcore_plugin_megatron.moe_convert import ep_global_name, ep_shard, expert_of
 from rlcore_plugin_megatron.moe_settings import moe_overrides
 from rlcore_plugin_megatron.routing import (
-    REPLAY_MODES,
     install_taps,
     routed_experts,
     routing_stats,
@@ -83,8 +84,8 @@ from rlcore_plugin_megatron.routing import (
 from rlcore_plugin_megatron.settings import FLOAT32_NAMES, MegatronSettings, resolve_settings
 
 logger = logging.getLogger(__name__)
-#: where verl keeps the routing replay mode (read with a default until the key is part of rlcore's defaults)
-REPLAY_MODE_KEY = "actor_rollout_ref.actor.router_replay.mode"
+#: where verl keeps the actor's routing replay mode
+REPLAY_MODE_KEY = f"{ACTOR}.router_replay.mode"
 
 #: the most bytes one broadcast of gathered weights carries (weights of a pipeline stage go in buckets)
 BUCKET_BYTES = 256 * 2**20
@@ -152,11 +153,9 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
 
 
 def replay_mode(config: DictConfig) -> str:
-    """``actor_rollout_ref.actor.router_replay.mode`` (``disabled`` when absent); another value than
-    :data:`~rlcore_plugin_megatron.routing.REPLAY_MODES` is an error naming the key."""
-    from omegaconf import OmegaConf
-
-    mode = str(OmegaConf.select(config, REPLAY_MODE_KEY, default="disabled") or "disabled")
+    """The actor's ``router_replay.mode`` (:func:`rlcore.config.router_replay.replay_mode`); another value than
+    :data:`~rlcore.config.router_replay.REPLAY_MODES` is an error naming the key."""
+    mode = section_replay_mode(config, ACTOR)
     if mode not in REPLAY_MODES:
         raise RLCoreError(f"{REPLAY_MODE_KEY}={mode!r}: choose one of {', '.join(REPLAY_MODES)}")
     return mode

@@ -17,9 +17,6 @@ from typing import Any
 
 import torch
 
-#: the values of ``actor_rollout_ref.actor.router_replay.mode``
-REPLAY_MODES: tuple[str, ...] = ("disabled", "R2", "R3")
-
 
 @dataclass
 class RouterCall:
