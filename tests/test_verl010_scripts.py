@@ -6,7 +6,7 @@ NPUs only, spread over its algorithms (GRPO, PPO, GSPO, CISPO, DPPO, GDPO, GMPO,
 REINFORCE++, SAPO, on-policy distillation, MTP, rollout correction, prefix grouper) and engines (FSDP, Megatron
 through ``model_engine=megatron``, LoRA, profiling). They run the way ``tests/test_verl_scripts.py`` runs 0.9's
 (:mod:`tests.verl_scripts_harness`): each script as verl's defaults make it, so through ``uv run ... python3`` and
-with ``ray_kwargs.ray_init.runtime_env.py_executable`` set, with the model and data paths pointed at local files
+with ``ray_kwargs.ray_init.runtime_env.py_executable`` set, with the model, data and reward-file paths pointed at local files
 and ``trainer.device=cpu`` appended.
 
 :data:`EXPECTED` says what each script's dry run names today: nothing (it must pass) or the obstacles its errors
@@ -43,7 +43,6 @@ MEGATRON_SETTINGS = "model.lora.*"
 EXPERT_PARALLEL = "rollout.expert_parallel_size"
 RECOMPUTE_ON_CPU = "actor_rollout_ref.model.enable_gradient_checkpointing"
 MTP = "model.mtp.*"
-REWARD_FILE = "verl/utils/reward_score/rlla.py"
 PREFIX_GROUPER = "actor.use_prefix_grouper"
 PROFILER_HOOKS = "global_profiler.relocate_results"
 PROFILER_TOOL_CONFIG = "profiler.tool_config.torch.*"
@@ -56,8 +55,6 @@ OBSTACLES: dict[str, str] = {
     EXPERT_PARALLEL: "rollout.expert_parallel_size",
     RECOMPUTE_ON_CPU: "activation recomputation saves CUDA RNG states and does not run on the CPU",
     MTP: "multi-token prediction (MTP)",
-    # the GDPO script's reward function is a file of verl's repository, which the sample does not copy
-    REWARD_FILE: "verl/utils/reward_score/rlla.py': file does not exist",
     PREFIX_GROUPER: "actor_rollout_ref.actor.use_prefix_grouper",
     PROFILER_HOOKS: "unknown config key 'global_profiler.",
     PROFILER_TOOL_CONFIG: "profiler.tool_config.torch.",
@@ -69,7 +66,7 @@ OBSTACLES: dict[str, str] = {
 EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/cispo_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/dppo_trainer/run_qwen3_30b_a3b_megatron.sh": (),
-    "examples/gdpo_trainer/run_qwen3_8b_fsdp.sh": (REWARD_FILE,),
+    "examples/gdpo_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/gmpo_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/gpg_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/gpg_trainer/run_qwen3_8b_megatron.sh": (),

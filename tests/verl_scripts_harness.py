@@ -3,8 +3,8 @@
 Shared by the tests of each verl version's sample (``tests/test_verl_scripts.py`` for 0.9,
 ``tests/test_verl010_scripts.py`` for 0.10). A script is executed by bash with ``python3`` replaced by a
 function that records the arguments of its ``python3 -m verl.trainer.main_ppo`` line (reached directly, through
-``ray job submit ... --`` or through ``uv run ... python3``); :func:`localised` then points its model and data
-paths at tiny local files and appends ``trainer.device=cpu``, the only changes a user would make.
+``ray job submit ... --`` or through ``uv run ... python3``); :func:`localised` then points its model, data and
+reward-file paths at tiny local files and appends ``trainer.device=cpu``, the only changes a user would make.
 """
 
 from __future__ import annotations
@@ -43,6 +43,16 @@ MODEL_KEY = re.compile(
     r"|distillation\.teacher_models\.[^.=]+\.model_path"
 )
 DATA_KEYS = ("data.train_files", "data.val_files")
+#: the key naming a reward-function file (verl 0.9 and 0.10 spellings): a file of the user's, like the data
+REWARD_FILE_KEY = re.compile(r"(reward\.)?custom_reward_function\.path")
+#: the user's reward file that stands in for one a script names: ``compute_score`` with the GDPO script's reward
+#: components (its own file is ``verl/utils/reward_score/rlla.py`` of verl's repository, not part of the sample)
+REWARD_FILE = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    accuracy = float(solution_str.strip().endswith(str(ground_truth)))
+    formatted = float("####" in solution_str)
+    return {"score": accuracy + formatted, "accuracy_reward": accuracy, "format_reward": formatted}
+"""
 
 
 def verl_arguments(examples: Path, script: str, home: Path) -> list[str]:
@@ -63,7 +73,8 @@ def verl_arguments(examples: Path, script: str, home: Path) -> list[str]:
 
 
 def localised(arguments: list[str], model: Path, task: dict[str, Path]) -> list[str]:
-    """``arguments`` with the model and data paths pointed at local files, and ``trainer.device=cpu``."""
+    """``arguments`` with the model, data and reward-file paths pointed at local files, and
+    ``trainer.device=cpu``."""
     out = []
     for word in arguments:
         key = word.split("=", 1)[0].lstrip("+")
@@ -71,6 +82,8 @@ def localised(arguments: list[str], model: Path, task: dict[str, Path]) -> list[
             word = f"{word.split('=', 1)[0]}={model}"  # keeps the '+' of a key the script adds
         elif key in DATA_KEYS:
             word = f"{key}={task['train' if key == 'data.train_files' else 'test']}"
+        elif REWARD_FILE_KEY.fullmatch(key) and "reward" in task:
+            word = f"{word.split('=', 1)[0]}={task['reward']}"
         out.append(word)
     return [*out, "trainer.device=cpu"]
 
@@ -88,8 +101,11 @@ def data_parallel_line(arguments: list[str]) -> str:
 
 @pytest.fixture(scope="module", name="tiny_task")
 def tiny_task_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A tiny parquet task shared by every script."""
-    return make_tiny_task(tmp_path_factory.mktemp("task"))
+    """A tiny parquet task shared by every script, with a reward file (:data:`REWARD_FILE`)."""
+    folder = tmp_path_factory.mktemp("task")
+    reward = folder / "reward.py"
+    reward.write_text(REWARD_FILE)
+    return {**make_tiny_task(folder), "reward": reward}
 
 
 @pytest.fixture(scope="module", name="tiny_vlm_dir")
