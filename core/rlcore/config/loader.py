@@ -53,7 +53,8 @@ def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
 
 def _merge_plugin_defaults(base: dict[str, Any], manager: PluginManager) -> dict[str, Any]:
     """Merge every plugin's ``config_defaults`` into ``base``; conflicting defaults name both plugins."""
-    owners = {key: "rlcore" for key in flatten(base)}
+    values = flatten(base)
+    owners = dict.fromkeys(values, "rlcore")
     for impl in manager.pm.hook.config_defaults.get_hookimpls():
         record = manager.records.get(impl.plugin_name)
         if record is None or record.status == "error":
@@ -68,19 +69,37 @@ def _merge_plugin_defaults(base: dict[str, Any], manager: PluginManager) -> dict
             raise ConfigError(
                 f"plugin {impl.plugin_name}: config_defaults must return a mapping, got {type(fragment).__name__}"
             )
-        for key, value in flatten(nest(fragment)).items():
+        nested = nest(fragment)
+        for key, value in flatten(nested).items():
             previous = owners.get(key)
-            if previous is not None and previous != "rlcore":
-                existing = OmegaConf.select(OmegaConf.create(base), key)
-                if existing != value:
-                    raise ConfigError(
-                        f"config key {key!r} is declared with different defaults by {previous} "
-                        f"({existing!r}) and {impl.plugin_name} ({value!r})"
-                    )
+            if previous is not None and previous != "rlcore" and values[key] != value:
+                raise ConfigError(
+                    f"config key {key!r} is declared with different defaults by {previous} "
+                    f"({values[key]!r}) and {impl.plugin_name} ({value!r})"
+                )
             owners[key] = impl.plugin_name
-        merged = OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(nest(fragment)))
-        base = cast(dict[str, Any], OmegaConf.to_container(merged, resolve=False))  # a DictConfig's container
+        _merge_into(base, nested)
+        values = flatten(base)
     return base
+
+
+def _merge_into(base: dict[str, Any], fragment: Mapping[str, Any]) -> None:
+    """Merge the plain ``fragment`` into ``base`` in place, as ``OmegaConf.merge`` merges plain data: mappings
+    merge key by key, anything else (a value, a list) replaces what was there."""
+    for key, value in fragment.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge_into(base[key], value)
+        else:
+            base[key] = _plain(value)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with every mapping and list copied, so that the merged defaults share nothing with a plugin's."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
 
 
 def core_defaults() -> dict[str, Any]:
