@@ -20,6 +20,7 @@ from rlcore.registry import (
     Registry,
     UnknownComponentError,
 )
+from rlcore.testing.runs import dry_run
 
 
 def _comp(name: str, plugin: str = "p", target: object = "json:dumps", kind: str = "policy_loss", **kw) -> Component:
@@ -201,6 +202,22 @@ def test_unknown_name_of_an_installed_distribution_points_to_rlcore_plugins(tabl
 def test_did_you_mean_a_component_of_a_missing_distribution(table: None) -> None:
     with pytest.raises(UnknownComponentError, match=rf"Did you mean 'absent' \(pip install {ABSENT}\)\?"):
         Registry().get("training_backend", "absnet")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "feature"),
+    [
+        ("actor_rollout_ref.actor.strategy", "fsdp_turbo", "verl's FSDP Turbo engine (strategy=fsdp_turbo)"),
+        ("actor_rollout_ref.rollout.name", "trtllm", "TensorRT-LLM rollout (rollout.name=trtllm)"),
+    ],
+)
+def test_a_verl_engine_rlcore_lacks_is_named_as_a_missing_feature(key: str, value: str, feature: str) -> None:
+    """verl's engines that no rlcore distribution provides are named as missing features, not as a typo."""
+    result = dry_run(f"{key}={value}")
+    assert result.exit_code == 2, result.output
+    assert f"{key}={value}: " in result.output
+    assert f"{feature} is not supported by rlcore yet" in result.output
+    assert "Did you mean" not in result.output
 
 
 def test_install_line_names_every_extra() -> None:

@@ -106,9 +106,22 @@ def provided_names(kind: str) -> list[str]:
     return sorted({name for dist in DISTRIBUTIONS for name in dist.components.get(kind, ())})
 
 
+#: components verl has and no rlcore distribution provides yet, by (kind, verl's name): the feature, as a user
+#: who names it should read it
+NOT_IN_RLCORE: dict[tuple[str, str], str] = {
+    ("training_backend", "fsdp_turbo"): "verl's FSDP Turbo engine (strategy=fsdp_turbo)",
+    ("training_backend", "veomni"): "verl's VeOmni engine",
+    ("rollout_engine", "trtllm"): "TensorRT-LLM rollout (rollout.name=trtllm)",
+}
+
+
 def missing_component_advice(kind: str, name: str) -> str | None:
-    """What to do about ``name`` of ``kind`` not being registered: install its distribution, or find out why
-    the installed one is not loaded. ``None`` when the table does not know the name."""
+    """What to do about ``name`` of ``kind`` not being registered: install its distribution, find out why
+    the installed one is not loaded, or (a component of verl's no distribution provides) that it is a missing
+    feature. ``None`` when the tables do not know the name."""
+    feature = NOT_IN_RLCORE.get((kind, name))
+    if feature is not None:
+        return f"{feature} is not supported by rlcore yet (no distribution provides it)"
     dist = provider(kind, name)
     if dist is None:
         return None
