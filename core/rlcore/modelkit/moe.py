@@ -51,6 +51,17 @@ def _base(model: nn.Module) -> Any:
     return get_base_model() if callable(get_base_model) else model
 
 
+def load_balancing_loss(counts: torch.Tensor, prob_sums: torch.Tensor, tokens: torch.Tensor | float) -> torch.Tensor:
+    """The load-balancing loss as transformers' ``load_balancing_loss_func`` defines it for the softmax top-k
+    families, pooled over layers: ``E · Σ_e f_e · P_e`` with ``f_e = counts[e] / tokens`` (the share of routed
+    (token, layer) entries that chose expert ``e``, ``k`` entries per token) and ``P_e = prob_sums[e] / tokens``
+    (the mean router probability of ``e``). ``counts`` and ``prob_sums`` (``[E]``) are summed over the valid
+    tokens of every layer and ``tokens`` is valid tokens × layers; the value is ``k`` when the load is perfectly
+    even. Every engine logs ``moe_aux_loss`` with this one definition; the gradient flows through
+    ``prob_sums``."""
+    return (counts / tokens * (prob_sums / tokens)).sum() * counts.shape[-1]
+
+
 def sparse_routers(model: nn.Module) -> list[Any]:
     """The router of every sparse layer of ``model``, in layer order: the modules whose class is a known
     softmax top-k router (:data:`SOFTMAX_TOP_K_ROUTERS`); empty for a dense model. The training forward and
@@ -117,15 +128,12 @@ class RoutingPass:
         return self.valid.sum().float()
 
     def aux_loss(self) -> torch.Tensor:
-        """The load-balancing loss of this pass, as transformers' ``load_balancing_loss_func`` defines it for
-        these families: ``E · Σ_e f_e · P_e``, with ``f_e`` the share of valid tokens routed to expert ``e``
-        and ``P_e`` their mean router probability of ``e``, each averaged over the layers. The experts are those
-        the layers used (replayed ones under replay); the gradient flows through ``P``."""
+        """The load-balancing loss of this pass (:func:`load_balancing_loss` over the valid tokens of every
+        layer). The experts are those the layers used (replayed ones under replay)."""
         layers = sorted(self.prob_sums)
-        tokens = self.tokens().clamp_min(1.0) * len(layers)
-        share = torch.stack([self.counts[layer] for layer in layers]).sum(0) / tokens
-        prob = torch.stack([self.prob_sums[layer] for layer in layers]).sum(0) / tokens
-        return (share * prob).sum() * share.shape[0]
+        counts = torch.stack([self.counts[layer] for layer in layers]).sum(0)
+        prob_sums = torch.stack([self.prob_sums[layer] for layer in layers]).sum(0)
+        return load_balancing_loss(counts, prob_sums, self.tokens().clamp_min(1.0) * len(layers))
 
     def load_max_over_mean(self) -> float:
         """Per layer, the busiest expert's count of valid tokens over the mean count; averaged over the layers

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from rlcore.modelkit.moe import load_balancing_loss
+
 
 @dataclass
 class RouterCall:
@@ -93,11 +95,10 @@ def routed_experts(taps: list[RouterTap], rows: int) -> torch.Tensor:
 def routing_stats(taps: list[RouterTap], valid: torch.Tensor, num_experts: int) -> dict[str, float]:
     """Statistics of the last call of every tap over the ``valid`` tokens (``[B, S]`` bool in the model's layout):
 
-    - ``moe_aux_loss``: the load-balancing loss as the FSDP engine logs it (transformers'
-      ``load_balancing_loss_func``, :meth:`rlcore.modelkit.moe.RoutingPass.aux_loss`): ``E · Σ_e f_e · P_e`` with
-      ``f_e`` the share of valid tokens routed to expert ``e`` and ``P_e`` their mean router probability of ``e``,
-      each pooled over the layers (``k`` when perfectly balanced), without the coefficient. megatron-core's own
-      per-layer loss, which the gradient uses, is this divided by ``k`` per layer (docs/moe.md);
+    - ``moe_aux_loss``: the load-balancing loss as the FSDP engine logs it
+      (:func:`rlcore.modelkit.moe.load_balancing_loss`, pooled over the layers), without the coefficient.
+      megatron-core's own per-layer loss, which the gradient uses, is this divided by ``k`` per layer
+      (docs/moe.md);
     - ``moe_load_max_over_mean``: the most loaded expert's token count over the mean count, averaged over the
       layers;
     - ``router_replay_agreement`` (when a target was replayed): the share of replayed tokens whose recomputed
@@ -122,8 +123,7 @@ def routing_stats(taps: list[RouterTap], valid: torch.Tensor, num_experts: int) 
             same = (call.recomputed.sort(-1).values == call.used.sort(-1).values).all(-1)
             agree += int((same & mask).sum())
             replayed += int(mask.sum())
-    pooled = tokens * len(taps)
-    aux = float(num_experts * ((counts_sum / pooled) * (probs_sum / pooled)).sum())
+    aux = float(load_balancing_loss(counts_sum, probs_sum, tokens * len(taps)))
     stats = {"moe_aux_loss": aux, "moe_load_max_over_mean": load / len(taps)}
     if replayed:
         stats["router_replay_agreement"] = agree / replayed
