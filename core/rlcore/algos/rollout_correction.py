@@ -17,28 +17,39 @@ the engine returns ``rollout_log_probs``; the controller then logs the mismatch 
   ``seq_{sum,mean,max}_k*`` whole responses, by the divergence k1 = −δ, k2 = ½δ², k3 = e^δ − 1 − δ. A k1
   threshold is a pair of ratio bounds ``"lower_upper"`` (one number u means ``1/u_u``) compared in log space;
   k2/k3 thresholds are upper bounds. Rejected tokens leave ``response_mask``.
-- ``bypass_mode``: the engine's log-probs are the old policy (no trainer forward pass for them); the
-  policy loss's ratio then corrects the mismatch itself.
+- ``bypass_mode``: the engine's log-probs are the old policy (no trainer forward pass for them) and the
+  policy loss is :func:`bypass_policy_loss`: in each micro-batch it computes the IS weights and the RS mask
+  from the *current* policy's detached log-probs against the rollout's (δ_t = logπ_θ − logπ_rollout), then
+  ``loss_type=ppo_clip`` runs the configured policy loss (its ratio π_θ/π_rollout carries the correction, so
+  the weights are only logged) on the tokens RS keeps, and ``loss_type=reinforce`` runs
+  :func:`reinforce_policy_loss` with the weights.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from rlcore.algos.functional import masked_mean, masked_sum
+from rlcore.algos.losses import agg_loss, loss_units
 from rlcore.api.batch import Batch
+from rlcore.api.components import PolicyLoss
 from rlcore.errors import RLCoreError
 
 __all__ = [
     "apply_rollout_correction",
+    "bypass_policy_loss",
+    "check_bypass_loss",
     "IS_LEVELS",
+    "LOSS_TYPES",
     "RS_OPTIONS",
     "RejectionRule",
     "parse_rejection_rules",
+    "reinforce_policy_loss",
     "rejection_mask",
     "rollout_is_weights",
     "rollout_mismatch_metrics",
@@ -60,6 +71,8 @@ RS_OPTIONS = (
     "seq_max_k2",
     "seq_max_k3",
 )
+#: the values of ``algorithm.rollout_correction.loss_type``: the policy loss of ``bypass_mode``
+LOSS_TYPES = ("ppo_clip", "reinforce")
 #: log-ratios are clamped to ±this before ``exp``
 SAFETY_BOUND = 20.0
 _KEY = "algorithm.rollout_correction"
@@ -223,8 +236,11 @@ def apply_rollout_correction(batch: Batch, correction: Any) -> dict[str, float]:
     ``rollout_log_probs``) and return the metrics: the mismatch metrics always; with ``rollout_is`` the
     ``rollout_is_weights`` (batch-normalised with ``rollout_is_batch_normalize``); with ``rollout_rs`` the
     rejected tokens removed from ``response_mask``. The weights and the rejection are both computed from
-    the mask as it came in."""
+    the mask as it came in. In ``bypass_mode`` nothing is done here (the old log-probs are the rollout's):
+    :func:`bypass_policy_loss` corrects each micro-batch and reports the metrics."""
     old, rollout, mask = batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]
+    if correction.get("bypass_mode", False):  # old is rollout: the bypass loss corrects per micro-batch
+        return {}
     metrics = rollout_mismatch_metrics(old, rollout, mask)
     level = correction.get("rollout_is", None)
     if level:
@@ -243,3 +259,118 @@ def apply_rollout_correction(batch: Batch, correction: Any) -> dict[str, float]:
         batch["response_mask"], rs_metrics = rejection_mask(old, rollout, mask, rules)
         metrics.update(rs_metrics)
     return metrics
+
+
+def check_bypass_loss(correction: Any, loss_mode: str) -> str:
+    """The ``loss_type`` of ``correction`` (the ``algorithm.rollout_correction`` section), checked: one of
+    :data:`LOSS_TYPES`, ``reinforce`` only in ``bypass_mode`` and only with the vanilla policy loss (REINFORCE
+    replaces it). Raises :class:`~rlcore.errors.RLCoreError` naming the keys."""
+    loss_type = correction.get("loss_type", None) or "ppo_clip"
+    if loss_type not in LOSS_TYPES:
+        raise RLCoreError(f"{_KEY}.loss_type must be one of {', '.join(LOSS_TYPES)}, got {loss_type!r}")
+    if loss_type == "reinforce" and not correction.get("bypass_mode", False):
+        raise RLCoreError(
+            f"{_KEY}.loss_type=reinforce is the policy loss of bypass mode: set {_KEY}.bypass_mode=true "
+            "(or leave loss_type at ppo_clip)"
+        )
+    if loss_type == "reinforce" and loss_mode != "vanilla":
+        raise RLCoreError(
+            f"{_KEY}.loss_type=reinforce replaces the policy loss, but actor_rollout_ref.actor.policy_loss.loss_mode="
+            f"{loss_mode}: use loss_mode=vanilla, or loss_type=ppo_clip to keep {loss_mode} in bypass mode"
+        )
+    return str(loss_type)
+
+
+def reinforce_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Mapping[str, Any] | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The REINFORCE loss of bypass mode: ``agg(−A · logπ_θ · w)`` with the (detached) importance weights
+    ``w`` when given, else ``agg(−A · logπ_θ)``; no ratio and no clipping. ``old_log_prob`` (the rollout's
+    in bypass mode) only feeds the metric ``actor/ppo_kl``, the masked mean of ``old − logπ_θ``.
+    ``config`` is the actor section (its ``loss_scale_factor``)."""
+    token_loss = -advantages * log_prob
+    if rollout_is_weights is not None:
+        token_loss = token_loss * rollout_is_weights.detach()
+    scale = config.get("loss_scale_factor", None) if config is not None else None
+    loss = agg_loss(token_loss, response_mask, loss_agg_mode, scale)
+    with torch.no_grad():
+        ppo_kl = masked_mean((old_log_prob - log_prob).float(), response_mask)
+    return loss, {"actor/ppo_kl": ppo_kl.item()}
+
+
+def _policy_drift_metrics(
+    log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """verl's ``rollout_corr/kl`` (masked mean of ``rollout − current``) and ``rollout_corr/k3_kl`` (masked
+    mean of ``e^δ − δ − 1``, δ = current − rollout clamped to ±:data:`SAFETY_BOUND`) of the current policy
+    against the rollout's."""
+    delta = (log_prob - rollout_log_prob).clamp(-SAFETY_BOUND, SAFETY_BOUND)
+    return {
+        "rollout_corr/kl": float(masked_mean(-delta, response_mask)),
+        "rollout_corr/k3_kl": float(masked_mean(torch.exp(delta) - delta - 1.0, response_mask)),
+    }
+
+
+def bypass_policy_loss(policy_loss: PolicyLoss, correction: Any, loss_mode: str = "vanilla") -> PolicyLoss:
+    """The policy loss of ``bypass_mode`` (verl's ``bypass_mode`` loss), where ``old_log_prob`` is the
+    rollout's. For each micro-batch, from the current policy's detached log-probs against the rollout's:
+    the IS weights of ``rollout_is`` (:func:`rollout_is_weights`; ``rollout_is_batch_normalize`` divides by
+    the micro-batch's mean) and the tokens ``rollout_rs`` keeps (:func:`rejection_mask`), both from the mask
+    as it came in. ``loss_type=ppo_clip`` then calls ``policy_loss`` (the ``loss_mode`` component) on the
+    kept tokens without weights (its ratio π_θ/π_rollout is the correction; the weights are only reported),
+    ``reinforce`` calls :func:`reinforce_policy_loss` with the weights.
+
+    Rejected tokens count in the loss's normaliser as zeros, as verl's global token count does: the loss is
+    rescaled from the kept tokens' units to the micro-batch's (:func:`~rlcore.algos.losses.loss_units`), so
+    the update loop's per-micro-batch shares stay right. Metrics: ``rollout_corr/kl``, ``rollout_corr/k3_kl``,
+    the IS and RS metrics, and the inner loss's own."""
+    loss_type = check_bypass_loss(correction, loss_mode)
+    level = correction.get("rollout_is", None)
+    threshold = float(correction.get("rollout_is_threshold", 2.0))
+    normalize = bool(correction.get("rollout_is_batch_normalize", False))
+    rules = (
+        parse_rejection_rules(correction.get("rollout_rs"), correction.get("rollout_rs_threshold", None))
+        if correction.get("rollout_rs", None)
+        else []
+    )
+    truncated_weights = rollout_is_weights  # the loss's keyword argument of that name hides the function
+
+    def loss(
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        loss_agg_mode: str = "token-mean",
+        config: Mapping[str, Any] | None = None,
+        rollout_is_weights: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The bypass loss of one micro-batch (see :func:`bypass_policy_loss`); ``rollout_is_weights`` is
+        not used (the weights are computed here)."""
+        current = log_prob.detach()
+        metrics = _policy_drift_metrics(current, old_log_prob, response_mask)
+        weights = None
+        if level:
+            weights, is_metrics = truncated_weights(current, old_log_prob, response_mask, level, threshold, normalize)
+            metrics.update(is_metrics)
+        kept = response_mask
+        if rules:
+            kept, rs_metrics = rejection_mask(current, old_log_prob, response_mask, rules)
+            metrics.update(rs_metrics)
+        if loss_type == "reinforce":
+            pg_loss, pg_metrics = reinforce_policy_loss(
+                old_log_prob, log_prob, advantages, kept, loss_agg_mode, config, rollout_is_weights=weights
+            )
+        else:
+            pg_loss, pg_metrics = policy_loss(old_log_prob, log_prob, advantages, kept, loss_agg_mode, config)
+        units = loss_units(response_mask, loss_agg_mode)
+        if rules and units:
+            pg_loss = pg_loss * (loss_units(kept, loss_agg_mode) / units)
+        return pg_loss, {**pg_metrics, **metrics}
+
+    return loss
