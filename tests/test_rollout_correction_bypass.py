@@ -52,7 +52,7 @@ def test_reinforce_without_weights_is_the_plain_policy_gradient() -> None:
     assert metrics["rollout_corr/kl"] == pytest.approx(-0.56)
     k3 = sum(math.exp(d) - d - 1 for d in (0.5, 0.0, -0.1, 1.9, 0.5)) / 5
     assert metrics["rollout_corr/k3_kl"] == pytest.approx(k3)
-    assert "rollout_corr/is_weight_mean" not in metrics
+    assert "rollout_corr/rollout_is_mean" not in metrics
 
 
 def test_reinforce_token_weights_scale_the_gradient_without_carrying_one() -> None:
@@ -62,7 +62,7 @@ def test_reinforce_token_weights_scale_the_gradient_without_carrying_one() -> No
     expected = -(ADV * CURRENT * weights * MASK).sum() / 5
     assert float(value) == pytest.approx(float(expected))
     torch.testing.assert_close(grad, -ADV * weights * MASK / 5)
-    assert metrics["rollout_corr/is_truncated_frac"] == pytest.approx(1 / 5)
+    assert metrics["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(1 / 5)
 
 
 def test_reinforce_sequence_weights_batch_normalised() -> None:
@@ -72,7 +72,7 @@ def test_reinforce_sequence_weights_batch_normalised() -> None:
     )
     value, grad, metrics = run_loss(loss, "seq-mean-token-sum")
     factor = (math.exp(0.4) + 5.0) / 2
-    assert metrics["rollout_corr/is_batch_norm_factor"] == pytest.approx(factor)
+    assert metrics["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(factor)
     w0, w1 = math.exp(0.4) / factor, 5.0 / factor
     row0 = -(1.0 * -1.0 + -1.0 * -2.0 + 0.5 * -0.5) * w0
     row1 = -(2.0 * -0.1 + -0.5 * -3.0) * w1
@@ -87,8 +87,8 @@ def test_ppo_clip_reports_but_does_not_apply_the_weights() -> None:
     plain, plain_metrics = vanilla_policy_loss(ROLLOUT, CURRENT, ADV, MASK, "token-mean", CLIP)
     assert float(value) == pytest.approx(float(plain))
     assert metrics["actor/pg_clipfrac"] == pytest.approx(plain_metrics["actor/pg_clipfrac"])
-    raw_mean = (math.exp(0.5) + 1 + math.exp(-0.1) + math.exp(1.9) + math.exp(0.5)) / 5
-    assert metrics["rollout_corr/is_weight_mean"] == pytest.approx(raw_mean)
+    truncated_mean = (math.exp(0.5) + 1 + math.exp(-0.1) + 2.0 + math.exp(0.5)) / 5
+    assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(truncated_mean)
 
 
 # vanilla token losses (clip 0.2, dual clip 3) on the tokens token_k1 "0.5_2.0" keeps (it rejects δ = 1.9):
@@ -101,8 +101,9 @@ def test_ppo_clip_rejection_counts_rejected_tokens_as_zeros() -> None:
     value, grad, metrics = run_loss(bypass(rollout_rs="token_k1", rollout_rs_threshold="0.5_2.0"))
     assert float(value) == pytest.approx(sum(map(sum, KEPT)) / 5)
     assert float(grad[1, 0]) == 0.0 and float(grad[0, 1]) != 0.0
-    assert metrics["rollout_corr/rs_masked_token_frac"] == pytest.approx(1 / 5)
-    assert metrics["rollout_corr/rs_masked_seq_frac"] == pytest.approx(1 / 2)
+    assert metrics["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(1 / 5)
+    assert metrics["rollout_corr/rollout_rs_token_k1_masked_fraction"] == pytest.approx(1 / 5)
+    assert metrics["rollout_corr/rollout_rs_seq_masked_fraction"] == pytest.approx(1 / 2)
 
 
 def test_ppo_clip_rejection_with_sequence_mean_of_token_means() -> None:
@@ -130,7 +131,7 @@ def test_micro_batches_add_up_to_the_whole_batch(agg: str) -> None:
 
 
 def test_an_empty_micro_batch_gives_a_zero_loss() -> None:
-    """A micro-batch of padding only: loss 0 and finite metrics, no error."""
+    """A micro-batch of padding only: loss 0, no error, and no rollout_corr/* statistics to pull the averages to 0."""
     loss = bypass(
         loss_type="reinforce",
         rollout_is="sequence",
@@ -140,7 +141,7 @@ def test_an_empty_micro_batch_gives_a_zero_loss() -> None:
     )
     value, metrics = loss(ROLLOUT, CURRENT, ADV, torch.zeros_like(MASK), "token-mean", CLIP)
     assert float(value) == 0.0
-    assert all(math.isfinite(v) for v in metrics.values())
+    assert not any(name.startswith("rollout_corr/") for name in metrics)
 
 
 # ------------------------------------------------------------------ the actor loss and the configuration
@@ -200,9 +201,11 @@ def test_bad_settings_stop_the_dry_run(overrides: list[str], message: str) -> No
 
 def test_the_plan_notes_weights_that_ppo_clip_only_reports() -> None:
     notes = derive_quantities(load_config(overrides=[f"{KEY}.bypass_mode=true", f"{KEY}.rollout_is=token", CALC])).notes
-    assert any("are reported (rollout_corr/is_*), not applied" in note for note in notes)
+    assert any("are reported (rollout_corr/rollout_is_*), not applied" in note for note in notes)
     reinforce = [f"{KEY}.bypass_mode=true", f"{KEY}.rollout_is=token", f"{KEY}.loss_type=reinforce", CALC]
-    assert not any("rollout_corr/is_" in note for note in derive_quantities(load_config(overrides=reinforce)).notes)
+    assert not any(
+        "rollout_corr/rollout_is_" in note for note in derive_quantities(load_config(overrides=reinforce)).notes
+    )
 
 
 # ------------------------------------------------------------------ real runs
@@ -222,7 +225,7 @@ def test_run_reinforce_with_normalised_sequence_weights(tmp_path: Path, tiny_mod
     )
     assert last["training/global_step"] == 2
     assert "timing_s/old_log_prob" not in last and "training/rollout_probs_diff_max" not in last
-    assert last["rollout_corr/is_batch_norm_factor"] > 0
+    assert last["rollout_corr/rollout_is_batch_norm_factor"] > 0
     assert last["rollout_corr/k3_kl"] > 0  # the second mini-batch's policy is one update away
     assert math.isfinite(last["actor/pg_loss"]) and "actor/pg_clipfrac" not in last
 
@@ -241,6 +244,6 @@ def test_run_ppo_clip_with_two_rejection_rules(tmp_path: Path, tiny_model_dir: P
         f"{KEY}.rollout_rs_threshold='0.6_1.6,2.5'",
     )
     assert last["training/global_step"] == 2
-    assert 0.0 <= last["rollout_corr/rs_masked_token_frac"] <= 1.0
-    assert last["rollout_corr/is_weight_mean"] > 0
+    assert 0.0 <= last["rollout_corr/rollout_rs_masked_fraction"] <= 1.0
+    assert last["rollout_corr/rollout_is_mean"] > 0
     assert "actor/pg_clipfrac" in last and "rollout_corr/k3_kl" in last

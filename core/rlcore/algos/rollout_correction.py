@@ -103,11 +103,13 @@ def rollout_is_weights(
     threshold: float,
     batch_normalize: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Truncated importance weights ``[B, R]`` (0 on padding) at ``level`` and their metrics
-    (``rollout_corr/is_weight_mean`` before truncation, ``rollout_corr/is_truncated_frac``). With
+    """Truncated importance weights ``[B, R]`` (0 on padding) at ``level`` and their metrics, verl's names:
+    ``rollout_corr/rollout_is_mean`` (of the truncated weights), ``rollout_corr/rollout_is_ratio_fraction_high``
+    (the fraction of valid tokens, or of non-empty responses for ``sequence``, whose weight was truncated) and
+    ``rollout_corr/rollout_is_eff_sample_size`` (1 / mean((w / mean w)²) of the truncated weights). With
     ``batch_normalize`` the truncated weights are divided by their mean (over valid tokens for ``token``,
     over non-empty responses for ``sequence``; left as they are when that mean is ≤ 1e-8), reported as
-    ``rollout_corr/is_batch_norm_factor``."""
+    ``rollout_corr/rollout_is_batch_norm_factor``."""
     if level not in IS_LEVELS:
         raise RLCoreError(f"{_KEY}.rollout_is must be one of {', '.join(IS_LEVELS)} or null, got {level!r}")
     if not threshold > 0:
@@ -118,19 +120,23 @@ def rollout_is_weights(
         log_ratio = masked_sum(log_ratio, mask, dim=-1)[:, None].expand_as(mask)
     raw = log_ratio.clamp(max=SAFETY_BOUND).exp()
     weights = raw.clamp(max=threshold) * mask
+    non_empty = (mask.sum(dim=-1) > 0).to(mask.dtype)
+    high = (raw > threshold).to(mask.dtype)
+    mean = masked_mean(weights, mask)
     metrics = {
-        "rollout_corr/is_weight_mean": float(masked_mean(raw, mask)),
-        "rollout_corr/is_truncated_frac": float(masked_mean((raw > threshold).to(mask.dtype), mask)),
+        "rollout_corr/rollout_is_mean": float(mean),
+        "rollout_corr/rollout_is_ratio_fraction_high": float(
+            masked_mean(high, mask) if level == "token" else masked_mean(masked_mean(high, mask, dim=-1), non_empty)
+        ),
     }
+    if float(mean) > 1e-8:
+        metrics["rollout_corr/rollout_is_eff_sample_size"] = 1.0 / float(masked_mean((weights / mean).square(), mask))
     if batch_normalize:
-        if level == "token":
-            mean = masked_mean(weights, mask)
-        else:
-            non_empty = (mask.sum(dim=-1) > 0).to(mask.dtype)
+        if level == "sequence":
             mean = masked_mean(masked_mean(weights, mask, dim=-1), non_empty)
         factor = float(mean) if float(mean) > 1e-8 else 1.0
         weights = weights / factor
-        metrics["rollout_corr/is_batch_norm_factor"] = factor
+        metrics["rollout_corr/rollout_is_batch_norm_factor"] = factor
     return weights, metrics
 
 
@@ -212,28 +218,33 @@ def rejection_mask(
     rules: list[RejectionRule],
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """``response_mask`` with the tokens (or responses) that fail any of ``rules`` set to 0, and the metrics
-    ``rollout_corr/rs_masked_token_frac`` and ``rollout_corr/rs_masked_seq_frac`` (fractions of valid tokens
-    and of non-empty responses that lost at least one token)."""
+    (verl's names) ``rollout_corr/rollout_rs_masked_fraction`` (of the valid tokens),
+    ``rollout_corr/rollout_rs_seq_masked_fraction`` (of the non-empty responses that lost at least one token)
+    and, for each rule, ``rollout_corr/rollout_rs_<option>_masked_fraction`` (the valid tokens it rejects)."""
     mask = response_mask.to(old_log_probs.dtype)
     log_ratio = (old_log_probs - rollout_log_probs).detach()
-    keep = torch.ones_like(mask, dtype=torch.bool)
-    for rule in rules:
-        keep = keep & rule.keep(log_ratio, mask)
-    new_mask = response_mask * keep.to(response_mask.dtype)
     valid = mask.bool()
+    tokens = max(float(valid.sum()), 1.0)
+    keep = torch.ones_like(mask, dtype=torch.bool)
+    metrics: dict[str, float] = {}
+    for rule in rules:
+        kept = rule.keep(log_ratio, mask)
+        metrics[f"rollout_corr/rollout_rs_{rule.option}_masked_fraction"] = float((valid & ~kept).sum()) / tokens
+        keep = keep & kept
+    new_mask = response_mask * keep.to(response_mask.dtype)
     rejected = valid & ~keep
     non_empty = valid.any(dim=-1)
-    metrics = {
-        "rollout_corr/rs_masked_token_frac": float(rejected.sum()) / max(float(valid.sum()), 1.0),
-        "rollout_corr/rs_masked_seq_frac": float((rejected.any(dim=-1) & non_empty).sum())
-        / max(float(non_empty.sum()), 1.0),
-    }
+    metrics["rollout_corr/rollout_rs_masked_fraction"] = float(rejected.sum()) / tokens
+    metrics["rollout_corr/rollout_rs_seq_masked_fraction"] = float((rejected.any(dim=-1) & non_empty).sum()) / max(
+        float(non_empty.sum()), 1.0
+    )
     return new_mask, metrics
 
 
 def apply_rollout_correction(batch: Batch, correction: Any) -> dict[str, float]:
     """Apply the ``algorithm.rollout_correction`` section to ``batch`` (which has ``old_log_probs`` and
-    ``rollout_log_probs``) and return the metrics: the mismatch metrics always; with ``rollout_is`` the
+    ``rollout_log_probs``) and return the metrics: the mismatch metrics and the old policy's drift from the
+    rollout's (``rollout_corr/kl``, ``rollout_corr/k3_kl``) always; with ``rollout_is`` the
     ``rollout_is_weights`` (batch-normalised with ``rollout_is_batch_normalize``); with ``rollout_rs`` the
     rejected tokens removed from ``response_mask``. The weights and the rejection are both computed from
     the mask as it came in. In ``bypass_mode`` nothing is done here (the old log-probs are the rollout's):
@@ -241,7 +252,7 @@ def apply_rollout_correction(batch: Batch, correction: Any) -> dict[str, float]:
     old, rollout, mask = batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]
     if correction.get("bypass_mode", False):  # old is rollout: the bypass loss corrects per micro-batch
         return {}
-    metrics = rollout_mismatch_metrics(old, rollout, mask)
+    metrics = {**rollout_mismatch_metrics(old, rollout, mask), **_policy_drift_metrics(old, rollout, mask)}
     level = correction.get("rollout_is", None)
     if level:
         weights, is_metrics = rollout_is_weights(
@@ -307,9 +318,9 @@ def reinforce_policy_loss(
 def _policy_drift_metrics(
     log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
 ) -> dict[str, float]:
-    """verl's ``rollout_corr/kl`` (masked mean of ``rollout − current``) and ``rollout_corr/k3_kl`` (masked
-    mean of ``e^δ − δ − 1``, δ = current − rollout clamped to ±:data:`SAFETY_BOUND`) of the current policy
-    against the rollout's."""
+    """verl's ``rollout_corr/kl`` (masked mean of ``rollout − log_prob``) and ``rollout_corr/k3_kl`` (masked
+    mean of ``e^δ − δ − 1``, δ = log_prob − rollout clamped to ±:data:`SAFETY_BOUND`): how far the trainer's
+    policy (old in decoupled mode, current in bypass mode) is from the rollout's."""
     delta = (log_prob - rollout_log_prob).clamp(-SAFETY_BOUND, SAFETY_BOUND)
     return {
         "rollout_corr/kl": float(masked_mean(-delta, response_mask)),
@@ -329,7 +340,7 @@ def bypass_policy_loss(policy_loss: PolicyLoss, correction: Any, loss_mode: str 
     Rejected tokens count in the loss's normaliser as zeros, as verl's global token count does: the loss is
     rescaled from the kept tokens' units to the micro-batch's (:func:`~rlcore.algos.losses.loss_units`), so
     the update loop's per-micro-batch shares stay right. Metrics: ``rollout_corr/kl``, ``rollout_corr/k3_kl``,
-    the IS and RS metrics, and the inner loss's own."""
+    the IS and RS metrics (none for a micro-batch of padding only), and the inner loss's own."""
     loss_type = check_bypass_loss(correction, loss_mode)
     level = correction.get("rollout_is", None)
     threshold = float(correction.get("rollout_is_threshold", 2.0))
@@ -362,6 +373,8 @@ def bypass_policy_loss(policy_loss: PolicyLoss, correction: Any, loss_mode: str 
         if rules:
             kept, rs_metrics = rejection_mask(current, old_log_prob, response_mask, rules)
             metrics.update(rs_metrics)
+        if not bool(response_mask.any()):  # padding only: its statistics would pull the averages to 0
+            metrics = {}
         if loss_type == "reinforce":
             pg_loss, pg_metrics = reinforce_policy_loss(
                 old_log_prob, log_prob, advantages, kept, loss_agg_mode, config, rollout_is_weights=weights

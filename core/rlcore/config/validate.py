@@ -374,7 +374,7 @@ def _check_rollout_correction(config: DictConfig) -> list[str]:
     if bypass and level and loss_type == "ppo_clip":
         return [
             f"algorithm.rollout_correction.rollout_is={level} with bypass_mode and loss_type=ppo_clip: the weights "
-            "are reported (rollout_corr/is_*), not applied; the PPO ratio against the rollout policy corrects"
+            "are reported (rollout_corr/rollout_is_*), not applied; the PPO ratio against the rollout policy corrects"
         ]
     return []
 
