@@ -106,8 +106,8 @@ def test_each_batch_was_generated_one_update_earlier(full_run: dict[str, Any]) -
     # step 1 trains on the initial weights' batch: the engine's log-probs are the trainer's; later ones lag
     assert rows[1]["training/rollout_probs_diff_max"] < 1e-6
     assert all(rows[s]["training/rollout_probs_diff_max"] > 1e-5 for s in (2, 3, 4))
-    assert abs(rows[1]["rollout_corr/is_weight_mean"] - 1) < 1e-5
-    assert all(rows[s]["rollout_corr/is_weight_mean"] != 1 for s in (2, 3, 4))
+    assert abs(rows[1]["rollout_corr/rollout_is_mean"] - 1) < 1e-5
+    assert all(rows[s]["rollout_corr/rollout_is_mean"] != 1 for s in (2, 3, 4))
     for step in range(1, 5):
         row = rows[step]
         assert row["timing_s/wait_prev_gen"] >= 0 and 0 <= row["async_training/overlap_share"] <= 1

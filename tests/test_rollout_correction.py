@@ -35,9 +35,10 @@ def test_token_weights_are_truncated_ratios() -> None:
     weights, metrics = rollout_is_weights(OLD, ROLLOUT, MASK, "token", 2.0)
     expected = torch.tensor([[math.exp(0.5), 1.0, math.exp(-0.1)], [2.0, math.exp(0.5), 0.0]])
     torch.testing.assert_close(weights, expected)
-    assert metrics["rollout_corr/is_truncated_frac"] == pytest.approx(1 / 5)
-    raw_mean = (math.exp(0.5) + 1 + math.exp(-0.1) + math.exp(1.9) + math.exp(0.5)) / 5
-    assert metrics["rollout_corr/is_weight_mean"] == pytest.approx(raw_mean)
+    assert metrics["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(1 / 5)
+    assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(float(expected.sum()) / 5)
+    normalised = expected[MASK.bool()] / (expected.sum() / 5)
+    assert metrics["rollout_corr/rollout_is_eff_sample_size"] == pytest.approx(1 / float(normalised.square().mean()))
 
 
 def test_sequence_weights_share_one_ratio_per_response() -> None:
@@ -45,6 +46,8 @@ def test_sequence_weights_share_one_ratio_per_response() -> None:
     weights, _ = rollout_is_weights(OLD, ROLLOUT, MASK, "sequence", 20.0)
     expected = torch.tensor([[math.exp(0.4)] * 3, [math.exp(2.4), math.exp(2.4), 0.0]])
     torch.testing.assert_close(weights, expected)
+    _, metrics = rollout_is_weights(OLD, ROLLOUT, MASK, "sequence", 2.0)
+    assert metrics["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(1 / 2)  # of the responses
 
 
 def test_bad_settings_name_the_key() -> None:
@@ -91,8 +94,9 @@ def test_run_logs_mismatch_and_applies_weights(tmp_path: Path, tiny_model_dir: P
         "algorithm.rollout_correction.rollout_is=token",
     )
     assert last["training/rollout_probs_diff_max"] < 1e-4
-    assert last["rollout_corr/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
-    assert last["rollout_corr/is_truncated_frac"] == 0.0
+    assert last["rollout_corr/rollout_is_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert last["rollout_corr/rollout_is_ratio_fraction_high"] == 0.0
+    assert abs(last["rollout_corr/kl"]) < 1e-4
 
 
 # ------------------------------------------------------------------ batch normalisation, rejection sampling, bypass
@@ -100,11 +104,11 @@ def test_batch_normalize_divides_by_the_batch_mean() -> None:
     """``rollout_is_batch_normalize``: token level over valid tokens, sequence level over responses."""
     token, metrics = rollout_is_weights(OLD, ROLLOUT, MASK, "token", 2.0, batch_normalize=True)
     truncated = torch.tensor([math.exp(0.5), 1.0, math.exp(-0.1), 2.0, math.exp(0.5)])
-    assert metrics["rollout_corr/is_batch_norm_factor"] == pytest.approx(float(truncated.mean()))
+    assert metrics["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(float(truncated.mean()))
     assert float(token[MASK.bool()].mean()) == pytest.approx(1.0)
     seq, metrics = rollout_is_weights(OLD, ROLLOUT, MASK, "sequence", 5.0, batch_normalize=True)
     factor = (math.exp(0.4) + 5.0) / 2
-    assert metrics["rollout_corr/is_batch_norm_factor"] == pytest.approx(factor)
+    assert metrics["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(factor)
     torch.testing.assert_close(seq, torch.tensor([[math.exp(0.4)] * 3, [5.0, 5.0, 0.0]]) / factor)
 
 
@@ -131,9 +135,13 @@ def test_rejection_sampling_options(option: str, threshold: object, kept: list[l
     mask, metrics = rejection_mask(OLD, ROLLOUT, MASK, parse_rejection_rules(option, threshold))
     assert mask.tolist() == kept
     expected = torch.tensor(kept)
-    assert metrics["rollout_corr/rs_masked_token_frac"] == pytest.approx(1 - float(expected.sum()) / 5)
+    assert metrics["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(1 - float(expected.sum()) / 5)
     lost = [bool((MASK[i].bool() & ~expected[i].bool()).any()) for i in range(2)]
-    assert metrics["rollout_corr/rs_masked_seq_frac"] == pytest.approx(sum(lost) / 2)
+    assert metrics["rollout_corr/rollout_rs_seq_masked_fraction"] == pytest.approx(sum(lost) / 2)
+    if "," not in option:
+        assert metrics[f"rollout_corr/rollout_rs_{option}_masked_fraction"] == pytest.approx(
+            1 - float(expected.sum()) / 5
+        )
 
 
 @pytest.mark.parametrize(
@@ -162,15 +170,6 @@ def test_rejection_settings_are_checked(option: str, threshold: object, message:
             ["algorithm.rollout_correction.rollout_rs=token_k2", "actor_rollout_ref.rollout.calculate_log_probs=true"],
             "rollout_rs_threshold must be given",
         ),
-        (
-            [
-                "algorithm.rollout_correction.bypass_mode=true",
-                "algorithm.rollout_correction.rollout_is=token",
-                "actor_rollout_ref.rollout.calculate_log_probs=true",
-            ],
-            "bypass_mode=true uses the engine's log-probs",
-        ),
-        (["algorithm.rollout_correction.loss_type=reinforce"], "REINFORCE loss of rollout correction's bypass mode"),
         (["algorithm.use_pf_ppo=true", "algorithm.pf_ppo.reweight_method=top"], "reweight_method must be one of"),
     ],
 )
@@ -194,13 +193,13 @@ def test_run_with_rejection_sampling_and_normalised_weights(tmp_path: Path, tiny
         "algorithm.rollout_correction.rollout_rs=token_k1,seq_max_k3",
         "algorithm.rollout_correction.rollout_rs_threshold=0.5_2.0,0.1",
     )
-    assert last["rollout_corr/rs_masked_token_frac"] == 0.0
-    assert last["rollout_corr/is_batch_norm_factor"] == pytest.approx(1.0, abs=1e-3)
+    assert last["rollout_corr/rollout_rs_masked_fraction"] == 0.0
+    assert last["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(1.0, abs=1e-3)
 
 
 def test_bypass_mode_skips_the_old_log_prob_pass(tmp_path: Path, tiny_model_dir: Path) -> None:
-    """``bypass_mode``: old_log_probs are the engine's, so the mismatch is exactly 0 and no
-    ``timing_s/old_log_prob`` stage runs."""
+    """``bypass_mode``: old_log_probs are the engine's, so no ``timing_s/old_log_prob`` stage runs and the
+    controller logs no mismatch (it would be 0); the loss reports the current policy's drift instead."""
     task = make_tiny_task(tmp_path / "task")
     last, _ = tiny_run(
         tmp_path,
@@ -210,6 +209,7 @@ def test_bypass_mode_skips_the_old_log_prob_pass(tmp_path: Path, tiny_model_dir:
         "actor_rollout_ref.rollout.calculate_log_probs=true",
         "algorithm.rollout_correction.bypass_mode=true",
     )
-    assert last["training/rollout_probs_diff_max"] == 0.0
+    assert "training/rollout_probs_diff_max" not in last
+    assert last["rollout_corr/k3_kl"] >= 0.0
     assert "timing_s/old_log_prob" not in last
     assert last["training/global_step"] == 2

@@ -46,7 +46,6 @@ MTP = "model.mtp.*"
 PREFIX_GROUPER = "actor.use_prefix_grouper"
 PROFILER_HOOKS = "global_profiler.relocate_results"
 PROFILER_TOOL_CONFIG = "profiler.tool_config.torch.*"
-BYPASS = "rollout_correction.bypass_mode"
 MEGATRON_FSDP = "megatron.use_megatron_fsdp"
 OBSTACLES: dict[str, str] = {
     FORWARD_KL_TOPK: "loss_mode=forward_kl_topk is not supported",
@@ -58,7 +57,6 @@ OBSTACLES: dict[str, str] = {
     PREFIX_GROUPER: "actor_rollout_ref.actor.use_prefix_grouper",
     PROFILER_HOOKS: "unknown config key 'global_profiler.",
     PROFILER_TOOL_CONFIG: "profiler.tool_config.torch.",
-    BYPASS: "bypass",
     MEGATRON_FSDP: "use_megatron_fsdp=true: Megatron-FSDP",
 }
 
@@ -96,8 +94,8 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/reinforce_plus_plus_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/remax_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/rloo_trainer/run_qwen3_8b_fsdp.sh": (),
-    "examples/rollout_correction/run_qwen2_5_7b_fsdp.sh": (BYPASS,),
-    "examples/rollout_correction/run_qwen2_5_7b_fsdp_multi_rs.sh": (BYPASS,),
+    "examples/rollout_correction/run_qwen2_5_7b_fsdp.sh": (),
+    "examples/rollout_correction/run_qwen2_5_7b_fsdp_multi_rs.sh": (),
     "examples/sapo_trainer/run_qwen3_30b_a3b_fsdp.sh": (),
     "examples/tuning/lora/run_qwen3_30b_a3b_megatron.sh": (MEGATRON_SETTINGS,),
     "examples/tuning/lora/run_qwen3_8b_fsdp.sh": (),

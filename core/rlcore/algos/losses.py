@@ -61,6 +61,14 @@ def agg_loss(
     return seq_mean
 
 
+def loss_units(response_mask: torch.Tensor, loss_agg_mode: str) -> float:
+    """What :func:`agg_loss` divides a loss by: the tokens of ``response_mask`` (``token-mean``) or its
+    non-empty sequences (the ``seq-mean-*`` modes; ``seq-mean-token-sum-norm`` also divides by a constant)."""
+    if loss_agg_mode == "token-mean":
+        return float(response_mask.sum())
+    return float((response_mask.sum(-1) > 0).sum())
+
+
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
     """Token-wise estimate of KL(π‖π_ref) from sampled log-probs, with Δ = logprob − ref_logprob.
 
@@ -192,7 +200,11 @@ def loss_terms(config: Any) -> list[ActorLossTerm]:
     return terms
 
 
-def build_actor_loss(actor_config: Mapping[str, Any], terms: Sequence[ActorLossTerm] = ()) -> ActorLossFn:
+def build_actor_loss(
+    actor_config: Mapping[str, Any],
+    terms: Sequence[ActorLossTerm] = (),
+    rollout_correction: Mapping[str, Any] | None = None,
+) -> ActorLossFn:
     """Build the actor's loss function from the ``actor_rollout_ref.actor`` config section.
 
     The returned ``loss_fn(log_prob, entropy, micro_batch) -> (loss, metrics)`` reads ``old_log_probs``,
@@ -206,6 +218,10 @@ def build_actor_loss(actor_config: Mapping[str, Any], terms: Sequence[ActorLossT
     terms, :func:`loss_terms`) then maps that loss to the final one, in order. Metrics: the policy loss's own,
     ``actor/pg_loss``, with the KL loss ``actor/kl_loss`` and ``actor/kl_coef``, and the terms' own. The component and
     the modes are resolved here, so a misconfiguration fails before training starts.
+
+    With ``rollout_correction`` (the ``algorithm.rollout_correction`` section) in ``bypass_mode``, the policy
+    loss is rollout correction's bypass loss around that component
+    (:func:`rlcore.algos.rollout_correction.bypass_policy_loss`).
     """
     policy_section = actor_config.get("policy_loss", None) or {}
     loss_mode = policy_section.get("loss_mode", None) or "vanilla"
@@ -213,6 +229,10 @@ def build_actor_loss(actor_config: Mapping[str, Any], terms: Sequence[ActorLossT
         policy_loss = get_component("policy_loss", loss_mode)
     except UnknownComponentError as exc:
         raise UnknownComponentError(f"actor_rollout_ref.actor.policy_loss.loss_mode: {exc}") from exc
+    if rollout_correction is not None and rollout_correction.get("bypass_mode", False):
+        from rlcore.algos.rollout_correction import bypass_policy_loss  # it imports this module
+
+        policy_loss = bypass_policy_loss(policy_loss, rollout_correction, loss_mode)
     agg_mode = check_loss_agg_mode(
         _config_get(actor_config, "loss_agg_mode", "token-mean"), "actor_rollout_ref.actor.loss_agg_mode"
     )

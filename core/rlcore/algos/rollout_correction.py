@@ -17,28 +17,39 @@ the engine returns ``rollout_log_probs``; the controller then logs the mismatch 
   ``seq_{sum,mean,max}_k*`` whole responses, by the divergence k1 = −δ, k2 = ½δ², k3 = e^δ − 1 − δ. A k1
   threshold is a pair of ratio bounds ``"lower_upper"`` (one number u means ``1/u_u``) compared in log space;
   k2/k3 thresholds are upper bounds. Rejected tokens leave ``response_mask``.
-- ``bypass_mode``: the engine's log-probs are the old policy (no trainer forward pass for them); the
-  policy loss's ratio then corrects the mismatch itself.
+- ``bypass_mode``: the engine's log-probs are the old policy (no trainer forward pass for them) and the
+  policy loss is :func:`bypass_policy_loss`: in each micro-batch it computes the IS weights and the RS mask
+  from the *current* policy's detached log-probs against the rollout's (δ_t = logπ_θ − logπ_rollout), then
+  ``loss_type=ppo_clip`` runs the configured policy loss (its ratio π_θ/π_rollout carries the correction, so
+  the weights are only logged) on the tokens RS keeps, and ``loss_type=reinforce`` runs
+  :func:`reinforce_policy_loss` with the weights.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from rlcore.algos.functional import masked_mean, masked_sum
+from rlcore.algos.losses import agg_loss, loss_units
 from rlcore.api.batch import Batch
+from rlcore.api.components import PolicyLoss
 from rlcore.errors import RLCoreError
 
 __all__ = [
     "apply_rollout_correction",
+    "bypass_policy_loss",
+    "check_bypass_loss",
     "IS_LEVELS",
+    "LOSS_TYPES",
     "RS_OPTIONS",
     "RejectionRule",
     "parse_rejection_rules",
+    "reinforce_policy_loss",
     "rejection_mask",
     "rollout_is_weights",
     "rollout_mismatch_metrics",
@@ -60,6 +71,8 @@ RS_OPTIONS = (
     "seq_max_k2",
     "seq_max_k3",
 )
+#: the values of ``algorithm.rollout_correction.loss_type``: the policy loss of ``bypass_mode``
+LOSS_TYPES = ("ppo_clip", "reinforce")
 #: log-ratios are clamped to ±this before ``exp``
 SAFETY_BOUND = 20.0
 _KEY = "algorithm.rollout_correction"
@@ -90,11 +103,13 @@ def rollout_is_weights(
     threshold: float,
     batch_normalize: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Truncated importance weights ``[B, R]`` (0 on padding) at ``level`` and their metrics
-    (``rollout_corr/is_weight_mean`` before truncation, ``rollout_corr/is_truncated_frac``). With
+    """Truncated importance weights ``[B, R]`` (0 on padding) at ``level`` and their metrics, verl's names:
+    ``rollout_corr/rollout_is_mean`` (of the truncated weights), ``rollout_corr/rollout_is_ratio_fraction_high``
+    (the fraction of valid tokens, or of non-empty responses for ``sequence``, whose weight was truncated) and
+    ``rollout_corr/rollout_is_eff_sample_size`` (1 / mean((w / mean w)²) of the truncated weights). With
     ``batch_normalize`` the truncated weights are divided by their mean (over valid tokens for ``token``,
     over non-empty responses for ``sequence``; left as they are when that mean is ≤ 1e-8), reported as
-    ``rollout_corr/is_batch_norm_factor``."""
+    ``rollout_corr/rollout_is_batch_norm_factor``."""
     if level not in IS_LEVELS:
         raise RLCoreError(f"{_KEY}.rollout_is must be one of {', '.join(IS_LEVELS)} or null, got {level!r}")
     if not threshold > 0:
@@ -105,19 +120,23 @@ def rollout_is_weights(
         log_ratio = masked_sum(log_ratio, mask, dim=-1)[:, None].expand_as(mask)
     raw = log_ratio.clamp(max=SAFETY_BOUND).exp()
     weights = raw.clamp(max=threshold) * mask
+    non_empty = (mask.sum(dim=-1) > 0).to(mask.dtype)
+    high = (raw > threshold).to(mask.dtype)
+    mean = masked_mean(weights, mask)
     metrics = {
-        "rollout_corr/is_weight_mean": float(masked_mean(raw, mask)),
-        "rollout_corr/is_truncated_frac": float(masked_mean((raw > threshold).to(mask.dtype), mask)),
+        "rollout_corr/rollout_is_mean": float(mean),
+        "rollout_corr/rollout_is_ratio_fraction_high": float(
+            masked_mean(high, mask) if level == "token" else masked_mean(masked_mean(high, mask, dim=-1), non_empty)
+        ),
     }
+    if float(mean) > 1e-8:
+        metrics["rollout_corr/rollout_is_eff_sample_size"] = 1.0 / float(masked_mean((weights / mean).square(), mask))
     if batch_normalize:
-        if level == "token":
-            mean = masked_mean(weights, mask)
-        else:
-            non_empty = (mask.sum(dim=-1) > 0).to(mask.dtype)
+        if level == "sequence":
             mean = masked_mean(masked_mean(weights, mask, dim=-1), non_empty)
         factor = float(mean) if float(mean) > 1e-8 else 1.0
         weights = weights / factor
-        metrics["rollout_corr/is_batch_norm_factor"] = factor
+        metrics["rollout_corr/rollout_is_batch_norm_factor"] = factor
     return weights, metrics
 
 
@@ -199,33 +218,41 @@ def rejection_mask(
     rules: list[RejectionRule],
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """``response_mask`` with the tokens (or responses) that fail any of ``rules`` set to 0, and the metrics
-    ``rollout_corr/rs_masked_token_frac`` and ``rollout_corr/rs_masked_seq_frac`` (fractions of valid tokens
-    and of non-empty responses that lost at least one token)."""
+    (verl's names) ``rollout_corr/rollout_rs_masked_fraction`` (of the valid tokens),
+    ``rollout_corr/rollout_rs_seq_masked_fraction`` (of the non-empty responses that lost at least one token)
+    and, for each rule, ``rollout_corr/rollout_rs_<option>_masked_fraction`` (the valid tokens it rejects)."""
     mask = response_mask.to(old_log_probs.dtype)
     log_ratio = (old_log_probs - rollout_log_probs).detach()
-    keep = torch.ones_like(mask, dtype=torch.bool)
-    for rule in rules:
-        keep = keep & rule.keep(log_ratio, mask)
-    new_mask = response_mask * keep.to(response_mask.dtype)
     valid = mask.bool()
+    tokens = max(float(valid.sum()), 1.0)
+    keep = torch.ones_like(mask, dtype=torch.bool)
+    metrics: dict[str, float] = {}
+    for rule in rules:
+        kept = rule.keep(log_ratio, mask)
+        metrics[f"rollout_corr/rollout_rs_{rule.option}_masked_fraction"] = float((valid & ~kept).sum()) / tokens
+        keep = keep & kept
+    new_mask = response_mask * keep.to(response_mask.dtype)
     rejected = valid & ~keep
     non_empty = valid.any(dim=-1)
-    metrics = {
-        "rollout_corr/rs_masked_token_frac": float(rejected.sum()) / max(float(valid.sum()), 1.0),
-        "rollout_corr/rs_masked_seq_frac": float((rejected.any(dim=-1) & non_empty).sum())
-        / max(float(non_empty.sum()), 1.0),
-    }
+    metrics["rollout_corr/rollout_rs_masked_fraction"] = float(rejected.sum()) / tokens
+    metrics["rollout_corr/rollout_rs_seq_masked_fraction"] = float((rejected.any(dim=-1) & non_empty).sum()) / max(
+        float(non_empty.sum()), 1.0
+    )
     return new_mask, metrics
 
 
 def apply_rollout_correction(batch: Batch, correction: Any) -> dict[str, float]:
     """Apply the ``algorithm.rollout_correction`` section to ``batch`` (which has ``old_log_probs`` and
-    ``rollout_log_probs``) and return the metrics: the mismatch metrics always; with ``rollout_is`` the
+    ``rollout_log_probs``) and return the metrics: the mismatch metrics and the old policy's drift from the
+    rollout's (``rollout_corr/kl``, ``rollout_corr/k3_kl``) always; with ``rollout_is`` the
     ``rollout_is_weights`` (batch-normalised with ``rollout_is_batch_normalize``); with ``rollout_rs`` the
     rejected tokens removed from ``response_mask``. The weights and the rejection are both computed from
-    the mask as it came in."""
+    the mask as it came in. In ``bypass_mode`` nothing is done here (the old log-probs are the rollout's):
+    :func:`bypass_policy_loss` corrects each micro-batch and reports the metrics."""
     old, rollout, mask = batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]
-    metrics = rollout_mismatch_metrics(old, rollout, mask)
+    if correction.get("bypass_mode", False):  # old is rollout: the bypass loss corrects per micro-batch
+        return {}
+    metrics = {**rollout_mismatch_metrics(old, rollout, mask), **_policy_drift_metrics(old, rollout, mask)}
     level = correction.get("rollout_is", None)
     if level:
         weights, is_metrics = rollout_is_weights(
@@ -243,3 +270,120 @@ def apply_rollout_correction(batch: Batch, correction: Any) -> dict[str, float]:
         batch["response_mask"], rs_metrics = rejection_mask(old, rollout, mask, rules)
         metrics.update(rs_metrics)
     return metrics
+
+
+def check_bypass_loss(correction: Any, loss_mode: str) -> str:
+    """The ``loss_type`` of ``correction`` (the ``algorithm.rollout_correction`` section), checked: one of
+    :data:`LOSS_TYPES`, ``reinforce`` only in ``bypass_mode`` and only with the vanilla policy loss (REINFORCE
+    replaces it). Raises :class:`~rlcore.errors.RLCoreError` naming the keys."""
+    loss_type = correction.get("loss_type", None) or "ppo_clip"
+    if loss_type not in LOSS_TYPES:
+        raise RLCoreError(f"{_KEY}.loss_type must be one of {', '.join(LOSS_TYPES)}, got {loss_type!r}")
+    if loss_type == "reinforce" and not correction.get("bypass_mode", False):
+        raise RLCoreError(
+            f"{_KEY}.loss_type=reinforce is the policy loss of bypass mode: set {_KEY}.bypass_mode=true "
+            "(or leave loss_type at ppo_clip)"
+        )
+    if loss_type == "reinforce" and loss_mode != "vanilla":
+        raise RLCoreError(
+            f"{_KEY}.loss_type=reinforce replaces the policy loss, but actor_rollout_ref.actor.policy_loss.loss_mode="
+            f"{loss_mode}: use loss_mode=vanilla, or loss_type=ppo_clip to keep {loss_mode} in bypass mode"
+        )
+    return str(loss_type)
+
+
+def reinforce_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Mapping[str, Any] | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The REINFORCE loss of bypass mode: ``agg(−A · logπ_θ · w)`` with the (detached) importance weights
+    ``w`` when given, else ``agg(−A · logπ_θ)``; no ratio and no clipping. ``old_log_prob`` (the rollout's
+    in bypass mode) only feeds the metric ``actor/ppo_kl``, the masked mean of ``old − logπ_θ``.
+    ``config`` is the actor section (its ``loss_scale_factor``)."""
+    token_loss = -advantages * log_prob
+    if rollout_is_weights is not None:
+        token_loss = token_loss * rollout_is_weights.detach()
+    scale = config.get("loss_scale_factor", None) if config is not None else None
+    loss = agg_loss(token_loss, response_mask, loss_agg_mode, scale)
+    with torch.no_grad():
+        ppo_kl = masked_mean((old_log_prob - log_prob).float(), response_mask)
+    return loss, {"actor/ppo_kl": ppo_kl.item()}
+
+
+def _policy_drift_metrics(
+    log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """verl's ``rollout_corr/kl`` (masked mean of ``rollout − log_prob``) and ``rollout_corr/k3_kl`` (masked
+    mean of ``e^δ − δ − 1``, δ = log_prob − rollout clamped to ±:data:`SAFETY_BOUND`): how far the trainer's
+    policy (old in decoupled mode, current in bypass mode) is from the rollout's."""
+    delta = (log_prob - rollout_log_prob).clamp(-SAFETY_BOUND, SAFETY_BOUND)
+    return {
+        "rollout_corr/kl": float(masked_mean(-delta, response_mask)),
+        "rollout_corr/k3_kl": float(masked_mean(torch.exp(delta) - delta - 1.0, response_mask)),
+    }
+
+
+def bypass_policy_loss(policy_loss: PolicyLoss, correction: Any, loss_mode: str = "vanilla") -> PolicyLoss:
+    """The policy loss of ``bypass_mode`` (verl's ``bypass_mode`` loss), where ``old_log_prob`` is the
+    rollout's. For each micro-batch, from the current policy's detached log-probs against the rollout's:
+    the IS weights of ``rollout_is`` (:func:`rollout_is_weights`; ``rollout_is_batch_normalize`` divides by
+    the micro-batch's mean) and the tokens ``rollout_rs`` keeps (:func:`rejection_mask`), both from the mask
+    as it came in. ``loss_type=ppo_clip`` then calls ``policy_loss`` (the ``loss_mode`` component) on the
+    kept tokens without weights (its ratio π_θ/π_rollout is the correction; the weights are only reported),
+    ``reinforce`` calls :func:`reinforce_policy_loss` with the weights.
+
+    Rejected tokens count in the loss's normaliser as zeros, as verl's global token count does: the loss is
+    rescaled from the kept tokens' units to the micro-batch's (:func:`~rlcore.algos.losses.loss_units`), so
+    the update loop's per-micro-batch shares stay right. Metrics: ``rollout_corr/kl``, ``rollout_corr/k3_kl``,
+    the IS and RS metrics (none for a micro-batch of padding only), and the inner loss's own."""
+    loss_type = check_bypass_loss(correction, loss_mode)
+    level = correction.get("rollout_is", None)
+    threshold = float(correction.get("rollout_is_threshold", 2.0))
+    normalize = bool(correction.get("rollout_is_batch_normalize", False))
+    rules = (
+        parse_rejection_rules(correction.get("rollout_rs"), correction.get("rollout_rs_threshold", None))
+        if correction.get("rollout_rs", None)
+        else []
+    )
+    truncated_weights = rollout_is_weights  # the loss's keyword argument of that name hides the function
+
+    def loss(
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        loss_agg_mode: str = "token-mean",
+        config: Mapping[str, Any] | None = None,
+        rollout_is_weights: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The bypass loss of one micro-batch (see :func:`bypass_policy_loss`); ``rollout_is_weights`` is
+        not used (the weights are computed here)."""
+        current = log_prob.detach()
+        metrics = _policy_drift_metrics(current, old_log_prob, response_mask)
+        weights = None
+        if level:
+            weights, is_metrics = truncated_weights(current, old_log_prob, response_mask, level, threshold, normalize)
+            metrics.update(is_metrics)
+        kept = response_mask
+        if rules:
+            kept, rs_metrics = rejection_mask(current, old_log_prob, response_mask, rules)
+            metrics.update(rs_metrics)
+        if not bool(response_mask.any()):  # padding only: its statistics would pull the averages to 0
+            metrics = {}
+        if loss_type == "reinforce":
+            pg_loss, pg_metrics = reinforce_policy_loss(
+                old_log_prob, log_prob, advantages, kept, loss_agg_mode, config, rollout_is_weights=weights
+            )
+        else:
+            pg_loss, pg_metrics = policy_loss(old_log_prob, log_prob, advantages, kept, loss_agg_mode, config)
+        units = loss_units(response_mask, loss_agg_mode)
+        if rules and units:
+            pg_loss = pg_loss * (loss_units(kept, loss_agg_mode) / units)
+        return pg_loss, {**pg_metrics, **metrics}
+
+    return loss

@@ -266,11 +266,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         ),
     ),
     MissingFeature(
-        "the REINFORCE loss of rollout correction's bypass mode",
-        ("algorithm.rollout_correction.loss_type",),
-        off={"algorithm.rollout_correction.loss_type": "ppo_clip"},
-    ),
-    MissingFeature(
         "these trainer options of verl",
         (
             "trainer.esi_redundant_time",

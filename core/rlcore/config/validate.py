@@ -325,10 +325,11 @@ def check_values(config: DictConfig) -> None:
         raise ConfigError(*problems)
 
 
-def _check_rollout_correction(config: DictConfig) -> None:
-    """``algorithm.rollout_correction`` asks for known IS levels and RS options with valid thresholds, and
-    has the rollout log-probs it needs; ``algorithm.pf_ppo`` names a known method (``rlcore.algos`` imports
-    torch, so it is imported only when a feature is asked for)."""
+def _check_rollout_correction(config: DictConfig) -> list[str]:
+    """``algorithm.rollout_correction`` asks for known IS levels, RS options with valid thresholds and a loss
+    type that fits the policy loss, and has the rollout log-probs it needs; ``algorithm.pf_ppo`` names a
+    known method (``rlcore.algos`` imports torch, so it is imported only when a feature is asked for).
+    Returns the plan's note on IS weights that bypass mode's PPO-clip loss only reports."""
     from rlcore.errors import RLCoreError
 
     if config.algorithm.get("use_pf_ppo", False):
@@ -342,9 +343,15 @@ def _check_rollout_correction(config: DictConfig) -> None:
     level = correction.get("rollout_is")
     rejection = correction.get("rollout_rs")
     bypass = bool(correction.get("bypass_mode", False))
-    if level is None and rejection is None and not bypass:
-        return
-    from rlcore.algos.rollout_correction import IS_LEVELS, parse_rejection_rules
+    loss_type = correction.get("loss_type") or "ppo_clip"
+    if level is None and rejection is None and not bypass and loss_type == "ppo_clip":
+        return []
+    from rlcore.algos.rollout_correction import IS_LEVELS, check_bypass_loss, parse_rejection_rules
+
+    try:
+        check_bypass_loss(correction, config.actor_rollout_ref.actor.policy_loss.get("loss_mode") or "vanilla")
+    except RLCoreError as exc:
+        raise ConfigError(str(exc)) from exc
 
     if level is not None and level not in IS_LEVELS:
         raise ConfigError(
@@ -356,12 +363,6 @@ def _check_rollout_correction(config: DictConfig) -> None:
             f"algorithm.rollout_correction.{asked[0]} needs the engine's log-probs: "
             "set actor_rollout_ref.rollout.calculate_log_probs=true"
         )
-    if bypass and (level or rejection):
-        raise ConfigError(
-            "algorithm.rollout_correction.bypass_mode=true uses the engine's log-probs as the old policy, so "
-            f"{' and '.join(asked[:-1])} would compare them with themselves; rlcore does not recompute them per "
-            "micro-batch as verl's bypass loss does: turn bypass_mode or the correction off"
-        )
     threshold = correction.get("rollout_is_threshold")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold > 0:
         raise ConfigError(f"algorithm.rollout_correction.rollout_is_threshold must be a number > 0, got {threshold!r}")
@@ -370,6 +371,12 @@ def _check_rollout_correction(config: DictConfig) -> None:
             parse_rejection_rules(rejection, correction.get("rollout_rs_threshold"))
         except RLCoreError as exc:
             raise ConfigError(str(exc)) from exc
+    if bypass and level and loss_type == "ppo_clip":
+        return [
+            f"algorithm.rollout_correction.rollout_is={level} with bypass_mode and loss_type=ppo_clip: the weights "
+            "are reported (rollout_corr/rollout_is_*), not applied; the PPO ratio against the rollout policy corrects"
+        ]
+    return []
 
 
 def _data_parallel_size(config: DictConfig, world: int) -> int:
@@ -412,7 +419,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
         raise ConfigError(f"trainer.executor must be 'auto', 'local' or 'ray', got {config.trainer.executor!r}")
     positive_int(data.max_prompt_length, data.key("max_prompt_length"))
     positive_int(data.max_response_length, data.key("max_response_length"))
-    _check_rollout_correction(config)
+    notes += _check_rollout_correction(config)
     if mini > prompts:
         raise ConfigError(
             f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini}) must not exceed data.train_batch_size ({prompts})"

@@ -117,7 +117,11 @@ class ActorRolloutRefWorker(WorkerBase):
         self.tokenizer = self._load_tokenizer()
         if self.has_actor:
             self.actor = self._create_engine("actor", ACTOR, f"{ARR}.model")
-            self.loss_fn = build_actor_loss(self.config.actor_rollout_ref.actor, loss_terms(self.config))
+            self.loss_fn = build_actor_loss(
+                self.config.actor_rollout_ref.actor,
+                loss_terms(self.config),
+                rollout_correction=self.config.algorithm.rollout_correction,
+            )
             if self.actor_config.shuffle:
                 self.shuffle_generator = torch.Generator().manual_seed(int(self.actor_config.data_loader_seed))
         if self.has_ref:

@@ -10,10 +10,14 @@ from dataclasses import dataclass
 
 import torch
 
+from rlcore.algos.losses import loss_units
 from rlcore.api.batch import Batch
 from rlcore.api.training import MicroBatchLoss, ModelOutput, TrainingEngine
 from rlcore.config.batch_sizes import UpdateBatchSizes
 from rlcore.workers.micro_batches import plan_micro_batches
+
+#: ``loss_units`` moved to :mod:`rlcore.algos.losses` (the bypass loss needs it) and stays importable here
+__all__ = ["MicroBatchObjective", "UpdateSettings", "loss_units", "ppo_update"]
 
 #: ``loss_fn(micro_batch, output) -> (loss, metrics)``: the unscaled loss of one micro-batch as the
 #: algorithm defines it (normalised over its own tokens or sequences) and python-float metrics
@@ -28,7 +32,7 @@ class UpdateSettings:
         sizes: per-rank mini- and micro-batch sizes (:func:`rlcore.config.batch_sizes.ppo_batch_sizes`).
         epochs: passes over the batch (``ppo_epochs``).
         grad_clip: the gradient-norm clip (``grad_clip``; None or ≤ 0: none).
-        loss_agg_mode: how the algorithm aggregates a loss over tokens (:func:`loss_units`).
+        loss_agg_mode: how the algorithm aggregates a loss over tokens (:func:`rlcore.algos.losses.loss_units`).
         prefix: the metric prefix (``actor`` or ``critic``).
         budget: the token budget per micro-batch with ``use_dynamic_bsz``, else None.
         budget_key: the budget's config key, named in warnings.
@@ -45,15 +49,6 @@ class UpdateSettings:
     budget_key: str = ""
     temperature: float = 1.0
     with_entropy: bool = False
-
-
-def loss_units(response_mask: torch.Tensor, loss_agg_mode: str) -> float:
-    """What :func:`rlcore.algos.losses.agg_loss` divides a micro-batch's loss by: its tokens
-    (``token-mean``) or its non-empty sequences (the ``seq-mean-*`` modes; ``seq-mean-token-sum-norm``
-    also divides by a constant)."""
-    if loss_agg_mode == "token-mean":
-        return float(response_mask.sum())
-    return float((response_mask.sum(-1) > 0).sum())
 
 
 def _scaled(
