@@ -44,7 +44,6 @@ EXPERT_PARALLEL = "rollout.expert_parallel_size"
 RECOMPUTE_ON_CPU = "actor_rollout_ref.model.enable_gradient_checkpointing"
 MTP = "model.mtp.*"
 REWARD_FILE = "verl/utils/reward_score/rlla.py"
-PREFIX_GROUPER = "actor.use_prefix_grouper"
 PROFILER_HOOKS = "global_profiler.relocate_results"
 PROFILER_TOOL_CONFIG = "profiler.tool_config.torch.*"
 BYPASS = "rollout_correction.bypass_mode"
@@ -58,7 +57,6 @@ OBSTACLES: dict[str, str] = {
     MTP: "multi-token prediction (MTP)",
     # the GDPO script's reward function is a file of verl's repository, which the sample does not copy
     REWARD_FILE: "verl/utils/reward_score/rlla.py': file does not exist",
-    PREFIX_GROUPER: "actor_rollout_ref.actor.use_prefix_grouper",
     PROFILER_HOOKS: "unknown config key 'global_profiler.",
     PROFILER_TOOL_CONFIG: "profiler.tool_config.torch.",
     BYPASS: "bypass",
@@ -93,7 +91,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/otb_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/ppo_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/ppo_trainer/run_qwen3_8b_megatron.sh": (),
-    "examples/prefix_grouper/run_qwen3_8b_fsdp.sh": (PREFIX_GROUPER,),
+    "examples/prefix_grouper/run_qwen3_8b_fsdp.sh": (),
     # the one script without ray_kwargs
     "examples/profile/run_qwen2_5_7b_torch_profile.sh": (PROFILER_HOOKS, PROFILER_TOOL_CONFIG),
     "examples/reinforce_plus_plus_trainer/run_qwen3_8b_fsdp.sh": (),

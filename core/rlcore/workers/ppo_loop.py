@@ -34,6 +34,7 @@ class UpdateSettings:
         budget_key: the budget's config key, named in warnings.
         temperature: the sampling temperature the log-probs are computed at (actor).
         with_entropy: whether the loss needs the entropy (actor).
+        grouped: token-budget micro-batches keep the rows of a prompt together (``actor.use_prefix_grouper``).
     """
 
     sizes: UpdateBatchSizes
@@ -45,6 +46,7 @@ class UpdateSettings:
     budget_key: str = ""
     temperature: float = 1.0
     with_entropy: bool = False
+    grouped: bool = False
 
 
 def loss_units(response_mask: torch.Tensor, loss_agg_mode: str) -> float:
@@ -113,6 +115,7 @@ def ppo_update(
                 budget=settings.budget,
                 budget_key=settings.budget_key,
                 device=engine.device,
+                grouped=settings.grouped,
             )
             units = [loss_units(micro["response_mask"], settings.loss_agg_mode) for micro in plan.parts]
             total = engine.all_reduce_sum(sum(units))
