@@ -216,3 +216,60 @@ def test_the_engine_takes_the_grouped_path(tmp_path: Path, tiny_model_dir: Path)
     task = make_tiny_task(tmp_path / "task")
     with pytest.raises(RLCoreError, match=rf"{KEY}=true: the model has sliding-window attention layers"):
         tiny_run(tmp_path, model_dir, task, f"{KEY}=true")
+
+
+def _engine_case(strategy: str, model_dir: Path, grouped: bool, **extra: object) -> dict[str, torch.Tensor | float]:
+    """Old log-probs and entropies, the update's gradient norm and the log-probs after one update of an actor
+    worker of ``strategy`` on 2 prompts × 3 samples, with or without the shared-prompt forward."""
+    from transformers import AutoTokenizer
+
+    from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
+
+    class Settings(TrainingBackendContract):
+        component_name = strategy
+
+    prompts = ("john has 5 apples and mary has more apples than john",) * 3 + ("how many are left",) * 3
+    batch = make_batch(AutoTokenizer.from_pretrained(model_dir), prompts=prompts, response_length=7, seed=3)
+    batch["advantages"] = torch.linspace(-1.0, 1.0, batch["responses"].numel()).view_as(batch["responses"])
+    overrides = {
+        "data.train_batch_size": 2,
+        "actor_rollout_ref.rollout.n": 3,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 2,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 3,
+        "actor_rollout_ref.actor.entropy_coeff": 0.01,
+        KEY: grouped,
+        **extra,
+    }
+    worker = Settings.make_actor(model_dir, "actor", **overrides)
+    try:
+        before = worker.compute_log_prob(batch)
+        batch["old_log_probs"] = before["old_log_probs"]
+        grad_norm = worker.update_actor(batch).meta["metrics"]["actor/grad_norm"]
+        after = worker.compute_log_prob(batch)["old_log_probs"]
+    finally:
+        worker.shutdown()
+    mask = batch["response_mask"].bool()
+    return {
+        "log_probs": before["old_log_probs"][mask],
+        "entropy": before["entropys"][mask],
+        "grad_norm": grad_norm,
+        "new_log_probs": after[mask],
+    }
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
+def test_engines_with_the_prefix_grouper_match_their_plain_forward(strategy: str, tiny_model_dir: Path) -> None:
+    """The FSDP and DeepSpeed actor engines give the same old log-probs, entropies, gradient norm and
+    log-probs after one update with the shared-prompt forward as without it; that they really take it shows in
+    the refusal there of a model whose config sets use_sliding_window."""
+    if strategy == "deepspeed":
+        pytest.importorskip("rlcore_plugin_deepspeed")
+    plain = _engine_case(strategy, tiny_model_dir, grouped=False)
+    grouped = _engine_case(strategy, tiny_model_dir, grouped=True)
+    for name in ("log_probs", "entropy"):
+        torch.testing.assert_close(grouped[name], plain[name], atol=1e-5, rtol=0, msg=name)
+    assert grouped["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-4)
+    torch.testing.assert_close(grouped["new_log_probs"], plain["new_log_probs"], atol=1e-4, rtol=0)
+    sliding = {"actor_rollout_ref.model.override_config": {"use_sliding_window": True, "sliding_window": 4}}
+    with pytest.raises(RLCoreError, match="sliding-window attention layers"):
+        _engine_case(strategy, tiny_model_dir, grouped=True, **sliding)
