@@ -273,3 +273,17 @@ def test_engines_with_the_prefix_grouper_match_their_plain_forward(strategy: str
     sliding = {"actor_rollout_ref.model.override_config": {"use_sliding_window": True, "sliding_window": 4}}
     with pytest.raises(RLCoreError, match="sliding-window attention layers"):
         _engine_case(strategy, tiny_model_dir, grouped=True, **sliding)
+
+
+def test_the_dry_run_notes_micro_batches_that_cut_a_prompts_samples(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Fixed micro-batches of 2 responses with rollout.n=4 are accepted with a note naming both keys; 4 are not."""
+    from rlcore.testing.runs import tiny_overrides
+
+    task = make_tiny_task(tmp_path / "task")
+    base = (*tiny_overrides(tmp_path, tiny_model_dir, task), f"{KEY}=true")
+    cut = dry_run(*base, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")
+    assert cut.exit_code == 0, cut.output
+    assert "ppo_micro_batch_size_per_gpu=2 is not a multiple of rollout.n=4" in cut.output
+    whole = dry_run(*base, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4")
+    assert whole.exit_code == 0, whole.output
+    assert "is not a multiple of rollout.n" not in whole.output

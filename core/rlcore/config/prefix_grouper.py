@@ -50,3 +50,29 @@ def prefix_grouper_problems(config: DictConfig) -> list[str]:
     if mode != "disabled":
         problems.append(f"{KEY}=true cannot run with {actor}.router_replay.mode={mode}: routing replay is per row")
     return problems
+
+
+def prefix_grouper_notes(config: DictConfig) -> list[str]:
+    """Notes on settings that leave ``use_prefix_grouper=true`` less to share (none when it is off): one
+    response per prompt, and fixed micro-batch sizes that cut a prompt's ``rollout.n`` samples (each part then
+    runs as a group of its own: the same numbers, the prompt computed once per part)."""
+    if not enabled(config):
+        return []
+    n = OmegaConf.select(config, "actor_rollout_ref.rollout.n", default=1)
+    if n == 1:
+        return [f"{KEY}=true with actor_rollout_ref.rollout.n=1: every prompt has one response, nothing is shared"]
+    notes = []
+    passes = (
+        ("actor_rollout_ref.actor", "ppo_micro_batch_size_per_gpu", "use_dynamic_bsz"),
+        ("actor_rollout_ref.rollout", "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz"),
+    )
+    for section, size_key, dynamic_key in passes:
+        size = OmegaConf.select(config, f"{section}.{size_key}", default=None)
+        dynamic = OmegaConf.select(config, f"{section}.{dynamic_key}", default=False)
+        if not dynamic and isinstance(size, int) and size % n:
+            notes.append(
+                f"{KEY}=true: {section}.{size_key}={size} is not a multiple of rollout.n={n}, so some "
+                "micro-batches cut a prompt's samples; each part computes the prompt once (a multiple of n, or "
+                "the token budget, shares more)"
+            )
+    return notes

@@ -15,7 +15,7 @@ from rlcore.config.async_training import async_training_problems
 from rlcore.config.batch_sizes import ppo_batch_sizes, ulysses_size
 from rlcore.config.keys import positive_int, positive_key
 from rlcore.config.loader import ConfigError
-from rlcore.config.prefix_grouper import prefix_grouper_problems
+from rlcore.config.prefix_grouper import prefix_grouper_notes, prefix_grouper_problems
 from rlcore.config.ranges import value_range_problems
 from rlcore.config.ray_kwargs import ray_kwargs_notes, ray_kwargs_problems
 from rlcore.config.router_replay import router_replay_problems
@@ -453,6 +453,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     notes += megatron_notes(config)
     notes += ray_kwargs_notes(config)
     notes += file_logger_notes(config)
+    notes += prefix_grouper_notes(config)
     return DerivedQuantities(
         world_size=world,
         data_parallel_size=dp,
