@@ -43,7 +43,6 @@ MEGATRON_SETTINGS = "model.lora.*"
 EXPERT_PARALLEL = "rollout.expert_parallel_size"
 RECOMPUTE_ON_CPU = "actor_rollout_ref.model.enable_gradient_checkpointing"
 MTP = "model.mtp.*"
-PREFIX_GROUPER = "actor.use_prefix_grouper"
 PROFILER_HOOKS = "global_profiler.relocate_results"
 PROFILER_TOOL_CONFIG = "profiler.tool_config.torch.*"
 MEGATRON_FSDP = "megatron.use_megatron_fsdp"
@@ -54,7 +53,6 @@ OBSTACLES: dict[str, str] = {
     EXPERT_PARALLEL: "rollout.expert_parallel_size",
     RECOMPUTE_ON_CPU: "activation recomputation saves CUDA RNG states and does not run on the CPU",
     MTP: "multi-token prediction (MTP)",
-    PREFIX_GROUPER: "actor_rollout_ref.actor.use_prefix_grouper",
     PROFILER_HOOKS: "unknown config key 'global_profiler.",
     PROFILER_TOOL_CONFIG: "profiler.tool_config.torch.",
     MEGATRON_FSDP: "use_megatron_fsdp=true: Megatron-FSDP",
@@ -88,7 +86,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/otb_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/ppo_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/ppo_trainer/run_qwen3_8b_megatron.sh": (),
-    "examples/prefix_grouper/run_qwen3_8b_fsdp.sh": (PREFIX_GROUPER,),
+    "examples/prefix_grouper/run_qwen3_8b_fsdp.sh": (),
     # the one script without ray_kwargs
     "examples/profile/run_qwen2_5_7b_torch_profile.sh": (PROFILER_HOOKS, PROFILER_TOOL_CONFIG),
     "examples/reinforce_plus_plus_trainer/run_qwen3_8b_fsdp.sh": (),

@@ -38,6 +38,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.workers.ppo_loop",  # ppo_update: the mini/micro-batch update loop, for such workers
     "rlcore.modelkit.hf_models",  # loading, value model, log-probs and values of transformers models
     "rlcore.modelkit.packing",  # sequence packing (use_remove_padding)
+    "rlcore.modelkit.prefix_grouper",  # the shared-prompt forward (actor.use_prefix_grouper): grouper_key
     "rlcore.modelkit.sequence_parallel",  # Ulysses sequence parallelism
     "rlcore.modelkit.kernels",  # the use_liger / use_torch_compile switches
     "rlcore.modelkit.vlm",  # vision-language models: loader class, images and mrope positions, vision tower

@@ -216,6 +216,8 @@ class ActorConfig(PPOUpdateConfig):
     calculate_sum_pi_squared: bool
     #: seed of the update's shuffling generator (actor and critic)
     data_loader_seed: int
+    #: the actor's forwards compute each prompt once for its ``rollout.n`` responses
+    use_prefix_grouper: bool
     #: a KL term to the reference policy in the loss (needs the reference model)
     use_kl_loss: bool
     checkpoint: ActorCheckpointConfig

@@ -229,7 +229,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         "these actor options of verl",
         (
             "actor_rollout_ref.actor.calculate_entropy",
-            "actor_rollout_ref.actor.use_prefix_grouper",
             "actor_rollout_ref.actor.sum_pi_squared_checkpointing",
         ),
     ),

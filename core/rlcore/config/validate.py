@@ -15,6 +15,7 @@ from rlcore.config.async_training import async_training_problems
 from rlcore.config.batch_sizes import ppo_batch_sizes, ulysses_size
 from rlcore.config.keys import positive_int, positive_key
 from rlcore.config.loader import ConfigError
+from rlcore.config.prefix_grouper import prefix_grouper_notes, prefix_grouper_problems
 from rlcore.config.ranges import value_range_problems
 from rlcore.config.ray_kwargs import ray_kwargs_notes, ray_kwargs_problems
 from rlcore.config.router_replay import router_replay_problems
@@ -299,7 +300,8 @@ def check_values(config: DictConfig) -> None:
     ``top_p`` of 0, ...), names the algorithm code would reject (:func:`algorithm_value_problems`), sampling
     settings that cannot train (:func:`sampling_problems`), a reward function or dataset class that its file
     does not define (:func:`user_file_problems`), the ``router_replay`` keys
-    (:func:`rlcore.config.router_replay.router_replay_problems`), and the verl keys rlcore honours at one value only
+    (:func:`rlcore.config.router_replay.router_replay_problems`), what ``actor.use_prefix_grouper`` cannot run with
+    (:func:`rlcore.config.prefix_grouper.prefix_grouper_problems`), and the verl keys rlcore honours at one value only
     (:data:`ONLY_VALUES`). Raises one :class:`ConfigError` with every problem found."""
     from omegaconf import OmegaConf
 
@@ -316,6 +318,7 @@ def check_values(config: DictConfig) -> None:
     problems += async_training_problems(config)
     problems += ray_kwargs_problems(config)
     problems += router_replay_problems(config)
+    problems += prefix_grouper_problems(config)
     if config.reward_model.launch_reward_fn_async and config.algorithm.batch_filters:
         problems.append(
             "reward_model.launch_reward_fn_async=true cannot be combined with algorithm.batch_filters: "
@@ -457,6 +460,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     notes += megatron_notes(config)
     notes += ray_kwargs_notes(config)
     notes += file_logger_notes(config)
+    notes += prefix_grouper_notes(config)
     return DerivedQuantities(
         world_size=world,
         data_parallel_size=dp,

@@ -65,7 +65,7 @@ from rlcore.tracking.progress import ProgressBar
 from rlcore.tracking.sinks import build_trackers
 from rlcore.tracking.timer import StageTimer
 from rlcore.tracking.values import reduce_metrics
-from rlcore.workers.balance import balance_order
+from rlcore.workers.balance import balance_order, group_balance_order
 
 log = logging.getLogger(__name__)
 
@@ -390,7 +390,11 @@ class Trainer:
         else:
             batch = self._collect_batch(metrics)
         if self.sections.trainer.balance_batch:
-            order, balance_metrics = balance_order(batch["attention_mask"].sum(-1), self.actor.dp_size)
+            lengths = batch["attention_mask"].sum(-1)
+            if self.sections.actor_rollout_ref.actor.use_prefix_grouper:  # a prompt's samples stay together
+                order, balance_metrics = group_balance_order(lengths, list(batch["uid"]), self.actor.dp_size)
+            else:
+                order, balance_metrics = balance_order(lengths, self.actor.dp_size)
             batch.reorder(order)
             metrics.update(balance_metrics)
         reward: PendingReward | None = None

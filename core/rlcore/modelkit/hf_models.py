@@ -24,6 +24,7 @@ from rlcore.errors import RLCoreError
 from rlcore.modelkit.fused_logprobs import fused_head
 from rlcore.modelkit.moe import MoeRouting, begin_batch
 from rlcore.modelkit.packing import PackedBatch, pack_batch
+from rlcore.modelkit.prefix_grouper import grouped_logits
 from rlcore.modelkit.sequence_parallel import (
     SequenceParallel,
     ShardedInput,
@@ -32,7 +33,7 @@ from rlcore.modelkit.sequence_parallel import (
     shard_packed,
     shard_padded,
 )
-from rlcore.modelkit.vlm import policy_loader, vision_language_kwargs
+from rlcore.modelkit.vlm import policy_loader, rope_owner, vision_language_kwargs
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -206,6 +207,7 @@ def response_outputs(
     moe: MoeRouting | None = None,
     record_routing: bool = False,
     replay_routing: bool = False,
+    prefix_grouper: str | None = None,
 ) -> ModelOutput:
     """Teacher-forced log-probs of ``batch["responses"]`` under ``model`` and, when asked, the entropy and
     ``Σπ²`` of each next-token distribution, all ``[B, R]`` float32.
@@ -229,8 +231,17 @@ def response_outputs(
     load-balancing loss and the expert load of the valid tokens; ``record_routing`` also fills
     ``routed_experts``, and ``replay_routing`` routes each token to the batch's ``routed_experts`` (when it
     has them). Neither is possible with ``sp``: each rank routes a slice of the sequence.
+
+    ``prefix_grouper`` (the key of the setting, ``actor.use_prefix_grouper``) runs each group of adjacent rows
+    that share their prompt as one row in which the prompt is computed once
+    (:mod:`rlcore.modelkit.prefix_grouper`); the numbers are the same. It is refused, naming the setting,
+    with packing, ``sp``, fused kernels, a mixture-of-experts or vision-language model.
     """
     wanted = {"with_entropy": with_entropy, "with_sum_pi_squared": with_sum_pi_squared}
+    if prefix_grouper is not None:
+        _check_groupable(model, prefix_grouper, remove_padding, sp, fused, moe)
+        logits = grouped_logits(model, batch, accepts_logits_to_keep(model), prefix_grouper)
+        return _from_logits(logits.float() / temperature, batch["responses"], lambda t: t, **wanted)
     if sp is not None:
         inputs, packed = _sharded(model, batch, remove_padding, remove_padding_key, sp)
         if moe is not None and (record_routing or replay_routing):
@@ -260,6 +271,27 @@ def response_outputs(
     if moe is not None and routing is not None:
         moe.finish(routing, output, layout)
     return output
+
+
+def _check_groupable(
+    model: nn.Module,
+    key: str,
+    remove_padding: bool,
+    sp: SequenceParallel | None,
+    fused: str | None,
+    moe: MoeRouting | None,
+) -> None:
+    """Refuse, naming ``key``, what the shared-prompt forward does not combine with (verl refuses the same)."""
+    refused = [
+        (remove_padding, "model.use_remove_padding=true (packed sequences)"),
+        (sp is not None, "ulysses_sequence_parallel_size > 1"),
+        (fused is not None, "model.use_fused_kernels=true (a fused head takes one label per position)"),
+        (moe is not None, "a mixture-of-experts model (its routing statistics and replay are per row)"),
+        (rope_owner(model) is not None, "a vision-language model"),
+    ]
+    named = [what for hit, what in refused if hit]
+    if named:
+        raise RLCoreError(f"{key}=true cannot run with {', '.join(named)}")
 
 
 def _unsharded_outputs(

@@ -212,11 +212,17 @@ class ActorRolloutRefWorker(WorkerBase):
     ) -> dict[str, torch.Tensor]:
         """The :class:`ModelOutput` fields ``names`` (``log_probs`` first, then ``entropy`` and/or
         ``sum_pi_squared``) of the whole batch without gradients, in micro-batches of ``micro_size`` rows or,
-        with a token ``budget`` (config key ``budget_key``), of balanced token counts; the results come back
-        on the CPU in the batch's row order."""
+        with a token ``budget`` (config key ``budget_key``), of balanced token counts (the actor's with
+        ``use_prefix_grouper``: whole groups of a prompt); the results come back on the CPU in the batch's row
+        order."""
         temperature = self._temperature(batch)
         plan = plan_micro_batches(
-            cpu_batch(batch), size=micro_size, budget=budget, budget_key=budget_key, device=engine.device
+            cpu_batch(batch),
+            size=micro_size,
+            budget=budget,
+            budget_key=budget_key,
+            device=engine.device,
+            grouped=engine is self.actor and bool(self.actor_config.use_prefix_grouper),
         )
         with engine.resident():
             if "sum_pi_squared" in names:  # never passed otherwise: not every backend takes it (see forward)
@@ -347,6 +353,7 @@ class ActorRolloutRefWorker(WorkerBase):
             budget_key=f"{ACTOR}.ppo_max_token_len_per_gpu",
             temperature=self._temperature(batch),
             with_entropy=with_entropy or on_policy,
+            grouped=bool(self.actor_config.use_prefix_grouper),
         )
         with actor.resident():
             metrics = ppo_update(actor, cpu_batch(batch), objective, settings, self.shuffle_generator)

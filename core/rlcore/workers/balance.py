@@ -105,9 +105,39 @@ def balance_order(seq_lengths: Iterable[int], world_size: int) -> tuple[list[int
     sizes = chunk_sizes(len(lengths), world_size)
     bins = greedy_partition([sequence_workload(length) for length in lengths], world_size, sizes)
     order = [row for members in bins for row in members]
+    return order, _balance_metrics(lengths, order, sizes, world_size)
+
+
+def group_balance_order(
+    seq_lengths: Iterable[int], groups: Sequence[object], world_size: int
+) -> tuple[list[int], dict[str, float]]:
+    """:func:`balance_order` that keeps the rows of each group (``uid``: the samples of one prompt) adjacent and
+    on one rank (``actor.use_prefix_grouper``): whole groups are balanced over the ranks when there are as many
+    on every rank (equal group sizes, a group count that the rank count divides, as verl requires); otherwise
+    the groups only come together, in the order of their first rows, without balancing. Same metrics."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise RLCoreError(f"balance_batch needs a positive number of data-parallel ranks, got {world_size!r}")
+    lengths = _as_lengths(seq_lengths)
+    if len(groups) != len(lengths):
+        raise RLCoreError(f"balance_batch: {len(groups)} group ids for {len(lengths)} rows")
+    members: dict[object, list[int]] = {}
+    for row, group in enumerate(groups):
+        members.setdefault(group, []).append(row)
+    units = list(members.values())
+    sizes = chunk_sizes(len(lengths), world_size)
+    order = [row for unit in units for row in unit]
+    if world_size > 1 and len({len(unit) for unit in units}) == 1 and len(units) % world_size == 0:
+        weights = [sum(sequence_workload(lengths[row]) for row in unit) for unit in units]
+        bins = greedy_partition(weights, world_size, [len(units) // world_size] * world_size)
+        order = [row for members_ in bins for unit in members_ for row in units[unit]]
+    return order, _balance_metrics(lengths, order, sizes, world_size)
+
+
+def _balance_metrics(lengths: list[int], order: list[int], sizes: list[int], world_size: int) -> dict[str, float]:
+    """``global_seqlen/*``: per-rank token totals in the original and the balanced ``order``."""
     before = _rank_sums(lengths, range(len(lengths)), sizes)
     after = _rank_sums(lengths, order, sizes)
-    metrics = {
+    return {
         "global_seqlen/min": float(min(before)),
         "global_seqlen/max": float(max(before)),
         "global_seqlen/minmax_diff": float(max(before) - min(before)),
@@ -115,7 +145,6 @@ def balance_order(seq_lengths: Iterable[int], world_size: int) -> tuple[list[int
         "global_seqlen/balanced_max": float(max(after)),
         "global_seqlen/mean": sum(lengths) / world_size if lengths else 0.0,
     }
-    return order, metrics
 
 
 def budget_partition(weights: Sequence[int], budget: int, min_bins: int = 1) -> list[list[int]]:

@@ -6,6 +6,10 @@ With a token budget the rows are split into the fewest micro-batches whose summe
 its own (with a warning naming the budget key). Every rank must run the same number of forward passes
 (sharded engines gather parameters in every pass), so the micro-batch count is agreed with an all-reduce (max) over
 the ranks. Results computed per micro-batch are put back into the original row order.
+
+``grouped`` (``actor.use_prefix_grouper``) makes each run of adjacent rows sharing a prompt one indivisible
+unit of the token budget, weighed by the tokens the shared-prompt forward runs (the prompt once, then every
+response: :mod:`rlcore.modelkit.prefix_grouper`), so that no micro-batch splits a prompt's group.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import torch.distributed as dist
 
 from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
+from rlcore.modelkit.prefix_grouper import prompt_groups
 from rlcore.workers.balance import budget_partition
 
 
@@ -70,23 +75,46 @@ def token_budget_parts(lengths: list[int], budget: int, device: torch.device) ->
             return parts
 
 
+def _budget_units(batch: Batch, grouped: bool) -> tuple[list[list[int]], list[int]]:
+    """The rows of each unit of the token budget and its token count: one row each, or with ``grouped`` each
+    run of adjacent rows sharing a prompt, counting the prompt's tokens once."""
+    mask = batch["attention_mask"]
+    if not grouped:
+        return [[row] for row in range(len(batch))], mask.sum(-1).clamp_min(1).tolist()
+    prompt = mask.shape[1] - batch["responses"].shape[1]
+    units, lengths = [], []
+    for start, count in prompt_groups(batch):
+        units.append(list(range(start, start + count)))
+        lengths.append(max(1, int(mask[start, :prompt].sum() + mask[start : start + count, prompt:].sum())))
+    return units, lengths
+
+
 def plan_micro_batches(
-    batch: Batch, *, size: int | None = None, budget: int | None = None, budget_key: str = "", device: torch.device
+    batch: Batch,
+    *,
+    size: int | None = None,
+    budget: int | None = None,
+    budget_key: str = "",
+    device: torch.device,
+    grouped: bool = False,
 ) -> MicroBatchPlan:
     """Cut ``batch`` into micro-batches of ``size`` rows (all of it when ``size`` is None) or, when
-    ``budget`` is given, by a token budget (see the module docstring; collective over the ranks).
+    ``budget`` is given, by a token budget (see the module docstring; collective over the ranks), keeping
+    the rows of a prompt together when ``grouped``.
 
     ``budget_key`` names the budget's config key in the warning about rows longer than the budget.
     """
     if budget is None:
         parts = [batch] if size is None or size >= len(batch) else batch.split(size)
         return MicroBatchPlan(parts, None)
-    lengths = batch["attention_mask"].sum(-1).clamp_min(1).tolist()
+    units, lengths = _budget_units(batch, grouped)
     if lengths and max(lengths) > budget:
+        what = "a prompt's group" if grouped else "a sequence"
         warnings.warn(
-            f"a sequence of {max(lengths)} tokens exceeds {budget_key}={budget}; it runs as a micro-batch of its own",
+            f"{what} of {max(lengths)} tokens exceeds {budget_key}={budget}; it runs as a micro-batch of its own",
             stacklevel=2,
         )
-    rows = [torch.tensor(part, dtype=torch.long) for part in token_budget_parts(lengths, budget, device)]
+    unit_parts = token_budget_parts(lengths, budget, device)
+    rows = [torch.tensor([row for unit in part for row in units[unit]], dtype=torch.long) for part in unit_parts]
     order = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long)
     return MicroBatchPlan([batch.index(index) for index in rows], order)

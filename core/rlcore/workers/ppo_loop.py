@@ -38,6 +38,7 @@ class UpdateSettings:
         budget_key: the budget's config key, named in warnings.
         temperature: the sampling temperature the log-probs are computed at (actor).
         with_entropy: whether the loss needs the entropy (actor).
+        grouped: token-budget micro-batches keep the rows of a prompt together (``actor.use_prefix_grouper``).
     """
 
     sizes: UpdateBatchSizes
@@ -49,6 +50,7 @@ class UpdateSettings:
     budget_key: str = ""
     temperature: float = 1.0
     with_entropy: bool = False
+    grouped: bool = False
 
 
 def _scaled(
@@ -108,6 +110,7 @@ def ppo_update(
                 budget=settings.budget,
                 budget_key=settings.budget_key,
                 device=engine.device,
+                grouped=settings.grouped,
             )
             units = [loss_units(micro["response_mask"], settings.loss_agg_mode) for micro in plan.parts]
             total = engine.all_reduce_sum(sum(units))

@@ -46,6 +46,7 @@ from rlcore.modelkit.hf_models import (
 from rlcore.modelkit.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
 from rlcore.modelkit.moe import engine_routing
 from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
+from rlcore.modelkit.prefix_grouper import grouper_key
 from rlcore.rollout.buckets import weight_buckets
 from rlcore_plugin_deepspeed.settings import GATHER_BUCKET_NUMEL, DeepSpeedSettings, deepspeed_json, resolve_settings
 
@@ -123,6 +124,7 @@ class DeepSpeedEngine(OptimizerState):
         self.remove_padding_key = f"{request.model_section}.use_remove_padding"
         self.remove_padding = bool(select(config, self.remove_padding_key, False))
         self.fused = fused_backend(config, request.model_section)
+        self.prefix_grouper = grouper_key(config, request.role, section)
         model = self._load_model(select(config, request.model_section), request.model_section)
         self.routing = engine_routing(model, config, request.role, section, request.model_section)
         self.offload_activations = offload_enabled(select(config, request.model_section))
@@ -187,6 +189,7 @@ class DeepSpeedEngine(OptimizerState):
             fused=self.fused,
             remove_padding=padding,
             remove_padding_key=padding_key,
+            prefix_grouper=self.prefix_grouper,
             **(self.routing.forward_kwargs(training=self.module.training) if self.routing is not None else {}),
         )
 

@@ -45,6 +45,7 @@ from rlcore.modelkit.hf_models import (
 from rlcore.modelkit.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
 from rlcore.modelkit.moe import EngineRouting, engine_routing
 from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
+from rlcore.modelkit.prefix_grouper import grouper_key
 from rlcore.modelkit.vlm import freeze_vision_tower, is_vision_language, rope_owner
 from rlcore_plugin_fsdp.fsdp import (
     Offloader,
@@ -109,6 +110,7 @@ class FSDPEngine(OptimizerState):
         self.remove_padding_key = f"{request.model_section}.use_remove_padding"
         self.remove_padding = bool(select(config, self.remove_padding_key, False))
         self.fused = fused_backend(config, request.model_section)
+        self.prefix_grouper = grouper_key(config, request.role, section)
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         self.lora_merger: LoraMerger | None = None
@@ -212,6 +214,7 @@ class FSDPEngine(OptimizerState):
             remove_padding_key=self.remove_padding_key,
             sp=self.sp,
             fused=self.fused,
+            prefix_grouper=self.prefix_grouper,
             **(self.routing.forward_kwargs(training=self.module.training) if self.routing is not None else {}),
         )
 
