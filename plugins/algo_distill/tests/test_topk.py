@@ -18,6 +18,7 @@ from rlcore_plugin_distill.worker import TeacherWorker
 from rlcore.api.batch import Batch
 from rlcore.api.training import GATHER_IDS, GATHERED_LOG_PROBS
 from rlcore.config import load_config
+from rlcore.errors import RLCoreError
 from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
 from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore.tracking.sinks import read_metrics
@@ -192,27 +193,37 @@ def test_engines_return_log_probs_at_ids_and_the_top_k(backend: str, tiny_model_
     torch.testing.assert_close(seen[0].detach().cpu()[valid], expected.gather(-1, ids)[valid], atol=1e-4, rtol=0)
 
 
-def test_the_teacher_returns_its_top_k(tiny_model_dir: Path, teacher_dir: Path, tiny_tokenizer) -> None:
-    """``gather_ids`` and ``teacher_topk_log_probs`` ``[B, R, k]``: the teacher's k most likely tokens at each
-    response position at temperature 1, not renormalised; 0 on padding."""
+def topk_config(student: Path, teacher: Path, topk: int) -> Any:
+    """A CPU config distilling ``teacher`` into ``student`` with ``forward_kl_topk`` (validated)."""
     from rlcore.plugins import load_plugins
 
-    batch = make_batch(tiny_tokenizer)
-    batch.meta["temperature"] = 0.5  # the student's sampling temperature never reaches the teacher
     config = load_config(
         [],
         [
-            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            f"actor_rollout_ref.model.path={student}",
             "trainer.device=cpu",
             "distillation.enabled=true",
-            f"distillation.teacher_models.teacher_model.model_path={teacher_dir}",
+            f"distillation.teacher_models.teacher_model.model_path={teacher}",
             "distillation.distillation_loss.loss_mode=forward_kl_topk",
-            "distillation.distillation_loss.topk=6",
+            f"distillation.distillation_loss.topk={topk}",
         ],
         [],
     )
     load_plugins().hook.on_config_resolved(config=config)
-    worker = TeacherWorker(config, "teacher")
+    return config
+
+
+def test_a_top_k_beyond_the_teachers_vocabulary_is_an_error(tiny_model_dir: Path, teacher_dir: Path) -> None:
+    with pytest.raises(RLCoreError, match=r"distillation.distillation_loss.topk=100000 exceeds the vocabulary"):
+        TeacherWorker(topk_config(tiny_model_dir, teacher_dir, 100_000), "teacher")
+
+
+def test_the_teacher_returns_its_top_k(tiny_model_dir: Path, teacher_dir: Path, tiny_tokenizer) -> None:
+    """``gather_ids`` and ``teacher_topk_log_probs`` ``[B, R, k]``: the teacher's k most likely tokens at each
+    response position at temperature 1, not renormalised; 0 on padding."""
+    batch = make_batch(tiny_tokenizer)
+    batch.meta["temperature"] = 0.5  # the student's sampling temperature never reaches the teacher
+    worker = TeacherWorker(topk_config(tiny_model_dir, teacher_dir, 6), "teacher")
     try:
         worker.init_model()
         out = worker.compute_teacher_log_prob(batch)
@@ -256,3 +267,40 @@ def test_two_steps_with_the_top_k_loss(tmp_path: Path, tiny_model_dir: Path, tea
         assert np.isfinite(row["actor/distillation/loss_max"])
         assert row["actor/grad_norm"] > 0
         assert "actor/distillation/abs_loss" not in row
+
+
+def test_two_megatron_steps_with_tensor_parallelism(tmp_path: Path) -> None:
+    """The script's backend and layout: the Megatron actor and teacher at tensor-parallel size 2 on two Ray
+    worker processes, dynamic micro-batches, GKD-style forward_kl_topk without a task reward."""
+    pytest.importorskip("ray")
+    from rlcore.testing.tiny import make_tiny_model_dir
+
+    shape = {"hidden_size": 128, "num_heads": 4, "num_kv_heads": 2}  # two key/value groups: TP=2 splits them
+    student = make_tiny_model_dir(tmp_path / "student", **shape)
+    teacher = make_tiny_model_dir(tmp_path / "teacher", seed=1, **shape)
+    task = make_tiny_task(tmp_path / "task", train_rows=8, test_rows=2)
+    last, run_dir = tiny_run(
+        tmp_path / "run",
+        student,
+        task,
+        "actor_rollout_ref.actor.strategy=megatron",
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+        "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=2",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=256",
+        "trainer.executor=ray",
+        "trainer.n_gpus_per_node=2",
+        "algorithm.adv_estimator=grpo",
+        "reward_model.reward_manager=teacher_only",
+        "distillation.enabled=true",
+        f"distillation.teacher_models.teacher_model.model_path={teacher}",
+        "distillation.distillation_loss.loss_mode=forward_kl_topk",
+        "distillation.distillation_loss.topk=16",
+        "distillation.distillation_loss.use_task_rewards=false",
+        "distillation.distillation_loss.loss_max_clamp=10.0",
+        "distillation.distillation_loss.log_prob_min_clamp=-10.0",
+    )
+    rows = [row for row in read_metrics(run_dir / "metrics.jsonl") if "training/global_step" in row]
+    assert [row["training/global_step"] for row in rows] == [1, 2]
+    assert last["actor/distillation/loss"] > 0 and last["actor/grad_norm"] > 0
+    assert 0 < last["actor/distillation/teacher_mass"] <= 1 + 1e-5
