@@ -209,11 +209,13 @@ class ActorRolloutRefWorker(WorkerBase):
         """The :class:`ModelOutput` fields ``names`` (``log_probs`` first, then ``entropy`` and/or
         ``sum_pi_squared``) of the whole batch without gradients, in micro-batches of ``micro_size`` rows or,
         with a token ``budget`` (config key ``budget_key``), of balanced token counts; the results come back
-        on the CPU in the batch's row order."""
+        on the CPU in the batch's row order. The batch's ``gather_ids`` are left out: only the update reads the
+        log-probs at them."""
         temperature = self._temperature(batch)
-        plan = plan_micro_batches(
-            cpu_batch(batch), size=micro_size, budget=budget, budget_key=budget_key, device=engine.device
-        )
+        data = cpu_batch(batch)
+        if GATHER_IDS in data:
+            data = data.select([key for key in data.keys() if key != GATHER_IDS])
+        plan = plan_micro_batches(data, size=micro_size, budget=budget, budget_key=budget_key, device=engine.device)
         with engine.resident():
             if "sum_pi_squared" in names:  # never passed otherwise: not every backend takes it (see forward)
                 outputs = engine.forward(

@@ -304,3 +304,38 @@ def test_two_megatron_steps_with_tensor_parallelism(tmp_path: Path) -> None:
     assert [row["training/global_step"] for row in rows] == [1, 2]
     assert last["actor/distillation/loss"] > 0 and last["actor/grad_norm"] > 0
     assert 0 < last["actor/distillation/teacher_mass"] <= 1 + 1e-5
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refused"),
+    [
+        (
+            ["actor_rollout_ref.ref.ulysses_sequence_parallel_size=2"],
+            "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+        ),
+        (["actor_rollout_ref.model.use_fused_kernels=true"], "actor_rollout_ref.model.use_fused_kernels"),
+        (["actor_rollout_ref.model.use_fused_kernels=true", "actor_rollout_ref.actor.strategy=megatron"], None),
+    ],
+)
+def test_settings_without_whole_logits_are_refused(overrides: list[str], refused: str | None) -> None:
+    """Ulysses slices (the actor's or the teachers' reference section) and fused kernels never hold a position's
+    whole logits; the Megatron engine reads its output layer's logits whatever ``use_fused_kernels`` says."""
+    from rlcore_plugin_distill.settings import distillation_settings
+
+    from rlcore.config import ConfigError
+
+    config = load_config(
+        [],
+        [
+            "distillation.enabled=true",
+            "distillation.teacher_models.teacher_model.model_path=/m",
+            "distillation.distillation_loss.loss_mode=forward_kl_topk",
+            *overrides,
+        ],
+        [],
+    )
+    if refused is None:
+        assert distillation_settings(config).loss.uses_topk
+    else:
+        with pytest.raises(ConfigError, match=f"{refused}=.* cannot run with .*forward_kl_topk"):
+            distillation_settings(config)

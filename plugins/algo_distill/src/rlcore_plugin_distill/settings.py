@@ -234,18 +234,23 @@ def _loss_settings(config: DictConfig, problems: list[str]) -> LossSettings:
 
 def _check_topk_forward(config: DictConfig, problems: list[str]) -> None:
     """``forward_kl_topk`` reads the student's log-probs at the teacher's top-k ids from each position's whole
-    logits: not with the settings whose forward never holds them (Ulysses slices, fused kernels)."""
+    logits: not with the settings whose forward never holds them (Ulysses slices, fused kernels of the
+    engines that have them)."""
     mode = f"{D}.distillation_loss.loss_mode=forward_kl_topk"
-    for key, blocks in (
-        ("actor_rollout_ref.actor.ulysses_sequence_parallel_size", lambda v: v is not None and int(v) > 1),
-        ("actor_rollout_ref.model.use_fused_kernels", bool),
-    ):
-        value = OmegaConf.select(config, key)
-        if blocks(value):
-            problems.append(
-                f"{key}={value} cannot run with {mode}: the student's log-probs at the teacher's top-k ids need "
-                "each position's whole logits, which that forward never holds"
-            )
+    sliced = (
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+        "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+    )
+    blocked = [key for key in sliced if int(OmegaConf.select(config, key) or 1) > 1]
+    # the Megatron engine reads its output layer's logits whatever use_fused_kernels says
+    megatron = OmegaConf.select(config, "actor_rollout_ref.actor.strategy") == "megatron"
+    if OmegaConf.select(config, "actor_rollout_ref.model.use_fused_kernels") and not megatron:
+        blocked.append("actor_rollout_ref.model.use_fused_kernels")
+    for key in blocked:
+        problems.append(
+            f"{key}={OmegaConf.select(config, key)} cannot run with {mode}: the student's log-probs at the "
+            "teacher's top-k ids need each position's whole logits, which that forward never holds"
+        )
 
 
 def distillation_settings(config: DictConfig) -> DistillationSettings:
