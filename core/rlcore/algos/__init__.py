@@ -5,12 +5,14 @@ Importing this package imports torch; ``import rlcore`` does not import it.
 
 from rlcore.algos.functional import (
     entropy_from_logits,
+    logprobs_at_ids,
     logprobs_from_logits,
     masked_mean,
     masked_sum,
     masked_var,
     masked_whiten,
     sum_pi_squared_from_logits,
+    top_k_logprobs,
 )
 from rlcore.algos.grouping import GroupStats, group_ids, group_stats
 from rlcore.algos.kl_control import (
@@ -52,6 +54,7 @@ __all__ = [
     "group_ids",
     "group_stats",
     "kl_penalty",
+    "logprobs_at_ids",
     "logprobs_from_logits",
     "make_kl_controller",
     "masked_mean",
@@ -59,6 +62,7 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "sum_pi_squared_from_logits",
+    "top_k_logprobs",
     "value_loss",
     "vanilla_policy_loss",
 ]

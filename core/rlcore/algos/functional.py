@@ -89,3 +89,18 @@ def sum_pi_squared_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """
     logits = logits.float()
     return torch.exp(torch.logsumexp(2.0 * logits, dim=-1) - 2.0 * torch.logsumexp(logits, dim=-1))
+
+
+def logprobs_at_ids(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``[..., k]`` log-probabilities of the vocabulary ids ``ids`` ``[..., k]`` under ``softmax(logits)``
+    (``logits`` ``[..., V]``), in float32: ``z[id] − logsumexp(z)``, the full log-softmax never stored."""
+    logits = logits.float()
+    return torch.gather(logits, -1, ids.long()) - torch.logsumexp(logits, dim=-1, keepdim=True)
+
+
+def top_k_logprobs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` most likely ids ``[..., k]`` (int64, most likely first) of ``softmax(logits)`` and their
+    log-probabilities in float32 (not renormalised over the ``k``)."""
+    logits = logits.float()
+    values, ids = torch.topk(logits, k, dim=-1)
+    return ids, values - torch.logsumexp(logits, dim=-1, keepdim=True)

@@ -42,6 +42,15 @@ ENGINE_CONTENTS: tuple[str, ...] = ("model", "optimizer")
 #: log-prob pass (R2); an engine whose section has ``router_replay.mode`` R2 or R3 routes each recorded token to
 #: exactly those experts instead of recomputing the top-k, and recomputes it where the entry is ``-1``
 ROUTED_EXPERTS = "routed_experts"
+#: the batch key of token ids whose log-probs a causal LM's forward also returns: ``[B, R, k]`` integers, ``k``
+#: vocabulary ids at each response position (on-policy distillation's teacher top-k). An engine that finds it
+#: in a micro-batch fills :attr:`ModelOutput.gathered_log_probs` in :meth:`TrainingEngine.forward` and, with
+#: gradients, in :meth:`TrainingEngine.forward_backward`; the actor's update hands them to the loss under
+#: :data:`GATHERED_LOG_PROBS`
+GATHER_IDS = "gather_ids"
+#: the micro-batch key under which the actor's update passes :attr:`ModelOutput.gathered_log_probs` (with their
+#: gradients) to the plugins' loss terms
+GATHERED_LOG_PROBS = "gathered_log_probs"
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,12 @@ class ModelOutput:
         sum_pi_squared: ``Σ_v π(v | prefix)²`` of that tempered distribution over the whole vocabulary at each
             response position (actor, asked for by ``with_sum_pi_squared``; verl's ``calculate_sum_pi_squared``,
             read by the optimal token baseline).
+        gathered_log_probs: ``[B, R, k]`` the log-probs of the micro-batch's :data:`GATHER_IDS` under that
+            tempered distribution (``log_softmax(logits / temperature)`` read at each id), filled by a causal LM
+            when the micro-batch has them.
+        top_k_ids: ``[B, R, k]`` int64, the ``k`` most likely ids of that tempered distribution at each response
+            position, most likely first (asked for by ``top_k=k`` in :meth:`TrainingEngine.forward`).
+        top_k_log_probs: ``[B, R, k]`` their log-probs (not renormalised over the ``k``).
         routed_experts: a mixture-of-experts model's routing in this forward, ``[B, P + R, L, k]`` integers laid
             out as ``input_ids`` (``L`` sparse layers, the ``k`` experts each token used; ``-1`` outside the
             attention mask). Filled by an engine whose section records routing
@@ -120,11 +135,15 @@ class ModelOutput:
     values: torch.Tensor | None = None
     scores: torch.Tensor | None = None
     sum_pi_squared: torch.Tensor | None = None
+    gathered_log_probs: torch.Tensor | None = None
+    top_k_ids: torch.Tensor | None = None
+    top_k_log_probs: torch.Tensor | None = None
     routed_experts: torch.Tensor | None = None
     stats: dict[str, float] = field(default_factory=dict)
 
     def require(self, name: str) -> torch.Tensor:
-        """The output ``name`` (``log_probs``, ``entropy``, ``values``, ``scores`` or ``sum_pi_squared``); an engine
+        """The output ``name`` (``log_probs``, ``entropy``, ``values``, ``scores``, ``sum_pi_squared``,
+        ``gathered_log_probs``, ``top_k_ids`` or ``top_k_log_probs``); an engine
         that did not fill what the worker asked for breaks the contract, which the error says."""
         value = getattr(self, name)
         if value is None:
@@ -165,6 +184,7 @@ class TrainingEngine(Protocol):
         temperature: float,
         with_entropy: bool,
         with_sum_pi_squared: bool = False,
+        top_k: int = 0,
     ) -> list[ModelOutput]:
         """Outputs of every micro-batch without gradients, in eval mode, in order, on every rank (an engine
         whose outputs appear on some ranks only, such as the last pipeline stage, broadcasts them).
@@ -177,6 +197,10 @@ class TrainingEngine(Protocol):
         ``with_sum_pi_squared`` (actor only) also fills ``sum_pi_squared``. A backend that computes it says so
         in its registration (``TrainingBackendSpec(sum_pi_squared=True)``); for any other the run is refused before it starts
         when ``actor_rollout_ref.actor.calculate_sum_pi_squared`` is set, so it is never asked.
+
+        ``top_k`` > 0 (a causal LM) also fills ``top_k_ids`` and ``top_k_log_probs``; a micro-batch holding
+        :data:`GATHER_IDS` also gets ``gathered_log_probs``. Like ``with_sum_pi_squared``, ``top_k`` is passed
+        only when it is asked for.
         """
         ...
 
@@ -184,7 +208,8 @@ class TrainingEngine(Protocol):
         self, micro_batches: Sequence[Batch], loss_fn: MicroBatchLoss, *, temperature: float, with_entropy: bool
     ) -> None:
         """Accumulate gradients over ``micro_batches`` in train mode: forward each (as :meth:`forward` does,
-        with gradients), call ``loss_fn(index, micro_batch, output)`` with the micro-batch's tensors on the
+        with gradients, ``gathered_log_probs`` included where the micro-batch has :data:`GATHER_IDS`), call
+        ``loss_fn(index, micro_batch, output)`` with the micro-batch's tensors on the
         engine's device, and back-propagate the loss it returns.
 
         The worker has already scaled each loss so that the summed gradient, **averaged over the

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,7 +20,7 @@ from torch import nn
 
 from rlcore.algos import entropy_from_logits, logprobs_from_logits, sum_pi_squared_from_logits
 from rlcore.api.batch import Batch
-from rlcore.api.training import ModelOutput
+from rlcore.api.training import GATHER_IDS, ModelOutput
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.fused_logprobs import fused_head
 from rlcore.modelkit.moe import MoeRouting, begin_batch
@@ -33,6 +34,7 @@ from rlcore.modelkit.sequence_parallel import (
     shard_packed,
     shard_padded,
 )
+from rlcore.modelkit.token_ids import add_id_outputs
 from rlcore.modelkit.vlm import policy_loader, rope_owner, vision_language_kwargs
 
 if TYPE_CHECKING:
@@ -146,26 +148,40 @@ def _head(
     return nullcontext() if fused is None else fused_head(model, labels(), temperature, fused)
 
 
+@dataclass(frozen=True)
+class _IdRequest:
+    """The outputs read at several vocabulary ids a forward is asked for: the micro-batch's gather ids (laid
+    out as the labels of the projected positions) and ``top_k``."""
+
+    gather_ids: torch.Tensor | None = None
+    top_k: int = 0
+
+    @property
+    def asked(self) -> bool:
+        """Whether any such output is asked for."""
+        return self.gather_ids is not None or self.top_k > 0
+
+
 def _outputs(
     head_out: torch.Tensor,
     labels: torch.Tensor,
     restore: Callable[[torch.Tensor], torch.Tensor],
     temperature: float,
     fused: str | None,
+    ids: _IdRequest,
     *,
     with_entropy: bool,
     with_sum_pi_squared: bool,
 ) -> ModelOutput:
     """The per-token outputs from what the LM head returned at the response positions: logits (tempered
-    here) or, ``fused``, the ``[..., 3]`` log-probs, entropies and ``Σπ²`` already computed for ``labels``."""
+    here) or, ``fused``, the ``[..., 3]`` log-probs, entropies and ``Σπ²`` already computed for ``labels``;
+    ``ids`` (the gather ids laid out as ``labels``, and ``top_k``) adds the outputs read at several ids."""
     if fused is None:
-        return _from_logits(
-            head_out.float() / temperature,
-            labels,
-            restore,
-            with_entropy=with_entropy,
-            with_sum_pi_squared=with_sum_pi_squared,
+        logits = head_out.float() / temperature
+        output = _from_logits(
+            logits, labels, restore, with_entropy=with_entropy, with_sum_pi_squared=with_sum_pi_squared
         )
+        return add_id_outputs(output, logits, ids.gather_ids, ids.top_k, restore)
     return ModelOutput(
         log_probs=restore(head_out[..., 0]),
         entropy=restore(head_out[..., 1]) if with_entropy else None,
@@ -200,6 +216,7 @@ def response_outputs(
     *,
     with_entropy: bool,
     with_sum_pi_squared: bool = False,
+    top_k: int = 0,
     remove_padding: bool = False,
     remove_padding_key: str = "actor_rollout_ref.model.use_remove_padding",
     sp: SequenceParallel | None = None,
@@ -235,11 +252,22 @@ def response_outputs(
     ``prefix_grouper`` (the key of the setting, ``actor.use_prefix_grouper``) runs each group of adjacent rows
     that share their prompt as one row in which the prompt is computed once
     (:mod:`rlcore.modelkit.prefix_grouper`); the numbers are the same. It is refused, naming the setting,
-    with packing, ``sp``, fused kernels, a mixture-of-experts or vision-language model.
+    with packing, ``sp``, fused kernels, a mixture-of-experts or vision-language model, and log-probs at given
+    token ids.
+
+    ``top_k`` > 0 also fills ``top_k_ids`` and ``top_k_log_probs``, and a batch with
+    :data:`~rlcore.api.training.GATHER_IDS` ``[B, R, k]`` also gets ``gathered_log_probs`` (gradients flow
+    through them); neither with ``sp`` nor ``fused``, which never hold a position's whole logits.
     """
     wanted = {"with_entropy": with_entropy, "with_sum_pi_squared": with_sum_pi_squared}
+    ids = _IdRequest(batch[GATHER_IDS] if GATHER_IDS in batch else None, top_k)
+    if ids.asked and (sp is not None or fused is not None):
+        raise RLCoreError(
+            "log-probs at given token ids (top_k or the batch's gather_ids) need each position's whole logits: "
+            "not with Ulysses sequence parallelism or fused kernels (model.use_fused_kernels)"
+        )
     if prefix_grouper is not None:
-        _check_groupable(model, prefix_grouper, remove_padding, sp, fused, moe)
+        _check_groupable(model, prefix_grouper, remove_padding, sp, fused, moe, ids.asked)
         logits = grouped_logits(model, batch, accepts_logits_to_keep(model), prefix_grouper)
         return _from_logits(logits.float() / temperature, batch["responses"], lambda t: t, **wanted)
     if sp is not None:
@@ -256,6 +284,7 @@ def response_outputs(
             lambda t: _responses(gather_sequence(t, sp, dim=1), batch, packed),
             temperature,
             fused,
+            ids,
             **wanted,
         )
         if moe is not None and routing is not None:
@@ -267,7 +296,7 @@ def response_outputs(
         if moe is not None
         else (None, None)
     )
-    output = _unsharded_outputs(model, batch, temperature, remove_padding, remove_padding_key, keep, fused, wanted)
+    output = _unsharded_outputs(model, batch, temperature, remove_padding, remove_padding_key, keep, fused, ids, wanted)
     if moe is not None and routing is not None:
         moe.finish(routing, output, layout)
     return output
@@ -280,9 +309,11 @@ def _check_groupable(
     sp: SequenceParallel | None,
     fused: str | None,
     moe: MoeRouting | None,
+    ids_asked: bool,
 ) -> None:
     """Refuse, naming ``key``, what the shared-prompt forward does not combine with (verl refuses the same)."""
     refused = [
+        (ids_asked, "log-probs at given token ids (distillation's forward_kl_topk)"),
         (remove_padding, "model.use_remove_padding=true (packed sequences)"),
         (sp is not None, "ulysses_sequence_parallel_size > 1"),
         (fused is not None, "model.use_fused_kernels=true (a fused head takes one label per position)"),
@@ -302,6 +333,7 @@ def _unsharded_outputs(
     remove_padding_key: str,
     keep: bool,
     fused: str | None,
+    ids: _IdRequest,
     wanted: dict[str, bool],
 ) -> ModelOutput:
     """:func:`response_outputs` of a micro-batch that one rank runs whole, packed (``remove_padding``) or
@@ -316,7 +348,9 @@ def _unsharded_outputs(
         with _head(model, fused, temperature, lambda: _packed_labels(labels, packed, keep)):
             logits = model(**kwargs, use_cache=False).logits
         logits = logits[0] if keep else logits[0, packed.keep_index]
-        return _outputs(logits, labels, packed.unpack, temperature, fused, **wanted)
+        if ids.gather_ids is not None:
+            ids = _IdRequest(ids.gather_ids[packed.rows, packed.cols], ids.top_k)
+        return _outputs(logits, labels, packed.unpack, temperature, fused, ids, **wanted)
     length = batch["responses"].shape[1]
     kwargs = {
         "input_ids": batch["input_ids"],
@@ -330,7 +364,7 @@ def _unsharded_outputs(
     with _head(model, fused, temperature, lambda: _padded_labels(batch, keep)):
         logits = model(**kwargs).logits
     logits = logits[:, :-1] if keep else logits[:, -length - 1 : -1]
-    return _outputs(logits, batch["responses"], lambda t: t, temperature, fused, **wanted)
+    return _outputs(logits, batch["responses"], lambda t: t, temperature, fused, ids, **wanted)
 
 
 class ValueModel(nn.Module):

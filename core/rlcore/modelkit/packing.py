@@ -41,8 +41,8 @@ class PackedBatch:
     shape: tuple[int, int]
 
     def unpack(self, values: torch.Tensor) -> torch.Tensor:
-        """``[B, R]`` from per-kept-output ``values`` ``(k,)``; positions without a prediction are 0."""
-        out = values.new_zeros(self.shape)
+        """``[B, R, ...]`` from per-kept-output ``values`` ``(k, ...)``; positions without a prediction are 0."""
+        out = values.new_zeros((*self.shape, *values.shape[1:]))
         out[self.rows, self.cols] = values
         return out
 

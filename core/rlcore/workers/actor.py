@@ -20,7 +20,7 @@ from rlcore.algos.losses import agg_loss, build_actor_loss, loss_terms
 from rlcore.api.batch import Batch
 from rlcore.api.groups import ActorRole
 from rlcore.api.rollout import RolloutEngine
-from rlcore.api.training import ROUTED_EXPERTS, ModelOutput, TrainingEngine
+from rlcore.api.training import GATHER_IDS, GATHERED_LOG_PROBS, ROUTED_EXPERTS, ModelOutput, TrainingEngine
 from rlcore.config.batch_sizes import (
     LOG_PROB_BUDGET,
     UpdateBatchSizes,
@@ -214,10 +214,13 @@ class ActorRolloutRefWorker(WorkerBase):
         ``sum_pi_squared``) of the whole batch without gradients, in micro-batches of ``micro_size`` rows or,
         with a token ``budget`` (config key ``budget_key``), of balanced token counts (the actor's with
         ``use_prefix_grouper``: whole groups of a prompt); the results come back on the CPU in the batch's row
-        order."""
+        order. The batch's ``gather_ids`` are left out: only the update reads the log-probs at them."""
         temperature = self._temperature(batch)
+        data = cpu_batch(batch)
+        if GATHER_IDS in data:
+            data = data.select([key for key in data.keys() if key != GATHER_IDS])
         plan = plan_micro_batches(
-            cpu_batch(batch),
+            data,
             size=micro_size,
             budget=budget,
             budget_key=budget_key,
@@ -333,8 +336,11 @@ class ActorRolloutRefWorker(WorkerBase):
         agg_mode = self.actor_config.loss_agg_mode
 
         def objective(micro: Batch, output: ModelOutput) -> tuple[torch.Tensor, dict[str, float]]:
-            """The actor loss of one micro-batch and its metrics."""
+            """The actor loss of one micro-batch and its metrics (the forward's log-probs at the batch's
+            ``gather_ids``, when it has them, reach the loss terms as ``micro["gathered_log_probs"]``)."""
             log_prob = output.require("log_probs")
+            if GATHER_IDS in micro:
+                micro[GATHERED_LOG_PROBS] = output.require("gathered_log_probs")
             if not on_policy:
                 return self.loss_fn(log_prob, output.entropy, micro)
             entropy = output.require("entropy")

@@ -22,16 +22,6 @@ PG = LossSettings("k1", False, 1.0, None, True, 0.2, 0.2, 0.2)
 GKD = LossSettings("k3", False, 1.0, None, False, 0.2, 0.2, 0.2)
 
 
-@pytest.fixture(scope="session", name="teacher_dir")
-def teacher_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny teacher: the student's architecture and tokenizer, other weights (seed 1)."""
-    from rlcore.testing.tiny import make_tiny_model_dir
-
-    path = tmp_path_factory.mktemp("teacher") / "model"
-    make_tiny_model_dir(path, seed=1)
-    return path
-
-
 @pytest.fixture(scope="session", name="foreign_dir")
 def foreign_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny model whose tokenizer is trained on another corpus (another vocabulary)."""
@@ -270,8 +260,19 @@ def test_two_steps_with_a_verifier(tmp_path: Path, tiny_model_dir: Path, teacher
                 "distillation.enabled=true",
                 "distillation.teacher_models.teacher_model.model_path=/m",
                 "distillation.distillation_loss.loss_mode=forward_kl_topk",
+                "distillation.distillation_loss.log_prob_min_clamp=1",
             ],
-            "loss_mode=forward_kl_topk is not supported",
+            "distillation.distillation_loss.log_prob_min_clamp=1 must be negative",
+        ),
+        (
+            [
+                "distillation.enabled=true",
+                "distillation.teacher_models.teacher_model.model_path=/m",
+                "distillation.distillation_loss.loss_mode=forward_kl_topk",
+                "actor_rollout_ref.model.use_fused_kernels=true",
+            ],
+            "actor_rollout_ref.model.use_fused_kernels=True cannot run with "
+            "distillation.distillation_loss.loss_mode=forward_kl_topk",
         ),
         (
             [

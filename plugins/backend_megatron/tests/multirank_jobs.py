@@ -149,3 +149,51 @@ def run_rank(rank: int, name: str, store_file: str, model_dir: str, out_dir: str
     finally:
         dist.destroy_process_group()
     torch.save(result, Path(out_dir) / f"{name}_rank{rank}.pt")
+
+
+def token_id_outputs(name: str, model_dir: Path, rank: int) -> dict[str, Any]:
+    """Layout ``name``'s actor engine on the whole batch with random ``gather_ids`` ``[B, R, 5]``: the forward's
+    log-probs at them and its top 3 (temperature 0.7), and the same log-probs out of ``forward_backward``
+    (whether they carry gradients, and the gradient norm of their sum)."""
+    from rlcore.api.training import GATHER_IDS
+
+    worker = make_worker(name, model_dir, rank)
+    try:
+        batch = global_batch(model_dir)
+        vocab = worker.actor.spec.vocab_size
+        generator = torch.Generator().manual_seed(0)
+        batch[GATHER_IDS] = torch.randint(0, vocab, (*batch["responses"].shape, 5), generator=generator)
+        engine = worker.actor
+        out: dict[str, Any] = {"ids": batch[GATHER_IDS]}
+        with engine.resident():
+            (forward,) = engine.forward([batch], temperature=0.7, with_entropy=False, top_k=3)
+            trained: list[torch.Tensor] = []
+
+            def loss_fn(_: int, micro: Batch, output: Any) -> torch.Tensor:
+                trained.append(output.gathered_log_probs)
+                return -(output.gathered_log_probs * micro["response_mask"][..., None]).sum()
+
+            engine.forward_backward([batch], loss_fn, temperature=0.7, with_entropy=False)
+            out["grad_norm"] = engine.optimizer_step(None)
+        out.update(
+            gathered=forward.gathered_log_probs.cpu(),
+            top_k_ids=forward.top_k_ids.cpu(),
+            top_k_log_probs=forward.top_k_log_probs.cpu(),
+            trained=trained[0].detach().cpu() if trained else None,  # None: a stage without the loss
+            requires_grad=bool(trained) and trained[0].requires_grad,
+        )
+        return out
+    finally:
+        worker.shutdown()
+
+
+def run_token_id_rank(rank: int, name: str, store_file: str, model_dir: str, out_dir: str) -> None:
+    """A spawned rank of :func:`token_id_outputs`, saved to ``out_dir/token_ids_<name>_rank<r>.pt``."""
+    world = LAYOUTS[name][0]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(store_file, world), rank=rank, world_size=world)
+    try:
+        result = token_id_outputs(name, Path(model_dir), rank)
+    finally:
+        dist.destroy_process_group()
+    torch.save(result, Path(out_dir) / f"token_ids_{name}_rank{rank}.pt")

@@ -17,8 +17,8 @@ D = "distillation"
 DEFAULT_TEACHER = "teacher_model"
 #: the per-token reverse-KL estimators of ``distillation_loss.loss_mode`` (rlcore.algos.kl_penalty's names)
 ESTIMATORS: tuple[str, ...] = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
-#: verl's top-k mode: it needs the student's logits at the teacher's top-k token ids inside the training
-#: forward, which rlcore's training engines do not return (they return the sampled tokens' log-probs)
+#: verl's top-k mode: forward KL over the teacher's ``topk`` most likely tokens at each response position,
+#: with the student's log-probs there from the training forward (``rlcore.api.training.GATHER_IDS``)
 TOPK_MODES: tuple[str, ...] = ("forward_kl_topk",)
 
 #: the keys of one teacher entry, with verl's defaults (``distillation.teacher_models.<name>.*``)
@@ -44,12 +44,12 @@ CONFIG_DEFAULTS: dict[str, Any] = {
         "teacher_key": "data_source",  # the sample field that routes it to a teacher's key (several teachers)
         "teacher_models": {DEFAULT_TEACHER: TEACHER_DEFAULTS},
         "distillation_loss": {
-            "loss_mode": "k3",  # per-token reverse-KL estimator: kl|k1|abs|mse|k2|low_var_kl|k3
-            "topk": 32,  # k of verl's top-k modes (forward_kl_topk is not supported here)
+            "loss_mode": "k3",  # per-token reverse-KL estimator kl|k1|abs|mse|k2|low_var_kl|k3, or forward_kl_topk
+            "topk": 32,  # forward_kl_topk: how many of the teacher's most likely tokens per position
             "use_task_rewards": True,  # also the policy loss on the task reward's advantages
             "distillation_loss_coef": 1.0,  # weight of the distillation loss when use_task_rewards
             "loss_max_clamp": None,  # clamp each token's distillation loss to ±this
-            "log_prob_min_clamp": None,  # verl clamps log-probs only in its top-k modes: a no-op for estimators
+            "log_prob_min_clamp": None,  # forward_kl_topk: clamp both top-k log-probs below (no-op for estimators)
             "use_policy_gradient": False,  # true: PPO-clipped surrogate with advantage −loss; false: backprop the loss
             "policy_loss_mode": "vanilla",  # the surrogate of use_policy_gradient (verl: vanilla only)
             "clip_ratio": 0.2,  # that surrogate's clip range (fallback of _low/_high)
@@ -81,6 +81,13 @@ class LossSettings:
     clip_ratio: float
     clip_ratio_low: float
     clip_ratio_high: float
+    topk: int = 0
+    log_prob_min_clamp: float | None = None
+
+    @property
+    def uses_topk(self) -> bool:
+        """Whether the loss reads the teacher's top-k (``forward_kl_topk``) rather than a per-token estimate."""
+        return self.loss_mode in TOPK_MODES
 
 
 @dataclass(frozen=True)
@@ -191,13 +198,9 @@ def _loss_settings(config: DictConfig, problems: list[str]) -> LossSettings:
     mode = str(section["loss_mode"])
     use_pg = bool(section["use_policy_gradient"])
     if mode in TOPK_MODES:
-        problems.append(
-            f"{prefix}.loss_mode={mode} is not supported: it needs the student's logits at the teacher's top-k "
-            f"token ids inside the training forward, which rlcore's engines do not return; use one of "
-            f"{', '.join(ESTIMATORS)}"
-        )
+        _check_topk_forward(config, problems)
     elif mode not in ESTIMATORS:
-        problems.append(f"{prefix}.loss_mode={mode!r} is unknown; use one of {', '.join(ESTIMATORS)}")
+        problems.append(f"{prefix}.loss_mode={mode!r} is unknown; use one of {', '.join((*ESTIMATORS, *TOPK_MODES))}")
     elif mode in ("kl", "k1") and not use_pg:
         problems.append(
             f"{prefix}.loss_mode={mode} with use_policy_gradient=false: the gradient of k1 does not depend on the "
@@ -207,7 +210,10 @@ def _loss_settings(config: DictConfig, problems: list[str]) -> LossSettings:
         problems.append(
             f"{prefix}.policy_loss_mode={section['policy_loss_mode']!r}: only vanilla is supported (as in verl)"
         )
-    _positive_int(section["topk"], f"{prefix}.topk", problems)
+    topk = _positive_int(section["topk"], f"{prefix}.topk", problems)
+    floor = section["log_prob_min_clamp"]
+    if floor is not None and float(floor) >= 0:
+        problems.append(f"{prefix}.log_prob_min_clamp={floor} must be negative (a log-prob floor) or null")
     clamp = section["loss_max_clamp"]
     if clamp is not None and float(clamp) <= 0:
         problems.append(f"{prefix}.loss_max_clamp={clamp} must be positive (or null)")
@@ -221,7 +227,30 @@ def _loss_settings(config: DictConfig, problems: list[str]) -> LossSettings:
         clip_ratio=clip,
         clip_ratio_low=float(section["clip_ratio_low"] if section["clip_ratio_low"] is not None else clip),
         clip_ratio_high=float(section["clip_ratio_high"] if section["clip_ratio_high"] is not None else clip),
+        topk=topk,
+        log_prob_min_clamp=None if floor is None else float(floor),
     )
+
+
+def _check_topk_forward(config: DictConfig, problems: list[str]) -> None:
+    """``forward_kl_topk`` reads the student's log-probs at the teacher's top-k ids from each position's whole
+    logits: not with the settings whose forward never holds them (Ulysses slices, fused kernels of the
+    engines that have them)."""
+    mode = f"{D}.distillation_loss.loss_mode=forward_kl_topk"
+    sliced = (
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+        "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+    )
+    blocked = [key for key in sliced if int(OmegaConf.select(config, key) or 1) > 1]
+    # the Megatron engine reads its output layer's logits whatever use_fused_kernels says
+    megatron = OmegaConf.select(config, "actor_rollout_ref.actor.strategy") == "megatron"
+    if OmegaConf.select(config, "actor_rollout_ref.model.use_fused_kernels") and not megatron:
+        blocked.append("actor_rollout_ref.model.use_fused_kernels")
+    for key in blocked:
+        problems.append(
+            f"{key}={OmegaConf.select(config, key)} cannot run with {mode}: the student's log-probs at the "
+            "teacher's top-k ids need each position's whole logits, which that forward never holds"
+        )
 
 
 def distillation_settings(config: DictConfig) -> DistillationSettings:

@@ -3,7 +3,8 @@
 Each teacher is built like the reference model (role ``ref`` of the actor's training backend,
 ``actor_rollout_ref.actor.strategy``, with the ``actor_rollout_ref.ref.*`` and ``actor_rollout_ref.model.*``
 settings) from its own ``model_path``, and returns the log-probs of the sampled response tokens at
-temperature 1 (verl forces 1 too: the teacher scores, it does not sample). With several teachers each row goes
+temperature 1 (verl forces 1 too: the teacher scores, it does not sample) or, with ``forward_kl_topk``, its
+``topk`` most likely tokens at each response position with their log-probs. With several teachers each row goes
 to the teacher whose ``key`` equals the row's ``distillation.teacher_key`` field (``data_source`` by default).
 """
 
@@ -17,13 +18,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rlcore.api.batch import Batch
-from rlcore.api.training import EngineRequest, TrainingEngine
+from rlcore.api.training import GATHER_IDS, EngineRequest, TrainingEngine
 from rlcore.config.batch_sizes import LOG_PROB_BUDGET, data_parallel_size, inference_micro_batch_size, token_budget
 from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
 from rlcore.workers.base import WorkerBase, cpu_batch
 from rlcore.workers.micro_batches import plan_micro_batches
-from rlcore_plugin_distill.loss import TEACHER_LOG_PROBS
+from rlcore_plugin_distill.loss import TEACHER_LOG_PROBS, TEACHER_TOPK_LOG_PROBS
 from rlcore_plugin_distill.settings import D, Teacher, distillation_settings
 
 ARR = "actor_rollout_ref"
@@ -54,6 +55,18 @@ def check_same_tokenizer(student: str, teacher: str, key: str) -> None:
         )
 
 
+def check_topk(path: str, key: str, topk: int) -> None:
+    """``distillation_loss.topk`` must not exceed the vocabulary of the teacher at ``path`` (``key`` names it)."""
+    from transformers import AutoConfig
+
+    hf_config = AutoConfig.from_pretrained(path)
+    vocab = int(getattr(hf_config.get_text_config(), "vocab_size", 0) or 0)
+    if vocab and topk > vocab:
+        raise RLCoreError(
+            f"{D}.distillation_loss.topk={topk} exceeds the vocabulary ({vocab} tokens) of the teacher at {key}={path}"
+        )
+
+
 def teacher_config(config: DictConfig, teacher: Teacher) -> DictConfig:
     """A copy of ``config`` whose policy model is the teacher's (the reference engine is built from it)."""
     copied = copy.deepcopy(config)
@@ -80,6 +93,8 @@ class TeacherWorker(WorkerBase):
                     f"{key}={teacher.model_path}: no config.json there; give the teacher's model directory"
                 )
             check_same_tokenizer(student, teacher.model_path, key)
+            if self.settings.loss.uses_topk:
+                check_topk(teacher.model_path, key, self.settings.loss.topk)
             self.configs.append(teacher_config(self.config, teacher))
             self._backend("ref", f"{ARR}.ref").check_config(self.configs[-1], "ref", f"{ARR}.ref", f"{ARR}.model")
         ref = self.sections.actor_rollout_ref.ref
@@ -120,27 +135,48 @@ class TeacherWorker(WorkerBase):
             )
         return [torch.from_numpy(np.flatnonzero(values == key)) for key in keys]
 
+    def _score(self, engine: TrainingEngine, part: Batch) -> list[torch.Tensor]:
+        """The teacher's outputs of the rows ``part``, in its row order: ``[log_probs]`` or, with
+        ``forward_kl_topk``, ``[top_k_ids, top_k_log_probs]``."""
+        plan = plan_micro_batches(
+            part,
+            size=self.micro,
+            budget=self.budget,
+            budget_key=f"{ARR}.ref.log_prob_max_token_len_per_gpu",
+            device=engine.device,
+        )
+        topk = self.settings.loss.topk if self.settings.loss.uses_topk else 0
+        with engine.resident():
+            if topk:  # passed only when asked: not every backend takes it (see TrainingEngine.forward)
+                outputs = engine.forward(plan.parts, temperature=1.0, with_entropy=False, top_k=topk)
+            else:
+                outputs = engine.forward(plan.parts, temperature=1.0, with_entropy=False)
+        names = ("top_k_ids", "top_k_log_probs") if topk else ("log_probs",)
+        return [plan.restore([o.require(name).cpu() for o in outputs]) for name in names]
+
     def compute_teacher_log_prob(self, batch: Batch) -> Batch:
-        """``teacher_log_probs`` ``[B, R]``: each routed teacher's log-probs of the sampled response tokens at
-        temperature 1, in micro-batches of ``ref.log_prob_micro_batch_size_per_gpu`` (or of at most
-        ``ref.log_prob_max_token_len_per_gpu`` tokens); 0 on padding."""
+        """The teachers' scores of the sampled responses, each row by its routed teacher, at temperature 1, in
+        micro-batches of ``ref.log_prob_micro_batch_size_per_gpu`` (or of at most
+        ``ref.log_prob_max_token_len_per_gpu`` tokens): ``teacher_log_probs`` ``[B, R]`` (the sampled tokens'
+        log-probs) or, with ``forward_kl_topk``, ``gather_ids`` and ``teacher_topk_log_probs`` ``[B, R, k]`` (the
+        ``topk`` most likely tokens and their log-probs); 0 on padding."""
         if not self.teachers:
             raise RLCoreError("compute_teacher_log_prob() called before init_model()")
         data = cpu_batch(batch).select(list(INPUTS))
-        out = torch.zeros(data["responses"].shape, dtype=torch.float32)
+        shape = tuple(data["responses"].shape)
+        if self.settings.loss.uses_topk:
+            shape = (*shape, self.settings.loss.topk)
+        ids = torch.zeros(shape, dtype=torch.long)
+        out = torch.zeros(shape, dtype=torch.float32)
         for engine, rows in zip(self.teachers, self._rows(batch)):
             if not len(rows):
                 continue
-            part = data.index(rows)
-            plan = plan_micro_batches(
-                part,
-                size=self.micro,
-                budget=self.budget,
-                budget_key=f"{ARR}.ref.log_prob_max_token_len_per_gpu",
-                device=engine.device,
-            )
-            with engine.resident():
-                outputs = engine.forward(plan.parts, temperature=1.0, with_entropy=False)
-            out[rows] = plan.restore([o.require("log_probs").cpu() for o in outputs]).float()
-        out = out * data["response_mask"].to(out.dtype)
-        return Batch.from_dict({TEACHER_LOG_PROBS: out})
+            scores = self._score(engine, data.index(rows))
+            out[rows] = scores[-1].float()
+            if self.settings.loss.uses_topk:
+                ids[rows] = scores[0].long()
+        mask = data["response_mask"].reshape(*data["response_mask"].shape, *([1] * (len(shape) - 2)))
+        out = out * mask.to(out.dtype)
+        if not self.settings.loss.uses_topk:
+            return Batch.from_dict({TEACHER_LOG_PROBS: out})
+        return Batch.from_dict({GATHER_IDS: ids * mask.long(), TEACHER_TOPK_LOG_PROBS: out})

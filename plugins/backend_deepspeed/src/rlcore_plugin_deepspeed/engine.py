@@ -170,7 +170,7 @@ class DeepSpeedEngine(OptimizerState):
         return model
 
     # ------------------------------------------------------------ computing
-    def _output(self, micro: Batch, temperature: float, with_entropy: bool) -> ModelOutput:
+    def _output(self, micro: Batch, temperature: float, with_entropy: bool, top_k: int = 0) -> ModelOutput:
         """The forward pass of one micro-batch on the device, through the DeepSpeed engine (which counts the
         micro-steps that ZeRO-3 accumulates gradients over and hooks its backward into the outputs)."""
         padding, padding_key = self.remove_padding, self.remove_padding_key
@@ -185,6 +185,7 @@ class DeepSpeedEngine(OptimizerState):
             micro,
             temperature,
             with_entropy=with_entropy,
+            top_k=top_k,
             sp=self.sp,
             fused=self.fused,
             remove_padding=padding,
@@ -193,13 +194,18 @@ class DeepSpeedEngine(OptimizerState):
             **(self.routing.forward_kwargs(training=self.module.training) if self.routing is not None else {}),
         )
 
-    def forward(self, micro_batches: Sequence[Batch], *, temperature: float, with_entropy: bool) -> list[ModelOutput]:
+    def forward(
+        self, micro_batches: Sequence[Batch], *, temperature: float, with_entropy: bool, top_k: int = 0
+    ) -> list[ModelOutput]:
         """Outputs of every micro-batch without gradients (see the contract)."""
         was_training = self.module.training
         self.engine.eval()
         try:
             with torch.no_grad():
-                return [self._output(micro.copy_to(self.device), temperature, with_entropy) for micro in micro_batches]
+                return [
+                    self._output(micro.copy_to(self.device), temperature, with_entropy, top_k)
+                    for micro in micro_batches
+                ]
         finally:
             self.engine.train(was_training)
 

@@ -183,14 +183,14 @@ class FSDPEngine(OptimizerState):
         return self.module.disable_adapter()
 
     def _output(
-        self, micro: Batch, temperature: float, with_entropy: bool, with_sum_pi_squared: bool = False
+        self, micro: Batch, temperature: float, with_entropy: bool, with_sum_pi_squared: bool = False, top_k: int = 0
     ) -> ModelOutput:
         """The forward pass of one micro-batch on the device, in the compute dtype (``cpu_autocast``)."""
         with compute_context(self.fsdp, self.device):
-            return self._model_output(micro, temperature, with_entropy, with_sum_pi_squared)
+            return self._model_output(micro, temperature, with_entropy, with_sum_pi_squared, top_k)
 
     def _model_output(
-        self, micro: Batch, temperature: float, with_entropy: bool, with_sum_pi_squared: bool
+        self, micro: Batch, temperature: float, with_entropy: bool, with_sum_pi_squared: bool, top_k: int
     ) -> ModelOutput:
         """The model's outputs for one micro-batch, by role."""
         if self.role == "reward_model":
@@ -210,6 +210,7 @@ class FSDPEngine(OptimizerState):
             temperature,
             with_entropy=with_entropy,
             with_sum_pi_squared=with_sum_pi_squared,
+            top_k=top_k,
             remove_padding=self.remove_padding,
             remove_padding_key=self.remove_padding_key,
             sp=self.sp,
@@ -225,6 +226,7 @@ class FSDPEngine(OptimizerState):
         temperature: float,
         with_entropy: bool,
         with_sum_pi_squared: bool = False,
+        top_k: int = 0,
     ) -> list[ModelOutput]:
         """Outputs of every micro-batch without gradients (see the contract)."""
         was_training = self.module.training
@@ -232,7 +234,7 @@ class FSDPEngine(OptimizerState):
         try:
             with torch.no_grad(), self._adapters():
                 return [
-                    self._output(micro.copy_to(self.device), temperature, with_entropy, with_sum_pi_squared)
+                    self._output(micro.copy_to(self.device), temperature, with_entropy, with_sum_pi_squared, top_k)
                     for micro in micro_batches
                 ]
         finally:

@@ -40,6 +40,7 @@ from omegaconf import DictConfig
 from rlcore.algos import entropy_from_logits, logprobs_from_logits, sum_pi_squared_from_logits
 from rlcore.api.batch import Batch
 from rlcore.api.training import (
+    GATHER_IDS,
     ROUTED_EXPERTS,
     EngineRequest,
     EngineRole,
@@ -52,6 +53,7 @@ from rlcore.config.router_replay import ACTOR, REPLAY_MODES
 from rlcore.config.router_replay import replay_mode as section_replay_mode
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
+from rlcore.modelkit.token_ids import add_id_outputs
 from rlcore_plugin_megatron.context_parallel import cp_positions, gather_sequence
 from rlcore_plugin_megatron.convert import (
     ModelSpec,
@@ -475,9 +477,12 @@ class MegatronEngine(OptimizerState):
         with_entropy: bool,
         with_sum_pi_squared: bool = False,
         record: bool = False,
+        top_k: int = 0,
     ) -> ModelOutput:
         """Log-probs, entropies and Σπ² (values for a critic) at the response positions of the last stage's
-        output (full-vocabulary logits); a mixture-of-experts model's statistics and, ``record``, its routing."""
+        output (full-vocabulary logits: the output layer gathers the tensor-parallel shards), the log-probs at
+        the micro-batch's :data:`GATHER_IDS` and the ``top_k`` most likely ids; a mixture-of-experts model's
+        statistics and, ``record``, its routing."""
         index = inputs.positions[..., None].expand(-1, -1, out.shape[-1])
         picked = out.gather(1, index).float()
         if self.spec.value_head:
@@ -489,6 +494,7 @@ class MegatronEngine(OptimizerState):
             entropy=entropy_from_logits(logits) if with_entropy else None,
             sum_pi_squared=sum_pi_squared_from_logits(logits) if with_sum_pi_squared else None,
         )
+        add_id_outputs(output, logits, micro[GATHER_IDS] if GATHER_IDS in micro else None, top_k)
         return self._with_routing(output, inputs, record=record)
 
     def _set_replay(self, micro: Batch, inputs: Prepared) -> None:
@@ -529,37 +535,46 @@ class MegatronEngine(OptimizerState):
         return hidden
 
     def _broadcast_outputs(
-        self, outputs: list[ModelOutput], micros: Sequence[Batch], with_entropy: bool, with_sum_pi_squared: bool
+        self,
+        outputs: list[ModelOutput],
+        micros: Sequence[Batch],
+        with_entropy: bool,
+        with_sum_pi_squared: bool,
+        top_k: int,
     ) -> list[ModelOutput]:
         """The last stage's outputs on every stage of the pipeline (the statistics stay on the last stage, whose
         outputs are the ones collected)."""
         if self.settings.pp == 1:
             return outputs
         src = dist.get_process_group_ranks(self.pp_group)[-1]
-        if self.spec.value_head:
-            names: tuple[str, ...] = ("values",)
-        else:
-            names = (
-                ("log_probs",)
-                + (("entropy",) if with_entropy else ())
-                + (("sum_pi_squared",) if with_sum_pi_squared else ())
-            )
         result = []
         for index, micro in enumerate(micros):
-            shape = tuple(micro["responses"].shape)
             # the last stage keeps its own output (with a MoE model's statistics); the others get its tensors
             output = outputs[index] if self.last else ModelOutput()
-            for name in names:
+            for name, shape, dtype in self._broadcast_fields(micro, with_entropy, with_sum_pi_squared, top_k):
                 tensor = (
-                    getattr(outputs[index], name)
-                    if self.last
-                    else torch.empty(shape, dtype=torch.float32, device=self.device)
+                    getattr(outputs[index], name) if self.last else torch.empty(shape, dtype=dtype, device=self.device)
                 )
                 tensor = tensor.contiguous()
                 dist.broadcast(tensor, src, group=self.pp_group)
                 setattr(output, name, tensor)
             result.append(output)
         return result
+
+    def _broadcast_fields(
+        self, micro: Batch, with_entropy: bool, with_sum_pi_squared: bool, top_k: int
+    ) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+        """``(name, shape, dtype)`` of each output field of ``micro`` the last stage broadcasts."""
+        shape = tuple(micro["responses"].shape)
+        if self.spec.value_head:
+            return [("values", shape, torch.float32)]
+        names = ["log_probs"] + ["entropy"] * with_entropy + ["sum_pi_squared"] * with_sum_pi_squared
+        fields = [(name, shape, torch.float32) for name in names]
+        if GATHER_IDS in micro:
+            fields.append(("gathered_log_probs", tuple(micro[GATHER_IDS].shape), torch.float32))
+        if top_k:
+            fields += [("top_k_ids", (*shape, top_k), torch.int64), ("top_k_log_probs", (*shape, top_k), torch.float32)]
+        return fields
 
     def forward(
         self,
@@ -568,6 +583,7 @@ class MegatronEngine(OptimizerState):
         temperature: float,
         with_entropy: bool,
         with_sum_pi_squared: bool = False,
+        top_k: int = 0,
     ) -> list[ModelOutput]:
         """Outputs of every micro-batch without gradients, on every rank (see the contract)."""
         was_training = self.module.training
@@ -591,11 +607,12 @@ class MegatronEngine(OptimizerState):
                                     with_entropy,
                                     with_sum_pi_squared,
                                     record=self.replay_mode == "R2",
+                                    top_k=top_k,
                                 )
                             )
                         else:
                             self._p2p(out.contiguous(), self._owner(chunk + 1), send=True)
-            return self._broadcast_outputs(outputs, micro_batches, with_entropy, with_sum_pi_squared)
+            return self._broadcast_outputs(outputs, micro_batches, with_entropy, with_sum_pi_squared, top_k)
         finally:
             self.module.train(was_training)
 
