@@ -21,6 +21,7 @@ from rlcore.config.router_replay import router_replay_problems
 from rlcore.config.schema import ActorConfig, DataConfig, section_problems
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.activation_offload import activation_offload_notes
+from rlcore.rollout.expert_parallel import expert_parallel_notes, expert_parallel_problems
 from rlcore.tracking.sinks import file_logger_notes
 
 
@@ -299,7 +300,8 @@ def check_values(config: DictConfig) -> None:
     ``top_p`` of 0, ...), names the algorithm code would reject (:func:`algorithm_value_problems`), sampling
     settings that cannot train (:func:`sampling_problems`), a reward function or dataset class that its file
     does not define (:func:`user_file_problems`), the ``router_replay`` keys
-    (:func:`rlcore.config.router_replay.router_replay_problems`), and the verl keys rlcore honours at one value only
+    (:func:`rlcore.config.router_replay.router_replay_problems`), the rollout's expert parallelism
+    (:func:`rlcore.rollout.expert_parallel.expert_parallel_problems`), and the verl keys rlcore honours at one value only
     (:data:`ONLY_VALUES`). Raises one :class:`ConfigError` with every problem found."""
     from omegaconf import OmegaConf
 
@@ -316,6 +318,7 @@ def check_values(config: DictConfig) -> None:
     problems += async_training_problems(config)
     problems += ray_kwargs_problems(config)
     problems += router_replay_problems(config)
+    problems += expert_parallel_problems(config)
     if config.reward_model.launch_reward_fn_async and config.algorithm.batch_filters:
         problems.append(
             "reward_model.launch_reward_fn_async=true cannot be combined with algorithm.batch_filters: "
@@ -448,6 +451,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     notes += reward_model_notes(config)
     notes += activation_offload_notes(config)
     notes += megatron_notes(config)
+    notes += expert_parallel_notes(config)
     notes += ray_kwargs_notes(config)
     notes += file_logger_notes(config)
     return DerivedQuantities(

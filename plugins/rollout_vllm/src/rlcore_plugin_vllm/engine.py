@@ -22,6 +22,7 @@ import torch
 
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.vlm import is_vision_language
+from rlcore.rollout.expert_parallel import expert_parallel_size
 from rlcore.rollout.sampling import ROLLOUT_KEY, SamplingParams
 from rlcore.rollout.token_engine import Completion, TokenListEngine
 from rlcore_plugin_vllm.sampling import vllm_sampling_kwargs
@@ -79,7 +80,8 @@ class VLLMRolloutEngine(TokenListEngine):
             ``max_num_batched_tokens``, ``enable_chunked_prefill``, ``enable_prefix_caching``,
             ``enforce_eager``, ``load_format``, ``gpu_memory_utilization`` and
             ``tensor_model_parallel_size`` (CUDA only; ignored on CPU, where each engine is one process),
-            and this plugin's ``vllm.cpu_kv_cache_gib`` and ``vllm.engine_kwargs``.
+            ``expert_parallel_size`` (above 1: vLLM's ``enable_expert_parallel``, which spreads a mixture-of-experts
+            model's experts over the engine's ranks; :mod:`rlcore.rollout.expert_parallel`), and this plugin's ``vllm.cpu_kv_cache_gib`` and ``vllm.engine_kwargs``.
         device: ``cpu`` or ``cuda``; it must match the installed vLLM build.
         dtype: the served dtype (a ``torch.dtype`` or its name).
         module: not supported (vLLM builds its own model); passing one is an error.
@@ -123,6 +125,7 @@ class VLLMRolloutEngine(TokenListEngine):
             "logprobs_mode": "processed_logprobs",
             "worker_extension_cls": WORKER_EXTENSION,
             "disable_log_stats": True,
+            "enable_expert_parallel": expert_parallel_size(config) > 1,
         }
         if self.device.type == "cuda":
             tensor_parallel = int(config.get("tensor_model_parallel_size", 1))
