@@ -21,7 +21,6 @@ import torch
 
 from rlcore.errors import RLCoreError
 from rlcore.rollout.buckets import weight_buckets
-from rlcore.rollout.expert_parallel import expert_parallel_size
 from rlcore.rollout.sampling import ROLLOUT_KEY, SamplingParams
 from rlcore.rollout.token_engine import Completion, TokenListEngine
 from rlcore_plugin_sglang.sampling import sglang_sampling_params
@@ -54,7 +53,7 @@ def engine_kwargs(config: Any, *, model_path: str, dtype: str, seed: int, contex
         "dtype": dtype,
         "random_seed": seed,
         "tp_size": int(config.get("tensor_model_parallel_size", 1)),
-        "ep_size": expert_parallel_size(config),
+        "ep_size": int(config.get("expert_parallel_size", 1)),
         "mem_fraction_static": float(config.get("gpu_memory_utilization", 0.5)),
         "context_length": context_length,
         "max_running_requests": int(config.get("max_num_seqs", 256)),
@@ -78,7 +77,7 @@ class SGLangRolloutEngine(TokenListEngine):
             ``do_sample``, ``response_length``, ``val_kwargs``, ``calculate_log_probs``, ``seed``,
             ``ignore_eos``. Engine: ``prompt_length``, ``max_model_len``, ``max_num_seqs``,
             ``gpu_memory_utilization`` (SGLang's ``mem_fraction_static``), ``tensor_model_parallel_size``,
-            ``expert_parallel_size`` (SGLang's ``ep_size``; :mod:`rlcore.rollout.expert_parallel`),
+            ``expert_parallel_size`` (SGLang's ``ep_size``; the dry run checks it: ``rlcore.rollout.expert_parallel``),
             ``enable_prefix_caching``, ``load_format``, and this plugin's ``sglang.update_weights_bucket_mb``
             and ``sglang.engine_kwargs``.
         device: must be a CUDA device.
