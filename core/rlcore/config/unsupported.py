@@ -236,7 +236,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         "these rollout options of verl",
         (
             "actor_rollout_ref.rollout.cudagraph_capture_sizes",
-            "actor_rollout_ref.rollout.expert_parallel_size",
             "actor_rollout_ref.rollout.pipeline_model_parallel_size",
             "actor_rollout_ref.rollout.logprobs_mode",
             "actor_rollout_ref.rollout.scheduling_policy",
@@ -249,10 +248,7 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "actor_rollout_ref.rollout.prometheus",
             "actor_rollout_ref.rollout.engine_kwargs.trtllm",
         ),
-        off={
-            "actor_rollout_ref.rollout.expert_parallel_size": 1,
-            "actor_rollout_ref.rollout.pipeline_model_parallel_size": 1,
-        },
+        off={"actor_rollout_ref.rollout.pipeline_model_parallel_size": 1},
     ),
     MissingFeature(
         "these data options of verl",

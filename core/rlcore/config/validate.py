@@ -22,6 +22,7 @@ from rlcore.config.router_replay import router_replay_problems
 from rlcore.config.schema import ActorConfig, DataConfig, section_problems
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.activation_offload import activation_offload_notes
+from rlcore.rollout.expert_parallel import expert_parallel_notes, expert_parallel_problems
 from rlcore.tracking.sinks import file_logger_notes
 
 
@@ -301,7 +302,8 @@ def check_values(config: DictConfig) -> None:
     settings that cannot train (:func:`sampling_problems`), a reward function or dataset class that its file
     does not define (:func:`user_file_problems`), the ``router_replay`` keys
     (:func:`rlcore.config.router_replay.router_replay_problems`), what ``actor.use_prefix_grouper`` cannot run with
-    (:func:`rlcore.config.prefix_grouper.prefix_grouper_problems`), and the verl keys rlcore honours at one value only
+    (:func:`rlcore.config.prefix_grouper.prefix_grouper_problems`), the rollout's expert parallelism
+    (:func:`rlcore.rollout.expert_parallel.expert_parallel_problems`), and the verl keys rlcore honours at one value only
     (:data:`ONLY_VALUES`). Raises one :class:`ConfigError` with every problem found."""
     from omegaconf import OmegaConf
 
@@ -319,6 +321,7 @@ def check_values(config: DictConfig) -> None:
     problems += ray_kwargs_problems(config)
     problems += router_replay_problems(config)
     problems += prefix_grouper_problems(config)
+    problems += expert_parallel_problems(config)
     if config.reward_model.launch_reward_fn_async and config.algorithm.batch_filters:
         problems.append(
             "reward_model.launch_reward_fn_async=true cannot be combined with algorithm.batch_filters: "
@@ -458,6 +461,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     notes += reward_model_notes(config)
     notes += activation_offload_notes(config)
     notes += megatron_notes(config)
+    notes += expert_parallel_notes(config)
     notes += ray_kwargs_notes(config)
     notes += file_logger_notes(config)
     notes += prefix_grouper_notes(config)

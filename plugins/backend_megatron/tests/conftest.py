@@ -23,6 +23,14 @@ def one_torch_thread() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
+def moe_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Qwen3-MoE (2 layers, 8 experts, top-2)."""
+    from rlcore.testing.tiny import make_tiny_moe_model_dir
+
+    return make_tiny_moe_model_dir(tmp_path_factory.mktemp("moe"))
+
+
+@pytest.fixture(scope="module")
 def jobs() -> Iterator[Any]:
     """The :mod:`multirank_jobs` helper module (test_multirank, test_vpp, test_cp), importable by name in
     spawned processes."""

@@ -29,6 +29,7 @@ LAYOUTS: dict[str, tuple[int, int, int]] = {
     "pp2": (2, 1, 2),
     "tp2pp2": (4, 2, 2),
     "tp2dp2": (4, 2, 1),
+    "tp2_recompute": (2, 2, 1),
     "pp2vpp2": (2, 1, 2),
     "cp2": (2, 1, 1),
     "moe_ep1": (1, 1, 1),
@@ -40,6 +41,8 @@ VIRTUAL: dict[str, int] = {"pp2vpp2": 2}
 CONTEXT: dict[str, int] = {"cp2": 2}
 #: name -> expert parallel size, for the layouts of a mixture-of-experts model
 EXPERT: dict[str, int] = {"moe_ep1": 1, "moe_ep2": 2}
+#: the layouts that recompute every layer in the backward pass (``model.enable_gradient_checkpointing``)
+RECOMPUTE = {"tp2_recompute"}
 #: the layouts whose runs also export, checkpoint and resume (given an ``out_dir``)
 RESUMED = set(VIRTUAL) | set(CONTEXT) | set(EXPERT)
 
@@ -80,6 +83,7 @@ def make_worker(name: str, model_dir: Path, rank: int) -> Any:
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1,
             "actor_rollout_ref.actor.entropy_coeff": 0.01,
             "actor_rollout_ref.actor.optim.lr": 1e-3,
+            "actor_rollout_ref.model.enable_gradient_checkpointing": name in RECOMPUTE,
         },
     )
     worker = ActorRolloutRefWorker(config, "actor", rank, world)
@@ -100,7 +104,7 @@ def update(worker: Any, chunk: Batch) -> float:
 
 def run_layout(name: str, model_dir: Path, rank: int, out_dir: Path | None = None) -> dict[str, Any]:
     """Build the actor for layout ``name`` as ``rank``; return its data-parallel chunk's log-probs before and
-    after one update, the gradient norm and the gathered Hugging Face weights.
+    after one update, the gradient norm, the gathered Hugging Face weights and its recomputation granularity.
 
     With virtual pipeline stages or context parallelism (:data:`RESUMED`) and an ``out_dir``, also: the Hugging Face export after the update
     (``out_dir/hf``), a checkpoint (``out_dir/ckpt``), the log-probs after a second update, and the same
@@ -114,6 +118,7 @@ def run_layout(name: str, model_dir: Path, rank: int, out_dir: Path | None = Non
         chunk = batch.chunk(layout.dp_size)[layout.dp_rank]
         chunk["advantages"] = advantages.chunk(layout.dp_size)[layout.dp_rank].clone()
         out: dict[str, Any] = {"dp_rank": layout.dp_rank, "dp_size": layout.dp_size, "output": layout.is_output_rank}
+        out["recompute"] = worker.actor.chunks[0].config.recompute_granularity
         out["before"] = worker.compute_log_prob(chunk)["old_log_probs"]
         out["metrics"] = update_metrics(worker, chunk)
         out["grad_norm"] = out["metrics"]["actor/grad_norm"]

@@ -41,7 +41,6 @@ def actor(model_dir: Path, role: str = "actor", **overrides: Any) -> Any:
             "sequence_parallel=true",
         ),
         ({"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size": 2}, r"ref\.megatron parallel sizes"),
-        ({"actor_rollout_ref.model.enable_gradient_checkpointing": True}, "enable_gradient_checkpointing"),
         ({"actor_rollout_ref.actor.ulysses_sequence_parallel_size": 2}, "ulysses_sequence_parallel_size"),
         (
             {"actor_rollout_ref.actor.megatron.use_dist_checkpointing": True},

@@ -15,7 +15,6 @@ from omegaconf import OmegaConf, open_dict
 from rlcore.api.training import ROUTED_EXPERTS
 from rlcore.errors import RLCoreError
 from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
-from rlcore.testing.tiny import make_tiny_moe_model_dir
 
 MODE = "actor_rollout_ref.actor.router_replay.mode"
 
@@ -24,12 +23,6 @@ class Settings(TrainingBackendContract):
     """The contract's small config (not collected: no ``Test`` prefix)."""
 
     component_name = "megatron"
-
-
-@pytest.fixture(scope="module")
-def moe_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny Qwen3-MoE (2 layers, 8 experts, top-2)."""
-    return make_tiny_moe_model_dir(tmp_path_factory.mktemp("moe"))
 
 
 def config_with(model_dir: Path, mode: str, **overrides: Any) -> Any:

@@ -65,7 +65,6 @@ def test_moe_fields_act_note_or_fail() -> None:
         ("moe_expert_capacity_factor", 1.0, "token dropping"),
         ("moe_enable_routing_replay", True, "router_replay.mode"),
         ("moe_token_dispatcher_type", "nccl", "choose one of allgather, alltoall, flex"),
-        ("moe_layer_recompute", True, "does not run on the CPU"),
     ):
         with pytest.raises(RLCoreError, match=rf"{KEY}.override_transformer_config.{name}.*{message}"):
             moe_overrides(settings(override_transformer_config={name: value}), on_cpu=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from rlcore_plugin_sglang.engine import SGLangRolloutEngine
+from rlcore_plugin_sglang.engine import SGLangRolloutEngine, engine_kwargs
 
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager
@@ -42,6 +42,26 @@ def test_cpu_device_is_refused_before_sglang_is_imported(
         SGLangRolloutEngine(
             str(tiny_model_dir), tiny_tokenizer, rollout_section(plugin_manager), module=torch.nn.Linear(2, 2)
         )
+
+
+def test_engine_arguments_carry_the_parallel_sizes(plugin_manager: PluginManager) -> None:
+    """``rollout.tensor_model_parallel_size`` and ``expert_parallel_size`` reach SGLang as ``tp_size`` and
+    ``ep_size`` (verl's mapping), and ``sglang.engine_kwargs`` come last."""
+    section = rollout_section(
+        plugin_manager,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=4",
+        "actor_rollout_ref.rollout.expert_parallel_size=2",
+        "+actor_rollout_ref.rollout.sglang.engine_kwargs.attention_backend=fa3",
+    )
+    kwargs = engine_kwargs(section, model_path="m", dtype="bfloat16", seed=3, context_length=64)
+    assert (kwargs["tp_size"], kwargs["ep_size"]) == (4, 2)
+    assert (kwargs["random_seed"], kwargs["context_length"], kwargs["attention_backend"]) == (3, 64, "fa3")
+    assert (
+        engine_kwargs(rollout_section(plugin_manager), model_path="m", dtype="bfloat16", seed=0, context_length=8)[
+            "ep_size"
+        ]
+        == 1
+    )
 
 
 @pytest.mark.gpu

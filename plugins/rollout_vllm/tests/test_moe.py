@@ -70,3 +70,19 @@ def test_an_moe_policy_samples_on_vllm_and_every_sync_passes_the_parity_check(
     finally:
         worker.rollout_engine.close()
         worker.shutdown()
+
+
+def test_expert_parallelism_runs_on_vllm_cpu(make_engine: Any, tmp_path: Path) -> None:
+    """``rollout.expert_parallel_size=2`` starts vLLM with ``enable_expert_parallel`` (on the CPU over the engine's
+    one process), and the engine serves the model: its log-probs are the Hugging Face model's and it samples."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = make_tiny_moe_model_dir(tmp_path / "moe")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    engine = make_engine(model_dir, expert_parallel_size=2)
+    assert engine.llm.llm_engine.vllm_config.parallel_config.enable_expert_parallel is True
+    ids = tokenizer(PROMPTS[3])["input_ids"]
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    torch.testing.assert_close(engine.prompt_log_probs(ids), teacher_forced_log_probs(model, ids), atol=1e-4, rtol=0)
+    out = engine.generate(make_prompt_batch(tokenizer))
+    assert out["responses"].shape[0] == len(PROMPTS) and bool(out["response_mask"][:, 0].all())

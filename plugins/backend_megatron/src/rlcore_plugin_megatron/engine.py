@@ -136,12 +136,6 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
         )
     # on the CPU, param/grad/optimizer offload have nothing to move (the Offloader acts on CUDA only) and the
     # dry run notes it; use_fused_kernels gives the same log-probs through the output layer's logits (a note too)
-    if _is_cpu(config):
-        if select(config, f"{model_section}.enable_gradient_checkpointing", False):
-            raise RLCoreError(
-                f"{model_section}.enable_gradient_checkpointing=true: megatron-core's activation recomputation saves "
-                "CUDA RNG states and does not run on the CPU"
-            )
     if role == "ref":
         actor_key = "actor_rollout_ref.actor.megatron"
         actor = resolve_settings(select(config, actor_key), actor_key)
@@ -376,7 +370,14 @@ class MegatronEngine(OptimizerState):
         #: the global number of each chunk this rank holds, and its global layers
         self.chunk_ids = [c * pp + self.pp_rank for c in range(vpp)]
         self.chunk_layers = chunk_layers(self.spec.num_layers, pp, vpp, self.pp_rank, self.settings.key)
-        mc_config = transformer_config(self.spec, hf_config, self.settings, self.settings.key, self.device)
+        mc_config = transformer_config(
+            self.spec,
+            hf_config,
+            self.settings,
+            self.settings.key,
+            self.device,
+            gradient_checkpointing=bool(model_config.get("enable_gradient_checkpointing", False)),
+        )
         self.replay_mode = replay_mode(config) if request.section == "actor_rollout_ref.actor" else "disabled"
         self.plan = self._plan_line(mc_config)
         if self.plan:

@@ -195,12 +195,25 @@ def moe_fields(spec: ModelSpec, settings: MegatronSettings, device: torch.device
     return fields
 
 
+#: megatron-core's activation recomputation that ``model.enable_gradient_checkpointing=true`` asks for: each
+#: transformer layer's forward pass runs again in the backward pass (as Hugging Face gradient checkpointing does)
+GRADIENT_CHECKPOINTING = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+
+
 def transformer_config(
-    spec: ModelSpec, hf_config: Any, settings: MegatronSettings, key: str, device: torch.device
+    spec: ModelSpec,
+    hf_config: Any,
+    settings: MegatronSettings,
+    key: str,
+    device: torch.device,
+    *,
+    gradient_checkpointing: bool = False,
 ) -> Any:
     """megatron-core's ``TransformerConfig`` for ``spec`` in float32 without dropout, with the section's
     ``override_transformer_config`` applied (an unknown field is an error naming it; the mixture-of-experts
-    fields go through :func:`moe_fields`)."""
+    fields go through :func:`moe_fields`). ``gradient_checkpointing`` (``model.enable_gradient_checkpointing``)
+    recomputes every layer (:data:`GRADIENT_CHECKPOINTING`) unless the overrides set a ``recompute_*`` field
+    themselves; recomputation runs on the CPU too (:mod:`rlcore_plugin_megatron.cpu_compat`)."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     fields = {
@@ -234,16 +247,14 @@ def transformer_config(
         "persist_layer_norm": False,
         "apply_rope_fusion": False,
     }
+    overridden = settings.override_transformer_config
+    if gradient_checkpointing and not any(name.startswith("recompute_") for name in overridden):
+        fields.update(GRADIENT_CHECKPOINTING)
     known = {field.name for field in dataclasses.fields(TransformerConfig)}
     for name, value in settings.override_transformer_config.items():
         if name not in known:
             raise RLCoreError(
                 f"{settings.key}.override_transformer_config.{name} is not a megatron-core TransformerConfig field"
-            )
-        if device.type == "cpu" and name.startswith("recompute") and value:
-            raise RLCoreError(
-                f"{settings.key}.override_transformer_config.{name}: activation recomputation saves CUDA RNG states "
-                "and does not run on the CPU"
             )
         if not (name.startswith("moe_") or name.startswith("expert_") or name == "overlap_moe_expert_parallel_comm"):
             fields[name] = value

@@ -69,8 +69,6 @@ REJECTED: dict[str, tuple[Any, str]] = {
     "moe_router_padding_for_fp8": (False, "needs fp8 training, which rlcore's Megatron engine does not do"),
     "moe_extended_tp": (False, "experts over tensor-parallel ranks are not supported; set false"),
 }
-#: fields rejected on the CPU only (they save CUDA RNG states)
-CUDA_ONLY: dict[str, str] = {"moe_layer_recompute": "recomputes the MoE layers, which saves CUDA RNG states"}
 
 
 @dataclass(frozen=True)
@@ -96,7 +94,7 @@ def moe_overrides(settings: MegatronSettings, *, on_cpu: bool) -> MoEOverrides:
 
     Kernel choices (:data:`KERNEL_CHOICES`) are dropped with a note; the token dispatcher
     (``moe_token_dispatcher_type``) is ``allgather`` on the CPU whatever was asked, and on CUDA ``flex`` (DeepEP) is
-    ``alltoall`` (noted when another was asked); :data:`REJECTED` fields at another value, and :data:`CUDA_ONLY` fields on the CPU, are errors
+    ``alltoall`` (noted when another was asked); :data:`REJECTED` fields at another value are errors
     naming the key. Other ``moe_*`` fields (``moe_aux_loss_coeff``, ``moe_router_load_balancing_type``,
     ``moe_z_loss_coeff``, ``moe_router_dtype``, ``moe_input_jitter_eps``, ...) pass through to megatron-core.
     """
@@ -107,8 +105,6 @@ def moe_overrides(settings: MegatronSettings, *, on_cpu: bool) -> MoEOverrides:
     for name, value in settings.override_transformer_config.items():
         if name in REJECTED and value != REJECTED[name][0]:
             raise RLCoreError(f"{key}.{name}={value!r}: {REJECTED[name][1]}")
-        if on_cpu and name in CUDA_ONLY and value:
-            raise RLCoreError(f"{key}.{name}={value!r}: {CUDA_ONLY[name]} and does not run on the CPU")
         if name in FROM_MODEL:
             from_model[name] = value
         elif name in KERNEL_CHOICES:

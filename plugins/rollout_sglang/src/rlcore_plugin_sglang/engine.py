@@ -14,7 +14,7 @@ connection limit (:mod:`rlcore_plugin_sglang.server`); everything else is the sa
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -43,6 +43,29 @@ def import_sglang() -> Any:
     return sglang
 
 
+def engine_kwargs(config: Any, *, model_path: str, dtype: str, seed: int, context_length: int) -> dict[str, Any]:
+    """The keyword arguments of ``sglang.Engine`` (and of the server in server mode) from the rollout section
+    ``config``: the model, its dtype, the seed and context length, and the section's engine settings, then its
+    ``sglang.engine_kwargs``."""
+    own = config.get("sglang") or {}
+    return {
+        "model_path": model_path,
+        "dtype": dtype,
+        "random_seed": seed,
+        "tp_size": int(config.get("tensor_model_parallel_size", 1)),
+        "ep_size": int(config.get("expert_parallel_size", 1)),
+        "mem_fraction_static": float(config.get("gpu_memory_utilization", 0.5)),
+        "context_length": context_length,
+        "max_running_requests": int(config.get("max_num_seqs", 256)),
+        "disable_radix_cache": not bool(config.get("enable_prefix_caching", True)),
+        "load_format": "dummy" if config.get("load_format") == "dummy" else "auto",
+        "skip_tokenizer_init": True,
+        "enable_memory_saver": True,
+        "log_level": "error",
+        **dict(own.get("engine_kwargs") or {}),
+    }
+
+
 class SGLangRolloutEngine(TokenListEngine):
     """Generation with ``sglang.Engine``, in-memory weight updates, memory release and log-prob probes.
 
@@ -54,6 +77,7 @@ class SGLangRolloutEngine(TokenListEngine):
             ``do_sample``, ``response_length``, ``val_kwargs``, ``calculate_log_probs``, ``seed``,
             ``ignore_eos``. Engine: ``prompt_length``, ``max_model_len``, ``max_num_seqs``,
             ``gpu_memory_utilization`` (SGLang's ``mem_fraction_static``), ``tensor_model_parallel_size``,
+            ``expert_parallel_size`` (SGLang's ``ep_size``; the dry run checks it: ``rlcore.rollout.expert_parallel``),
             ``enable_prefix_caching``, ``load_format``, and this plugin's ``sglang.update_weights_bucket_mb``
             and ``sglang.engine_kwargs``.
         device: must be a CUDA device.
@@ -82,30 +106,21 @@ class SGLangRolloutEngine(TokenListEngine):
         own = config.get("sglang") or {}
         self.mode = rollout_mode(config)
         self._bucket_bytes = int(float(own.get("update_weights_bucket_mb", 512)) * 2**20)
-        self.engine = self._start(str(model_path), own)
+        self.engine = self._start(str(model_path))
 
-    def _start(self, model_path: str, own: Mapping[str, Any]) -> Any:
+    def _start(self, model_path: str) -> Any:
         """Build the ``sglang.Engine`` (or, in server mode, start the server) from the rollout config."""
-        config = self.config
-        kwargs: dict[str, Any] = {
-            "model_path": model_path,
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "random_seed": self.settings.seed,
-            "tp_size": int(config.get("tensor_model_parallel_size", 1)),
-            "mem_fraction_static": float(config.get("gpu_memory_utilization", 0.5)),
-            "context_length": self.max_model_len(),
-            "max_running_requests": int(config.get("max_num_seqs", 256)),
-            "disable_radix_cache": not bool(config.get("enable_prefix_caching", True)),
-            "load_format": "dummy" if config.get("load_format") == "dummy" else "auto",
-            "skip_tokenizer_init": True,
-            "enable_memory_saver": True,
-            "log_level": "error",
-            **dict(own.get("engine_kwargs") or {}),
-        }
+        kwargs = engine_kwargs(
+            self.config,
+            model_path=model_path,
+            dtype=str(self.dtype).removeprefix("torch."),
+            seed=self.settings.seed,
+            context_length=self.max_model_len(),
+        )
         sglang = import_sglang()
         try:
             if self.mode == "server":
-                return ServerEngine(kwargs, ServerSettings.from_rollout(config))
+                return ServerEngine(kwargs, ServerSettings.from_rollout(self.config))
             return sglang.Engine(**kwargs)
         except Exception as exc:
             raise RLCoreError(f"{ROLLOUT_KEY}.name=sglang: SGLang could not start on {model_path!r}: {exc}") from exc

@@ -77,8 +77,10 @@ class VLLMRolloutEngine(TokenListEngine):
             ``do_sample``, ``response_length``, ``val_kwargs``, ``calculate_log_probs``, ``seed``,
             ``ignore_eos``. Engine: ``prompt_length``, ``max_model_len``, ``max_num_seqs``,
             ``max_num_batched_tokens``, ``enable_chunked_prefill``, ``enable_prefix_caching``,
-            ``enforce_eager``, ``load_format``, ``gpu_memory_utilization`` and
+            ``enforce_eager``, ``load_format``, ``gpu_memory_utilization``,
             ``tensor_model_parallel_size`` (CUDA only; ignored on CPU, where each engine is one process),
+            ``expert_parallel_size`` (above 1: vLLM's ``enable_expert_parallel``, which spreads a mixture-of-experts
+            model's experts over the engine's ranks; the dry run checks it: ``rlcore.rollout.expert_parallel``),
             and this plugin's ``vllm.cpu_kv_cache_gib`` and ``vllm.engine_kwargs``.
         device: ``cpu`` or ``cuda``; it must match the installed vLLM build.
         dtype: the served dtype (a ``torch.dtype`` or its name).
@@ -123,6 +125,7 @@ class VLLMRolloutEngine(TokenListEngine):
             "logprobs_mode": "processed_logprobs",
             "worker_extension_cls": WORKER_EXTENSION,
             "disable_log_stats": True,
+            "enable_expert_parallel": int(config.get("expert_parallel_size", 1)) > 1,
         }
         if self.device.type == "cuda":
             tensor_parallel = int(config.get("tensor_model_parallel_size", 1))
