@@ -65,6 +65,8 @@ from rlcore_plugin_megatron.convert import (
     tp_unshard,
 )
 from rlcore_plugin_megatron.cpu_compat import cpu_compat, define_missing_te_gemm, install_rng_tracker
+from rlcore_plugin_megatron.lora import apply_lora, is_adapter, merged_parameters
+from rlcore_plugin_megatron.lora_settings import LoraSettings, resolve_lora
 from rlcore_plugin_megatron.model import (
     acquire_parallel_state,
     build_stage,
@@ -126,7 +128,11 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
             f"use {key}.tensor_model_parallel_size instead and leave it at 1"
         )
     if int(select(config, f"{model_section}.lora_rank", 0) or 0) > 0:
-        raise RLCoreError(f"{model_section}.lora_rank > 0: LoRA is not supported by the megatron backend (use fsdp)")
+        raise RLCoreError(
+            f"{model_section}.lora_rank > 0 configures LoRA on the fsdp backend (peft); the megatron backend reads "
+            f"verl 0.10's {model_section}.lora.rank (and lora.alpha, lora.target_modules, ...)"
+        )
+    lora_settings(config, role, section, model_section)
     if settings.dtype not in FLOAT32_NAMES and not _is_cpu(config):
         raise RLCoreError(
             f"{key}.dtype={settings.dtype}: rlcore's Megatron engine computes in float32 (no bf16/fp16 mixed "
@@ -150,6 +156,16 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
                 "model shares the actor's ranks"
             )
     return settings
+
+
+def lora_settings(config: DictConfig, role: EngineRole, section: str, model_section: str) -> LoraSettings | None:
+    """The actor's resolved ``{model_section}.lora`` (None when off, and for the reference model, which is the
+    base model; see :mod:`rlcore_plugin_megatron.lora`); LoRA on a critic is an error naming the key."""
+    key = f"{model_section}.lora"
+    settings = resolve_lora(select(config, key), key)
+    if settings is not None and role == "critic":
+        raise RLCoreError(f"{key}.rank > 0: LoRA on the Megatron backend trains the actor only; set it to 0")
+    return settings if role == "actor" and section == ACTOR else None
 
 
 def replay_mode(config: DictConfig) -> str:
@@ -407,6 +423,9 @@ class MegatronEngine(OptimizerState):
                 state = {name: t for name, t in state.items() if name != "lm_head.weight"}
             self._load_megatron_state(hf_to_megatron(state, self.spec))
         self.module.to(self.device)
+        self.lora = lora_settings(config, request.role, section, request.model_section)
+        if self.lora is not None:
+            self._apply_lora(int(select(config, "trainer.seed", 1)))
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         if request.role == "ref":
@@ -414,10 +433,44 @@ class MegatronEngine(OptimizerState):
             self.module.eval()
         else:
             optim_config = select(config, f"{section}.optim")
-            self.optimizer = build_optimizer(list(self.module.parameters()), optim_config, f"{section}.optim")
+            trainable = [param for param in self.module.parameters() if param.requires_grad]
+            self.optimizer = build_optimizer(trainable, optim_config, f"{section}.optim")
             self.lr_scheduler = build_lr_scheduler(self.optimizer, optim_config, f"{section}.optim")
         self.offloader = Offloader(self.module, self.optimizer, self.settings, self.device)
         self.offloader.offload()
+
+    def _apply_lora(self, seed: int) -> None:
+        """Freeze the model and give the layers ``self.lora`` targets their adapters (logged with the count);
+        an error naming the key when no layer matches."""
+        lora = cast("LoraSettings", self.lora)
+        adapted = [
+            name
+            for module, layers in zip(self.chunks, self.chunk_layers, strict=True)
+            for name in apply_lora(
+                module,
+                lora,
+                seed=seed,
+                layers=layers,
+                ep=(self.ep_rank, self.settings.ep),
+                num_experts=self.spec.num_experts,
+            )
+        ]
+        found = torch.tensor([len(adapted)], device=self.device)
+        if dist.is_initialized():
+            dist.all_reduce(found)
+        if not int(found.item()):
+            raise RLCoreError(
+                f"{lora.key}.target_modules={list(lora.target_modules)} with exclude_modules="
+                f"{list(lora.exclude_modules)} adapts no layer of the model"
+            )
+        logger.info(
+            "megatron LoRA (%s): rank %d, alpha %g, %d adapted layers on this rank (%s ...)",
+            lora.key,
+            lora.rank,
+            lora.alpha,
+            len(adapted),
+            ", ".join(adapted[:4]),
+        )
 
     def _plan_line(self, mc_config: Any) -> str:
         """What the engine builds for a mixture-of-experts model (empty for a dense one): experts per rank, the
@@ -758,8 +811,7 @@ class MegatronEngine(OptimizerState):
         state: dict[str, torch.Tensor] = {}
         for module, chunk, layers in zip(self.chunks, self.chunk_ids, self.chunk_layers, strict=True):
             chunk_state: dict[str, torch.Tensor] = {}
-            for name, param in module.named_parameters():
-                tensor = param.detach()
+            for name, tensor in merged_parameters(module):
                 if self.settings.tp > 1 and partition_dim(name, self.spec) is not None:
                     shards = [torch.empty_like(tensor) for _ in range(self.settings.tp)]
                     dist.all_gather(shards, tensor.contiguous(), group=self.tp_group)
@@ -823,7 +875,7 @@ class MegatronEngine(OptimizerState):
             part = to_stage(state, layers, first=chunk == 0, last=chunk == self.num_chunks - 1, spec=self.spec)
             if self.spec.is_moe:
                 part = ep_shard(part, self.ep_rank, self.settings.ep, self.spec.num_experts)
-            params = dict(module.named_parameters())
+            params = {name: param for name, param in module.named_parameters() if not is_adapter(name)}
             if part.keys() != params.keys():
                 raise RLCoreError(
                     f"weights do not match the {self.role} model: missing {sorted(params.keys() - part.keys())}, "
@@ -839,8 +891,13 @@ class MegatronEngine(OptimizerState):
                     param.copy_(shard)
 
     def load_full_weights(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Replace the weights by ``state`` (Hugging Face names, full tensors)."""
+        """Replace the weights by ``state`` (Hugging Face names, full tensors); with LoRA they become the base
+        weights and every ``B`` is zeroed, so that the model computes ``state``'s function."""
         self._load_megatron_state(hf_to_megatron(state, self.spec))
+        with torch.no_grad():
+            for name, param in self.module.named_parameters():
+                if is_adapter(name) and name.endswith(".B"):
+                    param.zero_()
 
     # ------------------------------------------------------------ checkpoints
     def _shard_name(self) -> str:
@@ -880,7 +937,10 @@ class MegatronEngine(OptimizerState):
         """Load this rank's model shard from ``directory/model``."""
         payload = self._read_shard(directory / "model" / self._shard_name(), key)
         self.module.load_state_dict(payload["state"], strict=False)
-        missing = {name for name, _ in self.module.named_parameters()} - payload["state"].keys()
+        names = {name for name, _ in self.module.named_parameters()}
+        if not any(is_adapter(name) for name in payload["state"]):  # a base model's shards: the adapters start fresh
+            names = {name for name in names if not is_adapter(name)}
+        missing = names - payload["state"].keys()
         if missing:
             raise RLCoreError(f"{key}: {directory} lacks {sorted(missing)}")
 
