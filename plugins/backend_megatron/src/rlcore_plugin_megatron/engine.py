@@ -132,7 +132,7 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
             f"{model_section}.lora_rank > 0 configures LoRA on the fsdp backend (peft); the megatron backend reads "
             f"verl 0.10's {model_section}.lora.rank (and lora.alpha, lora.target_modules, ...)"
         )
-    lora_settings(config, role, section, model_section)
+    lora_settings(config, role, model_section)
     if settings.dtype not in FLOAT32_NAMES and not _is_cpu(config):
         raise RLCoreError(
             f"{key}.dtype={settings.dtype}: rlcore's Megatron engine computes in float32 (no bf16/fp16 mixed "
@@ -158,14 +158,12 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
     return settings
 
 
-def lora_settings(config: DictConfig, role: EngineRole, section: str, model_section: str) -> LoraSettings | None:
-    """The actor's resolved ``{model_section}.lora`` (None when off, and for the reference model, which is the
-    base model; see :mod:`rlcore_plugin_megatron.lora`); LoRA on a critic is an error naming the key."""
+def lora_settings(config: DictConfig, role: EngineRole, model_section: str) -> LoraSettings | None:
+    """The resolved ``{model_section}.lora`` of the actor (None when off, and for the reference model, which is
+    the base model; see :mod:`rlcore_plugin_megatron.lora`); a bad value is an error naming its key."""
     key = f"{model_section}.lora"
     settings = resolve_lora(select(config, key), key)
-    if settings is not None and role == "critic":
-        raise RLCoreError(f"{key}.rank > 0: LoRA on the Megatron backend trains the actor only; set it to 0")
-    return settings if role == "actor" and section == ACTOR else None
+    return settings if role == "actor" else None
 
 
 def replay_mode(config: DictConfig) -> str:
@@ -423,7 +421,7 @@ class MegatronEngine(OptimizerState):
                 state = {name: t for name, t in state.items() if name != "lm_head.weight"}
             self._load_megatron_state(hf_to_megatron(state, self.spec))
         self.module.to(self.device)
-        self.lora = lora_settings(config, request.role, section, request.model_section)
+        self.lora = lora_settings(config, request.role, request.model_section)
         if self.lora is not None:
             self._apply_lora(int(select(config, "trainer.seed", 1)))
         self.optimizer: torch.optim.Optimizer | None = None
