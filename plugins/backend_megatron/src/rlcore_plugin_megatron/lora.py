@@ -19,7 +19,7 @@ import math
 import re
 import zlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -64,7 +64,7 @@ class LoraAdapter(nn.Module):
         self.dropout, self.dropout_position = settings.dropout, settings.dropout_position
         self.group = layer.tp_group
         self.tp_size, tp_rank = get_pg_size(self.group), get_pg_rank(self.group)
-        weight = layer.weight
+        weight = cast("torch.Tensor", layer.weight)  # a parallel linear layer's weight parameter
         out_local, in_local = weight.shape
         in_full = in_local * (self.tp_size if parallel == "row" else 1)
         full_a = torch.empty(settings.rank, in_full, dtype=torch.float32)
