@@ -104,12 +104,13 @@ def test_megatron_lora_on_another_backend_fails_the_dry_run() -> None:
 
 
 def test_lora_actor_starts_at_the_base_model_and_trains_only_adapters(
-    tiny_model_dir: Path, tiny_tokenizer: Any
+    tiny_model_dir: Path, tiny_tokenizer: Any, tmp_path: Path
 ) -> None:
     """Step 0: the same log-probs as the plain actor (exactly: B is zero). The optimizer holds the adapters only;
     an update moves B and leaves every base weight as it was. The full weights are ``W + alpha/r · B·A`` under
     Hugging Face names (checked on ``o_proj``), and a plain actor loaded with them computes the LoRA actor's
-    log-probs (checking the fused ``linear_qkv`` and ``linear_fc1`` too)."""
+    log-probs (checking the fused ``linear_qkv`` and ``linear_fc1`` too). ``use_dist_checkpointing`` from the
+    LoRA actor's shards restores its adapters; from the plain one's, the adapters start fresh."""
     batch = make_batch(tiny_tokenizer)
     plain = worker(tiny_model_dir)
     lora = worker(tiny_model_dir, **LORA)
@@ -141,9 +142,25 @@ def test_lora_actor_starts_at_the_base_model_and_trains_only_adapters(
         after = lora.compute_log_prob(batch)["old_log_probs"]
         assert (after - before)[batch["response_mask"].bool()].abs().max() > 1e-4, "the update changed nothing"
         torch.testing.assert_close(plain.compute_log_prob(batch)["old_log_probs"], after, atol=1e-5, rtol=0)
+        lora.actor.save(tmp_path / "lora", {"model"})
+        plain.actor.save(tmp_path / "merged", {"model"})
     finally:
         plain.shutdown()
         lora.shutdown()
+    for saved in ("lora", "merged"):  # the adapters come back; a checkpoint without them starts fresh ones
+        restored = worker(
+            tiny_model_dir,
+            **LORA,
+            **{
+                "actor_rollout_ref.actor.megatron.use_dist_checkpointing": True,
+                "actor_rollout_ref.actor.megatron.dist_checkpointing_path": str(tmp_path / saved),
+            },
+        )
+        try:
+            assert (restored.actor.module.get_parameter(f"{proj}.B").abs().max() > 0) == (saved == "lora")
+            torch.testing.assert_close(restored.compute_log_prob(batch)["old_log_probs"], after, atol=1e-5, rtol=0)
+        finally:
+            restored.shutdown()
 
 
 def test_one_lora_update_equals_fsdp_with_peft(tiny_model_dir: Path, tiny_tokenizer: Any) -> None:

@@ -20,6 +20,9 @@ expert-parallel group holds ``E / ep`` experts of every layer, tokens reach them
 on the CPU, and an expert's gradient is reduced over the ranks holding the same expert. The routers'
 :class:`~rlcore_plugin_megatron.routing.RouterTap` records the routing, measures the load statistics and replays
 a batch's ``routed_experts`` (``router_replay.mode`` R2/R3).
+
+With LoRA (``model.lora.rank > 0``) the actor's base weights are frozen and AdamW trains the adapters of
+:mod:`rlcore_plugin_megatron.lora`; the full weights it hands out are merged.
 """
 
 from __future__ import annotations
@@ -411,6 +414,9 @@ class MegatronEngine(OptimizerState):
         self.taps = install_taps(self.chunks, bool(mc_config.moe_router_pre_softmax)) if self.spec.is_moe else []
         if self.spec.is_moe:
             define_missing_te_gemm()
+        self.lora = lora_settings(config, request.role, request.model_section)
+        if self.lora is not None:  # before loading: a checkpoint of a LoRA run holds the adapters too
+            self._apply_lora(int(select(config, "trainer.seed", 1)))
         # resolve_settings requires the path when use_dist_checkpointing is set
         checkpoint = self.settings.dist_checkpointing_path if self.settings.use_dist_checkpointing else None
         if checkpoint is not None:
@@ -421,9 +427,6 @@ class MegatronEngine(OptimizerState):
                 state = {name: t for name, t in state.items() if name != "lm_head.weight"}
             self._load_megatron_state(hf_to_megatron(state, self.spec))
         self.module.to(self.device)
-        self.lora = lora_settings(config, request.role, request.model_section)
-        if self.lora is not None:
-            self._apply_lora(int(select(config, "trainer.seed", 1)))
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         if request.role == "ref":
