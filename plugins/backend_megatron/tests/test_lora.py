@@ -91,6 +91,19 @@ def test_lora_settings_and_targets() -> None:
     assert not only_first.adapts("decoder.layers.0.self_attention.linear_proj")
 
 
+def test_targets_that_match_no_layer_are_an_error(tiny_model_dir: Path) -> None:
+    """Targets that adapt nothing on this model name the keys."""
+    from rlcore.workers.actor import ActorRolloutRefWorker
+
+    overrides = {**LORA, f"{KEY}.target_modules": ["decoder.layers.9.*.linear_qkv"]}
+    actor = ActorRolloutRefWorker(Settings.make_config(tiny_model_dir, **overrides), "actor", 0, 1)
+    try:
+        with pytest.raises(RLCoreError, match=r"adapts no layer of the model"):
+            actor.init_model()
+    finally:
+        actor.shutdown()
+
+
 def test_megatron_lora_on_another_backend_fails_the_dry_run() -> None:
     """``model.lora.rank`` with the FSDP actor names both keys; on Megatron the dry run notes that the rollout
     gets merged weights whatever ``merge`` says."""

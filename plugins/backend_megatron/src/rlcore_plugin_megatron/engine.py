@@ -416,7 +416,11 @@ class MegatronEngine(OptimizerState):
             define_missing_te_gemm()
         self.lora = lora_settings(config, request.role, request.model_section)
         if self.lora is not None:  # before loading: a checkpoint of a LoRA run holds the adapters too
-            self._apply_lora(int(select(config, "trainer.seed", 1)))
+            try:
+                self._apply_lora(int(select(config, "trainer.seed", 1)))
+            except RLCoreError:
+                self.close()  # the worker never sees this engine: leave the model-parallel groups now
+                raise
         # resolve_settings requires the path when use_dist_checkpointing is set
         checkpoint = self.settings.dist_checkpointing_path if self.settings.use_dist_checkpointing else None
         if checkpoint is not None:
@@ -442,7 +446,7 @@ class MegatronEngine(OptimizerState):
 
     def _apply_lora(self, seed: int) -> None:
         """Freeze the model and give the layers ``self.lora`` targets their adapters (logged with the count);
-        an error naming the key when no layer matches."""
+        an error naming the key when a rank gets none."""
         lora = cast("LoraSettings", self.lora)
         adapted = [
             name
@@ -456,13 +460,14 @@ class MegatronEngine(OptimizerState):
                 num_experts=self.spec.num_experts,
             )
         ]
-        found = torch.tensor([len(adapted)], device=self.device)
+        fewest = torch.tensor([len(adapted)], device=self.device)
         if dist.is_initialized():
-            dist.all_reduce(found)
-        if not int(found.item()):
+            dist.all_reduce(fewest, op=dist.ReduceOp.MIN)
+        if not int(fewest.item()):  # every rank needs something to train (AdamW takes no empty parameter list)
             raise RLCoreError(
                 f"{lora.key}.target_modules={list(lora.target_modules)} with exclude_modules="
-                f"{list(lora.exclude_modules)} adapts no layer of the model"
+                f"{list(lora.exclude_modules)} adapts no layer of the model on some rank (each pipeline stage and "
+                "expert-parallel rank needs at least one adapted layer)"
             )
         logger.info(
             "megatron LoRA (%s): rank %d, alpha %g, %d adapted layers on this rank (%s ...)",
