@@ -283,3 +283,23 @@ def test_two_grpo_steps_with_lora(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert last["rollout/weight_checksum_diff"] <= 1e-6
     shard = torch.load(tmp_path / "run" / "ckpt" / "global_step_2" / "actor" / "model" / "tp00_pp00.pt")
     assert any(name.endswith(".lora.B") for name in shard["state"])
+
+
+@pytest.mark.parametrize("position", ["pre", "post"])
+def test_adapter_dropout_acts_while_training_only(tiny_model_dir: Path, position: str) -> None:
+    """``dropout=0.5`` on the adapter's input (``pre``) or output (``post``): in eval mode an adapter gives
+    ``alpha/r · B·A·x`` every time; in training mode its output changes from call to call."""
+    actor = worker(tiny_model_dir, **LORA, **{f"{KEY}.dropout": 0.5, f"{KEY}.dropout_position": position})
+    try:
+        adapter = actor.actor.module.get_submodule("decoder.layers.0.self_attention.linear_proj.lora")
+        with torch.no_grad():
+            adapter.B.normal_()
+            x = torch.randn(5, 1, adapter.A.shape[1])
+            adapter.eval()
+            exact = 2.0 * x @ adapter.A.T @ adapter.B.T
+            torch.testing.assert_close(adapter(x), exact, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(adapter(x), exact, atol=1e-5, rtol=1e-5)
+            adapter.train()
+            assert not torch.allclose(adapter(x), adapter(x))
+    finally:
+        actor.shutdown()
