@@ -17,6 +17,11 @@ after ``--warmup`` of every run of an engine.
 the Megatron engine then splits the experts over the N ranks (expert parallelism, :func:`moe_overrides`).
 
     python bench/engines.py --moe --size tiny --ranks 2   # FSDP on 2 ranks against Megatron with EP=2
+    python bench/engines.py --size tiny --lora 8          # LoRA on both: peft (FSDP) against model.lora.* (Megatron)
+
+``--lora R`` trains rank-``R`` LoRA adapters (alpha ``2R``) on every linear layer of the decoder: FSDP through
+peft (``model.lora_rank``, ``target_modules=all-linear``), Megatron through verl 0.10's ``model.lora.*`` (its
+default targets ``linear_qkv``, ``linear_proj``, ``linear_fc1``, ``linear_fc2``: the same weights, fused).
 
 Prints one JSON object on stdout; progress goes to stderr; bad input (or a missing megatron plugin) gives a
 one-line ``error: ...`` on stderr and exit status 2. Needs ``pip install -e '.[train]'`` and
@@ -47,6 +52,16 @@ def moe_overrides(engine: str, ranks: int) -> tuple[str, ...]:
     if engine == "megatron":
         return (f"actor_rollout_ref.actor.megatron.expert_model_parallel_size={ranks}",)
     return ()
+
+
+def lora_overrides(engine: str, rank: int) -> tuple[str, ...]:
+    """The overrides of ``engine`` for rank-``rank`` LoRA adapters (alpha ``2·rank``) on every decoder linear
+    layer (none for rank 0)."""
+    if rank == 0:
+        return ()
+    if engine == "megatron":
+        return (f"actor_rollout_ref.model.lora.rank={rank}", f"actor_rollout_ref.model.lora.alpha={2 * rank}")
+    return (f"actor_rollout_ref.model.lora_rank={rank}", f"actor_rollout_ref.model.lora_alpha={2 * rank}")
 
 
 #: the worker methods whose time the engine decides (the rollout is the HF engine for both)
@@ -93,6 +108,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of one run per engine (default 2)")
     parser.add_argument("--moe", action="store_true", help="train a Qwen3-MoE of the size (MOE_SHAPES in common.py)")
     parser.add_argument("--strategy", default=None, help="comma-separated engines (default fsdp,megatron)")
+    parser.add_argument("--lora", type=int, default=0, help="LoRA rank on both engines (default 0: full training)")
     parser.add_argument(
         "--ranks", type=int, default=1, help="ranks (worker processes under Ray when > 1; Megatron MoE: EP = ranks)"
     )
@@ -113,7 +129,7 @@ def engines_of(args: argparse.Namespace) -> tuple[str, ...]:
 def check_args(args: argparse.Namespace) -> tuple[int, int]:
     """Validate the command line and the environment; return steps per run and warm-up steps."""
     common.check_sizes(args.size, allow_both=False)
-    common.check_non_negative(args, "steps", "warmup", "threads")
+    common.check_non_negative(args, "steps", "warmup", "threads", "lora")
     if args.rounds < 1:
         raise BenchError("--rounds must be >= 1")
     if args.ranks < 1:
@@ -156,7 +172,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
                     executor="ray" if args.ranks > 1 else "local",
                     workers=args.ranks,
                 )
-                extra = moe_overrides(engine, args.ranks) if args.moe else ()
+                extra = (*(moe_overrides(engine, args.ranks) if args.moe else ()), *lora_overrides(engine, args.lora))
                 command = common.rlcore_command([*overrides, f"actor_rollout_ref.actor.strategy={engine}", *extra])
                 child = common.run_checked(command, env, log_file, f"{engine} run")
                 rows = common.read_metrics(run_root)[1]
@@ -168,6 +184,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     out = {
         "size": args.size,
         "moe": args.moe,
+        "lora_rank": args.lora,
         "ranks": args.ranks,
         **common.work_summary(args.size, facts),
         "steps_per_run": steps,

@@ -127,8 +127,8 @@ EXPECTED: dict[str, str | None] = {
     "examples/grpo_trainer/run_qwen3_vl-30b-megatron.sh": "must divide the number of ranks",
     # verl's Megatron optimizer schedule keys (optim.lr_decay_style, ...)
     "examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh": "verl's Megatron backend settings",
-    # LoRA on the Megatron backend (model.lora.*)
-    "examples/grpo_trainer/run_qwen3moe-30b_megatron_lora.sh": "verl's Megatron backend settings",
+    # LoRA on the Megatron backend (model.lora.*, the experts' projections included)
+    "examples/grpo_trainer/run_qwen3moe-30b_megatron_lora.sh": MEGATRON,
     # trainer.n_gpus_per_node from a variable the script leaves to the user
     "examples/gspo_trainer/run_qwen30b_gspo.sh": "n_gpus_per_node='' has the wrong type",
     "examples/ppo_trainer/run_moonlight16b_a3b_gsm8k_megatron.sh": MEGATRON,

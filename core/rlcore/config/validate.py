@@ -130,7 +130,8 @@ def megatron_notes(config: DictConfig) -> list[str]:
     """Notes for Megatron settings that change nothing here: offloading (``megatron.param_offload``,
     ``grad_offload``, ``optimizer_offload``) and a lower-precision ``megatron.dtype`` on ``trainer.device=cpu``
     (the engine computes in float32 with everything in host memory; on CUDA the dtype is an error), and
-    ``use_fused_kernels`` on a Megatron actor (its output layer gives the same log-probs from full logits)."""
+    ``use_fused_kernels`` on a Megatron actor (its output layer gives the same log-probs from full logits), and
+    ``model.lora.merge=false`` with Megatron LoRA (the rollout gets merged weights either way)."""
     from omegaconf import OmegaConf
 
     notes = []
@@ -144,12 +145,34 @@ def megatron_notes(config: DictConfig) -> list[str]:
         if dtype not in ("float32", "fp32"):
             notes.append(f"{key}.dtype={dtype} changes nothing on trainer.device=cpu: the engine computes in float32")
     megatron = OmegaConf.select(config, "actor_rollout_ref.actor.strategy", default=None) == "megatron"
+    lora_rank = OmegaConf.select(config, "actor_rollout_ref.model.lora.rank", default=0)
+    if megatron and isinstance(lora_rank, int) and lora_rank > 0:
+        if OmegaConf.select(config, "actor_rollout_ref.model.lora.merge", default=False) is False:
+            notes.append(
+                "actor_rollout_ref.model.lora.merge=False changes nothing in rlcore: the rollout receives merged "
+                "weights W + alpha/rank·B·A (its engines take no separate adapters), the same policy as verl's adapters"
+            )
     if megatron and OmegaConf.select(config, "actor_rollout_ref.model.use_fused_kernels", default=False) is True:
         notes.append(
             "actor_rollout_ref.model.use_fused_kernels=True changes nothing on the Megatron backend: its output "
             "layer computes the logits, and the log-probs and entropy from them are the same numbers"
         )
     return notes
+
+
+def megatron_lora_problems(config: DictConfig) -> list[str]:
+    """``actor_rollout_ref.model.lora.rank > 0`` (verl 0.10's LoRA, read by rlcore-plugin-megatron) with an actor on
+    another backend: the FSDP and DeepSpeed backends read ``model.lora_rank`` instead."""
+    from omegaconf import OmegaConf
+
+    rank = OmegaConf.select(config, "actor_rollout_ref.model.lora.rank", default=0)
+    strategy = OmegaConf.select(config, "actor_rollout_ref.actor.strategy", default=None)
+    if isinstance(rank, int) and rank > 0 and strategy != "megatron":
+        return [
+            f"actor_rollout_ref.model.lora.rank={rank} configures LoRA on the megatron backend, and "
+            f"actor_rollout_ref.actor.strategy={strategy}: set actor_rollout_ref.model.lora_rank instead (or use megatron)"
+        ]
+    return []
 
 
 def speed_only_notes(config: DictConfig) -> list[str]:
@@ -322,6 +345,7 @@ def check_values(config: DictConfig) -> None:
     problems += router_replay_problems(config)
     problems += prefix_grouper_problems(config)
     problems += expert_parallel_problems(config)
+    problems += megatron_lora_problems(config)
     if config.reward_model.launch_reward_fn_async and config.algorithm.batch_filters:
         problems.append(
             "reward_model.launch_reward_fn_async=true cannot be combined with algorithm.batch_filters: "

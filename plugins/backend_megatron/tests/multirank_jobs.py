@@ -34,17 +34,24 @@ LAYOUTS: dict[str, tuple[int, int, int]] = {
     "cp2": (2, 1, 1),
     "moe_ep1": (1, 1, 1),
     "moe_ep2": (2, 1, 1),
+    "lora_tp1": (1, 1, 1),
+    "lora_tp2": (2, 2, 1),
+    "lora_moe_ep1": (1, 1, 1),
+    "lora_moe_ep2": (2, 1, 1),
 }
 #: name -> virtual pipeline size, for the layouts with interleaved (virtual) pipeline stages
 VIRTUAL: dict[str, int] = {"pp2vpp2": 2}
 #: name -> context parallel size, for the layouts with context parallelism
 CONTEXT: dict[str, int] = {"cp2": 2}
 #: name -> expert parallel size, for the layouts of a mixture-of-experts model
-EXPERT: dict[str, int] = {"moe_ep1": 1, "moe_ep2": 2}
+EXPERT: dict[str, int] = {"moe_ep1": 1, "moe_ep2": 2, "lora_moe_ep1": 1, "lora_moe_ep2": 2}
 #: the layouts that recompute every layer in the backward pass (``model.enable_gradient_checkpointing``)
 RECOMPUTE = {"tp2_recompute"}
+#: the layouts that train LoRA adapters (``model.lora.*``; on the MoE model every expert gets its own)
+LORA: dict[str, Any] = {"actor_rollout_ref.model.lora.rank": 4, "actor_rollout_ref.model.lora.alpha": 8}
+LORA_LAYOUTS = {"lora_tp1", "lora_tp2", "lora_moe_ep1", "lora_moe_ep2"}
 #: the layouts whose runs also export, checkpoint and resume (given an ``out_dir``)
-RESUMED = set(VIRTUAL) | set(CONTEXT) | set(EXPERT)
+RESUMED = set(VIRTUAL) | set(CONTEXT) | set(EXPERT) | LORA_LAYOUTS
 
 
 class Settings(TrainingBackendContract):
@@ -58,6 +65,20 @@ def global_batch(model_dir: Path) -> Batch:
     from transformers import AutoTokenizer
 
     return make_batch(AutoTokenizer.from_pretrained(model_dir), prompts=PROMPTS, response_length=8, seed=7)
+
+
+def exported_log_probs(hf_dir: Path, batch: Batch) -> torch.Tensor:
+    """The log-probs of ``batch``'s responses under the Hugging Face export at ``hf_dir`` (transformers, fp32)."""
+    from transformers import AutoModelForCausalLM
+
+    from rlcore.algos.functional import logprobs_from_logits
+
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+    length = batch["responses"].shape[1]
+    logits = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+    ).logits[:, -length - 1 : -1]
+    return logprobs_from_logits(logits, batch["responses"]).detach()
 
 
 def make_worker(name: str, model_dir: Path, rank: int) -> Any:
@@ -79,6 +100,7 @@ def make_worker(name: str, model_dir: Path, rank: int) -> Any:
             for role in ("actor", "ref")
             for key, value in sizes.items()
         },
+        **(LORA if name in LORA_LAYOUTS else {}),
         **{
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1,
             "actor_rollout_ref.actor.entropy_coeff": 0.01,
@@ -124,6 +146,7 @@ def run_layout(name: str, model_dir: Path, rank: int, out_dir: Path | None = Non
         out["grad_norm"] = out["metrics"]["actor/grad_norm"]
         out["after"] = worker.compute_log_prob(chunk)["old_log_probs"]
         out["state"] = {key: t.clone() for key, t in worker.full_state_dict().items()}
+        out["trainable"] = [key for key, p in worker.actor.module.named_parameters() if p.requires_grad]
         if name in RESUMED and out_dir is not None:
             out["chunk_layers"] = [list(layers) for layers in worker.actor.chunk_layers]
             worker.actor.save_hf(out_dir / "hf", with_weights=True)

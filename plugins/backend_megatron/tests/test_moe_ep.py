@@ -47,10 +47,6 @@ def test_expert_parallel_equals_one_rank_and_fsdp(jobs: Any, moe_model_dir: Path
     """EP=2: each rank's log-probs before (1e-5) and after (1e-4) the first update, the gradient norm (1e-4
     relative) and the gathered weights (1e-4) equal EP=1's; the log-probs before equal the FSDP engine's (1e-5);
     both updates of both layouts log the MoE metrics; resumed workers repeat the second update exactly."""
-    from transformers import AutoModelForCausalLM
-
-    from rlcore.algos.functional import logprobs_from_logits
-
     reference = jobs.run_layout("moe_ep1", moe_model_dir, 0, tmp_path / "ep1")
     mp.spawn(jobs.run_rank, args=("moe_ep2", str(tmp_path / "store"), str(moe_model_dir), str(tmp_path)), nprocs=2)
     results = [torch.load(tmp_path / f"moe_ep2_rank{rank}.pt", weights_only=False) for rank in range(2)]
@@ -80,10 +76,5 @@ def test_expert_parallel_equals_one_rank_and_fsdp(jobs: Any, moe_model_dir: Path
         "tp00_pp00_ep01.pt",
     ]
 
-    model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32)
-    length = batch["responses"].shape[1]
-    logits = model(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
-    ).logits[:, -length - 1 : -1]
-    exported = logprobs_from_logits(logits, batch["responses"]).detach()
+    exported = jobs.exported_log_probs(tmp_path / "hf", batch)
     torch.testing.assert_close(exported[mask], reference["after"][mask], atol=1e-4, rtol=0)

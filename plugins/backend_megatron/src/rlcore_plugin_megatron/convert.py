@@ -35,6 +35,7 @@ from typing import Any, Literal
 import torch
 
 from rlcore.errors import RLCoreError
+from rlcore_plugin_megatron.lora import adapter_partition_dim, is_adapter
 from rlcore_plugin_megatron.moe_convert import expert_of, experts_to_hf, experts_to_megatron
 
 Names = Literal["local", "te"]
@@ -302,7 +303,9 @@ def megatron_to_hf(
 def partition_dim(name: str, spec: ModelSpec) -> int | None:
     """The dimension along which tensor parallelism splits the megatron-core weight ``name`` (None:
     replicated on every tensor-parallel rank; experts and routers are never split: ``expert_tensor_parallel_size``
-    is 1)."""
+    is 1; LoRA's adapter matrices: :func:`~rlcore_plugin_megatron.lora.adapter_partition_dim`)."""
+    if is_adapter(name):
+        return adapter_partition_dim(name)
     if expert_of(name) is not None or name.endswith("mlp.router.weight"):
         return None
     if name.endswith(("linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight", "word_embeddings.weight")):

@@ -20,6 +20,9 @@ expert-parallel group holds ``E / ep`` experts of every layer, tokens reach them
 on the CPU, and an expert's gradient is reduced over the ranks holding the same expert. The routers'
 :class:`~rlcore_plugin_megatron.routing.RouterTap` records the routing, measures the load statistics and replays
 a batch's ``routed_experts`` (``router_replay.mode`` R2/R3).
+
+With LoRA (``model.lora.rank > 0``) the actor's base weights are frozen and AdamW trains the adapters of
+:mod:`rlcore_plugin_megatron.lora`; the full weights it hands out are merged.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ from rlcore_plugin_megatron.convert import (
     tp_unshard,
 )
 from rlcore_plugin_megatron.cpu_compat import cpu_compat, define_missing_te_gemm, install_rng_tracker
+from rlcore_plugin_megatron.lora import apply_lora, is_adapter, merged_parameters
+from rlcore_plugin_megatron.lora_settings import LoraSettings, resolve_lora
 from rlcore_plugin_megatron.model import (
     acquire_parallel_state,
     build_stage,
@@ -128,7 +133,11 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
             f"use {key}.tensor_model_parallel_size instead and leave it at 1"
         )
     if int(select(config, f"{model_section}.lora_rank", 0) or 0) > 0:
-        raise RLCoreError(f"{model_section}.lora_rank > 0: LoRA is not supported by the megatron backend (use fsdp)")
+        raise RLCoreError(
+            f"{model_section}.lora_rank > 0 configures LoRA on the fsdp backend (peft); the megatron backend reads "
+            f"verl 0.10's {model_section}.lora.rank (and lora.alpha, lora.target_modules, ...)"
+        )
+    lora_settings(config, role, model_section)
     if settings.dtype not in FLOAT32_NAMES and not _is_cpu(config):
         raise RLCoreError(
             f"{key}.dtype={settings.dtype}: rlcore's Megatron engine computes in float32 (no bf16/fp16 mixed "
@@ -146,6 +155,14 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
                 "model shares the actor's ranks"
             )
     return settings
+
+
+def lora_settings(config: DictConfig, role: EngineRole, model_section: str) -> LoraSettings | None:
+    """The resolved ``{model_section}.lora`` of the actor (None when off, and for the reference model, which is
+    the base model; see :mod:`rlcore_plugin_megatron.lora`); a bad value is an error naming its key."""
+    key = f"{model_section}.lora"
+    settings = resolve_lora(select(config, key), key)
+    return settings if role == "actor" else None
 
 
 def replay_mode(config: DictConfig) -> str:
@@ -400,6 +417,13 @@ class MegatronEngine(OptimizerState):
         self.taps = install_taps(self.chunks, bool(mc_config.moe_router_pre_softmax)) if self.spec.is_moe else []
         if self.spec.is_moe:
             define_missing_te_gemm()
+        self.lora = lora_settings(config, request.role, request.model_section)
+        if self.lora is not None:  # before loading: a checkpoint of a LoRA run holds the adapters too
+            try:
+                self._apply_lora(int(select(config, "trainer.seed", 1)))
+            except RLCoreError:
+                self.close()  # the worker never sees this engine: leave the model-parallel groups now
+                raise
         # resolve_settings requires the path when use_dist_checkpointing is set
         checkpoint = self.settings.dist_checkpointing_path if self.settings.use_dist_checkpointing else None
         if checkpoint is not None:
@@ -417,10 +441,45 @@ class MegatronEngine(OptimizerState):
             self.module.eval()
         else:
             optim_config = select(config, f"{section}.optim")
-            self.optimizer = build_optimizer(list(self.module.parameters()), optim_config, f"{section}.optim")
+            trainable = [param for param in self.module.parameters() if param.requires_grad]
+            self.optimizer = build_optimizer(trainable, optim_config, f"{section}.optim")
             self.lr_scheduler = build_lr_scheduler(self.optimizer, optim_config, f"{section}.optim")
         self.offloader = Offloader(self.module, self.optimizer, self.settings, self.device)
         self.offloader.offload()
+
+    def _apply_lora(self, seed: int) -> None:
+        """Freeze the model and give the layers ``self.lora`` targets their adapters (logged with the count);
+        an error naming the key when a rank gets none."""
+        lora = cast("LoraSettings", self.lora)
+        adapted = [
+            name
+            for module, layers in zip(self.chunks, self.chunk_layers, strict=True)
+            for name in apply_lora(
+                module,
+                lora,
+                seed=seed,
+                layers=layers,
+                ep=(self.ep_rank, self.settings.ep),
+                num_experts=self.spec.num_experts,
+            )
+        ]
+        fewest = torch.tensor([len(adapted)], device=self.device)
+        if dist.is_initialized():
+            dist.all_reduce(fewest, op=dist.ReduceOp.MIN)
+        if not int(fewest.item()):  # every rank needs something to train (AdamW takes no empty parameter list)
+            raise RLCoreError(
+                f"{lora.key}.target_modules={list(lora.target_modules)} with exclude_modules="
+                f"{list(lora.exclude_modules)} adapts no layer of the model on some rank (each pipeline stage and "
+                "expert-parallel rank needs at least one adapted layer)"
+            )
+        logger.info(
+            "megatron LoRA (%s): rank %d, alpha %g, %d adapted layers on this rank (%s ...)",
+            lora.key,
+            lora.rank,
+            lora.alpha,
+            len(adapted),
+            ", ".join(adapted[:4]),
+        )
 
     def _plan_line(self, mc_config: Any) -> str:
         """What the engine builds for a mixture-of-experts model (empty for a dense one): experts per rank, the
@@ -776,8 +835,7 @@ class MegatronEngine(OptimizerState):
         state: dict[str, torch.Tensor] = {}
         for module, chunk, layers in zip(self.chunks, self.chunk_ids, self.chunk_layers, strict=True):
             chunk_state: dict[str, torch.Tensor] = {}
-            for name, param in module.named_parameters():
-                tensor = param.detach()
+            for name, tensor in merged_parameters(module):
                 if self.settings.tp > 1 and partition_dim(name, self.spec) is not None:
                     shards = [torch.empty_like(tensor) for _ in range(self.settings.tp)]
                     dist.all_gather(shards, tensor.contiguous(), group=self.tp_group)
@@ -841,7 +899,7 @@ class MegatronEngine(OptimizerState):
             part = to_stage(state, layers, first=chunk == 0, last=chunk == self.num_chunks - 1, spec=self.spec)
             if self.spec.is_moe:
                 part = ep_shard(part, self.ep_rank, self.settings.ep, self.spec.num_experts)
-            params = dict(module.named_parameters())
+            params = {name: param for name, param in module.named_parameters() if not is_adapter(name)}
             if part.keys() != params.keys():
                 raise RLCoreError(
                     f"weights do not match the {self.role} model: missing {sorted(params.keys() - part.keys())}, "
@@ -857,8 +915,13 @@ class MegatronEngine(OptimizerState):
                     param.copy_(shard)
 
     def load_full_weights(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Replace the weights by ``state`` (Hugging Face names, full tensors)."""
+        """Replace the weights by ``state`` (Hugging Face names, full tensors); with LoRA they become the base
+        weights and every ``B`` is zeroed, so that the model computes ``state``'s function."""
         self._load_megatron_state(hf_to_megatron(state, self.spec))
+        with torch.no_grad():
+            for name, param in self.module.named_parameters():
+                if is_adapter(name) and name.endswith(".B"):
+                    param.zero_()
 
     # ------------------------------------------------------------ checkpoints
     def _shard_name(self) -> str:
@@ -898,7 +961,10 @@ class MegatronEngine(OptimizerState):
         """Load this rank's model shard from ``directory/model``."""
         payload = self._read_shard(directory / "model" / self._shard_name(), key)
         self.module.load_state_dict(payload["state"], strict=False)
-        missing = {name for name, _ in self.module.named_parameters()} - payload["state"].keys()
+        names = {name for name, _ in self.module.named_parameters()}
+        if not any(is_adapter(name) for name in payload["state"]):  # a base model's shards: the adapters start fresh
+            names = {name for name in names if not is_adapter(name)}
+        missing = names - payload["state"].keys()
         if missing:
             raise RLCoreError(f"{key}: {directory} lacks {sorted(missing)}")
 

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from rlcore import hookimpl
 from rlcore.api.specs import TrainingBackendSpec
 from rlcore.config.keys import select
+from rlcore_plugin_megatron.lora_settings import LORA_DEFAULTS
 from rlcore_plugin_megatron.settings import (
     MEGATRON_DEFAULTS,
     layout_sizes,
@@ -52,9 +53,11 @@ def register_training_backends(register: Callable[..., None]) -> None:
 
 @hookimpl
 def config_defaults() -> dict[str, Any]:
-    """The ``megatron`` sections of the actor, the reference model and the critic (verl's key names)."""
+    """The ``megatron`` sections of the actor, the reference model and the critic, and the actor model's
+    ``lora`` section (LoRA on the Megatron backend) (verl's key names)."""
     return {
         "actor_rollout_ref": {
+            "model": {"lora": copy.deepcopy(LORA_DEFAULTS)},
             "actor": {"megatron": copy.deepcopy(MEGATRON_DEFAULTS)},
             "ref": {"megatron": copy.deepcopy(MEGATRON_DEFAULTS)},
         },
