@@ -109,6 +109,8 @@ KEY_RANGES: dict[str, Range] = {
     "actor_rollout_ref.actor.entropy_coeff": Range(),
     "actor_rollout_ref.actor.kl_loss_coef": Range(low=0),
     "actor_rollout_ref.actor.loss_scale_factor": Range(low=0, low_open=True, nullable=True),
+    "actor_rollout_ref.actor.entropy_from_logits_chunk_size": Range(low=1, integer=True),
+    "actor_rollout_ref.ref.entropy_from_logits_chunk_size": Range(low=1, integer=True),
     "actor_rollout_ref.actor.policy_loss.clip_cov_ratio": Range(low=0, high=1),
     "actor_rollout_ref.actor.policy_loss.kl_cov_ratio": Range(low=0, high=1),
     "actor_rollout_ref.actor.policy_loss.ppo_kl_coef": Range(low=0),
