@@ -116,6 +116,7 @@ KEY_RANGES: dict[str, Range] = {
     "actor_rollout_ref.actor.policy_loss.ppo_kl_coef": Range(low=0),
     "actor_rollout_ref.rollout.gpu_memory_utilization": Range(low=0, high=1, low_open=True),
     "critic.cliprange_value": Range(low=0),
+    "critic.loss_scale_factor": Range(low=0, low_open=True, nullable=True),
     "critic.ppo_epochs": Range(low=1, integer=True),
     "algorithm.gamma": Range(low=0, high=1),
     "algorithm.lam": Range(low=0, high=1),

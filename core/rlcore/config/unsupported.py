@@ -460,14 +460,8 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         off={"data.audio_key": "audios", "data.mm_processor_kwargs": {}},
     ),
     MissingFeature(
-        "a loss scale factor of the critic's own (critic.loss_scale_factor; rlcore's critic divides by the padded "
-        "response length)",
-        ("critic.loss_scale_factor",),
-        off={"critic.loss_scale_factor": None},
-    ),
-    MissingFeature(
-        "these model options of verl on the critic (rlcore's critic takes its model path, tokenizer and "
-        "remote-code switch from critic.model)",
+        "these model options of verl on the critic (its kernel switches, LoRA adapter, chat template and "
+        "hf_config_path; rlcore's critic.model has verl's other model options)",
         tuple(
             f"critic.model.{key}"
             for key in (
