@@ -1,6 +1,7 @@
 """verl 0.10's config tree beside 0.9's: the ``model_engine`` group, the ``reward`` section, the critic's
 ``fsdp`` section and the reference model's own settings — dry runs, ``rlcore config show`` marks and one real
-run spelled the verl 0.10 way."""
+run spelled the verl 0.10 way; and verl 0.10's other new keys: accepted at the value that turns their feature off,
+otherwise an error naming the feature."""
 
 from __future__ import annotations
 
@@ -56,6 +57,27 @@ def test_model_engine_selects_the_engine_defaults(args: tuple[str, ...], actor: 
         ),
         ("actor_rollout_ref.ref.strategy=deepspeed", "actor_rollout_ref.ref.strategy='deepspeed' differs from"),
         ("ref@actor_rollout_ref.ref=megatron_ref", "actor_rollout_ref.ref.strategy='megatron' differs from"),
+        ("trainer.use_v1=false", "trainer.use_v1: verl's legacy trainer"),
+        ("trainer.v1.trainer_mode=separate_async", "verl's V1 trainer modes and replay-buffer sampling"),
+        ("trainer.v1.sampler.max_off_policy_threshold=4", "verl's V1 trainer modes and replay-buffer sampling"),
+        ("skip.rollout.enable=true", "skip.rollout.enable: replaying dumped rollouts instead of generating"),
+        ("actor_rollout_ref.rollout.nnodes=1", "rlcore: trainer.placement=split with trainer.rollout_n_gpus_per_node"),
+        ("actor_rollout_ref.rollout.disaggregation.enabled=true", "prefill/decode disaggregated serving"),
+        ("reward.reward_model.rollout.full_determinism=true", "batch-invariant deterministic inference"),
+        ("reward.reward_model.rollout.temperature=0.7", "rlcore's judge decodes greedily"),
+        ("actor_rollout_ref.actor.qat.enable=true", "quantization-aware training"),
+        ("critic.fsdp.turbo_config.distributed.tensor_parallel_size=2", "verl's FSDP-Turbo engine"),
+        ("actor_rollout_ref.ref.fsdp_config.pad_to_length_bucket=512", "padding packed micro-batches"),
+        ("critic.optim.zero_indexed_step=false", "a one-indexed learning-rate schedule"),
+        ("actor_rollout_ref.actor.checkpoint.strict=false", "a lenient Hugging Face export"),
+        ("actor_rollout_ref.actor.policy_loss.dro_beta=0.1", "the DRO policy loss"),
+        ("algorithm.filter_groups.max_inflight_gen_batches=2", "rlcore generates one round at a time"),
+        ("data.function_tool_path=tools.py", "tools defined as Python functions"),
+        ("data.audio_key=sound", "audio input and extra multimodal processor arguments"),
+        ("critic.model.use_fused_kernels=true", "these model options of verl on the critic"),
+        ("critic.model.mtp.enable=true", "multi-token prediction (MTP)"),
+        ("actor_rollout_ref.rollout.moe_load_balance_metrics_interval=10", "MoE load-balance metrics"),
+        ("global_profiler.global_tool_config.precision_debugger.config_path=c.json", "msprobe's precision debugger"),
     ],
 )
 def test_what_rlcore_cannot_honour_is_named(arg: str, message: str) -> None:
@@ -138,3 +160,56 @@ def test_a_run_spelled_the_verl010_way(tmp_path: Path, tiny_model_dir: Path) -> 
     saved = OmegaConf.load(next(run_dir.glob("config*.yaml")))
     assert saved.actor_rollout_ref.actor.strategy == "fsdp"
     assert saved.reward_model.scorer_workers == 2
+
+
+#: verl 0.10 keys set to the value that asks for what rlcore does (verl's defaults, or the judge's greedy decoding)
+OFF_VALUES = (
+    "trainer.use_v1=true",
+    "trainer.v1.trainer_mode=sync",
+    "trainer.v1.sampler.custom_sampler.path=null",
+    "skip.rollout.enable=false",
+    "skip.async_rollout.enable=false",
+    "actor_rollout_ref.rollout.nnodes=0",
+    "actor_rollout_ref.rollout.disaggregation.enabled=false",
+    "actor_rollout_ref.rollout.full_determinism=false",
+    "actor_rollout_ref.rollout.moe_load_balance_metrics_interval=0",
+    "actor_rollout_ref.rollout.multi_turn.function_tool_path=null",
+    "actor_rollout_ref.actor.qat.enable=false",
+    "actor_rollout_ref.actor.fsdp_config.qat.enable=false",
+    "critic.fsdp.qat.enable=false",
+    "actor_rollout_ref.actor.fsdp_config.pad_to_length=false",
+    "critic.fsdp.pad_to_length=false",
+    "actor_rollout_ref.actor.optim.zero_indexed_step=true",
+    "critic.optim.zero_indexed_step=true",
+    "actor_rollout_ref.actor.checkpoint.strict=true",
+    "actor_rollout_ref.actor.policy_loss.dro_beta=null",
+    "algorithm.filter_groups.max_inflight_gen_batches=1",
+    "data.audio_key=audios",
+    "data.mm_processor_kwargs={}",
+    "critic.model.use_liger=false",
+    "reward.reward_model.rollout.do_sample=false",
+    "reward.reward_model.rollout.n=1",
+    "reward.reward_model.rollout.disaggregation.enabled=false",
+)
+
+
+def test_verl010_keys_at_their_off_value_are_accepted() -> None:
+    """Each key is accepted at the value that turns its feature off in verl, and adds nothing to the config."""
+    result = runs.dry_run(*BASE, *OFF_VALUES)
+    assert result.exit_code == 0, result.output
+    config = shown(*OFF_VALUES)
+    assert "skip" not in config and "v1" not in config.trainer and "qat" not in config.actor_rollout_ref.actor
+
+
+def test_entropy_chunk_size_is_a_speed_setting_and_rollout_gpus_per_node_an_alias() -> None:
+    """verl 0.10's chunk of chunked entropy changes nothing here (a note; a bad value is still an error), and
+    its rollout server's GPUs per node are rlcore's split-placement rollout ranks per node."""
+    result = runs.dry_run(*BASE, "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_chunk_size=4096")
+    assert result.exit_code == 0, result.output
+    assert (
+        "note: actor_rollout_ref.actor.entropy_from_logits_chunk_size=4096 changes nothing in rlcore" in result.output
+    )
+    bad = runs.dry_run(*BASE, "actor_rollout_ref.ref.entropy_from_logits_chunk_size=0")
+    assert bad.exit_code == 2
+    assert "actor_rollout_ref.ref.entropy_from_logits_chunk_size must be an integer >= 1, got 0" in bad.output
+    assert shown("actor_rollout_ref.rollout.n_gpus_per_node=2").trainer.rollout_n_gpus_per_node == 2

@@ -47,6 +47,9 @@ VERL010_ALIASES: dict[str, str] = {
     "reward.reward_model.model_path": "reward_model.model.path",
     "reward.reward_model": "reward_model",
     "critic.fsdp": "critic.fsdp_config",
+    "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_chunk_size": "actor_rollout_ref.actor.entropy_from_logits_chunk_size",
+    "actor_rollout_ref.ref.fsdp_config.entropy_from_logits_chunk_size": "actor_rollout_ref.ref.entropy_from_logits_chunk_size",
+    "actor_rollout_ref.rollout.n_gpus_per_node": "trainer.rollout_n_gpus_per_node",
 }
 
 #: every accepted spelling, longest first (the most specific alias wins)

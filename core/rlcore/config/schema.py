@@ -377,6 +377,8 @@ class CriticConfig(PPOUpdateConfig):
     forward_max_token_len_per_gpu: int
     #: the value clip of the clipped value loss
     cliprange_value: float
+    #: ``seq-mean-token-sum-norm``: the value loss's divisor (None: the padded response length)
+    loss_scale_factor: float | None
     checkpoint: CriticCheckpointConfig
     model: CriticModelConfig
 

@@ -164,7 +164,15 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "reward.reward_manager.module",
         ),
     ),
-    MissingFeature("multi-token prediction (MTP)", ("actor_rollout_ref.model.mtp", "actor_rollout_ref.rollout.mtp")),
+    MissingFeature(
+        "multi-token prediction (MTP)",
+        (
+            "actor_rollout_ref.model.mtp",
+            "actor_rollout_ref.rollout.mtp",
+            "critic.model.mtp",
+            "reward_model.rollout.mtp",
+        ),
+    ),
     MissingFeature(
         "verl's Megatron-Lite engine (actor@actor_rollout_ref.actor=mlite_actor)",
         ("actor_rollout_ref.actor.engine", "actor_rollout_ref.ref.engine", "critic.engine"),
@@ -187,6 +195,7 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             ),
             "critic.fsdp_config.use_torch_compile",
             "critic.fsdp_config.entropy_from_logits_with_chunking",
+            "critic.fsdp_config.entropy_from_logits_chunk_size",
             "critic.fsdp_config.entropy_checkpointing",
         ),
     ),
@@ -283,6 +292,191 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             )
         ),
         "docs/async-training.md",
+    ),
+    # verl 0.10's additions to its default config
+    MissingFeature(
+        "verl's legacy trainer (trainer.use_v1=false; rlcore has one trainer, synchronous as verl's V1 trainer in "
+        "its default trainer_mode=sync)",
+        ("trainer.use_v1",),
+        off={"trainer.use_v1": True},
+    ),
+    MissingFeature(
+        "verl's V1 trainer modes and replay-buffer sampling (colocate_async and separate_async training, hybrid "
+        "rollout, off-policy sample limits, custom samplers; rlcore: one-step-off-policy with async_training.enable)",
+        ("trainer.v1",),
+        "docs/async-training.md",
+        off={
+            "trainer.v1.trainer_mode": "sync",
+            "trainer.v1.separate_async.hybrid_rollout.enable_switch": False,
+            "trainer.v1.sampler.sync_refill_failed_groups": False,
+            "trainer.v1.sampler.custom_sampler.path": None,
+            "trainer.v1.sampler.custom_sampler.name": None,
+        },
+    ),
+    MissingFeature(
+        "replaying dumped rollouts instead of generating (verl's skip.* RolloutSkip)",
+        ("skip",),
+        off={f"skip.{name}.enable": False for name in ("rollout", "rollout_tq", "async_rollout")},
+    ),
+    MissingFeature(
+        "verl's standalone rollout server pool (rollout.nnodes > 0; rlcore: trainer.placement=split with "
+        "trainer.rollout_n_gpus_per_node rollout ranks per node)",
+        ("actor_rollout_ref.rollout.nnodes",),
+        "docs/distributed.md",
+        off={"actor_rollout_ref.rollout.nnodes": 0},
+    ),
+    MissingFeature(
+        "prefill/decode disaggregated serving (rollout.disaggregation)",
+        ("actor_rollout_ref.rollout.disaggregation", "reward_model.rollout.disaggregation"),
+        off={
+            "actor_rollout_ref.rollout.disaggregation.enabled": False,
+            "reward_model.rollout.disaggregation.enabled": False,
+        },
+    ),
+    MissingFeature(
+        "batch-invariant deterministic inference (rollout.full_determinism)",
+        ("actor_rollout_ref.rollout.full_determinism", "reward_model.rollout.full_determinism"),
+        off={
+            "actor_rollout_ref.rollout.full_determinism": False,
+            "reward_model.rollout.full_determinism": False,
+        },
+    ),
+    MissingFeature(
+        "the reward model's generation server: its sampling settings and these engine options (rlcore's judge "
+        "decodes greedily, one verdict per response)",
+        tuple(
+            f"reward_model.rollout.{key}"
+            for key in (
+                "temperature",
+                "top_k",
+                "top_p",
+                "do_sample",
+                "n",
+                "seed",
+                "ignore_eos",
+                "pipeline_model_parallel_size",
+                "layered_summon",
+                "scheduling_policy",
+                "multi_stage_wake_up",
+                "quantization",
+                "quantization_config_file",
+            )
+        ),
+        off={
+            "reward_model.rollout.do_sample": False,
+            "reward_model.rollout.n": 1,
+            "reward_model.rollout.ignore_eos": False,
+            "reward_model.rollout.pipeline_model_parallel_size": 1,
+            "reward_model.rollout.layered_summon": False,
+            "reward_model.rollout.multi_stage_wake_up": False,
+            "reward_model.rollout.quantization": None,
+            "reward_model.rollout.quantization_config_file": None,
+        },
+    ),
+    MissingFeature(
+        "MoE load-balance metrics from the rollout engine (rollout.moe_load_balance_metrics_interval)",
+        ("actor_rollout_ref.rollout.moe_load_balance_metrics_interval",),
+        off={"actor_rollout_ref.rollout.moe_load_balance_metrics_interval": 0},
+    ),
+    MissingFeature(
+        "quantization-aware training (qat.enable: NVFP4 fake-quantized weights, synced quantized to vLLM)",
+        (
+            "actor_rollout_ref.actor.qat",
+            "actor_rollout_ref.*.fsdp_config.qat",
+            "critic.fsdp_config.qat",
+            "actor_rollout_ref.rollout.qat",
+        ),
+        off={
+            "actor_rollout_ref.actor.qat.enable": False,
+            "actor_rollout_ref.actor.fsdp_config.qat.enable": False,
+            "actor_rollout_ref.ref.fsdp_config.qat.enable": False,
+            "critic.fsdp_config.qat.enable": False,
+            "actor_rollout_ref.rollout.qat": None,
+        },
+    ),
+    MissingFeature(
+        "verl's FSDP-Turbo engine (fsdp_config.strategy=fsdp_turbo and its turbo_config)",
+        ("actor_rollout_ref.*.fsdp_config.turbo_config", "critic.fsdp_config.turbo_config"),
+    ),
+    MissingFeature(
+        "padding packed micro-batches up to a multiple of a bucket of tokens (pad_to_length, so that compiled "
+        "kernels see few shapes)",
+        (
+            "actor_rollout_ref.*.pad_to_length",
+            "actor_rollout_ref.*.fsdp_config.pad_to_length",
+            "actor_rollout_ref.*.fsdp_config.pad_to_length_bucket",
+            "critic.fsdp_config.pad_to_length",
+            "critic.fsdp_config.pad_to_length_bucket",
+        ),
+        off={
+            "actor_rollout_ref.actor.pad_to_length": False,
+            "actor_rollout_ref.ref.pad_to_length": False,
+            "actor_rollout_ref.actor.fsdp_config.pad_to_length": False,
+            "actor_rollout_ref.ref.fsdp_config.pad_to_length": False,
+            "critic.fsdp_config.pad_to_length": False,
+        },
+    ),
+    MissingFeature(
+        "a one-indexed learning-rate schedule (optim.zero_indexed_step=false; rlcore's schedule counts from step 0)",
+        ("actor_rollout_ref.actor.optim.zero_indexed_step", "critic.optim.zero_indexed_step"),
+        off={"actor_rollout_ref.actor.optim.zero_indexed_step": True, "critic.optim.zero_indexed_step": True},
+    ),
+    MissingFeature(
+        "a lenient Hugging Face export (checkpoint.strict=false: verl's Megatron bridge skips the weights it cannot "
+        "map; rlcore's converters check every weight)",
+        ("actor_rollout_ref.actor.checkpoint.strict",),
+        off={"actor_rollout_ref.actor.checkpoint.strict": True},
+    ),
+    MissingFeature(
+        "the DRO policy loss (policy_loss.loss_mode=dro and its dro_beta)",
+        ("actor_rollout_ref.actor.policy_loss.dro_beta",),
+        off={"actor_rollout_ref.actor.policy_loss.dro_beta": None},
+    ),
+    MissingFeature(
+        "several dynamic-sampling generation rounds in flight at once (filter_groups.max_inflight_gen_batches; "
+        "rlcore generates one round at a time)",
+        ("algorithm.filter_groups.max_inflight_gen_batches",),
+        off={"algorithm.filter_groups.max_inflight_gen_batches": 1},
+    ),
+    MissingFeature(
+        "tools defined as Python functions (multi_turn.function_tool_path; rlcore: tool classes in "
+        "multi_turn.tool_config_path)",
+        ("actor_rollout_ref.rollout.multi_turn.function_tool_path", "data.function_tool_path"),
+        off={"actor_rollout_ref.rollout.multi_turn.function_tool_path": None, "data.function_tool_path": None},
+    ),
+    MissingFeature(
+        "audio input and extra multimodal processor arguments (data.audio_key, data.mm_processor_kwargs)",
+        ("data.audio_key", "data.mm_processor_kwargs"),
+        off={"data.audio_key": "audios", "data.mm_processor_kwargs": {}},
+    ),
+    MissingFeature(
+        "these model options of verl on the critic (its kernel switches, LoRA adapter, chat template and "
+        "hf_config_path; rlcore's critic.model has verl's other model options)",
+        tuple(
+            f"critic.model.{key}"
+            for key in (
+                "hf_config_path",
+                "custom_chat_template",
+                "exclude_modules",
+                "lora_adapter_path",
+                "use_liger",
+                "use_fused_kernels",
+                "fused_kernel_options",
+            )
+        ),
+        off={
+            "critic.model.hf_config_path": None,
+            "critic.model.custom_chat_template": None,
+            "critic.model.exclude_modules": None,
+            "critic.model.lora_adapter_path": None,
+            "critic.model.use_liger": False,
+            "critic.model.use_fused_kernels": False,
+        },
+    ),
+    MissingFeature(
+        "msprobe's precision debugger (global_profiler.tool=precision_debugger, Ascend)",
+        ("global_profiler.global_tool_config.precision_debugger",),
+        "docs/profiling.md",
     ),
 )
 

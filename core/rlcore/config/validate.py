@@ -91,8 +91,10 @@ ONLY_VALUES: dict[str, tuple[tuple[Any, ...], str]] = {
 #: another value is accepted (verl scripts set them) and named in a note of the run plan
 SPEED_ONLY: dict[str, tuple[Any, str]] = {
     "actor_rollout_ref.actor.entropy_from_logits_with_chunking": (False, "the entropy is computed in one piece"),
+    "actor_rollout_ref.actor.entropy_from_logits_chunk_size": (2048, "the entropy is computed in one piece"),
     "actor_rollout_ref.actor.entropy_checkpointing": (False, "the entropy is not recomputed"),
     "actor_rollout_ref.ref.entropy_from_logits_with_chunking": (False, "the reference model computes no entropy"),
+    "actor_rollout_ref.ref.entropy_from_logits_chunk_size": (2048, "the reference model computes no entropy"),
     "actor_rollout_ref.ref.entropy_checkpointing": (False, "the reference model computes no entropy"),
     "data.dataloader_num_workers": (0, "prompts are tokenized once, when the dataset is read"),
     "actor_rollout_ref.rollout.multi_stage_wake_up": (

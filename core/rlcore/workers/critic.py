@@ -42,6 +42,7 @@ class CriticWorker(WorkerBase):
             critic, "forward_micro_batch_size_per_gpu", "forward_micro_batch_size", dp_size
         )
         self.loss_agg_mode = critic.loss_agg_mode
+        self.loss_scale_factor = critic.loss_scale_factor
         self.cliprange_value = float(critic.cliprange_value)
         self.critic: TrainingEngine | None = None
         self.shuffle_generator: torch.Generator | None = None
@@ -88,7 +89,13 @@ class CriticWorker(WorkerBase):
             """The clipped value loss of one micro-batch and its metrics."""
             vpreds, mask = output.require("values"), micro["response_mask"]
             loss, clipfrac = value_loss(
-                vpreds, micro["returns"], micro["values"], mask, self.cliprange_value, self.loss_agg_mode
+                vpreds,
+                micro["returns"],
+                micro["values"],
+                mask,
+                self.cliprange_value,
+                self.loss_agg_mode,
+                self.loss_scale_factor,
             )
             metrics = {
                 "critic/vf_loss": loss.detach().item(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import torch
 
 from rlcore.api.batch import Batch
@@ -38,3 +39,24 @@ def test_update_reduces_the_value_loss(make_worker: Callable[..., Any], batch: B
     values = worker.compute_values(batch)["values"]
     assert torch.count_nonzero(values * (1 - batch["response_mask"])) == 0
     assert (values * batch["response_mask"]).sum() > 0
+
+
+def test_loss_scale_factor_divides_the_value_loss(make_worker: Callable[..., Any], batch: Batch) -> None:
+    """Under ``seq-mean-token-sum-norm`` the value loss is divided by ``critic.loss_scale_factor`` (verl 0.10's
+    key; by default the actor's), else by the padded response length."""
+    batch["returns"] = torch.full(batch["responses"].shape, 0.5) * batch["response_mask"]
+    losses = {}
+    for factor in (None, 2.0):
+        worker = make_worker(
+            "critic", critic__loss_agg_mode="seq-mean-token-sum-norm", critic__loss_scale_factor=factor
+        )
+        batch["values"] = worker.compute_values(batch)["values"]
+        losses[factor] = worker.update_critic(batch).meta["metrics"]["critic/vf_loss"]
+    response_length = batch["responses"].shape[-1]
+    assert losses[2.0] == pytest.approx(losses[None] * response_length / 2.0, rel=1e-5)
+
+
+def test_loss_scale_factor_follows_the_actors(make_config: Callable[..., Any]) -> None:
+    """Unset, the critic's factor is the actor's, as in verl."""
+    config = make_config(actor_rollout_ref__actor__loss_scale_factor=64.0)
+    assert config.critic.loss_scale_factor == 64.0
