@@ -45,8 +45,6 @@ RECOMPUTE_ON_CPU = "actor_rollout_ref.model.enable_gradient_checkpointing"
 MTP = "model.mtp.*"
 REWARD_FILE = "verl/utils/reward_score/rlla.py"
 PREFIX_GROUPER = "actor.use_prefix_grouper"
-PROFILER_HOOKS = "global_profiler.relocate_results"
-PROFILER_TOOL_CONFIG = "profiler.tool_config.torch.*"
 BYPASS = "rollout_correction.bypass_mode"
 MEGATRON_FSDP = "megatron.use_megatron_fsdp"
 OBSTACLES: dict[str, str] = {
@@ -59,8 +57,6 @@ OBSTACLES: dict[str, str] = {
     # the GDPO script's reward function is a file of verl's repository, which the sample does not copy
     REWARD_FILE: "verl/utils/reward_score/rlla.py': file does not exist",
     PREFIX_GROUPER: "actor_rollout_ref.actor.use_prefix_grouper",
-    PROFILER_HOOKS: "unknown config key 'global_profiler.",
-    PROFILER_TOOL_CONFIG: "profiler.tool_config.torch.",
     BYPASS: "bypass",
     MEGATRON_FSDP: "use_megatron_fsdp=true: Megatron-FSDP",
 }
@@ -95,7 +91,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/ppo_trainer/run_qwen3_8b_megatron.sh": (),
     "examples/prefix_grouper/run_qwen3_8b_fsdp.sh": (PREFIX_GROUPER,),
     # the one script without ray_kwargs
-    "examples/profile/run_qwen2_5_7b_torch_profile.sh": (PROFILER_HOOKS, PROFILER_TOOL_CONFIG),
+    "examples/profile/run_qwen2_5_7b_torch_profile.sh": (),
     "examples/reinforce_plus_plus_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/remax_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/rloo_trainer/run_qwen3_8b_fsdp.sh": (),

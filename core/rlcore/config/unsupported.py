@@ -72,7 +72,14 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         (
             "global_profiler.global_tool_config.nsys",
             "global_profiler.global_tool_config.npu",
-            *(f"{role}.profiler.{key}" for role in ROLES for key in ("tool", "save_path", "tool_config")),
+            *(f"{role}.profiler.{key}" for role in ROLES for key in ("tool", "save_path")),
+            *(
+                f"{role}.profiler.tool_config.{tool}"
+                for role in ROLES
+                if role != "reward_model"
+                for tool in ("nsys", "npu", "torch_memory", "precision_debugger")
+            ),
+            "reward_model.profiler.tool_config",
             "trainer.profile_steps",
             "trainer.profile_continuous_steps",
             "trainer.controller_nsight_options",
