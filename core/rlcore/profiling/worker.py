@@ -78,7 +78,8 @@ def _schedule(kwargs: dict[str, int]) -> Any:
 
 class _Session:
     """One ``torch.profiler`` session and how it is written: to ``stem()`` + ``suffix``, once per recorded
-    window when a schedule cuts it (later windows ``.cycle<k>``)."""
+    window when a schedule cuts it (later windows ``.cycle<k>``; a window opened after the last mini-batch,
+    which holds none, is not written)."""
 
     def __init__(
         self,
@@ -95,6 +96,8 @@ class _Session:
         self.suffix = suffix
         self.written: list[str] = []
         self.scheduled = schedule is not None
+        self._closing = False
+        self._steps = 0  # mini-batches since the last write
         extra: dict[str, Any] = {}
         if schedule is not None:
             extra = {"schedule": _schedule(schedule), "on_trace_ready": self._write}
@@ -102,6 +105,9 @@ class _Session:
         self.profiler.__enter__()
 
     def _write(self, profiler: Any) -> None:
+        if self._closing and self.scheduled and self.written and not self._steps:
+            return
+        self._steps = 0
         cycle = f".cycle{len(self.written)}" if self.written else ""
         path = unique_path(self.folder, self.stem() + cycle, self.suffix)
         profiler.export_chrome_trace(str(path))
@@ -110,10 +116,12 @@ class _Session:
     def step(self) -> None:
         """One mini-batch of the update loop is done (advances a schedule)."""
         if self.scheduled:
+            self._steps += 1
             self.profiler.step()
 
     def close(self) -> list[str]:
         """Stop the session and write what it recorded; the files it wrote."""
+        self._closing = True
         self.profiler.__exit__(None, None, None)
         if not self.scheduled:
             self._write(self.profiler)
