@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from rlcore.config import default_config
 from rlcore.errors import RLCoreError
 from rlcore.profiling.finish import run_finish_hook
-from rlcore.profiling.plan import profile_plan
+from rlcore.profiling.plan import describe_profiler, profile_plan
 from rlcore.testing.runs import dry_run, make_tiny_task, tiny_overrides, tiny_run
 
 ACTOR = "actor_rollout_ref.actor.profiler.tool_config.torch"
@@ -203,3 +203,34 @@ def test_the_hook_runs_after_the_last_profiled_step_only() -> None:
         )
     )
     assert continuous is not None and continuous.final(2, last=10)
+
+
+def test_the_dry_run_says_how_each_role_is_traced_and_refuses_an_engine_that_cannot_trace_itself() -> None:
+    line = describe_profiler(
+        config(
+            "global_profiler.tool=torch",
+            "global_profiler.steps=[1]",
+            "trainer.device=cpu",
+            f"{ACTOR}.contents=[cuda]",
+            f"{ACTOR}.schedule.active=2",
+            f"{ROLLOUT}.discrete=true",
+            f"{ROLLOUT}.profile_token_end=8",
+            "global_profiler.finish_hook_cmd='echo done'",
+            "global_profiler.finish_hook_ranks=[1]",
+        )
+    )
+    assert line is not None
+    assert "actor: stages are rows of the step's trace, the first 2 update mini-batch(es) kept, contents cuda" in line
+    assert "rollout: traced by the hf engine itself over response tokens 0..8" in line
+    assert "under save_path/agent_loop_rollout_replica_<r>/" in line
+    assert "contents cuda records nothing on the CPU" in line
+    assert "finish_hook_cmd once after the last profiled step on ranks 1" in line
+    with pytest.raises(RLCoreError, match="the sglang rollout engine does not trace its own generation"):
+        describe_profiler(
+            config(
+                "global_profiler.tool=torch",
+                "global_profiler.steps=[1]",
+                "actor_rollout_ref.rollout.name=sglang",
+                f"{ROLLOUT}.discrete=true",
+            )
+        )

@@ -277,6 +277,59 @@ def profile_plan(config: Any) -> ProfilePlan | None:
     )
 
 
+def _traces_itself(config: Any) -> str:
+    """The rollout engine's name; an error when it cannot trace its own generation (``traces_itself``)."""
+    from rlcore.plugins import get_component
+
+    name = str(_select(config, "actor_rollout_ref.rollout.name", "hf"))
+    if not getattr(get_component("rollout_engine", name), "traces_itself", False):
+        raise RLCoreError(
+            f"actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=true: the {name} rollout engine does not "
+            "trace its own generation (the hf and vllm engines do); set it to false to trace the rollout inside "
+            "the step's trace"
+        )
+    return name
+
+
+def _describe_torch(config: Any, plan: ProfilePlan, cpu: bool) -> list[str]:
+    """What each traced role of a ``tool=torch`` plan records, and the finish hook."""
+    parts = []
+    for kind, roles in plan.roles.items():
+        for role in roles:
+            opts = plan.options[kind][role]
+            name = ROLE_SECTIONS[kind][role].rsplit(".", 1)[-1]
+            what = ",".join(opts.contents) or "all"
+            if role == "rollout" and opts.discrete:
+                engine = _traces_itself(config)
+                window = ""
+                if opts.token_window:
+                    window = f" over response tokens {opts.token_start or 0}..{opts.token_end or 'end'}"
+                where = (
+                    "relocated into step<N>/" if plan.relocate else "under save_path/agent_loop_rollout_replica_<r>/"
+                )
+                parts.append(f"{name}: traced by the {engine} engine itself{window}, contents {what}, {where}")
+                continue
+            mode = "one trace per stage" if opts.discrete else "stages are rows of the step's trace"
+            schedule = opts.schedule_kwargs()
+            if schedule is not None and not opts.discrete:
+                mode += f", the first {schedule['active']} update mini-batch(es) kept"
+            elif schedule is not None:
+                mode += (
+                    ", the update's mini-batches under torch.profiler.schedule("
+                    + ", ".join(f"{k}={v}" for k, v in schedule.items())
+                    + ")"
+                )
+            parts.append(f"{name}: {mode}, contents {what}")
+    if cpu and any("cuda" in o.contents for roles in plan.options.values() for o in roles.values()):
+        parts.append("contents cuda records nothing on the CPU")
+    if plan.hook.cmd:
+        ranks = "every rank" if plan.hook.all_ranks else "ranks " + ",".join(map(str, plan.hook.ranks))
+        parts.append(
+            f"finish_hook_cmd once after the last profiled step on {ranks if plan.hook.ranks or plan.hook.all_ranks else 'the profiled ranks'}"
+        )
+    return parts
+
+
 def describe_profiler(config: Any) -> str | None:
     """The run plan's line for the profiler (None when off): the tool, what it writes on this device, the
     steps, the groups and ranks, and the folder."""
@@ -285,7 +338,7 @@ def describe_profiler(config: Any) -> str | None:
         return None
     cpu = _select(config, "trainer.device", "auto") == "cpu"
     if plan.tool == "torch":
-        what = "torch.profiler Chrome traces"
+        what = "torch.profiler Chrome traces (" + "; ".join(_describe_torch(config, plan, cpu)) + ")"
     elif plan.tool == "nsys" and cpu:
         what = "nsys on CPU: nothing is recorded (NVTX ranges and cudaProfilerStart/Stop need CUDA)"
     elif plan.tool == "nsys":

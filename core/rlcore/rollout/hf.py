@@ -105,6 +105,9 @@ class HFRolloutEngine:
         RLCoreError: an invalid sampling or memory setting, naming its ``actor_rollout_ref.rollout.<key>``.
     """
 
+    #: a discrete rollout trace of a profiled step is written by the engine itself (:mod:`rlcore.profiling.rollout`)
+    traces_itself = True
+
     def __init__(
         self,
         model_path: str | None,

@@ -91,6 +91,8 @@ class VLLMRolloutEngine(TokenListEngine):
     """
 
     engine_name = "vllm"
+    #: a discrete rollout trace of a profiled step runs vLLM's own profiler (:mod:`rlcore.profiling.rollout`)
+    traces_itself = True
 
     def __init__(
         self,
