@@ -158,8 +158,8 @@ class VLLMRolloutEngine(TokenListEngine):
         from omegaconf import OmegaConf
 
         section = OmegaConf.select(self.config, "profiler.tool_config.torch", default=None)
-        raw = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else section
-        options = read_torch_options(ROLLOUT_KEY, dict(raw or {}), rollout=True)
+        raw: Any = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else section
+        options = read_torch_options(ROLLOUT_KEY, raw or {}, rollout=True)
         if not options.discrete:
             return None
         self._trace_dir = tempfile.mkdtemp(prefix="rlcore-vllm-trace-")
