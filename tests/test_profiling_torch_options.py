@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,56 @@ def test_the_dry_run_says_how_each_role_is_traced_and_refuses_an_engine_that_can
                 f"{ROLLOUT}.discrete=true",
             )
         )
+
+
+@pytest.mark.gpu
+def test_cuda_contents_record_the_kernels_of_each_stage_on_cuda(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
+    """The CPU twin is the discrete test above: on CUDA ``contents=[cuda]`` adds the CUDA activity, so the update's
+    and the hf engine's own traces hold kernels."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("the CUDA activity needs CUDA")
+    save = run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "trainer.device=cuda",
+        "trainer.total_training_steps=1",
+        "global_profiler.steps=[1]",
+        f"{ACTOR}.contents=[cuda]",
+        f"{ACTOR}.discrete=true",
+    )
+    for path in (
+        save / "step1/actor_rollout_rank0.update_actor.trace.json",
+        save / "agent_loop_rollout_replica_0/step1_rank0.trace.json",
+    ):
+        assert any(event.get("cat") == "kernel" for event in events(path)), path
+
+
+def test_under_ray_the_hook_runs_on_the_ranks_it_names(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
+    """Two Ray ranks, rank 0 profiled: ``finish_hook_ranks=[1]`` runs the command on rank 1 only, in its own
+    process, although rank 1 wrote no trace."""
+    pytest.importorskip("ray")
+    out = tmp_path / "hook.txt"
+    save = run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "trainer.executor=ray",
+        "trainer.n_gpus_per_node=2",
+        "trainer.total_training_steps=1",
+        "trainer.val_before_train=false",
+        "global_profiler.steps=[1]",
+        f"global_profiler.finish_hook_cmd='{HOOK.format(out=out).replace('step2', 'step1')}'",
+        "global_profiler.finish_hook_ranks=[1]",
+    )
+    assert files(save) == ["step1/actor_rollout_rank0.trace.json"]
+    (line,) = out.read_text().splitlines()
+    path, tool, rank, pid, role, count = line.split("|")
+    assert (path, tool, rank, role, int(count)) == (str(save), "torch", "1", "actor_rollout", 1)
+    assert int(pid) != os.getpid()

@@ -368,19 +368,22 @@ class StepProfiling:
     Args:
         plan: the run's plan.
         groups: ``(kind, group)`` pairs, kind one of :data:`GROUP_SECTIONS`; each group is called with
-            ``start_profile(step, plan)`` and ``stop_profile()`` on all of its ranks.
+            ``start_profile(step, kind, plan)``, ``stop_profile()`` and, after the run's last trace,
+            ``finish_profile()`` on all of its ranks.
     """
 
     def __init__(self, plan: ProfilePlan, groups: list[tuple[str, Any]]) -> None:
         self.plan = plan
         self.groups = [(kind, group) for kind, group in groups if kind in plan.ranks]
         self.active = False
+        self.final = False
 
     def before_step(self, step: int, last: int) -> None:
         """Start the trace of ``step`` when it is chosen (and not continuing a trace); ``last`` is the run's
         last step (the workers run the finish hook when the run's last trace stops)."""
         if self.plan.starts(step) and not self.active:
-            payload = self.plan.to_dict(final=self.plan.final(step, last))
+            self.final = self.plan.final(step, last)
+            payload = self.plan.to_dict(final=self.final)
             for kind, group in self.groups:
                 group.start_profile(step, kind, payload)
             self.active = True
@@ -391,11 +394,16 @@ class StepProfiling:
             self.close()
 
     def close(self) -> None:
-        """End a trace that is still running (the run stopped early)."""
+        """End a trace that is still running (the run stopped early); after the run's last trace, once every
+        group has written its files, the finish hook runs (``finish_profile``)."""
         if self.active:
             for _, group in self.groups:
                 group.stop_profile()
             self.active = False
+            if self.final and self.plan.hook.cmd:
+                self.final = False
+                for _, group in self.groups:
+                    group.finish_profile()
 
 
 def step_profiling(config: Any, groups: Any) -> StepProfiling | None:

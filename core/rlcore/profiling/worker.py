@@ -338,8 +338,7 @@ class WorkerProfiler:
 
     def stop(self) -> list[str]:
         """End this worker's part of the trace; the files written (a shared session's by its last worker).
-        Relocates the rollout traces when the plan says so, and after the run's last profiled step runs the
-        finish hook on the ranks it selects."""
+        Relocates the rollout traces when the plan says so."""
         global _STEP, _STEPPING
         import torch
 
@@ -368,16 +367,21 @@ class WorkerProfiler:
                         written.append(str(table))
             if self._plan.get("relocate") and self._kind == "actor":
                 written += relocate_rollout_traces(self._plan["save_path"], self.rank, step.folder)
-        if self._hook:
-            self._hook = False
-            run_finish_hook(
-                self._plan["hook"]["cmd"],
-                save_path=self._plan["save_path"],
-                tool=self._plan["tool"],
-                rank=self.rank,
-                role=self.name,
-            )
         return written
+
+    def finish(self) -> bool | None:
+        """After the run's last trace is written on every rank of every group: run the finish hook when this
+        rank is one it selects; whether it succeeded (None when this rank runs none)."""
+        if not self._hook:
+            return None
+        self._hook = False
+        return run_finish_hook(
+            self._plan["hook"]["cmd"],
+            save_path=self._plan["save_path"],
+            tool=self._plan["tool"],
+            rank=self.rank,
+            role=self.name,
+        )
 
 
 def worker_stage(worker: Any, method: str) -> contextlib.AbstractContextManager[None]:
