@@ -288,3 +288,25 @@ def test_under_ray_the_hook_runs_on_the_ranks_it_names(
     path, tool, rank, pid, role, count = line.split("|")
     assert (path, tool, rank, role, int(count)) == (str(save), "torch", "1", "actor_rollout", 1)
     assert int(pid) != os.getpid()
+
+
+def test_a_discrete_rollout_inside_an_open_continuous_trace_is_a_row_of_it(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``profile_continuous_steps``: steps 1 and 2 make one trace, open when step 2 generates, so step 2's rollout
+    cannot have a trace of its own (one torch.profiler session per process): it is a row of the open trace,
+    and a warning says so; step 1's rollout, before the trace opened, has its own."""
+    caplog.set_level(logging.WARNING, logger="rlcore.profiling.worker")
+    save = run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "global_profiler.profile_continuous_steps=true",
+        f"{ROLLOUT}.discrete=true",
+    )
+    assert files(save) == [
+        "agent_loop_rollout_replica_0/step1_rank0.trace.json",
+        "step1/actor_rollout_rank0.trace.json",
+    ]
+    assert "generate_sequences" in names(save / "step1/actor_rollout_rank0.trace.json")
+    assert "generate_sequences asks for a trace of its own (discrete)" in caplog.text
