@@ -39,13 +39,9 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "from-verl.md"
 
 # the obstacles: each a name (as docs/from-verl.md spells it) and a text of the error line that names it
 MTP = "model.mtp.*"
-PROFILER_HOOKS = "global_profiler.relocate_results"
-PROFILER_TOOL_CONFIG = "profiler.tool_config.torch.*"
 MEGATRON_FSDP = "megatron.use_megatron_fsdp"
 OBSTACLES: dict[str, str] = {
     MTP: "multi-token prediction (MTP)",
-    PROFILER_HOOKS: "unknown config key 'global_profiler.",
-    PROFILER_TOOL_CONFIG: "profiler.tool_config.torch.",
     MEGATRON_FSDP: "use_megatron_fsdp=true: Megatron-FSDP",
 }
 
@@ -79,7 +75,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/ppo_trainer/run_qwen3_8b_megatron.sh": (),
     "examples/prefix_grouper/run_qwen3_8b_fsdp.sh": (),
     # the one script without ray_kwargs
-    "examples/profile/run_qwen2_5_7b_torch_profile.sh": (PROFILER_HOOKS, PROFILER_TOOL_CONFIG),
+    "examples/profile/run_qwen2_5_7b_torch_profile.sh": (),
     "examples/reinforce_plus_plus_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/remax_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/rloo_trainer/run_qwen3_8b_fsdp.sh": (),

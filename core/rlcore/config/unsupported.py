@@ -46,6 +46,36 @@ def _prefix_match(pattern: list[str], parts: list[str]) -> bool:
 
 
 ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout", "critic", "reward_model")
+#: the roles whose profiler section verl 0.10 gives copies of global_profiler's relocation and hook keys
+PROFILED_ROLES = ROLES[:4]
+#: those keys, at the values that leave them to global_profiler
+_PROFILER_HOOK_OFF: dict[str, Any] = {
+    "relocate_results": False,
+    "finish_hook_cmd": None,
+    "finish_hook_all_ranks": False,
+    "finish_hook_ranks": [],
+}
+#: verl's serving-engine settings of a distillation teacher (``teacher_models.<name>.inference.*``) that have no
+#: counterpart where the teacher is scored by the training backend's forward
+TEACHER_SERVING_KEYS = (
+    "dtype",
+    "enforce_eager",
+    "cudagraph_capture_sizes",
+    "free_cache_engine",
+    "expert_parallel_size",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "load_format",
+    "engine_kwargs",
+    "limit_images",
+    "enable_chunked_prefill",
+    "enable_prefix_caching",
+    "disable_log_stats",
+    "skip_tokenizer_init",
+    "prompt_length",
+    "response_length",
+    "temperature",
+)
 
 MISSING_FEATURES: tuple[MissingFeature, ...] = (
     MissingFeature(
@@ -72,7 +102,14 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         (
             "global_profiler.global_tool_config.nsys",
             "global_profiler.global_tool_config.npu",
-            *(f"{role}.profiler.{key}" for role in ROLES for key in ("tool", "save_path", "tool_config")),
+            *(f"{role}.profiler.{key}" for role in ROLES for key in ("tool", "save_path")),
+            *(
+                f"{role}.profiler.tool_config.{tool}"
+                for role in ROLES
+                if role != "reward_model"
+                for tool in ("nsys", "npu", "torch_memory", "precision_debugger")
+            ),
+            "reward_model.profiler.tool_config",
             "trainer.profile_steps",
             "trainer.profile_continuous_steps",
             "trainer.controller_nsight_options",
@@ -477,6 +514,19 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         "msprobe's precision debugger (global_profiler.tool=precision_debugger, Ascend)",
         ("global_profiler.global_tool_config.precision_debugger",),
         "docs/profiling.md",
+    ),
+    MissingFeature(
+        "per-role result relocation and finish hooks of the profiler (every role takes global_profiler's, as verl's "
+        "defaults make it)",
+        tuple(f"{role}.profiler.{name}" for role in PROFILED_ROLES for name in _PROFILER_HOOK_OFF),
+        "docs/profiling.md",
+        off={f"{role}.profiler.{name}": value for role in PROFILED_ROLES for name, value in _PROFILER_HOOK_OFF.items()},
+    ),
+    MissingFeature(
+        "a serving engine for distillation teachers (rlcore-plugin-distill scores them with the training backend's "
+        "forward at temperature 1)",
+        tuple(f"distillation.teacher_models.*.inference.{name}" for name in TEACHER_SERVING_KEYS),
+        off={"distillation.teacher_models.teacher_model.inference.temperature": 1.0},
     ),
 )
 

@@ -38,6 +38,7 @@ from rlcore.controller.placement import BUNDLE_SHARE, POOL_TRAIN, SESSION
 from rlcore.controller.worker_spec import WorkerSpec
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PLUGIN_ENV_VARS
+from rlcore.profiling.worker import worker_stage
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ class RayWorker:
         ``stats`` (:class:`CallStats`) hold the time spent in the method itself (not in Ray's (de)serialisation)
         and, on CUDA, its peak memory."""
         args, kwargs = call
-        with CallMeter(method) as meter:
+        with CallMeter(method) as meter, worker_stage(self.worker, method):
             result = getattr(self.worker, method)(*args, **kwargs)
         return (result if keep else None), meter.stats
 

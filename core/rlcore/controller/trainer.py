@@ -688,7 +688,7 @@ class Trainer:
                         break
                     self.global_step = step
                     if self.profiling is not None:
-                        self.profiling.before_step(step)
+                        self.profiling.before_step(step, self.total_steps)
                     metrics = self.train_step()
                     if self.profiling is not None:
                         self.profiling.after_step(step, self.total_steps)

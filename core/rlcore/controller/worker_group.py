@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from rlcore.api.groups import ActorGroup, ActorRole, CriticGroup, RewardModelGroup, WorkerGroup
 from rlcore.controller.call_stats import CallLedger, CallMeter
 from rlcore.controller.worker_spec import WorkerSpec
+from rlcore.profiling.worker import worker_stage
 
 if TYPE_CHECKING:
     from rlcore.controller.ray_executor import RayWorkerGroup
@@ -41,7 +42,7 @@ class LocalWorkerGroup:
         def timed(*args: Any, **kwargs: Any) -> Any:
             meter = CallMeter(name)
             try:
-                with meter:
+                with meter, worker_stage(self.worker, name):
                     return value(*args, **kwargs)
             finally:
                 self.calls.add(name, [meter.stats])

@@ -16,7 +16,11 @@ after each update; ``torch`` needs a list); ``profile_continuous_steps=true`` ma
 chosen steps one trace, named after its first step. A worker group is profiled when one of its roles'
 ``profiler.enable`` is true (``actor_rollout_ref.{actor,rollout,ref}.profiler``, ``critic.profiler``,
 ``reward_model.profiler``), or every group when no role enables it; within a group, ``profiler.all_ranks``
-or ``profiler.ranks`` choose the ranks (default: rank 0). ``nsys``: :mod:`rlcore.profiling.nvtx` marks NVTX
+or ``profiler.ranks`` choose the ranks (default: rank 0), and the stages of the roles that enable it are
+traced (all of them when none does). With ``tool=torch`` each role's ``profiler.tool_config.torch``
+(:mod:`rlcore.profiling.torch_options`) says what is recorded and how the traces are cut;
+``global_profiler.relocate_results`` moves the rollout engine's traces next to the training ones and
+``global_profiler.finish_hook_cmd`` runs a command after the last profiled step (:mod:`rlcore.profiling.finish`). ``nsys``: :mod:`rlcore.profiling.nvtx` marks NVTX
 ranges on CUDA ranks for Nsight Systems, which the user launches the run under; ``npu`` is not available.
 
 This module only reads the config (the controller side); the workers' side is
@@ -29,17 +33,48 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlcore.errors import RLCoreError
+from rlcore.profiling.torch_options import TorchOptions, read_torch_options
 
-__all__ = ["GROUP_SECTIONS", "ProfilePlan", "StepProfiling", "describe_profiler", "profile_plan", "step_profiling"]
+__all__ = [
+    "GROUP_SECTIONS",
+    "ROLE_SECTIONS",
+    "FinishHook",
+    "ProfilePlan",
+    "StepProfiling",
+    "describe_profiler",
+    "profile_plan",
+    "step_profiling",
+]
 
 TOOLS = ("torch", "torch_memory", "nsys")
 KEY = "global_profiler"
-#: the role sections whose ``profiler.{enable, all_ranks, ranks}`` choose what a worker group profiles
-GROUP_SECTIONS: dict[str, tuple[str, ...]] = {
-    "actor": ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"),
-    "critic": ("critic",),
-    "reward_model": ("reward_model",),
+#: per worker group kind, the section of each of its stage roles: ``train`` (the group's own calls),
+#: ``ref`` (``compute_ref_log_prob``) and ``rollout`` (``generate_sequences``)
+ROLE_SECTIONS: dict[str, dict[str, str]] = {
+    "actor": {
+        "train": "actor_rollout_ref.actor",
+        "rollout": "actor_rollout_ref.rollout",
+        "ref": "actor_rollout_ref.ref",
+    },
+    "critic": {"train": "critic"},
+    "reward_model": {"train": "reward_model"},  # verl has no reward-model tool_config: the defaults apply
 }
+#: the role sections whose ``profiler.{enable, all_ranks, ranks}`` choose what a worker group profiles
+GROUP_SECTIONS: dict[str, tuple[str, ...]] = {kind: tuple(roles.values()) for kind, roles in ROLE_SECTIONS.items()}
+
+
+@dataclass(frozen=True)
+class FinishHook:
+    """``global_profiler.finish_hook_cmd`` and the ranks that run it (``all_ranks``; else ``ranks``; else the
+    profiled ranks when ``ranks`` is empty)."""
+
+    cmd: str | None = None
+    all_ranks: bool = False
+    ranks: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict for the workers."""
+        return {"cmd": self.cmd, "all_ranks": self.all_ranks, "ranks": list(self.ranks)}
 
 
 @dataclass(frozen=True)
@@ -54,6 +89,10 @@ class ProfilePlan:
     save_path: str
     memory_options: dict[str, Any] = field(default_factory=dict)
     ranks: dict[str, tuple[int, ...] | None] = field(default_factory=dict)
+    options: dict[str, dict[str, TorchOptions]] = field(default_factory=dict)
+    roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    relocate: bool = False
+    hook: FinishHook = FinishHook()
 
     def profiled(self, step: int) -> bool:
         """Whether ``step`` is one of the chosen steps."""
@@ -69,13 +108,30 @@ class ProfilePlan:
             return False
         return step == last or not (self.continuous and self.steps is not None and step + 1 in self.steps)
 
-    def to_dict(self) -> dict[str, Any]:
-        """A plain dict for the workers (it crosses process boundaries under Ray)."""
+    def final(self, step: int, last: int) -> bool:
+        """Whether the trace that starts at ``step`` is the run's last one (``last``: the run's last step)."""
+        end = step
+        while self.continuous and self.steps is not None and end + 1 in self.steps and end < last:
+            end += 1
+        if self.steps is None:
+            return end >= last
+        return not any(end < later <= last for later in self.steps)
+
+    def to_dict(self, final: bool = False) -> dict[str, Any]:
+        """A plain dict for the workers (it crosses process boundaries under Ray); ``final``: the trace about
+        to start is the last one (the finish hook runs when it stops)."""
         return {
             "tool": self.tool,
             "save_path": self.save_path,
             "memory_options": dict(self.memory_options),
             "ranks": {kind: (list(r) if r is not None else None) for kind, r in self.ranks.items()},
+            "options": {
+                kind: {role: opts.to_dict() for role, opts in roles.items()} for kind, roles in self.options.items()
+            },
+            "roles": {kind: list(roles) for kind, roles in self.roles.items()},
+            "relocate": self.relocate,
+            "hook": self.hook.to_dict(),
+            "final": final,
         }
 
 
@@ -101,11 +157,74 @@ def _steps(config: Any, tool: str) -> tuple[int, ...] | None:
     return tuple(sorted(set(steps)))
 
 
-def _ranks(config: Any) -> dict[str, tuple[int, ...] | None]:
-    enabled = {
+def _enabled(config: Any) -> dict[str, list[str]]:
+    return {
         kind: [s for s in sections if _select(config, f"{s}.profiler.enable", False) is True]
         for kind, sections in GROUP_SECTIONS.items()
     }
+
+
+def _roles(config: Any, kinds: list[str]) -> dict[str, tuple[str, ...]]:
+    """Per profiled kind, the roles whose stages are traced: those whose section enables profiling (all of
+    them when none does)."""
+    enabled = _enabled(config)
+    return {
+        kind: tuple(role for role, s in ROLE_SECTIONS[kind].items() if not enabled[kind] or s in enabled[kind])
+        for kind in kinds
+    }
+
+
+def _torch_options(config: Any, tool: str, kinds: list[str]) -> dict[str, dict[str, TorchOptions]]:
+    """Per profiled kind and role, the role's ``profiler.tool_config.torch``; set away from its defaults with
+    another tool, or the reference's apart from the actor's, it is an error."""
+    options: dict[str, dict[str, TorchOptions]] = {}
+    for kind, roles in ROLE_SECTIONS.items():
+        options[kind] = {
+            role: read_torch_options(
+                section, _select(config, f"{section}.profiler.tool_config.torch") or {}, role == "rollout"
+            )
+            for role, section in roles.items()
+        }
+    reference, actor = options["actor"]["ref"], options["actor"]["train"]
+    if reference != actor:
+        raise RLCoreError(
+            "actor_rollout_ref.ref.profiler.tool_config.torch differs from actor_rollout_ref.actor's: the reference "
+            "runs in the actor's worker and shares its trace settings; set them on actor_rollout_ref.actor only"
+        )
+    if tool != "torch":
+        changed = [
+            f"{ROLE_SECTIONS[kind][role]}.profiler.tool_config.torch"
+            for kind, roles in options.items()
+            for role, opts in roles.items()
+            if role != "ref" and opts != read_torch_options(ROLE_SECTIONS[kind][role], {}, role == "rollout")
+        ]
+        if changed:
+            raise RLCoreError(
+                f"{changed[0]} is set, but it applies to {KEY}.tool=torch and the tool is {tool}: "
+                "leave it at its defaults or profile with the torch tool"
+            )
+    return {kind: options[kind] for kind in kinds}
+
+
+def _hook(config: Any) -> FinishHook:
+    cmd = _select(config, f"{KEY}.finish_hook_cmd")
+    if cmd is not None and (not isinstance(cmd, str) or not cmd.strip()):
+        raise RLCoreError(f"{KEY}.finish_hook_cmd must be a shell command or null, got {cmd!r}")
+    all_ranks = _select(config, f"{KEY}.finish_hook_all_ranks", False)
+    ranks = _select(config, f"{KEY}.finish_hook_ranks") or []
+    if not isinstance(all_ranks, bool):
+        raise RLCoreError(f"{KEY}.finish_hook_all_ranks must be true or false, got {all_ranks!r}")
+    if not isinstance(ranks, list) or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in ranks):
+        raise RLCoreError(f"{KEY}.finish_hook_ranks must be a list of rank numbers, got {ranks!r}")
+    if cmd is None and (all_ranks or ranks):
+        raise RLCoreError(
+            f"{KEY}.finish_hook_all_ranks/finish_hook_ranks choose where {KEY}.finish_hook_cmd runs, which is null"
+        )
+    return FinishHook(cmd, all_ranks, tuple(sorted(set(ranks))))
+
+
+def _ranks(config: Any) -> dict[str, tuple[int, ...] | None]:
+    enabled = _enabled(config)
     kinds = [kind for kind in GROUP_SECTIONS if enabled[kind]] or list(GROUP_SECTIONS)
     chosen: dict[str, tuple[int, ...] | None] = {}
     for kind in kinds:
@@ -140,14 +259,75 @@ def profile_plan(config: Any) -> ProfilePlan | None:
         "stacks": memory.get("stacks", "all"),
         **dict(memory.get("kw_args") or {}),
     }
+    relocate = _select(config, f"{KEY}.relocate_results", False)
+    if not isinstance(relocate, bool):
+        raise RLCoreError(f"{KEY}.relocate_results must be true or false, got {relocate!r}")
+    ranks = _ranks(config)
     return ProfilePlan(
         tool=str(tool),
         steps=_steps(config, str(tool)),
         continuous=bool(_select(config, f"{KEY}.profile_continuous_steps", False)),
         save_path=str(save_path),
         memory_options=options,
-        ranks=_ranks(config),
+        ranks=ranks,
+        options=_torch_options(config, str(tool), list(ranks)),
+        roles=_roles(config, list(ranks)),
+        relocate=relocate,
+        hook=_hook(config),
     )
+
+
+def _traces_itself(config: Any) -> str:
+    """The rollout engine's name; an error when it cannot trace its own generation (``traces_itself``)."""
+    from rlcore.plugins import get_component
+
+    name = str(_select(config, "actor_rollout_ref.rollout.name", "hf"))
+    if not getattr(get_component("rollout_engine", name), "traces_itself", False):
+        raise RLCoreError(
+            f"actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=true: the {name} rollout engine does not "
+            "trace its own generation (the hf and vllm engines do); set it to false to trace the rollout inside "
+            "the step's trace"
+        )
+    return name
+
+
+def _describe_torch(config: Any, plan: ProfilePlan, cpu: bool) -> list[str]:
+    """What each traced role of a ``tool=torch`` plan records, and the finish hook."""
+    parts = []
+    for kind, roles in plan.roles.items():
+        for role in roles:
+            opts = plan.options[kind][role]
+            name = ROLE_SECTIONS[kind][role].rsplit(".", 1)[-1]
+            what = ",".join(opts.contents) or "all"
+            if role == "rollout" and opts.discrete:
+                engine = _traces_itself(config)
+                window = ""
+                if opts.token_window:
+                    window = f" over response tokens {opts.token_start or 0}..{opts.token_end or 'end'}"
+                where = (
+                    "relocated into step<N>/" if plan.relocate else "under save_path/agent_loop_rollout_replica_<r>/"
+                )
+                parts.append(f"{name}: traced by the {engine} engine itself{window}, contents {what}, {where}")
+                continue
+            mode = "one trace per stage" if opts.discrete else "stages are rows of the step's trace"
+            schedule = opts.schedule_kwargs()
+            if schedule is not None and not opts.discrete:
+                mode += f", the first {schedule['active']} update mini-batch(es) kept"
+            elif schedule is not None:
+                mode += (
+                    ", the update's mini-batches under torch.profiler.schedule("
+                    + ", ".join(f"{k}={v}" for k, v in schedule.items())
+                    + ")"
+                )
+            parts.append(f"{name}: {mode}, contents {what}")
+    if cpu and any("cuda" in o.contents for roles in plan.options.values() for o in roles.values()):
+        parts.append("contents cuda records nothing on the CPU")
+    if plan.hook.cmd:
+        ranks = "every rank" if plan.hook.all_ranks else "ranks " + ",".join(map(str, plan.hook.ranks))
+        parts.append(
+            f"finish_hook_cmd once after the last profiled step on {ranks if plan.hook.ranks or plan.hook.all_ranks else 'the profiled ranks'}"
+        )
+    return parts
 
 
 def describe_profiler(config: Any) -> str | None:
@@ -158,7 +338,7 @@ def describe_profiler(config: Any) -> str | None:
         return None
     cpu = _select(config, "trainer.device", "auto") == "cpu"
     if plan.tool == "torch":
-        what = "torch.profiler Chrome traces"
+        what = "torch.profiler Chrome traces (" + "; ".join(_describe_torch(config, plan, cpu)) + ")"
     elif plan.tool == "nsys" and cpu:
         what = "nsys on CPU: nothing is recorded (NVTX ranges and cudaProfilerStart/Stop need CUDA)"
     elif plan.tool == "nsys":
@@ -188,18 +368,22 @@ class StepProfiling:
     Args:
         plan: the run's plan.
         groups: ``(kind, group)`` pairs, kind one of :data:`GROUP_SECTIONS`; each group is called with
-            ``start_profile(step, plan)`` and ``stop_profile()`` on all of its ranks.
+            ``start_profile(step, kind, plan)``, ``stop_profile()`` and, after the run's last trace,
+            ``finish_profile()`` on all of its ranks.
     """
 
     def __init__(self, plan: ProfilePlan, groups: list[tuple[str, Any]]) -> None:
         self.plan = plan
         self.groups = [(kind, group) for kind, group in groups if kind in plan.ranks]
         self.active = False
+        self.final = False
 
-    def before_step(self, step: int) -> None:
-        """Start the trace of ``step`` when it is chosen (and not continuing a trace)."""
+    def before_step(self, step: int, last: int) -> None:
+        """Start the trace of ``step`` when it is chosen (and not continuing a trace); ``last`` is the run's
+        last step (the workers run the finish hook when the run's last trace stops)."""
         if self.plan.starts(step) and not self.active:
-            payload = self.plan.to_dict()
+            self.final = self.plan.final(step, last)
+            payload = self.plan.to_dict(final=self.final)
             for kind, group in self.groups:
                 group.start_profile(step, kind, payload)
             self.active = True
@@ -210,11 +394,16 @@ class StepProfiling:
             self.close()
 
     def close(self) -> None:
-        """End a trace that is still running (the run stopped early)."""
+        """End a trace that is still running (the run stopped early); after the run's last trace, once every
+        group has written its files, the finish hook runs (``finish_profile``)."""
         if self.active:
             for _, group in self.groups:
                 group.stop_profile()
             self.active = False
+            if self.final and self.plan.hook.cmd:
+                self.final = False
+                for _, group in self.groups:
+                    group.finish_profile()
 
 
 def step_profiling(config: Any, groups: Any) -> StepProfiling | None:

@@ -41,6 +41,7 @@ from rlcore.api.training import ROUTED_EXPERTS
 from rlcore.data.multimodal import MULTI_MODAL_INPUTS
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.vlm import load_policy, rollout_prefill
+from rlcore.profiling import rollout as profiled_rollout
 from rlcore.rollout import static_decoder
 from rlcore.rollout.chunking import (
     ModelShape,
@@ -103,6 +104,9 @@ class HFRolloutEngine:
     Raises:
         RLCoreError: an invalid sampling or memory setting, naming its ``actor_rollout_ref.rollout.<key>``.
     """
+
+    #: a discrete rollout trace of a profiled step is written by the engine itself (:mod:`rlcore.profiling.rollout`)
+    traces_itself = True
 
     def __init__(
         self,
@@ -203,25 +207,35 @@ class HFRolloutEngine:
         slices = self._plan_chunks(len(prompts), prompts.shape[1])
         steps = [0, 0]  # decoding steps run, and of those replayed from graphs
         chunks = []
-        for rows in slices:
-            input_ids, attention_mask, position_ids = (
-                t.to(self.device) for t in trim_left_padding(prompts[rows], prompt_mask[rows], prompt_positions[rows])
-            )
-            with recorder if recorder is not None else contextlib.nullcontext():
-                sampled = self._sample(
-                    input_ids,
-                    attention_mask,
-                    position_ids,
-                    params,
-                    seeds[rows],
-                    None if images is None else images[rows],
-                    steps,
+        request = profiled_rollout.claim()  # the discrete rollout stage of a profiled step
+        trace = None if request is None else profiled_rollout.EngineTrace(request)
+        try:
+            for rows in slices:
+                input_ids, attention_mask, position_ids = (
+                    t.to(self.device)
+                    for t in trim_left_padding(prompts[rows], prompt_mask[rows], prompt_positions[rows])
                 )
-            # the routing of the tokens fed through the model, from where the trimmed prompts start
-            routing = (
-                None if recorder is None else (prompts.shape[1] - input_ids.shape[1], recorder.collect(len(input_ids)))
-            )
-            chunks.append((*sampled, routing))
+                with recorder if recorder is not None else contextlib.nullcontext():
+                    sampled = self._sample(
+                        input_ids,
+                        attention_mask,
+                        position_ids,
+                        params,
+                        seeds[rows],
+                        None if images is None else images[rows],
+                        steps,
+                        trace,
+                    )
+                # the routing of the tokens fed through the model, from where the trimmed prompts start
+                routing = (
+                    None
+                    if recorder is None
+                    else (prompts.shape[1] - input_ids.shape[1], recorder.collect(len(input_ids)))
+                )
+                chunks.append((*sampled, routing))
+        finally:
+            if trace is not None:
+                trace.close()
         if self.device.type == "cpu":  # the cache is not kept between calls on CPU (host memory)
             self._release()
         logprob_parts = [logprobs for _, _, logprobs, _ in chunks if logprobs is not None]
@@ -310,10 +324,12 @@ class HFRolloutEngine:
         seeds: Sequence[int],
         images: Iterable[Any] | None,
         steps: list[int],
+        trace: profiled_rollout.EngineTrace | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The decoding loop over one chunk of rows (``seeds``: one per row); returns ``responses``, a
         boolean ``response_mask`` and the log-probs or None. Adds the decoding steps it ran, and those
-        replayed from a graph, to ``steps``."""
+        replayed from a graph, to ``steps``; tells ``trace`` (a profiled rollout) which response token each
+        model call produces."""
         batch_size, prompt_len = input_ids.shape
         length = self.settings.response_length
         if batch_size == 0:
@@ -330,6 +346,8 @@ class HFRolloutEngine:
         cache_len = None if static is None else static.length
         state = self._state(rows, params, cache_len)
         state.start(seeds, attention_mask, next_position.long())
+        if trace is not None:
+            trace.token(0)
         if static is not None:
             state.take(static.prefill(input_ids, attention_mask, position_ids))
 
@@ -346,12 +364,16 @@ class HFRolloutEngine:
         while taken < length and not (
             state.stop_on_eos and taken % check_every == 0 and not bool(state.unfinished[:batch_size].any())
         ):
+            if trace is not None:
+                trace.token(taken)
             if self._graphs is not None and static is not None:
                 steps[1] += int(self._graphs.run((rows, params, cache_len), static.version, decode))
             else:
                 decode()
             steps[0] += 1
             taken += 1
+        if trace is not None:
+            trace.end_chunk()
         return self._finish(state, batch_size, taken)
 
     def _module_decoder(

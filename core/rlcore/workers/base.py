@@ -177,6 +177,11 @@ class WorkerBase:
         """End the step's profile and write its files; the paths written on this rank."""
         return self.profiler.stop()
 
+    def finish_profile(self) -> bool | None:
+        """After the run's last profiled step, once every rank has written its files: run
+        ``global_profiler.finish_hook_cmd`` when it selects this rank; whether it succeeded (None: not run)."""
+        return self.profiler.finish()
+
     def shutdown(self) -> None:
         """Close the engines, then destroy the process group if this worker created it (idempotent)."""
         for engine in reversed(self.engines):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -14,6 +14,7 @@ from rlcore.algos.losses import loss_units
 from rlcore.api.batch import Batch
 from rlcore.api.training import MicroBatchLoss, ModelOutput, TrainingEngine
 from rlcore.config.batch_sizes import UpdateBatchSizes
+from rlcore.profiling.worker import mini_batch as profiled_mini_batch
 from rlcore.workers.micro_batches import plan_micro_batches
 
 #: ``loss_units`` moved to :mod:`rlcore.algos.losses` (the bypass loss needs it) and stays importable here
@@ -78,6 +79,12 @@ def _scaled(
     return scaled_loss
 
 
+def _epoch(batch: Batch, size: int, generator: torch.Generator | None) -> Iterator[Batch]:
+    """One epoch's mini-batches of ``size`` rows, shuffled with ``generator`` when given."""
+    data = batch.index(torch.randperm(len(batch), generator=generator)) if generator is not None else batch
+    yield from data.split(size)
+
+
 def ppo_update(
     engine: TrainingEngine,
     batch: Batch,
@@ -101,9 +108,9 @@ def ppo_update(
     norms: list[float] = []
     skipped = 0
     dp_size = engine.layout.dp_size
-    for _ in range(settings.epochs):
-        data = batch.index(torch.randperm(len(batch), generator=generator)) if generator is not None else batch
-        for mini in data.split(settings.sizes.mini):
+    minis = (mini for _ in range(settings.epochs) for mini in _epoch(batch, settings.sizes.mini, generator))
+    for index, mini in enumerate(minis):
+        with profiled_mini_batch(index):
             plan = plan_micro_batches(
                 mini,
                 size=settings.sizes.micro,

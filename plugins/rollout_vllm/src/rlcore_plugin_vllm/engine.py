@@ -15,13 +15,18 @@ GPU memory around training. On CPU there is nothing to release: both are skipped
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.vlm import is_vision_language
+from rlcore.profiling import rollout as profiled_rollout
+from rlcore.profiling.torch_options import read_torch_options
 from rlcore.rollout.sampling import ROLLOUT_KEY, SamplingParams
 from rlcore.rollout.token_engine import Completion, TokenListEngine
 from rlcore_plugin_vllm.sampling import vllm_sampling_kwargs
@@ -88,6 +93,8 @@ class VLLMRolloutEngine(TokenListEngine):
     """
 
     engine_name = "vllm"
+    #: a discrete rollout trace of a profiled step runs vLLM's own profiler (:mod:`rlcore.profiling.rollout`)
+    traces_itself = True
 
     def __init__(
         self,
@@ -101,6 +108,8 @@ class VLLMRolloutEngine(TokenListEngine):
     ) -> None:
         super().__init__(model_path, tokenizer, config, dtype=dtype, module=module)
         self.device = torch.device(device)
+        #: where vLLM's profiler writes (with a discrete rollout trace), before the traces move to the step's folder
+        self._trace_dir: str | None = None
         self.llm = self._start(str(model_path))
 
     # ------------------------------------------------------------------ start-up
@@ -138,9 +147,55 @@ class VLLMRolloutEngine(TokenListEngine):
             kwargs["gpu_memory_utilization"] = float(config.get("gpu_memory_utilization", 0.5))
             kwargs["tensor_parallel_size"] = tensor_parallel
             kwargs["enable_sleep_mode"] = True
+        profiler = self._profiler_config()
+        if profiler is not None:
+            kwargs["profiler_config"] = profiler
         own = config.get("vllm") or {}
         kwargs.update(dict(own.get("engine_kwargs") or {}))
         return kwargs
+
+    def _profiler_config(self) -> dict[str, Any] | None:
+        """vLLM's engine-side torch profiler when the rollout's trace is discrete
+        (``profiler.tool_config.torch.discrete``; the engine traces the profiled steps' generation itself,
+        :mod:`rlcore.profiling.rollout`): what ``contents`` asks for, written to a folder of this engine."""
+        from omegaconf import OmegaConf
+
+        section = OmegaConf.select(self.config, "profiler.tool_config.torch", default=None)
+        raw: Any = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else section
+        options = read_torch_options(ROLLOUT_KEY, raw or {}, rollout=True)
+        if not options.discrete:
+            return None
+        self._trace_dir = tempfile.mkdtemp(prefix="rlcore-vllm-trace-")
+        cuda = self.device.type == "cuda" and (not options.contents or "cuda" in options.contents)
+        return {
+            "profiler": "torch",
+            "torch_profiler_dir": self._trace_dir,
+            "torch_profiler_activities": ["CPU", "CUDA"] if cuda else ["CPU"],
+            "torch_profiler_with_stack": "stack" in options.contents,
+            "torch_profiler_record_shapes": "shapes" in options.contents,
+            "torch_profiler_with_memory": "memory" in options.contents,
+        }
+
+    def _start_trace(self, request: profiled_rollout.RolloutTraceRequest) -> None:
+        """Start vLLM's profiler for a profiled step's generation, over the request's token window (vLLM's
+        ``delay_iterations`` / ``max_iterations``: engine iterations, one per response token)."""
+        start = request.options.token_start or 0
+        end = request.options.token_end
+        self.llm.start_profile(
+            profile_prefix=f"step{request.step}_rank{request.rank}",
+            delay_iterations=start,
+            max_iterations=0 if end is None else end - start,
+        )
+
+    def _stop_trace(self, request: profiled_rollout.RolloutTraceRequest) -> None:
+        """Stop vLLM's profiler and move what it wrote into the request's folder."""
+        assert self._trace_dir is not None
+        self.llm.stop_profile()
+        for path in sorted(Path(self._trace_dir).rglob("*")):
+            if path.is_file():
+                target = profiled_rollout.unique_path(request.folder, path.name, "")
+                shutil.move(str(path), str(target))
+                request.written.append(str(target))
 
     def _start(self, model_path: str) -> Any:
         """Build the ``vllm.LLM``; on CPU its KV cache gets ``vllm.cpu_kv_cache_gib`` GiB."""
@@ -184,7 +239,14 @@ class VLLMRolloutEngine(TokenListEngine):
             else TokensPrompt(prompt_token_ids=row, multi_modal_data=extra)
             for row, extra in zip(prompts, data)
         ]
-        outputs = self.llm.generate(inputs, requests, use_tqdm=False)
+        request = profiled_rollout.claim() if self._trace_dir is not None else None
+        if request is not None:
+            self._start_trace(request)
+        try:
+            outputs = self.llm.generate(inputs, requests, use_tqdm=False)
+        finally:
+            if request is not None:
+                self._stop_trace(request)
         completions: list[Completion] = []
         for output in outputs:
             completion = output.outputs[0]
@@ -217,8 +279,11 @@ class VLLMRolloutEngine(TokenListEngine):
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
-        """Stop vLLM's engine process now (it also stops when the engine is garbage-collected)."""
+        """Stop vLLM's engine process now (it also stops when the engine is garbage-collected) and remove its
+        profiler folder."""
         self.llm.llm_engine.engine_core.shutdown()
+        if self._trace_dir is not None:
+            shutil.rmtree(self._trace_dir, ignore_errors=True)
 
     def sleep(self) -> None:
         """Release GPU memory between rollouts (vLLM sleep level 1: weights offloaded, KV cache dropped).

@@ -1,0 +1,39 @@
+"""A discrete rollout trace on vLLM: the engine runs vLLM's own torch profiler over a profiled step's generation
+(:mod:`rlcore.profiling.rollout`) and hands the trace to the step's replica folder."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rlcore.profiling.rollout import RolloutTraceRequest, requesting
+from rlcore.profiling.torch_options import TorchOptions
+from rlcore.testing.contracts.rollout import PROMPTS, make_prompt_batch
+
+
+def trace_events(path: Path) -> list[dict[str, Any]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as handle:
+        return json.load(handle)["traceEvents"]
+
+
+def test_vllm_traces_a_profiled_generation_with_its_own_profiler(
+    make_engine: Callable[..., Any], tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    engine = make_engine(
+        **{"profiler.tool_config.torch.discrete": True, "profiler.tool_config.torch.contents": "[shapes]"}
+    )
+    batch = make_prompt_batch(tiny_tokenizer)
+    assert len(engine.generate(batch)) == len(PROMPTS), "no request posted: nothing is traced"
+    folder = tmp_path / "agent_loop_rollout_replica_0"
+    request = RolloutTraceRequest(folder, step=3, rank=0, options=TorchOptions(("shapes",), True), cuda=False)
+    with requesting(request):
+        engine.generate(batch)
+    assert request.claimed and request.written
+    assert sorted(str(Path(p).parent) for p in request.written) == [str(folder)] * len(request.written)
+    assert all(Path(p).name.startswith("step3_rank0") for p in request.written)
+    events = [e for path in request.written if ".json" in path for e in trace_events(Path(path))]
+    assert any("Input Dims" in e.get("args", {}) for e in events), "contents=shapes records shapes"
