@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from rlcore.algos.losses import build_actor_loss, loss_units, vanilla_policy_loss
+from rlcore.algos.functional import loss_units
+from rlcore.algos.losses import build_actor_loss, vanilla_policy_loss
 from rlcore.algos.rollout_correction import bypass_policy_loss
 from rlcore.config import ConfigError, derive_quantities, load_config
 from rlcore.errors import RLCoreError

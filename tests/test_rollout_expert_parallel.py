@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from rlcore.cli import cli
 from rlcore.config import ConfigError, check_values, derive_quantities, load_config
-from rlcore.rollout.expert_parallel import EP_KEY
+from rlcore.config.expert_parallel import EP_KEY
 
 ROLLOUT = "actor_rollout_ref.rollout"
 

@@ -43,6 +43,9 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.modelkit.kernels",  # the use_liger / use_torch_compile switches
     "rlcore.modelkit.vlm",  # vision-language models: loader class, images and mrope positions, vision tower
     "rlcore.modelkit.moe",  # mixture-of-experts routers: load-balancing loss, expert load, routing record/replay
+    "rlcore.modelkit.token_ids",  # log-probs at given token ids and the top-k (GATHER_IDS, forward(top_k=...))
+    "rlcore.profiling.rollout",  # rollout engines that trace their own generation (traces_itself)
+    "rlcore.profiling.torch_options",  # the roles' profiler.tool_config.torch sections, read and checked
     "rlcore.processors",  # load_processor: a model's multimodal processor (also without torchvision)
     "rlcore.modelkit.activation_offload",  # enable_activation_offload: saved activations in host memory
     "rlcore.tracking.external",  # ExternalTracker and the tracker helpers

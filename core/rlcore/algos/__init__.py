@@ -4,6 +4,7 @@ Importing this package imports torch; ``import rlcore`` does not import it.
 """
 
 from rlcore.algos.functional import (
+    agg_loss,
     entropy_from_logits,
     logprobs_at_ids,
     logprobs_from_logits,
@@ -24,7 +25,6 @@ from rlcore.algos.kl_control import (
 from rlcore.algos.losses import (
     LOG_RATIO_CLAMP,
     ActorLossTerm,
-    agg_loss,
     build_actor_loss,
     clip_ratio_bounds,
     kl_penalty,

@@ -1,4 +1,5 @@
-"""Masked reductions and the log-probability / entropy of a categorical distribution given its logits.
+"""Masked reductions, loss aggregation, and the log-probability / entropy of a categorical distribution given
+its logits.
 
 Every function takes a ``mask`` broadcastable to ``x`` (1 = the element counts, 0 = padding or a token
 the policy is not trained on). Masks may be bool, integer or float; they are cast to ``x``'s dtype.
@@ -7,6 +8,8 @@ the policy is not trained on). Masks may be bool, integer or float; they are cas
 from __future__ import annotations
 
 import torch
+
+from rlcore.config.algorithm_names import check_loss_agg_mode
 
 #: added to the variance before the reciprocal square root in :func:`masked_whiten`
 WHITEN_EPS = 1e-8
@@ -104,3 +107,39 @@ def top_k_logprobs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Te
     logits = logits.float()
     values, ids = torch.topk(logits, k, dim=-1)
     return ids, values - torch.logsumexp(logits, dim=-1, keepdim=True)
+
+
+def agg_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str,
+    loss_scale_factor: float | None = None,
+) -> torch.Tensor:
+    """Reduce a ``[B, R]`` token loss to a scalar.
+
+    ``token-mean``: Σ(loss·mask) / Σmask. ``seq-mean-token-sum``: mean over non-empty sequences of the
+    per-sequence token sums. ``seq-mean-token-mean``: mean over non-empty sequences of the per-sequence
+    token means. ``seq-mean-token-sum-norm`` (Dr. GRPO): as verl since v0.8.0, the mean over non-empty sequences
+    of the per-sequence token sums, divided by ``loss_scale_factor`` (default: the padded response length
+    ``R``) — ``seq-mean-token-sum`` / scale.
+    """
+    check_loss_agg_mode(loss_agg_mode)
+    mask = loss_mask.to(dtype=loss_mat.dtype, device=loss_mat.device)
+    token_sums = (loss_mat * mask).sum(dim=-1)
+    if loss_agg_mode == "token-mean":
+        return token_sums.sum() / mask.sum().clamp_min(1.0)
+    token_counts = mask.sum(dim=-1)
+    non_empty = (token_counts > 0).to(loss_mat.dtype)
+    per_seq = token_sums / token_counts.clamp_min(1.0) if loss_agg_mode == "seq-mean-token-mean" else token_sums
+    seq_mean = (per_seq * non_empty).sum() / non_empty.sum().clamp_min(1.0)
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        return seq_mean / (float(loss_scale_factor) if loss_scale_factor else float(mask.shape[-1]))
+    return seq_mean
+
+
+def loss_units(response_mask: torch.Tensor, loss_agg_mode: str) -> float:
+    """What :func:`agg_loss` divides a loss by: the tokens of ``response_mask`` (``token-mean``) or its
+    non-empty sequences (the ``seq-mean-*`` modes; ``seq-mean-token-sum-norm`` also divides by a constant)."""
+    if loss_agg_mode == "token-mean":
+        return float(response_mask.sum())
+    return float((response_mask.sum(-1) > 0).sum())

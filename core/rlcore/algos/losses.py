@@ -1,4 +1,4 @@
-"""Loss aggregation, KL estimators, the vanilla PPO policy loss, the clipped value loss and the actor loss.
+"""KL estimators, the vanilla PPO policy loss, the clipped value loss and the actor loss.
 
 The actor loss (:func:`build_actor_loss`) is what a training backend minimises: the registered policy
 loss selected by ``actor_rollout_ref.actor.policy_loss.loss_mode``, minus the entropy bonus, plus the KL
@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from rlcore.algos.functional import masked_mean
+from rlcore.algos.functional import agg_loss, masked_mean
+from rlcore.algos.rollout_correction import bypass_policy_loss
 from rlcore.config.algorithm_names import (
     check_kl_penalty,
     check_loss_agg_mode,
@@ -31,42 +32,6 @@ ActorLossFn = Callable[[torch.Tensor, torch.Tensor | None, Any], tuple[torch.Ten
 #: a plugin's term of the actor loss, ``term(log_prob, micro_batch, loss) -> (loss, metrics)``: it receives the
 #: loss of the policy, entropy and KL terms and returns the micro-batch's loss (:mod:`rlcore.api.extensions`)
 ActorLossTerm = Callable[[torch.Tensor, Any, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
-
-
-def agg_loss(
-    loss_mat: torch.Tensor,
-    loss_mask: torch.Tensor,
-    loss_agg_mode: str,
-    loss_scale_factor: float | None = None,
-) -> torch.Tensor:
-    """Reduce a ``[B, R]`` token loss to a scalar.
-
-    ``token-mean``: Σ(loss·mask) / Σmask. ``seq-mean-token-sum``: mean over non-empty sequences of the
-    per-sequence token sums. ``seq-mean-token-mean``: mean over non-empty sequences of the per-sequence
-    token means. ``seq-mean-token-sum-norm`` (Dr. GRPO): as verl since v0.8.0, the mean over non-empty sequences
-    of the per-sequence token sums, divided by ``loss_scale_factor`` (default: the padded response length
-    ``R``) — ``seq-mean-token-sum`` / scale.
-    """
-    check_loss_agg_mode(loss_agg_mode)
-    mask = loss_mask.to(dtype=loss_mat.dtype, device=loss_mat.device)
-    token_sums = (loss_mat * mask).sum(dim=-1)
-    if loss_agg_mode == "token-mean":
-        return token_sums.sum() / mask.sum().clamp_min(1.0)
-    token_counts = mask.sum(dim=-1)
-    non_empty = (token_counts > 0).to(loss_mat.dtype)
-    per_seq = token_sums / token_counts.clamp_min(1.0) if loss_agg_mode == "seq-mean-token-mean" else token_sums
-    seq_mean = (per_seq * non_empty).sum() / non_empty.sum().clamp_min(1.0)
-    if loss_agg_mode == "seq-mean-token-sum-norm":
-        return seq_mean / (float(loss_scale_factor) if loss_scale_factor else float(mask.shape[-1]))
-    return seq_mean
-
-
-def loss_units(response_mask: torch.Tensor, loss_agg_mode: str) -> float:
-    """What :func:`agg_loss` divides a loss by: the tokens of ``response_mask`` (``token-mean``) or its
-    non-empty sequences (the ``seq-mean-*`` modes; ``seq-mean-token-sum-norm`` also divides by a constant)."""
-    if loss_agg_mode == "token-mean":
-        return float(response_mask.sum())
-    return float((response_mask.sum(-1) > 0).sum())
 
 
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
@@ -230,8 +195,6 @@ def build_actor_loss(
     except UnknownComponentError as exc:
         raise UnknownComponentError(f"actor_rollout_ref.actor.policy_loss.loss_mode: {exc}") from exc
     if rollout_correction is not None and rollout_correction.get("bypass_mode", False):
-        from rlcore.algos.rollout_correction import bypass_policy_loss  # it imports this module
-
         policy_loss = bypass_policy_loss(policy_loss, rollout_correction, loss_mode)
     agg_mode = check_loss_agg_mode(
         _config_get(actor_config, "loss_agg_mode", "token-mean"), "actor_rollout_ref.actor.loss_agg_mode"

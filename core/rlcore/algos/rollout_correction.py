@@ -34,8 +34,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos.functional import masked_mean, masked_sum
-from rlcore.algos.losses import agg_loss, loss_units
+from rlcore.algos.functional import agg_loss, loss_units, masked_mean, masked_sum
 from rlcore.api.batch import Batch
 from rlcore.api.components import PolicyLoss
 from rlcore.errors import RLCoreError
@@ -338,7 +337,7 @@ def bypass_policy_loss(policy_loss: PolicyLoss, correction: Any, loss_mode: str 
     ``reinforce`` calls :func:`reinforce_policy_loss` with the weights.
 
     Rejected tokens count in the loss's normaliser as zeros, as verl's global token count does: the loss is
-    rescaled from the kept tokens' units to the micro-batch's (:func:`~rlcore.algos.losses.loss_units`), so
+    rescaled from the kept tokens' units to the micro-batch's (:func:`~rlcore.algos.functional.loss_units`), so
     the update loop's per-micro-batch shares stay right. Metrics: ``rollout_corr/kl``, ``rollout_corr/k3_kl``,
     the IS and RS metrics (none for a micro-batch of padding only), and the inner loss's own."""
     loss_type = check_bypass_loss(correction, loss_mode)

@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from rlcore.config.async_training import async_training_problems
 from rlcore.config.batch_sizes import ppo_batch_sizes, ulysses_size
+from rlcore.config.expert_parallel import expert_parallel_notes, expert_parallel_problems
 from rlcore.config.keys import positive_int, positive_key
 from rlcore.config.loader import ConfigError
 from rlcore.config.prefix_grouper import prefix_grouper_notes, prefix_grouper_problems
@@ -22,7 +23,6 @@ from rlcore.config.router_replay import router_replay_problems
 from rlcore.config.schema import ActorConfig, DataConfig, section_problems
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.activation_offload import activation_offload_notes
-from rlcore.rollout.expert_parallel import expert_parallel_notes, expert_parallel_problems
 from rlcore.tracking.sinks import file_logger_notes
 
 
@@ -328,7 +328,7 @@ def check_values(config: DictConfig) -> None:
     does not define (:func:`user_file_problems`), the ``router_replay`` keys
     (:func:`rlcore.config.router_replay.router_replay_problems`), what ``actor.use_prefix_grouper`` cannot run with
     (:func:`rlcore.config.prefix_grouper.prefix_grouper_problems`), the rollout's expert parallelism
-    (:func:`rlcore.rollout.expert_parallel.expert_parallel_problems`), and the verl keys rlcore honours at one value only
+    (:func:`rlcore.config.expert_parallel.expert_parallel_problems`), and the verl keys rlcore honours at one value only
     (:data:`ONLY_VALUES`). Raises one :class:`ConfigError` with every problem found."""
     from omegaconf import OmegaConf
 

@@ -19,8 +19,8 @@ import numpy as np
 from omegaconf import DictConfig
 
 from rlcore.agents.runner import AgentRunner
+from rlcore.algos.functional import agg_loss
 from rlcore.algos.kl_control import apply_kl_penalty, make_kl_controller
-from rlcore.algos.losses import agg_loss
 from rlcore.algos.metrics import (
     compute_data_metrics,
     compute_memory_metrics,

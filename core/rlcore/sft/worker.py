@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos.losses import agg_loss
+from rlcore.algos.functional import agg_loss
 from rlcore.api.batch import Batch
 from rlcore.api.training import ModelOutput
 from rlcore.workers.actor import ActorRolloutRefWorker

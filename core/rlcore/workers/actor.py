@@ -16,7 +16,8 @@ from typing import Any, TypeVar, cast
 
 import torch
 
-from rlcore.algos.losses import agg_loss, build_actor_loss, loss_terms
+from rlcore.algos.functional import agg_loss
+from rlcore.algos.losses import build_actor_loss, loss_terms
 from rlcore.api.batch import Batch
 from rlcore.api.groups import ActorRole
 from rlcore.api.rollout import RolloutEngine

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 
 import torch
 
-from rlcore.algos.losses import loss_units
+from rlcore.algos.functional import loss_units
 from rlcore.api.batch import Batch
 from rlcore.api.training import MicroBatchLoss, ModelOutput, TrainingEngine
 from rlcore.config.batch_sizes import UpdateBatchSizes
 from rlcore.profiling.worker import mini_batch as profiled_mini_batch
 from rlcore.workers.micro_batches import plan_micro_batches
 
-#: ``loss_units`` moved to :mod:`rlcore.algos.losses` (the bypass loss needs it) and stays importable here
+#: ``loss_units`` moved to :mod:`rlcore.algos.functional` (the bypass loss needs it) and stays importable here
 __all__ = ["MicroBatchObjective", "UpdateSettings", "loss_units", "ppo_update"]
 
 #: ``loss_fn(micro_batch, output) -> (loss, metrics)``: the unscaled loss of one micro-batch as the
@@ -33,7 +33,7 @@ class UpdateSettings:
         sizes: per-rank mini- and micro-batch sizes (:func:`rlcore.config.batch_sizes.ppo_batch_sizes`).
         epochs: passes over the batch (``ppo_epochs``).
         grad_clip: the gradient-norm clip (``grad_clip``; None or ≤ 0: none).
-        loss_agg_mode: how the algorithm aggregates a loss over tokens (:func:`rlcore.algos.losses.loss_units`).
+        loss_agg_mode: how the algorithm aggregates a loss over tokens (:func:`rlcore.algos.functional.loss_units`).
         prefix: the metric prefix (``actor`` or ``critic``).
         budget: the token budget per micro-batch with ``use_dynamic_bsz``, else None.
         budget_key: the budget's config key, named in warnings.

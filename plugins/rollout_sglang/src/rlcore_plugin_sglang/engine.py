@@ -77,7 +77,7 @@ class SGLangRolloutEngine(TokenListEngine):
             ``do_sample``, ``response_length``, ``val_kwargs``, ``calculate_log_probs``, ``seed``,
             ``ignore_eos``. Engine: ``prompt_length``, ``max_model_len``, ``max_num_seqs``,
             ``gpu_memory_utilization`` (SGLang's ``mem_fraction_static``), ``tensor_model_parallel_size``,
-            ``expert_parallel_size`` (SGLang's ``ep_size``; the dry run checks it: ``rlcore.rollout.expert_parallel``),
+            ``expert_parallel_size`` (SGLang's ``ep_size``; the dry run checks it: ``rlcore.config.expert_parallel``),
             ``enable_prefix_caching``, ``load_format``, and this plugin's ``sglang.update_weights_bucket_mb``
             and ``sglang.engine_kwargs``.
         device: must be a CUDA device.

@@ -85,7 +85,7 @@ class VLLMRolloutEngine(TokenListEngine):
             ``enforce_eager``, ``load_format``, ``gpu_memory_utilization``,
             ``tensor_model_parallel_size`` (CUDA only; ignored on CPU, where each engine is one process),
             ``expert_parallel_size`` (above 1: vLLM's ``enable_expert_parallel``, which spreads a mixture-of-experts
-            model's experts over the engine's ranks; the dry run checks it: ``rlcore.rollout.expert_parallel``),
+            model's experts over the engine's ranks; the dry run checks it: ``rlcore.config.expert_parallel``),
             and this plugin's ``vllm.cpu_kv_cache_gib`` and ``vllm.engine_kwargs``.
         device: ``cpu`` or ``cuda``; it must match the installed vLLM build.
         dtype: the served dtype (a ``torch.dtype`` or its name).
