@@ -315,11 +315,13 @@ def test_two_megatron_steps_with_tensor_parallelism(tmp_path: Path) -> None:
         ),
         (["actor_rollout_ref.model.use_fused_kernels=true"], "actor_rollout_ref.model.use_fused_kernels"),
         (["actor_rollout_ref.model.use_fused_kernels=true", "actor_rollout_ref.actor.strategy=megatron"], None),
+        (["actor_rollout_ref.actor.use_prefix_grouper=true"], "actor_rollout_ref.actor.use_prefix_grouper"),
     ],
 )
 def test_settings_without_whole_logits_are_refused(overrides: list[str], refused: str | None) -> None:
     """Ulysses slices (the actor's or the teachers' reference section) and fused kernels never hold a position's
-    whole logits; the Megatron engine reads its output layer's logits whatever ``use_fused_kernels`` says."""
+    whole logits, and the shared-prompt forward returns the sampled tokens' only; the Megatron engine reads its
+    output layer's logits whatever ``use_fused_kernels`` says."""
     from rlcore_plugin_distill.settings import distillation_settings
 
     from rlcore.config import ConfigError

@@ -235,7 +235,7 @@ def _loss_settings(config: DictConfig, problems: list[str]) -> LossSettings:
 def _check_topk_forward(config: DictConfig, problems: list[str]) -> None:
     """``forward_kl_topk`` reads the student's log-probs at the teacher's top-k ids from each position's whole
     logits: not with the settings whose forward never holds them (Ulysses slices, fused kernels of the
-    engines that have them)."""
+    engines that have them), nor with the shared-prompt forward (``actor.use_prefix_grouper``)."""
     mode = f"{D}.distillation_loss.loss_mode=forward_kl_topk"
     sliced = (
         "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
@@ -250,6 +250,12 @@ def _check_topk_forward(config: DictConfig, problems: list[str]) -> None:
         problems.append(
             f"{key}={OmegaConf.select(config, key)} cannot run with {mode}: the student's log-probs at the "
             "teacher's top-k ids need each position's whole logits, which that forward never holds"
+        )
+    grouper = "actor_rollout_ref.actor.use_prefix_grouper"
+    if OmegaConf.select(config, grouper, default=False):
+        problems.append(
+            f"{grouper}=true cannot run with {mode}: the shared-prompt forward returns the sampled tokens' "
+            "log-probs only, not those at the teacher's top-k ids"
         )
 
 
