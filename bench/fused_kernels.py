@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 VARIANTS = ("unfused", "torch", "triton")
@@ -36,6 +37,34 @@ def _rss_peak_bytes() -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def measure_step(step: Callable[[], Any], device: Any, repeats: int) -> tuple[Any, list[float], int]:
+    """Run ``step`` once to warm up, then ``repeats`` timed times on ``device`` (a ``torch.device``): the last
+    results, the wall time of each timed run, and the peak memory the step adds in bytes — the process's peak
+    RSS over the one before the first step on the CPU (``VmHWM`` keeps a step's peak), ``max_memory_allocated``
+    over ``memory_allocated`` after the warm-up on CUDA."""
+    import torch
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    base = _rss_peak_bytes()
+    step()
+    sync()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    times = []
+    results = None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        results = step()
+        sync()
+        times.append(time.perf_counter() - start)
+    peak = torch.cuda.max_memory_allocated() - base if device.type == "cuda" else _rss_peak_bytes() - base
+    return results, times, peak
 
 
 def _child(args: argparse.Namespace) -> dict[str, Any]:
@@ -65,23 +94,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
         grad_hidden, grad_weight = torch.autograd.grad(loss, (hidden, weight))
         return logp.detach(), entropy.detach(), grad_hidden, grad_weight
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
-    base = _rss_peak_bytes()  # before the first step: a CPU step's peak RSS stays in VmHWM
-    step()  # warm-up (and compilation for triton)
-    sync()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    times = []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        results = step()
-        sync()
-        times.append(time.perf_counter() - start)
-    peak = torch.cuda.max_memory_allocated() - base if device.type == "cuda" else _rss_peak_bytes() - base
+    results, times, peak = measure_step(step, device, args.repeats)  # the warm-up compiles triton's kernels
     if args.save:
         torch.save([r.float().cpu() for r in results], args.save)
     return {"median_s": statistics.median(times), "min_s": min(times), "peak_extra_mib": round(peak / 2**20, 1)}

@@ -23,10 +23,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Any
 
-from fused_kernels import _rss_peak_bytes
+from fused_kernels import measure_step
 
 VARIANTS = ("plain", "grouped")
 KEY = "actor_rollout_ref.actor.use_prefix_grouper"
@@ -95,23 +94,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
         loss.backward()
         return (out.log_probs.detach() * mask), [p.grad.detach().clone() for p in model.parameters()]
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
-    base = _rss_peak_bytes()  # before the first step: a CPU step's peak RSS stays in VmHWM
-    step()  # warm-up
-    sync()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    times = []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        results = step()
-        sync()
-        times.append(time.perf_counter() - start)
-    peak = torch.cuda.max_memory_allocated() - base if device.type == "cuda" else _rss_peak_bytes() - base
+    results, times, peak = measure_step(step, device, args.repeats)
     if args.save:
         torch.save([results[0].cpu(), [g.cpu() for g in results[1]]], args.save)
     tokens = int(batch["attention_mask"].sum())
