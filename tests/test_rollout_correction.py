@@ -54,8 +54,26 @@ def test_bad_settings_name_the_key() -> None:
     """An unknown level or a threshold ≤ 0 is an error naming ``algorithm.rollout_correction``."""
     with pytest.raises(RLCoreError, match="algorithm.rollout_correction.rollout_is must be one of token, sequence"):
         rollout_is_weights(OLD, ROLLOUT, MASK, "batch", 2.0)
-    with pytest.raises(RLCoreError, match="rollout_is_threshold must be > 0"):
+    with pytest.raises(RLCoreError, match="rollout_is_threshold: bounds must be > 0"):
         rollout_is_weights(OLD, ROLLOUT, MASK, "token", 0.0)
+    for spec in ("2.0_0.5", "0_2", "low_high", True):
+        with pytest.raises(RLCoreError, match="algorithm.rollout_correction.rollout_is_threshold"):
+            rollout_is_weights(OLD, ROLLOUT, MASK, "token", spec)
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_icepop_bounds_zero_the_weights_outside_them(level: str) -> None:
+    """``rollout_is_threshold="lower_upper"`` (verl's IcePop): a weight inside ``[lower, upper]`` is kept as it is,
+    one outside becomes 0 (not truncated); ``rollout_is_oob_ratio`` is the fraction of valid tokens outside."""
+    raw, _ = rollout_is_weights(OLD, ROLLOUT, MASK, level, 1e6)
+    lower, upper = 0.9, 3.0
+    weights, metrics = rollout_is_weights(OLD, ROLLOUT, MASK, level, f"{lower}_{upper}")
+    inside = (raw >= lower) & (raw <= upper)
+    torch.testing.assert_close(weights, torch.where(inside, raw, torch.zeros_like(raw)))
+    valid = MASK.bool()
+    assert (~inside & valid).any() and (inside & valid).any()  # both cases occur in this batch
+    assert metrics["rollout_corr/rollout_is_oob_ratio"] == pytest.approx(float((~inside & valid).sum() / valid.sum()))
+    assert "rollout_corr/rollout_is_oob_ratio" not in rollout_is_weights(OLD, ROLLOUT, MASK, level, upper)[1]
 
 
 @pytest.mark.parametrize(
@@ -72,7 +90,7 @@ def test_bad_settings_name_the_key() -> None:
                 "actor_rollout_ref.rollout.calculate_log_probs=true",
                 "algorithm.rollout_correction.rollout_is_threshold=-1",
             ],
-            "rollout_is_threshold must be a number > 0",
+            "rollout_is_threshold: bounds must be > 0",
         ),
     ],
 )
@@ -80,6 +98,17 @@ def test_config_is_checked_before_the_run(overrides: list[str], message: str) ->
     """Bad correction settings stop the run at config time, naming the key to change."""
     with pytest.raises(ConfigError, match=message):
         derive_quantities(load_config(overrides=overrides))
+
+
+def test_icepop_bounds_pass_the_config_check_as_text() -> None:
+    """verl's IcePop spelling ``rollout_is_threshold='lower_upper'`` is accepted on the command line (its default
+    is a number); bounds in the wrong order are an error naming the key."""
+    base = ["algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.calculate_log_probs=true"]
+    config = load_config(overrides=[*base, "algorithm.rollout_correction.rollout_is_threshold='0.5_2.0'"])
+    derive_quantities(config)
+    assert config.algorithm.rollout_correction.rollout_is_threshold == "0.5_2.0"
+    with pytest.raises(ConfigError, match="rollout_is_threshold: bounds must be > 0 with lower ≤ upper, got '2.0_0.5'"):
+        derive_quantities(load_config(overrides=[*base, "algorithm.rollout_correction.rollout_is_threshold='2.0_0.5'"]))
 
 
 def test_run_logs_mismatch_and_applies_weights(tmp_path: Path, tiny_model_dir: Path) -> None:

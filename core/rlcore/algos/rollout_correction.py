@@ -9,7 +9,8 @@ the engine returns ``rollout_log_probs``; the controller then logs the mismatch 
 
 - ``rollout_is``: multiplies each token's policy loss by
   ``token``: ``w_t = min(exp(δ_t), threshold)``; ``sequence``: ``w = min(exp(Σ_t δ_t), threshold)`` for every
-  token of the response (no gradient flows through ``w``; ``threshold`` is ``rollout_is_threshold``).
+  token of the response (no gradient flows through ``w``; ``threshold`` is ``rollout_is_threshold``). With
+  ``rollout_is_threshold="lower_upper"`` (IcePop) a weight outside the bounds is 0 instead of truncated.
   ``rollout_is_batch_normalize`` then divides the weights by their batch mean (token level: over valid
   tokens; sequence level: over responses), so that they average 1.
 - ``rollout_rs``: a comma-separated list of :data:`RS_OPTIONS` that must all pass, each with a threshold in
@@ -47,6 +48,7 @@ __all__ = [
     "LOSS_TYPES",
     "RS_OPTIONS",
     "RejectionRule",
+    "parse_is_threshold",
     "parse_rejection_rules",
     "reinforce_policy_loss",
     "rejection_mask",
@@ -94,15 +96,36 @@ def rollout_mismatch_metrics(
     }
 
 
+def parse_is_threshold(spec: Any) -> tuple[float, float | None]:
+    """``rollout_is_threshold`` as ``(upper, lower)``: a number (or a number's text) is the truncation bound of
+    TIS (``lower`` None); ``"lower_upper"`` (verl's IcePop spelling, e.g. ``"0.5_2.0"``) bounds the weights on
+    both sides. Raises :class:`~rlcore.errors.RLCoreError` naming the key for anything else."""
+    key = f"{_KEY}.rollout_is_threshold"
+    if isinstance(spec, bool) or not isinstance(spec, (int, float, str)):
+        raise RLCoreError(f"{key} must be a number > 0 or 'lower_upper' bounds, got {spec!r}")
+    parts = str(spec).strip().split("_", 1)
+    try:
+        bounds = [float(part) for part in parts]
+    except ValueError as exc:
+        raise RLCoreError(f"{key} must be a number > 0 or 'lower_upper' bounds, got {spec!r}") from exc
+    upper, lower = bounds[-1], (bounds[0] if len(bounds) == 2 else None)
+    if not upper > 0 or (lower is not None and not 0 < lower <= upper):
+        raise RLCoreError(f"{key}: bounds must be > 0 with lower ≤ upper, got {spec!r}")
+    return upper, lower
+
+
 def rollout_is_weights(
     old_log_probs: torch.Tensor,
     rollout_log_probs: torch.Tensor,
     response_mask: torch.Tensor,
     level: str,
-    threshold: float,
+    threshold: float | str,
     batch_normalize: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Truncated importance weights ``[B, R]`` (0 on padding) at ``level`` and their metrics, verl's names:
+    """Truncated importance weights ``[B, R]`` (0 on padding) at ``level`` and their metrics, verl's names. A
+    ``threshold`` of ``"lower_upper"`` bounds (:func:`parse_is_threshold`) is verl's IcePop: a weight outside
+    ``[lower, upper]`` becomes 0 instead of being truncated, reported as ``rollout_corr/rollout_is_oob_ratio``
+    (the fraction of valid tokens whose weight is out of bounds). The other metrics:
     ``rollout_corr/rollout_is_mean`` (of the truncated weights), ``rollout_corr/rollout_is_ratio_fraction_high``
     (the fraction of valid tokens, or of non-empty responses for ``sequence``, whose weight was truncated) and
     ``rollout_corr/rollout_is_eff_sample_size`` (1 / mean((w / mean w)²) of the truncated weights). With
@@ -111,16 +134,19 @@ def rollout_is_weights(
     ``rollout_corr/rollout_is_batch_norm_factor``."""
     if level not in IS_LEVELS:
         raise RLCoreError(f"{_KEY}.rollout_is must be one of {', '.join(IS_LEVELS)} or null, got {level!r}")
-    if not threshold > 0:
-        raise RLCoreError(f"{_KEY}.rollout_is_threshold must be > 0, got {threshold!r}")
+    upper, lower = parse_is_threshold(threshold)
     mask = response_mask.to(old_log_probs.dtype)
     log_ratio = (old_log_probs - rollout_log_probs).detach() * mask
     if level == "sequence":
         log_ratio = masked_sum(log_ratio, mask, dim=-1)[:, None].expand_as(mask)
     raw = log_ratio.clamp(max=SAFETY_BOUND).exp()
-    weights = raw.clamp(max=threshold) * mask
     non_empty = (mask.sum(dim=-1) > 0).to(mask.dtype)
-    high = (raw > threshold).to(mask.dtype)
+    high = (raw > upper).to(mask.dtype)
+    if lower is None:
+        weights = raw.clamp(max=upper) * mask
+    else:
+        outside = high + (raw < lower).to(mask.dtype)
+        weights = raw * (1.0 - outside) * mask
     mean = masked_mean(weights, mask)
     metrics = {
         "rollout_corr/rollout_is_mean": float(mean),
@@ -128,6 +154,8 @@ def rollout_is_weights(
             masked_mean(high, mask) if level == "token" else masked_mean(masked_mean(high, mask, dim=-1), non_empty)
         ),
     }
+    if lower is not None:
+        metrics["rollout_corr/rollout_is_oob_ratio"] = float(masked_mean(outside, mask))
     if float(mean) > 1e-8:
         metrics["rollout_corr/rollout_is_eff_sample_size"] = 1.0 / float(masked_mean((weights / mean).square(), mask))
     if batch_normalize:
@@ -259,7 +287,7 @@ def apply_rollout_correction(batch: Batch, correction: Any) -> dict[str, float]:
             rollout,
             mask,
             level,
-            float(correction.get("rollout_is_threshold", 2.0)),
+            correction.get("rollout_is_threshold", 2.0),
             bool(correction.get("rollout_is_batch_normalize", False)),
         )
         batch["rollout_is_weights"] = weights
@@ -342,7 +370,8 @@ def bypass_policy_loss(policy_loss: PolicyLoss, correction: Any, loss_mode: str 
     the IS and RS metrics (none for a micro-batch of padding only), and the inner loss's own."""
     loss_type = check_bypass_loss(correction, loss_mode)
     level = correction.get("rollout_is", None)
-    threshold = float(correction.get("rollout_is_threshold", 2.0))
+    threshold = correction.get("rollout_is_threshold", 2.0)
+    parse_is_threshold(threshold)
     normalize = bool(correction.get("rollout_is_batch_normalize", False))
     rules = (
         parse_rejection_rules(correction.get("rollout_rs"), correction.get("rollout_rs_threshold", None))

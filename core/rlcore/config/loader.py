@@ -163,14 +163,21 @@ def _known_paths(defaults: DictConfig) -> tuple[set[str], set[str]]:
     return leaves, free
 
 
+#: keys whose default is a number but which also take verl's text form, checked by their own reader
+#: (``rollout_is_threshold="lower_upper"``: :func:`rlcore.algos.rollout_correction.parse_is_threshold`)
+NUMBER_OR_TEXT: frozenset[str] = frozenset({"algorithm.rollout_correction.rollout_is_threshold"})
+
+
 def coerce_value(key: str, value: Any, defaults: DictConfig) -> Any:
     """``value`` in the type of the default of ``key``, as verl's config accepts it; raise if it cannot be.
 
     An int is accepted where a float is expected, and a single string where a list is expected
-    (``trainer.logger=console`` → ``[console]``).
+    (``trainer.logger=console`` → ``[console]``); the keys of :data:`NUMBER_OR_TEXT` also take a string.
     """
     default = OmegaConf.select(defaults, key, throw_on_missing=False, throw_on_resolution_failure=False)
     if default is None or value is None or isinstance(default, str) and default.startswith("${"):
+        return value
+    if key in NUMBER_OR_TEXT and isinstance(value, str):
         return value
     if isinstance(value, str) and value.startswith("${"):
         return value

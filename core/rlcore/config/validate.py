@@ -378,7 +378,7 @@ def _check_rollout_correction(config: DictConfig) -> list[str]:
     loss_type = correction.get("loss_type") or "ppo_clip"
     if level is None and rejection is None and not bypass and loss_type == "ppo_clip":
         return []
-    from rlcore.algos.rollout_correction import IS_LEVELS, check_bypass_loss, parse_rejection_rules
+    from rlcore.algos.rollout_correction import IS_LEVELS, check_bypass_loss, parse_is_threshold, parse_rejection_rules
 
     try:
         check_bypass_loss(correction, config.actor_rollout_ref.actor.policy_loss.get("loss_mode") or "vanilla")
@@ -395,9 +395,10 @@ def _check_rollout_correction(config: DictConfig) -> list[str]:
             f"algorithm.rollout_correction.{asked[0]} needs the engine's log-probs: "
             "set actor_rollout_ref.rollout.calculate_log_probs=true"
         )
-    threshold = correction.get("rollout_is_threshold")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold > 0:
-        raise ConfigError(f"algorithm.rollout_correction.rollout_is_threshold must be a number > 0, got {threshold!r}")
+    try:
+        parse_is_threshold(correction.get("rollout_is_threshold"))
+    except RLCoreError as exc:
+        raise ConfigError(str(exc)) from exc
     if rejection is not None:
         try:
             parse_rejection_rules(rejection, correction.get("rollout_rs_threshold"))
