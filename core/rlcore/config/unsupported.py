@@ -55,9 +55,9 @@ _PROFILER_HOOK_OFF: dict[str, Any] = {
     "finish_hook_all_ranks": False,
     "finish_hook_ranks": [],
 }
-#: verl's serving-engine settings of a distillation teacher (``teacher_models.<name>.inference.*``) that have no
-#: counterpart where the teacher is scored by the training backend's forward
-TEACHER_SERVING_KEYS = (
+#: the settings of verl's serving engine (its ``RolloutConfig``) that a generating reward model and a distillation
+#: teacher share, in verl's order; neither runs one here
+SERVING_ENGINE_KEYS = (
     "dtype",
     "enforce_eager",
     "cudagraph_capture_sizes",
@@ -72,10 +72,10 @@ TEACHER_SERVING_KEYS = (
     "enable_prefix_caching",
     "disable_log_stats",
     "skip_tokenizer_init",
-    "prompt_length",
-    "response_length",
-    "temperature",
 )
+#: a distillation teacher's (``teacher_models.<name>.inference.*``): no counterpart where the teacher is scored by
+#: the training backend's forward
+TEACHER_SERVING_KEYS = (*SERVING_ENGINE_KEYS, "prompt_length", "response_length", "temperature")
 
 MISSING_FEATURES: tuple[MissingFeature, ...] = (
     MissingFeature(
@@ -162,27 +162,7 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "reward_model.reward_loop_source",
             "reward_model.reward_loop_module_path",
             "reward_model.reward_loop_class_name",
-            *(
-                f"reward_model.rollout.{key}"
-                for key in (
-                    "dtype",
-                    "enforce_eager",
-                    "cudagraph_capture_sizes",
-                    "free_cache_engine",
-                    "data_parallel_size",
-                    "expert_parallel_size",
-                    "max_num_batched_tokens",
-                    "max_model_len",
-                    "max_num_seqs",
-                    "load_format",
-                    "engine_kwargs",
-                    "limit_images",
-                    "enable_chunked_prefill",
-                    "enable_prefix_caching",
-                    "disable_log_stats",
-                    "skip_tokenizer_init",
-                )
-            ),
+            *(f"reward_model.rollout.{key}" for key in (*SERVING_ENGINE_KEYS, "data_parallel_size", "max_model_len")),
         ),
         off={"reward_model.reward_loop_source": "register"},
     ),
