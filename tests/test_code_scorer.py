@@ -41,7 +41,22 @@ def run(code: str, tests: dict = ADD) -> tuple[dict, float]:
 
 def test_a_correct_program_scores_one() -> None:
     result, _ = run("a, b = map(int, input().split())\nprint(a + b)")
-    assert result == {"score": 1.0, "passed": 3, "tests": 3, "status": "ok"}
+    assert result == {"score": 1.0, "passed": 3, "tests": 3, "status": "ok", "stderr_overflow": 0}
+
+
+def test_a_chatty_correct_program_scores_one_and_its_stderr_is_counted() -> None:
+    """Only stdout past the output limit fails a test; stderr past it is counted in ``stderr_overflow``."""
+    result, _ = run("import sys\nsys.stderr.write('debug ' * 20_000)\na, b = map(int, input().split())\nprint(a + b)")
+    assert result == {"score": 1.0, "passed": 3, "tests": 3, "status": "ok", "stderr_overflow": 3}
+
+
+def test_a_test_input_without_a_utf8_form_names_the_sample_and_the_test() -> None:
+    tests = {"inputs": ["1 2\n", "\ud800"], "outputs": ["3\n", "x"]}
+    with pytest.raises(RLCoreError) as refused:
+        score("taco", fenced("print(input())"), tests, {"index": 17})
+    assert str(refused.value).startswith(
+        "code scorer (taco, sample 17): test 1: the program's stdin is not valid text: surrogates not allowed '\\ud800'"
+    )
 
 
 def test_partly_right_scores_the_fraction_passed() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlcore.sandbox import SandboxLimits, host_isolation, run_python, run_python_async
+from rlcore.sandbox.launch import SandboxInputError
 
 LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=2, memory_mb=256, output_bytes=1000)
 
@@ -67,7 +68,7 @@ def test_a_memory_hog_hits_its_limit(code: str) -> None:
 
 def test_a_program_printing_10_mb_is_cut_and_does_not_block() -> None:
     result = run_python("import sys\nsys.stdout.write('x' * 10_000_000)\nsys.stderr.write('e' * 5000)", limits=LIMITS)
-    assert result.status == "ok" and result.truncated
+    assert result.status == "ok" and result.truncated and result.truncated_streams == ("stdout", "stderr")
     assert result.stdout.startswith("x" * 1000) and "9999000 more bytes cut" in result.stdout
     assert "4000 more bytes cut" in result.stderr
 
@@ -169,8 +170,29 @@ def test_limits_must_be_positive(name: str) -> None:
 
 
 def test_the_folder_holds_at_most_folder_mb() -> None:
-    if host_isolation().mode != "namespaces":
-        pytest.skip("the folder is a size-limited tmpfs only in a mount namespace")
+    """A full tmpfs in the ``namespaces`` mode, the watchdog elsewhere (``test_sandbox_host.py``)."""
     limits = SandboxLimits(cpu_seconds=2, wall_seconds=4, file_mb=16, folder_mb=2)
     result = run_python("for i in range(3):\n    open(f'part{i}', 'wb').write(b'x' * 2**20)", limits=limits)
-    assert result.status == "error" and "No space left on device" in result.stderr, result
+    full = "No space left on device" if host_isolation().mode == "namespaces" else "more than folder_mb=2]"
+    assert result.status == "error" and full in result.stderr, result
+
+
+def test_stdin_without_a_utf8_form_is_a_one_line_error() -> None:
+    with pytest.raises(SandboxInputError) as refused:
+        run_python("print(input())", stdin="ok \ud800", limits=LIMITS)
+    assert isinstance(refused.value, ValueError)
+    assert str(refused.value) == (
+        "the program's stdin is not valid text: surrogates not allowed '\\ud800' at character 3 (it has no UTF-8 form)"
+    )
+
+
+def test_a_lone_surrogate_in_the_code_is_the_programs_syntax_error() -> None:
+    result = run_python("print('\ud800')", limits=LIMITS)
+    assert result.status == "error" and "SyntaxError: (unicode error) 'utf-8' codec can't decode" in result.stderr
+
+
+def test_each_cut_stream_is_named() -> None:
+    code = "import sys\nsys.stderr.write('e' * 5000)\nprint('fine')"
+    result = run_python(code, limits=LIMITS)
+    assert (result.status, result.stdout, result.truncated) == ("ok", "fine\n", True)
+    assert result.truncated_streams == ("stderr",)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from rlcore.sandbox import SandboxLimits, host_isolation, run_python
-from rlcore.sandbox.check import setsid_sleeper, still_running
+from rlcore.sandbox.check import kernel_buffer_hog, setsid_sleeper, still_running
 from rlcore.sandbox.view import visible_paths
 
 LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=4, memory_mb=256, output_bytes=4000)
@@ -224,6 +224,18 @@ time.sleep(3)
     result = run_python(code, limits=SandboxLimits(wall_seconds=5, memory_mb=256), audit_hook=False)
     assert result.stdout.count("held") <= 1, result  # 6 x 200 MB never fit in 256 MB together
     assert result.status == "memory", result
+
+
+def test_pipe_and_socket_buffers_count_against_the_memory_bound() -> None:
+    """``RLIMIT_AS`` does not count the kernel's buffers: a program with ``memory_mb=64`` fills pipes and
+    socket pairs with up to 192 MB. The memory cgroup counts them and stops it; without one the host does not
+    claim to bound memory (``test_an_unprivileged_user_gets_namespaces_of_its_own``)."""
+    host = host_isolation()
+    if host.cgroups is None:
+        pytest.skip(f"no per-program cgroup here ({host.cgroup_reason}): memory is reported as not enforced")
+    limits = SandboxLimits(cpu_seconds=2, wall_seconds=4, memory_mb=64)
+    result = run_python(kernel_buffer_hog(192), limits=limits, audit_hook=False)
+    assert (result.status, result.stdout) == ("memory", ""), result
 
 
 def test_there_is_no_network_even_without_the_hook() -> None:

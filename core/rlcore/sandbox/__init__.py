@@ -16,10 +16,13 @@ host allows (:func:`host_isolation`, ``rlcore sandbox check``):
   ``landlock`` unless the user accepts them (:mod:`.policy`).
 
 In every mode: CPU time (``RLIMIT_CPU``), wall time (every process killed), memory (``RLIMIT_AS``, and a
-memory cgroup for the whole program where one can be created), processes (``RLIMIT_NPROC``, a pids cgroup),
-file size, output size (stdout and stderr cut to ``output_bytes``), an empty environment. An audit hook
+memory cgroup for the whole program where one can be created: only the cgroup counts the kernel's pipe and
+socket buffers, so without one memory is not enforced and the level is not ``full``), processes
+(``RLIMIT_NPROC``, a pids cgroup), file size, folder size (a tmpfs with namespaces, a watchdog elsewhere),
+output size (stdout and stderr cut to ``output_bytes``), an empty environment. An audit hook
 (:mod:`.jail.program`) names what the program tried that is refused (``status="blocked"``); it is a
-friendly layer, the kernel is the boundary.
+friendly layer, the kernel is the boundary. A mode or cgroup that fails where a stronger one was wanted is
+never silent: a warning, the plan's sandbox line and ``rlcore sandbox check`` name the cause.
 """
 
 from rlcore.sandbox.host import HostIsolation, host_isolation

@@ -2,8 +2,10 @@
 
 Besides the table of :meth:`~rlcore.sandbox.host.HostIsolation.confinements`, it runs hostile probes with the
 audit hook off (so that only the kernel stands in their way): read a secret planted outside, write into a
-folder anyone may write, reach a TCP and a UDP socket this process listens on, leave a ``setsid`` process
-behind, fork past ``max_processes``, use a capability. A probe that gets through where the table says
+folder anyone may write and change the mode, times and extended attributes of a file of this process's user
+there, write 8 MB with ``folder_mb=1``, hold twice ``memory_mb`` in pipe and socket buffers, reach a TCP and
+a UDP socket this process listens on, leave a ``setsid`` process behind, fork past ``max_processes``, use a
+capability. A probe that gets through where the table says
 the kernel stops it is a failure of the sandbox: the command then exits with status 1.
 """
 
@@ -17,6 +19,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -46,11 +49,97 @@ def probe_reads() -> bool:
 
 
 def probe_writes() -> bool:
-    """A folder anyone may write, outside the program's folder, stays empty."""
+    """A folder anyone may write, outside the program's folder, gets no file, and a file of this process's user
+    there keeps its mode, times and extended attributes."""
     with tempfile.TemporaryDirectory(prefix="rlcore-check-") as folder:
         os.chmod(folder, 0o777)
-        _run(f"try:\n    open({str(Path(folder, 'x'))!r}, 'w').write('x')\nexcept OSError:\n    pass")
-        return not os.listdir(folder)
+        owned = Path(folder, "owned.txt")
+        owned.write_text("x")
+        owned.chmod(0o644)
+        before = owned.stat()
+        code = f"""
+import os
+for attempt in (
+    lambda: open({str(Path(folder, "new.txt"))!r}, "w").write("x"),
+    lambda: os.chmod({str(owned)!r}, 0o666),
+    lambda: os.utime({str(owned)!r}, (0, 0)),
+    lambda: os.setxattr({str(owned)!r}, "user.rlcore", b"1"),
+):
+    try:
+        attempt()
+    except OSError:
+        pass
+"""
+        _run(code)
+        after = owned.stat()
+        try:
+            attributes = os.listxattr(owned)
+        except OSError:  # a file system without extended attributes
+            attributes = []
+        same = (after.st_mode, after.st_mtime_ns) == (before.st_mode, before.st_mtime_ns)
+        return os.listdir(folder) == ["owned.txt"] and same and "user.rlcore" not in attributes
+
+
+def probe_folder_size() -> bool:
+    """A program that writes 8 MB with ``folder_mb=1`` keeps at most 1 MB (or is stopped)."""
+    code = """
+import time
+written = 0
+try:
+    for part in range(8):
+        with open(f"part{part}", "wb") as handle:
+            handle.write(b"x" * (1 << 20))
+        written += 1
+except OSError:
+    pass
+time.sleep(0.5)
+print(written)
+"""
+    out = _run(code, replace(PROBE_LIMITS, file_mb=1, folder_mb=1)).strip()
+    return not out or (out.isdigit() and int(out) <= 1)
+
+
+def kernel_buffer_hog(cap_mb: int) -> str:
+    """Python that fills pipes and socket pairs (their kernel buffers, which no address-space limit counts)
+    until they hold ``cap_mb`` MB or no more fit, then prints how many MB they held."""
+    return f"""
+import fcntl, os, socket
+held, kept, chunk = 0, [], b"x" * 65536
+def fill(fd):
+    global held
+    os.set_blocking(fd, False)
+    while held < {cap_mb << 20}:
+        try:
+            held += os.write(fd, chunk)
+        except OSError:
+            return
+try:
+    while held < {cap_mb << 20}:
+        reader, writer = os.pipe()
+        kept.append((reader, writer))
+        try:
+            fcntl.fcntl(writer, 1031, 1 << 20)  # F_SETPIPE_SZ: 1 MB, the most an unprivileged user may ask
+        except OSError:
+            pass
+        fill(writer)
+        pair = socket.socketpair()
+        kept.append(pair)
+        for end in pair:
+            try:
+                end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 24)
+            except OSError:
+                pass
+            fill(end.fileno())
+except OSError:
+    pass
+print(held >> 20)
+"""
+
+
+def probe_memory() -> bool:
+    """Pipes and socket pairs filled by a program with ``memory_mb=64`` do not hold twice that."""
+    out = _run(kernel_buffer_hog(128), replace(PROBE_LIMITS, memory_mb=64)).strip()
+    return not out.isdigit() or int(out) < 128
 
 
 def probe_network() -> bool:
@@ -147,6 +236,8 @@ for attempt in (lambda: os.setuid(12345), lambda: os.setgroups([]), lambda: os.c
 PROBES: dict[str, Probe] = {
     "reads": probe_reads,
     "writes": probe_writes,
+    "folder size": probe_folder_size,
+    "memory": probe_memory,
     "network": probe_network,
     "processes": probe_processes,
     "process count": probe_process_count,

@@ -14,6 +14,7 @@ same code as such hosts do, so the refusal of code rewards and of the code tool 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from dataclasses import dataclass, field
 from importlib.util import find_spec
@@ -29,17 +30,24 @@ MODES = ("namespaces", "landlock", "none")
 #: what ``RLCORE_SANDBOX_ISOLATION`` may say, and the first mode each tries
 CHOICES = {"auto": "namespaces", "landlock": "landlock", "none": "none"}
 #: the rows that must all be enforced for the level to be ``full``
-BOUNDARY = ("reads", "writes", "processes", "process count", "memory", "network", "privileges")
-#: (resource, mode) -> (enforced, how) for the reads and writes of files
+BOUNDARY = ("reads", "writes", "folder size", "processes", "process count", "memory", "network", "privileges")
+#: (resource, mode) -> (enforced, how) for the files it reads and the size of its folder
 FILE_CONFINEMENT = {
     ("reads", "namespaces"): (True, "mount namespace: the interpreter, system libraries and its folder only"),
     ("reads", "landlock"): (True, "Landlock: the interpreter, system libraries and its folder only"),
     ("reads", "none"): (False, "every file the program's user may read"),
-    ("writes", "namespaces"): (True, "mount namespace: its folder and /tmp (a folder_mb tmpfs); all else read-only"),
-    ("writes", "landlock"): (True, "Landlock: its folder only (chmod/chown/utime of other paths are not covered)"),
-    ("writes", "none"): (False, "the audit hook only (a Python-level layer)"),
+    ("folder size", "namespaces"): (True, "a tmpfs of folder_mb (and 256 files per MB): writes past it fail"),
+    ("folder size", "landlock"): (
+        True,
+        "a watchdog stops the program once its folder holds more than folder_mb (checked every 10 ms: it may "
+        "write more in between)",
+    ),
+    ("folder size", "none"): (False, "the watchdog of its folder, but it may write elsewhere"),
 }
+#: what Landlock does not cover, in the writes row of a program whose user owns files of the host
+LANDLOCK_UNCOVERED = "chmod, chown, utime and extended attributes (ACLs too) of files outside its folder"
 _PROBE_LIMITS = SandboxLimits(cpu_seconds=5, wall_seconds=20, memory_mb=256)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -93,8 +101,10 @@ class HostIsolation:
         return [row for row in self.confinements() if row.name in BOUNDARY and not row.enforced]
 
     def confinements(self) -> list[Confinement]:
-        """One row per resource: reads, writes, processes, process count, memory, network, time,
-        privileges, then the two layers that are not a boundary (seccomp, the audit hook)."""
+        """One row per resource: reads, writes, folder size, processes, process count, memory, network, time,
+        privileges, then the two layers that are not a boundary (seccomp, the audit hook). Memory is enforced
+        only with a per-program memory cgroup: ``RLIMIT_AS`` does not count the kernel's pipe and socket
+        buffers, which one process can fill with many times ``memory_mb``."""
         namespaces = self.mode == "namespaces"
         abi, user = self.landlock_abi, self.info.get("user", "")
         counted = user == "own" or namespaces
@@ -106,15 +116,21 @@ class HostIsolation:
             count = Confinement("process count", False, _uncounted(user))
         if self.cgroups is not None:
             memory = Confinement(
-                "memory", True, "memory cgroup: memory_mb for all its processes together, swap included"
+                "memory",
+                True,
+                "memory cgroup: memory_mb for all its processes together, swap and pipe and socket buffers included",
             )
-        elif count.enforced:
-            memory = Confinement("memory", True, "RLIMIT_AS: memory_mb per process, times max_processes at most")
         else:
-            memory = Confinement("memory", False, "RLIMIT_AS: memory_mb per process, any number of processes")
+            memory = Confinement(
+                "memory",
+                False,
+                "RLIMIT_AS: memory_mb per process, which does not count the kernel's pipe and socket buffers "
+                f"(no per-program cgroup: {self.cgroup_reason or 'none was tried'})",
+            )
         return [
             Confinement("reads", *FILE_CONFINEMENT["reads", self.mode]),
-            Confinement("writes", *FILE_CONFINEMENT["writes", self.mode]),
+            _writes(self.mode, user, self.info.get("uid", "?")),
+            Confinement("folder size", *FILE_CONFINEMENT["folder size", self.mode]),
             _processes(self.mode, abi, user),
             count,
             memory,
@@ -122,7 +138,11 @@ class HostIsolation:
             Confinement("time", True, "RLIMIT_CPU per process; at wall_seconds every process is killed"),
             _privileges(self.mode, user, self.info.get("uid", "?")),
             Confinement("seccomp", False, _seccomp()),
-            Confinement("audit hook", True, "names refused sockets, processes, ctypes and writes outside the folder"),
+            Confinement(
+                "audit hook",
+                True,
+                "names refused sockets, processes, signals, native code and writes outside the folder",
+            ),
         ]
 
     def summary(self) -> str:
@@ -133,7 +153,33 @@ class HostIsolation:
             "none": "no kernel isolation",
         }
         missing = ", ".join(row.name for row in self.missing())
-        return f"{self.level} ({mechanism[self.mode]}{'; not enforced: ' + missing if missing else ''})"
+        causes = "".join(f"; {cause}" for cause in fallbacks(self))
+        return f"{self.level} ({mechanism[self.mode]}{'; not enforced: ' + missing if missing else ''}{causes})"
+
+
+def fallbacks(host: HostIsolation) -> list[str]:
+    """Why ``host`` confines less than it was asked to: each stronger mode that failed (not one that
+    ``RLCORE_SANDBOX_ISOLATION`` left out), and the per-program cgroup that could not be made."""
+    capped = f"{ISOLATION_ENV}={host.requested}"
+    causes = [f"{mode} failed: {reason}" for mode, reason in host.unavailable.items() if reason != capped]
+    if host.cgroups is None:
+        causes.append(f"no per-program cgroup: {host.cgroup_reason}")
+    return causes
+
+
+def _writes(mode: str, user: str, uid: str) -> Confinement:
+    if mode == "namespaces":
+        return Confinement("writes", True, "mount namespace: its folder and /tmp (a tmpfs); all else read-only")
+    if mode == "none":
+        return Confinement("writes", False, "the audit hook only (a Python-level layer)")
+    if user == "own":
+        return Confinement("writes", True, f"Landlock: its folder only ({LANDLOCK_UNCOVERED}: it owns none)")
+    return Confinement(
+        "writes",
+        False,
+        f"Landlock: its folder only, but not {LANDLOCK_UNCOVERED}: as uid {uid} it may change those of every "
+        "file that user owns",
+    )
 
 
 def _processes(mode: str, abi: int, user: str) -> Confinement:
@@ -209,7 +255,11 @@ def _detect(requested: str) -> HostIsolation:
             unavailable[mode] = f"a probe program failed: {execution.stderr.text().strip()[-300:]}"
             continue
         notes = tuple(execution.reported("note"))
-        return HostIsolation(mode, requested, unavailable, execution.info(), notes, layout, cgroup_reason)
+        host = HostIsolation(mode, requested, unavailable, execution.info(), notes, layout, cgroup_reason)
+        causes = fallbacks(host)
+        if causes:
+            log.warning("sandbox: %s confines programs less than it could: %s", mode, "; ".join(causes))
+        return host
     raise SandboxError(
         "the sandbox cannot run a program on this host: " + "; ".join(f"{m}: {r}" for m, r in unavailable.items())
     )

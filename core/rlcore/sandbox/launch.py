@@ -36,6 +36,10 @@ class SandboxError(RLCoreError):
     """The sandbox could not be set up on this host (not something the program did)."""
 
 
+class SandboxInputError(RLCoreError, ValueError):
+    """What the caller gave a sandboxed program cannot be given to it (its stdin is not valid text)."""
+
+
 @dataclass
 class Execution:
     """What the launcher and the program reported, and whether the wall-time limit passed."""
@@ -73,8 +77,10 @@ def execute(mode: str, code: str, stdin: str, limits: SandboxLimits, layout: Lay
         folder = base / "work"
         folder.mkdir(mode=0o700)
         (base / "root").mkdir()
-        (folder / "main.py").write_text(code, encoding="utf-8")
-        (base / "stdin").write_text(stdin, encoding="utf-8")
+        # a lone surrogate in the code goes as the bytes Python then refuses to compile (a SyntaxError of the
+        # program); stdin was checked by the caller (:func:`encode_stdin`)
+        (folder / "main.py").write_bytes(code.encode("utf-8", "surrogatepass"))
+        (base / "stdin").write_bytes(stdin.encode("utf-8"))
         if layout is not None:
             cgroup = Cgroup(layout, limits.memory_mb << 20, limits.max_processes)
         execution = _launch(mode, base, limits, cgroup.procs if cgroup else [], audit)
@@ -87,8 +93,22 @@ def execute(mode: str, code: str, stdin: str, limits: SandboxLimits, layout: Lay
         shutil.rmtree(base, ignore_errors=True)
     errors = execution.reported("error")
     if errors:
-        raise SandboxError(f"the sandbox ({mode}) failed {errors[0]}")
+        tmpdir = os.environ.get("TMPDIR")
+        where = f"TMPDIR={tmpdir}" if tmpdir else "TMPDIR is not set"
+        raise SandboxError(f"the sandbox ({mode}) failed {errors[0]} (the program's folder was {folder}: {where})")
     return execution
+
+
+def check_stdin(stdin: str) -> None:
+    """Raise :class:`SandboxInputError` when ``stdin`` cannot be a program's standard input: text that has no
+    UTF-8 form (a lone surrogate such as ``"\\ud800"``)."""
+    try:
+        stdin.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise SandboxInputError(
+            f"the program's stdin is not valid text: {error.reason} {stdin[error.start : error.end]!r} at "
+            f"character {error.start} (it has no UTF-8 form)"
+        ) from None
 
 
 def _launch(mode: str, base: Path, limits: SandboxLimits, cgroup_procs: list[str], audit: bool) -> Execution:

@@ -16,14 +16,17 @@ class SandboxLimits:
         cpu_seconds: CPU time of each process before the kernel stops it (``status="timeout"``).
         wall_seconds: wall-clock time before every process of the program is killed (``status="timeout"``).
         memory_mb: memory of the whole program: its address space per process (past it allocations fail,
-            ``status="memory"``) and, where a memory cgroup is available, of all its processes together
-            (past it the kernel kills the program, ``status="memory"``).
+            ``status="memory"``) and, where a memory cgroup is available, all its processes' memory together,
+            the kernel's pipe and socket buffers included (past it the kernel kills the program,
+            ``status="memory"``). Without a memory cgroup the kernel's buffers are not bounded: ``rlcore
+            sandbox check`` then says memory is not enforced.
         output_bytes: the most of stdout and of stderr (each) that is kept.
         file_mb: the largest file it may write.
-        folder_mb: the most its folder and ``/tmp`` may hold together (with kernel isolation: a private tmpfs).
+        folder_mb: the most its folder and ``/tmp`` may hold together: a private tmpfs in the ``namespaces``
+            mode (a write past it fails); elsewhere a watchdog that stops the program once its folder holds
+            more (``status="error"``, named at the end of ``stderr``).
         max_processes: processes and threads it may have at once (``RLIMIT_NPROC``, and the pids cgroup
-            where available); without a memory cgroup, memory of the whole program is bounded by
-            ``memory_mb`` times this.
+            where available).
     """
 
     cpu_seconds: float = 5.0
@@ -58,6 +61,8 @@ class SandboxResult:
     process creation, writing outside its directory — whatever it did afterwards). ``blocked`` lists the
     refused actions. ``isolation`` is how the kernel confined it: ``namespaces``, ``landlock`` or ``none``
     (see :func:`rlcore.sandbox.host_isolation`); ``network_namespace`` is true with ``namespaces``.
+    ``truncated`` says whether output was cut at ``output_bytes``, and ``truncated_streams`` which streams
+    (``stdout``, ``stderr``).
     """
 
     status: Status
@@ -69,3 +74,4 @@ class SandboxResult:
     blocked: tuple[str, ...] = ()
     network_namespace: bool = False
     isolation: str = "none"
+    truncated_streams: tuple[str, ...] = ()

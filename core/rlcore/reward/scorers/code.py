@@ -15,7 +15,9 @@ fully, scoring raises :class:`rlcore.sandbox.SandboxUnavailableError` unless
 ``reward_model.sandbox.allow_unconfined=true`` (which a run passes on as ``RLCORE_SANDBOX_ALLOW_UNCONFINED``).
 A test passes when the program exits normally and its output
 equals the expected output (compared line by line, ignoring trailing whitespace; call-based: equal as JSON
-values). After the first test that runs out of time or memory, the remaining tests are counted as failed
+values); stdout past :data:`OUTPUT_LIMIT_BYTES` fails it, stderr past it does not (the sample's
+``stderr_overflow`` counts such tests). A test input with a lone surrogate (``"\\ud800"``, text without a
+UTF-8 form) is bad data: an :class:`RLCoreError` naming the data source, the sample and the test. After the first test that runs out of time or memory, the remaining tests are counted as failed
 without running, so a hanging program costs one wall-time limit per sample. Samples are scored concurrently
 by the reward manager's scorer processes (``reward_model.scorer_workers``), which bounds how many programs
 run at once; ``reward_model.scorer_timeout`` must exceed the limits of one test.
@@ -33,7 +35,8 @@ from rlcore.errors import RLCoreError
 #: the limits of one test when the problem gives none (seconds of CPU time, MB of memory)
 DEFAULT_TIME_LIMIT_S = 5.0
 DEFAULT_MEMORY_LIMIT_MB = 512
-#: output the sandbox keeps of one test (bytes); longer output fails the test
+#: output the sandbox keeps of one test (bytes, stdout and stderr each); longer stdout fails the test, longer
+#: stderr is only counted (``stderr_overflow``)
 OUTPUT_LIMIT_BYTES = 1 << 16
 #: the most test cases run per sample (long test lists are cut, as verl's sandbox rewards do)
 MAX_TESTS = 64
@@ -92,9 +95,17 @@ def _same_value(actual: str, expected: Any) -> bool:
         return False
 
 
+def _sample(extra_info: Any) -> str:
+    """How an error names the sample: its ``extra_info["index"]`` where it has one."""
+    index = extra_info.get("index") if isinstance(extra_info, Mapping) else None
+    return "" if index is None else f", sample {index}"
+
+
 def score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, Any]:
-    """The fraction of the problem's tests the response's program passes, with ``passed``, ``tests`` and
-    ``status`` (the first failing test's sandbox status, or ``ok``) as extra information."""
+    """The fraction of the problem's tests the response's program passes, with ``passed``, ``tests``,
+    ``status`` (the first failing test's sandbox status, or ``ok``) and ``stderr_overflow`` (how many tests
+    wrote more than :data:`OUTPUT_LIMIT_BYTES` to stderr, which does not fail them) as extra information.
+    A test input that is not valid text (a lone surrogate) is an :class:`RLCoreError` naming the test."""
     from rlcore.sandbox import SandboxLimits, run_python
 
     tests = parse_tests(ground_truth)
@@ -110,16 +121,26 @@ def score(data_source: str, solution_str: str, ground_truth: Any, extra_info: An
     if fn_name:
         program += _CALL_HARNESS.format(fn=fn_name)
     cases = list(zip(tests["inputs"], tests["outputs"]))[:MAX_TESTS]
-    passed = 0
+    passed = stderr_overflow = 0
     status = "ok"
-    for stdin, expected in cases:
-        result = run_python(program, stdin=json.dumps(stdin) if fn_name else str(stdin), limits=limits)
+    for number, (stdin, expected) in enumerate(cases):
+        try:
+            result = run_python(program, stdin=json.dumps(stdin) if fn_name else str(stdin), limits=limits)
+        except ValueError as exc:  # SandboxInputError: the input has no UTF-8 form
+            raise RLCoreError(f"code scorer ({data_source}{_sample(extra_info)}): test {number}: {exc}") from None
+        stderr_overflow += "stderr" in result.truncated_streams
         same = _same_value if fn_name else _same_output
-        if result.status == "ok" and not result.truncated and same(result.stdout, expected):
+        if result.status == "ok" and "stdout" not in result.truncated_streams and same(result.stdout, expected):
             passed += 1
             continue
         status = status if status != "ok" else (result.status if result.status != "ok" else "wrong")
         if result.status in ("timeout", "memory"):
             break
     total = len(cases)
-    return {"score": passed / total if total else 0.0, "passed": passed, "tests": total, "status": status}
+    return {
+        "score": passed / total if total else 0.0,
+        "passed": passed,
+        "tests": total,
+        "status": status,
+        "stderr_overflow": stderr_overflow,
+    }

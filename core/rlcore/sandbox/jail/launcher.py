@@ -13,21 +13,26 @@ by :mod:`rlcore.sandbox.launch`. What it does depends on the spec's ``mode``:
 ``landlock``
     It becomes a child subreaper and forks the program under a Landlock ruleset (:mod:`landlock`): reads of
     the visible paths only, writes in the folder only, no TCP. When the program ends it kills every
-    descendant left (orphans are re-parented to it, so none can leave).
+    descendant left (orphans are re-parented to it, so none can leave). Meanwhile it measures the folder
+    (:mod:`folder_watch`: no tmpfs bounds it) and kills the program once it holds more than ``folder_mb``,
+    reporting ``folder BYTES``.
 ``none``
-    The same supervision without Landlock: only the rlimits and the audit hook confine the program.
+    The same supervision without Landlock: only the rlimits, the folder's watchdog and the audit hook
+    confine the program.
 
 In every mode a root caller's program runs under its own unprivileged user (``UID_BASE`` + the launcher's
 PID, so that ``RLIMIT_NPROC`` counts this program's processes only), with no capabilities and
 ``no_new_privs``; it joins the per-call cgroups the caller created. SIGTERM kills the whole tree. The
 launcher reports on the descriptor ``setup_fd``, one line each: ``info KEY VALUE`` about the host,
-``note TEXT``, ``error TEXT`` when confining failed (the program then does not run), and ``exit CODE``
-(negative: killed by that signal) when the program ended.
+``note TEXT``, ``error TEXT`` when confining failed (the program then does not run), ``folder BYTES`` (or
+``folder unreadable``) when its folder held more than ``folder_mb``, and ``exit CODE`` (negative: killed by
+that signal) when the program ended.
 """
 
 import _signal as signal  # not signal: that module imports enum, which doubles the start-up time
 import os
 
+import folder_watch
 import kernel
 import landlock
 import mounts
@@ -129,10 +134,31 @@ class Launcher:
                 self._start_program()
         for fd in self.cgroups:
             os.close(fd)
-        code = _wait_for(child)
+        if self.spec["mode"] == "namespaces":  # the namespace's init reports the program's exit itself
+            _wait_for(child)
+            _kill_descendants()
+            return
+        code, held = folder_watch.wait(child, self.spec["folder"], self.spec["folder_mb"] << 20, self._program_pids)
+        if held is not None:
+            self.report("folder", held if held < folder_watch.UNREADABLE else "unreadable")
         _kill_descendants()
-        if self.spec["mode"] != "namespaces":  # the namespace's init reports the program's exit itself
-            self.report("exit", code)
+        self.report("exit", -signal.SIGKILL if code is None else code)
+
+    def _program_pids(self) -> list[str]:
+        """The program's processes: its cgroup's, else this launcher's descendants."""
+        for path in self.spec["cgroup_procs"]:
+            try:
+                with open(path) as handle:
+                    return handle.read().split()
+            except OSError:
+                break
+        parents = process_tree()
+        found, pending = [], list(parents.get(str(os.getpid()), []))
+        while pending:
+            pid = pending.pop()
+            found.append(pid)
+            pending.extend(parents.get(pid, []))
+        return found
 
     def _enter_namespaces(self) -> None:
         """New PID, network, IPC and UTS namespaces (and a user namespace when not root). The mount namespace
@@ -186,6 +212,10 @@ class Launcher:
             for fd in self.cgroups:
                 os.write(fd, b"0")
             if self.keep_root:
+                try:
+                    os.setgroups([])  # uid 0 stays; the caller's other groups go
+                except PermissionError:  # setgroups denied (a user namespace): there are none to drop
+                    pass
                 kernel.drop_capabilities()
             elif os.geteuid() == 0:
                 uid, gid = self.owner

@@ -10,7 +10,8 @@ root unreachable. In it:
 - ``/dev`` with only ``null``, ``zero``, ``full``, ``random`` and ``urandom``;
 - ``/proc`` of the program's own PID namespace (where the kernel lets us mount it);
 - the program's folder, at the same path as on the host, with a copy of ``main.py``, and ``/tmp``: one
-  private tmpfs of ``folder_mb`` MB owned by the program's user;
+  private tmpfs of ``folder_mb`` MB (and ``folder_mb`` × 256 files and folders) owned by the program's user
+  (inside the new ``/dev`` when the folder is under ``/dev``: ``TMPDIR=/dev/shm``);
 - everything else, including the root itself, read-only.
 """
 
@@ -19,6 +20,9 @@ import os
 import kernel
 
 DEVICES = ("null", "zero", "full", "random", "urandom")
+#: files and folders the program's tmpfs may hold per MB of ``folder_mb`` (one per 4 KB): each costs kernel
+#: memory that its size does not count
+INODES_PER_MB = 256
 #: the mount flags a read-only bind keeps from its source (a user namespace may not clear them), as
 #: (``statvfs`` flag, mount flag)
 _KEPT_FLAGS = (
@@ -37,11 +41,19 @@ def enter_root(stage: str, folder: str, folder_mb: int, owner: tuple[int, int], 
     working directory ``folder``. Returns notes on what could not be provided (``/proc``)."""
     kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_PRIVATE)
     kernel.mount("tmpfs", stage, "tmpfs", _SAFE, "size=1m,mode=0755")
-    _make_folder(stage, folder, folder_mb, owner)  # first: visible paths under /tmp (a venv there) go inside it
     exposed: set[str] = set()
+    in_dev = folder.startswith("/dev/")  # TMPDIR=/dev/shm: the folder goes inside the new /dev
+    if in_dev:
+        _make_devices(stage)
+    for path in visible:  # a folder inside a visible path (TMPDIR in the virtual environment) goes on top of it
+        if folder.startswith(path.rstrip("/") + "/"):
+            _expose(stage, path, exposed)
+    # the folder before the rest: visible paths under /tmp (a venv there) go inside it
+    _make_folder(stage, folder, folder_mb, owner, visible)
     for path in visible:
         _expose(stage, path, exposed)
-    _make_devices(stage)
+    if not in_dev:
+        _make_devices(stage)
     notes = _mount_proc(stage)
     os.chdir(stage)
     kernel.pivot_root(".", ".")
@@ -96,16 +108,24 @@ def _make_devices(stage: str) -> None:
     os.symlink("/proc/self/fd/2", f"{dev}/stderr")
 
 
-def _make_folder(stage: str, folder: str, folder_mb: int, owner: tuple[int, int]) -> None:
+def _make_folder(stage: str, folder: str, folder_mb: int, owner: tuple[int, int], visible: list[str]) -> None:
     """The program's folder at the host folder's path, with a copy of its ``main.py``, on a private tmpfs of
-    ``folder_mb`` MB: mounted on ``/tmp`` when the folder lies under it (so ``/tmp`` is writable too), else
-    on the folder itself with ``/tmp`` a link to it."""
+    ``folder_mb`` MB: mounted on ``/tmp`` when the folder lies under it (so ``/tmp`` is writable too), else on
+    the temporary folder it was made in (``TMPDIR``: what else is there stays hidden, even inside a visible
+    path) with ``/tmp`` a link to the folder; on the folder itself where that is ``/`` or a visible path."""
     with open(os.path.join(folder, "main.py"), "rb") as handle:
         program = handle.read()
     uid, gid = owner
-    top = "/tmp" if folder.startswith("/tmp/") else folder
-    os.makedirs(stage + top)
-    kernel.mount("tmpfs", stage + top, "tmpfs", _SAFE, f"size={folder_mb}m,mode=01777,uid={uid},gid={gid}")
+    temporary = os.path.dirname(os.path.dirname(folder))
+    if folder.startswith("/tmp/"):
+        top = "/tmp"
+    elif temporary != "/" and temporary not in visible:
+        top = temporary
+    else:
+        top = folder
+    os.makedirs(stage + top, exist_ok=True)
+    options = f"size={folder_mb}m,nr_inodes={folder_mb * INODES_PER_MB},mode=01777,uid={uid},gid={gid}"
+    kernel.mount("tmpfs", stage + top, "tmpfs", _SAFE, options)
     if top != "/tmp":
         os.symlink(folder, stage + "/tmp")
     os.makedirs(stage + folder, mode=0o700, exist_ok=True)
