@@ -170,6 +170,37 @@ def test_resume_modes(tmp_path: Path) -> None:
         read_trainer_state(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("table", "named"),
+    [
+        ([1, 2], "it holds [1, 2], not a table of files"),
+        ("text", 'it holds "text", not a table of files'),
+        (None, "it holds null, not a table of files"),
+        ({"actor/weights.bin": 64}, "its entry 'actor/weights.bin': 64 is not a file of the checkpoint"),
+        ({"actor/weights.bin": {"size": 64}}, "its entry 'actor/weights.bin': {\"size\": 64} is not"),
+        ({"actor/weights.bin": {"size": "64", "sha256": "0"}}, "its entry 'actor/weights.bin'"),
+        ({"/etc/hostname": {"size": 1, "sha256": "0"}}, "its entry '/etc/hostname'"),
+    ],
+    ids=["list", "string", "null", "number-entry", "no-sha256", "text-size", "outside"],
+)
+def test_checksums_of_the_wrong_shape_are_a_damaged_checkpoint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, table: Any, named: str
+) -> None:
+    """Valid JSON that is not a table of ``{"size", "sha256"}`` entries marks the checkpoint damaged: ``auto``
+    falls back to the intact one with a warning naming the file, ``resume_path`` stops with one line."""
+    manager = CheckpointManager(trainer_config(tmp_path))
+    manager.save(1, write_part)
+    manager.save(2, write_part)
+    (tmp_path / "global_step_2" / "checksums.json").write_text(json.dumps(table))
+    with caplog.at_level(logging.WARNING, logger="rlcore.checkpoint.manager"):
+        assert resume_path(trainer_config(tmp_path)) == tmp_path / "global_step_1"
+    assert f"checkpoint {tmp_path / 'global_step_2'}: checksums.json is damaged ({named}" in caplog.text
+    chosen = trainer_config(tmp_path, resume_mode="resume_path", resume_from_path=str(tmp_path / "global_step_2"))
+    with pytest.raises(CheckpointError, match="checksums.json is damaged") as caught:
+        resume_path(chosen)
+    assert "\n" not in str(caught.value)
+
+
 def test_prompt_uids_are_deterministic_and_distinct() -> None:
     """The same seed and loader position give the same uids; other positions, epochs or seeds differ."""
     first = prompt_uids(1, 0, 1, 4)

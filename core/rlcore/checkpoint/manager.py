@@ -119,12 +119,32 @@ def write_checksums(folder: Path) -> None:
     (folder / CHECKSUMS_FILE).write_text(json.dumps(table, indent=1))
 
 
+def _check_table_shape(folder: Path, table: Any) -> None:
+    """Raise :class:`CheckpointError` unless ``table`` maps file names to ``{"size": int, "sha256": str}``,
+    as :func:`write_checksums` writes it (valid JSON of another shape is a damaged file too)."""
+    if not isinstance(table, dict):
+        raise CheckpointError(
+            f"checkpoint {folder}: {CHECKSUMS_FILE} is damaged (it holds {json.dumps(table)[:60]}, not a table of "
+            "files)"
+        )
+    for name, entry in table.items():
+        inside = not Path(name).is_absolute() and ".." not in Path(name).parts
+        size = entry.get("size") if isinstance(entry, dict) and inside else None
+        digest = entry.get("sha256") if isinstance(entry, dict) else None
+        if isinstance(size, bool) or not isinstance(size, int) or not isinstance(digest, str):
+            raise CheckpointError(
+                f"checkpoint {folder}: {CHECKSUMS_FILE} is damaged (its entry {name!r}: {json.dumps(entry)[:80]} is not "
+                "a file of the checkpoint with a size and a sha256)"
+            )
+
+
 def verify_checkpoint(folder: Path) -> bool:
     """Check every file of a checkpoint against its ``checksums.json``; True when verified, False when the
     checkpoint has no checksums (written before rlcore recorded them: it is logged and accepted).
 
     Raises :class:`CheckpointError` naming the checkpoint and the first file that is missing, truncated or
-    changed.
+    changed, or saying that ``checksums.json`` is damaged (not JSON, or JSON of another shape than
+    :func:`write_checksums` writes).
     """
     table_file = folder / CHECKSUMS_FILE
     if not table_file.is_file():
@@ -134,6 +154,7 @@ def verify_checkpoint(folder: Path) -> bool:
         table = json.loads(table_file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"checkpoint {folder}: {CHECKSUMS_FILE} is damaged ({exc})") from exc
+    _check_table_shape(folder, table)
     for name, expected in table.items():
         path = folder / name
         if not path.is_file():
