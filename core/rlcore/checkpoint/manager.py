@@ -20,8 +20,8 @@ looks complete. The ``*.tmp-*`` folders are ignored when choosing what to resume
 
 Before a checkpoint is resumed, :func:`verify_checkpoint` compares every file with ``checksums.json``; an
 ``auto`` resume falls back to the newest intact checkpoint (with a warning naming the bad file), a
-``resume_path`` resume stops with an error naming it. A disk that fills up (or turns read-only) anywhere in a
-save is reported as such (:func:`rlcore.checkpoint.disk.disk_problem`); the previous checkpoint is left as it
+``resume_path`` resume stops with an error naming it. A disk that fills up (or turns read-only, or a file that
+reaches the file-size limit) anywhere in a save is reported as such (:func:`rlcore.checkpoint.disk.disk_problem`); the previous checkpoint is left as it
 was.
 
 A save given the run's :class:`~rlcore.checkpoint.ownership.RunIdentity` records it in ``run.json`` and never
@@ -310,7 +310,7 @@ class CheckpointManager:
         ``latest_checkpointed_iteration.txt`` is replaced (write a temporary file, ``os.replace``). Finally
         complete checkpoints of earlier steps beyond the keep count are deleted. If ``write_fn`` raises, the
         temporary folder is removed and the error propagates; a disk problem anywhere (full, over quota,
-        read-only, in whatever exception the writer wraps it) and any ``OSError`` become a
+        read-only, a file at the file-size limit, in whatever exception the writer wraps it) and any ``OSError`` become a
         :class:`CheckpointError` that says what happened, the file written last and what was kept. All workers
         must see the same file system (a multi-node run needs a shared ``default_local_dir``).
         """
@@ -363,7 +363,7 @@ class CheckpointManager:
     def _fail(self, exc: BaseException, step: int, previous: Path | None, tmp: Path) -> NoReturn:
         """A save failed with ``exc``: remove the temporary folder and raise (a disk problem or an ``OSError``
         as a :class:`CheckpointError`; anything else as it is). The disk is looked at before the folder goes."""
-        why = disk_problem(exc, self.root)
+        why = disk_problem(exc, self.root, tmp)
         last = last_written(tmp) if tmp.is_dir() else None
         shutil.rmtree(tmp, ignore_errors=True)
         if why is None and isinstance(exc, OSError):
