@@ -3,6 +3,7 @@ interrupted (by a hook or a SIGKILL in the middle of a save) and resumed."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -11,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,8 @@ from rlcore.checkpoint import (
     LATEST_FILE,
     CheckpointError,
     CheckpointManager,
+    RunIdentity,
+    claim_checkpoints,
     read_trainer_state,
     resume_path,
 )
@@ -199,6 +203,54 @@ def test_checksums_of_the_wrong_shape_are_a_damaged_checkpoint(
     with pytest.raises(CheckpointError, match="checksums.json is damaged") as caught:
         resume_path(chosen)
     assert "\n" not in str(caught.value)
+
+
+@contextlib.contextmanager
+def unmovable(path: Path) -> Iterator[None]:
+    """Make the folder ``path`` one that cannot be renamed into another folder, nor have entries added, for
+    real: immutable (``chattr +i``, EPERM even for root) as root, else read-only (EACCES: moving a folder to
+    another parent rewrites its ``..``)."""
+    if os.geteuid() == 0:
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)], check=False).returncode:
+            pytest.skip("chattr +i is not available here: root may move any folder")
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+    else:
+        path.chmod(0o555)
+        try:
+            yield
+        finally:
+            path.chmod(0o755)
+
+
+@pytest.mark.parametrize("blocked", ["global_step_2", "root"])
+def test_a_failed_move_aside_names_the_folder_and_moves_nothing(tmp_path: Path, blocked: str) -> None:
+    """A fresh run moving another run's checkpoints aside, when a folder may not be moved (or the root takes
+    no ``previous/``): one line naming the folder and the reason, what moved before went back, no empty
+    ``previous/`` folder is left."""
+    root = tmp_path / "ckpt"
+    first = RunIdentity.new(tmp_path / "first")
+    for step in (1, 2, 3):
+        CheckpointManager(trainer_config(root), first).save(step, write_part)
+    before = steps_on_disk(root)
+    with unmovable(root / "global_step_2" if blocked == "global_step_2" else root):
+        with pytest.raises(CheckpointError) as caught:
+            claim_checkpoints(trainer_config(root, save_freq=1), RunIdentity.new(tmp_path / "fresh"), None)
+    message = str(caught.value)
+    assert "\n" not in message
+    if blocked == "root":
+        assert message.startswith(f"cannot make {root / 'previous'}/"), message
+        assert "; nothing was moved." in message
+    else:
+        assert message.startswith(f"cannot move {root / 'global_step_2'} into {root / 'previous'}/"), message
+        assert "global_step_1, moved before it, went back: nothing was moved." in message
+    assert f"{root} (trainer.default_local_dir) holds checkpoints of another run" in message
+    assert "trainer.experiment_name" in message
+    assert steps_on_disk(root) == before, "nothing moved, no empty previous/ folder"
+    assert (root / LATEST_FILE).read_text() == "3"
+    assert resume_path(trainer_config(root)) == root / "global_step_3"
 
 
 def test_prompt_uids_are_deterministic_and_distinct() -> None:

@@ -264,18 +264,59 @@ class CheckpointManager:
     def set_aside(self, folders: list[Path]) -> Path:
         """Move the checkpoint ``folders`` (and ``latest_checkpointed_iteration.txt``) into a new
         ``previous/<time>-<lineage>/`` folder of the root, where resume and rotation never look; returns it.
-        Renames within one file system: nothing is copied."""
+        Renames within one file system: nothing is copied.
+
+        All or nothing: when a move fails (a folder that may not be moved, ``EPERM``/``EACCES``), what was
+        moved goes back, the new folders are removed, and a :class:`CheckpointError` names the folder, the
+        reason and, should a move back fail too, where the moved folders are."""
         record = read_run_record(folders[-1]) or {}
         label = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{record.get('lineage', 'unrecorded')}"
-        aside = self.root / PREVIOUS_DIR / label
-        aside.mkdir(parents=True)
-        for folder in folders:
-            os.rename(folder, aside / folder.name)
+        previous = self.root / PREVIOUS_DIR
+        aside = previous / label
+        made = [path for path in (previous, aside) if not path.exists()]
         pointer = self.root / LATEST_FILE
-        if pointer.exists():
-            os.rename(pointer, aside / LATEST_FILE)
+        moving = [*folders, *([pointer] if pointer.exists() else [])]
+        moved: list[Path] = []
+        current = aside
+        try:
+            aside.mkdir(parents=True)
+            for current in moving:
+                os.rename(current, aside / current.name)
+                moved.append(current)
+        except OSError as exc:
+            raise self._undo_set_aside(exc, current, aside, moved, made) from exc
         _fsync_dir(self.root)
         return aside
+
+    def _undo_set_aside(
+        self, exc: OSError, failed: Path, aside: Path, moved: list[Path], made: list[Path]
+    ) -> CheckpointError:
+        """After :meth:`set_aside` failed to move ``failed``: move ``moved`` back, remove the folders it
+        ``made`` (when empty), and return the one-line error."""
+        stuck = []
+        for path in reversed(moved):
+            try:
+                os.rename(aside / path.name, path)
+            except OSError:
+                stuck.append(path.name)
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                if folder.exists():  # not empty: what could not be moved back is there
+                    break
+        if stuck:
+            where = f"{', '.join(stuck)} could not be moved back and are in {aside}"
+        elif moved:
+            where = f"{', '.join(path.name for path in moved)}, moved before it, went back: nothing was moved"
+        else:
+            where = "nothing was moved"
+        what = f"make {aside}" if failed == aside else f"move {failed} into {aside}"
+        return CheckpointError(
+            f"cannot {what} ({exc.strerror or exc}): {self.root} (trainer.default_local_dir) holds checkpoints of "
+            f"another run, which this fresh run moves aside; {where}. Give this run its own folder (another "
+            "trainer.experiment_name, or trainer.default_local_dir), or move those checkpoints yourself"
+        )
 
     def latest(self) -> Path | None:
         """The checkpoint named by ``latest_checkpointed_iteration.txt``, else the newest complete one.
