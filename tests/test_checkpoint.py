@@ -362,6 +362,64 @@ def test_bad_resume_path_fails_before_training(tiny_model_dir: Path, task: dict[
         )
 
 
+SIGNALS_IN_DCP = """
+import os, signal, sys
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+from rlcore.run import run_training
+
+real_save = dcp.save
+
+
+class SignalsTwice(DefaultSavePlanner):
+    \"\"\"Sends this process SIGTERM twice while DCP plans its write: the second signal arrives in the middle
+    of the save (the stop handler raises there, and DCP wraps that in a CheckpointException).\"\"\"
+
+    def create_local_plan(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return super().create_local_plan()
+
+
+def save(state_dict, **kwargs):
+    where = str(kwargs.get("checkpoint_id"))
+    if "global_step_2.tmp-" in where and where.endswith("actor/model"):  # the actor's shards of step 2
+        kwargs["planner"] = SignalsTwice()
+    return real_save(state_dict, **kwargs)
+
+
+dcp.save = save  # the FSDP engine calls dcp.save(...) through the module
+run_training([], sys.argv[1:], [])
+"""
+
+
+def test_a_second_sigterm_in_the_middle_of_a_dcp_save_ends_the_run_as_interrupted(
+    tiny_model_dir: Path, task: dict[str, Path], tmp_path: Path
+) -> None:
+    """Two SIGTERMs inside ``torch.distributed.checkpoint.save`` (of the FSDP engine's step-2 checkpoint): the
+    stop handler's interrupt, wrapped by DCP, ends the run as the docs say: exit 143, no traceback, the summary
+    says interrupted, the half-written folder is gone and step 1's checkpoint is the newest."""
+    overrides = [
+        *tiny_overrides(tmp_path, tiny_model_dir, task),
+        "trainer.total_training_steps=3",
+        "trainer.save_freq=1",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", SIGNALS_IN_DCP, *overrides], capture_output=True, text=True, timeout=600
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 143, output
+    assert "Traceback" not in output and "CheckpointException" not in output
+    assert "SIGTERM: abandoning the current step" in output
+    root = tmp_path / "ckpt"
+    assert steps_on_disk(root) == ["global_step_1", LATEST_FILE, "rlcore-run.lock"], "no half-written folder"
+    assert f"newest checkpoint: {root / 'global_step_1'}" in output
+    (run_dir,) = (tmp_path / "runs").glob("*/*")
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted by SIGTERM"
+
+
 def test_crash_in_the_middle_of_a_save_resumes_from_the_last_complete_checkpoint(
     full_run: dict[str, Any], tiny_model_dir: Path, task: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -41,8 +41,10 @@ _TEXT_REASONS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc``, its causes and contexts, a worker error's ``cause`` and a distributed checkpoint's failures."""
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, its causes and contexts, a worker error's ``cause`` and a distributed checkpoint's failures
+    (``torch.distributed.checkpoint`` wraps whatever a rank raised, a stop signal's ``KeyboardInterrupt``
+    included, in a ``CheckpointException``)."""
     seen: set[int] = set()
     todo = [exc]
     while todo:
@@ -110,7 +112,7 @@ def disk_problem(exc: BaseException, folder: Path, written: Path | None = None) 
     look like a disk problem. ``written`` is the folder the save wrote into (a file there that reached the
     file-size limit is a sign). Call it before the half-written files are deleted (they and the free space
     are signs)."""
-    for error in _chain(exc):
+    for error in exception_chain(exc):
         if isinstance(error, OSError) and error.errno == errno.EFBIG:
             return _file_size_reason()
         if isinstance(error, OSError) and error.errno in _ERRNO_REASONS:

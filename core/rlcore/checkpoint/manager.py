@@ -50,7 +50,7 @@ from typing import Any, NoReturn
 import click
 from omegaconf import DictConfig
 
-from rlcore.checkpoint.disk import disk_problem, last_written
+from rlcore.checkpoint.disk import disk_problem, exception_chain, last_written
 from rlcore.checkpoint.ownership import RunIdentity, describe_writer, read_run_record, write_run_record
 from rlcore.errors import RLCoreError
 
@@ -402,8 +402,15 @@ class CheckpointManager:
             )
 
     def _fail(self, exc: BaseException, step: int, previous: Path | None, tmp: Path) -> NoReturn:
-        """A save failed with ``exc``: remove the temporary folder and raise (a disk problem or an ``OSError``
-        as a :class:`CheckpointError`; anything else as it is). The disk is looked at before the folder goes."""
+        """A save failed with ``exc``: remove the temporary folder and raise (a stop signal's
+        ``KeyboardInterrupt`` or a ``SystemExit`` that a writer wrapped, such as a second SIGTERM inside
+        ``torch.distributed.checkpoint``, unwrapped, so that the run ends as interrupted; a disk problem or an
+        ``OSError`` as a :class:`CheckpointError`; anything else as it is). The disk is looked at before the
+        folder goes."""
+        ending = next((e for e in exception_chain(exc) if isinstance(e, (KeyboardInterrupt, SystemExit))), None)
+        if ending is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise ending from None
         why = disk_problem(exc, self.root, tmp)
         last = last_written(tmp) if tmp.is_dir() else None
         shutil.rmtree(tmp, ignore_errors=True)
