@@ -128,3 +128,25 @@ def test_sft_twice_reports_like_sft(
     )
     assert told.returncode == 2 and "nothing left to train" in told.stderr, told.stderr[-2000:]
     assert len(list(runs.glob("arith-sft-*"))) == 2 and "report" not in told.stdout
+
+
+def test_the_readme_sft_to_rl_command_after_a_checkpointed_run_trains_from_the_sft_weights(
+    tmp_path: Path, cache: Path
+) -> None:
+    """README "From SFT to RL", after a default run that saved an unfinished checkpoint in the same folder: the
+    RL run starts from the SFT model (step 1) instead of resuming the other run's checkpoint and says which
+    parts differ; saving nothing itself, it leaves that checkpoint where it is."""
+    first = rlcore(tmp_path, cache, "run", "trainer.total_training_steps=1", "trainer.save_freq=1", *SHORT[2:])
+    assert first.returncode == 0, first.stderr[-3000:]
+    grpo_folder = tmp_path / "checkpoints" / "rlcore-default" / "arith-grpo"
+    assert (grpo_folder / "global_step_1").is_dir()
+    sft = rlcore(tmp_path, cache, "sft", "trainer.total_training_steps=2", "trainer.test_freq=-1")
+    assert sft.returncode == 0, sft.stderr[-3000:]
+    exported = tmp_path / "checkpoints" / "rlcore-default" / "arith-sft" / "global_step_2" / "actor" / "huggingface"
+    rl = rlcore(tmp_path, cache, "run", f"actor_rollout_ref.model.path={exported.relative_to(tmp_path)}", *SHORT)
+    assert rl.returncode == 0, rl.stderr[-3000:]
+    assert "resumed from" not in rl.stdout
+    assert f"not resuming {grpo_folder / 'global_step_1'}, another run's: model (" in rl.stdout
+    assert f"-> {exported})" in rl.stdout and "this is a fresh run" in rl.stdout
+    assert re.search(r"^step 1/2, reward", rl.stdout, re.M), rl.stdout
+    assert (grpo_folder / "global_step_1").is_dir() and not (grpo_folder / "previous").exists()

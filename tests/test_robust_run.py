@@ -173,36 +173,6 @@ def test_a_stop_signal_finishes_the_step_writes_the_summary_and_saves(
     assert f"newest checkpoint: {tmp_path / 'ckpt' / f'global_step_{steps[-1]}'}" in output
 
 
-def test_resuming_into_a_model_of_another_size_fails_before_loading(
-    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
-) -> None:
-    from rlcore.testing.tiny import make_tiny_model_dir
-
-    tiny_run(
-        tmp_path / "first",
-        tiny_model_dir,
-        task,
-        "trainer.save_freq=1",
-        "trainer.total_training_steps=1",
-        "trainer.test_freq=-1",
-        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-    )
-    bigger = make_tiny_model_dir(tmp_path / "bigger", num_layers=3)
-    with pytest.raises(
-        RLCoreError,
-        match=r"checkpoint .*global_step_1 was written for another model .*"
-        r"num_hidden_layers 2 vs 3",
-    ):
-        tiny_run(
-            tmp_path / "second",
-            bigger,
-            task,
-            "trainer.total_training_steps=2",
-            "trainer.test_freq=-1",
-            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-        )
-
-
 def test_non_finite_steps_in_a_row_stop_the_run() -> None:
     from rlcore.config import load_config
     from rlcore.config.schema import Sections

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from rlcore.checkpoint import RUN_FILE
+from rlcore.errors import RLCoreError
 from rlcore.sft.run import run_sft
 from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore.tracking.sinks import read_metrics
@@ -124,6 +125,18 @@ def test_the_checkpoint_trains_with_rlcore_run(tmp_path: Path, tiny_model_dir: P
     task = make_tiny_task(tmp_path / "task")
     last, _ = tiny_run(tmp_path / "rl", exported, task)
     assert "actor/pg_loss" in last and last["training/global_step"] == 2
+
+    sft_checkpoint = tmp_path / "sft" / "ckpt" / "global_step_2"  # an SFT checkpoint is never an RL run's step 2
+    with pytest.raises(RLCoreError, match=r"cannot be resumed by this run: kind \(sft -> rl\); .*huggingface"):
+        tiny_run(
+            tmp_path / "resumed",
+            exported,
+            task,
+            "trainer.total_training_steps=4",
+            "trainer.resume_mode=resume_path",
+            f"trainer.resume_from_path={sft_checkpoint}",
+            "trainer.resume_allow_changes=[model,weights,tokenizer,algorithm,data]",
+        )
 
 
 def test_a_fresh_run_after_a_finished_one_moves_its_checkpoints_aside(

@@ -1,5 +1,5 @@
-"""What a run's presets did, made visible: the first line names them, a bundled task's run is named after
-them (``arith-dapo-…``), and ``presets.json`` in the run directory records the keys each one set, which
+"""What a run's presets did, made visible: the first line names them (a bundled task's run is named after them
+and the algorithm that runs by :mod:`rlcore.config.run_name`), and ``presets.json`` in the run directory records the keys each one set, which
 ``summary.json`` and the report show.
 """
 
@@ -18,12 +18,6 @@ if TYPE_CHECKING:
 PRESETS_FILE = "presets.json"
 
 
-def task_presets(presets: list[str], manager: PluginManager) -> list[str]:
-    """The presets of ``presets`` that are bundled tasks (their :class:`~rlcore.api.specs.PresetSpec` names a ``task``)."""
-    registry = manager.registry
-    return [name for name in presets if registry.has("preset", name) and registry.spec("preset", name).task]
-
-
 def first_line(presets: list[str], bundled: bool) -> str | None:
     """The line a run starts with when presets apply: the bundled task's, naming every preset, or
     ``presets: a, b``; None without presets."""
@@ -34,24 +28,6 @@ def first_line(presets: list[str], bundled: bool) -> str | None:
         word = "preset" if len(presets) == 1 else "presets"
         return f"No config file or data.train_files given: training the bundled CPU task ({word} {names})."
     return f"presets: {names}"
-
-
-def name_after_presets(config: DictConfig, presets: list[str], manager: PluginManager) -> None:
-    """Name a bundled task's run after the presets applied on top of it: with ``--preset dapo``, the
-    ``arith-cpu`` task's ``arith-grpo`` becomes ``arith-dapo`` (``trainer.experiment_name``, hence the run
-    directory, the checkpoint folder and the trackers' run names). A name set by a file or on the command
-    line (one that differs from the task preset's) is kept."""
-    from rlcore.config.loader import flatten, preset_fragment
-
-    tasks = task_presets(presets, manager)
-    others = [name for name in presets if name not in tasks]
-    if len(tasks) != 1 or not others:
-        return
-    task = tasks[0]
-    own_name = flatten(preset_fragment(task, manager)).get("trainer.experiment_name")
-    if own_name is not None and config.trainer.experiment_name == own_name:
-        stem = manager.registry.spec("preset", task).task or task
-        config.trainer.experiment_name = "-".join([stem, *others])
 
 
 def preset_settings(config: DictConfig, presets: list[str], manager: PluginManager) -> list[dict[str, Any]]:

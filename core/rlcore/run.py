@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 
 from rlcore.agents.checks import check_agent_config
 from rlcore.checkpoint import saves_checkpoints
+from rlcore.checkpoint.fingerprint import check_allowed
 from rlcore.config import (
     ConfigError,
     Problems,
@@ -32,10 +33,11 @@ from rlcore.config import (
     derive_quantities,
     load_config,
 )
+from rlcore.config.output_paths import make_output_paths_absolute, shown_path
 from rlcore.data.image_plan import image_plan
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins
-from rlcore.presets import PRESETS_FILE, first_line, name_after_presets, preset_settings, write_presets
+from rlcore.presets import PRESETS_FILE, first_line, preset_settings, write_presets
 from rlcore.process_env import cpu_threads_setting, quiet_third_party, set_cpu_threads
 from rlcore.registry import Registry
 from rlcore.run_context import RunContext
@@ -326,8 +328,6 @@ def run_training(
     config = load_config(
         files, overrides, presets, manager, config_name=config_name, config_path=config_path, problems=problems
     )
-    with problems.collect():
-        name_after_presets(config, presets, manager)
     with problems.collect(), contain_exit("a plugin's on_config_resolved hook"):
         manager.hook.on_config_resolved(config=config)
     with problems.collect():
@@ -347,6 +347,8 @@ def run_training(
     with problems.collect():
         plan_lines += run_plan_lines(config)
     with problems.collect():
+        check_allowed(config.trainer.resume_allow_changes)
+    with problems.collect():
         derived = derive_quantities(config)
     images = None
     with problems.collect():
@@ -362,6 +364,7 @@ def run_training(
     if dry_run:
         click.echo(config_to_yaml(config), nl=False)
         return {}
+    make_output_paths_absolute(config)
     set_cpu_threads(cpu_threads)
     prepare_presets(manager, presets, config)
     from rlcore.model_check import check_model_paths
@@ -396,7 +399,7 @@ def run_training(
         )
         run.save_derived()
         write_presets(run.run_dir, preset_settings(config, presets, manager))
-        click.echo(f"run directory: {run.run_dir}")
+        click.echo(f"run directory: {shown_path(run.run_dir)}")
 
     return guarded_fit(
         config,
@@ -423,8 +426,8 @@ def _print_kept(config: DictConfig, trainer: Any, run_dir: Path, *, abandoned: b
     latest = CheckpointManager(config).latest() if config.trainer.default_local_dir else None
     how = "the step in progress was abandoned" if abandoned else "the step in progress was finished"
     click.echo(
-        f"stopped: {how}; steps up to {max(step, 0)} are logged in {run_dir / 'metrics.jsonl'}; "
-        f"newest checkpoint: {latest or 'none'}"
+        f"stopped: {how}; steps up to {max(step, 0)} are logged in {shown_path(run_dir / 'metrics.jsonl')}; "
+        f"newest checkpoint: {shown_path(latest) if latest else 'none'}"
     )
 
 
@@ -460,18 +463,18 @@ def _summarise(run_dir: Path, last: dict[str, Any], wall: float, status: str = "
             f"cannot write {run_dir / 'summary.json'} ({exc.strerror or exc}); the run's metrics are in {metrics_path}"
         ) from exc
     click.echo(f"wall time: {summary['wall_time_s']} s, peak memory (RSS): {summary['peak_rss_mb']} MB")
-    click.echo(f"run directory: {run_dir}")
+    click.echo(f"run directory: {shown_path(run_dir)}")
     if not rows:  # nothing to plot: no step was logged
         sys.stdout.flush()
         return
-    click.echo(f"metrics:       {metrics_path}")
+    click.echo(f"metrics:       {shown_path(metrics_path)}")
     try:
         report = write_report([run_dir])
-        click.echo(f"report:        {report.html} (plots: {report.png})")
+        click.echo(f"report:        {shown_path(report.html)} (plots: {shown_path(report.png)})")
     except RLCoreError as exc:
         click.echo(f"report:        not written: {exc}")
     try:
-        click.echo(f"reward curve:  {plot_reward_curve(metrics_path, run_dir / 'reward_curve.png')}")
+        click.echo(f"reward curve:  {shown_path(plot_reward_curve(metrics_path, run_dir / 'reward_curve.png'))}")
     except RLCoreError as exc:
         click.echo(f"reward curve:  not drawn: {exc}")
     except OSError as exc:  # e.g. the disk is full

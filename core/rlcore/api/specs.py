@@ -140,7 +140,7 @@ class PresetSpec:
     #: task's data and warm-started model
     prepare: str | None = None
     #: the preset is a bundled task's, and this is the stem of its run's name, which
-    #: :func:`rlcore.presets.name_after_presets` completes with the presets applied on top (``arith-dapo``)
+    #: :func:`rlcore.config.run_name.name_after_presets` completes with the presets applied on top (``arith-dapo``)
     task: str | None = None
 
     def __post_init__(self) -> None:

@@ -41,7 +41,7 @@ def register_presets(register):
     """Register the bundled tasks' presets (``arith-cpu`` is applied by ``rlcore run`` when no data is given).
 
     The spec's ``prepare`` writes a task's data before the run; ``task`` is the stem of its run's name, which
-    :func:`rlcore.presets.name_after_presets` completes with the presets applied on top."""
+    :func:`rlcore.config.run_name.name_after_presets` completes with the presets applied on top."""
     register(
         "arith-cpu",
         "rlcore.tasks.arith:cpu_preset",

@@ -393,10 +393,9 @@ class CheckpointManager:
         """Refuse to replace a checkpoint of another lineage than this manager's run's."""
         if self.identity is None or not final.is_dir():
             return
-        record = read_run_record(final)
-        if not self.identity.owns(record):
+        if not self.identity.owns(final):
             raise CheckpointError(
-                f"{final} was written by {describe_writer(record)}, not by a run this one continues: it is not replaced. Give this "
+                f"{final} was written by {describe_writer(read_run_record(final))}, not by a run this one continues: it is not replaced. Give this "
                 "run its own folder (another trainer.experiment_name, or trainer.default_local_dir), or resume that "
                 "checkpoint (trainer.resume_mode)"
             )
@@ -527,7 +526,7 @@ def claim_checkpoints(
     if not (saves_checkpoints(config) if saves is None else saves):
         return
     manager = CheckpointManager(config)
-    foreign = [path for _, path in manager.complete() if not identity.owns(read_run_record(path))]
+    foreign = [path for _, path in manager.complete() if not identity.owns(path)]
     if not foreign:
         return
     writer = describe_writer(read_run_record(foreign[-1]))

@@ -1,7 +1,7 @@
 """Which run wrote a checkpoint: the run's identity, and the ``run.json`` record each checkpoint carries.
 
-Every run has a :class:`RunIdentity` (a random run id, the host, the process id, the start time and the run
-directory) and a *lineage*: the run id of the run that started the line of checkpoints it continues. A fresh
+Every run has a :class:`RunIdentity` (a random run id, the host, the process id, the start time, the run
+directory and the fingerprint of what defines the run: see :mod:`rlcore.checkpoint.fingerprint`) and a *lineage*: the run id of the run that started the line of checkpoints it continues. A fresh
 run starts its own lineage; a run that resumes a checkpoint adopts that checkpoint's lineage
 (:meth:`RunIdentity.adopt`). Each checkpoint records the run that wrote it and its lineage in ``run.json``,
 so that a run never replaces a checkpoint of another lineage (see
@@ -35,8 +35,11 @@ class RunIdentity:
         pid: the controller's process id.
         started: the start time (ISO 8601, local time with its offset).
         lineage: the run id of the run whose checkpoints this run continues (its own when it starts fresh).
-        continues_unrecorded: whether this run resumed a checkpoint written before rlcore recorded runs
-            (checkpoints without ``run.json`` then count as its own lineage).
+        fingerprint: what defines the run (:func:`rlcore.checkpoint.fingerprint.run_fingerprint`), recorded in
+            each checkpoint; None until the run has worked it out.
+        unrecorded_home: the folder of the checkpoint this run resumed when that checkpoint records no run
+            (written before rlcore recorded runs): the checkpoints without ``run.json`` in that folder, and only
+            there, count as its own lineage.
     """
 
     run_id: str
@@ -45,7 +48,8 @@ class RunIdentity:
     pid: int
     started: str
     lineage: str
-    continues_unrecorded: bool = False
+    fingerprint: dict[str, Any] | None = None
+    unrecorded_home: str | None = None
 
     @classmethod
     def new(cls, run_dir: str | Path) -> RunIdentity:
@@ -61,8 +65,8 @@ class RunIdentity:
         )
 
     def record(self) -> dict[str, Any]:
-        """What ``run.json`` and the lock file hold."""
-        return {
+        """What ``run.json`` and the lock file hold (the fingerprint once the run has one)."""
+        record: dict[str, Any] = {
             "run_id": self.run_id,
             "lineage": self.lineage,
             "host": self.host,
@@ -70,19 +74,24 @@ class RunIdentity:
             "started": self.started,
             "run_dir": self.run_dir,
         }
+        if self.fingerprint is not None:
+            record["fingerprint"] = self.fingerprint
+        return record
 
     def adopt(self, checkpoint: Path) -> None:
         """Continue the lineage of the checkpoint this run resumes from."""
         record = read_run_record(checkpoint)
         if record is None:
-            self.continues_unrecorded = True
+            self.unrecorded_home = str(Path(checkpoint).resolve().parent)
         elif record.get("lineage"):
             self.lineage = str(record["lineage"])
 
-    def owns(self, record: Mapping[str, Any] | None) -> bool:
-        """Whether a checkpoint with this ``run.json`` record (None: none) belongs to this run's lineage."""
+    def owns(self, checkpoint: Path) -> bool:
+        """Whether the checkpoint folder ``checkpoint`` belongs to this run's lineage: its ``run.json`` names the
+        lineage, or it has none and lies in the folder of the unrecorded checkpoint this run resumed."""
+        record = read_run_record(checkpoint)
         if record is None:
-            return self.continues_unrecorded
+            return self.unrecorded_home is not None and str(Path(checkpoint).resolve().parent) == self.unrecorded_home
         return record.get("lineage") == self.lineage
 
 

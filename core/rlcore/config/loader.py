@@ -15,6 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from rlcore.config.aliases import canonical_key, rename_aliases
 from rlcore.config.compose import Source, config_file, engine_choice, is_engine_choice, named_config
 from rlcore.config.problems import ConfigError, Problems
+from rlcore.config.run_name import name_after_presets
 from rlcore.config.unsupported import missing_feature_problems, unsupported_value_problems
 
 if TYPE_CHECKING:
@@ -276,19 +277,15 @@ def preset_fragment(name: str, manager: PluginManager) -> dict[str, Any]:
 
 def _sources(
     files: Iterable[str],
-    presets: Iterable[str],
+    presets: Mapping[str, dict[str, Any]],
     config_name: str | None,
     config_path: str | None,
     engines: Iterable[Source],
-    manager: PluginManager,
     problems: Problems,
 ) -> list[Source]:
-    """Presets, then the ``--config-name`` config, then the engine defaults that ``model_engine=...`` picks,
-    then the YAML files, each expanded into its sources."""
-    sources: list[Source] = []
-    for name in presets:
-        with problems.collect():
-            sources.append(Source(f"preset {name!r}", preset_fragment(name, manager)))
+    """Presets (name -> settings), then the ``--config-name`` config, then the engine defaults that
+    ``model_engine=...`` picks, then the YAML files, each expanded into its sources."""
+    sources = [Source(f"preset {name!r}", fragment) for name, fragment in presets.items()]
     if config_name is not None:
         with problems.collect():
             sources += named_config(config_name, config_path)
@@ -323,7 +320,8 @@ def load_config(
     """Merge defaults, plugin sections, presets, the ``--config-name`` config, YAML files and ``key=value``
     overrides; validate every key.
 
-    Returns a resolved :class:`~omegaconf.DictConfig`. Every bad key or value is a problem naming it; they
+    A bundled task's run is named after the algorithm that runs (:mod:`rlcore.config.run_name`). Returns a
+    resolved :class:`~omegaconf.DictConfig`. Every bad key or value is a problem naming it; they
     are all raised together as one :class:`ConfigError`, or, when ``problems`` is given, recorded there
     (the config is then built from the valid keys only, so that later checks can run too).
     """
@@ -345,11 +343,18 @@ def load_config(
             dotted[key] = value
             if add:
                 added.add(canonical_key(key))
-    sources = _sources(files, presets, config_name, config_path, engines, manager, collected)
+    fragments: dict[str, dict[str, Any]] = {}
+    for name in presets:
+        with collected.collect():
+            fragments[name] = preset_fragment(name, manager)
+    sources = _sources(files, fragments, config_name, config_path, engines, collected)
     sources.append(Source("command line", nest(dotted)))
     merged = defaults
     for source in sources:
         merged = _apply(merged, source, defaults, known, added, collected)
+    with collected.collect():
+        flat = {name: flatten(fragment) for name, fragment in fragments.items()}
+        name_after_presets(merged, flat, str(defaults.algorithm.adv_estimator), manager)
     try:
         OmegaConf.resolve(merged)
     except Exception as exc:  # nothing later can be checked on an unresolved config

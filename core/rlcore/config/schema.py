@@ -474,6 +474,8 @@ class DataConfig(Section):
     PATH = "data"
     #: dataset component (kind ``dataset``)
     dataset: str
+    #: the training files (one path or a list; part of the run's fingerprint)
+    train_files: str | list[str] | None
     #: prompts per step
     train_batch_size: int
     #: prompts per generation round (None: ``train_batch_size``)
@@ -523,6 +525,8 @@ class TrainerConfig(Section):
     default_local_dir: str
     #: auto | disable | resume_path (checked by :mod:`rlcore.checkpoint.manager`)
     resume_mode: str
+    #: the parts of a resumed checkpoint's run fingerprint that may differ (:mod:`rlcore.checkpoint.fingerprint`)
+    resume_allow_changes: list[str]
     #: reorder each batch so every data-parallel rank gets a similar token count
     balance_batch: bool
     #: steps that train only the critic before the actor updates too

@@ -40,6 +40,7 @@ from rlcore.checkpoint import (
     write_rollout_states,
     write_trainer_state,
 )
+from rlcore.checkpoint.fingerprint import accept_checkpoint, model_shape, run_fingerprint
 from rlcore.config.schema import Sections
 from rlcore.controller.groups import build_worker_groups
 from rlcore.controller.off_policy import RolloutPipeline
@@ -73,16 +74,6 @@ log = logging.getLogger(__name__)
 NONFINITE_METRICS: tuple[str, ...] = ("actor/grad_norm_nonfinite", "critic/grad_norm_nonfinite")
 #: a reward above this magnitude is counted in ``reward/extreme_scores`` and warned about (rule rewards are O(1))
 REWARD_WARN_MAGNITUDE = 1e4
-#: the model config fields that must match between a checkpoint and the model it is resumed into
-MODEL_SHAPE_KEYS: tuple[str, ...] = (
-    "model_type",
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-)
 
 
 def load_model_config(model_path: str, trust_remote_code: bool = False) -> Any | None:
@@ -94,13 +85,6 @@ def load_model_config(model_path: str, trust_remote_code: bool = False) -> Any |
         return AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
     except Exception:  # noqa: BLE001 - transformers raises many types; reported by the model check
         return None
-
-
-def model_fingerprint(model_config: Any | None) -> dict[str, Any]:
-    """The shape of a model (:data:`MODEL_SHAPE_KEYS` of its config; {} without one), recorded in each
-    checkpoint so that resuming into another model fails before anything is loaded."""
-    config = model_config.to_dict() if model_config is not None else {}
-    return {key: config[key] for key in MODEL_SHAPE_KEYS if key in config}
 
 
 class Trainer:
@@ -146,7 +130,7 @@ class Trainer:
         cfg = self.config
         model = cfg.actor_rollout_ref.model
         self.model_config = load_model_config(model.path, bool(model.trust_remote_code))
-        self.model_shape = model_fingerprint(self.model_config)
+        self.model_shape = model_shape(self.model_config.to_dict() if self.model_config is not None else {})
         source = model.tokenizer_path or model.path
         key = "actor_rollout_ref.model.tokenizer_path" if model.tokenizer_path else "actor_rollout_ref.model.path"
         try:
@@ -574,13 +558,7 @@ class Trainer:
             if self.critic is not None:
                 self.critic.save_checkpoint(str(folder / "critic"))
             kl_coef = None if self.kl_ctrl is None else self.kl_ctrl.value
-            model = {"path": str(self.sections.actor_rollout_ref.model.path), "shape": self.model_shape}
-            state = {
-                "global_step": self.global_step,
-                "data": self.train_loader.state_dict(),
-                "kl_coef": kl_coef,
-                "model": model,
-            }
+            state = {"global_step": self.global_step, "data": self.train_loader.state_dict(), "kl_coef": kl_coef}
             write_trainer_state(folder, state)
 
         path = CheckpointManager(self.config, self.run.identity).save(self.global_step, write)
@@ -608,23 +586,33 @@ class Trainer:
         (self.run.run_dir / "resume.json").write_text(json.dumps({"path": str(path), "step": self.global_step}))
         click.echo(f"resumed from {path} (step {self.global_step} of {self.total_steps})")
 
-    def _check_same_model(self, path: Path) -> None:
-        """Refuse to resume a checkpoint written for a model of another shape (before any model loads)."""
-        saved = read_trainer_state(path).get("model") or {}
-        model_path = self.sections.actor_rollout_ref.model.path
-        current = self.model_shape
-        before = saved.get("shape") or {}
-        differ = [
-            f"{key} {before[key]} vs {current[key]}"
-            for key in MODEL_SHAPE_KEYS
-            if key in before and key in current and before[key] != current[key]
-        ]
-        if differ:
-            raise RLCoreError(
-                f"checkpoint {path} was written for another model ({saved.get('path')}): {', '.join(differ)} "
-                f"(checkpoint vs actor_rollout_ref.model.path={model_path}); resume with that model, or set "
-                "trainer.resume_mode=disable to start over"
-            )
+    def fingerprint(self) -> dict[str, Any]:
+        """What defines this run (:func:`rlcore.checkpoint.fingerprint.run_fingerprint`): the model, its weights,
+        the tokenizer, the algorithm that runs (the estimator under its registered name, the policy loss and its
+        aggregation, the batch filters, the reward manager, the KL terms), the training files and the model's
+        shape. Call it after :meth:`_build_data`."""
+        model = self.sections.actor_rollout_ref.model
+        actor = self.config.actor_rollout_ref.actor
+        algo = self.config.algorithm
+        algorithm = {
+            "adv_estimator": self.estimator.name,
+            "policy_loss": str(actor.policy_loss.loss_mode),
+            "loss_agg_mode": str(actor.loss_agg_mode),
+            "batch_filters": [str(name) for name in algo.batch_filters],
+            "reward_manager": str(self.config.reward_model.reward_manager),
+            "use_kl_loss": bool(actor.use_kl_loss),
+            "kl_loss_type": str(actor.kl_loss_type) if actor.use_kl_loss else None,
+            "use_kl_in_reward": bool(algo.use_kl_in_reward),
+            "kl_penalty": str(algo.kl_penalty) if algo.use_kl_in_reward else None,
+        }
+        return run_fingerprint(
+            "rl",
+            model_path=str(model.path),
+            tokenizer_path=model.tokenizer_path,
+            algorithm=algorithm,
+            train_files=self.sections.data.train_files,
+            shape=self.model_shape,
+        )
 
     # -------------------------------------------------------------------- fit
     def fit(self) -> dict[str, float]:
@@ -645,13 +633,22 @@ class Trainer:
             return
         resume_from = resume_path(self.config)
         self._build_data()
-        if resume_from is not None:
-            self._check_same_model(resume_from)
-            if not self.sections.trainer.val_only:
-                step = int(read_trainer_state(resume_from)["global_step"])
-                resume_from = unfinished_checkpoint(
-                    resume_from, step, self.total_steps, self.sections.trainer.resume_mode
-                )
+        trainer = self.sections.trainer
+        fingerprint = self.fingerprint()
+        if self.run.identity is not None:
+            self.run.identity.fingerprint = fingerprint
+        if resume_from is not None:  # only a checkpoint of this run's kind, model, data and algorithm
+            resume_from = accept_checkpoint(
+                resume_from, fingerprint, resume_mode=trainer.resume_mode, allow=trainer.resume_allow_changes
+            )
+        if resume_from is not None and self.use_critic and not (resume_from / "critic").is_dir():
+            raise RLCoreError(
+                f"{resume_from} holds no critic/: its run trained without a critic, and this run's "
+                f"algorithm.adv_estimator={self.estimator.name} needs one; set trainer.resume_mode=disable to start over"
+            )
+        if resume_from is not None and not trainer.val_only:
+            step = int(read_trainer_state(resume_from)["global_step"])
+            resume_from = unfinished_checkpoint(resume_from, step, self.total_steps, trainer.resume_mode)
         if self.run.identity is not None:  # another lineage's checkpoints are never replaced
             claim_checkpoints(self.config, self.run.identity, resume_from)
         self.resume_from = resume_from

@@ -86,6 +86,7 @@ LOWERED: dict[str, str] = {
             "default_local_dir",
             "resume_mode",
             "resume_from_path",
+            "resume_allow_changes",
             "project_name",
             "experiment_name",
         )

@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 import click
 from omegaconf import DictConfig
 
+from rlcore.checkpoint.fingerprint import check_allowed
 from rlcore.config import Problems, config_to_yaml
+from rlcore.config.output_paths import make_output_paths_absolute, shown_path
 from rlcore.config.problems import ConfigError
 from rlcore.config.ranges import OPTIM_RANGES, range_problems
 from rlcore.errors import RLCoreError
@@ -105,6 +107,8 @@ def check_sft(config: DictConfig, manager: PluginManager, problems: Problems) ->
         preflight_trackers(config, manager.registry)
     with problems.collect():
         _import_external_lib(config)
+    with problems.collect():
+        check_allowed(config.trainer.resume_allow_changes)
     return engine, sizes
 
 
@@ -135,6 +139,8 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
     if dry_run:
         click.echo(config_to_yaml(config), nl=False)
         return {}
+    make_output_paths_absolute(config, ("trainer.default_local_dir", "trainer.runs_dir"))
+    make_output_paths_absolute(engine, ("trainer.default_local_dir",))
     set_cpu_threads(cpu_threads)
     if base is not None:
         from rlcore.sft.arith import prepare_sft_assets
@@ -172,7 +178,7 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
             "micro_batch_size_per_gpu": sizes.micro,
         }
         (run_dir / "derived.json").write_text(json.dumps(derived, indent=2))
-        click.echo(f"run directory: {run_dir}")
+        click.echo(f"run directory: {shown_path(run_dir)}")
 
         last = _fit_and_summarise(trainer, engine, run_dir, start)
     finally:
@@ -255,14 +261,15 @@ def _summarise(run_dir: Path, trainer: SFTTrainer, wall: float, status: str) -> 
     click.echo(f"wall time: {wall:.1f} s")
     if trainer.last_checkpoint is not None:
         click.echo(
-            f"checkpoint:    {trainer.last_checkpoint} (model: {trainer.last_checkpoint / 'actor' / 'huggingface'})"
+            f"checkpoint:    {shown_path(trainer.last_checkpoint)} "
+            f"(model: {shown_path(trainer.last_checkpoint / 'actor' / 'huggingface')})"
         )
-    click.echo(f"run directory: {run_dir}")
+    click.echo(f"run directory: {shown_path(run_dir)}")
     if not rows:  # nothing to plot: no step was logged
         return
-    click.echo(f"metrics:       {metrics_path}")
+    click.echo(f"metrics:       {shown_path(metrics_path)}")
     try:
         report = write_report([run_dir])
-        click.echo(f"report:        {report.html}")
+        click.echo(f"report:        {shown_path(report.html)}")
     except RLCoreError as exc:
         click.echo(f"report:        not written: {exc}")

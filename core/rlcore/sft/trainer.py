@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import click
 from omegaconf import DictConfig
@@ -30,11 +30,13 @@ from rlcore.checkpoint import (
     resume_path,
     write_trainer_state,
 )
+from rlcore.checkpoint.fingerprint import accept_checkpoint, model_shape, run_fingerprint
 from rlcore.controller.resume import unfinished_checkpoint
 from rlcore.controller.worker_group import make_worker_group
 from rlcore.controller.worker_spec import WorkerSpec
 from rlcore.data.collate import collate_rows
 from rlcore.data.loader import PromptLoader
+from rlcore.data.rl_dataset import to_plain
 from rlcore.errors import RLCoreError
 from rlcore.graceful_stop import StopRequest
 from rlcore.sft.config import SFTBatchSizes
@@ -183,24 +185,42 @@ class SFTTrainer:
 
         def write(folder: Path) -> None:
             self.group.save_checkpoint(str(folder / "actor"))
-            state = {
-                "global_step": self.global_step,
-                "data": self.loader.state_dict(),
-                "model": {"path": str(self.config.model.partial_pretrain)},
-                "kind": "sft",
-            }
-            write_trainer_state(folder, state)
+            write_trainer_state(folder, {"global_step": self.global_step, "data": self.loader.state_dict()})
 
         return CheckpointManager(self.engine, self.identity).save(self.global_step, write)
 
+    def fingerprint(self) -> dict[str, Any]:
+        """What defines this SFT run (:func:`rlcore.checkpoint.fingerprint.run_fingerprint`): the model, its
+        weights and shape, its tokenizer and the training files. Call it after :meth:`_build_data`."""
+        from transformers import AutoConfig
+
+        model = self.config.model
+        try:
+            shape = model_shape(
+                AutoConfig.from_pretrained(model.partial_pretrain, trust_remote_code=model.trust_remote_code).to_dict()
+            )
+        except Exception:  # noqa: BLE001 - transformers raises many types; the model check reports a broken model
+            shape = {}
+        return run_fingerprint(
+            "sft",
+            model_path=str(model.partial_pretrain),
+            tokenizer_path=None,
+            algorithm={"objective": "sft"},
+            train_files=to_plain(self.config.data.train_files),
+            shape=shape,
+        )
+
     def _resume_if_unfinished(self, path: Path) -> Path | None:
-        """``path`` when it is an SFT checkpoint with steps left to train (see
-        :func:`~rlcore.controller.resume.unfinished_checkpoint` for a finished one)."""
-        state = read_trainer_state(path)
-        if state.get("kind") != "sft":
-            raise RLCoreError(f"{path} is not an SFT checkpoint (it was written by rlcore run); resume it with that")
-        step = int(state["global_step"])
-        return unfinished_checkpoint(path, step, self.total_steps, self.engine.trainer.resume_mode)
+        """``path`` when it is a checkpoint of this run (:func:`~rlcore.checkpoint.fingerprint.accept_checkpoint`)
+        with steps left to train (see :func:`~rlcore.controller.resume.unfinished_checkpoint` for a finished one)."""
+        trainer = self.engine.trainer
+        accepted = accept_checkpoint(
+            path, self.identity.fingerprint or {}, resume_mode=trainer.resume_mode, allow=trainer.resume_allow_changes
+        )
+        if accepted is None:
+            return None
+        step = int(read_trainer_state(accepted)["global_step"])
+        return unfinished_checkpoint(accepted, step, self.total_steps, trainer.resume_mode)
 
     def load_checkpoint(self, path: Path) -> None:
         """Restore the worker, the loader and the step from ``path``; notes it in ``resume.json``."""
@@ -223,6 +243,7 @@ class SFTTrainer:
             return
         resume_from = resume_path(self.engine)
         self._build_data()
+        self.identity.fingerprint = self.fingerprint()
         self.resume_from = self._resume_if_unfinished(resume_from) if resume_from is not None else None
         claim_checkpoints(self.engine, self.identity, self.resume_from, saves=True)  # SFT saves at its end
         self.prepared = True
