@@ -460,7 +460,8 @@ def _summarise(run_dir: Path, last: dict[str, Any], wall: float, status: str = "
         (run_dir / "summary.json").write_text(json.dumps({**summary, "last": last}, indent=2, default=float))
     except OSError as exc:
         raise RLCoreError(
-            f"cannot write {run_dir / 'summary.json'} ({exc.strerror or exc}); the run's metrics are in {metrics_path}"
+            f"cannot write {shown_path(run_dir / 'summary.json')} ({exc.strerror or exc}); the run's metrics are in "
+            f"{shown_path(metrics_path)}"
         ) from exc
     click.echo(f"wall time: {summary['wall_time_s']} s, peak memory (RSS): {summary['peak_rss_mb']} MB")
     click.echo(f"run directory: {shown_path(run_dir)}")
@@ -478,5 +479,7 @@ def _summarise(run_dir: Path, last: dict[str, Any], wall: float, status: str = "
     except RLCoreError as exc:
         click.echo(f"reward curve:  not drawn: {exc}")
     except OSError as exc:  # e.g. the disk is full
-        click.echo(f"reward curve:  not drawn: cannot write {run_dir / 'reward_curve.png'} ({exc.strerror or exc})")
+        click.echo(
+            f"reward curve:  not drawn: cannot write {shown_path(run_dir / 'reward_curve.png')} ({exc.strerror or exc})"
+        )
     sys.stdout.flush()

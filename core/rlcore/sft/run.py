@@ -256,7 +256,8 @@ def _summarise(run_dir: Path, trainer: SFTTrainer, wall: float, status: str) -> 
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     except OSError as exc:
         raise RLCoreError(
-            f"cannot write {run_dir / 'summary.json'} ({exc.strerror or exc}); the run's metrics are in {metrics_path}"
+            f"cannot write {shown_path(run_dir / 'summary.json')} ({exc.strerror or exc}); the run's metrics are in "
+            f"{shown_path(metrics_path)}"
         ) from exc
     click.echo(f"wall time: {wall:.1f} s")
     if trainer.last_checkpoint is not None:

@@ -466,10 +466,11 @@ def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path | None = No
         return _write_files(runs, out)
     except OSError as exc:
         from rlcore.checkpoint.disk import disk_problem
+        from rlcore.config.output_paths import shown_path
 
         why = disk_problem(exc, out) or exc.strerror or str(exc)
-        where = f" ({exc.filename})" if exc.filename else ""
-        raise RLCoreError(f"cannot write the report into {out}: {why}{where}") from exc
+        where = f" ({shown_path(exc.filename)})" if isinstance(exc.filename, str) else ""
+        raise RLCoreError(f"cannot write the report into {shown_path(out)}: {why}{where}") from exc
 
 
 def _write_files(runs: list[RunData], out: Path) -> Report:
