@@ -3,6 +3,7 @@ interrupted (by a hook or a SIGKILL in the middle of a save) and resumed."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -11,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,8 @@ from rlcore.checkpoint import (
     LATEST_FILE,
     CheckpointError,
     CheckpointManager,
+    RunIdentity,
+    claim_checkpoints,
     read_trainer_state,
     resume_path,
 )
@@ -170,6 +174,85 @@ def test_resume_modes(tmp_path: Path) -> None:
         read_trainer_state(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("table", "named"),
+    [
+        ([1, 2], "it holds [1, 2], not a table of files"),
+        ("text", 'it holds "text", not a table of files'),
+        (None, "it holds null, not a table of files"),
+        ({"actor/weights.bin": 64}, "its entry 'actor/weights.bin': 64 is not a file of the checkpoint"),
+        ({"actor/weights.bin": {"size": 64}}, "its entry 'actor/weights.bin': {\"size\": 64} is not"),
+        ({"actor/weights.bin": {"size": "64", "sha256": "0"}}, "its entry 'actor/weights.bin'"),
+        ({"/etc/hostname": {"size": 1, "sha256": "0"}}, "its entry '/etc/hostname'"),
+    ],
+    ids=["list", "string", "null", "number-entry", "no-sha256", "text-size", "outside"],
+)
+def test_checksums_of_the_wrong_shape_are_a_damaged_checkpoint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, table: Any, named: str
+) -> None:
+    """Valid JSON that is not a table of ``{"size", "sha256"}`` entries marks the checkpoint damaged: ``auto``
+    falls back to the intact one with a warning naming the file, ``resume_path`` stops with one line."""
+    manager = CheckpointManager(trainer_config(tmp_path))
+    manager.save(1, write_part)
+    manager.save(2, write_part)
+    (tmp_path / "global_step_2" / "checksums.json").write_text(json.dumps(table))
+    with caplog.at_level(logging.WARNING, logger="rlcore.checkpoint.manager"):
+        assert resume_path(trainer_config(tmp_path)) == tmp_path / "global_step_1"
+    assert f"checkpoint {tmp_path / 'global_step_2'}: checksums.json is damaged ({named}" in caplog.text
+    chosen = trainer_config(tmp_path, resume_mode="resume_path", resume_from_path=str(tmp_path / "global_step_2"))
+    with pytest.raises(CheckpointError, match="checksums.json is damaged") as caught:
+        resume_path(chosen)
+    assert "\n" not in str(caught.value)
+
+
+@contextlib.contextmanager
+def unmovable(path: Path) -> Iterator[None]:
+    """Make the folder ``path`` one that cannot be renamed into another folder, nor have entries added, for
+    real: immutable (``chattr +i``, EPERM even for root) as root, else read-only (EACCES: moving a folder to
+    another parent rewrites its ``..``)."""
+    if os.geteuid() == 0:
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)], check=False).returncode:
+            pytest.skip("chattr +i is not available here: root may move any folder")
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+    else:
+        path.chmod(0o555)
+        try:
+            yield
+        finally:
+            path.chmod(0o755)
+
+
+@pytest.mark.parametrize("blocked", ["global_step_2", "root"])
+def test_a_failed_move_aside_names_the_folder_and_moves_nothing(tmp_path: Path, blocked: str) -> None:
+    """A fresh run moving another run's checkpoints aside, when a folder may not be moved (or the root takes
+    no ``previous/``): one line naming the folder and the reason, what moved before went back, no empty
+    ``previous/`` folder is left."""
+    root = tmp_path / "ckpt"
+    first = RunIdentity.new(tmp_path / "first")
+    for step in (1, 2, 3):
+        CheckpointManager(trainer_config(root), first).save(step, write_part)
+    before = steps_on_disk(root)
+    with unmovable(root / "global_step_2" if blocked == "global_step_2" else root):
+        with pytest.raises(CheckpointError) as caught:
+            claim_checkpoints(trainer_config(root, save_freq=1), RunIdentity.new(tmp_path / "fresh"), None)
+    message = str(caught.value)
+    assert "\n" not in message
+    if blocked == "root":
+        assert message.startswith(f"cannot make {root / 'previous'}/"), message
+        assert "; nothing was moved." in message
+    else:
+        assert message.startswith(f"cannot move {root / 'global_step_2'} into {root / 'previous'}/"), message
+        assert "global_step_1, moved before it, went back: nothing was moved." in message
+    assert f"{root} (trainer.default_local_dir) holds checkpoints of another run" in message
+    assert "trainer.experiment_name" in message
+    assert steps_on_disk(root) == before, "nothing moved, no empty previous/ folder"
+    assert (root / LATEST_FILE).read_text() == "3"
+    assert resume_path(trainer_config(root)) == root / "global_step_3"
+
+
 def test_prompt_uids_are_deterministic_and_distinct() -> None:
     """The same seed and loader position give the same uids; other positions, epochs or seeds differ."""
     first = prompt_uids(1, 0, 1, 4)
@@ -277,6 +360,64 @@ def test_bad_resume_path_fails_before_training(tiny_model_dir: Path, task: dict[
         tiny_run(
             tmp_path, tiny_model_dir, task, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={tmp_path}"
         )
+
+
+SIGNALS_IN_DCP = """
+import os, signal, sys
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+from rlcore.run import run_training
+
+real_save = dcp.save
+
+
+class SignalsTwice(DefaultSavePlanner):
+    \"\"\"Sends this process SIGTERM twice while DCP plans its write: the second signal arrives in the middle
+    of the save (the stop handler raises there, and DCP wraps that in a CheckpointException).\"\"\"
+
+    def create_local_plan(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return super().create_local_plan()
+
+
+def save(state_dict, **kwargs):
+    where = str(kwargs.get("checkpoint_id"))
+    if "global_step_2.tmp-" in where and where.endswith("actor/model"):  # the actor's shards of step 2
+        kwargs["planner"] = SignalsTwice()
+    return real_save(state_dict, **kwargs)
+
+
+dcp.save = save  # the FSDP engine calls dcp.save(...) through the module
+run_training([], sys.argv[1:], [])
+"""
+
+
+def test_a_second_sigterm_in_the_middle_of_a_dcp_save_ends_the_run_as_interrupted(
+    tiny_model_dir: Path, task: dict[str, Path], tmp_path: Path
+) -> None:
+    """Two SIGTERMs inside ``torch.distributed.checkpoint.save`` (of the FSDP engine's step-2 checkpoint): the
+    stop handler's interrupt, wrapped by DCP, ends the run as the docs say: exit 143, no traceback, the summary
+    says interrupted, the half-written folder is gone and step 1's checkpoint is the newest."""
+    overrides = [
+        *tiny_overrides(tmp_path, tiny_model_dir, task),
+        "trainer.total_training_steps=3",
+        "trainer.save_freq=1",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", SIGNALS_IN_DCP, *overrides], capture_output=True, text=True, timeout=600
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 143, output
+    assert "Traceback" not in output and "CheckpointException" not in output
+    assert "SIGTERM: abandoning the current step" in output
+    root = tmp_path / "ckpt"
+    assert steps_on_disk(root) == ["global_step_1", LATEST_FILE, "rlcore-run.lock"], "no half-written folder"
+    assert f"newest checkpoint: {root / 'global_step_1'}" in output
+    (run_dir,) = (tmp_path / "runs").glob("*/*")
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted by SIGTERM"
 
 
 def test_crash_in_the_middle_of_a_save_resumes_from_the_last_complete_checkpoint(

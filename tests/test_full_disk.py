@@ -140,3 +140,118 @@ def test_a_run_whose_disk_fills_during_the_model_export_stops_with_one_line_and_
     (run_dir,) = (tmp_path / "runs").glob("*/*")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed: " + error.removeprefix("error: ")
+
+
+FILE_SIZE_STAGES = textwrap.dedent(
+    """
+    import json, resource, sys
+    from pathlib import Path
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from omegaconf import OmegaConf
+    from safetensors.torch import save_file
+    from rlcore.checkpoint import CheckpointError, CheckpointManager, RunIdentity, verify_checkpoint
+    from rlcore.checkpoint.manager import write_trainer_state
+
+    root = Path(sys.argv[1]) / "ckpt"
+    config = OmegaConf.create({"trainer": {"default_local_dir": str(root)}})
+    manager = CheckpointManager(config, RunIdentity.new("/runs/file-size"))
+    manager.save(1, lambda f: save_file({"w": torch.randn(8, 8)}, str(f / "model.safetensors")))
+    weights = {"w": torch.randn(256, 256)}  # 256 KiB, past the 64 KiB limit
+    stages = {
+        "hf_export": lambda f: save_file(weights, str(f / "model.safetensors")),
+        "torch_save": lambda f: torch.save(weights, f / "extra_state_world_size_1_rank_0.pt"),
+        "dcp_shards": lambda f: dcp.save(weights, checkpoint_id=str(f / "model")),
+        "trainer_state": lambda f: write_trainer_state(f, {"global_step": 2, "sampler": list(range(20000))}),
+    }
+    results = {"limit": resource.getrlimit(resource.RLIMIT_FSIZE)[0]}
+    for name, write in stages.items():
+        try:
+            manager.save(2, write)
+            results[name] = "saved"
+        except CheckpointError as exc:
+            results[name] = str(exc)
+        verify_checkpoint(root / "global_step_1")
+        results[name + ":kept"] = sorted(p.name for p in root.iterdir())
+    print(json.dumps(results))
+    """
+)
+
+
+def test_a_file_over_the_file_size_limit_in_each_part_of_a_save_is_named(tmp_path: Path) -> None:
+    """``ulimit -f 64`` (RLIMIT_FSIZE, 64 KiB): Python ignores SIGXFSZ, so each writer's file stops at the
+    limit with EFBIG, which safetensors reports as "os error 27", ``torch.save`` and ``torch.distributed.checkpoint``
+    only as "unexpected pos" (the file at the limit tells), and a plain write as ``OSError(EFBIG)``."""
+    proc = subprocess.run(
+        ["bash", "-c", 'ulimit -f 64 && exec "$@"', "bash", sys.executable, "-c", FILE_SIZE_STAGES, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr  # not killed by SIGXFSZ
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert results["limit"] == 64 * 1024
+    root = tmp_path / "ckpt"
+    for stage in ("hf_export", "torch_save", "dcp_shards", "trainer_state"):
+        message = results[stage]
+        assert message.startswith(
+            f"cannot save the checkpoint of step 2 in {root} (trainer.default_local_dir): the file-size limit was "
+            "hit: no file may exceed 65536 bytes (RLIMIT_FSIZE, set with ulimit -f)"
+        ), (stage, message)
+        assert f"the previous checkpoint {root / 'global_step_1'} is intact" in message, stage
+        assert "\n" not in message, stage
+        assert results[stage + ":kept"] == ["global_step_1", "latest_checkpointed_iteration.txt"], stage
+
+
+REPORT_ON_A_FULL_DISK = textwrap.dedent(
+    """
+    import json, os, sys
+    from pathlib import Path
+    from rlcore.presets import PRESETS_FILE
+    from rlcore.run import _summarise
+
+    run_dir = Path(sys.argv[1]) / "runs" / "run-1"
+    run_dir.mkdir(parents=True)
+    rows = [{"step": s, "critic/score/mean": s / 4, "response_length/mean": 8.0} for s in range(1, 5)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\\n" for row in rows))
+    (run_dir / PRESETS_FILE).write_text("[]")
+    stats = os.statvfs(run_dir)
+    fd = os.open(run_dir / "filler.bin", os.O_CREAT | os.O_WRONLY)
+    os.posix_fallocate(fd, 0, stats.f_bavail * stats.f_frsize - 8192)  # room for summary.json, not for a plot
+    os.close(fd)
+    _summarise(run_dir, {"critic/score/mean": 1.0}, 12.0, "completed")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["last"] == {"critic/score/mean": 1.0}, summary
+    assert (run_dir / "metrics.jsonl").read_text() == "".join(json.dumps(row) + "\\n" for row in rows)
+    print("summarised; summary.json and metrics.jsonl kept")
+    """
+)
+
+
+def test_a_full_disk_while_writing_the_report_is_one_line_and_keeps_the_summary(
+    can_mount: None, tmp_path: Path
+) -> None:
+    """The end of a run on a disk with room for ``summary.json`` but not for the plots: one line says the
+    report was not written and why; the summary and the metrics stay; ``rlcore report`` says the same."""
+    mount = tmp_path / "mnt"
+    proc = _in_small_tmpfs(mount, "1m", [sys.executable, "-c", REPORT_ON_A_FULL_DISK, str(mount)], 120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout.strip().endswith("summarised; summary.json and metrics.jsonl kept")
+    run_dir = mount / "runs" / "run-1"
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("report:")]
+    assert line.startswith(f"report:        not written: cannot write the report into {run_dir / 'report'}: ")
+    assert "the disk is full" in line
+    (curve,) = [line for line in proc.stdout.splitlines() if line.startswith("reward curve:")]
+    assert "not drawn: cannot write" in curve and "No space left on device" in curve
+
+    script = (
+        REPORT_ON_A_FULL_DISK.split("_summarise(run_dir")[0]
+        + "from rlcore.cli import cli\ncli(['report', str(run_dir)])\n"
+    )
+    again = _in_small_tmpfs(mount, "1m", [sys.executable, "-c", script, str(mount)], 120)
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert (
+        again.stderr.strip() == f"error: cannot write the report into {run_dir / 'report'}: " + line.split(": ", 3)[3]
+    )

@@ -67,6 +67,10 @@ def test_attaching_with_num_cpus_fails_the_dry_run_naming_both_keys() -> None:
     [
         ("ray_kwargs.ray_init.num_cpus=two", "ray_kwargs.ray_init.num_cpus must be a positive integer or null"),
         ("ray_kwargs.ray_init.object_store_memory=-1", "object_store_memory must be a positive integer or null"),
+        (
+            "ray_kwargs.ray_init.object_store_memory=1000000",
+            "ray_kwargs.ray_init.object_store_memory=1000000 is below Ray's minimum object store of 78643200 bytes",
+        ),
         ("ray_kwargs.ray_init.runtime_env.env_vars.X=[1]", "runtime_env.env_vars.X must be a string or a number"),
         ("ray_kwargs.ray_init.runtime_env.py_executable=[python]", "runtime_env.py_executable must be a command"),
         ("ray_kwargs.ray_init.log_to_driver=maybe", "ray_kwargs.ray_init.log_to_driver='maybe' has the wrong type"),
@@ -79,6 +83,18 @@ def test_bad_ray_kwargs_fail_the_dry_run_naming_the_key(override: str, message: 
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+def test_the_object_store_minimum_is_rays() -> None:
+    """The dry run's minimum is the one ``ray.init`` enforces (Ray's own constant)."""
+    pytest.importorskip("ray")
+    from ray._private import ray_constants
+
+    from rlcore.config.ray_kwargs import OBJECT_STORE_MINIMUM_BYTES
+
+    assert ray_constants.OBJECT_STORE_MINIMUM_MEMORY_BYTES == OBJECT_STORE_MINIMUM_BYTES
+    at_minimum = f"ray_kwargs.ray_init.object_store_memory={OBJECT_STORE_MINIMUM_BYTES}"
+    assert dry_run("trainer.executor=ray", "trainer.n_gpus_per_node=2", at_minimum).exit_code == 0
 
 
 def test_the_local_executor_accepts_ray_kwargs_and_notes_them_as_unused() -> None:

@@ -70,6 +70,60 @@ def test_alias_clash_with_a_name_is_a_conflict() -> None:
         registry.get("policy_loss", "a")
 
 
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (_comp("arith", plugin="p1"), _comp("mine", plugin="p2", aliases=("arith",))),
+        (_comp("a", plugin="p1", aliases=("shared",)), _comp("b", plugin="p2", aliases=("shared",))),
+    ],
+    ids=["alias-equals-a-name", "alias-equals-an-alias"],
+)
+def test_an_alias_clash_is_a_conflict_naming_both_unless_replaced(first: Component, second: Component) -> None:
+    registry = Registry()
+    registry.add(first)
+    registry.add(second)
+    with pytest.raises(ComponentConflictError, match=rf"policy_loss '{first.name}' is registered by both p1 and p2"):
+        registry.get("policy_loss", second.aliases[0])
+    assert not registry.has("policy_loss", second.name), "the second component is not added"
+
+    replaced = Registry()
+    replaced.add(first)
+    replaced.add(second, replace=True)
+    comp = replaced.get("policy_loss", second.aliases[0])
+    assert (comp.plugin, comp.replaced) == ("p2", "p1") and not replaced.conflicts
+    for label in (first.name, *first.aliases):  # the replaced component is gone, its names taken or free
+        assert not replaced.has("policy_loss", label) or replaced.get("policy_loss", label).plugin == "p2"
+
+
+def test_a_plugin_alias_cannot_take_over_a_builtin_scorer(registered) -> None:
+    """A plugin registering a scorer with the alias ``rlcore/arith`` (the bundled task's name): both plugins
+    are marked ``conflict`` naming the (kind, name), and using the name is the conflict error naming both;
+    with ``replace=True`` the plugin takes it over."""
+    for replace in (False, True):
+        plugin = types.SimpleNamespace()
+
+        @rlcore.hookimpl
+        def register_reward_scorers(register, replace=replace):
+            register("my/arith", "json:dumps", aliases=("rlcore/arith",), replace=replace)
+
+        plugin.register_reward_scorers = register_reward_scorers
+        with registered(plugin, name="alias-plugin") as manager:
+            if not replace:
+                with pytest.raises(ComponentConflictError) as caught:
+                    manager.registry.get("reward_scorer", "rlcore/arith")
+                assert str(caught.value).startswith(
+                    "reward_scorer 'rlcore/arith' is registered by both rlcore.builtin.tasks and alias-plugin"
+                )
+                assert manager.records["alias-plugin"].status == "conflict"
+                assert manager.records["alias-plugin"].error == (
+                    "reward_scorer 'rlcore/arith' is also registered by rlcore.builtin.tasks"
+                )
+            else:
+                comp = manager.registry.get("reward_scorer", "rlcore/arith")
+                assert (comp.name, comp.plugin, comp.replaced) == ("my/arith", "alias-plugin", "rlcore.builtin.tasks")
+                assert manager.records["alias-plugin"].status == "ok"
+
+
 def test_unknown_name_lists_known_names_and_suggests() -> None:
     registry = Registry()
     for name in ("grpo", "gae", "rloo"):

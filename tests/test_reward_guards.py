@@ -137,3 +137,28 @@ def test_the_builtin_text_scorers_read_a_float_ground_truth_as_its_integer() -> 
     assert gsm8k.score("openai/gsm8k", "#### 33", 33.0) == 1.0
     assert math.score("math", "\\boxed{33}", np.float64(33.0)) == 1.0
     assert geo3k.score("geo3k", "<think>x</think> \\boxed{0.5}", 0.5) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("data_source", "response"),
+    [("rlcore/arith", "33"), ("rlcore/arith_chain", "20+13=33"), ("rlcore/arith_tools", "so 33")],
+)
+def test_the_bundled_task_scorers_get_text_ground_truths_and_unclear_ones_are_counted(
+    tiny_tokenizer, data_source: str, response: str
+) -> None:
+    """The bundled tasks' scorers compare text, as GSM8K's does: a float column's ``33.0`` scores a correct
+    ``33`` 1 (it scored 0, silently), and a ground truth without a clear text form is counted."""
+    truths = [33.0, np.int64(33), ["33"], np.float32(33.0), None]
+    batch, _ = make_reward_batch(tiny_tokenizer, [response] * 5, data_source=data_source, ground_truths=truths)
+    result = NaiveRewardManager(tiny_tokenizer, RegistryScorer(), {"scorer_timeout": 0})(batch)
+    assert result.token_level_scores.sum(-1).tolist() == [1.0, 1.0, 1.0, 1.0, 0.0]
+    assert result.metrics["reward/ground_truth_nonstring"] == 1
+
+
+def test_the_bundled_task_scorers_read_a_float_ground_truth_as_its_integer() -> None:
+    from rlcore.tasks import arith, arith_chain, arith_tools, shapes_vl
+
+    assert arith.score("rlcore/arith", "33", 33.0) == 1.0
+    assert arith_chain.score("rlcore/arith_chain", "20+13=33", np.float64(33.0)) == 1.0
+    assert arith_tools.score("rlcore/arith_tools", "so 33", [33.0]) == 1.0
+    assert shapes_vl.score("rlcore/shapes_vl", "red square", np.array("red")) == 1.0

@@ -6,6 +6,10 @@ first one's checkpoints aside."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,29 +35,31 @@ def sft_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return files
 
 
+def sft_overrides(tmp_path: Path, model_dir: Path, data: dict[str, Path], *extra: str) -> list[str]:
+    """The overrides of :func:`sft`."""
+    return [
+        f"data.train_files={data['train']}",
+        f"data.val_files={data['val']}",
+        f"model.partial_pretrain={model_dir}",
+        "data.train_batch_size=8",
+        "data.micro_batch_size_per_gpu=4",
+        "data.max_length=32",
+        "optim.lr=1e-3",
+        "optim.lr_scheduler=constant",
+        "optim.lr_warmup_steps=4",
+        "trainer.device=cpu",
+        "trainer.progress_bar=false",
+        "trainer.logger=[console]",
+        f"trainer.runs_dir={tmp_path / 'runs'}",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        *extra,
+    ]
+
+
 def sft(tmp_path: Path, model_dir: Path, data: dict[str, Path], *extra: str) -> tuple[list[dict[str, Any]], Path]:
     """``rlcore sft`` on the tiny model and data, 8 sequences per step in micro-batches of 4; the metric rows
     and the run directory (the newest under ``tmp_path/runs``)."""
-    run_sft(
-        [],
-        [
-            f"data.train_files={data['train']}",
-            f"data.val_files={data['val']}",
-            f"model.partial_pretrain={model_dir}",
-            "data.train_batch_size=8",
-            "data.micro_batch_size_per_gpu=4",
-            "data.max_length=32",
-            "optim.lr=1e-3",
-            "optim.lr_scheduler=constant",
-            "optim.lr_warmup_steps=4",
-            "trainer.device=cpu",
-            "trainer.progress_bar=false",
-            "trainer.logger=[console]",
-            f"trainer.runs_dir={tmp_path / 'runs'}",
-            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-            *extra,
-        ],
-    )
+    run_sft([], sft_overrides(tmp_path, model_dir, data, *extra))
     run_dir = max((tmp_path / "runs").glob("*/*"), key=lambda p: p.stat().st_mtime)
     return read_metrics(run_dir / "metrics.jsonl"), run_dir
 
@@ -150,3 +156,37 @@ def test_a_fresh_run_after_a_finished_one_moves_its_checkpoints_aside(
     second = weights(root / "global_step_2" / "actor" / "huggingface")
     assert any(not torch.equal(first[name], second[name]) for name in first)
     assert json.loads((root / "global_step_2" / RUN_FILE).read_text())["run_id"] != first_run
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_finishes_the_step_writes_the_summary_and_saves(
+    tmp_path: Path, tiny_model_dir: Path, sft_data: dict[str, Path], signum: int
+) -> None:
+    """``rlcore sft`` stops as ``rlcore run`` does: the step in progress finishes, ``summary.json`` says
+    interrupted by the signal, ``trainer.save_on_signal`` saves the last step, the kept steps and checkpoint
+    are printed, exit 143 / 130 (SIGTERM killed it without a summary; SIGINT was summarised as failed)."""
+    args = sft_overrides(
+        tmp_path, tiny_model_dir, sft_data, "trainer.total_training_steps=400", "trainer.save_on_signal=true"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlcore", "sft", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    trained: list[Path] = []
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not trained and proc.poll() is None:
+        trained = [p for p in (tmp_path / "runs").glob("*/*/metrics.jsonl") if "train/loss" in p.read_text()]
+        time.sleep(0.3)
+    assert trained, proc.communicate()[0]
+    proc.send_signal(signum)
+    output, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 128 + signum, output
+    assert "Traceback" not in output
+    run_dir = trained[0].parent
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["kind"] == "sft" and summary["status"] == f"interrupted by {signal.Signals(signum).name}"
+    steps = [row["step"] for row in read_metrics(run_dir / "metrics.jsonl") if "train/loss" in row]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) < 400
+    last = tmp_path / "ckpt" / f"global_step_{steps[-1]}"
+    assert (last / "actor" / "huggingface" / "model.safetensors").is_file(), "save_on_signal saved the last step"
+    assert f"stopped: the step in progress was finished; steps up to {steps[-1]} are logged" in output
+    assert f"newest checkpoint: {last}" in output

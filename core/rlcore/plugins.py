@@ -304,10 +304,10 @@ class PluginManager:
                     record.add_load_time(time.perf_counter() - started)
                 for comp, replace in pending:
                     registry.add(comp, replace=replace)
-        for clash in registry.conflicts.values():  # every party to a clash is in conflict, not just the last
+        for (kind, name), clash in registry.conflicts.items():  # every party to a clash is in conflict
             for comp in clash:
                 others = ", ".join(sorted({c.dist or c.plugin for c in clash if c.plugin != comp.plugin}))
-                self.records[comp.plugin].fail("conflict", f"{comp.kind} {comp.name!r} is also registered by {others}")
+                self.records[comp.plugin].fail("conflict", f"{kind} {name!r} is also registered by {others}")
         self.registry = registry
         return registry
 

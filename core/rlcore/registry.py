@@ -270,20 +270,31 @@ class Registry:
             )
 
     def add(self, comp: Component[Any], *, replace: bool = False) -> None:
-        """Add a component; a duplicate without ``replace`` is recorded as a conflict."""
+        """Add a component; one whose name or an alias is already a name or an alias of another plugin's
+        component of the kind is recorded as a conflict with it, unless ``replace`` (then it takes over: the
+        other component is dropped)."""
         self.validate(comp)
-        key = (comp.kind, comp.name)
-        existing = self._components.get(key) or self._by_alias(comp.kind, comp.name)
-        if existing is not None and existing.plugin != comp.plugin:
-            if replace:
-                comp.replaced = existing.plugin
-                self._drop(existing)
-            else:
+        holders = self._holders(comp)
+        if holders:
+            if not replace:
+                existing = holders[0]
                 self.conflicts.setdefault((existing.kind, existing.name), [existing]).append(comp)
                 return
-        self._components[key] = comp
+            comp.replaced = holders[0].plugin
+            for existing in holders:
+                self._drop(existing)
+        self._components[(comp.kind, comp.name)] = comp
         for alias in comp.aliases:
             self._aliases[(comp.kind, alias)] = comp.name
+
+    def _holders(self, comp: Component[Any]) -> list[Component[Any]]:
+        """The components of other plugins whose name or alias is ``comp``'s name or one of its aliases."""
+        holders: list[Component[Any]] = []
+        for label in (comp.name, *comp.aliases):
+            existing = self._components.get((comp.kind, label)) or self._by_alias(comp.kind, label)
+            if existing is not None and existing.plugin != comp.plugin and all(existing is not h for h in holders):
+                holders.append(existing)
+        return holders
 
     def _by_alias(self, kind: str, name: str) -> Component[Any] | None:
         canonical = self._aliases.get((kind, name))

@@ -433,7 +433,9 @@ def _print_kept(config: DictConfig, trainer: Any, run_dir: Path, *, abandoned: b
 
 def _summarise(run_dir: Path, last: dict[str, Any], wall: float, status: str = "completed") -> None:
     """Print the validation trend, write ``summary.json`` (with the run's ``status``), the report (``report/``)
-    and ``reward_curve.png``."""
+    and ``reward_curve.png``. A report or curve that cannot be written (a full disk) is one line saying why;
+    ``summary.json`` and ``metrics.jsonl`` stay. Raises :class:`RLCoreError` when ``summary.json`` itself
+    cannot be written."""
     from rlcore.tracking.plot import plot_reward_curve
     from rlcore.tracking.report import write_report
     from rlcore.tracking.sinks import read_metrics
@@ -454,7 +456,13 @@ def _summarise(run_dir: Path, last: dict[str, Any], wall: float, status: str = "
         "wall_time_s": round(wall, 1),
         "peak_rss_mb": round(_peak_rss_mb(), 1),
     }
-    (run_dir / "summary.json").write_text(json.dumps({**summary, "last": last}, indent=2, default=float))
+    try:
+        (run_dir / "summary.json").write_text(json.dumps({**summary, "last": last}, indent=2, default=float))
+    except OSError as exc:
+        raise RLCoreError(
+            f"cannot write {shown_path(run_dir / 'summary.json')} ({exc.strerror or exc}); the run's metrics are in "
+            f"{shown_path(metrics_path)}"
+        ) from exc
     click.echo(f"wall time: {summary['wall_time_s']} s, peak memory (RSS): {summary['peak_rss_mb']} MB")
     click.echo(f"run directory: {shown_path(run_dir)}")
     if not rows:  # nothing to plot: no step was logged
@@ -470,4 +478,8 @@ def _summarise(run_dir: Path, last: dict[str, Any], wall: float, status: str = "
         click.echo(f"reward curve:  {shown_path(plot_reward_curve(metrics_path, run_dir / 'reward_curve.png'))}")
     except RLCoreError as exc:
         click.echo(f"reward curve:  not drawn: {exc}")
+    except OSError as exc:  # e.g. the disk is full
+        click.echo(
+            f"reward curve:  not drawn: cannot write {shown_path(run_dir / 'reward_curve.png')} ({exc.strerror or exc})"
+        )
     sys.stdout.flush()

@@ -1,27 +1,38 @@
 """The bundled CPU task that ``rlcore run`` trains by default: its scorer and its preset."""
 
-from rlcore.api.specs import PresetSpec
+from rlcore.api.specs import PresetSpec, RewardScorerSpec
 from rlcore.hookspecs import hookimpl
 
 
 @hookimpl
 def register_reward_scorers(register):
-    """Register the scorer of the bundled arithmetic task."""
-    register("rlcore/arith", "rlcore.tasks.arith:score", description="bundled task: exact answer of a small sum")
+    """Register the scorers of the bundled tasks. Each compares the answer with the ground truth as text
+    (``RewardScorerSpec(ground_truth="text")``): the reward manager passes ``33.0`` from a float column as
+    ``"33"`` and counts the ground truths without a clear text form (see ``rlcore.reward.ground_truth``)."""
+    text = RewardScorerSpec(ground_truth="text")
+    register(
+        "rlcore/arith",
+        "rlcore.tasks.arith:score",
+        description="bundled task: exact answer of a small sum",
+        spec=text,
+    )
     register(
         "rlcore/arith_tools",
         "rlcore.tasks.arith_tools:score",
         description="bundled tool task: the last integer of the response is the product",
+        spec=text,
     )
     register(
         "rlcore/arith_chain",
         "rlcore.tasks.arith_chain:score",
         description="bundled two-step task: the last integer of the response is a+b-c",
+        spec=text,
     )
     register(
         "rlcore/shapes_vl",
         "rlcore.tasks.shapes_vl:score",
         description="bundled vision-language task: the first word of the response is the shape's colour",
+        spec=text,
     )
 
 

@@ -20,8 +20,8 @@ looks complete. The ``*.tmp-*`` folders are ignored when choosing what to resume
 
 Before a checkpoint is resumed, :func:`verify_checkpoint` compares every file with ``checksums.json``; an
 ``auto`` resume falls back to the newest intact checkpoint (with a warning naming the bad file), a
-``resume_path`` resume stops with an error naming it. A disk that fills up (or turns read-only) anywhere in a
-save is reported as such (:func:`rlcore.checkpoint.disk.disk_problem`); the previous checkpoint is left as it
+``resume_path`` resume stops with an error naming it. A disk that fills up (or turns read-only, or a file that
+reaches the file-size limit) anywhere in a save is reported as such (:func:`rlcore.checkpoint.disk.disk_problem`); the previous checkpoint is left as it
 was.
 
 A save given the run's :class:`~rlcore.checkpoint.ownership.RunIdentity` records it in ``run.json`` and never
@@ -50,7 +50,7 @@ from typing import Any, NoReturn
 import click
 from omegaconf import DictConfig
 
-from rlcore.checkpoint.disk import disk_problem, last_written
+from rlcore.checkpoint.disk import disk_problem, exception_chain, last_written
 from rlcore.checkpoint.ownership import RunIdentity, describe_writer, read_run_record, write_run_record
 from rlcore.errors import RLCoreError
 
@@ -119,12 +119,32 @@ def write_checksums(folder: Path) -> None:
     (folder / CHECKSUMS_FILE).write_text(json.dumps(table, indent=1))
 
 
+def _check_table_shape(folder: Path, table: Any) -> None:
+    """Raise :class:`CheckpointError` unless ``table`` maps file names to ``{"size": int, "sha256": str}``,
+    as :func:`write_checksums` writes it (valid JSON of another shape is a damaged file too)."""
+    if not isinstance(table, dict):
+        raise CheckpointError(
+            f"checkpoint {folder}: {CHECKSUMS_FILE} is damaged (it holds {json.dumps(table)[:60]}, not a table of "
+            "files)"
+        )
+    for name, entry in table.items():
+        inside = not Path(name).is_absolute() and ".." not in Path(name).parts
+        size = entry.get("size") if isinstance(entry, dict) and inside else None
+        digest = entry.get("sha256") if isinstance(entry, dict) else None
+        if isinstance(size, bool) or not isinstance(size, int) or not isinstance(digest, str):
+            raise CheckpointError(
+                f"checkpoint {folder}: {CHECKSUMS_FILE} is damaged (its entry {name!r}: {json.dumps(entry)[:80]} is not "
+                "a file of the checkpoint with a size and a sha256)"
+            )
+
+
 def verify_checkpoint(folder: Path) -> bool:
     """Check every file of a checkpoint against its ``checksums.json``; True when verified, False when the
     checkpoint has no checksums (written before rlcore recorded them: it is logged and accepted).
 
     Raises :class:`CheckpointError` naming the checkpoint and the first file that is missing, truncated or
-    changed.
+    changed, or saying that ``checksums.json`` is damaged (not JSON, or JSON of another shape than
+    :func:`write_checksums` writes).
     """
     table_file = folder / CHECKSUMS_FILE
     if not table_file.is_file():
@@ -134,6 +154,7 @@ def verify_checkpoint(folder: Path) -> bool:
         table = json.loads(table_file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"checkpoint {folder}: {CHECKSUMS_FILE} is damaged ({exc})") from exc
+    _check_table_shape(folder, table)
     for name, expected in table.items():
         path = folder / name
         if not path.is_file():
@@ -243,18 +264,59 @@ class CheckpointManager:
     def set_aside(self, folders: list[Path]) -> Path:
         """Move the checkpoint ``folders`` (and ``latest_checkpointed_iteration.txt``) into a new
         ``previous/<time>-<lineage>/`` folder of the root, where resume and rotation never look; returns it.
-        Renames within one file system: nothing is copied."""
+        Renames within one file system: nothing is copied.
+
+        All or nothing: when a move fails (a folder that may not be moved, ``EPERM``/``EACCES``), what was
+        moved goes back, the new folders are removed, and a :class:`CheckpointError` names the folder, the
+        reason and, should a move back fail too, where the moved folders are."""
         record = read_run_record(folders[-1]) or {}
         label = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{record.get('lineage', 'unrecorded')}"
-        aside = self.root / PREVIOUS_DIR / label
-        aside.mkdir(parents=True)
-        for folder in folders:
-            os.rename(folder, aside / folder.name)
+        previous = self.root / PREVIOUS_DIR
+        aside = previous / label
+        made = [path for path in (previous, aside) if not path.exists()]
         pointer = self.root / LATEST_FILE
-        if pointer.exists():
-            os.rename(pointer, aside / LATEST_FILE)
+        moving = [*folders, *([pointer] if pointer.exists() else [])]
+        moved: list[Path] = []
+        current = aside
+        try:
+            aside.mkdir(parents=True)
+            for current in moving:
+                os.rename(current, aside / current.name)
+                moved.append(current)
+        except OSError as exc:
+            raise self._undo_set_aside(exc, current, aside, moved, made) from exc
         _fsync_dir(self.root)
         return aside
+
+    def _undo_set_aside(
+        self, exc: OSError, failed: Path, aside: Path, moved: list[Path], made: list[Path]
+    ) -> CheckpointError:
+        """After :meth:`set_aside` failed to move ``failed``: move ``moved`` back, remove the folders it
+        ``made`` (when empty), and return the one-line error."""
+        stuck = []
+        for path in reversed(moved):
+            try:
+                os.rename(aside / path.name, path)
+            except OSError:
+                stuck.append(path.name)
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                if folder.exists():  # not empty: what could not be moved back is there
+                    break
+        if stuck:
+            where = f"{', '.join(stuck)} could not be moved back and are in {aside}"
+        elif moved:
+            where = f"{', '.join(path.name for path in moved)}, moved before it, went back: nothing was moved"
+        else:
+            where = "nothing was moved"
+        what = f"make {aside}" if failed == aside else f"move {failed} into {aside}"
+        return CheckpointError(
+            f"cannot {what} ({exc.strerror or exc}): {self.root} (trainer.default_local_dir) holds checkpoints of "
+            f"another run, which this fresh run moves aside; {where}. Give this run its own folder (another "
+            "trainer.experiment_name, or trainer.default_local_dir), or move those checkpoints yourself"
+        )
 
     def latest(self) -> Path | None:
         """The checkpoint named by ``latest_checkpointed_iteration.txt``, else the newest complete one.
@@ -289,7 +351,7 @@ class CheckpointManager:
         ``latest_checkpointed_iteration.txt`` is replaced (write a temporary file, ``os.replace``). Finally
         complete checkpoints of earlier steps beyond the keep count are deleted. If ``write_fn`` raises, the
         temporary folder is removed and the error propagates; a disk problem anywhere (full, over quota,
-        read-only, in whatever exception the writer wraps it) and any ``OSError`` become a
+        read-only, a file at the file-size limit, in whatever exception the writer wraps it) and any ``OSError`` become a
         :class:`CheckpointError` that says what happened, the file written last and what was kept. All workers
         must see the same file system (a multi-node run needs a shared ``default_local_dir``).
         """
@@ -339,9 +401,16 @@ class CheckpointManager:
             )
 
     def _fail(self, exc: BaseException, step: int, previous: Path | None, tmp: Path) -> NoReturn:
-        """A save failed with ``exc``: remove the temporary folder and raise (a disk problem or an ``OSError``
-        as a :class:`CheckpointError`; anything else as it is). The disk is looked at before the folder goes."""
-        why = disk_problem(exc, self.root)
+        """A save failed with ``exc``: remove the temporary folder and raise (a stop signal's
+        ``KeyboardInterrupt`` or a ``SystemExit`` that a writer wrapped, such as a second SIGTERM inside
+        ``torch.distributed.checkpoint``, unwrapped, so that the run ends as interrupted; a disk problem or an
+        ``OSError`` as a :class:`CheckpointError`; anything else as it is). The disk is looked at before the
+        folder goes."""
+        ending = next((e for e in exception_chain(exc) if isinstance(e, (KeyboardInterrupt, SystemExit))), None)
+        if ending is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise ending from None
+        why = disk_problem(exc, self.root, tmp)
         last = last_written(tmp) if tmp.is_dir() else None
         shutil.rmtree(tmp, ignore_errors=True)
         if why is None and isinstance(exc, OSError):

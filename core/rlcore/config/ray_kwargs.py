@@ -28,6 +28,9 @@ NEW_RAY_ONLY: tuple[str, ...] = (
 )
 #: ``ray.init`` arguments that must be positive integers (or null)
 POSITIVE_INTS: tuple[str, ...] = ("num_cpus", "num_gpus", "object_store_memory")
+#: the smallest ``object_store_memory`` Ray starts with (its ``ray_constants.OBJECT_STORE_MINIMUM_MEMORY_BYTES``,
+#: 75 MiB; ``ray.init`` raises a ValueError below it)
+OBJECT_STORE_MINIMUM_BYTES = 75 * 2**20
 #: ``env_vars`` values Ray accepts once written as text
 SCALARS = (str, int, float, bool)
 
@@ -71,12 +74,19 @@ def timeline_file(config: DictConfig) -> str | None:
 
 
 def _type_problems(section: Mapping[str, Any], config: DictConfig) -> list[str]:
-    """Values of the wrong type, each naming its key."""
+    """Values of the wrong type (or, ``object_store_memory``, below Ray's minimum), each naming its key."""
     problems = []
     for key in POSITIVE_INTS:
         value = section.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
             problems.append(f"{RAY_INIT}.{key} must be a positive integer or null, got {value!r}")
+    store = section.get("object_store_memory")
+    if isinstance(store, int) and not isinstance(store, bool) and 0 < store < OBJECT_STORE_MINIMUM_BYTES:
+        problems.append(
+            f"{RAY_INIT}.object_store_memory={store} is below Ray's minimum object store of "
+            f"{OBJECT_STORE_MINIMUM_BYTES} bytes (75 MiB): ray.init would refuse it; give at least that, in bytes, "
+            "or leave it null (rlcore gives a Ray it starts 512 MiB)"
+        )
     runtime_env = section.get("runtime_env")
     if runtime_env is not None and not isinstance(runtime_env, Mapping):
         problems.append(f"{RAY_INIT}.runtime_env must be a mapping, got {runtime_env!r}")
@@ -98,9 +108,10 @@ def _type_problems(section: Mapping[str, Any], config: DictConfig) -> list[str]:
 
 
 def ray_kwargs_problems(config: DictConfig) -> list[str]:
-    """Problems of ``ray_kwargs`` that stop the dry run: a value of the wrong type; with ``trainer.ray_address``
-    (attaching to a running cluster) a :data:`NEW_RAY_ONLY` setting, named with both keys; without it a
-    ``num_cpus`` smaller than the bundles the ranks need (the placement would wait for CPUs that never come)."""
+    """Problems of ``ray_kwargs`` that stop the dry run: a value of the wrong type, an ``object_store_memory``
+    below Ray's minimum; with ``trainer.ray_address`` (attaching to a running cluster) a :data:`NEW_RAY_ONLY`
+    setting, named with both keys; without it a ``num_cpus`` smaller than the bundles the ranks need (the
+    placement would wait for CPUs that never come)."""
     section = _section(config)
     problems = _type_problems(section, config)
     if problems or OmegaConf.select(config, "trainer.executor", default=None) != "ray":

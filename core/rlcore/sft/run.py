@@ -3,13 +3,16 @@
 Before any model loads this checks every key and value, the training backend (its ``check_config``), the
 trackers, the model folder and the batch arithmetic, reporting every problem at once; it then writes
 ``config.yaml``, ``plugins.json`` and ``derived.json`` into ``trainer.runs_dir/<project>/<experiment>-<time>``,
-trains, and writes ``summary.json`` and the report there.
+trains, and writes ``summary.json`` and the report there. A run ends as ``rlcore run``'s does
+(:mod:`rlcore.run_guard`): SIGINT/SIGTERM finish the step in progress (:mod:`rlcore.graceful_stop`), write the
+summary with the status and exit with ``128 + signal``.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import signal
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +37,7 @@ from rlcore.sft.config import (
     sft_key_names,
     world_size,
 )
+from rlcore.usercode import EXIT_EXCEPTIONS, exit_error
 
 if TYPE_CHECKING:
     from rlcore.sft.trainer import SFTTrainer
@@ -176,15 +180,49 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
         (run_dir / "derived.json").write_text(json.dumps(derived, indent=2))
         click.echo(f"run directory: {shown_path(run_dir)}")
 
-        status = "failed"
-        try:
-            last = trainer.fit()
-            status = "completed"
-        finally:
-            _summarise(run_dir, trainer, time.perf_counter() - start, status)
+        last = _fit_and_summarise(trainer, engine, run_dir, start)
     finally:
         if lock is not None:
             lock.release()
+    return last
+
+
+def _fit_and_summarise(trainer: SFTTrainer, engine: DictConfig, run_dir: Path, start: float) -> dict[str, float]:
+    """Train, and end the run as ``rlcore run`` does (:mod:`rlcore.run_guard`): ``summary.json`` with the status
+    however the run ends; after SIGINT/SIGTERM (the step in progress finished, or abandoned at a second signal
+    or after ``trainer.stop_grace_s``) the steps and checkpoint kept are printed and the exit status is
+    ``128 + signal``; user code's ``SystemExit`` or ``KeyboardInterrupt`` is an error naming the line."""
+    from rlcore.run import _print_kept
+    from rlcore.run_guard import RunInterrupted, _summarise_failure
+
+    def summarise(last: dict[str, float], status: str) -> None:
+        _summarise(run_dir, trainer, time.perf_counter() - start, status)
+
+    def overdue() -> None:
+        """The stop watchdog's last resort: the main thread is stuck, the process is about to end."""
+        summarise(trainer.last, f"interrupted by {trainer.stop.name} (the step in progress was abandoned)")
+        _print_kept(engine, trainer, run_dir, abandoned=True)
+
+    trainer.stop.on_overdue = overdue
+    try:
+        last = trainer.fit()
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt) and trainer.stop.caused(exc):
+            signum = trainer.stop.signum or signal.SIGINT
+            _summarise_failure(summarise, trainer.last, f"interrupted by {signal.Signals(signum).name}")
+            _print_kept(engine, trainer, run_dir, abandoned=True)
+            raise RunInterrupted(128 + signum) from None
+        error = exit_error(exc, "user code") if isinstance(exc, EXIT_EXCEPTIONS) else exc
+        described = str(error) if isinstance(error, RLCoreError) else f"{type(error).__name__}: {error}"
+        _summarise_failure(summarise, trainer.last, f"failed: {described}")
+        if error is exc:
+            raise
+        raise error from None
+    if trainer.stop.requested:
+        summarise(last, f"interrupted by {trainer.stop.name}")
+        _print_kept(engine, trainer, run_dir, abandoned=False)
+        raise RunInterrupted(128 + int(trainer.stop.signum or 0))
+    summarise(last, "completed")
     return last
 
 
@@ -194,7 +232,8 @@ TREND_KEYS: tuple[str, ...] = ("val/loss", "val/greedy_acc")
 
 def _summarise(run_dir: Path, trainer: SFTTrainer, wall: float, status: str) -> None:
     """Print the validation trends and the checkpoint, write ``summary.json`` (``kind: sft``, the trends) and
-    the report."""
+    the report (a report that cannot be written is one line saying why; :class:`RLCoreError` when
+    ``summary.json`` cannot be written)."""
     from rlcore.tracking.report import write_report
     from rlcore.tracking.sinks import read_metrics
 
@@ -213,7 +252,13 @@ def _summarise(run_dir: Path, trainer: SFTTrainer, wall: float, status: str) -> 
             }
             click.echo(f"{key}: {points[0][1]:.3f} (step {points[0][0]}) -> {points[-1][1]:.3f} (step {points[-1][0]})")
     summary = {"kind": "sft", "status": status, "wall_time_s": round(wall, 1), "trends": trends, "last": trainer.last}
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    try:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    except OSError as exc:
+        raise RLCoreError(
+            f"cannot write {shown_path(run_dir / 'summary.json')} ({exc.strerror or exc}); the run's metrics are in "
+            f"{shown_path(metrics_path)}"
+        ) from exc
     click.echo(f"wall time: {wall:.1f} s")
     if trainer.last_checkpoint is not None:
         click.echo(

@@ -38,6 +38,7 @@ from rlcore.data.collate import collate_rows
 from rlcore.data.loader import PromptLoader
 from rlcore.data.rl_dataset import to_plain
 from rlcore.errors import RLCoreError
+from rlcore.graceful_stop import StopRequest
 from rlcore.sft.config import SFTBatchSizes
 from rlcore.sft.dataset import SFTDataset, sft_batch
 from rlcore.tracking.progress import ProgressBar
@@ -90,6 +91,9 @@ class SFTTrainer:
         self.prepared = False  # prepare() has run
         self.resume_from: Path | None = None  # the checkpoint fit() resumes from (set by prepare())
         self.last_checkpoint: Path | None = None  # the newest checkpoint this run saved
+        #: SIGINT/SIGTERM during :meth:`fit`: the step in progress finishes (within ``trainer.stop_grace_s``), then
+        #: the run stops (see :mod:`rlcore.graceful_stop`)
+        self.stop = StopRequest(config.trainer.stop_grace_s)
 
     # ------------------------------------------------------------------ set-up
     def _build_data(self) -> None:
@@ -246,7 +250,12 @@ class SFTTrainer:
 
     def fit(self) -> dict[str, float]:
         """Train for ``total_steps`` (resuming first when ``trainer.resume_mode`` selects a checkpoint);
-        returns the last step's metrics."""
+        returns the last step's metrics. A stop signal ends the run after the step in progress (with
+        ``trainer.save_on_signal``, after saving it); :attr:`stop` says whether one came."""
+        with self.stop:
+            return self._fit()
+
+    def _fit(self) -> dict[str, float]:
         self.prepare()
         resume_from = self.resume_from
         cfg = self.config.trainer
@@ -271,7 +280,10 @@ class SFTTrainer:
                     trackers.log(val, step=0)
                     bar.update(0, val)
                     self.last.update(val)
+                saved = self.global_step
                 for step in range(self.global_step + 1, self.total_steps + 1):
+                    if self.stop.requested:
+                        break
                     self.global_step = step
                     metrics = self._step()
                     is_last = step == self.total_steps
@@ -284,6 +296,10 @@ class SFTTrainer:
                     if is_last or cfg.save_freq > 0 and step % cfg.save_freq == 0:
                         with bar.phase(f"saving the checkpoint of step {step}"):
                             self.last_checkpoint = self.save_checkpoint()
+                        saved = step
+                if self.stop.requested and cfg.save_on_signal and self.global_step > saved:
+                    with bar.phase(f"saving the checkpoint of step {self.global_step}"):
+                        self.last_checkpoint = self.save_checkpoint()
         finally:
             if trackers is not None:
                 trackers.finish()

@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rlcore.reward.ground_truth import ground_truth_as_text
 from rlcore.tasks.warm_start import (
     build_task_data,
     cpu_task_preset,
@@ -50,10 +51,10 @@ MAX_POSITIONS = 64
 _FIRST_INT = re.compile(r"-?\d+")
 
 
-def score(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None) -> float:
+def score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> float:
     """1.0 when the first integer in ``solution_str`` equals ``ground_truth``, else 0.0."""
     match = _FIRST_INT.search(solution_str)
-    return 1.0 if match is not None and match.group() == str(ground_truth).strip() else 0.0
+    return 1.0 if match is not None and match.group() == ground_truth_as_text(ground_truth).strip() else 0.0
 
 
 def cache_dir() -> Path:

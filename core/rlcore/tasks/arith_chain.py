@@ -25,6 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rlcore.reward.ground_truth import ground_truth_as_text
 from rlcore.tasks.arith import cache_dir as _arith_cache_dir
 from rlcore.tasks.warm_start import (
     build_task_data,
@@ -53,10 +54,10 @@ MAX_POSITIONS = 64
 _INT = re.compile(r"\d+")
 
 
-def score(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None) -> float:
+def score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> float:
     """1.0 when the last integer of ``solution_str`` (the chain's result) equals ``ground_truth``, else 0.0."""
     numbers = _INT.findall(solution_str)
-    return 1.0 if numbers and numbers[-1] == str(ground_truth).strip() else 0.0
+    return 1.0 if numbers and numbers[-1] == ground_truth_as_text(ground_truth).strip() else 0.0
 
 
 def cache_dir() -> Path:

@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 from typing import Any, TypedDict
 
+from rlcore.reward.ground_truth import ground_truth_as_text
 from rlcore.tasks.arith import cache_dir as _arith_cache_dir
 from rlcore.tasks.warm_start import Heartbeat, build_task_data, cpu_task_preset
 
@@ -71,10 +72,10 @@ MODEL_SHAPE: ModelShape = {
 _FIRST_WORD = re.compile(r"[a-z]+")
 
 
-def score(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None) -> float:
+def score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> float:
     """1.0 when the first word of the response (lower case) is ``ground_truth``, else 0.0."""
     match = _FIRST_WORD.search(solution_str.lower())
-    return 1.0 if match is not None and match.group() == str(ground_truth).strip().lower() else 0.0
+    return 1.0 if match is not None and match.group() == ground_truth_as_text(ground_truth).strip().lower() else 0.0
 
 
 def cache_dir() -> Path:

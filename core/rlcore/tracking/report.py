@@ -454,13 +454,27 @@ def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path | None = No
     """Write the report of ``run_dirs`` into ``out_dir`` and return where everything is.
 
     ``out_dir`` defaults to ``<run_dir>/report`` for one run and ``./rlcore-report`` for several. Raises
-    :class:`RLCoreError` when no run is given or a run directory is missing, not a run or empty.
+    :class:`RLCoreError` when no run is given or a run directory is missing, not a run or empty, and when the
+    report cannot be written (a full disk, a read-only folder: one line naming the folder and the reason).
     """
     paths = [Path(p) for p in run_dirs]
     if not paths:
         raise RLCoreError("no run directory given")
     runs = [load_run(path, name) for path, name in zip(paths, run_names(paths))]
     out = Path(out_dir) if out_dir is not None else (paths[0] / "report" if len(paths) == 1 else Path("rlcore-report"))
+    try:
+        return _write_files(runs, out)
+    except OSError as exc:
+        from rlcore.checkpoint.disk import disk_problem
+        from rlcore.config.output_paths import shown_path
+
+        why = disk_problem(exc, out) or exc.strerror or str(exc)
+        where = f" ({shown_path(exc.filename)})" if isinstance(exc.filename, str) else ""
+        raise RLCoreError(f"cannot write the report into {shown_path(out)}: {why}{where}") from exc
+
+
+def _write_files(runs: list[RunData], out: Path) -> Report:
+    """Draw the panels of ``runs`` and write the report's files into ``out``."""
     (out / PANELS_DIR).mkdir(parents=True, exist_ok=True)
 
     import matplotlib

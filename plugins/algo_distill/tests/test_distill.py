@@ -363,6 +363,32 @@ def test_a_teacher_directory_and_tokenizer_are_checked(
         TeacherWorker(foreign, "teacher")
 
 
+def test_a_teacher_with_fewer_ids_than_the_student_is_one_error_naming_both_sizes(
+    tiny_model_dir: Path, short_teacher_dir: Path
+) -> None:
+    """The student (448 ids, padded) can sample ids the teacher (443, its tokenizer's) has no log-prob for."""
+    config = config_for(tiny_model_dir, *teacher_overrides(("teacher_model", short_teacher_dir, None)))
+    with pytest.raises(RLCoreError) as caught:
+        TeacherWorker(config, "teacher")
+    assert str(caught.value) == (
+        f"distillation.teacher_models.teacher_model.model_path={short_teacher_dir}: the teacher's vocabulary "
+        f"(vocab_size 443) and the student's (actor_rollout_ref.model.path={tiny_model_dir}, vocab_size 448) "
+        "differ and the student can sample ids the teacher has no log-prob for; use a teacher whose vocabulary is "
+        "at least the student's"
+    )
+
+
+def test_per_token_log_probs_of_a_teacher_padded_past_the_student(
+    tiny_model_dir: Path, padded_teacher_dir: Path, tiny_tokenizer
+) -> None:
+    """A teacher padded past the student scores the sampled tokens as its plain forward does (the student
+    samples no padding id; verl's vLLM teacher normalises over its padded vocabulary too)."""
+    batch = scored_batch(tiny_tokenizer)
+    config = config_for(tiny_model_dir, *teacher_overrides(("teacher_model", padded_teacher_dir, None)))
+    got = teacher_log_probs(config, batch)
+    torch.testing.assert_close(got, independent_log_probs(padded_teacher_dir, batch), atol=1e-4, rtol=0)
+
+
 def test_registration_and_defaults() -> None:
     from rlcore.plugins import load_plugins, step_extensions
 

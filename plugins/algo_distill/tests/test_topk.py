@@ -106,6 +106,40 @@ def test_the_loss_and_its_gradient_equal_the_forward_kl_over_the_teachers_top_k(
     assert torch.all(student_logits.grad[clamped] == 0)
 
 
+def test_top_k_entries_of_padding_ids_are_left_out_of_the_loss() -> None:
+    """An entry whose teacher log-prob is ``-inf`` (a padding id of a teacher padded past the student) adds
+    nothing to d_t, the masses or the gradient: the result equals the loss over the other entries alone."""
+    torch.manual_seed(1)
+    rows, width, vocab, k = 2, 3, 9, TOPK.topk
+    student_logits = (torch.randn(rows, width, vocab) * 2).requires_grad_(True)
+    teacher_topk, ids = torch.log_softmax(torch.randn(rows, width, vocab) * 2, dim=-1).topk(k, dim=-1)
+    dropped = torch.zeros(rows, width, k, dtype=torch.bool)
+    dropped[0, 1, 0] = dropped[1, 2, 1:] = True  # the most likely entry of one position, all but one of another
+    mask = torch.ones(rows, width, dtype=torch.long)
+
+    def loss_of(teacher: torch.Tensor, student: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        micro = Batch.from_dict(
+            {"response_mask": mask, GATHER_IDS: ids, TEACHER_TOPK_LOG_PROBS: teacher, GATHERED_LOG_PROBS: student}
+        )
+        return distillation_loss(torch.zeros(rows, width), micro, TOPK, "token-mean", None)
+
+    student = torch.log_softmax(student_logits, dim=-1).gather(-1, ids)
+    loss, metrics = loss_of(teacher_topk.masked_fill(dropped, float("-inf")), student)
+    loss.backward()
+    grad = student_logits.grad.clone()
+    student_logits.grad = None
+    # the same without those entries: a teacher log-prob so low that it weighs nothing, a student one at the floor
+    student = torch.log_softmax(student_logits, dim=-1).gather(-1, ids)
+    kept_student = torch.where(dropped, torch.full_like(student, -1e4), student)
+    expected, expected_metrics = loss_of(teacher_topk.masked_fill(dropped, -1e4), kept_student)
+    expected.backward()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    for name in ("student_mass", "teacher_mass", "loss_max"):
+        assert metrics[f"actor/distillation/{name}"] == pytest.approx(expected_metrics[f"actor/distillation/{name}"])
+    assert torch.isfinite(grad).all()
+    torch.testing.assert_close(grad, student_logits.grad)
+
+
 def test_the_loss_max_clamp_and_the_surrogate() -> None:
     """``loss_max_clamp`` caps d_t (the range metrics are of d_t before it); with ``use_policy_gradient`` the
     surrogate's advantage is −d_t at ratio 1."""
@@ -341,3 +375,56 @@ def test_settings_without_whole_logits_are_refused(overrides: list[str], refused
     else:
         with pytest.raises(ConfigError, match=f"{refused}=.* cannot run with .*forward_kl_topk"):
             distillation_settings(config)
+
+
+def test_a_teacher_padded_past_the_student_drops_its_padding_ids_from_the_top_k(
+    tiny_model_dir: Path, padded_teacher_dir: Path, tiny_tokenizer
+) -> None:
+    """A teacher with 256 more ids than the student (the same tokenizer: padding): its top-k holds padding
+    ids, which no token has and the student has no logit for; they come back as id 0 with log-prob ``-inf``,
+    every other entry is the teacher's own top-k (the ids crashed the student's forward)."""
+    batch = make_batch(tiny_tokenizer)
+    worker = TeacherWorker(topk_config(tiny_model_dir, padded_teacher_dir, 6), "teacher")
+    try:
+        worker.init_model()
+        out = worker.compute_teacher_log_prob(batch)
+    finally:
+        worker.shutdown()
+    student_vocab = 448
+    assert worker.student_vocab == student_vocab
+    top, top_ids = torch.log_softmax(full_logits(padded_teacher_dir, batch, temperature=1.0), dim=-1).topk(6, dim=-1)
+    valid = batch["response_mask"].bool()
+    padding = (top_ids >= student_vocab) & valid[..., None]
+    assert bool(padding.any()) and bool((~padding & valid[..., None]).any()), "the example needs both kinds"
+    assert int(out[GATHER_IDS].max()) < student_vocab
+    assert torch.all(out[GATHER_IDS][padding] == 0) and torch.all(out[TEACHER_TOPK_LOG_PROBS][padding] == -math.inf)
+    kept = ~padding & valid[..., None]
+    assert torch.equal(out[GATHER_IDS][kept], top_ids[kept])
+    torch.testing.assert_close(out[TEACHER_TOPK_LOG_PROBS][kept], top[kept], atol=1e-4, rtol=0)
+    assert torch.all(out[TEACHER_TOPK_LOG_PROBS][~valid] == 0)
+
+
+def test_two_steps_with_the_top_k_loss_and_a_teacher_padded_past_the_student(
+    tmp_path: Path, tiny_model_dir: Path, padded_teacher_dir: Path
+) -> None:
+    """The padded teacher's top-k trains the student (it stopped the run at the student's forward: "batch key
+    'gather_ids' holds ids outside the model's vocabulary")."""
+    task = make_tiny_task(tmp_path / "task", train_rows=8, test_rows=2)
+    _, run_dir = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        "algorithm.adv_estimator=grpo",
+        "reward_model.reward_manager=teacher_only",
+        "distillation.enabled=true",
+        f"distillation.teacher_models.teacher_model.model_path={padded_teacher_dir}",
+        "distillation.distillation_loss.loss_mode=forward_kl_topk",
+        "distillation.distillation_loss.topk=8",
+        "distillation.distillation_loss.use_task_rewards=false",
+    )
+    rows = [row for row in read_metrics(run_dir / "metrics.jsonl") if "training/global_step" in row]
+    assert len(rows) == 2
+    for row in rows:
+        assert np.isfinite(row["actor/distillation/loss"]) and row["actor/distillation/loss"] > 0
+        assert 0 < row["actor/distillation/teacher_mass"] < 1
+        assert np.isfinite(row["actor/grad_norm"]) and row["actor/grad_norm"] > 0

@@ -73,13 +73,17 @@ def topk_losses(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``[B, R]`` forward KL over the teacher's top-k, ``Σ_k π_T (log π_T − log π_S)`` of the ``[B, R, k]``
     log-probs (each floored at ``log_prob_min_clamp``), clamped at 0 below; and the ``[B, R]`` probability mass
-    of those k tokens under the student and under the teacher (before the floor)."""
-    student_mass = student.detach().exp().sum(-1)
-    teacher_mass = teacher.exp().sum(-1)
+    of those k tokens under the student and under the teacher (before the floor). An entry whose teacher
+    log-prob is ``-inf`` (a padding id of a teacher whose vocabulary is larger than the student's: no token has
+    it) is left out of all three."""
+    present = torch.isfinite(teacher)
+    teacher = torch.where(present, teacher, 0.0)
+    student_mass = (student.detach().exp() * present).sum(-1)
+    teacher_mass = (teacher.exp() * present).sum(-1)
     if log_prob_min_clamp is not None:
         student = student.clamp_min(log_prob_min_clamp)
         teacher = teacher.clamp_min(log_prob_min_clamp)
-    losses = (teacher.exp() * (teacher - student)).sum(-1).clamp_min(0.0)
+    losses = (present * teacher.exp() * (teacher - student)).sum(-1).clamp_min(0.0)
     return losses, student_mass, teacher_mass
 
 

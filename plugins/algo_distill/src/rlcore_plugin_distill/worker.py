@@ -42,9 +42,10 @@ def _vocabulary(path: str, key: str) -> dict[str, int]:
         raise RLCoreError(f"{key}={path}: the tokenizer cannot be loaded ({type(exc).__name__})") from exc
 
 
-def check_same_tokenizer(student: str, teacher: str, key: str) -> None:
+def check_same_tokenizer(student: str, teacher: str, key: str) -> int:
     """verl's rule: a teacher shares the student's tokenizer (its per-token log-probs are read at the student's
-    token ids). Raise, naming ``key``, when the two vocabularies differ."""
+    token ids). Raise, naming ``key``, when the two vocabularies differ; return the number of ids the shared
+    tokenizer uses (its largest id + 1)."""
     mine, theirs = _vocabulary(student, f"{ARR}.model.path"), _vocabulary(teacher, key)
     if mine != theirs:
         differ = sorted(set(mine.items()) ^ set(theirs.items()))
@@ -53,14 +54,42 @@ def check_same_tokenizer(student: str, teacher: str, key: str) -> None:
             f"{len(mine)} vs {len(theirs)} tokens, {len(differ)} token/id pairs differ (e.g. {differ[0]!r}); "
             "on-policy distillation needs one tokenizer for both (verl's rule)"
         )
+    return max(mine.values(), default=-1) + 1
+
+
+def vocab_size(path: str) -> int:
+    """How many ids the model at ``path`` gives log-probs for (its text config's ``vocab_size``: the rows of
+    its output layer, often padded past the tokenizer's ids), 0 when the config does not say."""
+    from transformers import AutoConfig
+
+    hf_config = AutoConfig.from_pretrained(path)
+    return int(getattr(hf_config.get_text_config(), "vocab_size", 0) or 0)
+
+
+def check_vocab_sizes(student: str, teacher: str, key: str, token_ids: int) -> int:
+    """The student's vocabulary size, when the teacher at ``teacher`` (named by ``key``) can score it: the same
+    size, or a teacher padded past the student (``vocab_size`` 151936 against 151669: the ids past the student's
+    are padding, no token of the shared tokenizer, which uses ``token_ids`` ids, has one; the teacher's top-k
+    drops them). Raise naming both sizes and ``key`` otherwise: a smaller teacher has no log-prob for ids the
+    student can sample."""
+    mine, theirs = vocab_size(student), vocab_size(teacher)
+    if not mine or not theirs or mine == theirs or token_ids <= mine < theirs:
+        return mine
+    why = (
+        "the student can sample ids the teacher has no log-prob for; use a teacher whose vocabulary is at least the "
+        "student's"
+        if theirs < mine
+        else f"the shared tokenizer has ids up to {token_ids - 1}, past the student's vocabulary"
+    )
+    raise RLCoreError(
+        f"{key}={teacher}: the teacher's vocabulary (vocab_size {theirs}) and the student's "
+        f"({ARR}.model.path={student}, vocab_size {mine}) differ and {why}"
+    )
 
 
 def check_topk(path: str, key: str, topk: int) -> None:
     """``distillation_loss.topk`` must not exceed the vocabulary of the teacher at ``path`` (``key`` names it)."""
-    from transformers import AutoConfig
-
-    hf_config = AutoConfig.from_pretrained(path)
-    vocab = int(getattr(hf_config.get_text_config(), "vocab_size", 0) or 0)
+    vocab = vocab_size(path)
     if vocab and topk > vocab:
         raise RLCoreError(
             f"{D}.distillation_loss.topk={topk} exceeds the vocabulary ({vocab} tokens) of the teacher at {key}={path}"
@@ -84,15 +113,19 @@ class TeacherWorker(WorkerBase):
         """Validate the ``distillation`` section, each teacher's directory and tokenizer, and the engine
         settings, before anything is initialised."""
         self.settings = distillation_settings(self.config)
-        student = str(select(self.config, f"{ARR}.model.tokenizer_path") or select(self.config, f"{ARR}.model.path"))
+        student_model = str(select(self.config, f"{ARR}.model.path"))
+        student = str(select(self.config, f"{ARR}.model.tokenizer_path") or student_model)
         self.configs: list[DictConfig] = []
+        #: the student's vocabulary size: a teacher's top-k ids past it (its padding) are dropped
+        self.student_vocab = 0
         for teacher in self.settings.teachers:
             key = f"{D}.teacher_models.{teacher.name}.model_path"
             if not (Path(teacher.model_path).expanduser() / "config.json").is_file():
                 raise RLCoreError(
                     f"{key}={teacher.model_path}: no config.json there; give the teacher's model directory"
                 )
-            check_same_tokenizer(student, teacher.model_path, key)
+            token_ids = check_same_tokenizer(student, teacher.model_path, key)
+            self.student_vocab = check_vocab_sizes(student_model, teacher.model_path, key, token_ids)
             if self.settings.loss.uses_topk:
                 check_topk(teacher.model_path, key, self.settings.loss.topk)
             self.configs.append(teacher_config(self.config, teacher))
@@ -159,7 +192,9 @@ class TeacherWorker(WorkerBase):
         micro-batches of ``ref.log_prob_micro_batch_size_per_gpu`` (or of at most
         ``ref.log_prob_max_token_len_per_gpu`` tokens): ``teacher_log_probs`` ``[B, R]`` (the sampled tokens'
         log-probs) or, with ``forward_kl_topk``, ``gather_ids`` and ``teacher_topk_log_probs`` ``[B, R, k]`` (the
-        ``topk`` most likely tokens and their log-probs); 0 on padding."""
+        ``topk`` most likely tokens and their log-probs); 0 on padding. A top-k id past the student's
+        vocabulary (a teacher padded past it: no token has that id) gets id 0 and log-prob ``-inf``, which the
+        loss leaves out."""
         if not self.teachers:
             raise RLCoreError("compute_teacher_log_prob() called before init_model()")
         data = cpu_batch(batch).select(list(INPUTS))
@@ -175,8 +210,12 @@ class TeacherWorker(WorkerBase):
             out[rows] = scores[-1].float()
             if self.settings.loss.uses_topk:
                 ids[rows] = scores[0].long()
-        mask = data["response_mask"].reshape(*data["response_mask"].shape, *([1] * (len(shape) - 2)))
-        out = out * mask.to(out.dtype)
+        mask = data["response_mask"].reshape(*data["response_mask"].shape, *([1] * (len(shape) - 2))).bool()
+        out = torch.where(mask, out, 0.0)
         if not self.settings.loss.uses_topk:
             return Batch.from_dict({TEACHER_LOG_PROBS: out})
-        return Batch.from_dict({GATHER_IDS: ids * mask.long(), TEACHER_TOPK_LOG_PROBS: out})
+        ids = torch.where(mask, ids, 0)
+        if self.student_vocab:
+            padding = ids >= self.student_vocab
+            ids, out = ids.masked_fill(padding, 0), out.masked_fill(padding, float("-inf"))
+        return Batch.from_dict({GATHER_IDS: ids, TEACHER_TOPK_LOG_PROBS: out})
