@@ -6,7 +6,8 @@ is stuck in user code that never returns to Python (a blocking C call): it learn
 ``signal.set_wakeup_fd`` (the C-level handler writes there whatever the main thread is doing), interrupts the
 main thread when the grace period is over, and if the main thread still has not ended the run
 :data:`UNWIND_S` seconds later, it writes the run's summary itself (:attr:`StopRequest.on_overdue`), runs
-the :func:`at_hard_exit` clean-ups (scorer process groups) and ends the process with ``128 + signal``.
+the :func:`at_hard_exit` clean-ups (scorer processes, the processes user code left running) and ends the
+process with ``128 + signal``.
 
 User code run in the controller must not take the stop handling away (``signal.signal(SIGTERM, SIG_IGN)`` in a
 reward function would make the run ignore SIGTERM and train to the end). Inside :func:`keep_stop_handlers`
