@@ -162,3 +162,76 @@ def test_the_bundled_task_scorers_read_a_float_ground_truth_as_its_integer() -> 
     assert arith_chain.score("rlcore/arith_chain", "20+13=33", np.float64(33.0)) == 1.0
     assert arith_tools.score("rlcore/arith_tools", "so 33", [33.0]) == 1.0
     assert shapes_vl.score("rlcore/shapes_vl", "red square", np.array("red")) == 1.0
+
+
+# ------------------------------------------------------------------ torch's global switches
+def changes_torch(data_source, solution_str, ground_truth, extra_info=None):
+    """Turns torch's global switches, as a scorer running a small model of its own might."""
+    import torch
+
+    torch.set_grad_enabled(False)
+    torch.set_default_dtype(torch.float64)
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    torch.autograd.set_detect_anomaly(True)
+    return float(torch.ones(1).sum())
+
+
+def test_an_inline_scorer_cannot_change_torchs_global_switches(tiny_tokenizer, caplog) -> None:
+    """Before: gradients stayed off, and the next backward pass failed with "element 0 of tensors does not require
+    grad", naming no scorer; the other switches silently changed the training."""
+    import torch
+
+    threads = torch.get_num_threads()
+    batch, _ = make_reward_batch(tiny_tokenizer)
+    manager = NaiveRewardManager(tiny_tokenizer, changes_torch, {"scorer_timeout": 0})
+    with caplog.at_level(logging.WARNING, logger="rlcore.reward.torch_state"):
+        result = manager(batch)
+        manager(batch)
+    assert result.token_level_scores.sum().item() == 4.0
+    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+    assert torch.get_num_threads() == threads and not torch.are_deterministic_algorithms_enabled()
+    assert not torch.is_anomaly_enabled()
+    weight = torch.ones(2, requires_grad=True)
+    (weight * 3).sum().backward()
+    assert weight.grad is not None and weight.grad.tolist() == [3.0, 3.0]
+    warnings = [record.getMessage() for record in caplog.records]
+    label = "the reward scorer (data_source 'contract')"
+    assert warnings[0] == (
+        f"{label} changed torch's grad mode (torch.set_grad_enabled) from True to False; rlcore set it back after the "
+        "call (a scorer's torch settings stay in its call, as they stay in a scorer process)"
+    )
+    changed = [w.split(" changed torch's ")[1].split(" (torch.")[0] for w in warnings]
+    expected = ["grad mode", "default dtype", "deterministic algorithms", "anomaly detection"]
+    if threads != 1:
+        expected.insert(2, "intra-op threads")
+    assert changed == expected, "each once, though the scorer ran 8 times"
+    assert all(w.startswith(label) for w in warnings)
+
+
+def test_a_reward_file_changing_torch_at_import_is_set_back(tmp_path: Path) -> None:
+    import torch
+
+    from rlcore.reward.scoring import build_scorer
+
+    reward = tmp_path / "grad_off_reward.py"
+    reward.write_text("import torch\n\ntorch.set_grad_enabled(False)\n\ndef compute_score(**kwargs):\n    return 1.0\n")
+    build_scorer({"custom_reward_function": {"path": str(reward), "name": "compute_score"}})
+    assert torch.is_grad_enabled()
+
+
+GRAD_OFF_REWARD = """
+import torch
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    torch.set_grad_enabled(False)
+    return 0.5
+"""
+
+
+def test_a_run_whose_inline_scorer_turns_gradients_off_trains(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Before: the run failed at the first backward pass with a bare autograd error."""
+    task = make_tiny_task(tmp_path / "task")
+    task["reward"].write_text(GRAD_OFF_REWARD)
+    last, run_dir = tiny_run(tmp_path, tiny_model_dir, task, "reward_model.scorer_timeout=0", "trainer.test_freq=-1")
+    assert last["training/global_step"] == 2 and "actor/pg_loss" in last

@@ -412,3 +412,75 @@ def test_a_scorer_that_floods_its_output_does_not_block() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("y") <= 1000 and "['ok', 'ok']" in proc.stdout
+
+
+# ----------------------------------------------------------------- replies: each names its request
+def forks_and_returns(ground_truth):
+    """Forks without ``os._exit`` in the child: both processes return the sample's number."""
+    os.fork()
+    return int(ground_truth)
+
+
+def test_a_scorer_that_forks_without_os_exit_scores_every_sample_right() -> None:
+    """Before: the forked children answered too, and about two thirds of 96 samples got another one's score."""
+    pool = ScorerPool(forks_and_returns, workers=4, timeout=30)
+    try:
+        outcomes = pool.map([{"ground_truth": str(i)} for i in range(96)])
+    finally:
+        pool.close()
+    assert [(o.kind, o.value) for o in outcomes] == [("ok", i) for i in range(96)]
+
+
+def answers_out_of_turn(data_source, solution_str, ground_truth, extra_info=None):
+    """On sample '2', writes a reply for another sample on its scorer process's pipe (as a forked child that
+    kept the pipe would), then returns."""
+    import gc
+    from multiprocessing.connection import Connection
+
+    if ground_truth == "2":
+        (pipe,) = [o for o in gc.get_objects() if isinstance(o, Connection) and not o.closed]
+        pipe.send(((1, 3), "ok", 99.0))
+    return 1.0
+
+
+def test_a_reply_out_of_turn_stops_the_run_naming_the_scorer(tiny_tokenizer) -> None:
+    """Before: the stray 99.0 became sample 2's score and every later sample of the worker took the one before."""
+    from rlcore.errors import RLCoreError
+
+    batch, _ = make_reward_batch(tiny_tokenizer, ["a"] * 4, ground_truths=["0", "1", "2", "3"])
+    manager = NaiveRewardManager(tiny_tokenizer, answers_out_of_turn, {"scorer_timeout": 30, "scorer_workers": 1})
+    try:
+        with pytest.raises(RLCoreError) as caught:
+            manager(batch)
+    finally:
+        manager.close()
+    assert type(caught.value).__name__ == "ScorerReplyError"
+    assert str(caught.value).startswith("the reward scorer (data_source 'contract'): its scorer process (pid ") and str(
+        caught.value
+    ).endswith(
+        ") sent a reply for sample 3 of this batch while it was scoring sample 2: something besides the scorer "
+        "process's own loop wrote to its pipe (a process the scorer forked and did not end with os._exit()?), so "
+        "scores would go to the wrong samples; the run stops instead"
+    )
+
+
+def starts_escaping_helpers(folder: str) -> float:
+    """Starts a helper in a session of its own and a daemon that double-forks; writes their pids."""
+    session = subprocess.Popen(["sleep", "307"], start_new_session=True)
+    subprocess.run(["sh", "-c", f"setsid sh -c 'echo $$ > {folder}/daemon; exec sleep 308' &"], check=True)
+    while not Path(folder, "daemon").exists() or not Path(folder, "daemon").read_text().strip():
+        time.sleep(0.01)
+    Path(folder, "session").write_text(str(session.pid))
+    return 1.0
+
+
+def test_closing_the_pool_kills_helpers_that_left_the_process_group(tmp_path: Path) -> None:
+    """Before: killing the worker's process group missed both, and they outlived the run."""
+    pool = ScorerPool(starts_escaping_helpers, workers=1, timeout=30)
+    try:
+        assert [o.kind for o in pool.map([{"folder": str(tmp_path)}])] == ["ok"]
+        helpers = [int((tmp_path / name).read_text()) for name in ("session", "daemon")]
+        assert all(_alive(pid) for pid in helpers)
+    finally:
+        pool.close()
+    assert _wait_dead(helpers) == []

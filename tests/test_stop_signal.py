@@ -1,10 +1,12 @@
 """SIGTERM always ends a run: after at most ``trainer.stop_grace_s`` the step in progress is abandoned, and the
 run writes ``summary.json`` and exits with 143 — even when the main thread is stuck in user code, and even when
-that code blocks the signal so that no Python handler can run in the main thread. Real runs in subprocesses."""
+that code blocks the signal so that no Python handler can run in the main thread, or ignores it. Real runs in
+subprocesses, real signals."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from rlcore.graceful_stop import StopRequest
+from rlcore.reward.managers import NaiveRewardManager
+from rlcore.testing.contracts.rewards import make_reward_batch
 from rlcore.testing.runs import make_tiny_task, tiny_overrides
 
 STUCK_REWARD = """
@@ -71,3 +76,105 @@ def test_sigterm_ends_a_run_stuck_in_user_code_within_the_grace_period(
         assert status == "interrupted by SIGTERM"
         assert took < 2 + 30
     assert "stopped: the step in progress was abandoned" in output
+
+
+# ------------------------------------------------------------------ user code cannot take the stop handling away
+def ignores_sigterm(data_source, solution_str, ground_truth, extra_info=None):
+    """Ignores SIGTERM and SIGINT; the first call then gets a SIGTERM (a scheduler ending the job)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, lambda signum, frame: None)
+    if not getattr(ignores_sigterm, "signalled", False):
+        ignores_sigterm.signalled = True  # type: ignore[attr-defined]
+        os.kill(os.getpid(), signal.SIGTERM)
+    return 1.0
+
+
+def test_a_scorer_ignoring_sigterm_does_not_take_it_from_the_run(tiny_tokenizer, capsys) -> None:
+    """Before: the handlers stayed SIG_IGN and a lambda, the SIGTERM was lost and the run trained to its end."""
+    batch, _ = make_reward_batch(tiny_tokenizer)
+    manager = NaiveRewardManager(tiny_tokenizer, ignores_sigterm, {"scorer_timeout": 0})
+    with StopRequest() as stop:
+        manager(batch)
+        assert stop.requested and stop.signum == signal.SIGTERM, "the SIGTERM sent during the call was seen"
+        assert signal.getsignal(signal.SIGTERM) == stop._handle and signal.getsignal(signal.SIGINT) == stop._handle
+        manager(batch)
+    err = capsys.readouterr().err
+    warning = (
+        "warning: the reward scorer (data_source 'contract') tried to change the run's stop handling (SIGTERM handler "
+        "set to SIG_IGN (refused); SIGINT handler set to ignores_sigterm.<locals>.<lambda> (refused)); rlcore kept "
+        "the run's SIGINT/SIGTERM handling"
+    )
+    assert err.count(warning) == 1, err
+
+
+def changes_the_handling_behind_signal_signal(data_source, solution_str, ground_truth, extra_info=None):
+    """Changes the handler through ``_signal``, the wake-up fd and the signal mask."""
+    import _signal
+
+    _signal.signal(signal.SIGTERM, _signal.SIG_IGN)
+    signal.set_wakeup_fd(-1)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    return 1.0
+
+
+def test_stop_handling_changed_behind_signal_signal_is_put_back(tiny_tokenizer, capsys) -> None:
+    batch, _ = make_reward_batch(tiny_tokenizer, ["a"])
+    with StopRequest() as stop:
+        wakeup = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(wakeup)
+        result = NaiveRewardManager(tiny_tokenizer, changes_the_handling_behind_signal_signal, {"scorer_timeout": 0})(
+            batch
+        )
+        assert result.token_level_scores.sum().item() == 1.0, "the scorer ran to its end"
+        assert signal.getsignal(signal.SIGTERM) == stop._handle
+        assert signal.set_wakeup_fd(wakeup) == wakeup, "the watchdog's wake-up fd is back"
+        assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert (
+        "(SIGTERM handler replaced by SIG_IGN; signal wake-up fd set to -1; SIGTERM blocked); rlcore kept"
+        in capsys.readouterr().err
+    )
+
+
+IGNORING_REWARD = """
+import signal, time
+from pathlib import Path
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    marker = Path({marker!r})
+    if not marker.exists():
+        marker.touch()
+        time.sleep(3)  # the SIGTERM comes now
+    return 0.5
+"""
+
+
+def test_sigterm_stops_a_run_whose_scorer_ignores_it(
+    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
+    """Before: the SIGTERM was ignored and the run trained its 4 steps, exit status 0."""
+    marker = tmp_path / "scoring"
+    reward = tmp_path / "ignoring_reward.py"
+    reward.write_text(IGNORING_REWARD.format(marker=str(marker)))
+    args = [
+        *tiny_overrides(tmp_path, tiny_model_dir, task),
+        f"custom_reward_function.path={reward}",
+        "reward_model.scorer_timeout=0",
+        "trainer.total_training_steps=4",
+        "trainer.test_freq=-1",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlcore", "run", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.monotonic() + 300
+    while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert marker.exists(), proc.communicate()[0]
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 143, output
+    assert "SIGTERM handler set to SIG_IGN (refused)" in output
+    assert "SIGTERM received: finishing the current step" in output
+    (run_dir,) = (tmp_path / "runs").glob("*/*")
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted by SIGTERM"
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1, "stopped after the step in progress"

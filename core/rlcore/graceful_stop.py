@@ -6,7 +6,15 @@ is stuck in user code that never returns to Python (a blocking C call): it learn
 ``signal.set_wakeup_fd`` (the C-level handler writes there whatever the main thread is doing), interrupts the
 main thread when the grace period is over, and if the main thread still has not ended the run
 :data:`UNWIND_S` seconds later, it writes the run's summary itself (:attr:`StopRequest.on_overdue`), runs
-the :func:`at_hard_exit` clean-ups (scorer process groups) and ends the process with ``128 + signal``.
+the :func:`at_hard_exit` clean-ups (scorer processes, the processes user code left running) and ends the
+process with ``128 + signal``.
+
+User code run in the controller must not take the stop handling away (``signal.signal(SIGTERM, SIG_IGN)`` in a
+reward function would make the run ignore SIGTERM and train to the end). Inside :func:`keep_stop_handlers`
+(each inline call of user code runs in one), ``signal.signal`` called on the main thread for SIGINT or SIGTERM
+leaves the run's handler in place (a signal that came while ignored would be lost: the kernel discards it);
+after the block, whatever was changed by other means (``_signal.signal``, the wake-up fd, the signal mask)
+is put back; both are warned about once per component.
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
@@ -32,6 +41,8 @@ UNWIND_S = 5.0
 _POLL_S = 0.25
 
 _hard_exit_cleanups: list[Callable[[], None]] = []
+#: the stop request whose handlers are installed now (one run at a time)
+_installed: StopRequest | None = None
 
 
 class SignalInterrupt(KeyboardInterrupt):
@@ -45,6 +56,74 @@ def at_hard_exit(cleanup: Callable[[], None]) -> None:
     ``atexit`` handlers do not run then); each clean-up must be quick and must not raise."""
     if cleanup not in _hard_exit_cleanups:
         _hard_exit_cleanups.append(cleanup)
+
+
+def _hard_exit(status: int) -> None:
+    """End the process at once: Python's own ``os._exit`` (:mod:`rlcore.usercode` replaces ``os._exit`` with
+    one that user code cannot end the run with, while it runs)."""
+    getattr(os._exit, "__wrapped__", os._exit)(status)
+
+
+def _handler_name(handler: Any) -> str:
+    """``SIG_IGN``, ``SIG_DFL``, ``None`` (set from C) or a function's qualified name."""
+    if isinstance(handler, signal.Handlers):
+        return handler.name
+    return getattr(handler, "__qualname__", None) or repr(handler)
+
+
+#: ``signal.signal`` as Python has it (rlcore's own handlers are installed with it)
+real_signal = getattr(signal.signal, "__wrapped__", signal.signal)
+_kept = 0  # how many keep_stop_handlers blocks the main thread is in
+
+
+def _guarded_signal(signalnum: Any, handler: Any) -> Any:
+    """``signal.signal`` while this module is loaded: inside :func:`keep_stop_handlers`, on the main thread of
+    the process whose run is stopped by :class:`StopRequest`, a SIGINT/SIGTERM handler is not installed (the
+    attempt is recorded for the warning) and the run's handler is returned; anything else is installed."""
+    stop = _installed
+    if (
+        _kept
+        and stop is not None
+        and stop.pid == os.getpid()
+        and signalnum in STOP_SIGNALS
+        and threading.current_thread() is threading.main_thread()
+    ):
+        stop.refused.append(f"{signal.Signals(signalnum).name} handler set to {_handler_name(handler)} (refused)")
+        return stop._handler
+    return real_signal(signalnum, handler)
+
+
+_guarded_signal.__wrapped__ = real_signal  # type: ignore[attr-defined]
+signal.signal = _guarded_signal
+
+
+@contextmanager
+def keep_stop_handlers(what: str) -> Iterator[None]:
+    """Around a call of user code (``what`` names it): on the main thread, while a :class:`StopRequest` is
+    installed, SIGINT/SIGTERM handlers that the call sets with ``signal.signal`` are not installed, and after the
+    call the run's handlers, the wake-up fd its watchdog listens to and the unblocked state of those signals
+    are put back where the call changed them by other means; either is warned about once per ``what``.
+    Elsewhere it does nothing (user code cannot set handlers off the main thread)."""
+    global _kept
+    stop = _installed
+    if stop is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _kept += 1
+    try:
+        yield
+    finally:
+        _kept -= 1
+        changed = stop.refused + stop.reassert()
+        stop.refused = []
+        if changed and what not in stop.warned:
+            stop.warned.add(what)
+            click.echo(
+                f"warning: {what} tried to change the run's stop handling ({'; '.join(changed)}); rlcore kept the "
+                "run's SIGINT/SIGTERM handling, so a stop signal still stops the run. User code must not install "
+                "handlers for these signals in the controller",
+                err=True,
+            )
 
 
 def _where(thread_id: int | None) -> str:
@@ -75,6 +154,11 @@ class StopRequest:
         self.on_overdue: Callable[[], None] | None = None
         self.installed = False  # whether the handlers were installed (this run's signals are ours to tell)
         self._previous: dict[int, Any] = {}
+        self._handler = self._handle  # the one bound method installed, so that it can be recognised
+        self._blocked: set[int] = set()  # the stop signals the main thread blocked when the handlers were installed
+        self.warned: set[str] = set()  # the user code already warned about for changing the handlers
+        self.refused: list[str] = []  # the handlers user code tried to install in the current call
+        self.pid = os.getpid()
         self._handled = 0  # signals the Python-level handler saw
         self._raised = False
         self._ended = threading.Event()
@@ -118,18 +202,47 @@ class StopRequest:
         )
 
     def __enter__(self) -> StopRequest:
+        global _installed
         if threading.current_thread() is threading.main_thread():
+            self.pid = os.getpid()
             for sig in STOP_SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
+                self._previous[sig] = real_signal(sig, self._handler)
+            self._blocked = set(signal.pthread_sigmask(signal.SIG_BLOCK, [])) & set(STOP_SIGNALS)
             self.installed = True
             self._start_watchdog()
+            _installed = self
         return self
 
+    def reassert(self) -> list[str]:
+        """Put back this request's handlers, wake-up fd and signal mask where user code changed them (main
+        thread, while installed); returns what was changed, in words."""
+        changed: list[str] = []
+        with self._lock:
+            if not self.installed or self._ended.is_set():
+                return changed
+            for sig in STOP_SIGNALS:
+                handler = signal.getsignal(sig)
+                if handler is not self._handler:
+                    real_signal(sig, self._handler)
+                    changed.append(f"{sig.name} handler replaced by {_handler_name(handler)}")
+            if self._wakeup is not None:
+                previous = signal.set_wakeup_fd(self._wakeup[1], warn_on_full_buffer=False)
+                if previous != self._wakeup[1]:
+                    changed.append(f"signal wake-up fd set to {previous}")
+            blocked = (set(signal.pthread_sigmask(signal.SIG_BLOCK, [])) & set(STOP_SIGNALS)) - self._blocked
+            if blocked:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+                changed.append(f"{', '.join(sorted(signal.Signals(s).name for s in blocked))} blocked")
+        return changed
+
     def __exit__(self, *exc: object) -> None:
+        global _installed
+        if _installed is self:
+            _installed = None
         with self._lock:
             self._ended.set()
             for sig, handler in self._previous.items():
-                signal.signal(sig, handler)
+                real_signal(sig, handler)
             self._previous = {}
             if self._wakeup is not None:
                 signal.set_wakeup_fd(self._previous_wakeup)
@@ -219,4 +332,4 @@ class StopRequest:
                     pass
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(128 + signum)
+            _hard_exit(128 + signum)

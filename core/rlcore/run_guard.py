@@ -7,7 +7,9 @@ the checkpoint folder's lock released.
 before the run directory exists leaves nothing behind. Once it exists, however the run ends — completed,
 stopped by SIGINT/SIGTERM (after its grace period, even with the main thread stuck: see
 :mod:`rlcore.graceful_stop`), a user error, user code calling ``sys.exit()``, a bug — the summary is
-written with its status, and only a completed run returns normally.
+written with its status, and only a completed run returns normally. The controller is the child subreaper of
+its descendants for the whole run, and the processes that user code started and left running are killed
+when training ends, however it ends (:mod:`rlcore.child_processes`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import click
 
 from rlcore.checkpoint.lock import lock_checkpoint_folder
+from rlcore.child_processes import become_subreaper, kill_leftovers
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager
 from rlcore.run_context import RunContext
@@ -65,6 +68,7 @@ def guarded_fit(
     lock = None
     trainer: Any = None
     opened = False
+    become_subreaper()  # a daemon that user code starts stays among the run's descendants, to be killed
     try:
         assert run.identity is not None  # RunContext gives every run one
         lock = lock_checkpoint_folder(config, run.identity)
@@ -82,7 +86,10 @@ def guarded_fit(
             print_kept(trainer, True)
 
         trainer.stop.on_overdue = overdue
-        last = trainer.fit()
+        try:
+            last = trainer.fit()
+        finally:
+            kill_leftovers()
     except BaseException as exc:
         last = trainer.last if trainer is not None else {}
         stop = trainer.stop if trainer is not None else None

@@ -22,8 +22,12 @@ forked processes and :meth:`_RewardManagerBase._collect`:
 time limit (for debugging a scorer); each call gets its own deep copy of its arguments, as a scorer
 process gets its pickled copy, so that a scorer that changes its ``extra_info`` scores the same either way.
 
-A scorer that calls ``sys.exit()`` (or raises ``KeyboardInterrupt`` without a Ctrl-C), inline or in a
-scorer process, stops the run with a :class:`~rlcore.usercode.UserCodeExit` naming the line.
+A scorer that calls ``sys.exit()`` or ``os._exit()`` (or raises ``KeyboardInterrupt`` without a Ctrl-C),
+inline or in a scorer process, stops the run with a :class:`~rlcore.usercode.UserCodeExit` naming the line
+(in a scorer process, ``os._exit()`` is the death of that process: an error of its sample). Each inline call
+runs in :func:`~rlcore.usercode.user_call` (the run's stop handlers put back after it, the processes it
+leaves running killed with the run, its output kept from them, a child it forks that returns ended) and
+:func:`~rlcore.reward.torch_state.restore_torch_state` (torch's global switches set back).
 
 Ground truths: for data sources whose registered scorer compares text (``ground_truth="text"``) the
 ground truth is passed as text (``33.0`` → ``"33"``, :mod:`rlcore.reward.ground_truth`); those without a
@@ -51,7 +55,8 @@ from rlcore.reward.errors import RewardError
 from rlcore.reward.ground_truth import ground_truth_text
 from rlcore.reward.pool import Outcome, ScorerPool, scorer_label
 from rlcore.reward.scoring import RegistryScorer
-from rlcore.usercode import EXIT_EXCEPTIONS, exit_error, is_stop_signal
+from rlcore.reward.torch_state import restore_torch_state
+from rlcore.usercode import user_call
 
 logger = logging.getLogger(__name__)
 
@@ -130,14 +135,13 @@ class _RewardManagerBase:
         if self.timeout <= 0:
             outcomes: list[Outcome | None] = []
             for kwargs in calls:
-                try:
-                    outcomes.append(Outcome("ok", self.scorer(**copy.deepcopy(kwargs))))
-                except EXIT_EXCEPTIONS as exc:
-                    if is_stop_signal(exc):
-                        raise
-                    raise exit_error(exc, scorer_label(kwargs)) from None
-                except Exception as exc:  # noqa: BLE001 - reported by _collect
-                    outcomes.append(Outcome("error", exc))
+                what = scorer_label(kwargs)
+                with user_call(what), restore_torch_state(what):
+                    try:
+                        outcome = Outcome("ok", self.scorer(**copy.deepcopy(kwargs)))
+                    except Exception as exc:  # noqa: BLE001 - reported by _collect
+                        outcome = Outcome("error", exc)
+                outcomes.append(outcome)
                 if stop and _failed(outcomes[-1]):
                     break
             return outcomes + [None] * (len(calls) - len(outcomes))

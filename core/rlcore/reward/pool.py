@@ -13,10 +13,18 @@ scores the samples of a batch concurrently on up to ``workers`` processes, and:
 - reports a scorer that calls ``sys.exit()`` (or raises ``KeyboardInterrupt``) as a
   :class:`~rlcore.usercode.UserCodeExit` naming the line, an error that stops the run.
 
-Each worker is the leader of its own process group (``setsid``), and killing a worker kills its group, so
-whatever a scorer started (a child process, a shell pipeline) ends with it. The workers' stdout and stderr
-are pipes read by an :class:`~rlcore.reward.output.OutputRelay` (at most ``output_bytes`` per batch reach the
-run's own output), so no scorer's child holds the run's stdout.
+Each worker is the leader of its own process group (``setsid``) and the child subreaper of what its scorer
+starts (an orphan is re-parented to the worker, not to init); killing a worker kills it and every process
+below it (:func:`rlcore.child_processes.kill_tree`), and its group, so whatever a scorer started (a child
+process, a shell pipeline, a helper started in a session of its own, a daemon) ends with it. The workers'
+stdout and stderr are pipes read by an :class:`~rlcore.reward.output.OutputRelay` (at most ``output_bytes``
+per batch reach the run's own output), so no scorer's child holds the run's stdout.
+
+Every sample sent to a worker carries a request id (the batch's number and the sample's index) and every
+reply names the request it answers: a reply for anything but the sample the worker is scoring (a scorer that
+forked and whose child wrote on the pipe) is a :class:`ScorerReplyError` naming the scorer, which stops the
+run, instead of another sample's score. A process that a scorer forks and that returns into the worker's
+loop (no ``os._exit`` in the child) ends there without replying.
 
 Samples are sent in chunks, so that a batch of fast samples costs one pipe message per worker rather than
 one round trip per sample: the pending samples are dealt round-robin over the workers free (so each gets
@@ -50,10 +58,11 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+from rlcore.child_processes import become_subreaper, kill_tree, mark_infrastructure
 from rlcore.errors import RLCoreError
 from rlcore.graceful_stop import at_hard_exit
 from rlcore.reward.output import OutputRelay
-from rlcore.usercode import EXIT_EXCEPTIONS, exit_error
+from rlcore.usercode import EXIT_EXCEPTIONS, exit_error, real_os_exit
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +84,15 @@ class Outcome:
 
 class ScorerProcessError(RuntimeError):
     """A scorer's worker process died, or its exception or return value could not be sent back."""
+
+
+class ScorerReplyError(RLCoreError):
+    """A scorer process sent a reply for another request than the one it was scoring: the scores of the batch
+    cannot be trusted (it stops the run)."""
+
+
+#: a request sent to a worker: (the pool's batch number, the sample's index in the batch)
+Request = tuple[int, int]
 
 
 def _portable(exc: BaseException) -> BaseException:
@@ -130,16 +148,19 @@ def _serve(
     child_fds: tuple[int, int],
     parent_fds: tuple[int, ...],
 ) -> None:
-    """A worker's loop: receive a chunk (a list of kwargs), send back ``(kind, value)`` for each call as soon
-    as it returns, in order; exit on EOF.
+    """A worker's loop: receive a chunk (a list of ``(request, kwargs)``), send back ``(request, kind, value)``
+    for each call as soon as it returns, in order; exit on EOF. A process forked by the scorer that returns
+    here ends without replying.
 
     ``inherited`` are the controller's pipe ends this forked process holds copies of (its own pipe's and the
     other workers'): they are closed so that the pipe reports EOF as soon as the controller is gone; so are
     ``parent_fds`` (the relay's read ends). The process becomes the leader of a new session (its own process
-    group) and writes its output to ``child_fds``.
+    group) and the subreaper of what the scorer starts, and writes its output to ``child_fds``.
     """
     os.setsid()
     _die_with_parent()
+    become_subreaper()
+    me = os.getpid()
     signal.set_wakeup_fd(-1)  # the controller's stop watchdog listens there, not to this process's signals
     for end in inherited:
         end.close()
@@ -153,17 +174,19 @@ def _serve(
             chunk = conn.recv()
         except (EOFError, OSError):
             return
-        for kwargs in chunk:
+        for request, kwargs in chunk:
             try:
                 result: tuple[str, Any] = ("ok", fn(**kwargs))
             except EXIT_EXCEPTIONS as exc:  # SIGINT is ignored here: any KeyboardInterrupt is the scorer's own
                 result = ("error", exit_error(exc, scorer_label(kwargs)))
             except BaseException as exc:  # noqa: BLE001 - a scorer failure is its sample's, not the worker's
                 result = ("error", _portable(exc))
+            if os.getpid() != me:  # a child the scorer forked, back here: only the worker answers
+                real_os_exit(0)
             try:
-                conn.send(result)
+                conn.send((request, *result))
             except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable return value
-                conn.send(("error", ScorerProcessError(f"the return value cannot be sent back: {exc}")))
+                conn.send((request, "error", ScorerProcessError(f"the return value cannot be sent back: {exc}")))
 
 
 class _Worker:
@@ -179,16 +202,20 @@ class _Worker:
             daemon=True,
         )
         self.process.start()
+        if self.process.pid is not None:
+            mark_infrastructure(self.process.pid)
         self.sentinel = self.process.sentinel  # readable once the process has ended
         child.close()
         self.chunk: deque[int] = deque()  # the sample indices sent and not answered yet; the first is running
         self.start = 0.0  # when the running sample started
 
-    def kill_group(self) -> None:
-        """SIGKILL the process and its process group (what the scorer started), without waiting."""
+    def kill_group(self, wait: bool = False) -> None:
+        """SIGKILL the process, every process below it and its process group (what the scorer started); with
+        ``wait``, wait until those below it are gone (the caller reaps the worker)."""
         pid = self.process.pid
         if pid is None:
             return
+        kill_tree(pid, wait=wait)
         try:
             os.killpg(pid, signal.SIGKILL)  # the group id is the worker's pid (setsid)
         except (ProcessLookupError, PermissionError):
@@ -197,8 +224,8 @@ class _Worker:
             os.kill(pid, signal.SIGKILL)
 
     def kill(self) -> None:
-        """SIGKILL the process and its process group, and reap it."""
-        self.kill_group()
+        """SIGKILL the process, what it started and its process group, and reap it."""
+        self.kill_group(wait=True)
         self.process.join(5)
         self.conn.close()
 
@@ -233,6 +260,7 @@ class ScorerPool:
         self._workers: list[_Worker] = []
         self._relay: OutputRelay | None = None
         self._owner = os.getpid()
+        self._batch = 0  # the number of the current map() call: the first half of each request id
         _LIVE_POOLS.add(self)
 
     def map(
@@ -266,6 +294,7 @@ class ScorerPool:
         """:meth:`map` without the output accounting."""
         outcomes: list[Outcome | None] = [None] * len(calls)
         pending = deque(range(len(calls)))
+        self._batch += 1
         deadline = time.monotonic() + self.batch_timeout if self.batch_timeout else None
         while True:
             self._dispatch(pending, calls)
@@ -278,7 +307,7 @@ class ScorerPool:
             wait_s = max(0.0, min(limits) - time.monotonic()) if limits else None
             ready = set(wait([w.conn for w in busy] + [w.sentinel for w in busy], wait_s))
             for worker in busy:
-                if self._collect(worker, ready, outcomes, pending, stop):
+                if self._collect(worker, ready, outcomes, pending, stop, calls):
                     self._abandon()
                     return outcomes
             if deadline is not None and time.monotonic() >= deadline:
@@ -316,7 +345,7 @@ class ScorerPool:
             while True:
                 worker = idle.pop(0) if idle else self._start()
                 try:
-                    worker.conn.send([dict(calls[index]) for index in chunk])
+                    worker.conn.send([((self._batch, index), dict(calls[index])) for index in chunk])
                     break
                 except OSError:  # the worker died between calls: replace it and retry
                     self._retire(worker)
@@ -342,29 +371,40 @@ class ScorerPool:
         outcomes: list[Outcome | None],
         pending: deque[int],
         stop: Callable[[Outcome], bool] | None,
+        calls: Sequence[Mapping[str, Any]],
     ) -> bool:
-        """Record the outcomes a busy worker sent; retire it when it died or its running sample is past the
-        timeout, sending the rest of its chunk back to the front of ``pending``. True when ``stop`` flagged
-        one of the outcomes recorded."""
+        """Record the outcomes a busy worker sent; retire it when it died, its running sample is past the
+        timeout or it replied out of turn, sending the rest of its chunk back to the front of ``pending``.
+        True when ``stop`` flagged one of the outcomes recorded."""
         dead = worker.sentinel in ready
         overdue = self.timeout is not None and time.monotonic() - worker.start >= self.timeout
+        failure: Outcome | None = None
         # read all that arrived (an outcome that arrived just in time beats the timeout)
         readable = worker.conn in ready or ((dead or overdue) and worker.conn.poll())
         while readable and worker.chunk:
             try:
-                kind, value = worker.conn.recv()
-                outcome = Outcome(kind, value)
+                reply = worker.conn.recv()
             except (EOFError, OSError):
                 dead = True
                 break
             except Exception as exc:  # noqa: BLE001 - a value that cannot be unpickled here
-                outcome = Outcome("error", ScorerProcessError(f"the scorer's result cannot be read: {exc}"))
+                reply = (
+                    (self._batch, worker.chunk[0]),
+                    "error",
+                    ScorerProcessError(f"the scorer's result cannot be read: {exc}"),
+                )
+            if not (isinstance(reply, tuple) and len(reply) == 3 and reply[0] == (self._batch, worker.chunk[0])):
+                failure = Outcome("error", self._stray_reply(worker, reply, calls))
+                break
+            outcome = Outcome(reply[1], reply[2])
             outcomes[worker.chunk.popleft()] = outcome
             worker.start = time.monotonic()
             if stop is not None and stop(outcome):
                 return True
             readable = bool(worker.chunk) and worker.conn.poll()
-        if dead:
+        if failure is not None:
+            outcome = failure
+        elif dead:
             worker.process.join(1)
             code = worker.process.exitcode
             how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
@@ -379,6 +419,23 @@ class ScorerPool:
             pending.extendleft(reversed(worker.chunk))
         self._retire(worker)
         return running and stop is not None and stop(outcome)
+
+    def _stray_reply(self, worker: _Worker, reply: Any, calls: Sequence[Mapping[str, Any]]) -> ScorerReplyError:
+        """The error for a reply that does not answer the sample ``worker`` is scoring."""
+        index = worker.chunk[0]
+        request = reply[0] if isinstance(reply, tuple) and reply else None
+        if isinstance(request, tuple) and len(request) == 2 and request[0] == self._batch:
+            what = f"sample {request[1]} of this batch"
+        elif isinstance(request, tuple) and len(request) == 2 and isinstance(request[0], int):
+            what = "a sample of an earlier batch"
+        else:
+            what = f"no request it was sent ({reply!r:.80})"
+        return ScorerReplyError(
+            f"{scorer_label(calls[index])}: its scorer process (pid {worker.process.pid}) sent a reply for {what} "
+            f"while it was scoring sample {index}: something besides the scorer process's own loop wrote to its pipe "
+            "(a process the scorer forked and did not end with os._exit()?), so scores would go to the wrong "
+            "samples; the run stops instead"
+        )
 
     def _retire(self, worker: _Worker) -> None:
         """Kill a worker and drop it from the pool (a new one is started when needed)."""

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rlcore.reward.errors import RewardError
+from rlcore.reward.torch_state import restore_torch_state
+from rlcore.usercode import user_call
 
 
 class RegistryScorer:
@@ -73,7 +75,9 @@ def build_scorer(config: Any) -> Callable[..., Any]:
 
     With ``custom_reward_function.path`` set, the function ``custom_reward_function.name`` is loaded from
     that .py file, with ``custom_reward_function.reward_kwargs`` bound as keyword arguments (an
-    ``async def`` function is run to completion per call). Otherwise a :class:`RegistryScorer` dispatches
+    ``async def`` function is run to completion per call; the import runs as a call of user code:
+    ``os._exit()`` in it is an error naming the line, the torch switches it sets are set back, the processes
+    it leaves running are killed with the run). Otherwise a :class:`RegistryScorer` dispatches
     on each sample's ``data_source``.
     """
     from rlcore.data.custom import load_from_file
@@ -84,7 +88,9 @@ def build_scorer(config: Any) -> Callable[..., Any]:
     if not path:
         return RegistryScorer()
     name = custom.get("name", None) or "compute_score"
-    fn = load_from_file(path, name, what="custom_reward_function", error_cls=RewardError)
+    what = f"custom_reward_function.path={path!r} (importing the file)"
+    with user_call(what), restore_torch_state(what):  # os._exit() at import is named, helpers it starts tracked
+        fn = load_from_file(path, name, what="custom_reward_function", error_cls=RewardError)
     if not callable(fn):
         raise RewardError(f"custom_reward_function: {name!r} in {path!r} is a {type(fn).__name__}, not a function")
     if inspect.iscoroutinefunction(fn):
