@@ -252,3 +252,26 @@ def test_the_run_ends_the_helpers_when_the_watchdog_ends_it(tmp_path: Path) -> N
     assert "writing the summary and exiting with status 143" in proc.stderr
     assert f"process {helper} (sleep 305), started by the stuck scorer" in proc.stderr
     assert _wait_dead([helper]) == []
+
+
+def test_the_sandbox_server_started_inside_an_inline_scorer_is_the_runs_own(tmp_path: Path) -> None:
+    """The code sandbox's launcher server starts on first use, which may be inside an inline code reward: it is
+    rlcore's, so it is neither warned about nor killed as a process the scorer left running."""
+    script = tmp_path / "server.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            from rlcore.child_processes import become_subreaper, kill_leftovers
+            from rlcore.sandbox import server
+            from rlcore.usercode import user_call
+
+            become_subreaper()
+            with user_call("the reward scorer (data_source 'code')"):
+                launcher = server.launcher_server()
+            print(kill_leftovers(), launcher.process.poll(), flush=True)
+            """
+        )
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]", "None"], "nothing left over, and the server still runs"

@@ -14,6 +14,8 @@ import sys
 import threading
 from pathlib import Path
 
+from rlcore.child_processes import mark_infrastructure
+
 #: the server script, run by this interpreter in isolated mode without site-packages
 SERVER = Path(__file__).with_name("jail") / "server.py"
 #: the server's own environment (each program gets its own from the spec)
@@ -41,6 +43,7 @@ class LauncherServer:
             raise
         finally:
             theirs.close()
+        mark_infrastructure(self.process.pid)  # started on first use, maybe inside an inline scorer: rlcore's own
         self.channel = ours
         self.lock = threading.Lock()
 
