@@ -416,6 +416,7 @@ def test_a_second_sigterm_in_the_middle_of_a_dcp_save_ends_the_run_as_interrupte
     root = tmp_path / "ckpt"
     assert steps_on_disk(root) == ["global_step_1", LATEST_FILE, "rlcore-run.lock"], "no half-written folder"
     assert f"newest checkpoint: {root / 'global_step_1'}" in output
+    assert "the step in progress was abandoned; steps up to 2 are logged" in output, "step 2 was logged before its save"
     (run_dir,) = (tmp_path / "runs").glob("*/*")
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted by SIGTERM"
 

@@ -407,7 +407,7 @@ def run_training(
         manager,
         open_run_dir=open_run_dir,
         summarise=lambda last, status: _summarise(run.run_dir, last, time.perf_counter() - start, status),
-        print_kept=lambda trainer, abandoned: _print_kept(config, trainer, run.run_dir, abandoned=abandoned),
+        print_kept=lambda abandoned: print_kept(config, run.run_dir, abandoned=abandoned),
     )
 
 
@@ -418,15 +418,22 @@ def plugins_line(versions: dict[str, str | None]) -> str:
     return f"plugins: {len(versions)} installed (rlcore plugins lists them)"
 
 
-def _print_kept(config: DictConfig, trainer: Any, run_dir: Path, *, abandoned: bool) -> None:
-    """After a stop signal: say which steps were finished and logged, and which checkpoint is the newest."""
+def print_kept(config: DictConfig, run_dir: Path, *, abandoned: bool) -> None:
+    """After a stop signal: say whether the step in progress was finished, the last step logged in the run's
+    ``metrics.jsonl`` (a step abandoned while its checkpoint was saved was logged already) and the newest
+    checkpoint (``config``: the config with ``trainer.default_local_dir``)."""
     from rlcore.checkpoint import CheckpointManager
+    from rlcore.tracking.sinks import read_metrics
 
-    step = trainer.global_step - 1 if abandoned else trainer.global_step
+    metrics = run_dir / "metrics.jsonl"
+    try:
+        step = max((int(row["step"]) for row in read_metrics(metrics)), default=0)
+    except RLCoreError:  # no step logged, or a damaged file: the summary names it
+        step = 0
     latest = CheckpointManager(config).latest() if config.trainer.default_local_dir else None
     how = "the step in progress was abandoned" if abandoned else "the step in progress was finished"
     click.echo(
-        f"stopped: {how}; steps up to {max(step, 0)} are logged in {shown_path(run_dir / 'metrics.jsonl')}; "
+        f"stopped: {how}; steps up to {step} are logged in {shown_path(metrics)}; "
         f"newest checkpoint: {shown_path(latest) if latest else 'none'}"
     )
 

@@ -29,8 +29,8 @@ from rlcore.usercode import EXIT_EXCEPTIONS, exit_error, is_stop_signal
 
 #: ``summarise(last_metrics, status)``: print the run's end and write ``summary.json``
 Summarise = Callable[[dict[str, Any], str], None]
-#: ``print_kept(trainer, abandoned)``: after a stop signal, say which steps and checkpoint were kept
-PrintKept = Callable[[Any, bool], None]
+#: ``print_kept(abandoned)``: after a stop signal, say which steps and checkpoint were kept
+PrintKept = Callable[[bool], None]
 
 
 class RunInterrupted(SystemExit):
@@ -46,6 +46,58 @@ def _summarise_failure(summarise: Summarise, last: dict[str, Any], status: str) 
         click.echo(f"warning: the run's summary could not be written ({type(exc).__name__}: {exc})", err=True)
 
 
+def _outcome(exc: BaseException, stop: Any) -> tuple[BaseException, str, bool]:
+    """What ends a run that raised ``exc`` (``stop``: its :class:`~rlcore.graceful_stop.StopRequest`, None
+    before the trainer exists): the exception to raise, the status for ``summary.json``, and whether a stop
+    signal abandoned the step in progress."""
+    signalled = isinstance(exc, KeyboardInterrupt) and (stop.caused(exc) if stop else is_stop_signal(exc))
+    if signalled:
+        signum = (stop.signum if stop else None) or signal.SIGINT
+        return RunInterrupted(128 + signum), f"interrupted by {signal.Signals(signum).name}", True
+    error = exit_error(exc, "user code") if isinstance(exc, EXIT_EXCEPTIONS) else exc
+    described = str(error) if isinstance(error, RLCoreError) else f"{type(error).__name__}: {error}"
+    return error, f"failed: {described}", False
+
+
+def fit_to_the_end(trainer: Any, summarise: Summarise, print_kept: PrintKept) -> dict[str, Any]:
+    """Train ``trainer`` (its ``fit()``, ``stop`` and ``last``: ``rlcore run``'s and ``rlcore sft``'s trainers)
+    once the run directory exists, and end the run however it ends: ``summary.json`` written with the status
+    (also by the stop watchdog when the main thread is stuck), the steps and checkpoint kept printed after a
+    stop signal, the processes that user code left running killed. Returns the last metrics of a completed
+    run.
+
+    Raises :class:`RunInterrupted` (exit status 143 or 130) after a stop signal, the :class:`RLCoreError` of a
+    user error (a :class:`~rlcore.usercode.UserCodeExit` naming the line when user code raised ``SystemExit``
+    or its own ``KeyboardInterrupt``), or the exception of a bug.
+    """
+
+    def overdue() -> None:
+        """The stop watchdog's last resort: the main thread is stuck, the process is about to end."""
+        summarise(trainer.last, f"interrupted by {trainer.stop.name} (the step in progress was abandoned)")
+        print_kept(True)
+
+    trainer.stop.on_overdue = overdue
+    try:
+        try:
+            last = trainer.fit()
+        finally:
+            kill_leftovers()
+    except BaseException as exc:
+        error, status, signalled = _outcome(exc, trainer.stop)
+        _summarise_failure(summarise, trainer.last, status)
+        if signalled:
+            print_kept(True)
+        if error is exc:
+            raise
+        raise error from None
+    if trainer.stop.requested:
+        summarise(last, f"interrupted by {trainer.stop.name}")
+        print_kept(False)
+        raise RunInterrupted(128 + int(trainer.stop.signum or 0))
+    summarise(last, "completed")
+    return last
+
+
 def guarded_fit(
     config: Any,
     run: RunContext,
@@ -56,63 +108,31 @@ def guarded_fit(
     print_kept: PrintKept,
 ) -> dict[str, Any]:
     """Train the run and return its last metrics; see the module docstring. ``open_run_dir()`` makes the run
-    directory (and sets ``run.run_dir``) once start-up has succeeded.
+    directory (and sets ``run.run_dir``) once start-up has succeeded; then :func:`fit_to_the_end` trains.
 
-    Raises :class:`RunInterrupted` (exit status 143 or 130) after a stop signal, the :class:`RLCoreError`
-    of a user error (a :class:`~rlcore.usercode.UserCodeExit` naming the line when user code raised
-    ``SystemExit`` or its own ``KeyboardInterrupt``), or the exception of a bug; ``summary.json`` is
-    written in every case.
+    Raises what :func:`fit_to_the_end` raises; a start-up error (before the run directory exists) is raised the
+    same way, without a summary.
     """
     from rlcore.controller.trainer import Trainer
 
     lock = None
-    trainer: Any = None
-    opened = False
     become_subreaper()  # a daemon that user code starts stays among the run's descendants, to be killed
     try:
-        assert run.identity is not None  # RunContext gives every run one
-        lock = lock_checkpoint_folder(config, run.identity)
-        trainer = Trainer(config, run, manager)
-        trainer.prepare()
-        open_run_dir()
-        opened = True
-        run.identity.run_dir = str(run.run_dir)
-        if lock is not None:
-            lock.record(run.identity)
-
-        def overdue() -> None:
-            """The stop watchdog's last resort: the main thread is stuck, the process is about to end."""
-            summarise(trainer.last, f"interrupted by {trainer.stop.name} (the step in progress was abandoned)")
-            print_kept(trainer, True)
-
-        trainer.stop.on_overdue = overdue
         try:
-            last = trainer.fit()
-        finally:
-            kill_leftovers()
-    except BaseException as exc:
-        last = trainer.last if trainer is not None else {}
-        stop = trainer.stop if trainer is not None else None
-        signalled = isinstance(exc, KeyboardInterrupt) and (stop.caused(exc) if stop else is_stop_signal(exc))
-        if signalled:
-            signum = (stop.signum if stop else None) or signal.SIGINT
-            if opened:
-                _summarise_failure(summarise, last, f"interrupted by {signal.Signals(signum).name}")
-                print_kept(trainer, True)
-            raise RunInterrupted(128 + signum) from None
-        error = exit_error(exc, "user code") if isinstance(exc, EXIT_EXCEPTIONS) else exc
-        described = str(error) if isinstance(error, RLCoreError) else f"{type(error).__name__}: {error}"
-        if opened:
-            _summarise_failure(summarise, last, f"failed: {described}")
-        if error is exc:
-            raise
-        raise error from None
+            assert run.identity is not None  # RunContext gives every run one
+            lock = lock_checkpoint_folder(config, run.identity)
+            trainer = Trainer(config, run, manager)
+            trainer.prepare()
+            open_run_dir()
+            run.identity.run_dir = str(run.run_dir)
+            if lock is not None:
+                lock.record(run.identity)
+        except BaseException as exc:
+            error, _, _ = _outcome(exc, None)
+            if error is exc:
+                raise
+            raise error from None
+        return fit_to_the_end(trainer, summarise, print_kept)
     finally:
         if lock is not None:
             lock.release()
-    if trainer.stop.requested:
-        summarise(last, f"interrupted by {trainer.stop.name}")
-        print_kept(trainer, False)
-        raise RunInterrupted(128 + int(trainer.stop.signum or 0))
-    summarise(last, "completed")
-    return last

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import signal
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,7 +36,6 @@ from rlcore.sft.config import (
     sft_key_names,
     world_size,
 )
-from rlcore.usercode import EXIT_EXCEPTIONS, exit_error
 
 if TYPE_CHECKING:
     from rlcore.sft.trainer import SFTTrainer
@@ -188,42 +186,18 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
 
 
 def _fit_and_summarise(trainer: SFTTrainer, engine: DictConfig, run_dir: Path, start: float) -> dict[str, float]:
-    """Train, and end the run as ``rlcore run`` does (:mod:`rlcore.run_guard`): ``summary.json`` with the status
-    however the run ends; after SIGINT/SIGTERM (the step in progress finished, or abandoned at a second signal
-    or after ``trainer.stop_grace_s``) the steps and checkpoint kept are printed and the exit status is
-    ``128 + signal``; user code's ``SystemExit`` or ``KeyboardInterrupt`` is an error naming the line."""
-    from rlcore.run import _print_kept
-    from rlcore.run_guard import RunInterrupted, _summarise_failure
+    """Train, and end the run as ``rlcore run`` does (:func:`rlcore.run_guard.fit_to_the_end`): ``summary.json``
+    with the status however the run ends; after SIGINT/SIGTERM (the step in progress finished, or abandoned at
+    a second signal or after ``trainer.stop_grace_s``) the steps and checkpoint kept are printed and the exit
+    status is ``128 + signal``; user code's ``SystemExit`` or ``KeyboardInterrupt`` is an error naming the line."""
+    from rlcore.run import print_kept
+    from rlcore.run_guard import fit_to_the_end
 
-    def summarise(last: dict[str, float], status: str) -> None:
-        _summarise(run_dir, trainer, time.perf_counter() - start, status)
-
-    def overdue() -> None:
-        """The stop watchdog's last resort: the main thread is stuck, the process is about to end."""
-        summarise(trainer.last, f"interrupted by {trainer.stop.name} (the step in progress was abandoned)")
-        _print_kept(engine, trainer, run_dir, abandoned=True)
-
-    trainer.stop.on_overdue = overdue
-    try:
-        last = trainer.fit()
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt) and trainer.stop.caused(exc):
-            signum = trainer.stop.signum or signal.SIGINT
-            _summarise_failure(summarise, trainer.last, f"interrupted by {signal.Signals(signum).name}")
-            _print_kept(engine, trainer, run_dir, abandoned=True)
-            raise RunInterrupted(128 + signum) from None
-        error = exit_error(exc, "user code") if isinstance(exc, EXIT_EXCEPTIONS) else exc
-        described = str(error) if isinstance(error, RLCoreError) else f"{type(error).__name__}: {error}"
-        _summarise_failure(summarise, trainer.last, f"failed: {described}")
-        if error is exc:
-            raise
-        raise error from None
-    if trainer.stop.requested:
-        summarise(last, f"interrupted by {trainer.stop.name}")
-        _print_kept(engine, trainer, run_dir, abandoned=False)
-        raise RunInterrupted(128 + int(trainer.stop.signum or 0))
-    summarise(last, "completed")
-    return last
+    return fit_to_the_end(
+        trainer,
+        lambda last, status: _summarise(run_dir, trainer, time.perf_counter() - start, status),
+        lambda abandoned: print_kept(engine, run_dir, abandoned=abandoned),
+    )
 
 
 #: the validation metrics whose trend ``rlcore sft`` prints and ``summary.json`` records
