@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.controller.trainer import MODEL_SHAPE_KEYS
+from rlcore.checkpoint.fingerprint import MODEL_SHAPE_KEYS
 from rlcore.tasks.build_base import TASKS, build
 from rlcore.tasks.warm_start import shipped_model_dir
 
 #: the files a shipped model folder holds (the vision-language one adds its processor's)
 MODEL_FILES = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
 #: the config entries that must match between the shipped model and a fresh build
-SHAPE_KEYS = (*MODEL_SHAPE_KEYS, "max_position_embeddings", "tie_word_embeddings", "eos_token_id", "pad_token_id")
+SHAPE_KEYS = (*MODEL_SHAPE_KEYS, "max_position_embeddings", "eos_token_id", "pad_token_id")
 
 
 def text_config(folder: Path) -> dict:
