@@ -111,6 +111,17 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return text
 
 
+def _parse_problem(text: str, exc: yaml.YAMLError) -> str:
+    """The problem of ``text``, which OmegaConf's YAML reader refused with ``exc``: PyYAML's pure-Python
+    parser names it better than the C one OmegaConf uses (the character, what was expected), so its
+    problem is given when it refuses the text too; else (a repeated key) OmegaConf's."""
+    try:
+        yaml.load(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as plain:
+        return _yaml_problem(plain)
+    return _yaml_problem(exc)
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """The mapping in the YAML file ``path``, read as verl reads its config files: with OmegaConf's YAML rules
     (``1e-5`` is a float, a repeated key is an error) and every ``${...}`` interpolation kept as written, to be
@@ -119,10 +130,10 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigFileError(f"config file {str(path)!r} does not exist")
     try:
-        loaded = OmegaConf.load(io.StringIO(path.read_text(encoding="utf-8")))
-        data = OmegaConf.to_container(loaded, resolve=False) or {}
+        text = path.read_text(encoding="utf-8")
+        data = OmegaConf.to_container(OmegaConf.load(io.StringIO(text)), resolve=False) or {}
     except yaml.YAMLError as exc:
-        raise ConfigFileError(f"config file {str(path)!r} is not valid YAML: {_yaml_problem(exc)}") from exc
+        raise ConfigFileError(f"config file {str(path)!r} is not valid YAML: {_parse_problem(text, exc)}") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigFileError(f"config file {str(path)!r} cannot be read: {exc}") from exc
     except OmegaConfBaseException as exc:
