@@ -178,10 +178,7 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
     record them in ``problems`` when it is given).
 
     Components are resolved without importing them (an advantage estimator's ``min_group_size`` is
-    checked against ``rollout.n``), except the training backends, whose ``check_config`` runs
-    (:func:`_check_engines`), and the trackers: their libraries are imported and
-    their settings checked (:func:`~rlcore.tracking.external.preflight_trackers`), so that a tracker whose
-    package is missing fails here, naming its ``pip install 'rlcore[...]'`` line, before any model loads.
+    checked against ``rollout.n``); the checks that import them are :func:`check_engines_and_trackers`.
     """
     collected = problems if problems is not None else Problems()
     registry = manager.registry
@@ -208,19 +205,26 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
         _check_sum_pi_squared(config, registry)
     with collected.collect():
         _check_ref_strategy(config, registry)
-    with collected.collect():
-        _check_engines(config, registry)
-    before = len(collected.items)
     for name in _loggers(config):
         with collected.collect():
             _component(manager, "trainer.logger", "tracker", name)
-    if len(collected.items) == before:  # the libraries of known trackers only
-        from rlcore.tracking.external import preflight_trackers
-
-        with collected.collect():
-            preflight_trackers(config, registry)
     if problems is None:
         collected.raise_if_any()
+
+
+def check_engines_and_trackers(config: DictConfig, registry: Registry, problems: Problems) -> None:
+    """The checks that import what the config names, recorded in ``problems``: the training backends'
+    ``check_config`` (:func:`_check_engines`) and the trackers' libraries and settings
+    (:func:`~rlcore.tracking.external.preflight_trackers`), so that a tracker whose package is missing fails
+    here, naming its ``pip install 'rlcore[...]'`` line, before any model loads. They import torch or a
+    tracker's library (seconds), so ``rlcore run`` makes them last, on a config with nothing else wrong: a
+    mistake such as an unknown key is reported at once."""
+    from rlcore.tracking.external import preflight_trackers
+
+    with problems.collect():
+        _check_engines(config, registry)
+    with problems.collect():
+        preflight_trackers(config, registry)
 
 
 def run_plan_lines(config: DictConfig) -> list[str]:
@@ -353,6 +357,8 @@ def run_training(
     images = None
     with problems.collect():
         images = image_plan(config)
+    if not problems.items:
+        check_engines_and_trackers(config, registry, problems)
     problems.raise_if_any()
     versions = manager.versions()
     click.echo(plugins_line(versions))
