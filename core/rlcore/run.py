@@ -412,7 +412,7 @@ def run_training(
         run,
         manager,
         open_run_dir=open_run_dir,
-        summarise=lambda last, status: _summarise(run.run_dir, last, time.perf_counter() - start, status),
+        summarise=lambda last, status: _summarise(config, run, last, time.perf_counter() - start, status),
         print_kept=lambda abandoned: print_kept(config, run.run_dir, abandoned=abandoned),
     )
 
@@ -444,15 +444,31 @@ def print_kept(config: DictConfig, run_dir: Path, *, abandoned: bool) -> None:
     )
 
 
-def _summarise(run_dir: Path, last: dict[str, Any], wall: float, status: str = "completed") -> None:
+def kept_lines(config: DictConfig, run: RunContext, status: str) -> list[str]:
+    """The summary's lines naming what a run leaves to use: the trained model (``trainer.save_final_model``)
+    and, unless a stop signal interrupted it (the ``stopped:`` line names it then), the newest checkpoint
+    (``trainer.save_freq``)."""
+    from rlcore.checkpoint import CheckpointManager
+
+    lines = []
+    if (run.final_model / "config.json").is_file():
+        lines.append(f"model:         {shown_path(run.final_model)} (Hugging Face format)")
+    if saves_checkpoints(config) and not status.startswith("interrupted"):
+        latest = CheckpointManager(config).latest()
+        lines.append(f"checkpoint:    {shown_path(latest) if latest else 'none saved'}")
+    return lines
+
+
+def _summarise(config: DictConfig, run: RunContext, last: dict[str, Any], wall: float, status: str) -> None:
     """Print the validation trend, write ``summary.json`` (with the run's ``status``), the report (``report/``)
-    and ``reward_curve.png``. A report or curve that cannot be written (a full disk) is one line saying why;
-    ``summary.json`` and ``metrics.jsonl`` stay. Raises :class:`RLCoreError` when ``summary.json`` itself
-    cannot be written."""
+    and ``reward_curve.png``; name the trained model and the newest checkpoint (:func:`kept_lines`). A report
+    or curve that cannot be written (a full disk) is one line saying why; ``summary.json`` and
+    ``metrics.jsonl`` stay. Raises :class:`RLCoreError` when ``summary.json`` itself cannot be written."""
     from rlcore.tracking.plot import plot_reward_curve
     from rlcore.tracking.report import write_report
     from rlcore.tracking.sinks import read_metrics
 
+    run_dir = run.run_dir
     metrics_path = run_dir / "metrics.jsonl"
     rows = read_metrics(metrics_path) if metrics_path.is_file() else []  # no step logged (stopped early)
     val_keys = sorted({k for row in rows for k in row if k.startswith("val-core/")})
@@ -478,6 +494,8 @@ def _summarise(run_dir: Path, last: dict[str, Any], wall: float, status: str = "
         ) from exc
     click.echo(f"wall time: {summary['wall_time_s']} s, peak memory (RSS): {summary['peak_rss_mb']} MB")
     click.echo(f"run directory: {shown_path(run_dir)}")
+    for line in kept_lines(config, run, status):
+        click.echo(line)
     if not rows:  # nothing to plot: no step was logged
         sys.stdout.flush()
         return
