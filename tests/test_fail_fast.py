@@ -73,7 +73,10 @@ def closed_port() -> int:
 
 def hub_config(path: str) -> object:
     return OmegaConf.create(
-        {"actor_rollout_ref": {"model": {"path": path, "tokenizer_path": None}}, "critic": {"enable": False, "model": {}}}
+        {
+            "actor_rollout_ref": {"model": {"path": path, "tokenizer_path": None}},
+            "critic": {"enable": False, "model": {}},
+        }
     )
 
 
