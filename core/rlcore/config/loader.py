@@ -106,9 +106,10 @@ def _plain(value: Any) -> Any:
 
 
 def core_defaults() -> dict[str, Any]:
-    """rlcore's own ``defaults.yaml`` as plain data (no plugin sections)."""
+    """rlcore's own ``defaults.yaml`` as plain data (no plugin sections), read with PyYAML's C parser when it
+    has one (the same values, ten times faster than the pure-Python one: every command reads the file)."""
     with DEFAULTS_FILE.open() as fh:
-        return dict(yaml.safe_load(fh))
+        return dict(yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
 
 
 def default_config(manager: PluginManager | None = None) -> DictConfig:
