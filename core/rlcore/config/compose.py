@@ -22,7 +22,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from omegaconf import OmegaConf
@@ -140,7 +140,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigFileError(f"config file {str(path)!r} cannot be read as a config: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigFileError(f"config file {str(path)!r} must contain a mapping at the top level")
-    return data
+    return cast(dict[str, Any], data)  # YAML keys may be numbers too; the key checks name them
 
 
 def is_engine_choice(key: str) -> bool:
