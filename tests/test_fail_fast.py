@@ -83,7 +83,7 @@ def hub_config(path: str) -> object:
 @pytest.mark.parametrize(
     ("endpoint", "reason"),
     [
-        (f"http://127.0.0.1:{closed_port()}", "Connection refused"),
+        ("http://127.0.0.1:{closed_port}", "Connection refused"),
         ("https://hub.example.invalid", "Name or service not known"),  # .invalid never resolves (RFC 2606)
     ],
 )
@@ -93,6 +93,7 @@ def test_a_hub_name_without_network_fails_at_once(
     """``HF_HUB_OFFLINE`` unset, a repo id that is not in the cache and a hub that cannot be reached: one
     error naming the key, the network, ``HF_HUB_OFFLINE`` and the local-folder alternative, in well under the
     download's retries."""
+    endpoint = endpoint.format(closed_port=closed_port())
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
