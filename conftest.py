@@ -6,10 +6,17 @@ More threads than free cores make every OpenMP region wait for descheduled threa
 machine slowed steps tenfold.
 """
 
+import importlib.util
 import os
+import tomllib
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+#: the bundled plugins, one folder each (``plugins/<folder>/src/<package>``)
+PLUGINS = Path(__file__).parent / "plugins"
 
 #: test files that take minutes, longest first: they start first so that the two workers finish together,
 #: and their tests are marked ``slow`` (``pytest -m "not slow"`` is the quick local loop; CI runs everything)
@@ -35,11 +42,39 @@ SLOW_TESTS = Path(__file__).parent / "tests" / "slow_tests.txt"
 def pytest_collection_modifyitems(items: list) -> None:
     """Mark the tests of :data:`LONG_FILES` and :data:`SLOW_TESTS` ``slow`` and move :data:`LONG_FILES` to the
     front, in that order (xdist hands out files in order)."""
-    import pytest
-
     rank = {path: index for index, path in enumerate(LONG_FILES)}
     listed = {line.strip() for line in SLOW_TESTS.read_text().splitlines() if line.strip() and not line.startswith("#")}
     for item in items:
         if item.nodeid.split("::")[0] in rank or item.nodeid in listed:
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONG_FILES)))
+
+
+class NotInstalledPlugin(pytest.Directory):
+    """A bundled plugin's folder whose package is not installed: collecting it is one skip that names the
+    plugin, instead of an import error in each of its test modules (or its ``conftest.py``)."""
+
+    def collect(self) -> list:
+        """Skip the folder."""
+        name = tomllib.loads((self.path / "pyproject.toml").read_text())["project"]["name"]
+        folder = self.path.relative_to(PLUGINS.parent)
+        raise pytest.skip.Exception(f"{name} is not installed (pip install -e {folder})")
+
+
+def _plugin_package(path: Path) -> str | None:
+    """The import package of the bundled plugin whose folder is ``path`` (``plugins/<folder>``), or None when
+    ``path`` is no such folder."""
+    if path.parent != PLUGINS or not (path / "pyproject.toml").is_file():
+        return None
+    packages = sorted(init.parent.name for init in (path / "src").glob("*/__init__.py"))
+    return packages[0] if packages else None
+
+
+def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """Collect the folder of a bundled plugin that is not installed (its package cannot be imported) as a
+    :class:`NotInstalledPlugin`, so that ``pytest -m gpu`` on a machine with only some plugins collects
+    cleanly; every other folder as pytest would."""
+    package = _plugin_package(path)
+    if package is None or importlib.util.find_spec(package) is not None:
+        return None
+    return NotInstalledPlugin.from_parent(parent, path=path)

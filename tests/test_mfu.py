@@ -240,6 +240,24 @@ def test_meter_on_cuda_sees_the_calls_own_peak() -> None:
     assert meter.stats.max_allocated_gb is not None and 0.25 <= meter.stats.max_allocated_gb < 1.0
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="asynchronous kernels need CUDA")
+def test_meter_on_cuda_waits_for_the_calls_kernels() -> None:
+    """A call that only queues a long kernel lasts as long as the kernel (CUDA events time it), not the launch;
+    a kernel queued before the call is not counted."""
+    torch.cuda.init()
+    torch.cuda._sleep(200_000_000)  # queued before the call
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with CallMeter() as meter:
+        start.record()
+        torch.cuda._sleep(400_000_000)
+        end.record()
+    end.synchronize()
+    kernel_s = start.elapsed_time(end) / 1000
+    assert kernel_s > 0.05
+    assert 0.9 * kernel_s <= meter.stats.seconds < kernel_s + 0.05
+
+
 # -------------------------------------------------------------------------------------------- a real run
 def test_tiny_run_logs_mfu_and_records_the_peak(
     tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from rlcore.errors import RLCoreError
 from rlcore.testing import runs
@@ -116,6 +117,28 @@ def test_workers_reject_sizes_that_cannot_run(tiny_model_dir: Path, role: str, o
     worker_cls = CriticWorker if role == "critic" else ActorRolloutRefWorker
     with pytest.raises(RLCoreError, match=re.escape(message)):
         worker_cls(config, role, 0, 1)
+
+
+def test_a_packed_row_reaches_the_attention_as_its_sequences(tiny_model_dir: Path) -> None:
+    """Under Ulysses a packed micro-batch gets no ``[nnz, nnz]`` mask: the model's mask mapping holds the
+    sequences of the whole row, the end padding (to a multiple of the group size) a sequence of its own, and
+    each rank's slice of the tokens is half the padded row."""
+    from rlcore.modelkit.packed_attention import PackedSequences
+    from rlcore.modelkit.packing import pack_batch
+    from rlcore.modelkit.sequence_parallel import SequenceParallel, shard_packed
+
+    batch = sp_checks.global_batch(tiny_model_dir)
+    pairs = batch["attention_mask"].sum(-1).view(-1, 2).sum(-1)
+    first = 2 * int(torch.nonzero(pairs % 2 == 1)[0])
+    packed = pack_batch(batch.index(slice(first, first + 2)), "key")
+    nnz = packed.input_ids.shape[1]
+    assert nnz % 2 == 1
+    for rank in (0, 1):
+        sharded = shard_packed(packed, SequenceParallel(group=None, size=2, rank=rank))
+        mask = sharded.model_kwargs()["attention_mask"]["full_attention"]
+        assert isinstance(mask, PackedSequences)
+        assert mask.lengths == (*packed.lengths, 1) and mask.total == nnz + 1
+        assert sharded.input_ids.shape == (1, (nnz + 1) // 2)
 
 
 def test_heads_must_divide_by_the_group_size(tiny_model_dir: Path) -> None:

@@ -13,8 +13,10 @@ from PIL import Image
 from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.hf_models import response_outputs
+from rlcore.modelkit.packed_attention import ATTENTION_NAME
 from rlcore.modelkit.vlm import token_types
 from rlcore.processors import load_processor
+from rlcore.testing.attention import AttentionProbe
 from rlcore.testing.contracts.backend import TrainingBackendContract
 from rlcore.testing.tiny_vlm import build_tiny_vlm, vl_prompt_batch
 
@@ -79,7 +81,8 @@ def test_packed_and_padded_log_probs_agree_for_image_batches(vlm_dirs: dict[str,
     mask = batch["response_mask"].bool()
     with torch.no_grad():
         padded = response_outputs(model, batch, 1.0, with_entropy=True)
-        packed = response_outputs(model, batch, 1.0, with_entropy=True, remove_padding=True)
+        with AttentionProbe() as probe:
+            packed = response_outputs(model, batch, 1.0, with_entropy=True, remove_padding=True)
         reference = hf_reference_log_probs(model, batch)
         blank = batch.index(slice(None))
         blank.non_tensors["multi_modal_inputs"] = [
@@ -90,6 +93,10 @@ def test_packed_and_padded_log_probs_agree_for_image_batches(vlm_dirs: dict[str,
     torch.testing.assert_close(packed.log_probs[mask], padded.log_probs[mask], atol=1e-5, rtol=0)
     torch.testing.assert_close(packed.entropy[mask], padded.entropy[mask], atol=1e-5, rtol=0)
     torch.testing.assert_close(padded.log_probs[mask], reference[mask], atol=1e-5, rtol=0)
+    # the packed row's text attention is causal per sequence: no [nnz, nnz] mask, and the model was switched
+    assert not probe.squares(int(batch["attention_mask"].sum()))
+    assert any(call.causal and not call.masked for call in probe.calls)
+    assert model.config.get_text_config()._attn_implementation == ATTENTION_NAME
     # the pixels reach the model: other pixels, other log-probs on the rows with images (not on the text row)
     change = (without_images.log_probs - padded.log_probs).abs().amax(-1)
     assert change[[0, 1, 3]].min() > 1e-4 and change[2] < 1e-5

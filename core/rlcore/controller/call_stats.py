@@ -5,7 +5,9 @@ a Ray actor inside ``execute``) and keep the figures per method in a :class:`Cal
 empties once per step into ``timing_worker_s/<method>`` and ``perf/max_memory_{allocated,reserved}_gb/<method>``.
 The CUDA peaks are reset when a call starts, so each method's figure is its own peak
 (``torch.cuda.max_memory_allocated`` / ``max_memory_reserved``). A process that has not used CUDA reports
-no memory (CPU runs report their RSS in ``summary.json`` instead).
+no memory (CPU runs report their RSS in ``summary.json`` instead). CUDA work is asynchronous: where CUDA is in
+use the device is synchronized before the clock starts and before it is read, so a call's seconds include
+the kernels it queued and not those queued before it (on the CPU nothing is synchronized).
 """
 
 from __future__ import annotations
@@ -50,13 +52,14 @@ class CallMeter:
         self._range = False
 
     def __enter__(self) -> CallMeter:
-        """Open the call's NVTX range (when an nsys step is profiled), reset the CUDA memory peaks (when CUDA
-        is in use) and start the clock."""
+        """Open the call's NVTX range (when an nsys step is profiled), finish the device's queued work and reset
+        the CUDA memory peaks (when CUDA is in use) and start the clock."""
         from rlcore.profiling import nvtx
 
         self._range = nvtx.push_range(self.method or "worker_call")
         cuda = _cuda_in_use()
         if cuda is not None:
+            cuda.synchronize()
             cuda.reset_peak_memory_stats()
         self._start = time.perf_counter()
         return self
@@ -64,12 +67,15 @@ class CallMeter:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        """Record the seconds and the CUDA peaks (also when the block raised); close the NVTX range."""
+        """Record the seconds (when CUDA is in use and the block did not raise, after the device finished the
+        call's work) and the CUDA peaks (also when the block raised); close the NVTX range."""
         from rlcore.profiling import nvtx
 
+        cuda = _cuda_in_use()
+        if cuda is not None and exc_type is None:
+            cuda.synchronize()
         seconds = time.perf_counter() - self._start
         nvtx.pop_range(self._range)
-        cuda = _cuda_in_use()
         if cuda is None:
             self.stats = CallStats(seconds)
         else:

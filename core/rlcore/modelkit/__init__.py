@@ -3,7 +3,8 @@
 Every backend (FSDP, DeepSpeed, Megatron's HF export) and the rollout engines need the same pieces around a
 ``transformers`` model, and they live here once: loading a policy or value model and computing log-probs,
 entropy and values of response tokens (:mod:`~rlcore.modelkit.hf_models`), sequence packing
-(:mod:`~rlcore.modelkit.packing`), the shared-prompt forward (:mod:`~rlcore.modelkit.prefix_grouper`), Ulysses sequence parallelism (:mod:`~rlcore.modelkit.sequence_parallel`),
+(:mod:`~rlcore.modelkit.packing`) and its attention without an ``nnz × nnz`` mask
+(:mod:`~rlcore.modelkit.packed_attention`), the shared-prompt forward (:mod:`~rlcore.modelkit.prefix_grouper`), Ulysses sequence parallelism (:mod:`~rlcore.modelkit.sequence_parallel`),
 the kernel switches and fused log-probs (:mod:`~rlcore.modelkit.kernels`,
 :mod:`~rlcore.modelkit.fused_logprobs`), vision-language models (:mod:`~rlcore.modelkit.vlm`), the optimizer
 and learning-rate schedule (:mod:`~rlcore.modelkit.optim`), activation offload

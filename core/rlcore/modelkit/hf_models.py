@@ -24,6 +24,7 @@ from rlcore.api.training import GATHER_IDS, ModelOutput
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.fused_logprobs import fused_head
 from rlcore.modelkit.moe import MoeRouting, begin_batch
+from rlcore.modelkit.packed_attention import packed_forward, packed_sequences
 from rlcore.modelkit.packing import PackedBatch, pack_batch
 from rlcore.modelkit.prefix_grouper import grouped_logits
 from rlcore.modelkit.sequence_parallel import (
@@ -105,13 +106,18 @@ def accepts_logits_to_keep(model: Any) -> bool:
 def _sharded(
     model: nn.Module, batch: Batch, remove_padding: bool, key: str, sp: SequenceParallel
 ) -> tuple[ShardedInput, PackedBatch | None]:
-    """This rank's slice of ``batch`` (packed first with ``remove_padding``) and the packing, if any; the
-    mask in the dtype of ``model``'s parameters."""
-    dtype = next(model.parameters()).dtype
+    """This rank's slice of ``batch`` (packed first with ``remove_padding``) and the packing, if any; a
+    padded batch's mask in the dtype of ``model``'s parameters."""
     if remove_padding:
         packed = pack_batch(batch, key)
-        return shard_packed(packed, sp, dtype), packed
-    return shard_padded(batch, sp, dtype), None
+        return shard_packed(packed, sp), packed
+    return shard_padded(batch, sp, next(model.parameters()).dtype), None
+
+
+def _packed(model: nn.Module, packed: PackedBatch) -> AbstractContextManager[None]:
+    """The block in which ``model`` runs the row of ``packed`` without an ``nnz × nnz`` mask
+    (:func:`rlcore.modelkit.packed_attention.packed_forward`)."""
+    return packed_forward(model, packed_sequences(packed.lengths, packed.input_ids.device))
 
 
 def _responses(whole: torch.Tensor, batch: Batch, packed: PackedBatch | None) -> torch.Tensor:
@@ -234,7 +240,9 @@ def response_outputs(
     Only those positions are projected to the vocabulary when the model supports ``logits_to_keep``.
 
     With ``remove_padding`` the batch runs packed into one row without padding
-    (:func:`rlcore.modelkit.packing.pack_batch`); response positions that are not attended then get 0.
+    (:func:`rlcore.modelkit.packing.pack_batch`), each layer attending within each sequence without an
+    ``nnz × nnz`` mask (:mod:`rlcore.modelkit.packed_attention`); response positions that are not attended
+    then get 0.
     Without it they hold whatever the padded forward gives. Either way only positions inside the
     attention mask are meaningful. A vision-language model also gets the rows' images and mrope position
     ids (:func:`rlcore.modelkit.vlm.vision_language_kwargs`). With ``sp`` the model (switched to Ulysses
@@ -345,7 +353,7 @@ def _unsharded_outputs(
         if keep:
             kwargs["logits_to_keep"] = packed.keep_index
         labels = batch["responses"][packed.rows, packed.cols]
-        with _head(model, fused, temperature, lambda: _packed_labels(labels, packed, keep)):
+        with _head(model, fused, temperature, lambda: _packed_labels(labels, packed, keep)), _packed(model, packed):
             logits = model(**kwargs, use_cache=False).logits
         logits = logits[0] if keep else logits[0, packed.keep_index]
         if ids.gather_ids is not None:
@@ -421,8 +429,8 @@ def response_values(
 ) -> torch.Tensor:
     """Float32 values ``[B, R]`` at positions ``P−1 … P+R−2`` (the states before each response token).
 
-    With ``remove_padding`` the batch runs packed into one row (:func:`rlcore.modelkit.packing.pack_batch`)
-    and response positions outside the attention mask get 0. With ``sp`` each rank of the group computes
+    With ``remove_padding`` the batch runs packed into one row (:func:`rlcore.modelkit.packing.pack_batch`,
+    attention as in :func:`response_outputs`) and response positions outside the attention mask get 0. With ``sp`` each rank of the group computes
     the values of its slice of the sequence and they are gathered.
     """
     if sp is not None:
@@ -432,7 +440,8 @@ def response_values(
         return _responses(gather_sequence(local, sp, dim=1), batch, packed)
     if remove_padding:
         packed = pack_batch(batch, remove_padding_key)
-        values = model(packed.input_ids, None, packed.position_ids, keep_index=packed.keep_index)
+        with _packed(model, packed):
+            values = model(packed.input_ids, None, packed.position_ids, keep_index=packed.keep_index)
         return packed.unpack(values[0, :, 0].float())
     length = batch["responses"].shape[1]
     values = model(batch["input_ids"], batch["attention_mask"], batch["position_ids"], keep_last=length + 1)

@@ -2,11 +2,10 @@
 
 A micro-batch of left-padded prompts and right-padded responses ``[B, P + R]`` becomes one row
 ``(1, nnz)`` holding only the tokens whose ``attention_mask`` is 1, with position ids that restart at 0
-for every sequence. The model is called without an attention mask: transformers then derives the
-sequence boundaries from the restarting position ids and builds a block-diagonal causal mask (sdpa and
-eager, ``transformers.masking_utils.find_packed_sequence_indices``) or runs variable-length kernels
-(flash attention), so no token attends across sequences. Only the ``k`` outputs that predict response
-tokens are kept and scattered back into ``[B, R]``.
+for every sequence, and the length of every sequence. The model is called without an attention mask,
+inside :func:`rlcore.modelkit.packed_attention.packed_forward`: each layer attends causally within each
+sequence from those lengths, and no ``nnz × nnz`` mask is built, so no token attends across sequences.
+Only the ``k`` outputs that predict response tokens are kept and scattered back into ``[B, R]``.
 """
 
 from __future__ import annotations
@@ -31,6 +30,8 @@ class PackedBatch:
         rows: ``(k,)`` the response token's row in the ``[B, R]`` response layout.
         cols: ``(k,)`` its column there.
         shape: ``(B, R)``.
+        lengths: the attended tokens of each row (its sequence's length in the packed row; 0 for a row
+            without any).
     """
 
     input_ids: torch.Tensor
@@ -39,6 +40,7 @@ class PackedBatch:
     rows: torch.Tensor
     cols: torch.Tensor
     shape: tuple[int, int]
+    lengths: tuple[int, ...]
 
     def unpack(self, values: torch.Tensor) -> torch.Tensor:
         """``[B, R, ...]`` from per-kept-output ``values`` ``(k, ...)``; positions without a prediction are 0."""
@@ -84,4 +86,5 @@ def pack_batch(batch: Batch, key: str) -> PackedBatch:
         rows=rows,
         cols=cols,
         shape=(rows_count, response_length),
+        lengths=tuple(lengths.tolist()),
     )

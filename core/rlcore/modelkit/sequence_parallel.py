@@ -10,11 +10,13 @@ attention with the full mask, and a second all-to-all returns its slice of the s
 over the group, so the loss is computed on the whole sequence on every rank of the group.
 
 The attention runs through a function registered with transformers' ``AttentionInterface`` as
-:data:`ATTENTION_NAME`; :func:`install` switches a model to it. The mask is built here, for the whole
-sequence, and passed to the model as a ready mask mapping: the causal mask with key padding (padded
-batches) or the block-diagonal causal mask of packed sequences (``use_remove_padding``). Sequences whose
-length does not divide by ``size`` are padded at the end to the next multiple; the padding attends only to
-itself and its outputs are dropped. Key/value heads are repeated when their number does not divide by
+:data:`ATTENTION_NAME`; :func:`install` switches a model to it. What the attention needs about the whole
+sequence is built here and passed to the model as a ready mask mapping: for padded batches the causal mask
+with key padding ``[B, 1, T, T]``; for packed sequences (``use_remove_padding``) no mask but the sequences'
+lengths (:class:`rlcore.modelkit.packed_attention.PackedSequences`), and after the all-to-all each sequence
+attends causally within itself (:func:`rlcore.modelkit.packed_attention.attend`), as without Ulysses.
+Sequences whose length does not divide by ``size`` are padded at the end to the next multiple; the padding
+attends only to itself (a packed row's padding is a sequence of its own) and its outputs are dropped. Key/value heads are repeated when their number does not divide by
 ``size`` (grouped-query attention with one KV head and size 2); the query heads must divide.
 
 Gradients: every rank of a group computes the same loss from the gathered outputs and back-propagates
@@ -40,6 +42,7 @@ from rlcore.api.batch import Batch
 from rlcore.api.training import ParallelLayout
 from rlcore.config.batch_sizes import ulysses_size
 from rlcore.errors import RLCoreError
+from rlcore.modelkit.packed_attention import PackedSequences, attend, packed_sequences
 from rlcore.modelkit.packing import PackedBatch
 
 #: the name of the Ulysses attention in transformers' ``AttentionInterface``
@@ -160,37 +163,41 @@ def ulysses_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
+    attention_mask: torch.Tensor | PackedSequences | None,
     dropout: float = 0.0,
     scaling: float | None = None,
     sliding_window: int | None = None,
     **_: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers attention function: ``query`` ``[B, H, T/size, D]``, ``key``/``value`` ``[B, KV, T/size, D]``
-    of this rank's slice (after the rotary embedding) → ``[B, T/size, H, D]``. ``attention_mask`` is the
-    whole-sequence additive mask ``[B, 1, T, T]`` built by :func:`shard_padded` / :func:`shard_packed`
-    (one tensor for every layer, so autograd saves it once; cast per layer only when the compute dtype
-    differs from the one it was built in, as under FSDP's mixed precision)."""
+    of this rank's slice (after the rotary embedding) → ``[B, T/size, H, D]``. ``attention_mask`` is what
+    :func:`shard_padded` / :func:`shard_packed` built for the whole sequence: the additive mask
+    ``[B, 1, T, T]`` of a padded batch (one tensor for every layer, so autograd saves it once; cast per
+    layer only when the compute dtype differs from the one it was built in, as under FSDP's mixed
+    precision), or the :class:`~rlcore.modelkit.packed_attention.PackedSequences` of a packed row."""
     sp: SequenceParallel | None = getattr(module, MODULE_ATTRIBUTE, None)
     if sp is None:
         raise RLCoreError(f"{ATTENTION_NAME} attention ran on a model without a sequence-parallel group")
     if sliding_window is not None:
         raise RLCoreError("Ulysses sequence parallelism does not support sliding-window attention layers")
-    if attention_mask is None or attention_mask.dim() != 4:
+    if attention_mask is None or (isinstance(attention_mask, torch.Tensor) and attention_mask.dim() != 4):
         raise RLCoreError(f"{ATTENTION_NAME} attention needs the whole-sequence mask of shard_padded/shard_packed")
     heads, kv_heads = query.shape[1], key.shape[1]
     if kv_heads % sp.size:
         key = key.repeat_interleave(heads // kv_heads, dim=1)
         value = value.repeat_interleave(heads // kv_heads, dim=1)
     query, key, value = (all_to_all(t, sp, scatter_dim=1, gather_dim=2) for t in (query, key, value))
-    groups = query.shape[1] // key.shape[1]
-    if groups > 1:
-        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
-    if attention_mask.dtype != query.dtype:
-        attention_mask = attention_mask.to(query.dtype)
-    out = nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling
-    )
+    if isinstance(attention_mask, PackedSequences):
+        out = attend(query, key, value, attention_mask, scaling=scaling, dropout=dropout).transpose(1, 2)
+    else:
+        groups = query.shape[1] // key.shape[1]
+        if groups > 1:
+            key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+        if attention_mask.dtype != query.dtype:
+            attention_mask = attention_mask.to(query.dtype)
+        out = nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling
+        )
     out = all_to_all(out, sp, scatter_dim=2, gather_dim=1)
     return out.transpose(1, 2).contiguous(), None
 
@@ -231,14 +238,14 @@ class ShardedInput:
     Attributes:
         input_ids: ``[B, T'/size]`` this rank's slice of the (padded) tokens.
         position_ids: ``[B, T'/size]`` their positions.
-        mask: ``[B, 1, T', T']`` the whole-sequence additive attention mask (0: may attend, the dtype's
-            lowest value: may not).
+        mask: ``[B, 1, T', T']`` the whole-sequence additive attention mask of a padded batch (0: may attend,
+            the dtype's lowest value: may not), or the sequences of a packed row ``(1, T')``.
         labels: ``[B, T'/size]`` the next token of every position of the slice (0 after the last one).
     """
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    mask: torch.Tensor
+    mask: torch.Tensor | PackedSequences
     labels: torch.Tensor
 
     def model_kwargs(self) -> dict[str, Any]:
@@ -261,13 +268,10 @@ def _slice(x: torch.Tensor, sp: SequenceParallel) -> torch.Tensor:
 
 
 def _shard(
-    ids: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor, sp: SequenceParallel, dtype: torch.dtype
+    ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | PackedSequences, sp: SequenceParallel
 ) -> ShardedInput:
-    """Slice padded ``ids`` and ``positions`` ``[B, T']``; the labels are the next tokens; ``allowed`` (True:
-    may attend) becomes an additive mask in ``dtype``. SDPA would otherwise convert a boolean mask in every
-    layer and autograd keep each copy, ``[T', T']`` per layer."""
+    """Slice padded ``ids`` and ``positions`` ``[B, T']``; the labels are the next tokens."""
     labels = nn.functional.pad(ids[:, 1:], (0, 1))
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, torch.finfo(dtype).min)
     return ShardedInput(_slice(ids, sp), _slice(positions, sp), mask, _slice(labels, sp))
 
 
@@ -286,22 +290,22 @@ def shard_padded(batch: Batch, sp: SequenceParallel, dtype: torch.dtype = torch.
     positions = _pad_to(batch["position_ids"], length)
     causal = torch.ones(length, length, dtype=torch.bool, device=ids.device).tril()
     eye = torch.eye(length, dtype=torch.bool, device=ids.device)
-    mask = (causal & keys[:, None, :]) | eye
-    return _shard(ids, positions, mask[:, None], sp, dtype)
+    allowed = ((causal & keys[:, None, :]) | eye)[:, None]
+    # additive: SDPA would otherwise convert a boolean mask in every layer and autograd keep each copy
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=ids.device).masked_fill_(~allowed, torch.finfo(dtype).min)
+    return _shard(ids, positions, mask, sp)
 
 
-def shard_packed(packed: PackedBatch, sp: SequenceParallel, dtype: torch.dtype = torch.float32) -> ShardedInput:
-    """This rank's slice of a packed row ``(1, nnz)``; the end padding forms a sequence of its own and the
-    mask is causal within each sequence (sequences start where the position ids restart at 0)."""
+def shard_packed(packed: PackedBatch, sp: SequenceParallel) -> ShardedInput:
+    """This rank's slice of a packed row ``(1, nnz)`` and the sequences of the whole row, whose end padding
+    forms a sequence of its own: each sequence attends causally within itself, without a mask."""
     nnz = packed.input_ids.shape[1]
     length = padded_length(nnz, sp)
     extra = torch.arange(length - nnz, device=packed.position_ids.device, dtype=packed.position_ids.dtype)
     ids = _pad_to(packed.input_ids, length)
     positions = torch.cat([packed.position_ids, extra[None]], dim=1)
-    sequence = (positions[0] == 0).cumsum(0)
-    causal = torch.ones(length, length, dtype=torch.bool, device=ids.device).tril()
-    mask = causal & (sequence[:, None] == sequence[None, :])
-    return _shard(ids, positions, mask[None, None], sp, dtype)
+    sequences = packed_sequences([*packed.lengths, length - nnz], ids.device)
+    return _shard(ids, positions, sequences, sp)
 
 
 def attended_slice(mask: torch.Tensor, sp: SequenceParallel) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """The DeepSpeed engine trains exactly as the FSDP engine: one update on the same data gives the same
-gradient norm and the same new log-probs (within 1e-4), at every ZeRO stage."""
+gradient norm and the same new log-probs (within 1e-4), at every ZeRO stage, padded and packed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from rlcore.testing.sequence_parallel import run_case
+from rlcore.testing.attention import AttentionProbe
+from rlcore.testing.sequence_parallel import global_batch, run_case
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +31,22 @@ def test_one_update_equals_fsdp(tiny_model_dir: Path, fsdp: dict[str, Any], stag
     assert ours["grad_norm"] == pytest.approx(fsdp["grad_norm"], rel=1e-5)
     assert not torch.allclose(ours["new_log_probs"][mask], ours["log_probs"][mask]), "the update changed nothing"
     torch.testing.assert_close(ours["new_log_probs"][mask], fsdp["new_log_probs"][mask], atol=1e-4, rtol=0)
+
+
+def test_packed_update_equals_the_padded_one_without_a_square_mask(tiny_model_dir: Path, fsdp: dict[str, Any]) -> None:
+    """``use_remove_padding``: the packed actor and critic give the padded FSDP run's numbers, and no packed
+    micro-batch gets an ``nnz × nnz`` mask: every attention call is causal without a mask, none spans a
+    packed row of several sequences (:mod:`rlcore.modelkit.packed_attention`)."""
+    with AttentionProbe() as probe:
+        ours = run_case("deepspeed", tiny_model_dir, packed=True)
+    mask = fsdp["mask"].bool()
+    for key in ("log_probs", "entropy"):
+        torch.testing.assert_close(ours[key][mask], fsdp[key][mask], atol=1e-5, rtol=0)
+    assert ours["grad_norm"] == pytest.approx(fsdp["grad_norm"], rel=1e-5)
+    torch.testing.assert_close(ours["new_log_probs"][mask], fsdp["new_log_probs"][mask], atol=1e-4, rtol=0)
+    torch.testing.assert_close(ours["values"], fsdp["values"], atol=1e-5, rtol=0)
+    assert probe.calls and all(call.causal and not call.masked for call in probe.calls)
+    assert max(call.query[2] for call in probe.calls) == max(global_batch(tiny_model_dir)["attention_mask"].sum(-1))
 
 
 def test_zero3_gathers_the_weights_bucket_by_bucket(

@@ -1,8 +1,10 @@
-"""Sequence packing (``use_remove_padding``): packed and padded forwards agree for the actor and the critic."""
+"""Sequence packing (``use_remove_padding``): packed and padded forwards agree for the actor and the critic, and
+the packed ones never build an ``nnz × nnz`` attention mask (:mod:`rlcore.modelkit.packed_attention`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ import torch
 from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.packing import pack_batch
+from rlcore.testing.attention import AttentionProbe
 from rlcore.testing.contracts.backend import make_batch
 
 PROMPTS = ("what is 3 + 4", "john has 5 apples and mary has more", "cost", "how many oranges are left", "a")
@@ -41,13 +44,28 @@ def test_pack_batch_rejects_positions_that_do_not_restart(ragged: Batch) -> None
         pack_batch(ragged, "critic.model.use_remove_padding")
 
 
+def _micro_batch_tokens(batch: Batch, size: int) -> set[int]:
+    """The packed row length of each micro-batch of ``size`` rows."""
+    return {int(part.sum()) for part in batch["attention_mask"].split(size)}
+
+
+def _assert_no_square_masks(probe: AttentionProbe, lengths: set[int]) -> None:
+    """No tensor of ``[..., nnz, nnz]`` for any packed row length, and every attention call causal and unmasked."""
+    assert probe.calls and all(call.causal and not call.masked for call in probe.calls)
+    for nnz in lengths:
+        assert not probe.squares(nnz), nnz
+
+
 def test_packed_log_probs_and_entropies_equal_padded(make_worker: Callable[..., Any], ragged: Batch) -> None:
     """Same actor, same batch: packed log-probs and entropies equal the padded ones on every response token,
-    so the packed attention isolates the sequences; outside the mask the packed values are 0."""
+    so the packed attention isolates the sequences; outside the mask the packed values are 0. The packed
+    micro-batches attend without an ``nnz × nnz`` mask."""
     worker = make_worker("actor", actor_rollout_ref__rollout__log_prob_micro_batch_size_per_gpu=2)
     padded = worker.compute_log_prob(ragged)
     worker.actor.remove_padding = True
-    packed = worker.compute_log_prob(ragged)
+    with AttentionProbe() as probe:
+        packed = worker.compute_log_prob(ragged)
+    _assert_no_square_masks(probe, _micro_batch_tokens(ragged, 2))
     mask = ragged["response_mask"].bool()
     for key in ("old_log_probs", "entropys"):
         torch.testing.assert_close(packed[key][mask], padded[key][mask], atol=1e-5, rtol=1e-5)
@@ -64,12 +82,17 @@ def test_packed_values_equal_padded(make_worker: Callable[..., Any], ragged: Bat
     padded = worker.compute_values(ragged)["values"]
     assert torch.count_nonzero(padded) > 0
     worker.critic.remove_padding = True
-    torch.testing.assert_close(worker.compute_values(ragged)["values"], padded, atol=1e-5, rtol=1e-5)
+    with AttentionProbe() as probe:
+        packed = worker.compute_values(ragged)["values"]
+    torch.testing.assert_close(packed, padded, atol=1e-5, rtol=1e-5)
+    _assert_no_square_masks(probe, {int(ragged["attention_mask"].sum())})
 
 
 def test_packed_update_equals_padded_update(make_worker: Callable[..., Any], ragged: Batch) -> None:
-    """A PPO update through packed forwards gives the padded update's loss, gradient norm and parameters."""
+    """A PPO update through packed forwards gives the padded update's loss, gradient norm and parameters;
+    neither its forward nor its backward creates an ``nnz × nnz`` tensor."""
     results = []
+    probe = AttentionProbe()
     for packed in (False, True):
         worker = make_worker(
             "actor",
@@ -81,8 +104,10 @@ def test_packed_update_equals_padded_update(make_worker: Callable[..., Any], rag
         data = ragged.select()
         data["old_log_probs"] = worker.compute_log_prob(data)["old_log_probs"]
         data["advantages"] = torch.linspace(-1, 1, data["old_log_probs"].numel()).view_as(data["old_log_probs"])
-        metrics = worker.update_actor(data).meta["metrics"]
+        with probe if packed else nullcontext():
+            metrics = worker.update_actor(data).meta["metrics"]
         results.append((metrics, worker.full_state_dict()))
+    _assert_no_square_masks(probe, {int(ragged["attention_mask"].sum())})
     (padded_metrics, padded_state), (packed_metrics, packed_state) = results
     assert packed_metrics["actor/pg_loss"] == pytest.approx(padded_metrics["actor/pg_loss"], abs=1e-6)
     assert packed_metrics["actor/grad_norm"] == pytest.approx(padded_metrics["actor/grad_norm"], rel=1e-5)
