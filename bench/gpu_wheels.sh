@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the folder that `python bench/gpu.py --wheels DIR` installs on a GPU machine without a package index
-# (bench/README.md, "bench/gpu.py"): wheels of rlcore and of the plugins the benchmark's runs use (FSDP, GRPO),
-# built from a copy of this checkout (FSDP, GRPO and Megatron); omegaconf's wheel (pure Python, not installed there)
+# (bench/README.md, "bench/gpu.py"): wheels of rlcore and of the plugins the benchmark's runs use (FSDP, GRPO
+# and Megatron), built by tools/wheelhouse.py from clean copies of this checkout; omegaconf's wheel (pure Python, not installed there)
 # and megatron-core's for the GPU machine's Python ($GPU_PYTHON, default 3.12), downloaded once here; and
 # commit.txt, the commit they were built from (the device machine's copy has no .git).
 #
@@ -16,17 +16,8 @@ python=${PYTHON:-python}
 omegaconf=$("$python" -c "import importlib.metadata as m; print(m.version('omegaconf'))")
 
 rm -rf "$out/whl"
-mkdir -p "$out/whl"
-src=$(mktemp -d)
-trap 'rm -rf "$src"' EXIT
-cp -r "$repo/pyproject.toml" "$repo/README.md" "$repo/LICENSE" "$repo/core" "$src/"
-mkdir "$src/plugins"
 plugins="backend_fsdp algo_grpo backend_megatron"
-for plugin in $plugins; do
-    cp -r "$repo/plugins/$plugin" "$src/plugins/$plugin"
-done
-find "$src" \( -name __pycache__ -o -name '*.egg-info' -o -name build -o -name dist \) -prune -exec rm -rf {} +
-"$python" -m pip wheel -q --no-deps --no-build-isolation -w "$out/whl" "$src" $(printf "$src/plugins/%s " $plugins)
+"$python" "$repo/tools/wheelhouse.py" --out "$out/whl" "$repo" $(printf "$repo/plugins/%s " $plugins) > /dev/null
 "$python" -m pip download -q --no-deps --only-binary=:all: -d "$out/whl" "omegaconf==$omegaconf"
 mcore=$("$python" -c "import importlib.metadata as m; print(m.version('megatron-core'))")
 gpu_python=${GPU_PYTHON:-3.12}
@@ -40,3 +31,8 @@ fi
 echo "$commit" > "$out/commit.txt"
 ls -1 "$out/whl"
 du -sh "$out"
+# the device tool carries at most 64 MiB with the working tree
+if [ "$(du -sk "$out" | cut -f1)" -gt $((64 * 1024)) ]; then
+    echo "error: $out is over the 64 MiB that may travel with the working tree" >&2
+    exit 1
+fi

@@ -62,6 +62,9 @@ def test_preset_run_in_a_log_names_its_presets_everywhere(tmp_path: Path, cache:
     assert all(len(line) < 120 for line in steps)
 
     (run_dir,) = (tmp_path / "outputs" / "rlcore-default").glob("arith-dapo-*")
+    assert f"model:         {(run_dir / 'model').relative_to(tmp_path)} (Hugging Face format)" in lines
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (run_dir / "model").iterdir()}
+    assert not any(line.startswith("checkpoint:") for line in lines), "save_freq is not set: no checkpoint line"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["presets"] == ["arith-cpu", "dapo"]
     presets = {entry["name"]: entry["keys"] for entry in json.loads((run_dir / "presets.json").read_text())}
@@ -75,10 +78,13 @@ def test_preset_run_in_a_log_names_its_presets_everywhere(tmp_path: Path, cache:
 
 
 def test_repeated_run_with_a_finished_checkpoint_starts_afresh(tmp_path: Path, cache: Path) -> None:
-    """A run whose checkpoint already finished all its steps starts a fresh run and says so; told to resume
-    that checkpoint, it stops before creating a run directory."""
+    """A run with ``save_freq`` names its newest checkpoint at the end; the same command again, its checkpoint
+    having finished all its steps, starts a fresh run and says so; told to resume that checkpoint, it stops
+    before creating a run directory."""
     args = ("run", "trainer.total_training_steps=1", "trainer.save_freq=1", "trainer.val_before_train=false")
-    assert rlcore(tmp_path, cache, *args, "data.train_batch_size=8").returncode == 0
+    first = rlcore(tmp_path, cache, *args, "data.train_batch_size=8")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "checkpoint:    checkpoints/rlcore-default/arith-grpo/global_step_1" in first.stdout.splitlines()
     again = rlcore(tmp_path, cache, *args, "data.train_batch_size=8")
     assert again.returncode == 0, again.stderr[-3000:]
     assert (

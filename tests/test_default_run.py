@@ -45,14 +45,43 @@ def run_default(cwd: Path, cache: Path, *args: str) -> tuple[subprocess.Complete
     return result, rows
 
 
+def greedy_accuracy(model_dir: Path, cache: Path) -> float:
+    """The share of the bundled task's validation prompts that the Hugging Face model in ``model_dir`` (loaded
+    with ``transformers`` alone, as the README shows) answers right by greedy decoding."""
+    import pyarrow.parquet as pq
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    (val_file,) = cache.glob("arith-*/test.parquet")
+    rows = pq.read_table(val_file).to_pylist()
+    right = 0
+    with torch.no_grad():
+        for row in rows:
+            ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, return_tensors="pt")
+            out = model.generate(**ids, max_new_tokens=4, do_sample=False)
+            answer = tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
+            right += answer.strip() == row["reward_model"]["ground_truth"]
+    return right / len(rows)
+
+
 def test_rlcore_run_without_arguments_learns(tmp_path: Path, cache: Path) -> None:
-    result, _ = run_default(tmp_path, cache)
+    """The run learns, draws its report, and leaves the trained policy in ``<run directory>/model``: a few MB
+    in Hugging Face format, named by the summary, that ``transformers`` loads and that answers the validation
+    prompts as well as the run's last validation said."""
+    result, rows = run_default(tmp_path, cache)
     (run_dir,) = (tmp_path / "outputs" / "rlcore-default").glob("arith-grpo-*")
     assert (run_dir / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (run_dir / "report" / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert 'src="panels/reward.png"' in (run_dir / "report" / "index.html").read_text()
     for line in ("val-core/rlcore/arith/reward/mean@1:", "wall time:", "report:", "reward curve:"):
         assert line in result.stdout
+    model = run_dir / "model"
+    assert f"model:         {model.relative_to(tmp_path)} (Hugging Face format)" in result.stdout.splitlines()
+    assert sum(path.stat().st_size for path in model.iterdir()) < 5_000_000
+    final = [row[VAL_KEY] for row in rows if row.get(VAL_KEY) is not None][-1]
+    assert greedy_accuracy(model, cache) >= final - 0.05
 
 
 def test_default_run_with_the_vllm_engine_learns(tmp_path: Path, cache: Path) -> None:

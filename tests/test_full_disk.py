@@ -208,8 +208,10 @@ REPORT_ON_A_FULL_DISK = textwrap.dedent(
     """
     import json, os, sys
     from pathlib import Path
+    from omegaconf import OmegaConf
     from rlcore.presets import PRESETS_FILE
     from rlcore.run import _summarise
+    from rlcore.run_context import RunContext
 
     run_dir = Path(sys.argv[1]) / "runs" / "run-1"
     run_dir.mkdir(parents=True)
@@ -220,7 +222,8 @@ REPORT_ON_A_FULL_DISK = textwrap.dedent(
     fd = os.open(run_dir / "filler.bin", os.O_CREAT | os.O_WRONLY)
     os.posix_fallocate(fd, 0, stats.f_bavail * stats.f_frsize - 8192)  # room for summary.json, not for a plot
     os.close(fd)
-    _summarise(run_dir, {"critic/score/mean": 1.0}, 12.0, "completed")
+    config = OmegaConf.create({"trainer": {"save_freq": -1}})
+    _summarise(config, RunContext(config, run_dir), {"critic/score/mean": 1.0}, 12.0, "completed")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["last"] == {"critic/score/mean": 1.0}, summary
     assert (run_dir / "metrics.jsonl").read_text() == "".join(json.dumps(row) + "\\n" for row in rows)
@@ -247,7 +250,7 @@ def test_a_full_disk_while_writing_the_report_is_one_line_and_keeps_the_summary(
     assert "not drawn: cannot write" in curve and "No space left on device" in curve
 
     script = (
-        REPORT_ON_A_FULL_DISK.split("_summarise(run_dir")[0]
+        REPORT_ON_A_FULL_DISK.split("config = OmegaConf")[0]
         + "from rlcore.cli import cli\ncli(['report', str(run_dir)])\n"
     )
     again = _in_small_tmpfs(mount, "1m", [sys.executable, "-c", script, str(mount)], 120)

@@ -131,27 +131,13 @@ def test_lean_core_names_the_pip_line_of_each_missing_component(tmp_path: Path, 
 
 
 @pytest.mark.slow
-def test_pip_install_dapo_alone_trains_the_bundled_task(tmp_path: Path, run: Any, rlcore_wheel: Path) -> None:
-    """The issue's acceptance: a wheelhouse of every distribution, a fresh venv with torch installed first, then
-    only ``pip install rlcore-plugin-dapo``; ``rlcore run --preset dapo`` trains two steps of the bundled task."""
+def test_pip_install_dapo_alone_trains_the_bundled_task(tmp_path: Path, run: Any) -> None:
+    """The README's pip door: ``python tools/wheelhouse.py`` builds a wheel of every distribution of the
+    checkout; a fresh venv with torch installed first, then only ``pip install --find-links wheelhouse
+    rlcore-plugin-dapo``; ``rlcore run --preset dapo`` trains two steps of the bundled task."""
     wheelhouse = tmp_path / "wheelhouse"
-    wheelhouse.mkdir()
-    shutil.copy2(rlcore_wheel, wheelhouse)
-    sources = [copy_sources(project, tmp_path / "src") for project in PLUGIN_PROJECTS]
-    run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--wheel-dir",
-            wheelhouse,
-            *sources,
-        ]
-    )
+    built = run([sys.executable, ROOT / "tools" / "wheelhouse.py", "--out", wheelhouse], cwd=tmp_path)
+    assert f"wheels in {wheelhouse}: pip install --find-links {wheelhouse} rlcore-plugin-<name>" in built.stdout
     names = {normalize_dist_name(project_table(project)["name"]) for project in [ROOT, *PLUGIN_PROJECTS]}
     assert {normalize_dist_name(wheel.name.split("-")[0]) for wheel in wheelhouse.glob("*.whl")} == names
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import functools
 import json
 import os
 import re
+import socket
 import struct
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -16,6 +21,10 @@ from rlcore.errors import RLCoreError
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.safetensors.index.json", "*.bin.index.json")
+#: the Hugging Face hub, unless ``HF_ENDPOINT`` names another (as for ``huggingface_hub``)
+HUB = "https://huggingface.co"
+#: how long :func:`hub_unreachable` waits for the hub to answer
+HUB_PROBE_TIMEOUT_S = 5.0
 
 
 class ModelPathError(RLCoreError):
@@ -90,21 +99,54 @@ def _check_path(value: str, key: str, *, weights: bool, tokenizer: bool) -> None
     local_looking = value.startswith(("/", "./", "../", "~")) or not _REPO_ID.match(value)
     if local_looking:
         raise ModelPathError(f"{key}={value}: no such folder; give a local model folder or a Hugging Face repo id")
-    if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True", "YES", "yes"):
-        from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache
 
-        if not isinstance(try_to_load_from_cache(value, "config.json"), str):
-            raise ModelPathError(
-                f"{key}={value}: not a local folder, and the Hugging Face repo {value} is not in the "
-                "cache while HF_HUB_OFFLINE is set; download it first or give a local folder"
-            )
+    if isinstance(try_to_load_from_cache(value, "config.json"), str):
+        return
+    if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True", "YES", "yes"):
+        raise ModelPathError(
+            f"{key}={value}: not a local folder, and the Hugging Face repo {value} is not in the "
+            "cache while HF_HUB_OFFLINE is set; download it first or give a local folder"
+        )
+    endpoint = os.environ.get("HF_ENDPOINT") or HUB
+    unreachable = hub_unreachable(endpoint)
+    if unreachable:
+        raise ModelPathError(
+            f"{key}={value}: not a local folder and not in the Hugging Face cache, and the hub cannot be reached "
+            f"({endpoint}: {unreachable}); no network? Download it where there is one (hf download {value} "
+            f"--local-dir DIR) and give the folder ({key}=DIR), or set HF_HUB_OFFLINE=1 to use only the cache"
+        )
+
+
+@functools.cache
+def hub_unreachable(endpoint: str) -> str | None:
+    """Why the Hugging Face hub at ``endpoint`` cannot be reached (no name resolution, connection refused, no
+    answer within :data:`HUB_PROBE_TIMEOUT_S`), or None when it answers (any HTTP status) or fails in another
+    way (TLS, a proxy's error), which the download then reports. One request, through the proxies of the
+    environment, asked once per process."""
+    request = urllib.request.Request(endpoint.rstrip("/") + "/api/models", method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=HUB_PROBE_TIMEOUT_S):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        if isinstance(reason, TimeoutError):
+            return f"no answer within {HUB_PROBE_TIMEOUT_S:g} s"
+        if isinstance(reason, (socket.gaierror, ConnectionRefusedError)) or (
+            isinstance(reason, OSError) and reason.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH)
+        ):
+            return getattr(reason, "strerror", None) or str(reason)
+        return None
 
 
 def check_model_paths(config: DictConfig) -> None:
     """Check ``actor_rollout_ref.model.path`` (and ``tokenizer_path``, and the critic's model when a critic
     may run) before anything loads. Local folders must hold a valid ``config.json``, intact weights and a
-    tokenizer; a path that looks local but does not exist is an error; a repo id must be in the Hugging Face
-    cache when ``HF_HUB_OFFLINE`` is set (otherwise it is left to the download)."""
+    tokenizer; a path that looks local but does not exist is an error; a repo id not in the Hugging Face
+    cache is an error when ``HF_HUB_OFFLINE`` is set or the hub cannot be reached (:func:`hub_unreachable`:
+    at once, instead of the download's minute of retries), and is otherwise left to the download."""
     model = config.actor_rollout_ref.model
     if not model.path:
         return

@@ -56,6 +56,21 @@ _NAME = re.compile(r"^[A-Za-z0-9][\w.\-/+]*$")
 
 #: the type of a component's capability spec (None for a kind without capabilities)
 SpecT = TypeVar("SpecT")
+#: the kinds that name an algorithm, whose names users mix up (``--preset grpo``, ``adv_estimator=dapo``)
+ALGORITHM_KINDS: tuple[str, ...] = ("preset", "advantage_estimator", "policy_loss")
+
+
+def spelling(name: str) -> str:
+    """``name`` with case and ``-``/``_`` ignored: what two names that differ only in spelling share."""
+    return name.lower().replace("-", "_")
+
+
+def _article(kind: str) -> str:
+    return "an" if kind[0] in "aeiou" else "a"
+
+
+def _plural(kind: str) -> str:
+    return f"{kind}es" if kind.endswith("s") else f"{kind}s"
 
 
 class UnknownComponentError(RLCoreError, KeyError):
@@ -344,21 +359,52 @@ class Registry:
             raise UnknownComponentError(self._unknown(kind, name))
         return comp
 
+    def _known_names(self, kind: str) -> list[str]:
+        """Sorted names and aliases of ``kind`` that are registered."""
+        return sorted({*self.names(kind), *(a for (k, a) in self._aliases if k == kind)})
+
     def _unknown(self, kind: str, name: str) -> str:
-        """The message for an unregistered ``name``: which distribution provides it and its ``pip install``
-        line (from :mod:`rlcore.distributions`), or a did-you-mean, and the known names of ``kind``."""
-        known = sorted({*self.names(kind), *(a for (k, a) in self._aliases if k == kind)})
-        advice = distributions.missing_component_advice(kind, name)
-        if advice is not None:
-            return f"unknown {kind} {name!r}: {advice}. Known {kind}s: {', '.join(known) or 'none'}"
+        """The message for an unregistered ``name``, and the known names of ``kind``. The advice, first that
+        applies: the name in other case or spelling (``DAPO``: ``dapo``); the distribution that provides it and
+        its ``pip install`` line (from :mod:`rlcore.distributions`); the algorithm kind it belongs to instead
+        (:meth:`other_kind`: ``--preset grpo`` names the estimator); the closest name of ``kind``."""
+        known = self._known_names(kind)
         listing = ", ".join(known) if known else "(none: is the plugin that provides it installed?)"
         candidates = sorted({*known, *distributions.provided_names(kind)})
-        close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.5)
+        same = next((c for c in candidates if c != name and spelling(c) == spelling(name)), None)
+        close = [same] if same else difflib.get_close_matches(name, candidates, n=1, cutoff=0.5)
+        if not same:
+            advice = distributions.missing_component_advice(kind, name)
+            if advice is not None:
+                return f"unknown {kind} {name!r}: {advice}. Known {_plural(kind)}: {', '.join(known) or 'none'}"
+            other = self.other_kind(kind, name)
+            if other is not None:
+                other_kind, other_name = other
+                how = KIND_SPECS[other_kind].selected_by.replace("NAME", other_name)
+                chosen = how if " " in how else f"{how}={other_name}"
+                return (
+                    f"unknown {kind} {name!r}: {other_name!r} is {_article(other_kind)} {other_kind}, not {_article(kind)} "
+                    f"{kind}; choose it with {chosen}. Known {_plural(kind)}: {listing}"
+                )
         hint = ""
         if close:
             dist = None if close[0] in known else distributions.provider(kind, close[0])
             hint = f" Did you mean {close[0]!r}{f' ({dist.install_line})' if dist else ''}?"
-        return f"unknown {kind} {name!r}.{hint} Known {kind}s: {listing}"
+        return f"unknown {kind} {name!r}.{hint} Known {_plural(kind)}: {listing}"
+
+    def other_kind(self, kind: str, name: str) -> tuple[str, str] | None:
+        """``(other kind, its name)`` when ``name``, not a ``kind``, names a component of another algorithm kind
+        (:data:`ALGORITHM_KINDS`: presets, advantage estimators, policy losses), registered or provided by a
+        known distribution, in any case (``--preset grpo``: the ``grpo`` advantage estimator); else None."""
+        if kind not in ALGORITHM_KINDS:
+            return None
+        for other in ALGORITHM_KINDS:
+            if other == kind:
+                continue
+            for candidate in sorted({*self._known_names(other), *distributions.provided_names(other)}):
+                if spelling(candidate) == spelling(name):
+                    return other, candidate
+        return None
 
     @overload
     def spec(self, kind: Literal["advantage_estimator"], name: str) -> AdvantageEstimatorSpec: ...

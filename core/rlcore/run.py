@@ -178,10 +178,7 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
     record them in ``problems`` when it is given).
 
     Components are resolved without importing them (an advantage estimator's ``min_group_size`` is
-    checked against ``rollout.n``), except the training backends, whose ``check_config`` runs
-    (:func:`_check_engines`), and the trackers: their libraries are imported and
-    their settings checked (:func:`~rlcore.tracking.external.preflight_trackers`), so that a tracker whose
-    package is missing fails here, naming its ``pip install 'rlcore[...]'`` line, before any model loads.
+    checked against ``rollout.n``); the checks that import them are :func:`check_engines_and_trackers`.
     """
     collected = problems if problems is not None else Problems()
     registry = manager.registry
@@ -208,19 +205,26 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
         _check_sum_pi_squared(config, registry)
     with collected.collect():
         _check_ref_strategy(config, registry)
-    with collected.collect():
-        _check_engines(config, registry)
-    before = len(collected.items)
     for name in _loggers(config):
         with collected.collect():
             _component(manager, "trainer.logger", "tracker", name)
-    if len(collected.items) == before:  # the libraries of known trackers only
-        from rlcore.tracking.external import preflight_trackers
-
-        with collected.collect():
-            preflight_trackers(config, registry)
     if problems is None:
         collected.raise_if_any()
+
+
+def check_engines_and_trackers(config: DictConfig, registry: Registry, problems: Problems) -> None:
+    """The checks that import what the config names, recorded in ``problems``: the training backends'
+    ``check_config`` (:func:`_check_engines`) and the trackers' libraries and settings
+    (:func:`~rlcore.tracking.external.preflight_trackers`), so that a tracker whose package is missing fails
+    here, naming its ``pip install 'rlcore[...]'`` line, before any model loads. They import torch or a
+    tracker's library (seconds), so ``rlcore run`` makes them last, on a config with nothing else wrong: a
+    mistake such as an unknown key is reported at once."""
+    from rlcore.tracking.external import preflight_trackers
+
+    with problems.collect():
+        _check_engines(config, registry)
+    with problems.collect():
+        preflight_trackers(config, registry)
 
 
 def run_plan_lines(config: DictConfig) -> list[str]:
@@ -353,6 +357,8 @@ def run_training(
     images = None
     with problems.collect():
         images = image_plan(config)
+    if not problems.items:
+        check_engines_and_trackers(config, registry, problems)
     problems.raise_if_any()
     versions = manager.versions()
     click.echo(plugins_line(versions))
@@ -406,7 +412,7 @@ def run_training(
         run,
         manager,
         open_run_dir=open_run_dir,
-        summarise=lambda last, status: _summarise(run.run_dir, last, time.perf_counter() - start, status),
+        summarise=lambda last, status: _summarise(config, run, last, time.perf_counter() - start, status),
         print_kept=lambda abandoned: print_kept(config, run.run_dir, abandoned=abandoned),
     )
 
@@ -438,15 +444,31 @@ def print_kept(config: DictConfig, run_dir: Path, *, abandoned: bool) -> None:
     )
 
 
-def _summarise(run_dir: Path, last: dict[str, Any], wall: float, status: str = "completed") -> None:
+def kept_lines(config: DictConfig, run: RunContext, status: str) -> list[str]:
+    """The summary's lines naming what a run leaves to use: the trained model (``trainer.save_final_model``)
+    and, unless a stop signal interrupted it (the ``stopped:`` line names it then), the newest checkpoint
+    (``trainer.save_freq``)."""
+    from rlcore.checkpoint import CheckpointManager
+
+    lines = []
+    if (run.final_model / "config.json").is_file():
+        lines.append(f"model:         {shown_path(run.final_model)} (Hugging Face format)")
+    if saves_checkpoints(config) and not status.startswith("interrupted"):
+        latest = CheckpointManager(config).latest()
+        lines.append(f"checkpoint:    {shown_path(latest) if latest else 'none saved'}")
+    return lines
+
+
+def _summarise(config: DictConfig, run: RunContext, last: dict[str, Any], wall: float, status: str) -> None:
     """Print the validation trend, write ``summary.json`` (with the run's ``status``), the report (``report/``)
-    and ``reward_curve.png``. A report or curve that cannot be written (a full disk) is one line saying why;
-    ``summary.json`` and ``metrics.jsonl`` stay. Raises :class:`RLCoreError` when ``summary.json`` itself
-    cannot be written."""
+    and ``reward_curve.png``; name the trained model and the newest checkpoint (:func:`kept_lines`). A report
+    or curve that cannot be written (a full disk) is one line saying why; ``summary.json`` and
+    ``metrics.jsonl`` stay. Raises :class:`RLCoreError` when ``summary.json`` itself cannot be written."""
     from rlcore.tracking.plot import plot_reward_curve
     from rlcore.tracking.report import write_report
     from rlcore.tracking.sinks import read_metrics
 
+    run_dir = run.run_dir
     metrics_path = run_dir / "metrics.jsonl"
     rows = read_metrics(metrics_path) if metrics_path.is_file() else []  # no step logged (stopped early)
     val_keys = sorted({k for row in rows for k in row if k.startswith("val-core/")})
@@ -472,6 +494,8 @@ def _summarise(run_dir: Path, last: dict[str, Any], wall: float, status: str = "
         ) from exc
     click.echo(f"wall time: {summary['wall_time_s']} s, peak memory (RSS): {summary['peak_rss_mb']} MB")
     click.echo(f"run directory: {shown_path(run_dir)}")
+    for line in kept_lines(config, run, status):
+        click.echo(line)
     if not rows:  # nothing to plot: no step was logged
         sys.stdout.flush()
         return

@@ -11,6 +11,10 @@ from omegaconf import DictConfig
 
 from rlcore.checkpoint.ownership import RunIdentity
 
+#: the folder of the run directory that ``trainer.save_final_model`` writes the trained policy to (Hugging Face
+#: format)
+FINAL_MODEL = "model"
+
 
 @dataclass
 class RunContext:
@@ -27,6 +31,11 @@ class RunContext:
         """A run gets a fresh identity unless one is given."""
         if self.identity is None:
             self.identity = RunIdentity.new(self.run_dir)
+
+    @property
+    def final_model(self) -> Path:
+        """Where ``trainer.save_final_model`` writes the trained policy: ``<run directory>/model``."""
+        return self.run_dir / FINAL_MODEL
 
     def save_derived(self) -> None:
         """Write :attr:`derived` (the batch arithmetic, and the device peak once the workers are up) to

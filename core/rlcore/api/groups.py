@@ -115,6 +115,10 @@ class ActorGroup(WorkerGroup, Protocol):
         them (split placement)."""
         ...
 
+    def save_model(self, path: str | Path) -> None:
+        """The actor's current weights as a Hugging Face model (with the tokenizer) in the folder ``path``."""
+        ...
+
     def load_rollout_state(self, states: list[dict[str, Any] | None]) -> None:
         """Restore every rank's rollout-engine state (``call_all("rollout_state")`` of a saved run, split
         placement); call it after the weights are synced."""

@@ -18,12 +18,15 @@ rlcore does not use Hydra; this module reads the subset verl's scripts and examp
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from rlcore.config.problems import ConfigError, ConfigFileError
 
@@ -108,20 +111,36 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return text
 
 
+def _parse_problem(text: str, exc: yaml.YAMLError) -> str:
+    """The problem of ``text``, which OmegaConf's YAML reader refused with ``exc``: PyYAML's pure-Python
+    parser names it better than the C one OmegaConf uses (the character, what was expected), so its
+    problem is given when it refuses the text too; else (a repeated key) OmegaConf's."""
+    try:
+        yaml.load(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as plain:
+        return _yaml_problem(plain)
+    return _yaml_problem(exc)
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
-    """The mapping in the YAML file ``path``; a :class:`ConfigFileError` names the file (and, for a parse
-    error, the line and column)."""
+    """The mapping in the YAML file ``path``, read as verl reads its config files: with OmegaConf's YAML rules
+    (``1e-5`` is a float, a repeated key is an error) and every ``${...}`` interpolation kept as written, to be
+    resolved with the whole config. A :class:`ConfigFileError` names the file (and, for a parse error, the
+    line and column)."""
     if not path.is_file():
         raise ConfigFileError(f"config file {str(path)!r} does not exist")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = path.read_text(encoding="utf-8")
+        data = OmegaConf.to_container(OmegaConf.load(io.StringIO(text)), resolve=False) or {}
     except yaml.YAMLError as exc:
-        raise ConfigFileError(f"config file {str(path)!r} is not valid YAML: {_yaml_problem(exc)}") from exc
+        raise ConfigFileError(f"config file {str(path)!r} is not valid YAML: {_parse_problem(text, exc)}") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigFileError(f"config file {str(path)!r} cannot be read: {exc}") from exc
+    except OmegaConfBaseException as exc:
+        raise ConfigFileError(f"config file {str(path)!r} cannot be read as a config: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigFileError(f"config file {str(path)!r} must contain a mapping at the top level")
-    return data
+    return cast(dict[str, Any], data)  # YAML keys may be numbers too; the key checks name them
 
 
 def is_engine_choice(key: str) -> bool:

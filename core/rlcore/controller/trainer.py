@@ -41,6 +41,7 @@ from rlcore.checkpoint import (
     write_trainer_state,
 )
 from rlcore.checkpoint.fingerprint import accept_checkpoint, model_shape, run_fingerprint
+from rlcore.config.output_paths import shown_path
 from rlcore.config.schema import Sections
 from rlcore.controller.groups import build_worker_groups
 from rlcore.controller.off_policy import RolloutPipeline
@@ -710,6 +711,8 @@ class Trainer:
                 if cfg.save_on_signal and self.global_step > self.saved_step:
                     self._save_and_report(self.global_step)
             else:
+                if cfg.save_final_model:
+                    self.save_final_model()
                 status = "completed"
         except KeyboardInterrupt:
             status = "interrupted"
@@ -726,6 +729,14 @@ class Trainer:
                 self.pipeline.close(wait=status == "completed")
             self.groups.shutdown()
         return last
+
+    def save_final_model(self) -> Path:
+        """Write the actor's weights as a Hugging Face model (with the tokenizer) to the run's
+        :attr:`~rlcore.run_context.RunContext.final_model` folder (``trainer.save_final_model``); returns it."""
+        folder = self.run.final_model
+        click.echo(f"saving the final model to {shown_path(folder)} ...")
+        self.actor.save_model(str(folder))
+        return folder
 
     def _save_and_report(self, step: int) -> float:
         """Save the checkpoint of ``step``, call ``on_checkpoint_saved``; returns the seconds it took."""

@@ -83,6 +83,7 @@ def cpu_preset() -> dict[str, Any]:
         "actor_rollout_ref.actor.optim.lr": 3e-5,
         "trainer.total_training_steps": 40,
         "trainer.experiment_name": "arith-grpo",
+        "trainer.save_final_model": True,  # the trained policy in <run directory>/model (2.6 MB)
     }
     return cpu_task_preset(cache_dir(), BASE_MODEL, settings)
 

@@ -639,10 +639,27 @@ class ActorRolloutRefWorker(WorkerBase):
         contents = set(self.actor_config.checkpoint.save_contents)
         with actor.resident():
             self._save_state(directory, actor, extra, contents)
-            actor.save_hf(directory / "huggingface", with_weights="hf_model" in contents)
-        if self.rank == 0:
-            self.tokenizer.save_pretrained(directory / "huggingface")
+            self._save_hf(actor, directory / "huggingface", with_weights="hf_model" in contents)
         self._barrier()
+
+    def save_model(self, path: str | Path) -> None:
+        """Write the actor's current weights as a Hugging Face model into the directory ``path`` (config,
+        safetensors weights and tokenizer: ``AutoModelForCausalLM.from_pretrained(path)`` loads it, and so does
+        ``rlcore run actor_rollout_ref.model.path=path``); the end of a run with ``trainer.save_final_model``.
+        Every rank must call this; roles without an actor save nothing."""
+        if not self.has_actor:
+            return
+        actor = self._actor_engine("save_model")
+        with actor.resident():
+            self._save_hf(actor, Path(path), with_weights=True)
+        self._barrier()
+
+    def _save_hf(self, actor: TrainingEngine, directory: Path, *, with_weights: bool) -> None:
+        """The engine's Hugging Face export (the model config, and the weights ``with_weights``) and, from rank
+        0, the tokenizer, into ``directory``."""
+        actor.save_hf(directory, with_weights=with_weights)
+        if self.rank == 0:
+            self.tokenizer.save_pretrained(directory)
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Restore what :meth:`save_checkpoint` wrote into ``path`` (per ``actor.checkpoint.load_contents``),
