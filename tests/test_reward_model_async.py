@@ -37,8 +37,9 @@ def test_overlap_metrics_are_what_the_clock_says() -> None:
         rewards.shutdown()
     assert metrics["timing_s/reward_compute"] == pytest.approx(0.3, abs=0.08)
     assert metrics["timing_s/reward_wait"] == pytest.approx(0.1, abs=0.08)
+    assert metrics["timing_s/reward_overlap"] == pytest.approx(0.2, abs=0.08)  # what ran before the wait began
     assert metrics["timing_s/reward_overlap"] == pytest.approx(
-        metrics["timing_s/reward_compute"] - metrics["timing_s/reward_wait"]
+        metrics["timing_s/reward_compute"] - metrics["timing_s/reward_wait"], abs=0.01
     )
     assert 0.4 < metrics["perf/reward_overlap_share"] <= 1
 
@@ -77,8 +78,8 @@ def test_async_reward_with_a_reward_model_overlaps_the_log_prob_stages(tmp_path:
     for row in rows:
         # 16 responses x 0.15 s on 2 scorer processes: at least 1.2 s of scoring, partly hidden
         assert row["timing_s/reward_compute"] >= 1.2
-        assert row["timing_s/reward_compute"] == pytest.approx(
-            row["timing_s/reward_wait"] + row["timing_s/reward_overlap"]
-        )
+        # what was not hidden was waited for (more when the thread started late on a loaded machine)
+        assert 0 <= row["timing_s/reward_overlap"] <= row["timing_s/reward_compute"]
+        assert row["timing_s/reward_wait"] >= row["timing_s/reward_compute"] - row["timing_s/reward_overlap"] - 1e-3
         assert row["timing_s/reward"] >= row["timing_s/reward_wait"]
         assert row["critic/score/mean"] == pytest.approx(row["reward/rule_score_mean"] + row["reward/rm_score_mean"])

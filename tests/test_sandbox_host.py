@@ -398,11 +398,18 @@ def test_the_hook_alone_refuses_what_raises_no_audit_event(monkeypatch: pytest.M
 
 
 @full_host
-def test_a_tmpdir_under_dev_keeps_the_namespaces() -> None:
+@pytest.mark.parametrize("interpreter", ["this", "a-venv-under-tmp"])
+def test_a_tmpdir_under_dev_keeps_the_namespaces(interpreter: str, tmp_path: Path, make_venv) -> None:
     """``TMPDIR=/dev/shm/...`` (the folders are made there): the program's folder goes inside the new ``/dev``,
-    and the host keeps its level."""
+    and the host keeps its level — also when the run's interpreter lives under ``/tmp`` (a CI checkout there),
+    which the program's ``/tmp`` then shows inside its folder."""
     if not os.path.isdir("/dev/shm") or not os.access("/dev/shm", os.W_OK):
         pytest.skip("no writable /dev/shm here")
+    if interpreter == "this":
+        python = sys.executable
+    else:
+        assert str(tmp_path).startswith("/tmp/"), "pytest's temporary folders are under /tmp here"
+        python = str(make_venv(tmp_path / "venv").python)
     script = (
         "from rlcore.sandbox import host_isolation, run_python\n"
         "result = run_python(\"open('x', 'w').write('42')\\nprint(open('/tmp/x').read())\")\n"
@@ -412,7 +419,7 @@ def test_a_tmpdir_under_dev_keeps_the_namespaces() -> None:
     try:
         env = {key: value for key, value in os.environ.items() if not key.startswith("RLCORE_SANDBOX_")}
         done = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env={**env, "TMPDIR": tmpdir}
+            [python, "-c", script], capture_output=True, text=True, timeout=120, env={**env, "TMPDIR": tmpdir}
         )
         assert not os.listdir(tmpdir)
     finally:

@@ -3,8 +3,9 @@ next stages (old and reference log-probs, values), as verl does, and measure how
 
 The metrics of each step say what the overlap bought: ``timing_s/reward_compute`` (how long scoring ran in
 the background), ``timing_s/reward_wait`` (how long the controller then still waited for it),
-``timing_s/reward_overlap`` (their difference: scoring time hidden behind the other stages) and
-``perf/reward_overlap_share`` (that as a share of the scoring time).
+``timing_s/reward_overlap`` (the scoring time hidden behind the other stages: what ran before the controller
+started waiting) and ``perf/reward_overlap_share`` (that as a share of the scoring time). On a loaded machine
+the thread may start scoring late, even after the controller began waiting: nothing is hidden then.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ class PendingReward:
         """The reward manager's result; adds the overlap metrics (see the module docstring) to ``metrics``.
         An exception raised by the reward manager is raised here."""
         start = time.perf_counter()
-        value, compute_s = self.future.result()
+        value, began, ended = self.future.result()
         wait = time.perf_counter() - start
-        overlap = max(0.0, compute_s - wait)
+        compute_s = ended - began
+        overlap = min(max(0.0, start - began), compute_s)
         metrics["timing_s/reward_compute"] = compute_s
         metrics["timing_s/reward_wait"] = wait
         metrics["timing_s/reward_overlap"] = overlap
@@ -38,11 +40,11 @@ class PendingReward:
         return value
 
 
-def _timed(fn: Callable[[Batch], Any], batch: Batch) -> tuple[Any, float]:
-    """``fn(batch)`` and the seconds it took."""
-    start = time.perf_counter()
+def _timed(fn: Callable[[Batch], Any], batch: Batch) -> tuple[Any, float, float]:
+    """``fn(batch)``, and when it began and ended (``time.perf_counter``)."""
+    began = time.perf_counter()
     value = fn(batch)
-    return value, time.perf_counter() - start
+    return value, began, time.perf_counter()
 
 
 class AsyncReward:

@@ -112,7 +112,9 @@ def _make_folder(stage: str, folder: str, folder_mb: int, owner: tuple[int, int]
     """The program's folder at the host folder's path, with a copy of its ``main.py``, on a private tmpfs of
     ``folder_mb`` MB: mounted on ``/tmp`` when the folder lies under it (so ``/tmp`` is writable too), else on
     the temporary folder it was made in (``TMPDIR``: what else is there stays hidden, even inside a visible
-    path) with ``/tmp`` a link to the folder; on the folder itself where that is ``/`` or a visible path."""
+    path) with ``/tmp`` a link to the folder (the folder bound there when a visible path lies under ``/tmp``: a
+    virtual environment there is shown inside it); on the folder itself where that is ``/`` or a visible
+    path."""
     with open(os.path.join(folder, "main.py"), "rb") as handle:
         program = handle.read()
     uid, gid = owner
@@ -126,14 +128,19 @@ def _make_folder(stage: str, folder: str, folder_mb: int, owner: tuple[int, int]
     os.makedirs(stage + top, exist_ok=True)
     options = f"size={folder_mb}m,nr_inodes={folder_mb * INODES_PER_MB},mode=01777,uid={uid},gid={gid}"
     kernel.mount("tmpfs", stage + top, "tmpfs", _SAFE, options)
-    if top != "/tmp":
-        os.symlink(folder, stage + "/tmp")
     os.makedirs(stage + folder, mode=0o700, exist_ok=True)
     os.chown(stage + folder, uid, gid)
     copy = os.path.join(stage + folder, "main.py")
     with open(copy, "wb") as handle:
         handle.write(program)
     os.chown(copy, uid, gid)
+    if top == "/tmp":
+        return
+    if any(path == "/tmp" or path.startswith("/tmp/") for path in visible):  # a venv under /tmp is shown there
+        os.makedirs(stage + "/tmp")
+        kernel.mount(stage + folder, stage + "/tmp", None, kernel.MS_BIND)
+    else:
+        os.symlink(folder, stage + "/tmp")
 
 
 def _mount_proc(stage: str) -> list[str]:
