@@ -65,6 +65,19 @@ def test_the_weights_digest_follows_the_weight_files_not_the_folder(tmp_path: Pa
     assert weights_digest("Qwen/Qwen3-1.7B") is None
 
 
+def test_a_fingerprint_equals_itself_read_back_from_run_json(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Tuples in a model's shape (and anything else JSON turns into lists) never make a run differ from itself."""
+    mine = run_fingerprint(
+        "rl",
+        model_path=str(tiny_model_dir),
+        tokenizer_path=None,
+        algorithm={"batch_filters": ("dapo-groups",)},
+        train_files=str(tiny_model_dir.parent / "train.parquet"),
+        shape={"mlp_only_layers": (0, 1)},
+    )
+    assert accept_checkpoint(checkpoint_of(tmp_path / "ckpt", mine), mine, resume_mode="resume_path")
+
+
 def test_the_shape_covers_experts_and_the_parts_of_a_composite_model(tmp_path: Path) -> None:
     from rlcore.testing.tiny import make_tiny_moe_model_dir
 

@@ -21,6 +21,7 @@ checkpoint cannot be loaded into this run's model.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -152,10 +153,11 @@ def run_fingerprint(
     train_files: Any,
     shape: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """The fingerprint of a run (see the module docstring); ``train_files`` is one path or a list of them."""
+    """The fingerprint of a run (see the module docstring); ``train_files`` is one path or a list of them. It is
+    plain JSON data (tuples as lists), so that it equals the one read back from a checkpoint's ``run.json``."""
     files = [train_files] if isinstance(train_files, str | os.PathLike) else list(train_files or [])
     model = local_path(model_path)
-    return {
+    fingerprint = {
         "kind": kind,
         "model": model,
         "weights": weights_digest(model),
@@ -164,6 +166,7 @@ def run_fingerprint(
         "data": [local_path(str(f)) for f in files],
         "shape": dict(shape),
     }
+    return dict(json.loads(json.dumps(fingerprint, default=str)))
 
 
 def _short(value: Any) -> str:
