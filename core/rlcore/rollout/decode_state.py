@@ -125,13 +125,15 @@ class DecodeState:
             self.tokens = tokens
         self._index += 1
 
-    def decode_with(self, decoder: StaticDecoder) -> None:
+    def decode_with(self, decoder: StaticDecoder, read: int | None = None) -> None:
         """One decoding step through the static ``decoder``: forward the last tokens at their positions
         into the current cache slot, advance both, and :meth:`take` the next tokens. Graphed, the slot is
-        the device counter :attr:`slot` and the whole cache is attended under the mask (static shapes);
-        eagerly, the slot is counted on the host and only the filled positions are attended."""
+        the device counter :attr:`slot` and the first ``read`` cache positions (the step's read-length
+        bucket, :func:`rlcore.rollout.chunking.read_length`; None: the whole cache) are attended under the
+        mask (static shapes); eagerly, the slot is counted on the host and only the filled positions are
+        attended."""
         if self.graphed:
-            logits = decoder.decode(self.tokens, self.positions, self.slot, self.key_mask)
+            logits = decoder.decode(self.tokens, self.positions, self.slot, self.key_mask, read)
             self.slot.add_(1)
         else:
             logits = decoder.decode(self.tokens, self.positions, self._width + self._index - 1, self.key_mask)
