@@ -98,6 +98,7 @@ class _HashConstants:
         self.shift16, self.mask16 = const(16), const(0xFFFF)
         self.shift15, self.mask15 = const(15), const(0x1FFFF)
         self.shift9 = const(9)
+        self.offset = torch.tensor(_UNIFORM_OFFSET, dtype=torch.float32, device=device)
         self.mix1, self.mix2 = const(_LOWBIAS1), const(_LOWBIAS2)
 
 
@@ -119,9 +120,8 @@ def uniform_draws(keys: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         x ^= shifted.bitwise_and_(mask)
         x *= mix
     x >>= c.shift9
-    uniform = shifted.view(torch.float32)
-    uniform.copy_(x)  # exact: |x| < 2**22
-    return uniform.mul_(_UNIFORM_SCALE).add_(_UNIFORM_OFFSET)
+    # one pass: x (|x| < 2**22) converts exactly and x·2⁻²³ is exact, so only the sum rounds
+    return torch.add(c.offset, x, alpha=_UNIFORM_SCALE, out=shifted.view(torch.float32))
 
 
 class RowNoise:
