@@ -82,3 +82,26 @@ def test_a_reserved_cache_long_enough_is_kept(tiny_tokenizer: Any) -> None:
     assert (decoder.rows, decoder.length) == (4, 64)
     decoder.reserve(8, 48)
     assert decoder.version > version and (decoder.rows, decoder.length) == (8, 48)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need CUDA")
+def test_cuda_graphs_are_captured_once_per_shape_across_calls(tiny_tokenizer: Any) -> None:
+    """A call with narrower prompts and fewer rows reuses the cache of a wider one (before, a different
+    cache length reallocated it and every graph was captured again), so the graphs captured by the first
+    call are replayed by the later ones; there is one per read-length bucket reached."""
+    model = qwen3_model(tiny_tokenizer)
+    engine = engine_on(model, tiny_tokenizer, device="cuda", response_length=56, ignore_eos=True)
+    wide = make_prompt_batch(tiny_tokenizer, MORE_PROMPTS)
+    narrow = make_prompt_batch(tiny_tokenizer, ["x", "a b"])
+    assert wide["input_ids"].shape[1] + 56 > 64 >= narrow["input_ids"].shape[1] + 56  # two cache lengths
+    engine.generate(wide)
+    assert engine._graphs is not None and engine._static is not None and engine._graphs.failure is None
+    first = dict(engine._graphs._graphs)
+    version = engine._static.version
+    assert 1 < len(first) <= READ_BUCKETS
+    engine.generate(narrow)
+    out = engine.generate(wide)
+    assert engine._static.version == version
+    assert all(engine._graphs._graphs.get(key) is graph for key, graph in first.items())
+    assert out.meta["metrics"]["rollout/graph_step_share"] == 1.0

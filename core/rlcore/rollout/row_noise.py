@@ -152,6 +152,13 @@ class RowNoise:
         values[: len(seeds)] = torch.tensor([int(seed) for seed in seeds], dtype=torch.int64)
         self.keys.copy_(step_keys(values.to(self.keys.device), self.keys.shape[1]))
 
+    def step_keys(self, step: torch.Tensor | int) -> torch.Tensor:
+        """The rows' int32 keys ``[rows]`` of decoding step ``step`` (a one-element int64 device tensor, or
+        a host int): what :func:`uniform_draws` hashes with the vocabulary codes."""
+        if isinstance(step, torch.Tensor):
+            return self.keys.index_select(1, step).view(-1)
+        return self.keys[:, step].contiguous()
+
     def gumbel(self, step: torch.Tensor | int) -> torch.Tensor:
         """The draws of decoding step ``step``, ``[rows, V]`` float32, in a fixed number of ops whatever
         the number of rows: ``step`` an int64 tensor of one element on the device (read there), or a host

@@ -13,7 +13,8 @@ cache slot given as a device tensor and attends over a prefix of the cache, the 
 bucket (:func:`rlcore.rollout.chunking.read_length`: one of 8 lengths covering the filled positions),
 under a mask, so the same tensors are read and written at every step of a bucket and the step can be
 captured once per bucket in a CUDA graph (:mod:`rlcore.rollout.cuda_graphs`) and replayed; it reads
-only the keys and values up to its bucket (:meth:`StaticDecoder.kv_read_bytes`), not the whole cache. :meth:`StaticDecoder.load_weights` runs at the start
+only the keys and values up to its bucket, not the whole cache (``bench/decode_kernels.py`` counts the
+bytes). :meth:`StaticDecoder.load_weights` runs at the start
 of every generate call: it refreshes the concatenated copies in place while the module's tensors are the
 same ones (weights updated in place are served, graphs stay valid) and rebuilds them when a tensor was
 replaced (:attr:`StaticDecoder.version` then changes, and graphs are captured again).
@@ -246,12 +247,6 @@ class StaticDecoder:
     def cache_bytes(self) -> int:
         """Bytes held by the KV cache."""
         return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
-
-    def kv_read_bytes(self, rows: int, read: int) -> int:
-        """Bytes of keys and values a decoding step of ``rows`` rows reads when it attends the first
-        ``read`` cache positions (every layer)."""
-        itemsize = self.embed.weight.element_size()
-        return 2 * len(self.layers) * rows * self.kv_heads * read * self.head_dim * itemsize
 
     def reserve(self, rows: int, length: int) -> None:
         """Make the cache hold at least ``rows`` rows of at least ``length`` positions: kept when large
