@@ -10,8 +10,9 @@ cache prefix it attends) and the decoder's
 replays it afterwards: one launch per step. Every graph is captured into one shared memory pool: a
 step keeps nothing of its own alive after it ends (it writes only into the decode state and the cache),
 and steps replay one after another on one stream, so the graphs of all buckets reuse the same
-scratch memory. Graphs are kept for the life of the engine while the tensors they read stay the same. The first step of a key runs eagerly on a side stream
-(a real step, which also does the lazy initialisation that capture forbids), then the step is captured
+scratch memory. Graphs are kept for the life of the engine while the tensors they read stay the same.
+The first step of a key runs eagerly on a side stream (a real step, which also does the lazy
+initialisation that capture forbids), then the step is captured
 (recording does not run it) and every later step replays the graph. Graphs are dropped with
 :meth:`StepGraphs.clear` (the engine's ``sleep()``, and whenever the decoder's version changes).
 
