@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
+from rlcore.rollout.chunking import READ_BUCKETS
 from rlcore.rollout.hf import HFRolloutEngine
 from rlcore.testing.contracts.rollout import PROMPTS, make_prompt_batch
 from rlcore.testing.tiny import padded_vocab_size
@@ -197,7 +198,7 @@ def test_cuda_graphs_sample_what_eager_steps_sample(tiny_tokenizer: Any, overrid
     assert replayed.meta["metrics"]["rollout/graph_step_share"] > 0.9
     assert_same_samples(replayed, eager.generate(batch))
     assert_same_samples(replayed, cpu.generate(batch))
-    assert len(graphs._graphs) == 1
+    assert 1 < len(graphs._graphs) <= READ_BUCKETS  # one graph per read-length bucket the steps reached
     graphs.sleep()
     assert len(graphs._graphs) == 0
     graphs.wake()

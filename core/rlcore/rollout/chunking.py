@@ -39,6 +39,7 @@ __all__ = [
     "even_chunks",
     "memory_rows",
     "memory_utilization",
+    "read_length",
     "row_bytes",
     "token_budget",
     "trim_left_padding",
@@ -49,6 +50,10 @@ __all__ = [
 STEP_VOCAB_COPIES = 16
 #: the cache length on an accelerator is rounded up to a multiple of this (aligned attention masks)
 CACHE_ALIGN = 64
+#: a decoding step attends a prefix of the cache: one of this many read lengths (:func:`read_length`)
+READ_BUCKETS = 8
+#: read lengths are multiples of this many positions (or the whole cache)
+READ_ALIGN = 16
 
 
 def token_budget(config: Any) -> int | None:
@@ -106,6 +111,16 @@ def bucket_floor(rows: int) -> int:
     if rows < 16:
         return 1 << (max(1, rows).bit_length() - 1)
     return rows // 16 * 16 if rows <= 256 else rows // 64 * 64
+
+
+def read_length(filled: int, cache_len: int) -> int:
+    """The read-length bucket of a decoding step whose first ``filled`` cache positions are written: the
+    smallest multiple of ``ceil(cache_len / READ_BUCKETS)`` (rounded up to :data:`READ_ALIGN`) that is at
+    least ``filled``, capped at ``cache_len``. A cache has at most :data:`READ_BUCKETS` of them (one CUDA
+    graph each), and a step reads at most one block more than what is filled."""
+    block = -(-cache_len // READ_BUCKETS)
+    block = -(-block // READ_ALIGN) * READ_ALIGN
+    return min(cache_len, -(-max(1, filled) // block) * block)
 
 
 def aligned_length(tokens: int) -> int:

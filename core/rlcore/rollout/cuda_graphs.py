@@ -1,12 +1,18 @@
-"""CUDA graphs of the HF engine's decoding step, one per batch-size bucket (as vLLM and SGLang capture them).
+"""CUDA graphs of the HF engine's decoding step, one per batch-size and read-length bucket (as vLLM and SGLang
+capture them).
 
 A decoding step of the static decoder (:mod:`rlcore.rollout.static_decoder`) plus its sampling
 (:class:`rlcore.rollout.decode_state.DecodeState`) launches a few hundred small kernels; on a GPU,
 launching them from Python costs more than running them. :class:`StepGraphs` captures the step once per
-key — the decode state (its bucket of rows, sampling and shapes) and the decoder's
+key — the decode state (its bucket of rows, sampling and shapes), the step's read-length bucket (the
+cache prefix it attends) and the decoder's
 :attr:`~rlcore.rollout.static_decoder.StaticDecoder.version` (its cache and weight tensors) — and
-replays it afterwards: one launch per step. The first step of a key runs eagerly on a side stream
-(a real step, which also does the lazy initialisation that capture forbids), then the step is captured
+replays it afterwards: one launch per step. Every graph is captured into one shared memory pool: a
+step keeps nothing of its own alive after it ends (it writes only into the decode state and the cache),
+and steps replay one after another on one stream, so the graphs of all buckets reuse the same
+scratch memory. Graphs are kept for the life of the engine while the tensors they read stay the same.
+The first step of a key runs eagerly on a side stream (a real step, which also does the lazy
+initialisation that capture forbids), then the step is captured
 (recording does not run it) and every later step replays the graph. Graphs are dropped with
 :meth:`StepGraphs.clear` (the engine's ``sleep()``, and whenever the decoder's version changes).
 
@@ -34,6 +40,7 @@ class StepGraphs:
     def __init__(self) -> None:
         self._graphs: dict[Hashable, Any] = {}
         self._version: Hashable = None
+        self._pool: Any = None  # the memory pool every graph is captured into (made with the first)
         #: why capturing failed (steps then run eagerly), or None
         self.failure: str | None = None
 
@@ -62,8 +69,10 @@ class StepGraphs:
             step()
         current.wait_stream(side)
         graph = torch.cuda.CUDAGraph()
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
         try:
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 step()
         except RuntimeError as exc:  # the eager step above was a real one: nothing is lost
             self.failure = f"{type(exc).__name__}: {exc}"
@@ -74,5 +83,6 @@ class StepGraphs:
         return False
 
     def clear(self) -> None:
-        """Drop every graph (their memory pools are freed)."""
+        """Drop every graph (their shared memory pool is freed with the last of them)."""
         self._graphs.clear()
+        self._pool = None

@@ -12,15 +12,26 @@ slice writes, fewer ops on CPU); the sampled values are the same.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib.util
+from collections.abc import Callable, Sequence
 
 import torch
 
-from rlcore.rollout.row_noise import RowNoise
+from rlcore.rollout.row_noise import RowNoise, vocab_codes
 from rlcore.rollout.sampling import SamplingParams, sample_next_tokens
 from rlcore.rollout.static_decoder import StaticDecoder
 
-__all__ = ["DecodeState"]
+__all__ = ["DecodeState", "fused_sampler"]
+
+
+def fused_sampler(device: torch.device) -> Callable[..., tuple[torch.Tensor, torch.Tensor]] | None:
+    """The one-kernel sampler (:func:`rlcore.rollout.sampling_kernel.fused_sample`) on a CUDA ``device``
+    when triton is installed, else None (the torch sampler)."""
+    if device.type != "cuda" or importlib.util.find_spec("triton") is None:
+        return None
+    from rlcore.rollout.sampling_kernel import fused_sample
+
+    return fused_sample
 
 
 class DecodeState:
@@ -71,6 +82,9 @@ class DecodeState:
         self.unfinished = torch.ones(rows, dtype=torch.bool, device=device)
         self.graphed = graphed
         self.noise = None if params.greedy else RowNoise(rows, vocab_size, response_length, device)
+        # on CUDA with triton a step samples in one kernel (rlcore.rollout.sampling_kernel)
+        self._fused = fused_sampler(device)
+        self._codes = vocab_codes(vocab_size, device) if self._fused is not None else None
         self._index = 0  # tokens taken, counted on the host (eager only: a graph replay does not count)
         self._width = 0  # the chunk's prompt width
 
@@ -101,13 +115,20 @@ class DecodeState:
         device counter :attr:`step`; eagerly, the host's count."""
         if logits.shape[0] < self.rows:
             logits = torch.cat([logits, logits.new_zeros(self.rows - logits.shape[0], logits.shape[1])])
-        tokens, logprobs = sample_next_tokens(
-            logits,
-            self.params,
-            None,
-            with_logprobs=self.logprobs is not None,
-            gumbel=None if self.noise is None else self.noise.gumbel(self.step if self.graphed else self._index),
-        )
+        step = self.step if self.graphed else self._index
+        tokens: torch.Tensor
+        logprobs: torch.Tensor | None
+        if self._fused is not None:  # CUDA with triton: one kernel reads the logits once
+            keys = None if self.noise is None else self.noise.step_keys(step)
+            tokens, logprobs = self._fused(logits, self.params, keys, self._codes)
+        else:
+            tokens, logprobs = sample_next_tokens(
+                logits,
+                self.params,
+                None,
+                with_logprobs=self.logprobs is not None,
+                gumbel=None if self.noise is None else self.noise.gumbel(step),
+            )
         if self.graphed:
             self.responses.index_copy_(1, self.step, tokens[:, None])
             if self.logprobs is not None and logprobs is not None:
@@ -125,13 +146,15 @@ class DecodeState:
             self.tokens = tokens
         self._index += 1
 
-    def decode_with(self, decoder: StaticDecoder) -> None:
+    def decode_with(self, decoder: StaticDecoder, read: int | None = None) -> None:
         """One decoding step through the static ``decoder``: forward the last tokens at their positions
         into the current cache slot, advance both, and :meth:`take` the next tokens. Graphed, the slot is
-        the device counter :attr:`slot` and the whole cache is attended under the mask (static shapes);
-        eagerly, the slot is counted on the host and only the filled positions are attended."""
+        the device counter :attr:`slot` and the first ``read`` cache positions (the step's read-length
+        bucket, :func:`rlcore.rollout.chunking.read_length`; None: the whole cache) are attended under the
+        mask (static shapes); eagerly, the slot is counted on the host and only the filled positions are
+        attended."""
         if self.graphed:
-            logits = decoder.decode(self.tokens, self.positions, self.slot, self.key_mask)
+            logits = decoder.decode(self.tokens, self.positions, self.slot, self.key_mask, read)
             self.slot.add_(1)
         else:
             logits = decoder.decode(self.tokens, self.positions, self._width + self._index - 1, self.key_mask)

@@ -52,6 +52,7 @@ from rlcore.rollout.chunking import (
     device_memory_rows,
     even_chunks,
     memory_utilization,
+    read_length,
     row_bytes,
     token_budget,
     trim_left_padding,
@@ -348,11 +349,12 @@ class HFRolloutEngine:
         state.start(seeds, attention_mask, next_position.long())
         if trace is not None:
             trace.token(0)
+        read = [0]  # the read-length bucket of the next decoding step (graphed: one graph per bucket)
         if static is not None:
             state.take(static.prefill(input_ids, attention_mask, position_ids))
 
             def decode() -> None:
-                state.decode_with(static)
+                state.decode_with(static, read[0] if self.pads_to_buckets else None)
 
         else:
             decode = self._module_decoder(input_ids, attention_mask, prefill, state)
@@ -366,8 +368,10 @@ class HFRolloutEngine:
         ):
             if trace is not None:
                 trace.token(taken)
+            if cache_len is not None:  # the step writes slot P + taken - 1: P + taken positions are filled
+                read[0] = read_length(prompt_len + taken, cache_len)
             if self._graphs is not None and static is not None:
-                steps[1] += int(self._graphs.run((rows, params, cache_len), static.version, decode))
+                steps[1] += int(self._graphs.run((rows, params, cache_len, read[0]), static.version, decode))
             else:
                 decode()
             steps[0] += 1

@@ -98,6 +98,7 @@ class _HashConstants:
         self.shift16, self.mask16 = const(16), const(0xFFFF)
         self.shift15, self.mask15 = const(15), const(0x1FFFF)
         self.shift9 = const(9)
+        self.offset = torch.tensor(_UNIFORM_OFFSET, dtype=torch.float32, device=device)
         self.mix1, self.mix2 = const(_LOWBIAS1), const(_LOWBIAS2)
 
 
@@ -119,9 +120,8 @@ def uniform_draws(keys: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         x ^= shifted.bitwise_and_(mask)
         x *= mix
     x >>= c.shift9
-    uniform = shifted.view(torch.float32)
-    uniform.copy_(x)  # exact: |x| < 2**22
-    return uniform.mul_(_UNIFORM_SCALE).add_(_UNIFORM_OFFSET)
+    # one pass: x (|x| < 2**22) converts exactly and x·2⁻²³ is exact, so only the sum rounds
+    return torch.add(c.offset, x, alpha=_UNIFORM_SCALE, out=shifted.view(torch.float32))
 
 
 class RowNoise:
@@ -151,6 +151,13 @@ class RowNoise:
         values = torch.zeros(self.keys.shape[0], dtype=torch.int64)
         values[: len(seeds)] = torch.tensor([int(seed) for seed in seeds], dtype=torch.int64)
         self.keys.copy_(step_keys(values.to(self.keys.device), self.keys.shape[1]))
+
+    def step_keys(self, step: torch.Tensor | int) -> torch.Tensor:
+        """The rows' int32 keys ``[rows]`` of decoding step ``step`` (a one-element int64 device tensor, or
+        a host int): what :func:`uniform_draws` hashes with the vocabulary codes."""
+        if isinstance(step, torch.Tensor):
+            return self.keys.index_select(1, step).view(-1)
+        return self.keys[:, step].contiguous()
 
     def gumbel(self, step: torch.Tensor | int) -> torch.Tensor:
         """The draws of decoding step ``step``, ``[rows, V]`` float32, in a fixed number of ops whatever

@@ -99,20 +99,23 @@ def _number(value: Any, key: str) -> float:
     return float(value)
 
 
-def _filter_top_k_top_p(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Set the logits outside the top-k set and outside the top-p nucleus to ``-inf`` (in place)."""
+def _dropped(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
+    """The entries of ``scaled [B, V]`` outside the top-k set (ties with the k-th value kept) or outside
+    the top-p nucleus of what top-k keeps, as a boolean mask; None when neither filter is on. ``scaled``
+    is not written."""
     vocab = scaled.shape[-1]
+    drop = None
     if 0 < top_k < vocab:
         kth = torch.topk(scaled, top_k, dim=-1).values[:, -1:]
-        scaled.masked_fill_(scaled < kth, float("-inf"))
+        drop = scaled < kth
     if top_p < 1.0:
-        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
+        kept = scaled if drop is None else scaled.masked_fill(drop, float("-inf"))
+        sorted_logits, order = torch.sort(kept, dim=-1, descending=True)
         sorted_probs = torch.softmax(sorted_logits, dim=-1)
-        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-        drop_sorted = mass_before >= top_p
-        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
-        scaled.masked_fill_(drop, float("-inf"))
-    return scaled
+        mass_before = sorted_probs.cumsum(dim=-1).sub_(sorted_probs)
+        outside = torch.zeros_like(scaled, dtype=torch.bool).scatter_(-1, order, mass_before >= top_p)
+        drop = outside if drop is None else drop.logical_or_(outside)
+    return drop
 
 
 def sample_next_tokens(
@@ -125,8 +128,11 @@ def sample_next_tokens(
     """Pick one token per row of ``logits [B, V]``; returns ``(tokens [B], logprobs [B] or None)``.
 
     A sampled token is ``argmax(filtered logits / T + G)``; ``gumbel`` holds the Gumbel draws ``G [B, V]``
-    when the caller draws them (per-row generators: :class:`rlcore.rollout.row_noise.RowNoise`), else
-    they are drawn from ``generator``.
+    when the caller draws them (per-row generators: :class:`rlcore.rollout.row_noise.RowNoise`; the
+    tensor is overwritten with the scores), else they are drawn from ``generator``. The passes over the
+    vocabulary: the scaling by ``1 / T`` (none at ``T = 1``), the noise, one in-place sum with it, the
+    filters' masks written into the sum (top-k: its selection and one comparison; top-p: a sort), the
+    argmax, and the log-softmax for the log-probs.
 
     The log-prob of a token is taken from ``log_softmax(logits / T)`` with ``T =
     params.logprob_temperature``, before top-k/top-p filtering: the quantity a trainer recomputes with
@@ -135,15 +141,18 @@ def sample_next_tokens(
     logits = logits.float()
     if params.greedy:
         tokens = logits.argmax(dim=-1)
-        scaled = logits / params.logprob_temperature if with_logprobs else logits
+        temperature = params.logprob_temperature
+        scaled = logits / temperature if with_logprobs and temperature != 1 else logits
     else:
         scaled = logits if params.temperature == 1 else logits / params.temperature
-        filters = 0 < params.top_k < logits.shape[-1] or params.top_p < 1.0
-        filtered = _filter_top_k_top_p(scaled.clone(), params.top_k, params.top_p) if filters else scaled
+        drop = _dropped(scaled, params.top_k, params.top_p)
         if gumbel is None:
             uniform = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=torch.float32)
             gumbel = uniform.log_().neg_().log_().neg_()
-        tokens = (filtered + gumbel).argmax(dim=-1)
+        scores = gumbel.add_(scaled)  # G + s == s + G exactly: the sum the filtered logits would give
+        if drop is not None:
+            scores.masked_fill_(drop, float("-inf"))
+        tokens = scores.argmax(dim=-1)
     if not with_logprobs:
         return tokens, None
     logprobs = torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)

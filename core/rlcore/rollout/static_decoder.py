@@ -9,9 +9,12 @@ head dimension, before the rotary embedding), rotary embeddings from a precomput
 projections run as one matrix product each on concatenated copies of the weights (:class:`_LayerWeights`).
 
 A decoding step (:meth:`StaticDecoder.decode`) has static shapes: it writes the new keys and values at a
-cache slot given as a device tensor and attends over the whole cache under a mask, so the same tensors
-are read and written at every step and the step can be captured once in a CUDA graph
-(:mod:`rlcore.rollout.cuda_graphs`) and replayed. :meth:`StaticDecoder.load_weights` runs at the start
+cache slot given as a device tensor and attends over a prefix of the cache, the step's read-length
+bucket (:func:`rlcore.rollout.chunking.read_length`: one of 8 lengths covering the filled positions),
+under a mask, so the same tensors are read and written at every step of a bucket and the step can be
+captured once per bucket in a CUDA graph (:mod:`rlcore.rollout.cuda_graphs`) and replayed; it reads
+only the keys and values up to its bucket, not the whole cache (``bench/decode_kernels.py`` counts the
+bytes). :meth:`StaticDecoder.load_weights` runs at the start
 of every generate call: it refreshes the concatenated copies in place while the module's tensors are the
 same ones (weights updated in place are served, graphs stay valid) and rebuilds them when a tensor was
 replaced (:attr:`StaticDecoder.version` then changes, and graphs are captured again).
@@ -246,9 +249,10 @@ class StaticDecoder:
         return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
 
     def reserve(self, rows: int, length: int) -> None:
-        """Make the cache hold at least ``rows`` rows of ``length`` positions: kept when large enough,
-        else allocated anew (zeroed); the rotary tables cover ``length`` positions."""
-        if self.rows >= rows and self.length == length:
+        """Make the cache hold at least ``rows`` rows of at least ``length`` positions: kept when large
+        enough (so the tensors that CUDA graphs read stay the same), else allocated anew (zeroed) with
+        ``rows`` x ``length``; the rotary tables cover the cache's positions."""
+        if self.rows >= rows and self.length >= length:
             return
         weight = self.embed.weight
         self.keys, self.values = [], []  # free the old cache before allocating the new one
@@ -384,22 +388,29 @@ class StaticDecoder:
 
     @torch.no_grad()
     def decode(
-        self, tokens: torch.Tensor, positions: torch.Tensor, slot: torch.Tensor | int, key_mask: torch.Tensor
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        slot: torch.Tensor | int,
+        key_mask: torch.Tensor,
+        read: int | None = None,
     ) -> torch.Tensor:
         """One step for the first ``B`` rows: ``tokens [B]`` at ``positions [B]``, written at cache position
         ``slot``; each row attends to the cache positions up to ``slot`` where ``key_mask [B, L]`` is true.
         Returns the logits ``[B, V]``.
 
         With ``slot`` an int64 tensor of one element on the device, the step has static shapes and reads
-        no host value (a CUDA graph can replay it): it attends over the whole cache, masking the positions
-        after ``slot``. With ``slot`` a host int (eager decoding) only the filled positions are attended.
+        no host value (a CUDA graph can replay it): it attends over the first ``read`` cache positions (a
+        read-length bucket at least ``slot + 1``; None: the whole cache), masking the positions after
+        ``slot``. With ``slot`` a host int (eager decoding) only the filled positions are attended.
         """
         if isinstance(slot, int):
-            mask, read, write = key_mask[:, None, None, : slot + 1], slot + 1, slice(slot, slot + 1)
-            hidden = self._forward(tokens[:, None], positions[:, None], write, read, mask)
+            mask, width, write = key_mask[:, None, None, : slot + 1], slot + 1, slice(slot, slot + 1)
+            hidden = self._forward(tokens[:, None], positions[:, None], write, width, mask)
         else:
-            mask = (key_mask & (self._slots <= slot))[:, None, None, :]
-            hidden = self._forward(tokens[:, None], positions[:, None], slot, self.length, mask)
+            width = self.length if read is None else read
+            mask = (key_mask[:, :width] & (self._slots[:width] <= slot))[:, None, None, :]
+            hidden = self._forward(tokens[:, None], positions[:, None], slot, width, mask)
         return self._logits(hidden)
 
 
