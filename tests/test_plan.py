@@ -173,3 +173,104 @@ def test_hf_kv_cache_and_weight_copies_exact(request: pytest.FixtureRequest, tin
     engine.sleep()
     assert rollout.rows == 2
     assert held and held[0] == (rollout.terms["kv_cache"], rollout.terms["rollout_fused_weights"])
+
+
+#: Qwen3-1.7B's shape (its config.json); the plan builds it on the meta device only
+QWEN3_1_7B = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "vocab_size": 151936,
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 40960,
+    "tie_word_embeddings": True,
+}
+
+
+@pytest.fixture(scope="module")
+def qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding only Qwen3-1.7B's config.json."""
+    import json
+
+    folder = tmp_path_factory.mktemp("qwen3-1.7b")
+    (folder / "config.json").write_text(json.dumps(QWEN3_1_7B))
+    return folder
+
+
+def seed_like(model: Path, *extra: str) -> list[str]:
+    """The seed command's memory-relevant keys (GRPO, 1,024 x 3 responses of 512 + 1,024 tokens, one GPU)."""
+    return [
+        f"actor_rollout_ref.model.path={model}",
+        "algorithm.adv_estimator=grpo",
+        "data.train_batch_size=1024",
+        "data.max_prompt_length=512",
+        "data.max_response_length=1024",
+        "actor_rollout_ref.rollout.n=3",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=80",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=20",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=20",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+        "actor_rollout_ref.model.use_remove_padding=true",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.6",
+        "trainer.n_gpus_per_node=1",
+        *extra,
+    ]
+
+
+def plan_of(overrides: list[str], gpu: str) -> Any:
+    """The plan of the config ``overrides`` give on ``gpu``."""
+    from rlcore.config import load_config
+
+    return plan_for_config(load_config(overrides=overrides), gpu)
+
+
+def test_the_verdict_names_a_fix_that_makes_the_phase_fit(qwen3_dir: Path) -> None:
+    """On an L40S (48 GiB) the seed does not fit: the verdict names the update's micro-batch and the vLLM
+    engine's memory share, and the plan with the named settings applied fits."""
+    plan = plan_of(seed_like(qwen3_dir), "l40s")
+    assert not plan.fits
+    fixes = {finding.phase: finding.settings for finding in plan.findings}
+    assert fixes["actor_update"] == ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=10",), fixes
+    assert fixes["rollout"][0].startswith("actor_rollout_ref.rollout.gpu_memory_utilization=0."), fixes
+    applied = [setting for settings in fixes.values() for setting in settings]
+    assert plan_of(seed_like(qwen3_dir, *applied), "l40s").fits
+
+
+def test_the_same_run_fits_a_larger_device_and_scales(qwen3_dir: Path) -> None:
+    """The seed on an H100 fits; its training state is 16 bytes per parameter (fp32 weights, gradients and two
+    AdamW moments) on one rank and a quarter of it sharded over four; step time shrinks with faster FLOPs."""
+    plan = plan_of(seed_like(qwen3_dir), "h100")
+    assert plan.fits, plan.findings
+    update = next(phase for phase in plan.phases if phase.name == "actor_update")
+    params = plan.model.params
+    assert update.terms["actor_params"] + update.terms["actor_grads"] + update.terms["actor_optimizer"] == 16 * params
+    four = plan_of(seed_like(qwen3_dir, "trainer.n_gpus_per_node=4"), "h100")
+    sharded = next(phase for phase in four.phases if phase.name == "actor_update")
+    assert sharded.terms["actor_optimizer"] == pytest.approx(8 * params / 4, rel=1e-3)
+    assert plan_of(seed_like(qwen3_dir), "a100").time.update > plan.time.update
+
+
+def test_cli_plan_json_and_bad_device(qwen3_dir: Path) -> None:
+    """``rlcore plan ... --json`` prints the plan as JSON; an unknown ``--gpu`` is one line naming the known
+    devices, exit status 2."""
+    import json
+
+    from click.testing import CliRunner
+
+    from rlcore.cli import cli
+
+    runner = CliRunner()
+    result = runner.invoke(cli, ["plan", *seed_like(qwen3_dir), "--gpu", "h200", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["device"]["name"] == "h200" and doc["fits"] is True
+    assert [phase["name"] for phase in doc["phases"]] == ["rollout", "old_log_prob", "actor_update"]
+    assert doc["time"]["step_s"] > 0
+    bad = runner.invoke(cli, ["plan", *seed_like(qwen3_dir), "--gpu", "tpu9"])
+    assert bad.exit_code == 2 and "--gpu tpu9: unknown device; known: h100, h200, a100, l40s, cpu" in bad.output

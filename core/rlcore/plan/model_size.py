@@ -60,16 +60,33 @@ class ModelSize:
 
 
 def load_hf_config(path: str, trust_remote_code: bool, override: dict[str, Any] | None = None) -> Any:
-    """``AutoConfig`` of the model at ``path`` (a folder or a hub name in the local cache) with
-    ``override`` applied; an error names ``actor_rollout_ref.model.path`` when it cannot be read."""
+    """``AutoConfig`` of the model at ``path`` (a folder, or a hub name: from the local cache, else from the
+    hub when it can be reached) with ``override`` applied; an error names ``actor_rollout_ref.model.path``."""
+    import os
+
     from transformers import AutoConfig
 
+    from rlcore.model_check import HUB, hub_unreachable
+
+    key = "actor_rollout_ref.model.path"
     try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise RLCoreError(f"actor_rollout_ref.model.path={path}: cannot read its config ({exc})") from exc
-    for key, value in (override or {}).items():
-        setattr(config, key, value)
+        local = os.path.exists(os.path.expanduser(path)) or path.startswith(("/", ".", "~"))
+        unreachable = None if local else hub_unreachable(os.environ.get("HF_ENDPOINT") or HUB)
+        if local or unreachable or os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True", "YES", "yes"):
+            why = str(exc).splitlines()[0]
+            if unreachable:
+                why = f"the hub cannot be reached: {unreachable}"
+            elif local and not os.path.exists(os.path.expanduser(path)):
+                why = "no such folder"
+            raise RLCoreError(f"{key}={path}: cannot read the model's config ({why})") from exc
+        try:
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        except (OSError, ValueError) as online:
+            raise RLCoreError(f"{key}={path}: cannot read the model's config ({online})") from online
+    for name, value in (override or {}).items():
+        setattr(config, name, value)
     return config
 
 

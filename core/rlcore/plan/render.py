@@ -3,6 +3,8 @@ short form of three lines for ``rlcore run --dry-run``)."""
 
 from __future__ import annotations
 
+from omegaconf import DictConfig
+
 from rlcore.plan import Plan
 from rlcore.plan.devices import GIB
 
@@ -71,3 +73,18 @@ def render_short(plan: Plan) -> list[str]:
     """The dry run's lines: peaks per phase, the step time and the verdict."""
     peaks = ", ".join(f"{phase.name} {gib(phase.peak)}" for phase in plan.phases)
     return [f"plan ({plan.device.name}, `rlcore plan` for details): peak per rank {peaks}", time_line(plan), verdict_line(plan)]
+
+
+def dry_run_lines(config: DictConfig) -> list[str]:
+    """The short plan for ``rlcore run --dry-run`` on the run's device (``trainer.device=cpu``: the CPU
+    rules; else this machine's GPU, or the CPU without one); a plan that cannot be made is one line saying
+    why, never a failed dry run."""
+    from rlcore.config.keys import select
+    from rlcore.errors import RLCoreError
+    from rlcore.plan import plan_for_config
+
+    device = "cpu" if select(config, "trainer.device") == "cpu" else None
+    try:
+        return render_short(plan_for_config(config, device))
+    except (RLCoreError, OSError, ValueError) as exc:
+        return [f"plan: not made ({exc})"]
