@@ -16,6 +16,11 @@ def gib(value: float) -> str:
     return f"{value / GIB:.1f} GiB"
 
 
+def count(value: int) -> str:
+    """A parameter count as ``1.72B`` or ``0.65M``."""
+    return f"{value / 1e9:.2f}B" if value >= 1e9 else f"{value / 1e6:.2f}M"
+
+
 def _seconds(value: float) -> str:
     return f"{value:.3g} s"
 
@@ -24,7 +29,7 @@ def headline(plan: Plan) -> str:
     """One line: the model, the ranks and the device."""
     model, s, device = plan.model, plan.settings, plan.device
     return (
-        f"plan: {model.params / 1e9:.3g}B parameters ({model.shape.layers} layers, hidden {model.shape.hidden}, "
+        f"plan: {count(model.params)} parameters ({model.shape.layers} layers, hidden {model.shape.hidden}, "
         f"vocab {model.shape.vocab}), {s.world} rank(s) of {device.description} ({gib(device.memory_bytes)}, "
         f"{device.bf16_flops / 1e12:.0f} TFLOP/s bf16, {device.bandwidth / 1e12:.2f} TB/s)"
     )
