@@ -212,7 +212,12 @@ def run(args: tuple[str, ...], presets: tuple[str, ...], dry_run: bool) -> None:
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--preset", "presets", multiple=True, help="Apply a registered preset before files and overrides.")
-@click.option("--gpu", "gpu", default=None, help="Device to plan for: h100, h200, a100, l40s or cpu [default: this machine's GPU, else cpu].")
+@click.option(
+    "--gpu",
+    "gpu",
+    default=None,
+    help="Device to plan for: h100, h200, a100, l40s or cpu [default: this machine's GPU, else cpu].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def plan(args: tuple[str, ...], presets: tuple[str, ...], gpu: str | None, as_json: bool) -> None:
     """Per-rank peak memory of each phase, the step time and whether it fits, for the config ``rlcore run``

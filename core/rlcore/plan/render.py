@@ -57,7 +57,9 @@ def verdict_line(plan: Plan) -> str:
     if plan.fits:
         top = max(plan.phases, key=lambda p: p.peak)
         return f"verdict: fits ({top.name} is the largest phase: {gib(top.peak)} of {gib(memory)} per rank)"
-    parts = [f"{f.phase} needs {gib(f.peak)} of {gib(memory)}" + (f": try {f.fix}" if f.fix else "") for f in plan.findings]
+    parts = [
+        f"{f.phase} needs {gib(f.peak)} of {gib(memory)}" + (f": try {f.fix}" if f.fix else "") for f in plan.findings
+    ]
     return "verdict: does not fit — " + "; ".join(parts)
 
 
@@ -77,7 +79,11 @@ def render_text(plan: Plan) -> str:
 def render_short(plan: Plan) -> list[str]:
     """The dry run's lines: peaks per phase, the step time and the verdict."""
     peaks = ", ".join(f"{phase.name} {gib(phase.peak)}" for phase in plan.phases)
-    return [f"plan ({plan.device.name}, `rlcore plan` for details): peak per rank {peaks}", time_line(plan), verdict_line(plan)]
+    return [
+        f"plan ({plan.device.name}, `rlcore plan` for details): peak per rank {peaks}",
+        time_line(plan),
+        verdict_line(plan),
+    ]
 
 
 def dry_run_lines(config: DictConfig) -> list[str]:

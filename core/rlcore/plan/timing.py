@@ -79,6 +79,7 @@ def generation_seconds(size: ModelSize, s: PlanSettings, device: Device, chunk: 
     prefill = forward_flops(size, chunk, s.prompt_len) / compute
     weights = size.params * s.rollout_bytes / max(1, s.rollout_tp)
     context = s.prompt_len + s.response_len / 2
+    kv_read: float
     if s.rollout_name == "hf":
         kv_read = kv_cache_bytes(size.shape, cache_rows, s.prompt_len + s.response_len, s.rollout_bytes)
     else:

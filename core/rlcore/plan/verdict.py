@@ -46,7 +46,9 @@ def _largest_fitting(limit: int, start: int, peak_of: Any) -> int | None:
 def _state_fix(state: TrainState, section: str) -> tuple[tuple[str, ...], str]:
     """The sharding/offload setting that takes training state off the device, by engine."""
     if state.strategy == "fsdp":
-        return (f"{section}.fsdp_config.offload_policy=true",), "parameters, gradients and optimizer state in host memory; or more ranks"
+        return (
+            f"{section}.fsdp_config.offload_policy=true",
+        ), "parameters, gradients and optimizer state in host memory; or more ranks"
     if state.strategy == "deepspeed":
         return (f"{section}.deepspeed_config.zero_stage=3", f"{section}.deepspeed_config.offload=cpu"), "or more ranks"
     return (f"{section}.megatron.tensor_model_parallel_size={state.shards * 2}",), "tensor parallel over more ranks"
@@ -59,18 +61,27 @@ def _update_fix(size: ModelSize, s: PlanSettings, device: Device, phase: Phase) 
     limit = device.memory_bytes
     if s.update_token_budget is not None:
         seq = s.prompt_len + s.response_len
-        rows = _largest_fitting(limit, max(1, s.update_token_budget // seq), lambda r: _update_peak(size, s, state, phase.name, r, seq))
+        rows = _largest_fitting(
+            limit, max(1, s.update_token_budget // seq), lambda r: _update_peak(size, s, state, phase.name, r, seq)
+        )
         if rows is not None:
             return (f"{section}.ppo_max_token_len_per_gpu={rows * seq}",), ""
     else:
-        rows = _largest_fitting(limit, s.micro // 2, lambda r: update_phase(size, dataclasses.replace(s, micro=r), state, phase.name, r).peak)
+        rows = _largest_fitting(
+            limit,
+            s.micro // 2,
+            lambda r: update_phase(size, dataclasses.replace(s, micro=r), state, phase.name, r).peak,
+        )
         if rows is not None:
             return (f"{section}.ppo_micro_batch_size_per_gpu={rows}",), ""
     if not s.gradient_checkpointing:
         checkpointed = dataclasses.replace(s, gradient_checkpointing=True)
         rows = _largest_fitting(limit, s.micro, lambda r: update_phase(size, checkpointed, state, phase.name, r).peak)
         if rows is not None:
-            return (f"{ARR}.model.enable_gradient_checkpointing=true", f"{section}.ppo_micro_batch_size_per_gpu={rows}"), ""
+            return (
+                f"{ARR}.model.enable_gradient_checkpointing=true",
+                f"{section}.ppo_micro_batch_size_per_gpu={rows}",
+            ), ""
     return _state_fix(state, section)
 
 
@@ -82,7 +93,9 @@ def _update_peak(size: ModelSize, s: PlanSettings, state: TrainState, name: str,
 def _log_prob_fix(size: ModelSize, s: PlanSettings, device: Device, phase: Phase) -> tuple[tuple[str, ...], str]:
     section = f"{ARR}.rollout" if phase.name == "old_log_prob" else f"{ARR}.ref"
     if s.log_prob_token_budget is None:
-        rows = _largest_fitting(device.memory_bytes, phase.rows // 2, lambda r: log_prob_phase(size, s, phase.name, r).peak)
+        rows = _largest_fitting(
+            device.memory_bytes, phase.rows // 2, lambda r: log_prob_phase(size, s, phase.name, r).peak
+        )
         if rows is not None:
             return (f"{section}.log_prob_micro_batch_size_per_gpu={rows}",), ""
     return _state_fix(s.actor, ACTOR)
