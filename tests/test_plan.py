@@ -136,6 +136,87 @@ def test_fsdp_state_exact_and_activations_within_a_quarter(
     assert abs(kept - saved.total) <= 0.25 * saved.total
 
 
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """The tensors of a value made of dicts, lists and tuples."""
+    if torch.is_tensor(value):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in tensors_in(item)]
+    return []
+
+
+def reachable_tensors(obj: Any, depth: int = 0, seen: set[int] | None = None) -> list[torch.Tensor]:
+    """The tensors DeepSpeed's optimizer object holds, through its attributes, lists and dicts (a few levels)."""
+    seen = set() if seen is None else seen
+    if depth > 5 or id(obj) in seen:
+        return []
+    seen.add(id(obj))
+    if torch.is_tensor(obj):
+        return [obj]
+    if isinstance(obj, dict):
+        items = list(obj.values())
+    elif isinstance(obj, (list, tuple)):
+        items = list(obj)
+    elif type(obj).__module__.startswith("deepspeed") and hasattr(obj, "__dict__"):
+        items = list(vars(obj).values())
+    else:
+        return []
+    return [t for item in items for t in reachable_tensors(item, depth + 1, seen)]
+
+
+def storage_bytes(tensors: Any) -> int:
+    """Bytes of the distinct storages under ``tensors`` (views of one flat buffer count once)."""
+    return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
+
+
+@pytest.mark.parametrize(("name", "stage"), [("tiny", 1), ("small", 2)])
+def test_deepspeed_state_exact(request: pytest.FixtureRequest, tiny_tokenizer: Any, name: str, stage: int) -> None:
+    """On one CPU rank the plan's DeepSpeed parameters, gradients and optimizer state (the fp32 master
+    partition, AdamW's moments and its one step counter) equal what the ZeRO optimizer allocates."""
+    pytest.importorskip("rlcore_plugin_deepspeed")
+    config = FSDPSettings.make_config(
+        model_dir(request, name),
+        **{
+            "actor_rollout_ref.actor.strategy": "deepspeed",
+            "actor_rollout_ref.actor.deepspeed_config.zero_stage": stage,
+            "algorithm.adv_estimator": "grpo",
+        },
+    )
+    update = next(phase for phase in plan_for_config(config, "cpu").phases if phase.name == "actor_update")
+    worker = ActorRolloutRefWorker(config, "actor", 0, 1)
+    try:
+        worker.init_model()
+        engine = worker.actor
+        batch = make_batch(tiny_tokenizer, response_length=6)
+        engine.forward_backward(
+            [batch],
+            lambda i, micro, out: -(out.log_probs * micro["response_mask"]).sum(),
+            temperature=1.0,
+            with_entropy=False,
+        )
+        zero = engine.engine.optimizer
+        params = list(engine.module.parameters())
+        grads = [p.grad for p in params if p.grad is not None] + tensors_in(getattr(zero, "all_grad_tensors", None))
+        allocated = {
+            "actor_params": storage_bytes(params),
+            "actor_grads": storage_bytes(grads),
+            "actor_reduce_bucket": max(
+                (t.untyped_storage().nbytes() for t in reachable_tensors(zero) if t.numel() > 10 * len(params)),
+                default=0,
+            )
+            if stage == 1
+            else 0,
+        }
+        engine.optimizer_step(1.0)
+        moments = [v for state in zero.optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
+        allocated["actor_optimizer"] = storage_bytes([*zero.single_partition_of_fp32_groups, *moments])
+    finally:
+        worker.shutdown()
+    assert {key: update.terms.get(key, 0) for key in allocated} == allocated
+
+
 @pytest.mark.parametrize("name", ["tiny", "small"])
 def test_hf_kv_cache_and_weight_copies_exact(request: pytest.FixtureRequest, tiny_tokenizer: Any, name: str) -> None:
     """The plan's KV cache and static-decoder weight copies equal what the HF engine allocates on CPU, with

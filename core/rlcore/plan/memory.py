@@ -35,18 +35,21 @@ def state_bytes(size: ModelSize, state: TrainState, *, trainable: bool, device_t
     """Device bytes of an engine's parameters, gradients, optimizer state and gathered layers on one rank.
 
     Parameters: the rank's shard in the stored dtype; gradients likewise (trainable engines); AdamW's two
-    moments (plus DeepSpeed's fp32 master copy in bf16 mode) and, on CPU, one fp32 step counter per tensor;
-    FSDP's gathered layers (current + prefetched) in the compute dtype. What lives in host memory counts 0.
+    moments (plus DeepSpeed's fp32 master copy) and, on CPU, one fp32 step counter per tensor (per flat
+    group for DeepSpeed); FSDP's gathered layers (current + prefetched) in the compute dtype; DeepSpeed's
+    reduction bucket during the backward pass. What lives in host memory counts 0.
     """
     params = 0 if state.params_on_host else size.shard_elements(state.shards) * state.weight_bytes
     grads = optim = 0
     if trainable:
         grads = 0 if state.params_on_host else size.shard_elements(state.grad_shards) * state.grad_bytes
         if not state.optim_on_host:
-            counters = size.param_tensors * STEP_COUNTER_BYTES if device_type == "cpu" else 0
+            tensors = 1 if state.flat_optimizer else size.param_tensors
+            counters = tensors * STEP_COUNTER_BYTES if device_type == "cpu" else 0
             optim = size.shard_elements(state.optim_shards) * state.optim_bytes + counters
     gathered = state.gathered_layers * size.layer_params * state.compute_bytes
-    return {"params": params, "grads": grads, "optimizer": optim, "gathered_layers": gathered}
+    bucket = state.bucket_bytes if trainable else 0
+    return {"params": params, "grads": grads, "optimizer": optim, "gathered_layers": gathered, "reduce_bucket": bucket}
 
 
 def training_activations(

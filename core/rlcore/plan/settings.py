@@ -12,6 +12,8 @@ from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
 
 ARR = "actor_rollout_ref"
+#: elements of DeepSpeed's default ``reduce_bucket_size`` (rlcore's DeepSpeed config keeps the default)
+DEEPSPEED_REDUCE_BUCKET = 500_000_000
 ACTOR = f"{ARR}.actor"
 #: bytes per element of the dtype names configs use
 DTYPE_BYTES: dict[str, int] = {
@@ -57,6 +59,9 @@ class TrainState:
             with ``offload: cpu``).
         optim_on_host: the optimizer state lives in host memory (FSDP ``offload_policy``, DeepSpeed
             ``offload: cpu``).
+        flat_optimizer: the optimizer steps one flat tensor per group (DeepSpeed ZeRO: one step counter).
+        bucket_bytes: a gradient-reduction bucket held during the backward pass (DeepSpeed ZeRO-1 and ZeRO-3:
+            ``reduce_bucket_size`` = 5e8 elements; measured on one CPU rank).
     """
 
     strategy: str
@@ -72,6 +77,8 @@ class TrainState:
     optimizer_offload: bool
     params_on_host: bool
     optim_on_host: bool
+    flat_optimizer: bool = False
+    bucket_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -178,13 +185,15 @@ def train_state(config: DictConfig, section: str, strategy: str, world: int, dev
             optim_shards=world,
             weight_bytes=compute,
             grad_bytes=compute,
-            optim_bytes=8 + (4 if compute != 4 else 0),
+            optim_bytes=12,  # an fp32 master copy of the partition (also in fp32 mode) and AdamW's two moments
             compute_bytes=compute,
             gathered_layers=2 if stage >= 3 and world > 1 else 0,
             param_offload=False,
             optimizer_offload=False,
             params_on_host=offload and stage >= 3,
             optim_on_host=offload,
+            flat_optimizer=True,
+            bucket_bytes=DEEPSPEED_REDUCE_BUCKET * compute if stage in (1, 3) else 0,
         )
     if strategy == "megatron":
         mg = select(config, f"{section}.megatron", {}) or {}
