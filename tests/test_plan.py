@@ -218,6 +218,40 @@ def test_deepspeed_state_exact(request: pytest.FixtureRequest, tiny_tokenizer: A
 
 
 @pytest.mark.parametrize("name", ["tiny", "small"])
+def test_megatron_state_exact(request: pytest.FixtureRequest, tiny_tokenizer: Any, name: str) -> None:
+    """On one CPU rank the plan's Megatron parameters, gradients and AdamW state (one step counter per fused
+    tensor) equal what the engine allocates."""
+    pytest.importorskip("rlcore_plugin_megatron")
+    config = FSDPSettings.make_config(
+        model_dir(request, name), **{"actor_rollout_ref.actor.strategy": "megatron", "algorithm.adv_estimator": "grpo"}
+    )
+    update = next(phase for phase in plan_for_config(config, "cpu").phases if phase.name == "actor_update")
+    worker = ActorRolloutRefWorker(config, "actor", 0, 1)
+    try:
+        worker.init_model()
+        engine = worker.actor
+        batch = make_batch(tiny_tokenizer, response_length=6)
+        engine.forward_backward(
+            [batch],
+            lambda i, micro, out: -(out.log_probs * micro["response_mask"]).sum(),
+            temperature=1.0,
+            with_entropy=False,
+        )
+        params = list(engine.module.parameters())
+        allocated = {
+            "actor_params": tensor_bytes(params),
+            "actor_grads": tensor_bytes(p.grad for p in params if p.grad is not None),
+        }
+        engine.optimizer_step(1.0)
+        allocated["actor_optimizer"] = tensor_bytes(
+            v for state in engine.optimizer.state.values() for v in state.values() if torch.is_tensor(v)
+        )
+    finally:
+        worker.shutdown()
+    assert {key: update.terms[key] for key in allocated} == allocated
+
+
+@pytest.mark.parametrize("name", ["tiny", "small"])
 def test_hf_kv_cache_and_weight_copies_exact(request: pytest.FixtureRequest, tiny_tokenizer: Any, name: str) -> None:
     """The plan's KV cache and static-decoder weight copies equal what the HF engine allocates on CPU, with
     the rows per chunk that ``max_num_batched_tokens`` gives."""

@@ -36,7 +36,7 @@ def state_bytes(size: ModelSize, state: TrainState, *, trainable: bool, device_t
 
     Parameters: the rank's shard in the stored dtype; gradients likewise (trainable engines); AdamW's two
     moments (plus DeepSpeed's fp32 master copy) and, on CPU, one fp32 step counter per tensor (per flat
-    group for DeepSpeed); FSDP's gathered layers (current + prefetched) in the compute dtype; DeepSpeed's
+    group for DeepSpeed, per fused tensor for Megatron); FSDP's gathered layers (current + prefetched) in the compute dtype; DeepSpeed's
     reduction bucket during the backward pass. What lives in host memory counts 0.
     """
     params = 0 if state.params_on_host else size.shard_elements(state.shards) * state.weight_bytes
@@ -45,6 +45,8 @@ def state_bytes(size: ModelSize, state: TrainState, *, trainable: bool, device_t
         grads = 0 if state.params_on_host else size.shard_elements(state.grad_shards) * state.grad_bytes
         if not state.optim_on_host:
             tensors = 1 if state.flat_optimizer else size.param_tensors
+            if state.fused_projections:  # per layer q/k/v (and their biases) as one tensor, gate/up as one
+                tensors -= size.shape.layers * (3 + (2 if size.qkv_bias else 0))
             counters = tensors * STEP_COUNTER_BYTES if device_type == "cpu" else 0
             optim = size.shard_elements(state.optim_shards) * state.optim_bytes + counters
     gathered = state.gathered_layers * size.layer_params * state.compute_bytes

@@ -60,6 +60,8 @@ class TrainState:
         optim_on_host: the optimizer state lives in host memory (FSDP ``offload_policy``, DeepSpeed
             ``offload: cpu``).
         flat_optimizer: the optimizer steps one flat tensor per group (DeepSpeed ZeRO: one step counter).
+        fused_projections: the engine keeps q/k/v (and their biases) as one tensor and gate/up as one
+            (Megatron), so AdamW keeps fewer step counters.
         bucket_bytes: a gradient-reduction bucket held during the backward pass (DeepSpeed ZeRO-1 and ZeRO-3:
             ``reduce_bucket_size`` = 5e8 elements; measured on one CPU rank).
     """
@@ -78,6 +80,7 @@ class TrainState:
     params_on_host: bool
     optim_on_host: bool
     flat_optimizer: bool = False
+    fused_projections: bool = False
     bucket_bytes: int = 0
 
 
@@ -212,6 +215,7 @@ def train_state(config: DictConfig, section: str, strategy: str, world: int, dev
             optimizer_offload=on_cuda and bool(mg.get("optimizer_offload", False)),
             params_on_host=False,
             optim_on_host=False,
+            fused_projections=True,
         )
     raise RLCoreError(f"{ACTOR}.strategy={strategy}: the planner knows fsdp, deepspeed and megatron")
 
