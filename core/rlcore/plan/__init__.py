@@ -69,8 +69,9 @@ def make_plan(size: ModelSize, settings: PlanSettings, device: Device) -> Plan:
     return Plan(device, size, settings, phases, time, findings(size, settings, device, phases))
 
 
-def plan_for_config(config: DictConfig, device_name: str | None = None) -> Plan:
-    """The plan of the resolved run ``config`` on the named device (None: this machine's GPU, else ``cpu``).
+def plan_for_config(config: DictConfig, device_name: str | None = None, *, offline: bool = False) -> Plan:
+    """The plan of the resolved run ``config`` on the named device (None: this machine's GPU, else ``cpu``);
+    ``offline``: a hub model's config only from the local cache.
 
     A ``cpu`` device plans a run with ``trainer.device=cpu`` rules (no CUDA runtime, no cache alignment,
     chunks by ``max_num_batched_tokens``); a GPU plans the CUDA run."""
@@ -87,7 +88,10 @@ def plan_for_config(config: DictConfig, device_name: str | None = None) -> Plan:
         raise RLCoreError("actor_rollout_ref.model.path is not set: the plan needs the model's config")
     override = select(config, "actor_rollout_ref.model.override_config", {}) or {}
     hf_config = load_hf_config(
-        str(path), bool(select(config, "actor_rollout_ref.model.trust_remote_code", False)), dict(override)
+        str(path),
+        bool(select(config, "actor_rollout_ref.model.trust_remote_code", False)),
+        dict(override),
+        offline=offline,
     )
     settings = plan_settings(config, "cpu" if device.name == "cpu" else "cuda")
     return make_plan(model_size(hf_config), settings, device)

@@ -59,9 +59,12 @@ class ModelSize:
         }
 
 
-def load_hf_config(path: str, trust_remote_code: bool, override: dict[str, Any] | None = None) -> Any:
-    """``AutoConfig`` of the model at ``path`` (a folder, or a hub name: from the local cache, else from the
-    hub when it can be reached) with ``override`` applied; an error names ``actor_rollout_ref.model.path``."""
+def load_hf_config(
+    path: str, trust_remote_code: bool, override: dict[str, Any] | None = None, *, offline: bool = False
+) -> Any:
+    """``AutoConfig`` of the model at ``path`` (a folder, or a hub name: from the local cache, else, unless
+    ``offline``, from the hub when it can be reached) with ``override`` applied; an error names
+    ``actor_rollout_ref.model.path``."""
     import os
 
     from transformers import AutoConfig
@@ -69,10 +72,17 @@ def load_hf_config(path: str, trust_remote_code: bool, override: dict[str, Any] 
     from rlcore.model_check import HUB, hub_unreachable
 
     key = "actor_rollout_ref.model.path"
+    local = os.path.exists(os.path.expanduser(path)) or path.startswith(("/", ".", "~"))
+    if offline and not local:
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(path, "config.json"), str):
+            raise RLCoreError(f"{key}={path}: the model's config is not in the local cache")
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
     except (OSError, ValueError) as exc:
-        local = os.path.exists(os.path.expanduser(path)) or path.startswith(("/", ".", "~"))
+        if offline and not local:
+            raise RLCoreError(f"{key}={path}: the model's config is not in the local cache") from exc
         unreachable = None if local else hub_unreachable(os.environ.get("HF_ENDPOINT") or HUB)
         if local or unreachable or os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True", "YES", "yes"):
             why = str(exc).splitlines()[0]

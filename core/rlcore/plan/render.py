@@ -88,14 +88,15 @@ def render_short(plan: Plan) -> list[str]:
 
 def dry_run_lines(config: DictConfig) -> list[str]:
     """The short plan for ``rlcore run --dry-run`` on the run's device (``trainer.device=cpu``: the CPU
-    rules; else this machine's GPU, or the CPU without one); a plan that cannot be made is one line saying
-    why, never a failed dry run."""
+    rules; else this machine's GPU, or the CPU without one), reading a hub model's config from the local
+    cache only (a dry run goes to no network); a plan that cannot be made is one line saying why, never a
+    failed dry run."""
     from rlcore.config.keys import select
     from rlcore.errors import RLCoreError
     from rlcore.plan import plan_for_config
 
     device = "cpu" if select(config, "trainer.device") == "cpu" else None
     try:
-        return render_short(plan_for_config(config, device))
+        return render_short(plan_for_config(config, device, offline=True))
     except (RLCoreError, OSError, ValueError) as exc:
         return [f"plan: not made ({exc})"]
