@@ -1,6 +1,7 @@
 """The accelerators the planner knows: memory, dense bf16 throughput and memory bandwidth.
 
-The figures are the vendors' datasheet numbers for the SXM/PCIe parts named (dense bf16, no sparsity);
+The figures are the vendors' datasheet numbers for the parts named (dense bf16, no sparsity: the FLOP/s of
+the table that ``perf/mfu`` is measured against);
 ``cpu`` is a nominal figure for a small host (it makes ``rlcore plan --gpu cpu`` give an order of magnitude,
 not a promise). :func:`detect_device` names the GPU of this machine without importing torch.
 """
@@ -13,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rlcore.errors import RLCoreError
+from rlcore.tracking.device_peak import table_peak_flops
 
 GIB = 2**30
 
@@ -32,12 +34,20 @@ class Device:
         return asdict(self)
 
 
+def _gpu(name: str, description: str, memory_gib: int, bandwidth: float) -> Device:
+    """A GPU of the table; its dense bf16 FLOP/s from :data:`rlcore.tracking.device_peak.GPU_PEAK_TFLOPS` (the
+    table MFU is measured against), looked up by ``description``."""
+    flops = table_peak_flops(description)
+    assert flops is not None, description
+    return Device(name, description, memory_gib * GIB, flops, bandwidth)
+
+
 #: the named devices of ``rlcore plan --gpu``
 DEVICES: dict[str, Device] = {
-    "h100": Device("h100", "NVIDIA H100 SXM 80GB", 80 * GIB, 989e12, 3.35e12),
-    "h200": Device("h200", "NVIDIA H200 SXM 141GB", 141 * GIB, 989e12, 4.8e12),
-    "a100": Device("a100", "NVIDIA A100 SXM 80GB", 80 * GIB, 312e12, 2.04e12),
-    "l40s": Device("l40s", "NVIDIA L40S 48GB", 48 * GIB, 362e12, 0.864e12),
+    "h100": _gpu("h100", "NVIDIA H100 SXM 80GB", 80, 3.35e12),
+    "h200": _gpu("h200", "NVIDIA H200 SXM 141GB", 141, 4.8e12),
+    "a100": _gpu("a100", "NVIDIA A100 SXM 80GB", 80, 2.04e12),
+    "l40s": _gpu("l40s", "NVIDIA L40S 48GB", 48, 0.864e12),
     "cpu": Device("cpu", "a CPU host (nominal: 16 GiB, 1 TFLOP/s, 50 GB/s)", 16 * GIB, 1e12, 50e9),
 }
 

@@ -45,7 +45,7 @@ class Phase:
         return {"name": self.name, "peak_bytes": self.peak, "rows": self.rows, "terms": self.terms, "notes": self.notes}
 
 
-def resident(size: ModelSize, s: PlanSettings, *, rollout_phase: bool) -> dict[str, int]:
+def resident(size: ModelSize, s: PlanSettings) -> dict[str, int]:
     """What the training engines keep on the device outside their own compute: the actor's parameters and
     optimizer state (gradients are freed after each step), the reference's and the critic's, less what
     ``param_offload``/``optimizer_offload`` move out between phases."""
@@ -54,10 +54,7 @@ def resident(size: ModelSize, s: PlanSettings, *, rollout_phase: bool) -> dict[s
         if state is None:
             continue
         held = state_bytes(size, state, trainable=trainable, device_type=s.device_type)
-        params = 0 if state.param_offload else held["params"]
-        if rollout_phase and s.device_type == "cpu" and s.world == 1 and name == "actor":
-            params = held["params"]  # one CPU rank: the rollout engine shares these tensors
-        terms[f"{name}_params"] = params
+        terms[f"{name}_params"] = 0 if state.param_offload else held["params"]
         if trainable:
             terms[f"{name}_optimizer"] = 0 if state.optimizer_offload else held["optimizer"]
     return {k: v for k, v in terms.items() if v}
@@ -91,7 +88,7 @@ def update_phase(size: ModelSize, s: PlanSettings, state: TrainState, name: str,
     )
     prefix = "actor" if name == "actor_update" else "critic"
     terms = {f"{prefix}_{key}": value for key, value in held.items()}
-    others = resident(size, s, rollout_phase=False)
+    others = resident(size, s)
     terms.update({k: v for k, v in others.items() if not k.startswith(prefix)})
     terms.update(acts)
     if s.device_type == "cuda":
@@ -108,7 +105,7 @@ def log_prob_phase(size: ModelSize, s: PlanSettings, name: str, micro: int | Non
         tokens = max(seq, s.log_prob_token_budget)
         rows = max(1, tokens // seq)
     state = s.ref if name == "ref_log_prob" and s.ref is not None else s.actor
-    terms = resident(size, s, rollout_phase=False)
+    terms = resident(size, s)
     held = state_bytes(size, state, trainable=False, device_type=s.device_type)
     owner = "ref" if name == "ref_log_prob" and s.ref is not None else "actor"
     terms[f"{owner}_params"] = held["params"]  # loaded for the pass even when offloaded between phases
@@ -150,7 +147,7 @@ def hf_rollout_rows(size: ModelSize, s: PlanSettings, device: Device, in_use: in
 
 def rollout_phase(size: ModelSize, s: PlanSettings, device: Device) -> Phase:
     """Generation: the trainer's resident state plus the engine's weights and KV cache."""
-    terms = resident(size, s, rollout_phase=True)
+    terms = resident(size, s)
     shape = size.shape
     notes: list[str] = []
     if s.device_type == "cuda":

@@ -110,7 +110,7 @@ def _rollout_fix(size: ModelSize, s: PlanSettings, device: Device, phase: Phase)
         return offload, f"or lower {key}"
     if phase.rows < 1:
         return (f"{ARR}.rollout.tensor_model_parallel_size={s.rollout_tp * 2}",), f"or raise {key}"
-    trainer = sum(resident(size, s, rollout_phase=True).values()) + CUDA_RUNTIME_BYTES
+    trainer = sum(resident(size, s).values()) + CUDA_RUNTIME_BYTES
     room = math.floor(100 * (device.memory_bytes - trainer) / device.memory_bytes) / 100
     if room >= 0.05:
         return (f"{key}={room:.2f}",), f"what the trainer leaves; or {' '.join(offload)}"
