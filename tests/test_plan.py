@@ -171,6 +171,30 @@ def storage_bytes(tensors: Any) -> int:
     return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
 
 
+def test_fsdp_two_ranks_shard_exact(small_model_dir: Path, tmp_path: Path) -> None:
+    """Over two gloo ranks, each rank's FSDP2 shards of the parameters, gradients and AdamW moments (rows
+    split and padded per tensor) equal the plan's per-rank figures."""
+    import json
+    import sys
+
+    import torch.multiprocessing as mp
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(Path(__file__).parent))
+        import test_plan_rank_jobs as jobs
+
+        args = (2, str(tmp_path / "store"), str(small_model_dir), str(tmp_path))
+        mp.spawn(jobs.run_rank, args=args, nprocs=2, join=True)
+        sys.modules.pop("test_plan_rank_jobs", None)
+    config = FSDPSettings.make_config(
+        small_model_dir, **{"algorithm.adv_estimator": "grpo", "trainer.n_gpus_per_node": 2}
+    )
+    update = next(phase for phase in plan_for_config(config, "cpu").phases if phase.name == "actor_update")
+    for rank in range(2):
+        allocated = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert {key: update.terms[key] for key in allocated} == allocated, rank
+
+
 @pytest.mark.parametrize(("name", "stage"), [("tiny", 1), ("small", 2)])
 def test_deepspeed_state_exact(request: pytest.FixtureRequest, tiny_tokenizer: Any, name: str, stage: int) -> None:
     """On one CPU rank the plan's DeepSpeed parameters, gradients and optimizer state (the fp32 master
