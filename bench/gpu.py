@@ -299,7 +299,26 @@ class Bench:
         out["user_overrides"] = [o.replace(str(self.work), "<work>") for o in overrides]
         out.update(watcher.summary())
         out.update(train_summary(watcher.rows()))
+        out["plan"] = self.plan([*self.seed_args, *overrides])
+        out["plan_vs_measured"] = plan_vs_measured(out["plan"], out.get("last_step", {}))
         return out
+
+    def plan(self, run_args: list[str]) -> dict[str, Any]:
+        """``rlcore plan`` of the train part's command line on this device (``--json``): each phase's
+        predicted peak per rank, the step time and the verdict, or ``error`` when it could not be made."""
+        log_file = self.logs / "plan.log"
+        gpu = "cpu" if self.args.device == "cpu" else None
+        cmd = [sys.executable, "-m", "rlcore", "plan", *run_args, "--json", *(["--gpu", gpu] if gpu else [])]
+        try:
+            result = subprocess.run(
+                cmd, env=self.env, cwd=self.work, capture_output=True, text=True, timeout=PLAN_LIMIT_S
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": f"rlcore plan took longer than {PLAN_LIMIT_S} s"}
+        log_file.write_text(result.stderr)
+        if result.returncode != 0:
+            return {"error": f"exit status {result.returncode}: {result.stderr.strip()[-2000:]}"}
+        return json.loads(result.stdout)
 
     # -------------------------------------------------------------------------------------------- bundled
     def bundled(self, limit: float) -> dict[str, Any]:
@@ -421,6 +440,38 @@ def train_overrides(spec: dict[str, Any], model_dir: Path, device: str, runs: Pa
         f"trainer.runs_dir={runs}",
         *spec["train_extra"],
     ]
+
+
+#: seconds ``rlcore plan`` may take (it reads the model's config and builds it on the meta device)
+PLAN_LIMIT_S = 300
+#: the worker methods whose peak memory the run measures -> the plan's phases
+PLAN_PHASES = {
+    "generate_sequences": "rollout",
+    "compute_log_prob": "old_log_prob",
+    "compute_ref_log_prob": "ref_log_prob",
+    "update_critic": "critic_update",
+    "update_actor": "actor_update",
+}
+
+
+def plan_vs_measured(plan: dict[str, Any], last_step: dict[str, Any]) -> dict[str, Any]:
+    """Per phase: the plan's peak (GiB, without its CUDA runtime allowance, which the allocator does not
+    count) beside the last step's measured ``max_memory_allocated_gb`` of the matching worker method, and
+    their ratio; empty when either is missing (a CPU run measures no device memory)."""
+    measured = last_step.get("max_memory_allocated_gb") or {}
+    phases = {phase["name"]: phase for phase in plan.get("phases", [])}
+    out: dict[str, Any] = {}
+    for method, name in PLAN_PHASES.items():
+        if method not in measured or name not in phases:
+            continue
+        terms = phases[name]["terms"]
+        predicted = (phases[name]["peak_bytes"] - terms.get("cuda_runtime", 0)) / 2**30
+        out[name] = {
+            "predicted_gb": round(predicted, 3),
+            "measured_gb": measured[method],
+            "ratio": round(predicted / measured[method], 3) if measured[method] else None,
+        }
+    return out
 
 
 #: the per-step metrics reported under ``steps`` (prefix -> JSON key)

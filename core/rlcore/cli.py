@@ -208,6 +208,40 @@ def run(args: tuple[str, ...], presets: tuple[str, ...], dry_run: bool) -> None:
     )
 
 
+# --------------------------------------------------------------------- plan
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--preset", "presets", multiple=True, help="Apply a registered preset before files and overrides.")
+@click.option(
+    "--gpu",
+    "gpu",
+    default=None,
+    help="Device to plan for: h100, h200, a100, l40s or cpu [default: this machine's GPU, else cpu].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def plan(args: tuple[str, ...], presets: tuple[str, ...], gpu: str | None, as_json: bool) -> None:
+    """Per-rank peak memory of each phase, the step time and whether it fits, for the config ``rlcore run``
+    would use (same arguments), before launching anything (docs/plan.md)."""
+    from rlcore.config import load_config, parse_command_line
+    from rlcore.plan import plan_for_config
+    from rlcore.plan.render import render_text
+    from rlcore.run import default_presets
+
+    line = parse_command_line(args)
+    manager = load_plugins()
+    cfg = load_config(
+        line.files,
+        line.overrides,
+        default_presets(line.files, line.overrides, line.config_name) + list(presets),
+        manager,
+        config_name=line.config_name,
+        config_path=line.config_path,
+    )
+    manager.hook.on_config_resolved(config=cfg)
+    result = plan_for_config(cfg, gpu)
+    click.echo(json.dumps(result.as_dict(), indent=2) if as_json else render_text(result))
+
+
 # ---------------------------------------------------------------------- sft
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)

@@ -368,6 +368,10 @@ def run_training(
     if images:
         click.echo(images)
     if dry_run:
+        from rlcore.plan.render import dry_run_lines
+
+        for line in dry_run_lines(config):
+            click.echo(line)
         click.echo(config_to_yaml(config), nl=False)
         return {}
     make_output_paths_absolute(config)
