@@ -77,7 +77,7 @@ def plan_for_config(config: DictConfig, device_name: str | None = None, *, offli
     chunks by ``max_num_batched_tokens``); a GPU plans the CUDA run."""
     from rlcore.config.keys import select
     from rlcore.plan.devices import detect_device, device_named
-    from rlcore.plan.model_size import load_hf_config, model_size
+    from rlcore.plan.model_size import model_size_at
     from rlcore.plan.settings import plan_settings
 
     device = device_named(device_name or detect_device())
@@ -87,11 +87,11 @@ def plan_for_config(config: DictConfig, device_name: str | None = None, *, offli
 
         raise RLCoreError("actor_rollout_ref.model.path is not set: the plan needs the model's config")
     override = select(config, "actor_rollout_ref.model.override_config", {}) or {}
-    hf_config = load_hf_config(
+    size = model_size_at(
         str(path),
         bool(select(config, "actor_rollout_ref.model.trust_remote_code", False)),
         dict(override),
         offline=offline,
     )
     settings = plan_settings(config, "cpu" if device.name == "cpu" else "cuda")
-    return make_plan(model_size(hf_config), settings, device)
+    return make_plan(size, settings, device)

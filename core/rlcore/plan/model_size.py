@@ -7,6 +7,7 @@ are imported here only, when a plan is made.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,8 +66,6 @@ def load_hf_config(
     """``AutoConfig`` of the model at ``path`` (a folder, or a hub name: from the local cache, else, unless
     ``offline``, from the hub when it can be reached) with ``override`` applied; an error names
     ``actor_rollout_ref.model.path``."""
-    import os
-
     from transformers import AutoConfig
 
     from rlcore.model_check import HUB, hub_unreachable
@@ -134,3 +133,19 @@ def _decoder_layers(model: Any) -> list[Any]:
         if isinstance(module, torch.nn.ModuleList) and name.rsplit(".", 1)[-1] in ("layers", "h", "blocks"):
             return list(module)
     return []
+
+
+#: :func:`model_size_at`'s answers in this process, by model path, ``config.json``'s stamp and the arguments
+_SIZES: dict[tuple[Any, ...], ModelSize] = {}
+
+
+def model_size_at(path: str, trust_remote_code: bool, override: dict[str, Any], *, offline: bool) -> ModelSize:
+    """:func:`model_size` of the model at ``path`` (``load_hf_config``'s arguments), remembered for the life of
+    the process while the folder's ``config.json`` is unchanged (its modification time and size): many dry runs
+    in one process (a notebook, the tests) read the config and build the meta model once."""
+    config_file = os.path.join(os.path.expanduser(path), "config.json")
+    stamp = (os.stat(config_file).st_mtime_ns, os.stat(config_file).st_size) if os.path.isfile(config_file) else None
+    key = (path, stamp, trust_remote_code, repr(sorted(override.items())), offline)
+    if key not in _SIZES:
+        _SIZES[key] = model_size(load_hf_config(path, trust_remote_code, override, offline=offline))
+    return _SIZES[key]
