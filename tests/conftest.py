@@ -1,7 +1,7 @@
 """Fixtures for tests that install distributions into a fresh virtual environment, as a user would.
 
 ``run`` runs a command with a clean environment and fails the test with its output when it fails.
-``rlcore_wheel`` builds rlcore's wheel once per session (from a copy of the sources, so the checkout is
+``rlcore_wheel`` builds rlcore's wheel once per pytest run (from a copy of the sources, so the checkout is
 not touched). ``make_venv(path, hidden=...)`` creates a :class:`Venv` that sees this environment's
 packages (torch, transformers, pytest, pip, ...) through a ``.pth`` file, except the distributions named
 in ``hidden``: their ``.dist-info`` and editable-install ``.pth`` files are left out, so neither their
@@ -152,16 +152,20 @@ def make_venv() -> Callable[..., Venv]:
 
 @pytest.fixture(scope="session")
 def rlcore_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """rlcore's wheel, built offline (``python -m build --no-isolation``) from a copy of this checkout."""
-    source = tmp_path_factory.mktemp("rlcore-source")
-    for name in RLCORE_SOURCES:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name, ignore=BUILD_JUNK)
-        else:
-            shutil.copy2(ROOT / name, source / name)
-    out = tmp_path_factory.mktemp("rlcore-wheel")
-    run_command([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", out, source])
-    (wheel,) = out.glob("*.whl")
+    """rlcore's wheel, built offline (``python -m build --no-isolation``) from a copy of this checkout, once per
+    pytest run (:func:`once_per_test_run`)."""
+
+    def build(folder: Path) -> None:
+        source = folder / "source"
+        for name in RLCORE_SOURCES:
+            if (ROOT / name).is_dir():
+                shutil.copytree(ROOT / name, source / name, ignore=BUILD_JUNK)
+            else:
+                source.mkdir(exist_ok=True)
+                shutil.copy2(ROOT / name, source / name)
+        run_command([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", folder / "wheel", source])
+
+    (wheel,) = (once_per_test_run(tmp_path_factory, "rlcore-wheel", build) / "wheel").glob("*.whl")
     return wheel
 
 
