@@ -1,7 +1,7 @@
 """Fixtures for tests that install distributions into a fresh virtual environment, as a user would.
 
 ``run`` runs a command with a clean environment and fails the test with its output when it fails.
-``rlcore_wheel`` builds rlcore's wheel once per session (from a copy of the sources, so the checkout is
+``rlcore_wheel`` builds rlcore's wheel once per pytest run (from a copy of the sources, so the checkout is
 not touched). ``make_venv(path, hidden=...)`` creates a :class:`Venv` that sees this environment's
 packages (torch, transformers, pytest, pip, ...) through a ``.pth`` file, except the distributions named
 in ``hidden``: their ``.dist-info`` and editable-install ``.pth`` files are left out, so neither their
@@ -10,16 +10,25 @@ comes from the wheel or project it names, and nowhere else.
 
 ``single_intra_op_thread`` runs a test with one intra-op torch thread (tests of tiny models mark themselves
 with it).
+
+``once_per_test_run`` makes a folder once per pytest run, however many xdist workers ask for it, and
+``command_once`` (:func:`rlcore_command_once`) runs an ``rlcore`` command that way: the README's ``rlcore run``, shown by two pages and
+checked by ``test_default_run.py``, trains once per run of the suite.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import sysconfig
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -129,13 +138,13 @@ class Venv:
         )
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def run() -> Runner:
     """``run(args, cwd=None, env=None, check=True)``: see :func:`run_command` (``env`` adds variables)."""
     return run_command
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def make_venv() -> Callable[..., Venv]:
     """``make_venv(path, hidden=())``: a :class:`Venv`."""
     return Venv
@@ -143,16 +152,20 @@ def make_venv() -> Callable[..., Venv]:
 
 @pytest.fixture(scope="session")
 def rlcore_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """rlcore's wheel, built offline (``python -m build --no-isolation``) from a copy of this checkout."""
-    source = tmp_path_factory.mktemp("rlcore-source")
-    for name in RLCORE_SOURCES:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name, ignore=BUILD_JUNK)
-        else:
-            shutil.copy2(ROOT / name, source / name)
-    out = tmp_path_factory.mktemp("rlcore-wheel")
-    run_command([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", out, source])
-    (wheel,) = out.glob("*.whl")
+    """rlcore's wheel, built offline (``python -m build --no-isolation``) from a copy of this checkout, once per
+    pytest run (:func:`once_per_test_run`)."""
+
+    def build(folder: Path) -> None:
+        source = folder / "source"
+        for name in RLCORE_SOURCES:
+            if (ROOT / name).is_dir():
+                shutil.copytree(ROOT / name, source / name, ignore=BUILD_JUNK)
+            else:
+                source.mkdir(exist_ok=True)
+                shutil.copy2(ROOT / name, source / name)
+        run_command([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", folder / "wheel", source])
+
+    (wheel,) = (once_per_test_run(tmp_path_factory, "rlcore-wheel", build) / "wheel").glob("*.whl")
     return wheel
 
 
@@ -213,3 +226,75 @@ def install_throwaway_plugins(
 def throwaway_plugins() -> Callable[..., Path]:
     """:func:`install_throwaway_plugins`, for tests that need real installed plugin distributions."""
     return install_throwaway_plugins
+
+
+def shared_temp_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder every xdist worker of this pytest run shares (the parent of the workers' own base folders),
+    or this run's base folder without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def once_per_test_run(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
+    """The folder ``<shared root>/<name>``, filled by ``make(folder)`` once per pytest run: the first worker to ask
+    makes it under an exclusive lock while the others wait, then all of them use it as it is (read only). A
+    folder whose making failed is made again by the next caller, which then fails the same way with its own
+    error."""
+    root = shared_temp_root(tmp_path_factory)
+    folder = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".made").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            (folder / ".made").touch()
+    return folder
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    """An ``rlcore`` command run by :func:`rlcore_command_once`: its folder, exit status and output (standard
+    output and error as one text, in order)."""
+
+    folder: Path
+    returncode: int
+    output: str
+
+
+def rlcore_command_once(tmp_path_factory: pytest.TempPathFactory, command: str, env: dict[str, str]) -> CommandRun:
+    """``command`` (``rlcore ...``, as a page shows it) run once per pytest run, as a new user runs it: in an empty
+    folder, with an empty cache (``RLCORE_CACHE=<folder>/cache``), no ``RLCORE_*`` or ``DS_*`` variables of this
+    environment, the variables ``env`` and 120 columns. Every test asking for the same command and variables
+    gets the same run; none may change its folder."""
+    words = shlex.split(command)
+    assert words[0] == "rlcore", f"only rlcore commands are run: {command}"
+    key = hashlib.sha256(json.dumps([command, sorted(env.items())]).encode()).hexdigest()[:16]
+
+    def make(folder: Path) -> None:
+        variables = {k: v for k, v in os.environ.items() if not k.startswith(("RLCORE_", "DS_"))}
+        variables.update(env, RLCORE_CACHE=str(folder / "cache"), COLUMNS="120")
+        result = subprocess.run(
+            [sys.executable, "-m", "rlcore", *words[1:]],
+            cwd=folder,
+            env=variables,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=1800,
+        )
+        (folder / "command.json").write_text(json.dumps({"returncode": result.returncode, "output": result.stdout}))
+
+    folder = once_per_test_run(tmp_path_factory, f"rlcore-command-{key}", make)
+    recorded = json.loads((folder / "command.json").read_text())
+    return CommandRun(folder, recorded["returncode"], recorded["output"])
+
+
+@pytest.fixture(scope="session")
+def command_once(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., CommandRun]:
+    """``command_once(command, env={})``: see :func:`rlcore_command_once`."""
+
+    def run_once(command: str, env: dict[str, str] | None = None) -> CommandRun:
+        return rlcore_command_once(tmp_path_factory, command, env or {})
+
+    return run_once

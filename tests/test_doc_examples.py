@@ -2,8 +2,9 @@
 
 An example is a fenced block right after an HTML comment ``<!-- example -->`` whose first line is
 ``$ COMMAND``; the other lines are what the command prints (standard output and error, in order). The test
-runs the command in an empty folder with an empty cache (once per command: pages showing the same command share
-the run) and compares:
+runs the command in an empty folder with an empty cache (once per command and pytest run: pages showing the
+same command, and ``test_default_run.py`` for the README's ``rlcore run``, share the run; see
+``command_once`` in ``conftest.py``) and compares:
 
 - numbers may differ (times, rewards, timestamps in paths): every run of digits matches any other, and
   every duration (``42s``, ``3m05s``) any other;
@@ -16,13 +17,10 @@ minutes are).
 
 from __future__ import annotations
 
-import os
 import re
-import shlex
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -125,37 +123,13 @@ def test_the_matcher() -> None:
     assert mismatch(["b"], ["a", "b"]) is not None  # the first lines are the first lines
 
 
-#: (command, variables) -> (exit status, output) of the examples run so far: pages that show the same command
-#: (the README and docs/running.md both show the first `rlcore run`) share one run
-RUNS: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int, str]] = {}
-
-
-def run_example(example: Example, folder: Path) -> tuple[int, str]:
-    """Run ``example``'s command in ``folder`` with an empty cache (once per command and variables)."""
-    key = (example.command, tuple(sorted(example.env.items())))
-    if key not in RUNS:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("RLCORE_", "DS_"))}
-        env.update(example.env, RLCORE_CACHE=str(folder / "cache"), COLUMNS="120")
-        words = shlex.split(example.command)
-        assert words[0] == "rlcore", f"{example.id}: only rlcore commands are run"
-        result = subprocess.run(
-            [sys.executable, "-m", "rlcore", *words[1:]],
-            cwd=folder,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=1800,
-        )
-        RUNS[key] = (result.returncode, result.stdout)
-    return RUNS[key]
-
-
 @pytest.mark.parametrize(
     "example",
     [pytest.param(e, id=e.id, marks=[pytest.mark.slow] if e.slow else []) for e in EXAMPLES],
 )
-def test_example_prints_what_the_page_shows(example: Example, tmp_path: Path) -> None:
-    returncode, output = run_example(example, tmp_path)
-    problem = mismatch(example.expected, output.splitlines())
-    assert problem is None, f"{example.id}: `{example.command}` (exit {returncode}): {problem}"
+def test_example_prints_what_the_page_shows(example: Example, command_once: Any) -> None:
+    """The command, run once per pytest run however many pages show it (``command_once``: an empty folder, an
+    empty cache), prints what the page shows."""
+    ran = command_once(example.command, example.env)
+    problem = mismatch(example.expected, ran.output.splitlines())
+    assert problem is None, f"{example.id}: `{example.command}` (exit {ran.returncode}): {problem}"

@@ -1,20 +1,24 @@
 """The plugin template: rendered, installed and tested as a plugin author would, for every component kind.
 
-Each combination (each kind alone, then all ten) is rendered with ``rlcore new plugin --no-input``, checked
-(exact file set, pyproject parsed with tomllib, workflows parsed as YAML, every module compiles), pip-installed
-with rlcore's wheel into a fresh venv beside this environment, listed by that venv's ``rlcore plugins
---json`` with exactly the chosen components, and its own generated tests are run there with pytest — they
-must pass. With all ten kinds, ``rlcore run --preset`` then trains two CPU steps through the generated
-components. The template's checks of bad values, the ``cookiecutter/`` pointer at the repository root and
-``rlcore new plugin`` from an installed wheel are tested too. ``HOME`` points at a temporary directory in
-every render, so a developer's ``~/.cookiecutterrc`` cannot change the output.
+Each kind alone, then all of them together, is rendered with ``rlcore new plugin --no-input`` and checked (exact
+file set, pyproject parsed with tomllib, workflows parsed as YAML, every module compiles). The single-kind projects
+are pip-installed together with rlcore's wheel into one fresh venv beside this environment, each listed by that
+venv's ``rlcore plugins --json`` with exactly its component, and their generated tests are run there by one pytest
+process — each project's must pass. The project with every kind is installed alone into its own venv, listed, its
+generated tests pass, and ``rlcore run --preset`` trains two CPU steps through the generated components. The
+template's checks of bad values, the ``cookiecutter/`` pointer at the repository root and ``rlcore new plugin`` from
+an installed wheel are tested too. ``HOME`` points at a temporary directory in every render, so a developer's
+``~/.cookiecutterrc`` cannot change the output.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +44,6 @@ COMMON_FILES = (
     "src/{pkg}/hooks.py",
     "tests/test_plugin.py",
 )
-COMBINATIONS = [pytest.param((kind,), id=kind) for kind in KINDS] + [pytest.param(KINDS, id="all")]
 #: the running rlcore's major.minor, the template's default ``rlcore_min_version``
 MIN_VERSION = ".".join(rlcore.__version__.split(".")[:2])
 #: the plugin API range the template declares by default
@@ -81,10 +84,10 @@ def rlcore_new(run: Any, tmp_path: Path, *values: str, check: bool = True) -> An
     return run(args, cwd=tmp_path, env={"HOME": str(tmp_path / "home")}, check=check)
 
 
-def plugin_env(dist: str) -> dict[str, str]:
-    """Strict plugin loading, as in the generated CI, of ``dist`` and the fsdp backend only: the other plugins
+def plugin_env(*dists: str) -> dict[str, str]:
+    """Strict plugin loading, as in the generated CI, of ``dists`` and the fsdp backend only: the other plugins
     of this development environment (visible in the test venvs) cannot make the generated tests fail."""
-    return {"RLCORE_STRICT_PLUGINS": "1", "RLCORE_LOAD_PLUGINS": f"{dist},rlcore-plugin-fsdp"}
+    return {"RLCORE_STRICT_PLUGINS": "1", "RLCORE_LOAD_PLUGINS": ",".join([*dists, "rlcore-plugin-fsdp"])}
 
 
 def listed_components(run: Any, rlcore_bin: Path, dist: str) -> set[tuple[str, str]]:
@@ -125,17 +128,21 @@ def test_next_steps_use_a_relative_path_when_possible(tmp_path: Path) -> None:
     assert next_steps(project, tmp_path / "elsewhere") == [f"cd '{project}'", "pip install -e '.[test]'", "pytest"]
 
 
-@pytest.mark.parametrize("kinds", COMBINATIONS)
-def test_generated_plugin_installs_and_passes_its_own_tests(
-    kinds: tuple[str, ...],
-    tmp_path: Path,
-    run: Any,
-    make_venv: Any,
-    rlcore_wheel: Path,
-    request: pytest.FixtureRequest,
-) -> None:
-    """Render, check, install beside rlcore's wheel, list with ``rlcore plugins`` and run the generated tests;
-    with every kind, also train with all the generated components."""
+@dataclass(frozen=True)
+class Rendered:
+    """A project that ``rlcore new plugin`` rendered: where, its distribution name, package and kinds."""
+
+    project: Path
+    name: str
+    dist: str
+    pkg: str
+    kinds: tuple[str, ...]
+
+
+def render_and_check(run: Any, tmp_path: Path, kinds: tuple[str, ...]) -> Rendered:
+    """Render the project of ``kinds`` (every kind: the author's name and description too) and check what was
+    written: the next commands printed, the exact file set, every module compiles, the pyproject's metadata
+    and the two workflows."""
     everything = kinds == KINDS
     name = "demo-all" if everything else f"demo-{kind_slug(kinds[0])}"
     people = ['author_name=Ada "The Countess" Lovelace', "github_username=ada-l", 'description=Says "hi" & <b>']
@@ -168,13 +175,79 @@ def test_generated_plugin_installs_and_passes_its_own_tests(
     publish = yaml.safe_load((workflows / "publish.yml").read_text())["jobs"]["pypi"]
     assert publish["permissions"] == {"id-token": "write"}
     assert publish["steps"][-1]["uses"] == "pypa/gh-action-pypi-publish@release/v1"
+    return Rendered(project, name, meta["name"], pkg, kinds)
 
+
+@dataclass(frozen=True)
+class SingleKindPlugins:
+    """The projects of each kind alone, installed together into one venv beside rlcore's wheel: each one's
+    rendering (its checks passed), ``rlcore plugins --json`` of that venv by distribution, and the outcome
+    of every generated test (one pytest process over all the projects' tests) by node id."""
+
+    rendered: dict[str, Rendered]
+    listed: dict[str, dict[str, Any]]
+    outcomes: dict[str, str]
+    output: str
+
+
+#: a line of pytest's ``-rA`` summary: outcome and node id
+SUMMARY_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL) (\S+)")
+
+
+@pytest.fixture(scope="module")
+def single_kind_plugins(
+    tmp_path_factory: pytest.TempPathFactory, run: Any, make_venv: Any, rlcore_wheel: Path
+) -> SingleKindPlugins:
+    """Every kind's own project, rendered and checked (a failed check fails every kind's test), installed in one
+    pip call into one venv, listed once and tested by one pytest process: the generated tests, the rlcore
+    fixtures they share and the interpreter start once instead of once per kind."""
+    tmp_path = tmp_path_factory.mktemp("single-kinds")
+    rendered = {kind: render_and_check(run, tmp_path, (kind,)) for kind in KINDS}
     venv = make_venv(tmp_path / "venv", hidden=["rlcore"])
-    venv.install(rlcore_wheel, project)
-    assert listed_components(run, venv.bin("rlcore"), meta["name"]) == {(kind, name) for kind in kinds}
-    run([venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project, env=plugin_env(meta["name"]))
-    if everything:
-        train_with_every_generated_component(run, venv, tmp_path, request.getfixturevalue("tiny_model_dir"), name)
+    venv.install(rlcore_wheel, *(one.project for one in rendered.values()))
+    env = plugin_env(*(one.dist for one in rendered.values()))
+    rows = json.loads(run([venv.bin("rlcore"), "plugins", "--json"], env=env).stdout)
+    tests = [one.project / "tests" for one in rendered.values()]
+    # the folder above the projects is the root (node ids start with out/<project>/tests/), not a project's config
+    args = ["-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--import-mode=importlib", "--rootdir", tmp_path]
+    args += ["-c", os.devnull, *tests]
+    result = run([venv.python, *args], cwd=tmp_path, env=env, check=False)
+    outcomes = {
+        match[2]: match[1] for match in map(SUMMARY_LINE.match, result.stdout.splitlines()) if match is not None
+    }
+    return SingleKindPlugins(rendered, {row["name"]: row for row in rows}, outcomes, result.stdout + result.stderr)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_generated_plugin_installs_and_passes_its_own_tests(kind: str, single_kind_plugins: SingleKindPlugins) -> None:
+    """The project of ``kind`` alone: rendered and checked, installed beside rlcore's wheel, listed by ``rlcore
+    plugins`` with exactly its component, and every test it generated passes (each test file has passing
+    tests, none fails or errors)."""
+    one = single_kind_plugins.rendered[kind]
+    row = single_kind_plugins.listed[one.dist]
+    assert row["status"] == "ok", row["error"]
+    assert row["api"] == API_RANGE
+    assert {(component["kind"], component["name"]) for component in row["components"]} == {(kind, one.name)}
+    prefix = f"out/{one.project.name}/tests/"
+    own = {node: outcome for node, outcome in single_kind_plugins.outcomes.items() if node.startswith(prefix)}
+    tail = single_kind_plugins.output[-3000:]
+    assert {node: outcome for node, outcome in own.items() if outcome != "PASSED"} == {}, tail
+    passed_files = {node.split("::")[0].removeprefix(prefix) for node in own}
+    assert passed_files == {"test_plugin.py", f"test_{kind}.py"}, tail
+
+
+def test_generated_plugin_with_every_kind_installs_passes_its_own_tests_and_trains(
+    tmp_path: Path, run: Any, make_venv: Any, rlcore_wheel: Path, tiny_model_dir: Path
+) -> None:
+    """The project with every kind: rendered and checked, installed alone beside rlcore's wheel in its own
+    venv, listed with all its components, its generated tests pass there, and it trains with all the
+    generated components."""
+    one = render_and_check(run, tmp_path, KINDS)
+    venv = make_venv(tmp_path / "venv", hidden=["rlcore"])
+    venv.install(rlcore_wheel, one.project)
+    assert listed_components(run, venv.bin("rlcore"), one.dist) == {(kind, one.name) for kind in KINDS}
+    run([venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=one.project, env=plugin_env(one.dist))
+    train_with_every_generated_component(run, venv, tmp_path, tiny_model_dir, one.name)
 
 
 def train_with_every_generated_component(run: Any, venv: Any, tmp_path: Path, model_dir: Path, name: str) -> None:

@@ -60,8 +60,10 @@ def fresh_venv(run: Any, path: Path) -> dict[str, str]:
 
 
 def pip_install(run: Any, venv: Path, env: dict[str, str], *args: Any) -> None:
-    """``pip install ARGS`` with the venv's own pip (and this machine's pip configuration)."""
-    run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", *args], env=env)
+    """``pip install --no-compile ARGS`` with the venv's own pip (and this machine's pip configuration), as the
+    README's first command installs (``--no-compile``: Python compiles a module when it is first imported,
+    instead of pip compiling torch's thousands of modules up front)."""
+    run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-compile", *args], env=env)
 
 
 def installed_rlcore_distributions(run: Any, venv: Path, env: dict[str, str]) -> dict[str, str]:
