@@ -97,6 +97,16 @@ def test_training_reports_steps_mfu_and_the_peak(document: dict[str, Any]) -> No
     assert "timing_s/testing" in train["validation"]
 
 
+def test_the_train_part_records_the_plan_beside_the_measured_peaks(document: dict[str, Any]) -> None:
+    """``rlcore plan`` of the train part's command line: every training phase's predicted peak per rank; on CPU
+    no device memory is measured, so nothing is compared (on a GPU each phase is, with its ratio)."""
+    train = document["parts"]["train"]
+    phases = {phase["name"]: phase for phase in train["plan"]["phases"]}
+    assert {"rollout", "old_log_prob", "ref_log_prob", "actor_update"} <= set(phases), train["plan"]
+    assert all(phase["peak_bytes"] > 0 for phase in phases.values())
+    assert train["plan_vs_measured"] == {}
+
+
 def test_bundled_first_run_reports_its_curve(document: dict[str, Any]) -> None:
     """The bundled task from an empty cache: two steps, validation at steps 0, 1 and 2."""
     bundled = document["parts"]["bundled"]
