@@ -140,17 +140,10 @@ def config() -> None:
     """Inspect the run configuration."""
 
 
-@config.command("show", context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--preset", "presets", multiple=True, help="Apply a registered preset (repeatable).")
-def config_show(args: tuple[str, ...], presets: tuple[str, ...]) -> None:
-    """Print the resolved config for [--config-path DIR --config-name NAME] [CONFIG.yaml ...] [key=value ...].
-
-    It is the config ``rlcore run`` would use (plugins' ``on_config_resolved`` hooks included). A key that
-    also accepts verl's spelling is marked ``# verl: <spelling>``.
-    """
-    from rlcore.config import config_to_yaml, load_config, parse_command_line
-    from rlcore.config.aliases import with_alias_comments
+def _resolved_config(args: tuple[str, ...], presets: tuple[str, ...]) -> Any:
+    """The config ``rlcore run ARGS`` would use, with the ``--preset`` names ``presets`` (plugins'
+    ``on_config_resolved`` hooks included): what ``rlcore config show`` prints and ``rlcore plan`` plans."""
+    from rlcore.config import load_config, parse_command_line
     from rlcore.run import default_presets
 
     line = parse_command_line(args)
@@ -164,7 +157,22 @@ def config_show(args: tuple[str, ...], presets: tuple[str, ...]) -> None:
         config_path=line.config_path,
     )
     manager.hook.on_config_resolved(config=cfg)
-    click.echo(with_alias_comments(config_to_yaml(cfg)), nl=False)
+    return cfg
+
+
+@config.command("show", context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--preset", "presets", multiple=True, help="Apply a registered preset (repeatable).")
+def config_show(args: tuple[str, ...], presets: tuple[str, ...]) -> None:
+    """Print the resolved config for [--config-path DIR --config-name NAME] [CONFIG.yaml ...] [key=value ...].
+
+    It is the config ``rlcore run`` would use (plugins' ``on_config_resolved`` hooks included). A key that
+    also accepts verl's spelling is marked ``# verl: <spelling>``.
+    """
+    from rlcore.config import config_to_yaml
+    from rlcore.config.aliases import with_alias_comments
+
+    click.echo(with_alias_comments(config_to_yaml(_resolved_config(args, presets))), nl=False)
 
 
 # ------------------------------------------------------------------ sandbox
@@ -222,23 +230,10 @@ def run(args: tuple[str, ...], presets: tuple[str, ...], dry_run: bool) -> None:
 def plan(args: tuple[str, ...], presets: tuple[str, ...], gpu: str | None, as_json: bool) -> None:
     """Per-rank peak memory of each phase, the step time and whether it fits, for the config ``rlcore run``
     would use (same arguments), before launching anything (docs/plan.md)."""
-    from rlcore.config import load_config, parse_command_line
     from rlcore.plan import plan_for_config
     from rlcore.plan.render import render_text
-    from rlcore.run import default_presets
 
-    line = parse_command_line(args)
-    manager = load_plugins()
-    cfg = load_config(
-        line.files,
-        line.overrides,
-        default_presets(line.files, line.overrides, line.config_name) + list(presets),
-        manager,
-        config_name=line.config_name,
-        config_path=line.config_path,
-    )
-    manager.hook.on_config_resolved(config=cfg)
-    result = plan_for_config(cfg, gpu)
+    result = plan_for_config(_resolved_config(args, presets), gpu)
     click.echo(json.dumps(result.as_dict(), indent=2) if as_json else render_text(result))
 
 
