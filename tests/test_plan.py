@@ -72,6 +72,16 @@ class SavedTensors:
         return sum(self.storages.values())
 
 
+def backward_once(engine: Any, batch: Any) -> None:
+    """One forward and backward of ``engine`` on ``batch`` with the sum of the response log-probs as the loss
+    (the gradients and saved activations the plan predicts)."""
+
+    def loss_fn(index: int, micro: Any, output: Any) -> torch.Tensor:
+        return -(output.log_probs * micro["response_mask"]).sum()
+
+    engine.forward_backward([batch], loss_fn, temperature=1.0, with_entropy=False)
+
+
 @pytest.mark.parametrize(
     ("name", "packed", "checkpointing"),
     [("tiny", False, False), ("small", False, False), ("small", True, False), ("small", False, True)],
@@ -101,12 +111,8 @@ def test_fsdp_state_exact_and_activations_within_a_quarter(
         worker.init_model()
         engine = worker.actor
         saved = SavedTensors(engine.module.parameters())
-
-        def loss_fn(index: int, micro: Any, output: Any) -> torch.Tensor:
-            return -(output.log_probs * micro["response_mask"]).sum()
-
         with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda tensor: tensor):
-            engine.forward_backward([batch], loss_fn, temperature=1.0, with_entropy=False)
+            backward_once(engine, batch)
         params = list(engine.module.parameters())
         grads = tensor_bytes(p.grad for p in params if p.grad is not None)
         engine.optimizer_step(1.0)
@@ -213,13 +219,7 @@ def test_deepspeed_state_exact(request: pytest.FixtureRequest, tiny_tokenizer: A
     try:
         worker.init_model()
         engine = worker.actor
-        batch = make_batch(tiny_tokenizer, response_length=6)
-        engine.forward_backward(
-            [batch],
-            lambda i, micro, out: -(out.log_probs * micro["response_mask"]).sum(),
-            temperature=1.0,
-            with_entropy=False,
-        )
+        backward_once(engine, make_batch(tiny_tokenizer, response_length=6))
         zero = engine.engine.optimizer
         params = list(engine.module.parameters())
         grads = [p.grad for p in params if p.grad is not None] + tensors_in(getattr(zero, "all_grad_tensors", None))
@@ -254,13 +254,7 @@ def test_megatron_state_exact(request: pytest.FixtureRequest, tiny_tokenizer: An
     try:
         worker.init_model()
         engine = worker.actor
-        batch = make_batch(tiny_tokenizer, response_length=6)
-        engine.forward_backward(
-            [batch],
-            lambda i, micro, out: -(out.log_probs * micro["response_mask"]).sum(),
-            temperature=1.0,
-            with_entropy=False,
-        )
+        backward_once(engine, make_batch(tiny_tokenizer, response_length=6))
         params = list(engine.module.parameters())
         allocated = {
             "actor_params": tensor_bytes(params),
