@@ -8,7 +8,6 @@ are the ones the pages' examples show (``command_once`` in ``conftest.py``: once
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +21,6 @@ from rlcore.tracking.sinks import read_metrics
 VAL_KEY = "val-core/rlcore/arith/reward/mean@1"
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bundled task's cache, empty at first: the first run writes the task's data into it."""
-    return tmp_path_factory.mktemp("rlcore-cache")
-
-
 def learned(rows: list[dict], steps: int) -> None:
     """The run validated at step 0 and at its last step ``steps``, and the validation reward rose by 0.4."""
     val = [(row["step"], row[VAL_KEY]) for row in rows if row.get(VAL_KEY) is not None]
@@ -36,20 +29,15 @@ def learned(rows: list[dict], steps: int) -> None:
     assert val[-1][1] >= val[0][1] + 0.4, f"validation reward did not rise: {val}"
 
 
-def run_default(cwd: Path, cache: Path, *args: str, steps: int) -> list[dict]:
-    """``rlcore run *args`` in ``cwd`` (a run of ``steps`` steps); checks that it learned and returns its metric
-    rows."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLCORE_")}
-    env["RLCORE_CACHE"] = str(cache)
-    result = subprocess.run(
-        [sys.executable, "-m", "rlcore", "run", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1800
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "training the bundled CPU task" in result.stdout
-    (run_dir,) = (cwd / "outputs" / "rlcore-default").glob("arith-grpo-*")
+def learned_run(ran: Any, steps: int) -> tuple[Path, list[dict]]:
+    """The run directory and metric rows of ``ran`` (a ``command_once`` run of the bundled task, ``steps``
+    steps), after checking that it trained the bundled task and learned."""
+    assert ran.returncode == 0, ran.output[-3000:]
+    assert "training the bundled CPU task" in ran.output
+    (run_dir,) = (ran.folder / "outputs" / "rlcore-default").glob("arith-grpo-*")
     rows = read_metrics(run_dir / "metrics.jsonl")
     learned(rows, steps)
-    return rows
+    return run_dir, rows
 
 
 def greedy_accuracy(model_dir: Path, cache: Path) -> float:
@@ -79,11 +67,7 @@ def test_rlcore_run_without_arguments_learns(command_once: Any) -> None:
     prompts as well as the run's last validation said. (The run is the one the README's example shows:
     ``command_once`` runs it once for both tests.)"""
     ran = command_once("rlcore run")
-    assert ran.returncode == 0, ran.output[-3000:]
-    assert "training the bundled CPU task" in ran.output
-    (run_dir,) = (ran.folder / "outputs" / "rlcore-default").glob("arith-grpo-*")
-    rows = read_metrics(run_dir / "metrics.jsonl")
-    learned(rows, 40)
+    run_dir, rows = learned_run(ran, 40)
     assert (run_dir / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (run_dir / "report" / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert 'src="panels/reward.png"' in (run_dir / "report" / "index.html").read_text()
@@ -97,14 +81,14 @@ def test_rlcore_run_without_arguments_learns(command_once: Any) -> None:
     assert greedy_accuracy(model, ran.folder / "cache") >= final - 0.05
 
 
-def test_default_run_with_the_vllm_engine_learns(tmp_path: Path, cache: Path) -> None:
+def test_default_run_with_the_vllm_engine_learns(command_once: Any) -> None:
     """The same run with ``rollout.name=vllm``, shortened to 10 steps (the default run's validation reward is
     above 0.9 from step 5 on): it learns as much, and every sync passes the log-prob parity probe."""
     if subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True, timeout=300).returncode:
         pytest.skip("vllm cannot be imported here (install rlcore-plugin-vllm[cpu])")
     steps = 10
-    rows = run_default(
-        tmp_path, cache, "actor_rollout_ref.rollout.name=vllm", f"trainer.total_training_steps={steps}", steps=steps
+    _, rows = learned_run(
+        command_once(f"rlcore run actor_rollout_ref.rollout.name=vllm trainer.total_training_steps={steps}"), steps
     )
     diffs = [row["rollout/weight_sync_logprob_diff"] for row in rows if row["step"] > 0]
     assert len(diffs) == steps and max(diffs) < 1e-3
