@@ -214,6 +214,31 @@ def test_hook_config_defaults(registered) -> None:
                 load_config(manager=manager)
 
 
+_DRY_RUN_OVERRIDES = [
+    "data.train_files=x.parquet",
+    "actor_rollout_ref.model.path=m",
+    "algorithm.adv_estimator=grpo",
+    "data.train_batch_size=4",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+]
+
+
+def test_hook_plan_lines(registered, capsys) -> None:
+    """A plugin's plan lines are printed by the dry run; one that raises stops it with its message."""
+    from rlcore.run import run_training
+
+    def plan_lines(config):
+        if config.trainer.experiment_name == "refuse":
+            raise RLCoreError("my-plugin cannot run this")
+        return [f"my-plugin: {config.data.train_batch_size} prompts"]
+
+    with registered(plugin(plan_lines=plan_lines), name="plan-hook"):
+        run_training([], _DRY_RUN_OVERRIDES, [], dry_run=True)
+        assert "my-plugin: 4 prompts\n" in capsys.readouterr().out
+        with pytest.raises(RLCoreError, match="my-plugin cannot run this"):
+            run_training([], [*_DRY_RUN_OVERRIDES, "trainer.experiment_name=refuse"], [], dry_run=True)
+
+
 def test_hook_register_commands(registered) -> None:
     def commands(cli):
         @cli.command(name="greet")

@@ -364,6 +364,23 @@ def step_extensions(config: DictConfig) -> list[Any] | None:
 
 
 @hookspec
+def plan_lines(config: DictConfig) -> list[str] | None:
+    """Return the lines ``rlcore run`` (dry run or not) prints about this plugin's part of the resolved
+    ``config`` before anything starts (for example the rollout engine's chunks), or None when the config does
+    not use the plugin. Raise :class:`rlcore.errors.RLCoreError` for a setting the plugin cannot run: the run
+    stops before it starts and the message is printed as one of its problems.
+
+    Example::
+
+        @rlcore.hookimpl
+        def plan_lines(config):
+            if config.actor_rollout_ref.rollout.name != "my-engine":
+                return None
+            return [f"my-engine: {config.actor_rollout_ref.rollout.n} samples per prompt"]
+    """
+
+
+@hookspec
 def register_commands(cli: click.Group) -> None:
     """Add sub-commands to the ``rlcore`` command line.
 

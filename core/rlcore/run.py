@@ -350,6 +350,9 @@ def run_training(
     plan_lines: list[str] = []
     with problems.collect():
         plan_lines += run_plan_lines(config)
+    with problems.collect(), contain_exit("a plugin's plan_lines hook"):
+        for lines in manager.hook.plan_lines(config=config):
+            plan_lines += lines or []
     with problems.collect():
         check_allowed(config.trainer.resume_allow_changes)
     with problems.collect():
