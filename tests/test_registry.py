@@ -217,8 +217,8 @@ def test_load_plugins_is_idempotent(plugin_manager) -> None:
 
 def test_builtins_are_listed_as_plugins(plugin_manager) -> None:
     builtin = {name for name, record in plugin_manager.records.items() if record.builtin}
-    assert {"rlcore.builtin.data", "rlcore.builtin.rollout", "rlcore.builtin.rewards"} <= builtin
-    assert plugin_manager.registry.get("rollout_engine", "hf").plugin == "rlcore.builtin.rollout"
+    assert {"rlcore.builtin.data", "rlcore.builtin.rewards"} <= builtin
+    assert plugin_manager.registry.get("reward_manager", "naive").plugin == "rlcore.builtin.rewards"
 
 
 ABSENT = "rlcore-plugin-surely-absent"

@@ -89,7 +89,9 @@ def test_every_plugin_depends_on_what_its_default_run_needs() -> None:
     from rlcore.distributions import by_name
 
     train = [Requirement(text) for text in project_table(ROOT)["optional-dependencies"]["train"]]
-    assert {"rlcore-plugin-fsdp", "rlcore-plugin-grpo"} <= {normalize_dist_name(req.name) for req in train}
+    assert {"rlcore-plugin-fsdp", "rlcore-plugin-hf", "rlcore-plugin-grpo"} <= {
+        normalize_dist_name(req.name) for req in train
+    }
     version = project_table(ROOT)["version"]
     for project in PLUGIN_PROJECTS:
         table = project_table(project)
@@ -125,6 +127,7 @@ def test_lean_core_names_the_pip_line_of_each_missing_component(tmp_path: Path, 
     rlcore = venv / "bin" / "rlcore"
     for args, line in [
         ((), "pip install rlcore-plugin-grpo"),
+        ((), "pip install rlcore-plugin-hf"),
         (("--preset", "dapo"), "pip install rlcore-plugin-dapo"),
         (("algorithm.adv_estimator=rloo",), "pip install rlcore-plugin-rloo"),
     ]:
@@ -147,7 +150,7 @@ def test_pip_install_dapo_alone_trains_the_bundled_task(tmp_path: Path, run: Any
     env = fresh_venv(run, venv)
     pip_install(run, venv, env, TORCH)
     pip_install(run, venv, env, "--find-links", wheelhouse, "rlcore-plugin-dapo")
-    dapo_run = {"rlcore", "rlcore-plugin-dapo", "rlcore-plugin-grpo", "rlcore-plugin-fsdp"}
+    dapo_run = {"rlcore", "rlcore-plugin-dapo", "rlcore-plugin-grpo", "rlcore-plugin-fsdp", "rlcore-plugin-hf"}
     installed = installed_rlcore_distributions(run, venv, env)
     assert set(installed) == dapo_run
 

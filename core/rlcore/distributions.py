@@ -56,6 +56,7 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution("rlcore-plugin-fsdp", {"training_backend": ("fsdp", "fsdp2")}),
     Distribution("rlcore-plugin-megatron", {"training_backend": ("megatron",)}),
     Distribution("rlcore-plugin-deepspeed", {"training_backend": ("deepspeed",)}),
+    Distribution("rlcore-plugin-hf", {"rollout_engine": ("hf",)}),
     Distribution("rlcore-plugin-vllm", {"rollout_engine": ("vllm",)}, {"cpu": "CPU machines", "gpu": "CUDA"}),
     Distribution("rlcore-plugin-sglang", {"rollout_engine": ("sglang",)}, {"gpu": "CUDA only"}),
     Distribution(

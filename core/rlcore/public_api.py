@@ -27,6 +27,10 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.rollout.sampling",  # SamplingParams, ROLLOUT_KEY
     "rlcore.rollout.token_engine",  # TokenListEngine, Completion: a base for token-id rollout engines
     "rlcore.rollout.buckets",  # weight_buckets: a weight sync in buckets of bounded size
+    "rlcore.rollout.outputs",  # SpecialTokens, rollout_output: the rollout Batch layout every engine returns
+    "rlcore.rollout.weights",  # state_checksum, check_weight_names: the weight-sync checks engines share
+    "rlcore.agents.settings",  # AgentSettings: whether agent loops drive the engine (the HF engine's R3 check)
+    "rlcore.data.multimodal",  # MULTI_MODAL_INPUTS: the batch key of a vision-language model's inputs
     "rlcore.api.training",  # the TrainingEngine / TrainingBackend contract
     "rlcore.modelkit.optim",  # AdamW and verl's learning-rate schedule, for engines
     "rlcore.modelkit.distributed",  # device, process group, seeding and RNG state, for engines

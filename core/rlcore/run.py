@@ -228,20 +228,16 @@ def check_engines_and_trackers(config: DictConfig, registry: Registry, problems:
 
 
 def run_plan_lines(config: DictConfig) -> list[str]:
-    """The plan's lines for the HF rollout engine's chunks, its routing recording (R3), the custom training
-    sampler, the profiler and the sandbox; importing the sampler class here makes a bad ``data.sampler`` fail
-    the dry run (the sampler module needs torch: imported only then), and a host that cannot confine code
+    """The plan's lines for the custom training sampler, the profiler and the sandbox (a rollout engine's lines
+    come from its plugin's ``plan_lines`` hook); importing the sampler class here makes a bad ``data.sampler``
+    fail the dry run (the sampler module needs torch: imported only then), and a host that cannot confine code
     rewards fails it too (unless accepted)."""
     from omegaconf import OmegaConf
 
     from rlcore.profiling.plan import describe_profiler
-    from rlcore.rollout.chunking import describe_chunking
-    from rlcore.rollout.routing_plan import describe_routing_replay
     from rlcore.sandbox.plan import sandbox_plan
 
     lines = [
-        describe_chunking(config),
-        describe_routing_replay(config),
         describe_profiler(config),
         sandbox_plan(config),
     ]

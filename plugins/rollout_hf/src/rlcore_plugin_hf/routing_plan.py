@@ -1,7 +1,7 @@
 """The run plan's line for recording a mixture-of-experts model's routing during rollout (R3), and its checks.
 
 ``actor_rollout_ref.rollout.enable_rollout_routing_replay=true`` asks the rollout engine to return the
-experts it routed every token to (:mod:`rlcore.rollout.routing`). Before anything loads, the dry run checks
+experts it routed every token to (:mod:`rlcore_plugin_hf.routing`). Before anything loads, the dry run checks
 what it can: the engine is ``hf`` (the only one that records), no agent loops drive it, and a local
 policy is a mixture-of-experts model (its ``config.json``). Imports no torch.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.agents.settings import ROLLOUT_KEY, AgentSettings
-from rlcore.config.loader import ConfigError
+from rlcore.config import ConfigError
 from rlcore.errors import RLCoreError
 
 __all__ = ["describe_routing_replay", "moe_shape"]

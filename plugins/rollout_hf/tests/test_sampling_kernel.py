@@ -1,4 +1,4 @@
-"""The fused sampling kernel (:mod:`rlcore.rollout.sampling_kernel`, one read of the logits per step on CUDA)
+"""The fused sampling kernel (:mod:`rlcore_plugin_hf.sampling_kernel`, one read of the logits per step on CUDA)
 picks the tokens the torch sampler picks from the same counter-based noise, with log-probs equal to float32
 rounding. Here it runs in triton's interpreter on CPU tensors; on CUDA (skipped without it) compiled."""
 
@@ -13,8 +13,8 @@ from types import ModuleType
 
 import pytest
 import torch
+from rlcore_plugin_hf.row_noise import RowNoise
 
-from rlcore.rollout.row_noise import RowNoise
 from rlcore.rollout.sampling import SamplingParams, sample_next_tokens
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
@@ -53,7 +53,7 @@ def test_the_kernel_samples_what_the_torch_sampler_samples() -> None:
     """In triton's interpreter (a fresh process: the interpreter must be chosen before triton is first
     imported), every sampling setting, float32 and bfloat16 logits."""
     script = (
-        "import torch, rlcore.rollout.sampling_kernel as kernel\n"
+        "import torch, rlcore_plugin_hf.sampling_kernel as kernel\n"
         "from tests.test_sampling_kernel import SETTINGS, compare\n"
         "for params in SETTINGS:\n"
         "    for dtype in (torch.float32, torch.bfloat16):\n"
@@ -71,6 +71,6 @@ def test_the_kernel_samples_what_the_torch_sampler_samples() -> None:
 @pytest.mark.parametrize("params", SETTINGS)
 def test_the_compiled_kernel_samples_what_the_torch_sampler_samples_on_cuda(params: SamplingParams) -> None:
     """Compiled on CUDA, against the torch sampler on CUDA (float32 logits)."""
-    from rlcore.rollout import sampling_kernel
+    from rlcore_plugin_hf import sampling_kernel
 
     compare(sampling_kernel, "cuda", torch.float32, params)

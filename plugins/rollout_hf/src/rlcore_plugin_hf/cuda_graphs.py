@@ -1,12 +1,12 @@
 """CUDA graphs of the HF engine's decoding step, one per batch-size and read-length bucket (as vLLM and SGLang
 capture them).
 
-A decoding step of the static decoder (:mod:`rlcore.rollout.static_decoder`) plus its sampling
-(:class:`rlcore.rollout.decode_state.DecodeState`) launches a few hundred small kernels; on a GPU,
+A decoding step of the static decoder (:mod:`rlcore_plugin_hf.static_decoder`) plus its sampling
+(:class:`rlcore_plugin_hf.decode_state.DecodeState`) launches a few hundred small kernels; on a GPU,
 launching them from Python costs more than running them. :class:`StepGraphs` captures the step once per
 key — the decode state (its bucket of rows, sampling and shapes), the step's read-length bucket (the
 cache prefix it attends) and the decoder's
-:attr:`~rlcore.rollout.static_decoder.StaticDecoder.version` (its cache and weight tensors) — and
+:attr:`~rlcore_plugin_hf.static_decoder.StaticDecoder.version` (its cache and weight tensors) — and
 replays it afterwards: one launch per step. Every graph is captured into one shared memory pool: a
 step keeps nothing of its own alive after it ends (it writes only into the decode state and the cache),
 and steps replay one after another on one stream, so the graphs of all buckets reuse the same

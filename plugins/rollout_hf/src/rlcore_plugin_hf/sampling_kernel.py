@@ -1,7 +1,7 @@
 """One read of the logits per decoding step on CUDA: a Triton kernel that draws, filters, samples and scores.
 
 :func:`rlcore.rollout.sampling.sample_next_tokens` with the rows' counter-based noise
-(:mod:`rlcore.rollout.row_noise`) makes about twenty passes over ``[B, V]`` float32 tensors per step in
+(:mod:`rlcore_plugin_hf.row_noise`) makes about twenty passes over ``[B, V]`` float32 tensors per step in
 eager torch: the noise's hash alone is a dozen integer ops, each one a kernel that reads and writes the
 whole vocabulary. :func:`fused_sample` computes the same function in one kernel, one program per row,
 reading each logit once: the scaling by ``1 / T`` (IEEE division, as torch on CPU), the row's uniform
@@ -12,7 +12,7 @@ as ``torch.argmax``), and a running log-sum-exp of the scaled logits for the tok
 ``log_softmax`` to float32 rounding, not bit for bit). Greedy decoding takes the argmax of the raw logits
 with the log-prob at ``params.logprob_temperature``.
 
-Importing this module imports triton; :mod:`rlcore.rollout.decode_state` imports it only on CUDA when
+Importing this module imports triton; :mod:`rlcore_plugin_hf.decode_state` imports it only on CUDA when
 triton is installed (:func:`available`). With ``TRITON_INTERPRET=1`` set before the import the kernel
 runs on CPU tensors in triton's interpreter (how ``tests/test_sampling_kernel.py`` checks it).
 """
@@ -126,8 +126,8 @@ def fused_sample(
     logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | None, codes: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokens ``[B]`` (int64) and their log-probs ``[B]`` (float32) for ``logits [B, V]`` (any float dtype),
-    the rows' int32 step ``keys [B]`` (:meth:`rlcore.rollout.row_noise.RowNoise.step_keys`; None when
-    greedy) and the vocabulary ``codes [V]`` (:func:`rlcore.rollout.row_noise.vocab_codes`): the tokens
+    the rows' int32 step ``keys [B]`` (:meth:`rlcore_plugin_hf.row_noise.RowNoise.step_keys`; None when
+    greedy) and the vocabulary ``codes [V]`` (:func:`rlcore_plugin_hf.row_noise.vocab_codes`): the tokens
     :func:`rlcore.rollout.sampling.sample_next_tokens` picks with the same noise."""
     rows, vocab = logits.shape
     source, scale, kth, drop = prepare(logits, params)

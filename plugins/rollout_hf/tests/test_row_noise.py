@@ -1,4 +1,4 @@
-"""The HF engine's counter-based sampling noise (:mod:`rlcore.rollout.row_noise`): the integer hash equals an
+"""The HF engine's counter-based sampling noise (:mod:`rlcore_plugin_hf.row_noise`): the integer hash equals an
 independent reference in exact Python integers, its uniforms lie strictly inside (0, 1) and look uniform
 and independent, a row's draws depend only on its seed and the step (not on the other rows, padding or the
 block size), and on CUDA they are bit-identical to the CPU's."""
@@ -9,8 +9,7 @@ import math
 
 import pytest
 import torch
-
-from rlcore.rollout.row_noise import MAX_BLOCK_DRAWS, RowNoise, block_steps, step_keys, uniform_draws, vocab_codes
+from rlcore_plugin_hf.row_noise import MAX_BLOCK_DRAWS, RowNoise, block_steps, step_keys, uniform_draws, vocab_codes
 
 MASK64 = (1 << 64) - 1
 MASK32 = (1 << 32) - 1

@@ -4,7 +4,7 @@ an accelerator.
 The HF engine has no scheduler: it prefills a chunk of prompts and decodes them together, so its memory
 grows with rows x (prompt + response) tokens (the KV cache, the prefill's activations, the logits and
 sampling temporaries of a step). Each chunk is trimmed of the left-padding columns that all of its rows
-share. Rows draw their randomness per row (:mod:`rlcore.rollout.row_noise`), so chunking does not change
+share. Rows draw their randomness per row (:mod:`rlcore_plugin_hf.row_noise`), so chunking does not change
 the sampled tokens.
 
 - **CPU** (:func:`chunk_slices`): ``actor_rollout_ref.rollout.max_num_batched_tokens`` is the most **prompt

@@ -17,19 +17,19 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from rlcore.rollout.row_noise import RowNoise, vocab_codes
 from rlcore.rollout.sampling import SamplingParams, sample_next_tokens
-from rlcore.rollout.static_decoder import StaticDecoder
+from rlcore_plugin_hf.row_noise import RowNoise, vocab_codes
+from rlcore_plugin_hf.static_decoder import StaticDecoder
 
 __all__ = ["DecodeState", "fused_sampler"]
 
 
 def fused_sampler(device: torch.device) -> Callable[..., tuple[torch.Tensor, torch.Tensor]] | None:
-    """The one-kernel sampler (:func:`rlcore.rollout.sampling_kernel.fused_sample`) on a CUDA ``device``
+    """The one-kernel sampler (:func:`rlcore_plugin_hf.sampling_kernel.fused_sample`) on a CUDA ``device``
     when triton is installed, else None (the torch sampler)."""
     if device.type != "cuda" or importlib.util.find_spec("triton") is None:
         return None
-    from rlcore.rollout.sampling_kernel import fused_sample
+    from rlcore_plugin_hf.sampling_kernel import fused_sample
 
     return fused_sample
 
@@ -82,7 +82,7 @@ class DecodeState:
         self.unfinished = torch.ones(rows, dtype=torch.bool, device=device)
         self.graphed = graphed
         self.noise = None if params.greedy else RowNoise(rows, vocab_size, response_length, device)
-        # on CUDA with triton a step samples in one kernel (rlcore.rollout.sampling_kernel)
+        # on CUDA with triton a step samples in one kernel (rlcore_plugin_hf.sampling_kernel)
         self._fused = fused_sampler(device)
         self._codes = vocab_codes(vocab_size, device) if self._fused is not None else None
         self._index = 0  # tokens taken, counted on the host (eager only: a graph replay does not count)
@@ -150,7 +150,7 @@ class DecodeState:
         """One decoding step through the static ``decoder``: forward the last tokens at their positions
         into the current cache slot, advance both, and :meth:`take` the next tokens. Graphed, the slot is
         the device counter :attr:`slot` and the first ``read`` cache positions (the step's read-length
-        bucket, :func:`rlcore.rollout.chunking.read_length`; None: the whole cache) are attended under the
+        bucket, :func:`rlcore_plugin_hf.chunking.read_length`; None: the whole cache) are attended under the
         mask (static shapes); eagerly, the slot is counted on the host and only the filled positions are
         attended."""
         if self.graphed:

@@ -3,17 +3,17 @@
 :class:`HFRolloutEngine` owns its own copy of the policy as a Hugging Face ``transformers`` causal LM and
 samples with its own loop instead of ``model.generate``: one prefill forward over the left-padded
 prompts with an explicit attention mask and position ids, then one forward per new token. Plain
-Llama-family models (Qwen2, Qwen3, Llama) decode through :class:`rlcore.rollout.static_decoder.StaticDecoder`
+Llama-family models (Qwen2, Qwen3, Llama) decode through :class:`rlcore_plugin_hf.static_decoder.StaticDecoder`
 (the same function without the module overhead, against a static KV cache); on CUDA each decoding step of
 it, sampling included, is captured once per batch-size bucket as a CUDA graph and replayed
-(:mod:`rlcore.rollout.cuda_graphs`; ``rollout.enforce_eager=true`` keeps eager steps). Other models go
+(:mod:`rlcore_plugin_hf.cuda_graphs`; ``rollout.enforce_eager=true`` keeps eager steps). Other models go
 through the module's own forward with a ``DynamicCache``.
 
 Sampling (temperature, top-k, top-p, greedy) runs on float32 logits; every row's Gumbel noise is a hash
 of its seed (derived from ``rollout.seed``, the call's index and the row), the step and the token
-(:mod:`rlcore.rollout.row_noise`), so a row's tokens do not depend on the rest of the batch and a step
+(:mod:`rlcore_plugin_hf.row_noise`), so a row's tokens do not depend on the rest of the batch and a step
 costs the same number of kernel launches for any batch. A call is decoded in chunks of rows
-(:mod:`rlcore.rollout.chunking`): on CPU bounded by ``rollout.max_num_batched_tokens`` prompt + response
+(:mod:`rlcore_plugin_hf.chunking`): on CPU bounded by ``rollout.max_num_batched_tokens`` prompt + response
 tokens, on CUDA sized from the memory ``rollout.gpu_memory_utilization`` leaves free. The loop stops as
 soon as every sequence of a chunk has emitted an end-of-sequence token (checked every step on CPU, every
 8 steps on an accelerator: each check is a host sync); after its EOS a sequence is filled with the pad
@@ -23,8 +23,8 @@ The trainer pushes new weights in memory after every update with :meth:`HFRollou
 (the hybrid engine's weight sync), or, when the trainer's parameters live in the same process on the same
 device with the same dtype (one CPU rank), hands them over once with :meth:`HFRolloutEngine.share_weights`:
 the engine then computes with the trainer's own tensors, so a sync copies nothing and the engine holds no
-second copy of the model. :meth:`HFRolloutEngine.weight_checksum` and :func:`state_checksum` let the caller
-verify that the engine serves the trainer's weights.
+second copy of the model. :meth:`HFRolloutEngine.weight_checksum` and
+:func:`rlcore.rollout.weights.state_checksum` let the caller verify that the engine serves the trainer's weights.
 """
 
 from __future__ import annotations
@@ -42,8 +42,11 @@ from rlcore.data.multimodal import MULTI_MODAL_INPUTS
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.vlm import load_policy, rollout_prefill
 from rlcore.profiling import rollout as profiled_rollout
-from rlcore.rollout import static_decoder
-from rlcore.rollout.chunking import (
+from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
+from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
+from rlcore.rollout.weights import check_weight_names, float64_sum
+from rlcore_plugin_hf import static_decoder
+from rlcore_plugin_hf.chunking import (
     ModelShape,
     aligned_length,
     bucket,
@@ -57,17 +60,14 @@ from rlcore.rollout.chunking import (
     token_budget,
     trim_left_padding,
 )
-from rlcore.rollout.cuda_graphs import StepGraphs
-from rlcore.rollout.decode_state import DecodeState
-from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
-from rlcore.rollout.routing import RoutingRecorder, place_routing
-from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
-from rlcore.rollout.weights import check_weight_names, float64_sum, state_checksum
+from rlcore_plugin_hf.cuda_graphs import StepGraphs
+from rlcore_plugin_hf.decode_state import DecodeState
+from rlcore_plugin_hf.routing import RoutingRecorder, place_routing
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["HFRolloutEngine", "state_checksum"]
+__all__ = ["HFRolloutEngine"]
 
 
 def _sdpa_full_attention_only(config: Any) -> bool:
@@ -189,7 +189,7 @@ class HFRolloutEngine:
         token), ``input_ids``, ``attention_mask`` and ``position_ids = clip(cumsum(attention_mask) - 1, 0)``
         over ``P + R``, with ``calculate_log_probs`` ``rollout_log_probs [B, R]`` (0 on padding), and with
         ``enable_rollout_routing_replay`` on a mixture-of-experts model, outside validation, the routing of
-        every token fed through the model (:data:`~rlcore.api.training.ROUTED_EXPERTS`, :mod:`rlcore.rollout.routing`).
+        every token fed through the model (:data:`~rlcore.api.training.ROUTED_EXPERTS`, :mod:`rlcore_plugin_hf.routing`).
         Non-tensors are copied; ``meta`` is the input's with ``metrics`` replaced by
         ``rollout/gen_tokens``, ``rollout/rows_per_chunk`` (the largest chunk's rows) and
         ``rollout/graph_step_share`` (the share of decoding steps replayed from CUDA graphs).
@@ -257,7 +257,7 @@ class HFRolloutEngine:
     ) -> torch.Tensor:
         """The call's :data:`~rlcore.api.training.ROUTED_EXPERTS` ``[B, P + R, L, k]``: each chunk's record
         (its first column and ``[rows, tokens, L, k]``) placed as ``out``'s ``input_ids``
-        (:func:`~rlcore.rollout.routing.place_routing`)."""
+        (:func:`~rlcore_plugin_hf.routing.place_routing`)."""
         prompt_width = out["prompts"].shape[1]
         mask = out["attention_mask"]
         parts = []
@@ -271,7 +271,7 @@ class HFRolloutEngine:
         """The chunks of a call of ``rows`` prompts of width ``prompt_len``; loads the static decoder's
         weights and reserves its cache for the largest chunk (padded to its bucket with graphs).
 
-        On CUDA the rows per chunk come from the free memory (:func:`~rlcore.rollout.chunking.memory_rows`),
+        On CUDA the rows per chunk come from the free memory (:func:`~rlcore_plugin_hf.chunking.memory_rows`),
         measured once the decoder's weights are in place; elsewhere from ``rollout.max_num_batched_tokens``.
         """
         length = self.settings.response_length
@@ -532,7 +532,8 @@ class HFRolloutEngine:
         return torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None]).squeeze(-1).cpu()
 
     def weight_checksum(self) -> float:
-        """The float64 sum of every parameter value (tied weights counted once); see :func:`state_checksum`."""
+        """The float64 sum of every parameter value (tied weights counted once); see
+        :func:`rlcore.rollout.weights.state_checksum`."""
         return float64_sum(param for _, param in self.module.named_parameters())
 
     # ------------------------------------------------------------------ checkpoints

@@ -10,9 +10,9 @@ projections run as one matrix product each on concatenated copies of the weights
 
 A decoding step (:meth:`StaticDecoder.decode`) has static shapes: it writes the new keys and values at a
 cache slot given as a device tensor and attends over a prefix of the cache, the step's read-length
-bucket (:func:`rlcore.rollout.chunking.read_length`: one of 8 lengths covering the filled positions),
+bucket (:func:`rlcore_plugin_hf.chunking.read_length`: one of 8 lengths covering the filled positions),
 under a mask, so the same tensors are read and written at every step of a bucket and the step can be
-captured once per bucket in a CUDA graph (:mod:`rlcore.rollout.cuda_graphs`) and replayed; it reads
+captured once per bucket in a CUDA graph (:mod:`rlcore_plugin_hf.cuda_graphs`) and replayed; it reads
 only the keys and values up to its bucket, not the whole cache (``bench/decode_kernels.py`` counts the
 bytes). :meth:`StaticDecoder.load_weights` runs at the start
 of every generate call: it refreshes the concatenated copies in place while the module's tensors are the

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from rlcore_plugin_hf.row_noise import RowNoise
 
-from rlcore.rollout.row_noise import RowNoise
 from rlcore.rollout.sampling import SamplingParams, sample_next_tokens
 
 

@@ -20,7 +20,7 @@ import torch
 
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.moe import sparse_routers
-from rlcore.rollout.routing_plan import REPLAY_KEY
+from rlcore_plugin_hf.routing_plan import REPLAY_KEY
 
 if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
