@@ -1,4 +1,4 @@
-"""The built-in rollout engine (``actor_rollout_ref.rollout.name=hf``): a lean batched KV-cache sampler.
+"""The default rollout engine (``actor_rollout_ref.rollout.name=hf``): a lean batched KV-cache sampler.
 
 :class:`HFRolloutEngine` owns its own copy of the policy as a Hugging Face ``transformers`` causal LM and
 samples with its own loop instead of ``model.generate``: one prefill forward over the left-padded
