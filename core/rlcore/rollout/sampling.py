@@ -128,7 +128,7 @@ def sample_next_tokens(
     """Pick one token per row of ``logits [B, V]``; returns ``(tokens [B], logprobs [B] or None)``.
 
     A sampled token is ``argmax(filtered logits / T + G)``; ``gumbel`` holds the Gumbel draws ``G [B, V]``
-    when the caller draws them (per-row generators: :class:`rlcore.rollout.row_noise.RowNoise`; the
+    when the caller draws them (per-row generators: :class:`rlcore_plugin_hf.row_noise.RowNoise`; the
     tensor is overwritten with the scores), else they are drawn from ``generator``. The passes over the
     vocabulary: the scaling by ``1 / T`` (none at ``T = 1``), the noise, one in-place sum with it, the
     filters' masks written into the sum (top-k: its selection and one comparison; top-p: a sort), the
