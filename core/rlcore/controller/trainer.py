@@ -1,7 +1,7 @@
 """The single controller: the whole PPO/GRPO step as plain Python, workers do the heavy lifting.
 
-The step order follows verl's ``RayPPOTrainer.fit``: generate → reward → batch filters → old log-probs →
-reference log-probs → values → KL-in-reward → advantages → critic update → actor update (after
+The step order follows verl's ``RayPPOTrainer.fit``: generate → reward → batch filters → balance → old
+log-probs → reference log-probs → values → KL-in-reward → advantages → critic update → actor update (after
 ``critic_warmup``) → weight sync → validation every ``test_freq`` → checkpoint every ``save_freq`` →
 metrics. Every component is resolved by ``(kind, name)`` from the config through the plugin registry.
 """
@@ -372,8 +372,8 @@ class Trainer:
         """Run one RL step and return its metrics (verl's names).
 
         The step is its list of stages, in verl's order. Each stage is a method below that decides whether it
-        runs for this config (a critic, a reference model, an async reward, ...) and times itself as
-        ``timing_s/<name>``; the step's own figures come last (:meth:`_step_metrics`).
+        runs for this config (a critic, a reference model, an async reward, ...); a stage that calls workers
+        times itself as ``timing_s/<name>``. The step's own figures come last (:meth:`_step_metrics`).
         """
         metrics: dict[str, float] = {}
         self.groups.pop_compute_s()  # drop worker time and memory outside steps (validation, checkpoints)
@@ -400,10 +400,10 @@ class Trainer:
 
     # ------------------------------------------------------------ step stages
     def _collect(self, metrics: dict[str, float]) -> Batch:
-        """Stage ``gen``: the step's batch. With ``async_training`` the rollout lane generated it ahead
-        (:meth:`RolloutPipeline.next_batch <rlcore.controller.off_policy.RolloutPipeline.next_batch>`, which
-        also gives the epoch); otherwise :meth:`_collect_batch` generates it now and, unless the reward runs
-        async, scores it and applies the batch filters (regenerating while they drop prompt groups)."""
+        """Stage ``gen`` (timed where it generates): the step's batch. With ``async_training`` the rollout lane
+        generated it ahead (:meth:`~rlcore.controller.off_policy.RolloutPipeline.next_batch`,
+        which also gives the epoch); otherwise :meth:`_collect_batch` generates it now and, unless the reward
+        runs async, scores it and applies the batch filters (regenerating while they drop prompt groups)."""
         if self.pipeline is None:
             return self._collect_batch(metrics)
         batch, epoch = self.pipeline.next_batch(self.global_step, metrics)
