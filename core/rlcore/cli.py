@@ -175,22 +175,6 @@ def config_show(args: tuple[str, ...], presets: tuple[str, ...]) -> None:
     click.echo(with_alias_comments(config_to_yaml(_resolved_config(args, presets))), nl=False)
 
 
-# ------------------------------------------------------------------ sandbox
-@cli.group()
-def sandbox() -> None:
-    """The sandbox that runs model-written code (code rewards, the code tool)."""
-
-
-@sandbox.command("check")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--strict", is_flag=True, help="Exit with status 1 unless every confinement is enforced.")
-def sandbox_check(as_json: bool, strict: bool) -> None:
-    """Show what the kernel enforces for sandboxed programs on this host, each claim tried by a hostile probe."""
-    from rlcore.sandbox.check import check_command
-
-    check_command(as_json, strict)
-
-
 # ---------------------------------------------------------------------- run
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)

@@ -88,6 +88,10 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution("rlcore-plugin-wandb", {"tracker": ("wandb", "tracking")}),
     Distribution("rlcore-plugin-tensorboard", {"tracker": ("tensorboard",)}),
     Distribution("rlcore-plugin-mlflow", {"tracker": ("mlflow",)}),
+    Distribution(
+        "rlcore-plugin-sandbox",
+        {"reward_scorer": ("codecontests", "apps", "codeforces", "taco"), "tool": ("code_interpreter",)},
+    ),
 )
 
 

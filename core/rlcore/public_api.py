@@ -21,7 +21,6 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.config.keys",  # select, positive_int
     "rlcore.dtypes",  # parse_dtype
     "rlcore.reward",  # RewardResult, RewardError, NaiveRewardManager
-    "rlcore.sandbox",  # run_python: model-written code under limits, for tools and code rewards
     "rlcore.agents",  # Tool, Interaction, AgentLoop, Trajectory, ToolCall, audit_batch: multi-turn components
     "rlcore.api.rollout",  # the RolloutEngine protocol
     "rlcore.rollout.sampling",  # SamplingParams, ROLLOUT_KEY
@@ -49,6 +48,10 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.processors",  # load_processor: a model's multimodal processor (also without torchvision)
     "rlcore.modelkit.activation_offload",  # enable_activation_offload: saved activations in host memory
     "rlcore.tracking.external",  # ExternalTracker and the tracker helpers
+    "rlcore.child_processes",  # mark_infrastructure: a server the plugin starts inside user code is the run's
+    "rlcore.data.rl_dataset",  # read_rows: a data file's records (the sandbox plan reads their data_source)
+    "rlcore.agents.tools",  # class_entries: a tool YAML's classes (the sandbox plan finds the code tools)
+    "rlcore.agents.settings",  # MULTI_TURN_KEY, for errors about the multi-turn keys
     "rlcore.testing.*",  # fixtures, tiny models and the contract suites
 )
 

@@ -229,21 +229,19 @@ def check_engines_and_trackers(config: DictConfig, registry: Registry, problems:
 
 def run_plan_lines(config: DictConfig) -> list[str]:
     """The plan's lines for the HF rollout engine's chunks, its routing recording (R3), the custom training
-    sampler, the profiler and the sandbox; importing the sampler class here makes a bad ``data.sampler`` fail
-    the dry run (the sampler module needs torch: imported only then), and a host that cannot confine code
-    rewards fails it too (unless accepted)."""
+    sampler and the profiler; importing the sampler class here makes a bad ``data.sampler`` fail the dry run
+    (the sampler module needs torch: imported only then). The sandbox's line is rlcore-plugin-sandbox's
+    (its ``plan_lines`` hook)."""
     from omegaconf import OmegaConf
 
     from rlcore.profiling.plan import describe_profiler
     from rlcore.rollout.chunking import describe_chunking
     from rlcore.rollout.routing_plan import describe_routing_replay
-    from rlcore.sandbox.plan import sandbox_plan
 
     lines = [
         describe_chunking(config),
         describe_routing_replay(config),
         describe_profiler(config),
-        sandbox_plan(config),
     ]
     if OmegaConf.select(config, "data.sampler.class_path") not in (None, ""):
         from rlcore.data.sampler import describe_sampler
@@ -381,9 +379,6 @@ def run_training(
     set_cpu_threads(cpu_threads)
     prepare_presets(manager, presets, config)
     from rlcore.model_check import check_model_paths
-    from rlcore.sandbox.plan import export_unconfined_choice
-
-    export_unconfined_choice(config)
 
     check_model_paths(config)
     if saves_checkpoints(config):

@@ -4,7 +4,7 @@ dry run's refusal, and passing ``reward_model.sandbox.allow_unconfined`` on to t
 A run uses the sandbox when its data has a ``data_source`` whose reward scorer was registered with
 ``sandbox=True`` (the built-in code scorer: ``codecontests``, ``apps``, ``codeforces``, ``taco``), or when its
 tool YAML has a tool class with ``runs_code = True`` (``code_interpreter``). A custom reward function that
-calls :func:`rlcore.sandbox.run_python` itself is not seen here; it meets the same refusal at its first call.
+calls :func:`rlcore_plugin_sandbox.run_python` itself is not seen here; it meets the same refusal at its first call.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.errors import RLCoreError
-from rlcore.sandbox.host import host_isolation
-from rlcore.sandbox.policy import ALLOW_ENV, refusal
+from rlcore_plugin_sandbox.host import host_isolation
+from rlcore_plugin_sandbox.policy import ALLOW_ENV, refusal
 
 ALLOW_KEY = "reward_model.sandbox.allow_unconfined"
 
@@ -50,7 +50,7 @@ def data_sources(files: Any, key: str) -> set[str]:
 def sandbox_users(config: Any) -> tuple[list[str], list[tuple[str, bool]]]:
     """What in the run executes model-written code: the data sources scored in the sandbox, and the
     sandboxed tools as (name, whether its config sets ``allow_unconfined: true``)."""
-    from rlcore.plugins import load_plugins
+    from rlcore import load_plugins
 
     registry = load_plugins().registry
     sources: list[str] = []
