@@ -47,14 +47,12 @@ _LAZY: dict[str, str] = {
     "AgentSample": "rlcore.api.components",
     "BatchFilter": "rlcore.api.components",
     "Dataset": "rlcore.api.components",
-    "Interaction": "rlcore.api.components",
     "InteractionTurn": "rlcore.api.components",
     "PolicyLoss": "rlcore.api.components",
     "Preset": "rlcore.api.components",
     "RewardManager": "rlcore.api.components",
     "RewardResult": "rlcore.api.components",
     "RewardScorer": "rlcore.api.components",
-    "Tool": "rlcore.api.components",
     "ToolParser": "rlcore.api.components",
     "ToolResult": "rlcore.api.components",
     "Tracker": "rlcore.api.components",
@@ -87,6 +85,8 @@ _LAZY: dict[str, str] = {
     "rollout_profiling": "rlcore.profiling.rollout:",
     # multi-turn: agent loops, tools, interactions and their trajectories
     "AgentContext": "rlcore.agents",
+    "Interaction": "rlcore.agents",
+    "Tool": "rlcore.agents",
     "ChatRenderer": "rlcore.agents",
     "Generation": "rlcore.agents",
     "MaskAuditError": "rlcore.agents",
@@ -97,6 +97,12 @@ _LAZY: dict[str, str] = {
     "TrajectoryTrace": "rlcore.agents",
     "audit_batch": "rlcore.agents",
     "with_text": "rlcore.agents",
+    "MULTI_TURN_KEY": "rlcore.agents.settings",
+    "tool_classes": "rlcore.agents.tools:class_entries",
+    # data files
+    "read_rows": "rlcore.data.rl_dataset",
+    # processes a plugin starts for the run
+    "mark_infrastructure": "rlcore.child_processes",
     # rewards
     "NaiveRewardManager": "rlcore.reward",
     "RewardError": "rlcore.reward",
@@ -178,8 +184,10 @@ if TYPE_CHECKING:
         AgentContext,
         ChatRenderer,
         Generation,
+        Interaction,
         MaskAuditError,
         Span,
+        Tool,
         ToolCall,
         TraceSettings,
         Trajectory,
@@ -187,6 +195,8 @@ if TYPE_CHECKING:
         audit_batch,
         with_text,
     )
+    from rlcore.agents.settings import MULTI_TURN_KEY
+    from rlcore.agents.tools import class_entries as tool_classes
     from rlcore.algos import (
         LOG_RATIO_CLAMP,
         ActorLossTerm,
@@ -218,14 +228,12 @@ if TYPE_CHECKING:
         AgentSample,
         BatchFilter,
         Dataset,
-        Interaction,
         InteractionTurn,
         PolicyLoss,
         Preset,
         RewardManager,
         RewardResult,
         RewardScorer,
-        Tool,
         ToolParser,
         ToolResult,
         Tracker,
@@ -253,6 +261,7 @@ if TYPE_CHECKING:
         TrainingBackend,
         TrainingEngine,
     )
+    from rlcore.child_processes import mark_infrastructure
     from rlcore.config import ConfigError
     from rlcore.config.batch_sizes import (
         LOG_PROB_BUDGET,
@@ -264,6 +273,7 @@ if TYPE_CHECKING:
     from rlcore.config.keys import positive_int, select
     from rlcore.config.router_replay import ACTOR as ROUTER_REPLAY_ACTOR
     from rlcore.config.router_replay import REPLAY_MODES, replay_mode
+    from rlcore.data.rl_dataset import read_rows
     from rlcore.dtypes import parse_dtype
     from rlcore.errors import RLCoreError
     from rlcore.modelkit import sequence_parallel
