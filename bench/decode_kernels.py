@@ -192,8 +192,9 @@ def decode_step(args: argparse.Namespace) -> dict[str, Any]:
 def sampler(rows: int) -> dict[str, Any]:
     """The sampler alone at the 1.7B vocabulary, per step, for the engine's sampling settings."""
     from rlcore_plugin_hf.row_noise import RowNoise
+    from rlcore_plugin_hf.sampler import sample_next_tokens
 
-    from rlcore.rollout.sampling import SamplingParams, sample_next_tokens
+    from rlcore.rollout.sampling import SamplingParams
 
     vocab = QWEN3_1_7B["vocab_size"]
     logits = torch.randn(rows, vocab, dtype=torch.bfloat16)

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 import torch
 from rlcore_plugin_hf.engine import HFRolloutEngine
+from rlcore_plugin_hf.sampler import sample_next_tokens
 
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
-from rlcore.rollout.sampling import SamplingParams, request_seeds, sample_next_tokens
+from rlcore.rollout.sampling import SamplingParams, request_seeds
 from rlcore.rollout.weights import state_checksum
 from rlcore.testing.contracts.rollout import RolloutEngineContract, make_prompt_batch
 

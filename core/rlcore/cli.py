@@ -33,6 +33,17 @@ class RLCoreGroup(click.Group):
                 click.echo(f"{len(problems)} problems found; nothing was started", err=True)
             sys.exit(2)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        """The sub-command ``args`` name; one that a plugin distribution adds, when it is not loaded, is a usage
+        error naming that distribution."""
+        if args and self.get_command(ctx, args[0]) is None:
+            from rlcore.distributions import missing_command_advice
+
+            advice = missing_command_advice(args[0])
+            if advice:
+                ctx.fail(f"No such command {args[0]!r}: {advice}")
+        return super().resolve_command(ctx, args)
+
 
 @click.group(cls=RLCoreGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rlcore")
@@ -173,22 +184,6 @@ def config_show(args: tuple[str, ...], presets: tuple[str, ...]) -> None:
     from rlcore.config.aliases import with_alias_comments
 
     click.echo(with_alias_comments(config_to_yaml(_resolved_config(args, presets))), nl=False)
-
-
-# ------------------------------------------------------------------ sandbox
-@cli.group()
-def sandbox() -> None:
-    """The sandbox that runs model-written code (code rewards, the code tool)."""
-
-
-@sandbox.command("check")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--strict", is_flag=True, help="Exit with status 1 unless every confinement is enforced.")
-def sandbox_check(as_json: bool, strict: bool) -> None:
-    """Show what the kernel enforces for sandboxed programs on this host, each claim tried by a hostile probe."""
-    from rlcore.sandbox.check import check_command
-
-    check_command(as_json, strict)
 
 
 # ---------------------------------------------------------------------- run

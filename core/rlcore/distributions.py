@@ -21,12 +21,14 @@ class Distribution:
     """A plugin distribution, the components (names and aliases, by kind) it registers, and how to install it.
 
     ``extras`` maps an extra that a working install needs to the machines it is for (``{"cpu": "CPU
-    machines", "gpu": "CUDA"}``); without extras, a plain ``pip install <name>`` is enough.
+    machines", "gpu": "CUDA"}``); without extras, a plain ``pip install <name>`` is enough. ``commands`` are the
+    ``rlcore`` sub-commands it adds (``register_commands``).
     """
 
     name: str
     components: dict[str, tuple[str, ...]]
     extras: dict[str, str] = field(default_factory=dict)
+    commands: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Refuse a row whose components name a kind rlcore does not know."""
@@ -89,6 +91,11 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution("rlcore-plugin-wandb", {"tracker": ("wandb", "tracking")}),
     Distribution("rlcore-plugin-tensorboard", {"tracker": ("tensorboard",)}),
     Distribution("rlcore-plugin-mlflow", {"tracker": ("mlflow",)}),
+    Distribution(
+        "rlcore-plugin-sandbox",
+        {"reward_scorer": ("codecontests", "apps", "codeforces", "taco"), "tool": ("code_interpreter",)},
+        commands=("sandbox",),
+    ),
 )
 
 
@@ -114,6 +121,17 @@ NOT_IN_RLCORE: dict[tuple[str, str], str] = {
     ("training_backend", "veomni"): "verl's VeOmni engine",
     ("rollout_engine", "trtllm"): "TensorRT-LLM rollout (rollout.name=trtllm)",
 }
+
+
+def missing_command_advice(name: str) -> str | None:
+    """What to do about ``rlcore NAME`` not existing when a distribution of the table adds that command: install
+    it, or find out why the installed one is not loaded. ``None`` when no distribution adds it."""
+    dist = next((dist for dist in DISTRIBUTIONS if name in dist.commands), None)
+    if dist is None:
+        return None
+    if dist.is_installed():
+        return f"it is added by {dist.name}, which is installed but not loaded (see `rlcore plugins`)"
+    return f"it is added by {dist.name}, which is not installed: {dist.install_line}"
 
 
 def missing_component_advice(kind: str, name: str) -> str | None:

@@ -14,8 +14,9 @@ from types import ModuleType
 import pytest
 import torch
 from rlcore_plugin_hf.row_noise import RowNoise
+from rlcore_plugin_hf.sampler import sample_next_tokens
 
-from rlcore.rollout.sampling import SamplingParams, sample_next_tokens
+from rlcore.rollout.sampling import SamplingParams
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
 ROOT = Path(__file__).resolve().parents[1]

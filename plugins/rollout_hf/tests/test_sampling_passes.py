@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 from rlcore_plugin_hf.row_noise import RowNoise
+from rlcore_plugin_hf.sampler import sample_next_tokens
 
-from rlcore.rollout.sampling import SamplingParams, sample_next_tokens
+from rlcore.rollout.sampling import SamplingParams
 
 
 def definition(logits: torch.Tensor, params: SamplingParams, gumbel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,8 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlcore.agents.settings import ROLLOUT_KEY
-from rlcore.errors import RLCoreError
+from rlcore.api import ROLLOUT_KEY, RLCoreError
 
 if TYPE_CHECKING:
     import torch

@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from rlcore.rollout.sampling import SamplingParams, sample_next_tokens
+from rlcore.api import SamplingParams
 from rlcore_plugin_hf.row_noise import RowNoise, vocab_codes
+from rlcore_plugin_hf.sampler import sample_next_tokens
 from rlcore_plugin_hf.static_decoder import StaticDecoder
 
 __all__ = ["DecodeState", "fused_sampler"]

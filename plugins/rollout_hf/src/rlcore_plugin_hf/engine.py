@@ -36,15 +36,24 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rlcore.api.batch import Batch
-from rlcore.api.training import ROUTED_EXPERTS
-from rlcore.data.multimodal import MULTI_MODAL_INPUTS
-from rlcore.errors import RLCoreError
-from rlcore.modelkit.vlm import load_policy, rollout_prefill
-from rlcore.profiling import rollout as profiled_rollout
-from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
-from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
-from rlcore.rollout.weights import check_weight_names, float64_sum
+from rlcore.api import (
+    MULTI_MODAL_INPUTS,
+    ROUTED_EXPERTS,
+    Batch,
+    RLCoreError,
+    RolloutSettings,
+    SamplingParams,
+    SpecialTokens,
+    check_left_padded,
+    check_weight_names,
+    engine_dtype,
+    float64_sum,
+    load_policy,
+    request_seeds,
+    rollout_output,
+    rollout_prefill,
+)
+from rlcore.api import rollout_profiling as profiled_rollout
 from rlcore_plugin_hf import static_decoder
 from rlcore_plugin_hf.chunking import (
     ModelShape,

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from rlcore.errors import RLCoreError
-from rlcore.modelkit.moe import sparse_routers
+from rlcore.api import RLCoreError, sparse_routers
 from rlcore_plugin_hf.routing_plan import REPLAY_KEY
 
 if TYPE_CHECKING:

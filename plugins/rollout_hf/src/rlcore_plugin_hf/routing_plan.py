@@ -12,9 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlcore.agents.settings import ROLLOUT_KEY, AgentSettings
-from rlcore.config import ConfigError
-from rlcore.errors import RLCoreError
+from rlcore.api import ROLLOUT_KEY, AgentSettings, ConfigError, RLCoreError
 
 __all__ = ["describe_routing_replay", "moe_shape"]
 

@@ -1,8 +1,8 @@
 """Per-row sampling randomness for the HF engine: counter-based, so it is independent of how rows are batched.
 
-Every row of a generate call has its own seed (:func:`rlcore.rollout.sampling.request_seeds` of the engine's
+Every row of a generate call has its own seed (:func:`rlcore.api.request_seeds` of the engine's
 seed, the call's index and the row's index). The Gumbel draws ``G = -log(-log U)`` that
-:func:`rlcore.rollout.sampling.sample_next_tokens` adds to the logits are not drawn from a generator: the
+:func:`rlcore_plugin_hf.sampler.sample_next_tokens` adds to the logits are not drawn from a generator: the
 uniform ``U`` of row ``r``, decoding step ``t`` and vocabulary entry ``v`` is a hash of ``(seed_r, t, v)``,
 computed for all rows at once with integer tensor ops. A row's tokens therefore depend only on its prompt,
 the weights and its seed — splitting a call into chunks, padding it to a batch-size bucket or reordering it

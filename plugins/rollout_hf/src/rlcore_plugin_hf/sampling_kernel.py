@@ -1,6 +1,6 @@
 """One read of the logits per decoding step on CUDA: a Triton kernel that draws, filters, samples and scores.
 
-:func:`rlcore.rollout.sampling.sample_next_tokens` with the rows' counter-based noise
+:func:`rlcore_plugin_hf.sampler.sample_next_tokens` with the rows' counter-based noise
 (:mod:`rlcore_plugin_hf.row_noise`) makes about twenty passes over ``[B, V]`` float32 tensors per step in
 eager torch: the noise's hash alone is a dozen integer ops, each one a kernel that reads and writes the
 whole vocabulary. :func:`fused_sample` computes the same function in one kernel, one program per row,
@@ -23,7 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from rlcore.rollout.sampling import SamplingParams, _dropped
+from rlcore.api import SamplingParams
+from rlcore_plugin_hf.sampler import _dropped
 
 __all__ = ["fused_sample", "prepare"]
 
@@ -128,7 +129,7 @@ def fused_sample(
     """Tokens ``[B]`` (int64) and their log-probs ``[B]`` (float32) for ``logits [B, V]`` (any float dtype),
     the rows' int32 step ``keys [B]`` (:meth:`rlcore_plugin_hf.row_noise.RowNoise.step_keys`; None when
     greedy) and the vocabulary ``codes [V]`` (:func:`rlcore_plugin_hf.row_noise.vocab_codes`): the tokens
-    :func:`rlcore.rollout.sampling.sample_next_tokens` picks with the same noise."""
+    :func:`rlcore_plugin_hf.sampler.sample_next_tokens` picks with the same noise."""
     rows, vocab = logits.shape
     source, scale, kth, drop = prepare(logits, params)
     tokens = torch.empty(rows, dtype=torch.long, device=logits.device)
