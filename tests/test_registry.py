@@ -95,7 +95,7 @@ def test_an_alias_clash_is_a_conflict_naming_both_unless_replaced(first: Compone
         assert not replaced.has("policy_loss", label) or replaced.get("policy_loss", label).plugin == "p2"
 
 
-def test_a_plugin_alias_cannot_take_over_a_builtin_scorer(registered) -> None:
+def test_a_plugin_alias_cannot_take_over_the_bundled_tasks_scorer(registered) -> None:
     """A plugin registering a scorer with the alias ``rlcore/arith`` (the bundled task's name): both plugins
     are marked ``conflict`` naming the (kind, name), and using the name is the conflict error naming both;
     with ``replace=True`` the plugin takes it over."""
@@ -112,15 +112,15 @@ def test_a_plugin_alias_cannot_take_over_a_builtin_scorer(registered) -> None:
                 with pytest.raises(ComponentConflictError) as caught:
                     manager.registry.get("reward_scorer", "rlcore/arith")
                 assert str(caught.value).startswith(
-                    "reward_scorer 'rlcore/arith' is registered by both rlcore.builtin.tasks and alias-plugin"
+                    "reward_scorer 'rlcore/arith' is registered by both rlcore-plugin-tasks and alias-plugin"
                 )
                 assert manager.records["alias-plugin"].status == "conflict"
                 assert manager.records["alias-plugin"].error == (
-                    "reward_scorer 'rlcore/arith' is also registered by rlcore.builtin.tasks"
+                    "reward_scorer 'rlcore/arith' is also registered by rlcore-plugin-tasks"
                 )
             else:
                 comp = manager.registry.get("reward_scorer", "rlcore/arith")
-                assert (comp.name, comp.plugin, comp.replaced) == ("my/arith", "alias-plugin", "rlcore.builtin.tasks")
+                assert (comp.name, comp.plugin, comp.replaced) == ("my/arith", "alias-plugin", "rlcore-plugin-tasks")
                 assert manager.records["alias-plugin"].status == "ok"
 
 
@@ -237,6 +237,24 @@ def table(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+def test_a_missing_command_names_the_distribution_that_adds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sub-command that a distribution of the table adds: its ``pip install`` line when the distribution is
+    not installed, ``rlcore plugins`` when it is; an unknown command gets no advice."""
+    monkeypatch.setattr(
+        distributions,
+        "DISTRIBUTIONS",
+        (Distribution(ABSENT, {}, commands=("absent", "data absent")), Distribution("rlcore", {}, commands=("here",))),
+    )
+    assert distributions.missing_command_advice("data absent") == (
+        f"`rlcore data absent` is added by {ABSENT}, which is not installed: pip install {ABSENT}"
+    )
+    assert distributions.missing_command_advice("here") == (
+        "`rlcore here` is added by rlcore, which is installed but did not add it (disabled, failed to load, or an "
+        "older version: see `rlcore plugins`)"
+    )
+    assert distributions.missing_command_advice("data gsm8k") is None
+
+
 def test_unknown_name_of_a_missing_distribution_names_its_pip_line(table: None) -> None:
     registry = Registry()
     registry.add(_comp("fsdp", kind="training_backend"))
@@ -305,7 +323,7 @@ def test_table_agrees_with_what_the_bundled_plugins_register(plugin_manager) -> 
         assert record is not None and record.status == "ok", f"{dist} is not loaded: pip install -r requirements.txt"
         row = distributions.by_name(dist)
         assert row is not None, f"{dist} has no row in rlcore.distributions.DISTRIBUTIONS"
-        assert {(kind, name) for kind, names in row.components.items() for name in names} == registered[dist]
+        assert {(kind, name) for kind, names in row.components.items() for name in names} == registered.get(dist, set())
     table = [
         (kind, name) for row in distributions.DISTRIBUTIONS for kind, names in row.components.items() for name in names
     ]

@@ -60,7 +60,6 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "rlcore.builtin.rollout",
     "rlcore.builtin.algorithms",
     "rlcore.builtin.trackers",
-    "rlcore.builtin.tasks",
     "rlcore.builtin.agents",
 )
 

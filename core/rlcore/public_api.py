@@ -49,6 +49,40 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.processors",  # load_processor: a model's multimodal processor (also without torchvision)
     "rlcore.modelkit.activation_offload",  # enable_activation_offload: saved activations in host memory
     "rlcore.tracking.external",  # ExternalTracker and the tracker helpers
+    # what rlcore-plugin-tasks (the bundled tasks) and rlcore-plugin-sft (`rlcore sft`) use from the core
+    "rlcore.reward.ground_truth",  # ground_truth_as_text: a scorer's ground truth as text
+    "rlcore.agents.render",  # ChatRenderer: a conversation rendered token for token as the agent loop does
+    "rlcore.agents.audit",  # mask_spans: the assistant spans of a rendered conversation (SFT loss mask)
+    "rlcore.algos.functional",  # agg_loss: the loss aggregation modes (SFT loss)
+    "rlcore.algos.metrics",  # compute_throughput_metrics (SFT loop)
+    "rlcore.api.groups",  # WorkerGroup: the protocol of a group of workers (SFT loop)
+    "rlcore.checkpoint",  # checkpoint folders, run identity, save/resume (SFT loop)
+    "rlcore.checkpoint.fingerprint",  # run fingerprints and the resume_allow_changes check
+    "rlcore.checkpoint.lock",  # lock_checkpoint_folder: one run per checkpoint folder
+    "rlcore.config.compose",  # Source, config_file: config sources merged in order
+    "rlcore.config.loader",  # flatten/nest, overrides, known keys, preset_fragment
+    "rlcore.config.output_paths",  # output paths made absolute and shown
+    "rlcore.config.problems",  # ConfigError, Problems: every config problem reported at once
+    "rlcore.config.ranges",  # OPTIM_RANGES, range_problems: the optimizer keys' checks
+    "rlcore.controller.resume",  # unfinished_checkpoint
+    "rlcore.controller.worker_group",  # make_worker_group: start a plugin's worker group
+    "rlcore.controller.worker_spec",  # WorkerSpec: a worker class by "module:attr"
+    "rlcore.data",  # DataError
+    "rlcore.data.collate",  # collate_rows
+    "rlcore.data.files",  # normalize_files: data.train_files / val_files as paths
+    "rlcore.data.loader",  # PromptLoader: the epoch/shuffle/resume-aware loader
+    "rlcore.data.rl_dataset",  # row reading and the tokenizer checks shared by the datasets
+    "rlcore.graceful_stop",  # StopRequest: SIGINT/SIGTERM as a clean stop at the next step
+    "rlcore.model_check",  # check_model_paths: model folders checked before workers start
+    "rlcore.plugins",  # PluginManager (type) and load_plugins
+    "rlcore.process_env",  # CPU threads and third-party log noise, as rlcore run sets them
+    "rlcore.run",  # the run directory, the plugins line, prepare_presets: shared by rlcore run and rlcore sft
+    "rlcore.run_guard",  # fit_to_the_end: a run's end (status, summary) whatever happens
+    "rlcore.tracking.progress",  # ProgressBar
+    "rlcore.tracking.report",  # write_report: a run's HTML report
+    "rlcore.tracking.sinks",  # build_trackers, read_metrics: metrics.jsonl and the trackers
+    "rlcore.tracking.values",  # reduce_metrics
+    "rlcore.workers.actor",  # ActorRolloutRefWorker: the SFT worker extends it
     "rlcore.testing.*",  # fixtures, tiny models and the contract suites
 )
 
