@@ -6,6 +6,7 @@ import tomllib
 import types
 from pathlib import Path
 
+import click
 import pytest
 
 import rlcore
@@ -330,3 +331,27 @@ def test_table_agrees_with_what_the_bundled_plugins_register(plugin_manager) -> 
     assert len(table) == len(set(table))
     builtin = {key for plugin, names in registered.items() if plugin.startswith("rlcore.builtin") for key in names}
     assert not builtin & set(table)
+
+
+def command_paths(group: click.Group, prefix: str = "") -> set[str]:
+    """Every sub-command of ``group``, as typed after ``rlcore`` (``"data arith-sft"``)."""
+    paths = set()
+    for name, command in group.commands.items():
+        paths.add(f"{prefix}{name}")
+        if isinstance(command, click.Group):
+            paths |= command_paths(command, f"{prefix}{name} ")
+    return paths
+
+
+def test_the_commands_of_each_row_are_what_its_plugin_adds(plugin_manager) -> None:
+    """A row's ``commands`` are exactly the sub-commands its plugin's ``register_commands`` adds to ``rlcore``
+    (given the core's ``data`` group to add to), and every row that lists commands belongs to such a plugin."""
+    hooks = plugin_manager.pm.hook.register_commands.get_hookimpls()
+    for impl in hooks:
+        group = click.Group("rlcore", commands={"data": click.Group("data")})
+        impl.function(cli=group)
+        row = distributions.by_name(impl.plugin_name)
+        assert row is not None, f"{impl.plugin_name} adds commands but has no row"
+        assert command_paths(group) - {"data"} == set(row.commands), impl.plugin_name
+    listing = {row.name for row in distributions.DISTRIBUTIONS if row.commands}
+    assert listing <= {impl.plugin_name for impl in hooks}
