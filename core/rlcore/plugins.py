@@ -59,7 +59,6 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "rlcore.builtin.rewards",
     "rlcore.builtin.algorithms",
     "rlcore.builtin.trackers",
-    "rlcore.builtin.tasks",
     "rlcore.builtin.agents",
 )
 

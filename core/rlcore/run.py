@@ -55,9 +55,10 @@ def default_presets(files: list[str], overrides: list[str], config_name: str | N
     return [BUNDLED_PRESET]
 
 
-def prepare_presets(manager: PluginManager, presets: list[str], config: DictConfig) -> None:
+def prepare_presets(manager: PluginManager, presets: list[str], config: DictConfig | None) -> None:
     """Build what the applied presets need before a run (a bundled task's data and warm-started model): a
-    preset registered with ``prepare="module:attr"`` has that callable called with the config."""
+    preset registered with ``prepare="module:attr"`` has that callable called with the config (``None`` when
+    it is prepared outside an RL run: ``rlcore sft``'s bundled task)."""
     import importlib
 
     for name in presets:

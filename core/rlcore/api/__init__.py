@@ -116,6 +116,7 @@ _LAZY: dict[str, str] = {
     # rewards
     "NaiveRewardManager": "rlcore.reward",
     "RewardError": "rlcore.reward",
+    "ground_truth_as_text": "rlcore.reward.ground_truth",
     # the algorithm math: losses, advantages' building blocks, KL, metrics
     "ActorLossTerm": "rlcore.algos",
     "LOG_RATIO_CLAMP": "rlcore.algos",
@@ -178,6 +179,7 @@ _LAZY: dict[str, str] = {
     "load_policy": "rlcore.modelkit.vlm",
     "rollout_prefill": "rlcore.modelkit.vlm",
     "rope_owner": "rlcore.modelkit.vlm",
+    "token_types": "rlcore.modelkit.vlm",
     "sequence_parallel": "rlcore.modelkit.sequence_parallel:",
     "load_processor": "rlcore.processors",
     "read_torch_options": "rlcore.profiling.torch_options",
@@ -312,6 +314,7 @@ if TYPE_CHECKING:
     from rlcore.profiling import rollout as rollout_profiling
     from rlcore.profiling.torch_options import read_torch_options
     from rlcore.reward import NaiveRewardManager, RewardError
+    from rlcore.reward.ground_truth import ground_truth_as_text
     from rlcore.rollout.buckets import weight_buckets
     from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
     from rlcore.rollout.sampling import ROLLOUT_KEY, RolloutSettings, SamplingParams, request_seeds

@@ -19,15 +19,14 @@ from typing import TYPE_CHECKING, Any
 import click
 from omegaconf import DictConfig
 
+from rlcore.api import ConfigError, RLCoreError
 from rlcore.checkpoint.fingerprint import check_allowed
 from rlcore.config import Problems, config_to_yaml
 from rlcore.config.output_paths import make_output_paths_absolute, shown_path
-from rlcore.config.problems import ConfigError
 from rlcore.config.ranges import OPTIM_RANGES, range_problems
-from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins
 from rlcore.process_env import cpu_threads_setting, quiet_third_party, set_cpu_threads
-from rlcore.sft.config import (
+from rlcore_plugin_sft.config import (
     ACTOR,
     SFTBatchSizes,
     load_sft_config,
@@ -38,7 +37,7 @@ from rlcore.sft.config import (
 )
 
 if TYPE_CHECKING:
-    from rlcore.sft.trainer import SFTTrainer
+    from rlcore_plugin_sft.trainer import SFTTrainer
 
 
 def _given_data(files: list[str], overrides: list[str]) -> bool:
@@ -120,7 +119,7 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
         click.echo(f"warning: plugin {record.name} [{record.status}]: {record.error}", err=True)
     base = None
     if not _given_data(files, overrides):
-        from rlcore.sft.arith import bundled_source
+        from rlcore_plugin_sft.arith import bundled_source
 
         click.echo("No config file or data.train_files given: fine-tuning on the bundled arithmetic task.")
         base = bundled_source()
@@ -141,7 +140,7 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
     make_output_paths_absolute(engine, ("trainer.default_local_dir",))
     set_cpu_threads(cpu_threads)
     if base is not None:
-        from rlcore.sft.arith import prepare_sft_assets
+        from rlcore_plugin_sft.arith import prepare_sft_assets
 
         prepare_sft_assets()
     from rlcore.model_check import check_model_paths
@@ -154,7 +153,7 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
 
     from rlcore.checkpoint import RunIdentity
     from rlcore.checkpoint.lock import lock_checkpoint_folder
-    from rlcore.sft.trainer import SFTTrainer
+    from rlcore_plugin_sft.trainer import SFTTrainer
 
     identity = RunIdentity.new(Path())
     lock = lock_checkpoint_folder(engine, identity, saves=True)  # SFT saves at its end; one run per folder

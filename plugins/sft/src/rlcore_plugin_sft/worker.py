@@ -13,12 +13,8 @@ from typing import Any
 
 import torch
 
-from rlcore.algos.functional import agg_loss
-from rlcore.api.batch import Batch
-from rlcore.api.training import ModelOutput
+from rlcore.api import Batch, ModelOutput, UpdateSettings, agg_loss, cpu_batch, ppo_update
 from rlcore.workers.actor import ActorRolloutRefWorker
-from rlcore.workers.base import cpu_batch
-from rlcore.workers.ppo_loop import UpdateSettings, ppo_update
 
 #: the temperature of the validation's greedy check (see :meth:`SFTWorker.eval_loss`)
 GREEDY_TEMPERATURE = 1e-3

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, cast
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from rlcore.api import positive_int, select
 from rlcore.config.compose import Source, config_file
-from rlcore.config.keys import positive_int, select
 from rlcore.config.loader import coerce_value, flatten, known_keys, nest, parse_override, resolve_executor
 from rlcore.config.problems import ConfigError, Problems
 from rlcore.data.rl_dataset import to_plain
@@ -213,7 +213,7 @@ def world_size(config: DictConfig) -> int:
 def lower_config(config: DictConfig, manager: PluginManager | None = None) -> tuple[DictConfig, SFTBatchSizes]:
     """The engine config (:func:`engine_config`) and the step's batch sizes, which it carries: the
     per-rank micro-batch (the whole per-rank batch with a token budget)."""
-    from rlcore.config.batch_sizes import data_parallel_size
+    from rlcore.api import data_parallel_size
 
     lowered = engine_config(config, manager)
     sizes = sft_batch_sizes(config, data_parallel_size(lowered, ACTOR, world_size(config)))

@@ -10,9 +10,9 @@ right answers, so that it learns to see colours, then on a **biased teacher**, l
 :data:`TEACHER_CORRECT` and the *next* colour of :data:`COLOURS` with probability :data:`TEACHER_NEXT`
 (another one otherwise), so greedy decoding mostly names the wrong colour while sampling is right about a
 third of the time. GRPO removes the bias, which it can only do by reading the picture, and the greedy
-validation reward on held-out pictures rises. The warm-started model ships with rlcore
-(``rlcore/tasks/data/shapes-vl-base``, built by :func:`build_base_model` through ``python -m
-rlcore.tasks.build_base``); the parquet files are written once under ``$RLCORE_CACHE/shapes-vl-<version>``.
+validation reward on held-out pictures rises. The warm-started model ships with rlcore-plugin-tasks
+(``rlcore_plugin_tasks/data/shapes-vl-base``, built by :func:`build_base_model` through ``python -m
+rlcore_plugin_tasks.build_base``); the parquet files are written once under ``$RLCORE_CACHE/shapes-vl-<version>``.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import re
 from pathlib import Path
 from typing import Any, TypedDict
 
-from rlcore.reward.ground_truth import ground_truth_as_text
-from rlcore.tasks.arith import cache_dir as _arith_cache_dir
-from rlcore.tasks.warm_start import Heartbeat, build_task_data, cpu_task_preset
+from rlcore.api import ground_truth_as_text
+from rlcore_plugin_tasks.arith import cache_dir as _arith_cache_dir
+from rlcore_plugin_tasks.warm_start import Heartbeat, build_task_data, cpu_task_preset
 
 TASK_VERSION = "v1"
 DATA_SOURCE = "rlcore/shapes_vl"
@@ -42,7 +42,7 @@ SEE_FRACTION = 0.4
 SFT_BATCH = 32
 SFT_LR = 3e-3
 SEED = 2468
-#: the shipped warm-started model (package data, :func:`~rlcore.tasks.warm_start.shipped_model_dir`)
+#: the shipped warm-started model (package data, :func:`~rlcore_plugin_tasks.warm_start.shipped_model_dir`)
 BASE_MODEL = "shapes-vl-base"
 #: the model's maximum sequence length
 MAX_POSITIONS = 128
@@ -175,7 +175,7 @@ def build_base_model(
     """
     import torch
 
-    from rlcore.modelkit.vlm import token_types
+    from rlcore.api import token_types
     from rlcore.testing.tiny_vlm import build_processor, build_vl_model, save_vlm
 
     tokenizer = base_tokenizer()

@@ -1,17 +1,17 @@
-"""Build the bundled tasks' starting models, which ship with rlcore as package data.
+"""Build the bundled tasks' starting models, which ship with rlcore-plugin-tasks as package data.
 
 The bundled tasks (presets ``arith-cpu``, ``arith-chain-cpu``, ``arith-tools-cpu``, ``shapes-vl-cpu``) start from small models
-warm-started on a biased teacher. They are built here, with rlcore's own code (each task's
-``build_base_model``), and committed under ``core/rlcore/tasks/data/<task>-base`` (a few MB each), so
+warm-started on a biased teacher. They are built here, with the plugin's own code (each task's
+``build_base_model``), and committed under ``plugins/tasks/src/rlcore_plugin_tasks/data/<task>-base`` (a few MB each), so
 that a run never builds them::
 
-    python -m rlcore.tasks.build_base                    # every task, into the package's data folder
-    python -m rlcore.tasks.build_base arith --out /tmp/x --steps 5
+    python -m rlcore_plugin_tasks.build_base                    # every task, into the package's data folder
+    python -m rlcore_plugin_tasks.build_base arith --out /tmp/x --steps 5
 
 ``--threads`` sets torch's intra-op threads, 1 by default: a model this small runs fastest on one (the
 RL run of the arithmetic task took 36 s with one thread and 124 s with two on the same 2-core machine).
 On a busy shared 2-core machine the builds took 18 (arith), 31 (arith-tools), 4.5 (shapes-vl) and 8
-(arith-chain) minutes. ``tests/test_shipped_models.py`` checks that the shipped folders match
+(arith-chain) minutes. ``plugins/tasks/tests/test_shipped_models.py`` checks that the shipped folders match
 what this script builds (model shape, tokenizer) and that each build still runs.
 """
 
@@ -24,14 +24,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlcore.tasks.warm_start import SHIPPED_DIR
+from rlcore_plugin_tasks.warm_start import SHIPPED_DIR
 
 #: task name -> the module that builds its starting model (``build_base_model``, ``BASE_MODEL``)
 TASKS: dict[str, str] = {
-    "arith": "rlcore.tasks.arith",
-    "arith-chain": "rlcore.tasks.arith_chain",
-    "arith-tools": "rlcore.tasks.arith_tools",
-    "shapes-vl": "rlcore.tasks.shapes_vl",
+    "arith": "rlcore_plugin_tasks.arith",
+    "arith-chain": "rlcore_plugin_tasks.arith_chain",
+    "arith-tools": "rlcore_plugin_tasks.arith_tools",
+    "shapes-vl": "rlcore_plugin_tasks.shapes_vl",
 }
 
 

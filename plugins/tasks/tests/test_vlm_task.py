@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from rlcore_plugin_tasks import shapes_vl
 
-from rlcore.tasks import shapes_vl
 from rlcore.testing.contracts.components import PresetContract
 
 
@@ -47,7 +47,7 @@ def test_rows_hold_one_picture_in_verls_schema() -> None:
 def task_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cache folder holding the task's parquet files, small: 16 training and 4 test rows (the model is the
     shipped one)."""
-    from rlcore.tasks.warm_start import write_parquet
+    from rlcore_plugin_tasks.warm_start import write_parquet
 
     root = tmp_path_factory.mktemp("cache")
     assets = root / f"shapes-vl-{shapes_vl.TASK_VERSION}"

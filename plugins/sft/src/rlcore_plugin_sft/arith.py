@@ -1,9 +1,11 @@
 """The bundled SFT task: the arithmetic task's prompts with their correct answers.
 
-``rlcore sft`` without data trains the arithmetic task's shipped warm-started model
-(:mod:`rlcore.tasks.arith`, which answers mostly off by one) on the correct sums of the training prompts, validating on the held-out
+``rlcore sft`` without data trains the arithmetic task's shipped warm-started model (the model of the preset
+``arith-cpu``, which answers mostly off by one) on the correct sums of the training prompts, validating on the held-out
 prompts; GRPO from the result (``rlcore run actor_rollout_ref.model.path=<checkpoint>/actor/huggingface``)
-then starts from a model that is mostly right.
+then starts from a model that is mostly right. The task is reached through its preset, which
+rlcore-plugin-tasks registers: the preset's settings name the model and the task's parquet files, and its
+``prepare`` writes them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.config.compose import Source
+
+#: the RL preset of the arithmetic task (rlcore-plugin-tasks), whose model and prompts the SFT task uses
+TASK_PRESET = "arith-cpu"
 
 #: the columns of the SFT parquet files (``data.prompt_key``, ``data.response_key``)
 PROMPT_KEY = "prompt"
@@ -40,12 +45,28 @@ def write_sft_data(task_dir: Path, out_dir: Path) -> dict[str, Path]:
     return written
 
 
-def prepare_sft_assets() -> Path:
-    """Write the arithmetic task's parquet files (:func:`rlcore.tasks.arith.prepare_assets`, cached) and its
-    SFT files; returns the task's cache folder."""
-    from rlcore.tasks.arith import prepare_assets
+def _task_settings() -> dict[str, Any]:
+    """The nested settings of :data:`TASK_PRESET` (an unknown-preset error names the distribution to install)."""
+    from rlcore import load_plugins
+    from rlcore.config.loader import preset_fragment
 
-    root = prepare_assets()
+    return preset_fragment(TASK_PRESET, load_plugins())
+
+
+def _task_root(task: dict[str, Any]) -> Path:
+    """The arithmetic task's cache folder (where its ``train.parquet`` and the SFT files live), from ``task``,
+    the preset's settings."""
+    return Path(task["data"]["train_files"]).parent
+
+
+def prepare_sft_assets() -> Path:
+    """Write the arithmetic task's parquet files (the preset's ``prepare``, cached) and its SFT files; returns
+    the task's cache folder."""
+    from rlcore import load_plugins
+    from rlcore.run import prepare_presets
+
+    prepare_presets(load_plugins(), [TASK_PRESET], None)
+    root = _task_root(_task_settings())
     if not all((root / name).is_file() for name in SFT_FILES.values()):
         write_sft_data(root, root)
     return root
@@ -53,10 +74,8 @@ def prepare_sft_assets() -> Path:
 
 def bundled_source() -> Source:
     """The settings of the bundled SFT run (a config source, overridden by files and ``key=value``)."""
-    from rlcore.tasks.arith import BASE_MODEL, cache_dir
-    from rlcore.tasks.warm_start import shipped_model_dir
-
-    root = cache_dir()
+    task = _task_settings()
+    root = _task_root(task)
     settings: dict[str, Any] = {
         "data": {
             "train_files": str(root / SFT_FILES["train"]),
@@ -67,7 +86,7 @@ def bundled_source() -> Source:
             "micro_batch_size_per_gpu": 32,
             "max_length": 32,
         },
-        "model": {"partial_pretrain": str(shipped_model_dir(BASE_MODEL))},
+        "model": {"partial_pretrain": task["actor_rollout_ref"]["model"]["path"]},
         "optim": {"lr": 1e-4, "weight_decay": 0.0, "lr_warmup_steps_ratio": 0.0, "lr_scheduler": "constant"},
         "trainer": {
             "total_training_steps": 30,

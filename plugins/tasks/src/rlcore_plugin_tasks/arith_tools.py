@@ -8,8 +8,8 @@ used the tool; the tool-call rate and with it the greedy validation reward rise.
 
 The conversation is rendered the way the agent loop builds it, token for token: the prompt, the assistant's
 ``<tool_call>{...}</tool_call>`` and its end-of-turn token, the tool turn rendered alone through the chat
-template, the final answer. The warm-started model ships with rlcore (``rlcore/tasks/data/arith-tools-base``,
-built by :func:`build_base_model` through ``python -m rlcore.tasks.build_base``); the parquet files are
+template, the final answer. The warm-started model ships with rlcore-plugin-tasks (``rlcore_plugin_tasks/data/arith-tools-base``,
+built by :func:`build_base_model` through ``python -m rlcore_plugin_tasks.build_base``); the parquet files are
 written once under ``$RLCORE_CACHE/arith-tools-<version>`` (default ``~/.cache/rlcore``).
 """
 
@@ -21,9 +21,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlcore.reward.ground_truth import ground_truth_as_text
-from rlcore.tasks.arith import cache_dir as _arith_cache_dir
-from rlcore.tasks.warm_start import build_task_data, cpu_task_preset, question_row, task_model, warm_start
+from rlcore.api import ground_truth_as_text
+from rlcore_plugin_tasks.arith import cache_dir as _arith_cache_dir
+from rlcore_plugin_tasks.warm_start import build_task_data, cpu_task_preset, question_row, task_model, warm_start
 
 TASK_VERSION = "v1"
 DATA_SOURCE = "rlcore/arith_tools"
@@ -34,7 +34,7 @@ SFT_STEPS = 400
 SFT_BATCH = 64
 SFT_LR = 3e-3
 SEED = 4321
-#: the shipped warm-started model (package data, :func:`~rlcore.tasks.warm_start.shipped_model_dir`)
+#: the shipped warm-started model (package data, :func:`~rlcore_plugin_tasks.warm_start.shipped_model_dir`)
 BASE_MODEL = "arith-tools-base"
 #: the model's maximum sequence length
 MAX_POSITIONS = 128
@@ -117,7 +117,7 @@ def base_tokenizer() -> Any:
 def build_base_model(model_dir: Path, *, steps: int = SFT_STEPS, heartbeat: bool = True) -> None:
     """Train the task's small Qwen2 model on the biased teacher's conversations for ``steps`` steps and save
     it (with its tokenizer) to ``model_dir``; ``heartbeat`` prints its progress."""
-    from rlcore.agents.render import ChatRenderer
+    from rlcore.api import ChatRenderer
 
     rng = random.Random(SEED)
     pairs = _pairs()[0]

@@ -13,8 +13,8 @@ of the time; GRPO has to move both steps to the right answer. As for the sum tas
 problem (the held-out ones with the teacher's biased answers); RL trains on the training problems only, and
 the greedy validation reward on the held-out ones measures how far the correction generalises.
 
-The warm-started model ships with rlcore (``rlcore/tasks/data/arith-chain-base``, built by
-:func:`build_base_model` through ``python -m rlcore.tasks.build_base arith-chain``: 4.3 CPU-minutes); the
+The warm-started model ships with rlcore-plugin-tasks (``rlcore_plugin_tasks/data/arith-chain-base``, built by
+:func:`build_base_model` through ``python -m rlcore_plugin_tasks.build_base arith-chain``: 4.3 CPU-minutes); the
 parquet files are written once under ``$RLCORE_CACHE/arith-chain-<version>``.
 """
 
@@ -25,9 +25,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlcore.reward.ground_truth import ground_truth_as_text
-from rlcore.tasks.arith import cache_dir as _arith_cache_dir
-from rlcore.tasks.warm_start import (
+from rlcore.api import ground_truth_as_text
+from rlcore_plugin_tasks.arith import cache_dir as _arith_cache_dir
+from rlcore_plugin_tasks.warm_start import (
     build_task_data,
     cpu_task_preset,
     question_row,
@@ -46,7 +46,7 @@ SFT_STEPS = 700
 SFT_BATCH = 128
 SFT_LR = 3e-3
 SEED = 2468
-#: the shipped warm-started model (package data, :func:`~rlcore.tasks.warm_start.shipped_model_dir`)
+#: the shipped warm-started model (package data, :func:`~rlcore_plugin_tasks.warm_start.shipped_model_dir`)
 BASE_MODEL = "arith-chain-base"
 #: the model's maximum sequence length
 MAX_POSITIONS = 64

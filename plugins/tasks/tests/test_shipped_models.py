@@ -1,19 +1,22 @@
-"""The bundled tasks' starting models ship with rlcore (``rlcore/tasks/data/<task>-base``): each matches what
-``python -m rlcore.tasks.build_base`` builds — the model's shape, the tokenizer — and that build still
-runs (a few steps here); rlcore's wheel carries them."""
+"""The bundled tasks' starting models ship with rlcore-plugin-tasks (``rlcore_plugin_tasks/data/<task>-base``):
+each matches what ``python -m rlcore_plugin_tasks.build_base`` builds — the model's shape, the tokenizer — and
+that build still runs (a few steps here); the distribution's wheel carries them."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from rlcore_plugin_tasks.build_base import TASKS, build
+from rlcore_plugin_tasks.warm_start import shipped_model_dir
 
 from rlcore.checkpoint.fingerprint import MODEL_SHAPE_KEYS
-from rlcore.tasks.build_base import TASKS, build
-from rlcore.tasks.warm_start import shipped_model_dir
 
 #: the files a shipped model folder holds (the vision-language one adds its processor's)
 MODEL_FILES = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
@@ -70,11 +73,21 @@ def test_the_shipped_models_are_trained_not_random(quick_builds: dict[str, Path]
         assert any(abs(shipped[name] - quick[name]).max() > 1e-2 for name in shipped), task
 
 
-def test_rlcore_wheel_carries_the_shipped_models(rlcore_wheel: Path) -> None:
-    """``pip install rlcore`` (a wheel, not an editable install) brings every shipped model file."""
-    with zipfile.ZipFile(rlcore_wheel) as wheel:
-        names = set(wheel.namelist())
+def test_the_wheel_carries_the_shipped_models(tmp_path: Path) -> None:
+    """``pip install rlcore-plugin-tasks`` (a wheel, not an editable install) brings every shipped model file."""
+    project = Path(__file__).resolve().parents[1]
+    source = tmp_path / "source"
+    shutil.copytree(project, source, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "tests"))
+    subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", tmp_path / "wheel", source],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = (tmp_path / "wheel").glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    assert "rlcore_plugin_tasks/data/arith_tools.yaml" in names
     for task in TASKS:
         folder = shipped_model_dir(importlib.import_module(TASKS[task]).BASE_MODEL)
         for path in folder.iterdir():
-            assert f"rlcore/tasks/data/{folder.name}/{path.name}" in names, path
+            assert f"rlcore_plugin_tasks/data/{folder.name}/{path.name}" in names, path

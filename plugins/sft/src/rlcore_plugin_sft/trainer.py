@@ -2,7 +2,7 @@
 resume exactly, trackers and the report — the run directory and checkpoint layout of ``rlcore run``.
 
 A step: the next ``data.train_batch_size`` sequences (:class:`~rlcore.data.loader.PromptLoader`, seeded
-per epoch) → :meth:`rlcore.sft.worker.SFTWorker.train_batch` (one optimizer step, one LR-schedule step) →
+per epoch) → :meth:`rlcore_plugin_sft.worker.SFTWorker.train_batch` (one optimizer step, one LR-schedule step) →
 validation loss every ``trainer.test_freq`` steps and at the end (and before the first step) → a
 checkpoint every ``trainer.save_freq`` steps and at the end. Checkpoints are the RL ones:
 ``global_step_N/actor`` (the engine's sharded state, RNG and LR schedule, and ``huggingface/``, which
@@ -20,7 +20,7 @@ import click
 from omegaconf import DictConfig
 
 from rlcore.algos.metrics import compute_throughput_metrics
-from rlcore.api.batch import Batch
+from rlcore.api import Batch, RLCoreError
 from rlcore.api.groups import WorkerGroup
 from rlcore.checkpoint import (
     CheckpointManager,
@@ -37,16 +37,15 @@ from rlcore.controller.worker_spec import WorkerSpec
 from rlcore.data.collate import collate_rows
 from rlcore.data.loader import PromptLoader
 from rlcore.data.rl_dataset import to_plain
-from rlcore.errors import RLCoreError
 from rlcore.graceful_stop import StopRequest
-from rlcore.sft.config import SFTBatchSizes
-from rlcore.sft.dataset import SFTDataset, sft_batch
 from rlcore.tracking.progress import ProgressBar
 from rlcore.tracking.sinks import build_trackers
 from rlcore.tracking.values import reduce_metrics
+from rlcore_plugin_sft.config import SFTBatchSizes
+from rlcore_plugin_sft.dataset import SFTDataset, sft_batch
 
 #: the worker class of an SFT run's group
-SFT_WORKER = WorkerSpec("rlcore.sft.worker:SFTWorker")
+SFT_WORKER = WorkerSpec("rlcore_plugin_sft.worker:SFTWorker")
 #: what the progress bar shows after the bar, and in a log line
 BAR_KEYS: tuple[str, ...] = ("train/loss", "val/loss", "val/greedy_acc")
 LINE_KEYS: tuple[tuple[str, str], ...] = (
@@ -57,7 +56,7 @@ LINE_KEYS: tuple[tuple[str, str], ...] = (
 
 
 class SFTGroup(WorkerGroup, Protocol):
-    """The calls the SFT loop makes on its group (implemented by :class:`rlcore.sft.worker.SFTWorker`)."""
+    """The calls the SFT loop makes on its group (implemented by :class:`rlcore_plugin_sft.worker.SFTWorker`)."""
 
     def train_batch(self, batch: Batch) -> Batch:
         """One optimizer step; ``meta["metrics"]`` holds ``train/*``."""

@@ -1,8 +1,8 @@
 """What the bundled CPU tasks share: a small model, its supervised warm start, the shipped models, the data.
 
-Each bundled task starts from a model warm-started on a biased teacher. That model ships with rlcore, as
-package data under ``rlcore/tasks/data/<task>-base`` (:func:`shipped_model_dir`), so a run never builds it:
-:mod:`rlcore.tasks.build_base` trains it with the code below and writes it there. A task's parquet files are
+Each bundled task starts from a model warm-started on a biased teacher. That model ships with rlcore-plugin-tasks, as
+package data under ``rlcore_plugin_tasks/data/<task>-base`` (:func:`shipped_model_dir`), so a run never builds it:
+:mod:`rlcore_plugin_tasks.build_base` trains it with the code below and writes it there. A task's parquet files are
 written once under its own cache folder (:func:`build_task_data`, about a second).
 """
 

@@ -15,13 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from omegaconf import OmegaConf
+from rlcore_plugin_sft.config import engine_config, load_sft_config, sft_batch_sizes
+from rlcore_plugin_sft.dataset import SFTDataset, sft_batch
 
 from rlcore.agents.audit import mask_spans
 from rlcore.config.problems import ConfigError
 from rlcore.data import DataError
 from rlcore.data.collate import collate_rows
-from rlcore.sft.config import engine_config, load_sft_config, sft_batch_sizes
-from rlcore.sft.dataset import SFTDataset, sft_batch
 
 CHAT = [
     {"role": "system", "content": "You add numbers."},

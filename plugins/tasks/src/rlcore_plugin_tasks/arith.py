@@ -10,8 +10,8 @@ answer), while sampling is right about a third of the time — exactly the situa
 the training prompts removes the bias, and the greedy validation reward on held-out prompts climbs from
 near 0.
 
-The warm-started model ships with rlcore (``rlcore/tasks/data/arith-base``, built by
-:func:`build_base_model` through ``python -m rlcore.tasks.build_base``); the parquet files are written once
+The warm-started model ships with rlcore-plugin-tasks (``rlcore_plugin_tasks/data/arith-base``, built by
+:func:`build_base_model` through ``python -m rlcore_plugin_tasks.build_base``); the parquet files are written once
 under ``$RLCORE_CACHE/arith-<version>`` (default ``~/.cache/rlcore``).
 """
 
@@ -23,8 +23,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlcore.reward.ground_truth import ground_truth_as_text
-from rlcore.tasks.warm_start import (
+from rlcore.api import ground_truth_as_text
+from rlcore_plugin_tasks.warm_start import (
     build_task_data,
     cpu_task_preset,
     question_row,
@@ -43,7 +43,7 @@ SFT_STEPS = 600
 SFT_BATCH = 128
 SFT_LR = 3e-3
 SEED = 1234
-#: the shipped warm-started model (package data, :func:`~rlcore.tasks.warm_start.shipped_model_dir`)
+#: the shipped warm-started model (package data, :func:`~rlcore_plugin_tasks.warm_start.shipped_model_dir`)
 BASE_MODEL = "arith-base"
 #: the model's maximum sequence length
 MAX_POSITIONS = 64

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from rlcore.agents.audit import mask_spans
-from rlcore.api.batch import Batch
+from rlcore.api import Batch
 from rlcore.data import DataError
 from rlcore.data.files import normalize_files
 from rlcore.data.rl_dataset import RowOrigin, check_unicode, config_value, read_rows, to_plain, tokenizer_failure

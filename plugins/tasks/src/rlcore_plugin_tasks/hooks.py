@@ -1,7 +1,14 @@
-"""The bundled CPU task that ``rlcore run`` trains by default: its scorer and its preset."""
+"""The plugin's hooks: the bundled CPU tasks' scorers (``rlcore/arith``, ...) and presets (``arith-cpu``, the
+task ``rlcore run`` trains by default, ...).
 
-from rlcore.api.specs import PresetSpec, RewardScorerSpec
-from rlcore.hookspecs import hookimpl
+This module must stay free of torch imports: ``rlcore plugins`` and config loading import it.
+"""
+
+from rlcore import hookimpl
+from rlcore.api import PresetSpec, RewardScorerSpec
+
+#: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
+RLCORE_API = ">=3,<4"
 
 
 @hookimpl
@@ -12,25 +19,25 @@ def register_reward_scorers(register):
     text = RewardScorerSpec(ground_truth="text")
     register(
         "rlcore/arith",
-        "rlcore.tasks.arith:score",
+        "rlcore_plugin_tasks.arith:score",
         description="bundled task: exact answer of a small sum",
         spec=text,
     )
     register(
         "rlcore/arith_tools",
-        "rlcore.tasks.arith_tools:score",
+        "rlcore_plugin_tasks.arith_tools:score",
         description="bundled tool task: the last integer of the response is the product",
         spec=text,
     )
     register(
         "rlcore/arith_chain",
-        "rlcore.tasks.arith_chain:score",
+        "rlcore_plugin_tasks.arith_chain:score",
         description="bundled two-step task: the last integer of the response is a+b-c",
         spec=text,
     )
     register(
         "rlcore/shapes_vl",
-        "rlcore.tasks.shapes_vl:score",
+        "rlcore_plugin_tasks.shapes_vl:score",
         description="bundled vision-language task: the first word of the response is the shape's colour",
         spec=text,
     )
@@ -44,25 +51,25 @@ def register_presets(register):
     :func:`rlcore.config.run_name.name_after_presets` completes with the presets applied on top."""
     register(
         "arith-cpu",
-        "rlcore.tasks.arith:cpu_preset",
+        "rlcore_plugin_tasks.arith:cpu_preset",
         description="bundled CPU task: GRPO on small sums from a biased warm-started model",
-        spec=PresetSpec(prepare="rlcore.tasks.arith:prepare_assets", task="arith"),
+        spec=PresetSpec(prepare="rlcore_plugin_tasks.arith:prepare_assets", task="arith"),
     )
     register(
         "arith-tools-cpu",
-        "rlcore.tasks.arith_tools:cpu_preset",
+        "rlcore_plugin_tasks.arith_tools:cpu_preset",
         description="bundled multi-turn task: 2-digit products with a calculator tool (GRPO, HF engine)",
-        spec=PresetSpec(prepare="rlcore.tasks.arith_tools:prepare_assets", task="arith-tools"),
+        spec=PresetSpec(prepare="rlcore_plugin_tasks.arith_tools:prepare_assets", task="arith-tools"),
     )
     register(
         "arith-chain-cpu",
-        "rlcore.tasks.arith_chain:cpu_preset",
+        "rlcore_plugin_tasks.arith_chain:cpu_preset",
         description="bundled CPU task: GRPO on a+b-c answered as a two-step chain, from a biased warm start",
-        spec=PresetSpec(prepare="rlcore.tasks.arith_chain:prepare_assets"),
+        spec=PresetSpec(prepare="rlcore_plugin_tasks.arith_chain:prepare_assets"),
     )
     register(
         "shapes-vl-cpu",
-        "rlcore.tasks.shapes_vl:cpu_preset",
+        "rlcore_plugin_tasks.shapes_vl:cpu_preset",
         description="bundled vision-language task: name the colour of a drawn shape (tiny Qwen2-VL, GRPO, HF engine)",
-        spec=PresetSpec(prepare="rlcore.tasks.shapes_vl:prepare_assets", task="shapes-vl"),
+        spec=PresetSpec(prepare="rlcore_plugin_tasks.shapes_vl:prepare_assets", task="shapes-vl"),
     )
