@@ -6,7 +6,9 @@ import tomllib
 import types
 from pathlib import Path
 
+import click
 import pytest
+from click.testing import CliRunner
 
 import rlcore
 from rlcore import distributions
@@ -231,8 +233,8 @@ def table(monkeypatch: pytest.MonkeyPatch) -> None:
         distributions,
         "DISTRIBUTIONS",
         (
-            Distribution(ABSENT, {"training_backend": ("absent", "absent2")}),
-            Distribution("rlcore", {"training_backend": ("present",)}),
+            Distribution(ABSENT, {"training_backend": ("absent", "absent2")}, commands=("absentcmd",)),
+            Distribution("rlcore", {"training_backend": ("present",)}, commands=("presentcmd",)),
         ),
     )
 
@@ -251,6 +253,22 @@ def test_unknown_name_of_a_missing_distribution_names_its_pip_line(table: None) 
 def test_unknown_name_of_an_installed_distribution_points_to_rlcore_plugins(table: None) -> None:
     with pytest.raises(UnknownComponentError, match=r"provided by rlcore, which is installed but did not register"):
         Registry().get("training_backend", "present")
+
+
+def test_a_command_of_a_missing_distribution_names_its_pip_line(table: None) -> None:
+    """``rlcore report`` without rlcore-plugin-report (here: a command of a distribution that is not installed)
+    is one error line naming the install line, exit status 2; of an installed one, it points to rlcore plugins."""
+    from rlcore.cli import cli
+
+    result = CliRunner().invoke(cli, ["absentcmd", "x"])
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        f"error: `rlcore absentcmd` is added by {ABSENT}, which is not installed: pip install {ABSENT}\n"
+    )
+    result = CliRunner().invoke(cli, ["presentcmd"])
+    assert result.exit_code == 2 and "is added by rlcore, which is installed but did not add it" in result.output
+    result = CliRunner().invoke(cli, ["nosuchcmd"])
+    assert result.exit_code == 2 and "No such command 'nosuchcmd'" in result.output
 
 
 def test_did_you_mean_a_component_of_a_missing_distribution(table: None) -> None:
@@ -305,7 +323,12 @@ def test_table_agrees_with_what_the_bundled_plugins_register(plugin_manager) -> 
         assert record is not None and record.status == "ok", f"{dist} is not loaded: pip install -r requirements.txt"
         row = distributions.by_name(dist)
         assert row is not None, f"{dist} has no row in rlcore.distributions.DISTRIBUTIONS"
-        assert {(kind, name) for kind, names in row.components.items() for name in names} == registered[dist]
+        assert {(kind, name) for kind, names in row.components.items() for name in names} == registered.get(dist, set())
+        group = click.Group()
+        for impl in plugin_manager.pm.hook.register_commands.get_hookimpls():
+            if normalize_dist_name(impl.plugin_name) == dist:
+                impl.function(cli=group)
+        assert set(row.commands) == set(group.commands), dist
     table = [
         (kind, name) for row in distributions.DISTRIBUTIONS for kind, names in row.components.items() for name in names
     ]

@@ -19,7 +19,19 @@ from rlcore.plugins import PROBLEM_STATUSES, PluginManager, load_plugins, slow_p
 
 
 class RLCoreGroup(click.Group):
-    """A click group that prints :class:`RLCoreError` as one clear line instead of a traceback."""
+    """A click group that prints :class:`RLCoreError` as one clear line instead of a traceback, and names the
+    distribution to install for a sub-command that a plugin adds (``rlcore report``, ``rlcore plan``)."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        """The sub-command ``args`` start with; one that a missing plugin adds is an :class:`RLCoreError`
+        naming its ``pip install`` line (:func:`rlcore.distributions.missing_command_advice`)."""
+        if args and self.get_command(ctx, args[0]) is None:
+            from rlcore.distributions import missing_command_advice
+
+            advice = missing_command_advice(args[0])
+            if advice is not None:
+                raise RLCoreError(advice)
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command, turning user errors into ``error: ...`` and exit status 2."""
@@ -140,9 +152,9 @@ def config() -> None:
     """Inspect the run configuration."""
 
 
-def _resolved_config(args: tuple[str, ...], presets: tuple[str, ...]) -> Any:
+def resolved_config(args: tuple[str, ...], presets: tuple[str, ...]) -> Any:
     """The config ``rlcore run ARGS`` would use, with the ``--preset`` names ``presets`` (plugins'
-    ``on_config_resolved`` hooks included): what ``rlcore config show`` prints and ``rlcore plan`` plans."""
+    ``on_config_resolved`` hooks included): what ``rlcore config show`` prints and ``rlcore plan`` (rlcore-plugin-plan) plans."""
     from rlcore.config import load_config, parse_command_line
     from rlcore.run import default_presets
 
@@ -172,7 +184,7 @@ def config_show(args: tuple[str, ...], presets: tuple[str, ...]) -> None:
     from rlcore.config import config_to_yaml
     from rlcore.config.aliases import with_alias_comments
 
-    click.echo(with_alias_comments(config_to_yaml(_resolved_config(args, presets))), nl=False)
+    click.echo(with_alias_comments(config_to_yaml(resolved_config(args, presets))), nl=False)
 
 
 # ------------------------------------------------------------------ sandbox
@@ -216,27 +228,6 @@ def run(args: tuple[str, ...], presets: tuple[str, ...], dry_run: bool) -> None:
     )
 
 
-# --------------------------------------------------------------------- plan
-@cli.command(context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--preset", "presets", multiple=True, help="Apply a registered preset before files and overrides.")
-@click.option(
-    "--gpu",
-    "gpu",
-    default=None,
-    help="Device to plan for: h100, h200, a100, l40s or cpu [default: this machine's GPU, else cpu].",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def plan(args: tuple[str, ...], presets: tuple[str, ...], gpu: str | None, as_json: bool) -> None:
-    """Per-rank peak memory of each phase, the step time and whether it fits, for the config ``rlcore run``
-    would use (same arguments), before launching anything (docs/plan.md)."""
-    from rlcore.plan import plan_for_config
-    from rlcore.plan.render import render_text
-
-    result = plan_for_config(_resolved_config(args, presets), gpu)
-    click.echo(json.dumps(result.as_dict(), indent=2) if as_json else render_text(result))
-
-
 # ---------------------------------------------------------------------- sft
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -254,27 +245,6 @@ def sft(args: tuple[str, ...], dry_run: bool) -> None:
     if line.config_name or line.config_path:
         raise RLCoreError("rlcore sft takes config files as arguments; --config-path/--config-name are not supported")
     run_sft(line.files, line.overrides, dry_run=dry_run)
-
-
-# ------------------------------------------------------------------- report
-@cli.command()
-@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    help="Output folder [default: RUN_DIR/report for one run, ./rlcore-report for several].",
-)
-def report(run_dirs: tuple[str, ...], out_dir: str | None) -> None:
-    """Plot one or more runs and write an HTML summary: rlcore report RUN_DIR [RUN_DIR ...] [--out DIR]."""
-    from rlcore.tracking.report import write_report
-
-    result = write_report(list(run_dirs), out_dir)
-    missing = [slug for slug, has in result.has_data.items() if not has]
-    click.echo(f"report: {result.html}")
-    click.echo(f"plots:  {result.png} (+ {len(result.panels)} panels in {result.png.parent / 'panels'})")
-    if missing:
-        click.echo(f"no data for: {', '.join(missing)}")
 
 
 # --------------------------------------------------------------------- data

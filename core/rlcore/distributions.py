@@ -1,6 +1,7 @@
 """Which distribution provides each component that rlcore knows of but does not ship itself.
 
-This is the table behind the ``pip install ...`` line of every "component not installed" error: when a
+This is the table behind the ``pip install ...`` line of every "component not installed" error (and of an
+``rlcore`` sub-command that a plugin adds, such as ``rlcore report``): when a
 config names ``actor_rollout_ref.actor.strategy=fsdp`` and no loaded plugin registers it, the error says
 ``pip install rlcore-plugin-fsdp``. ``tests/test_registry.py`` checks that the row of every distribution in
 this repository's ``plugins/`` (all of the rows today, the Megatron and DeepSpeed backends included) agrees
@@ -21,12 +22,14 @@ class Distribution:
     """A plugin distribution, the components (names and aliases, by kind) it registers, and how to install it.
 
     ``extras`` maps an extra that a working install needs to the machines it is for (``{"cpu": "CPU
-    machines", "gpu": "CUDA"}``); without extras, a plain ``pip install <name>`` is enough.
+    machines", "gpu": "CUDA"}``); without extras, a plain ``pip install <name>`` is enough. ``commands``: the
+    ``rlcore`` sub-commands it adds (``register_commands``).
     """
 
     name: str
     components: dict[str, tuple[str, ...]]
     extras: dict[str, str] = field(default_factory=dict)
+    commands: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Refuse a row whose components name a kind rlcore does not know."""
@@ -88,6 +91,8 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution("rlcore-plugin-wandb", {"tracker": ("wandb", "tracking")}),
     Distribution("rlcore-plugin-tensorboard", {"tracker": ("tensorboard",)}),
     Distribution("rlcore-plugin-mlflow", {"tracker": ("mlflow",)}),
+    Distribution("rlcore-plugin-report", {}, commands=("report",)),
+    Distribution("rlcore-plugin-plan", {}, commands=("plan",)),
 )
 
 
@@ -104,6 +109,20 @@ def provider(kind: str, name: str) -> Distribution | None:
 def provided_names(kind: str) -> list[str]:
     """Every name and alias of ``kind`` in the table (candidates for a did-you-mean suggestion)."""
     return sorted({name for dist in DISTRIBUTIONS for name in dist.components.get(kind, ())})
+
+
+def missing_command_advice(command: str) -> str | None:
+    """What to do about ``rlcore COMMAND`` not existing when a distribution of the table adds it: install the
+    distribution, or find out why the installed one did not add it. ``None`` when no row adds ``command``."""
+    dist = next((dist for dist in DISTRIBUTIONS if command in dist.commands), None)
+    if dist is None:
+        return None
+    if dist.is_installed():
+        return (
+            f"`rlcore {command}` is added by {dist.name}, which is installed but did not add it "
+            f"(disabled, failed to load, or an older version: see `rlcore plugins`)"
+        )
+    return f"`rlcore {command}` is added by {dist.name}, which is not installed: {dist.install_line}"
 
 
 #: components verl has and no rlcore distribution provides yet, by (kind, verl's name): the feature, as a user

@@ -49,6 +49,15 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "rlcore.processors",  # load_processor: a model's multimodal processor (also without torchvision)
     "rlcore.modelkit.activation_offload",  # enable_activation_offload: saved activations in host memory
     "rlcore.tracking.external",  # ExternalTracker and the tracker helpers
+    "rlcore.cli",  # resolved_config: the config `rlcore run ARGS` would use, for plugin commands (rlcore plan)
+    "rlcore.config.output_paths",  # shown_path: a path as the console shows it (rlcore-plugin-report)
+    "rlcore.checkpoint.disk",  # disk_problem: why a folder cannot be written (rlcore-plugin-report)
+    "rlcore.presets",  # PRESETS_FILE: the run directory's presets record (rlcore-plugin-report)
+    "rlcore.tracking.progress",  # short_label: the metric names the report's legends use (rlcore-plugin-report)
+    "rlcore.tracking.sinks",  # read_metrics, METRICS_FILE, format_value: a run's metrics.jsonl (rlcore-plugin-report)
+    "rlcore.tracking.device_peak",  # table_peak_flops: the GPUs' peak FLOP/s (rlcore-plugin-plan)
+    "rlcore.rollout.chunking",  # ModelShape and the HF engine's chunk arithmetic (rlcore-plugin-plan)
+    "rlcore.model_check",  # HUB, hub_unreachable: a hub model's config offline (rlcore-plugin-plan)
     "rlcore.testing.*",  # fixtures, tiny models and the contract suites
 )
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from rlcore.api.kinds import COMPONENT_KINDS, KINDS, KindSpec
 
 #: the plugin API's version (SemVer): major for a breaking change, minor for an addition, patch for a fix
-API_VERSION = "2.4.0"
+API_VERSION = "2.5.0"
 #: the module attribute of a plugin's hooks module that declares the API range it supports
 API_RANGE_ATTRIBUTE = "RLCORE_API"
 

@@ -35,9 +35,9 @@ import yaml
 
 from rlcore.errors import RLCoreError
 from rlcore.presets import PRESETS_FILE
-from rlcore.tracking.plot import binary_rewards, finite_number, outside_legend, records_by_step
 from rlcore.tracking.progress import short_label
 from rlcore.tracking.sinks import METRICS_FILE, format_value, read_metrics
+from rlcore_plugin_report.plot import binary_rewards, finite_number, outside_legend, records_by_step
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -284,7 +284,7 @@ def _band(ax: Axes, run: RunData, xs: list[int], band: tuple[str, str], color: s
 
 
 def draw_reward(ax: Axes, runs: list[RunData]) -> bool:
-    """The training reward of each run: with 0/1 rewards (:func:`~rlcore.tracking.plot.binary_rewards`) its
+    """The training reward of each run: with 0/1 rewards (:func:`~rlcore_plugin_report.plot.binary_rewards`) its
     mean is the share of correct responses, drawn alone; otherwise the mean with its min–max band."""
     drawn = False
     for index, run in enumerate(runs):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from rlcore.plan import Plan
-from rlcore.plan.devices import GIB
+from rlcore_plugin_plan.devices import GIB
+from rlcore_plugin_plan.planner import Plan
 
 
 def gib(value: float) -> str:
@@ -93,7 +93,7 @@ def dry_run_lines(config: DictConfig) -> list[str]:
     failed dry run."""
     from rlcore.config.keys import select
     from rlcore.errors import RLCoreError
-    from rlcore.plan import plan_for_config
+    from rlcore_plugin_plan.planner import plan_for_config
 
     device = "cpu" if select(config, "trainer.device") == "cpu" else None
     try:

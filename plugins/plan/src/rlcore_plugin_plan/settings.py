@@ -222,6 +222,7 @@ def train_state(config: DictConfig, section: str, strategy: str, world: int, dev
 
 def plan_settings(config: DictConfig, device_type: str) -> PlanSettings:
     """The :class:`PlanSettings` of the resolved ``config`` for a run on ``device_type`` (``cuda``/``cpu``)."""
+    from rlcore import load_plugins
     from rlcore.config.batch_sizes import (
         LOG_PROB_BUDGET,
         data_parallel_size,
@@ -230,7 +231,6 @@ def plan_settings(config: DictConfig, device_type: str) -> PlanSettings:
         token_budget,
     )
     from rlcore.config.schema import ActorConfig, RefConfig, RolloutConfig
-    from rlcore.plugins import load_plugins
 
     world = int(select(config, "trainer.nnodes", 1)) * int(select(config, "trainer.n_gpus_per_node", 1))
     dp = data_parallel_size(config, ACTOR, world)
