@@ -147,7 +147,7 @@ def test_pip_install_dapo_alone_trains_the_bundled_task(tmp_path: Path, run: Any
     env = fresh_venv(run, venv)
     pip_install(run, venv, env, TORCH)
     pip_install(run, venv, env, "--find-links", wheelhouse, "rlcore-plugin-dapo")
-    dapo_run = {"rlcore", "rlcore-plugin-dapo", "rlcore-plugin-grpo", "rlcore-plugin-fsdp"}
+    dapo_run = {"rlcore", "rlcore-plugin-dapo", "rlcore-plugin-grpo", "rlcore-plugin-fsdp", "rlcore-plugin-report"}
     installed = installed_rlcore_distributions(run, venv, env)
     assert set(installed) == dapo_run
 
