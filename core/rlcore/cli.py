@@ -154,7 +154,8 @@ def config() -> None:
 
 def resolved_config(args: tuple[str, ...], presets: tuple[str, ...]) -> Any:
     """The config ``rlcore run ARGS`` would use, with the ``--preset`` names ``presets`` (plugins'
-    ``on_config_resolved`` hooks included): what ``rlcore config show`` prints and ``rlcore plan`` (rlcore-plugin-plan) plans."""
+    ``on_config_resolved`` hooks included): what ``rlcore config show`` prints and ``rlcore plan``
+    (rlcore-plugin-plan) plans."""
     from rlcore.config import load_config, parse_command_line
     from rlcore.run import default_presets
 

@@ -3,9 +3,9 @@
 Before any model loads this checks every key and value, the training backend (its ``check_config``), the
 trackers, the model folder and the batch arithmetic, reporting every problem at once; it then writes
 ``config.yaml``, ``plugins.json`` and ``derived.json`` into ``trainer.runs_dir/<project>/<experiment>-<time>``,
-trains, and writes ``summary.json`` there (and the report, with rlcore-plugin-report). A run ends as ``rlcore run``'s does
-(:mod:`rlcore.run_guard`): SIGINT/SIGTERM finish the step in progress (:mod:`rlcore.graceful_stop`), write the
-summary with the status and exit with ``128 + signal``.
+trains, and writes ``summary.json`` there (and the report, with rlcore-plugin-report). A run ends as
+``rlcore run``'s does (:mod:`rlcore.run_guard`): SIGINT/SIGTERM finish the step in progress
+(:mod:`rlcore.graceful_stop`), write the summary with the status and exit with ``128 + signal``.
 """
 
 from __future__ import annotations

@@ -39,3 +39,18 @@ def test_rlcore_plan_of_the_bundled_task(rlcore_cli: click.Group) -> None:
     assert out[0].startswith("plan: ") and out[1].startswith("phase ")
     assert {line.split()[0] for line in out[2:] if line[:1].isalpha()} >= {"rollout", "old_log_prob", "actor_update"}
     assert out[-1].startswith("verdict: fits")
+
+
+@pytest.mark.parametrize(
+    ("override", "error"),
+    [
+        ("trainer.n_gpus_per_node=0", "trainer.n_gpus_per_node must be a positive integer, got 0"),
+        ("trainer.nnodes=0", "trainer.nnodes must be a positive integer, got 0"),
+    ],
+)
+def test_a_config_the_checks_refuse_is_their_error_not_the_planners(override: str, error: str) -> None:
+    """The plan lines are made before the config's problems are raised: a config that the checks refuse (here
+    with a world size of 0, which the planner would divide by) fails with the checks' one-line error."""
+    result = dry_run(override)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert f"error: {error}\n" in result.output
