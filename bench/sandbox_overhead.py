@@ -49,7 +49,7 @@ def main() -> None:
     if args.calls < 1 or unknown:
         print(f"error: --calls must be >= 1 and --modes one of {', '.join(MODES)} (got {unknown or args.calls})")
         sys.exit(2)
-    from rlcore.sandbox import host_isolation, run_python
+    from rlcore_plugin_sandbox import host_isolation, run_python
 
     result: dict[str, object] = {"load_before": os.getloadavg()[0]}
     for mode in modes:

@@ -58,11 +58,47 @@ def test_a_changed_hook_needs_a_minor_bump(package_copy: tuple[Path, Path]) -> N
 
 
 def test_a_removed_name_needs_a_major_bump(package_copy: tuple[Path, Path]) -> None:
-    """A public function disappears: a minor bump is refused, a major one accepted."""
+    """A public name leaves ``rlcore.api``: a minor bump is refused, a major one accepted."""
     package, snapshot = package_copy
-    edit(package / "dtypes.py", "def parse_dtype(", "def _parse_dtype(")
+    edit(package / "api" / "__init__.py", '    "parse_dtype": "rlcore.dtypes",\n', "")
     major, minor, _ = (int(part) for part in API_VERSION.split("."))
-    with pytest.raises(SurfaceError, match=r"(?s)bump the major version.*- modules/rlcore.dtypes/parse_dtype"):
+    with pytest.raises(SurfaceError, match=r"(?s)bump the major version.*- modules/rlcore.api/parse_dtype"):
         write_snapshot(snapshot, f"{major}.{minor + 1}.0", package)
     write_snapshot(snapshot, f"{major + 1}.0.0", package)
     assert check_snapshot(snapshot, f"{major + 1}.0.0", package) is None
+
+
+def test_every_public_name_resolves_and_is_typed_the_same() -> None:
+    """Each name of ``rlcore.api`` imports from its module; its classes, functions and modules have a docstring
+    (a constant or a type alias is documented by its ``#:`` comment), and the ``TYPE_CHECKING`` block imports exactly the names of ``_LAZY``, from the same
+    modules, so type checkers see what a plugin gets."""
+    import ast
+    import importlib
+    import inspect
+
+    import rlcore.api as api
+
+    source = ast.parse(Path(api.__file__).read_text())
+    typed: dict[str, str] = {}
+    for node in ast.walk(source):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for item in node.body:
+                assert isinstance(item, ast.ImportFrom) and item.module
+                for alias in item.names:
+                    try:
+                        importlib.import_module(f"{item.module}.{alias.name}")
+                        is_module = True
+                    except ModuleNotFoundError:
+                        is_module = False
+                    target = f"{item.module}.{alias.name}:" if is_module else item.module
+                    if alias.asname and not is_module:
+                        target = f"{item.module}:{alias.name}"
+                    typed[alias.asname or alias.name] = target
+    assert typed == api._LAZY
+    undocumented = []
+    for name in api._LAZY:
+        value = getattr(api, name)
+        if inspect.isclass(value) or inspect.isfunction(value) or inspect.ismodule(value):
+            if not (getattr(value, "__doc__", None) or "").strip():
+                undocumented.append(name)
+    assert not undocumented, f"public names without a docstring: {undocumented}"

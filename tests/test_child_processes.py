@@ -262,7 +262,7 @@ def test_the_sandbox_server_started_inside_an_inline_scorer_is_the_runs_own(tmp_
         textwrap.dedent(
             """
             from rlcore.child_processes import become_subreaper, kill_leftovers
-            from rlcore.sandbox import server
+            from rlcore_plugin_sandbox import server
             from rlcore.usercode import user_call
 
             become_subreaper()

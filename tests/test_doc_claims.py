@@ -1,15 +1,18 @@
 """What the README and docs say that the code decides is checked here, so that it cannot drift: the torch line
 (one text, in the README and in every generated plugin's README), the plugin count of the example output,
-the template's dependency line on the publishing page, and the first command's requirements file."""
+the template's dependency line on the publishing page, the first command's requirements file, and the length of
+the training step the README points to."""
 
 from __future__ import annotations
 
+import inspect
 import re
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from rlcore.controller.trainer import Trainer
 from rlcore.scaffold import PLUGIN_TEMPLATE, new_plugin
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,3 +70,12 @@ def test_the_first_command_installs_what_the_default_run_needs() -> None:
         "rlcore-plugin-fsdp",
         "rlcore-plugin-grpo",
     }
+
+
+def test_the_training_step_is_at_most_fifty_lines() -> None:
+    """The README's "one plain function of at most fifty lines": ``Trainer.train_step`` from its ``def`` to its
+    last line, docstring included, is at most 50 lines (its stages are the methods beside it)."""
+    assert "`train_step` in\n[core/rlcore/controller/trainer.py]" in (ROOT / "README.md").read_text()
+    assert "one plain function of at most fifty lines" in (ROOT / "README.md").read_text()
+    lines, _ = inspect.getsourcelines(Trainer.train_step)
+    assert len(lines) <= 50, f"Trainer.train_step is {len(lines)} lines; move the new work into a stage method"

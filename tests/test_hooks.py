@@ -36,7 +36,18 @@ def test_every_hook_is_documented_with_its_exact_signature() -> None:
 
 
 def test_plugin_docs_are_up_to_date() -> None:
-    assert hookdocs.render_reference() in DOCS.read_text(), "run: python -m rlcore.hookdocs docs/plugins.md"
+    assert hookdocs.render_reference() in DOCS.read_text(), "run: python -m rlcore.hookdocs"
+
+
+def test_api_reference_is_up_to_date() -> None:
+    """``docs/api.md`` lists every name of ``rlcore.api`` once, each with a summary, as rendered now."""
+    import rlcore.api
+
+    listed = [name for _, names in hookdocs.api_groups() for name in names]
+    assert sorted(listed) == sorted(rlcore.api._LAZY)
+    rendered = hookdocs.render_api_reference()
+    assert "): \n" not in rendered + "\n" and not rendered.count("):\n"), "a public name has no summary"
+    assert rendered in (ROOT / "docs" / "api.md").read_text(), "run: python -m rlcore.hookdocs"
 
 
 @pytest.mark.parametrize("name", hookdocs.hook_names())

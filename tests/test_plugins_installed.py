@@ -77,7 +77,7 @@ def register_advantage_estimator(register):
 FUTURE_HOOKS = """
 import rlcore
 
-RLCORE_API = ">=3,<4"
+RLCORE_API = ">=99,<100"
 
 @rlcore.hookimpl
 def register_presets(register):
@@ -290,12 +290,10 @@ def test_incompatible_api_range_is_refused(plugin_site: Path) -> None:
     assert table.returncode == 0, table.stderr
     (line,) = [line for line in table.stdout.splitlines() if line.startswith("rlcore-demo-future ")]
     assert line.split()[1:3] == ["2.0.0", "incompatible"]
-    message = (
-        f"plugin rlcore-demo-future supports rlcore plugin API >=3,<4, but this rlcore ({metadata.version('rlcore')}) "
-    )
+    message = f"plugin rlcore-demo-future supports rlcore plugin API >=99,<100, but this rlcore ({metadata.version('rlcore')}) "
     assert f"{message}has plugin API {API_VERSION}: it is not loaded" in line
     row = listing(plugin_site)["rlcore-demo-future"]
-    assert (row["status"], row["api"], row["components"], row["hooks"]) == ("incompatible", ">=3,<4", [], [])
+    assert (row["status"], row["api"], row["components"], row["hooks"]) == ("incompatible", ">=99,<100", [], [])
     strict = rlcore(plugin_site, "plugins", "--strict", env={"RLCORE_LOAD_PLUGINS": "rlcore-demo-future"})
     assert strict.returncode == 1
     assert "rlcore-demo-future" in strict.stdout and "incompatible" in strict.stdout
@@ -304,7 +302,8 @@ def test_incompatible_api_range_is_refused(plugin_site: Path) -> None:
     )
     assert fatal.returncode == 1
     assert (
-        "rlcore-demo-future [incompatible]: plugin rlcore-demo-future supports rlcore plugin API >=3,<4" in fatal.stderr
+        "rlcore-demo-future [incompatible]: plugin rlcore-demo-future supports rlcore plugin API >=99,<100"
+        in fatal.stderr
     )
     assert "Traceback" not in fatal.stderr
     run = rlcore(plugin_site, "config", "show", "--preset", "demo-future")
@@ -326,5 +325,5 @@ def test_undeclared_api_range_loads_with_a_warning(plugin_site: Path) -> None:
     warnings = [line for line in result.stderr.splitlines() if "declares no RLCORE_API range" in line]
     assert warnings == [
         f"warning: plugin rlcore-demo-good declares no RLCORE_API range, so rlcore cannot tell whether it fits "
-        f'plugin API {API_VERSION}; it is loaded anyway. Its author should add RLCORE_API = ">=2,<3" to demo_good.hooks'
+        f'plugin API {API_VERSION}; it is loaded anyway. Its author should add RLCORE_API = ">=3,<4" to demo_good.hooks'
     ]

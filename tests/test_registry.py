@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 
 import rlcore
 from rlcore import distributions
@@ -233,8 +232,8 @@ def table(monkeypatch: pytest.MonkeyPatch) -> None:
         distributions,
         "DISTRIBUTIONS",
         (
-            Distribution(ABSENT, {"training_backend": ("absent", "absent2")}, commands=("absentcmd",)),
-            Distribution("rlcore", {"training_backend": ("present",)}, commands=("presentcmd",)),
+            Distribution(ABSENT, {"training_backend": ("absent", "absent2")}),
+            Distribution("rlcore", {"training_backend": ("present",)}),
         ),
     )
 
@@ -253,22 +252,6 @@ def test_unknown_name_of_a_missing_distribution_names_its_pip_line(table: None) 
 def test_unknown_name_of_an_installed_distribution_points_to_rlcore_plugins(table: None) -> None:
     with pytest.raises(UnknownComponentError, match=r"provided by rlcore, which is installed but did not register"):
         Registry().get("training_backend", "present")
-
-
-def test_a_command_of_a_missing_distribution_names_its_pip_line(table: None) -> None:
-    """``rlcore report`` without rlcore-plugin-report (here: a command of a distribution that is not installed)
-    is one error line naming the install line, exit status 2; of an installed one, it points to rlcore plugins."""
-    from rlcore.cli import cli
-
-    result = CliRunner().invoke(cli, ["absentcmd", "x"])
-    assert result.exit_code == 2, result.output
-    assert result.output == (
-        f"error: `rlcore absentcmd` is added by {ABSENT}, which is not installed: pip install {ABSENT}\n"
-    )
-    result = CliRunner().invoke(cli, ["presentcmd"])
-    assert result.exit_code == 2 and "is added by rlcore, which is installed but did not add it" in result.output
-    result = CliRunner().invoke(cli, ["nosuchcmd"])
-    assert result.exit_code == 2 and "No such command 'nosuchcmd'" in result.output
 
 
 def test_did_you_mean_a_component_of_a_missing_distribution(table: None) -> None:

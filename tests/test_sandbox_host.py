@@ -21,17 +21,34 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from rlcore_plugin_sandbox import SandboxLimits, SandboxUnavailableError, host_isolation, run_python
+from rlcore_plugin_sandbox.check import setsid_sleeper, still_running
+from rlcore_plugin_sandbox.host import BOUNDARY
+from rlcore_plugin_sandbox.policy import ALLOW_ENV
 
+from rlcore import load_plugins
 from rlcore.cli import cli
 from rlcore.errors import RLCoreError
-from rlcore.sandbox import SandboxLimits, SandboxUnavailableError, host_isolation, run_python
-from rlcore.sandbox.check import setsid_sleeper, still_running
-from rlcore.sandbox.host import BOUNDARY
-from rlcore.sandbox.plan import export_unconfined_choice
 from rlcore.testing import runs
 
 LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=4, memory_mb=256)
 full_host = pytest.mark.skipif(host_isolation().level != "full", reason="the sandbox is not fully confined here")
+
+
+@pytest.fixture(autouse=True)
+def restore_allow_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start without ``RLCORE_SANDBOX_ALLOW_UNCONFINED`` and put it back as it was after each test: a run (dry or
+    not) with ``reward_model.sandbox.allow_unconfined=true`` sets it in this process (the plugin's
+    ``on_config_resolved`` hook)."""
+    monkeypatch.setenv(ALLOW_ENV, "0")
+    monkeypatch.delenv(ALLOW_ENV)
+
+
+def sandbox_check(*args: str):
+    """``rlcore sandbox check ARGS`` in this process, on the command line the plugins extend (as the ``rlcore``
+    entry point does)."""
+    load_plugins().add_commands(cli)
+    return CliRunner().invoke(cli, ["sandbox", "check", *args])
 
 
 def hostile(secret: Path, outside: Path, port: int, marker: str) -> str:
@@ -106,7 +123,7 @@ def test_without_kernel_isolation_the_sandbox_refuses_unless_accepted(monkeypatc
 
 
 def test_code_rewards_refuse_a_host_without_isolation(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rlcore.reward.scorers.code import score
+    from rlcore_plugin_sandbox.scorer import score
 
     tests = json.dumps({"inputs": ["2 3\n"], "outputs": ["5\n"]})
     program = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
@@ -121,7 +138,7 @@ def test_code_rewards_refuse_a_host_without_isolation(monkeypatch: pytest.Monkey
 def test_the_code_tool_refuses_a_host_without_isolation(monkeypatch: pytest.MonkeyPatch) -> None:
     import asyncio
 
-    from rlcore.agents.builtin_tools import CodeInterpreterTool
+    from rlcore_plugin_sandbox.tool import CodeInterpreterTool
 
     monkeypatch.setenv("RLCORE_SANDBOX_ISOLATION", "none")
     monkeypatch.setenv("RLCORE_SANDBOX_ALLOW_UNCONFINED", "1")  # the tool's own key decides, not the reward's
@@ -153,9 +170,7 @@ def test_an_interpreter_under_tmp_is_visible_in_the_sandbox(tmp_path: Path) -> N
     assert str(tmp_path).startswith("/tmp/")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    script = (
-        "from rlcore.sandbox import run_python\nr = run_python('print(6 * 7)')\nprint(r.status, r.stdout, r.isolation)"
-    )
+    script = "from rlcore_plugin_sandbox import run_python\nr = run_python('print(6 * 7)')\nprint(r.status, r.stdout, r.isolation)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([venv / "bin" / "python", "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -173,8 +188,8 @@ def test_an_unprivileged_user_gets_namespaces_of_its_own(targets, tmp_path: Path
     so: memory is not enforced, and the level is ``partial``."""
     script = tmp_path / "unprivileged.py"
     script.write_text(
-        "import json, sys\nfrom rlcore.sandbox import host_isolation, run_python, SandboxLimits\n"
-        "from rlcore.sandbox.check import kernel_buffer_hog\n"
+        "import json, sys\nfrom rlcore_plugin_sandbox import host_isolation, run_python, SandboxLimits\n"
+        "from rlcore_plugin_sandbox.check import kernel_buffer_hog\n"
         "host = host_isolation()\n"
         "rows = {row.name: row.enforced for row in host.confinements()}\n"
         "run = lambda code, limits: run_python(code, limits=limits, audit_hook=False, allow_unconfined=True)\n"
@@ -206,7 +221,7 @@ def test_an_unprivileged_user_gets_namespaces_of_its_own(targets, tmp_path: Path
 
 @full_host
 def test_sandbox_check_verifies_each_confinement() -> None:
-    result = CliRunner().invoke(cli, ["sandbox", "check", "--json", "--strict"])
+    result = sandbox_check("--json", "--strict")
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["level"] == "full" and report["contradictions"] == []
@@ -217,7 +232,7 @@ def test_sandbox_check_verifies_each_confinement() -> None:
 
 def test_sandbox_check_shows_what_a_host_without_isolation_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RLCORE_SANDBOX_ISOLATION", "none")
-    result = CliRunner().invoke(cli, ["sandbox", "check", "--strict"])
+    result = sandbox_check("--strict")
     assert result.exit_code == 1
     lines = {line.split()[0]: line.split()[1:3] for line in result.output.splitlines()[1:5]}
     assert lines["reads"] == ["no", "no"] and lines["writes"] == ["no", "no"]
@@ -258,14 +273,16 @@ def test_the_dry_run_refuses_code_rewards_on_a_host_without_isolation(
     assert "the weaker confinement is accepted by reward_model.sandbox.allow_unconfined=true" in accepted.output
 
 
-def test_the_run_passes_the_choice_to_its_scorer_processes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from omegaconf import OmegaConf
+def test_the_run_passes_the_choice_to_its_scorer_processes() -> None:
+    """The plugin's ``on_config_resolved`` hook (run in the controller before any worker or scorer process
+    starts) hands ``reward_model.sandbox.allow_unconfined=true`` on as ``RLCORE_SANDBOX_ALLOW_UNCONFINED=1``."""
+    from rlcore.config import load_config
 
-    monkeypatch.delenv("RLCORE_SANDBOX_ALLOW_UNCONFINED", raising=False)
-    export_unconfined_choice(OmegaConf.create({"reward_model": {"sandbox": {"allow_unconfined": False}}}))
-    assert "RLCORE_SANDBOX_ALLOW_UNCONFINED" not in os.environ
-    export_unconfined_choice(OmegaConf.create({"reward_model": {"sandbox": {"allow_unconfined": True}}}))
-    assert os.environ["RLCORE_SANDBOX_ALLOW_UNCONFINED"] == "1"
+    hook = load_plugins().hook
+    hook.on_config_resolved(config=load_config(overrides=["reward_model.sandbox.allow_unconfined=false"]))
+    assert ALLOW_ENV not in os.environ
+    hook.on_config_resolved(config=load_config(overrides=["reward_model.sandbox.allow_unconfined=true"]))
+    assert os.environ[ALLOW_ENV] == "1"
 
 
 @pytest.mark.parametrize("accepted", [False, True])
@@ -411,7 +428,7 @@ def test_a_tmpdir_under_dev_keeps_the_namespaces(interpreter: str, tmp_path: Pat
         assert str(tmp_path).startswith("/tmp/"), "pytest's temporary folders are under /tmp here"
         python = str(make_venv(tmp_path / "venv").python)
     script = (
-        "from rlcore.sandbox import host_isolation, run_python\n"
+        "from rlcore_plugin_sandbox import host_isolation, run_python\n"
         "result = run_python(\"open('x', 'w').write('42')\\nprint(open('/tmp/x').read())\")\n"
         "print(host_isolation().summary(), result.status, result.stdout)\n"
     )
@@ -435,7 +452,8 @@ def test_a_fallback_names_its_cause(code_task: Path, tmp_path: Path) -> None:
     sandbox line and ``rlcore sandbox check`` each name the cause, with the program's folder and TMPDIR."""
     script = tmp_path / "fallback.py"
     script.write_text(
-        "import sys\nfrom click.testing import CliRunner\nfrom rlcore.cli import cli\nfrom rlcore.testing import runs\n"
+        "import sys\nfrom click.testing import CliRunner\nfrom rlcore import load_plugins\nfrom rlcore.cli import cli\n"
+        "from rlcore.testing import runs\nload_plugins().add_commands(cli)\n"
         f"plan = runs.dry_run('data.train_files={code_task}', 'actor_rollout_ref.model.path=m',\n"
         "                     'reward_model.sandbox.allow_unconfined=true')\n"
         "print(plan.output)\nprint(CliRunner().invoke(cli, ['sandbox', 'check']).output)\n"
@@ -468,7 +486,7 @@ def test_a_folder_the_watchdog_cannot_read_counts_as_full(tmp_path: Path) -> Non
     launcher (``chmod 0``): what the watchdog cannot measure counts as past ``folder_mb``."""
     script = tmp_path / "hidden.py"
     script.write_text(
-        "import json\nfrom rlcore.sandbox import host_isolation, run_python\n"
+        "import json\nfrom rlcore_plugin_sandbox import host_isolation, run_python\n"
         "code = \"import os, time\\nos.mkdir('hidden')\\nos.chmod('hidden', 0)\\ntime.sleep(1)\\nprint('kept it')\"\n"
         "result = run_python(code, allow_unconfined=True)\n"
         "print(json.dumps([host_isolation().mode, host_isolation().info['user'], result.status, result.stdout,"

@@ -97,7 +97,7 @@ def test_an_old_keyword_in_a_plugin_marks_it_error_with_the_fix() -> None:
 
     manager = make_plugin_manager()
     module = types.SimpleNamespace(
-        RLCORE_API=">=2,<3", register_advantage_estimators=rlcore.hookimpl(register_advantage_estimators)
+        RLCORE_API=">=3,<4", register_advantage_estimators=rlcore.hookimpl(register_advantage_estimators)
     )
     manager.records["old-plugin"] = PluginRecord(name="old-plugin", version=None, builtin=False)
     manager._register(module, manager.records["old-plugin"])

@@ -19,19 +19,7 @@ from rlcore.plugins import PROBLEM_STATUSES, PluginManager, load_plugins, slow_p
 
 
 class RLCoreGroup(click.Group):
-    """A click group that prints :class:`RLCoreError` as one clear line instead of a traceback, and names the
-    distribution to install for a sub-command that a plugin adds (``rlcore report``, ``rlcore plan``)."""
-
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
-        """The sub-command ``args`` start with; one that a missing plugin adds is an :class:`RLCoreError`
-        naming its ``pip install`` line (:func:`rlcore.distributions.missing_command_advice`)."""
-        if args and self.get_command(ctx, args[0]) is None:
-            from rlcore.distributions import missing_command_advice
-
-            advice = missing_command_advice(args[0])
-            if advice is not None:
-                raise RLCoreError(advice)
-        return super().resolve_command(ctx, args)
+    """A click group that prints :class:`RLCoreError` as one clear line instead of a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command, turning user errors into ``error: ...`` and exit status 2."""
@@ -44,6 +32,17 @@ class RLCoreGroup(click.Group):
             if len(problems) > 1:
                 click.echo(f"{len(problems)} problems found; nothing was started", err=True)
             sys.exit(2)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        """The sub-command ``args`` name; one that a plugin distribution adds, when it is not loaded, is a usage
+        error naming that distribution."""
+        if args and self.get_command(ctx, args[0]) is None:
+            from rlcore.distributions import missing_command_advice
+
+            advice = missing_command_advice(args[0])
+            if advice:
+                ctx.fail(f"No such command {args[0]!r}: {advice}")
+        return super().resolve_command(ctx, args)
 
 
 @click.group(cls=RLCoreGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -186,22 +185,6 @@ def config_show(args: tuple[str, ...], presets: tuple[str, ...]) -> None:
     from rlcore.config.aliases import with_alias_comments
 
     click.echo(with_alias_comments(config_to_yaml(resolved_config(args, presets))), nl=False)
-
-
-# ------------------------------------------------------------------ sandbox
-@cli.group()
-def sandbox() -> None:
-    """The sandbox that runs model-written code (code rewards, the code tool)."""
-
-
-@sandbox.command("check")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--strict", is_flag=True, help="Exit with status 1 unless every confinement is enforced.")
-def sandbox_check(as_json: bool, strict: bool) -> None:
-    """Show what the kernel enforces for sandboxed programs on this host, each claim tried by a hostile probe."""
-    from rlcore.sandbox.check import check_command
-
-    check_command(as_json, strict)
 
 
 # ---------------------------------------------------------------------- run

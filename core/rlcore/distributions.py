@@ -22,7 +22,7 @@ class Distribution:
     """A plugin distribution, the components (names and aliases, by kind) it registers, and how to install it.
 
     ``extras`` maps an extra that a working install needs to the machines it is for (``{"cpu": "CPU
-    machines", "gpu": "CUDA"}``); without extras, a plain ``pip install <name>`` is enough. ``commands``: the
+    machines", "gpu": "CUDA"}``); without extras, a plain ``pip install <name>`` is enough. ``commands`` are the
     ``rlcore`` sub-commands it adds (``register_commands``).
     """
 
@@ -91,6 +91,11 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution("rlcore-plugin-wandb", {"tracker": ("wandb", "tracking")}),
     Distribution("rlcore-plugin-tensorboard", {"tracker": ("tensorboard",)}),
     Distribution("rlcore-plugin-mlflow", {"tracker": ("mlflow",)}),
+    Distribution(
+        "rlcore-plugin-sandbox",
+        {"reward_scorer": ("codecontests", "apps", "codeforces", "taco"), "tool": ("code_interpreter",)},
+        commands=("sandbox",),
+    ),
     Distribution("rlcore-plugin-report", {}, commands=("report",)),
     Distribution("rlcore-plugin-plan", {}, commands=("plan",)),
 )
@@ -111,20 +116,6 @@ def provided_names(kind: str) -> list[str]:
     return sorted({name for dist in DISTRIBUTIONS for name in dist.components.get(kind, ())})
 
 
-def missing_command_advice(command: str) -> str | None:
-    """What to do about ``rlcore COMMAND`` not existing when a distribution of the table adds it: install the
-    distribution, or find out why the installed one did not add it. ``None`` when no row adds ``command``."""
-    dist = next((dist for dist in DISTRIBUTIONS if command in dist.commands), None)
-    if dist is None:
-        return None
-    if dist.is_installed():
-        return (
-            f"`rlcore {command}` is added by {dist.name}, which is installed but did not add it "
-            f"(disabled, failed to load, or an older version: see `rlcore plugins`)"
-        )
-    return f"`rlcore {command}` is added by {dist.name}, which is not installed: {dist.install_line}"
-
-
 #: components verl has and no rlcore distribution provides yet, by (kind, verl's name): the feature, as a user
 #: who names it should read it
 NOT_IN_RLCORE: dict[tuple[str, str], str] = {
@@ -132,6 +123,17 @@ NOT_IN_RLCORE: dict[tuple[str, str], str] = {
     ("training_backend", "veomni"): "verl's VeOmni engine",
     ("rollout_engine", "trtllm"): "TensorRT-LLM rollout (rollout.name=trtllm)",
 }
+
+
+def missing_command_advice(name: str) -> str | None:
+    """What to do about ``rlcore NAME`` not existing when a distribution of the table adds that command: install
+    it, or find out why the installed one is not loaded. ``None`` when no distribution adds it."""
+    dist = next((dist for dist in DISTRIBUTIONS if name in dist.commands), None)
+    if dist is None:
+        return None
+    if dist.is_installed():
+        return f"it is added by {dist.name}, which is installed but not loaded (see `rlcore plugins`)"
+    return f"it is added by {dist.name}, which is not installed: {dist.install_line}"
 
 
 def missing_component_advice(kind: str, name: str) -> str | None:

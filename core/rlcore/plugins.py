@@ -4,7 +4,7 @@ Unlike pluggy's ``load_setuptools_entrypoints``, a plugin that fails to import, 
 or raises inside a registration hook is recorded with status ``error`` and everything else keeps working;
 two plugins registering the same component are recorded as ``conflict``.
 
-A plugin declares the range of rlcore plugin APIs it supports in its hooks module, ``RLCORE_API = ">=2,<3"``
+A plugin declares the range of rlcore plugin APIs it supports in its hooks module, ``RLCORE_API = ">=3,<4"``
 (a PEP 440 specifier, checked against :data:`rlcore.api.API_VERSION`). A plugin whose range excludes this
 rlcore's API is not registered and is recorded as ``incompatible``; a range that is no PEP 440 specifier is
 an ``error``. A plugin that declares nothing is loaded as before (third-party plugins written before the
@@ -48,8 +48,8 @@ import pluggy
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from rlcore import hookspecs
-from rlcore.api import API_RANGE_ATTRIBUTE, API_VERSION
 from rlcore.api.extensions import StepExtension, collect_step_extensions
+from rlcore.api.version import API_RANGE_ATTRIBUTE, API_VERSION
 from rlcore.errors import RLCoreError
 from rlcore.registry import KIND_HOOKS, Component, ComponentLoader, Registry, UnknownComponentError
 
@@ -357,7 +357,7 @@ class PluginManager:
 
 def api_range_problem(declared: object) -> str | None:
     """What is wrong with a declared ``RLCORE_API`` value (``None``: it is a usable PEP 440 specifier)."""
-    example = "a PEP 440 version range such as '>=2,<3'"
+    example = "a PEP 440 version range such as '>=3,<4'"
     if not isinstance(declared, str):
         return f"which is a {type(declared).__name__}, not {example}"
     if not declared.strip():

@@ -205,11 +205,35 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
         _check_sum_pi_squared(config, registry)
     with collected.collect():
         _check_ref_strategy(config, registry)
+    with collected.collect():
+        _check_sandbox_keys(config, registry)
     for name in _loggers(config):
         with collected.collect():
             _component(manager, "trainer.logger", "tracker", name)
     if problems is None:
         collected.raise_if_any()
+
+
+def _check_sandbox_keys(config: DictConfig, registry: Registry) -> None:
+    """``reward_model.sandbox.*`` switched on without rlcore-plugin-sandbox loaded (the keys stay in the core's
+    defaults; the plugin reads them): a ConfigError naming the distribution to install."""
+    from omegaconf import OmegaConf
+
+    from rlcore.distributions import by_name
+
+    section = OmegaConf.select(config, "reward_model.sandbox") or {}
+    given = [key for key, value in section.items() if value]
+    dist = by_name("rlcore-plugin-sandbox")
+    if not given or dist is None:
+        return
+    if any(registry.has(kind, name) for kind, names in dist.components.items() for name in names):
+        return
+    state = (
+        "installed but not loaded (see `rlcore plugins`)"
+        if dist.is_installed()
+        else f"not installed: {dist.install_line}"
+    )
+    raise ConfigError(f"reward_model.sandbox.{given[0]}=true is read by {dist.name}, which is {state}")
 
 
 def check_engines_and_trackers(config: DictConfig, registry: Registry, problems: Problems) -> None:
@@ -229,21 +253,19 @@ def check_engines_and_trackers(config: DictConfig, registry: Registry, problems:
 
 def run_plan_lines(config: DictConfig) -> list[str]:
     """The plan's lines for the HF rollout engine's chunks, its routing recording (R3), the custom training
-    sampler, the profiler and the sandbox; importing the sampler class here makes a bad ``data.sampler`` fail
-    the dry run (the sampler module needs torch: imported only then), and a host that cannot confine code
-    rewards fails it too (unless accepted)."""
+    sampler and the profiler; importing the sampler class here makes a bad ``data.sampler`` fail the dry run
+    (the sampler module needs torch: imported only then). The sandbox's line is rlcore-plugin-sandbox's
+    (its ``plan_lines`` hook)."""
     from omegaconf import OmegaConf
 
     from rlcore.profiling.plan import describe_profiler
     from rlcore.rollout.chunking import describe_chunking
     from rlcore.rollout.routing_plan import describe_routing_replay
-    from rlcore.sandbox.plan import sandbox_plan
 
     lines = [
         describe_chunking(config),
         describe_routing_replay(config),
         describe_profiler(config),
-        sandbox_plan(config),
     ]
     if OmegaConf.select(config, "data.sampler.class_path") not in (None, ""):
         from rlcore.data.sampler import describe_sampler
@@ -377,9 +399,6 @@ def run_training(
     set_cpu_threads(cpu_threads)
     prepare_presets(manager, presets, config)
     from rlcore.model_check import check_model_paths
-    from rlcore.sandbox.plan import export_unconfined_choice
-
-    export_unconfined_choice(config)
 
     check_model_paths(config)
     if saves_checkpoints(config):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore import __version__
-from rlcore.api import API_VERSION
+from rlcore.api.version import API_VERSION
 from rlcore.errors import RLCoreError
 
 #: the plugin template (a cookiecutter template directory)
@@ -64,7 +64,7 @@ def parse_assignments(args: Iterable[str], variables: Mapping[str, Any]) -> dict
 
 def default_values() -> dict[str, str]:
     """Defaults that follow the running rlcore: ``rlcore_min_version`` is its ``major.minor`` and
-    ``rlcore_api`` the range of its plugin API's major version (``>=2,<3`` for API 2.x)."""
+    ``rlcore_api`` the range of its plugin API's major version (``>=3,<4`` for API 3.x)."""
     major = int(API_VERSION.split(".")[0])
     return {"rlcore_min_version": ".".join(__version__.split(".")[:2]), "rlcore_api": f">={major},<{major + 1}"}
 

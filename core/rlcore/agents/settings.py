@@ -10,6 +10,7 @@ from rlcore.errors import RLCoreError
 __all__ = ["AGENT_KEY", "MULTI_TURN_KEY", "TRUNCATE_SIDES", "AgentSettings"]
 
 ROLLOUT_KEY = "actor_rollout_ref.rollout"
+#: the multi-turn section of the rollout config
 MULTI_TURN_KEY = "actor_rollout_ref.rollout.multi_turn"
 AGENT_KEY = "actor_rollout_ref.rollout.agent"
 #: where a tool or interaction response longer than ``max_tool_response_length`` characters is cut

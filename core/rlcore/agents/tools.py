@@ -103,7 +103,12 @@ def resolve_class(kind: str, class_name: str, where: str) -> Any:
         return registry.load(kind, class_name)
     module_name, sep, attr = class_name.replace(":", ".").rpartition(".")
     if not sep:
+        from rlcore.distributions import missing_component_advice
+
         known = ", ".join(sorted(registry.names(kind))) or "none"
+        advice = missing_component_advice(kind, class_name)
+        if advice:
+            raise RLCoreError(f"{where}: unknown {kind} {class_name!r}: {advice}")
         raise RLCoreError(f"{where}: unknown {kind} {class_name!r} (registered: {known}; or give a dotted class path)")
     try:
         return getattr(importlib.import_module(module_name), attr)

@@ -1,23 +1,377 @@
-"""rlcore's plugin API, on the ground floor of the import graph: its version and the component kinds.
+"""rlcore's plugin API: every name a plugin may import, in one namespace, plus the API's version.
+
+A plugin imports ``from rlcore import hookimpl`` and ``from rlcore.api import ...``; nothing else of rlcore.
+Every other module (``rlcore.controller``, ``rlcore.workers``, ``rlcore.config.*``, ...) is private and may
+change in any release, the way pytest's ``_pytest`` package is private behind the ``pytest`` namespace. The
+names below are the public ones, grouped by what they are for; each is documented by its own docstring, and
+``docs/api.md`` lists them.
 
 :data:`API_VERSION` is the version of the contract between rlcore and its plugins (the hooks, the
-``register`` callback, the component kinds and the modules of :data:`rlcore.public_api.PUBLIC_MODULES`), not
-of the rlcore distribution. A plugin declares the range it supports in its hooks module, ``RLCORE_API =
-">=2,<3"`` (a PEP 440 specifier), and the loader refuses a plugin whose range excludes this version
-(:mod:`rlcore.plugins`). ``core/rlcore/api/surface.json`` is a snapshot of the API surface stored with the
-version it belongs to; ``python -m rlcore.api.surface`` checks or rewrites it, and ``docs/publishing.md``
-says when to bump which part.
+``register`` callback, the component kinds and the names of this namespace), not of the rlcore distribution.
+A plugin declares the range it supports in its hooks module, ``RLCORE_API = ">=3,<4"`` (a PEP 440 specifier),
+and the loader refuses a plugin whose range excludes this version (:mod:`rlcore.plugins`).
+``core/rlcore/api/surface.json`` is a snapshot of the API surface stored with the version it belongs to;
+``python -m rlcore.api.surface`` checks or rewrites it, and ``docs/publishing.md`` says when to bump which part.
 
-This package imports only the standard library (no torch): the loader and the CLI import it at start-up.
+Importing this package imports only the standard library (no torch): the loader and the CLI import it at
+start-up, through :mod:`rlcore.api.version` and :mod:`rlcore.api.kinds` (the ground floor of the import
+graph; this namespace is its top floor). A name is imported from its module the first time it is used (:data:`_LAZY`); the
+``TYPE_CHECKING`` block gives type checkers the same names (``tests/test_api_surface.py`` keeps the two equal).
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from rlcore.api.kinds import COMPONENT_KINDS, KINDS, KindSpec
+from rlcore.api.version import API_RANGE_ATTRIBUTE, API_VERSION
 
-#: the plugin API's version (SemVer): major for a breaking change, minor for an addition, patch for a fix
-API_VERSION = "2.5.0"
-#: the module attribute of a plugin's hooks module that declares the API range it supports
-API_RANGE_ATTRIBUTE = "RLCORE_API"
+#: public name -> ``module`` (the name is that module's attribute) or ``module:attribute`` (exported under
+#: another name) or ``module:`` (the name is a submodule, used as a namespace)
+_LAZY: dict[str, str] = {
+    # errors
+    "RLCoreError": "rlcore.errors",
+    "ConfigError": "rlcore.config",
+    # the batch that flows between the controller, workers and components
+    "Batch": "rlcore.api.batch",
+    "BatchError": "rlcore.api.batch",
+    "BatchIndexError": "rlcore.api.batch",
+    "BatchKeyError": "rlcore.api.batch",
+    "BatchTypeError": "rlcore.api.batch",
+    "NonTensorValues": "rlcore.api.batch",
+    "RowIndex": "rlcore.api.batch",
+    # the component kinds' protocols and their capability specs
+    "AdvantageEstimator": "rlcore.api.components",
+    "AgentLoop": "rlcore.api.components",
+    "AgentSample": "rlcore.api.components",
+    "BatchFilter": "rlcore.api.components",
+    "Dataset": "rlcore.api.components",
+    "InteractionTurn": "rlcore.api.components",
+    "PolicyLoss": "rlcore.api.components",
+    "Preset": "rlcore.api.components",
+    "RewardManager": "rlcore.api.components",
+    "RewardResult": "rlcore.api.components",
+    "RewardScorer": "rlcore.api.components",
+    "ToolParser": "rlcore.api.components",
+    "ToolResult": "rlcore.api.components",
+    "Tracker": "rlcore.api.components",
+    "RolloutEngine": "rlcore.api.rollout",
+    "TrainingBackend": "rlcore.api.training",
+    "TrainingEngine": "rlcore.api.training",
+    "AdvantageEstimatorSpec": "rlcore.api.specs",
+    "CapabilitySpec": "rlcore.api.specs",
+    "GroundTruthForm": "rlcore.api.specs",
+    "PresetSpec": "rlcore.api.specs",
+    "RewardScorerSpec": "rlcore.api.specs",
+    "SpecError": "rlcore.api.specs",
+    "TrainingBackendSpec": "rlcore.api.specs",
+    "StepExtension": "rlcore.api.extensions",
+    # training engines: the request, the layout, the model's outputs and the batch keys they read or write
+    "EngineRequest": "rlcore.api.training",
+    "EngineRole": "rlcore.api.training",
+    "MicroBatchLoss": "rlcore.api.training",
+    "ModelOutput": "rlcore.api.training",
+    "ParallelLayout": "rlcore.api.training",
+    "GATHER_IDS": "rlcore.api.training",
+    "GATHERED_LOG_PROBS": "rlcore.api.training",
+    "ROUTED_EXPERTS": "rlcore.api.training",
+    # rollout engines: sampling parameters, a base for token-id engines, weight sync in buckets
+    "ROLLOUT_KEY": "rlcore.rollout.sampling",
+    "SamplingParams": "rlcore.rollout.sampling",
+    "Completion": "rlcore.rollout.token_engine",
+    "TokenListEngine": "rlcore.rollout.token_engine",
+    "weight_buckets": "rlcore.rollout.buckets",
+    "rollout_profiling": "rlcore.profiling.rollout:",
+    # multi-turn: agent loops, tools, interactions and their trajectories
+    "AgentContext": "rlcore.agents",
+    "Interaction": "rlcore.agents",
+    "Tool": "rlcore.agents",
+    "ChatRenderer": "rlcore.agents",
+    "Generation": "rlcore.agents",
+    "MaskAuditError": "rlcore.agents",
+    "Span": "rlcore.agents",
+    "ToolCall": "rlcore.agents",
+    "TraceSettings": "rlcore.agents",
+    "Trajectory": "rlcore.agents",
+    "TrajectoryTrace": "rlcore.agents",
+    "audit_batch": "rlcore.agents",
+    "with_text": "rlcore.agents",
+    "MULTI_TURN_KEY": "rlcore.agents.settings",
+    "tool_classes": "rlcore.agents.tools:class_entries",
+    # data files
+    "read_rows": "rlcore.data.rl_dataset",
+    # processes a plugin starts for the run
+    "mark_infrastructure": "rlcore.child_processes",
+    # rewards
+    "NaiveRewardManager": "rlcore.reward",
+    "RewardError": "rlcore.reward",
+    # the algorithm math: losses, advantages' building blocks, KL, metrics
+    "ActorLossTerm": "rlcore.algos",
+    "LOG_RATIO_CLAMP": "rlcore.algos",
+    "agg_loss": "rlcore.algos",
+    "clip_ratio_bounds": "rlcore.algos",
+    "entropy_from_logits": "rlcore.algos",
+    "group_ids": "rlcore.algos",
+    "group_stats": "rlcore.algos",
+    "kl_penalty": "rlcore.algos",
+    "logprobs_from_logits": "rlcore.algos",
+    "masked_mean": "rlcore.algos",
+    "masked_sum": "rlcore.algos",
+    "masked_whiten": "rlcore.algos",
+    "sum_pi_squared_from_logits": "rlcore.algos",
+    "vanilla_policy_loss": "rlcore.algos",
+    # reading the config: typed helpers, the batch arithmetic, dtypes, verl's router-replay keys
+    "select": "rlcore.config.keys",
+    "positive_int": "rlcore.config.keys",
+    "parse_dtype": "rlcore.dtypes",
+    "LOG_PROB_BUDGET": "rlcore.config.batch_sizes",
+    "UpdateBatchSizes": "rlcore.config.batch_sizes",
+    "data_parallel_size": "rlcore.config.batch_sizes",
+    "inference_micro_batch_size": "rlcore.config.batch_sizes",
+    "token_budget": "rlcore.config.batch_sizes",
+    "ppo_batch_sizes": "rlcore.config.batch_sizes",
+    "ActorConfig": "rlcore.config.schema",
+    "RefConfig": "rlcore.config.schema",
+    "RolloutConfig": "rlcore.config.schema",
+    "resolved_config": "rlcore.cli",
+    # the run directory and its files, as the console names them (rlcore-plugin-report)
+    "METRICS_FILE": "rlcore.tracking.sinks",
+    "PRESETS_FILE": "rlcore.presets",
+    "read_metrics": "rlcore.tracking.sinks",
+    "format_value": "rlcore.tracking.sinks",
+    "short_label": "rlcore.tracking.progress",
+    "shown_path": "rlcore.config.output_paths",
+    "disk_problem": "rlcore.checkpoint.disk",
+    # the HF engine's chunk arithmetic, devices' peak FLOP/s and the hub (rlcore-plugin-plan)
+    "ModelShape": "rlcore.rollout.chunking",
+    "STEP_VOCAB_COPIES": "rlcore.rollout.chunking",
+    "aligned_length": "rlcore.rollout.chunking",
+    "bucket": "rlcore.rollout.chunking",
+    "bucket_floor": "rlcore.rollout.chunking",
+    "row_bytes": "rlcore.rollout.chunking",
+    "table_peak_flops": "rlcore.tracking.device_peak",
+    "HUB": "rlcore.model_check",
+    "hub_unreachable": "rlcore.model_check",
+    "REPLAY_MODES": "rlcore.config.router_replay",
+    "ROUTER_REPLAY_ACTOR": "rlcore.config.router_replay:ACTOR",
+    "replay_mode": "rlcore.config.router_replay",
+    # an algorithm's own worker: rank set-up, micro-batches and the PPO update loop
+    "WorkerBase": "rlcore.workers.base",
+    "cpu_batch": "rlcore.workers.base",
+    "plan_micro_batches": "rlcore.workers.micro_batches",
+    "UpdateSettings": "rlcore.workers.ppo_loop",
+    "ppo_update": "rlcore.workers.ppo_loop",
+    # the engine kit: devices, optimizers, transformers models and what engines switch on in them
+    "DEVICE_KEY": "rlcore.modelkit.distributed",
+    "resolve_device": "rlcore.modelkit.distributed",
+    "OptimizerState": "rlcore.modelkit.optim",
+    "build_lr_scheduler": "rlcore.modelkit.optim",
+    "build_optimizer": "rlcore.modelkit.optim",
+    "ValueModel": "rlcore.modelkit.hf_models",
+    "config_overrides": "rlcore.modelkit.hf_models",
+    "enable_activation_checkpointing": "rlcore.modelkit.hf_models",
+    "hf_model": "rlcore.modelkit.hf_models",
+    "load_pretrained": "rlcore.modelkit.hf_models",
+    "response_outputs": "rlcore.modelkit.hf_models",
+    "response_values": "rlcore.modelkit.hf_models",
+    "activation_offload": "rlcore.modelkit.activation_offload",
+    "offload_enabled": "rlcore.modelkit.activation_offload",
+    "apply_kernel_switches": "rlcore.modelkit.kernels",
+    "check_kernel_switches": "rlcore.modelkit.kernels",
+    "fused_backend": "rlcore.modelkit.kernels",
+    "EngineRouting": "rlcore.modelkit.moe",
+    "engine_routing": "rlcore.modelkit.moe",
+    "load_balancing_loss": "rlcore.modelkit.moe",
+    "grouper_key": "rlcore.modelkit.prefix_grouper",
+    "add_id_outputs": "rlcore.modelkit.token_ids",
+    "freeze_vision_tower": "rlcore.modelkit.vlm",
+    "is_vision_language": "rlcore.modelkit.vlm",
+    "rope_owner": "rlcore.modelkit.vlm",
+    "sequence_parallel": "rlcore.modelkit.sequence_parallel:",
+    "load_processor": "rlcore.processors",
+    "read_torch_options": "rlcore.profiling.torch_options",
+    # experiment trackers
+    "ExternalTracker": "rlcore.tracking.external",
+    "TrackerConfigError": "rlcore.tracking.external",
+    "TrackerDependencyError": "rlcore.tracking.external",
+    "check_choice": "rlcore.tracking.external",
+    "flatten": "rlcore.tracking.external",
+    "numeric_metrics": "rlcore.tracking.external",
+    "table_data": "rlcore.tracking.external",
+    "tracker_setting": "rlcore.tracking.external",
+}
 
-__all__ = ["API_RANGE_ATTRIBUTE", "API_VERSION", "COMPONENT_KINDS", "KINDS", "KindSpec"]
+if TYPE_CHECKING:
+    from rlcore.agents import (
+        AgentContext,
+        ChatRenderer,
+        Generation,
+        Interaction,
+        MaskAuditError,
+        Span,
+        Tool,
+        ToolCall,
+        TraceSettings,
+        Trajectory,
+        TrajectoryTrace,
+        audit_batch,
+        with_text,
+    )
+    from rlcore.agents.settings import MULTI_TURN_KEY
+    from rlcore.agents.tools import class_entries as tool_classes
+    from rlcore.algos import (
+        LOG_RATIO_CLAMP,
+        ActorLossTerm,
+        agg_loss,
+        clip_ratio_bounds,
+        entropy_from_logits,
+        group_ids,
+        group_stats,
+        kl_penalty,
+        logprobs_from_logits,
+        masked_mean,
+        masked_sum,
+        masked_whiten,
+        sum_pi_squared_from_logits,
+        vanilla_policy_loss,
+    )
+    from rlcore.api.batch import (
+        Batch,
+        BatchError,
+        BatchIndexError,
+        BatchKeyError,
+        BatchTypeError,
+        NonTensorValues,
+        RowIndex,
+    )
+    from rlcore.api.components import (
+        AdvantageEstimator,
+        AgentLoop,
+        AgentSample,
+        BatchFilter,
+        Dataset,
+        InteractionTurn,
+        PolicyLoss,
+        Preset,
+        RewardManager,
+        RewardResult,
+        RewardScorer,
+        ToolParser,
+        ToolResult,
+        Tracker,
+    )
+    from rlcore.api.extensions import StepExtension
+    from rlcore.api.rollout import RolloutEngine
+    from rlcore.api.specs import (
+        AdvantageEstimatorSpec,
+        CapabilitySpec,
+        GroundTruthForm,
+        PresetSpec,
+        RewardScorerSpec,
+        SpecError,
+        TrainingBackendSpec,
+    )
+    from rlcore.api.training import (
+        GATHER_IDS,
+        GATHERED_LOG_PROBS,
+        ROUTED_EXPERTS,
+        EngineRequest,
+        EngineRole,
+        MicroBatchLoss,
+        ModelOutput,
+        ParallelLayout,
+        TrainingBackend,
+        TrainingEngine,
+    )
+    from rlcore.checkpoint.disk import disk_problem
+    from rlcore.child_processes import mark_infrastructure
+    from rlcore.cli import resolved_config
+    from rlcore.config import ConfigError
+    from rlcore.config.batch_sizes import (
+        LOG_PROB_BUDGET,
+        UpdateBatchSizes,
+        data_parallel_size,
+        inference_micro_batch_size,
+        ppo_batch_sizes,
+        token_budget,
+    )
+    from rlcore.config.keys import positive_int, select
+    from rlcore.config.output_paths import shown_path
+    from rlcore.config.router_replay import ACTOR as ROUTER_REPLAY_ACTOR
+    from rlcore.config.router_replay import REPLAY_MODES, replay_mode
+    from rlcore.config.schema import ActorConfig, RefConfig, RolloutConfig
+    from rlcore.data.rl_dataset import read_rows
+    from rlcore.dtypes import parse_dtype
+    from rlcore.errors import RLCoreError
+    from rlcore.model_check import HUB, hub_unreachable
+    from rlcore.modelkit import sequence_parallel
+    from rlcore.modelkit.activation_offload import activation_offload, offload_enabled
+    from rlcore.modelkit.distributed import DEVICE_KEY, resolve_device
+    from rlcore.modelkit.hf_models import (
+        ValueModel,
+        config_overrides,
+        enable_activation_checkpointing,
+        hf_model,
+        load_pretrained,
+        response_outputs,
+        response_values,
+    )
+    from rlcore.modelkit.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
+    from rlcore.modelkit.moe import EngineRouting, engine_routing, load_balancing_loss
+    from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
+    from rlcore.modelkit.prefix_grouper import grouper_key
+    from rlcore.modelkit.token_ids import add_id_outputs
+    from rlcore.modelkit.vlm import freeze_vision_tower, is_vision_language, rope_owner
+    from rlcore.presets import PRESETS_FILE
+    from rlcore.processors import load_processor
+    from rlcore.profiling import rollout as rollout_profiling
+    from rlcore.profiling.torch_options import read_torch_options
+    from rlcore.reward import NaiveRewardManager, RewardError
+    from rlcore.rollout.buckets import weight_buckets
+    from rlcore.rollout.chunking import STEP_VOCAB_COPIES, ModelShape, aligned_length, bucket, bucket_floor, row_bytes
+    from rlcore.rollout.sampling import ROLLOUT_KEY, SamplingParams
+    from rlcore.rollout.token_engine import Completion, TokenListEngine
+    from rlcore.tracking.device_peak import table_peak_flops
+    from rlcore.tracking.external import (
+        ExternalTracker,
+        TrackerConfigError,
+        TrackerDependencyError,
+        check_choice,
+        flatten,
+        numeric_metrics,
+        table_data,
+        tracker_setting,
+    )
+    from rlcore.tracking.progress import short_label
+    from rlcore.tracking.sinks import METRICS_FILE, format_value, read_metrics
+    from rlcore.workers.base import WorkerBase, cpu_batch
+    from rlcore.workers.micro_batches import plan_micro_batches
+    from rlcore.workers.ppo_loop import UpdateSettings, ppo_update
+
+
+def _target(name: str) -> tuple[str, str | None]:
+    """Where public ``name`` lives: ``(module, attribute)``, or ``(module, None)`` when the name is the module."""
+    module, _, attribute = _LAZY[name].partition(":")
+    if _LAZY[name].endswith(":"):
+        return module, None
+    return module, attribute or name
+
+
+def __getattr__(name: str) -> Any:
+    """Import public ``name`` from its module the first time it is used, and keep it."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'rlcore.api' has no attribute {name!r}")
+    module, attribute = _target(name)
+    value = importlib.import_module(module)
+    if attribute is not None:
+        value = getattr(value, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
+__all__ = ["API_RANGE_ATTRIBUTE", "API_VERSION", "COMPONENT_KINDS", "KINDS", "KindSpec", *_LAZY]

@@ -157,7 +157,7 @@ class RewardScorerSpec:
     #: ``"text"``: the reward manager passes the ground truth as text (:mod:`rlcore.reward.ground_truth`);
     #: ``"as_stored"``: as the dataset holds it
     ground_truth: GroundTruthForm = "as_stored"
-    #: the scorer executes model-written code, so it runs in the sandbox (``rlcore.sandbox``)
+    #: the scorer executes model-written code, so it runs in the sandbox (rlcore-plugin-sandbox)
     sandbox: bool = False
 
     def __post_init__(self) -> None:

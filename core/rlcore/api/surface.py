@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlcore.api import API_VERSION
 from rlcore.api.kinds import COMPONENT_KINDS
+from rlcore.api.version import API_VERSION
 from rlcore.errors import RLCoreError
 from rlcore.public_api import PUBLIC_MODULES
 
@@ -143,14 +143,16 @@ def module_surface(module: str, package: Path = PACKAGE, depth: int = 0) -> dict
             defined[node.name] = function_signature(node)
         elif isinstance(node, ast.ClassDef):
             defined[node.name] = class_surface(node)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "_LAZY":
+            imported.update(_lazy_table(node.value))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             defined[node.target.id] = f"{node.target.id}: {ast.unparse(node.annotation)}"
         elif isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name) and target.id == "__all__":
-                    exported = list(ast.literal_eval(node.value))
-                elif isinstance(target, ast.Name) and target.id == "_LAZY":  # name -> module, for __getattr__
-                    imported.update((name, (source, name)) for name, source in ast.literal_eval(node.value).items())
+                    exported = _all_names(node.value, imported)
+                elif isinstance(target, ast.Name) and target.id == "_LAZY":
+                    imported.update(_lazy_table(node.value))
                 elif isinstance(target, ast.Name):
                     defined[target.id] = target.id
         elif isinstance(node, ast.ImportFrom):
@@ -171,6 +173,29 @@ def module_surface(module: str, package: Path = PACKAGE, depth: int = 0) -> dict
         else:
             surface[name] = f"{name} (in __all__, not found)"
     return surface
+
+
+def _lazy_table(node: ast.expr | None) -> dict[str, tuple[str, str]]:
+    """A lazy ``_LAZY`` table (``{name: "module"}``, ``"module:attribute"`` or ``"module:"`` for a submodule,
+    as in :mod:`rlcore.api`) as ``{name: (module, attribute)}``."""
+    table: dict[str, tuple[str, str]] = {}
+    for name, target in ast.literal_eval(node).items() if node is not None else ():
+        module, _, attribute = target.partition(":")
+        if target.endswith(":"):
+            module, _, attribute = module.rpartition(".")
+        table[name] = (module, attribute or name)
+    return table
+
+
+def _all_names(node: ast.expr, lazy: dict[str, tuple[str, str]]) -> list[str]:
+    """The names of an ``__all__`` list: literal strings, and ``*_LAZY`` for every name of the lazy table."""
+    names: list[str] = []
+    for item in node.elts if isinstance(node, ast.List | ast.Tuple) else ():
+        if isinstance(item, ast.Starred) and isinstance(item.value, ast.Name) and item.value.id == "_LAZY":
+            names += list(lazy)
+        else:
+            names.append(ast.literal_eval(item))
+    return names
 
 
 def _absolute(module: str, path: Path, node: ast.ImportFrom) -> str:

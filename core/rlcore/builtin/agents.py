@@ -1,5 +1,5 @@
 """Built-in multi-turn components: the ``single_turn`` and ``tool_agent`` loops, the Hermes tool-call parser,
-the calculator, GSM8K and code-interpreter tools and verl's GSM8K interaction. verl's class paths are
+the calculator and GSM8K tools and verl's GSM8K interaction (the code interpreter is rlcore-plugin-sandbox's). verl's class paths are
 aliases, so verl's tool and interaction YAML files load unchanged."""
 
 from rlcore.hookspecs import hookimpl
@@ -48,11 +48,6 @@ def register_tools(register):
         "rlcore.agents.builtin_tools:Geo3kTool",
         description="verl's Geometry3K answer check (calc_geo3k_reward)",
         aliases=("verl.tools.geo3k_tool.Geo3kTool",),
-    )
-    register(
-        "code_interpreter",
-        "rlcore.agents.builtin_tools:CodeInterpreterTool",
-        description="Python in the rlcore sandbox (CPU, wall-time and memory limits, no network)",
     )
 
 

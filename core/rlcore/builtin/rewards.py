@@ -1,4 +1,5 @@
-"""Built-in reward managers and the rule-based scorers for GSM8K, MATH, Geometry3K and code problems."""
+"""Built-in reward managers and the rule-based scorers for GSM8K, MATH and Geometry3K (the code
+scorer is rlcore-plugin-sandbox's)."""
 
 from rlcore.api.specs import RewardScorerSpec
 from rlcore.hookspecs import hookimpl
@@ -45,11 +46,4 @@ def register_reward_scorers(register):
         spec=RewardScorerSpec(ground_truth="text"),
         description="Geometry3K: 0.9 x \\boxed{} answer match + 0.1 x <think>...</think> format",
         aliases=("geo3k",),
-    )
-    register(
-        "codecontests",
-        "rlcore.reward.scorers.code:score",
-        description="fraction of test cases the program passes in the sandbox",
-        aliases=("apps", "codeforces", "taco"),
-        spec=RewardScorerSpec(sandbox=True),
     )

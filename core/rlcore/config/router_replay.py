@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 #: the values of ``router_replay.mode``
 REPLAY_MODES: tuple[str, ...] = ("disabled", "R2", "R3")
+#: the actor's section, whose ``router_replay.mode`` a training engine reads
 ACTOR = "actor_rollout_ref.actor"
 REF = "actor_rollout_ref.ref"
 #: the rollout's switch that records routing (R3 needs it)

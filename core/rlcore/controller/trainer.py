@@ -1,7 +1,7 @@
 """The single controller: the whole PPO/GRPO step as plain Python, workers do the heavy lifting.
 
-The step order follows verl's ``RayPPOTrainer.fit``: generate → reward → batch filters → old log-probs →
-reference log-probs → values → KL-in-reward → advantages → critic update → actor update (after
+The step order follows verl's ``RayPPOTrainer.fit``: generate → reward → batch filters → balance → old
+log-probs → reference log-probs → values → KL-in-reward → advantages → critic update → actor update (after
 ``critic_warmup``) → weight sync → validation every ``test_freq`` → checkpoint every ``save_freq`` →
 metrics. Every component is resolved by ``(kind, name)`` from the config through the plugin registry.
 """
@@ -358,84 +358,172 @@ class Trainer:
             and int(actor.ppo_mini_batch_size) >= int(self.sections.data.train_batch_size)
             and self.kl_ctrl is None
             and "rollout_log_probs" not in batch
-            and self.sections.trainer.critic_warmup <= self.global_step
+            and self._actor_trains()
             and "old_log_probs" not in self.estimator.spec.batch_keys
             and not actor.calculate_sum_pi_squared
         )
 
+    def _actor_trains(self) -> bool:
+        """Whether this step updates the actor (and so syncs the rollout's weights): from step
+        ``trainer.critic_warmup`` on."""
+        return self.sections.trainer.critic_warmup <= self.global_step
+
     def train_step(self) -> dict[str, float]:
-        """Run one RL step and return its metrics (verl's names)."""
+        """Run one RL step and return its metrics (verl's names).
+
+        The step is its list of stages, in verl's order. Each stage is a method below that decides whether it
+        runs for this config (a critic, a reference model, an async reward, ...); a stage that calls workers
+        times itself as ``timing_s/<name>``. The step's own figures come last (:meth:`_step_metrics`).
+        """
         metrics: dict[str, float] = {}
-        timer = self.timer
         self.groups.pop_compute_s()  # drop worker time and memory outside steps (validation, checkpoints)
         self.groups.pop_peak_memory_gb()
         step_start = time.perf_counter()
-        if self.pipeline is not None:  # one-step-off-policy: generated ahead by the rollout lane
-            batch, metrics["training/epoch"] = self.pipeline.next_batch(self.global_step, metrics)
-        else:
-            batch = self._collect_batch(metrics)
-        if self.sections.trainer.balance_batch:
-            lengths = batch["attention_mask"].sum(-1)
-            if self.sections.actor_rollout_ref.actor.use_prefix_grouper:  # a prompt's samples stay together
-                order, balance_metrics = group_balance_order(lengths, list(batch["uid"]), self.actor.dp_size)
-            else:
-                order, balance_metrics = balance_order(lengths, self.actor.dp_size)
-            batch.reorder(order)
-            metrics.update(balance_metrics)
-        reward: PendingReward | None = None
-        if self.reward_thread is not None:  # reward_model.launch_reward_fn_async: score while log-probs run
-            reward = self.reward_thread.submit(self.reward_fn, batch)
-        log_prob_lengths = batch["attention_mask"].sum(-1).tolist()
-        if self._on_policy_update(batch):
-            batch.meta["on_policy"] = True  # the worker takes old_log_probs (and actor/entropy) from the update
-        elif self.config.algorithm.rollout_correction.bypass_mode:  # the engine's log-probs are the old policy
-            batch["old_log_probs"] = batch["rollout_log_probs"]
-        else:
-            with timer("old_log_prob"):
-                out = self.actor.compute_log_prob(batch)
-                metrics["actor/entropy"] = agg_loss(
-                    out["entropys"], batch["response_mask"], self.sections.actor_rollout_ref.actor.loss_agg_mode
-                ).item()
-                batch["old_log_probs"] = out["old_log_probs"]
-                if "sum_pi_squared" in out:  # actor.calculate_sum_pi_squared
-                    batch["sum_pi_squared"] = out["sum_pi_squared"]
-                if ROUTED_EXPERTS in out:  # router_replay.mode=R2: the update replays this pass's routing
-                    batch[ROUTED_EXPERTS] = out[ROUTED_EXPERTS]
-        if "rollout_log_probs" in batch:
-            metrics.update(apply_rollout_correction(batch, self.config.algorithm.rollout_correction))
-        if self.use_reference:
-            with timer("ref"):
-                batch["ref_log_prob"] = self.actor.compute_ref_log_prob(batch)["ref_log_prob"]
-        if self.critic is not None:
-            with timer("values"):
-                batch["values"] = self.critic.compute_values(batch)["values"]
-        if reward is not None:
-            with timer("reward"):
-                self._apply_reward(batch, reward.result(metrics), metrics)
+        batch = self._collect(metrics)
+        self._balance(batch, metrics)
+        reward = self._launch_reward(batch)
+        log_prob_lengths = batch["attention_mask"].sum(-1).tolist()  # the MFU's, before PF-PPO resamples
+        self._old_log_prob(batch, metrics)
+        self._rollout_correction(batch, metrics)
+        self._ref(batch)
+        self._values(batch)
+        self._reward(batch, reward, metrics)
         self._run_extensions(batch, metrics)
         self._dump_rollouts(batch)
-        with timer("adv"):
+        batch = self._advantages(batch, metrics)
+        self._update_critic(batch, metrics)
+        self._update_actor(batch, metrics)
+        self._sync_weights(metrics)
+        update_curriculum(self.train_loader.sampler, batch)
+        self._step_metrics(batch, metrics, time.perf_counter() - step_start, log_prob_lengths)
+        return metrics
+
+    # ------------------------------------------------------------ step stages
+    def _collect(self, metrics: dict[str, float]) -> Batch:
+        """Stage ``gen`` (timed where it generates): the step's batch. With ``async_training`` the rollout lane
+        generated it ahead (:meth:`~rlcore.controller.off_policy.RolloutPipeline.next_batch`,
+        which also gives the epoch); otherwise :meth:`_collect_batch` generates it now and, unless the reward
+        runs async, scores it and applies the batch filters (regenerating while they drop prompt groups)."""
+        if self.pipeline is None:
+            return self._collect_batch(metrics)
+        batch, epoch = self.pipeline.next_batch(self.global_step, metrics)
+        metrics["training/epoch"] = epoch
+        return batch
+
+    def _balance(self, batch: Batch, metrics: dict[str, float]) -> None:
+        """``trainer.balance_batch``: reorder ``batch`` so that every data-parallel rank of the actor gets about
+        as many tokens as the others; with ``actor.use_prefix_grouper`` a prompt's samples stay together."""
+        if not self.sections.trainer.balance_batch:
+            return
+        lengths = batch["attention_mask"].sum(-1)
+        if self.sections.actor_rollout_ref.actor.use_prefix_grouper:
+            order, balance_metrics = group_balance_order(lengths, list(batch["uid"]), self.actor.dp_size)
+        else:
+            order, balance_metrics = balance_order(lengths, self.actor.dp_size)
+        batch.reorder(order)
+        metrics.update(balance_metrics)
+
+    def _launch_reward(self, batch: Batch) -> PendingReward | None:
+        """``reward_model.launch_reward_fn_async``: start scoring ``batch`` in the background while the
+        log-probs and values are computed (:meth:`_reward` waits for it); None when the reward is not async."""
+        if self.reward_thread is None:
+            return None
+        return self.reward_thread.submit(self.reward_fn, batch)
+
+    def _old_log_prob(self, batch: Batch, metrics: dict[str, float]) -> None:
+        """Stage ``old_log_prob``: the log-probs of the policy that generated ``batch`` and ``actor/entropy``.
+        No forward pass when the update is on-policy (:meth:`_on_policy_update`: the worker takes them from
+        the update) or with ``rollout_correction.bypass_mode`` (the engine's log-probs are the old policy)."""
+        if self._on_policy_update(batch):
+            batch.meta["on_policy"] = True
+            return
+        if self.config.algorithm.rollout_correction.bypass_mode:
+            batch["old_log_probs"] = batch["rollout_log_probs"]
+            return
+        with self.timer("old_log_prob"):
+            out = self.actor.compute_log_prob(batch)
+            metrics["actor/entropy"] = agg_loss(
+                out["entropys"], batch["response_mask"], self.sections.actor_rollout_ref.actor.loss_agg_mode
+            ).item()
+            batch["old_log_probs"] = out["old_log_probs"]
+            if "sum_pi_squared" in out:  # actor.calculate_sum_pi_squared
+                batch["sum_pi_squared"] = out["sum_pi_squared"]
+            if ROUTED_EXPERTS in out:  # router_replay.mode=R2: the update replays this pass's routing
+                batch[ROUTED_EXPERTS] = out[ROUTED_EXPERTS]
+
+    def _rollout_correction(self, batch: Batch, metrics: dict[str, float]) -> None:
+        """When the engine returned its own log-probs (``rollout_log_probs``): the rollout correction's
+        importance weights and rejections (``algorithm.rollout_correction``, :mod:`rlcore.algos.rollout_correction`)."""
+        if "rollout_log_probs" in batch:
+            metrics.update(apply_rollout_correction(batch, self.config.algorithm.rollout_correction))
+
+    def _ref(self, batch: Batch) -> None:
+        """Stage ``ref``: the reference policy's log-probs, when a KL loss or KL-in-reward needs them."""
+        if not self.use_reference:
+            return
+        with self.timer("ref"):
+            batch["ref_log_prob"] = self.actor.compute_ref_log_prob(batch)["ref_log_prob"]
+
+    def _values(self, batch: Batch) -> None:
+        """Stage ``values``: the critic's values, when the run has a critic."""
+        if self.critic is None:
+            return
+        with self.timer("values"):
+            batch["values"] = self.critic.compute_values(batch)["values"]
+
+    def _reward(self, batch: Batch, pending: PendingReward | None, metrics: dict[str, float]) -> None:
+        """Stage ``reward`` of an async reward: wait for the score :meth:`_launch_reward` started and put it in
+        ``batch`` (a synchronous reward was scored by :meth:`_collect_batch`)."""
+        if pending is None:
+            return
+        with self.timer("reward"):
+            self._apply_reward(batch, pending.result(metrics), metrics)
+
+    def _advantages(self, batch: Batch, metrics: dict[str, float]) -> Batch:
+        """Stage ``adv``: the KL penalty in the reward, the estimator's advantages and returns, then PF-PPO's
+        resampling by reward reliability (``algorithm.use_pf_ppo``); returns the batch to train on."""
+        with self.timer("adv"):
             self._apply_kl_in_reward(batch, metrics)
             self._compute_advantage(batch)
-            if self.sections.algorithm.use_pf_ppo:  # PF-PPO: resample the batch by reward reliability
+            if self.sections.algorithm.use_pf_ppo:
                 batch, pf_metrics = pf_ppo_resample(
                     batch, self.config.algorithm.pf_ppo, int(self.sections.trainer.seed) + self.global_step
                 )
                 metrics.update(pf_metrics)
-        if self.critic is not None:
-            with timer("update_critic"):
-                metrics.update(reduce_metrics(self.critic.update_critic(batch).meta.get("metrics", {})))
-        if self.sections.trainer.critic_warmup <= self.global_step:
-            with timer("update_actor"):
-                metrics.update(reduce_metrics(self.actor.update_actor(batch).meta.get("metrics", {})))
-            with timer("update_weights"):
-                if self.pipeline is not None:  # the rollout lane loads them after its current generation
-                    metrics.update(self.pipeline.push_weights())
-                else:
-                    metrics.update(reduce_metrics(self.groups.sync_weights()))
-        update_curriculum(self.train_loader.sampler, batch)
-        step_time = time.perf_counter() - step_start
-        timing = {**timer.pop_all(), "step": step_time}
+        return batch
+
+    def _update_critic(self, batch: Batch, metrics: dict[str, float]) -> None:
+        """Stage ``update_critic``: the critic's PPO update, when the run has a critic."""
+        if self.critic is None:
+            return
+        with self.timer("update_critic"):
+            metrics.update(reduce_metrics(self.critic.update_critic(batch).meta.get("metrics", {})))
+
+    def _update_actor(self, batch: Batch, metrics: dict[str, float]) -> None:
+        """Stage ``update_actor``: the actor's PPO update, once the critic's warm-up is over."""
+        if not self._actor_trains():
+            return
+        with self.timer("update_actor"):
+            metrics.update(reduce_metrics(self.actor.update_actor(batch).meta.get("metrics", {})))
+
+    def _sync_weights(self, metrics: dict[str, float]) -> None:
+        """Stage ``update_weights``: after an actor update, the rollout engines get the new weights; with
+        ``async_training`` the rollout lane loads them after its current generation."""
+        if not self._actor_trains():
+            return
+        with self.timer("update_weights"):
+            if self.pipeline is not None:
+                metrics.update(self.pipeline.push_weights())
+            else:
+                metrics.update(reduce_metrics(self.groups.sync_weights()))
+
+    def _step_metrics(
+        self, batch: Batch, metrics: dict[str, float], step_time: float, log_prob_lengths: list[int]
+    ) -> None:
+        """Add the step's own figures to ``metrics``: the workers' time (``timing_worker_s/*``,
+        ``timing_s/outside_worker``), the batch's data metrics, the stages' ``timing_s/*`` and the step's,
+        throughput, MFU (with a known model), peak memory, the global step and the epoch."""
+        timing = {**self.timer.pop_all(), "step": step_time}
         worker_s = self.groups.pop_compute_s()
         metrics.update({f"timing_worker_s/{method}": seconds for method, seconds in worker_s.items()})
         outside = step_time - sum(worker_s.values())
@@ -454,7 +542,6 @@ class Trainer:
         metrics.update(compute_memory_metrics(self.groups.pop_peak_memory_gb()))
         metrics["training/global_step"] = self.global_step
         metrics.setdefault("training/epoch", self.train_loader.epoch)
-        return metrics
 
     def _decoded(self, batch: Batch) -> tuple[list[str], list[str]]:
         """The prompts and valid responses of ``batch`` as text."""

@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from rlcore.errors import RLCoreError
 
+#: the config key of the device every role runs on (``cpu``, ``cuda``, ``auto``)
 DEVICE_KEY = "trainer.device"
 
 

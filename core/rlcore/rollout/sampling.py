@@ -22,6 +22,7 @@ from rlcore.errors import RLCoreError
 
 __all__ = ["RolloutSettings", "SamplingParams", "request_seeds", "sample_next_tokens"]
 
+#: the rollout section of the config
 ROLLOUT_KEY = "actor_rollout_ref.rollout"
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import LOG_RATIO_CLAMP, agg_loss, clip_ratio_bounds, masked_mean
+from rlcore.api import LOG_RATIO_CLAMP, agg_loss, clip_ratio_bounds, masked_mean
 
 
 def cispo_policy_loss(

@@ -6,8 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from rlcore.api.batch import Batch
-from rlcore.errors import RLCoreError
+from rlcore.api import Batch, RLCoreError
 
 
 def group_metric(batch: Batch, metric: str) -> np.ndarray:

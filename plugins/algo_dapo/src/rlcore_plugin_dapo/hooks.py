@@ -8,11 +8,11 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rlcore import hookimpl
-from rlcore.config import ConfigError
+from rlcore.api import ConfigError
 from rlcore_plugin_dapo.settings import CONFIG_DEFAULTS, FILTER_NAME, overlong_buffer
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
-RLCORE_API = ">=2,<3"
+RLCORE_API = ">=3,<4"
 
 #: the ``dapo`` preset: verl's DAPO recipe switches (sizes and learning rate are the task's business)
 DAPO_PRESET: dict[str, Any] = {

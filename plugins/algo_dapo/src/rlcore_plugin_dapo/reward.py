@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from rlcore.reward import NaiveRewardManager, RewardResult
+from rlcore.api import NaiveRewardManager, RewardResult
 from rlcore_plugin_dapo.settings import overlong_buffer
 
 

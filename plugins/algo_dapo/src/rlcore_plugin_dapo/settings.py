@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlcore.config import ConfigError
+from rlcore.api import ConfigError
 
 #: the batch filter that implements dynamic sampling
 FILTER_NAME = "dapo-groups"

@@ -7,12 +7,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlcore import hookimpl
-from rlcore.api.extensions import StepExtension
-from rlcore.config import ConfigError
+from rlcore.api import ConfigError, StepExtension
 from rlcore_plugin_distill.settings import CONFIG_DEFAULTS, D, distillation_settings, enabled
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
-RLCORE_API = ">=2,<3"
+RLCORE_API = ">=3,<4"
 #: the reward manager of a run without a verifier
 TEACHER_ONLY = "teacher_only"
 #: the step extension of a distillation run: the teacher group, its stage and the actor loss term

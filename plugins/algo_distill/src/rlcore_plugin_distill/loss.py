@@ -34,9 +34,15 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import ActorLossTerm, agg_loss, kl_penalty, vanilla_policy_loss
-from rlcore.api.training import GATHER_IDS, GATHERED_LOG_PROBS
-from rlcore.errors import RLCoreError
+from rlcore.api import (
+    GATHER_IDS,
+    GATHERED_LOG_PROBS,
+    ActorLossTerm,
+    RLCoreError,
+    agg_loss,
+    kl_penalty,
+    vanilla_policy_loss,
+)
 from rlcore_plugin_distill.settings import LossSettings, distillation_settings
 
 #: the batch key of the teacher's per-token log-probs ``[B, R]`` (the teacher worker's output)

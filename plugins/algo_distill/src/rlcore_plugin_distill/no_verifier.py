@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from rlcore.api.components import RewardResult
+from rlcore.api import RewardResult
 
 
 class TeacherOnlyRewardManager:

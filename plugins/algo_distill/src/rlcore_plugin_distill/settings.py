@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlcore.config import ConfigError
+from rlcore.api import ConfigError
 
 D = "distillation"
 #: the single-teacher entry of verl's defaults; with other entries present it must be left unset

@@ -17,13 +17,21 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlcore.api.batch import Batch
-from rlcore.api.training import GATHER_IDS, EngineRequest, TrainingEngine
-from rlcore.config.batch_sizes import LOG_PROB_BUDGET, data_parallel_size, inference_micro_batch_size, token_budget
-from rlcore.config.keys import select
-from rlcore.errors import RLCoreError
-from rlcore.workers.base import WorkerBase, cpu_batch
-from rlcore.workers.micro_batches import plan_micro_batches
+from rlcore.api import (
+    GATHER_IDS,
+    LOG_PROB_BUDGET,
+    Batch,
+    EngineRequest,
+    RLCoreError,
+    TrainingEngine,
+    WorkerBase,
+    cpu_batch,
+    data_parallel_size,
+    inference_micro_batch_size,
+    plan_micro_batches,
+    select,
+    token_budget,
+)
 from rlcore_plugin_distill.loss import TEACHER_LOG_PROBS, TEACHER_TOPK_LOG_PROBS
 from rlcore_plugin_distill.settings import D, Teacher, distillation_settings
 

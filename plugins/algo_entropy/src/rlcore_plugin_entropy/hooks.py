@@ -7,7 +7,7 @@ from typing import Any
 from rlcore import hookimpl
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
-RLCORE_API = ">=2,<3"
+RLCORE_API = ">=3,<4"
 
 
 @hookimpl

@@ -14,8 +14,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import LOG_RATIO_CLAMP, agg_loss, clip_ratio_bounds, masked_mean
-from rlcore.errors import RLCoreError
+from rlcore.api import LOG_RATIO_CLAMP, RLCoreError, agg_loss, clip_ratio_bounds, masked_mean
 
 #: fallbacks of the ``policy_loss.*`` keys (rlcore's defaults.yaml carries the same values)
 DEFAULTS: dict[str, float] = {

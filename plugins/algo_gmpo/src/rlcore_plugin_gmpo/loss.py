@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import clip_ratio_bounds, masked_mean
+from rlcore.api import clip_ratio_bounds, masked_mean
 
 #: keeps the per-sequence means finite for a sequence without valid tokens (verl's value)
 LENGTH_EPS = 1e-8

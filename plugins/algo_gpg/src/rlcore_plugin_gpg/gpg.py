@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import agg_loss, group_stats, masked_mean
+from rlcore.api import agg_loss, group_stats, masked_mean
 
 
 @torch.no_grad()

@@ -8,8 +8,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import group_stats
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError, group_stats
 
 
 def _normalize_by_std(config: Mapping[str, Any] | None) -> bool:

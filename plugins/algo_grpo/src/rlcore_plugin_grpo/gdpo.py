@@ -10,8 +10,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import masked_whiten
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError, masked_whiten
 from rlcore_plugin_grpo.advantage import group_relative
 
 KEYS = "algorithm.gdpo_reward_keys"

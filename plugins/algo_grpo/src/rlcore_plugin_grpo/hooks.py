@@ -7,11 +7,10 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rlcore import hookimpl
-from rlcore.api.specs import AdvantageEstimatorSpec
-from rlcore.config import ConfigError
+from rlcore.api import AdvantageEstimatorSpec, ConfigError
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
-RLCORE_API = ">=2,<3"
+RLCORE_API = ">=3,<4"
 
 
 @hookimpl

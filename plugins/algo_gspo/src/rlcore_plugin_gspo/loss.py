@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import agg_loss, clip_ratio_bounds, masked_mean
+from rlcore.api import agg_loss, clip_ratio_bounds, masked_mean
 
 #: the per-token log of the sequence ratio is clamped to at most this before ``exp``
 MAX_LOG_RATIO = 10.0

@@ -8,8 +8,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import group_ids
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError, group_ids
 
 
 @torch.no_grad()

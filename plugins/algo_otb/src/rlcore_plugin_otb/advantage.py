@@ -13,8 +13,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import group_ids
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError, group_ids
 
 #: added to the baseline's denominator, as verl does
 EPSILON = 1e-8

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import LOG_RATIO_CLAMP, agg_loss, clip_ratio_bounds, masked_mean
+from rlcore.api import LOG_RATIO_CLAMP, agg_loss, clip_ratio_bounds, masked_mean
 
 #: the truncation of the importance ratio when the actor config has no ``clip_ratio_c`` (verl's default)
 DEFAULT_TRUNCATION = 20.0

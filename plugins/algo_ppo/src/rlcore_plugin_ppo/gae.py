@@ -7,8 +7,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import masked_whiten
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError, masked_whiten
 
 
 @torch.no_grad()

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from rlcore import hookimpl
-from rlcore.api.specs import AdvantageEstimatorSpec
+from rlcore.api import AdvantageEstimatorSpec
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
-RLCORE_API = ">=2,<3"
+RLCORE_API = ">=3,<4"
 
 
 @hookimpl

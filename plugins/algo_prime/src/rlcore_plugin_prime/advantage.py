@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import group_stats, masked_whiten
+from rlcore.api import group_stats, masked_whiten
 
 
 def leave_one_out(rewards: torch.Tensor, mask: torch.Tensor, index: Sequence[Any]) -> torch.Tensor:

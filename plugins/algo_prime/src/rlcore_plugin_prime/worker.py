@@ -17,14 +17,21 @@ import copy
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlcore.api.batch import Batch
-from rlcore.api.training import ModelOutput, TrainingEngine
-from rlcore.config.batch_sizes import UpdateBatchSizes, data_parallel_size
-from rlcore.config.keys import positive_int, select
-from rlcore.errors import RLCoreError
-from rlcore.workers.base import WorkerBase, cpu_batch
-from rlcore.workers.micro_batches import plan_micro_batches
-from rlcore.workers.ppo_loop import UpdateSettings, ppo_update
+from rlcore.api import (
+    Batch,
+    ModelOutput,
+    RLCoreError,
+    TrainingEngine,
+    UpdateBatchSizes,
+    UpdateSettings,
+    WorkerBase,
+    cpu_batch,
+    data_parallel_size,
+    plan_micro_batches,
+    positive_int,
+    ppo_update,
+    select,
+)
 
 RM = "reward_model"
 #: the accepted values of the PRIME keys

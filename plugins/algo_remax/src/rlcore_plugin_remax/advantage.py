@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError
 
 
 @torch.no_grad()

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import group_stats
+from rlcore.api import group_stats
 
 
 @torch.no_grad()

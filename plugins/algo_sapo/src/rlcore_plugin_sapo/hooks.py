@@ -8,7 +8,7 @@ from typing import Any
 from rlcore import hookimpl
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
-RLCORE_API = ">=2,<3"
+RLCORE_API = ">=3,<4"
 
 #: verl's SAPO keys and defaults: the gate temperatures for positive and non-positive advantages
 CONFIG_DEFAULTS: dict[str, Any] = {"actor_rollout_ref": {"actor": {"tau_pos": 1.0, "tau_neg": 1.05}}}

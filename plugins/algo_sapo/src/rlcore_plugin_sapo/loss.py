@@ -8,8 +8,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import LOG_RATIO_CLAMP, agg_loss, masked_mean
-from rlcore.errors import RLCoreError
+from rlcore.api import LOG_RATIO_CLAMP, RLCoreError, agg_loss, masked_mean
 
 #: SAPO aggregates per sequence whatever ``loss_agg_mode`` says (as verl v0.9.0 does)
 SAPO_LOSS_AGG_MODE = "seq-mean-token-mean"

@@ -9,8 +9,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import masked_mean, masked_sum
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError, masked_mean, masked_sum
 
 
 def softmean(x: torch.Tensor, beta: float) -> torch.Tensor:

@@ -28,26 +28,35 @@ import torch.distributed as dist
 from omegaconf import DictConfig
 from torch import nn
 
-from rlcore.api.batch import Batch
-from rlcore.api.training import EngineRequest, EngineRole, MicroBatchLoss, ModelOutput
-from rlcore.config.keys import select
-from rlcore.errors import RLCoreError
-from rlcore.modelkit import sequence_parallel
-from rlcore.modelkit.activation_offload import activation_offload, offload_enabled
-from rlcore.modelkit.distributed import DEVICE_KEY, resolve_device
-from rlcore.modelkit.hf_models import (
+from rlcore.api import (
+    DEVICE_KEY,
+    Batch,
+    EngineRequest,
+    EngineRole,
+    MicroBatchLoss,
+    ModelOutput,
+    OptimizerState,
+    RLCoreError,
     ValueModel,
+    activation_offload,
+    apply_kernel_switches,
+    build_lr_scheduler,
+    build_optimizer,
+    check_kernel_switches,
     enable_activation_checkpointing,
+    engine_routing,
+    fused_backend,
+    grouper_key,
     hf_model,
     load_pretrained,
+    offload_enabled,
+    resolve_device,
     response_outputs,
     response_values,
+    select,
+    sequence_parallel,
+    weight_buckets,
 )
-from rlcore.modelkit.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
-from rlcore.modelkit.moe import engine_routing
-from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
-from rlcore.modelkit.prefix_grouper import grouper_key
-from rlcore.rollout.buckets import weight_buckets
 from rlcore_plugin_deepspeed.settings import GATHER_BUCKET_NUMEL, DeepSpeedSettings, deepspeed_json, resolve_settings
 
 #: where :meth:`DeepSpeedEngine.save` puts the full weights and DeepSpeed's own checkpoint

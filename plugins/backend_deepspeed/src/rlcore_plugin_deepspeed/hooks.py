@@ -12,7 +12,7 @@ from typing import Any
 from rlcore import hookimpl
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
-RLCORE_API = ">=2,<3"
+RLCORE_API = ">=3,<4"
 
 #: defaults of every ``deepspeed_config`` section (verl's engine key names); see the README for their meaning
 DEEPSPEED_CONFIG_DEFAULTS: dict[str, Any] = {

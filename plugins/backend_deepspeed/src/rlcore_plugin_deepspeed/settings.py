@@ -20,8 +20,7 @@ from typing import Any
 
 import torch
 
-from rlcore.dtypes import parse_dtype
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError, parse_dtype
 from rlcore_plugin_deepspeed.hooks import DEEPSPEED_CONFIG_DEFAULTS
 
 ZERO_STAGES = (1, 2, 3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from rlcore.api.training import EngineRequest, EngineRole
+from rlcore.api import EngineRequest, EngineRole
 from rlcore_plugin_fsdp.engine import FSDPEngine, check_config
 
 

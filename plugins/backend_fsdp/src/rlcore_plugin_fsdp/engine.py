@@ -28,25 +28,36 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.tensor import DTensor
 
-from rlcore.api.batch import Batch
-from rlcore.api.training import EngineRequest, EngineRole, MicroBatchLoss, ModelOutput
-from rlcore.config.keys import select
-from rlcore.errors import RLCoreError
-from rlcore.modelkit import sequence_parallel
-from rlcore.modelkit.activation_offload import activation_offload, offload_enabled
-from rlcore.modelkit.hf_models import (
+from rlcore.api import (
+    Batch,
+    EngineRequest,
+    EngineRole,
+    EngineRouting,
+    MicroBatchLoss,
+    ModelOutput,
+    OptimizerState,
+    RLCoreError,
     ValueModel,
+    activation_offload,
+    apply_kernel_switches,
+    build_lr_scheduler,
+    build_optimizer,
+    check_kernel_switches,
     enable_activation_checkpointing,
+    engine_routing,
+    freeze_vision_tower,
+    fused_backend,
+    grouper_key,
     hf_model,
+    is_vision_language,
     load_pretrained,
+    offload_enabled,
     response_outputs,
     response_values,
+    rope_owner,
+    select,
+    sequence_parallel,
 )
-from rlcore.modelkit.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
-from rlcore.modelkit.moe import EngineRouting, engine_routing
-from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
-from rlcore.modelkit.prefix_grouper import grouper_key
-from rlcore.modelkit.vlm import freeze_vision_tower, is_vision_language, rope_owner
 from rlcore_plugin_fsdp.fsdp import (
     Offloader,
     apply_fsdp2,

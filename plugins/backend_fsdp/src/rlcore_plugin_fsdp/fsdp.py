@@ -23,8 +23,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-from rlcore.dtypes import parse_dtype
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError, parse_dtype
 from rlcore_plugin_fsdp.hooks import FSDP_CONFIG_DEFAULTS
 
 logger = logging.getLogger(__name__)

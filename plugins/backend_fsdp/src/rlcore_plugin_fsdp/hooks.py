@@ -9,10 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 from rlcore import hookimpl
-from rlcore.api.specs import TrainingBackendSpec
+from rlcore.api import TrainingBackendSpec
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
-RLCORE_API = ">=2,<3"
+RLCORE_API = ">=3,<4"
 
 #: defaults of every ``fsdp_config`` section (verl's key names); see the README for their meaning
 FSDP_CONFIG_DEFAULTS: dict[str, Any] = {

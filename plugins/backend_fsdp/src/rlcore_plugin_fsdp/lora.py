@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import nn
 
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError
 
 #: prefix peft puts before the wrapped model's parameter names
 PEFT_PREFIX = "base_model.model."

@@ -9,8 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlcore.api.batch import Batch
-from rlcore.modelkit.hf_models import load_pretrained
+from rlcore.api import Batch, load_pretrained
 
 
 def load_reward_model(model_config: Mapping[str, Any], key: str, dtype: torch.dtype) -> nn.Module:

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import torch
 
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError
 from rlcore_plugin_megatron.lora import adapter_partition_dim, is_adapter
 from rlcore_plugin_megatron.moe_convert import expert_of, experts_to_hf, experts_to_megatron
 

@@ -40,23 +40,28 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
 
-from rlcore.algos import entropy_from_logits, logprobs_from_logits, sum_pi_squared_from_logits
-from rlcore.api.batch import Batch
-from rlcore.api.training import (
+from rlcore.api import (
     GATHER_IDS,
+    REPLAY_MODES,
     ROUTED_EXPERTS,
+    Batch,
     EngineRequest,
     EngineRole,
     MicroBatchLoss,
     ModelOutput,
+    OptimizerState,
     ParallelLayout,
+    RLCoreError,
+    add_id_outputs,
+    build_lr_scheduler,
+    build_optimizer,
+    entropy_from_logits,
+    logprobs_from_logits,
+    select,
+    sum_pi_squared_from_logits,
 )
-from rlcore.config.keys import select
-from rlcore.config.router_replay import ACTOR, REPLAY_MODES
-from rlcore.config.router_replay import replay_mode as section_replay_mode
-from rlcore.errors import RLCoreError
-from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
-from rlcore.modelkit.token_ids import add_id_outputs
+from rlcore.api import ROUTER_REPLAY_ACTOR as ACTOR
+from rlcore.api import replay_mode as section_replay_mode
 from rlcore_plugin_megatron.context_parallel import cp_positions, gather_sequence
 from rlcore_plugin_megatron.convert import (
     ModelSpec,

@@ -13,8 +13,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rlcore import hookimpl
-from rlcore.api.specs import TrainingBackendSpec
-from rlcore.config.keys import select
+from rlcore.api import TrainingBackendSpec, select
 from rlcore_plugin_megatron.lora_settings import LORA_DEFAULTS
 from rlcore_plugin_megatron.settings import (
     MEGATRON_DEFAULTS,
@@ -23,7 +22,7 @@ from rlcore_plugin_megatron.settings import (
 )
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
-RLCORE_API = ">=2,<3"
+RLCORE_API = ">=3,<4"
 
 
 def data_parallel_size(config: DictConfig, section: str, world_size: int) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError
 
 #: verl 0.10's ``model.lora`` keys and defaults (Megatron-Bridge's LoRA); rank 0 turns LoRA off
 LORA_DEFAULTS: dict[str, Any] = {

@@ -12,8 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rlcore.errors import RLCoreError
-from rlcore.modelkit.hf_models import config_overrides
+from rlcore.api import RLCoreError, config_overrides
 from rlcore_plugin_megatron.convert import ModelSpec
 from rlcore_plugin_megatron.settings import MegatronSettings
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError
 
 if TYPE_CHECKING:
     from rlcore_plugin_megatron.convert import ModelSpec

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError
 from rlcore_plugin_megatron.settings import MegatronSettings
 
 #: megatron-core's token dispatchers; on the CPU only ``allgather`` runs (its ``alltoall`` dispatcher creates

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from rlcore.modelkit.moe import load_balancing_loss
+from rlcore.api import load_balancing_loss
 
 
 @dataclass

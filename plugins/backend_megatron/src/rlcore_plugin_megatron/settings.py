@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError
 
 #: every key of a ``megatron`` section and its default (verl's names and, where rlcore can honour them,
 #: verl's defaults); the README's table says what each does

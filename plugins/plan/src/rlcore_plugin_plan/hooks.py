@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from rlcore import hookimpl
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
-RLCORE_API = ">=2.5,<3"
+RLCORE_API = ">=3.1,<4"
 
 
 @hookimpl
@@ -33,7 +33,7 @@ def register_commands(cli: click.Group) -> None:
     def plan(args: tuple[str, ...], presets: tuple[str, ...], gpu: str | None, as_json: bool) -> None:
         """Per-rank peak memory of each phase, the step time and whether it fits, for the config ``rlcore run``
         would use (same arguments), before launching anything (docs/plan.md)."""
-        from rlcore.cli import resolved_config
+        from rlcore.api import resolved_config
         from rlcore_plugin_plan.planner import plan_for_config
         from rlcore_plugin_plan.render import render_text
 

@@ -11,7 +11,7 @@ layer's input is kept, and one layer is recomputed at a time in the backward pas
 
 from __future__ import annotations
 
-from rlcore.rollout.chunking import STEP_VOCAB_COPIES, ModelShape
+from rlcore.api import STEP_VOCAB_COPIES, ModelShape
 from rlcore_plugin_plan.model_size import ModelSize
 from rlcore_plugin_plan.settings import TrainState
 

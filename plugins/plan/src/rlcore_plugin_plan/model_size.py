@@ -11,8 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from rlcore.errors import RLCoreError
-from rlcore.rollout.chunking import ModelShape
+from rlcore.api import ModelShape, RLCoreError
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,7 @@ def load_hf_config(
     ``actor_rollout_ref.model.path``."""
     from transformers import AutoConfig
 
-    from rlcore.model_check import HUB, hub_unreachable
+    from rlcore.api import HUB, hub_unreachable
 
     key = "actor_rollout_ref.model.path"
     local = os.path.exists(os.path.expanduser(path)) or path.startswith(("/", ".", "~"))

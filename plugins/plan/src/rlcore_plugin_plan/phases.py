@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcore.rollout.chunking import aligned_length, bucket, bucket_floor, row_bytes
+from rlcore.api import aligned_length, bucket, bucket_floor, row_bytes
 from rlcore_plugin_plan.devices import GIB, Device
 from rlcore_plugin_plan.memory import (
     decode_step_bytes,

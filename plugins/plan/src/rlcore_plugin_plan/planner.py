@@ -75,7 +75,7 @@ def plan_for_config(config: DictConfig, device_name: str | None = None, *, offli
 
     A ``cpu`` device plans a run with ``trainer.device=cpu`` rules (no CUDA runtime, no cache alignment,
     chunks by ``max_num_batched_tokens``); a GPU plans the CUDA run."""
-    from rlcore.config.keys import select
+    from rlcore.api import select
     from rlcore_plugin_plan.devices import detect_device, device_named
     from rlcore_plugin_plan.model_size import model_size_at
     from rlcore_plugin_plan.settings import plan_settings
@@ -83,7 +83,7 @@ def plan_for_config(config: DictConfig, device_name: str | None = None, *, offli
     device = device_named(device_name or detect_device())
     path = select(config, "actor_rollout_ref.model.path")
     if path is None:
-        from rlcore.errors import RLCoreError
+        from rlcore.api import RLCoreError
 
         raise RLCoreError("actor_rollout_ref.model.path is not set: the plan needs the model's config")
     override = select(config, "actor_rollout_ref.model.override_config", {}) or {}

@@ -93,8 +93,7 @@ def dry_run_lines(config: DictConfig) -> list[str]:
     failed dry run. It is made (``plan_lines``) before the run's checks raise their problems, so a config they
     refuse (a world size of 0) gets here too: whatever the planner raises then is that line, and the checks'
     error is what the dry run prints."""
-    from rlcore.config.keys import select
-    from rlcore.errors import RLCoreError
+    from rlcore.api import RLCoreError, select
     from rlcore_plugin_plan.planner import plan_for_config
 
     device = "cpu" if select(config, "trainer.device") == "cpu" else None

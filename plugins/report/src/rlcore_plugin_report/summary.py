@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlcore.config.output_paths import shown_path
-from rlcore.errors import RLCoreError
-from rlcore.tracking.sinks import METRICS_FILE
+from rlcore.api import METRICS_FILE, RLCoreError, shown_path
 from rlcore_plugin_report.plot import plot_reward_curve
 from rlcore_plugin_report.report import _read_json, write_report
 

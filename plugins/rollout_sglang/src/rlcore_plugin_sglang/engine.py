@@ -19,10 +19,7 @@ from typing import Any
 
 import torch
 
-from rlcore.errors import RLCoreError
-from rlcore.rollout.buckets import weight_buckets
-from rlcore.rollout.sampling import ROLLOUT_KEY, SamplingParams
-from rlcore.rollout.token_engine import Completion, TokenListEngine
+from rlcore.api import ROLLOUT_KEY, Completion, RLCoreError, SamplingParams, TokenListEngine, weight_buckets
 from rlcore_plugin_sglang.sampling import sglang_sampling_params
 from rlcore_plugin_sglang.server import ServerEngine, ServerSettings, rollout_mode
 

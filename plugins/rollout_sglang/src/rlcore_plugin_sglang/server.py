@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,16 @@ from typing import Any
 
 import torch
 
-from rlcore.errors import RLCoreError
-from rlcore.modelkit.vlm import is_vision_language
-from rlcore.profiling import rollout as profiled_rollout
-from rlcore.profiling.torch_options import read_torch_options
-from rlcore.rollout.sampling import ROLLOUT_KEY, SamplingParams
-from rlcore.rollout.token_engine import Completion, TokenListEngine
+from rlcore.api import (
+    ROLLOUT_KEY,
+    Completion,
+    RLCoreError,
+    SamplingParams,
+    TokenListEngine,
+    is_vision_language,
+    read_torch_options,
+)
+from rlcore.api import rollout_profiling as profiled_rollout
 from rlcore_plugin_vllm.sampling import vllm_sampling_kwargs
 
 __all__ = ["VLLMRolloutEngine", "import_vllm"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rlcore.rollout.sampling import SamplingParams
+from rlcore.api import SamplingParams
 
 __all__ = ["vllm_sampling_kwargs"]
 

@@ -21,8 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rlcore.agents import Span, TraceSettings, TrajectoryTrace, with_text
-from rlcore.tracking.external import tracker_setting
+from rlcore.api import Span, TraceSettings, TrajectoryTrace, tracker_setting, with_text
 from rlcore_plugin_mlflow.tracker import file_store_uri
 
 #: the directory of this process's run, recorded by the plugin's ``on_run_start`` hook

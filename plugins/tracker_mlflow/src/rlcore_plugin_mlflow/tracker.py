@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rlcore.tracking.external import ExternalTracker, flatten, numeric_metrics, table_data
+from rlcore.api import ExternalTracker, flatten, numeric_metrics, table_data
 
 #: MLflow's batch limits (params/tags and metrics per ``log_batch`` call)
 MAX_PARAMS_PER_BATCH = 100

@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rlcore.tracking.external import ExternalTracker, check_choice, numeric_metrics, table_data, tracker_setting
+from rlcore.api import ExternalTracker, check_choice, numeric_metrics, table_data, tracker_setting
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig

@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from rlcore.tracking.external import ExternalTracker, numeric_metrics, table_data
+from rlcore.api import ExternalTracker, numeric_metrics, table_data
 
 
 class TensorboardTracker(ExternalTracker):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from rlcore.tracking.external import ExternalTracker, check_choice, numeric_metrics, table_data, tracker_setting
+from rlcore.api import ExternalTracker, check_choice, numeric_metrics, table_data, tracker_setting
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig

@@ -59,7 +59,7 @@ def other_problems(context: dict) -> list[str]:
     if not VERSION.match(context["rlcore_min_version"]):
         problems.append(f"rlcore_min_version {context['rlcore_min_version']!r} must look like '0.1' (major.minor)")
     if not API_RANGE.match(context["rlcore_api"]):
-        problems.append(f"rlcore_api {context['rlcore_api']!r} must be a PEP 440 version range such as '>=2,<3'")
+        problems.append(f"rlcore_api {context['rlcore_api']!r} must be a PEP 440 version range such as '>=3,<4'")
     if context["github_username"] and not GITHUB_USER.match(context["github_username"]):
         problems.append(f"github_username {context['github_username']!r} is not a GitHub user or organisation name")
     if not any(context[kind] for kind in context["_kinds"]):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError
 from rlcore.testing.contracts import DatasetContract
 from rlcore_plugin_{{ cookiecutter.underscored }}.dataset import DATA_SOURCE, QuestionAnswerDataset
 

@@ -14,7 +14,7 @@ runs rlcore's contract suite, which checks every trajectory with the mask audit.
 
 from __future__ import annotations
 
-from rlcore.agents import AgentContext, AgentSample, Trajectory
+from rlcore.api import AgentContext, AgentSample, Trajectory
 
 FOLLOW_UP = "Check your answer and give it again."
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore import get_component
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError
 
 #: the registered dataset that tokenises and pads the converted rows
 BASE_DATASET = "rl"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from rlcore import hookimpl
 {% if cookiecutter.advantage_estimator %}
-from rlcore.api.specs import AdvantageEstimatorSpec
+from rlcore.api import AdvantageEstimatorSpec
 {% endif %}
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)

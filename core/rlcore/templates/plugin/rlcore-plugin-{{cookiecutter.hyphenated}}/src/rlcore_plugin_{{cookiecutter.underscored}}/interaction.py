@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlcore.agents import Interaction, InteractionTurn
+from rlcore.api import Interaction, InteractionTurn
 
 
 class ExpectsAnswer(Interaction):

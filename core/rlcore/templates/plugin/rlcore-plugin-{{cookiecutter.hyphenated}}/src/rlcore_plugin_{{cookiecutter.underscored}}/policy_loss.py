@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import agg_loss, masked_mean
+from rlcore.api import agg_loss, masked_mean
 
 #: the log-ratio is clamped to ±this before ``exp``
 LOG_RATIO_CLAMP = 20.0

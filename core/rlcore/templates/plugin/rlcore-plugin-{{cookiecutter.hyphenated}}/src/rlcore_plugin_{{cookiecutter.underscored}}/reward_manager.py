@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from rlcore.reward import RewardResult
+from rlcore.api import RewardResult
 
 
 class RewardManager:

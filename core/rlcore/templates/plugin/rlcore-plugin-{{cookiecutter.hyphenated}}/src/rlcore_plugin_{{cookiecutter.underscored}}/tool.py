@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlcore.agents import Tool, ToolResult
+from rlcore.api import Tool, ToolResult
 
 
 class WordCountTool(Tool):

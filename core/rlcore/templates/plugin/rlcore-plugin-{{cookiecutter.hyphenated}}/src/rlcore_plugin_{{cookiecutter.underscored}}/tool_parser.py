@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 
-from rlcore.agents import ToolCall
+from rlcore.api import ToolCall
 
 _CALL = re.compile(r'<call name="([^"]+)">(.*?)</call>', re.DOTALL)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlcore import get_component
-from rlcore.api.training import EngineRequest, EngineRole, TrainingEngine
+from rlcore.api import EngineRequest, EngineRole, TrainingEngine
 
 #: the registered training backend whose engines this one builds
 BASE_BACKEND = "fsdp"

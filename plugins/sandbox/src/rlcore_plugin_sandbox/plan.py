@@ -4,7 +4,7 @@ dry run's refusal, and passing ``reward_model.sandbox.allow_unconfined`` on to t
 A run uses the sandbox when its data has a ``data_source`` whose reward scorer was registered with
 ``sandbox=True`` (the built-in code scorer: ``codecontests``, ``apps``, ``codeforces``, ``taco``), or when its
 tool YAML has a tool class with ``runs_code = True`` (``code_interpreter``). A custom reward function that
-calls :func:`rlcore.sandbox.run_python` itself is not seen here; it meets the same refusal at its first call.
+calls :func:`rlcore_plugin_sandbox.run_python` itself is not seen here; it meets the same refusal at its first call.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlcore.errors import RLCoreError
-from rlcore.sandbox.host import host_isolation
-from rlcore.sandbox.policy import ALLOW_ENV, refusal
+from rlcore.api import RLCoreError
+from rlcore_plugin_sandbox.host import host_isolation
+from rlcore_plugin_sandbox.policy import ALLOW_ENV, refusal
 
 ALLOW_KEY = "reward_model.sandbox.allow_unconfined"
 
@@ -41,7 +41,7 @@ def data_sources(files: Any, key: str) -> set[str]:
             if key in pq.read_schema(path).names:
                 found.update(str(v) for v in pq.read_table(path, columns=[key]).column(0).unique().to_pylist())
         else:
-            from rlcore.data.rl_dataset import read_rows
+            from rlcore.api import read_rows
 
             found.update(str(r.get(key)) for r in read_rows(path)[0] if isinstance(r, Mapping))
     return found
@@ -50,7 +50,7 @@ def data_sources(files: Any, key: str) -> set[str]:
 def sandbox_users(config: Any) -> tuple[list[str], list[tuple[str, bool]]]:
     """What in the run executes model-written code: the data sources scored in the sandbox, and the
     sandboxed tools as (name, whether its config sets ``allow_unconfined: true``)."""
-    from rlcore.plugins import load_plugins
+    from rlcore import load_plugins
 
     registry = load_plugins().registry
     sources: list[str] = []
@@ -64,8 +64,8 @@ def sandbox_users(config: Any) -> tuple[list[str], list[tuple[str, bool]]]:
     multi_turn = config.actor_rollout_ref.rollout.get("multi_turn") or {}
     path = multi_turn.get("tool_config_path")
     if multi_turn.get("enable") and path:
-        from rlcore.agents.settings import MULTI_TURN_KEY
-        from rlcore.agents.tools import class_entries
+        from rlcore.api import MULTI_TURN_KEY
+        from rlcore.api import tool_classes as class_entries
 
         for _, entry, cls in class_entries(path, f"{MULTI_TURN_KEY}.tool_config_path", "tools", "tool"):
             if getattr(cls, "runs_code", False):

@@ -1,7 +1,7 @@
 """Whether a sandboxed program may run where the kernel cannot confine it fully.
 
 Code rewards and the code tool refuse to run model-written code on a host whose level is not ``full``
-(:attr:`rlcore.sandbox.host.HostIsolation.level`) unless the user accepts the weaker mode: the code tool with
+(:attr:`rlcore_plugin_sandbox.host.HostIsolation.level`) unless the user accepts the weaker mode: the code tool with
 ``allow_unconfined: true`` in its config, code rewards with ``reward_model.sandbox.allow_unconfined=true``,
 which a run passes to its scorer processes as ``RLCORE_SANDBOX_ALLOW_UNCONFINED=1``.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from rlcore.sandbox.host import HostIsolation
-from rlcore.sandbox.launch import SandboxError
+from rlcore_plugin_sandbox.host import HostIsolation
+from rlcore_plugin_sandbox.launch import SandboxError
 
 ALLOW_ENV = "RLCORE_SANDBOX_ALLOW_UNCONFINED"
 #: how a user accepts the weaker mode, as the refusal names it

@@ -44,7 +44,7 @@ UNAUDITED = {
     "pidfd_send_signal": "signal.pidfd_send_signal",
 }
 #: the event :func:`mediate_builtin_modules` raises to have the hook make a builtin module
-CREATE_BUILTIN_EVENT = "rlcore.sandbox.create_builtin"
+CREATE_BUILTIN_EVENT = "rlcore_plugin_sandbox.create_builtin"
 #: builtin modules that are never made again (a fresh one would hold the original functions of UNAUDITED, or
 #: the original ``create_builtin``)
 NOT_RECREATED = frozenset({"posix", "_signal", "_imp"})

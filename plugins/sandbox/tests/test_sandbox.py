@@ -8,9 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
-
-from rlcore.sandbox import SandboxLimits, host_isolation, run_python, run_python_async
-from rlcore.sandbox.launch import SandboxInputError
+from rlcore_plugin_sandbox import SandboxLimits, host_isolation, run_python, run_python_async
+from rlcore_plugin_sandbox.launch import SandboxInputError
 
 LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=2, memory_mb=256, output_bytes=1000)
 

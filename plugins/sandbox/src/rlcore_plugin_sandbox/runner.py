@@ -6,10 +6,10 @@ import asyncio
 import signal
 from typing import Any
 
-from rlcore.sandbox.host import host_isolation
-from rlcore.sandbox.launch import Execution, check_stdin, execute
-from rlcore.sandbox.limits import SandboxLimits, SandboxResult, Status
-from rlcore.sandbox.policy import require_confinement
+from rlcore_plugin_sandbox.host import host_isolation
+from rlcore_plugin_sandbox.launch import Execution, check_stdin, execute
+from rlcore_plugin_sandbox.limits import SandboxLimits, SandboxResult, Status
+from rlcore_plugin_sandbox.policy import require_confinement
 
 
 def run_python(
@@ -23,11 +23,11 @@ def run_python(
     """Run the Python program ``code`` in the sandbox, feeding it ``stdin``, and return what it did.
 
     Nothing the program does raises here. What does: ``stdin`` that has no UTF-8 form (a lone surrogate such
-    as ``"\\ud800"``: :class:`~rlcore.sandbox.launch.SandboxInputError`, a ``ValueError``; a lone surrogate in
+    as ``"\\ud800"``: :class:`~rlcore_plugin_sandbox.launch.SandboxInputError`, a ``ValueError``; a lone surrogate in
     ``code`` is the program's own ``SyntaxError``), a host that cannot confine the program fully
-    (:class:`~rlcore.sandbox.policy.SandboxUnavailableError`) unless ``allow_unconfined`` accepts it
+    (:class:`~rlcore_plugin_sandbox.policy.SandboxUnavailableError`) unless ``allow_unconfined`` accepts it
     (``None``: ``RLCORE_SANDBOX_ALLOW_UNCONFINED`` decides), and a sandbox that cannot be set up
-    (:class:`~rlcore.sandbox.launch.SandboxError`). ``audit_hook=False`` leaves out the friendly layer, so
+    (:class:`~rlcore_plugin_sandbox.launch.SandboxError`). ``audit_hook=False`` leaves out the friendly layer, so
     that only the kernel confines the program (what ``rlcore sandbox check`` and the tests verify).
     """
     limits = limits or SandboxLimits()

@@ -19,10 +19,10 @@ import os
 from dataclasses import dataclass, field
 from importlib.util import find_spec
 
-from rlcore.errors import RLCoreError
-from rlcore.sandbox import cgroups
-from rlcore.sandbox.launch import SandboxError, execute
-from rlcore.sandbox.limits import SandboxLimits
+from rlcore.api import RLCoreError
+from rlcore_plugin_sandbox import cgroups
+from rlcore_plugin_sandbox.launch import SandboxError, execute
+from rlcore_plugin_sandbox.limits import SandboxLimits
 
 ISOLATION_ENV = "RLCORE_SANDBOX_ISOLATION"
 #: the modes, strongest first

@@ -1,4 +1,7 @@
-"""Run untrusted Python (model-written code) confined by the kernel: the core sandbox.
+"""rlcore plugin: run untrusted Python (model-written code) confined by the kernel: the sandbox of the code
+reward (data sources ``codecontests``, ``apps``, ``codeforces``, ``taco``) and the ``code_interpreter`` tool.
+
+This module is the plugin's public API (:func:`run_python` for custom tools and rewards).
 
 One sandbox serves the code-interpreter tool of multi-turn rollouts and the code-execution reward. For each
 :func:`run_python` call, this process's launcher server (:mod:`.server`, started once) forks a launcher
@@ -25,11 +28,42 @@ friendly layer, the kernel is the boundary. A mode or cgroup that fails where a 
 never silent: a warning, the plan's sandbox line and ``rlcore sandbox check`` name the cause.
 """
 
-from rlcore.sandbox.host import HostIsolation, host_isolation
-from rlcore.sandbox.launch import SandboxError
-from rlcore.sandbox.limits import SandboxLimits, SandboxResult, Status
-from rlcore.sandbox.policy import SandboxUnavailableError
-from rlcore.sandbox.runner import run_python, run_python_async
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlcore_plugin_sandbox.host import HostIsolation, host_isolation
+    from rlcore_plugin_sandbox.launch import SandboxError
+    from rlcore_plugin_sandbox.limits import SandboxLimits, SandboxResult, Status
+    from rlcore_plugin_sandbox.policy import SandboxUnavailableError
+    from rlcore_plugin_sandbox.runner import run_python, run_python_async
+
+__version__ = "0.1.0"
+
+#: the module of each public name, imported on first use: the plugin's hooks module (imported by every
+#: ``rlcore`` command) is in this package, and the sandbox itself is needed only by runs that execute code
+_HOMES = {
+    "HostIsolation": "host",
+    "host_isolation": "host",
+    "SandboxError": "launch",
+    "SandboxLimits": "limits",
+    "SandboxResult": "limits",
+    "Status": "limits",
+    "SandboxUnavailableError": "policy",
+    "run_python": "runner",
+    "run_python_async": "runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The public name ``name``, from the module that defines it (imported on first use)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+
 
 __all__ = [
     "HostIsolation",
@@ -38,6 +72,7 @@ __all__ = [
     "SandboxResult",
     "SandboxUnavailableError",
     "Status",
+    "__version__",
     "host_isolation",
     "run_python",
     "run_python_async",

@@ -2,7 +2,7 @@
 
 Entering namespaces, mounting and dropping privileges must happen in a single-threaded process (the caller
 may run threads), hence a process of its own for each program. Its spec (see :func:`parse_spec`) is written
-by :mod:`rlcore.sandbox.launch`. What it does depends on the spec's ``mode``:
+by :mod:`rlcore_plugin_sandbox.launch`. What it does depends on the spec's ``mode``:
 
 ``namespaces``
     It enters new PID, network, IPC and UTS namespaces — as root directly, otherwise inside a new user

@@ -9,13 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from rlcore_plugin_sandbox import host_isolation
+from rlcore_plugin_sandbox.scorer import extract_program, parse_tests, score
 
-from rlcore.api.batch import Batch
-from rlcore.errors import RLCoreError
-from rlcore.reward.managers import NaiveRewardManager
-from rlcore.reward.scorers.code import extract_program, parse_tests, score
+from rlcore.api import Batch, NaiveRewardManager, RLCoreError
 from rlcore.reward.scoring import RegistryScorer
-from rlcore.sandbox import host_isolation
 
 #: a + b from one line of standard input; 1 s of CPU time (2 s wall), 64 MB
 ADD = {"inputs": ["1 2\n", "10 -3\n", "0 0\n"], "outputs": ["3\n", "7", "0\n"], "time_limit": 1, "memory_limit": 64}

@@ -1,7 +1,7 @@
 """The sandbox's launcher server: ``python -I -S server.py FD`` forks one launcher per program.
 
 A fresh interpreter per program would cost more than the confinement itself (start-up and the ``ctypes``
-import). So each process that runs sandboxed programs starts this server once (:mod:`rlcore.sandbox.launch`)
+import). So each process that runs sandboxed programs starts this server once (:mod:`rlcore_plugin_sandbox.launch`)
 and asks it over the ``SOCK_SEQPACKET`` socket ``FD``:
 
 ``launch`` and the spec's ``KEY=VALUE`` words, with the descriptors stdin, stdout, stderr, setup and events

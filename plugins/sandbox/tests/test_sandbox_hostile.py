@@ -17,10 +17,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from rlcore.sandbox import SandboxLimits, host_isolation, run_python
-from rlcore.sandbox.check import kernel_buffer_hog, setsid_sleeper, still_running
-from rlcore.sandbox.view import visible_paths
+from rlcore_plugin_sandbox import SandboxLimits, host_isolation, run_python
+from rlcore_plugin_sandbox.check import kernel_buffer_hog, setsid_sleeper, still_running
+from rlcore_plugin_sandbox.view import visible_paths
 
 LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=4, memory_mb=256, output_bytes=4000)
 
@@ -158,7 +157,7 @@ def test_a_program_dies_with_a_caller_that_is_killed(tmp_path: Path) -> None:
     marker = f"{uuid.uuid4().int % 10**9}.375"
     program = setsid_sleeper(marker) + "import time\ntime.sleep(100)"
     caller = (  # the program comes on stdin, so that the caller's own command line has no marker
-        "import sys\nfrom rlcore.sandbox import SandboxLimits, run_python\n"
+        "import sys\nfrom rlcore_plugin_sandbox import SandboxLimits, run_python\n"
         "run_python(sys.stdin.read(), limits=SandboxLimits(wall_seconds=100), audit_hook=False)"
     )
     env = {**os.environ, "TMPDIR": str(tmp_path)}

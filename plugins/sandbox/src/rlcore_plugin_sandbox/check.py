@@ -1,6 +1,6 @@
 """``rlcore sandbox check``: what the kernel enforces for sandboxed programs on this host, each claim tried.
 
-Besides the table of :meth:`~rlcore.sandbox.host.HostIsolation.confinements`, it runs hostile probes with the
+Besides the table of :meth:`~rlcore_plugin_sandbox.host.HostIsolation.confinements`, it runs hostile probes with the
 audit hook off (so that only the kernel stands in their way): read a secret planted outside, write into a
 folder anyone may write and change the mode, times and extended attributes of a file of this process's user
 there, write 8 MB with ``folder_mb=1``, hold twice ``memory_mb`` in pipe and socket buffers, reach a TCP and
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import click
 
-from rlcore.sandbox.host import HostIsolation, host_isolation
-from rlcore.sandbox.limits import SandboxLimits
-from rlcore.sandbox.runner import run_python
+from rlcore_plugin_sandbox.host import HostIsolation, host_isolation
+from rlcore_plugin_sandbox.limits import SandboxLimits
+from rlcore_plugin_sandbox.runner import run_python
 
 PROBE_LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=3, memory_mb=256, max_processes=8)
 #: a probe: the code's result (``True``: stopped, ``False``: it got through)

@@ -8,10 +8,10 @@ The ground truth is a JSON string (or a dict) in the TACO/APPS layout::
 
 optionally with ``"time_limit"`` (seconds of CPU time per test; wall time is twice that) and
 ``"memory_limit"`` (MB). The program is the last fenced code block of the response (```` ```python ````
-preferred), else the whole response. Each test runs in :func:`rlcore.sandbox.run_python`, confined by the
+preferred), else the whole response. Each test runs in :func:`rlcore_plugin_sandbox.run_python`, confined by the
 kernel (its own namespaces, a read-only view of the interpreter, a private folder, no network, no
 privileges) with CPU-time, wall-time, memory, process and output limits; on a host that cannot confine it
-fully, scoring raises :class:`rlcore.sandbox.SandboxUnavailableError` unless
+fully, scoring raises :class:`rlcore_plugin_sandbox.SandboxUnavailableError` unless
 ``reward_model.sandbox.allow_unconfined=true`` (which a run passes on as ``RLCORE_SANDBOX_ALLOW_UNCONFINED``).
 A test passes when the program exits normally and its output
 equals the expected output (compared line by line, ignoring trailing whitespace; call-based: equal as JSON
@@ -30,7 +30,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError
 
 #: the limits of one test when the problem gives none (seconds of CPU time, MB of memory)
 DEFAULT_TIME_LIMIT_S = 5.0
@@ -106,7 +106,7 @@ def score(data_source: str, solution_str: str, ground_truth: Any, extra_info: An
     ``status`` (the first failing test's sandbox status, or ``ok``) and ``stderr_overflow`` (how many tests
     wrote more than :data:`OUTPUT_LIMIT_BYTES` to stderr, which does not fail them) as extra information.
     A test input that is not valid text (a lone surrogate) is an :class:`RLCoreError` naming the test."""
-    from rlcore.sandbox import SandboxLimits, run_python
+    from rlcore_plugin_sandbox import SandboxLimits, run_python
 
     tests = parse_tests(ground_truth)
     cpu = float(tests.get("time_limit") or DEFAULT_TIME_LIMIT_S)

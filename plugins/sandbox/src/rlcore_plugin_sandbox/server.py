@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from rlcore.child_processes import mark_infrastructure
+from rlcore.api import mark_infrastructure
 
 #: the server script, run by this interpreter in isolated mode without site-packages
 SERVER = Path(__file__).with_name("jail") / "server.py"

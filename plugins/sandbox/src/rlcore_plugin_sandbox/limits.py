@@ -60,7 +60,7 @@ class SandboxResult:
     killed the program there) or ``blocked`` (it attempted something the audit hook refuses — network,
     process creation, writing outside its directory — whatever it did afterwards). ``blocked`` lists the
     refused actions. ``isolation`` is how the kernel confined it: ``namespaces``, ``landlock`` or ``none``
-    (see :func:`rlcore.sandbox.host_isolation`); ``network_namespace`` is true with ``namespaces``.
+    (see :func:`rlcore_plugin_sandbox.host_isolation`); ``network_namespace`` is true with ``namespaces``.
     ``truncated`` says whether output was cut at ``output_bytes``, and ``truncated_streams`` which streams
     (``stdout``, ``stderr``).
     """

@@ -17,12 +17,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlcore.errors import RLCoreError
-from rlcore.sandbox.cgroups import Cgroup, Layout
-from rlcore.sandbox.limits import SandboxLimits
-from rlcore.sandbox.server import LauncherServer, launcher_server
-from rlcore.sandbox.streams import Stream, read_until
-from rlcore.sandbox.view import visible_paths
+from rlcore.api import RLCoreError
+from rlcore_plugin_sandbox.cgroups import Cgroup, Layout
+from rlcore_plugin_sandbox.limits import SandboxLimits
+from rlcore_plugin_sandbox.server import LauncherServer, launcher_server
+from rlcore_plugin_sandbox.streams import Stream, read_until
+from rlcore_plugin_sandbox.view import visible_paths
 
 #: environment of a sandboxed program: nothing inherited from the run (no tokens, no proxies)
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
