@@ -14,9 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from rlcore_plugin_report.report import RL_PANELS, SFT_PANELS
 from rlcore_plugin_sft.run import run_sft
-
-from rlcore.tracking.report import RL_PANELS, SFT_PANELS
 
 #: a short run of the bundled task: 8 prompts per step, two steps, validated after the second
 SHORT = ("trainer.total_training_steps=2", "trainer.test_freq=2", "data.train_batch_size=8")

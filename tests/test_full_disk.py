@@ -209,6 +209,7 @@ REPORT_ON_A_FULL_DISK = textwrap.dedent(
     import json, os, sys
     from pathlib import Path
     from omegaconf import OmegaConf
+    from rlcore import load_plugins
     from rlcore.presets import PRESETS_FILE
     from rlcore.run import _summarise
     from rlcore.run_context import RunContext
@@ -223,7 +224,7 @@ REPORT_ON_A_FULL_DISK = textwrap.dedent(
     os.posix_fallocate(fd, 0, stats.f_bavail * stats.f_frsize - 8192)  # room for summary.json, not for a plot
     os.close(fd)
     config = OmegaConf.create({"trainer": {"save_freq": -1}})
-    _summarise(config, RunContext(config, run_dir), {"critic/score/mean": 1.0}, 12.0, "completed")
+    _summarise(config, RunContext(config, run_dir), load_plugins(), {"critic/score/mean": 1.0}, 12.0, "completed")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["last"] == {"critic/score/mean": 1.0}, summary
     assert (run_dir / "metrics.jsonl").read_text() == "".join(json.dumps(row) + "\\n" for row in rows)
@@ -251,7 +252,7 @@ def test_a_full_disk_while_writing_the_report_is_one_line_and_keeps_the_summary(
 
     script = (
         REPORT_ON_A_FULL_DISK.split("config = OmegaConf")[0]
-        + "from rlcore.cli import cli\ncli(['report', str(run_dir)])\n"
+        + "from rlcore.cli import cli\nload_plugins().add_commands(cli)\ncli(['report', str(run_dir)])\n"
     )
     again = _in_small_tmpfs(mount, "1m", [sys.executable, "-c", script, str(mount)], 120)
     assert again.returncode == 2, again.stdout + again.stderr

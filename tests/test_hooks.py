@@ -235,7 +235,8 @@ _DRY_RUN_OVERRIDES = [
 
 
 def test_hook_plan_lines(registered, capsys) -> None:
-    """A plugin's plan lines are printed by the dry run; one that raises stops it with its message."""
+    """A plugin's plan lines are printed by the dry run, which a plugin that asks for ``dry_run`` is told; one
+    that raises stops it with its message."""
     from rlcore.run import run_training
 
     def plan_lines(config):
@@ -243,11 +244,48 @@ def test_hook_plan_lines(registered, capsys) -> None:
             raise RLCoreError("my-plugin cannot run this")
         return [f"my-plugin: {config.data.train_batch_size} prompts"]
 
-    with registered(plugin(plan_lines=plan_lines), name="plan-hook"):
+    def dry_run_only(config, dry_run):
+        return [f"dry-plugin: dry run {dry_run}"] if dry_run else None
+
+    with (
+        registered(plugin(plan_lines=plan_lines), name="plan-hook"),
+        registered(plugin(plan_lines=dry_run_only), name="dry-plan-hook"),
+    ):
         run_training([], _DRY_RUN_OVERRIDES, [], dry_run=True)
-        assert "my-plugin: 4 prompts\n" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "my-plugin: 4 prompts\n" in out and "dry-plugin: dry run True\n" in out
         with pytest.raises(RLCoreError, match="my-plugin cannot run this"):
             run_training([], [*_DRY_RUN_OVERRIDES, "trainer.experiment_name=refuse"], [], dry_run=True)
+
+
+def test_hook_summary_lines(registered, capsys, tmp_path: Path) -> None:
+    """A plugin's summary lines are printed after the summary's ``metrics:`` line, once ``summary.json`` holds
+    the run's status."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from rlcore.presets import PRESETS_FILE
+    from rlcore.run import _summarise
+    from rlcore.run_context import RunContext
+
+    run_dir = tmp_path / "run-1"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "critic/score/mean": 0.5}) + "\n")
+    (run_dir / PRESETS_FILE).write_text("[]")
+    seen = []
+
+    def summary_lines(run_dir, status):
+        seen.append(json.loads((run_dir / "summary.json").read_text())["status"])
+        return [f"my-plugin: {run_dir.name} {status}"]
+
+    config = OmegaConf.create({"trainer": {"save_freq": -1}})
+    with registered(plugin(summary_lines=summary_lines), name="summary-hook") as manager:
+        _summarise(config, RunContext(config, run_dir), manager, {}, 1.0, "completed")
+    out = capsys.readouterr().out.splitlines()
+    assert seen == ["completed"]
+    metrics = next(i for i, line in enumerate(out) if line.startswith("metrics:"))
+    assert "my-plugin: run-1 completed" in out[metrics + 1 :]
 
 
 def test_hook_register_commands(registered) -> None:

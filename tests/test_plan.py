@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 from rlcore_plugin_hf.engine import HFRolloutEngine
+from rlcore_plugin_plan.memory import training_activations
+from rlcore_plugin_plan.planner import plan_for_config
 
-from rlcore.plan import plan_for_config
-from rlcore.plan.memory import training_activations
 from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
 from rlcore.testing.contracts.rollout import make_prompt_batch
 from rlcore.workers.actor import ActorRolloutRefWorker
@@ -396,8 +396,10 @@ def test_cli_plan_json_and_bad_device(qwen3_dir: Path) -> None:
 
     from click.testing import CliRunner
 
+    from rlcore import load_plugins
     from rlcore.cli import cli
 
+    load_plugins().add_commands(cli)  # rlcore-plugin-plan adds `rlcore plan`, as the rlcore script does
     runner = CliRunner()
     result = runner.invoke(cli, ["plan", *seed_like(qwen3_dir), "--gpu", "h200", "--json"])
     assert result.exit_code == 0, result.output

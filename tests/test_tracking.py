@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import math
 import re
 import time
 from pathlib import Path
@@ -19,7 +18,6 @@ from omegaconf import OmegaConf
 from rlcore.errors import RLCoreError
 from rlcore.registry import UnknownComponentError
 from rlcore.testing.contracts.tracker import TrackerContract
-from rlcore.tracking.plot import plot_reward_curve
 from rlcore.tracking.progress import ProgressBar, active_console
 from rlcore.tracking.sinks import (
     ConsoleTracker,
@@ -32,8 +30,6 @@ from rlcore.tracking.sinks import (
     read_metrics,
 )
 from rlcore.tracking.timer import StageTimer
-
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def make_config(logger: Any = ("console",)) -> Any:
@@ -350,59 +346,6 @@ def test_build_trackers_unknown_name_lists_known(plugin_manager: Any, tmp_path: 
     message = str(info.value)
     assert "consol_e" in message and "console" in message and "jsonl" in message
     assert not (tmp_path / "run" / "metrics.jsonl").exists()  # nothing was constructed
-
-
-# ------------------------------------------------------------------------------------------- plot
-def write_metrics(run_dir: Path, records: list[tuple[int, dict[str, float]]]) -> Path:
-    """Log ``records`` with a JSONL tracker and return the metrics file."""
-    tracker = jsonl(run_dir)
-    for step, metrics in records:
-        tracker.log(metrics, step)
-    tracker.finish()
-    return run_dir / "metrics.jsonl"
-
-
-def assert_png(path: Path) -> None:
-    """The file is a PNG that matplotlib reads back with a non-empty image."""
-    import matplotlib.image
-
-    assert path.read_bytes()[:8] == PNG_SIGNATURE
-    image = matplotlib.image.imread(path)
-    assert image.shape[0] > 0 and image.shape[1] > 0
-
-
-def train_record(step: int) -> dict[str, float]:
-    """A training step's score metrics."""
-    mean = step / 10
-    return {"critic/score/mean": mean, "critic/score/min": 0.0, "critic/score/max": min(1.0, 2 * mean)}
-
-
-def test_plot_reward_curve_with_validation(tmp_path: Path) -> None:
-    records = [(0, {"val-core/openai/gsm8k/reward/mean@1": 0.1})]
-    records += [(s, train_record(s)) for s in range(1, 6)]
-    records.append((5, {"val-core/openai/gsm8k/reward/mean@1": 0.4, "val-core/openai/gsm8k/acc/mean@1": 0.4}))
-    path = write_metrics(tmp_path, records)
-    out = plot_reward_curve(path, tmp_path / "plots" / "reward.png")
-    assert out == tmp_path / "plots" / "reward.png"
-    assert_png(out)
-
-
-def test_plot_reward_curve_without_validation(tmp_path: Path) -> None:
-    path = write_metrics(tmp_path, [(s, train_record(s)) for s in range(1, 4)] + [(4, {"critic/score/mean": math.nan})])
-    assert_png(plot_reward_curve(path, tmp_path / "reward.png"))
-
-
-def test_plot_reward_curve_errors(tmp_path: Path) -> None:
-    with pytest.raises(RLCoreError, match="does not exist"):
-        plot_reward_curve(tmp_path / "missing.jsonl", tmp_path / "out.png")
-    empty = tmp_path / "metrics.jsonl"
-    empty.write_text("")
-    with pytest.raises(RLCoreError, match="empty"):
-        plot_reward_curve(empty, tmp_path / "out.png")
-    write_metrics(tmp_path / "other", [(1, {"actor/pg_loss": 0.1})])
-    with pytest.raises(RLCoreError, match="no reward metric"):
-        plot_reward_curve(tmp_path / "other" / "metrics.jsonl", tmp_path / "out.png")
-    assert not (tmp_path / "out.png").exists()
 
 
 # ------------------------------------------------------------------------------------------ timer

@@ -152,9 +152,10 @@ def config() -> None:
     """Inspect the run configuration."""
 
 
-def _resolved_config(args: tuple[str, ...], presets: tuple[str, ...]) -> Any:
+def resolved_config(args: tuple[str, ...], presets: tuple[str, ...]) -> Any:
     """The config ``rlcore run ARGS`` would use, with the ``--preset`` names ``presets`` (plugins'
-    ``on_config_resolved`` hooks included): what ``rlcore config show`` prints and ``rlcore plan`` plans."""
+    ``on_config_resolved`` hooks included): what ``rlcore config show`` prints and ``rlcore plan``
+    (rlcore-plugin-plan) plans."""
     from rlcore.config import load_config, parse_command_line
     from rlcore.run import default_presets
 
@@ -184,7 +185,7 @@ def config_show(args: tuple[str, ...], presets: tuple[str, ...]) -> None:
     from rlcore.config import config_to_yaml
     from rlcore.config.aliases import with_alias_comments
 
-    click.echo(with_alias_comments(config_to_yaml(_resolved_config(args, presets))), nl=False)
+    click.echo(with_alias_comments(config_to_yaml(resolved_config(args, presets))), nl=False)
 
 
 # ---------------------------------------------------------------------- run
@@ -210,48 +211,6 @@ def run(args: tuple[str, ...], presets: tuple[str, ...], dry_run: bool) -> None:
         config_name=line.config_name,
         config_path=line.config_path,
     )
-
-
-# --------------------------------------------------------------------- plan
-@cli.command(context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--preset", "presets", multiple=True, help="Apply a registered preset before files and overrides.")
-@click.option(
-    "--gpu",
-    "gpu",
-    default=None,
-    help="Device to plan for: h100, h200, a100, l40s or cpu [default: this machine's GPU, else cpu].",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def plan(args: tuple[str, ...], presets: tuple[str, ...], gpu: str | None, as_json: bool) -> None:
-    """Per-rank peak memory of each phase, the step time and whether it fits, for the config ``rlcore run``
-    would use (same arguments), before launching anything (docs/plan.md)."""
-    from rlcore.plan import plan_for_config
-    from rlcore.plan.render import render_text
-
-    result = plan_for_config(_resolved_config(args, presets), gpu)
-    click.echo(json.dumps(result.as_dict(), indent=2) if as_json else render_text(result))
-
-
-# ------------------------------------------------------------------- report
-@cli.command()
-@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    help="Output folder [default: RUN_DIR/report for one run, ./rlcore-report for several].",
-)
-def report(run_dirs: tuple[str, ...], out_dir: str | None) -> None:
-    """Plot one or more runs and write an HTML summary: rlcore report RUN_DIR [RUN_DIR ...] [--out DIR]."""
-    from rlcore.tracking.report import write_report
-
-    result = write_report(list(run_dirs), out_dir)
-    missing = [slug for slug, has in result.has_data.items() if not has]
-    click.echo(f"report: {result.html}")
-    click.echo(f"plots:  {result.png} (+ {len(result.panels)} panels in {result.png.parent / 'panels'})")
-    if missing:
-        click.echo(f"no data for: {', '.join(missing)}")
 
 
 # --------------------------------------------------------------------- data

@@ -1,6 +1,7 @@
 """Which distribution provides each component that rlcore knows of but does not ship itself.
 
-This is the table behind the ``pip install ...`` line of every "component not installed" error: when a
+This is the table behind the ``pip install ...`` line of every "component not installed" error (and of an
+``rlcore`` sub-command that a plugin adds, such as ``rlcore report``): when a
 config names ``actor_rollout_ref.actor.strategy=fsdp`` and no loaded plugin registers it, the error says
 ``pip install rlcore-plugin-fsdp``. ``tests/test_registry.py`` checks that the row of every distribution in
 this repository's ``plugins/`` (all of the rows today, the Megatron and DeepSpeed backends included) agrees
@@ -104,6 +105,8 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
         },
     ),
     Distribution("rlcore-plugin-sft", {}, commands=("sft", "data arith-sft")),
+    Distribution("rlcore-plugin-report", {}, commands=("report",)),
+    Distribution("rlcore-plugin-plan", {}, commands=("plan",)),
 )
 
 

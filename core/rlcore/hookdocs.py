@@ -69,7 +69,7 @@ def _summary(name: str) -> str:
     import rlcore.api
 
     value = getattr(rlcore.api, name)
-    if inspect.isclass(value) or inspect.isfunction(value) or inspect.ismodule(value):
+    if inspect.isclass(value) or inspect.isfunction(inspect.unwrap(value)) or inspect.ismodule(value):  # cached too
         return " ".join(inspect.cleandoc(value.__doc__ or "").split("\n\n")[0].split())
     module, attribute = rlcore.api._target(name)
     package = importlib.import_module(module)

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import click
     from omegaconf import DictConfig
 
@@ -364,11 +366,13 @@ def step_extensions(config: DictConfig) -> list[Any] | None:
 
 
 @hookspec
-def plan_lines(config: DictConfig) -> list[str] | None:
+def plan_lines(config: DictConfig, dry_run: bool) -> list[str] | None:
     """Return the lines ``rlcore run`` (dry run or not) prints about this plugin's part of the resolved
     ``config`` before anything starts (for example the rollout engine's chunks), or None when the config does
-    not use the plugin. Raise :class:`rlcore.errors.RLCoreError` for a setting the plugin cannot run: the run
-    stops before it starts and the message is printed as one of its problems.
+    not use the plugin. ``dry_run`` is true for ``rlcore run --dry-run``: lines only a dry run prints (such as
+    the memory plan of ``rlcore-plugin-plan``) are returned then only. Raise :class:`rlcore.errors.RLCoreError`
+    for a setting the plugin cannot run: the run stops before it starts and the message is printed as one of
+    its problems.
 
     Example::
 
@@ -377,6 +381,22 @@ def plan_lines(config: DictConfig) -> list[str] | None:
             if config.actor_rollout_ref.rollout.name != "my-engine":
                 return None
             return [f"my-engine: {config.actor_rollout_ref.rollout.n} samples per prompt"]
+    """
+
+
+@hookspec
+def summary_lines(run_dir: Path, status: str) -> list[str] | None:
+    """Return the lines ``rlcore run`` and ``rlcore sft`` print at the end of a run's summary, after the
+    ``metrics:`` line, about what this plugin made of the run directory ``run_dir`` (for example the report
+    that ``rlcore-plugin-report`` writes there), or None. Called once ``summary.json`` (with the run's
+    ``status``) is written, however the run ended, when at least one step was logged. Catch what you can
+    foresee (a full disk): an exception fails a completed run after its summary is written.
+
+    Example::
+
+        @rlcore.hookimpl
+        def summary_lines(run_dir):
+            return [f"steps: {len((run_dir / 'metrics.jsonl').read_text().splitlines())} rows"]
     """
 
 

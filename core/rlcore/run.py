@@ -368,7 +368,7 @@ def run_training(
     with problems.collect():
         plan_lines += run_plan_lines(config)
     with problems.collect(), contain_exit("a plugin's plan_lines hook"):
-        for lines in manager.hook.plan_lines(config=config):
+        for lines in manager.hook.plan_lines(config=config, dry_run=dry_run):
             plan_lines += lines or []
     with problems.collect():
         check_allowed(config.trainer.resume_allow_changes)
@@ -388,10 +388,6 @@ def run_training(
     if images:
         click.echo(images)
     if dry_run:
-        from rlcore.plan.render import dry_run_lines
-
-        for line in dry_run_lines(config):
-            click.echo(line)
         click.echo(config_to_yaml(config), nl=False)
         return {}
     make_output_paths_absolute(config)
@@ -433,7 +429,7 @@ def run_training(
         run,
         manager,
         open_run_dir=open_run_dir,
-        summarise=lambda last, status: _summarise(config, run, last, time.perf_counter() - start, status),
+        summarise=lambda last, status: _summarise(config, run, manager, last, time.perf_counter() - start, status),
         print_kept=lambda abandoned: print_kept(config, run.run_dir, abandoned=abandoned),
     )
 
@@ -480,13 +476,22 @@ def kept_lines(config: DictConfig, run: RunContext, status: str) -> list[str]:
     return lines
 
 
-def _summarise(config: DictConfig, run: RunContext, last: dict[str, Any], wall: float, status: str) -> None:
-    """Print the validation trend, write ``summary.json`` (with the run's ``status``), the report (``report/``)
-    and ``reward_curve.png``; name the trained model and the newest checkpoint (:func:`kept_lines`). A report
-    or curve that cannot be written (a full disk) is one line saying why; ``summary.json`` and
-    ``metrics.jsonl`` stay. Raises :class:`RLCoreError` when ``summary.json`` itself cannot be written."""
-    from rlcore.tracking.plot import plot_reward_curve
-    from rlcore.tracking.report import write_report
+def print_summary_lines(manager: PluginManager, run_dir: Path, status: str) -> None:
+    """Print the plugins' lines at the end of a run's summary (the ``summary_lines`` hook: the report of
+    rlcore-plugin-report, for one), once ``summary.json`` is written and a step was logged."""
+    with contain_exit("a plugin's summary_lines hook"):
+        for lines in manager.hook.summary_lines(run_dir=run_dir, status=status):
+            for line in lines or []:
+                click.echo(line)
+
+
+def _summarise(
+    config: DictConfig, run: RunContext, manager: PluginManager, last: dict[str, Any], wall: float, status: str
+) -> None:
+    """Print the validation trend, write ``summary.json`` (with the run's ``status``); name the trained model
+    and the newest checkpoint (:func:`kept_lines`), the metrics and what the plugins made of the run
+    (:func:`print_summary_lines`: the report and ``reward_curve.png`` of rlcore-plugin-report). Raises
+    :class:`RLCoreError` when ``summary.json`` itself cannot be written."""
     from rlcore.tracking.sinks import read_metrics
 
     run_dir = run.run_dir
@@ -521,17 +526,5 @@ def _summarise(config: DictConfig, run: RunContext, last: dict[str, Any], wall: 
         sys.stdout.flush()
         return
     click.echo(f"metrics:       {shown_path(metrics_path)}")
-    try:
-        report = write_report([run_dir])
-        click.echo(f"report:        {shown_path(report.html)} (plots: {shown_path(report.png)})")
-    except RLCoreError as exc:
-        click.echo(f"report:        not written: {exc}")
-    try:
-        click.echo(f"reward curve:  {shown_path(plot_reward_curve(metrics_path, run_dir / 'reward_curve.png'))}")
-    except RLCoreError as exc:
-        click.echo(f"reward curve:  not drawn: {exc}")
-    except OSError as exc:  # e.g. the disk is full
-        click.echo(
-            f"reward curve:  not drawn: cannot write {shown_path(run_dir / 'reward_curve.png')} ({exc.strerror or exc})"
-        )
+    print_summary_lines(manager, run_dir, status)
     sys.stdout.flush()

@@ -141,6 +141,30 @@ _LAZY: dict[str, str] = {
     "data_parallel_size": "rlcore.config.batch_sizes",
     "inference_micro_batch_size": "rlcore.config.batch_sizes",
     "token_budget": "rlcore.config.batch_sizes",
+    "ppo_batch_sizes": "rlcore.config.batch_sizes",
+    "ActorConfig": "rlcore.config.schema",
+    "RefConfig": "rlcore.config.schema",
+    "RolloutConfig": "rlcore.config.schema",
+    "resolved_config": "rlcore.cli",
+    # the run directory and its files, as the console names them (rlcore-plugin-report)
+    "METRICS_FILE": "rlcore.tracking.sinks",
+    "PRESETS_FILE": "rlcore.presets",
+    "read_metrics": "rlcore.tracking.sinks",
+    "format_value": "rlcore.tracking.sinks",
+    "short_label": "rlcore.tracking.progress",
+    "shown_path": "rlcore.config.output_paths",
+    "disk_problem": "rlcore.checkpoint.disk",
+    # the rollout memory arithmetic (the HF engine's chunks, rlcore plan), devices' peak FLOP/s and the hub
+    "ModelShape": "rlcore.rollout.sizing",
+    "STEP_VOCAB_COPIES": "rlcore.rollout.sizing",
+    "CACHE_ALIGN": "rlcore.rollout.sizing",
+    "aligned_length": "rlcore.rollout.sizing",
+    "bucket": "rlcore.rollout.sizing",
+    "bucket_floor": "rlcore.rollout.sizing",
+    "row_bytes": "rlcore.rollout.sizing",
+    "table_peak_flops": "rlcore.tracking.device_peak",
+    "HUB": "rlcore.model_check",
+    "hub_unreachable": "rlcore.model_check",
     "REPLAY_MODES": "rlcore.config.router_replay",
     "ROUTER_REPLAY_ACTOR": "rlcore.config.router_replay:ACTOR",
     "replay_mode": "rlcore.config.router_replay",
@@ -276,22 +300,28 @@ if TYPE_CHECKING:
         TrainingBackend,
         TrainingEngine,
     )
+    from rlcore.checkpoint.disk import disk_problem
     from rlcore.child_processes import mark_infrastructure
+    from rlcore.cli import resolved_config
     from rlcore.config import ConfigError
     from rlcore.config.batch_sizes import (
         LOG_PROB_BUDGET,
         UpdateBatchSizes,
         data_parallel_size,
         inference_micro_batch_size,
+        ppo_batch_sizes,
         token_budget,
     )
     from rlcore.config.keys import positive_int, select
+    from rlcore.config.output_paths import shown_path
     from rlcore.config.router_replay import ACTOR as ROUTER_REPLAY_ACTOR
     from rlcore.config.router_replay import REPLAY_MODES, replay_mode
+    from rlcore.config.schema import ActorConfig, RefConfig, RolloutConfig
     from rlcore.data.multimodal import MULTI_MODAL_INPUTS
     from rlcore.data.rl_dataset import read_rows
     from rlcore.dtypes import parse_dtype
     from rlcore.errors import RLCoreError
+    from rlcore.model_check import HUB, hub_unreachable
     from rlcore.modelkit import sequence_parallel
     from rlcore.modelkit.activation_offload import activation_offload, offload_enabled
     from rlcore.modelkit.distributed import DEVICE_KEY, resolve_device
@@ -317,6 +347,7 @@ if TYPE_CHECKING:
         rope_owner,
         token_types,
     )
+    from rlcore.presets import PRESETS_FILE
     from rlcore.processors import load_processor
     from rlcore.profiling import rollout as rollout_profiling
     from rlcore.profiling.torch_options import read_torch_options
@@ -325,8 +356,18 @@ if TYPE_CHECKING:
     from rlcore.rollout.buckets import weight_buckets
     from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
     from rlcore.rollout.sampling import ROLLOUT_KEY, RolloutSettings, SamplingParams, request_seeds
+    from rlcore.rollout.sizing import (
+        CACHE_ALIGN,
+        STEP_VOCAB_COPIES,
+        ModelShape,
+        aligned_length,
+        bucket,
+        bucket_floor,
+        row_bytes,
+    )
     from rlcore.rollout.token_engine import Completion, TokenListEngine
     from rlcore.rollout.weights import check_weight_names, float64_sum
+    from rlcore.tracking.device_peak import table_peak_flops
     from rlcore.tracking.external import (
         ExternalTracker,
         TrackerConfigError,
@@ -337,6 +378,8 @@ if TYPE_CHECKING:
         table_data,
         tracker_setting,
     )
+    from rlcore.tracking.progress import short_label
+    from rlcore.tracking.sinks import METRICS_FILE, format_value, read_metrics
     from rlcore.workers.base import WorkerBase, cpu_batch
     from rlcore.workers.micro_batches import plan_micro_batches
     from rlcore.workers.ppo_loop import UpdateSettings, ppo_update

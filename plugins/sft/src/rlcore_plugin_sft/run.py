@@ -3,9 +3,9 @@
 Before any model loads this checks every key and value, the training backend (its ``check_config``), the
 trackers, the model folder and the batch arithmetic, reporting every problem at once; it then writes
 ``config.yaml``, ``plugins.json`` and ``derived.json`` into ``trainer.runs_dir/<project>/<experiment>-<time>``,
-trains, and writes ``summary.json`` and the report there. A run ends as ``rlcore run``'s does
-(:mod:`rlcore.run_guard`): SIGINT/SIGTERM finish the step in progress (:mod:`rlcore.graceful_stop`), write the
-summary with the status and exit with ``128 + signal``.
+trains, and writes ``summary.json`` there (and the report, with rlcore-plugin-report). A run ends as
+``rlcore run``'s does (:mod:`rlcore.run_guard`): SIGINT/SIGTERM finish the step in progress
+(:mod:`rlcore.graceful_stop`), write the summary with the status and exit with ``128 + signal``.
 """
 
 from __future__ import annotations
@@ -177,14 +177,16 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
         (run_dir / "derived.json").write_text(json.dumps(derived, indent=2))
         click.echo(f"run directory: {shown_path(run_dir)}")
 
-        last = _fit_and_summarise(trainer, engine, run_dir, start)
+        last = _fit_and_summarise(trainer, engine, run_dir, start, manager)
     finally:
         if lock is not None:
             lock.release()
     return last
 
 
-def _fit_and_summarise(trainer: SFTTrainer, engine: DictConfig, run_dir: Path, start: float) -> dict[str, float]:
+def _fit_and_summarise(
+    trainer: SFTTrainer, engine: DictConfig, run_dir: Path, start: float, manager: PluginManager
+) -> dict[str, float]:
     """Train, and end the run as ``rlcore run`` does (:func:`rlcore.run_guard.fit_to_the_end`): ``summary.json``
     with the status however the run ends; after SIGINT/SIGTERM (the step in progress finished, or abandoned at
     a second signal or after ``trainer.stop_grace_s``) the steps and checkpoint kept are printed and the exit
@@ -194,7 +196,7 @@ def _fit_and_summarise(trainer: SFTTrainer, engine: DictConfig, run_dir: Path, s
 
     return fit_to_the_end(
         trainer,
-        lambda last, status: _summarise(run_dir, trainer, time.perf_counter() - start, status),
+        lambda last, status: _summarise(run_dir, trainer, manager, time.perf_counter() - start, status),
         lambda abandoned: print_kept(engine, run_dir, abandoned=abandoned),
     )
 
@@ -203,11 +205,11 @@ def _fit_and_summarise(trainer: SFTTrainer, engine: DictConfig, run_dir: Path, s
 TREND_KEYS: tuple[str, ...] = ("val/loss", "val/greedy_acc")
 
 
-def _summarise(run_dir: Path, trainer: SFTTrainer, wall: float, status: str) -> None:
+def _summarise(run_dir: Path, trainer: SFTTrainer, manager: PluginManager, wall: float, status: str) -> None:
     """Print the validation trends and the checkpoint, write ``summary.json`` (``kind: sft``, the trends) and
-    the report (a report that cannot be written is one line saying why; :class:`RLCoreError` when
-    ``summary.json`` cannot be written)."""
-    from rlcore.tracking.report import write_report
+    name the metrics and what the plugins made of the run (:func:`rlcore.run.print_summary_lines`: the report
+    of rlcore-plugin-report); :class:`RLCoreError` when ``summary.json`` cannot be written."""
+    from rlcore.run import print_summary_lines
     from rlcore.tracking.sinks import read_metrics
 
     metrics_path = run_dir / "metrics.jsonl"
@@ -242,8 +244,4 @@ def _summarise(run_dir: Path, trainer: SFTTrainer, wall: float, status: str) -> 
     if not rows:  # nothing to plot: no step was logged
         return
     click.echo(f"metrics:       {shown_path(metrics_path)}")
-    try:
-        report = write_report([run_dir])
-        click.echo(f"report:        {shown_path(report.html)}")
-    except RLCoreError as exc:
-        click.echo(f"report:        not written: {exc}")
+    print_summary_lines(manager, run_dir, status)

@@ -11,9 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from rlcore_plugin_hf.chunking import ModelShape
-
-from rlcore.errors import RLCoreError
+from rlcore.api import ModelShape, RLCoreError
 
 
 @dataclass(frozen=True)
@@ -69,7 +67,7 @@ def load_hf_config(
     ``actor_rollout_ref.model.path``."""
     from transformers import AutoConfig
 
-    from rlcore.model_check import HUB, hub_unreachable
+    from rlcore.api import HUB, hub_unreachable
 
     key = "actor_rollout_ref.model.path"
     local = os.path.exists(os.path.expanduser(path)) or path.startswith(("/", ".", "~"))

@@ -1,11 +1,11 @@
 """``rlcore plan``: per-rank peak memory of each phase of a step, the step time and a verdict, before launch.
 
-:func:`make_plan` reads a resolved run config and a device of :data:`~rlcore.plan.devices.DEVICES`; the model's
+:func:`make_plan` reads a resolved run config and a device of :data:`~rlcore_plugin_plan.devices.DEVICES`; the model's
 sizes come from its Hugging Face config (built on the meta device). The parts, one job each:
-:mod:`~rlcore.plan.settings` (what the config says), :mod:`~rlcore.plan.model_size` (the model),
-:mod:`~rlcore.plan.memory` (the formulas), :mod:`~rlcore.plan.phases` (the phases' terms),
-:mod:`~rlcore.plan.timing` (step time), :mod:`~rlcore.plan.verdict` (fits, or the fix) and
-:mod:`~rlcore.plan.render` (text and JSON). docs/plan.md describes them.
+:mod:`~rlcore_plugin_plan.settings` (what the config says), :mod:`~rlcore_plugin_plan.model_size` (the model),
+:mod:`~rlcore_plugin_plan.memory` (the formulas), :mod:`~rlcore_plugin_plan.phases` (the phases' terms),
+:mod:`~rlcore_plugin_plan.timing` (step time), :mod:`~rlcore_plugin_plan.verdict` (fits, or the fix) and
+:mod:`~rlcore_plugin_plan.render` (text and JSON). docs/plan.md describes them.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from rlcore.plan.devices import Device
-from rlcore.plan.model_size import ModelSize
-from rlcore.plan.phases import Phase
-from rlcore.plan.settings import PlanSettings
-from rlcore.plan.timing import StepTime
-from rlcore.plan.verdict import Finding
+from rlcore_plugin_plan.devices import Device
+from rlcore_plugin_plan.model_size import ModelSize
+from rlcore_plugin_plan.phases import Phase
+from rlcore_plugin_plan.settings import PlanSettings
+from rlcore_plugin_plan.timing import StepTime
+from rlcore_plugin_plan.verdict import Finding
 
 __all__ = ["Plan", "make_plan", "plan_for_config"]
 
@@ -58,9 +58,9 @@ class Plan:
 
 def make_plan(size: ModelSize, settings: PlanSettings, device: Device) -> Plan:
     """The :class:`Plan` of ``settings`` for the model ``size`` on ``device``."""
-    from rlcore.plan.phases import all_phases
-    from rlcore.plan.timing import step_time
-    from rlcore.plan.verdict import findings
+    from rlcore_plugin_plan.phases import all_phases
+    from rlcore_plugin_plan.timing import step_time
+    from rlcore_plugin_plan.verdict import findings
 
     phases = all_phases(size, settings, device)
     rollout = phases[0]
@@ -75,15 +75,15 @@ def plan_for_config(config: DictConfig, device_name: str | None = None, *, offli
 
     A ``cpu`` device plans a run with ``trainer.device=cpu`` rules (no CUDA runtime, no cache alignment,
     chunks by ``max_num_batched_tokens``); a GPU plans the CUDA run."""
-    from rlcore.config.keys import select
-    from rlcore.plan.devices import detect_device, device_named
-    from rlcore.plan.model_size import model_size_at
-    from rlcore.plan.settings import plan_settings
+    from rlcore.api import select
+    from rlcore_plugin_plan.devices import detect_device, device_named
+    from rlcore_plugin_plan.model_size import model_size_at
+    from rlcore_plugin_plan.settings import plan_settings
 
     device = device_named(device_name or detect_device())
     path = select(config, "actor_rollout_ref.model.path")
     if path is None:
-        from rlcore.errors import RLCoreError
+        from rlcore.api import RLCoreError
 
         raise RLCoreError("actor_rollout_ref.model.path is not set: the plan needs the model's config")
     override = select(config, "actor_rollout_ref.model.override_config", {}) or {}

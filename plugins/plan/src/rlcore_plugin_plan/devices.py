@@ -13,8 +13,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rlcore.errors import RLCoreError
-from rlcore.tracking.device_peak import table_peak_flops
+from rlcore.api import RLCoreError, table_peak_flops
 
 GIB = 2**30
 

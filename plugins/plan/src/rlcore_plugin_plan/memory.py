@@ -1,6 +1,6 @@
 """Bytes per rank of each thing a phase holds: training state, activations, logits, the rollout's weights
-and KV cache. Pure arithmetic over :class:`~rlcore.plan.model_size.ModelSize` and
-:class:`~rlcore.plan.settings.TrainState` (docs/plan.md gives every formula and what it was checked against).
+and KV cache. Pure arithmetic over :class:`~rlcore_plugin_plan.model_size.ModelSize` and
+:class:`~rlcore_plugin_plan.settings.TrainState` (docs/plan.md gives every formula and what it was checked against).
 
 Activations follow what autograd saves in a Hugging Face Llama-family decoder layer (measured on CPU with
 ``torch.autograd.graph.saved_tensors_hooks``): per token and layer ``7·h + 3·heads·head_dim + 4·I`` elements in
@@ -11,10 +11,9 @@ layer's input is kept, and one layer is recomputed at a time in the backward pas
 
 from __future__ import annotations
 
-from rlcore_plugin_hf.chunking import STEP_VOCAB_COPIES, ModelShape
-
-from rlcore.plan.model_size import ModelSize
-from rlcore.plan.settings import TrainState
+from rlcore.api import STEP_VOCAB_COPIES, ModelShape
+from rlcore_plugin_plan.model_size import ModelSize
+from rlcore_plugin_plan.settings import TrainState
 
 #: bytes of an AdamW step counter (one fp32 scalar per parameter tensor, in host memory on CUDA)
 STEP_COUNTER_BYTES = 4

@@ -8,16 +8,27 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner
+from rlcore_plugin_report.report import RL_PANELS, RunData, draw_reward, lines, run_names, write_report
+from rlcore_plugin_report.summary import end_of_run_lines
 
+from rlcore import load_plugins
 from rlcore.cli import cli
 from rlcore.errors import RLCoreError
 from rlcore.testing.runs import make_tiny_task, tiny_run
-from rlcore.tracking.report import RL_PANELS, RunData, draw_reward, lines, run_names, write_report
 from rlcore.tracking.sinks import read_metrics
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def rlcore_cli() -> click.Group:
+    """rlcore's command line with the plugins' sub-commands (``rlcore report`` among them), as the ``rlcore``
+    script builds it."""
+    load_plugins().add_commands(cli)
+    return cli
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +80,8 @@ def test_rlcore_run_writes_the_report(run_dir: Path) -> None:
     assert_png(run_dir / "reward_curve.png")
 
 
-def test_report_of_one_run(run_dir: Path, tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["report", str(run_dir), "--out", str(tmp_path / "out")])
+def test_report_of_one_run(run_dir: Path, tmp_path: Path, rlcore_cli: click.Group) -> None:
+    result = CliRunner().invoke(rlcore_cli, ["report", str(run_dir), "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     out = tmp_path / "out"
     assert f"report: {out / 'index.html'}" in result.output and "no data" not in result.output
@@ -125,18 +136,33 @@ def test_compare_two_runs(run_dir: Path, sparse_run_dir: Path, tmp_path: Path) -
     assert '<tr class="diff"><td><code>algorithm.adv_estimator' not in page  # same in both runs
 
 
+def test_the_end_of_a_run_names_its_report_and_curve(sparse_run_dir: Path, tmp_path: Path) -> None:
+    """The summary's lines at the end of a run: an RL run's report and reward curve, an SFT run's report only."""
+    run = tmp_path / "run"
+    shutil.copytree(sparse_run_dir, run)
+    assert end_of_run_lines(run) == [
+        f"report:        {run / 'report' / 'index.html'} (plots: {run / 'report' / 'report.png'})",
+        f"reward curve:  {run / 'reward_curve.png'}",
+    ]
+    assert_png(run / "reward_curve.png")
+    (run / "reward_curve.png").unlink()
+    (run / "summary.json").write_text(json.dumps({"kind": "sft", "status": "completed"}))
+    assert end_of_run_lines(run) == [f"report:        {run / 'report' / 'index.html'}"]
+    assert not (run / "reward_curve.png").exists()
+
+
 def test_run_names_tell_same_named_runs_apart() -> None:
     assert run_names([Path("/r/a/run-1"), Path("/r/b/run-2")]) == ["run-1", "run-2"]
     assert run_names([Path("/r/a/run-1"), Path("/r/b/run-1")]) == ["a/run-1", "b/run-1"]
     assert run_names([Path("/r/x/a/run-1"), Path("/r/y/a/run-1")]) == ["x/a/run-1", "y/a/run-1"]
 
 
-def test_report_errors(tmp_path: Path) -> None:
+def test_report_errors(tmp_path: Path, rlcore_cli: click.Group) -> None:
     runner = CliRunner()
-    result = runner.invoke(cli, ["report", str(tmp_path / "missing")])
+    result = runner.invoke(rlcore_cli, ["report", str(tmp_path / "missing")])
     assert result.exit_code == 2 and "does not exist" in result.output
     (tmp_path / "not-a-run").mkdir()
-    result = runner.invoke(cli, ["report", str(tmp_path / "not-a-run")])
+    result = runner.invoke(rlcore_cli, ["report", str(tmp_path / "not-a-run")])
     assert result.exit_code == 2 and "not a run directory" in result.output and "metrics.jsonl" in result.output
     (tmp_path / "empty-run").mkdir()
     (tmp_path / "empty-run" / "metrics.jsonl").write_text("")

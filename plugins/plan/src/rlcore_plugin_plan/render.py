@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from rlcore.plan import Plan
-from rlcore.plan.devices import GIB
+from rlcore_plugin_plan.devices import GIB
+from rlcore_plugin_plan.planner import Plan
 
 
 def gib(value: float) -> str:
@@ -90,13 +90,16 @@ def dry_run_lines(config: DictConfig) -> list[str]:
     """The short plan for ``rlcore run --dry-run`` on the run's device (``trainer.device=cpu``: the CPU
     rules; else this machine's GPU, or the CPU without one), reading a hub model's config from the local
     cache only (a dry run goes to no network); a plan that cannot be made is one line saying why, never a
-    failed dry run."""
-    from rlcore.config.keys import select
-    from rlcore.errors import RLCoreError
-    from rlcore.plan import plan_for_config
+    failed dry run. It is made (``plan_lines``) before the run's checks raise their problems, so a config they
+    refuse (a world size of 0) gets here too: whatever the planner raises then is that line, and the checks'
+    error is what the dry run prints."""
+    from rlcore.api import RLCoreError, select
+    from rlcore_plugin_plan.planner import plan_for_config
 
     device = "cpu" if select(config, "trainer.device") == "cpu" else None
     try:
         return render_short(plan_for_config(config, device, offline=True))
     except (RLCoreError, OSError, ValueError) as exc:
         return [f"plan: not made ({exc})"]
+    except Exception as exc:  # noqa: BLE001 - a config the checks refuse (see above); never a traceback here
+        return [f"plan: not made ({type(exc).__name__}: {exc})"]

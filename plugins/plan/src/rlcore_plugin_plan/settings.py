@@ -8,8 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from rlcore.config.keys import select
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError, select
 
 ARR = "actor_rollout_ref"
 #: elements of DeepSpeed's default ``reduce_bucket_size`` (rlcore's DeepSpeed config keeps the default)
@@ -222,15 +221,17 @@ def train_state(config: DictConfig, section: str, strategy: str, world: int, dev
 
 def plan_settings(config: DictConfig, device_type: str) -> PlanSettings:
     """The :class:`PlanSettings` of the resolved ``config`` for a run on ``device_type`` (``cuda``/``cpu``)."""
-    from rlcore.config.batch_sizes import (
+    from rlcore import load_plugins
+    from rlcore.api import (
         LOG_PROB_BUDGET,
+        ActorConfig,
+        RefConfig,
+        RolloutConfig,
         data_parallel_size,
         inference_micro_batch_size,
         ppo_batch_sizes,
         token_budget,
     )
-    from rlcore.config.schema import ActorConfig, RefConfig, RolloutConfig
-    from rlcore.plugins import load_plugins
 
     world = int(select(config, "trainer.nnodes", 1)) * int(select(config, "trainer.n_gpus_per_node", 1))
     dp = data_parallel_size(config, ACTOR, world)

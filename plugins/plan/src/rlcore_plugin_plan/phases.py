@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcore_plugin_hf.chunking import aligned_length, bucket, bucket_floor, row_bytes
-
-from rlcore.plan.devices import GIB, Device
-from rlcore.plan.memory import (
+from rlcore.api import aligned_length, bucket, bucket_floor, row_bytes
+from rlcore_plugin_plan.devices import GIB, Device
+from rlcore_plugin_plan.memory import (
     decode_step_bytes,
     fused_weight_bytes,
     inference_activations,
@@ -17,8 +16,8 @@ from rlcore.plan.memory import (
     state_bytes,
     training_activations,
 )
-from rlcore.plan.model_size import ModelSize
-from rlcore.plan.settings import PlanSettings, TrainState
+from rlcore_plugin_plan.model_size import ModelSize
+from rlcore_plugin_plan.settings import PlanSettings, TrainState
 
 #: device memory a CUDA process holds besides tensors (context, cuBLAS/NCCL workspaces): a stated allowance
 CUDA_RUNTIME_BYTES = 1 * GIB

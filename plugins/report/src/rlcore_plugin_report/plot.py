@@ -7,8 +7,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlcore.errors import RLCoreError
-from rlcore.tracking.sinks import read_metrics
+from rlcore.api import RLCoreError, read_metrics
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -7,10 +7,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from rlcore.plan.devices import Device
-from rlcore.plan.model_size import ModelSize
-from rlcore.plan.phases import CUDA_RUNTIME_BYTES, Phase, log_prob_phase, resident, update_phase
-from rlcore.plan.settings import ACTOR, ARR, PlanSettings, TrainState
+from rlcore_plugin_plan.devices import Device
+from rlcore_plugin_plan.model_size import ModelSize
+from rlcore_plugin_plan.phases import CUDA_RUNTIME_BYTES, Phase, log_prob_phase, resident, update_phase
+from rlcore_plugin_plan.settings import ACTOR, ARR, PlanSettings, TrainState
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from rlcore.errors import RLCoreError
-from rlcore.presets import PRESETS_FILE
-from rlcore.tracking.plot import binary_rewards, finite_number, outside_legend, records_by_step
-from rlcore.tracking.progress import short_label
-from rlcore.tracking.sinks import METRICS_FILE, format_value, read_metrics
+from rlcore.api import METRICS_FILE, PRESETS_FILE, RLCoreError, format_value, read_metrics, short_label
+from rlcore_plugin_report.plot import binary_rewards, finite_number, outside_legend, records_by_step
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -284,7 +281,7 @@ def _band(ax: Axes, run: RunData, xs: list[int], band: tuple[str, str], color: s
 
 
 def draw_reward(ax: Axes, runs: list[RunData]) -> bool:
-    """The training reward of each run: with 0/1 rewards (:func:`~rlcore.tracking.plot.binary_rewards`) its
+    """The training reward of each run: with 0/1 rewards (:func:`~rlcore_plugin_report.plot.binary_rewards`) its
     mean is the share of correct responses, drawn alone; otherwise the mean with its min–max band."""
     drawn = False
     for index, run in enumerate(runs):
@@ -465,8 +462,7 @@ def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path | None = No
     try:
         return _write_files(runs, out)
     except OSError as exc:
-        from rlcore.checkpoint.disk import disk_problem
-        from rlcore.config.output_paths import shown_path
+        from rlcore.api import disk_problem, shown_path
 
         why = disk_problem(exc, out) or exc.strerror or str(exc)
         where = f" ({shown_path(exc.filename)})" if isinstance(exc.filename, str) else ""

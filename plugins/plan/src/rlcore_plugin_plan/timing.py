@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlcore.plan.devices import Device
-from rlcore.plan.memory import kv_cache_bytes
-from rlcore.plan.model_size import ModelSize
-from rlcore.plan.settings import PlanSettings
+from rlcore_plugin_plan.devices import Device
+from rlcore_plugin_plan.memory import kv_cache_bytes
+from rlcore_plugin_plan.model_size import ModelSize
+from rlcore_plugin_plan.settings import PlanSettings
 
 #: share of the device's peak bf16 FLOP/s that training, prefill and log-prob passes reach (stated, not measured)
 COMPUTE_EFFICIENCY = 0.4

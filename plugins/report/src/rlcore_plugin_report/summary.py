@@ -1,0 +1,37 @@
+"""The end of a run's summary (``rlcore run`` and ``rlcore sft``): the run's report (``report/``) and, for an RL
+run, ``reward_curve.png`` are written into its directory and named on the console."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlcore.api import METRICS_FILE, RLCoreError, shown_path
+from rlcore_plugin_report.plot import plot_reward_curve
+from rlcore_plugin_report.report import _read_json, write_report
+
+#: the reward curve an RL run leaves in its directory
+REWARD_CURVE = "reward_curve.png"
+
+
+def end_of_run_lines(run_dir: Path) -> list[str]:
+    """Write the report of the run in ``run_dir`` (and an RL run's reward curve) and return the summary's lines
+    naming them. An SFT run (its ``summary.json`` says ``kind: sft``) gets the report only, named without its
+    plots. A report or curve that cannot be written (a full disk) is one line saying why."""
+    sft = _read_json(run_dir / "summary.json").get("kind") == "sft"
+    lines = []
+    try:
+        report = write_report([run_dir])
+        plots = "" if sft else f" (plots: {shown_path(report.png)})"
+        lines.append(f"report:        {shown_path(report.html)}{plots}")
+    except RLCoreError as exc:
+        lines.append(f"report:        not written: {exc}")
+    if sft:
+        return lines
+    curve = run_dir / REWARD_CURVE
+    try:
+        lines.append(f"reward curve:  {shown_path(plot_reward_curve(run_dir / METRICS_FILE, curve))}")
+    except RLCoreError as exc:
+        lines.append(f"reward curve:  not drawn: {exc}")
+    except OSError as exc:  # e.g. the disk is full
+        lines.append(f"reward curve:  not drawn: cannot write {shown_path(curve)} ({exc.strerror or exc})")
+    return lines
