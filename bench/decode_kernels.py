@@ -149,9 +149,10 @@ def decode_step(args: argparse.Namespace) -> dict[str, Any]:
     """One decoding step at mid-generation, attending the whole cache and its read-length bucket: counted
     on ``args.layers`` layers and on one, and scaled to 28 layers (``fixed + 28 · per_layer``); and the
     mean key/value bytes a step reads over a generation at 28 layers."""
-    from rlcore_plugin_hf.chunking import aligned_length
     from rlcore_plugin_hf.decode_state import DecodeState
     from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from rlcore.api import aligned_length
 
     cache_len = aligned_length(args.prompt + args.response)
     filled = args.prompt + args.response // 2

@@ -11,18 +11,15 @@ from typing import Any
 import pytest
 import torch
 from rlcore_plugin_hf.chunking import (
-    ModelShape,
-    bucket,
-    bucket_floor,
     chunk_slices,
     describe_chunking,
     even_chunks,
     memory_rows,
-    row_bytes,
     trim_left_padding,
 )
 from rlcore_plugin_hf.engine import HFRolloutEngine
 
+from rlcore.api import ModelShape, bucket, bucket_floor, row_bytes
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
 from rlcore.testing.contracts.rollout import make_prompt_batch

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from rlcore import hookimpl
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
-RLCORE_API = ">=3.1,<4"
+RLCORE_API = ">=3,<4"
 
 
 @hookimpl
@@ -41,7 +41,7 @@ def register_commands(cli: click.Group) -> None:
         click.echo(json.dumps(result.as_dict(), indent=2) if as_json else render_text(result))
 
 
-@hookimpl
+@hookimpl(trylast=True)  # the plan sums up the run: after the other plugins' lines
 def plan_lines(config: DictConfig, dry_run: bool) -> list[str] | None:
     """The short plan (peaks per phase, step time, verdict) for ``rlcore run --dry-run``; nothing for a real run."""
     if not dry_run:

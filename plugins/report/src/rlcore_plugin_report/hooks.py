@@ -12,7 +12,7 @@ import click
 from rlcore import hookimpl
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
-RLCORE_API = ">=3.1,<4"
+RLCORE_API = ">=3,<4"
 
 
 @hookimpl

@@ -25,27 +25,19 @@ from typing import TYPE_CHECKING, Any
 
 from rlcore.api import (
     ROLLOUT_KEY,
-    ModelShape,
     RLCoreError,
-    bucket,
-    bucket_floor,
-    row_bytes,
 )
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "ModelShape",
-    "bucket",
-    "bucket_floor",
     "chunk_slices",
     "describe_chunking",
     "even_chunks",
     "memory_rows",
     "memory_utilization",
     "read_length",
-    "row_bytes",
     "token_budget",
     "trim_left_padding",
 ]

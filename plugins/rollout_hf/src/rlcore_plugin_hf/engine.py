@@ -40,10 +40,14 @@ from rlcore.api import (
     MULTI_MODAL_INPUTS,
     ROUTED_EXPERTS,
     Batch,
+    ModelShape,
     RLCoreError,
     RolloutSettings,
     SamplingParams,
     SpecialTokens,
+    aligned_length,
+    bucket,
+    bucket_floor,
     check_left_padded,
     check_weight_names,
     engine_dtype,
@@ -52,20 +56,16 @@ from rlcore.api import (
     request_seeds,
     rollout_output,
     rollout_prefill,
+    row_bytes,
 )
 from rlcore.api import rollout_profiling as profiled_rollout
 from rlcore_plugin_hf import static_decoder
 from rlcore_plugin_hf.chunking import (
-    ModelShape,
-    aligned_length,
-    bucket,
-    bucket_floor,
     chunk_slices,
     device_memory_rows,
     even_chunks,
     memory_utilization,
     read_length,
-    row_bytes,
     token_budget,
     trim_left_padding,
 )
