@@ -3,6 +3,7 @@ engines' optional abilities are protocols checked with ``isinstance`` (:mod:`rlc
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,23 @@ def test_a_checksum_needs_its_uncounted_names() -> None:
     """An engine with ``weight_checksum()`` but no ``uncounted_names`` cannot be checked exactly (the worker
     would not know which weights the checksum leaves out): it is verified by the log-prob probe."""
     assert not isinstance(_ChecksumOnly(), SupportsWeightChecksum)
+
+
+def test_the_dry_run_reports_a_step_extension_error(registered: Any) -> None:
+    """The step extensions are part of the bundle: a plugin whose ``step_extensions`` hook fails is reported
+    by ``rlcore run --dry-run``, with the config's other problems, before anything starts."""
+    from click.testing import CliRunner
+
+    import rlcore
+    from rlcore.api import StepExtension
+    from rlcore.cli import cli
+
+    def step_extensions(config: Any) -> list[StepExtension]:
+        return [StepExtension("twice"), StepExtension("twice")]
+
+    hooks = types.SimpleNamespace(step_extensions=rlcore.hookimpl(step_extensions))
+    with registered(hooks, name="extension-hook"):
+        result = CliRunner().invoke(cli, ["run", "--dry-run", "algorithm.adv_estimator=nope"])
+    assert result.exit_code == 2, result.output
+    assert "algorithm.adv_estimator=nope: unknown advantage_estimator" in result.output
+    assert "a step extension named 'twice'" in result.output and "Traceback" not in result.output
