@@ -108,9 +108,10 @@ def step_counts(
 ) -> dict[str, dict[str, Any]]:
     """:func:`count` of one static-shape decoding step (the CUDA-graph path, run eagerly) of ``model`` at
     mid-generation, for each named read length (None: the whole cache, the only choice before buckets)."""
-    from rlcore.rollout.decode_state import DecodeState
+    from rlcore_plugin_hf.decode_state import DecodeState
+    from rlcore_plugin_hf.static_decoder import StaticDecoder
+
     from rlcore.rollout.sampling import SamplingParams
-    from rlcore.rollout.static_decoder import StaticDecoder
 
     decoder = StaticDecoder(model)
     decoder.load_weights()
@@ -148,17 +149,16 @@ def decode_step(args: argparse.Namespace) -> dict[str, Any]:
     """One decoding step at mid-generation, attending the whole cache and its read-length bucket: counted
     on ``args.layers`` layers and on one, and scaled to 28 layers (``fixed + 28 · per_layer``); and the
     mean key/value bytes a step reads over a generation at 28 layers."""
+    from rlcore_plugin_hf.chunking import aligned_length
+    from rlcore_plugin_hf.decode_state import DecodeState
     from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from rlcore.rollout.chunking import aligned_length
-    from rlcore.rollout.decode_state import DecodeState
 
     cache_len = aligned_length(args.prompt + args.response)
     filled = args.prompt + args.response // 2
     reads: dict[str, int | None] = {"whole_cache": None}
     result: dict[str, Any] = {"cache_len": cache_len, "filled": filled}
     if "read" in inspect.signature(DecodeState.decode_with).parameters:  # a checkout with read buckets
-        from rlcore.rollout.chunking import read_length
+        from rlcore_plugin_hf.chunking import read_length
 
         reads["read_bucket"] = read_length(filled, cache_len)
     counts = {}
@@ -177,7 +177,7 @@ def decode_step(args: argparse.Namespace) -> dict[str, Any]:
             "at_28_layers": {key: round(one[key] + per_layer[key] * (full - 1)) for key in ("kernels", "bytes")},
         }
     if "read_bucket" in reads:
-        from rlcore.rollout.chunking import read_length
+        from rlcore_plugin_hf.chunking import read_length
 
         kv_per_position = 2 * full * args.rows * QWEN3_1_7B["num_key_value_heads"] * QWEN3_1_7B["head_dim"] * 2
         fills = [args.prompt + taken for taken in range(1, args.response)]
@@ -191,8 +191,10 @@ def decode_step(args: argparse.Namespace) -> dict[str, Any]:
 
 def sampler(rows: int) -> dict[str, Any]:
     """The sampler alone at the 1.7B vocabulary, per step, for the engine's sampling settings."""
-    from rlcore.rollout.row_noise import RowNoise
-    from rlcore.rollout.sampling import SamplingParams, sample_next_tokens
+    from rlcore_plugin_hf.row_noise import RowNoise
+    from rlcore_plugin_hf.sampler import sample_next_tokens
+
+    from rlcore.rollout.sampling import SamplingParams
 
     vocab = QWEN3_1_7B["vocab_size"]
     logits = torch.randn(rows, vocab, dtype=torch.bfloat16)
@@ -226,7 +228,7 @@ def fused_figures(logits: torch.Tensor, settings: dict[str, Any], noise: Any) ->
     selection, top-p's mask) counted with the profiler, plus its one kernel, whose bytes are its operands
     (the logits read once, the vocabulary codes, the keys, thresholds or mask, the two outputs)."""
     try:
-        from rlcore.rollout.sampling_kernel import prepare
+        from rlcore_plugin_hf.sampling_kernel import prepare
     except ImportError:  # no triton, or a checkout without the kernel
         return {}
     rows, vocab = logits.shape

@@ -266,7 +266,7 @@ def ordered_rows(rows: Sequence[dict[str, Any]], count: int, seed: int) -> list[
 
 def write_seed_data(settings: dict[str, Any], seed: int, steps: int, work: Path) -> Path:
     """Write seed ``seed``'s training rows (parquet, for both sides) under ``work``; return the file."""
-    from rlcore.tasks.warm_start import write_parquet
+    from rlcore_plugin_tasks.warm_start import write_parquet
 
     rows = ordered_rows(read_rows(settings["train_file"]), steps * settings["prompts_per_step"], seed)
     path = work / f"train-seed{seed}.parquet"

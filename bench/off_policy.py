@@ -128,7 +128,7 @@ def run_throughput(args: argparse.Namespace, root: Path, env: dict[str, str]) ->
 
 def run_reward(args: argparse.Namespace, root: Path, env: dict[str, str]) -> dict[str, Any]:
     """The bundled default task, synchronous and one-step-off; returns the part's JSON section."""
-    from rlcore.tasks.arith import cpu_preset
+    from rlcore_plugin_tasks.arith import cpu_preset
 
     preset = cpu_preset()
     completions = int(preset["data.train_batch_size"]) * int(preset["actor_rollout_ref.rollout.n"])

@@ -265,10 +265,10 @@ def compare_generate(
     import platform
 
     import torch
+    from rlcore_plugin_hf.engine import HFRolloutEngine
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlcore.config import load_config
-    from rlcore.rollout.hf import HFRolloutEngine
     from rlcore.testing.contracts.rollout import make_prompt_batch
 
     place = torch.device(device)
@@ -351,9 +351,8 @@ def compare_generate(
 def bench_size(root: Path, size: str, batches: list[int], new_tokens: int, repeats: int, with_vllm: bool) -> dict:
     """Both engines on one model size."""
     import torch
+    from rlcore_plugin_hf.engine import HFRolloutEngine
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from rlcore.rollout.hf import HFRolloutEngine
 
     model_dir, params = build_model_dir(root, size)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -29,9 +29,9 @@ from rollout import log, prompt_batch, rollout_config, time_generation  # noqa: 
 def agreement(engine: Any, batch: Any) -> float:
     """The share of recorded (token, layer) pairs whose experts a teacher-forced forward chooses too."""
     import torch
+    from rlcore_plugin_hf.routing import RoutingRecorder
 
     from rlcore.api.training import ROUTED_EXPERTS
-    from rlcore.rollout.routing import RoutingRecorder
 
     out = engine.generate(batch)
     recorded = out[ROUTED_EXPERTS]
@@ -48,9 +48,9 @@ def bench_family(
 ) -> dict[str, Any]:
     """Throughput with R3 off and on, and the agreement in float32 and bfloat16, for one family on ``device``."""
     import torch
+    from rlcore_plugin_hf.engine import HFRolloutEngine
     from transformers import AutoTokenizer
 
-    from rlcore.rollout.hf import HFRolloutEngine
     from rlcore.testing.tiny import make_tiny_moe_model_dir
 
     model_dir = make_tiny_moe_model_dir(root / family, family=family)

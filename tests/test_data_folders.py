@@ -11,12 +11,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from rlcore_plugin_sft.config import load_sft_config
+from rlcore_plugin_sft.dataset import SFTDataset
 
 from rlcore.data import DataError
 from rlcore.data.files import normalize_files
 from rlcore.data.rl_dataset import RLDataset
-from rlcore.sft.config import load_sft_config
-from rlcore.sft.dataset import SFTDataset
 from rlcore.testing.runs import dry_run
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rlcore_plugin_sft.config import load_sft_config
+from rlcore_plugin_sft.dataset import SFTDataset
 from transformers import AutoTokenizer
 
 from rlcore.data import DataError
 from rlcore.data.rl_dataset import RLDataset
-from rlcore.sft.config import load_sft_config
-from rlcore.sft.dataset import SFTDataset
 from rlcore.testing.runs import make_tiny_task, tiny_overrides
 
 #: a lone surrogate: json.dumps writes it as the escape "\\ud800", which json.loads accepts; UTF-8 cannot encode it

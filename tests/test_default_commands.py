@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from rlcore_plugin_sft.run import run_sft
 
-from rlcore.sft.run import run_sft
 from rlcore.tracking.report import RL_PANELS, SFT_PANELS
 
 #: a short run of the bundled task: 8 prompts per step, two steps, validated after the second

@@ -60,15 +60,23 @@ def test_the_publishing_page_shows_the_templates_dependency_line(rendered: Path)
 
 def test_the_first_command_installs_what_the_default_run_needs() -> None:
     """The README's first command installs ``requirements-run.txt``: the core with ``rlcore[train]``, the FSDP
-    backend and GRPO (what ``rlcore[train]`` depends on), and nothing else."""
+    backend, the HF rollout engine, GRPO and the bundled tasks (what ``rlcore[train]`` depends on), and nothing else."""
     readme = (ROOT / "README.md").read_text()
     assert "pip install --no-compile -r requirements-run.txt && rlcore run\n" in readme
     lines = [line for line in (ROOT / "requirements-run.txt").read_text().splitlines() if not line.startswith("#")]
-    assert [line for line in lines if line] == ["-e .[train]", "-e ./plugins/backend_fsdp", "-e ./plugins/algo_grpo"]
+    assert [line for line in lines if line] == [
+        "-e .[train]",
+        "-e ./plugins/backend_fsdp",
+        "-e ./plugins/rollout_hf",
+        "-e ./plugins/algo_grpo",
+        "-e ./plugins/tasks",
+    ]
     train = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["train"]
     assert {req.split(">")[0] for req in train if req.startswith("rlcore-plugin-")} == {
         "rlcore-plugin-fsdp",
+        "rlcore-plugin-hf",
         "rlcore-plugin-grpo",
+        "rlcore-plugin-tasks",
     }
 
 

@@ -242,9 +242,11 @@ def test_the_workers_check_their_sections_with_the_same_table() -> None:
 
 def test_the_sft_dry_run_checks_its_optimizer_with_the_same_table() -> None:
     from click.testing import CliRunner
+    from rlcore_plugin_sft.commands import sft
 
-    from rlcore.cli import cli
+    from rlcore.cli import RLCoreGroup
 
+    cli = RLCoreGroup(commands={"sft": sft})  # the command rlcore-plugin-sft adds, under rlcore's error handling
     args = ["sft", "--dry-run", "data.train_files=x.parquet", "model.partial_pretrain=m", "optim.lr=-1"]
     result = CliRunner().invoke(cli, [*args, "optim.min_lr_ratio=2"])
     assert result.exit_code == 2

@@ -79,7 +79,7 @@ def test_hook_register_training_backends(registered) -> None:
 
 def test_hook_register_rollout_engines(registered) -> None:
     loaded, _ = _registers(
-        registered, "register_rollout_engines", "rollout_engine", "rlcore.rollout.hf:HFRolloutEngine"
+        registered, "register_rollout_engines", "rollout_engine", "rlcore_plugin_hf.engine:HFRolloutEngine"
     )
     assert loaded.__name__ == "HFRolloutEngine"
 

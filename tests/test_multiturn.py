@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from rlcore_plugin_tasks.arith_tools import score, tool_call_text
 
 from rlcore.cli import cli
-from rlcore.tasks.arith_tools import score, tool_call_text
 from rlcore.testing.contracts import PresetContract
 from rlcore.testing.contracts.chat_templates import tool_chat_pair
 from rlcore.testing.runs import make_tiny_task, tiny_overrides, tiny_run
@@ -139,11 +139,11 @@ def test_arith_tools_teacher_conversations_are_shaped_like_rollouts() -> None:
     import random
 
     import numpy as np
+    from rlcore_plugin_tasks.arith_tools import _conversation_ids
 
     from rlcore.agents import ChatRenderer, audit_batch
     from rlcore.agents.runner import left_pad
     from rlcore.api.batch import Batch
-    from rlcore.tasks.arith_tools import _conversation_ids
     from rlcore.testing.tiny import build_tokenizer
 
     tokenizer = build_tokenizer()

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_plugin_hf.engine import HFRolloutEngine
 
 from rlcore.plan import plan_for_config
 from rlcore.plan.memory import training_activations
-from rlcore.rollout.hf import HFRolloutEngine
 from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
 from rlcore.testing.contracts.rollout import make_prompt_batch
 from rlcore.workers.actor import ActorRolloutRefWorker

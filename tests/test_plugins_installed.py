@@ -213,9 +213,9 @@ def test_deny_list(plugin_site: Path) -> None:
 
 
 def test_builtins_can_be_disabled(plugin_site: Path) -> None:
-    result = rlcore(plugin_site, "plugins", "--all", "--json", env={"RLCORE_DISABLE_PLUGINS": "rlcore.builtin.rollout"})
+    result = rlcore(plugin_site, "plugins", "--all", "--json", env={"RLCORE_DISABLE_PLUGINS": "rlcore.builtin.rewards"})
     rows = {row["name"]: row for row in json.loads(result.stdout)}
-    assert rows["rlcore.builtin.rollout"]["status"] == "disabled"
+    assert rows["rlcore.builtin.rewards"]["status"] == "disabled"
     assert rows["rlcore.builtin.data"]["status"] == "ok"
 
 

@@ -6,6 +6,7 @@ import tomllib
 import types
 from pathlib import Path
 
+import click
 import pytest
 
 import rlcore
@@ -95,7 +96,7 @@ def test_an_alias_clash_is_a_conflict_naming_both_unless_replaced(first: Compone
         assert not replaced.has("policy_loss", label) or replaced.get("policy_loss", label).plugin == "p2"
 
 
-def test_a_plugin_alias_cannot_take_over_a_builtin_scorer(registered) -> None:
+def test_a_plugin_alias_cannot_take_over_the_bundled_tasks_scorer(registered) -> None:
     """A plugin registering a scorer with the alias ``rlcore/arith`` (the bundled task's name): both plugins
     are marked ``conflict`` naming the (kind, name), and using the name is the conflict error naming both;
     with ``replace=True`` the plugin takes it over."""
@@ -112,15 +113,15 @@ def test_a_plugin_alias_cannot_take_over_a_builtin_scorer(registered) -> None:
                 with pytest.raises(ComponentConflictError) as caught:
                     manager.registry.get("reward_scorer", "rlcore/arith")
                 assert str(caught.value).startswith(
-                    "reward_scorer 'rlcore/arith' is registered by both rlcore.builtin.tasks and alias-plugin"
+                    "reward_scorer 'rlcore/arith' is registered by both rlcore-plugin-tasks and alias-plugin"
                 )
                 assert manager.records["alias-plugin"].status == "conflict"
                 assert manager.records["alias-plugin"].error == (
-                    "reward_scorer 'rlcore/arith' is also registered by rlcore.builtin.tasks"
+                    "reward_scorer 'rlcore/arith' is also registered by rlcore-plugin-tasks"
                 )
             else:
                 comp = manager.registry.get("reward_scorer", "rlcore/arith")
-                assert (comp.name, comp.plugin, comp.replaced) == ("my/arith", "alias-plugin", "rlcore.builtin.tasks")
+                assert (comp.name, comp.plugin, comp.replaced) == ("my/arith", "alias-plugin", "rlcore-plugin-tasks")
                 assert manager.records["alias-plugin"].status == "ok"
 
 
@@ -217,8 +218,8 @@ def test_load_plugins_is_idempotent(plugin_manager) -> None:
 
 def test_builtins_are_listed_as_plugins(plugin_manager) -> None:
     builtin = {name for name, record in plugin_manager.records.items() if record.builtin}
-    assert {"rlcore.builtin.data", "rlcore.builtin.rollout", "rlcore.builtin.rewards"} <= builtin
-    assert plugin_manager.registry.get("rollout_engine", "hf").plugin == "rlcore.builtin.rollout"
+    assert {"rlcore.builtin.data", "rlcore.builtin.rewards"} <= builtin
+    assert plugin_manager.registry.get("reward_manager", "naive").plugin == "rlcore.builtin.rewards"
 
 
 ABSENT = "rlcore-plugin-surely-absent"
@@ -235,6 +236,24 @@ def table(monkeypatch: pytest.MonkeyPatch) -> None:
             Distribution("rlcore", {"training_backend": ("present",)}),
         ),
     )
+
+
+def test_a_missing_command_names_the_distribution_that_adds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sub-command that a distribution of the table adds: its ``pip install`` line when the distribution is
+    not installed, ``rlcore plugins`` when it is; an unknown command gets no advice."""
+    monkeypatch.setattr(
+        distributions,
+        "DISTRIBUTIONS",
+        (Distribution(ABSENT, {}, commands=("absent", "data absent")), Distribution("rlcore", {}, commands=("here",))),
+    )
+    assert distributions.missing_command_advice("data absent") == (
+        f"`rlcore data absent` is added by {ABSENT}, which is not installed: pip install {ABSENT}"
+    )
+    assert distributions.missing_command_advice("here") == (
+        "`rlcore here` is added by rlcore, which is installed but did not add it (disabled, failed to load, or an "
+        "older version: see `rlcore plugins`)"
+    )
+    assert distributions.missing_command_advice("data gsm8k") is None
 
 
 def test_unknown_name_of_a_missing_distribution_names_its_pip_line(table: None) -> None:
@@ -305,10 +324,34 @@ def test_table_agrees_with_what_the_bundled_plugins_register(plugin_manager) -> 
         assert record is not None and record.status == "ok", f"{dist} is not loaded: pip install -r requirements.txt"
         row = distributions.by_name(dist)
         assert row is not None, f"{dist} has no row in rlcore.distributions.DISTRIBUTIONS"
-        assert {(kind, name) for kind, names in row.components.items() for name in names} == registered[dist]
+        assert {(kind, name) for kind, names in row.components.items() for name in names} == registered.get(dist, set())
     table = [
         (kind, name) for row in distributions.DISTRIBUTIONS for kind, names in row.components.items() for name in names
     ]
     assert len(table) == len(set(table))
     builtin = {key for plugin, names in registered.items() if plugin.startswith("rlcore.builtin") for key in names}
     assert not builtin & set(table)
+
+
+def command_paths(group: click.Group, prefix: str = "") -> set[str]:
+    """Every sub-command of ``group``, as typed after ``rlcore`` (``"data arith-sft"``)."""
+    paths = set()
+    for name, command in group.commands.items():
+        paths.add(f"{prefix}{name}")
+        if isinstance(command, click.Group):
+            paths |= command_paths(command, f"{prefix}{name} ")
+    return paths
+
+
+def test_the_commands_of_each_row_are_what_its_plugin_adds(plugin_manager) -> None:
+    """A row's ``commands`` are exactly the sub-commands its plugin's ``register_commands`` adds to ``rlcore``
+    (given the core's ``data`` group to add to), and every row that lists commands belongs to such a plugin."""
+    hooks = plugin_manager.pm.hook.register_commands.get_hookimpls()
+    for impl in hooks:
+        group = click.Group("rlcore", commands={"data": click.Group("data")})
+        impl.function(cli=group)
+        row = distributions.by_name(impl.plugin_name)
+        assert row is not None, f"{impl.plugin_name} adds commands but has no row"
+        assert command_paths(group) - {"data"} == set(row.commands), impl.plugin_name
+    listing = {row.name for row in distributions.DISTRIBUTIONS if row.commands}
+    assert listing <= {impl.plugin_name for impl in hooks}

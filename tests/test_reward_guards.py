@@ -156,7 +156,7 @@ def test_the_bundled_task_scorers_get_text_ground_truths_and_unclear_ones_are_co
 
 
 def test_the_bundled_task_scorers_read_a_float_ground_truth_as_its_integer() -> None:
-    from rlcore.tasks import arith, arith_chain, arith_tools, shapes_vl
+    from rlcore_plugin_tasks import arith, arith_chain, arith_tools, shapes_vl
 
     assert arith.score("rlcore/arith", "33", 33.0) == 1.0
     assert arith_chain.score("rlcore/arith_chain", "20+13=33", np.float64(33.0)) == 1.0

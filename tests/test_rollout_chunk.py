@@ -10,10 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-
-from rlcore.config import load_config
-from rlcore.errors import RLCoreError
-from rlcore.rollout.chunking import (
+from rlcore_plugin_hf.chunking import (
     ModelShape,
     bucket,
     bucket_floor,
@@ -24,7 +21,10 @@ from rlcore.rollout.chunking import (
     row_bytes,
     trim_left_padding,
 )
-from rlcore.rollout.hf import HFRolloutEngine
+from rlcore_plugin_hf.engine import HFRolloutEngine
+
+from rlcore.config import load_config
+from rlcore.errors import RLCoreError
 from rlcore.testing.contracts.rollout import make_prompt_batch
 
 pytestmark = pytest.mark.usefixtures("single_intra_op_thread")

@@ -1,4 +1,4 @@
-"""Tests for :mod:`rlcore.rollout.hf`: the built-in KV-cache sampler, its weight sync and config checks."""
+"""Tests for :mod:`rlcore_plugin_hf.engine`: the built-in KV-cache sampler, its weight sync and config checks."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_plugin_hf.engine import HFRolloutEngine
+from rlcore_plugin_hf.sampler import sample_next_tokens
 
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
-from rlcore.rollout.hf import HFRolloutEngine, state_checksum
-from rlcore.rollout.sampling import SamplingParams, request_seeds, sample_next_tokens
+from rlcore.rollout.sampling import SamplingParams, request_seeds
+from rlcore.rollout.weights import state_checksum
 from rlcore.testing.contracts.rollout import RolloutEngineContract, make_prompt_batch
 
 pytestmark = pytest.mark.usefixtures("single_intra_op_thread")

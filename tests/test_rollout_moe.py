@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_plugin_hf import static_decoder
+from rlcore_plugin_hf.engine import HFRolloutEngine
 
 from rlcore.api.training import ROUTED_EXPERTS
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.moe import sparse_routers
-from rlcore.rollout import static_decoder
-from rlcore.rollout.hf import HFRolloutEngine
 from rlcore.testing import runs
 from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
 from rlcore.testing.contracts.rollout import make_prompt_batch

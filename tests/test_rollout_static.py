@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import torch
 from omegaconf import OmegaConf
+from rlcore_plugin_hf.chunking import READ_BUCKETS
+from rlcore_plugin_hf.engine import HFRolloutEngine
 
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
-from rlcore.rollout.chunking import READ_BUCKETS
-from rlcore.rollout.hf import HFRolloutEngine
 from rlcore.testing.contracts.rollout import PROMPTS, make_prompt_batch
 from rlcore.testing.tiny import padded_vocab_size
 

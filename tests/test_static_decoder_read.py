@@ -1,5 +1,5 @@
 """Decoding with static shapes reads only the filled part of the KV cache: each step attends its read-length
-bucket (:func:`rlcore.rollout.chunking.read_length`), and samples exactly — the same tokens, bit-identical
+bucket (:func:`rlcore_plugin_hf.chunking.read_length`), and samples exactly — the same tokens, bit-identical
 log-probs — what a step attending the whole cache samples, while reading fewer key/value bytes."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_plugin_hf import engine as hf
+from rlcore_plugin_hf.chunking import READ_BUCKETS, read_length
 
-from rlcore.rollout import hf
-from rlcore.rollout.chunking import READ_BUCKETS, read_length
 from rlcore.testing.contracts.rollout import make_prompt_batch
 from tests.test_rollout_static import MORE_PROMPTS, engine_on, qwen3_model
 
@@ -70,7 +70,7 @@ def test_a_reserved_cache_long_enough_is_kept(tiny_tokenizer: Any) -> None:
     """A call whose prompts are narrower (or with fewer rows) keeps the cache it finds — the tensors CUDA
     graphs read stay the same, so they are not captured again — and a call that needs more rows or
     positions gets a new one."""
-    from rlcore.rollout.static_decoder import StaticDecoder, supports
+    from rlcore_plugin_hf.static_decoder import StaticDecoder, supports
 
     model = qwen3_model(tiny_tokenizer)
     assert supports(model)

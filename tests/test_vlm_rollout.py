@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 import torch
 from PIL import Image
+from rlcore_plugin_hf.engine import HFRolloutEngine
 
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.hf_models import response_outputs
 from rlcore.processors import load_processor
-from rlcore.rollout.hf import HFRolloutEngine
 from rlcore.testing.tiny_vlm import build_tiny_vlm, vl_prompt_batch
 
 ROWS = [

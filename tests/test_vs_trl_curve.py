@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rlcore_plugin_tasks import arith_chain
+from rlcore_plugin_tasks.warm_start import shipped_model_dir
 
 from rlcore.config.loader import load_config
-from rlcore.tasks import arith_chain
-from rlcore.tasks.warm_start import shipped_model_dir
 from rlcore.testing.contracts import PresetContract
 from rlcore.testing.runs import dry_run
 

@@ -89,7 +89,9 @@ def test_every_plugin_depends_on_what_its_default_run_needs() -> None:
     from rlcore.distributions import by_name
 
     train = [Requirement(text) for text in project_table(ROOT)["optional-dependencies"]["train"]]
-    assert {"rlcore-plugin-fsdp", "rlcore-plugin-grpo"} <= {normalize_dist_name(req.name) for req in train}
+    assert {"rlcore-plugin-fsdp", "rlcore-plugin-hf", "rlcore-plugin-grpo", "rlcore-plugin-tasks"} <= {
+        normalize_dist_name(req.name) for req in train
+    }
     version = project_table(ROOT)["version"]
     for project in PLUGIN_PROJECTS:
         table = project_table(project)
@@ -124,12 +126,17 @@ def test_lean_core_names_the_pip_line_of_each_missing_component(tmp_path: Path, 
     assert all(row["builtin"] for row in loaded_plugins(run, venv, env, tmp_path).values())
     rlcore = venv / "bin" / "rlcore"
     for args, line in [
-        ((), "pip install rlcore-plugin-grpo"),
+        ((), "pip install rlcore-plugin-tasks"),
+        ((), "pip install rlcore-plugin-hf"),
         (("--preset", "dapo"), "pip install rlcore-plugin-dapo"),
+        (("algorithm.adv_estimator=grpo",), "pip install rlcore-plugin-grpo"),
         (("algorithm.adv_estimator=rloo",), "pip install rlcore-plugin-rloo"),
     ]:
         result = run([rlcore, "run", "--dry-run", *args], cwd=tmp_path, env=env, check=False)
         assert result.returncode != 0 and line in result.stderr, result.stderr
+    for command in (["sft"], ["data", "arith-sft"]):
+        result = run([rlcore, *command], cwd=tmp_path, env=env, check=False)
+        assert result.returncode == 2 and "not installed: pip install rlcore-plugin-sft" in result.stderr, result.stderr
 
 
 @pytest.mark.slow
@@ -147,7 +154,14 @@ def test_pip_install_dapo_alone_trains_the_bundled_task(tmp_path: Path, run: Any
     env = fresh_venv(run, venv)
     pip_install(run, venv, env, TORCH)
     pip_install(run, venv, env, "--find-links", wheelhouse, "rlcore-plugin-dapo")
-    dapo_run = {"rlcore", "rlcore-plugin-dapo", "rlcore-plugin-grpo", "rlcore-plugin-fsdp"}
+    dapo_run = {
+        "rlcore",
+        "rlcore-plugin-dapo",
+        "rlcore-plugin-grpo",
+        "rlcore-plugin-fsdp",
+        "rlcore-plugin-hf",
+        "rlcore-plugin-tasks",
+    }
     installed = installed_rlcore_distributions(run, venv, env)
     assert set(installed) == dapo_run
 

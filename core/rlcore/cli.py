@@ -19,7 +19,19 @@ from rlcore.plugins import PROBLEM_STATUSES, PluginManager, load_plugins, slow_p
 
 
 class RLCoreGroup(click.Group):
-    """A click group that prints :class:`RLCoreError` as one clear line instead of a traceback."""
+    """A click group that prints :class:`RLCoreError` as one clear line instead of a traceback, and names the
+    distribution to install for a sub-command a plugin distribution adds (``rlcore sft``)."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        """Click's lookup; an unknown sub-command that a known distribution adds fails naming it."""
+        name = args[0] if args else None
+        if name and not ctx.resilient_parsing and self.get_command(ctx, name) is None:
+            from rlcore.distributions import missing_command_advice
+
+            advice = missing_command_advice(" ".join([*ctx.command_path.split()[1:], name]))
+            if advice is not None:
+                ctx.fail(f"No such command {name!r}: {advice}.")
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command, turning user errors into ``error: ...`` and exit status 2."""
@@ -232,25 +244,6 @@ def plan(args: tuple[str, ...], presets: tuple[str, ...], gpu: str | None, as_js
     click.echo(json.dumps(result.as_dict(), indent=2) if as_json else render_text(result))
 
 
-# ---------------------------------------------------------------------- sft
-@cli.command(context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--dry-run", is_flag=True, help="Resolve and check the config, print the plan, start nothing.")
-def sft(args: tuple[str, ...], dry_run: bool) -> None:
-    """Supervised fine-tuning: rlcore sft [CONFIG.yaml ...] [key=value ...] (verl's SFT keys, docs/sft.md).
-
-    Without arguments: the bundled arithmetic task. The checkpoint's ``actor/huggingface`` folder is what
-    ``rlcore run actor_rollout_ref.model.path=...`` takes.
-    """
-    from rlcore.config import parse_command_line
-    from rlcore.sft.run import run_sft
-
-    line = parse_command_line(args)
-    if line.config_name or line.config_path:
-        raise RLCoreError("rlcore sft takes config files as arguments; --config-path/--config-name are not supported")
-    run_sft(line.files, line.overrides, dry_run=dry_run)
-
-
 # ------------------------------------------------------------------- report
 @cli.command()
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
@@ -273,7 +266,7 @@ def report(run_dirs: tuple[str, ...], out_dir: str | None) -> None:
 
 
 # --------------------------------------------------------------------- data
-@cli.group()
+@cli.group(cls=RLCoreGroup)
 def data() -> None:
     """Prepare datasets in verl's parquet format."""
 
@@ -307,20 +300,6 @@ def data_geo3k(input_dir: str, local_dir: str) -> None:
     from rlcore.data.geo3k import prepare_geo3k
 
     for split, path in prepare_geo3k(input_dir, os.path.expanduser(local_dir)).items():
-        click.echo(f"{split}: {path}")
-
-
-@data.command("arith-sft")
-@click.option("--local-dir", default="~/data/arith-sft", show_default=True, help="Where to write the parquet files.")
-def data_arith_sft(local_dir: str) -> None:
-    """Write the bundled arithmetic task's prompts with their correct answers (prompt/response columns) as
-    sft-train.parquet / sft-val.parquet (builds the task's cached assets first)."""
-    import os
-    from pathlib import Path
-
-    from rlcore.sft.arith import prepare_sft_assets, write_sft_data
-
-    for split, path in write_sft_data(prepare_sft_assets(), Path(os.path.expanduser(local_dir))).items():
         click.echo(f"{split}: {path}")
 
 

@@ -21,8 +21,8 @@ class Distribution:
     """A plugin distribution, the components (names and aliases, by kind) it registers, and how to install it.
 
     ``extras`` maps an extra that a working install needs to the machines it is for (``{"cpu": "CPU
-    machines", "gpu": "CUDA"}``); without extras, a plain ``pip install <name>`` is enough. ``commands`` are the
-    ``rlcore`` sub-commands it adds (``register_commands``).
+    machines", "gpu": "CUDA"}``); without extras, a plain ``pip install <name>`` is enough. ``commands`` are
+    the ``rlcore`` sub-commands it adds, as typed after ``rlcore`` (``"sft"``, ``"data arith-sft"``).
     """
 
     name: str
@@ -58,6 +58,7 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution("rlcore-plugin-fsdp", {"training_backend": ("fsdp", "fsdp2")}),
     Distribution("rlcore-plugin-megatron", {"training_backend": ("megatron",)}),
     Distribution("rlcore-plugin-deepspeed", {"training_backend": ("deepspeed",)}),
+    Distribution("rlcore-plugin-hf", {"rollout_engine": ("hf",)}),
     Distribution("rlcore-plugin-vllm", {"rollout_engine": ("vllm",)}, {"cpu": "CPU machines", "gpu": "CUDA"}),
     Distribution("rlcore-plugin-sglang", {"rollout_engine": ("sglang",)}, {"gpu": "CUDA only"}),
     Distribution(
@@ -95,6 +96,14 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
         {"reward_scorer": ("codecontests", "apps", "codeforces", "taco"), "tool": ("code_interpreter",)},
         commands=("sandbox",),
     ),
+    Distribution(
+        "rlcore-plugin-tasks",
+        {
+            "preset": ("arith-cpu", "arith-tools-cpu", "arith-chain-cpu", "shapes-vl-cpu"),
+            "reward_scorer": ("rlcore/arith", "rlcore/arith_tools", "rlcore/arith_chain", "rlcore/shapes_vl"),
+        },
+    ),
+    Distribution("rlcore-plugin-sft", {}, commands=("sft", "data arith-sft")),
 )
 
 
@@ -111,6 +120,21 @@ def provider(kind: str, name: str) -> Distribution | None:
 def provided_names(kind: str) -> list[str]:
     """Every name and alias of ``kind`` in the table (candidates for a did-you-mean suggestion)."""
     return sorted({name for dist in DISTRIBUTIONS for name in dist.components.get(kind, ())})
+
+
+def missing_command_advice(command: str) -> str | None:
+    """What to do about the ``rlcore`` sub-command ``command`` (as typed after ``rlcore``: ``"data arith-sft"``)
+    not being there: install the distribution that adds it, or find out why the installed one did not.
+    ``None`` when no distribution of the table adds it."""
+    dist = next((dist for dist in DISTRIBUTIONS if command in dist.commands), None)
+    if dist is None:
+        return None
+    if dist.is_installed():
+        return (
+            f"`rlcore {command}` is added by {dist.name}, which is installed but did not add it "
+            f"(disabled, failed to load, or an older version: see `rlcore plugins`)"
+        )
+    return f"`rlcore {command}` is added by {dist.name}, which is not installed: {dist.install_line}"
 
 
 #: components verl has and no rlcore distribution provides yet, by (kind, verl's name): the feature, as a user

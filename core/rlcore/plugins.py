@@ -57,10 +57,8 @@ from rlcore.registry import KIND_HOOKS, Component, ComponentLoader, Registry, Un
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "rlcore.builtin.data",
     "rlcore.builtin.rewards",
-    "rlcore.builtin.rollout",
     "rlcore.builtin.algorithms",
     "rlcore.builtin.trackers",
-    "rlcore.builtin.tasks",
     "rlcore.builtin.agents",
 )
 

@@ -73,13 +73,17 @@ def set_cpu_threads(threads: int | None) -> int:
 
 
 def quiet_third_party(device: str) -> None:
-    """Set ``DS_ACCELERATOR`` for ``trainer.device`` (``auto``: ``cuda`` when torch sees a GPU) and turn off
-    Hugging Face's progress bars, unless already set."""
+    """Set ``DS_ACCELERATOR`` for ``trainer.device`` (``auto``: ``cuda`` when torch sees a GPU; ``cpu`` without
+    torch, on a lean install whose run the config checks then stop naming what to install) and turn off Hugging
+    Face's progress bars, unless already set."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if "DS_ACCELERATOR" in os.environ:
         return
     if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        try:
+            import torch
+        except ImportError:
+            device = "cpu"
+        else:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
     os.environ["DS_ACCELERATOR"] = "cuda" if str(device).startswith("cuda") else "cpu"

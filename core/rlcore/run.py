@@ -59,9 +59,10 @@ def default_presets(files: list[str], overrides: list[str], config_name: str | N
     return [BUNDLED_PRESET]
 
 
-def prepare_presets(manager: PluginManager, presets: list[str], config: DictConfig) -> None:
+def prepare_presets(manager: PluginManager, presets: list[str], config: DictConfig | None) -> None:
     """Build what the applied presets need before a run (a bundled task's data and warm-started model): a
-    preset registered with ``prepare="module:attr"`` has that callable called with the config."""
+    preset registered with ``prepare="module:attr"`` has that callable called with the config (``None`` when
+    it is prepared outside an RL run: ``rlcore sft``'s bundled task)."""
     import importlib
 
     for name in presets:
@@ -268,21 +269,15 @@ def check_engines_and_trackers(
 
 
 def run_plan_lines(config: DictConfig) -> list[str]:
-    """The plan's lines for the HF rollout engine's chunks, its routing recording (R3), the custom training
-    sampler and the profiler; importing the sampler class here makes a bad ``data.sampler`` fail the dry run
-    (the sampler module needs torch: imported only then). The sandbox's line is rlcore-plugin-sandbox's
-    (its ``plan_lines`` hook)."""
+    """The plan's lines for the custom training sampler and the profiler; importing the sampler class here makes
+    a bad ``data.sampler`` fail the dry run (the sampler module needs torch: imported only then). The rollout
+    engine's lines (rlcore-plugin-hf: chunks, R3) and the sandbox's (rlcore-plugin-sandbox) come from their
+    plugins' ``plan_lines`` hooks."""
     from omegaconf import OmegaConf
 
     from rlcore.profiling.plan import describe_profiler
-    from rlcore.rollout.chunking import describe_chunking
-    from rlcore.rollout.routing_plan import describe_routing_replay
 
-    lines = [
-        describe_chunking(config),
-        describe_routing_replay(config),
-        describe_profiler(config),
-    ]
+    lines = [describe_profiler(config)]
     if OmegaConf.select(config, "data.sampler.class_path") not in (None, ""):
         from rlcore.data.sampler import describe_sampler
 

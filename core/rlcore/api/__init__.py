@@ -83,11 +83,19 @@ _LAZY: dict[str, str] = {
     "GATHER_IDS": "rlcore.api.training",
     "GATHERED_LOG_PROBS": "rlcore.api.training",
     "ROUTED_EXPERTS": "rlcore.api.training",
-    # rollout engines: sampling parameters, a base for token-id engines, weight sync in buckets
+    # rollout engines: sampling settings and seeds, a base for token-id engines, outputs, weight checks and buckets
     "ROLLOUT_KEY": "rlcore.rollout.sampling",
     "SamplingParams": "rlcore.rollout.sampling",
+    "RolloutSettings": "rlcore.rollout.sampling",
+    "request_seeds": "rlcore.rollout.sampling",
     "Completion": "rlcore.rollout.token_engine",
     "TokenListEngine": "rlcore.rollout.token_engine",
+    "SpecialTokens": "rlcore.rollout.outputs",
+    "check_left_padded": "rlcore.rollout.outputs",
+    "engine_dtype": "rlcore.rollout.outputs",
+    "rollout_output": "rlcore.rollout.outputs",
+    "check_weight_names": "rlcore.rollout.weights",
+    "float64_sum": "rlcore.rollout.weights",
     "weight_buckets": "rlcore.rollout.buckets",
     "rollout_profiling": "rlcore.profiling.rollout:",
     # multi-turn: agent loops, tools, interactions and their trajectories
@@ -105,14 +113,17 @@ _LAZY: dict[str, str] = {
     "audit_batch": "rlcore.agents",
     "with_text": "rlcore.agents",
     "MULTI_TURN_KEY": "rlcore.agents.settings",
+    "AgentSettings": "rlcore.agents.settings",
     "tool_classes": "rlcore.agents.tools:class_entries",
     # data files
     "read_rows": "rlcore.data.rl_dataset",
+    "MULTI_MODAL_INPUTS": "rlcore.data.multimodal",
     # processes a plugin starts for the run
     "mark_infrastructure": "rlcore.child_processes",
     # rewards
     "NaiveRewardManager": "rlcore.reward",
     "RewardError": "rlcore.reward",
+    "ground_truth_as_text": "rlcore.reward.ground_truth",
     # the algorithm math: losses, advantages' building blocks, KL, metrics
     "ActorLossTerm": "rlcore.algos",
     "LOG_RATIO_CLAMP": "rlcore.algos",
@@ -167,11 +178,15 @@ _LAZY: dict[str, str] = {
     "EngineRouting": "rlcore.modelkit.moe",
     "engine_routing": "rlcore.modelkit.moe",
     "load_balancing_loss": "rlcore.modelkit.moe",
+    "sparse_routers": "rlcore.modelkit.moe",
     "grouper_key": "rlcore.modelkit.prefix_grouper",
     "add_id_outputs": "rlcore.modelkit.token_ids",
     "freeze_vision_tower": "rlcore.modelkit.vlm",
     "is_vision_language": "rlcore.modelkit.vlm",
+    "load_policy": "rlcore.modelkit.vlm",
+    "rollout_prefill": "rlcore.modelkit.vlm",
     "rope_owner": "rlcore.modelkit.vlm",
+    "token_types": "rlcore.modelkit.vlm",
     "sequence_parallel": "rlcore.modelkit.sequence_parallel:",
     "load_processor": "rlcore.processors",
     "read_torch_options": "rlcore.profiling.torch_options",
@@ -202,7 +217,7 @@ if TYPE_CHECKING:
         audit_batch,
         with_text,
     )
-    from rlcore.agents.settings import MULTI_TURN_KEY
+    from rlcore.agents.settings import MULTI_TURN_KEY, AgentSettings
     from rlcore.agents.tools import class_entries as tool_classes
     from rlcore.algos import (
         LOG_RATIO_CLAMP,
@@ -288,6 +303,7 @@ if TYPE_CHECKING:
     from rlcore.config.keys import positive_int, select
     from rlcore.config.router_replay import ACTOR as ROUTER_REPLAY_ACTOR
     from rlcore.config.router_replay import REPLAY_MODES, replay_mode
+    from rlcore.data.multimodal import MULTI_MODAL_INPUTS
     from rlcore.data.rl_dataset import read_rows
     from rlcore.dtypes import parse_dtype
     from rlcore.errors import RLCoreError
@@ -304,18 +320,21 @@ if TYPE_CHECKING:
         response_values,
     )
     from rlcore.modelkit.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
-    from rlcore.modelkit.moe import EngineRouting, engine_routing, load_balancing_loss
+    from rlcore.modelkit.moe import EngineRouting, engine_routing, load_balancing_loss, sparse_routers
     from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
     from rlcore.modelkit.prefix_grouper import grouper_key
     from rlcore.modelkit.token_ids import add_id_outputs
-    from rlcore.modelkit.vlm import freeze_vision_tower, is_vision_language, rope_owner
+    from rlcore.modelkit.vlm import freeze_vision_tower, is_vision_language, load_policy, rollout_prefill, rope_owner
     from rlcore.processors import load_processor
     from rlcore.profiling import rollout as rollout_profiling
     from rlcore.profiling.torch_options import read_torch_options
     from rlcore.reward import NaiveRewardManager, RewardError
+    from rlcore.reward.ground_truth import ground_truth_as_text
     from rlcore.rollout.buckets import weight_buckets
-    from rlcore.rollout.sampling import ROLLOUT_KEY, SamplingParams
+    from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
+    from rlcore.rollout.sampling import ROLLOUT_KEY, RolloutSettings, SamplingParams, request_seeds
     from rlcore.rollout.token_engine import Completion, TokenListEngine
+    from rlcore.rollout.weights import check_weight_names, float64_sum
     from rlcore.tracking.external import (
         ExternalTracker,
         TrackerConfigError,

@@ -137,7 +137,7 @@ class PresetSpec:
     """What a preset does besides setting config keys (the bundled tasks' presets)."""
 
     #: ``"module:attr"`` of a callable ``(config) -> None`` called before a real run, e.g. to build a bundled
-    #: task's data and warm-started model
+    #: task's data and warm-started model (``config`` is ``None`` outside an RL run: ``rlcore sft``'s bundled task)
     prepare: str | None = None
     #: the preset is a bundled task's, and this is the stem of its run's name, which
     #: :func:`rlcore.config.run_name.name_after_presets` completes with the presets applied on top (``arith-dapo``)

@@ -34,6 +34,7 @@ VIDEO_PLACEHOLDER = "<video>"
 VIDEO_COLUMN = "videos"
 #: the per-sample non-tensor Batch fields of image rows: the images (rollout) and the processor's tensors (training)
 MULTI_MODAL_DATA = "multi_modal_data"
+#: the per-sample non-tensor Batch field of image rows that holds the processor's tensors (pixel values, grid sizes)
 MULTI_MODAL_INPUTS = "multi_modal_inputs"
 #: the processor outputs carried in ``multi_modal_inputs`` (the prompt's ids and mask are the Batch's own)
 MULTI_MODAL_INPUT_KEYS: tuple[str, ...] = ("pixel_values", "image_grid_thw")

@@ -65,7 +65,7 @@ def load_balancing_loss(counts: torch.Tensor, prob_sums: torch.Tensor, tokens: t
 def sparse_routers(model: nn.Module) -> list[Any]:
     """The router of every sparse layer of ``model``, in layer order: the modules whose class is a known
     softmax top-k router (:data:`SOFTMAX_TOP_K_ROUTERS`); empty for a dense model. The training forward and
-    the rollout's recorder (:mod:`rlcore.rollout.routing`) hook these."""
+    the rollout's recorder (:mod:`rlcore_plugin_hf.routing`) hook these."""
     return [module for module in model.modules() if type(module).__name__ in SOFTMAX_TOP_K_ROUTERS]
 
 

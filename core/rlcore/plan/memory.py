@@ -11,9 +11,10 @@ layer's input is kept, and one layer is recomputed at a time in the backward pas
 
 from __future__ import annotations
 
+from rlcore_plugin_hf.chunking import STEP_VOCAB_COPIES, ModelShape
+
 from rlcore.plan.model_size import ModelSize
 from rlcore.plan.settings import TrainState
-from rlcore.rollout.chunking import STEP_VOCAB_COPIES, ModelShape
 
 #: bytes of an AdamW step counter (one fp32 scalar per parameter tensor, in host memory on CUDA)
 STEP_COUNTER_BYTES = 4

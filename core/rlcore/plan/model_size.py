@@ -11,8 +11,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from rlcore_plugin_hf.chunking import ModelShape
+
 from rlcore.errors import RLCoreError
-from rlcore.rollout.chunking import ModelShape
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlcore_plugin_hf.chunking import aligned_length, bucket, bucket_floor, row_bytes
+
 from rlcore.plan.devices import GIB, Device
 from rlcore.plan.memory import (
     decode_step_bytes,
@@ -17,7 +19,6 @@ from rlcore.plan.memory import (
 )
 from rlcore.plan.model_size import ModelSize
 from rlcore.plan.settings import PlanSettings, TrainState
-from rlcore.rollout.chunking import aligned_length, bucket, bucket_floor, row_bytes
 
 #: device memory a CUDA process holds besides tensors (context, cuBLAS/NCCL workspaces): a stated allowance
 CUDA_RUNTIME_BYTES = 1 * GIB

@@ -68,7 +68,7 @@ def test_implicit_rewards_granularity_and_norm() -> None:
 def labelled_batch(tokenizer) -> Batch:
     """The default task's prompts (``a+b=``) with a right and an off-by-one answer each, labelled by the
     default task's scorer (``acc``)."""
-    from rlcore.tasks.arith import score
+    from rlcore_plugin_tasks.arith import score
 
     pairs = [(3, 5), (12, 7), (9, 9), (1, 16)]
     prompts, answers, labels = [], [], []

@@ -151,11 +151,11 @@ class AgentLoopContract:
     def rollout(self, tmp_path: Path) -> Any:
         """Eight samples through the loop: the output Batch."""
         import torch
+        from rlcore_plugin_hf.engine import HFRolloutEngine
 
         from rlcore.agents.runner import AgentRunner, left_pad
         from rlcore.api.batch import Batch
         from rlcore.config import load_config
-        from rlcore.rollout.hf import HFRolloutEngine
         from rlcore.testing.contracts.chat_templates import tool_chat_pair
 
         tokenizer, model = tool_chat_pair("qwen2.5")

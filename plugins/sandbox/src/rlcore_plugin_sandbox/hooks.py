@@ -16,7 +16,7 @@ from rlcore import hookimpl
 from rlcore.api import RewardScorerSpec
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
-RLCORE_API = ">=2,<3"
+RLCORE_API = ">=3,<4"
 
 
 @hookimpl

@@ -1,1 +1,0 @@
-"""Bundled tasks: small verifiable problems that run on a CPU in minutes."""

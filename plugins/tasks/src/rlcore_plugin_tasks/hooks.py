@@ -1,0 +1,75 @@
+"""The plugin's hooks: the bundled CPU tasks' scorers (``rlcore/arith``, ...) and presets (``arith-cpu``, the
+task ``rlcore run`` trains by default, ...).
+
+This module must stay free of torch imports: ``rlcore plugins`` and config loading import it.
+"""
+
+from rlcore import hookimpl
+from rlcore.api import PresetSpec, RewardScorerSpec
+
+#: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
+RLCORE_API = ">=3,<4"
+
+
+@hookimpl
+def register_reward_scorers(register):
+    """Register the scorers of the bundled tasks. Each compares the answer with the ground truth as text
+    (``RewardScorerSpec(ground_truth="text")``): the reward manager passes ``33.0`` from a float column as
+    ``"33"`` and counts the ground truths without a clear text form (see ``rlcore.reward.ground_truth``)."""
+    text = RewardScorerSpec(ground_truth="text")
+    register(
+        "rlcore/arith",
+        "rlcore_plugin_tasks.arith:score",
+        description="bundled task: exact answer of a small sum",
+        spec=text,
+    )
+    register(
+        "rlcore/arith_tools",
+        "rlcore_plugin_tasks.arith_tools:score",
+        description="bundled tool task: the last integer of the response is the product",
+        spec=text,
+    )
+    register(
+        "rlcore/arith_chain",
+        "rlcore_plugin_tasks.arith_chain:score",
+        description="bundled two-step task: the last integer of the response is a+b-c",
+        spec=text,
+    )
+    register(
+        "rlcore/shapes_vl",
+        "rlcore_plugin_tasks.shapes_vl:score",
+        description="bundled vision-language task: the first word of the response is the shape's colour",
+        spec=text,
+    )
+
+
+@hookimpl
+def register_presets(register):
+    """Register the bundled tasks' presets (``arith-cpu`` is applied by ``rlcore run`` when no data is given).
+
+    The spec's ``prepare`` writes a task's data before the run; ``task`` is the stem of its run's name, which
+    :func:`rlcore.config.run_name.name_after_presets` completes with the presets applied on top."""
+    register(
+        "arith-cpu",
+        "rlcore_plugin_tasks.arith:cpu_preset",
+        description="bundled CPU task: GRPO on small sums from a biased warm-started model",
+        spec=PresetSpec(prepare="rlcore_plugin_tasks.arith:prepare_assets", task="arith"),
+    )
+    register(
+        "arith-tools-cpu",
+        "rlcore_plugin_tasks.arith_tools:cpu_preset",
+        description="bundled multi-turn task: 2-digit products with a calculator tool (GRPO, HF engine)",
+        spec=PresetSpec(prepare="rlcore_plugin_tasks.arith_tools:prepare_assets", task="arith-tools"),
+    )
+    register(
+        "arith-chain-cpu",
+        "rlcore_plugin_tasks.arith_chain:cpu_preset",
+        description="bundled CPU task: GRPO on a+b-c answered as a two-step chain, from a biased warm start",
+        spec=PresetSpec(prepare="rlcore_plugin_tasks.arith_chain:prepare_assets"),
+    )
+    register(
+        "shapes-vl-cpu",
+        "rlcore_plugin_tasks.shapes_vl:cpu_preset",
+        description="bundled vision-language task: name the colour of a drawn shape (tiny Qwen2-VL, GRPO, HF engine)",
+        spec=PresetSpec(prepare="rlcore_plugin_tasks.shapes_vl:prepare_assets", task="shapes-vl"),
+    )

@@ -1,0 +1,43 @@
+"""A run of a bundled task never builds a model, so it never imports rlcore's test kit: the presets, their
+``prepare`` (the parquet files) and the scorers run without ``rlcore.testing``, which only
+``build_base_model`` / ``base_tokenizer`` / ``warm_start.task_model`` (``python -m rlcore_plugin_tasks.build_base``)
+import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import importlib, sys
+from rlcore import load_plugins
+from rlcore.run import prepare_presets
+
+manager = load_plugins()
+for name in ("arith-cpu", "arith-chain-cpu", "arith-tools-cpu", "shapes-vl-cpu"):
+    settings = manager.registry.load("preset", name)()
+    assert settings["actor_rollout_ref.model.path"], name
+    prepare_presets(manager, [name], None)
+for name in ("rlcore/arith", "rlcore/arith_chain", "rlcore/arith_tools", "rlcore/shapes_vl"):
+    manager.registry.load("reward_scorer", name)("x", "1 2", "2")
+print(sorted(m for m in sys.modules if m.startswith("rlcore.testing")))
+"""
+
+
+def test_presets_prepare_and_scorers_do_not_import_the_test_kit(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        env={"PATH": "/usr/bin:/bin", "RLCORE_CACHE": str(tmp_path), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "arith-chain-v1",
+        "arith-tools-v1",
+        "arith-v1",
+        "shapes-vl-v1",
+    ]
