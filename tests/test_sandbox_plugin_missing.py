@@ -52,7 +52,7 @@ def test_the_sandbox_command_names_the_plugin() -> None:
     """A command line without the plugin's commands (``rlcore`` with the plugin disabled) names it."""
     result = CliRunner().invoke(RLCoreGroup(), ["sandbox", "check"])
     assert result.exit_code == 2
-    assert "No such command 'sandbox': it is added by rlcore-plugin-sandbox, which is installed but not loaded" in (
+    assert "No such command 'sandbox': `rlcore sandbox` is added by rlcore-plugin-sandbox, which is installed but" in (
         result.output
     )
     assert "No such command 'nosuch'." in CliRunner().invoke(RLCoreGroup(), ["nosuch"]).output

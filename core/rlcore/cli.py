@@ -45,17 +45,6 @@ class RLCoreGroup(click.Group):
                 click.echo(f"{len(problems)} problems found; nothing was started", err=True)
             sys.exit(2)
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
-        """The sub-command ``args`` name; one that a plugin distribution adds, when it is not loaded, is a usage
-        error naming that distribution."""
-        if args and self.get_command(ctx, args[0]) is None:
-            from rlcore.distributions import missing_command_advice
-
-            advice = missing_command_advice(args[0])
-            if advice:
-                ctx.fail(f"No such command {args[0]!r}: {advice}")
-        return super().resolve_command(ctx, args)
-
 
 @click.group(cls=RLCoreGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rlcore")

@@ -94,7 +94,7 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution(
         "rlcore-plugin-sandbox",
         {"reward_scorer": ("codecontests", "apps", "codeforces", "taco"), "tool": ("code_interpreter",)},
-        commands=("sandbox",),
+        commands=("sandbox", "sandbox check"),
     ),
     Distribution(
         "rlcore-plugin-tasks",
@@ -144,17 +144,6 @@ NOT_IN_RLCORE: dict[tuple[str, str], str] = {
     ("training_backend", "veomni"): "verl's VeOmni engine",
     ("rollout_engine", "trtllm"): "TensorRT-LLM rollout (rollout.name=trtllm)",
 }
-
-
-def missing_command_advice(name: str) -> str | None:
-    """What to do about ``rlcore NAME`` not existing when a distribution of the table adds that command: install
-    it, or find out why the installed one is not loaded. ``None`` when no distribution adds it."""
-    dist = next((dist for dist in DISTRIBUTIONS if name in dist.commands), None)
-    if dist is None:
-        return None
-    if dist.is_installed():
-        return f"it is added by {dist.name}, which is installed but not loaded (see `rlcore plugins`)"
-    return f"it is added by {dist.name}, which is not installed: {dist.install_line}"
 
 
 def missing_component_advice(kind: str, name: str) -> str | None:

@@ -324,7 +324,14 @@ if TYPE_CHECKING:
     from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
     from rlcore.modelkit.prefix_grouper import grouper_key
     from rlcore.modelkit.token_ids import add_id_outputs
-    from rlcore.modelkit.vlm import freeze_vision_tower, is_vision_language, load_policy, rollout_prefill, rope_owner
+    from rlcore.modelkit.vlm import (
+        freeze_vision_tower,
+        is_vision_language,
+        load_policy,
+        rollout_prefill,
+        rope_owner,
+        token_types,
+    )
     from rlcore.processors import load_processor
     from rlcore.profiling import rollout as rollout_profiling
     from rlcore.profiling.torch_options import read_torch_options
