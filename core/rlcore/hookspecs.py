@@ -351,8 +351,9 @@ def step_extensions(config: DictConfig) -> list[Any] | None:
     (a worker group of its own, a stage of the step that adds batch keys, a term of the actor loss), or None
     when the config does not switch the plugin's feature on.
 
-    Called by the controller before the worker groups are built and by each actor worker for its loss, so it
-    must depend on ``config`` only. :mod:`rlcore.api.extensions` says when each part runs.
+    Called once by ``rlcore run`` before anything starts (the dry run too: an :class:`RLCoreError` it raises is
+    reported with the config's other problems) and by each actor worker for its loss, so it must depend on
+    ``config`` only. :mod:`rlcore.api.extensions` says when each part runs.
 
     Example::
 

@@ -17,7 +17,7 @@ import time
 import uuid
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from omegaconf import DictConfig
@@ -34,15 +34,19 @@ from rlcore.config import (
     load_config,
 )
 from rlcore.config.output_paths import make_output_paths_absolute, shown_path
+from rlcore.controller.components import RunComponents
 from rlcore.data.image_plan import image_plan
 from rlcore.errors import RLCoreError
-from rlcore.plugins import PluginManager, load_plugins
+from rlcore.plugins import PluginManager, load_plugins, step_extensions
 from rlcore.presets import PRESETS_FILE, first_line, preset_settings, write_presets
 from rlcore.process_env import cpu_threads_setting, quiet_third_party, set_cpu_threads
-from rlcore.registry import Registry
+from rlcore.registry import Component, Registry
 from rlcore.run_context import RunContext
 from rlcore.run_guard import guarded_fit
 from rlcore.usercode import contain_exit
+
+if TYPE_CHECKING:
+    from rlcore.api.specs import AdvantageEstimatorSpec, TrainingBackendSpec
 
 BUNDLED_PRESET = "arith-cpu"
 
@@ -68,23 +72,21 @@ def prepare_presets(manager: PluginManager, presets: list[str], config: DictConf
             getattr(importlib.import_module(module), attr)(config)
 
 
-def _component(manager: PluginManager, key: str, kind: str, name: str) -> None:
+def _component(manager: PluginManager, key: str, kind: str, name: str) -> Component[Any]:
     """Look up one component; the error names the config key (the registry's names the plugin to install, and
     a disabled plugin that provides it is named too)."""
     try:
-        manager.registry.get(kind, name)
+        return manager.registry.get(kind, name)
     except RLCoreError as exc:
         provider = manager.disabled_provider(kind, name)
         disabled = f"; {provider}" if provider else ""
         raise ConfigError(f"{key}={name}: {exc}{disabled}") from exc
 
 
-def _check_group_size(config: DictConfig, registry: Registry) -> None:
-    """``actor_rollout_ref.rollout.n`` is at least the estimator's ``min_group_size`` (an unknown
-    estimator is reported by the component check)."""
-    try:
-        estimator = registry.get("advantage_estimator", config.algorithm.adv_estimator)
-    except RLCoreError:
+def _check_group_size(config: DictConfig, estimator: Component[AdvantageEstimatorSpec] | None) -> None:
+    """``actor_rollout_ref.rollout.n`` is at least the estimator's ``min_group_size`` (None: an unknown
+    estimator, reported by the component check)."""
+    if estimator is None:
         return
     need = estimator.spec.min_group_size
     n = config.actor_rollout_ref.rollout.n
@@ -95,18 +97,20 @@ def _check_group_size(config: DictConfig, registry: Registry) -> None:
         )
 
 
-def _check_sum_pi_squared(config: DictConfig, registry: Registry) -> None:
+def _check_sum_pi_squared(
+    config: DictConfig,
+    estimator: Component[AdvantageEstimatorSpec] | None,
+    backend: Component[TrainingBackendSpec] | None,
+) -> None:
     """``actor_rollout_ref.actor.calculate_sum_pi_squared`` is on exactly when the estimator reads
     ``sum_pi_squared`` (its ``batch_keys``), the old log-probs are computed by the actor (not taken from the
-    rollout by ``bypass_mode``), and the actor's training backend computes Σπ² (its spec's
-    ``sum_pi_squared=True``). Unknown components are reported by the component check."""
+    rollout by ``bypass_mode``), and the actor's training ``backend`` computes Σπ² (its spec's
+    ``sum_pi_squared=True``). Unknown components (None) are reported by the component check."""
     key = "actor_rollout_ref.actor.calculate_sum_pi_squared"
     wanted = bool(config.actor_rollout_ref.actor.calculate_sum_pi_squared)
-    try:
-        estimator = registry.get("advantage_estimator", config.algorithm.adv_estimator)
-        reads = "sum_pi_squared" in estimator.spec.batch_keys
-    except RLCoreError:
+    if estimator is None:
         return
+    reads = "sum_pi_squared" in estimator.spec.batch_keys
     if reads and not wanted:
         raise ConfigError(f"algorithm.adv_estimator={estimator.name} reads the actor's Σπ²: set {key}=true")
     if wanted and not reads:
@@ -121,12 +125,7 @@ def _check_sum_pi_squared(config: DictConfig, registry: Registry) -> None:
             f"{key}=true needs the actor's old-log-prob pass, which "
             "algorithm.rollout_correction.bypass_mode=true skips: turn bypass_mode off"
         )
-    strategy = config.actor_rollout_ref.actor.strategy
-    try:
-        backend = registry.get("training_backend", strategy)
-    except RLCoreError:
-        return
-    if not backend.spec.sum_pi_squared:
+    if backend is not None and not backend.spec.sum_pi_squared:
         raise ConfigError(
             f"{key}=true: the {backend.name!r} training backend does not compute Σπ²; "
             "use actor_rollout_ref.actor.strategy=fsdp or megatron"
@@ -150,7 +149,7 @@ def _check_ref_strategy(config: DictConfig, registry: Registry) -> None:
         )
 
 
-def _check_engines(config: DictConfig, registry: Registry) -> None:
+def _check_engines(config: DictConfig, registry: Registry, components: RunComponents) -> None:
     """Ask the training backends to reject settings they cannot run (``check_config``), for the actor and,
     when the estimator needs one, the critic — the call the workers make at start-up, made before anything
     starts. This imports the backend (torch); a backend that is not installed is reported by the component
@@ -158,11 +157,7 @@ def _check_engines(config: DictConfig, registry: Registry) -> None:
     from rlcore.registry import UnknownComponentError
 
     roles = [("actor", "actor_rollout_ref.actor", "actor_rollout_ref.model", config.actor_rollout_ref.actor.strategy)]
-    try:
-        needs_critic = registry.spec("advantage_estimator", config.algorithm.adv_estimator).needs_critic
-    except RLCoreError:
-        needs_critic = False
-    if needs_critic:
+    if components.estimator.spec.needs_critic:
         roles.append(("critic", "critic", "critic.model", config.critic.strategy))
     for role, section, model_section, strategy in roles:
         try:
@@ -174,36 +169,41 @@ def _check_engines(config: DictConfig, registry: Registry) -> None:
             check(config, role, section, model_section)
 
 
-def check_components(config: DictConfig, manager: PluginManager, problems: Problems | None = None) -> None:
-    """Resolve every component the config names; raise on unknown or conflicting ones (all of them, or
-    record them in ``problems`` when it is given).
+def check_components(
+    config: DictConfig, manager: PluginManager, problems: Problems | None = None
+) -> RunComponents | None:
+    """Resolve every component the config names, once, into the run's :class:`RunComponents`; raise on
+    unknown or conflicting ones (all of them, or record them in ``problems`` when it is given, and return
+    None when one of the bundle's is unknown).
 
     Components are resolved without importing them (an advantage estimator's ``min_group_size`` is
     checked against ``rollout.n``); the checks that import them are :func:`check_engines_and_trackers`.
     """
     collected = problems if problems is not None else Problems()
     registry = manager.registry
+    actor = config.actor_rollout_ref.actor
     wanted = [
-        ("algorithm.adv_estimator", "advantage_estimator", config.algorithm.adv_estimator),
-        (
-            "actor_rollout_ref.actor.policy_loss.loss_mode",
-            "policy_loss",
-            config.actor_rollout_ref.actor.policy_loss.loss_mode,
-        ),
-        ("actor_rollout_ref.actor.strategy", "training_backend", config.actor_rollout_ref.actor.strategy),
-        ("actor_rollout_ref.rollout.name", "rollout_engine", config.actor_rollout_ref.rollout.name),
-        ("reward_model.reward_manager", "reward_manager", config.reward_model.reward_manager),
-        *(("algorithm.batch_filters", "batch_filter", name) for name in config.algorithm.batch_filters),
+        ("estimator", "algorithm.adv_estimator", "advantage_estimator", config.algorithm.adv_estimator),
+        ("policy_loss", "actor_rollout_ref.actor.policy_loss.loss_mode", "policy_loss", actor.policy_loss.loss_mode),
+        ("actor_backend", "actor_rollout_ref.actor.strategy", "training_backend", actor.strategy),
+        ("rollout_engine", "actor_rollout_ref.rollout.name", "rollout_engine", config.actor_rollout_ref.rollout.name),
+        ("reward_manager", "reward_model.reward_manager", "reward_manager", config.reward_model.reward_manager),
     ]
-    if not config.data.custom_cls.path:
-        wanted.append(("data.dataset", "dataset", config.data.dataset))
-    for key, kind, name in wanted:
+    found: dict[str, Component[Any]] = {}
+    for part, key, kind, name in wanted:
         with collected.collect():
-            _component(manager, key, kind, name)
+            found[part] = _component(manager, key, kind, name)
+    filters: list[Component[Any]] = []
+    for name in config.algorithm.batch_filters:
+        with collected.collect():
+            filters.append(_component(manager, "algorithm.batch_filters", "batch_filter", name))
+    if not config.data.custom_cls.path:
+        with collected.collect():
+            _component(manager, "data.dataset", "dataset", config.data.dataset)
     with collected.collect():
-        _check_group_size(config, registry)
+        _check_group_size(config, found.get("estimator"))
     with collected.collect():
-        _check_sum_pi_squared(config, registry)
+        _check_sum_pi_squared(config, found.get("estimator"), found.get("actor_backend"))
     with collected.collect():
         _check_ref_strategy(config, registry)
     with collected.collect():
@@ -211,8 +211,22 @@ def check_components(config: DictConfig, manager: PluginManager, problems: Probl
     for name in _loggers(config):
         with collected.collect():
             _component(manager, "trainer.logger", "tracker", name)
+    extensions = None
+    with collected.collect():
+        extensions = tuple(step_extensions(config, manager))
     if problems is None:
         collected.raise_if_any()
+    parts = ("estimator", "policy_loss", "actor_backend", "reward_manager")
+    if extensions is None or len(filters) < len(config.algorithm.batch_filters) or any(p not in found for p in parts):
+        return None
+    return RunComponents(
+        estimator=found["estimator"],
+        policy_loss=found["policy_loss"],
+        actor_backend=found["actor_backend"],
+        reward_manager=found["reward_manager"],
+        batch_filters=tuple(filters),
+        extensions=extensions,
+    )
 
 
 def _check_sandbox_keys(config: DictConfig, registry: Registry) -> None:
@@ -237,7 +251,9 @@ def _check_sandbox_keys(config: DictConfig, registry: Registry) -> None:
     raise ConfigError(f"reward_model.sandbox.{given[0]}=true is read by {dist.name}, which is {state}")
 
 
-def check_engines_and_trackers(config: DictConfig, registry: Registry, problems: Problems) -> None:
+def check_engines_and_trackers(
+    config: DictConfig, registry: Registry, components: RunComponents, problems: Problems
+) -> None:
     """The checks that import what the config names, recorded in ``problems``: the training backends'
     ``check_config`` (:func:`_check_engines`) and the trackers' libraries and settings
     (:func:`~rlcore.tracking.external.preflight_trackers`), so that a tracker whose package is missing fails
@@ -247,7 +263,7 @@ def check_engines_and_trackers(config: DictConfig, registry: Registry, problems:
     from rlcore.tracking.external import preflight_trackers
 
     with problems.collect():
-        _check_engines(config, registry)
+        _check_engines(config, registry, components)
     with problems.collect():
         preflight_trackers(config, registry)
 
@@ -356,7 +372,7 @@ def run_training(
     with problems.collect():
         _require(config, "actor_rollout_ref.model.path", "pass actor_rollout_ref.model.path=NAME_OR_DIR")
     quiet_third_party(str(config.trainer.device))
-    check_components(config, manager, problems)
+    components = check_components(config, manager, problems)
     with problems.collect():
         check_values(config)
     with problems.collect():
@@ -377,9 +393,10 @@ def run_training(
     images = None
     with problems.collect():
         images = image_plan(config)
-    if not problems.items:
-        check_engines_and_trackers(config, registry, problems)
+    if components is not None and not problems.items:
+        check_engines_and_trackers(config, registry, components, problems)
     problems.raise_if_any()
+    assert components is not None, "check_components records a problem for every component it cannot resolve"
     versions = manager.versions()
     click.echo(plugins_line(versions))
     click.echo(derived.summary())
@@ -428,6 +445,7 @@ def run_training(
         config,
         run,
         manager,
+        components,
         open_run_dir=open_run_dir,
         summarise=lambda last, status: _summarise(config, run, manager, last, time.perf_counter() - start, status),
         print_kept=lambda abandoned: print_kept(config, run.run_dir, abandoned=abandoned),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -26,6 +26,9 @@ from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager
 from rlcore.run_context import RunContext
 from rlcore.usercode import EXIT_EXCEPTIONS, exit_error, is_stop_signal
+
+if TYPE_CHECKING:
+    from rlcore.controller.components import RunComponents
 
 #: ``summarise(last_metrics, status)``: print the run's end and write ``summary.json``
 Summarise = Callable[[dict[str, Any], str], None]
@@ -102,13 +105,15 @@ def guarded_fit(
     config: Any,
     run: RunContext,
     manager: PluginManager,
+    components: RunComponents,
     *,
     open_run_dir: Callable[[], None],
     summarise: Summarise,
     print_kept: PrintKept,
 ) -> dict[str, Any]:
-    """Train the run and return its last metrics; see the module docstring. ``open_run_dir()`` makes the run
-    directory (and sets ``run.run_dir``) once start-up has succeeded; then :func:`fit_to_the_end` trains.
+    """Train the run and return its last metrics; see the module docstring. The trainer receives ``components``
+    (what :func:`rlcore.run.check_components` resolved). ``open_run_dir()`` makes the run directory (and sets
+    ``run.run_dir``) once start-up has succeeded; then :func:`fit_to_the_end` trains.
 
     Raises what :func:`fit_to_the_end` raises; a start-up error (before the run directory exists) is raised the
     same way, without a summary.
@@ -121,7 +126,7 @@ def guarded_fit(
         try:
             assert run.identity is not None  # RunContext gives every run one
             lock = lock_checkpoint_folder(config, run.identity)
-            trainer = Trainer(config, run, manager)
+            trainer = Trainer(config, run, manager, components)
             trainer.prepare()
             open_run_dir()
             run.identity.run_dir = str(run.run_dir)

@@ -59,6 +59,13 @@ _LAZY: dict[str, str] = {
     "RolloutEngine": "rlcore.api.rollout",
     "TrainingBackend": "rlcore.api.training",
     "TrainingEngine": "rlcore.api.training",
+    # the engines' optional abilities, checked with isinstance
+    "SupportsClose": "rlcore.api.rollout",
+    "SupportsSamplingState": "rlcore.api.rollout",
+    "SupportsSharedWeights": "rlcore.api.rollout",
+    "SupportsWeightChecksum": "rlcore.api.rollout",
+    "SupportsLiveWeights": "rlcore.api.training",
+    "SupportsWeightStream": "rlcore.api.training",
     "AdvantageEstimatorSpec": "rlcore.api.specs",
     "CapabilitySpec": "rlcore.api.specs",
     "GroundTruthForm": "rlcore.api.specs",
@@ -278,7 +285,13 @@ if TYPE_CHECKING:
         Tracker,
     )
     from rlcore.api.extensions import StepExtension
-    from rlcore.api.rollout import RolloutEngine
+    from rlcore.api.rollout import (
+        RolloutEngine,
+        SupportsClose,
+        SupportsSamplingState,
+        SupportsSharedWeights,
+        SupportsWeightChecksum,
+    )
     from rlcore.api.specs import (
         AdvantageEstimatorSpec,
         CapabilitySpec,
@@ -297,6 +310,8 @@ if TYPE_CHECKING:
         MicroBatchLoss,
         ModelOutput,
         ParallelLayout,
+        SupportsLiveWeights,
+        SupportsWeightStream,
         TrainingBackend,
         TrainingEngine,
     )

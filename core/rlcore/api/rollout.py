@@ -7,8 +7,8 @@ engine-specific steps; ``rlcore.testing.contracts.rollout`` checks an engine.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
@@ -20,9 +20,10 @@ if TYPE_CHECKING:
 
 class RolloutEngine(Protocol):
     """Constructed as ``Engine(model_path, tokenizer, config, *, device, dtype)`` with ``config`` the
-    ``actor_rollout_ref.rollout`` section. Optional, detected with ``hasattr``: ``weight_checksum()`` and
-    ``uncounted_names`` (an exact check of the served weights), ``state_dict()``/``load_state_dict()``
-    (sampling state for exact resume) and ``close()`` (stop the engine's own processes)."""
+    ``actor_rollout_ref.rollout`` section. Optional abilities, each a protocol below that the actor worker
+    checks with ``isinstance``: :class:`SupportsWeightChecksum` (an exact check of the served weights),
+    :class:`SupportsSharedWeights` (serving a CPU actor's own tensors), :class:`SupportsSamplingState`
+    (sampling state for exact resume) and :class:`SupportsClose` (stop the engine's own processes)."""
 
     def __init__(
         self,
@@ -63,4 +64,53 @@ class RolloutEngine(Protocol):
 
     def wake(self) -> None:
         """Take the memory back before generating or syncing."""
+        ...
+
+
+@runtime_checkable
+class SupportsWeightChecksum(Protocol):
+    """A rollout engine that can prove which weights it serves: after every weight sync (with
+    ``rollout.check_weight_sync``) the worker compares this checksum with the trainer's, instead of
+    comparing the log-probs of a probe sequence."""
+
+    @property
+    def uncounted_names(self) -> frozenset[str]:
+        """The weight names the checksum leaves out (weights the engine does not hold, e.g. a tied head)."""
+        ...
+
+    def weight_checksum(self) -> float:
+        """:func:`rlcore.rollout.weights.state_checksum` of the served weights, in the served dtype."""
+        ...
+
+
+@runtime_checkable
+class SupportsSharedWeights(Protocol):
+    """A rollout engine that can serve a trainer's own tensors without a copy (one CPU rank, the actor's
+    :class:`rlcore.api.training.SupportsLiveWeights`)."""
+
+    def share_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> bool:
+        """Serve these tensors themselves from now on; False when the engine cannot (then nothing changed)."""
+        ...
+
+
+@runtime_checkable
+class SupportsSamplingState(Protocol):
+    """A rollout engine with a resumable sampling state (the generate calls that drew seeds, the weight
+    version), saved in the actor's checkpoint so that a resumed run samples as an uninterrupted one."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The engine's sampling state."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned; called after the trainer's weights are synced."""
+        ...
+
+
+@runtime_checkable
+class SupportsClose(Protocol):
+    """A rollout engine that runs processes of its own, stopped when the worker shuts down."""
+
+    def close(self) -> None:
+        """Stop the engine's processes and release what it holds."""
         ...

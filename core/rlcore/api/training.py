@@ -18,7 +18,7 @@ This module imports no torch at run time, so a plugin's light ``hooks`` module m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -288,6 +288,32 @@ class TrainingEngine(Protocol):
 
     def close(self) -> None:
         """Release what the engine holds beyond Python objects (model-parallel groups); idempotent."""
+        ...
+
+
+@runtime_checkable
+class SupportsWeightStream(Protocol):
+    """An optional ability of a :class:`TrainingEngine`: gathering its full weights one tensor at a time, so
+    that a bucketed weight sync holds one bucket of gathered weights at a time. The actor worker checks
+    ``isinstance(engine, SupportsWeightStream)``; an engine without it is read with
+    :meth:`TrainingEngine.full_weights`."""
+
+    def iter_full_weights(self, *, only_rank0: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
+        """The weights of :meth:`TrainingEngine.full_weights` as ``(name, tensor)`` pairs, tied aliases left
+        out. Collective: every rank consumes the whole iterator; with ``only_rank0`` the tensors are on the CPU
+        and complete on global rank 0 only."""
+        ...
+
+
+@runtime_checkable
+class SupportsLiveWeights(Protocol):
+    """An optional ability of a :class:`TrainingEngine`: lending the actor's own parameter tensors, which
+    training updates in place, to a rollout engine in the same process that serves them without a copy
+    (:class:`rlcore.api.rollout.SupportsSharedWeights`)."""
+
+    def live_weights(self) -> dict[str, torch.Tensor] | None:
+        """The parameter tensors by Hugging Face name (tied aliases included), or None where they cannot be
+        lent (sharded, offloaded, LoRA)."""
         ...
 
 

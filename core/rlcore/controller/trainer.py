@@ -3,7 +3,8 @@
 The step order follows verl's ``RayPPOTrainer.fit``: generate → reward → batch filters → balance → old
 log-probs → reference log-probs → values → KL-in-reward → advantages → critic update → actor update (after
 ``critic_warmup``) → weight sync → validation every ``test_freq`` → checkpoint every ``save_freq`` →
-metrics. Every component is resolved by ``(kind, name)`` from the config through the plugin registry.
+metrics. The trainer looks nothing up: every component it calls arrives resolved, in the run's
+:class:`~rlcore.controller.components.RunComponents`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from rlcore.checkpoint import (
 from rlcore.checkpoint.fingerprint import accept_checkpoint, model_shape, run_fingerprint
 from rlcore.config.output_paths import shown_path
 from rlcore.config.schema import Sections
+from rlcore.controller.components import RunComponents
 from rlcore.controller.groups import build_worker_groups
 from rlcore.controller.off_policy import RolloutPipeline
 from rlcore.controller.resume import unfinished_checkpoint
@@ -53,7 +55,7 @@ from rlcore.data.loader import PromptLoader
 from rlcore.data.sampler import build_sampler, update_curriculum
 from rlcore.errors import RLCoreError
 from rlcore.graceful_stop import StopRequest
-from rlcore.plugins import PluginManager, step_extensions
+from rlcore.plugins import PluginManager
 from rlcore.processors import load_processor
 from rlcore.profiling.plan import step_profiling
 from rlcore.reward.async_reward import AsyncReward, PendingReward
@@ -89,17 +91,18 @@ def load_model_config(model_path: str, trust_remote_code: bool = False) -> Any |
 
 
 class Trainer:
-    """Drives one run: builds datasets, workers, reward and trackers from the config, then ``fit()``."""
+    """Drives one run: builds datasets, workers, reward and trackers from the config and the run's resolved
+    ``components``, then ``fit()``."""
 
-    def __init__(self, config: DictConfig, run: RunContext, manager: PluginManager) -> None:
+    def __init__(self, config: DictConfig, run: RunContext, manager: PluginManager, components: RunComponents) -> None:
         self.config = config
         #: the typed sections of ``config``, built once for the run (:class:`rlcore.config.schema.Sections`)
         self.sections = Sections.from_tree(config)
         self.run = run
         self.manager = manager
-        self.registry = manager.registry
+        self.components = components
         algo = config.algorithm
-        self.estimator = self.registry.get("advantage_estimator", algo.adv_estimator)
+        self.estimator = components.estimator
         self.use_critic = (
             bool(config.critic.enable) if config.critic.enable is not None else self.estimator.spec.needs_critic
         )
@@ -115,7 +118,7 @@ class Trainer:
         self.reward_model_worker = self.estimator.spec.reward_model_worker  # e.g. PRIME's implicit PRM
         self.reward_extra_keys: tuple[str, ...] = ()  # the per-sample extras the reward function returned
         self.use_reward_model = bool(config.reward_model.enable) or self.reward_model_worker is not None
-        self.extensions = step_extensions(config, manager)  # the plugins' worker groups, stages and loss terms
+        self.extensions = components.extensions  # the plugins' worker groups, stages and loss terms
         self.nonfinite_in_a_row = 0
         self.stop = StopRequest(self.sections.trainer.stop_grace_s)
         self.saved_step = 0  # the step of the newest checkpoint this run saved or resumed from
@@ -168,7 +171,6 @@ class Trainer:
         cfg.critic.optim.total_training_steps = self.total_steps
 
     def _build_workers(self) -> None:
-        self.registry.get("training_backend", self.sections.actor_rollout_ref.actor.strategy)
         self.groups = build_worker_groups(
             self.config,
             use_reference=self.use_reference,
@@ -179,7 +181,7 @@ class Trainer:
         )
         self.actor, self.rollout, self.critic = self.groups.actor, self.groups.rollout, self.groups.critic
         self.groups.init_models()
-        self.reward_fn = build_reward_manager(self.config, self.tokenizer)
+        self.reward_fn = build_reward_manager(self.config, self.tokenizer, self.components.reward_manager.load())
         if self.groups.reward_model is not None:  # reward_model.enable: reward-model scores plus rule scores
             separate = "rm_scores" in self.estimator.spec.batch_keys
             self.reward_fn = ModelRewardManager(self.reward_fn, self.groups.reward_model, self.config, separate)
@@ -236,8 +238,8 @@ class Trainer:
         metrics.update(result.metrics)
 
     def _apply_filters(self, batch: Batch, metrics: dict[str, float]) -> Batch:
-        for name in self.sections.algorithm.batch_filters:
-            batch, filter_metrics = self.registry.load("batch_filter", name)(batch, self.config)
+        for batch_filter in self.components.batch_filters:
+            batch, filter_metrics = batch_filter.load()(batch, self.config)
             metrics.update(filter_metrics)
         return batch
 

@@ -108,18 +108,21 @@ def describe_scorer(config: Any) -> str:
     return "the reward scorer of the data source"
 
 
-def build_reward_manager(config: Any, tokenizer: Any) -> Any:
-    """The reward manager of a run: ``reward_model.reward_manager`` resolved as a ``reward_manager``
-    component and constructed as ``cls(tokenizer, build_scorer(config), config.reward_model)``.
+def build_reward_manager(config: Any, tokenizer: Any, cls: Any = None) -> Any:
+    """The reward manager of a run: ``cls`` (the class ``rlcore run`` resolved once,
+    :attr:`rlcore.controller.components.RunComponents.reward_manager`; None: ``reward_model.reward_manager``
+    resolved now as a ``reward_manager`` component) constructed as
+    ``cls(tokenizer, build_scorer(config), config.reward_model)``.
 
     A manager class with ``batched = True`` calls one function for the whole batch, which only a custom
     reward function can be, so it requires ``custom_reward_function.path``.
     """
-    from rlcore.plugins import get_component
-
     section = config.get("reward_model", None) or {}
     name = section.get("reward_manager", None) or "naive"
-    cls = get_component("reward_manager", name)
+    if cls is None:
+        from rlcore.plugins import get_component
+
+        cls = get_component("reward_manager", name)
     custom = config.get("custom_reward_function", None) or {}
     if getattr(cls, "batched", False) and not custom.get("path", None):
         raise RewardError(

@@ -20,8 +20,22 @@ from rlcore.algos.functional import agg_loss
 from rlcore.algos.losses import build_actor_loss, loss_terms
 from rlcore.api.batch import Batch
 from rlcore.api.groups import ActorRole
-from rlcore.api.rollout import RolloutEngine
-from rlcore.api.training import GATHER_IDS, GATHERED_LOG_PROBS, ROUTED_EXPERTS, ModelOutput, TrainingEngine
+from rlcore.api.rollout import (
+    RolloutEngine,
+    SupportsClose,
+    SupportsSamplingState,
+    SupportsSharedWeights,
+    SupportsWeightChecksum,
+)
+from rlcore.api.training import (
+    GATHER_IDS,
+    GATHERED_LOG_PROBS,
+    ROUTED_EXPERTS,
+    ModelOutput,
+    SupportsLiveWeights,
+    SupportsWeightStream,
+    TrainingEngine,
+)
 from rlcore.config.batch_sizes import (
     LOG_PROB_BUDGET,
     UpdateBatchSizes,
@@ -368,11 +382,10 @@ class ActorRolloutRefWorker(WorkerBase):
         return Batch.from_dict({}, meta={"metrics": metrics})
 
     def shutdown(self) -> None:
-        """Stop the rollout engine's own processes (engines that have ``close()``), then the engines and
-        the process group."""
-        close = getattr(self.rollout_engine, "close", None)
-        if close is not None:
-            close()
+        """Stop the rollout engine's own processes (:class:`~rlcore.api.rollout.SupportsClose`), then the
+        engines and the process group."""
+        if isinstance(self.rollout_engine, SupportsClose):
+            self.rollout_engine.close()
             self.rollout_engine = None
         super().shutdown()
 
@@ -402,12 +415,12 @@ class ActorRolloutRefWorker(WorkerBase):
         with actor.resident():
             return actor.full_weights(only_rank0=True)
 
-    def _weight_stream(self, actor: Any, *, only_rank0: bool) -> Iterator[tuple[str, torch.Tensor]]:
+    def _weight_stream(self, actor: TrainingEngine, *, only_rank0: bool) -> Iterator[tuple[str, torch.Tensor]]:
         """The actor's full weights as ``(name, tensor)`` pairs without tied aliases: gathered one tensor at a
-        time by an engine with ``iter_full_weights``, else from its :meth:`TrainingEngine.full_weights`.
-        Collective: every rank must consume it whole."""
-        if hasattr(actor, "iter_full_weights"):
-            return cast(Iterator[tuple[str, torch.Tensor]], actor.iter_full_weights(only_rank0=only_rank0))
+        time by an engine that can (:class:`~rlcore.api.training.SupportsWeightStream`), else from its
+        :meth:`TrainingEngine.full_weights`. Collective: every rank must consume it whole."""
+        if isinstance(actor, SupportsWeightStream):
+            return actor.iter_full_weights(only_rank0=only_rank0)
         return distinct_weights(actor.full_weights(only_rank0=only_rank0))
 
     def begin_weight_export(self) -> None:
@@ -463,12 +476,11 @@ class ActorRolloutRefWorker(WorkerBase):
         Returns ``actor/weight_sync_s``, ``rollout/weight_version`` and (when checked) the metrics of
         :meth:`check_weight_sync`.
         """
-        actor: Any = self._actor_engine("sync_weights")  # live_weights() and share_weights() are optional
-        engine: Any = self._rollout("sync_weights")
+        actor = self._actor_engine("sync_weights")
+        engine = self._rollout("sync_weights")
         start = time.perf_counter()
-        # one CPU rank: the engine computes with the actor's own parameters (no copy, no second model)
-        live = actor.live_weights() if hasattr(actor, "live_weights") and hasattr(engine, "share_weights") else None
-        if live is not None and engine.share_weights(live.items()):
+        live = self._shared_weights(actor, engine)
+        if live is not None:
             metrics = self.receive_weights(live, shared=True)
         elif self.bucket_bytes is not None:
             metrics = self._sync_in_buckets(actor, engine)
@@ -477,13 +489,24 @@ class ActorRolloutRefWorker(WorkerBase):
         metrics["actor/weight_sync_s"] = time.perf_counter() - start
         return metrics
 
-    def _sync_in_buckets(self, actor: Any, engine: Any) -> dict[str, float]:
+    @staticmethod
+    def _shared_weights(actor: TrainingEngine, engine: RolloutEngine) -> dict[str, torch.Tensor] | None:
+        """On one CPU rank, the actor's own parameter tensors once the engine serves them itself (no copy, no
+        second model: :class:`~rlcore.api.training.SupportsLiveWeights` and
+        :class:`~rlcore.api.rollout.SupportsSharedWeights`); None where either engine cannot."""
+        if not (isinstance(actor, SupportsLiveWeights) and isinstance(engine, SupportsSharedWeights)):
+            return None
+        live = actor.live_weights()
+        return live if live is not None and engine.share_weights(live.items()) else None
+
+    def _sync_in_buckets(self, actor: TrainingEngine, engine: RolloutEngine) -> dict[str, float]:
         """The colocated sync in buckets of at most ``bucket_bytes``: the engine's ``update_weights`` reads a
         stream that gathers the next bucket only once the previous one was handed on (an engine that copies
         tensors as they arrive, such as ``hf``, then holds one bucket of gathered weights at a time). The
         trainer's checksum is summed bucket by bucket. Adds ``actor/weight_sync_buckets``."""
-        checked = bool(self.rollout_config.check_weight_sync) and hasattr(engine, "weight_checksum")
-        checksum = RunningChecksum(self._rollout_dtype(), getattr(engine, "uncounted_names", ()))
+        checked = bool(self.rollout_config.check_weight_sync) and isinstance(engine, SupportsWeightChecksum)
+        skip = engine.uncounted_names if isinstance(engine, SupportsWeightChecksum) else frozenset[str]()
+        checksum = RunningChecksum(self._rollout_dtype(), skip)
         count = 0
 
         def stream() -> Iterator[tuple[str, torch.Tensor]]:
@@ -524,14 +547,14 @@ class ActorRolloutRefWorker(WorkerBase):
           ``rollout.weight_sync_logprob_tol`` fails (default: 1e-3 when the engine serves float32, 5e-2
           in lower precision).
         """
-        engine: Any = self._rollout("check_weight_sync")  # the optional methods are found with hasattr
+        engine = self._rollout("check_weight_sync")
         metrics: dict[str, float] = {}
-        if hasattr(engine, "weight_checksum"):
+        if isinstance(engine, SupportsWeightChecksum):
             expected = trainer_checksum
             if expected is None:
                 if state is None:
                     state = self.full_state_dict()
-                skip = getattr(engine, "uncounted_names", ())
+                skip = engine.uncounted_names
                 dtype = self._rollout_dtype()
                 expected = state_checksum(((name, tensor.to(dtype)) for name, tensor in state.items()), skip=skip)
             actual = float(engine.weight_checksum())
@@ -593,20 +616,20 @@ class ActorRolloutRefWorker(WorkerBase):
         """This rank's rollout engine's resumable state (its ``state_dict()``: the generate calls that drew
         seeds and the weight version), or None for an engine without one. A rollout-only worker (split placement)
         has no checkpoint of its own: the controller saves these states (one-step-off-policy training)."""
-        engine: Any = self._rollout("rollout_state")  # state_dict() is optional: found with hasattr
-        return engine.state_dict() if hasattr(engine, "state_dict") else None
+        engine = self._rollout("rollout_state")
+        return engine.state_dict() if isinstance(engine, SupportsSamplingState) else None
 
     def load_rollout_state(self, states: list[dict[str, Any] | None]) -> None:
         """Restore this rank's entry of ``states`` (every rank's :meth:`rollout_state`, in rank order) into
         the rollout engine; call it after the weights are synced."""
-        engine: Any = self._rollout("load_rollout_state")
+        engine = self._rollout("load_rollout_state")
         if len(states) != self.world_size:
             raise RLCoreError(
                 f"the saved rollout states are for {len(states)} rollout rank(s), this run has {self.world_size}: "
                 "resume with the same trainer.rollout_n_gpus_per_node x trainer.nnodes"
             )
         state = states[self.rank]
-        if state is not None and hasattr(engine, "load_state_dict"):
+        if state is not None and isinstance(engine, SupportsSamplingState):
             engine.load_state_dict(state)
 
     def save_checkpoint(self, path: str | Path) -> None:
@@ -626,9 +649,9 @@ class ActorRolloutRefWorker(WorkerBase):
         extra: dict[str, Any] = {}
         if self.shuffle_generator is not None:
             extra["shuffle_generator"] = self.shuffle_generator.get_state()
-        rollout: Any = self.rollout_engine  # state_dict() is optional: found with hasattr
+        rollout = self.rollout_engine
         if rollout is not None:
-            if hasattr(rollout, "state_dict"):
+            if isinstance(rollout, SupportsSamplingState):
                 extra["rollout"] = rollout.state_dict()
             elif self.rank == 0:
                 logger.warning(
@@ -674,6 +697,6 @@ class ActorRolloutRefWorker(WorkerBase):
             self.shuffle_generator.set_state(extra["shuffle_generator"])
         if self.has_rollout:
             self.sync_weights()
-            engine: Any = self.rollout_engine
-            if extra is not None and "rollout" in extra and hasattr(engine, "load_state_dict"):
+            engine = self.rollout_engine
+            if extra is not None and "rollout" in extra and isinstance(engine, SupportsSamplingState):
                 engine.load_state_dict(extra["rollout"])

@@ -145,7 +145,8 @@ def test_a_backend_without_sum_pi_squared_is_refused() -> None:
 
     registry = load_plugins().registry
     config = load_config([], [OTB, f"{CALC}=true"])
-    _check_sum_pi_squared(config, registry)  # fsdp computes it
+    estimator = registry.get("advantage_estimator", "optimal_token_baseline")
+    _check_sum_pi_squared(config, estimator, registry.get("training_backend", "fsdp"))  # fsdp computes it
     without = [
         name
         for name in registry.names("training_backend")
@@ -155,7 +156,7 @@ def test_a_backend_without_sum_pi_squared_is_refused() -> None:
         pytest.skip("every installed training backend computes Σπ²")
     config.actor_rollout_ref.actor.strategy = without[0]
     with pytest.raises(ConfigError, match="does not compute Σπ²"):
-        _check_sum_pi_squared(config, registry)
+        _check_sum_pi_squared(config, estimator, registry.get("training_backend", without[0]))
 
 
 def test_registration() -> None:

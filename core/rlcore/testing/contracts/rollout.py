@@ -26,6 +26,7 @@ from typing import Any, ClassVar, cast
 import pytest
 import torch
 
+from rlcore.api.rollout import SupportsWeightChecksum
 from rlcore.plugins import PluginManager
 
 PROMPTS = [
@@ -249,7 +250,7 @@ class RolloutEngineContract:
         engine = engine_factory()
         assert engine.weight_version == 0
         trainer = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-        has_checksum = hasattr(engine, "weight_checksum")
+        has_checksum = isinstance(engine, SupportsWeightChecksum)  # as the actor worker decides
         initial = state_checksum(trainer.state_dict().items())
         if has_checksum:
             assert math.isclose(engine.weight_checksum(), initial, rel_tol=self.CHECKSUM_RTOL)
