@@ -84,10 +84,22 @@ def rlcore_new(run: Any, tmp_path: Path, *values: str, check: bool = True) -> An
     return run(args, cwd=tmp_path, env={"HOME": str(tmp_path / "home")}, check=check)
 
 
+#: the plugin distributions ``rlcore[train]`` brings (FSDP, the HF engine, GRPO, the tasks, the report): what a
+#: generated project's contract suites run against, as they would in its own CI
+TRAIN_PLUGINS = [
+    req.split(">")[0]
+    for req in tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["train"]
+    if req.startswith("rlcore-plugin-")
+]
+
+
 def plugin_env(*dists: str) -> dict[str, str]:
-    """Strict plugin loading, as in the generated CI, of ``dists`` and the fsdp backend only: the other plugins
-    of this development environment (visible in the test venvs) cannot make the generated tests fail."""
-    return {"RLCORE_STRICT_PLUGINS": "1", "RLCORE_LOAD_PLUGINS": ",".join([*dists, "rlcore-plugin-fsdp"])}
+    """Strict plugin loading, as in the generated CI, of ``dists`` and the plugins of ``rlcore[train]`` only: the
+    other plugins of this development environment (visible in the test venvs) cannot make the generated tests
+    fail."""
+    return {"RLCORE_STRICT_PLUGINS": "1", "RLCORE_LOAD_PLUGINS": ",".join([*dists, *TRAIN_PLUGINS])}
 
 
 def listed_components(run: Any, rlcore_bin: Path, dist: str) -> set[tuple[str, str]]:

@@ -370,8 +370,9 @@ def step_extensions(config: DictConfig) -> list[Any] | None:
 def plan_lines(config: DictConfig, dry_run: bool) -> list[str] | None:
     """Return the lines ``rlcore run`` (dry run or not) prints about this plugin's part of the resolved
     ``config`` before anything starts (for example the rollout engine's chunks), or None when the config does
-    not use the plugin. ``dry_run`` is true for ``rlcore run --dry-run``: lines only a dry run prints (such as
-    the memory plan of ``rlcore-plugin-plan``) are returned then only. Raise :class:`rlcore.errors.RLCoreError`
+    not use the plugin. ``dry_run`` is true for ``rlcore run --dry-run`` of a config that passed every other
+    check: lines only a dry run prints (such as the memory plan of ``rlcore-plugin-plan``, which loads the
+    model's config) are returned then only, never for a config that is refused anyway. Raise :class:`rlcore.errors.RLCoreError`
     for a setting the plugin cannot run: the run stops before it starts and the message is printed as one of
     its problems.
 

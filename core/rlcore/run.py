@@ -383,9 +383,6 @@ def run_training(
     plan_lines: list[str] = []
     with problems.collect():
         plan_lines += run_plan_lines(config)
-    with problems.collect(), contain_exit("a plugin's plan_lines hook"):
-        for lines in manager.hook.plan_lines(config=config, dry_run=dry_run):
-            plan_lines += lines or []
     with problems.collect():
         check_allowed(config.trainer.resume_allow_changes)
     with problems.collect():
@@ -395,6 +392,9 @@ def run_training(
         images = image_plan(config)
     if components is not None and not problems.items:
         check_engines_and_trackers(config, registry, components, problems)
+    with problems.collect(), contain_exit("a plugin's plan_lines hook"):
+        for lines in manager.hook.plan_lines(config=config, dry_run=dry_run and not problems.items):
+            plan_lines += lines or []
     problems.raise_if_any()
     assert components is not None, "check_components records a problem for every component it cannot resolve"
     versions = manager.versions()
