@@ -178,3 +178,18 @@ def test_sigterm_stops_a_run_whose_scorer_ignores_it(
     (run_dir,) = (tmp_path / "runs").glob("*/*")
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted by SIGTERM"
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1, "stopped after the step in progress"
+
+
+def test_the_watchdog_still_ends_a_stuck_run_that_holds_over_a_thousand_descriptors() -> None:
+    """The watchdog's wake-up pipe gets a descriptor numbered 1024 or more in a process that opened many files
+    (``select`` refuses those): the grace period still ends a run whose main thread is stuck."""
+    code = (
+        "import os, signal, threading, time\nfrom rlcore.graceful_stop import StopRequest\n"
+        "held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]\n"
+        "with StopRequest(grace_s=0.5):\n"
+        "    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()\n"
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # no handler runs here\n"
+        "    time.sleep(20)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 143, done.stderr

@@ -271,9 +271,11 @@ class StopRequest:
         seen = 0
         signum = 0
         deadline: float | None = None
+        wakeups = select.poll()  # not select.select, which refuses a descriptor numbered 1024 or more
+        wakeups.register(read, select.POLLIN)
         while not self._ended.is_set():
             wait = _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic()))
-            if select.select([read], [], [], wait)[0]:
+            if wakeups.poll(wait * 1000):
                 data = os.read(read, 512)
                 self._forward(data)
                 stops = [b for b in data if b in STOP_SIGNALS]

@@ -160,6 +160,10 @@ def test_a_program_dies_with_a_caller_that_is_killed(tmp_path: Path) -> None:
         "import sys\nfrom rlcore_plugin_sandbox import SandboxLimits, run_python\n"
         "run_python(sys.stdin.read(), limits=SandboxLimits(wall_seconds=100), audit_hook=False)"
     )
+    layout = host_isolation().cgroups
+    cgroup_folders = set() if layout is None else {Path(layout.memory), Path(layout.pids)}
+    # cgroups an earlier caller left behind, maybe under the PID this caller gets (PIDs are reused)
+    before = {path for folder in cgroup_folders for path in folder.glob("rlcore-sandbox-*")}
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     process = subprocess.Popen([sys.executable, "-c", caller], env=env, stdin=subprocess.PIPE, text=True)
     assert process.stdin is not None
@@ -173,12 +177,11 @@ def test_a_program_dies_with_a_caller_that_is_killed(tmp_path: Path) -> None:
     finally:
         process.kill()
         process.wait()
-    layout = host_isolation().cgroups
-    cgroup_folders = set() if layout is None else {Path(layout.memory), Path(layout.pids)}
 
     def left() -> list[Path]:
         """The program's folder and cgroups still there (the server removes the cgroups after the folder)."""
-        cgroups = [path for folder in cgroup_folders for path in folder.glob(f"rlcore-sandbox-{process.pid}-*")]
+        named = (path for folder in cgroup_folders for path in folder.glob(f"rlcore-sandbox-{process.pid}-*"))
+        cgroups = [path for path in named if path not in before]
         return [*tmp_path.glob("rlcore-sandbox-*"), *cgroups]
 
     deadline = time.monotonic() + 10
@@ -338,3 +341,15 @@ for name, attempt in (
     assert result.stdout.startswith("ctypes loaded True"), result
     assert "ESCAPED" not in result.stdout and result.stdout.count("refused") == 5, result
     untouched(victim)
+
+
+def test_a_caller_holding_over_a_thousand_descriptors_still_runs_programs() -> None:
+    """The launcher server's socket keeps the caller's descriptor number, which ``select`` refuses from 1024
+    on: a long-lived caller (a trainer, a test session) that opened many files must still reach the server."""
+    caller = (
+        "import os\nfrom rlcore_plugin_sandbox import SandboxLimits, run_python\n"
+        "held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]\n"
+        "print(run_python('print(6 * 7)', limits=SandboxLimits(wall_seconds=10)).stdout, end='')"
+    )
+    done = subprocess.run([sys.executable, "-c", caller], capture_output=True, text=True, timeout=120, check=False)
+    assert (done.returncode, done.stdout) == (0, "42\n"), done.stderr

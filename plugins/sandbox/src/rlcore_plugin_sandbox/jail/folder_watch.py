@@ -80,6 +80,9 @@ def wait(child: int, folder: str, limit: int, program_pids: Callable[[], list[st
         ended = os.pidfd_open(child)
     except (AttributeError, OSError):  # before Linux 5.3: sleep between checks
         ended = None
+    ending = select.poll()
+    if ended is not None:
+        ending.register(ended, select.POLLIN)
     try:
         checks = 0
         while True:
@@ -96,7 +99,7 @@ def wait(child: int, folder: str, limit: int, program_pids: Callable[[], list[st
             if ended is None:
                 time.sleep(CHECK_S)
             else:
-                select.select([ended], [], [], CHECK_S)
+                ending.poll(CHECK_S * 1000)
     finally:
         if ended is not None:
             os.close(ended)

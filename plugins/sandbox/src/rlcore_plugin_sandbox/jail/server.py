@@ -40,9 +40,11 @@ class Server:
 
     def serve(self) -> None:
         """Answer requests until the socket closes."""
+        requests = select.poll()  # not select.select: the channel keeps its number from the caller, maybe >= 1024
+        requests.register(self.channel, select.POLLIN)
         while True:
             self.reap()
-            if not select.select([self.channel], [], [], 1.0)[0]:
+            if not requests.poll(1000):
                 continue
             try:
                 message, fds, _, _ = socket.recv_fds(self.channel, 1 << 20, LAUNCH_FDS)
