@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 import pytest
+from rlcore_testkit.runs import dry_run
 
 import rlcore
 from rlcore import distributions
@@ -21,7 +22,6 @@ from rlcore.registry import (
     Registry,
     UnknownComponentError,
 )
-from rlcore.testing.runs import dry_run
 
 
 def _comp(name: str, plugin: str = "p", target: object = "json:dumps", kind: str = "policy_loss", **kw) -> Component:

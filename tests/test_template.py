@@ -113,12 +113,12 @@ def test_template_default_range_is_the_running_rlcore() -> None:
 )
 def test_rlcore_range_takes_compatible_releases_only(minimum: str, expected: str, tmp_path: Path, run: Any) -> None:
     """``rlcore_min_version`` gives ``rlcore[train]>=MIN,<NEXT_BREAKING`` in the dependencies (a plugin installed
-    alone can train) and ``rlcore[test]`` in the test extra."""
+    alone can train) and the test kit ``rlcore-testkit`` (versioned with rlcore) in the test extra."""
     assert compatible_range(minimum) == expected
     rlcore_new(run, tmp_path, "plugin_name=ranged", f"rlcore_min_version={minimum}")
     meta = tomllib.loads((tmp_path / "out" / "rlcore-plugin-ranged" / "pyproject.toml").read_text())["project"]
     assert meta["dependencies"] == [f"rlcore[train]{expected}"]
-    assert meta["optional-dependencies"] == {"test": [f"rlcore[test]{expected}"]}
+    assert meta["optional-dependencies"] == {"test": [f"rlcore-testkit{expected}"]}
 
 
 def test_next_steps_use_a_relative_path_when_possible(tmp_path: Path) -> None:
