@@ -7,7 +7,7 @@ the import, so ``import common`` works however the script is loaded (``runpy``, 
 Contents:
 
 - the two work sizes (:data:`SIZES`) and :func:`prepare_work`, which builds the model and tokenizer
-  (``rlcore.testing.tiny``), the prompts (JSON for TRL, verl-schema parquet for rlcore) and ``reward.py``;
+  (``rlcore_testkit.tiny``), the prompts (JSON for TRL, verl-schema parquet for rlcore) and ``reward.py``;
 - :func:`rlcore_overrides` / :func:`rlcore_command`: the ``rlcore run`` command line for a size, executor
   and number of worker processes;
 - :func:`run_child` / :func:`run_checked`: a fresh process with its output in a log file, its wall time
@@ -140,7 +140,7 @@ def make_prompts(n: int = DATASET_ROWS, seed: int = 0) -> list[dict[str, str]]:
 
 
 def _moe_shape(size: str) -> dict[str, Any]:
-    """The Qwen3-MoE shape of ``size`` (:data:`MOE_SHAPES`), as :func:`rlcore.testing.tiny.build_moe_model` takes it."""
+    """The Qwen3-MoE shape of ``size`` (:data:`MOE_SHAPES`), as :func:`rlcore_testkit.tiny.build_moe_model` takes it."""
     dense = dict(SIZES[size]["model"])
     dense.pop("intermediate_size")
     return {**dense, **MOE_SHAPES[size]}
@@ -155,8 +155,7 @@ def prepare_work(work: Path, size: str, *, moe: bool = False) -> dict[str, Any]:
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from rlcore.testing.tiny import build_model, build_moe_model, build_tokenizer
+    from rlcore_testkit.tiny import build_model, build_moe_model, build_tokenizer
 
     spec = SIZES[size]
     work.mkdir(parents=True, exist_ok=True)

@@ -53,7 +53,7 @@ log = common.make_log("deepspeed_sp")
 
 def _config(model_dir: Path, overrides: dict[str, Any]) -> Any:
     """The contract's small config around ``model_dir`` with ``overrides``."""
-    from rlcore.testing.contracts.backend import TrainingBackendContract
+    from rlcore_testkit.contracts.backend import TrainingBackendContract
 
     strategy = overrides.get("actor_rollout_ref.actor.strategy", "fsdp")
     settings = type("Settings", (TrainingBackendContract,), {"component_name": strategy})
@@ -219,7 +219,7 @@ def _spawn(target: Any, world: int, args: tuple[Any, ...], out: Path, tag: str) 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Both parts; the JSON result."""
-    from rlcore.testing.tiny import build_model, build_tokenizer
+    from rlcore_testkit.tiny import build_model, build_tokenizer
 
     with common.work_dir("rlcore-bench-ds-", args.keep, log) as work:
         tokenizer = build_tokenizer()

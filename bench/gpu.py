@@ -8,7 +8,7 @@ Parts, each in its own child process under its own time limit (a share of what i
 one slow part cannot eat the others; a part stopped at its limit reports what it had measured):
 
 - ``build`` (always first): a tokenizer trained on the bundled GSM8K rows (``bench/data/gsm8k``) and a
-  random-init model (``--size 1.7b``: Qwen3-1.7B's exact shape in bf16; ``tiny``: ``rlcore.testing.tiny``),
+  random-init model (``--size 1.7b``: Qwen3-1.7B's exact shape in bf16; ``tiny``: ``rlcore_testkit.tiny``),
   and the GSM8K parquet files (``rlcore data gsm8k``) — see ``bench/gpu_work.py``;
 - ``gen``: rlcore's HF rollout engine against ``model.generate`` on the same rows, lengths and sampling;
 - ``train``: the seed's verl command (``bench/data/seed-command.txt``) as written, entry point
@@ -413,8 +413,8 @@ class RunWatcher:
 def seed_arguments(home: Path, env: dict[str, str]) -> list[str]:
     """The seed command's arguments after its entry point, ``$HOME`` replaced by ``home`` (the children's
     ``HOME`` in ``env``), where ``rlcore data gsm8k`` writes the bundled GSM8K rows as parquet
-    (``rlcore.testing.seed.seed_arguments``)."""
-    from rlcore.testing.seed import seed_arguments as parse
+    (``rlcore_testkit.seed.seed_arguments``)."""
+    from rlcore_testkit.seed import seed_arguments as parse
 
     try:
         return parse(SEED_FILE, GSM8K_DIR, home, env)

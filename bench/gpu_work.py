@@ -8,7 +8,7 @@ part stopped at its limit still leaves what it measured).
 - ``build``: a byte-level BPE tokenizer trained on the GSM8K questions and answers under
   ``bench/data/gsm8k`` (no hub), and a random-init model: ``--size 1.7b`` is Qwen3-1.7B's exact shape
   (:data:`QWEN3_1_7B`, bfloat16, built on the benchmark's device), ``--size tiny`` the tiny Qwen2 model of
-  ``rlcore.testing.tiny``; both saved to ``DIR/model``. It also records the software and the device.
+  ``rlcore_testkit.tiny``; both saved to ``DIR/model``. It also records the software and the device.
 - ``gen``: rlcore's HF rollout engine against plain ``transformers`` ``model.generate`` on the same
   chat-templated GSM8K prompts, lengths and sampling: ``bench/rollout.py``'s :func:`~rollout.compare_generate`
   (two timed calls per side, time allowing), in this one process.
@@ -111,8 +111,7 @@ def _has_dist(name: str) -> bool:
 def build(work: Path, size: str, device: str) -> None:
     """Train the tokenizer, build and save the model to ``work/model``; write ``work/build.json``."""
     import torch
-
-    from rlcore.testing.tiny import build_model, build_tokenizer
+    from rlcore_testkit.tiny import build_model, build_tokenizer
 
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch.cuda.is_available() is false on this machine")

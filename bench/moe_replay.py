@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 
-#: the MoE models of the work (:func:`rlcore.testing.tiny.build_moe_model` keywords)
+#: the MoE models of the work (:func:`rlcore_testkit.tiny.build_moe_model` keywords)
 REPLAY_MODELS: dict[str, dict[str, Any]] = {
     "tiny": {},
     "300m": {
@@ -73,9 +73,8 @@ log = common.make_log("moe_replay")
 
 def prepare(work: Path, size: str) -> dict[str, Any]:
     """The work of ``common.prepare_work`` with a Qwen3-MoE of ``size`` as the policy; its parameter count."""
+    from rlcore_testkit.tiny import build_moe_model
     from transformers import AutoTokenizer
-
-    from rlcore.testing.tiny import build_moe_model
 
     common.prepare_work(work, "tiny")
     tokenizer = AutoTokenizer.from_pretrained(work / "model")

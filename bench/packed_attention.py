@@ -86,13 +86,13 @@ def _batch(prompts: list[int], responses: list[int], prompt_width: int, vocab: i
 def _child(spec: dict[str, Any]) -> dict[str, Any]:
     """One variant of one shape in this process: median time of the step and its peak memory."""
     import torch
+    from rlcore_testkit.tiny import build_model, build_tokenizer
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import sdpa_mask
 
     from rlcore.modelkit.hf_models import response_outputs
     from rlcore.modelkit.packed_attention import kernel
-    from rlcore.testing.tiny import build_model, build_tokenizer
 
     torch.set_num_threads(spec["threads"])
     model = build_model(build_tokenizer(), **spec["model"], max_position_embeddings=4096).train()

@@ -62,10 +62,10 @@ def _batch(args: argparse.Namespace, vocab: int) -> Any:
 def _child(args: argparse.Namespace) -> dict[str, Any]:
     """One variant in this process: median time of ``--repeats`` forward+backward passes and peak memory."""
     import torch
+    from rlcore_testkit.tiny import build_model, build_tokenizer
 
     from rlcore.api.batch import Batch
     from rlcore.modelkit.hf_models import response_outputs
-    from rlcore.testing.tiny import build_model, build_tokenizer
 
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)

@@ -49,7 +49,7 @@ def log(message: str) -> None:
 
 def build_model_dir(root: Path, size: str) -> tuple[Path, int]:
     """Write the ``size`` model and tokenizer under ``root``; returns the directory and the parameter count."""
-    from rlcore.testing.tiny import build_model, build_tokenizer
+    from rlcore_testkit.tiny import build_model, build_tokenizer
 
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, **SIZES[size])
@@ -75,7 +75,7 @@ def rollout_config(new_tokens: int) -> Any:
 
 def prompt_batch(tokenizer: Any, count: int) -> Any:
     """``count`` left-padded arithmetic prompts."""
-    from rlcore.testing.contracts.rollout import make_prompt_batch
+    from rlcore_testkit.contracts.rollout import make_prompt_batch
 
     return make_prompt_batch(tokenizer, [PROMPT.format(n=i % 17, m=(3 * i) % 11) for i in range(count)])
 
@@ -266,10 +266,10 @@ def compare_generate(
 
     import torch
     from rlcore_plugin_hf.engine import HFRolloutEngine
+    from rlcore_testkit.contracts.rollout import make_prompt_batch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlcore.config import load_config
-    from rlcore.testing.contracts.rollout import make_prompt_batch
 
     place = torch.device(device)
     torch_dtype = getattr(torch, dtype)

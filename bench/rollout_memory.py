@@ -1,7 +1,7 @@
 """Peak memory of the seed's verl GSM8K command line run with ``rlcore run`` and the HF rollout engine.
 
 The command line is ``shared/seed-command.txt`` used as written (as ``tests/test_seed_command.py`` runs it:
-:mod:`rlcore.testing.seed`), on the tiny model of ``rlcore.testing.tiny``, the CPU and the HF engine, for
+:mod:`rlcore_testkit.seed`), on the tiny model of ``rlcore_testkit.tiny``, the CPU and the HF engine, for
 one step: 1024 prompts x n=3 = 3072 responses of at most 16 tokens, prompts padded to 512 tokens. Each
 ``--budgets`` value is one fresh ``rlcore run`` with ``actor_rollout_ref.rollout.max_num_batched_tokens``
 set to it (``0`` = the key left at its default); the figure is the child's ``ru_maxrss`` (``os.wait4``,
@@ -46,7 +46,7 @@ def parse_budgets(value: str) -> list[int]:
 
 def run_budget(root: Path, model_dir: Path, seed_args: list[str], budget: int, env: dict[str, str]) -> dict[str, Any]:
     """One seed-command step with rollout token budget ``budget`` (0 = default); its peak RSS and timings."""
-    from rlcore.testing.seed import tiny_step_arguments
+    from rlcore_testkit.seed import tiny_step_arguments
 
     runs = root / f"runs-{budget}"
     extra = [f"actor_rollout_ref.rollout.max_num_batched_tokens={budget}"] if budget else []
@@ -74,8 +74,8 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     seed_file, gsm8k = SHARED / "seed-command.txt", SHARED / "data" / "gsm8k"
     if not (seed_file.is_file() and gsm8k.is_dir()):
         raise BenchError(f"the seed command and GSM8K copy are not at {SHARED} (shared/ beside the checkout)")
-    from rlcore.testing.seed import seed_arguments, seed_env
-    from rlcore.testing.tiny import make_tiny_model_dir
+    from rlcore_testkit.seed import seed_arguments, seed_env
+    from rlcore_testkit.tiny import make_tiny_model_dir
 
     with common.work_dir("rlcore_rollout_memory_", args.keep, log) as root:
         env = {**seed_env(root), **common.bench_env(args.threads)}

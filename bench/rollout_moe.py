@@ -1,7 +1,7 @@
 """HF-engine rollout of the tiny mixture-of-experts models: throughput with and without recording the routing
 (R3, ``rollout.enable_rollout_routing_replay``), and how often the recording agrees with a teacher-forced forward.
 
-For each family of :data:`rlcore.testing.tiny.MOE_FAMILIES` (2 sparse layers, 8 experts, top-2) and each batch
+For each family of :data:`rlcore_testkit.tiny.MOE_FAMILIES` (2 sparse layers, 8 experts, top-2) and each batch
 size, the engine samples ``--new-tokens`` tokens per prompt with EOS ignored, in float32: generated tokens
 per second (median of ``--repeats`` calls after a warm-up, :func:`bench.rollout.time_generation`) with the
 recording off and on. ``agreement`` is the share of recorded (token, layer) pairs whose top-k a full forward of
@@ -49,9 +49,8 @@ def bench_family(
     """Throughput with R3 off and on, and the agreement in float32 and bfloat16, for one family on ``device``."""
     import torch
     from rlcore_plugin_hf.engine import HFRolloutEngine
+    from rlcore_testkit.tiny import make_tiny_moe_model_dir
     from transformers import AutoTokenizer
-
-    from rlcore.testing.tiny import make_tiny_moe_model_dir
 
     model_dir = make_tiny_moe_model_dir(root / family, family=family)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -84,8 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
-
-    from rlcore.testing.tiny import MOE_FAMILIES
+    from rlcore_testkit.tiny import MOE_FAMILIES
 
     batches = [int(value) for value in args.batches.split(",")]
     report: dict[str, Any] = {

@@ -1,6 +1,6 @@
 """Soak: a long CPU run of the tiny task; does the controller's memory stay flat?
 
-Runs ``--steps`` steps (default 300) of GRPO on the tiny model and task of :mod:`rlcore.testing.runs`
+Runs ``--steps`` steps (default 300) of GRPO on the tiny model and task of :mod:`rlcore_testkit.runs`
 (local executor, FSDP2 on gloo, HF rollout, scorer processes), records the process's resident memory after
 every step (``/proc/self/statm``) and its peak (``ru_maxrss``), and prints one JSON object: the RSS curve
 (every ``--every`` steps), the peak RSS at step ``--from`` and at the end, and their growth in percent.
@@ -20,10 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlcore_testkit.runs import make_tiny_task, tiny_overrides
+from rlcore_testkit.tiny import make_tiny_model_dir
+
 import rlcore
 from rlcore.plugins import PluginRecord, make_plugin_manager, set_plugin_manager
-from rlcore.testing.runs import make_tiny_task, tiny_overrides
-from rlcore.testing.tiny import make_tiny_model_dir
 
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 

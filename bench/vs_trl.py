@@ -1,6 +1,6 @@
 """GRPO step time of rlcore (``rlcore run``, HF rollout) against TRL's ``GRPOTrainer`` on the same work.
 
-Both sides get the same locally built model and tokenizer (``rlcore.testing.tiny``, saved once to a
+Both sides get the same locally built model and tokenizer (``rlcore_testkit.tiny``, saved once to a
 temp dir and loaded from there by both), the same prompts, the same reward function (one ``reward.py``
 file with an rlcore ``compute_score`` and a TRL reward function around one scorer), the same group size,
 response length, learning rate (constant, no weight decay), temperature 1, number of steps, one optimizer

@@ -133,7 +133,7 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda but torch sees no CUDA device", file=sys.stderr)
         sys.exit(2)
-    from rlcore.testing.tiny import make_tiny_model_dir
+    from rlcore_testkit.tiny import make_tiny_model_dir
 
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
+from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_overrides
 
 from rlcore.algos.functional import masked_mean
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
-from rlcore.testing.runs import dry_run, make_tiny_task, tiny_overrides
 
 
 class Counting(torch.autograd.graph.save_on_cpu):

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import torch
 from rlcore_plugin_hf.engine import HFRolloutEngine
+from rlcore_testkit.contracts import AgentLoopContract
+from rlcore_testkit.contracts.chat_templates import CHAT_FAMILIES, tool_chat_pair
 
 from rlcore.agents.audit import MaskAuditError, audit_batch
 from rlcore.agents.runner import AgentRunner, left_pad
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
-from rlcore.testing.contracts import AgentLoopContract
-from rlcore.testing.contracts.chat_templates import CHAT_FAMILIES, tool_chat_pair
 
 RESPONSE_LENGTH = 160
 

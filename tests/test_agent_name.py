@@ -10,13 +10,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 import rlcore
 from rlcore.agents.loops import AgentSample, SingleTurnAgentLoop
 from rlcore.agents.trajectory import Trajectory
 from rlcore.data import DataError
 from rlcore.data.rl_dataset import RLDataset
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 
 class Recording(SingleTurnAgentLoop):

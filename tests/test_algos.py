@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from rlcore_testkit.contracts.algorithms import PolicyLossContract
 
 from rlcore.algos import (
     AdaptiveKLController,
@@ -39,7 +40,6 @@ from rlcore.config.algorithm_names import KLPenaltyNotImplementedError
 from rlcore.errors import RLCoreError
 from rlcore.hookspecs import hookimpl
 from rlcore.registry import UnknownComponentError
-from rlcore.testing.contracts.algorithms import PolicyLossContract
 
 
 def close(actual: torch.Tensor | float, expected: float, tol: float = 1e-5) -> bool:
@@ -501,7 +501,7 @@ def test_pf_ppo_resample_follows_the_weights() -> None:
 
 def test_pf_ppo_trains(tmp_path: Path, tiny_model_dir: Path) -> None:
     """Two real steps with ``algorithm.use_pf_ppo=true``: the batch is resampled after the advantages."""
-    from rlcore.testing.runs import make_tiny_task, tiny_run
+    from rlcore_testkit.runs import make_tiny_task, tiny_run
 
     task = make_tiny_task(tmp_path / "task")
     last, _ = tiny_run(tmp_path, tiny_model_dir, task, "algorithm.adv_estimator=grpo", "algorithm.use_pf_ppo=true")

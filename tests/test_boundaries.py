@@ -59,7 +59,14 @@ def plugin_sources() -> Iterator[tuple[str, Path]]:
 #: plugins that still import private rlcore modules, each with why; the list may only shrink. rlcore sft runs a
 #: trainer of its own on the core's run machinery (config loading, run folder and lock, checkpoints and resume,
 #: worker groups, trackers, the run guard), which rlcore.api does not offer yet: a trainer kind would (issue 41).
-PRIVATE_IMPORTS_PENDING = {"rlcore_plugin_sft": "a trainer of its own on the core's private run machinery"}
+PRIVATE_IMPORTS_PENDING = {
+    "rlcore_plugin_sft": "a trainer of its own on the core's private run machinery",
+    "rlcore_testkit": "a test-only distribution: its contracts drive the registry, config loader and workers",
+}
+#: the test kit (``rlcore_testkit``), imported from a plugin's source by the tasks plugin only, inside the
+#: functions that build its models (``python -m rlcore_plugin_tasks.build_base``, its ``[build]`` extra)
+TEST_KIT = "rlcore_testkit"
+TEST_KIT_USERS = {"rlcore_plugin_tasks"}
 
 
 def test_plugins_import_only_the_public_api() -> None:
@@ -84,14 +91,55 @@ def test_plugins_import_only_the_public_api() -> None:
 
 
 def test_plugins_do_not_import_each_other() -> None:
-    """A plugin imports only its own package among the rlcore_plugin_* packages."""
+    """A plugin imports only its own package among the rlcore_plugin_* packages (the test kit, no plugin,
+    depends on ``rlcore[train]`` and runs the default rollout engine in its agent-loop contract)."""
     offenders = [
         f"{path.relative_to(ROOT)}:{line}: {module}"
         for package, path in plugin_sources()
         for line, module in imported_modules(path)
-        if module.startswith("rlcore_plugin_") and module.split(".")[0] != package
+        if module.startswith("rlcore_plugin_") and module.split(".")[0] != package and package != TEST_KIT
     ]
     assert not offenders, "plugins import other plugins' modules:\n" + "\n".join(offenders)
+
+
+def function_level_lines(path: Path) -> set[int]:
+    """The lines of the imports in ``path`` that sit inside a function body."""
+    tree = ast.parse(python_source(path), filename=str(path))
+    return {
+        node.lineno
+        for function in ast.walk(tree)
+        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+        for node in ast.walk(function)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+    }
+
+
+def test_plugin_sources_import_the_test_kit_only_to_build_models() -> None:
+    """No plugin's source (nor the template's) imports the test kit, except the plugins of
+    :data:`TEST_KIT_USERS`, and those only inside functions: a run never needs ``rlcore-testkit``."""
+    offenders = []
+    for package, path in plugin_sources():
+        if package == TEST_KIT:
+            continue
+        inside = function_level_lines(path)
+        offenders += [
+            f"{path.relative_to(ROOT)}:{line}: {module}"
+            for line, module in imported_modules(path)
+            if module.split(".")[0] == TEST_KIT and (package not in TEST_KIT_USERS or line not in inside)
+        ]
+    assert not offenders, "plugin sources import the test kit:\n" + "\n".join(offenders)
+
+
+def test_the_core_does_not_import_the_test_kit() -> None:
+    """No core module imports ``rlcore_testkit`` (the plugin template's generated tests do, as a plugin's do)."""
+    found = [
+        f"{path.relative_to(CORE)}:{line}: {module}"
+        for path in sorted((CORE / "rlcore").rglob("*.py"))
+        if TEMPLATE_SRC not in path.parents
+        for line, module in imported_modules(path)
+        if module.split(".")[0] == TEST_KIT
+    ]
+    assert not found, "\n".join(found)
 
 
 def core_import_graph() -> dict[str, set[str]]:

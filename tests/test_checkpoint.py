@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from omegaconf import DictConfig, OmegaConf
+from rlcore_testkit.runs import make_tiny_task, tiny_overrides, tiny_run
 
 from rlcore.checkpoint import (
     CRASH_ENV,
@@ -31,7 +32,6 @@ from rlcore.checkpoint import (
 )
 from rlcore.controller.uids import prompt_uids
 from rlcore.errors import RLCoreError
-from rlcore.testing.runs import make_tiny_task, tiny_overrides, tiny_run
 from rlcore.tracking.sinks import read_metrics
 
 

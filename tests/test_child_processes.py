@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
+from rlcore_testkit.contracts.rewards import make_reward_batch
+from rlcore_testkit.runs import make_tiny_task, tiny_overrides
 
 from rlcore.child_processes import kill_leftovers
 from rlcore.reward.managers import NaiveRewardManager
-from rlcore.testing.contracts.rewards import make_reward_batch
-from rlcore.testing.runs import make_tiny_task, tiny_overrides
 
 
 def _alive(pid: int) -> bool:

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from rlcore_testkit import runs
 
 from rlcore.cli import cli
 from rlcore.config import ConfigError, derive_quantities, load_config, parse_command_line
 from rlcore.plugins import load_plugins
-from rlcore.testing import runs
 
 SEED_COMMAND = Path(__file__).resolve().parents[2] / "shared" / "seed-command.txt"
 

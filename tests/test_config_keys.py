@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from rlcore_testkit import runs
 
 from rlcore.config.loader import default_config, flatten, known_keys
 from rlcore.config.unsupported import UNSUPPORTED_VALUES
-from rlcore.testing import runs
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the key tables of the config package itself: a key named there is not read by that

@@ -6,11 +6,11 @@ import types
 
 import numpy as np
 import pytest
+from rlcore_testkit.contracts import CONTRACTS, BatchFilterContract, PresetContract
 
 import rlcore
 from rlcore.api.batch import Batch
 from rlcore.api.kinds import KINDS
-from rlcore.testing.contracts import CONTRACTS, BatchFilterContract, PresetContract
 
 
 def keep_varied_groups(batch: Batch, config) -> tuple[Batch, dict[str, float]]:
@@ -39,7 +39,7 @@ class TestGroupFilterContract(BatchFilterContract):
             yield
 
     def test_drops_uniform_groups(self, batch_filter, config) -> None:
-        from rlcore.testing.contracts.components import contract_batch
+        from rlcore_testkit.contracts.components import contract_batch
 
         kept, metrics = batch_filter(contract_batch(groups=4, n=4), config)
         assert len(kept) == 8 and metrics["filter/kept_groups"] == 2.0

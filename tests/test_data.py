@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from rlcore_testkit.contracts.data import DatasetContract
 
 from rlcore.data import DataError
 from rlcore.data.collate import collate_rows
@@ -17,7 +18,6 @@ from rlcore.data.custom import load_dataset_class
 from rlcore.data.gsm8k import INSTRUCTION, prepare_gsm8k
 from rlcore.data.loader import PromptLoader
 from rlcore.data.rl_dataset import RLDataset, truncate_ids
-from rlcore.testing.contracts.data import DatasetContract
 
 GSM8K_DIR = Path("/work/shared/data/gsm8k")
 QUESTIONS = [

@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from rlcore_plugin_sft.config import load_sft_config
 from rlcore_plugin_sft.dataset import SFTDataset
+from rlcore_testkit.runs import dry_run
 
 from rlcore.data import DataError
 from rlcore.data.files import normalize_files
 from rlcore.data.rl_dataset import RLDataset
-from rlcore.testing.runs import dry_run
 
 
 def row(i: int) -> dict[str, Any]:

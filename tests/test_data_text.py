@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from rlcore_plugin_sft.config import load_sft_config
 from rlcore_plugin_sft.dataset import SFTDataset
+from rlcore_testkit.runs import make_tiny_task, tiny_overrides
 from transformers import AutoTokenizer
 
 from rlcore.data import DataError
 from rlcore.data.rl_dataset import RLDataset
-from rlcore.testing.runs import make_tiny_task, tiny_overrides
 
 #: a lone surrogate: json.dumps writes it as the escape "\\ud800", which json.loads accepts; UTF-8 cannot encode it
 LONE = "\ud800"

@@ -38,9 +38,9 @@ def test_the_torch_line_is_one_text_in_the_readme_and_the_template(rendered: Pat
 
 def test_the_plugin_count_of_the_example_output_is_the_bundled_plugins() -> None:
     """``plugins: N installed`` in a page's example output is the number of plugins the development install
-    has: one per entry point of the bundled plugin projects."""
+    has: one per ``rlcore`` entry point of the bundled projects (the test kit has none)."""
     entry_points = sum(
-        len(tomllib.loads(path.read_text())["project"]["entry-points"]["rlcore"])
+        len(tomllib.loads(path.read_text())["project"]["entry-points"].get("rlcore", {}))
         for path in (ROOT / "plugins").glob("*/pyproject.toml")
     )
     shown = {

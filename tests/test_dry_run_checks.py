@@ -1,7 +1,7 @@
 """What used to fail only after the model loaded fails the dry run, each problem naming its key, all at once: a
 config file that does not parse (which stops the checks there), a reward function the file does not define, value
 ranges, names the algorithm code rejects, and sampling settings that cannot train. The cases of the issue run
-``rlcore run --dry-run`` in a subprocess; the rest go through the CLI in-process (``rlcore.testing.runs.dry_run``).
+``rlcore run --dry-run`` in a subprocess; the rest go through the CLI in-process (``rlcore_testkit.runs.dry_run``).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from rlcore_testkit.runs import dry_run
 
 from rlcore.config.ranges import OPTIM_RANGES, SAMPLING_RANGES, Range
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.optim import build_optimizer
 from rlcore.rollout.sampling import SamplingParams
-from rlcore.testing.runs import dry_run
 
 REWARD = """
 import math

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rlcore_testkit.runs import make_tiny_task
+from rlcore_testkit.runs import tiny_run as run_tiny
 
 import rlcore
 from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.plugins import PluginRecord, make_plugin_manager, set_plugin_manager
-from rlcore.testing.runs import make_tiny_task
-from rlcore.testing.runs import tiny_run as run_tiny
 from rlcore.tracking.sinks import read_metrics
 
 

@@ -14,8 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from rlcore.testing.runs import make_tiny_task, tiny_overrides
+from rlcore_testkit.runs import make_tiny_task, tiny_overrides
 
 
 def _in_small_tmpfs(mount: Path, size: str, command: list[str], timeout: float) -> subprocess.CompletedProcess[str]:

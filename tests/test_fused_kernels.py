@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_testkit import sequence_parallel as sp_checks
+from rlcore_testkit.contracts.backend import make_batch
+from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_run
 
 from rlcore.algos import entropy_from_logits, logprobs_from_logits, sum_pi_squared_from_logits
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.fused_logprobs import fused_head, fused_linear_logprobs
 from rlcore.modelkit.hf_models import response_outputs
-from rlcore.testing import sequence_parallel as sp_checks
-from rlcore.testing.contracts.backend import make_batch
-from rlcore.testing.runs import dry_run, make_tiny_task, tiny_run
 
 TEMPERATURE = 0.7
 

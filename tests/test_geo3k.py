@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from PIL import Image
+from rlcore_testkit.tiny_vlm import build_processor, build_vl_tokenizer
 
 from rlcore.cli import cli
 from rlcore.data import DataError
@@ -19,7 +20,6 @@ from rlcore.data.geo3k import DATA_SOURCE, INSTRUCTION, prepare_geo3k
 from rlcore.data.rl_dataset import RLDataset
 from rlcore.plugins import load_plugins
 from rlcore.reward.scorers.geo3k import compute_score
-from rlcore.testing.tiny_vlm import build_processor, build_vl_tokenizer
 
 
 def png(color: str) -> bytes:

@@ -314,8 +314,9 @@ def test_broken_register_commands_marks_the_plugin(registered) -> None:
 def test_hook_step_extensions(registered, tmp_path: Path, tiny_model_dir: Path) -> None:
     """A real run with a plugin's step extension: its worker group is built and initialised, its stage's column
     and metric join the batch and the step's metrics, and its loss term replaces the actor loss."""
+    from rlcore_testkit.runs import make_tiny_task, tiny_run
+
     from rlcore.api.extensions import StepExtension
-    from rlcore.testing.runs import make_tiny_task, tiny_run
     from rlcore.tracking.sinks import read_metrics
 
     extension = StepExtension(

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 from transformers import Qwen2Config, Qwen3Config, Qwen3MoeConfig
 
 from rlcore.algos.metrics import compute_memory_metrics
 from rlcore.controller.call_stats import CallLedger, CallMeter, CallStats
-from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore.tracking import device_peak as peak_module
 from rlcore.tracking.device_peak import device_peak, table_peak_flops
 from rlcore.tracking.flops import flops_model, mfu_metrics

@@ -7,10 +7,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from peft import LoraConfig, get_peft_model
+from rlcore_testkit.tiny import build_model, build_tokenizer
 
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.hf_models import config_overrides, hf_model
-from rlcore.testing.tiny import build_model, build_tokenizer
 
 
 def test_config_overrides_resolve_interpolations_and_default_to_none() -> None:

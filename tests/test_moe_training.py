@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_testkit.runs import dry_run
+from rlcore_testkit.tiny import MOE_FAMILIES, make_tiny_moe_model_dir
 
 from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
 from rlcore.modelkit import moe
 from rlcore.modelkit.hf_models import response_outputs
-from rlcore.testing.runs import dry_run
-from rlcore.testing.tiny import MOE_FAMILIES, make_tiny_moe_model_dir
 
 MODEL_KEY = "actor_rollout_ref.model"
 
@@ -220,7 +220,7 @@ def test_an_unknown_moe_family_is_an_error_naming_it() -> None:
 # ------------------------------------------------------------------ the router_replay keys
 def replay_dry_run(tmp_path: Path, model_dir: Path, *extra: str) -> Any:
     """``rlcore run --dry-run`` of a tiny task on ``model_dir`` with ``extra``."""
-    from rlcore.testing.runs import make_tiny_task, tiny_overrides
+    from rlcore_testkit.runs import make_tiny_task, tiny_overrides
 
     task = make_tiny_task(tmp_path / "task")
     return dry_run(*tiny_overrides(tmp_path, model_dir, task), *extra)
@@ -264,7 +264,7 @@ def test_ulysses_splits_a_moe_model_like_one_rank(tmp_path: Path) -> None:
     and values as one process does (padded and packed). The load-balancing loss is left out
     (``router_aux_loss_coef=0``): under Ulysses each rank balances its own slice of the sequence. (Qwen3-MoE's
     forward does not take the mask mapping that rlcore's Ulysses attention passes.)"""
-    from rlcore.testing import sequence_parallel as sp_checks
+    from rlcore_testkit import sequence_parallel as sp_checks
 
     model_dir = make_tiny_moe_model_dir(tmp_path / "model", family="qwen2_moe", router_aux_loss_coef=0.0)
     one = {packed: sp_checks.run_case("fsdp", model_dir, packed=packed) for packed in (False, True)}

@@ -11,13 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from PIL import Image
+from rlcore_testkit.tiny_vlm import build_processor, build_vl_tokenizer
 
 from rlcore.data import DataError
 from rlcore.data.collate import collate_rows
 from rlcore.data.loader import PromptLoader
 from rlcore.data.multimodal import load_image
 from rlcore.data.rl_dataset import RLDataset
-from rlcore.testing.tiny_vlm import build_processor, build_vl_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 from rlcore_plugin_tasks.arith_tools import score, tool_call_text
+from rlcore_testkit.contracts import PresetContract
+from rlcore_testkit.contracts.chat_templates import tool_chat_pair
+from rlcore_testkit.runs import make_tiny_task, tiny_overrides, tiny_run
 
 from rlcore.cli import cli
-from rlcore.testing.contracts import PresetContract
-from rlcore.testing.contracts.chat_templates import tool_chat_pair
-from rlcore.testing.runs import make_tiny_task, tiny_overrides, tiny_run
 
 VERL_CONFIG = Path(__file__).parent / "verl_examples/examples/sglang_multiturn/config"
 
@@ -140,11 +140,11 @@ def test_arith_tools_teacher_conversations_are_shaped_like_rollouts() -> None:
 
     import numpy as np
     from rlcore_plugin_tasks.arith_tools import _conversation_ids
+    from rlcore_testkit.tiny import build_tokenizer
 
     from rlcore.agents import ChatRenderer, audit_batch
     from rlcore.agents.runner import left_pad
     from rlcore.api.batch import Batch
-    from rlcore.testing.tiny import build_tokenizer
 
     tokenizer = build_tokenizer()
     renderer = ChatRenderer(tokenizer)

@@ -12,10 +12,11 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from rlcore_testkit.runs import make_tiny_task, tiny_run  # noqa: E402
+
 from rlcore.checkpoint import read_rollout_states  # noqa: E402
 from rlcore.config import ConfigError, check_values, load_config  # noqa: E402
 from rlcore.controller.off_policy import STATE_FILE  # noqa: E402
-from rlcore.testing.runs import make_tiny_task, tiny_run  # noqa: E402
 from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
 #: one trainer and one rollout process, the engine's log-probs, token-level importance weights

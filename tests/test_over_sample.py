@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rlcore_plugin_hf.engine import HFRolloutEngine
+from rlcore_testkit.contracts.chat_templates import tool_chat_pair
 
 from rlcore.agents.runner import AgentRunner, finish_or_abort, left_pad
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
-from rlcore.testing.contracts.chat_templates import tool_chat_pair
 
 RESPONSE_LENGTH = 160
 

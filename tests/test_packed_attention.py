@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_testkit.attention import AttentionProbe
+from rlcore_testkit.contracts.backend import make_batch
+from rlcore_testkit.tiny import build_model
 from torch import nn
 
 from rlcore.api.batch import Batch
@@ -20,9 +23,6 @@ from rlcore.modelkit.packed_attention import (
     use_packed_attention,
 )
 from rlcore.modelkit.packing import pack_batch
-from rlcore.testing.attention import AttentionProbe
-from rlcore.testing.contracts.backend import make_batch
-from rlcore.testing.tiny import build_model
 
 LENGTHS = (5, 17, 0, 33, 31, 8, 1, 40, 12)
 PROMPTS = (

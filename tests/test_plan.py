@@ -12,9 +12,9 @@ import torch
 from rlcore_plugin_hf.engine import HFRolloutEngine
 from rlcore_plugin_plan.memory import training_activations
 from rlcore_plugin_plan.planner import plan_for_config
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
+from rlcore_testkit.contracts.rollout import make_prompt_batch
 
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
-from rlcore.testing.contracts.rollout import make_prompt_batch
 from rlcore.workers.actor import ActorRolloutRefWorker
 
 pytestmark = pytest.mark.usefixtures("single_intra_op_thread")
@@ -31,7 +31,7 @@ class FSDPSettings(TrainingBackendContract):
 @pytest.fixture(scope="module")
 def small_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A larger untied model than the session's tiny one: 4 layers, hidden 128, 4 heads over 2 KV heads."""
-    from rlcore.testing.tiny import make_tiny_model_dir
+    from rlcore_testkit.tiny import make_tiny_model_dir
 
     return make_tiny_model_dir(
         tmp_path_factory.mktemp("small-model"),

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
 
 
 class Settings(TrainingBackendContract):

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_run
+from rlcore_testkit.tiny import build_model, build_tokenizer
 
 from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.hf_models import enable_activation_checkpointing, response_outputs
 from rlcore.modelkit.prefix_grouper import prompt_groups
-from rlcore.testing.runs import dry_run, make_tiny_task, tiny_run
-from rlcore.testing.tiny import build_model, build_tokenizer
 from rlcore.workers.balance import group_balance_order
 from rlcore.workers.micro_batches import plan_micro_batches
 
@@ -174,7 +174,7 @@ def test_the_dry_run_names_what_the_setting_cannot_run_with(
     tmp_path: Path, tiny_model_dir: Path, override: str, named: str
 ) -> None:
     """Each contradicting setting is a configuration error naming both keys, before any worker starts."""
-    from rlcore.testing.runs import tiny_overrides
+    from rlcore_testkit.runs import tiny_overrides
 
     task = make_tiny_task(tmp_path / "task")
     result = dry_run(
@@ -221,9 +221,8 @@ def test_the_engine_takes_the_grouped_path(tmp_path: Path, tiny_model_dir: Path)
 def _engine_case(strategy: str, model_dir: Path, grouped: bool, **extra: object) -> dict[str, torch.Tensor | float]:
     """Old log-probs and entropies, the update's gradient norm and the log-probs after one update of an actor
     worker of ``strategy`` on 2 prompts × 3 samples, with or without the shared-prompt forward."""
+    from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
     from transformers import AutoTokenizer
-
-    from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
 
     class Settings(TrainingBackendContract):
         component_name = strategy
@@ -277,7 +276,7 @@ def test_engines_with_the_prefix_grouper_match_their_plain_forward(strategy: str
 
 def test_the_dry_run_notes_micro_batches_that_cut_a_prompts_samples(tmp_path: Path, tiny_model_dir: Path) -> None:
     """Fixed micro-batches of 2 responses with rollout.n=4 are accepted with a note naming both keys; 4 are not."""
-    from rlcore.testing.runs import tiny_overrides
+    from rlcore_testkit.runs import tiny_overrides
 
     task = make_tiny_task(tmp_path / "task")
     base = (*tiny_overrides(tmp_path, tiny_model_dir, task), f"{KEY}=true")

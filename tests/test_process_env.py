@@ -85,7 +85,7 @@ def test_saving_a_model_prints_no_deepspeed_notice(tmp_path: Path) -> None:
         "import sys\n"
         "from rlcore.process_env import quiet_third_party\n"
         "if sys.argv[1] == 'quiet': quiet_third_party('cpu')\n"
-        "from rlcore.testing.tiny import build_model, build_tokenizer\n"
+        "from rlcore_testkit.tiny import build_model, build_tokenizer\n"
         f"build_model(build_tokenizer()).save_pretrained({str(tmp_path / 'm')!r})\n"
         "import deepspeed  # noqa: F401  (it was imported: the check is meaningful)\n"
     )

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from omegaconf import OmegaConf
+from rlcore_testkit.runs import make_tiny_task, tiny_overrides, tiny_run
 
 from rlcore.cli import cli
 from rlcore.config import default_config
 from rlcore.errors import RLCoreError
 from rlcore.profiling.plan import describe_profiler, profile_plan
-from rlcore.testing.runs import make_tiny_task, tiny_overrides, tiny_run
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_overrides, tiny_run
 
 from rlcore.config import default_config
 from rlcore.errors import RLCoreError
 from rlcore.profiling.finish import run_finish_hook
 from rlcore.profiling.plan import describe_profiler, profile_plan
-from rlcore.testing.runs import dry_run, make_tiny_task, tiny_overrides, tiny_run
 
 ACTOR = "actor_rollout_ref.actor.profiler.tool_config.torch"
 ROLLOUT = "actor_rollout_ref.rollout.profiler.tool_config.torch"

@@ -15,10 +15,11 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from rlcore_testkit.runs import make_tiny_task, tiny_run  # noqa: E402
+
 from rlcore.config import ConfigError, load_config  # noqa: E402
 from rlcore.controller.placement import ensure_ray  # noqa: E402
 from rlcore.errors import RLCoreError  # noqa: E402
-from rlcore.testing.runs import make_tiny_task, tiny_run  # noqa: E402
 from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
 

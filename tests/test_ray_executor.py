@@ -23,6 +23,8 @@ import torch
 
 ray = pytest.importorskip("ray")
 
+from rlcore_testkit.runs import make_tiny_task, tiny_overrides, tiny_run  # noqa: E402
+
 from rlcore.api.batch import Batch  # noqa: E402
 from rlcore.config import ConfigError, load_config  # noqa: E402
 from rlcore.config.pools import placement_mode  # noqa: E402
@@ -33,7 +35,6 @@ from rlcore.controller.ray_executor import RayWorkerGroup, WorkerDiedError, Work
 from rlcore.controller.worker_group import make_worker_group  # noqa: E402
 from rlcore.controller.worker_spec import WorkerSpec  # noqa: E402
 from rlcore.errors import RLCoreError  # noqa: E402
-from rlcore.testing.runs import make_tiny_task, tiny_overrides, tiny_run  # noqa: E402
 from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
 ECHO = WorkerSpec("rlcore_test_echo.workers:EchoWorker")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from rlcore_testkit.runs import dry_run as rlcore_dry_run
 
 from rlcore.config import load_config
 from rlcore.config.ray_kwargs import given_ray_kwargs, ray_init_options
-from rlcore.testing.runs import dry_run as rlcore_dry_run
 
 PROBE_MODULE = """
 import os

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rlcore_testkit.contracts.rewards import make_reward_batch
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.reward import RewardError
 from rlcore.reward.extras import check_reward_extras
 from rlcore.reward.ground_truth import ground_truth_text
 from rlcore.reward.managers import NaiveRewardManager
 from rlcore.reward.scoring import RegistryScorer
-from rlcore.testing.contracts.rewards import make_reward_batch
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 
 def with_extra(key: str):

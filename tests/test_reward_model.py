@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from rlcore_testkit.runs import make_tiny_task, tiny_run
+from rlcore_testkit.tiny import CHAT_TEMPLATE, default_corpus, make_tiny_reward_model_dir
 
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
-from rlcore.testing.runs import make_tiny_task, tiny_run
-from rlcore.testing.tiny import CHAT_TEMPLATE, default_corpus, make_tiny_reward_model_dir
 from rlcore.tracking.sinks import read_metrics
 from rlcore.workers.reward_model import RewardModelWorker
 

@@ -6,11 +6,11 @@ import time
 from pathlib import Path
 
 import pytest
+from rlcore_testkit.runs import make_tiny_task, tiny_run
+from rlcore_testkit.tiny import make_tiny_reward_model_dir
 
 from rlcore.api.batch import Batch
 from rlcore.reward.async_reward import AsyncReward
-from rlcore.testing.runs import make_tiny_task, tiny_run
-from rlcore.testing.tiny import make_tiny_reward_model_dir
 from rlcore.tracking.sinks import read_metrics
 
 SLOW_REWARD = '''

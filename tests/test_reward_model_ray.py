@@ -10,10 +10,11 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from rlcore_testkit.runs import make_tiny_task, tiny_run  # noqa: E402
+from rlcore_testkit.tiny import make_tiny_reward_model_dir  # noqa: E402
+
 from rlcore.config import ConfigError, load_config  # noqa: E402
 from rlcore.controller.placement import POOL_REWARD, pool_layouts  # noqa: E402
-from rlcore.testing.runs import make_tiny_task, tiny_run  # noqa: E402
-from rlcore.testing.tiny import make_tiny_reward_model_dir  # noqa: E402
 from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
 

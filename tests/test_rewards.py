@@ -10,6 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
+from rlcore_testkit.contracts.rewards import (
+    RESPONSE_LENGTH,
+    RewardManagerContract,
+    RewardScorerContract,
+    make_reward_batch,
+)
 
 from rlcore.errors import RLCoreError
 from rlcore.reward import RewardError, RewardResult
@@ -17,12 +23,6 @@ from rlcore.reward.managers import BatchRewardManager, NaiveRewardManager, to_sc
 from rlcore.reward.scorers import gsm8k
 from rlcore.reward.scorers import math as math_scorer
 from rlcore.reward.scoring import RegistryScorer, build_reward_manager, build_scorer
-from rlcore.testing.contracts.rewards import (
-    RESPONSE_LENGTH,
-    RewardManagerContract,
-    RewardScorerContract,
-    make_reward_batch,
-)
 
 
 def run_config(**overrides):

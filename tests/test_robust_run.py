@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from rlcore_testkit.runs import make_tiny_task, tiny_overrides, tiny_run
 
 from rlcore.checkpoint import CheckpointError, resume_path
 from rlcore.errors import RLCoreError
-from rlcore.testing.runs import make_tiny_task, tiny_overrides, tiny_run
 from rlcore.tracking.sinks import read_metrics
 
 

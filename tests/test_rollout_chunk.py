@@ -18,11 +18,11 @@ from rlcore_plugin_hf.chunking import (
     trim_left_padding,
 )
 from rlcore_plugin_hf.engine import HFRolloutEngine
+from rlcore_testkit.contracts.rollout import make_prompt_batch
 
 from rlcore.api import ModelShape, bucket, bucket_floor, row_bytes
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
-from rlcore.testing.contracts.rollout import make_prompt_batch
 
 pytestmark = pytest.mark.usefixtures("single_intra_op_thread")
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.algos.rollout_correction import rollout_is_weights, rollout_mismatch_metrics
 from rlcore.config import ConfigError, derive_quantities, load_config
 from rlcore.errors import RLCoreError
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 OLD = torch.tensor([[-1.0, -2.0, -0.5], [-0.1, -3.0, -9.0]])
 ROLLOUT = torch.tensor([[-1.5, -2.0, -0.4], [-2.0, -3.5, -1.0]])

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.algos.functional import loss_units
 from rlcore.algos.losses import build_actor_loss, vanilla_policy_loss
 from rlcore.algos.rollout_correction import bypass_policy_loss
 from rlcore.config import ConfigError, derive_quantities, load_config
 from rlcore.errors import RLCoreError
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 ROLLOUT = torch.tensor([[-1.5, -2.0, -0.4], [-2.0, -3.5, -1.0]])
 CURRENT = torch.tensor([[-1.0, -2.0, -0.5], [-0.1, -3.0, -9.0]])

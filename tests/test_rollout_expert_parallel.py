@@ -75,7 +75,7 @@ def test_vllm_on_the_cpu_runs_over_one_rank_and_the_plan_says_so() -> None:
 
 
 def test_the_dry_run_names_the_key_and_starts_nothing(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from rlcore.testing.runs import make_tiny_task
+    from rlcore_testkit.runs import make_tiny_task
 
     task = make_tiny_task(tmp_path / "task")
     result = CliRunner().invoke(

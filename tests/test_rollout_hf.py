@@ -10,13 +10,13 @@ import pytest
 import torch
 from rlcore_plugin_hf.engine import HFRolloutEngine
 from rlcore_plugin_hf.sampler import sample_next_tokens
+from rlcore_testkit.contracts.rollout import RolloutEngineContract, make_prompt_batch
 
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
 from rlcore.rollout.sampling import SamplingParams, request_seeds
 from rlcore.rollout.weights import state_checksum
-from rlcore.testing.contracts.rollout import RolloutEngineContract, make_prompt_batch
 
 pytestmark = pytest.mark.usefixtures("single_intra_op_thread")
 

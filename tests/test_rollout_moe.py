@@ -14,15 +14,15 @@ import pytest
 import torch
 from rlcore_plugin_hf import static_decoder
 from rlcore_plugin_hf.engine import HFRolloutEngine
+from rlcore_testkit import runs
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
+from rlcore_testkit.contracts.rollout import make_prompt_batch
+from rlcore_testkit.tiny import MOE_FAMILIES, make_tiny_moe_model_dir
 
 from rlcore.api.training import ROUTED_EXPERTS
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.moe import sparse_routers
-from rlcore.testing import runs
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
-from rlcore.testing.contracts.rollout import make_prompt_batch
-from rlcore.testing.tiny import MOE_FAMILIES, make_tiny_moe_model_dir
 
 pytestmark = pytest.mark.usefixtures("single_intra_op_thread")
 

@@ -13,11 +13,11 @@ import torch
 from omegaconf import OmegaConf
 from rlcore_plugin_hf.chunking import READ_BUCKETS
 from rlcore_plugin_hf.engine import HFRolloutEngine
+from rlcore_testkit.contracts.rollout import PROMPTS, make_prompt_batch
+from rlcore_testkit.tiny import padded_vocab_size
 
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
-from rlcore.testing.contracts.rollout import PROMPTS, make_prompt_batch
-from rlcore.testing.tiny import padded_vocab_size
 
 pytestmark = pytest.mark.usefixtures("single_intra_op_thread")
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.checkpoint import RUN_FILE, CheckpointError, CheckpointManager, RunIdentity, claim_checkpoints
 from rlcore.checkpoint.fingerprint import (
@@ -26,7 +27,6 @@ from rlcore.checkpoint.fingerprint import (
 )
 from rlcore.config.output_paths import make_output_paths_absolute
 from rlcore.errors import RLCoreError
-from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore.tracking.sinks import read_metrics
 
 
@@ -79,7 +79,7 @@ def test_a_fingerprint_equals_itself_read_back_from_run_json(tmp_path: Path, tin
 
 
 def test_the_shape_covers_experts_and_the_parts_of_a_composite_model(tmp_path: Path) -> None:
-    from rlcore.testing.tiny import make_tiny_moe_model_dir
+    from rlcore_testkit.tiny import make_tiny_moe_model_dir
 
     eight = json.loads((make_tiny_moe_model_dir(tmp_path / "eight") / "config.json").read_text())
     four = json.loads((make_tiny_moe_model_dir(tmp_path / "four", num_experts=4) / "config.json").read_text())
@@ -222,7 +222,7 @@ def test_real_runs_resume_only_their_own_checkpoints(
     """A checkpointed run, then runs in the same checkpoint folder with another model, another estimator, and
     both allowed: the first two start fresh (naming what differs) and move the other lineage aside, the third
     resumes; told to resume a checkpoint of another model's shape, a run stops before loading anything."""
-    from rlcore.testing.tiny import make_tiny_model_dir
+    from rlcore_testkit.tiny import make_tiny_model_dir
 
     task = make_tiny_task(tmp_path / "task")
     ckpt = tmp_path / "ckpt"
@@ -272,7 +272,7 @@ def test_real_runs_resume_only_their_own_checkpoints(
 
 
 def test_an_eight_expert_checkpoint_is_not_resumed_into_a_four_expert_model(tmp_path: Path) -> None:
-    from rlcore.testing.tiny import make_tiny_moe_model_dir
+    from rlcore_testkit.tiny import make_tiny_moe_model_dir
 
     task = make_tiny_task(tmp_path / "task")
     ckpt = tmp_path / "ckpt"

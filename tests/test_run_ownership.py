@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from omegaconf import DictConfig, OmegaConf
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.checkpoint import (
     LATEST_FILE,
@@ -24,7 +25,6 @@ from rlcore.checkpoint import (
     claim_checkpoints,
 )
 from rlcore.checkpoint.lock import LOCK_FILE, lock_checkpoint_folder
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 
 def config(root: Path, **trainer: Any) -> DictConfig:

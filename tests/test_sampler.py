@@ -15,6 +15,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 from omegaconf import OmegaConf
+from rlcore_testkit.runs import make_tiny_task, tiny_overrides, tiny_run
+from rlcore_testkit.samplers import RandomCurriculumSampler
 from torch.utils.data import SequentialSampler
 
 from rlcore.checkpoint import read_trainer_state
@@ -22,8 +24,6 @@ from rlcore.cli import cli
 from rlcore.data import DataError
 from rlcore.data.loader import PromptLoader
 from rlcore.data.sampler import build_sampler, load_sampler_class
-from rlcore.testing.runs import make_tiny_task, tiny_overrides, tiny_run
-from rlcore.testing.samplers import RandomCurriculumSampler
 
 ROWS = 10
 
@@ -72,7 +72,7 @@ def test_resume_is_exact(taken: int, stateful: bool) -> None:
 
 SAMPLER_FILE = """
 from rlcore.data.sampler import AbstractSampler
-from rlcore.testing.samplers import RandomCurriculumSampler
+from rlcore_testkit.samplers import RandomCurriculumSampler
 
 NOT_A_SAMPLER = 3
 
@@ -110,7 +110,7 @@ def sampler_file(tmp_path: Path) -> Path:
     ("path", "name", "message"),
     [
         ("pkg://no_such_pkg.samplers", "X", "importing module 'no_such_pkg.samplers' raised ModuleNotFoundError"),
-        ("pkg://rlcore.testing.samplers", "Missing", "defines no 'Missing' (data.sampler.class_name)"),
+        ("pkg://rlcore_testkit.samplers", "Missing", "defines no 'Missing' (data.sampler.class_name)"),
         ("FILE", "NOT_A_SAMPLER", "is not a torch.utils.data.Sampler subclass"),
         ("FILE", "Plain", "is not a torch.utils.data.Sampler subclass"),
         ("file:///no/such/file.py", "X", "data.sampler.class_path='/no/such/file.py': file does not exist"),
@@ -144,12 +144,12 @@ def test_dry_run_imports_the_sampler(tmp_path: Path, tiny_model_dir: Path, sampl
         cli,
         [
             *base,
-            "data.sampler.class_path=pkg://rlcore.testing.samplers",
+            "data.sampler.class_path=pkg://rlcore_testkit.samplers",
             "data.sampler.class_name=RandomCurriculumSampler",
         ],
     )
     assert good.exit_code == 0, good.output
-    assert "data.sampler: rlcore.testing.samplers.RandomCurriculumSampler (curriculum sampler" in good.output
+    assert "data.sampler: rlcore_testkit.samplers.RandomCurriculumSampler (curriculum sampler" in good.output
     bad = CliRunner().invoke(cli, [*base, f"data.sampler.class_path={sampler_file}", "data.sampler.class_name=Plain"])
     assert bad.exit_code == 2 and "Traceback" not in bad.output
     assert "data.sampler.class_name='Plain'" in bad.output and "not a torch.utils.data.Sampler" in bad.output

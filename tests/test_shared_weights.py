@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 from rlcore_plugin_hf.engine import HFRolloutEngine
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
+from rlcore_testkit.contracts.rollout import make_prompt_batch
 
 from rlcore.api.batch import Batch
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
-from rlcore.testing.contracts.rollout import make_prompt_batch
 
 
 class FSDPSettings(TrainingBackendContract):

@@ -91,7 +91,7 @@ def test_a_hub_name_is_an_error_naming_the_key(tmp_path: Path) -> None:
 
 
 def test_a_worker_loads_from_shared_memory_and_cleans_up(tiny_model_dir: Path) -> None:
-    from rlcore.testing.contracts.backend import TrainingBackendContract
+    from rlcore_testkit.contracts.backend import TrainingBackendContract
 
     class FSDPSettings(TrainingBackendContract):
         component_name = "fsdp"

@@ -10,8 +10,8 @@ import pytest
 import torch
 from rlcore_plugin_hf import engine as hf
 from rlcore_plugin_hf.chunking import READ_BUCKETS, read_length
+from rlcore_testkit.contracts.rollout import make_prompt_batch
 
-from rlcore.testing.contracts.rollout import make_prompt_batch
 from tests.test_rollout_static import MORE_PROMPTS, engine_on, qwen3_model
 
 pytestmark = pytest.mark.usefixtures("single_intra_op_thread")

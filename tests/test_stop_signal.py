@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from rlcore_testkit.contracts.rewards import make_reward_batch
+from rlcore_testkit.runs import make_tiny_task, tiny_overrides
 
 from rlcore.graceful_stop import StopRequest
 from rlcore.reward.managers import NaiveRewardManager
-from rlcore.testing.contracts.rewards import make_reward_batch
-from rlcore.testing.runs import make_tiny_task, tiny_overrides
 
 STUCK_REWARD = """
 import signal, time

@@ -2,9 +2,9 @@
 
 Each kind alone, then all of them together, is rendered with ``rlcore new plugin --no-input`` and checked (exact
 file set, pyproject parsed with tomllib, workflows parsed as YAML, every module compiles). The single-kind projects
-are pip-installed together with rlcore's wheel into one fresh venv beside this environment, each listed by that
-venv's ``rlcore plugins --json`` with exactly its component, and their generated tests are run there by one pytest
-process — each project's must pass. The project with every kind is installed alone into its own venv, listed, its
+are pip-installed together with rlcore's and the test kit's wheels (the generated tests import ``rlcore_testkit``)
+into one fresh venv beside this environment, each listed by that venv's ``rlcore plugins --json`` with exactly its
+component, and their generated tests are run there by one pytest process — each project's must pass. The project with every kind is installed alone into its own venv, listed, its
 generated tests pass, and ``rlcore run --preset`` trains two CPU steps through the generated components. The
 template's checks of bad values, the ``cookiecutter/`` pointer at the repository root and ``rlcore new plugin`` from
 an installed wheel are tested too. ``HOME`` points at a temporary directory in every render, so a developer's
@@ -125,12 +125,12 @@ def test_template_default_range_is_the_running_rlcore() -> None:
 )
 def test_rlcore_range_takes_compatible_releases_only(minimum: str, expected: str, tmp_path: Path, run: Any) -> None:
     """``rlcore_min_version`` gives ``rlcore[train]>=MIN,<NEXT_BREAKING`` in the dependencies (a plugin installed
-    alone can train) and ``rlcore[test]`` in the test extra."""
+    alone can train) and the test kit ``rlcore-testkit`` (versioned with rlcore) in the test extra."""
     assert compatible_range(minimum) == expected
     rlcore_new(run, tmp_path, "plugin_name=ranged", f"rlcore_min_version={minimum}")
     meta = tomllib.loads((tmp_path / "out" / "rlcore-plugin-ranged" / "pyproject.toml").read_text())["project"]
     assert meta["dependencies"] == [f"rlcore[train]{expected}"]
-    assert meta["optional-dependencies"] == {"test": [f"rlcore[test]{expected}"]}
+    assert meta["optional-dependencies"] == {"test": [f"rlcore-testkit{expected}"]}
 
 
 def test_next_steps_use_a_relative_path_when_possible(tmp_path: Path) -> None:
@@ -208,15 +208,15 @@ SUMMARY_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL) (\S+)")
 
 @pytest.fixture(scope="module")
 def single_kind_plugins(
-    tmp_path_factory: pytest.TempPathFactory, run: Any, make_venv: Any, rlcore_wheel: Path
+    tmp_path_factory: pytest.TempPathFactory, run: Any, make_venv: Any, rlcore_wheel: Path, testkit_wheel: Path
 ) -> SingleKindPlugins:
     """Every kind's own project, rendered and checked (a failed check fails every kind's test), installed in one
     pip call into one venv, listed once and tested by one pytest process: the generated tests, the rlcore
     fixtures they share and the interpreter start once instead of once per kind."""
     tmp_path = tmp_path_factory.mktemp("single-kinds")
     rendered = {kind: render_and_check(run, tmp_path, (kind,)) for kind in KINDS}
-    venv = make_venv(tmp_path / "venv", hidden=["rlcore"])
-    venv.install(rlcore_wheel, *(one.project for one in rendered.values()))
+    venv = make_venv(tmp_path / "venv", hidden=["rlcore", "rlcore-testkit"])
+    venv.install(rlcore_wheel, testkit_wheel, *(one.project for one in rendered.values()))
     env = plugin_env(*(one.dist for one in rendered.values()))
     rows = json.loads(run([venv.bin("rlcore"), "plugins", "--json"], env=env).stdout)
     tests = [one.project / "tests" for one in rendered.values()]
@@ -249,14 +249,14 @@ def test_generated_plugin_installs_and_passes_its_own_tests(kind: str, single_ki
 
 
 def test_generated_plugin_with_every_kind_installs_passes_its_own_tests_and_trains(
-    tmp_path: Path, run: Any, make_venv: Any, rlcore_wheel: Path, tiny_model_dir: Path
+    tmp_path: Path, run: Any, make_venv: Any, rlcore_wheel: Path, testkit_wheel: Path, tiny_model_dir: Path
 ) -> None:
     """The project with every kind: rendered and checked, installed alone beside rlcore's wheel in its own
     venv, listed with all its components, its generated tests pass there, and it trains with all the
     generated components."""
     one = render_and_check(run, tmp_path, KINDS)
-    venv = make_venv(tmp_path / "venv", hidden=["rlcore"])
-    venv.install(rlcore_wheel, one.project)
+    venv = make_venv(tmp_path / "venv", hidden=["rlcore", "rlcore-testkit"])
+    venv.install(rlcore_wheel, testkit_wheel, one.project)
     assert listed_components(run, venv.bin("rlcore"), one.dist) == {(kind, one.name) for kind in KINDS}
     run([venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=one.project, env=plugin_env(one.dist))
     train_with_every_generated_component(run, venv, tmp_path, tiny_model_dir, one.name)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 from PIL import Image
+from rlcore_testkit.tiny_vlm import DEFAULT_MAX_PIXELS, build_tiny_vlm, build_vl_model, build_vl_tokenizer
 
 from rlcore.errors import RLCoreError
 from rlcore.processors import load_processor
-from rlcore.testing.tiny_vlm import DEFAULT_MAX_PIXELS, build_tiny_vlm, build_vl_model, build_vl_tokenizer
 
 MESSAGES = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "how many red"}]}]
 
@@ -49,7 +49,7 @@ def test_tiny_vlm_saves_loads_and_expands_images(tmp_path, arch):
 
 
 def test_load_processor_text_only_model_and_bad_arch(tmp_path):
-    from rlcore.testing.tiny import make_tiny_model_dir
+    from rlcore_testkit.tiny import make_tiny_model_dir
 
     assert load_processor(make_tiny_model_dir(tmp_path / "text")) is None
     with pytest.raises(ValueError, match="arch must be one of"):

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rlcore_testkit.contracts.chat_templates import tool_chat_pair
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.agents.parsers import ToolCall
 from rlcore.agents.tools import Tool, ToolExecutor, ToolResult
-from rlcore.testing.contracts.chat_templates import tool_chat_pair
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 
 def schema(name: str) -> dict[str, Any]:

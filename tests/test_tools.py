@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rlcore_testkit.contracts import InteractionContract, ToolContract, ToolParserContract
 
 from rlcore.agents.builtin_tools import CalculatorTool, Geo3kTool, Gsm8kTool, evaluate_arithmetic
 from rlcore.agents.parsers import HermesToolParser, ToolCall
 from rlcore.agents.tools import Tool, ToolExecutor, ToolResult, load_tools, truncate
 from rlcore.errors import RLCoreError
-from rlcore.testing.contracts import InteractionContract, ToolContract, ToolParserContract
 
 VERL_TOOL_YAML = (
     Path(__file__).parent / "verl_examples/examples/sglang_multiturn/config/tool_config/gsm8k_tool_config.yaml"

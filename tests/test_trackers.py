@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 import rlcore
 from rlcore.config import load_config
-from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore.tracking.external import (
     TrackerConfigError,
     TrackerDependencyError,

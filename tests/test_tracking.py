@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
+from rlcore_testkit.contracts.tracker import TrackerContract
 
 from rlcore.errors import RLCoreError
 from rlcore.registry import UnknownComponentError
-from rlcore.testing.contracts.tracker import TrackerContract
 from rlcore.tracking.progress import ProgressBar, active_console
 from rlcore.tracking.sinks import (
     ConsoleTracker,

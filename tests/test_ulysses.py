@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_testkit import runs
+from rlcore_testkit import sequence_parallel as sp_checks
 
 from rlcore.errors import RLCoreError
-from rlcore.testing import runs
-from rlcore.testing import sequence_parallel as sp_checks
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,8 @@ def test_sizes_that_cannot_run_fail_the_dry_run(override: str, message: str) -> 
 )
 def test_workers_reject_sizes_that_cannot_run(tiny_model_dir: Path, role: str, override: str, message: str) -> None:
     """The reference model runs in the actor's group (same size); a critic of one rank cannot split by 2."""
-    from rlcore.testing.contracts.backend import TrainingBackendContract
+    from rlcore_testkit.contracts.backend import TrainingBackendContract
+
     from rlcore.workers.actor import ActorRolloutRefWorker
     from rlcore.workers.critic import CriticWorker
 

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rlcore_testkit.contracts.rewards import make_reward_batch
+from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_overrides, tiny_run
 
 import rlcore
 from rlcore.agents.parsers import ToolCall
@@ -32,8 +34,6 @@ from rlcore.graceful_stop import SignalInterrupt, StopRequest
 from rlcore.reward import RewardError
 from rlcore.reward.managers import BatchRewardManager, NaiveRewardManager
 from rlcore.reward.scoring import build_scorer
-from rlcore.testing.contracts.rewards import make_reward_batch
-from rlcore.testing.runs import dry_run, make_tiny_task, tiny_overrides, tiny_run
 from rlcore.usercode import UserCodeExit, contain_exit
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from omegaconf import OmegaConf
+from rlcore_testkit import runs
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.cli import cli
-from rlcore.testing import runs
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 BASE = ("data.train_files=x.parquet", "actor_rollout_ref.model.path=m")
 

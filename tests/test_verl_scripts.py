@@ -98,7 +98,7 @@ EXPECTED: dict[str, str | None] = {
     "examples/cispo_trainer/run_cispo_qwen2_5_0_5b_gsm8k.sh": "actor_rollout_ref.model.torch_dtype: not a key of verl",
     # multi-turn (verl's --config-path configs and tool/interaction YAMLs are read from the copies): one passes,
     # the others stop at a feature that is not multi-turn's
-    # data.sampler: the class_path names a module of verl's tests; rlcore.testing.samplers stands in for it
+    # data.sampler: the class_path names a module of verl's tests; rlcore_testkit.samplers stands in for it
     "examples/sglang_multiturn/run_qwen0.5b_gsm8k_multiturn_curriculum.sh": None,
     # enable_activation_offload (noted: nothing to offload on CPU)
     "examples/sglang_multiturn/run_qwen2.5-0.5b_gsm8k_multiturn_w_interaction.sh": None,
@@ -143,7 +143,7 @@ NOTES: dict[str, str] = {
     "examples/ppo_trainer/run_qwen2-7b_rm.sh": "note: reward_model.rollout.name=vllm changes nothing in rlcore",
     "examples/grpo_trainer/run_mistral13b_skyworkrm_hhrlhf.sh": "note: reward_model.rollout.name=vllm changes nothing",
     "examples/sglang_multiturn/run_qwen0.5b_gsm8k_multiturn_curriculum.sh": (
-        "data.sampler: rlcore.testing.samplers.RandomCurriculumSampler (curriculum sampler"
+        "data.sampler: rlcore_testkit.samplers.RandomCurriculumSampler (curriculum sampler"
     ),
     "examples/sglang_multiturn/run_qwen2.5-0.5b_gsm8k_multiturn_w_interaction.sh": (
         "note: actor_rollout_ref.model.enable_activation_offload=True changes nothing in rlcore on trainer.device=cpu"
@@ -159,7 +159,7 @@ NOTES: dict[str, str] = {
 #: scripts whose data.sampler.class_path is ``pkg://tests.utils.dataset.test_create_rl_sampler_on_cpu`` (a
 #: module of verl's own tests): the test writes that module, re-exporting rlcore's stand-in, and imports it
 CURRICULUM_SCRIPTS = {"examples/sglang_multiturn/run_qwen0.5b_gsm8k_multiturn_curriculum.sh"}
-CURRICULUM_MODULE = "from rlcore.testing.samplers import RandomCurriculumSampler  # noqa: F401\n"
+CURRICULUM_MODULE = "from rlcore_testkit.samplers import RandomCurriculumSampler  # noqa: F401\n"
 
 #: scripts run with the tiny VLM and an image task instead of the tiny text model and task
 VLM_SCRIPTS = {script for script in EXPECTED if "_vl" in script and "_vllm" not in script}

@@ -56,7 +56,7 @@ def run_rank(rank: int, world_size: int, store_file: str, model_dir: str, out_di
 def test_two_ranks_match_one_rank_on_image_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
-    from rlcore.testing.tiny_vlm import build_tiny_vlm
+    from rlcore_testkit.tiny_vlm import build_tiny_vlm
 
     # the spawned ranks import this module (and test_vlm_training) by name from the tests folder
     monkeypatch.syspath_prepend(str(Path(__file__).parent))

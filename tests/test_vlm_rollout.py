@@ -10,13 +10,13 @@ import pytest
 import torch
 from PIL import Image
 from rlcore_plugin_hf.engine import HFRolloutEngine
+from rlcore_testkit.tiny_vlm import build_tiny_vlm, vl_prompt_batch
 
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.hf_models import response_outputs
 from rlcore.processors import load_processor
-from rlcore.testing.tiny_vlm import build_tiny_vlm, vl_prompt_batch
 
 ROWS = [
     ("how many red", [Image.new("RGB", (56, 56), (220, 30, 30))]),

@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 import torch
 from PIL import Image
+from rlcore_testkit.attention import AttentionProbe
+from rlcore_testkit.contracts.backend import TrainingBackendContract
+from rlcore_testkit.tiny_vlm import build_tiny_vlm, vl_prompt_batch
 
 from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
@@ -16,9 +19,6 @@ from rlcore.modelkit.hf_models import response_outputs
 from rlcore.modelkit.packed_attention import ATTENTION_NAME
 from rlcore.modelkit.vlm import token_types
 from rlcore.processors import load_processor
-from rlcore.testing.attention import AttentionProbe
-from rlcore.testing.contracts.backend import TrainingBackendContract
-from rlcore.testing.tiny_vlm import build_tiny_vlm, vl_prompt_batch
 
 RED, BLUE = Image.new("RGB", (56, 56), (220, 30, 30)), Image.new("RGB", (84, 56), (30, 30, 220))
 ROWS = [

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from rlcore_plugin_tasks import arith_chain
 from rlcore_plugin_tasks.warm_start import shipped_model_dir
+from rlcore_testkit.contracts import PresetContract
+from rlcore_testkit.runs import dry_run
 
 from rlcore.config.loader import load_config
-from rlcore.testing.contracts import PresetContract
-from rlcore.testing.runs import dry_run
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 

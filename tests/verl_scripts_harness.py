@@ -16,8 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from rlcore.testing.runs import make_tiny_task
+from rlcore_testkit.runs import make_tiny_task
 
 #: stands in for ``python3``/``python`` (records main_ppo's arguments), ``ray job submit ... --``, ``uv run ...
 #: python3`` (verl 0.10's launcher; the script still passes ``runtime_env.py_executable`` as it would) and
@@ -111,7 +110,7 @@ def tiny_task_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pat
 @pytest.fixture(scope="module", name="tiny_vlm_dir")
 def tiny_vlm_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny Qwen2.5-VL model with its processor, for the VLM scripts."""
-    from rlcore.testing.tiny_vlm import build_tiny_vlm
+    from rlcore_testkit.tiny_vlm import build_tiny_vlm
 
     return build_tiny_vlm(tmp_path_factory.mktemp("vlm"), arch="qwen2_5_vl")
 
@@ -119,7 +118,7 @@ def tiny_vlm_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module", name="tiny_moe_dir")
 def tiny_moe_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Qwen3-MoE (``make_tiny_moe_model_dir``), for the mixture-of-experts scripts."""
-    from rlcore.testing.tiny import make_tiny_moe_model_dir
+    from rlcore_testkit.tiny import make_tiny_moe_model_dir
 
     return make_tiny_moe_model_dir(tmp_path_factory.mktemp("moe"))
 

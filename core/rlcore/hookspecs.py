@@ -53,7 +53,7 @@ def register_training_backends(register: Register) -> None:
     reference, critic) on each rank. rlcore's generic workers (:mod:`rlcore.workers`) do everything else —
     roles, the rollout engine and its weight-sync check, the PPO mini/micro-batch loop, checkpoints — so a
     backend never sees the algorithm: it runs forward passes and back-propagates the losses it is given.
-    ``docs/writing-an-engine.md`` walks through one; ``rlcore.testing.contracts.backend`` checks it.
+    ``docs/writing-an-engine.md`` walks through one; ``rlcore_testkit.contracts.backend`` checks it.
 
     Optional capabilities, as ``spec=TrainingBackendSpec(...)`` (:mod:`rlcore.api.specs`):
     ``data_parallel_size``, a function ``(config, section, world_size) -> int`` (defined in the plugin's light
@@ -246,7 +246,7 @@ def register_tools(register: Register) -> None:
     optional step reward and metrics) and ``release(instance_id)``; its OpenAI function schema comes from
     the YAML or the class's ``default_schema``. rlcore times each call out (the config's ``timeout``), cuts
     long responses and turns exceptions into error messages for the model. Register verl's class path as
-    an alias so that verl's YAML files load unchanged. ``rlcore.testing.contracts.agents.ToolContract``
+    an alias so that verl's YAML files load unchanged. ``rlcore_testkit.contracts.agents.ToolContract``
     checks a tool.
 
     Example::
@@ -266,7 +266,7 @@ def register_agent_loops(register: Register) -> None:
     ``run(sample) -> Trajectory`` turns one :class:`rlcore.agents.AgentSample` into a token-in, token-out
     :class:`rlcore.agents.Trajectory`: ``await context.generate(token_ids)`` samples one assistant turn (batched
     with other trajectories' turns), and every other token appended is rendered from the new messages only
-    (``context.renderer``) with response mask 0. ``rlcore.testing.contracts.agents.AgentLoopContract``
+    (``context.renderer``) with response mask 0. ``rlcore_testkit.contracts.agents.AgentLoopContract``
     checks a loop, including the mask audit.
 
     Example::

@@ -2,7 +2,7 @@
 
 The actor worker (:class:`rlcore.workers.actor.ActorRolloutRefWorker`) hosts one engine per rank and makes
 exactly these calls. :class:`rlcore.rollout.token_engine.TokenListEngine` implements everything but the
-engine-specific steps; ``rlcore.testing.contracts.rollout`` checks an engine.
+engine-specific steps; ``rlcore_testkit.contracts.rollout`` checks an engine.
 """
 
 from __future__ import annotations

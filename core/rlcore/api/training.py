@@ -10,7 +10,7 @@ An engine runs forward passes on micro-batches, accumulates gradients of a loss 
 steps its optimizer, exports and loads full weights under Hugging Face names, and saves and loads its
 own sharded state. It never sees the algorithm: the loss arrives as a function of the engine's
 :class:`ModelOutput`. ``docs/writing-an-engine.md`` walks through a new backend; the contract suite is
-:class:`rlcore.testing.contracts.backend.TrainingBackendContract`, which checks a backend and the
+:class:`rlcore_testkit.contracts.backend.TrainingBackendContract`, which checks a backend and the
 engines it creates.
 
 This module imports no torch at run time, so a plugin's light ``hooks`` module may import it.

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import torch
 from rlcore_plugin_cispo.loss import cispo_policy_loss
+from rlcore_testkit.contracts import PolicyLossContract
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts import PolicyLossContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 # ratios 1.5 (clipped to 1.2), 0.5 (clipped to 0.8), 1.1 (kept), and a padded token
 OLD = torch.tensor([[-1.0, -2.0, -0.5, -1.0]])

@@ -19,13 +19,13 @@ from rlcore_plugin_dapo import hooks
 from rlcore_plugin_dapo.filters import keep_varied_groups
 from rlcore_plugin_dapo.reward import DAPORewardManager
 from rlcore_plugin_dapo.settings import overlong_buffer
+from rlcore_testkit.contracts import BatchFilterContract, PresetContract, RewardManagerContract
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.api.batch import Batch
 from rlcore.config import ConfigError, load_config
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts import BatchFilterContract, PresetContract, RewardManagerContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 # ----------------------------------------------------------------------------------------- reward manager
 # Four responses, R = 10, valid lengths 2, 6, 8, 10; row 2 has two tool-output tokens (response_mask 0,

@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session", name="teacher_dir")
 def teacher_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny teacher: the student's architecture and tokenizer, other weights (seed 1)."""
-    from rlcore.testing.tiny import make_tiny_model_dir
+    from rlcore_testkit.tiny import make_tiny_model_dir
 
     path = tmp_path_factory.mktemp("teacher") / "model"
     make_tiny_model_dir(path, seed=1)
@@ -24,8 +24,7 @@ def padded_teacher_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path
     (tied) embedding, so that padding ids share its top-k with real ones (a teacher whose padding was never
     trained may put them there)."""
     import torch
-
-    from rlcore.testing.tiny import build_model, build_tokenizer
+    from rlcore_testkit.tiny import build_model, build_tokenizer
 
     path = tmp_path_factory.mktemp("padded-teacher") / "model"
     tokenizer = build_tokenizer()
@@ -44,7 +43,7 @@ def padded_teacher_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path
 def short_teacher_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny teacher sharing the student's tokenizer with fewer output ids than the student (its vocabulary
     cut to the tokenizer's ids, the student's padded to a multiple of 64)."""
-    from rlcore.testing.tiny import build_model, build_tokenizer
+    from rlcore_testkit.tiny import build_model, build_tokenizer
 
     path = tmp_path_factory.mktemp("short-teacher") / "model"
     tokenizer = build_tokenizer()

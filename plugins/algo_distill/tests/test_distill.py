@@ -11,11 +11,11 @@ import torch
 from rlcore_plugin_distill.loss import TEACHER_LOG_PROBS, distillation_loss, make_distillation_term
 from rlcore_plugin_distill.settings import LossSettings
 from rlcore_plugin_distill.worker import TeacherWorker
+from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_run
 
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
-from rlcore.testing.runs import dry_run, make_tiny_task, tiny_run
 from rlcore.tracking.sinks import read_metrics
 
 PG = LossSettings("k1", False, 1.0, None, True, 0.2, 0.2, 0.2)
@@ -25,7 +25,7 @@ GKD = LossSettings("k3", False, 1.0, None, False, 0.2, 0.2, 0.2)
 @pytest.fixture(scope="session", name="foreign_dir")
 def foreign_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny model whose tokenizer is trained on another corpus (another vocabulary)."""
-    from rlcore.testing.tiny import make_tiny_model_dir
+    from rlcore_testkit.tiny import make_tiny_model_dir
 
     path = tmp_path_factory.mktemp("foreign") / "model"
     make_tiny_model_dir(path, corpus=[f"zebra {i} quokka {i * 7} xylophone" for i in range(300)])

@@ -14,13 +14,13 @@ import torch
 from rlcore_plugin_distill.loss import TEACHER_TOPK_LOG_PROBS, distillation_loss
 from rlcore_plugin_distill.settings import LossSettings
 from rlcore_plugin_distill.worker import TeacherWorker
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.api.batch import Batch
 from rlcore.api.training import GATHER_IDS, GATHERED_LOG_PROBS
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
-from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore.tracking.sinks import read_metrics
 
 #: GKD-style forward_kl_topk as verl's Megatron example sets it (k=4 here, log-prob floor −3: some entries clamp)
@@ -307,7 +307,7 @@ def test_two_megatron_steps_with_tensor_parallelism(tmp_path: Path) -> None:
     """The script's backend and layout: the Megatron actor and teacher at tensor-parallel size 2 on two Ray
     worker processes, dynamic micro-batches, GKD-style forward_kl_topk without a task reward."""
     pytest.importorskip("ray")
-    from rlcore.testing.tiny import make_tiny_model_dir
+    from rlcore_testkit.tiny import make_tiny_model_dir
 
     shape = {"hidden_size": 128, "num_heads": 4, "num_kv_heads": 2}  # two key/value groups: TP=2 splits them
     student = make_tiny_model_dir(tmp_path / "student", **shape)

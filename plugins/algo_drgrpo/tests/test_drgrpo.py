@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from rlcore_testkit.contracts import PresetContract
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.algos import agg_loss
 from rlcore.config import load_config
 from rlcore.plugins import get_component, load_plugins
-from rlcore.testing.contracts import PresetContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 
 def test_drgrpo_preset_values() -> None:

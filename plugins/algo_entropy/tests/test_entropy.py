@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import torch
 from rlcore_plugin_entropy.losses import clip_cov_policy_loss, kl_cov_policy_loss, random_subset, token_covariance
+from rlcore_testkit.contracts import PolicyLossContract
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts import PolicyLossContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 # Two responses of R = 3; row 1 has a masked (tool) token at t = 1. Five valid tokens.
 # mean A = (3·2 − 2·2)/5 = 0.4; mean logπ = −7.6/5 = −1.52; cov = (A − 0.4)(logπ + 1.52):

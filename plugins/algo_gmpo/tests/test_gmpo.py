@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 from rlcore_plugin_gmpo.loss import geo_mean_policy_loss
+from rlcore_testkit.contracts import PolicyLossContract
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts import PolicyLossContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 # ε = 0.4 (verl's example). Row 0, A = +1: Δ = [0.6, -0.6, 0.1] -> pessimistic [0.4, -0.6, 0.1]
 #   (above the range a positive advantage is capped; below it keeps the raw, lower value)

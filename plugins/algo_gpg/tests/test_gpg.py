@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 from rlcore_plugin_gpg.gpg import compute_gpg_outcome_advantage, gpg_policy_loss
+from rlcore_testkit.contracts import AdvantageEstimatorContract, PolicyLossContract
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts import AdvantageEstimatorContract, PolicyLossContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 # groups by uid, interleaved: a = [1, 0, 0], b = [2, 2] (equal), c = [0.7] (a singleton).
 # B = 6 responses, 4 nonzero rewards: α = 6 / 4 = 1.5.

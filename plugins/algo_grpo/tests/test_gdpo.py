@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 from rlcore_plugin_grpo.gdpo import compute_gdpo_outcome_advantage
+from rlcore_testkit import runs
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
-from rlcore.testing import runs
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 # groups a = rows 0, 1 and b = rows 2, 3; two components; responses of 2, 1, 2 and 2 tokens (R = 2)
 UIDS = np.array(["a", "a", "b", "b"], dtype=object)

@@ -14,12 +14,12 @@ import torch
 from omegaconf import OmegaConf
 from rlcore_plugin_grpo import hooks
 from rlcore_plugin_grpo.advantage import compute_grpo_outcome_advantage, compute_grpo_passk_outcome_advantage
+from rlcore_testkit.contracts.algorithms import AdvantageEstimatorContract
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 EPS = 1e-6
 # groups by uid, interleaved: a = [1, 0, 0], b = [2, 2, 2], c = [0.7] (a singleton)

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 from rlcore_plugin_gspo.loss import gspo_policy_loss
+from rlcore_testkit.contracts import PolicyLossContract, PresetContract
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.config import load_config
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts import PolicyLossContract, PresetContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 # Row 0: Δ = [0.1, 0.3] (+ padding), A = 1: s = e^0.2 = 1.2214 is clipped to 1.2 -> token loss -1.2.
 # Row 1: Δ = [-0.1, (masked), -0.05], A = -0.5: s = e^-0.075 = 0.92774 -> token loss 0.46387 (not clipped).

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 from rlcore_plugin_opo.advantage import compute_opo_outcome_advantage
+from rlcore_testkit.contracts import AdvantageEstimatorContract
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts import AdvantageEstimatorContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 UIDS = np.array(["a", "a", "b", "a", "c"], dtype=object)
 SCORES = [1.0, 0.0, 0.7, 0.5, 2.0]

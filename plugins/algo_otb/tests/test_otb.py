@@ -15,15 +15,15 @@ import pytest
 import torch
 from click.testing import CliRunner
 from rlcore_plugin_otb.advantage import compute_optimal_token_baseline_advantage as otb
+from rlcore_testkit.contracts import AdvantageEstimatorContract
+from rlcore_testkit.contracts.algorithms import EstimatorInputs
+from rlcore_testkit.contracts.backend import make_batch
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.algos import sum_pi_squared_from_logits
 from rlcore.cli import cli
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts import AdvantageEstimatorContract
-from rlcore.testing.contracts.algorithms import EstimatorInputs
-from rlcore.testing.contracts.backend import make_batch
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 OTB = "algorithm.adv_estimator=optimal_token_baseline"
 CALC = "actor_rollout_ref.actor.calculate_sum_pi_squared"

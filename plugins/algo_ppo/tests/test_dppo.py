@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 from rlcore_plugin_ppo.dppo import dppo_tv_policy_loss
+from rlcore_testkit.contracts import PolicyLossContract
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts import PolicyLossContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 # p_old -> p per token: 0.5 -> 0.75 (moved +0.25), 0.5 -> 0.35 (-0.15), 0.2 -> 0.25 (+0.05), a padded token
 OLD = torch.log(torch.tensor([[0.5, 0.5, 0.2, 0.9]]))

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 from rlcore_plugin_ppo.gae import compute_gae
+from rlcore_testkit.contracts.algorithms import AdvantageEstimatorContract
 
 from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
 
 CONFIG = {"gamma": 0.9, "lam": 0.8}
 # One response of three valid tokens, rewards [0, 0, 1], values [0.5, 0.4, 0.3], γλ = 0.72:

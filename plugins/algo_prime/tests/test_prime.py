@@ -10,12 +10,12 @@ import pytest
 import torch
 from rlcore_plugin_prime.advantage import compute_prime_advantage, leave_one_out
 from rlcore_plugin_prime.worker import PrimeRewardModelWorker, implicit_rewards
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
-from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore.tracking.sinks import read_metrics
 
 UIDS = np.array(["a", "a", "b", "b"], dtype=object)

@@ -15,11 +15,11 @@ from rlcore_plugin_reinforce_pp.advantage import (
     compute_reinforce_plus_plus_baseline_outcome_advantage,
     compute_reinforce_plus_plus_outcome_advantage,
 )
+from rlcore_testkit.contracts.algorithms import AdvantageEstimatorContract
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 
 def _whiten(values: list[float]) -> torch.Tensor:

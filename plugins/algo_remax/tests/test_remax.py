@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 from rlcore_plugin_remax.advantage import compute_remax_outcome_advantage
+from rlcore_testkit.contracts.algorithms import AdvantageEstimatorContract
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 # Row 0: score 1 on t = 2, padding at t = 3, greedy baseline 0.25.
 # Row 1: a process reward 0.5 on t = 0, a masked (tool) token at t = 1, score 1 on t = 3, baseline 1.

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 from rlcore_plugin_rloo.advantage import compute_rloo_outcome_advantage
+from rlcore_testkit.contracts.algorithms import AdvantageEstimatorContract
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 # groups by uid, interleaved: a = [1, 0, 0], b = [2, 2] (equal), c = [0.7] (a singleton)
 UIDS = np.array(["a", "b", "a", "c", "b", "a"], dtype=object)

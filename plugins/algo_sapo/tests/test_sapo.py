@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 from rlcore_plugin_sapo.loss import sapo_policy_loss
+from rlcore_testkit.contracts import PolicyLossContract
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts import PolicyLossContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 OLD = torch.tensor([[-1.0, -1.0, -1.0], [-2.0, -2.0, -2.0]])
 RATIO = torch.tensor([[1.5, 1.0, 3.0], [0.5, 2.0, 1.0]])

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 from rlcore_plugin_sppo.sppo import compute_sppo_advantage, softmean, sppo_policy_loss
+from rlcore_testkit.contracts import AdvantageEstimatorContract, PolicyLossContract, PresetContract
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.config import load_config
 from rlcore.plugins import load_plugins
-from rlcore.testing.contracts import AdvantageEstimatorContract, PolicyLossContract, PresetContract
-from rlcore.testing.runs import make_tiny_task, tiny_run
 
 REWARDS = torch.tensor([[0.0, 1.0], [0.0, 0.0], [3.0, 0.0]])
 MASK = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])

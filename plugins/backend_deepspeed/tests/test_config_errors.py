@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
 
 from rlcore.errors import RLCoreError
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
 
 KEY = "actor_rollout_ref.actor.deepspeed_config"
 

@@ -1,6 +1,6 @@
 """The DeepSpeed backend against rlcore's training-backend contract suite, at ZeRO stages 1, 2 and 3."""
 
-from rlcore.testing.contracts.backend import TrainingBackendContract
+from rlcore_testkit.contracts.backend import TrainingBackendContract
 
 
 class TestZero1(TrainingBackendContract):

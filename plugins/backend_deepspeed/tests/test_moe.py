@@ -7,9 +7,8 @@ import math
 from pathlib import Path
 
 import pytest
-
-from rlcore.testing.runs import make_tiny_task, tiny_run
-from rlcore.testing.tiny import MOE_FAMILIES, make_tiny_moe_model_dir
+from rlcore_testkit.runs import make_tiny_task, tiny_run
+from rlcore_testkit.tiny import MOE_FAMILIES, make_tiny_moe_model_dir
 
 
 @pytest.mark.parametrize("family", MOE_FAMILIES)

@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 import torch
-
-from rlcore.testing.attention import AttentionProbe
-from rlcore.testing.sequence_parallel import global_batch, run_case
+from rlcore_testkit.attention import AttentionProbe
+from rlcore_testkit.sequence_parallel import global_batch, run_case
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +54,9 @@ def test_zero3_gathers_the_weights_bucket_by_bucket(
     """With buckets of 5000 elements (several per layer) ZeRO-3 exports exactly the checkpoint's weights, and
     loading them back after an update restores the original log-probs."""
     import rlcore_plugin_deepspeed.engine as engine_module
+    from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
     from safetensors.torch import load_file
 
-    from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
     from rlcore.workers.actor import ActorRolloutRefWorker
 
     monkeypatch.setattr(engine_module, "GATHER_BUCKET_NUMEL", 5000)

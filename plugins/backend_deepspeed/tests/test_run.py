@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
-from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore.tracking.sinks import read_metrics
 
 #: GAE (a DeepSpeed critic), the in-reward KL (a DeepSpeed reference), shuffled updates and LR warm-up: all

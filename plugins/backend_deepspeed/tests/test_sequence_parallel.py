@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlcore.testing import sequence_parallel as sp_checks
+from rlcore_testkit import sequence_parallel as sp_checks
 
 ZERO3 = {"actor_rollout_ref.actor.deepspeed_config.zero_stage": 3}
 

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from rlcore.testing.contracts.backend import TrainingBackendContract
+from rlcore_testkit.contracts.backend import TrainingBackendContract
 
 
 class FSDPSettings(TrainingBackendContract):
@@ -32,8 +31,8 @@ def one_torch_thread() -> Iterator[None]:
 @pytest.fixture
 def policy_model_dir(request: pytest.FixtureRequest, tiny_model_dir: Path, tmp_path_factory: Any) -> Path:
     """The policy the workers train: the session's tiny dense model or, parametrized indirectly with a family
-    of :data:`rlcore.testing.tiny.MOE_FAMILIES`, a tiny mixture of experts with the same tokenizer."""
-    from rlcore.testing.tiny import make_tiny_moe_model_dir
+    of :data:`rlcore_testkit.tiny.MOE_FAMILIES`, a tiny mixture of experts with the same tokenizer."""
+    from rlcore_testkit.tiny import make_tiny_moe_model_dir
 
     family = getattr(request, "param", None)
     if family is None:
@@ -82,6 +81,6 @@ def make_worker(make_config: Callable[..., Any]) -> Iterator[Callable[..., Any]]
 @pytest.fixture
 def batch(tiny_tokenizer: Any) -> Any:
     """The contract batch: 4 prompts, random right-padded responses of 6 tokens."""
-    from rlcore.testing.contracts.backend import make_batch
+    from rlcore_testkit.contracts.backend import make_batch
 
     return make_batch(tiny_tokenizer)

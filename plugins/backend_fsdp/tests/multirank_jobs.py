@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
 
 from rlcore.api.batch import Batch
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
 
 #: four long prompts then four short ones: under a token budget the two ranks need different numbers
 #: of micro-batches, which the workers must agree on

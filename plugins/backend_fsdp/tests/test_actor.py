@@ -83,7 +83,7 @@ def test_gradient_accumulation_matches_one_micro_batch(make_worker: Callable[...
     parameters only loosely, because Adam's first step ``lr·g/(|g| + ε)`` magnifies rounding noise in
     gradients near zero.
     """
-    from rlcore.testing.contracts.backend import make_batch
+    from rlcore_testkit.contracts.backend import make_batch
 
     results = []
     for micro in (4, 1):

@@ -168,7 +168,7 @@ def test_critic_checkpoint_round_trip(make_worker: Callable[..., Any], batch: Ba
 RANK_SCRIPT = textwrap.dedent("""
     import json, os, sys, torch
     from pathlib import Path
-    from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
+    from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
     from rlcore.workers.actor import ActorRolloutRefWorker
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 

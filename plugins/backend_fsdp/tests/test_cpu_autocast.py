@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_testkit.contracts.rollout import make_prompt_batch
 
 from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
-from rlcore.testing.contracts.rollout import make_prompt_batch
 
 AUTOCAST = "actor_rollout_ref__actor__fsdp_config__cpu_autocast"
 

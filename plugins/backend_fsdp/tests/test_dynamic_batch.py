@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_testkit.contracts.backend import make_batch
 
 from rlcore.api.batch import Batch
-from rlcore.testing.contracts.backend import make_batch
 from rlcore.workers.micro_batches import plan_micro_batches
 
 PROMPTS = ("what is 3 + 4", "john has 5 apples and mary has more", "cost", "how many oranges are left", "a", "the sum")

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_testkit.runs import make_tiny_task, tiny_run
+from rlcore_testkit.tiny import make_tiny_moe_model_dir
 
 from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
-from rlcore.testing.runs import make_tiny_task, tiny_run
-from rlcore.testing.tiny import make_tiny_moe_model_dir
 
 QWEN3_MOE = pytest.mark.parametrize("policy_model_dir", ["qwen3_moe"], indirect=True)
 R2 = {"actor_rollout_ref__actor__router_replay__mode": "R2"}

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_testkit.attention import AttentionProbe
+from rlcore_testkit.contracts.backend import make_batch
 
 from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.packing import pack_batch
-from rlcore.testing.attention import AttentionProbe
-from rlcore.testing.contracts.backend import make_batch
 
 PROMPTS = ("what is 3 + 4", "john has 5 apples and mary has more", "cost", "how many oranges are left", "a")
 

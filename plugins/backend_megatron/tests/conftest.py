@@ -25,7 +25,7 @@ def one_torch_thread() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def moe_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny Qwen3-MoE (2 layers, 8 experts, top-2)."""
-    from rlcore.testing.tiny import make_tiny_moe_model_dir
+    from rlcore_testkit.tiny import make_tiny_moe_model_dir
 
     return make_tiny_moe_model_dir(tmp_path_factory.mktemp("moe"))
 

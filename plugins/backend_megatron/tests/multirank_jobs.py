@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
 
 from rlcore.api.batch import Batch
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
 
 PROMPTS = (
     "john has 5 apples and mary has more apples than john",

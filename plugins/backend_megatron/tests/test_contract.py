@@ -1,6 +1,6 @@
 """The Megatron backend against rlcore's training-backend contract suite."""
 
-from rlcore.testing.contracts.backend import TrainingBackendContract
+from rlcore_testkit.contracts.backend import TrainingBackendContract
 
 
 class TestMegatronBackend(TrainingBackendContract):

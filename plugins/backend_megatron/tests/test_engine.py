@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
 
 from rlcore.errors import RLCoreError
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
 
 
 class Settings(TrainingBackendContract):

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
 
 
 class Settings(TrainingBackendContract):
@@ -69,7 +68,7 @@ def moe_results(
     """Both backends' results on a tiny Qwen3-MoE or Qwen2-MoE (2 layers, 8 experts, top-2; Qwen2-MoE with its
     sigmoid-gated shared expert) without a load-balancing loss (``router_aux_loss_coef=0``: transformers adds it
     only with ``output_router_logits``), so that the updates compare the policy loss's gradients alone."""
-    from rlcore.testing.tiny import make_tiny_moe_model_dir
+    from rlcore_testkit.tiny import make_tiny_moe_model_dir
 
     model_dir = make_tiny_moe_model_dir(tmp_path_factory.mktemp("moe"), family=request.param, router_aux_loss_coef=0.0)
     return {backend: run(backend, model_dir, tiny_tokenizer) for backend in ("fsdp", "megatron")}

@@ -17,11 +17,11 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from rlcore_plugin_megatron.lora_settings import resolve_lora
+from rlcore_testkit import runs
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
+from rlcore_testkit.tiny import make_tiny_model_dir, make_tiny_moe_model_dir
 
 from rlcore.errors import RLCoreError
-from rlcore.testing import runs
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
-from rlcore.testing.tiny import make_tiny_model_dir, make_tiny_moe_model_dir
 
 KEY = "actor_rollout_ref.model.lora"
 LORA = {f"{KEY}.rank": 4, f"{KEY}.alpha": 8}
@@ -260,7 +260,8 @@ def test_two_grpo_steps_with_lora(tiny_model_dir: Path, tmp_path: Path) -> None:
     the checkpoint holds the adapters."""
     import math
 
-    from rlcore.testing.runs import make_tiny_task, tiny_run
+    from rlcore_testkit.runs import make_tiny_task, tiny_run
+
     from rlcore.tracking.sinks import read_metrics
 
     task = make_tiny_task(tmp_path / "task")

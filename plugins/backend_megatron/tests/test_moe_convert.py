@@ -10,14 +10,14 @@ import pytest
 import torch
 from rlcore_plugin_megatron.convert import ModelSpec, hf_to_megatron, megatron_to_hf, partition_dim
 from rlcore_plugin_megatron.moe_convert import ep_global_name, ep_shard, expert_of
+from rlcore_testkit.tiny import build_moe_model, build_tokenizer
 
 from rlcore.errors import RLCoreError
-from rlcore.testing.tiny import build_moe_model, build_tokenizer
 
 
 @pytest.fixture(scope="module")
 def moe_model() -> Any:
-    """The tiny Qwen3-MoE of ``rlcore.testing.tiny`` (2 layers, 8 experts, top-2), untied."""
+    """The tiny Qwen3-MoE of ``rlcore_testkit.tiny`` (2 layers, 8 experts, top-2), untied."""
     return build_moe_model(build_tokenizer(None), tie_word_embeddings=False)
 
 

@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 import torch
 import torch.multiprocessing as mp
-
-from rlcore.testing.tiny import make_tiny_moe_model_dir
+from rlcore_testkit.tiny import make_tiny_moe_model_dir
 
 MOE_METRICS = ("actor/moe_aux_loss", "actor/moe_load_max_over_mean")
 

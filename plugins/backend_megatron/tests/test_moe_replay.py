@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 from omegaconf import OmegaConf, open_dict
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
 
 from rlcore.api.training import ROUTED_EXPERTS
 from rlcore.errors import RLCoreError
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
 
 MODE = "actor_rollout_ref.actor.router_replay.mode"
 

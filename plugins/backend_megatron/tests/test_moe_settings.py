@@ -12,9 +12,9 @@ from rlcore_plugin_megatron.convert import ModelSpec
 from rlcore_plugin_megatron.model import moe_fields
 from rlcore_plugin_megatron.moe_settings import moe_overrides
 from rlcore_plugin_megatron.settings import layout_sizes, resolve_settings
+from rlcore_testkit.tiny import build_moe_model, build_tokenizer
 
 from rlcore.errors import RLCoreError
-from rlcore.testing.tiny import build_moe_model, build_tokenizer
 
 KEY = "actor_rollout_ref.actor.megatron"
 

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 import torch
 import torch.multiprocessing as mp
-
-from rlcore.testing.tiny import make_tiny_model_dir
+from rlcore_testkit.tiny import make_tiny_model_dir
 
 #: the layouts spawned against the single-rank run
 LAYOUTS = ("tp2", "pp2", "tp2pp2", "tp2dp2", "tp2_recompute")

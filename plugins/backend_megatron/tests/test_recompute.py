@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
 
 CHECKPOINTING = "actor_rollout_ref.model.enable_gradient_checkpointing"
 OVERRIDES = "actor_rollout_ref.actor.megatron.override_transformer_config"

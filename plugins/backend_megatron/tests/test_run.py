@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
-from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore.tracking.sinks import read_metrics
 
 #: GAE (a Megatron critic), the in-reward KL (a Megatron reference), shuffled updates and LR warm-up: all the
@@ -72,7 +72,7 @@ def test_grpo_on_a_moe_model_with_expert_parallelism(tmp_path: Path, task: dict[
     ``expert_model_parallel_size=2`` (each rank holds 4 of the 8 experts; the HF rollout is synced from the
     gathered weights), logging the MoE metrics."""
     pytest.importorskip("ray")
-    from rlcore.testing.tiny import make_tiny_moe_model_dir
+    from rlcore_testkit.tiny import make_tiny_moe_model_dir
 
     model_dir = make_tiny_moe_model_dir(tmp_path / "moe")
     last, run_dir = tiny_run(

@@ -1,6 +1,6 @@
 """The seed's verl GSM8K GRPO command line, run for one step with ``actor_rollout_ref.actor.strategy=megatron``.
 
-Run and checked by :mod:`rlcore.testing.seed`, as rlcore's own ``tests/test_seed_command.py`` does for the
+Run and checked by :mod:`rlcore_testkit.seed`, as rlcore's own ``tests/test_seed_command.py`` does for the
 default engine, on the real GSM8K data, with the Megatron engine selected. One more appended key: the HF rollout
 engine stands in for the seed's vLLM (generating the step's 3072 responses is cheaper with it on a CPU; the Megatron →
 vLLM sync is ``test_vllm_sync.py``). The seed's ``model.enable_gradient_checkpointing=True`` recomputes every layer
@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from rlcore.testing.seed import check_seed_step, rlcore_cli, seed_arguments, seed_env, tiny_step_arguments
+from rlcore_testkit.seed import check_seed_step, rlcore_cli, seed_arguments, seed_env, tiny_step_arguments
 
 SHARED = Path(__file__).resolve().parents[4] / "shared"
 SEED = SHARED / "seed-command.txt"

@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 import torch
-
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
-from rlcore.testing.contracts.rollout import PROMPTS, teacher_forced_log_probs
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
+from rlcore_testkit.contracts.rollout import PROMPTS, teacher_forced_log_probs
 
 
 class MegatronSettings(TrainingBackendContract):

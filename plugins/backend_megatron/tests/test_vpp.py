@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 import torch
 import torch.multiprocessing as mp
-
-from rlcore.testing.tiny import make_tiny_model_dir
+from rlcore_testkit.tiny import make_tiny_model_dir
 
 
 @pytest.fixture(scope="module")

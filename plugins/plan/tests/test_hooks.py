@@ -7,10 +7,10 @@ import click
 import pytest
 from click.testing import CliRunner
 from rlcore_plugin_plan import hooks
+from rlcore_testkit.runs import dry_run
 
 from rlcore import load_plugins
 from rlcore.cli import cli, resolved_config
-from rlcore.testing.runs import dry_run
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ import pytest
 from click.testing import CliRunner
 from rlcore_plugin_report.report import RL_PANELS, RunData, draw_reward, lines, run_names, write_report
 from rlcore_plugin_report.summary import end_of_run_lines
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore import load_plugins
 from rlcore.cli import cli
 from rlcore.errors import RLCoreError
-from rlcore.testing.runs import make_tiny_task, tiny_run
 from rlcore.tracking.sinks import read_metrics
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

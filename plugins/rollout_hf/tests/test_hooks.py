@@ -3,8 +3,9 @@ from its ``plan_lines`` hook in ``rlcore run --dry-run``, where a setting it can
 
 from __future__ import annotations
 
+from rlcore_testkit import runs
+
 from rlcore import load_plugins
-from rlcore.testing import runs
 
 #: the overrides of a dry run that needs no data or model on disk
 BASE = ("data.train_files=x.parquet", "actor_rollout_ref.model.path=some/model", "trainer.device=cpu")

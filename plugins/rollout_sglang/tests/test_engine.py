@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import torch
 from rlcore_plugin_sglang.engine import SGLangRolloutEngine, engine_kwargs
+from rlcore_testkit.contracts.rollout import RolloutEngineContract
 
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager
-from rlcore.testing.contracts.rollout import RolloutEngineContract
 
 
 def rollout_section(plugin_manager: PluginManager, *overrides: str) -> Any:

@@ -256,7 +256,7 @@ def test_dry_run_checks_server_mode(
     tmp_path: Path, tiny_model_dir: Path, overrides: list[str], message: str | None
 ) -> None:
     """verl's server-mode keys pass the dry run; a bad value is named there, before anything starts."""
-    from rlcore.testing.runs import dry_run, make_tiny_task, tiny_overrides
+    from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_overrides
 
     task = make_tiny_task(tmp_path / "task")
     result = dry_run(

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rlcore_testkit.contracts.rollout import RolloutEngineContract
 
 from rlcore.plugins import PluginManager
-from rlcore.testing.contracts.rollout import RolloutEngineContract
 
 
 class TestVLLMEngineContract(RolloutEngineContract):

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_testkit.contracts.rollout import PROMPTS, make_prompt_batch, teacher_forced_log_probs
 
 from rlcore.errors import RLCoreError
-from rlcore.testing.contracts.rollout import PROMPTS, make_prompt_batch, teacher_forced_log_probs
 
 
 @pytest.fixture(scope="module")

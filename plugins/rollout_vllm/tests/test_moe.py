@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 import torch
-
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
-from rlcore.testing.contracts.rollout import PROMPTS, make_prompt_batch, teacher_forced_log_probs
-from rlcore.testing.tiny import MOE_FAMILIES, make_tiny_moe_model_dir
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
+from rlcore_testkit.contracts.rollout import PROMPTS, make_prompt_batch, teacher_forced_log_probs
+from rlcore_testkit.tiny import MOE_FAMILIES, make_tiny_moe_model_dir
 
 
 class FSDPSettings(TrainingBackendContract):

@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from rlcore_testkit.contracts.chat_templates import tool_chat_pair
 
 from rlcore.agents import audit_batch
 from rlcore.agents.runner import AgentRunner, left_pad
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
-from rlcore.testing.contracts.chat_templates import tool_chat_pair
 
 
 def test_tool_agent_on_vllm_passes_the_mask_audit(vllm: Any, tmp_path: Path) -> None:

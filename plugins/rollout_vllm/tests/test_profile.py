@@ -9,9 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlcore_testkit.contracts.rollout import PROMPTS, make_prompt_batch
+
 from rlcore.profiling.rollout import RolloutTraceRequest, requesting
 from rlcore.profiling.torch_options import TorchOptions
-from rlcore.testing.contracts.rollout import PROMPTS, make_prompt_batch
 
 
 def trace_events(path: Path) -> list[dict[str, Any]]:

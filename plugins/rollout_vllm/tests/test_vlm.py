@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 from PIL import Image
+from rlcore_testkit.tiny_vlm import build_tiny_vlm, vl_prompt_batch
 
 from rlcore.errors import RLCoreError
 from rlcore.processors import load_processor
-from rlcore.testing.tiny_vlm import build_tiny_vlm, vl_prompt_batch
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from rlcore_plugin_sandbox import host_isolation
 from rlcore_plugin_sandbox.tool import CodeInterpreterTool
+from rlcore_testkit.contracts import ToolContract
 
 from rlcore.agents.tools import ToolExecutor, ToolResult, load_tools
 from rlcore.api import RLCoreError, ToolCall
-from rlcore.testing.contracts import ToolContract
 
 
 def call(ex: ToolExecutor, tool_call: ToolCall) -> tuple[ToolResult, dict[str, float]]:

@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 from rlcore_plugin_tasks import shapes_vl
-
-from rlcore.testing.contracts.components import PresetContract
+from rlcore_testkit.contracts.components import PresetContract
 
 
 class TestShapesVLPresetContract(PresetContract):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlcore.testing.contracts.tracker import TrackerContract
+from rlcore_testkit.contracts.tracker import TrackerContract
 
 
 class TestSwanlabContract(TrackerContract):

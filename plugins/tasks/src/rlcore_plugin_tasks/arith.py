@@ -99,7 +99,7 @@ def _teacher_answer(a: int, b: int, rng: random.Random) -> int:
 
 def base_tokenizer() -> Any:
     """The task's tokenizer, trained on the default corpus and every sum of the task."""
-    from rlcore.testing.tiny import build_tokenizer, default_corpus
+    from rlcore_testkit.tiny import build_tokenizer, default_corpus
 
     train_pairs, test_pairs = _pairs()
     return build_tokenizer(default_corpus() + [f"{a}+{b}={a + b}" for a, b in train_pairs + test_pairs])

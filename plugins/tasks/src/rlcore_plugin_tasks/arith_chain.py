@@ -118,7 +118,7 @@ def teacher_response(a: int, b: int, c: int, rng: random.Random) -> str:
 
 def base_tokenizer() -> Any:
     """The task's tokenizer, trained on the default corpus and every chain of the task."""
-    from rlcore.testing.tiny import build_tokenizer, default_corpus
+    from rlcore_testkit.tiny import build_tokenizer, default_corpus
 
     train, test = _triples()
     return build_tokenizer(default_corpus() + [f"{a}+{b}-{c}={chain_text(a, b, c)}" for a, b, c in train + test])

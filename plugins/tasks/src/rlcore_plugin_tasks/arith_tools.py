@@ -108,7 +108,7 @@ def _conversation_ids(tokenizer: Any, renderer: Any, a: int, b: int, rng: random
 
 def base_tokenizer() -> Any:
     """The task's tokenizer, trained on the default corpus and tool calls of 2,000 training products."""
-    from rlcore.testing.tiny import build_tokenizer, default_corpus
+    from rlcore_testkit.tiny import build_tokenizer, default_corpus
 
     pairs = _pairs()[0]
     return build_tokenizer(default_corpus() + [tool_call_text(a, b) + f" {a * b}" for a, b in pairs[:2000]])

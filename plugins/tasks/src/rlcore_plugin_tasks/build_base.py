@@ -12,7 +12,8 @@ that a run never builds them::
 RL run of the arithmetic task took 36 s with one thread and 124 s with two on the same 2-core machine).
 On a busy shared 2-core machine the builds took 18 (arith), 31 (arith-tools), 4.5 (shapes-vl) and 8
 (arith-chain) minutes. ``plugins/tasks/tests/test_shipped_models.py`` checks that the shipped folders match
-what this script builds (model shape, tokenizer) and that each build still runs.
+what this script builds (model shape, tokenizer) and that each build still runs. The builders come from rlcore's
+test kit, the plugin's optional extra ``build`` (``pip install 'rlcore-plugin-tasks[build]'``).
 """
 
 from __future__ import annotations
@@ -67,6 +68,12 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [task for task in args.tasks if task not in TASKS]
     if unknown:
         parser.error(f"unknown task(s) {', '.join(unknown)}; known: {', '.join(TASKS)}")
+    try:
+        import rlcore_testkit  # noqa: F401  (the models are built with its tiny-model builders)
+    except ModuleNotFoundError as error:
+        if error.name != "rlcore_testkit":
+            raise
+        parser.error("building a model needs rlcore's test kit: pip install 'rlcore-plugin-tasks[build]'")
     import os
 
     import torch

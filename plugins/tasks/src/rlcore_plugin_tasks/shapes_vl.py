@@ -50,7 +50,7 @@ MAX_POSITIONS = 128
 
 #: the model's shape (the vision tower has ``vision_depth`` blocks)
 class ModelShape(TypedDict):
-    """The tiny VLM's size: :func:`rlcore.testing.tiny_vlm.build_vl_model`'s keywords."""
+    """The tiny VLM's size: :func:`rlcore_testkit.tiny_vlm.build_vl_model`'s keywords."""
 
     hidden_size: int
     intermediate_size: int
@@ -156,7 +156,7 @@ def _teacher_answer(colour: str, rng: random.Random) -> str:
 
 def base_tokenizer() -> Any:
     """The task's tokenizer (its vision tokens included), trained on the question, colours and shapes."""
-    from rlcore.testing.tiny_vlm import build_vl_tokenizer
+    from rlcore_testkit.tiny_vlm import build_vl_tokenizer
 
     return build_vl_tokenizer([f"{QUESTION} {name} {shape}" for name in COLOURS for shape in SHAPES] * 20)
 
@@ -174,9 +174,9 @@ def build_base_model(
     pixels concatenated; transformers computes the mrope positions from ``mm_token_type_ids``.
     """
     import torch
+    from rlcore_testkit.tiny_vlm import build_processor, build_vl_model, save_vlm
 
     from rlcore.api import token_types
-    from rlcore.testing.tiny_vlm import build_processor, build_vl_model, save_vlm
 
     tokenizer = base_tokenizer()
     processor = build_processor(tokenizer)

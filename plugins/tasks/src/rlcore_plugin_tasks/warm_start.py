@@ -95,7 +95,7 @@ def teacher_batches(
 
 def task_model(tokenizer: Any, *, max_position_embeddings: int, seed: int) -> Any:
     """The bundled tasks' small Qwen2 model (4 layers, width 128), built from config."""
-    from rlcore.testing.tiny import build_model
+    from rlcore_testkit.tiny import build_model
 
     return build_model(
         tokenizer,

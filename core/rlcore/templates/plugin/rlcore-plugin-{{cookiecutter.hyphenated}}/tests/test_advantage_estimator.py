@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rlcore.testing.contracts import AdvantageEstimatorContract
+from rlcore_testkit.contracts import AdvantageEstimatorContract
 from rlcore_plugin_{{ cookiecutter.underscored }}.advantage_estimator import compute_advantage
 
 

@@ -1,7 +1,7 @@
 """The agent loop: rlcore's contract suite runs it on the HF engine with a real chat template and checks
 every trajectory with the mask audit."""
 
-from rlcore.testing.contracts import AgentLoopContract
+from rlcore_testkit.contracts import AgentLoopContract
 
 
 class TestAgentLoopContract(AgentLoopContract):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rlcore.testing.contracts import BatchFilterContract
-from rlcore.testing.contracts.components import contract_batch
+from rlcore_testkit.contracts import BatchFilterContract
+from rlcore_testkit.contracts.components import contract_batch
 from rlcore_plugin_{{ cookiecutter.underscored }}.batch_filter import keep_varied_groups
 
 

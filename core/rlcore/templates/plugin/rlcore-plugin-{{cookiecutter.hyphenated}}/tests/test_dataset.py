@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlcore.api import RLCoreError
-from rlcore.testing.contracts import DatasetContract
+from rlcore_testkit.contracts import DatasetContract
 from rlcore_plugin_{{ cookiecutter.underscored }}.dataset import DATA_SOURCE, QuestionAnswerDataset
 
 QUESTIONS = [

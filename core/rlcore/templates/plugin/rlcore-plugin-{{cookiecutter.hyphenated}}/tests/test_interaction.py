@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from rlcore.testing.contracts import InteractionContract
+from rlcore_testkit.contracts import InteractionContract
 from rlcore_plugin_{{ cookiecutter.underscored }}.interaction import ExpectsAnswer
 
 

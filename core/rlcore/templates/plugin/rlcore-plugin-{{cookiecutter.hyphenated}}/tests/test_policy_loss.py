@@ -7,7 +7,7 @@ import math
 import torch
 from omegaconf import OmegaConf
 
-from rlcore.testing.contracts import PolicyLossContract
+from rlcore_testkit.contracts import PolicyLossContract
 from rlcore_plugin_{{ cookiecutter.underscored }}.policy_loss import compute_policy_loss
 
 

@@ -1,6 +1,6 @@
 """The preset: rlcore's contract suite (it changes the defaults, names only known keys, user overrides win)."""
 
-from rlcore.testing.contracts import PresetContract
+from rlcore_testkit.contracts import PresetContract
 
 
 class TestPresetContract(PresetContract):

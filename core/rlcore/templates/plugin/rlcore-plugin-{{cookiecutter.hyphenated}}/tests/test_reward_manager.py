@@ -1,7 +1,7 @@
 """The reward manager: rlcore's contract suite (scores on the last valid token, decoding, dict extras,
 safe scoring)."""
 
-from rlcore.testing.contracts import RewardManagerContract
+from rlcore_testkit.contracts import RewardManagerContract
 
 
 class TestRewardManagerContract(RewardManagerContract):

@@ -1,6 +1,6 @@
 """The reward scorer: rlcore's contract suite with right and wrong answers."""
 
-from rlcore.testing.contracts import RewardScorerContract
+from rlcore_testkit.contracts import RewardScorerContract
 
 
 class TestRewardScorerContract(RewardScorerContract):

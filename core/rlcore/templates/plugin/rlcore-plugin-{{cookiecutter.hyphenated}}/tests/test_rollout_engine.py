@@ -1,6 +1,6 @@
 """The rollout engine: rlcore's contract suite on a tiny model (shapes, EOS padding, seeds, weight updates)."""
 
-from rlcore.testing.contracts import RolloutEngineContract
+from rlcore_testkit.contracts import RolloutEngineContract
 
 
 class TestRolloutEngineContract(RolloutEngineContract):

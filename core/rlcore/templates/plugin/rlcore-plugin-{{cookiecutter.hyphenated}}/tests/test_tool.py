@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from rlcore.testing.contracts import ToolContract
+from rlcore_testkit.contracts import ToolContract
 from rlcore_plugin_{{ cookiecutter.underscored }}.tool import WordCountTool
 
 

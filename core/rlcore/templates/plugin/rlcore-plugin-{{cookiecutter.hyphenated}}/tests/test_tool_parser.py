@@ -1,6 +1,6 @@
 """The tool-call parser: malformed calls, and rlcore's contract suite."""
 
-from rlcore.testing.contracts import ToolParserContract
+from rlcore_testkit.contracts import ToolParserContract
 from rlcore_plugin_{{ cookiecutter.underscored }}.tool_parser import TagParser
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlcore.testing.contracts import TrackerContract
+from rlcore_testkit.contracts import TrackerContract
 
 
 class TestTrackerContract(TrackerContract):

@@ -1,6 +1,6 @@
 """The training backend: rlcore's contract suite on a tiny model, on CPU (workers and engines)."""
 
-from rlcore.testing.contracts import TrainingBackendContract
+from rlcore_testkit.contracts import TrainingBackendContract
 
 
 class TestTrainingBackendContract(TrainingBackendContract):

@@ -1,4 +1,4 @@
-"""The tiny mixture-of-experts builders of :mod:`rlcore.testing.tiny` write models that transformers loads back
+"""The tiny mixture-of-experts builders of :mod:`rlcore_testkit.tiny` write models that transformers loads back
 as sparse causal LMs with the requested experts and top-k."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from rlcore.testing.tiny import MOE_FAMILIES, make_tiny_moe_model_dir
+from rlcore_testkit.tiny import MOE_FAMILIES, make_tiny_moe_model_dir
 
 
 @pytest.mark.parametrize("family", MOE_FAMILIES)

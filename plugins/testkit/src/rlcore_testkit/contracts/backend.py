@@ -3,7 +3,7 @@
 Subclass :class:`TrainingBackendContract` in a test module, name the subclass ``Test...`` and set
 ``component_name``; that is the whole test of a new engine::
 
-    from rlcore.testing.contracts.backend import TrainingBackendContract
+    from rlcore_testkit.contracts.backend import TrainingBackendContract
 
     class TestMyBackend(TrainingBackendContract):
         component_name = "my_backend"
@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import pytest
 import torch
 
-from rlcore.api.batch import Batch
+from rlcore.api import Batch
 
 #: metrics every ``update_actor`` must report
 ACTOR_METRICS: tuple[str, ...] = (
@@ -129,7 +129,7 @@ class TrainingBackendContract:
     @classmethod
     def backend(cls) -> Any:
         """The backend class resolved through the registry."""
-        from rlcore.plugins import get_component
+        from rlcore import get_component
 
         return get_component("training_backend", cls.component_name)
 
@@ -173,7 +173,7 @@ class TrainingBackendContract:
 
     def test_backend_builds_engines(self, hybrid_worker: Any) -> None:
         """The registered target checks configs and creates engines that satisfy the engine protocol."""
-        from rlcore.api.training import TrainingEngine
+        from rlcore.api import TrainingEngine
 
         assert self.component_name, f"{type(self).__name__} must set component_name"
         backend = self.backend()
@@ -284,7 +284,7 @@ class TrainingBackendContract:
 
     def test_gradient_accumulation_equals_one_pass(self, tiny_model_dir: Path, batch: Batch) -> None:
         """Two micro-batches with halved losses step the optimizer exactly as one pass over the batch."""
-        from rlcore.algos.functional import masked_mean
+        from rlcore.api import masked_mean
 
         def loss(_: int, micro: Batch, out: Any, scale: float) -> torch.Tensor:
             return -masked_mean(out.log_probs, micro["response_mask"].float()) * scale

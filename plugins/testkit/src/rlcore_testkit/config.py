@@ -10,8 +10,8 @@ from omegaconf import DictConfig, OmegaConf
 
 def default_tree() -> DictConfig:
     """rlcore's default config with every loaded plugin's sections (interpolations unresolved)."""
+    from rlcore import load_plugins
     from rlcore.config import default_config
-    from rlcore.plugins import load_plugins
 
     return default_config(load_plugins())
 

@@ -2,7 +2,7 @@
 
 Subclass a contract in a test module, name the subclass ``Test...`` and set ``component_name``::
 
-    from rlcore.testing.contracts.rewards import RewardManagerContract, RewardScorerContract
+    from rlcore_testkit.contracts.rewards import RewardManagerContract, RewardScorerContract
 
     class TestMyManager(RewardManagerContract):
         component_name = "my_manager"
@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlcore.testing.config import contract_config
+from rlcore_testkit.config import contract_config
 
 #: responses of the manager contract batch (the last one is empty)
 RESPONSES: tuple[str, ...] = ("the answer is 12", "so 3 + 4 = 7. #### 7", "first", "")
@@ -64,7 +64,7 @@ def make_reward_batch(
     ``{"value": i + 1.5}``.
     """
     truths = [str(i) for i in range(len(responses))] if ground_truths is None else ground_truths
-    from rlcore.api.batch import Batch
+    from rlcore.api import Batch
 
     pad = tokenizer.pad_token_id
     filler = tokenizer.encode("question", add_special_tokens=False)[0]
@@ -113,7 +113,7 @@ class RewardManagerContract:
 
     def manager_class(self) -> type:
         """The manager class under test."""
-        from rlcore.plugins import get_component
+        from rlcore import get_component
 
         return get_component("reward_manager", self.component_name)
 
@@ -196,7 +196,7 @@ class RewardScorerContract:
 
     def scorer(self) -> Callable[..., Any]:
         """The scorer under test."""
-        from rlcore.plugins import get_component
+        from rlcore import get_component
 
         return get_component("reward_scorer", self.component_name)
 

@@ -1,6 +1,6 @@
 """One contract suite per component kind. Subclass one in a ``Test...`` class and set ``component_name``::
 
-    from rlcore.testing.contracts import AdvantageEstimatorContract
+    from rlcore_testkit.contracts import AdvantageEstimatorContract
 
     class TestMyEstimator(AdvantageEstimatorContract):
         component_name = "my_estimator"
@@ -9,14 +9,14 @@ The suites test behaviour (shapes, masks, determinism under a seed, metric keys,
 learning signal), not merely that a class exists. They need torch; import them from test modules only.
 """
 
-from rlcore.testing.contracts.agents import AgentLoopContract, InteractionContract, ToolContract, ToolParserContract
-from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract, PolicyLossContract
-from rlcore.testing.contracts.backend import TrainingBackendContract
-from rlcore.testing.contracts.components import BatchFilterContract, PresetContract
-from rlcore.testing.contracts.data import DatasetContract
-from rlcore.testing.contracts.rewards import RewardManagerContract, RewardScorerContract
-from rlcore.testing.contracts.rollout import RolloutEngineContract
-from rlcore.testing.contracts.tracker import TrackerContract
+from rlcore_testkit.contracts.agents import AgentLoopContract, InteractionContract, ToolContract, ToolParserContract
+from rlcore_testkit.contracts.algorithms import AdvantageEstimatorContract, PolicyLossContract
+from rlcore_testkit.contracts.backend import TrainingBackendContract
+from rlcore_testkit.contracts.components import BatchFilterContract, PresetContract
+from rlcore_testkit.contracts.data import DatasetContract
+from rlcore_testkit.contracts.rewards import RewardManagerContract, RewardScorerContract
+from rlcore_testkit.contracts.rollout import RolloutEngineContract
+from rlcore_testkit.contracts.tracker import TrackerContract
 
 #: component kind -> its contract suite
 CONTRACTS = {

@@ -2,7 +2,7 @@
 
 ::
 
-    from rlcore.testing.contracts import BatchFilterContract, PresetContract
+    from rlcore_testkit.contracts import BatchFilterContract, PresetContract
 
     class TestMyFilter(BatchFilterContract):
         component_name = "nonzero-std"
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from rlcore.api.batch import Batch
+from rlcore import load_plugins
+from rlcore.api import Batch
 from rlcore.config import load_config
-from rlcore.plugins import load_plugins
 
 
 def contract_batch(groups: int = 4, n: int = 4, response_length: int = 5, seed: int = 0) -> Batch:

@@ -4,7 +4,7 @@ Subclass :class:`DatasetContract` in a test module, name the subclass ``Test...`
 ``component_name`` and provide a ``dataset_files`` fixture returning the file(s) the dataset reads::
 
     import pytest
-    from rlcore.testing.contracts.data import DatasetContract
+    from rlcore_testkit.contracts.data import DatasetContract
 
     class TestMyDataset(DatasetContract):
         component_name = "my-jsonl"
@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import pytest
 import torch
 
-from rlcore.testing.config import contract_config
+from rlcore_testkit.config import contract_config
 
 #: a length no test prompt reaches, for the untruncated reference rows
 LONG_LENGTH = 4096
@@ -63,7 +63,7 @@ class DatasetContract:
 
     def make_dataset(self, files: Any, tokenizer: Any, **overrides: Any) -> Any:
         """Construct the dataset under test with ``data_overrides`` and then ``overrides`` applied."""
-        from rlcore.plugins import get_component
+        from rlcore import get_component
 
         cls = get_component("dataset", self.component_name)
         return cls(files, tokenizer, data_config({**self.data_overrides, **overrides}), "train")
@@ -75,7 +75,7 @@ class DatasetContract:
 
     def test_component_is_registered(self) -> None:
         """``data.dataset=<component_name>`` resolves to a class."""
-        from rlcore.plugins import get_component
+        from rlcore import get_component
 
         assert isinstance(get_component("dataset", self.component_name), type)
 
@@ -119,7 +119,7 @@ class DatasetContract:
 
     def test_error_truncation_or_filter(self, dataset_files: Any, tiny_tokenizer: Any) -> None:
         """truncation=error rejects overlong prompts with an RLCoreError; filter_overlong_prompts drops them."""
-        from rlcore.errors import RLCoreError
+        from rlcore.api import RLCoreError
 
         with pytest.raises(RLCoreError):
             self.make_dataset(dataset_files, tiny_tokenizer, max_prompt_length=self.short_length, truncation="error")[0]

@@ -1,6 +1,6 @@
 """Build a tiny Qwen2-VL / Qwen2.5-VL model and its processor from config; nothing is downloaded.
 
-The tokenizer is :func:`rlcore.testing.tiny.build_tokenizer`'s byte-level BPE plus Qwen2-VL's vision special
+The tokenizer is :func:`rlcore_testkit.tiny.build_tokenizer`'s byte-level BPE plus Qwen2-VL's vision special
 tokens; the chat template renders list-of-parts content (``{"type": "image"}`` / ``{"type": "text"}``) the way
 Qwen2-VL's does, without its default system prompt. The image processor is the slow (PIL/numpy)
 ``Qwen2VLImageProcessorPil`` with small ``min_pixels``/``max_pixels`` so that an image is a handful of patches
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlcore.testing.tiny import padded_vocab_size
+from rlcore_testkit.tiny import padded_vocab_size
 
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 PATCH_SIZE = 14
@@ -41,7 +41,7 @@ ARCHES = ("qwen2_vl", "qwen2_5_vl")
 
 def build_vl_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 512):
     """The tiny BPE tokenizer with Qwen2-VL's vision special tokens and the list-of-parts chat template."""
-    from rlcore.testing.tiny import build_tokenizer
+    from rlcore_testkit.tiny import build_tokenizer
 
     tokenizer = build_tokenizer(corpus, vocab_size=vocab_size)
     tokenizer.add_special_tokens({"additional_special_tokens": VISION_TOKENS}, replace_extra_special_tokens=False)
@@ -198,7 +198,7 @@ def vl_prompt_batch(processor, rows: Sequence[tuple[str, Sequence[Any]]]):
     """
     import torch
 
-    from rlcore.api.batch import Batch
+    from rlcore.api import Batch
 
     encoded, data, inputs = [], [], []
     for text, images in rows:

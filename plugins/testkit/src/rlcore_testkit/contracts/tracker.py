@@ -3,7 +3,7 @@
 Subclass :class:`TrackerContract` in a test module, name the subclass ``Test...`` and set
 ``component_name``::
 
-    from rlcore.testing.contracts.tracker import TrackerContract
+    from rlcore_testkit.contracts.tracker import TrackerContract
 
     class TestMyTracker(TrackerContract):
         component_name = "my_tracker"

@@ -2,7 +2,7 @@
 
 ::
 
-    from rlcore.testing.runs import make_tiny_task, tiny_run
+    from rlcore_testkit.runs import make_tiny_task, tiny_run
 
     def test_my_estimator_trains(tmp_path, tiny_model_dir):
         task = make_tiny_task(tmp_path / "task")

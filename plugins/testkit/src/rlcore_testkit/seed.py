@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlcore.tracking.sinks import read_metrics
+from rlcore.api import read_metrics
 
 #: what the step's console output must show: the seed's batch arithmetic and its metrics
 SEED_STEP_OUTPUT: tuple[str, ...] = (

@@ -195,7 +195,7 @@ CHAT_FAMILIES: dict[str, ChatFamily] = {
 
 def chat_tokenizer(family: str) -> Any:
     """The tiny locally trained tokenizer with ``family``'s chat template, special tokens, EOS and BOS."""
-    from rlcore.testing.tiny import build_tokenizer, default_corpus
+    from rlcore_testkit.tiny import build_tokenizer, default_corpus
 
     spec = CHAT_FAMILIES[family]
     corpus = default_corpus() + [json.dumps({"name": "calculator", "arguments": {"expression": "12*34"}})] * 20
@@ -227,7 +227,7 @@ def tool_chat_model(tokenizer: Any, steps: int = 60, seed: int = 0) -> Any:
     the tokenizer's template, so that it answers briefly, ends turns and calls the calculator."""
     import torch
 
-    from rlcore.testing.tiny import build_model
+    from rlcore_testkit.tiny import build_model
 
     rng = random.Random(seed)
     texts = [tokenizer.apply_chat_template(calculator_conversation(rng), tokenize=False) for _ in range(256)]

@@ -3,7 +3,7 @@
 Subclass a contract in a test module, name the subclass ``Test...`` and set ``component_name`` to the
 registered name::
 
-    from rlcore.testing.contracts.algorithms import AdvantageEstimatorContract, PolicyLossContract
+    from rlcore_testkit.contracts.algorithms import AdvantageEstimatorContract, PolicyLossContract
 
     class TestMyEstimator(AdvantageEstimatorContract):
         component_name = "my_estimator"
@@ -31,12 +31,11 @@ import numpy as np
 import pytest
 import torch
 
-from rlcore.api.components import AdvantageEstimator
-from rlcore.api.specs import AdvantageEstimatorSpec
+from rlcore import load_plugins
+from rlcore.api import AdvantageEstimator, AdvantageEstimatorSpec
 from rlcore.config.algorithm_names import LOSS_AGG_MODES
-from rlcore.plugins import load_plugins
 from rlcore.registry import Component, Registry
-from rlcore.testing.config import contract_config, default_tree
+from rlcore_testkit.config import contract_config, default_tree
 
 #: the registry record of an advantage estimator
 EstimatorComponent = Component[AdvantageEstimatorSpec]

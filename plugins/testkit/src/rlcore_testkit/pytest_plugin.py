@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from rlcore.plugins import PluginManager, load_plugins, make_plugin_manager, set_plugin_manager
+from rlcore import load_plugins
+from rlcore.plugins import PluginManager, make_plugin_manager, set_plugin_manager
 
 
 @contextlib.contextmanager
@@ -63,7 +64,7 @@ def registered_fixture(plugin_manager: PluginManager):
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
     """A tiny Qwen2 model + tokenizer written once per test session."""
-    from rlcore.testing.tiny import make_tiny_model_dir
+    from rlcore_testkit.tiny import make_tiny_model_dir
 
     return make_tiny_model_dir(tmp_path_factory.mktemp("tiny-model"))
 

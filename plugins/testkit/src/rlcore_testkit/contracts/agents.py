@@ -2,7 +2,7 @@
 
 ::
 
-    from rlcore.testing.contracts import AgentLoopContract, ToolContract
+    from rlcore_testkit.contracts import AgentLoopContract, ToolContract
 
     class TestMyTool(ToolContract):
         component_name = "search"
@@ -12,7 +12,7 @@
         component_name = "reflect"
 
 ``AgentLoopContract`` runs the loop on rlcore's HF engine with a tiny model warm-started on calculator
-conversations in the Qwen2.5 chat template (:mod:`rlcore.testing.contracts.chat_templates`), with the
+conversations in the Qwen2.5 chat template (:mod:`rlcore_testkit.contracts.chat_templates`), with the
 calculator tool, and checks every trajectory with the mask audit. The samples carry no ``raw_prompt`` (the
 tool schemas would make the prompts longer than the contract's 96 tokens), so loops start from the prompt ids.
 """
@@ -26,9 +26,9 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from rlcore.agents import InteractionTurn, Tool, ToolCall, ToolResult, audit_batch
+from rlcore import load_plugins
 from rlcore.agents.tools import ToolExecutor
-from rlcore.plugins import load_plugins
+from rlcore.api import InteractionTurn, Tool, ToolCall, ToolResult, audit_batch
 
 __all__ = ["AgentLoopContract", "InteractionContract", "ToolContract", "ToolParserContract"]
 
@@ -154,9 +154,9 @@ class AgentLoopContract:
         from rlcore_plugin_hf.engine import HFRolloutEngine
 
         from rlcore.agents.runner import AgentRunner, left_pad
-        from rlcore.api.batch import Batch
+        from rlcore.api import Batch
         from rlcore.config import load_config
-        from rlcore.testing.contracts.chat_templates import tool_chat_pair
+        from rlcore_testkit.contracts.chat_templates import tool_chat_pair
 
         tokenizer, model = tool_chat_pair("qwen2.5")
         tools = tmp_path / "tools.yaml"

@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rlcore.api.batch import Batch
-from rlcore.testing.contracts.backend import TrainingBackendContract, make_batch
+from rlcore.api import Batch
+from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
 
 #: prompts of different lengths (left padding) for the global batch
 PROMPTS = (

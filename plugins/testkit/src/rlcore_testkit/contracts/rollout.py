@@ -3,7 +3,7 @@
 Subclass :class:`RolloutEngineContract` in a test module, name the subclass ``Test...`` and set
 ``component_name``::
 
-    from rlcore.testing.contracts.rollout import RolloutEngineContract
+    from rlcore_testkit.contracts.rollout import RolloutEngineContract
 
     class TestMyEngine(RolloutEngineContract):
         component_name = "my_engine"
@@ -26,7 +26,7 @@ from typing import Any, ClassVar, cast
 import pytest
 import torch
 
-from rlcore.api.rollout import SupportsWeightChecksum
+from rlcore.api import SupportsWeightChecksum
 from rlcore.plugins import PluginManager
 
 PROMPTS = [
@@ -82,7 +82,7 @@ def teacher_forced_log_probs(model: Any, ids: list[int]) -> torch.Tensor:
 
 def make_prompt_batch(tokenizer: Any, prompts: list[str] = PROMPTS, meta: dict[str, Any] | None = None) -> Any:
     """A Batch of left-padded prompts: ``input_ids``, ``attention_mask``, ``position_ids`` and ``uid``."""
-    from rlcore.api.batch import Batch
+    from rlcore.api import Batch
 
     encoded = tokenizer(prompts, padding=True, return_tensors="pt")
     assert bool((encoded["attention_mask"][:, -1] == 1).all()), "the tokenizer must pad prompts on the left"
