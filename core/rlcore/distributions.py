@@ -107,6 +107,7 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution("rlcore-plugin-sft", {}, commands=("sft", "data arith-sft")),
     Distribution("rlcore-plugin-report", {}, commands=("report",)),
     Distribution("rlcore-plugin-plan", {}, commands=("plan",)),
+    Distribution("rlcore-plugin-profiler", {}),
 )
 
 
