@@ -108,6 +108,7 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution("rlcore-plugin-report", {}, commands=("report",)),
     Distribution("rlcore-plugin-plan", {}, commands=("plan",)),
     Distribution("rlcore-plugin-scaffold", {}, commands=("new", "new plugin")),
+    Distribution("rlcore-plugin-profiler", {}),
 )
 
 
