@@ -59,6 +59,13 @@ _LAZY: dict[str, str] = {
     "ToolResult": "rlcore.api.components",
     "Tracker": "rlcore.api.components",
     "RolloutEngine": "rlcore.api.rollout",
+    # profiling: what a profiler plugin implements, and what a rollout engine asks of it
+    "Profiler": "rlcore.api.profiling",
+    "StepProfiler": "rlcore.api.profiling",
+    "WorkerProfiler": "rlcore.api.profiling",
+    "RolloutTrace": "rlcore.api.profiling",
+    "EngineTrace": "rlcore.api.profiling",
+    "claim_rollout_trace": "rlcore.api.profiling",
     "TrainingBackend": "rlcore.api.training",
     "TrainingEngine": "rlcore.api.training",
     # the engines' optional abilities, checked with isinstance
@@ -99,7 +106,6 @@ _LAZY: dict[str, str] = {
     "check_weight_names": "rlcore.rollout.weights",
     "float64_sum": "rlcore.rollout.weights",
     "weight_buckets": "rlcore.rollout.buckets",
-    "rollout_profiling": "rlcore.profiling.rollout:",
     # multi-turn: agent loops, tools, interactions and their trajectories
     "AgentContext": "rlcore.agents",
     "Interaction": "rlcore.agents",
@@ -217,7 +223,6 @@ _LAZY: dict[str, str] = {
     "token_types": "rlcore.modelkit.vlm",
     "sequence_parallel": "rlcore.modelkit.sequence_parallel:",
     "load_processor": "rlcore.processors",
-    "read_torch_options": "rlcore.profiling.torch_options",
     # experiment trackers
     "ExternalTracker": "rlcore.tracking.external",
     "TrackerConfigError": "rlcore.tracking.external",
@@ -289,6 +294,14 @@ if TYPE_CHECKING:
         Tracker,
     )
     from rlcore.api.extensions import StepExtension
+    from rlcore.api.profiling import (
+        EngineTrace,
+        Profiler,
+        RolloutTrace,
+        StepProfiler,
+        WorkerProfiler,
+        claim_rollout_trace,
+    )
     from rlcore.api.rollout import (
         RolloutEngine,
         SupportsClose,
@@ -369,8 +382,6 @@ if TYPE_CHECKING:
     )
     from rlcore.presets import PRESETS_FILE
     from rlcore.processors import load_processor
-    from rlcore.profiling import rollout as rollout_profiling
-    from rlcore.profiling.torch_options import read_torch_options
     from rlcore.registry import UnknownComponentError
     from rlcore.reward import NaiveRewardManager, RewardError
     from rlcore.reward.ground_truth import ground_truth_as_text
