@@ -1,5 +1,6 @@
-"""A core without rlcore-plugin-tasks and rlcore-plugin-sft (a venv that hides both distributions): the default
-run, ``rlcore sft`` and ``rlcore data arith-sft`` each fail naming the distribution to install."""
+"""A core without rlcore-plugin-tasks, rlcore-plugin-sft and rlcore-plugin-judge (a venv that hides the three
+distributions): the default run, ``rlcore sft``, ``rlcore data arith-sft``, ``rlcore data gsm8k`` / ``geo3k`` and
+``reward_model.reward_manager=judge`` each fail naming the distribution to install."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import pytest
 
 @pytest.fixture(scope="module")
 def lean(tmp_path_factory: pytest.TempPathFactory, make_venv: Any) -> Any:
-    """This environment without the two distributions."""
-    return make_venv(tmp_path_factory.mktemp("lean") / "venv", hidden=("rlcore-plugin-tasks", "rlcore-plugin-sft"))
+    """This environment without the three distributions."""
+    hidden = ("rlcore-plugin-tasks", "rlcore-plugin-sft", "rlcore-plugin-judge")
+    return make_venv(tmp_path_factory.mktemp("lean") / "venv", hidden=hidden)
 
 
 def test_the_default_run_names_the_tasks_distribution(lean: Any, run: Any, tmp_path: Path) -> None:
@@ -36,3 +38,30 @@ def test_the_sft_commands_name_the_sft_distribution(
         f"Error: No such command {path.split()[-1]!r}: `rlcore {path}` is added by rlcore-plugin-sft, which is not "
         "installed: pip install rlcore-plugin-sft." in result.stderr
     ), result.stderr
+
+
+@pytest.mark.parametrize("command", [("data", "gsm8k"), ("data", "geo3k", "--input", ".")], ids=" ".join)
+def test_the_verl_data_commands_name_the_tasks_distribution(
+    lean: Any, run: Any, tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    result = run([lean.python, "-m", "rlcore", *command], cwd=tmp_path, check=False)
+    assert result.returncode == 2, result.stderr
+    assert (
+        f"Error: No such command {command[1]!r}: `rlcore data {command[1]}` is added by rlcore-plugin-tasks, which is "
+        "not installed: pip install rlcore-plugin-tasks." in result.stderr
+    ), result.stderr
+    assert not list(tmp_path.iterdir()), "nothing is written"
+
+
+def test_the_judge_reward_manager_names_the_judge_distribution_before_the_run_starts(
+    lean: Any, run: Any, tmp_path: Path
+) -> None:
+    args = ["data.train_files=x.parquet", "actor_rollout_ref.model.path=m", "reward_model.reward_manager=judge"]
+    for dry_run in (["--dry-run"], []):
+        result = run([lean.python, "-m", "rlcore", "run", *dry_run, *args], cwd=tmp_path, check=False)
+        assert result.returncode == 2, result.stderr
+        assert (
+            "error: reward_model.reward_manager=judge: unknown reward_manager 'judge': it is provided by "
+            "rlcore-plugin-judge, which is not installed: pip install rlcore-plugin-judge." in result.stderr
+        ), result.stderr
+        assert not list(tmp_path.iterdir()), "nothing is written: the run did not start"

@@ -253,7 +253,7 @@ def test_a_missing_command_names_the_distribution_that_adds_it(monkeypatch: pyte
         "`rlcore here` is added by rlcore, which is installed but did not add it (disabled, failed to load, or an "
         "older version: see `rlcore plugins`)"
     )
-    assert distributions.missing_command_advice("data gsm8k") is None
+    assert distributions.missing_command_advice("data no-such-set") is None
 
 
 def test_unknown_name_of_a_missing_distribution_names_its_pip_line(table: None) -> None:

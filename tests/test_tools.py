@@ -9,16 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rlcore_testkit.contracts import InteractionContract, ToolContract, ToolParserContract
+from rlcore_testkit.contracts import ToolContract, ToolParserContract
 
-from rlcore.agents.builtin_tools import CalculatorTool, Geo3kTool, Gsm8kTool, evaluate_arithmetic
+from rlcore.agents.builtin_tools import CalculatorTool, evaluate_arithmetic
 from rlcore.agents.parsers import HermesToolParser, ToolCall
 from rlcore.agents.tools import Tool, ToolExecutor, ToolResult, load_tools, truncate
 from rlcore.errors import RLCoreError
-
-VERL_TOOL_YAML = (
-    Path(__file__).parent / "verl_examples/examples/sglang_multiturn/config/tool_config/gsm8k_tool_config.yaml"
-)
 
 
 def schema(name: str) -> dict[str, Any]:
@@ -168,41 +164,6 @@ def test_calculator_is_exact_and_refuses_code() -> None:
     assert result.text == "7006652"
 
 
-def test_verl_gsm8k_tool_yaml_loads_unchanged_and_rewards_the_right_answer() -> None:
-    tools = load_tools(str(VERL_TOOL_YAML))
-    (tool,) = tools.values()
-    assert isinstance(tool, Gsm8kTool) and tool.name == "calc_gsm8k_reward"
-    assert tool.openai_schema()["function"]["parameters"]["required"] == ["answer"]
-
-    async def episode(answer: str) -> ToolResult:
-        await tool.create("e", ground_truth="72")
-        result = await tool.execute("e", {"answer": answer})
-        await tool.release("e")
-        return result if isinstance(result, ToolResult) else ToolResult(result)
-
-    assert asyncio.run(episode("The answer is 72")).reward == 1.0
-    assert asyncio.run(episode("71")).reward == 0.0
-
-
-def test_verl_geo3k_tool_class_name_loads_and_grades_like_the_geo3k_scorer(tmp_path: Path) -> None:
-    """verl's ``verl.tools.geo3k_tool.Geo3kTool`` (0.9's geo3k multi-turn tool config) maps onto the built-in."""
-    path = tmp_path / "geo3k_tool_config.yaml"
-    path.write_text('tools:\n  - class_name: "verl.tools.geo3k_tool.Geo3kTool"\n    config: {type: native}\n')
-    (tool,) = load_tools(str(path)).values()
-    assert isinstance(tool, Geo3kTool) and tool.name == "calc_geo3k_reward"
-
-    async def episode(answer: str, truth: str) -> float:
-        await tool.create("e", ground_truth=truth)
-        result = await tool.execute("e", {"answer": answer})
-        await tool.release("e")
-        return (result if isinstance(result, ToolResult) else ToolResult(result)).reward
-
-    assert asyncio.run(episode("\\frac{3}{4}", "\\frac{3}{4}")) == 1.0
-    assert asyncio.run(episode("\\boxed{\\frac{3}{4}}", "\\frac{3}{4}")) == 1.0
-    assert asyncio.run(episode("12", "13")) == 0.0
-    assert asyncio.run(episode("", "13")) == 0.0
-
-
 def test_tool_yaml_class_name_may_be_a_dotted_path(tmp_path: Path) -> None:
     path = tmp_path / "tools.yaml"
     path.write_text("tools:\n  - class_name: rlcore.agents.builtin_tools.CalculatorTool\n    config: {timeout: 3}\n")
@@ -245,18 +206,6 @@ class TestCalculatorContract(ToolContract):
     example_arguments = {"expression": "12*34"}
 
 
-class TestGsm8kToolContract(ToolContract):
-    component_name = "verl.tools.gsm8k_tool.Gsm8kTool"
-    example_arguments = {"answer": "72"}
-    create_kwargs = {"ground_truth": "72"}
-
-
-class TestGeo3kToolContract(ToolContract):
-    component_name = "verl.tools.geo3k_tool.Geo3kTool"
-    example_arguments = {"answer": "24"}
-    create_kwargs = {"ground_truth": "24"}
-
-
 def test_the_qwen_format_is_sglangs_name_for_hermes_blocks() -> None:
     """``multi_turn.format=qwen`` (SGLang's Qwen 2.5 detector): ``<tool_call>\\n{json}\\n</tool_call>`` blocks, one
     per call, after any text: the same blocks as ``hermes``."""
@@ -278,11 +227,6 @@ def test_the_qwen_format_is_sglangs_name_for_hermes_blocks() -> None:
 class TestHermesContract(ToolParserContract):
     component_name = "hermes"
     example_text = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+2"}}\n</tool_call>'
-
-
-class TestGsm8kInteractionContract(InteractionContract):
-    component_name = "gsm8k"
-    interaction_kwargs = {"ground_truth": "3"}
 
 
 class FailsToStart(Tool):

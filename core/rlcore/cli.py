@@ -219,38 +219,6 @@ def data() -> None:
     """Prepare datasets in verl's parquet format."""
 
 
-@data.command("gsm8k")
-@click.option("--input", "input_dir", type=click.Path(file_okay=False), help="Folder with train.jsonl and test.jsonl.")
-@click.option("--local-dir", default="~/data/gsm8k", show_default=True, help="Where to write train/test parquet.")
-def data_gsm8k(input_dir: str | None, local_dir: str) -> None:
-    """Write GSM8K as train.parquet / test.parquet (from --input, else openai/gsm8k via `datasets`)."""
-    import os
-
-    from rlcore.data.gsm8k import prepare_gsm8k
-
-    for split, path in prepare_gsm8k(input_dir, os.path.expanduser(local_dir)).items():
-        click.echo(f"{split}: {path}")
-
-
-@data.command("geo3k")
-@click.option(
-    "--input",
-    "input_dir",
-    required=True,
-    type=click.Path(file_okay=False),
-    help="Folder with the train/test splits: {split}.parquet|.jsonl or data/{split}-*.parquet (problem, answer, images).",
-)
-@click.option("--local-dir", default="~/data/geo3k", show_default=True, help="Where to write train/test parquet.")
-def data_geo3k(input_dir: str, local_dir: str) -> None:
-    """Write Geometry3K as train.parquet / test.parquet with images (verl's geo3k schema)."""
-    import os
-
-    from rlcore.data.geo3k import prepare_geo3k
-
-    for split, path in prepare_geo3k(input_dir, os.path.expanduser(local_dir)).items():
-        click.echo(f"{split}: {path}")
-
-
 def main() -> None:
     """Console-script entry point: load plugins (naming any that is slow to load), let them add commands, run
     the CLI."""

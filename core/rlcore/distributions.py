@@ -101,9 +101,17 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
         "rlcore-plugin-tasks",
         {
             "preset": ("arith-cpu", "arith-tools-cpu", "arith-chain-cpu", "shapes-vl-cpu"),
-            "reward_scorer": ("rlcore/arith", "rlcore/arith_tools", "rlcore/arith_chain", "rlcore/shapes_vl"),
+            "reward_scorer": (
+                *("rlcore/arith", "rlcore/arith_tools", "rlcore/arith_chain", "rlcore/shapes_vl"),
+                *("openai/gsm8k", "gsm8k", "hiyouga/geometry3k", "geo3k"),
+                *("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math"),
+            ),
+            "tool": ("gsm8k", "verl.tools.gsm8k_tool.Gsm8kTool", "geo3k", "verl.tools.geo3k_tool.Geo3kTool"),
+            "interaction": ("gsm8k", "verl.interactions.gsm8k_interaction.Gsm8kInteraction"),
         },
+        commands=("data gsm8k", "data geo3k"),
     ),
+    Distribution("rlcore-plugin-judge", {"reward_manager": ("judge",)}),
     Distribution("rlcore-plugin-sft", {}, commands=("sft", "data arith-sft")),
     Distribution("rlcore-plugin-report", {}, commands=("report",)),
     Distribution("rlcore-plugin-plan", {}, commands=("plan",)),

@@ -33,6 +33,8 @@ _LAZY: dict[str, str] = {
     # errors
     "RLCoreError": "rlcore.errors",
     "ConfigError": "rlcore.config",
+    "DataError": "rlcore.data",
+    "UnknownComponentError": "rlcore.registry",
     # the batch that flows between the controller, workers and components
     "Batch": "rlcore.api.batch",
     "BatchError": "rlcore.api.batch",
@@ -124,10 +126,12 @@ _LAZY: dict[str, str] = {
     # data files
     "read_rows": "rlcore.data.rl_dataset",
     "MULTI_MODAL_INPUTS": "rlcore.data.multimodal",
+    "load_image": "rlcore.data.multimodal",
     # processes a plugin starts for the run
     "mark_infrastructure": "rlcore.child_processes",
     # rewards
     "NaiveRewardManager": "rlcore.reward",
+    "RewardManagerBase": "rlcore.reward.managers",
     "RewardError": "rlcore.reward",
     "ground_truth_as_text": "rlcore.reward.ground_truth",
     # the algorithm math: losses, advantages' building blocks, KL, metrics
@@ -345,7 +349,8 @@ if TYPE_CHECKING:
     from rlcore.config.router_replay import ACTOR as ROUTER_REPLAY_ACTOR
     from rlcore.config.router_replay import REPLAY_MODES, replay_mode
     from rlcore.config.schema import ActorConfig, RefConfig, RolloutConfig
-    from rlcore.data.multimodal import MULTI_MODAL_INPUTS
+    from rlcore.data import DataError
+    from rlcore.data.multimodal import MULTI_MODAL_INPUTS, load_image
     from rlcore.data.rl_dataset import read_rows
     from rlcore.dtypes import parse_dtype
     from rlcore.errors import RLCoreError
@@ -377,8 +382,10 @@ if TYPE_CHECKING:
     )
     from rlcore.presets import PRESETS_FILE
     from rlcore.processors import load_processor
+    from rlcore.registry import UnknownComponentError
     from rlcore.reward import NaiveRewardManager, RewardError
     from rlcore.reward.ground_truth import ground_truth_as_text
+    from rlcore.reward.managers import RewardManagerBase
     from rlcore.rollout.buckets import weight_buckets
     from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
     from rlcore.rollout.sampling import ROLLOUT_KEY, RolloutSettings, SamplingParams, request_seeds

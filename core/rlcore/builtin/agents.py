@@ -1,6 +1,6 @@
-"""Built-in multi-turn components: the ``single_turn`` and ``tool_agent`` loops, the Hermes tool-call parser,
-the calculator and GSM8K tools and verl's GSM8K interaction (the code interpreter is rlcore-plugin-sandbox's). verl's class paths are
-aliases, so verl's tool and interaction YAML files load unchanged."""
+"""Built-in multi-turn components: the ``single_turn`` and ``tool_agent`` loops, the Hermes tool-call parser and
+the calculator tool (verl's GSM8K and Geometry3K tools and GSM8K interaction are rlcore-plugin-tasks', the code
+interpreter is rlcore-plugin-sandbox's)."""
 
 from rlcore.hookspecs import hookimpl
 
@@ -35,28 +35,5 @@ def register_tool_parsers(register):
 
 @hookimpl
 def register_tools(register):
-    """Register the built-in tools."""
+    """Register the built-in calculator tool."""
     register("calculator", "rlcore.agents.builtin_tools:CalculatorTool", description="exact arithmetic")
-    register(
-        "gsm8k",
-        "rlcore.agents.builtin_tools:Gsm8kTool",
-        description="verl's GSM8K answer check (calc_gsm8k_reward)",
-        aliases=("verl.tools.gsm8k_tool.Gsm8kTool",),
-    )
-    register(
-        "geo3k",
-        "rlcore.agents.builtin_tools:Geo3kTool",
-        description="verl's Geometry3K answer check (calc_geo3k_reward)",
-        aliases=("verl.tools.geo3k_tool.Geo3kTool",),
-    )
-
-
-@hookimpl
-def register_interactions(register):
-    """Register verl's GSM8K interaction."""
-    register(
-        "gsm8k",
-        "rlcore.agents.interactions:Gsm8kInteraction",
-        description="verl's GSM8K user: 'try again' until the answer is right",
-        aliases=("verl.interactions.gsm8k_interaction.Gsm8kInteraction",),
-    )

@@ -1,4 +1,5 @@
-"""Prompt data: the verl-schema dataset, batch collation, the resumable loader and GSM8K preparation.
+"""Prompt data: the verl-schema dataset, batch collation and the resumable loader (verl's GSM8K and Geometry3K
+preparation is rlcore-plugin-tasks').
 
 Submodules import torch and pyarrow; this package itself only defines :class:`DataError` so that a
 ``except DataError`` never pulls in heavy dependencies.

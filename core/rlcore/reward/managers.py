@@ -4,7 +4,7 @@ Safe scoring
 ------------
 A scorer is user code run on model output, so it may raise, loop forever or return garbage. Every
 manager scores through a :class:`~rlcore.reward.pool.ScorerPool` of ``reward_model.scorer_workers``
-forked processes and :meth:`_RewardManagerBase._collect`:
+forked processes and :meth:`RewardManagerBase._collect`:
 
 - the samples of a batch are scored concurrently; a call running past ``reward_model.scorer_timeout``
   seconds is killed (its process, so nothing keeps running), and the whole batch's scoring stops at
@@ -105,8 +105,15 @@ def _column(batch: Any, key: str) -> Any:
     return batch[key]
 
 
-class _RewardManagerBase:
-    """Shared parts of the built-in managers: config, decoding, safe-score collection, placement."""
+class RewardManagerBase:
+    """The base of reward managers that decode responses and put one score per sample on its last valid token.
+
+    The built-in managers and rlcore-plugin-judge's subclass it. It reads the ``reward_model`` options and
+    offers safe scoring (:meth:`_score_calls`, :meth:`_collect`) and, for a subclass that scores another way,
+    :meth:`_inputs` (decoded responses, data sources, ground truths), :meth:`_place` (each score on its last
+    valid token), :meth:`_examine` (``num_examine``) and :meth:`close`. A subclass implements
+    ``__call__(batch) -> RewardResult``.
+    """
 
     def __init__(self, tokenizer: Any, scorer: Callable[..., Any], config: Any = None) -> None:
         """``config`` is the ``reward_model`` section (``scorer_timeout`` (default 30; 0 or null: inline, no
@@ -291,7 +298,7 @@ class _RewardManagerBase:
             print("\n".join(lines), flush=True)
 
 
-class NaiveRewardManager(_RewardManagerBase):
+class NaiveRewardManager(RewardManagerBase):
     """Scores one sample at a time: ``scorer(data_source=, solution_str=, ground_truth=, extra_info=)``.
 
     The response is decoded without special tokens up to its valid length; the float (or ``dict["score"]``,
@@ -357,7 +364,7 @@ def _as_list(value: Any, n: int) -> list[Any]:
     return list(value)
 
 
-class BatchRewardManager(_RewardManagerBase):
+class BatchRewardManager(RewardManagerBase):
     """One scorer call per batch: ``scorer(data_sources=, solution_strs=, ground_truths=, extra_infos=,
     **reward_model.reward_kwargs)`` returning a list of floats or dicts.
 

@@ -13,10 +13,10 @@ verdict divided by ``reward_model.judge.max_score``. The whole batch is graded i
 - ``reward_model.judge.verdict_pattern`` is a regular expression whose first group is the score; without
   one, the last number in the verdict is.
 
-Failures are isolated as the rule scorers' are (:mod:`rlcore.reward.managers`): a verdict without a finite
+Failures are isolated as the rule scorers' are (:class:`rlcore.api.NaiveRewardManager`): a verdict without a finite
 number scores 0 and counts in ``reward/scorer_nan``; when the batched generation raises, the samples are
 graded one at a time and each one that fails again scores 0 and counts in ``reward/scorer_errors``. With
-``reward_model.scorer_fail_fast`` the first failure raises :class:`~rlcore.reward.errors.RewardError`.
+``reward_model.scorer_fail_fast`` the first failure raises :class:`rlcore.api.RewardError`.
 The verdicts are in the result's ``extra_info["judge_verdict"]``.
 """
 
@@ -30,10 +30,7 @@ from typing import Any
 
 import torch
 
-from rlcore.api.batch import Batch
-from rlcore.errors import RLCoreError
-from rlcore.reward.errors import RewardError
-from rlcore.reward.managers import RewardResult, _RewardManagerBase
+from rlcore.api import Batch, RewardError, RewardManagerBase, RewardResult, RLCoreError
 
 logger = logging.getLogger(__name__)
 
@@ -78,14 +75,14 @@ def parse_verdict(text: str, pattern: re.Pattern[str] | None) -> float | None:
     return value if math.isfinite(value) else None
 
 
-class JudgeRewardManager(_RewardManagerBase):
+class JudgeRewardManager(RewardManagerBase):
     """Grades each response with an LLM judge (see the module docstring); the engine starts on first use."""
 
     batched = False
 
     def __init__(self, tokenizer: Any, scorer: Any, config: Any = None) -> None:
         """``config`` is the ``reward_model`` section (``model.path``, ``rollout``, ``judge``, and the
-        failure options of :class:`~rlcore.reward.managers._RewardManagerBase`)."""
+        failure options of :class:`rlcore.api.RewardManagerBase`)."""
         super().__init__(tokenizer, scorer, config)
         section = config or {}
         model = section.get("model", None) or {}
@@ -118,8 +115,8 @@ class JudgeRewardManager(_RewardManagerBase):
         from omegaconf import OmegaConf
         from transformers import AutoTokenizer
 
-        from rlcore.plugins import get_component
-        from rlcore.registry import UnknownComponentError
+        from rlcore import get_component
+        from rlcore.api import UnknownComponentError
 
         try:
             self.judge_tokenizer = AutoTokenizer.from_pretrained(

@@ -13,12 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from rlcore_plugin_judge.judge import DEFAULT_TEMPLATE, JudgeRewardManager, parse_verdict
 from rlcore_testkit.tiny import build_model, build_tokenizer
 
-from rlcore.api.batch import Batch
-from rlcore.errors import RLCoreError
-from rlcore.reward.errors import RewardError
-from rlcore.reward.judge import DEFAULT_TEMPLATE, JudgeRewardManager, parse_verdict
+from rlcore.api import Batch, RewardError, RLCoreError
 
 VERDICT = "Score: 7"
 

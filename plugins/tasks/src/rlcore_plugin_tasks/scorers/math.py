@@ -8,7 +8,7 @@ normalisation of lm-evaluation-harness); this module follows it (checked against
 answer and ground truth are equal when their :func:`normalize_answer` forms are, and a normalisation that
 verl's code abandons (two ``\\text{ `` unit groups, a ``\\sqrt`` at the very end) compares the raw strings.
 
-Deliberate differences, where verl is plainly wrong (each pinned by ``tests/test_rewards.py``):
+Deliberate differences, where verl is plainly wrong (each pinned by ``plugins/tasks/tests/test_verl_scorers.py``):
 
 1. ``\\fbox{...}`` answers are scored; verl finds them but then asserts that the box starts with
    ``\\boxed{`` and scores every ``\\fbox`` answer 0.
@@ -35,7 +35,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
-from rlcore.reward.ground_truth import ground_truth_as_text
+from rlcore.api import ground_truth_as_text
 
 #: the last ``\boxed`` token of a text, then what follows it: braces (maybe after white space) or a space
 _BOXED = re.compile(r"\\boxed")

@@ -3,7 +3,7 @@
 verl (``verl/utils/reward_score/geo3k.py``) scores the content of the last ``\\boxed{}`` against the ground
 truth with mathruler's ``grade_answer`` and adds 0.1 when the whole response has the format
 ``<think>...</think>...\\boxed{...}...``. Here the answer is extracted and compared with the MATH scorer's
-rules (:func:`rlcore.reward.scorers.math.compute_score`: the last ``\\boxed``, its normalisation and, when installed, math-verify's
+rules (:func:`rlcore_plugin_tasks.scorers.math.compute_score`: the last ``\\boxed``, its normalisation and, when installed, math-verify's
 symbolic check) instead of mathruler's, which is not a dependency: both accept the same spellings of the
 numbers and LaTeX fractions geo3k's answers are, and differ only on rarer forms (mathruler also strips
 ``\\text{...}`` units and compares some expressions with sympy).
@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rlcore.reward.ground_truth import ground_truth_as_text
-from rlcore.reward.scorers import math as math_scorer
+from rlcore.api import ground_truth_as_text
+from rlcore_plugin_tasks.scorers import math as math_scorer
 
 FORMAT_SCORE = 0.1
 _FORMAT = re.compile(r"<think>.*</think>.*\\boxed\{.*\}.*", re.DOTALL)

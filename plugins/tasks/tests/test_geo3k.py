@@ -7,19 +7,28 @@ import io
 import json
 from pathlib import Path
 
+import click
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from PIL import Image
+from rlcore_plugin_tasks.prepare.geo3k import DATA_SOURCE, INSTRUCTION, prepare_geo3k
+from rlcore_plugin_tasks.scorers.geo3k import compute_score
 from rlcore_testkit.tiny_vlm import build_processor, build_vl_tokenizer
 
 from rlcore.cli import cli
 from rlcore.data import DataError
-from rlcore.data.geo3k import DATA_SOURCE, INSTRUCTION, prepare_geo3k
 from rlcore.data.rl_dataset import RLDataset
 from rlcore.plugins import load_plugins
-from rlcore.reward.scorers.geo3k import compute_score
+
+
+@pytest.fixture(scope="module")
+def rlcore_cli() -> click.Group:
+    """rlcore's command line with the plugins' sub-commands (``rlcore data geo3k`` among them), as the ``rlcore``
+    script builds it."""
+    load_plugins().add_commands(cli)
+    return cli
 
 
 def png(color: str) -> bytes:
@@ -45,9 +54,10 @@ def hub_snapshot(folder: Path) -> Path:
     return folder
 
 
-def test_prepare_geo3k_writes_verls_schema_and_the_dataset_reads_it(tmp_path: Path) -> None:
+def test_prepare_geo3k_writes_verls_schema_and_the_dataset_reads_it(tmp_path: Path, rlcore_cli: click.Group) -> None:
     result = CliRunner().invoke(
-        cli, ["data", "geo3k", "--input", str(hub_snapshot(tmp_path / "src")), "--local-dir", str(tmp_path / "out")]
+        rlcore_cli,
+        ["data", "geo3k", "--input", str(hub_snapshot(tmp_path / "src")), "--local-dir", str(tmp_path / "out")],
     )
     assert result.exit_code == 0, result.output
     assert f"train: {tmp_path / 'out' / 'train.parquet'}" in result.output
@@ -116,7 +126,7 @@ def test_bad_geo3k_sources_name_the_row(tmp_path: Path, record: dict, message: s
         prepare_geo3k(str(src), str(tmp_path / "out"))
 
 
-def test_bad_geo3k_folders_and_corrupt_images(tmp_path: Path) -> None:
+def test_bad_geo3k_folders_and_corrupt_images(tmp_path: Path, rlcore_cli: click.Group) -> None:
     with pytest.raises(DataError, match="no geo3k train split"):
         prepare_geo3k(str(tmp_path), str(tmp_path / "out"))
     (tmp_path / "src").mkdir()
@@ -126,7 +136,7 @@ def test_bad_geo3k_folders_and_corrupt_images(tmp_path: Path) -> None:
         DataError, match=r"train\.parquet, row 0: key 'images'\[0\]: the bytes are not a readable image"
     ):
         prepare_geo3k(str(tmp_path / "src"), str(tmp_path / "out"))
-    result = CliRunner().invoke(cli, ["data", "geo3k", "--input", str(tmp_path / "missing")])
+    result = CliRunner().invoke(rlcore_cli, ["data", "geo3k", "--input", str(tmp_path / "missing")])
     assert result.exit_code != 0 and "Traceback" not in result.output and "missing" in result.output
 
 

@@ -3,7 +3,7 @@
 The output is what verl's ``examples/data_preprocess/geo3k.py`` writes: the problem (which starts with an
 ``<image>`` placeholder) plus verl's instruction to think in ``<think>`` tags and box the answer, the images
 as ``{"bytes", "path"}`` objects, ``data_source`` ``hiyouga/geometry3k`` (scored by
-:mod:`rlcore.reward.scorers.geo3k`) and ``reward_model.ground_truth`` the answer.
+:mod:`rlcore_plugin_tasks.scorers.geo3k`) and ``reward_model.ground_truth`` the answer.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rlcore.data import DataError
-from rlcore.data.gsm8k import SPLITS, write_splits
+from rlcore.api import DataError
+from rlcore_plugin_tasks.prepare.gsm8k import SPLITS, write_splits
 
 DATA_SOURCE = "hiyouga/geometry3k"
 INSTRUCTION = (
@@ -27,7 +27,7 @@ INPUT_EXTENSIONS: tuple[str, ...] = (".parquet", ".jsonl", ".json")
 def _image_entry(value: Any, where: str, base_dir: Path) -> dict[str, Any]:
     """One source image as ``{"bytes", "path"}``; a path (or ``{"path"}`` without bytes) is read into bytes
     so the output does not depend on the input folder."""
-    from rlcore.data.multimodal import load_image
+    from rlcore.api import load_image
 
     if isinstance(value, Mapping) and isinstance(value.get("bytes"), (bytes, bytearray)):
         load_image(value["bytes"], where)  # fails here, naming the row, when the bytes are not an image
@@ -84,7 +84,7 @@ def split_files(input_dir: Path, split: str) -> list[Path]:
 
 
 def _records(files: Iterable[Path]) -> Iterable[tuple[Any, str, Path]]:
-    from rlcore.data.rl_dataset import read_rows
+    from rlcore.api import read_rows
 
     for file in files:
         records, origins = read_rows(str(file))

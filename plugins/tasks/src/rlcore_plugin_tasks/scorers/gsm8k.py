@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rlcore.reward.ground_truth import ground_truth_as_text
+from rlcore.api import ground_truth_as_text
 
 #: only the tail of a response is searched, so an answer echoed early in a long response does not count
 SOLUTION_CLIP_CHARS = 300

@@ -1,1 +1,0 @@
-"""Rule-based reward scorers, registered by ``data_source`` (see :mod:`rlcore.builtin.rewards`)."""
