@@ -450,3 +450,20 @@ def test_hook_profiler(registered, tmp_path: Path, tiny_model_dir: Path) -> None
         assert ("stage", method) in calls and ("call_range", method) in calls
     assert ("mini_batch", 0) in calls and ("mini_batch", 1) in calls, "ppo_mini_batch_size=2 of 4 prompts"
     assert ("claim_rollout_trace",) in calls, "the hf engine asks for a rollout trace on every generation"
+
+
+def test_two_plugins_answering_the_profiler_hook_are_an_error(registered) -> None:
+    """A run has one profiler: a second answer is refused by name, never silently dropped."""
+    from omegaconf import OmegaConf
+
+    from rlcore.api.profiling import NoProfiler
+    from rlcore.plugins import load_plugins, run_profiler
+
+    config = OmegaConf.create({"global_profiler": {"tool": None}})
+    with registered(plugin(profiler=lambda config: NoProfiler()), name="first-profiler"):
+        with registered(plugin(profiler=lambda config: NoProfiler()), name="second-profiler"):
+            with pytest.raises(RLCoreError) as caught:
+                run_profiler(config, load_plugins())
+    message = str(caught.value)
+    assert "2 plugins answered the profiler hook" in message
+    assert "first-profiler" in message and "second-profiler" in message

@@ -370,8 +370,9 @@ def step_extensions(config: DictConfig) -> list[Any] | None:
 @hookspec
 def profiler(config: DictConfig) -> Profiler | None:
     """Return the run's :class:`rlcore.api.profiling.Profiler` when ``config`` enables this plugin's profiling
-    (``global_profiler.tool``), or None. The first answer is used; when the tool is set and no plugin answers,
-    the run stops before it starts with an error naming ``rlcore-plugin-profiler``.
+    (``global_profiler.tool``), or None. At most one plugin may answer (two answers are an error naming the
+    plugins); when the tool is set and no plugin answers, the run stops before it starts with an error naming
+    ``rlcore-plugin-profiler``.
 
     Called once by ``rlcore run`` before anything starts (the dry run too), by the controller and by each
     worker (each makes the answer its process's :func:`rlcore.api.profiling.current_profiler`), so it must

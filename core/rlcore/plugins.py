@@ -465,13 +465,21 @@ def step_extensions(config: Any, manager: PluginManager | None = None) -> list[S
 def run_profiler(config: Any, manager: PluginManager | None = None) -> Profiler:
     """The run's :class:`rlcore.api.profiling.Profiler`, made this process's current one: the first answer of
     the plugins' ``profiler`` hook, or :class:`~rlcore.api.profiling.NoProfiler` when ``global_profiler.tool``
-    is null. A tool with no plugin to answer is an error naming ``rlcore-plugin-profiler``."""
+    is null. A tool with no plugin to answer is an error naming ``rlcore-plugin-profiler``, and so are two
+    answers (naming the plugins that implement the hook)."""
     from omegaconf import OmegaConf
 
     from rlcore.distributions import by_name
 
-    answers = [p for p in (manager or load_plugins()).hook.profiler(config=config) if p is not None]
+    hook = (manager or load_plugins()).hook.profiler
+    answers = [p for p in hook(config=config) if p is not None]
     tool = OmegaConf.select(config, "global_profiler.tool", default=None)
+    if len(answers) > 1:
+        offering = ", ".join(sorted({impl.plugin_name for impl in hook.get_hookimpls()}))
+        raise RLCoreError(
+            f"global_profiler.tool={tool}: {len(answers)} plugins answered the profiler hook (of {offering}); "
+            "a run has one profiler: disable the others (RLCORE_DISABLE_PLUGINS)"
+        )
     if not answers and tool is not None:
         dist = by_name("rlcore-plugin-profiler")
         assert dist is not None, "distributions.DISTRIBUTIONS lists rlcore-plugin-profiler"
