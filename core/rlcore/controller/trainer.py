@@ -181,10 +181,14 @@ class Trainer:
         )
         self.actor, self.rollout, self.critic = self.groups.actor, self.groups.rollout, self.groups.critic
         self.groups.init_models()
-        self.reward_fn = build_reward_manager(self.config, self.tokenizer, self.components.reward_manager.load())
+        self.reward_fn = build_reward_manager(
+            self.config, self.tokenizer, self.components.reward_manager.load(), self.manager.registry
+        )
         if self.groups.reward_model is not None:  # reward_model.enable: reward-model scores plus rule scores
             separate = "rm_scores" in self.estimator.spec.batch_keys
-            self.reward_fn = ModelRewardManager(self.reward_fn, self.groups.reward_model, self.config, separate)
+            self.reward_fn = ModelRewardManager(
+                self.reward_fn, self.groups.reward_model, self.config, self.manager.registry, separate
+            )
         self.val_reward_fn = self.reward_fn
         self.reward_thread = AsyncReward() if self.async_reward else None
         self.profiling = step_profiling(self.config, self.groups)
@@ -750,7 +754,7 @@ class Trainer:
         click.echo(f"starting the workers: loading {self.sections.actor_rollout_ref.model.path} ...")
         self._build_workers()
         cfg = self.config.trainer
-        trackers = build_trackers(self.config, self.run.run_dir)
+        trackers = build_trackers(self.config, self.run.run_dir, self.manager.registry)
         hook = self.manager.hook
         hook.on_run_start(run=self.run)
         status = "failed"
