@@ -116,8 +116,8 @@ def test_hook_register_datasets(registered) -> None:
     def impl(register):
         register("mine", MyDataset)
 
-    with registered(plugin(register_datasets=impl), name="ds-plugin"):
-        assert load_dataset_class(load_config(overrides=["data.dataset=mine"])) is MyDataset
+    with registered(plugin(register_datasets=impl), name="ds-plugin") as manager:
+        assert load_dataset_class(load_config(overrides=["data.dataset=mine"]), manager.registry) is MyDataset
 
 
 def test_hook_register_advantage_estimators(registered) -> None:

@@ -15,6 +15,7 @@ from rlcore.agents.builtin_tools import CalculatorTool, Geo3kTool, Gsm8kTool, ev
 from rlcore.agents.parsers import HermesToolParser, ToolCall
 from rlcore.agents.tools import Tool, ToolExecutor, ToolResult, load_tools, truncate
 from rlcore.errors import RLCoreError
+from rlcore.plugins import load_plugins
 
 VERL_TOOL_YAML = (
     Path(__file__).parent / "verl_examples/examples/sglang_multiturn/config/tool_config/gsm8k_tool_config.yaml"
@@ -169,7 +170,7 @@ def test_calculator_is_exact_and_refuses_code() -> None:
 
 
 def test_verl_gsm8k_tool_yaml_loads_unchanged_and_rewards_the_right_answer() -> None:
-    tools = load_tools(str(VERL_TOOL_YAML))
+    tools = load_tools(str(VERL_TOOL_YAML), load_plugins().registry)
     (tool,) = tools.values()
     assert isinstance(tool, Gsm8kTool) and tool.name == "calc_gsm8k_reward"
     assert tool.openai_schema()["function"]["parameters"]["required"] == ["answer"]
@@ -188,7 +189,7 @@ def test_verl_geo3k_tool_class_name_loads_and_grades_like_the_geo3k_scorer(tmp_p
     """verl's ``verl.tools.geo3k_tool.Geo3kTool`` (0.9's geo3k multi-turn tool config) maps onto the built-in."""
     path = tmp_path / "geo3k_tool_config.yaml"
     path.write_text('tools:\n  - class_name: "verl.tools.geo3k_tool.Geo3kTool"\n    config: {type: native}\n')
-    (tool,) = load_tools(str(path)).values()
+    (tool,) = load_tools(str(path), load_plugins().registry).values()
     assert isinstance(tool, Geo3kTool) and tool.name == "calc_geo3k_reward"
 
     async def episode(answer: str, truth: str) -> float:
@@ -206,7 +207,7 @@ def test_verl_geo3k_tool_class_name_loads_and_grades_like_the_geo3k_scorer(tmp_p
 def test_tool_yaml_class_name_may_be_a_dotted_path(tmp_path: Path) -> None:
     path = tmp_path / "tools.yaml"
     path.write_text("tools:\n  - class_name: rlcore.agents.builtin_tools.CalculatorTool\n    config: {timeout: 3}\n")
-    tool = load_tools(str(path))["calculator"]
+    tool = load_tools(str(path), load_plugins().registry)["calculator"]
     assert isinstance(tool, CalculatorTool) and tool.config == {"timeout": 3}
 
 
@@ -228,13 +229,13 @@ def test_bad_tool_yaml_names_the_file_and_entry(tmp_path: Path, text: str, messa
     path = tmp_path / "tools.yaml"
     path.write_text(text)
     with pytest.raises(RLCoreError, match="tools.yaml") as info:
-        load_tools(str(path))
+        load_tools(str(path), load_plugins().registry)
     assert message in str(info.value)
 
 
 def test_missing_tool_yaml() -> None:
     with pytest.raises(RLCoreError, match="multi_turn.tool_config_path=/nonexistent.yaml: no such file"):
-        load_tools("/nonexistent.yaml")
+        load_tools("/nonexistent.yaml", load_plugins().registry)
 
 
 # ------------------------------------------------------------------ contract suites of the built-ins

@@ -147,8 +147,8 @@ class Trainer:
             ) from exc
         if model.custom_chat_template:
             self.tokenizer.chat_template = model.custom_chat_template
-        self.agents = AgentRunner(cfg, self.tokenizer)
-        dataset_cls = load_dataset_class(cfg)
+        self.agents = AgentRunner(cfg, self.tokenizer, self.manager.registry)
+        dataset_cls = load_dataset_class(cfg, self.manager.registry)
         # a vision-language model's processor renders image rows (verl passes it to the dataset the same way)
         self.processor = load_processor(Path(str(model.path)).expanduser(), trust_remote_code=model.trust_remote_code)
         extra = {"processor": self.processor} if self.processor is not None else {}
