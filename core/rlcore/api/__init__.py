@@ -402,10 +402,9 @@ if TYPE_CHECKING:
 
 def _target(name: str) -> tuple[str, str | None]:
     """Where public ``name`` lives: ``(module, attribute)``, or ``(module, None)`` when the name is the module."""
-    module, _, attribute = _LAZY[name].partition(":")
-    if _LAZY[name].endswith(":"):
-        return module, None
-    return module, attribute or name
+    from rlcore.api.lazy_table import split_target
+
+    return split_target(name, _LAZY[name])
 
 
 def __getattr__(name: str) -> Any:
