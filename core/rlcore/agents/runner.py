@@ -22,11 +22,12 @@ import torch
 from rlcore.agents.interactions import load_interactions
 from rlcore.agents.loops import AgentContext, AgentSample, Generation
 from rlcore.agents.render import ChatRenderer
-from rlcore.agents.settings import ROLLOUT_KEY, AgentSettings
+from rlcore.agents.settings import AgentSettings
 from rlcore.agents.tools import ToolExecutor, load_tools
 from rlcore.agents.tracing import Tracer, trajectory_outputs
 from rlcore.agents.trajectory import Trajectory
 from rlcore.api.batch import Batch
+from rlcore.config.keys import ROLLOUT_KEY
 from rlcore.errors import RLCoreError
 
 if TYPE_CHECKING:

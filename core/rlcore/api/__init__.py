@@ -84,7 +84,7 @@ _LAZY: dict[str, str] = {
     "GATHERED_LOG_PROBS": "rlcore.api.training",
     "ROUTED_EXPERTS": "rlcore.api.training",
     # rollout engines: sampling settings and seeds, a base for token-id engines, outputs, weight checks and buckets
-    "ROLLOUT_KEY": "rlcore.rollout.sampling",
+    "ROLLOUT_KEY": "rlcore.config.keys",
     "SamplingParams": "rlcore.rollout.sampling",
     "RolloutSettings": "rlcore.rollout.sampling",
     "request_seeds": "rlcore.rollout.sampling",
@@ -327,7 +327,7 @@ if TYPE_CHECKING:
         ppo_batch_sizes,
         token_budget,
     )
-    from rlcore.config.keys import positive_int, select
+    from rlcore.config.keys import ROLLOUT_KEY, positive_int, select
     from rlcore.config.output_paths import shown_path
     from rlcore.config.router_replay import ACTOR as ROUTER_REPLAY_ACTOR
     from rlcore.config.router_replay import REPLAY_MODES, replay_mode
@@ -370,7 +370,7 @@ if TYPE_CHECKING:
     from rlcore.reward.ground_truth import ground_truth_as_text
     from rlcore.rollout.buckets import weight_buckets
     from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
-    from rlcore.rollout.sampling import ROLLOUT_KEY, RolloutSettings, SamplingParams, request_seeds
+    from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
     from rlcore.rollout.sizing import (
         CACHE_ALIGN,
         STEP_VOCAB_COPIES,
