@@ -42,13 +42,17 @@ def read_lazy_table(source: str) -> list[LazyName]:
     each with its group; empty when the module has no such table."""
     import ast
 
-    table = None
+    table: ast.Dict | None = None
     for node in ast.parse(source).body:
-        target = node.target if isinstance(node, ast.AnnAssign) else None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-        if isinstance(target, ast.Name) and target.id == "_LAZY" and isinstance(node.value, ast.Dict):
-            table = node.value
+        targets: list[ast.expr]
+        if isinstance(node, ast.AnnAssign):
+            targets, value = [node.target], node.value
+        elif isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        else:
+            continue
+        if isinstance(value, ast.Dict) and any(isinstance(t, ast.Name) and t.id == "_LAZY" for t in targets):
+            table = value
     if table is None:
         return []
     lines = source.splitlines()
@@ -59,7 +63,9 @@ def read_lazy_table(source: str) -> list[LazyName]:
             groups[number] = comment.group(1)
     entries: list[LazyName] = []
     for key, value in zip(table.keys, table.values, strict=True):
-        name, target = ast.literal_eval(key), ast.literal_eval(value)  # type: ignore[arg-type]
-        above = [line for line in groups if line < key.lineno]  # type: ignore[union-attr]
+        if key is None:  # a ``**mapping`` entry: the table has none
+            continue
+        name, target = ast.literal_eval(key), ast.literal_eval(value)
+        above = [line for line in groups if line < key.lineno]
         entries.append(LazyName(groups[max(above)] if above else "", name, *split_target(name, target)))
     return entries
