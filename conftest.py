@@ -18,6 +18,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 #: the bundled plugins, one folder each (``plugins/<folder>/src/<package>``)
 PLUGINS = Path(__file__).parent / "plugins"
 
+#: a plugin's sources are no tests, though the scaffold's template holds test files (cookiecutter syntax)
+collect_ignore_glob = ["plugins/*/src"]
+
 #: test files that take minutes, longest first: they start first so that the two workers finish together,
 #: and their tests are marked ``slow`` (``pytest -m "not slow"`` is the quick local loop; CI runs everything)
 LONG_FILES = (

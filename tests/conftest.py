@@ -2,7 +2,8 @@
 
 ``run`` runs a command with a clean environment and fails the test with its output when it fails.
 ``rlcore_wheel`` builds rlcore's wheel once per pytest run (from a copy of the sources, so the checkout is
-not touched), and ``testkit_wheel`` the test kit's (``plugins/testkit``, ``rlcore-testkit``) the same way. ``make_venv(path, hidden=...)`` creates a :class:`Venv` that sees this environment's
+not touched), ``testkit_wheel`` the test kit's (``plugins/testkit``, ``rlcore-testkit``) and ``scaffold_wheel``
+``rlcore-plugin-scaffold``'s (``plugins/scaffold``) the same way. ``make_venv(path, hidden=...)`` creates a :class:`Venv` that sees this environment's
 packages (torch, transformers, pytest, pip, ...) through a ``.pth`` file, except the distributions named
 in ``hidden``: their ``.dist-info`` and editable-install ``.pth`` files are left out, so neither their
 entry points nor their source trees are visible there. What a test installs with :meth:`Venv.install`
@@ -169,17 +170,29 @@ def rlcore_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return wheel
 
 
-@pytest.fixture(scope="session")
-def testkit_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The test kit's wheel (``rlcore-testkit``, from ``plugins/testkit``), built like :func:`rlcore_wheel`
-    from a copy of its sources, once per pytest run: the tests of a plugin made from the template import it."""
+def plugin_wheel(tmp_path_factory: pytest.TempPathFactory, project: str) -> Path:
+    """The wheel of the distribution in ``plugins/<project>``, built like :func:`rlcore_wheel` from a copy of its
+    sources, once per pytest run."""
 
     def build(folder: Path) -> None:
-        source = shutil.copytree(ROOT / "plugins" / "testkit", folder / "source", ignore=BUILD_JUNK)
+        source = shutil.copytree(ROOT / "plugins" / project, folder / "source", ignore=BUILD_JUNK)
         run_command([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", folder / "wheel", source])
 
-    (wheel,) = (once_per_test_run(tmp_path_factory, "testkit-wheel", build) / "wheel").glob("*.whl")
+    (wheel,) = (once_per_test_run(tmp_path_factory, f"{project}-wheel", build) / "wheel").glob("*.whl")
     return wheel
+
+
+@pytest.fixture(scope="session")
+def testkit_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test kit's wheel (``rlcore-testkit``, from ``plugins/testkit``): the tests of a plugin made from the
+    template import it."""
+    return plugin_wheel(tmp_path_factory, "testkit")
+
+
+@pytest.fixture(scope="session")
+def scaffold_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of ``rlcore-plugin-scaffold`` (``plugins/scaffold``: ``rlcore new plugin`` and the template)."""
+    return plugin_wheel(tmp_path_factory, "scaffold")
 
 
 PLUGIN_PYPROJECT = """\

@@ -24,7 +24,7 @@ def test_snapshot_matches_the_source() -> None:
 def package_copy(tmp_path: Path) -> tuple[Path, Path]:
     """A copy of rlcore's Python sources and of the snapshot, to change without touching the checkout."""
     package = tmp_path / "rlcore"
-    shutil.copytree(PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__", "templates", "*.json"))
+    shutil.copytree(PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__", "*.json"))
     snapshot = tmp_path / "surface.json"
     shutil.copy2(SNAPSHOT, snapshot)
     return package, snapshot

@@ -12,7 +12,8 @@ from rlcore.public_api import is_public
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "core"
-TEMPLATE_SRC = CORE / "rlcore" / "templates" / "plugin"
+#: the plugin template (package data of rlcore-plugin-scaffold): Jinja-templated sources, checked as the template
+TEMPLATE_SRC = ROOT / "plugins" / "scaffold" / "src" / "rlcore_plugin_scaffold" / "templates" / "plugin"
 
 
 def python_source(path: Path) -> str:
@@ -47,11 +48,13 @@ def core_module_path(module: str) -> Path | None:
 
 
 def plugin_sources() -> Iterator[tuple[str, Path]]:
-    """``(package, file)`` for every source file of the bundled plugins and of the plugin template."""
+    """``(package, file)`` for every source file of the bundled plugins and of the plugin template (whose files
+    count as the generated package's, not as rlcore_plugin_scaffold's)."""
     for src in sorted(ROOT.glob("plugins/*/src")):
         for package in sorted(p for p in src.iterdir() if p.is_dir() and not p.name.endswith(".egg-info")):
             for path in sorted(package.rglob("*.py")):
-                yield package.name, path
+                if TEMPLATE_SRC not in path.parents:
+                    yield package.name, path
     for path in sorted(TEMPLATE_SRC.glob("*/src/*/*.py")):
         yield "rlcore_plugin_{{cookiecutter.underscored}}", path
 

@@ -11,9 +11,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from rlcore_plugin_scaffold.scaffold import PLUGIN_TEMPLATE, new_plugin
 
 from rlcore.controller.trainer import Trainer
-from rlcore.scaffold import PLUGIN_TEMPLATE, new_plugin
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -6,9 +6,11 @@ through the same path a run uses. The lifecycle hooks are tested in ``test_e2e.p
 
 from __future__ import annotations
 
+import contextlib
 import re
 import types
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -373,3 +375,78 @@ def test_hook_on_config_resolved(registered, capsys) -> None:
             dry_run=True,
         )
     assert "batch_filters:\n  - from-hook" in capsys.readouterr().out
+
+
+class RecordingProfiler:
+    """A real :class:`rlcore.api.profiling.Profiler` (and its step and worker sides) that notes each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def step_profiler(self, groups: Any) -> RecordingProfiler:
+        self.calls.append(("step_profiler", groups.actor is not None))
+        return self
+
+    def worker_profiler(self, rank: int, device: Any, name: str) -> RecordingProfiler:
+        self.calls.append(("worker_profiler", name, rank))
+        return self
+
+    def before_step(self, step: int, last: int) -> None:
+        self.calls.append(("before_step", step, last))
+
+    def after_step(self, step: int, last: int) -> None:
+        self.calls.append(("after_step", step, last))
+
+    def start(self, step: int, kind: str, plan: dict[str, Any]) -> None:
+        self.calls.append(("start", step))
+
+    def stop(self) -> list[str]:
+        return []
+
+    def finish(self) -> None:
+        return None
+
+    def _noted(self, *call: Any) -> contextlib.AbstractContextManager[None]:
+        self.calls.append(call)
+        return contextlib.nullcontext()
+
+    def stage(self, method: str) -> contextlib.AbstractContextManager[None]:
+        return self._noted("stage", method)
+
+    def call_range(self, method: str) -> contextlib.AbstractContextManager[None]:
+        return self._noted("call_range", method)
+
+    def mini_batch(self, index: int) -> contextlib.AbstractContextManager[None]:
+        return self._noted("mini_batch", index)
+
+    def claim_rollout_trace(self) -> None:
+        self.calls.append(("claim_rollout_trace",))
+
+
+def test_hook_profiler(registered, tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A real run with a plugin's profiler: the controller calls it around every step, the worker gets its side,
+    and every worker call, update mini-batch and generation reaches it."""
+    from rlcore_testkit.runs import make_tiny_task, tiny_run
+
+    from rlcore.api.profiling import NoProfiler, current_profiler, set_current_profiler
+
+    recorder = RecordingProfiler()
+
+    def profiler(config):
+        return recorder if config.trainer.experiment_name == "profiled" else None
+
+    task = make_tiny_task(tmp_path / "task", train_rows=8, test_rows=2)
+    try:
+        with registered(plugin(profiler=profiler), name="profiler-hook"):
+            tiny_run(tmp_path, tiny_model_dir, task, "trainer.experiment_name=profiled", "trainer.test_freq=-1")
+        assert current_profiler() is recorder
+    finally:
+        set_current_profiler(NoProfiler())
+    calls = recorder.calls
+    steps = [call for call in calls if call[0] in ("before_step", "after_step")]
+    assert steps == [("before_step", 1, 2), ("after_step", 1, 2), ("before_step", 2, 2), ("after_step", 2, 2)]
+    assert ("step_profiler", True) in calls and ("worker_profiler", "actor_rollout", 0) in calls
+    for method in ("generate_sequences", "update_actor"):
+        assert ("stage", method) in calls and ("call_range", method) in calls
+    assert ("mini_batch", 0) in calls and ("mini_batch", 1) in calls, "ppo_mini_batch_size=2 of 4 prompts"
+    assert ("claim_rollout_trace",) in calls, "the hf engine asks for a rollout trace on every generation"

@@ -11,11 +11,12 @@ import re
 from pathlib import Path
 from typing import get_args, get_overloads
 
+from rlcore_plugin_scaffold.scaffold import PLUGIN_TEMPLATE, template_variables
+
 from rlcore import distributions, hookdocs, hookspecs
 from rlcore.api import specs
 from rlcore.api.kinds import COMPONENT_KINDS, KINDS
 from rlcore.registry import KIND_HOOKS, ComponentLoader, Registry
-from rlcore.scaffold import PLUGIN_TEMPLATE, template_variables
 
 ROOT = Path(__file__).resolve().parents[1]
 #: a row of the kinds table of docs/architecture.md: | `kind` | selected by | protocol | spec | target |

@@ -81,8 +81,8 @@ def runtime_imports(tree: ast.Module) -> list[str]:
 
 
 def core_sources() -> list[Path]:
-    """Every Python source of the core but the plugin template."""
-    return [path for path in sorted(PACKAGE.rglob("*.py")) if "templates" not in path.relative_to(PACKAGE).parts]
+    """Every Python source of the core."""
+    return sorted(PACKAGE.rglob("*.py"))
 
 
 def test_the_drawing_names_every_top_level_module_once() -> None:

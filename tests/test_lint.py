@@ -61,7 +61,7 @@ def test_mypy_covers_the_core_and_every_plugin() -> None:
     excluded = [
         source
         for source in sources
-        if not source.startswith("core/rlcore/templates/")
+        if not source.startswith("plugins/scaffold/src/rlcore_plugin_scaffold/templates/")
         and any(re.search(pattern, source) for pattern in config.get("exclude", []))
     ]
     assert not excluded, f"excluded from mypy: {excluded}"

@@ -26,7 +26,6 @@ KNOWN_GLOBAL_LOOKUPS: dict[str, str] = {
     "rlcore.config.loader": "the config loader merges the plugins' defaults (the config's own rework)",
     "rlcore.config.batch_sizes": "the batch arithmetic asks the backend for its data-parallel size (config rework)",
     "rlcore.reward.judge": "the LLM judge resolves its rollout engine (moving to its own distribution)",
-    "rlcore.profiling.plan": "the profiler plan asks the rollout engine whether it traces itself (profiling part)",
 }
 
 LOOKUPS = ("load_plugins", "get_component")

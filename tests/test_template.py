@@ -7,7 +7,7 @@ into one fresh venv beside this environment, each listed by that venv's ``rlcore
 component, and their generated tests are run there by one pytest process — each project's must pass. The project with every kind is installed alone into its own venv, listed, its
 generated tests pass, and ``rlcore run --preset`` trains two CPU steps through the generated components. The
 template's checks of bad values, the ``cookiecutter/`` pointer at the repository root and ``rlcore new plugin`` from
-an installed wheel are tested too. ``HOME`` points at a temporary directory in every render, so a developer's
+installed wheels (rlcore's and rlcore-plugin-scaffold's, which ships the template) are tested too. ``HOME`` points at a temporary directory in every render, so a developer's
 ``~/.cookiecutterrc`` cannot change the output.
 """
 
@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
+from rlcore_plugin_scaffold.scaffold import default_values, template_variables
 
 import rlcore
 from rlcore.api import API_VERSION
 from rlcore.api.kinds import KINDS
-from rlcore.scaffold import default_values, next_steps, template_variables
 
 ROOT = Path(__file__).resolve().parents[1]
 #: files every generated project has (``{pkg}``: the package name)
@@ -131,13 +131,6 @@ def test_rlcore_range_takes_compatible_releases_only(minimum: str, expected: str
     meta = tomllib.loads((tmp_path / "out" / "rlcore-plugin-ranged" / "pyproject.toml").read_text())["project"]
     assert meta["dependencies"] == [f"rlcore[train]{expected}"]
     assert meta["optional-dependencies"] == {"test": [f"rlcore-testkit{expected}"]}
-
-
-def test_next_steps_use_a_relative_path_when_possible(tmp_path: Path) -> None:
-    """``cd`` is relative to the current directory when the project is below it, absolute otherwise."""
-    project = tmp_path / "out dir" / "rlcore-plugin-x"
-    assert next_steps(project, tmp_path)[0] == "cd 'out dir/rlcore-plugin-x'"
-    assert next_steps(project, tmp_path / "elsewhere") == [f"cd '{project}'", "pip install -e '.[test]'", "pytest"]
 
 
 @dataclass(frozen=True)
@@ -361,13 +354,15 @@ def test_repository_cookiecutter_directory_renders_the_same_project(tmp_path: Pa
 
 
 def test_rlcore_new_plugin_from_an_installed_wheel(
-    tmp_path: Path, run: Any, make_venv: Any, rlcore_wheel: Path
+    tmp_path: Path, run: Any, make_venv: Any, rlcore_wheel: Path, scaffold_wheel: Path
 ) -> None:
-    """With rlcore installed from its wheel (the template is package data), ``rlcore new plugin --no-input``
-    creates the default project, prints the next commands, and the project installs and loads."""
-    venv = make_venv(tmp_path / "venv", hidden=["rlcore"])
-    venv.install(rlcore_wheel)
-    template = run([venv.python, "-c", "from rlcore.scaffold import PLUGIN_TEMPLATE as t; print(t)"]).stdout.strip()
+    """With rlcore and rlcore-plugin-scaffold installed from their wheels (the template is package data of the
+    latter), ``rlcore new plugin --no-input`` creates the default project, prints the next commands, and the
+    project installs and loads."""
+    venv = make_venv(tmp_path / "venv", hidden=["rlcore", "rlcore-plugin-scaffold"])
+    venv.install(rlcore_wheel, scaffold_wheel)
+    source = "from rlcore_plugin_scaffold.scaffold import PLUGIN_TEMPLATE as t; print(t)"
+    template = run([venv.python, "-c", source]).stdout.strip()
     assert Path(template).is_relative_to(venv.site_packages)
     work = tmp_path / "work"
     work.mkdir()

@@ -38,6 +38,10 @@ PLUGIN_PROJECTS = sorted(path.parent for path in (ROOT / "plugins").glob("*/pypr
 BUILD_JUNK = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist")
 #: the torch that README's commands install first
 TORCH = "torch==2.13.0"
+#: plugins that take no part in a run and depend on plain rlcore (as trackers do), each with why
+LEAN_PLUGINS = {
+    "rlcore-plugin-scaffold": "renders the plugin template; the project it makes depends on rlcore[train] itself",
+}
 
 
 def project_table(project: Path) -> dict[str, Any]:
@@ -85,7 +89,8 @@ def loaded_plugins(run: Any, venv: Path, env: dict[str, str], cwd: Path) -> dict
 def test_every_plugin_depends_on_what_its_default_run_needs() -> None:
     """The layout rule: ``rlcore[train]`` brings the default backend and the bundled task's algorithm, and
     every plugin that takes part in training depends on ``rlcore[train]`` within one compatible range of this
-    rlcore; a plugin that only records a run (trackers) depends on plain ``rlcore``."""
+    rlcore; a plugin that only records a run (trackers) or takes no part in one (:data:`LEAN_PLUGINS`) depends on
+    plain ``rlcore``."""
     from rlcore.distributions import by_name
 
     train = [Requirement(text) for text in project_table(ROOT)["optional-dependencies"]["train"]]
@@ -101,8 +106,8 @@ def test_every_plugin_depends_on_what_its_default_run_needs() -> None:
             continue
         row = by_name(normalize_dist_name(table["name"]))
         assert row is not None, f"{project.name}: no row in rlcore.distributions"
-        if set(row.components) == {"tracker"}:
-            assert not core.extras, f"{project.name}: a tracker needs no training stack, depend on plain rlcore"
+        if set(row.components) == {"tracker"} or row.name in LEAN_PLUGINS:
+            assert not core.extras, f"{project.name}: needs no training stack, depend on plain rlcore"
         else:
             assert "train" in core.extras, f"{project.name}: depends on {core}, not on rlcore[train]"
         assert core.specifier.contains(version), f"{project.name}: {core} excludes this rlcore ({version})"
@@ -137,9 +142,11 @@ def test_lean_core_names_the_pip_line_of_each_missing_component(tmp_path: Path, 
     ]:
         result = run([rlcore, "run", "--dry-run", *args], cwd=tmp_path, env=env, check=False)
         assert result.returncode != 0 and line in result.stderr, result.stderr
-    for command in (["sft"], ["data", "arith-sft"]):
+    for command, dist in ((["sft"], "sft"), (["data", "arith-sft"], "sft"), (["new", "plugin"], "scaffold")):
         result = run([rlcore, *command], cwd=tmp_path, env=env, check=False)
-        assert result.returncode == 2 and "not installed: pip install rlcore-plugin-sft" in result.stderr, result.stderr
+        assert result.returncode == 2 and f"not installed: pip install rlcore-plugin-{dist}" in result.stderr, (
+            result.stderr
+        )
 
 
 @pytest.mark.slow

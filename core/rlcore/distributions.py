@@ -107,6 +107,8 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution("rlcore-plugin-sft", {}, commands=("sft", "data arith-sft")),
     Distribution("rlcore-plugin-report", {}, commands=("report",)),
     Distribution("rlcore-plugin-plan", {}, commands=("plan",)),
+    Distribution("rlcore-plugin-scaffold", {}, commands=("new", "new plugin")),
+    Distribution("rlcore-plugin-profiler", {}),
 )
 
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import click
     from omegaconf import DictConfig
 
+    from rlcore.api.profiling import Profiler
     from rlcore.run_context import RunContext
 
 PROJECT = "rlcore"
@@ -363,6 +364,28 @@ def step_extensions(config: DictConfig) -> list[Any] | None:
                 return None
             return [StepExtension("teacher", worker="my_pkg.worker:TeacherWorker",
                                   method="compute_teacher_log_prob", loss_term="my_pkg.loss:make_term")]
+    """
+
+
+@hookspec
+def profiler(config: DictConfig) -> Profiler | None:
+    """Return the run's :class:`rlcore.api.profiling.Profiler` when ``config`` enables this plugin's profiling
+    (``global_profiler.tool``), or None. The first answer is used; when the tool is set and no plugin answers,
+    the run stops before it starts with an error naming ``rlcore-plugin-profiler``.
+
+    Called once by ``rlcore run`` before anything starts (the dry run too), by the controller and by each
+    worker (each makes the answer its process's :func:`rlcore.api.profiling.current_profiler`), so it must
+    depend on ``config`` only and be cheap; check the settings in ``plan_lines``.
+
+    Example::
+
+        @rlcore.hookimpl
+        def profiler(config):
+            if config.global_profiler.tool != "my-tool":
+                return None
+            from my_pkg.profiler import MyProfiler
+
+            return MyProfiler(config)
     """
 
 

@@ -49,6 +49,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from rlcore import hookspecs
 from rlcore.api.extensions import StepExtension, collect_step_extensions
+from rlcore.api.profiling import NoProfiler, Profiler, set_current_profiler
 from rlcore.api.version import API_RANGE_ATTRIBUTE, API_VERSION
 from rlcore.errors import RLCoreError
 from rlcore.registry import KIND_HOOKS, Component, ComponentLoader, Registry, UnknownComponentError
@@ -459,6 +460,28 @@ def step_extensions(config: Any, manager: PluginManager | None = None) -> list[S
     """The :class:`rlcore.api.extensions.StepExtension` objects the plugins add to a run of ``config`` (the
     ``step_extensions`` hook of ``manager``, by default the process-wide one), in plugin order."""
     return collect_step_extensions((manager or load_plugins()).hook.step_extensions(config=config))
+
+
+def run_profiler(config: Any, manager: PluginManager | None = None) -> Profiler:
+    """The run's :class:`rlcore.api.profiling.Profiler`, made this process's current one: the first answer of
+    the plugins' ``profiler`` hook, or :class:`~rlcore.api.profiling.NoProfiler` when ``global_profiler.tool``
+    is null. A tool with no plugin to answer is an error naming ``rlcore-plugin-profiler``."""
+    from omegaconf import OmegaConf
+
+    from rlcore.distributions import by_name
+
+    answers = [p for p in (manager or load_plugins()).hook.profiler(config=config) if p is not None]
+    tool = OmegaConf.select(config, "global_profiler.tool", default=None)
+    if not answers and tool is not None:
+        dist = by_name("rlcore-plugin-profiler")
+        assert dist is not None, "distributions.DISTRIBUTIONS lists rlcore-plugin-profiler"
+        why = (
+            "is installed but did not load (disabled or failed: see `rlcore plugins`)"
+            if dist.is_installed()
+            else f"is not installed: {dist.install_line}"
+        )
+        raise RLCoreError(f"global_profiler.tool={tool}: profiling is provided by {dist.name}, which {why}")
+    return set_current_profiler(answers[0] if answers else NoProfiler())
 
 
 #: ``get_component(kind, name)``: resolve ``(kind, name)`` through the process-wide registry and return the

@@ -37,7 +37,7 @@ from rlcore.config.output_paths import make_output_paths_absolute, shown_path
 from rlcore.controller.components import RunComponents
 from rlcore.data.image_plan import image_plan
 from rlcore.errors import RLCoreError
-from rlcore.plugins import PluginManager, load_plugins, step_extensions
+from rlcore.plugins import PluginManager, load_plugins, run_profiler, step_extensions
 from rlcore.presets import PRESETS_FILE, first_line, preset_settings, write_presets
 from rlcore.process_env import cpu_threads_setting, quiet_third_party, set_cpu_threads
 from rlcore.registry import Component, Registry
@@ -269,20 +269,17 @@ def check_engines_and_trackers(
 
 
 def run_plan_lines(config: DictConfig) -> list[str]:
-    """The plan's lines for the custom training sampler and the profiler; importing the sampler class here makes
-    a bad ``data.sampler`` fail the dry run (the sampler module needs torch: imported only then). The rollout
-    engine's lines (rlcore-plugin-hf: chunks, R3) and the sandbox's (rlcore-plugin-sandbox) come from their
-    plugins' ``plan_lines`` hooks."""
+    """The plan's line for the custom training sampler; importing the sampler class here makes a bad
+    ``data.sampler`` fail the dry run (the sampler module needs torch: imported only then). The rollout
+    engine's lines (rlcore-plugin-hf: chunks, R3), the sandbox's (rlcore-plugin-sandbox) and the profiler's
+    (rlcore-plugin-profiler) come from their plugins' ``plan_lines`` hooks."""
     from omegaconf import OmegaConf
 
-    from rlcore.profiling.plan import describe_profiler
+    if OmegaConf.select(config, "data.sampler.class_path") in (None, ""):
+        return []
+    from rlcore.data.sampler import describe_sampler
 
-    lines = [describe_profiler(config)]
-    if OmegaConf.select(config, "data.sampler.class_path") not in (None, ""):
-        from rlcore.data.sampler import describe_sampler
-
-        lines.insert(0, describe_sampler(config.data))
-    return [line for line in lines if line]
+    return [line for line in [describe_sampler(config.data)] if line]
 
 
 def _loggers(config: DictConfig) -> list[str]:
@@ -383,6 +380,8 @@ def run_training(
     plan_lines: list[str] = []
     with problems.collect():
         plan_lines += run_plan_lines(config)
+    with problems.collect():
+        run_profiler(config, manager)  # profiling asked for with no plugin to do it: refused here
     with problems.collect():
         check_allowed(config.trainer.resume_allow_changes)
     with problems.collect():

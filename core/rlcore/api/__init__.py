@@ -57,6 +57,13 @@ _LAZY: dict[str, str] = {
     "ToolResult": "rlcore.api.components",
     "Tracker": "rlcore.api.components",
     "RolloutEngine": "rlcore.api.rollout",
+    # profiling: what a profiler plugin implements, and what a rollout engine asks of it
+    "Profiler": "rlcore.api.profiling",
+    "StepProfiler": "rlcore.api.profiling",
+    "WorkerProfiler": "rlcore.api.profiling",
+    "RolloutTrace": "rlcore.api.profiling",
+    "EngineTrace": "rlcore.api.profiling",
+    "claim_rollout_trace": "rlcore.api.profiling",
     "TrainingBackend": "rlcore.api.training",
     "TrainingEngine": "rlcore.api.training",
     # the engines' optional abilities, checked with isinstance
@@ -97,7 +104,6 @@ _LAZY: dict[str, str] = {
     "check_weight_names": "rlcore.rollout.weights",
     "float64_sum": "rlcore.rollout.weights",
     "weight_buckets": "rlcore.rollout.buckets",
-    "rollout_profiling": "rlcore.profiling.rollout:",
     # multi-turn: agent loops, tools, interactions and their trajectories
     "AgentContext": "rlcore.agents",
     "Interaction": "rlcore.agents",
@@ -213,7 +219,6 @@ _LAZY: dict[str, str] = {
     "token_types": "rlcore.modelkit.vlm",
     "sequence_parallel": "rlcore.modelkit.sequence_parallel:",
     "load_processor": "rlcore.processors",
-    "read_torch_options": "rlcore.profiling.torch_options",
     # experiment trackers
     "ExternalTracker": "rlcore.tracking.external",
     "TrackerConfigError": "rlcore.tracking.external",
@@ -285,6 +290,14 @@ if TYPE_CHECKING:
         Tracker,
     )
     from rlcore.api.extensions import StepExtension
+    from rlcore.api.profiling import (
+        EngineTrace,
+        Profiler,
+        RolloutTrace,
+        StepProfiler,
+        WorkerProfiler,
+        claim_rollout_trace,
+    )
     from rlcore.api.rollout import (
         RolloutEngine,
         SupportsClose,
@@ -364,8 +377,6 @@ if TYPE_CHECKING:
     )
     from rlcore.presets import PRESETS_FILE
     from rlcore.processors import load_processor
-    from rlcore.profiling import rollout as rollout_profiling
-    from rlcore.profiling.torch_options import read_torch_options
     from rlcore.reward import NaiveRewardManager, RewardError
     from rlcore.reward.ground_truth import ground_truth_as_text
     from rlcore.rollout.buckets import weight_buckets

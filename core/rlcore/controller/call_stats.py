@@ -15,11 +15,14 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-__all__ = ["CallLedger", "CallMeter", "CallStats"]
+from rlcore.api.profiling import WorkerProfiler, current_profiler
+
+__all__ = ["CallLedger", "CallMeter", "CallStats", "worker_stage"]
 
 GIB = 2**30
 
@@ -45,18 +48,17 @@ class CallMeter:
     """``with CallMeter() as meter: ...`` measures the block; ``meter.stats`` holds the :class:`CallStats`."""
 
     def __init__(self, method: str = "") -> None:
-        """Nothing measured yet; ``method`` names the NVTX range of the call (``global_profiler.tool=nsys``)."""
+        """Nothing measured yet; ``method`` names the call for the run's profiler (an NVTX range with nsys)."""
         self.stats = CallStats(0.0)
         self._start = 0.0
         self.method = method
-        self._range = False
+        self._range: AbstractContextManager[None] = nullcontext()
 
     def __enter__(self) -> CallMeter:
-        """Open the call's NVTX range (when an nsys step is profiled), finish the device's queued work and reset
-        the CUDA memory peaks (when CUDA is in use) and start the clock."""
-        from rlcore.profiling import nvtx
-
-        self._range = nvtx.push_range(self.method or "worker_call")
+        """Enter the profiler's context of the call (an NVTX range when an nsys step is profiled), finish the
+        device's queued work and reset the CUDA memory peaks (when CUDA is in use) and start the clock."""
+        self._range = current_profiler().call_range(self.method or "worker_call")
+        self._range.__enter__()
         cuda = _cuda_in_use()
         if cuda is not None:
             cuda.synchronize()
@@ -68,18 +70,23 @@ class CallMeter:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         """Record the seconds (when CUDA is in use and the block did not raise, after the device finished the
-        call's work) and the CUDA peaks (also when the block raised); close the NVTX range."""
-        from rlcore.profiling import nvtx
-
+        call's work) and the CUDA peaks (also when the block raised); leave the profiler's context."""
         cuda = _cuda_in_use()
         if cuda is not None and exc_type is None:
             cuda.synchronize()
         seconds = time.perf_counter() - self._start
-        nvtx.pop_range(self._range)
+        self._range.__exit__(exc_type, exc, tb)
         if cuda is None:
             self.stats = CallStats(seconds)
         else:
             self.stats = CallStats(seconds, cuda.max_memory_allocated() / GIB, cuda.max_memory_reserved() / GIB)
+
+
+def worker_stage(worker: Any, method: str) -> AbstractContextManager[None]:
+    """The context ``worker``'s call ``method`` runs in: its profiler's stage (nothing for a worker without a
+    :class:`~rlcore.api.profiling.WorkerProfiler`)."""
+    profiler = getattr(worker, "profiler", None)
+    return profiler.stage(method) if isinstance(profiler, WorkerProfiler) else nullcontext()
 
 
 class CallLedger:

@@ -33,12 +33,11 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from rlcore.api.batch import Batch
 from rlcore.api.training import ParallelLayout
 from rlcore.config.ray_kwargs import ray_env_vars
-from rlcore.controller.call_stats import CallLedger, CallMeter, CallStats
+from rlcore.controller.call_stats import CallLedger, CallMeter, CallStats, worker_stage
 from rlcore.controller.placement import BUNDLE_SHARE, POOL_TRAIN, SESSION
 from rlcore.controller.worker_spec import WorkerSpec
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PLUGIN_ENV_VARS
-from rlcore.profiling.worker import worker_stage
 
 log = logging.getLogger(__name__)
 

@@ -55,9 +55,8 @@ from rlcore.data.loader import PromptLoader
 from rlcore.data.sampler import build_sampler, update_curriculum
 from rlcore.errors import RLCoreError
 from rlcore.graceful_stop import StopRequest
-from rlcore.plugins import PluginManager
+from rlcore.plugins import PluginManager, run_profiler
 from rlcore.processors import load_processor
-from rlcore.profiling.plan import step_profiling
 from rlcore.reward.async_reward import AsyncReward, PendingReward
 from rlcore.reward.extras import check_reward_extras
 from rlcore.reward.model_reward import ModelRewardManager
@@ -191,7 +190,7 @@ class Trainer:
             )
         self.val_reward_fn = self.reward_fn
         self.reward_thread = AsyncReward() if self.async_reward else None
-        self.profiling = step_profiling(self.config, self.groups)
+        self.profiling = run_profiler(self.config, self.manager).step_profiler(self.groups)
         self.pipeline = RolloutPipeline.from_config(
             self.config, self.groups, self._collect_batch, lambda: self.train_loader.epoch, self.total_steps
         )
@@ -778,11 +777,9 @@ class Trainer:
                     if self.stop.requested:
                         break
                     self.global_step = step
-                    if self.profiling is not None:
-                        self.profiling.before_step(step, self.total_steps)
+                    self.profiling.before_step(step, self.total_steps)
                     metrics = self.train_step()
-                    if self.profiling is not None:
-                        self.profiling.after_step(step, self.total_steps)
+                    self.profiling.after_step(step, self.total_steps)
                     self._count_nonfinite(metrics)
                     is_last = step == self.total_steps
                     if self.val_dataset is not None and cfg.test_freq > 0 and (is_last or step % cfg.test_freq == 0):

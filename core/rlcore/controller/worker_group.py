@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from omegaconf import DictConfig
 
 from rlcore.api.groups import ActorGroup, ActorRole, CriticGroup, RewardModelGroup, WorkerGroup
-from rlcore.controller.call_stats import CallLedger, CallMeter
+from rlcore.controller.call_stats import CallLedger, CallMeter, worker_stage
 from rlcore.controller.worker_spec import WorkerSpec
-from rlcore.profiling.worker import worker_stage
 
 if TYPE_CHECKING:
     from rlcore.controller.ray_executor import RayWorkerGroup

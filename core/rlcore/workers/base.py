@@ -27,7 +27,7 @@ from rlcore.config.keys import select
 from rlcore.config.schema import Sections
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.distributed import init_process_group, resolve_device, rng_state, seed_everything, set_rng_state
-from rlcore.profiling.worker import WorkerProfiler
+from rlcore.plugins import run_profiler
 
 #: the file (written by rank 0) that records a worker checkpoint's world size and contents
 CHECKPOINT_MANIFEST = "checkpoint.json"
@@ -117,7 +117,8 @@ class WorkerBase:
         self.device = resolve_device(self.sections.trainer.device, rank)
         self._owns_process_group = False
         self.engines: list[TrainingEngine] = []
-        self.profiler = WorkerProfiler(rank, self.device, role)
+        #: this rank's side of the run's profiler (:mod:`rlcore.api.profiling`; a no-op when profiling is off)
+        self.profiler = run_profiler(config).worker_profiler(rank, self.device, role)
         self.configure()
         timeout = float(self.sections.actor_rollout_ref.nccl_timeout)
         self._owns_process_group = init_process_group(rank, world_size, self.device, timeout)
@@ -170,7 +171,7 @@ class WorkerBase:
         return self.engines[0].layout if self.engines else ParallelLayout(self.rank, self.world_size)
 
     def start_profile(self, step: int, kind: str, plan: dict[str, Any]) -> None:
-        """Begin profiling ``step`` on this rank when ``plan`` chooses it (:mod:`rlcore.profiling.plan`)."""
+        """Begin profiling ``step`` on this rank when ``plan`` chooses it (the payload of the run's profiler plugin)."""
         self.profiler.start(step, kind, plan)
 
     def stop_profile(self) -> list[str]:

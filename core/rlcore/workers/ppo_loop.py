@@ -12,9 +12,9 @@ import torch
 
 from rlcore.algos.functional import loss_units
 from rlcore.api.batch import Batch
+from rlcore.api.profiling import current_profiler
 from rlcore.api.training import MicroBatchLoss, ModelOutput, TrainingEngine
 from rlcore.config.batch_sizes import UpdateBatchSizes
-from rlcore.profiling.worker import mini_batch as profiled_mini_batch
 from rlcore.workers.micro_batches import plan_micro_batches
 
 #: ``loss_units`` moved to :mod:`rlcore.algos.functional` (the bypass loss needs it) and stays importable here
@@ -110,7 +110,7 @@ def ppo_update(
     dp_size = engine.layout.dp_size
     minis = (mini for _ in range(settings.epochs) for mini in _epoch(batch, settings.sizes.mini, generator))
     for index, mini in enumerate(minis):
-        with profiled_mini_batch(index):
+        with current_profiler().mini_batch(index):
             plan = plan_micro_batches(
                 mini,
                 size=settings.sizes.micro,

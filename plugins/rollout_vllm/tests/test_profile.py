@@ -1,5 +1,5 @@
 """A discrete rollout trace on vLLM: the engine runs vLLM's own torch profiler over a profiled step's generation
-(:mod:`rlcore.profiling.rollout`) and hands the trace to the step's replica folder."""
+(``rlcore.api.claim_rollout_trace``, answered by rlcore-plugin-profiler) and hands the trace to the step's replica folder."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlcore_plugin_profiler.profiler import GlobalProfiler
+from rlcore_plugin_profiler.rollout import RolloutTraceRequest, requesting
+from rlcore_plugin_profiler.torch_options import TorchOptions
 from rlcore_testkit.contracts.rollout import PROMPTS, make_prompt_batch
 
-from rlcore.profiling.rollout import RolloutTraceRequest, requesting
-from rlcore.profiling.torch_options import TorchOptions
+from rlcore.api.profiling import current_profiler, set_current_profiler
 
 
 def trace_events(path: Path) -> list[dict[str, Any]]:
@@ -31,8 +33,13 @@ def test_vllm_traces_a_profiled_generation_with_its_own_profiler(
     assert len(engine.generate(batch)) == len(PROMPTS), "no request posted: nothing is traced"
     folder = tmp_path / "agent_loop_rollout_replica_0"
     request = RolloutTraceRequest(folder, step=3, rank=0, options=TorchOptions(("shapes",), True), cuda=False)
-    with requesting(request):
-        engine.generate(batch)
+    previous = current_profiler()
+    try:
+        set_current_profiler(GlobalProfiler(None))  # what a profiled worker's process holds
+        with requesting(request):
+            engine.generate(batch)
+    finally:
+        set_current_profiler(previous)
     assert request.claimed and request.written
     assert sorted(str(Path(p).parent) for p in request.written) == [str(folder)] * len(request.written)
     assert all(Path(p).name.startswith("step3_rank0") for p in request.written)

@@ -40,6 +40,7 @@ from rlcore.api import (
     MULTI_MODAL_INPUTS,
     ROUTED_EXPERTS,
     Batch,
+    EngineTrace,
     ModelShape,
     RLCoreError,
     RolloutSettings,
@@ -50,6 +51,7 @@ from rlcore.api import (
     bucket_floor,
     check_left_padded,
     check_weight_names,
+    claim_rollout_trace,
     engine_dtype,
     float64_sum,
     load_policy,
@@ -58,7 +60,6 @@ from rlcore.api import (
     rollout_prefill,
     row_bytes,
 )
-from rlcore.api import rollout_profiling as profiled_rollout
 from rlcore_plugin_hf import static_decoder
 from rlcore_plugin_hf.chunking import (
     chunk_slices,
@@ -115,7 +116,7 @@ class HFRolloutEngine:
         RLCoreError: an invalid sampling or memory setting, naming its ``actor_rollout_ref.rollout.<key>``.
     """
 
-    #: a discrete rollout trace of a profiled step is written by the engine itself (:mod:`rlcore.profiling.rollout`)
+    #: a discrete rollout trace of a profiled step is written by the engine itself (``rlcore.api.claim_rollout_trace``)
     traces_itself = True
 
     def __init__(
@@ -217,8 +218,8 @@ class HFRolloutEngine:
         slices = self._plan_chunks(len(prompts), prompts.shape[1])
         steps = [0, 0]  # decoding steps run, and of those replayed from graphs
         chunks = []
-        request = profiled_rollout.claim()  # the discrete rollout stage of a profiled step
-        trace = None if request is None else profiled_rollout.EngineTrace(request)
+        request = claim_rollout_trace()  # the discrete rollout stage of a profiled step
+        trace = None if request is None else request.engine_trace()
         try:
             for rows in slices:
                 input_ids, attention_mask, position_ids = (
@@ -334,7 +335,7 @@ class HFRolloutEngine:
         seeds: Sequence[int],
         images: Iterable[Any] | None,
         steps: list[int],
-        trace: profiled_rollout.EngineTrace | None = None,
+        trace: EngineTrace | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The decoding loop over one chunk of rows (``seeds``: one per row); returns ``responses``, a
         boolean ``response_mask`` and the log-probs or None. Adds the decoding steps it ran, and those

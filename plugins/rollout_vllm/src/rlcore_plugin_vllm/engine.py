@@ -27,12 +27,12 @@ from rlcore.api import (
     ROLLOUT_KEY,
     Completion,
     RLCoreError,
+    RolloutTrace,
     SamplingParams,
     TokenListEngine,
+    claim_rollout_trace,
     is_vision_language,
-    read_torch_options,
 )
-from rlcore.api import rollout_profiling as profiled_rollout
 from rlcore_plugin_vllm.sampling import vllm_sampling_kwargs
 
 __all__ = ["VLLMRolloutEngine", "import_vllm"]
@@ -97,7 +97,7 @@ class VLLMRolloutEngine(TokenListEngine):
     """
 
     engine_name = "vllm"
-    #: a discrete rollout trace of a profiled step runs vLLM's own profiler (:mod:`rlcore.profiling.rollout`)
+    #: a discrete rollout trace of a profiled step runs vLLM's own profiler (``rlcore.api.claim_rollout_trace``)
     traces_itself = True
 
     def __init__(
@@ -161,45 +161,44 @@ class VLLMRolloutEngine(TokenListEngine):
     def _profiler_config(self) -> dict[str, Any] | None:
         """vLLM's engine-side torch profiler when the rollout's trace is discrete
         (``profiler.tool_config.torch.discrete``; the engine traces the profiled steps' generation itself,
-        :mod:`rlcore.profiling.rollout`): what ``contents`` asks for, written to a folder of this engine."""
+        ``rlcore.api.claim_rollout_trace``): what ``contents`` asks for, written to a folder of this engine (the
+        profiler plugin's dry run checks these settings)."""
         from omegaconf import OmegaConf
 
         section = OmegaConf.select(self.config, "profiler.tool_config.torch", default=None)
         raw: Any = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else section
-        options = read_torch_options(ROLLOUT_KEY, raw or {}, rollout=True)
-        if not options.discrete:
+        if not isinstance(raw, dict) or raw.get("discrete") is not True:
             return None
+        contents = list(raw.get("contents") or [])
         self._trace_dir = tempfile.mkdtemp(prefix="rlcore-vllm-trace-")
-        cuda = self.device.type == "cuda" and (not options.contents or "cuda" in options.contents)
+        cuda = self.device.type == "cuda" and (not contents or "cuda" in contents)
         return {
             "profiler": "torch",
             "torch_profiler_dir": self._trace_dir,
             "torch_profiler_activities": ["CPU", "CUDA"] if cuda else ["CPU"],
-            "torch_profiler_with_stack": "stack" in options.contents,
-            "torch_profiler_record_shapes": "shapes" in options.contents,
-            "torch_profiler_with_memory": "memory" in options.contents,
+            "torch_profiler_with_stack": "stack" in contents,
+            "torch_profiler_record_shapes": "shapes" in contents,
+            "torch_profiler_with_memory": "memory" in contents,
         }
 
-    def _start_trace(self, request: profiled_rollout.RolloutTraceRequest) -> None:
+    def _start_trace(self, request: RolloutTrace) -> None:
         """Start vLLM's profiler for a profiled step's generation, over the request's token window (vLLM's
         ``delay_iterations`` / ``max_iterations``: engine iterations, one per response token)."""
-        start = request.options.token_start or 0
-        end = request.options.token_end
+        start = request.token_start or 0
+        end = request.token_end
         self.llm.start_profile(
             profile_prefix=f"step{request.step}_rank{request.rank}",
             delay_iterations=start,
             max_iterations=0 if end is None else end - start,
         )
 
-    def _stop_trace(self, request: profiled_rollout.RolloutTraceRequest) -> None:
+    def _stop_trace(self, request: RolloutTrace) -> None:
         """Stop vLLM's profiler and move what it wrote into the request's folder."""
         assert self._trace_dir is not None
         self.llm.stop_profile()
         for path in sorted(Path(self._trace_dir).rglob("*")):
             if path.is_file():
-                target = profiled_rollout.unique_path(request.folder, path.name, "")
-                shutil.move(str(path), str(target))
-                request.written.append(str(target))
+                request.adopt(path)
 
     def _start(self, model_path: str) -> Any:
         """Build the ``vllm.LLM``; on CPU its KV cache gets ``vllm.cpu_kv_cache_gib`` GiB."""
@@ -243,7 +242,7 @@ class VLLMRolloutEngine(TokenListEngine):
             else TokensPrompt(prompt_token_ids=row, multi_modal_data=extra)
             for row, extra in zip(prompts, data)
         ]
-        request = profiled_rollout.claim() if self._trace_dir is not None else None
+        request = claim_rollout_trace() if self._trace_dir is not None else None
         if request is not None:
             self._start_trace(request)
         try:

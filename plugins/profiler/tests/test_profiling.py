@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from omegaconf import OmegaConf
+from rlcore_plugin_profiler.plan import describe_profiler, profile_plan
 from rlcore_testkit.runs import make_tiny_task, tiny_overrides, tiny_run
 
 from rlcore.cli import cli
 from rlcore.config import default_config
 from rlcore.errors import RLCoreError
-from rlcore.profiling.plan import describe_profiler, profile_plan
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_nsys_on_cpu_records_nothing_and_the_run_goes_on(
     tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
 ) -> None:
     """``global_profiler.tool=nsys`` on the CPU: the run trains, no NVTX range is opened, nothing is written."""
-    from rlcore.profiling import nvtx
+    from rlcore_plugin_profiler import nvtx
 
     save = tmp_path / "profile"
     last, _ = tiny_run(
@@ -63,24 +63,41 @@ def test_nsys_on_cpu_records_nothing_and_the_run_goes_on(
 
 
 @pytest.mark.gpu
-def test_nsys_marks_nvtx_ranges_around_worker_calls_on_cuda() -> None:
-    """On CUDA a chosen step opens the capture and a range per worker call (``CallMeter``), and closes them."""
+def test_nsys_marks_nvtx_ranges_around_worker_calls_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA a chosen step opens the capture and a range per worker call (``CallMeter``, through the
+    process's profiler), and closes them. The real NVTX calls run; the test also notes the ranges pushed."""
     import torch
+    from rlcore_plugin_profiler import nvtx
+    from rlcore_plugin_profiler.profiler import GlobalProfiler
 
+    from rlcore.api.profiling import current_profiler, set_current_profiler
     from rlcore.controller.call_stats import CallMeter
-    from rlcore.profiling import nvtx
-    from rlcore.profiling.worker import WorkerProfiler
 
     if not torch.cuda.is_available():
         pytest.skip("NVTX ranges need CUDA")
-    profiler = WorkerProfiler(0, torch.device("cuda", 0), "actor_rollout")
-    plan = {"tool": "nsys", "ranks": {"actor": (0,)}, "save_path": "unused", "memory_options": {}}
-    profiler.start(1, "actor", plan)
-    assert nvtx.active()
-    with CallMeter("update_actor") as meter:
-        torch.ones(4, device="cuda").sum().item()
-    assert meter._range  # the call was a range of its own
-    assert profiler.stop() == [] and not nvtx.active()
+    pushed: list[str] = []
+    push = torch.cuda.nvtx.range_push
+
+    def noted_push(name: str) -> int:
+        pushed.append(name)
+        return push(name)
+
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", noted_push)
+    previous = current_profiler()
+    set_current_profiler(GlobalProfiler(None))  # what a worker of an nsys run holds
+    try:
+        profiler = current_profiler().worker_profiler(0, torch.device("cuda", 0), "actor_rollout")
+        plan = {"tool": "nsys", "ranks": {"actor": (0,)}, "save_path": "unused", "memory_options": {}}
+        profiler.start(1, "actor", plan)
+        assert nvtx.active()
+        with CallMeter("update_actor"):
+            torch.ones(4, device="cuda").sum().item()
+        assert profiler.stop() == [] and not nvtx.active()
+        with CallMeter("update_actor"):  # outside a chosen step: no range
+            pass
+    finally:
+        set_current_profiler(previous)
+    assert pushed == ["step1", "update_actor"]
 
 
 def test_torch_memory_on_cpu_profiles_every_step(tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]) -> None:

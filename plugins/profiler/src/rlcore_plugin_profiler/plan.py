@@ -18,13 +18,13 @@ chosen steps one trace, named after its first step. A worker group is profiled w
 ``reward_model.profiler``), or every group when no role enables it; within a group, ``profiler.all_ranks``
 or ``profiler.ranks`` choose the ranks (default: rank 0), and the stages of the roles that enable it are
 traced (all of them when none does). With ``tool=torch`` each role's ``profiler.tool_config.torch``
-(:mod:`rlcore.profiling.torch_options`) says what is recorded and how the traces are cut;
+(:mod:`rlcore_plugin_profiler.torch_options`) says what is recorded and how the traces are cut;
 ``global_profiler.relocate_results`` moves the rollout engine's traces next to the training ones and
-``global_profiler.finish_hook_cmd`` runs a command after the last profiled step (:mod:`rlcore.profiling.finish`). ``nsys``: :mod:`rlcore.profiling.nvtx` marks NVTX
+``global_profiler.finish_hook_cmd`` runs a command after the last profiled step (:mod:`rlcore_plugin_profiler.finish`). ``nsys``: :mod:`rlcore_plugin_profiler.nvtx` marks NVTX
 ranges on CUDA ranks for Nsight Systems, which the user launches the run under; ``npu`` is not available.
 
 This module only reads the config (the controller side); the workers' side is
-:mod:`rlcore.profiling.worker`.
+:mod:`rlcore_plugin_profiler.worker`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcore.errors import RLCoreError
-from rlcore.profiling.torch_options import TorchOptions, read_torch_options
+from rlcore.api import RLCoreError
+from rlcore_plugin_profiler.torch_options import TorchOptions, read_torch_options
 
 __all__ = [
     "GROUP_SECTIONS",
@@ -279,10 +279,10 @@ def profile_plan(config: Any) -> ProfilePlan | None:
 
 def _traces_itself(config: Any) -> str:
     """The rollout engine's name; an error when it cannot trace its own generation (``traces_itself``)."""
-    from rlcore.plugins import get_component
+    from rlcore import load_plugins
 
     name = str(_select(config, "actor_rollout_ref.rollout.name", "hf"))
-    if not getattr(get_component("rollout_engine", name), "traces_itself", False):
+    if not getattr(load_plugins().registry.load("rollout_engine", name), "traces_itself", False):
         raise RLCoreError(
             f"actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=true: the {name} rollout engine does not "
             "trace its own generation (the hf and vllm engines do); set it to false to trace the rollout inside "
@@ -406,12 +406,9 @@ class StepProfiling:
                     group.finish_profile()
 
 
-def step_profiling(config: Any, groups: Any) -> StepProfiling | None:
-    """The controller's :class:`StepProfiling` over the run's :class:`~rlcore.controller.groups.WorkerGroups`
-    (None when ``global_profiler.tool`` is null)."""
-    plan = profile_plan(config)
-    if plan is None:
-        return None
+def step_profiling(plan: ProfilePlan, groups: Any) -> StepProfiling:
+    """The controller's :class:`StepProfiling` of ``plan`` over the run's worker groups (``groups.actor``,
+    ``groups.rollout`` when ``groups.split``, ``groups.critic``, ``groups.reward_model``)."""
     kinds = [("actor", groups.actor)]
     if groups.split:
         kinds.append(("actor", groups.rollout))

@@ -1,10 +1,10 @@
-"""``rlcore new plugin``: scaffold a plugin distribution from the cookiecutter template shipped with rlcore.
+"""``rlcore new plugin``: scaffold a plugin distribution from the cookiecutter template this distribution ships.
 
-The template is package data (``rlcore/templates/plugin``), so this works from an installed wheel and
-offline. Cookiecutter is imported only here, when the command runs (``pip install 'rlcore[new]'``). The
-template's own pre-generation hook checks the values (it runs for plain ``cookiecutter`` users too); this
-module checks only what cookiecutter would ignore or word obscurely: a misspelt variable name, a switch
-that is not yes or no.
+The template is package data (``rlcore_plugin_scaffold/templates/plugin``), so this works from an installed
+wheel and offline. Cookiecutter (a dependency of rlcore-plugin-scaffold) is imported only here, when the
+command runs. The template's own pre-generation hook checks the values (it runs for plain ``cookiecutter``
+users too); this module checks only what cookiecutter would ignore or word obscurely: a misspelt variable
+name, a switch that is not yes or no.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore import __version__
-from rlcore.api.version import API_VERSION
-from rlcore.errors import RLCoreError
+from rlcore.api import API_VERSION, RLCoreError
 
 #: the plugin template (a cookiecutter template directory)
 PLUGIN_TEMPLATE = Path(__file__).parent / "templates" / "plugin"
@@ -80,7 +79,7 @@ def new_plugin(values: Mapping[str, str | bool], *, no_input: bool, output_dir: 
         from cookiecutter.exceptions import CookiecutterException, FailedHookException, OutputDirExistsException
         from cookiecutter.main import cookiecutter
     except ImportError as exc:
-        raise ScaffoldError("rlcore new needs cookiecutter: pip install 'rlcore[new]'") from exc
+        raise ScaffoldError("rlcore new needs cookiecutter: pip install 'cookiecutter>=2.6'") from exc
     # cookiecutter logs a traceback when a hook fails; the hook's own message and ours are enough
     quiet = logging.NullHandler()
     log = logging.getLogger("cookiecutter")

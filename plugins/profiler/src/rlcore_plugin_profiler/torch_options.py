@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlcore.errors import RLCoreError
+from rlcore.api import RLCoreError
 
 __all__ = ["CONTENTS", "SCHEDULE_KEYS", "TorchOptions", "read_torch_options"]
 

@@ -1,4 +1,4 @@
-"""The workers' side of step profiling (:mod:`rlcore.profiling.plan` reads the config and says when).
+"""The workers' side of step profiling (:mod:`rlcore_plugin_profiler.plan` reads the config and says when).
 
 A worker keeps one :class:`WorkerProfiler`; ``start(step, kind, plan)`` marks the step when this rank is one
 the plan profiles for its group kind, every worker call of the step runs inside :meth:`WorkerProfiler.stage`,
@@ -6,13 +6,13 @@ and ``stop()`` writes the files under ``{save_path}/step{N}/``.
 
 With ``tool=torch`` each call is a stage of a role (``generate_sequences``: the rollout,
 ``compute_ref_log_prob``: the reference, any other: the group's own training role), traced as that role's
-``profiler.tool_config.torch`` says (:mod:`rlcore.profiling.torch_options`):
+``profiler.tool_config.torch`` says (:mod:`rlcore_plugin_profiler.torch_options`):
 
 - continuous (``discrete=false``): one session per step, opened at the first traced stage, in which every
   stage is a ``record_function`` row named after the call and every update mini-batch a ``mini_batch<i>``
   row (:func:`mini_batch`); written as ``{group}_rank{r}.trace.json``;
 - discrete: each stage of :data:`STAGES` in a session of its own, ``{group}_rank{r}.{stage}.trace.json``; a
-  discrete rollout stage is traced by the rollout engine itself (:mod:`rlcore.profiling.rollout`).
+  discrete rollout stage is traced by the rollout engine itself (:mod:`rlcore_plugin_profiler.rollout`).
 
 ``torch.profiler`` allows one session per process, so workers that share a process (the ``local`` executor
 holds every group in the controller's) share the continuous session: it is written once the last of them
@@ -30,12 +30,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rlcore.profiling import nvtx
-from rlcore.profiling.finish import relocate_rollout_traces, rollout_trace_dir, run_finish_hook
-from rlcore.profiling.rollout import RolloutTraceRequest, requesting, unique_path
-from rlcore.profiling.torch_options import TorchOptions
+from rlcore_plugin_profiler import nvtx
+from rlcore_plugin_profiler.finish import relocate_rollout_traces, rollout_trace_dir, run_finish_hook
+from rlcore_plugin_profiler.rollout import RolloutTraceRequest, requesting, unique_path
+from rlcore_plugin_profiler.torch_options import TorchOptions
 
-__all__ = ["STAGES", "WorkerProfiler", "mini_batch", "worker_stage"]
+__all__ = ["STAGES", "WorkerProfiler", "mini_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -382,10 +382,3 @@ class WorkerProfiler:
             rank=self.rank,
             role=self.name,
         )
-
-
-def worker_stage(worker: Any, method: str) -> contextlib.AbstractContextManager[None]:
-    """The :meth:`WorkerProfiler.stage` of ``worker``'s call ``method`` (nothing for a worker without a
-    profiler)."""
-    profiler = getattr(worker, "profiler", None)
-    return profiler.stage(method) if isinstance(profiler, WorkerProfiler) else contextlib.nullcontext()

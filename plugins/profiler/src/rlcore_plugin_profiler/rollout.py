@@ -2,9 +2,11 @@
 
 While a profiled rank runs ``generate_sequences`` with ``actor_rollout_ref.rollout.profiler.tool_config.torch
 .discrete=true``, the worker's profiler posts a :class:`RolloutTraceRequest` (:func:`requesting`); the engine
-claims it (:func:`claim`) and writes its traces into the request's folder, the replica's own
-``{save_path}/agent_loop_rollout_replica_{rank}/`` (verl's layout). The hf engine traces itself with
-``torch.profiler`` through :class:`EngineTrace`; the vllm plugin starts and stops vLLM's engine-side profiler.
+claims it (:func:`claim`, which an engine reaches through ``rlcore.api.claim_rollout_trace``) and writes its
+traces into the request's folder, the replica's own ``{save_path}/agent_loop_rollout_replica_{rank}/`` (verl's
+layout). The hf engine traces itself with ``torch.profiler`` through :meth:`RolloutTraceRequest.engine_trace`;
+the vllm plugin starts and stops vLLM's engine-side profiler and hands its files over with
+:meth:`RolloutTraceRequest.adopt`.
 ``profile_token_start`` / ``profile_token_end`` bound the traced response tokens: the hf engine traces the
 decoding iterations that produce tokens ``start .. end - 1`` of each chunk of rows, vLLM its engine iterations
 (``delay_iterations`` / ``max_iterations``).
@@ -13,12 +15,13 @@ decoding iterations that produce tokens ``start .. end - 1`` of each chunk of ro
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlcore.profiling.torch_options import TorchOptions
+from rlcore_plugin_profiler.torch_options import TorchOptions
 
 __all__ = ["EngineTrace", "RolloutTraceRequest", "claim", "requesting", "unique_path"]
 
@@ -36,6 +39,26 @@ class RolloutTraceRequest:
     cuda: bool
     claimed: bool = False
     written: list[str] = field(default_factory=list)
+
+    @property
+    def token_start(self) -> int | None:
+        """The first response token traced (None: from the first)."""
+        return self.options.token_start
+
+    @property
+    def token_end(self) -> int | None:
+        """The response token the trace stops before (None: to the end)."""
+        return self.options.token_end
+
+    def engine_trace(self) -> EngineTrace:
+        """An :class:`EngineTrace` of this request (an in-process engine's own ``torch.profiler``)."""
+        return EngineTrace(self)
+
+    def adopt(self, path: Path) -> None:
+        """Move a file the engine's own profiler wrote into the request's folder (under a name not taken yet)."""
+        target = unique_path(self.folder, path.name, "")
+        shutil.move(str(path), str(target))
+        self.written.append(str(target))
 
 
 _REQUEST: RolloutTraceRequest | None = None

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from rlcore_plugin_profiler.finish import run_finish_hook
+from rlcore_plugin_profiler.plan import describe_profiler, profile_plan
 from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_overrides, tiny_run
 
 from rlcore.config import default_config
 from rlcore.errors import RLCoreError
-from rlcore.profiling.finish import run_finish_hook
-from rlcore.profiling.plan import describe_profiler, profile_plan
 
 ACTOR = "actor_rollout_ref.actor.profiler.tool_config.torch"
 ROLLOUT = "actor_rollout_ref.rollout.profiler.tool_config.torch"
@@ -104,7 +104,7 @@ def test_discrete_stages_follow_the_schedule_and_the_rollout_token_window(
     """discrete=true: one trace per stage; the update's follows the whole schedule (skip the first mini-batch,
     keep one); the rollout covers response tokens 2..4 only and stays in its replica folder without
     relocate_results; a failing hook is reported and the run goes on."""
-    caplog.set_level(logging.WARNING, logger="rlcore.profiling.finish")
+    caplog.set_level(logging.WARNING, logger="rlcore_plugin_profiler.finish")
     save = run(
         tmp_path,
         tiny_model_dir,
@@ -138,7 +138,7 @@ def test_discrete_stages_follow_the_schedule_and_the_rollout_token_window(
 def test_the_hook_runs_through_the_shell_and_a_failure_is_reported(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="rlcore.profiling.finish")
+    caplog.set_level(logging.INFO, logger="rlcore_plugin_profiler.finish")
     out = tmp_path / "env.txt"
     assert run_finish_hook(
         f'echo "$VERL_PROFILE_ROLE $VERL_PROFILE_RANK" > {out}', save_path="p", tool="torch", rank=3, role="critic"
@@ -296,7 +296,7 @@ def test_a_discrete_rollout_inside_an_open_continuous_trace_is_a_row_of_it(
     """``profile_continuous_steps``: steps 1 and 2 make one trace, open when step 2 generates, so step 2's rollout
     cannot have a trace of its own (one torch.profiler session per process): it is a row of the open trace,
     and a warning says so; step 1's rollout, before the trace opened, has its own."""
-    caplog.set_level(logging.WARNING, logger="rlcore.profiling.worker")
+    caplog.set_level(logging.WARNING, logger="rlcore_plugin_profiler.worker")
     save = run(
         tmp_path,
         tiny_model_dir,

@@ -1,0 +1,44 @@
+"""The plugin's hooks: the run's profiler (``global_profiler.tool``) and its line in the run plan.
+
+This module must stay free of torch imports: ``rlcore plugins`` and the command line import it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rlcore import hookimpl
+
+if TYPE_CHECKING:
+    from rlcore.api import Profiler
+
+#: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
+RLCORE_API = ">=3,<4"
+
+
+def _tool(config: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(config, "global_profiler.tool", default=None)
+
+
+@hookimpl
+def profiler(config: Any) -> Profiler | None:
+    """The run's :class:`~rlcore_plugin_profiler.profiler.GlobalProfiler` when ``global_profiler.tool`` is set."""
+    if _tool(config) is None:
+        return None
+    from rlcore_plugin_profiler.profiler import GlobalProfiler
+
+    return GlobalProfiler(config)
+
+
+@hookimpl
+def plan_lines(config: Any) -> list[str] | None:
+    """The profiler's line (what it records, which steps and ranks, where); bad settings raise an error
+    naming the key."""
+    if _tool(config) is None:
+        return None
+    from rlcore_plugin_profiler.plan import describe_profiler
+
+    line = describe_profiler(config)
+    return [line] if line else None
