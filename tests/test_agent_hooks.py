@@ -49,8 +49,8 @@ def test_hook_register_tools(registered, tmp_path: Path) -> None:
 
     path = tmp_path / "tools.yaml"
     path.write_text("tools:\n  - class_name: other_framework.tools.Echo\n    config: {timeout: 2}\n")
-    with registered(plugin(register_tools=register_tools)):
-        (tool,) = load_tools(str(path)).values()
+    with registered(plugin(register_tools=register_tools)) as manager:
+        (tool,) = load_tools(str(path), manager.registry).values()
     assert isinstance(tool, Echo) and tool.config == {"timeout": 2}
     assert asyncio.run(tool.execute("t", {"text": "hi"})) == "hi"
 
@@ -61,8 +61,8 @@ def test_hook_register_interactions(registered, tmp_path: Path) -> None:
 
     path = tmp_path / "interactions.yaml"
     path.write_text("interaction:\n  - name: user\n    class_name: always-done\n")
-    with registered(plugin(register_interactions=register_interactions)):
-        interactions = load_interactions(str(path))
+    with registered(plugin(register_interactions=register_interactions)) as manager:
+        interactions = load_interactions(str(path), manager.registry)
     assert isinstance(interactions["user"], AlwaysDone) and interactions["user"].name == "user"
 
 
@@ -71,8 +71,8 @@ def test_hook_register_tool_parsers(registered) -> None:
         register("lines", EveryLineIsACall)
 
     cfg = load_config(overrides=["actor_rollout_ref.rollout.multi_turn.format=lines"])
-    with registered(plugin(register_tool_parsers=register_tool_parsers)):
-        runner = AgentRunner(cfg, build_tokenizer())
+    with registered(plugin(register_tool_parsers=register_tool_parsers)) as manager:
+        runner = AgentRunner(cfg, build_tokenizer(), manager.registry)
     assert isinstance(runner.parser, EveryLineIsACall)
 
 
@@ -82,6 +82,6 @@ def test_hook_register_agent_loops(registered) -> None:
 
     cfg = load_config(overrides=["actor_rollout_ref.rollout.agent.default_agent_loop=idle"])
     with registered(plugin(register_agent_loops=register_agent_loops)) as manager:
-        runner = AgentRunner(cfg, build_tokenizer())
+        runner = AgentRunner(cfg, build_tokenizer(), manager.registry)
         assert manager.registry.load("agent_loop", "idle") is NeverGenerates
     assert runner.settings.default_agent_loop == "idle" and runner.settings.active

@@ -23,6 +23,7 @@ from rlcore.agents.audit import MaskAuditError, audit_batch
 from rlcore.agents.runner import AgentRunner, left_pad
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
+from rlcore.plugins import load_plugins
 
 RESPONSE_LENGTH = 160
 
@@ -82,7 +83,9 @@ def engine(cfg: Any, tokenizer: Any, model: Any) -> HFRolloutEngine:
 def test_mask_audit_passes_on_a_real_multi_turn_run(family: tuple[str, Any, Any], tool_yaml: Path) -> None:
     name, tokenizer, model = family
     cfg = config(tool_yaml)
-    out = AgentRunner(cfg, tokenizer).run(prompts(tokenizer), engine(cfg, tokenizer, model).generate)
+    out = AgentRunner(cfg, tokenizer, load_plugins().registry).run(
+        prompts(tokenizer), engine(cfg, tokenizer, model).generate
+    )
     metrics = out.meta["agent_metrics"]
     assert metrics["tool/calls/mean"] > 0 and metrics["num_turns/max"] >= 3, metrics
     observed = (out["response_mask"] == 0) & (out["attention_mask"][:, -RESPONSE_LENGTH:] == 1)
@@ -105,7 +108,9 @@ def test_mask_audit_passes_on_a_real_multi_turn_run(family: tuple[str, Any, Any]
 def test_mask_audit_catches_wrong_masks(tool_yaml: Path) -> None:
     tokenizer, model = trained("qwen2.5")
     cfg = config(tool_yaml)
-    out = AgentRunner(cfg, tokenizer).run(prompts(tokenizer), engine(cfg, tokenizer, model).generate)
+    out = AgentRunner(cfg, tokenizer, load_plugins().registry).run(
+        prompts(tokenizer), engine(cfg, tokenizer, model).generate
+    )
     width = RESPONSE_LENGTH
     valid = out["attention_mask"][:, -width:].bool()
     row = int(torch.nonzero((out["response_mask"] == 0) & valid)[0, 0])
@@ -131,7 +136,7 @@ def test_single_turn_loop_is_the_engine_output(tool_yaml: Path) -> None:
     tokenizer, model = trained("qwen3")
     cfg = config(None, enable="false")
     batch = prompts(tokenizer, 8, {"agent_name": "single_turn_agent"})
-    runner = AgentRunner(cfg, tokenizer)
+    runner = AgentRunner(cfg, tokenizer, load_plugins().registry)
     assert runner.applies_to(batch) and not runner.settings.active
     out = runner.run(batch, engine(cfg, tokenizer, model).generate)
     direct = engine(cfg, tokenizer, model).generate(batch)
@@ -146,7 +151,9 @@ def test_interaction_replies_until_the_episode_ends(tmp_path: Path) -> None:
         "verl_examples/examples/sglang_multiturn/config/interaction_config/gsm8k_interaction_config.yaml"
     )
     cfg = config(None, interaction_config_path=str(interaction_yaml), max_user_turns=2)
-    out = AgentRunner(cfg, tokenizer).run(prompts(tokenizer, 8), engine(cfg, tokenizer, model).generate)
+    out = AgentRunner(cfg, tokenizer, load_plugins().registry).run(
+        prompts(tokenizer, 8), engine(cfg, tokenizer, model).generate
+    )
     metrics = out.meta["agent_metrics"]
     assert metrics["interaction/turns"] > 0
     assert audit_batch(out, tokenizer) >= len(out)

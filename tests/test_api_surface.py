@@ -102,3 +102,25 @@ def test_every_public_name_resolves_and_is_typed_the_same() -> None:
             if not (getattr(value, "__doc__", None) or "").strip():
                 undocumented.append(name)
     assert not undocumented, f"public names without a docstring: {undocumented}"
+
+
+def test_one_reader_of_the_lazy_table() -> None:
+    """The lazy-table reader gives every name of ``rlcore.api``, in the table's order, with the target that
+    ``rlcore.api`` imports it from and the group ``docs/api.md`` lists it under."""
+    import rlcore.api
+    from rlcore.api.lazy_table import read_lazy_table
+    from rlcore.hookdocs import api_groups
+
+    entries = read_lazy_table((PACKAGE / "api" / "__init__.py").read_text())
+    assert [entry.name for entry in entries] == list(rlcore.api._LAZY)
+    assert all((entry.module, entry.attribute) == rlcore.api._target(entry.name) for entry in entries)
+    assert entries[0].group == "errors" and entries[0].name == "RLCoreError"
+    assert [name for _, names in api_groups() for name in names] == list(rlcore.api._LAZY)
+    fragment = (
+        '_LAZY: dict[str, str] = {\n    # a group\n    "A": "m",\n    "B": "m:b",\n    # more\n    "c": "m.c:",\n}\n'
+    )
+    assert [tuple(entry) for entry in read_lazy_table(fragment)] == [
+        ("a group", "A", "m", "A"),
+        ("a group", "B", "m", "b"),
+        ("more", "c", "m.c", None),
+    ]

@@ -17,6 +17,7 @@ from rlcore.data.collate import collate_rows
 from rlcore.data.custom import load_dataset_class
 from rlcore.data.loader import PromptLoader
 from rlcore.data.rl_dataset import RLDataset, truncate_ids
+from rlcore.registry import Registry
 
 QUESTIONS = [
     "how many apples did john buy",
@@ -359,22 +360,25 @@ def test_custom_cls_from_file(tmp_path, plugin_manager):
         "    loud = True\n"
     )
     config = {"data": {"dataset": "rl", "custom_cls": {"path": str(source), "name": "Shouting"}}}
-    cls = load_dataset_class(config)
+    cls = load_dataset_class(config, Registry())
     assert cls.__name__ == "Shouting" and cls.loud
-    assert load_dataset_class(config["data"]) is cls
+    assert load_dataset_class(config["data"], Registry()) is cls
     with pytest.raises(DataError, match=r"my_data.py' defines no 'Missing'"):
-        load_dataset_class({"data": {"custom_cls": {"path": str(source), "name": "Missing"}}})
+        load_dataset_class({"data": {"custom_cls": {"path": str(source), "name": "Missing"}}}, Registry())
     with pytest.raises(DataError, match=r"data.custom_cls.path='.*nope.py': file does not exist"):
-        load_dataset_class({"data": {"custom_cls": {"path": str(tmp_path / "nope.py"), "name": "X"}}})
+        load_dataset_class({"data": {"custom_cls": {"path": str(tmp_path / "nope.py"), "name": "X"}}}, Registry())
 
 
 def test_registry_dataset_and_unknown_name(plugin_manager):
-    assert load_dataset_class({"data": {"dataset": "rl", "custom_cls": {"path": None}}}) is RLDataset
+    assert (
+        load_dataset_class({"data": {"dataset": "rl", "custom_cls": {"path": None}}}, plugin_manager.registry)
+        is RLDataset
+    )
     assert load_dataset_class({"data": {"dataset": "jsonl"}}, plugin_manager.registry) is RLDataset
     from rlcore.errors import RLCoreError
 
     with pytest.raises(RLCoreError, match="unknown dataset 'parket'"):
-        load_dataset_class({"data": {"dataset": "parket"}})
+        load_dataset_class({"data": {"dataset": "parket"}}, plugin_manager.registry)
 
 
 # ------------------------------------------------------------------ contract

@@ -103,8 +103,8 @@ def test_hook_register_reward_scorers(registered) -> None:
     def impl(register):
         register("my/source", scorer)
 
-    with registered(plugin(register_reward_scorers=impl), name="scorer-plugin"):
-        score = build_scorer(load_config(overrides=["data.train_files=x"]))
+    with registered(plugin(register_reward_scorers=impl), name="scorer-plugin") as manager:
+        score = build_scorer(load_config(overrides=["data.train_files=x"]), manager.registry)
         assert score("my/source", "42", "42", None) == 1.0
         assert score("my/source", "41", "42", None) == 0.0
 
@@ -118,8 +118,8 @@ def test_hook_register_datasets(registered) -> None:
     def impl(register):
         register("mine", MyDataset)
 
-    with registered(plugin(register_datasets=impl), name="ds-plugin"):
-        assert load_dataset_class(load_config(overrides=["data.dataset=mine"])) is MyDataset
+    with registered(plugin(register_datasets=impl), name="ds-plugin") as manager:
+        assert load_dataset_class(load_config(overrides=["data.dataset=mine"]), manager.registry) is MyDataset
 
 
 def test_hook_register_advantage_estimators(registered) -> None:
@@ -188,8 +188,8 @@ def test_hook_register_trackers(registered, tmp_path: Path) -> None:
     def impl(register):
         register("list", ListTracker)
 
-    with registered(plugin(register_trackers=impl), name="tracker-plugin"):
-        trackers = build_trackers(load_config(overrides=["trainer.logger=[list]"]), tmp_path)
+    with registered(plugin(register_trackers=impl), name="tracker-plugin") as manager:
+        trackers = build_trackers(load_config(overrides=["trainer.logger=[list]"]), tmp_path, manager.registry)
         trackers.log({"a": 1.0}, step=3)
         trackers.finish()
     assert logged == [(3, {"a": 1.0}), "finished"]

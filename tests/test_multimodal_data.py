@@ -186,7 +186,7 @@ def test_image_key_and_entry_forms(tmp_path: Path, processor) -> None:
     assert ds[0]["multi_modal_data"]["image"][0].getpixel((0, 0)) == (255, 0, 0)  # found next to the data file
 
 
-def test_the_run_plan_checks_the_model_has_a_processor(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_the_run_plan_checks_the_model_has_a_processor(tmp_path: Path, tiny_model_dir: Path, plugin_manager) -> None:
     from omegaconf import OmegaConf
 
     from rlcore.config import default_config
@@ -195,11 +195,13 @@ def test_the_run_plan_checks_the_model_has_a_processor(tmp_path: Path, tiny_mode
     config = default_config()
     config.actor_rollout_ref.model.path = str(tiny_model_dir)  # a text-only model: no processor
     config.data.train_files = write(tmp_path / "text.parquet", [row("plain", None)])
-    assert image_plan(config) is None
+    assert image_plan(config, plugin_manager.registry) is None
     config.data.val_files = write(tmp_path / "img.parquet", [row("<image> x", [{"bytes": png("red")}])])
     with pytest.raises(
         DataError, match=r"img\.parquet: column 'images' \(data.image_key\) holds images but .* no multimodal processor"
     ):
-        image_plan(config)
+        image_plan(config, plugin_manager.registry)
     config.actor_rollout_ref.model.path = "Qwen/Qwen2.5-VL-7B-Instruct"  # not local: checked when the run loads it
-    assert "loaded when the run starts" in image_plan(OmegaConf.create(OmegaConf.to_container(config)))
+    assert "loaded when the run starts" in image_plan(
+        OmegaConf.create(OmegaConf.to_container(config)), plugin_manager.registry
+    )

@@ -17,6 +17,7 @@ from rlcore.agents.runner import AgentRunner, finish_or_abort, left_pad
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
+from rlcore.plugins import load_plugins
 
 RESPONSE_LENGTH = 160
 
@@ -53,7 +54,7 @@ def test_the_slowest_trajectories_are_aborted_in_training_only(tmp_path: Path) -
     tools.write_text("tools:\n  - class_name: calculator\n")
     tokenizer, model = tool_chat_pair("qwen2.5")
     cfg = _config(tools, 0.5)
-    runner = AgentRunner(cfg, tokenizer)
+    runner = AgentRunner(cfg, tokenizer, load_plugins().registry)
     engine = HFRolloutEngine(None, tokenizer, cfg.actor_rollout_ref.rollout, module=copy.deepcopy(model))  # type: ignore[attr-defined]
 
     out = runner.run(_prompts(tokenizer, 16, validate=False), engine.generate)

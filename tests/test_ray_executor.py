@@ -373,6 +373,7 @@ def test_split_placement_trains_on_one_pool_and_generates_on_another(
 
     from rlcore.data.collate import collate_rows
     from rlcore.data.custom import load_dataset_class
+    from rlcore.plugins import load_plugins
 
     task = make_tiny_task(tmp_path / "task")
     config = ray_config(
@@ -387,7 +388,9 @@ def test_split_placement_trains_on_one_pool_and_generates_on_another(
         "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=0.015625",
     )
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    dataset = load_dataset_class(config)(config.data.train_files, tokenizer, config.data, split="train")
+    dataset = load_dataset_class(config, load_plugins().registry)(
+        config.data.train_files, tokenizer, config.data, split="train"
+    )
     prompts = collate_rows([dataset[i] for i in range(3)])
     groups = build_worker_groups(config, use_reference=True, use_critic=False)
     try:

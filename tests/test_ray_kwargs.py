@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
@@ -163,11 +164,11 @@ def test_a_ray_init_argument_ray_does_not_know_is_a_config_error() -> None:
     assert not ray.is_initialized()
 
 
-def test_verl_file_logger_is_the_jsonl_sink_written_once(tmp_path: Path) -> None:
+def test_verl_file_logger_is_the_jsonl_sink_written_once(tmp_path: Path, plugin_manager: Any) -> None:
     from rlcore.tracking.sinks import build_trackers, read_metrics
 
     config = OmegaConf.create({"trainer": {"project_name": "p", "experiment_name": "e", "logger": ["console", "file"]}})
-    with build_trackers(config, tmp_path) as trackers:
+    with build_trackers(config, tmp_path, plugin_manager.registry) as trackers:
         assert trackers.names == ["console", "jsonl"]
         trackers.log({"loss": 0.5}, step=1)
     assert read_metrics(tmp_path) == [{"step": 1, "loss": 0.5}]

@@ -12,6 +12,7 @@ import pytest
 from rlcore_testkit.contracts.rewards import make_reward_batch
 from rlcore_testkit.runs import make_tiny_task, tiny_run
 
+from rlcore.registry import Registry
 from rlcore.reward import RewardError
 from rlcore.reward.extras import check_reward_extras
 from rlcore.reward.ground_truth import ground_truth_text
@@ -104,10 +105,12 @@ def test_ground_truth_text(value, text) -> None:
     assert ground_truth_text(value) == text
 
 
-def test_text_scorers_get_text_ground_truths_and_unclear_ones_are_counted_once(tiny_tokenizer, caplog) -> None:
+def test_text_scorers_get_text_ground_truths_and_unclear_ones_are_counted_once(
+    tiny_tokenizer, caplog, plugin_manager
+) -> None:
     truths = [72.0, np.int64(72), ["72"], None, float("nan"), ["72", "73"]]
     batch, _ = make_reward_batch(tiny_tokenizer, ["#### 72"] * 6, data_source="openai/gsm8k", ground_truths=truths)
-    manager = NaiveRewardManager(tiny_tokenizer, RegistryScorer(), {"scorer_timeout": 0})
+    manager = NaiveRewardManager(tiny_tokenizer, RegistryScorer(plugin_manager.registry), {"scorer_timeout": 0})
     with caplog.at_level(logging.WARNING, logger="rlcore.reward.managers"):
         result = manager(batch)
         again = manager(batch)
@@ -136,13 +139,13 @@ def test_a_custom_reward_function_gets_the_ground_truth_as_stored(tiny_tokenizer
     [("rlcore/arith", "33"), ("rlcore/arith_chain", "20+13=33"), ("rlcore/arith_tools", "so 33")],
 )
 def test_the_bundled_task_scorers_get_text_ground_truths_and_unclear_ones_are_counted(
-    tiny_tokenizer, data_source: str, response: str
+    tiny_tokenizer, data_source: str, response: str, plugin_manager
 ) -> None:
     """The bundled tasks' scorers compare text, as GSM8K's does: a float column's ``33.0`` scores a correct
     ``33`` 1 (it scored 0, silently), and a ground truth without a clear text form is counted."""
     truths = [33.0, np.int64(33), ["33"], np.float32(33.0), None]
     batch, _ = make_reward_batch(tiny_tokenizer, [response] * 5, data_source=data_source, ground_truths=truths)
-    result = NaiveRewardManager(tiny_tokenizer, RegistryScorer(), {"scorer_timeout": 0})(batch)
+    result = NaiveRewardManager(tiny_tokenizer, RegistryScorer(plugin_manager.registry), {"scorer_timeout": 0})(batch)
     assert result.token_level_scores.sum(-1).tolist() == [1.0, 1.0, 1.0, 1.0, 0.0]
     assert result.metrics["reward/ground_truth_nonstring"] == 1
 
@@ -208,7 +211,7 @@ def test_a_reward_file_changing_torch_at_import_is_set_back(tmp_path: Path) -> N
 
     reward = tmp_path / "grad_off_reward.py"
     reward.write_text("import torch\n\ntorch.set_grad_enabled(False)\n\ndef compute_score(**kwargs):\n    return 1.0\n")
-    build_scorer({"custom_reward_function": {"path": str(reward), "name": "compute_score"}})
+    build_scorer({"custom_reward_function": {"path": str(reward), "name": "compute_score"}}, Registry())
     assert torch.is_grad_enabled()
 
 

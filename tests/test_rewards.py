@@ -38,11 +38,11 @@ def run_config(**overrides):
 GSM8K_RESPONSES = ["48 + 24 = 72\n#### 72", "#### 71", "", "I do not know"]
 
 
-def test_naive_manager_with_gsm8k(tiny_tokenizer):
+def test_naive_manager_with_gsm8k(tiny_tokenizer, plugin_manager):
     batch, lengths = make_reward_batch(
         tiny_tokenizer, GSM8K_RESPONSES, data_source="openai/gsm8k", ground_truths=["72", "72", "72", "72"]
     )
-    result = NaiveRewardManager(tiny_tokenizer, RegistryScorer(), {"scorer_timeout": 5})(batch)
+    result = NaiveRewardManager(tiny_tokenizer, RegistryScorer(plugin_manager.registry), {"scorer_timeout": 5})(batch)
     assert isinstance(result, RewardResult)
     assert result.token_level_scores.shape == (4, RESPONSE_LENGTH)
     assert result.token_level_scores[0, lengths[0] - 1] == 1.0
@@ -173,16 +173,22 @@ def test_batch_fail_fast_raises_on_the_whole_call(tiny_tokenizer):
 # ------------------------------------------------------------------ build_scorer / build_reward_manager
 
 
+def reward_manager(config, tokenizer, manager):
+    """The run's reward manager, its class resolved from ``reward_model.reward_manager`` as ``rlcore run`` does."""
+    cls = manager.registry.load("reward_manager", config.reward_model.reward_manager)
+    return build_reward_manager(config, tokenizer, cls, manager.registry)
+
+
 def test_unknown_data_source_is_an_error_listing_known_scorers(tiny_tokenizer, plugin_manager):
     batch, _ = make_reward_batch(tiny_tokenizer, ["#### 1"], data_source="my/unknown-set")
-    manager = build_reward_manager(run_config(), tiny_tokenizer)
+    manager = reward_manager(run_config(), tiny_tokenizer, plugin_manager)
     assert isinstance(manager, NaiveRewardManager)
     with pytest.raises(RLCoreError, match=r"unknown reward_scorer 'my/unknown-set'.*openai/gsm8k"):
         manager(batch)
 
 
 def test_registry_scorer_dispatches_and_caches(plugin_manager):
-    scorer = build_scorer(run_config())
+    scorer = build_scorer(run_config(), plugin_manager.registry)
     assert isinstance(scorer, RegistryScorer)
     assert scorer("gsm8k", "#### 3", "3") == 1.0
     assert scorer("lighteval/MATH", "\\boxed{3}", "3") == 1.0
@@ -227,12 +233,12 @@ def test_custom_reward_function_with_kwargs(custom_file, tiny_tokenizer, plugin_
             "custom_reward_function.reward_kwargs": {"bonus": 0.5},
         }
     )
-    scorer = build_scorer(config)
+    scorer = build_scorer(config, plugin_manager.registry)
     assert scorer("anything", "it is 12", "12") == 1.5
     batch, lengths = make_reward_batch(
         tiny_tokenizer, ["it is 12", "nope"], data_source="unregistered/source", ground_truths=["12", "12"]
     )
-    result = build_reward_manager(config, tiny_tokenizer)(batch)
+    result = reward_manager(config, tiny_tokenizer, plugin_manager)(batch)
     assert result.token_level_scores[0, lengths[0] - 1] == 1.5
     assert result.token_level_scores[1, lengths[1] - 1] == 0.5
 
@@ -247,7 +253,7 @@ def test_custom_batched_function_with_batch_manager(custom_file, tiny_tokenizer,
             "reward_model.reward_kwargs": {"weight": 2.0},
         }
     )
-    manager = build_reward_manager(config, tiny_tokenizer)
+    manager = reward_manager(config, tiny_tokenizer, plugin_manager)
     assert isinstance(manager, BatchRewardManager)
     batch, _ = make_reward_batch(tiny_tokenizer, ["it is 0", "nope"])
     assert manager(batch).token_level_scores.sum(-1).tolist() == [2.25, 0.25]
@@ -255,12 +261,12 @@ def test_custom_batched_function_with_batch_manager(custom_file, tiny_tokenizer,
 
 def test_batch_manager_needs_a_custom_function(tiny_tokenizer, plugin_manager):
     with pytest.raises(RewardError, match="custom_reward_function.path"):
-        build_reward_manager(run_config(**{"reward_model.reward_manager": "batch"}), tiny_tokenizer)
+        reward_manager(run_config(**{"reward_model.reward_manager": "batch"}), tiny_tokenizer, plugin_manager)
 
 
-def test_async_custom_function(custom_file):
+def test_async_custom_function(custom_file, plugin_manager):
     config = run_config(**{"custom_reward_function.path": custom_file, "custom_reward_function.name": "async_score"})
-    assert build_scorer(config)("x", "y", "z") == 0.25
+    assert build_scorer(config, plugin_manager.registry)("x", "y", "z") == 0.25
 
 
 @pytest.mark.parametrize(
@@ -271,20 +277,20 @@ def test_async_custom_function(custom_file):
         (".nope", "x", r"custom_reward_function.path='.*my_reward.py.nope': file does not exist"),
     ],
 )
-def test_custom_reward_function_errors(custom_file, path_suffix, name, match):
+def test_custom_reward_function_errors(custom_file, path_suffix, name, match, plugin_manager):
     config = run_config(
         **{"custom_reward_function.path": custom_file + path_suffix, "custom_reward_function.name": name}
     )
     with pytest.raises(RewardError, match=match):
-        build_scorer(config)
+        build_scorer(config, plugin_manager.registry)
 
 
-def test_custom_file_that_fails_to_import(tmp_path):
+def test_custom_file_that_fails_to_import(tmp_path, plugin_manager):
     path = tmp_path / "broken.py"
     path.write_text("raise RuntimeError('boom at import')\n")
     config = run_config(**{"custom_reward_function.path": str(path)})
     with pytest.raises(RewardError, match=r"broken.py': importing the file raised RuntimeError: boom at import"):
-        build_scorer(config)
+        build_scorer(config, plugin_manager.registry)
 
 
 # ------------------------------------------------------------------ contracts

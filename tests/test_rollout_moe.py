@@ -23,6 +23,7 @@ from rlcore.api.training import ROUTED_EXPERTS
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.moe import sparse_routers
+from rlcore.plugins import load_plugins
 
 pytestmark = pytest.mark.usefixtures("single_intra_op_thread")
 
@@ -217,6 +218,6 @@ def test_agent_loops_refuse_to_drop_the_recorded_routing(tiny_tokenizer: Any) ->
     from rlcore.agents.runner import AgentRunner
 
     config = load_config(overrides=[f"{KEY}=true", "actor_rollout_ref.rollout.multi_turn.enable=true"])
-    runner = AgentRunner(config, tiny_tokenizer)
+    runner = AgentRunner(config, tiny_tokenizer, load_plugins().registry)
     with pytest.raises(RLCoreError, match=f"{KEY}=true, but these samples go through agent loops"):
         runner.run(make_prompt_batch(tiny_tokenizer), lambda batch: batch)

@@ -38,7 +38,7 @@ def test_the_code_tool_names_the_plugin(without_sandbox: PluginManager, tmp_path
     path = tmp_path / "tools.yaml"
     path.write_text("tools:\n  - class_name: code_interpreter\n")
     with pytest.raises(RLCoreError, match=f"tools\\[0\\]: unknown tool 'code_interpreter': it is provided by {NAMED}"):
-        load_tools(str(path))
+        load_tools(str(path), without_sandbox.registry)
 
 
 def test_the_sandbox_keys_name_the_plugin(without_sandbox: PluginManager) -> None:

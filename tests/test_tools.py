@@ -15,6 +15,7 @@ from rlcore.agents.builtin_tools import CalculatorTool, evaluate_arithmetic
 from rlcore.agents.parsers import HermesToolParser, ToolCall
 from rlcore.agents.tools import Tool, ToolExecutor, ToolResult, load_tools, truncate
 from rlcore.errors import RLCoreError
+from rlcore.plugins import load_plugins
 
 
 def schema(name: str) -> dict[str, Any]:
@@ -167,7 +168,7 @@ def test_calculator_is_exact_and_refuses_code() -> None:
 def test_tool_yaml_class_name_may_be_a_dotted_path(tmp_path: Path) -> None:
     path = tmp_path / "tools.yaml"
     path.write_text("tools:\n  - class_name: rlcore.agents.builtin_tools.CalculatorTool\n    config: {timeout: 3}\n")
-    tool = load_tools(str(path))["calculator"]
+    tool = load_tools(str(path), load_plugins().registry)["calculator"]
     assert isinstance(tool, CalculatorTool) and tool.config == {"timeout": 3}
 
 
@@ -189,13 +190,13 @@ def test_bad_tool_yaml_names_the_file_and_entry(tmp_path: Path, text: str, messa
     path = tmp_path / "tools.yaml"
     path.write_text(text)
     with pytest.raises(RLCoreError, match="tools.yaml") as info:
-        load_tools(str(path))
+        load_tools(str(path), load_plugins().registry)
     assert message in str(info.value)
 
 
 def test_missing_tool_yaml() -> None:
     with pytest.raises(RLCoreError, match="multi_turn.tool_config_path=/nonexistent.yaml: no such file"):
-        load_tools("/nonexistent.yaml")
+        load_tools("/nonexistent.yaml", load_plugins().registry)
 
 
 # ------------------------------------------------------------------ contract suites of the built-ins

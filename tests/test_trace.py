@@ -21,6 +21,7 @@ from rlcore.agents.tracing import TraceSettings, traced
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
+from rlcore.plugins import load_plugins
 
 RESPONSE_LENGTH = 80
 
@@ -63,7 +64,7 @@ def _rollout(
         {"validate": False, "do_sample": False},
     )
     engine = HFRolloutEngine(None, tokenizer, cfg.actor_rollout_ref.rollout, module=model)
-    runner = AgentRunner(cfg, tokenizer)
+    runner = AgentRunner(cfg, tokenizer, load_plugins().registry)
     with torch.no_grad():
         return runner, runner.run(batch, engine.generate)
 

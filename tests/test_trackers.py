@@ -226,10 +226,12 @@ for module in ("swanlab", "wandb", "tensorboard", "mlflow"):
     sys.modules[module] = None  # a real import failure: `import swanlab` raises ImportError
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
+from rlcore.plugins import load_plugins
 from rlcore.tracking.external import preflight_trackers
+registry = load_plugins().registry
 for name in ("swanlab", "wandb", "tracking", "tensorboard", "mlflow"):
     try:
-        preflight_trackers(load_config(overrides=[f"trainer.logger=[console,{name}]"]))
+        preflight_trackers(load_config(overrides=[f"trainer.logger=[console,{name}]"]), registry)
     except RLCoreError as exc:
         print(f"{name}: {type(exc).__name__}: {exc}")
     else:

@@ -331,7 +331,7 @@ def test_logger_names() -> None:
 
 def test_build_trackers(plugin_manager: Any, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    trackers = build_trackers(make_config("console"), run_dir)
+    trackers = build_trackers(make_config("console"), run_dir, plugin_manager.registry)
     assert trackers.names == ["console", "jsonl"]
     assert isinstance(trackers["console"], ConsoleTracker)
     assert trackers["jsonl"].project == "proj" and trackers["jsonl"].experiment == "exp"
@@ -342,7 +342,7 @@ def test_build_trackers(plugin_manager: Any, tmp_path: Path) -> None:
 
 def test_build_trackers_unknown_name_lists_known(plugin_manager: Any, tmp_path: Path) -> None:
     with pytest.raises(UnknownComponentError) as info:
-        build_trackers(make_config(["console", "consol_e"]), tmp_path / "run")
+        build_trackers(make_config(["console", "consol_e"]), tmp_path / "run", plugin_manager.registry)
     message = str(info.value)
     assert "consol_e" in message and "console" in message and "jsonl" in message
     assert not (tmp_path / "run" / "metrics.jsonl").exists()  # nothing was constructed

@@ -50,18 +50,12 @@ def render_reference() -> str:
 def api_groups() -> list[tuple[str, list[str]]]:
     """The names of :mod:`rlcore.api` in the groups of its ``_LAZY`` table (a ``# comment`` line opens a group)."""
     import rlcore.api
+    from rlcore.api.lazy_table import read_lazy_table
 
-    groups: list[tuple[str, list[str]]] = []
-    source = Path(rlcore.api.__file__).read_text()
-    table = source[source.index("_LAZY: dict[str, str] = {") : source.index("\n}\n")]
-    for line in table.splitlines()[1:]:
-        comment = re.match(r"\s+# (.+)", line)
-        entry = re.match(r'\s+"(\w+)":', line)
-        if comment:
-            groups.append((comment.group(1), []))
-        elif entry:
-            groups[-1][1].append(entry.group(1))
-    return groups
+    groups: dict[str, list[str]] = {}
+    for entry in read_lazy_table(Path(rlcore.api.__file__).read_text()):
+        groups.setdefault(entry.group, []).append(entry.name)
+    return list(groups.items())
 
 
 def _summary(name: str) -> str:

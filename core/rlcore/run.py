@@ -373,7 +373,7 @@ def run_training(
     with problems.collect():
         check_values(config)
     with problems.collect():
-        check_agent_config(config)
+        check_agent_config(config, registry)
     cpu_threads = None
     with problems.collect():
         cpu_threads = cpu_threads_setting(config)
@@ -388,7 +388,7 @@ def run_training(
         derived = derive_quantities(config)
     images = None
     with problems.collect():
-        images = image_plan(config)
+        images = image_plan(config, registry)
     if components is not None and not problems.items:
         check_engines_and_trackers(config, registry, components, problems)
     with problems.collect(), contain_exit("a plugin's plan_lines hook"):

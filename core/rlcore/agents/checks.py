@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlcore.agents.interactions import load_interactions
 from rlcore.agents.settings import AGENT_KEY, MULTI_TURN_KEY, AgentSettings
@@ -10,17 +10,17 @@ from rlcore.agents.tools import load_tools
 from rlcore.agents.tracing import check_trace_config
 from rlcore.errors import RLCoreError
 
+if TYPE_CHECKING:
+    from rlcore.registry import Registry
+
 __all__ = ["check_agent_config"]
 
 
-def check_agent_config(config: Any) -> None:
+def check_agent_config(config: Any, registry: Registry) -> None:
     """What the dry run checks before anything starts: the multi-turn values, the default agent loop and the
-    tool-call format are registered, the tool and interaction YAML files load (their classes resolve) and the
-    rollout trace backend (``rollout.trace``) is available."""
-    from rlcore.plugins import load_plugins
-
+    tool-call format are registered in ``registry``, the tool and interaction YAML files load (their classes
+    resolve) and the rollout trace backend (``rollout.trace``) is available."""
     settings = AgentSettings.from_rollout(config.actor_rollout_ref.rollout)
-    registry = load_plugins().registry
     for kind, name, key in (
         ("agent_loop", settings.default_agent_loop, f"{AGENT_KEY}.default_agent_loop"),
         ("tool_parser", settings.format, f"{MULTI_TURN_KEY}.format"),
@@ -30,7 +30,7 @@ def check_agent_config(config: Any) -> None:
         except RLCoreError as exc:
             raise RLCoreError(f"{key}={name}: {exc}") from exc
     if settings.tool_config_path:
-        load_tools(settings.tool_config_path)
+        load_tools(settings.tool_config_path, registry)
     if settings.interaction_config_path:
-        load_interactions(settings.interaction_config_path)
-    check_trace_config(config)
+        load_interactions(settings.interaction_config_path, registry)
+    check_trace_config(config, registry)

@@ -9,12 +9,15 @@ tool call the loop asks the interaction for a reply; it may end the episode and 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlcore.agents.settings import MULTI_TURN_KEY
 from rlcore.agents.tools import _plain, class_entries
 from rlcore.api.components import InteractionTurn
 from rlcore.errors import RLCoreError
+
+if TYPE_CHECKING:
+    from rlcore.registry import Registry
 
 __all__ = ["Interaction", "InteractionTurn", "load_interactions"]
 
@@ -43,11 +46,11 @@ class Interaction:
         return None
 
 
-def load_interactions(path: str) -> dict[str, Interaction]:
-    """The interactions of verl's interaction YAML at ``path``, by name."""
+def load_interactions(path: str, registry: Registry) -> dict[str, Interaction]:
+    """The interactions of verl's interaction YAML at ``path``, by name, their classes resolved in ``registry``."""
     key = f"{MULTI_TURN_KEY}.interaction_config_path"
     found: dict[str, Interaction] = {}
-    for where, entry, cls in class_entries(path, key, "interaction", "interaction"):
+    for where, entry, cls in class_entries(path, key, "interaction", "interaction", registry):
         name = str(entry.get("name") or cls.__name__)
         if name in found:
             raise RLCoreError(f"{where}: a second interaction named {name!r}")

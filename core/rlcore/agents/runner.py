@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -22,12 +22,16 @@ import torch
 from rlcore.agents.interactions import load_interactions
 from rlcore.agents.loops import AgentContext, AgentSample, Generation
 from rlcore.agents.render import ChatRenderer
-from rlcore.agents.settings import ROLLOUT_KEY, AgentSettings
+from rlcore.agents.settings import AgentSettings
 from rlcore.agents.tools import ToolExecutor, load_tools
 from rlcore.agents.tracing import Tracer, trajectory_outputs
 from rlcore.agents.trajectory import Trajectory
 from rlcore.api.batch import Batch
+from rlcore.config.keys import ROLLOUT_KEY
 from rlcore.errors import RLCoreError
+
+if TYPE_CHECKING:
+    from rlcore.registry import Registry
 
 __all__ = ["AgentRunner", "TurnBatcher", "aborted_trajectory", "finish_or_abort", "run_agent_loops"]
 
@@ -138,17 +142,17 @@ class AgentRunner:
     Args:
         config: the resolved run config.
         tokenizer: the policy's tokenizer.
+        registry: the run's registry: the tools, interactions, tool parser, agent loops and trace backend
+            are resolved there.
     """
 
-    def __init__(self, config: Any, tokenizer: Any) -> None:
-        from rlcore.plugins import load_plugins
-
+    def __init__(self, config: Any, tokenizer: Any, registry: Registry) -> None:
         rollout = config.actor_rollout_ref.rollout
         self.settings = AgentSettings.from_rollout(rollout)
         self.records_routing = bool(rollout.get("enable_rollout_routing_replay", False))
         self.tokenizer = tokenizer
-        self.registry = load_plugins().registry
-        tools = load_tools(self.settings.tool_config_path) if self.settings.tool_config_path else {}
+        self.registry = registry
+        tools = load_tools(self.settings.tool_config_path, registry) if self.settings.tool_config_path else {}
         self.tools = ToolExecutor(
             tools,
             self.settings.max_parallel_calls,
@@ -156,17 +160,19 @@ class AgentRunner:
             self.settings.tool_response_truncate_side,
         )
         self.interactions = (
-            load_interactions(self.settings.interaction_config_path) if self.settings.interaction_config_path else {}
+            load_interactions(self.settings.interaction_config_path, registry)
+            if self.settings.interaction_config_path
+            else {}
         )
         self.parser = self.registry.load("tool_parser", self.settings.format)()
         self.renderer = ChatRenderer(tokenizer)
-        self.registry.get("agent_loop", self.settings.default_agent_loop)  # unknown names fail at start
+        self.registry.load("agent_loop", self.settings.default_agent_loop)  # unknown names fail at start
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_id = int(pad)
         eos = tokenizer.eos_token_id
         self.eos_ids = [int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None]
         self._calls = 0
-        self.tracer = Tracer.from_config(config, tokenizer)
+        self.tracer = Tracer.from_config(config, tokenizer, registry)
 
     def applies_to(self, batch: Batch) -> bool:
         """Whether ``batch`` needs agent loops: multi-turn is on, the default loop is not ``single_turn`` or a
@@ -374,6 +380,8 @@ def agent_metrics(trajectories: Sequence[Trajectory], seconds: Sequence[float], 
     return metrics
 
 
-def run_agent_loops(config: Any, tokenizer: Any, batch: Batch, generate: Callable[[Batch], Batch]) -> Batch:
+def run_agent_loops(
+    config: Any, tokenizer: Any, registry: Registry, batch: Batch, generate: Callable[[Batch], Batch]
+) -> Batch:
     """One-shot helper: build an :class:`AgentRunner` and run ``batch`` (tests and scripts; the trainer keeps one)."""
-    return AgentRunner(config, tokenizer).run(batch, generate)
+    return AgentRunner(config, tokenizer, registry).run(batch, generate)

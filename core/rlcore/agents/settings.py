@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rlcore.config.keys import ROLLOUT_KEY
 from rlcore.errors import RLCoreError
 
 __all__ = ["AGENT_KEY", "MULTI_TURN_KEY", "TRUNCATE_SIDES", "AgentSettings"]
 
-ROLLOUT_KEY = "actor_rollout_ref.rollout"
 #: the multi-turn section of the rollout config
-MULTI_TURN_KEY = "actor_rollout_ref.rollout.multi_turn"
-AGENT_KEY = "actor_rollout_ref.rollout.agent"
+MULTI_TURN_KEY = f"{ROLLOUT_KEY}.multi_turn"
+AGENT_KEY = f"{ROLLOUT_KEY}.agent"
 #: where a tool or interaction response longer than ``max_tool_response_length`` characters is cut
 TRUNCATE_SIDES = ("left", "right", "middle")
 

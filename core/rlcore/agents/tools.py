@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Coroutine, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlcore.agents.parsers import ToolCall
 from rlcore.agents.settings import MULTI_TURN_KEY
@@ -33,6 +33,9 @@ from rlcore.agents.tool_threads import LoopCall, ToolExit, ToolLoops
 from rlcore.api.components import ToolResult
 from rlcore.errors import RLCoreError
 from rlcore.usercode import UserCodeExit, exit_error
+
+if TYPE_CHECKING:
+    from rlcore.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +96,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def resolve_class(kind: str, class_name: str, where: str) -> Any:
-    """A registered component of ``kind`` named ``class_name`` (verl's dotted names are registered as aliases),
-    else the class at the dotted path ``package.module.Class`` (or ``package.module:Class``)."""
-    from rlcore.plugins import load_plugins
-
-    registry = load_plugins().registry
+def resolve_class(kind: str, class_name: str, where: str, registry: Registry) -> Any:
+    """A component of ``kind`` named ``class_name`` in ``registry`` (verl's dotted names are registered as
+    aliases), else the class at the dotted path ``package.module.Class`` (or ``package.module:Class``)."""
     if registry.has(kind, class_name):
         return registry.load(kind, class_name)
     module_name, sep, attr = class_name.replace(":", ".").rpartition(".")
@@ -131,9 +131,11 @@ def _read_yaml(path: str, key: str) -> Any:
         raise RLCoreError(f"{key}={path}: not valid YAML ({exc})") from exc
 
 
-def class_entries(path: str, key: str, list_key: str, kind: str) -> Iterator[tuple[str, Mapping[str, Any], type]]:
+def class_entries(
+    path: str, key: str, list_key: str, kind: str, registry: Registry
+) -> Iterator[tuple[str, Mapping[str, Any], type]]:
     """The entries of the top-level ``list_key`` list of verl's YAML file at ``path`` (config key ``key``),
-    each as (its location for errors, the entry, its ``class_name`` resolved as a ``kind``)."""
+    each as (its location for errors, the entry, its ``class_name`` resolved as a ``kind`` in ``registry``)."""
     data = _read_yaml(path, key)
     entries = data.get(list_key) if isinstance(data, Mapping) else None
     if not isinstance(entries, list):
@@ -142,13 +144,14 @@ def class_entries(path: str, key: str, list_key: str, kind: str) -> Iterator[tup
         where = f"{path}: {list_key}[{i}]"
         if not isinstance(entry, Mapping) or not entry.get("class_name"):
             raise RLCoreError(f"{where}: each {kind} needs a class_name")
-        yield where, entry, resolve_class(kind, str(entry["class_name"]), where)
+        yield where, entry, resolve_class(kind, str(entry["class_name"]), where, registry)
 
 
-def load_tools(path: str) -> dict[str, Tool]:
-    """The tools of verl's tool YAML at ``path`` (``tools: [{class_name, config, tool_schema}]``) by name."""
+def load_tools(path: str, registry: Registry) -> dict[str, Tool]:
+    """The tools of verl's tool YAML at ``path`` (``tools: [{class_name, config, tool_schema}]``) by name, their
+    classes resolved in ``registry``."""
     tools: dict[str, Tool] = {}
-    for where, entry, cls in class_entries(path, f"{MULTI_TURN_KEY}.tool_config_path", "tools", "tool"):
+    for where, entry, cls in class_entries(path, f"{MULTI_TURN_KEY}.tool_config_path", "tools", "tool", registry):
         try:
             tool = cls(_plain(entry.get("config") or {}), _plain(entry.get("tool_schema")))
         except RLCoreError as exc:

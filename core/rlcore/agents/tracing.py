@@ -21,9 +21,12 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from rlcore.errors import RLCoreError
+
+if TYPE_CHECKING:
+    from rlcore.registry import Registry
 
 __all__ = [
     "TRACE_KEY",
@@ -196,11 +199,9 @@ class WeaveTraceBackend:
             self._call(trace.root, None, decode, attrs)
 
 
-def _tracker_backend(name: str) -> Any:
-    """The trace backend class a tracker plugin's tracker ``name`` names in its ``trace_backend`` attribute."""
-    from rlcore.plugins import load_plugins
-
-    registry = load_plugins().registry
+def _tracker_backend(name: str, registry: Registry) -> Any:
+    """The trace backend class a tracker plugin's tracker ``name`` (in ``registry``) names in its
+    ``trace_backend`` attribute."""
     hint = BACKEND_HINTS.get(name)
     known = ", ".join(sorted(BACKEND_HINTS))
     if not registry.has("tracker", name):
@@ -213,17 +214,18 @@ def _tracker_backend(name: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def load_trace_backend(config: Any, settings: TraceSettings) -> TraceBackend:
-    """Build the backend ``settings.backend`` names (errors name the key and the pip command)."""
+def load_trace_backend(config: Any, settings: TraceSettings, registry: Registry) -> TraceBackend:
+    """Build the backend ``settings.backend`` names, a tracker's resolved in ``registry`` (errors name the key
+    and the pip command)."""
     name = str(settings.backend)
-    cls = WeaveTraceBackend if name == "weave" else _tracker_backend(name)
+    cls = WeaveTraceBackend if name == "weave" else _tracker_backend(name, registry)
     backend: TraceBackend = cls(config, settings)
     return backend
 
 
-def check_trace_config(config: Any) -> None:
+def check_trace_config(config: Any, registry: Registry) -> None:
     """The dry run's check: the settings are valid and the backend's library can be imported (nothing is
-    connected)."""
+    connected); a tracker's backend is resolved in ``registry``."""
     settings = TraceSettings.from_config(config)
     if settings.backend is None:
         return
@@ -231,7 +233,7 @@ def check_trace_config(config: Any) -> None:
         if importlib.util.find_spec("weave") is None:
             raise RLCoreError(f"{TRACE_KEY}.backend=weave needs Weave: {BACKEND_HINTS['weave']}")
         return
-    cls = _tracker_backend(settings.backend)
+    cls = _tracker_backend(settings.backend, registry)
     for library in getattr(cls, "requires", ()):
         if importlib.util.find_spec(library) is None:
             raise RLCoreError(f"{TRACE_KEY}.backend={settings.backend} needs {library}: pip install {library}")
@@ -257,20 +259,22 @@ class Tracer:
     Args:
         config: the resolved run config.
         tokenizer: decodes ids for ``token2text``.
-        backend: the backend (default: the one ``trace.backend`` names).
+        backend: the backend (:meth:`from_config` builds the one ``trace.backend`` names).
     """
 
-    def __init__(self, config: Any, tokenizer: Any, backend: TraceBackend | None = None) -> None:
+    def __init__(self, config: Any, tokenizer: Any, backend: TraceBackend) -> None:
         self.settings = TraceSettings.from_config(config)
-        self.backend = backend if backend is not None else load_trace_backend(config, self.settings)
+        self.backend = backend
         self.tokenizer = tokenizer
         self.rng = random.Random(0)
         self.traces: list[TrajectoryTrace] = []
 
     @classmethod
-    def from_config(cls, config: Any, tokenizer: Any) -> Tracer | None:
-        """A tracer when ``trace.backend`` is set, else None (tracing off costs nothing)."""
-        return cls(config, tokenizer) if TraceSettings.from_config(config).backend else None
+    def from_config(cls, config: Any, tokenizer: Any, registry: Registry) -> Tracer | None:
+        """A tracer when ``trace.backend`` is set (a tracker's backend resolved in ``registry``), else None
+        (tracing off costs nothing)."""
+        settings = TraceSettings.from_config(config)
+        return cls(config, tokenizer, load_trace_backend(config, settings, registry)) if settings.backend else None
 
     def begin(
         self, batch: Any, samples: Sequence[Any], agent_names: Sequence[str], call: int

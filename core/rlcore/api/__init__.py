@@ -93,7 +93,7 @@ _LAZY: dict[str, str] = {
     "GATHERED_LOG_PROBS": "rlcore.api.training",
     "ROUTED_EXPERTS": "rlcore.api.training",
     # rollout engines: sampling settings and seeds, a base for token-id engines, outputs, weight checks and buckets
-    "ROLLOUT_KEY": "rlcore.rollout.sampling",
+    "ROLLOUT_KEY": "rlcore.config.keys",
     "SamplingParams": "rlcore.rollout.sampling",
     "RolloutSettings": "rlcore.rollout.sampling",
     "request_seeds": "rlcore.rollout.sampling",
@@ -344,7 +344,7 @@ if TYPE_CHECKING:
         ppo_batch_sizes,
         token_budget,
     )
-    from rlcore.config.keys import positive_int, select
+    from rlcore.config.keys import ROLLOUT_KEY, positive_int, select
     from rlcore.config.output_paths import shown_path
     from rlcore.config.router_replay import ACTOR as ROUTER_REPLAY_ACTOR
     from rlcore.config.router_replay import REPLAY_MODES, replay_mode
@@ -388,7 +388,7 @@ if TYPE_CHECKING:
     from rlcore.reward.managers import RewardManagerBase
     from rlcore.rollout.buckets import weight_buckets
     from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
-    from rlcore.rollout.sampling import ROLLOUT_KEY, RolloutSettings, SamplingParams, request_seeds
+    from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
     from rlcore.rollout.sizing import (
         CACHE_ALIGN,
         STEP_VOCAB_COPIES,
@@ -420,10 +420,9 @@ if TYPE_CHECKING:
 
 def _target(name: str) -> tuple[str, str | None]:
     """Where public ``name`` lives: ``(module, attribute)``, or ``(module, None)`` when the name is the module."""
-    module, _, attribute = _LAZY[name].partition(":")
-    if _LAZY[name].endswith(":"):
-        return module, None
-    return module, attribute or name
+    from rlcore.api.lazy_table import split_target
+
+    return split_target(name, _LAZY[name])
 
 
 def __getattr__(name: str) -> Any:

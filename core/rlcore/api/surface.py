@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.api.kinds import COMPONENT_KINDS
+from rlcore.api.lazy_table import read_lazy_table
 from rlcore.api.version import API_VERSION
 from rlcore.errors import RLCoreError
 from rlcore.public_api import PUBLIC_MODULES
@@ -134,7 +135,8 @@ def module_surface(module: str, package: Path = PACKAGE, depth: int = 0) -> dict
     path = module_file(module, package)
     if path is None:
         raise SurfaceError(f"public module {module} has no source file under {package}")
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    text = path.read_text(encoding="utf-8")
+    tree = ast.parse(text, filename=str(path))
     defined: dict[str, Any] = {}
     imported: dict[str, tuple[str, str]] = {}
     exported: list[str] | None = None
@@ -144,7 +146,7 @@ def module_surface(module: str, package: Path = PACKAGE, depth: int = 0) -> dict
         elif isinstance(node, ast.ClassDef):
             defined[node.name] = class_surface(node)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "_LAZY":
-            imported.update(_lazy_table(node.value))
+            imported.update(_lazy_imports(text))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             defined[node.target.id] = f"{node.target.id}: {ast.unparse(node.annotation)}"
         elif isinstance(node, ast.Assign):
@@ -152,7 +154,7 @@ def module_surface(module: str, package: Path = PACKAGE, depth: int = 0) -> dict
                 if isinstance(target, ast.Name) and target.id == "__all__":
                     exported = _all_names(node.value, imported)
                 elif isinstance(target, ast.Name) and target.id == "_LAZY":
-                    imported.update(_lazy_table(node.value))
+                    imported.update(_lazy_imports(text))
                 elif isinstance(target, ast.Name):
                     defined[target.id] = target.id
         elif isinstance(node, ast.ImportFrom):
@@ -175,15 +177,15 @@ def module_surface(module: str, package: Path = PACKAGE, depth: int = 0) -> dict
     return surface
 
 
-def _lazy_table(node: ast.expr | None) -> dict[str, tuple[str, str]]:
-    """A lazy ``_LAZY`` table (``{name: "module"}``, ``"module:attribute"`` or ``"module:"`` for a submodule,
-    as in :mod:`rlcore.api`) as ``{name: (module, attribute)}``."""
+def _lazy_imports(source: str) -> dict[str, tuple[str, str]]:
+    """The lazy ``_LAZY`` table of the module ``source`` (:func:`rlcore.api.lazy_table.read_lazy_table`) as
+    ``{name: (module, attribute)}``; a submodule is an attribute of its package."""
     table: dict[str, tuple[str, str]] = {}
-    for name, target in ast.literal_eval(node).items() if node is not None else ():
-        module, _, attribute = target.partition(":")
-        if target.endswith(":"):
+    for entry in read_lazy_table(source):
+        module, attribute = entry.module, entry.attribute
+        if attribute is None:
             module, _, attribute = module.rpartition(".")
-        table[name] = (module, attribute or name)
+        table[entry.name] = (module, attribute)
     return table
 
 

@@ -24,12 +24,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlcore.config.keys import ROLLOUT_KEY
 from rlcore.errors import RLCoreError
 
 __all__ = ["EP_KEY", "expert_parallel_notes", "expert_parallel_problems", "expert_parallel_size"]
 
-#: the rollout section
-ROLLOUT_KEY = "actor_rollout_ref.rollout"
 #: the config key, as messages name it
 EP_KEY = f"{ROLLOUT_KEY}.expert_parallel_size"
 TP_KEY = f"{ROLLOUT_KEY}.tensor_model_parallel_size"

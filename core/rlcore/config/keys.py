@@ -1,4 +1,5 @@
-"""Reading single config values by dotted key: one helper for a value with a default, one for a count."""
+"""Reading single config values by dotted key: one helper for a value with a default, one for a count; and the
+dotted keys of the sections that many modules name in their messages."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlcore.config.problems import ConfigError
+
+#: the rollout section of the config
+ROLLOUT_KEY = "actor_rollout_ref.rollout"
 
 
 def select(config: DictConfig, key: str, default: Any = None) -> Any:

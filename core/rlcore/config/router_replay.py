@@ -24,7 +24,7 @@ REPLAY_MODES: tuple[str, ...] = ("disabled", "R2", "R3")
 ACTOR = "actor_rollout_ref.actor"
 REF = "actor_rollout_ref.ref"
 #: the rollout's switch that records routing (R3 needs it)
-ROLLOUT_KEY = "actor_rollout_ref.rollout.enable_rollout_routing_replay"
+ROUTING_REPLAY_KEY = "actor_rollout_ref.rollout.enable_rollout_routing_replay"
 #: model config fields that give a mixture-of-experts model's number of routed experts
 EXPERT_COUNT_FIELDS: tuple[str, ...] = ("num_experts", "num_local_experts", "n_routed_experts")
 
@@ -77,15 +77,15 @@ def router_replay_problems(config: DictConfig) -> list[str]:
             f"replays routing (as in verl); set {ACTOR}.router_replay.mode instead"
         )
     mode = replay_mode(config, ACTOR)
-    records = bool(OmegaConf.select(config, ROLLOUT_KEY, default=False))
+    records = bool(OmegaConf.select(config, ROUTING_REPLAY_KEY, default=False))
     if mode == "R3" and not records:
         problems.append(
-            f"{ACTOR}.router_replay.mode=R3 replays the rollout's routing: set {ROLLOUT_KEY}=true so that the "
+            f"{ACTOR}.router_replay.mode=R3 replays the rollout's routing: set {ROUTING_REPLAY_KEY}=true so that the "
             "rollout records it (or use mode=R2, which records it in the actor's log-prob pass)"
         )
     if mode == "R2" and records:
         problems.append(
-            f"{ACTOR}.router_replay.mode=R2 records the routing in the actor's log-prob pass, while {ROLLOUT_KEY}=true "
+            f"{ACTOR}.router_replay.mode=R2 records the routing in the actor's log-prob pass, while {ROUTING_REPLAY_KEY}=true "
             "records it in the rollout (R3): choose one (verl refuses the pair too)"
         )
     if mode in ("R2", "R3"):

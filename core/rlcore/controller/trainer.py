@@ -146,8 +146,8 @@ class Trainer:
             ) from exc
         if model.custom_chat_template:
             self.tokenizer.chat_template = model.custom_chat_template
-        self.agents = AgentRunner(cfg, self.tokenizer)
-        dataset_cls = load_dataset_class(cfg)
+        self.agents = AgentRunner(cfg, self.tokenizer, self.manager.registry)
+        dataset_cls = load_dataset_class(cfg, self.manager.registry)
         # a vision-language model's processor renders image rows (verl passes it to the dataset the same way)
         self.processor = load_processor(Path(str(model.path)).expanduser(), trust_remote_code=model.trust_remote_code)
         extra = {"processor": self.processor} if self.processor is not None else {}
@@ -180,10 +180,14 @@ class Trainer:
         )
         self.actor, self.rollout, self.critic = self.groups.actor, self.groups.rollout, self.groups.critic
         self.groups.init_models()
-        self.reward_fn = build_reward_manager(self.config, self.tokenizer, self.components.reward_manager.load())
+        self.reward_fn = build_reward_manager(
+            self.config, self.tokenizer, self.components.reward_manager.load(), self.manager.registry
+        )
         if self.groups.reward_model is not None:  # reward_model.enable: reward-model scores plus rule scores
             separate = "rm_scores" in self.estimator.spec.batch_keys
-            self.reward_fn = ModelRewardManager(self.reward_fn, self.groups.reward_model, self.config, separate)
+            self.reward_fn = ModelRewardManager(
+                self.reward_fn, self.groups.reward_model, self.config, self.manager.registry, separate
+            )
         self.val_reward_fn = self.reward_fn
         self.reward_thread = AsyncReward() if self.async_reward else None
         self.profiling = run_profiler(self.config, self.manager).step_profiler(self.groups)
@@ -749,7 +753,7 @@ class Trainer:
         click.echo(f"starting the workers: loading {self.sections.actor_rollout_ref.model.path} ...")
         self._build_workers()
         cfg = self.config.trainer
-        trackers = build_trackers(self.config, self.run.run_dir)
+        trackers = build_trackers(self.config, self.run.run_dir, self.manager.registry)
         hook = self.manager.hook
         hook.on_run_start(run=self.run)
         status = "failed"

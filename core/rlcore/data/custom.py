@@ -9,11 +9,14 @@ import hashlib
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlcore.data import DataError
 from rlcore.errors import RLCoreError
 from rlcore.usercode import EXIT_EXCEPTIONS, describe_exit, is_stop_signal
+
+if TYPE_CHECKING:
+    from rlcore.registry import Registry
 
 
 def load_from_file(
@@ -137,13 +140,12 @@ def check_defines(path: str, name: str, *, what: str, error_cls: type[RLCoreErro
         raise error_cls(f"{what}.path={path!r} defines no {name!r} ({what}.name); it defines: {', '.join(public)}")
 
 
-def load_dataset_class(config: Any, registry: Any = None) -> type:
+def load_dataset_class(config: Any, registry: Registry) -> type:
     """The dataset class a run uses.
 
     Args:
         config: the full run config (its ``data`` section is used) or the ``data`` section itself.
-        registry: a :class:`rlcore.registry.Registry` to resolve ``data.dataset`` in; default the
-            process-wide one (:func:`rlcore.plugins.get_component`).
+        registry: the run's :class:`rlcore.registry.Registry`, which ``data.dataset`` is resolved in.
 
     ``data.custom_cls.path`` (with ``data.custom_cls.name``) loads a class from a .py file; otherwise
     ``data.dataset`` is looked up as a ``dataset`` component (unknown names raise the registry's error
@@ -160,9 +162,4 @@ def load_dataset_class(config: Any, registry: Any = None) -> type:
         if not isinstance(cls, type):
             raise DataError(f"data.custom_cls: {name!r} in {path!r} is a {type(cls).__name__}, not a class")
         return cls
-    name = data.get("dataset", None) or "rl"
-    if registry is not None:
-        return registry.load("dataset", name)
-    from rlcore.plugins import get_component
-
-    return get_component("dataset", name)
+    return registry.load("dataset", data.get("dataset", None) or "rl")

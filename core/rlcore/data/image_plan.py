@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlcore.data import DataError
 from rlcore.data.files import folder_files
 from rlcore.data.multimodal import describe_processor
+
+if TYPE_CHECKING:
+    from rlcore.registry import Registry
 
 
 def files_with_images(files: Any, key: str, split: str = "train", folders: bool = True) -> list[str]:
@@ -49,21 +52,21 @@ def files_with_images(files: Any, key: str, split: str = "train", folders: bool 
     return found
 
 
-def _builtin_dataset(config: Any) -> bool:
-    """Whether the run reads its data with the built-in dataset (which takes folders of data files)."""
-    from rlcore.plugins import load_plugins
+def _builtin_dataset(config: Any, registry: Registry) -> bool:
+    """Whether the run reads its data with the built-in dataset (which takes folders of data files), its
+    ``data.dataset`` resolved in ``registry``."""
     from rlcore.registry import UnknownComponentError
 
     if config.data.custom_cls.path:
         return False
     try:
-        component = load_plugins().registry.get("dataset", config.data.dataset)
+        component = registry.get("dataset", config.data.dataset)
     except UnknownComponentError:  # reported by the component check
         return False
     return component.target_path == "rlcore.data.rl_dataset:RLDataset"
 
 
-def image_plan(config: Any) -> str | None:
+def image_plan(config: Any, registry: Registry) -> str | None:
     """What a run does with images, for ``rlcore run --dry-run``; ``None`` when no data file has images.
 
     A folder named by ``data.train_files``/``data.val_files`` that holds no data files (or files of several
@@ -81,7 +84,7 @@ def image_plan(config: Any) -> str | None:
         return None
     data, model = config.data, config.actor_rollout_ref.model
     key = data.image_key
-    folders = _builtin_dataset(config)
+    folders = _builtin_dataset(config, registry)
     found = files_with_images(data.train_files, key, "train", folders) + files_with_images(
         data.val_files, key, "val", folders
     )

@@ -16,13 +16,16 @@ scores the batch (``rm_scores``, ``[B, R]``):
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from rlcore.reward.managers import RewardResult
 from rlcore.tracking.values import reduce_metrics
+
+if TYPE_CHECKING:
+    from rlcore.registry import Registry
 
 
 class ModelRewardManager:
@@ -36,11 +39,13 @@ class ModelRewardManager:
 
     batched = False
 
-    def __init__(self, rule: Any, group: Any, config: Any, separate: bool = False) -> None:
+    def __init__(self, rule: Any, group: Any, config: Any, registry: Registry, separate: bool = False) -> None:
         """``rule``: the reward manager from :func:`rlcore.reward.scoring.build_reward_manager`; ``group``: the
-        reward-model worker group; ``config``: the run config; ``separate``: keep ``rm_scores`` apart from
-        the scores (the estimator reads them)."""
+        reward-model worker group; ``config``: the run config; ``registry``: the run's registry (which data
+        sources have a ``reward_scorer``); ``separate``: keep ``rm_scores`` apart from the scores (the
+        estimator reads them)."""
         self.rule = rule
+        self.registry = registry
         self.group = group
         self.separate = separate
         custom = config.get("custom_reward_function", None) or {}
@@ -51,10 +56,7 @@ class ModelRewardManager:
         registered ``reward_scorer``."""
         if self.custom:
             return np.ones(len(data_sources), dtype=bool)
-        from rlcore.plugins import load_plugins
-
-        registry = load_plugins().registry
-        known = {source: registry.has("reward_scorer", str(source)) for source in set(data_sources)}
+        known = {source: self.registry.has("reward_scorer", str(source)) for source in set(data_sources)}
         return np.array([known[source] for source in data_sources], dtype=bool)
 
     def _rule_scores(self, batch: Any, metrics: dict[str, float]) -> tuple[torch.Tensor, dict[str, list]]:

@@ -6,11 +6,14 @@ import asyncio
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlcore.reward.errors import RewardError
 from rlcore.reward.torch_state import restore_torch_state
 from rlcore.usercode import user_call
+
+if TYPE_CHECKING:
+    from rlcore.registry import Registry
 
 
 class RegistryScorer:
@@ -21,38 +24,28 @@ class RegistryScorer:
     is a configuration error, not a zero reward.
     """
 
-    def __init__(self, registry: Any = None) -> None:
-        """``registry``: a :class:`rlcore.registry.Registry`; default the process-wide one."""
+    def __init__(self, registry: Registry) -> None:
+        """``registry``: the run's :class:`rlcore.registry.Registry` (``rlcore run`` passes its plugin manager's)."""
         self.registry = registry
         self._cache: dict[str, Callable[..., Any]] = {}
 
-    def _registry(self) -> Any:
-        if self.registry is not None:
-            return self.registry
-        from rlcore.plugins import load_plugins
-
-        return load_plugins().registry
+    def has(self, data_source: str) -> bool:
+        """Whether a ``reward_scorer`` is registered for ``data_source`` (or one of its aliases)."""
+        return self.registry.has("reward_scorer", data_source)
 
     def compares_text(self, data_source: str) -> bool:
         """Whether the scorer of ``data_source`` compares the ground truth as text (registered with
         ``RewardScorerSpec(ground_truth="text")``): the reward manager then passes it as text (:mod:`rlcore.reward.ground_truth`).
         False for an unknown data source (scoring reports it)."""
-        registry = self._registry()
-        if not registry.has("reward_scorer", data_source):
+        if not self.has(data_source):
             return False
-        return registry.spec("reward_scorer", data_source).ground_truth == "text"
+        return self.registry.spec("reward_scorer", data_source).ground_truth == "text"
 
     def resolve(self, data_source: str) -> Callable[..., Any]:
         """The scorer registered for ``data_source`` (or one of its aliases)."""
         scorer = self._cache.get(data_source)
         if scorer is None:
-            if self.registry is not None:
-                scorer = self.registry.load("reward_scorer", data_source)
-            else:
-                from rlcore.plugins import get_component
-
-                scorer = get_component("reward_scorer", data_source)
-            self._cache[data_source] = scorer
+            scorer = self._cache[data_source] = self.registry.load("reward_scorer", data_source)
         return scorer
 
     def __call__(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None) -> Any:
@@ -70,15 +63,15 @@ def _run_coroutine_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def build_scorer(config: Any) -> Callable[..., Any]:
-    """The scorer of a run (``config`` is the full run config).
+def build_scorer(config: Any, registry: Registry) -> Callable[..., Any]:
+    """The scorer of a run (``config`` is the full run config, ``registry`` the run's registry).
 
     With ``custom_reward_function.path`` set, the function ``custom_reward_function.name`` is loaded from
     that .py file, with ``custom_reward_function.reward_kwargs`` bound as keyword arguments (an
     ``async def`` function is run to completion per call; the import runs as a call of user code:
     ``os._exit()`` in it is an error naming the line, the torch switches it sets are set back, the processes
     it leaves running are killed with the run). Otherwise a :class:`RegistryScorer` dispatches
-    on each sample's ``data_source``.
+    on each sample's ``data_source`` through ``registry``.
     """
     from rlcore.data.custom import load_from_file
     from rlcore.data.rl_dataset import to_plain
@@ -86,7 +79,7 @@ def build_scorer(config: Any) -> Callable[..., Any]:
     custom = config.get("custom_reward_function", None) or {}
     path = custom.get("path", None)
     if not path:
-        return RegistryScorer()
+        return RegistryScorer(registry)
     name = custom.get("name", None) or "compute_score"
     what = f"custom_reward_function.path={path!r} (importing the file)"
     with user_call(what), restore_torch_state(what):  # os._exit() at import is named, helpers it starts tracked
@@ -108,21 +101,16 @@ def describe_scorer(config: Any) -> str:
     return "the reward scorer of the data source"
 
 
-def build_reward_manager(config: Any, tokenizer: Any, cls: Any = None) -> Any:
+def build_reward_manager(config: Any, tokenizer: Any, cls: Any, registry: Registry) -> Any:
     """The reward manager of a run: ``cls`` (the class ``rlcore run`` resolved once,
-    :attr:`rlcore.controller.components.RunComponents.reward_manager`; None: ``reward_model.reward_manager``
-    resolved now as a ``reward_manager`` component) constructed as
-    ``cls(tokenizer, build_scorer(config), config.reward_model)``.
+    :attr:`rlcore.controller.components.RunComponents.reward_manager`) constructed as
+    ``cls(tokenizer, build_scorer(config, registry), config.reward_model)``.
 
     A manager class with ``batched = True`` calls one function for the whole batch, which only a custom
     reward function can be, so it requires ``custom_reward_function.path``.
     """
     section = config.get("reward_model", None) or {}
     name = section.get("reward_manager", None) or "naive"
-    if cls is None:
-        from rlcore.plugins import get_component
-
-        cls = get_component("reward_manager", name)
     custom = config.get("custom_reward_function", None) or {}
     if getattr(cls, "batched", False) and not custom.get("path", None):
         raise RewardError(
@@ -130,4 +118,4 @@ def build_reward_manager(config: Any, tokenizer: Any, cls: Any = None) -> Any:
             "(data_sources=, solution_strs=, ground_truths=, extra_infos=); set custom_reward_function.path "
             "(and .name) to a file defining it, or use reward_model.reward_manager=naive"
         )
-    return cls(tokenizer, build_scorer(config), section)
+    return cls(tokenizer, build_scorer(config, registry), section)

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 
 from rlcore.api.batch import Batch
+from rlcore.config.keys import ROLLOUT_KEY
 from rlcore.dtypes import parse_dtype
 from rlcore.errors import RLCoreError
-from rlcore.rollout.sampling import ROLLOUT_KEY
 
 __all__ = ["SpecialTokens", "check_left_padded", "engine_dtype", "rollout_output"]
 

@@ -13,13 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from rlcore.config.keys import ROLLOUT_KEY
 from rlcore.config.ranges import SAMPLING_RANGES, range_problems
 from rlcore.errors import RLCoreError
 
 __all__ = ["RolloutSettings", "SamplingParams", "request_seeds"]
-
-#: the rollout section of the config
-ROLLOUT_KEY = "actor_rollout_ref.rollout"
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ from typing import Any, ClassVar
 import torch
 
 from rlcore.api.batch import Batch
+from rlcore.config.keys import ROLLOUT_KEY
 from rlcore.errors import RLCoreError
 from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
-from rlcore.rollout.sampling import ROLLOUT_KEY, RolloutSettings, SamplingParams, request_seeds
+from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
 from rlcore.rollout.weights import ExpectedState
 
 __all__ = ["Completion", "TokenListEngine"]

@@ -120,8 +120,9 @@ def resolved_config(config: DictConfig | Mapping[str, Any] | None) -> dict[str, 
 
 
 def plugin_versions(run_dir: str | Path) -> dict[str, str | None]:
-    """``{plugin: version}`` of the external plugins: from ``<run_dir>/plugins.json`` (written by
-    ``rlcore run``), else from the process-wide plugin manager."""
+    """``{plugin: version}`` of the external plugins, from ``<run_dir>/plugins.json`` (written by ``rlcore run``
+    and ``rlcore sft`` before the trackers start); none when the file is missing or unreadable (a tracker
+    built outside a run)."""
     path = Path(run_dir) / "plugins.json"
     if path.is_file():
         try:
@@ -132,10 +133,8 @@ def plugin_versions(run_dir: str | Path) -> dict[str, str | None]:
                 if not info.get("builtin") and info.get("status", "ok") == "ok"
             }
         except (OSError, ValueError, AttributeError):
-            logger.warning("could not read %s; taking plugin versions from the loaded plugins", path)
-    from rlcore.plugins import load_plugins
-
-    return load_plugins().versions()
+            logger.warning("could not read %s; no plugin versions are recorded with the run", path)
+    return {}
 
 
 def run_metadata(run_dir: str | Path) -> dict[str, Any]:
@@ -265,18 +264,14 @@ class ExternalTracker(Tracker):
 
 
 # ------------------------------------------------------------------------------------------ preflight
-def preflight_trackers(config: DictConfig, registry: Registry | None = None) -> None:
+def preflight_trackers(config: DictConfig, registry: Registry) -> None:
     """Check, before training, every tracker ``trainer.logger`` names (plus ``jsonl``).
 
-    Each name is resolved through the registry (unknown names raise the registry's error); a tracker
+    Each name is resolved through ``registry`` (unknown names raise the registry's error); a tracker
     class with a ``preflight(config)`` classmethod (every :class:`ExternalTracker` has one; plugin trackers
     may add one) has it called, which imports the tracker's library and checks its settings. A missing
     library raises :class:`TrackerDependencyError` naming the ``pip install 'rlcore[...]'`` line.
     """
-    if registry is None:
-        from rlcore.plugins import load_plugins
-
-        registry = load_plugins().registry
     for name in logger_names(config):
         cls = registry.load("tracker", name)
         check = getattr(cls, "preflight", None)

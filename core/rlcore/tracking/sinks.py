@@ -24,6 +24,8 @@ from rlcore.tracking.values import format_value, to_json_value
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
+    from rlcore.registry import Registry
+
 logger = logging.getLogger(__name__)
 
 #: the name of the JSONL metrics file inside a run directory
@@ -298,10 +300,10 @@ def file_logger_notes(config: DictConfig) -> list[str]:
     ]
 
 
-def build_trackers(config: DictConfig, run_dir: str | Path) -> TrackerSet:
+def build_trackers(config: DictConfig, run_dir: str | Path, registry: Registry) -> TrackerSet:
     """Build the run's trackers from ``trainer.logger`` (``jsonl`` is always added).
 
-    Every name is resolved with ``rlcore.plugins.get_component("tracker", name)`` before any tracker is
+    Every name is resolved in ``registry`` (the run's, which ``rlcore run`` checked them in) before any tracker is
     constructed, so an unknown name raises the registry's error (which lists the known trackers) before
     training starts; names of the same tracker (an alias: ``file`` is ``jsonl``) give one tracker, under its
     registered name. Each tracker is constructed with ``project=trainer.project_name``,
@@ -312,18 +314,15 @@ def build_trackers(config: DictConfig, run_dir: str | Path) -> TrackerSet:
     :class:`RLCoreError`. Missing libraries are caught earlier, by
     :func:`rlcore.tracking.external.preflight_trackers`.
     """
-    from rlcore.plugins import get_component, load_plugins
-
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = config.get("trainer") or {}
     project = str(trainer.get("project_name") or "rlcore")
     experiment = str(trainer.get("experiment_name") or "run")
-    registry = load_plugins().registry
     classes: dict[str, Any] = {}
     for name in logger_names(config):
-        cls = get_component("tracker", name)
-        classes.setdefault(registry.get("tracker", name).name, cls)  # an alias (file -> jsonl) is built once
+        component = registry.get("tracker", name)
+        classes.setdefault(component.name, component.load())  # an alias (file -> jsonl) is built once
     trackers: dict[str, Any] = {}
     failed: dict[str, str] = {}
     for name, cls in classes.items():

@@ -44,7 +44,7 @@ from rlcore.config.batch_sizes import (
     ppo_batch_sizes,
     token_budget,
 )
-from rlcore.config.router_replay import ROLLOUT_KEY, replay_mode
+from rlcore.config.router_replay import ROUTING_REPLAY_KEY, replay_mode
 from rlcore.dtypes import parse_dtype
 from rlcore.errors import RLCoreError
 from rlcore.registry import UnknownComponentError
@@ -281,7 +281,7 @@ class ActorRolloutRefWorker(WorkerBase):
         if self.replay_mode == "R3" and ROUTED_EXPERTS not in batch:
             raise RLCoreError(
                 f"{method}(): {ACTOR}.router_replay.mode=R3 replays the rollout's routing, but the batch has no "
-                f"{ROUTED_EXPERTS}: the {self.rollout_config.name!r} rollout engine did not record them ({ROLLOUT_KEY})"
+                f"{ROUTED_EXPERTS}: the {self.rollout_config.name!r} rollout engine did not record them ({ROUTING_REPLAY_KEY})"
             )
 
     def compute_log_prob(self, batch: Batch) -> Batch:

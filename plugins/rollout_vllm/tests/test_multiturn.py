@@ -14,6 +14,7 @@ from rlcore.agents import audit_batch
 from rlcore.agents.runner import AgentRunner, left_pad
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
+from rlcore.plugins import load_plugins
 
 
 def test_tool_agent_on_vllm_passes_the_mask_audit(vllm: Any, tmp_path: Path) -> None:
@@ -51,7 +52,7 @@ def test_tool_agent_on_vllm_passes_the_mask_audit(vllm: Any, tmp_path: Path) -> 
     )
     engine = VLLMRolloutEngine(str(tmp_path / "model"), tokenizer, cfg.actor_rollout_ref.rollout, dtype="float32")
     try:
-        out = AgentRunner(cfg, tokenizer).run(batch, engine.generate)
+        out = AgentRunner(cfg, tokenizer, load_plugins().registry).run(batch, engine.generate)
     finally:
         engine.close()
     assert out.meta["agent_metrics"]["num_turns/max"] >= 3, out.meta["agent_metrics"]

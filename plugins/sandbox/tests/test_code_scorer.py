@@ -119,7 +119,7 @@ def test_a_malformed_ground_truth_is_a_data_error() -> None:
         parse_tests({"inputs": ["1"], "outputs": []})
 
 
-def test_a_batch_scores_through_the_scorer_pool(tiny_tokenizer) -> None:
+def test_a_batch_scores_through_the_scorer_pool(tiny_tokenizer, plugin_manager) -> None:
     """The registered scorer for verl's code data sources, under the reward manager's scorer processes:
     a correct, a hanging and a crashing program in one batch, two at a time."""
     programs = [
@@ -137,7 +137,9 @@ def test_a_batch_scores_through_the_scorer_pool(tiny_tokenizer) -> None:
     batch = Batch.from_dict({"responses": responses, "response_mask": mask})
     batch["data_source"] = np.array(["codecontests", "taco", "apps"], dtype=object)
     batch["reward_model"] = np.array([{"ground_truth": json.dumps(ADD)} for _ in ids], dtype=object)
-    manager = NaiveRewardManager(tiny_tokenizer, RegistryScorer(), {"scorer_workers": 2, "scorer_timeout": 10})
+    manager = NaiveRewardManager(
+        tiny_tokenizer, RegistryScorer(plugin_manager.registry), {"scorer_workers": 2, "scorer_timeout": 10}
+    )
     try:
         result = manager(batch)
     finally:

@@ -14,6 +14,7 @@ from rlcore_testkit.contracts import ToolContract
 
 from rlcore.agents.tools import ToolExecutor, ToolResult, load_tools
 from rlcore.api import RLCoreError, ToolCall
+from rlcore.plugins import load_plugins
 
 
 def call(ex: ToolExecutor, tool_call: ToolCall) -> tuple[ToolResult, dict[str, float]]:
@@ -80,7 +81,7 @@ def test_code_interpreter_limits_are_checked_when_the_yaml_loads(tmp_path: Path)
     with pytest.raises(
         RLCoreError, match="tools\\[0\\]: code_interpreter config: SandboxLimits.memory_mb must be positive"
     ):
-        load_tools(str(path))
+        load_tools(str(path), load_plugins().registry)
 
 
 class TestCodeInterpreterContract(ToolContract):

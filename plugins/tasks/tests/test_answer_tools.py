@@ -11,6 +11,7 @@ from rlcore_plugin_tasks.answer_tools import Geo3kTool, Gsm8kTool
 from rlcore_testkit.contracts import InteractionContract, ToolContract
 
 from rlcore.agents.tools import ToolResult, load_tools
+from rlcore.plugins import load_plugins
 
 #: verl's GSM8K tool config, as verl ships it (vendored in the repository's tests/verl_examples)
 VERL_TOOL_YAML = (
@@ -20,7 +21,7 @@ VERL_TOOL_YAML = (
 
 
 def test_verl_gsm8k_tool_yaml_loads_unchanged_and_rewards_the_right_answer() -> None:
-    tools = load_tools(str(VERL_TOOL_YAML))
+    tools = load_tools(str(VERL_TOOL_YAML), load_plugins().registry)
     (tool,) = tools.values()
     assert isinstance(tool, Gsm8kTool) and tool.name == "calc_gsm8k_reward"
     assert tool.openai_schema()["function"]["parameters"]["required"] == ["answer"]
@@ -39,7 +40,7 @@ def test_verl_geo3k_tool_class_name_loads_and_grades_like_the_geo3k_scorer(tmp_p
     """verl's ``verl.tools.geo3k_tool.Geo3kTool`` (0.9's geo3k multi-turn tool config) maps onto this plugin's."""
     path = tmp_path / "geo3k_tool_config.yaml"
     path.write_text('tools:\n  - class_name: "verl.tools.geo3k_tool.Geo3kTool"\n    config: {type: native}\n')
-    (tool,) = load_tools(str(path)).values()
+    (tool,) = load_tools(str(path), load_plugins().registry).values()
     assert isinstance(tool, Geo3kTool) and tool.name == "calc_geo3k_reward"
 
     async def episode(answer: str, truth: str) -> float:

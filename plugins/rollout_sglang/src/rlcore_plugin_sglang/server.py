@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlcore.api import RLCoreError
+from rlcore.api import ROLLOUT_KEY, RLCoreError
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,6 @@ __all__ = [
     "server_command",
 ]
 
-ROLLOUT_KEY = "actor_rollout_ref.rollout"
 MODE_KEY = f"{ROLLOUT_KEY}.sglang_rollout_mode"
 SERVER_KEY = f"{ROLLOUT_KEY}.server"
 #: ``engine``: ``sglang.Engine`` in the worker process; ``server``: an HTTP server process per rank

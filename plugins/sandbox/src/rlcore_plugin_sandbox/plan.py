@@ -67,7 +67,7 @@ def sandbox_users(config: Any) -> tuple[list[str], list[tuple[str, bool]]]:
         from rlcore.api import MULTI_TURN_KEY
         from rlcore.api import tool_classes as class_entries
 
-        for _, entry, cls in class_entries(path, f"{MULTI_TURN_KEY}.tool_config_path", "tools", "tool"):
+        for _, entry, cls in class_entries(path, f"{MULTI_TURN_KEY}.tool_config_path", "tools", "tool", registry):
             if getattr(cls, "runs_code", False):
                 tools.append((str(entry["class_name"]), (entry.get("config") or {}).get("allow_unconfined") is True))
     return sources, tools

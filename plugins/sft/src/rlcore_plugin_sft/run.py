@@ -159,7 +159,7 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
     lock = lock_checkpoint_folder(engine, identity, saves=True)  # SFT saves at its end; one run per folder
     try:
         # the run directory is made once start-up has succeeded: a start-up error leaves nothing behind
-        trainer = SFTTrainer(config, engine, sizes, Path(), identity)
+        trainer = SFTTrainer(config, engine, sizes, Path(), manager.registry, identity)
         trainer.prepare()
         run_dir = trainer.run_dir = make_run_dir(config)
         identity.run_dir = str(run_dir)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import click
 from omegaconf import DictConfig
@@ -43,6 +43,9 @@ from rlcore.tracking.sinks import build_trackers
 from rlcore.tracking.values import reduce_metrics
 from rlcore_plugin_sft.config import SFTBatchSizes
 from rlcore_plugin_sft.dataset import SFTDataset, sft_batch
+
+if TYPE_CHECKING:
+    from rlcore.registry import Registry
 
 #: the worker class of an SFT run's group
 SFT_WORKER = WorkerSpec("rlcore_plugin_sft.worker:SFTWorker")
@@ -76,11 +79,14 @@ class SFTTrainer:
         engine: DictConfig,
         sizes: SFTBatchSizes,
         run_dir: Path,
+        registry: Registry,
         identity: RunIdentity | None = None,
     ) -> None:
-        """Train ``config`` (the SFT config) on the engine config ``engine``; ``identity`` is the run's (the
-        checkpoints record it; a fresh one when None)."""
+        """Train ``config`` (the SFT config) on the engine config ``engine``; ``registry`` is the run's (its
+        trackers are resolved there); ``identity`` is the run's (the checkpoints record it; a fresh one when
+        None)."""
         self.config = config
+        self.registry = registry
         self.identity = identity if identity is not None else RunIdentity.new(run_dir)
         self.engine = engine
         self.sizes = sizes
@@ -263,7 +269,7 @@ class SFTTrainer:
         trackers = None
         try:
             self.group.init_model()
-            trackers = build_trackers(self.config, self.run_dir)
+            trackers = build_trackers(self.config, self.run_dir, self.registry)
             if resume_from is not None:
                 self.load_checkpoint(resume_from)
             with ProgressBar(

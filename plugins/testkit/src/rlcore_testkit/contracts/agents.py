@@ -156,6 +156,7 @@ class AgentLoopContract:
         from rlcore.agents.runner import AgentRunner, left_pad
         from rlcore.api import Batch
         from rlcore.config import load_config
+        from rlcore.plugins import load_plugins
         from rlcore_testkit.contracts.chat_templates import tool_chat_pair
 
         tokenizer, model = tool_chat_pair("qwen2.5")
@@ -184,7 +185,7 @@ class AgentLoopContract:
         )
         engine = HFRolloutEngine(None, tokenizer, cfg.actor_rollout_ref.rollout, module=model)
         with torch.no_grad():
-            return AgentRunner(cfg, tokenizer).run(batch, engine.generate), tokenizer
+            return AgentRunner(cfg, tokenizer, load_plugins().registry).run(batch, engine.generate), tokenizer
 
     def test_layout(self, rollout: Any) -> None:
         out, _ = rollout
