@@ -7,14 +7,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from rlcore_testkit.surface import PACKAGE, SNAPSHOT, SurfaceError, check_snapshot, main, write_snapshot
 
 from rlcore.api import API_VERSION
-from rlcore.api.surface import PACKAGE, SNAPSHOT, SurfaceError, check_snapshot, main, write_snapshot
 
 
 def test_snapshot_matches_the_source() -> None:
     """Fails when a hookspec, the register callback, a kind or a public module's names or signatures changed
-    without ``python -m rlcore.api.surface --write`` (which needs an API_VERSION bump)."""
+    without ``python -m rlcore_testkit.surface --write`` (which needs an API_VERSION bump)."""
     problem = check_snapshot()
     assert problem is None, problem
     assert main([]) == 0
@@ -107,9 +107,10 @@ def test_every_public_name_resolves_and_is_typed_the_same() -> None:
 def test_one_reader_of_the_lazy_table() -> None:
     """The lazy-table reader gives every name of ``rlcore.api``, in the table's order, with the target that
     ``rlcore.api`` imports it from and the group ``docs/api.md`` lists it under."""
+    from rlcore_testkit.hookdocs import api_groups
+
     import rlcore.api
     from rlcore.api.lazy_table import read_lazy_table
-    from rlcore.hookdocs import api_groups
 
     entries = read_lazy_table((PACKAGE / "api" / "__init__.py").read_text())
     assert [entry.name for entry in entries] == list(rlcore.api._LAZY)

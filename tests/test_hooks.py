@@ -15,9 +15,9 @@ from typing import Any
 import click
 import pytest
 from click.testing import CliRunner
+from rlcore_testkit import hookdocs
 
 import rlcore
-from rlcore import hookdocs
 from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.config import ConfigError, load_config
 from rlcore.errors import RLCoreError
@@ -38,7 +38,7 @@ def test_every_hook_is_documented_with_its_exact_signature() -> None:
 
 
 def test_plugin_docs_are_up_to_date() -> None:
-    assert hookdocs.render_reference() in DOCS.read_text(), "run: python -m rlcore.hookdocs"
+    assert hookdocs.render_reference() in DOCS.read_text(), "run: python -m rlcore_testkit.hookdocs"
 
 
 def test_api_reference_is_up_to_date() -> None:
@@ -49,7 +49,7 @@ def test_api_reference_is_up_to_date() -> None:
     assert sorted(listed) == sorted(rlcore.api._LAZY)
     rendered = hookdocs.render_api_reference()
     assert "): \n" not in rendered + "\n" and not rendered.count("):\n"), "a public name has no summary"
-    assert rendered in (ROOT / "docs" / "api.md").read_text(), "run: python -m rlcore.hookdocs"
+    assert rendered in (ROOT / "docs" / "api.md").read_text(), "run: python -m rlcore_testkit.hookdocs"
 
 
 @pytest.mark.parametrize("name", hookdocs.hook_names())

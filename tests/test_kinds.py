@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import get_args, get_overloads
 
 from rlcore_plugin_scaffold.scaffold import PLUGIN_TEMPLATE, template_variables
+from rlcore_testkit import hookdocs
 
-from rlcore import distributions, hookdocs, hookspecs
+from rlcore import distributions, hookspecs
 from rlcore.api import specs
 from rlcore.api.kinds import COMPONENT_KINDS, KINDS
 from rlcore.registry import KIND_HOOKS, ComponentLoader, Registry

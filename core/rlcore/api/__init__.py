@@ -11,7 +11,7 @@ names below are the public ones, grouped by what they are for; each is documente
 A plugin declares the range it supports in its hooks module, ``RLCORE_API = ">=3,<4"`` (a PEP 440 specifier),
 and the loader refuses a plugin whose range excludes this version (:mod:`rlcore.plugins`).
 ``core/rlcore/api/surface.json`` is a snapshot of the API surface stored with the version it belongs to;
-``python -m rlcore.api.surface`` checks or rewrites it, and ``docs/publishing.md`` says when to bump which part.
+``python -m rlcore_testkit.surface`` checks or rewrites it, and ``docs/publishing.md`` says when to bump which part.
 
 Importing this package imports only the standard library (no torch): the loader and the CLI import it at
 start-up, through :mod:`rlcore.api.version` and :mod:`rlcore.api.kinds` (the ground floor of the import

@@ -4,7 +4,7 @@ An entry maps a public name to ``"module"`` (the name is that module's attribute
 (exported under another name) or ``"module:"`` (the name is a submodule, used as a namespace); a
 ``# comment`` line in the table opens a group of names. :func:`split_target` reads one entry's target
 (:mod:`rlcore.api` imports with it), :func:`read_lazy_table` the whole table from a module's source text, with
-the groups (:mod:`rlcore.api.surface` snapshots the names, :mod:`rlcore.hookdocs` lists them in
+the groups (:mod:`rlcore_testkit.surface` snapshots the names, :mod:`rlcore_testkit.hookdocs` lists them in
 ``docs/api.md``).
 
 This module imports only the standard library: :mod:`rlcore.api` imports it at start-up.

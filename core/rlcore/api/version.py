@@ -2,7 +2,7 @@
 
 :data:`API_VERSION` versions the contract between rlcore and its plugins: the hooks, the ``register``
 callback, the component kinds and the names of :mod:`rlcore.api`. ``docs/publishing.md`` says when to bump
-which part; ``python -m rlcore.api.surface`` checks the stored snapshot against it.
+which part; ``python -m rlcore_testkit.surface`` checks the stored snapshot against it.
 """
 
 #: the plugin API's version (SemVer): major for a breaking change, minor for an addition, patch for a fix

@@ -7,7 +7,7 @@ their hooks, every hookspec's signature, the ``register`` callback's signature, 
 :mod:`ast`, so nothing is imported (no torch) and a default value or a docstring is not part of it.
 
 The snapshot stores the surface with the :data:`rlcore.api.API_VERSION` it belongs to; ``tests/test_api_surface.py``
-fails when the two differ. ``python -m rlcore.api.surface`` says what changed; ``python -m rlcore.api.surface
+fails when the two differ. ``python -m rlcore_testkit.surface`` says what changed; ``python -m rlcore_testkit.surface
 --write`` rewrites the snapshot, and refuses unless ``API_VERSION`` was bumped enough for the change: a major
 bump when anything was removed, at least a minor bump when anything was added or changed.
 """
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import rlcore
 from rlcore.api.kinds import COMPONENT_KINDS
 from rlcore.api.lazy_table import read_lazy_table
 from rlcore.api.version import API_VERSION
@@ -29,11 +30,11 @@ from rlcore.errors import RLCoreError
 from rlcore.public_api import PUBLIC_MODULES
 
 #: the directory of the ``rlcore`` package
-PACKAGE = Path(__file__).resolve().parents[1]
+PACKAGE = Path(rlcore.__file__).resolve().parent
 #: the stored snapshot
-SNAPSHOT = Path(__file__).with_name("surface.json")
+SNAPSHOT = PACKAGE / "api" / "surface.json"
 #: how a snapshot is rewritten
-WRITE_COMMAND = "python -m rlcore.api.surface --write"
+WRITE_COMMAND = "python -m rlcore_testkit.surface --write"
 
 
 class SurfaceError(RLCoreError):
@@ -331,7 +332,7 @@ def check_snapshot(path: Path = SNAPSHOT, version: str = API_VERSION, package: P
 
 def main(argv: list[str] | None = None) -> int:
     """Check the snapshot (exit 1 with what changed) or, with ``--write``, rewrite it."""
-    parser = argparse.ArgumentParser(prog="python -m rlcore.api.surface", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rlcore_testkit.surface", description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help="rewrite the snapshot (needs an API_VERSION bump)")
     args = parser.parse_args(argv)
     try:

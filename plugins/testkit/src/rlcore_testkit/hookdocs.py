@@ -2,7 +2,7 @@
 from the hookspec docstrings, and the name reference of ``docs/api.md`` from :mod:`rlcore.api` (its groups and
 each name's docstring).
 
-``python -m rlcore.hookdocs`` rewrites the generated parts of both files in place; tests fail when either is
+``python -m rlcore_testkit.hookdocs`` rewrites the generated parts of both files in place; tests fail when either is
 out of date.
 """
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from rlcore import hookspecs
 
-BEGIN = "<!-- BEGIN GENERATED HOOK REFERENCE (python -m rlcore.hookdocs) -->"
+BEGIN = "<!-- BEGIN GENERATED HOOK REFERENCE (python -m rlcore_testkit.hookdocs) -->"
 END = "<!-- END GENERATED HOOK REFERENCE -->"
-API_BEGIN = "<!-- BEGIN GENERATED API REFERENCE (python -m rlcore.hookdocs) -->"
+API_BEGIN = "<!-- BEGIN GENERATED API REFERENCE (python -m rlcore_testkit.hookdocs) -->"
 API_END = "<!-- END GENERATED API REFERENCE -->"
 
 
