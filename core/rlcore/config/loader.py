@@ -6,7 +6,6 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import yaml
@@ -16,6 +15,7 @@ from rlcore.config.aliases import canonical_key, rename_aliases
 from rlcore.config.compose import Source, config_file, engine_choice, is_engine_choice, named_config
 from rlcore.config.problems import ConfigError, Problems
 from rlcore.config.run_name import name_after_presets
+from rlcore.config.schema import default_tree
 from rlcore.config.suggest import option_hint, synonym_key
 from rlcore.config.unsupported import missing_feature_problems, unsupported_value_problems
 from rlcore.registry import KIND_SPECS
@@ -23,7 +23,6 @@ from rlcore.registry import KIND_SPECS
 if TYPE_CHECKING:
     from rlcore.plugins import PluginManager
 
-DEFAULTS_FILE = Path(__file__).with_name("defaults.yaml")
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
@@ -106,10 +105,9 @@ def _plain(value: Any) -> Any:
 
 
 def core_defaults() -> dict[str, Any]:
-    """rlcore's own ``defaults.yaml`` as plain data (no plugin sections), read with PyYAML's C parser when it
-    has one (the same values, ten times faster than the pure-Python one: every command reads the file)."""
-    with DEFAULTS_FILE.open() as fh:
-        return dict(yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+    """rlcore's own defaults as plain data (no plugin sections): the typed sections' defaults
+    (:func:`rlcore.config.schema.default_tree`; ``defaults.yaml`` is rendered from them)."""
+    return default_tree()
 
 
 def default_config(manager: PluginManager | None = None) -> DictConfig:
