@@ -60,7 +60,6 @@ __all__ = [
     "Truncation",
     "ValKwargs",
     "default_tree",
-    "section_problems",
 ]
 
 
@@ -100,12 +99,3 @@ def default_tree() -> dict[str, Any]:
     """rlcore's defaults as plain nested data, in key order (``${...}`` references unresolved): the base
     config of the loader and the content of ``defaults.yaml``."""
     return dataclasses.asdict(Sections())
-
-
-def section_problems(config: DictConfig) -> list[str]:
-    """Every problem :meth:`Sections.from_tree` finds in ``config`` (none: the sections build)."""
-    try:
-        Sections.from_tree(config)
-    except ConfigError as exc:
-        return exc.problems
-    return []

@@ -20,7 +20,7 @@ from rlcore.config.prefix_grouper import prefix_grouper_notes, prefix_grouper_pr
 from rlcore.config.ranges import value_range_problems
 from rlcore.config.ray_kwargs import ray_kwargs_notes, ray_kwargs_problems
 from rlcore.config.router_replay import router_replay_problems
-from rlcore.config.schema import ActorConfig, DataConfig, section_problems
+from rlcore.config.schema import Sections
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.activation_offload import activation_offload_notes
 from rlcore.tracking.sinks import file_logger_notes
@@ -332,7 +332,12 @@ def check_values(config: DictConfig) -> None:
     (:data:`ONLY_VALUES`). Raises one :class:`ConfigError` with every problem found."""
     from omegaconf import OmegaConf
 
-    problems = section_problems(config)
+    sections: Sections | None = None
+    try:
+        sections = Sections.from_tree(config)
+        problems: list[str] = []
+    except ConfigError as exc:
+        problems = list(exc.problems)
     for key, (allowed, why) in ONLY_VALUES.items():
         value = OmegaConf.select(config, key, default=None)
         if value not in allowed or type(value) not in {type(a) for a in allowed}:
@@ -345,7 +350,8 @@ def check_values(config: DictConfig) -> None:
     problems += async_training_problems(config)
     problems += ray_kwargs_problems(config)
     problems += router_replay_problems(config)
-    problems += prefix_grouper_problems(config)
+    if sections is not None:  # the checks that read the typed sections need them built
+        problems += prefix_grouper_problems(sections)
     problems += expert_parallel_problems(config)
     problems += megatron_lora_problems(config)
     if config.reward_model.launch_reward_fn_async and config.algorithm.batch_filters:
@@ -434,8 +440,8 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     sizes come from :func:`rlcore.config.batch_sizes.ppo_batch_sizes`, the function the workers use, over
     the data-parallel size the training backend reports (world ÷ model-parallel size).
     """
-    actor = ActorConfig.from_tree(config)
-    data = DataConfig.from_tree(config)
+    sections = Sections.from_tree(config)
+    actor, data = sections.actor_rollout_ref.actor, sections.data
     n = positive_key(config, "actor_rollout_ref.rollout.n")
     prompts = positive_int(data.train_batch_size, data.key("train_batch_size"))
     mini = positive_int(actor.ppo_mini_batch_size, actor.key("ppo_mini_batch_size"))
@@ -491,7 +497,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     notes += expert_parallel_notes(config)
     notes += ray_kwargs_notes(config)
     notes += file_logger_notes(config)
-    notes += prefix_grouper_notes(config)
+    notes += prefix_grouper_notes(sections)
     return DerivedQuantities(
         world_size=world,
         data_parallel_size=dp,

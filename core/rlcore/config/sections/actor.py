@@ -70,7 +70,8 @@ class OptimConfig(Section):
 
 @dataclass(frozen=True)
 class RouterReplayConfig(Section):
-    """``actor_rollout_ref.actor.router_replay``: mixture-of-experts routing replay in the training forward (docs/moe.md)."""
+    """``actor_rollout_ref.actor.router_replay``: mixture-of-experts routing replay in the training forward
+    (docs/moe.md)."""
 
     #: disabled | R2 (log-prob pass records, update replays) | R3 (rollout records, both replay)
     mode: str = "disabled"

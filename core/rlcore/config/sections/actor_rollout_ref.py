@@ -1,4 +1,5 @@
-"""``actor_rollout_ref``: the policy side (its model, the reference pass; the actor and the rollout have modules of their own)."""
+"""``actor_rollout_ref``: the policy side (its model, the reference pass; the actor and the rollout have modules of
+their own)."""
 
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ class RefConfig(LogProbConfig):
     """``actor_rollout_ref.ref``: the frozen reference model's log-prob pass."""
 
     PATH = "actor_rollout_ref.ref"
-    #: the reference model's training backend: the actor's (it shares the actor's worker processes; another backend is rejected)
+    #: the reference model's training backend: the actor's (it shares the actor's worker processes; another backend is
+    #: rejected)
     strategy: str = ref("actor_rollout_ref.actor.strategy")
     #: true: torch.compile the reference model's forward
     use_torch_compile: bool = ref("actor_rollout_ref.actor.use_torch_compile")

@@ -55,6 +55,10 @@ class Section:
         """The dotted key of field ``name``."""
         return f"{self.PATH}.{name}"
 
+    def tree(self) -> dict[str, Any]:
+        """The section's values as plain nested data, in field order (``${...}`` references kept)."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
     def problems(self) -> list[str]:
         """This section's per-field problems (none by default); ``__post_init__`` raises them."""
         return []

@@ -10,7 +10,8 @@ from rlcore.config.sections.base import Section, ref
 
 @dataclass(frozen=True)
 class TorchScheduleConfig(Section):
-    """``actor_rollout_ref.actor.profiler.tool_config.torch.schedule``: torch.profiler.schedule over the update loop's mini-batches (active 0: all)."""
+    """``actor_rollout_ref.actor.profiler.tool_config.torch.schedule``: torch.profiler.schedule over the update loop's
+    mini-batches (active 0: all)."""
 
     #: discrete only: mini-batches dropped first
     skip_first: int = 0
@@ -26,7 +27,8 @@ class TorchScheduleConfig(Section):
 
 @dataclass(frozen=True)
 class TorchTraceConfig(Section):
-    """``actor_rollout_ref.actor.profiler.tool_config.torch``: global_profiler.tool=torch: what the traces record and how they are cut."""
+    """``actor_rollout_ref.actor.profiler.tool_config.torch``: global_profiler.tool=torch: what the traces record and
+    how they are cut."""
 
     #: cpu | cuda | memory | shapes | stack (empty: every activity, no extras; cpu is always on)
     contents: list[str] = field(default_factory=list)
@@ -62,7 +64,8 @@ class RefTorchScheduleConfig(TorchScheduleConfig):
 
 @dataclass(frozen=True)
 class RefTorchTraceConfig(TorchTraceConfig):
-    """``actor_rollout_ref.ref.profiler.tool_config.torch``: the reference runs in the actor's worker and shares its trace settings."""
+    """``actor_rollout_ref.ref.profiler.tool_config.torch``: the reference runs in the actor's worker and shares its
+    trace settings."""
 
     #: the actor's
     contents: list[str] = ref("actor_rollout_ref.actor.profiler.tool_config.torch.contents")
@@ -74,7 +77,8 @@ class RefTorchTraceConfig(TorchTraceConfig):
 
 @dataclass(frozen=True)
 class RefProfilerToolConfig(ProfilerToolConfig):
-    """``actor_rollout_ref.ref.profiler.tool_config``: the reference runs in the actor's worker and shares its trace settings."""
+    """``actor_rollout_ref.ref.profiler.tool_config``: the reference runs in the actor's worker and shares its trace
+    settings."""
 
     #: the reference runs in the actor's worker and shares its trace settings
     torch: RefTorchTraceConfig = field(default_factory=RefTorchTraceConfig)
@@ -82,7 +86,8 @@ class RefProfilerToolConfig(ProfilerToolConfig):
 
 @dataclass(frozen=True)
 class RolloutTorchTraceConfig(Section):
-    """``actor_rollout_ref.rollout.profiler.tool_config.torch``: the generation stage's trace (global_profiler.tool=torch)."""
+    """``actor_rollout_ref.rollout.profiler.tool_config.torch``: the generation stage's trace
+    (global_profiler.tool=torch)."""
 
     #: as the actor's
     contents: list[str] = ref("actor_rollout_ref.actor.profiler.tool_config.torch.contents")

@@ -16,7 +16,8 @@ class RewardModelModelConfig(Section):
     PATH = "reward_model.model"
     #: a token- or sequence-classification model with one label
     path: str | None = None
-    #: the policy's tokenizer; when it differs from the reward model's, responses are re-rendered with the reward model's chat template
+    #: the policy's tokenizer; when it differs from the reward model's, responses are re-rendered with the reward
+    #: model's chat template
     input_tokenizer: str | None = ref("actor_rollout_ref.model.path")
     #: let transformers run the model's own code
     trust_remote_code: bool = ref("actor_rollout_ref.model.trust_remote_code")
@@ -62,7 +63,8 @@ class JudgeConfig(Section):
 class SandboxConfig(Section):
     """``reward_model.sandbox``: code rewards (data_source codecontests, apps, ...): rlcore-plugin-sandbox."""
 
-    #: true: run them where the kernel cannot confine the code fully (`rlcore sandbox check`); false: the run refuses there, saying what is not enforced
+    #: true: run them where the kernel cannot confine the code fully (`rlcore sandbox check`); false: the run refuses
+    #: there, saying what is not enforced
     allow_unconfined: bool = False
 
 

@@ -69,7 +69,8 @@ class MultiTurnConfig(Section):
     max_tool_response_length: int = 256
     #: left | right | middle
     tool_response_truncate_side: str = "middle"
-    #: verl's tool YAML: tools: [{class_name, config, tool_schema}]; the code_interpreter tool refuses hosts that cannot confine code fully unless its config says allow_unconfined: true (`rlcore sandbox check`)
+    #: verl's tool YAML: tools: [{class_name, config, tool_schema}]; the code_interpreter tool refuses hosts that cannot
+    #: confine code fully unless its config says allow_unconfined: true (`rlcore sandbox check`)
     tool_config_path: str | None = None
     #: verl's interaction YAML: interaction: [{name, class_name, config}]
     interaction_config_path: str | None = None
@@ -81,7 +82,8 @@ class MultiTurnConfig(Section):
 class AgentConfig(Section):
     """``actor_rollout_ref.rollout.agent``: agent loops."""
 
-    #: agent loop (kind `agent_loop`) of samples without agent_name; null: tool_agent with multi_turn.enable, else single_turn
+    #: agent loop (kind `agent_loop`) of samples without agent_name; null: tool_agent with multi_turn.enable, else
+    #: single_turn
     default_agent_loop: str | None = None
 
 
@@ -150,7 +152,8 @@ class RolloutConfig(LogProbConfig):
     response_length: int = ref("data.max_response_length")
     #: the dtype the engine serves on CUDA (on CPU: the trainer's)
     dtype: str = "bfloat16"
-    #: share of the accelerator's memory the engine may fill (hf: sizes its chunks of rows from what is free; vLLM/SGLang: their KV cache)
+    #: share of the accelerator's memory the engine may fill (hf: sizes its chunks of rows from what is free;
+    #: vLLM/SGLang: their KV cache)
     gpu_memory_utilization: float = 0.5
     #: keep generating after the end-of-sequence token
     ignore_eos: bool = False
@@ -164,10 +167,12 @@ class RolloutConfig(LogProbConfig):
     tensor_model_parallel_size: int = 2
     #: the engine's data-parallel replicas (vLLM/SGLang)
     data_parallel_size: int = 1
-    #: MoE experts spread over the engine's GPUs: vllm enable_expert_parallel (= tensor_model_parallel_size on CUDA), sglang ep_size (divides it); hf: 1 only
+    #: MoE experts spread over the engine's GPUs: vllm enable_expert_parallel (= tensor_model_parallel_size on CUDA),
+    #: sglang ep_size (divides it); hf: 1 only
     expert_parallel_size: int = 1
-    #: vLLM: tokens per scheduler step (null = 8192); hf on CPU: prompt + response tokens resident at once (chunks of rows; null = one chunk; on CUDA gpu_memory_utilization sizes them)
-    max_num_batched_tokens: int = 8192
+    #: vLLM: tokens per scheduler step (null = 8192); hf on CPU: prompt + response tokens resident at once (chunks of
+    #: rows; null = one chunk; on CUDA gpu_memory_utilization sizes them)
+    max_num_batched_tokens: int | None = 8192
     #: the engine's longest sequence (null: prompt_length + response_length)
     max_model_len: int | None = None
     #: vLLM: sequences per scheduler step
@@ -178,7 +183,8 @@ class RolloutConfig(LogProbConfig):
     enable_prefix_caching: bool = True
     #: the engine returns the log-probs of the tokens it sampled (rollout correction reads them)
     calculate_log_probs: bool = False
-    #: R3 (MoE models, hf engine): record each token's routed experts during rollout as the batch's routed_experts (docs/moe.md)
+    #: R3 (MoE models, hf engine): record each token's routed experts during rollout as the batch's routed_experts
+    #: (docs/moe.md)
     enable_rollout_routing_replay: bool = False
     #: deprecated global micro-batch size (divided over the data-parallel ranks)
     log_prob_micro_batch_size: int | None = None
@@ -188,7 +194,8 @@ class RolloutConfig(LogProbConfig):
     log_prob_use_dynamic_bsz: bool = ref("actor_rollout_ref.actor.use_dynamic_bsz")
     #: the token budget of a micro-batch with ``log_prob_use_dynamic_bsz``
     log_prob_max_token_len_per_gpu: int = ref("actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
-    #: multi-turn training rollouts abort the slowest trajectories once (1 - rate) x size finished (their response is empty, masked out)
+    #: multi-turn training rollouts abort the slowest trajectories once (1 - rate) x size finished (their response is
+    #: empty, masked out)
     over_sample_rate: float = 0.0
     #: verl's SGLang memory switch (weights, then KV cache); another value: a note
     multi_stage_wake_up: bool = False
@@ -196,7 +203,8 @@ class RolloutConfig(LogProbConfig):
     check_weight_sync: bool = True
     #: largest mean |Δ log-prob| of the sync probe (null: 1e-3 fp32, 5e-2 bf16/fp16)
     weight_sync_logprob_tol: float | None = None
-    #: true: a sync gathers (and, with LoRA, merges) one tensor at a time, as one-tensor buckets when no bucket size is set
+    #: true: a sync gathers (and, with LoRA, merges) one tensor at a time, as one-tensor buckets when no bucket size is
+    #: set
     layered_summon: bool = False
     #: how weights reach the rollout engine (verl's section; docs/distributed.md)
     checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)

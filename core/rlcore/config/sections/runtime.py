@@ -20,7 +20,8 @@ class RuntimeEnvConfig(Section):
 
 @dataclass(frozen=True)
 class RayInitConfig(Section):
-    """``ray_kwargs.ray_init``: passed to ray.init when rlcore starts Ray or attaches to it (trainer.ray_address); +key adds another ray.init argument."""
+    """``ray_kwargs.ray_init``: passed to ray.init when rlcore starts Ray or attaches to it (trainer.ray_address); +key
+    adds another ray.init argument."""
 
     #: CPUs of the Ray that rlcore starts; null: one per bundle the ranks need; not with trainer.ray_address
     num_cpus: int | None = None
@@ -38,7 +39,8 @@ class RayInitConfig(Section):
 class RayKwargsConfig(Section):
     """``ray_kwargs``: verl's Ray start-up options (trainer.executor=ray; the local executor does not use them)."""
 
-    #: passed to ray.init when rlcore starts Ray or attaches to it (trainer.ray_address); +key adds another ray.init argument
+    #: passed to ray.init when rlcore starts Ray or attaches to it (trainer.ray_address); +key adds another ray.init
+    #: argument
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
     #: after the run, Ray's timeline of tasks and actors goes to this file (ray.timeline; chrome://tracing)
     timeline_json_file: str | None = None
@@ -46,7 +48,8 @@ class RayKwargsConfig(Section):
 
 @dataclass(frozen=True)
 class TorchMemoryConfig(Section):
-    """``global_profiler.global_tool_config.torch_memory``: torch.cuda.memory._record_memory_history arguments (CUDA only)."""
+    """``global_profiler.global_tool_config.torch_memory``: torch.cuda.memory._record_memory_history arguments (CUDA
+    only)."""
 
     #: allocations recorded at most
     trace_alloc_max_entries: int = 100000
@@ -80,9 +83,11 @@ class GlobalProfilerConfig(Section):
     profile_continuous_steps: bool = False
     #: files go to save_path/step<N>/<group>_rank<r>.*
     save_path: str = "outputs/profile"
-    #: true: after each profiled step the rollout engine's traces move from save_path/agent_loop_rollout_replica_<r>/ into save_path/step<N>/, renamed rollout-replica<r>_*
+    #: true: after each profiled step the rollout engine's traces move from save_path/agent_loop_rollout_replica_<r>/
+    #: into save_path/step<N>/, renamed rollout-replica<r>_*
     relocate_results: bool = False
-    #: a shell command run once after the last profiled step on each selected rank, with VERL_PROFILE_{SAVE_PATH,TOOL,RANK,PID,ROLE} set; a failure is logged
+    #: a shell command run once after the last profiled step on each selected rank, with
+    #: VERL_PROFILE_{SAVE_PATH,TOOL,RANK,PID,ROLE} set; a failure is logged
     finish_hook_cmd: str | None = None
     #: true: every rank of the profiled groups runs finish_hook_cmd
     finish_hook_all_ranks: bool = False

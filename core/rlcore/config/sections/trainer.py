@@ -17,7 +17,8 @@ class TrainerConfig(Section):
     executor: Literal["auto", "local", "ray"] = "auto"
     #: auto | cpu | cuda
     device: str = "auto"
-    #: torch's CPU threads in the driver (and the local executor's workers); null: OMP_NUM_THREADS, else torch's default within the usable cores
+    #: torch's CPU threads in the driver (and the local executor's workers); null: OMP_NUM_THREADS, else torch's default
+    #: within the usable cores
     cpu_threads: int | None = None
     #: the seed of every rank and of the prompt uids
     seed: int = 1
@@ -31,7 +32,8 @@ class TrainerConfig(Section):
     project_name: str = "rlcore"
     #: the run's name (checkpoint and run folders, trackers)
     experiment_name: str = "run"
-    #: trackers: console, and plugins: swanlab, wandb (alias tracking), tensorboard, mlflow (+ jsonl, always; alias file)
+    #: trackers: console, and plugins: swanlab, wandb (alias tracking), tensorboard, mlflow (+ jsonl, always; alias
+    #: file)
     logger: list[str] = field(default_factory=lambda: ["console"])
     #: validation generations logged per validation
     log_val_generations: int = 0
@@ -61,7 +63,8 @@ class TrainerConfig(Section):
     resume_mode: str = "auto"
     #: resume_mode=resume_path: the checkpoint folder (global_step_<N>)
     resume_from_path: str | None = None
-    #: what may differ from a resumed checkpoint's run: model, weights, tokenizer, algorithm, data, unrecorded (docs/checkpoints.md)
+    #: what may differ from a resumed checkpoint's run: model, weights, tokenizer, algorithm, data, unrecorded
+    #: (docs/checkpoints.md)
     resume_allow_changes: list[str] = field(default_factory=list)
     #: where checkpoints are saved
     default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
