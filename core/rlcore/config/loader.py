@@ -13,6 +13,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlcore.config.aliases import canonical_key, rename_aliases
 from rlcore.config.compose import Source, config_file, engine_choice, is_engine_choice, named_config
+from rlcore.config.plugin_sections import plugin_fragment
 from rlcore.config.problems import ConfigError, Problems
 from rlcore.config.run_name import name_after_presets
 from rlcore.config.schema import default_tree
@@ -62,26 +63,21 @@ def _merge_plugin_defaults(base: dict[str, Any], manager: PluginManager) -> dict
         if record is None or record.status == "error":
             continue
         try:
-            fragment = impl.function()
+            returned = impl.function()
         except Exception as exc:  # a plugin's bug must name the plugin, not look like a config error
             raise ConfigError(f"plugin {impl.plugin_name}: config_defaults raised {type(exc).__name__}: {exc}") from exc
-        if not fragment:
-            continue
-        if not isinstance(fragment, Mapping):
-            raise ConfigError(
-                f"plugin {impl.plugin_name}: config_defaults must return a mapping, got {type(fragment).__name__}"
-            )
-        nested = nest(fragment)
-        for key, value in flatten(nested).items():
-            previous = owners.get(key)
-            if previous is not None and previous != "rlcore" and values[key] != value:
-                raise ConfigError(
-                    f"config key {key!r} is declared with different defaults by {previous} "
-                    f"({values[key]!r}) and {impl.plugin_name} ({value!r})"
-                )
-            owners[key] = impl.plugin_name
-        _merge_into(base, nested)
-        values = flatten(base)
+        for fragment in plugin_fragment(impl.plugin_name, returned):
+            nested = nest(fragment)
+            for key, value in flatten(nested).items():
+                previous = owners.get(key)
+                if previous is not None and previous != "rlcore" and values[key] != value:
+                    raise ConfigError(
+                        f"config key {key!r} is declared with different defaults by {previous} "
+                        f"({values[key]!r}) and {impl.plugin_name} ({value!r})"
+                    )
+                owners[key] = impl.plugin_name
+            _merge_into(base, nested)
+            values = flatten(base)
     return base
 
 
