@@ -349,8 +349,8 @@ def check_values(config: DictConfig) -> None:
     problems += user_file_problems(config)
     problems += async_training_problems(config)
     problems += ray_kwargs_problems(config)
-    problems += router_replay_problems(config)
     if sections is not None:  # the checks that read the typed sections need them built
+        problems += router_replay_problems(sections)
         problems += prefix_grouper_problems(sections)
     problems += expert_parallel_problems(config)
     problems += megatron_lora_problems(config)
