@@ -10,16 +10,16 @@ the model. This module reads the typed sections only (no torch): it runs in the 
 
 from __future__ import annotations
 
-from rlcore.config.schema import Sections
+from rlcore.config.schema import ActorRolloutRefConfig
 
 KEY = "actor_rollout_ref.actor.use_prefix_grouper"
 #: the training backends whose forward is the shared Hugging Face one (:mod:`rlcore.modelkit.hf_models`)
 GROUPING_BACKENDS: tuple[str, ...] = ("fsdp", "fsdp2", "deepspeed")
 
 
-def prefix_grouper_problems(sections: Sections) -> list[str]:
+def prefix_grouper_problems(policy: ActorRolloutRefConfig) -> list[str]:
     """The settings that contradict ``use_prefix_grouper=true``, each naming its key (none when it is off)."""
-    actor, model = sections.actor_rollout_ref.actor, sections.actor_rollout_ref.model
+    actor, model = policy.actor, policy.model
     if not actor.use_prefix_grouper:
         return []
     checks = [
@@ -42,11 +42,11 @@ def prefix_grouper_problems(sections: Sections) -> list[str]:
     return problems
 
 
-def prefix_grouper_notes(sections: Sections) -> list[str]:
+def prefix_grouper_notes(policy: ActorRolloutRefConfig) -> list[str]:
     """Notes on settings that leave ``use_prefix_grouper=true`` less to share (none when it is off): one
     response per prompt, and fixed micro-batch sizes that cut a prompt's ``rollout.n`` samples (each part then
     runs as a group of its own: the same numbers, the prompt computed once per part)."""
-    actor, rollout = sections.actor_rollout_ref.actor, sections.actor_rollout_ref.rollout
+    actor, rollout = policy.actor, policy.rollout
     if not actor.use_prefix_grouper:
         return []
     n = rollout.n

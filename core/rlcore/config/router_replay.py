@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, OmegaConf
 
 if TYPE_CHECKING:
-    from rlcore.config.schema import Sections
+    from rlcore.config.schema import ActorRolloutRefConfig
 
 #: the values of ``router_replay.mode``
 REPLAY_MODES: tuple[str, ...] = ("disabled", "R2", "R3")
@@ -58,12 +58,11 @@ def _local_model_type(path: Any) -> tuple[str, bool] | None:
     return (str(fields.get("model_type")), is_moe_fields(fields)) if isinstance(fields, dict) else None
 
 
-def router_replay_problems(sections: Sections) -> list[str]:
+def router_replay_problems(policy: ActorRolloutRefConfig) -> list[str]:
     """What is wrong with the ``router_replay`` keys of the actor and the reference, each naming the key: an
     unknown mode, a record or replay file (verl declares them and reads neither), a reference that replays,
     R3 without the rollout recording the routing, R2 with it (verl refuses the pair too), replay with Ulysses
     sequence parallelism, and replay on a model that is not a mixture of experts."""
-    policy = sections.actor_rollout_ref
     problems: list[str] = []
     for section, replay in ((ACTOR, policy.actor.router_replay), (REF, policy.ref.router_replay)):
         mode = str(replay.mode)

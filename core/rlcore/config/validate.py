@@ -20,7 +20,7 @@ from rlcore.config.prefix_grouper import prefix_grouper_notes, prefix_grouper_pr
 from rlcore.config.ranges import value_range_problems
 from rlcore.config.ray_kwargs import ray_kwargs_notes, ray_kwargs_problems
 from rlcore.config.router_replay import router_replay_problems
-from rlcore.config.schema import Sections
+from rlcore.config.schema import ActorConfig, ActorRolloutRefConfig, DataConfig, Sections
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.activation_offload import activation_offload_notes
 from rlcore.tracking.sinks import file_logger_notes
@@ -319,6 +319,14 @@ def user_file_problems(config: DictConfig) -> list[str]:
     return problems
 
 
+def _policy_section(config: DictConfig) -> ActorRolloutRefConfig | None:
+    """The typed ``actor_rollout_ref`` section, or None when it has problems of its own."""
+    try:
+        return ActorRolloutRefConfig.from_tree(config)
+    except ConfigError:
+        return None
+
+
 def check_values(config: DictConfig) -> None:
     """Check single values that are meaningless or unsupported: zero or negative sizes and counts (a
     ``response_length`` of 0, ``total_training_steps=0``, ``total_epochs<=0``), negative timeouts, values
@@ -332,12 +340,12 @@ def check_values(config: DictConfig) -> None:
     (:data:`ONLY_VALUES`). Raises one :class:`ConfigError` with every problem found."""
     from omegaconf import OmegaConf
 
-    sections: Sections | None = None
     try:
-        sections = Sections.from_tree(config)
+        policy: ActorRolloutRefConfig | None = Sections.from_tree(config).actor_rollout_ref
         problems: list[str] = []
     except ConfigError as exc:
         problems = list(exc.problems)
+        policy = _policy_section(config)
     for key, (allowed, why) in ONLY_VALUES.items():
         value = OmegaConf.select(config, key, default=None)
         if value not in allowed or type(value) not in {type(a) for a in allowed}:
@@ -349,9 +357,9 @@ def check_values(config: DictConfig) -> None:
     problems += user_file_problems(config)
     problems += async_training_problems(config)
     problems += ray_kwargs_problems(config)
-    if sections is not None:  # the checks that read the typed sections need them built
-        problems += router_replay_problems(sections)
-        problems += prefix_grouper_problems(sections)
+    if policy is not None:  # these checks read the typed section (its own problems are reported above)
+        problems += router_replay_problems(policy)
+        problems += prefix_grouper_problems(policy)
     problems += expert_parallel_problems(config)
     problems += megatron_lora_problems(config)
     if config.reward_model.launch_reward_fn_async and config.algorithm.batch_filters:
@@ -440,8 +448,8 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     sizes come from :func:`rlcore.config.batch_sizes.ppo_batch_sizes`, the function the workers use, over
     the data-parallel size the training backend reports (world ÷ model-parallel size).
     """
-    sections = Sections.from_tree(config)
-    actor, data = sections.actor_rollout_ref.actor, sections.data
+    actor = ActorConfig.from_tree(config)
+    data = DataConfig.from_tree(config)
     n = positive_key(config, "actor_rollout_ref.rollout.n")
     prompts = positive_int(data.train_batch_size, data.key("train_batch_size"))
     mini = positive_int(actor.ppo_mini_batch_size, actor.key("ppo_mini_batch_size"))
@@ -497,7 +505,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     notes += expert_parallel_notes(config)
     notes += ray_kwargs_notes(config)
     notes += file_logger_notes(config)
-    notes += prefix_grouper_notes(sections)
+    notes += prefix_grouper_notes(ActorRolloutRefConfig.from_tree(config))
     return DerivedQuantities(
         world_size=world,
         data_parallel_size=dp,
