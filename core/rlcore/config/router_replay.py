@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlcore.config.sections.actor import RouterReplayConfig
+
 if TYPE_CHECKING:
     from rlcore.config.schema import ActorRolloutRefConfig
 
@@ -33,8 +35,8 @@ EXPERT_COUNT_FIELDS: tuple[str, ...] = ("num_experts", "num_local_experts", "n_r
 
 
 def replay_mode(config: DictConfig, section: str) -> str:
-    """``{section}.router_replay.mode`` (``disabled`` when the section has no such key)."""
-    return str(OmegaConf.select(config, f"{section}.router_replay.mode", default="disabled"))
+    """``{section}.router_replay.mode`` (its default, ``disabled``, when the section has no such key)."""
+    return str(OmegaConf.select(config, f"{section}.router_replay.mode", default=RouterReplayConfig.mode))
 
 
 def is_moe_fields(fields: Mapping[str, Any]) -> bool:
