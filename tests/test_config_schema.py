@@ -1,5 +1,6 @@
-"""The typed config sections (:mod:`rlcore.config.schema`): built from the resolved tree with verl's key names,
-no defaults of their own, every problem naming its key, and no reader in the core restating a default."""
+"""The typed config sections (:mod:`rlcore.config.schema`): the one place of defaults (``defaults.yaml`` is
+rendered from them), built from the resolved tree with verl's key names, every problem naming its key, and no
+reader in the core restating a default."""
 
 from __future__ import annotations
 
@@ -15,14 +16,17 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rlcore.config import ConfigError, check_values, load_config
-from rlcore.config.loader import DEFAULTS_FILE
+from rlcore.config.defaults_file import DEFAULTS_FILE, WRITE_COMMAND, render
+from rlcore.config.loader import core_defaults
 from rlcore.config.schema import (
     ActorCheckpointConfig,
     DataConfig,
     Section,
     Sections,
     TrainerConfig,
+    default_tree,
 )
+from rlcore.config.sections.base import is_interpolation
 from tests.verl_scripts_harness import verl_arguments
 
 CORE = Path(__file__).resolve().parents[1] / "core" / "rlcore"
@@ -75,36 +79,81 @@ def test_the_sections_build_from_a_verl_example_script(tmp_path: Path) -> None:
     assert sections.actor_rollout_ref.rollout.name == "vllm"
 
 
-def test_every_field_is_a_key_of_the_defaults_and_has_no_default_of_its_own() -> None:
-    defaults = OmegaConf.create(yaml.safe_load(DEFAULTS_FILE.read_text()))
-    for key, _ in section_fields(Sections, ""):
-        parent, _, name = key.rpartition(".")
-        node = OmegaConf.select(defaults, parent)
-        assert node is not None and name in node, f"{key} is a field but not a key of defaults.yaml"
-    for kind in (Sections, *Section.__subclasses__()):
+def test_every_key_of_the_defaults_is_a_field_with_its_default() -> None:
+    """The dataclasses are the defaults: their tree is ``defaults.yaml``'s, key for key, in the same order."""
+    defaults = yaml.safe_load(DEFAULTS_FILE.read_text())
+    assert default_tree() == defaults
+    assert list(flatten_keys(default_tree())) == list(flatten_keys(defaults)), "the field order is the key order"
+    for kind in (Sections, *all_sections()):
         for field in dataclasses.fields(kind):
-            assert field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING, (
-                f"{kind.__name__}.{field.name} restates a default: defaults.yaml is the one place of defaults"
+            assert field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING, (
+                f"{kind.__name__}.{field.name} has no default"
             )
 
 
-def test_every_field_has_a_docstring_comment() -> None:
-    """A field's docstring is the ``#:`` comment above it; a subsection is documented by its class."""
-    import rlcore.config.schema as schema
+def flatten_keys(tree: dict, prefix: str = "") -> Iterator[str]:
+    """The dotted keys of ``tree`` in order, sections included."""
+    for key, value in tree.items():
+        yield prefix + key
+        if isinstance(value, dict):
+            yield from flatten_keys(value, f"{prefix}{key}.")
 
-    source = (CORE / "config" / "schema.py").read_text()
-    lines = source.splitlines()
-    for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, ast.ClassDef):
-            continue
-        for item in node.body:
-            if not isinstance(item, ast.AnnAssign) or not isinstance(item.target, ast.Name):
+
+def all_sections(kind: type = Section) -> Iterator[type]:
+    """Every dataclass subclass of ``kind``, recursively."""
+    for sub in kind.__subclasses__():
+        if dataclasses.is_dataclass(sub):
+            yield sub
+        yield from all_sections(sub)
+
+
+def test_the_loader_builds_its_defaults_from_the_dataclasses_not_the_file() -> None:
+    assert core_defaults() == default_tree()
+    assert core_defaults() is not core_defaults(), "each call gets its own copy to merge plugin sections into"
+
+
+def test_the_committed_defaults_file_is_the_rendering_of_the_dataclasses() -> None:
+    """Edit a field (its default or its ``#:`` docstring) and this fails until the file is regenerated."""
+    assert DEFAULTS_FILE.read_text() == render(), f"{DEFAULTS_FILE.name} is stale: run `{WRITE_COMMAND}`"
+
+
+def test_the_rendering_carries_the_docstrings_and_the_references() -> None:
+    text = render()
+    assert "  dataset: rl                       # dataset component (kind `dataset`)\n" in text
+    assert "    grad_clip: ${actor_rollout_ref.actor.optim.clip_grad}" in text
+    assert is_interpolation(Sections().critic.ppo_epochs), "a reference stays unresolved in the defaults"
+
+
+def test_a_stale_defaults_file_fails_the_check_and_names_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import rlcore.config.defaults_file as defaults_file
+
+    stale = tmp_path / "defaults.yaml"
+    stale.write_text(DEFAULTS_FILE.read_text().replace("train_batch_size: 1024", "train_batch_size: 512"))
+    monkeypatch.setattr(defaults_file, "DEFAULTS_FILE", stale)
+    assert defaults_file.main(["--check"]) == 1
+    assert WRITE_COMMAND in capsys.readouterr().err
+    assert defaults_file.main(["--write"]) == 0
+    assert defaults_file.main(["--check"]) == 0
+    assert stale.read_text() == DEFAULTS_FILE.read_text()
+
+
+def test_every_field_has_a_docstring_comment() -> None:
+    """A field's docstring is the ``#:`` comment above it (a subsection's too: it is its key's comment)."""
+    for path in sorted((CORE / "config" / "sections").glob("*.py")):
+        source = path.read_text()
+        lines = source.splitlines()
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.ClassDef) or not any(
+                "dataclass" in ast.unparse(d) for d in node.decorator_list
+            ):
                 continue
-            hint = ast.unparse(item.annotation)
-            if hint.startswith("ClassVar") or isinstance(getattr(schema, hint, None), type):
-                continue
-            comment = lines[item.lineno - 2].strip()
-            assert comment.startswith("#:"), f"{node.name}.{item.target.id} has no #: comment"
+            for item in node.body:
+                if not isinstance(item, ast.AnnAssign) or not isinstance(item.target, ast.Name):
+                    continue
+                comment = lines[item.lineno - 2].strip()
+                assert comment.startswith("#:"), f"{path.name}: {node.name}.{item.target.id} has no #: comment"
 
 
 @pytest.mark.parametrize(
@@ -214,7 +263,7 @@ def attribute_reads(path: Path) -> Iterator[tuple[str, int]]:
 def test_every_key_the_core_reads_of_a_covered_section_has_a_field() -> None:
     """A leaf key of ``defaults.yaml`` that the workers, the controller or ``run.py`` read by attribute, in a
     section the typed sections cover, is a field of that section."""
-    defaults = OmegaConf.create(yaml.safe_load(DEFAULTS_FILE.read_text()))
+    defaults = OmegaConf.create(default_tree())
     fields = {key for key, _ in section_fields(Sections, "")}
     covered = {key.rpartition(".")[0] for key in fields}
     files = [*sorted((CORE / "workers").glob("*.py")), *sorted((CORE / "controller").glob("*.py")), CORE / "run.py"]

@@ -312,18 +312,30 @@ def register_tool_parsers(register: Register) -> None:
 
 
 @hookspec
-def config_defaults() -> dict[str, Any]:
-    """Return the default values of the config keys this plugin owns, as a nested dict.
+def config_defaults() -> Any:
+    """Return the default values of the config keys this plugin owns: a nested dict, or a typed section.
 
-    They are merged into rlcore's defaults before any file or override is applied, so the keys become
+    A typed section is a frozen dataclass subclassing :class:`rlcore.api.Section` (every field with its
+    default, its type and a ``#:`` docstring; ``rlcore.api.config_ref("other.key")`` makes a default that is
+    another key's value): return an instance to mount it at its class's ``PATH``, a list of them, or place
+    instances as values of the nested dict to mount one section at several keys. Components read it back
+    typed with ``Section.from_tree(config, path)`` (every problem naming its key).
+
+    The defaults are merged into rlcore's before any file or override is applied, so the keys become
     known (an override of a key nobody declares is an error) and are printed by ``rlcore config show``.
     Two plugins declaring the same key with different defaults is an error naming both.
 
     Example::
 
+        @dataclasses.dataclass(frozen=True)
+        class GRPOKeys(rlcore.api.Section):
+            PATH = "algorithm"
+            #: false: Dr. GRPO's unscaled advantages
+            norm_adv_by_std_in_grpo: bool = True
+
         @rlcore.hookimpl
         def config_defaults():
-            return {"algorithm": {"norm_adv_by_std_in_grpo": True}}
+            return GRPOKeys()  # or the dict {"algorithm": {"norm_adv_by_std_in_grpo": True}}
     """
     raise NotImplementedError  # a hookspec: pluggy calls the plugins' implementations, never this body
 

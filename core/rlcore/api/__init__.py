@@ -162,6 +162,8 @@ _LAZY: dict[str, str] = {
     "ActorConfig": "rlcore.config.schema",
     "RefConfig": "rlcore.config.schema",
     "RolloutConfig": "rlcore.config.schema",
+    "Section": "rlcore.config.sections.base",
+    "config_ref": "rlcore.config.sections.base:ref",
     "resolved_config": "rlcore.cli",
     # the run directory and its files, as the console names them (rlcore-plugin-report)
     "METRICS_FILE": "rlcore.tracking.sinks",
@@ -349,6 +351,8 @@ if TYPE_CHECKING:
     from rlcore.config.router_replay import ACTOR as ROUTER_REPLAY_ACTOR
     from rlcore.config.router_replay import REPLAY_MODES, replay_mode
     from rlcore.config.schema import ActorConfig, RefConfig, RolloutConfig
+    from rlcore.config.sections.base import Section
+    from rlcore.config.sections.base import ref as config_ref
     from rlcore.data import DataError
     from rlcore.data.multimodal import MULTI_MODAL_INPUTS, load_image
     from rlcore.data.rl_dataset import read_rows

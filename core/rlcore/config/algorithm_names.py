@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from rlcore.config.sections.algorithm import KLControlConfig
 from rlcore.errors import RLCoreError
 
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -61,12 +62,12 @@ def check_kl_penalty(kl_type: str, key: str = "kl_penalty") -> str:
 def check_kl_ctrl(kl_ctrl_config: Mapping[str, Any]) -> str:
     """Return the controller type of the ``algorithm.kl_ctrl`` section if the section describes one (a known
     ``type``; for ``adaptive``, a positive ``target_kl`` and ``horizon``), else raise naming the key."""
-    kind = kl_ctrl_config.get("type", "fixed")
+    kind = kl_ctrl_config.get("type", KLControlConfig.type)
     if kind not in KL_CTRL_TYPES:
         raise RLCoreError(f"unknown algorithm.kl_ctrl.type {kind!r}; expected one of: {', '.join(KL_CTRL_TYPES)}")
     if kind == "adaptive":
-        for key, default in (("target_kl", 0.1), ("horizon", 10000)):
-            value = float(kl_ctrl_config.get(key, default))
+        for key in ("target_kl", "horizon"):
+            value = float(kl_ctrl_config.get(key, getattr(KLControlConfig, key)))
             if value <= 0:
                 raise RLCoreError(
                     f"algorithm.kl_ctrl.{key} must be positive for the adaptive controller, got {value:g}"

@@ -6,6 +6,8 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from rlcore.config.problems import ConfigError
+from rlcore.config.sections.rollout import RolloutConfig
+from rlcore.config.sections.trainer import AsyncTrainingConfig, TrainerConfig
 
 ENABLE_KEY = "async_training.enable"
 STALENESS_KEY = "async_training.max_staleness_steps"
@@ -14,7 +16,7 @@ STALENESS_KEY = "async_training.max_staleness_steps"
 def async_training_enabled(config: DictConfig) -> bool:
     """Whether ``async_training.enable`` asks for one-step-off-policy training."""
     section = config.get("async_training") or {}
-    return bool(section.get("enable", False))
+    return bool(section.get("enable", AsyncTrainingConfig.enable))
 
 
 def async_training_problems(config: DictConfig) -> list[str]:
@@ -23,12 +25,12 @@ def async_training_problems(config: DictConfig) -> list[str]:
     split placement on Ray and the engine's log-probs."""
     section = config.get("async_training") or {}
     problems: list[str] = []
-    bound = section.get("max_staleness_steps", 1)
+    bound = section.get("max_staleness_steps", AsyncTrainingConfig.max_staleness_steps)
     if not isinstance(bound, int) or isinstance(bound, bool) or bound < 1:
         problems.append(f"{STALENESS_KEY} must be a positive integer (updates a batch may lag), got {bound!r}")
-    if not section.get("enable", False):
+    if not section.get("enable", AsyncTrainingConfig.enable):
         return problems
-    placement = config.trainer.get("placement", "colocated")
+    placement = config.trainer.get("placement", TrainerConfig.placement)
     if placement != "split":
         problems.append(
             f"{ENABLE_KEY}=true generates on the rollout pool while the trainer pool updates, so it needs "
@@ -41,7 +43,7 @@ def async_training_problems(config: DictConfig) -> list[str]:
             f"{ENABLE_KEY}=true needs trainer.executor=ray (got trainer.executor={executor!r}): the rollout and "
             "trainer pools are Ray worker groups"
         )
-    if not config.actor_rollout_ref.rollout.get("calculate_log_probs", False):
+    if not config.actor_rollout_ref.rollout.get("calculate_log_probs", RolloutConfig.calculate_log_probs):
         problems.append(
             f"{ENABLE_KEY}=true trains on batches generated with older weights and needs the generating policy's "
             "log-probs (rollout_log_probs, for algorithm.rollout_correction): set "

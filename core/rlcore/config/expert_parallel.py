@@ -25,6 +25,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlcore.config.keys import ROLLOUT_KEY
+from rlcore.config.sections.rollout import RolloutConfig
+from rlcore.config.sections.trainer import TrainerConfig
 from rlcore.errors import RLCoreError
 
 __all__ = ["EP_KEY", "expert_parallel_notes", "expert_parallel_problems", "expert_parallel_size"]
@@ -37,7 +39,7 @@ TP_KEY = f"{ROLLOUT_KEY}.tensor_model_parallel_size"
 def expert_parallel_size(rollout: Any) -> int:
     """The ``expert_parallel_size`` of a rollout section (1 when absent); anything but a positive integer is an
     error naming the key."""
-    value = rollout.get("expert_parallel_size", 1)
+    value = rollout.get("expert_parallel_size", RolloutConfig.expert_parallel_size)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise RLCoreError(f"{EP_KEY}={value!r}: must be a positive integer (1: no expert parallelism)")
     return value
@@ -45,7 +47,7 @@ def expert_parallel_size(rollout: Any) -> int:
 
 def _on_cpu(config: DictConfig) -> bool:
     """Whether the run's engines are on the CPU (``trainer.device``; ``auto`` without CUDA)."""
-    device = str(OmegaConf.select(config, "trainer.device", default="auto"))
+    device = str(OmegaConf.select(config, "trainer.device", default=TrainerConfig.device))
     if device == "auto":
         import torch
 
@@ -57,9 +59,9 @@ def _sizes(config: DictConfig) -> tuple[str, int, int]:
     """The engine's name, the expert-parallel size and the tensor-parallel size of the rollout section."""
     rollout = config.actor_rollout_ref.rollout
     return (
-        str(rollout.get("name", "hf")),
+        str(rollout.get("name", RolloutConfig.name)),
         expert_parallel_size(rollout),
-        int(rollout.get("tensor_model_parallel_size", 1)),
+        int(rollout.get("tensor_model_parallel_size", RolloutConfig.tensor_model_parallel_size)),
     )
 
 

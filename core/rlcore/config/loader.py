@@ -6,7 +6,6 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import yaml
@@ -14,8 +13,10 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlcore.config.aliases import canonical_key, rename_aliases
 from rlcore.config.compose import Source, config_file, engine_choice, is_engine_choice, named_config
+from rlcore.config.plugin_sections import plugin_fragment
 from rlcore.config.problems import ConfigError, Problems
 from rlcore.config.run_name import name_after_presets
+from rlcore.config.schema import default_tree
 from rlcore.config.suggest import option_hint, synonym_key
 from rlcore.config.unsupported import missing_feature_problems, unsupported_value_problems
 from rlcore.registry import KIND_SPECS
@@ -23,7 +24,6 @@ from rlcore.registry import KIND_SPECS
 if TYPE_CHECKING:
     from rlcore.plugins import PluginManager
 
-DEFAULTS_FILE = Path(__file__).with_name("defaults.yaml")
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
@@ -63,26 +63,21 @@ def _merge_plugin_defaults(base: dict[str, Any], manager: PluginManager) -> dict
         if record is None or record.status == "error":
             continue
         try:
-            fragment = impl.function()
+            returned = impl.function()
         except Exception as exc:  # a plugin's bug must name the plugin, not look like a config error
             raise ConfigError(f"plugin {impl.plugin_name}: config_defaults raised {type(exc).__name__}: {exc}") from exc
-        if not fragment:
-            continue
-        if not isinstance(fragment, Mapping):
-            raise ConfigError(
-                f"plugin {impl.plugin_name}: config_defaults must return a mapping, got {type(fragment).__name__}"
-            )
-        nested = nest(fragment)
-        for key, value in flatten(nested).items():
-            previous = owners.get(key)
-            if previous is not None and previous != "rlcore" and values[key] != value:
-                raise ConfigError(
-                    f"config key {key!r} is declared with different defaults by {previous} "
-                    f"({values[key]!r}) and {impl.plugin_name} ({value!r})"
-                )
-            owners[key] = impl.plugin_name
-        _merge_into(base, nested)
-        values = flatten(base)
+        for fragment in plugin_fragment(impl.plugin_name, returned):
+            nested = nest(fragment)
+            for key, value in flatten(nested).items():
+                previous = owners.get(key)
+                if previous is not None and previous != "rlcore" and values[key] != value:
+                    raise ConfigError(
+                        f"config key {key!r} is declared with different defaults by {previous} "
+                        f"({values[key]!r}) and {impl.plugin_name} ({value!r})"
+                    )
+                owners[key] = impl.plugin_name
+            _merge_into(base, nested)
+            values = flatten(base)
     return base
 
 
@@ -106,10 +101,9 @@ def _plain(value: Any) -> Any:
 
 
 def core_defaults() -> dict[str, Any]:
-    """rlcore's own ``defaults.yaml`` as plain data (no plugin sections), read with PyYAML's C parser when it
-    has one (the same values, ten times faster than the pure-Python one: every command reads the file)."""
-    with DEFAULTS_FILE.open() as fh:
-        return dict(yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+    """rlcore's own defaults as plain data (no plugin sections): the typed sections' defaults
+    (:func:`rlcore.config.schema.default_tree`; ``defaults.yaml`` is rendered from them)."""
+    return default_tree()
 
 
 def default_config(manager: PluginManager | None = None) -> DictConfig:

@@ -6,7 +6,7 @@ routing recorded earlier, and the checks of those keys before a run starts.
   actor's log-prob pass and the update replay them.
 
 As in verl, the reference model's pass never replays (verl's ``compute_ref_log_prob`` runs with routing
-replay off). This module reads configs only (no torch): it runs in the dry run.
+replay off). This module reads configs only (no torch): it runs in the dry run, on the typed sections.
 """
 
 from __future__ import annotations
@@ -14,9 +14,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from rlcore.config.sections.actor import RouterReplayConfig
+
+if TYPE_CHECKING:
+    from rlcore.config.schema import ActorRolloutRefConfig
 
 #: the values of ``router_replay.mode``
 REPLAY_MODES: tuple[str, ...] = ("disabled", "R2", "R3")
@@ -30,8 +35,8 @@ EXPERT_COUNT_FIELDS: tuple[str, ...] = ("num_experts", "num_local_experts", "n_r
 
 
 def replay_mode(config: DictConfig, section: str) -> str:
-    """``{section}.router_replay.mode`` (``disabled`` when the section has no such key)."""
-    return str(OmegaConf.select(config, f"{section}.router_replay.mode", default="disabled"))
+    """``{section}.router_replay.mode`` (its default, ``disabled``, when the section has no such key)."""
+    return str(OmegaConf.select(config, f"{section}.router_replay.mode", default=RouterReplayConfig.mode))
 
 
 def is_moe_fields(fields: Mapping[str, Any]) -> bool:
@@ -55,29 +60,30 @@ def _local_model_type(path: Any) -> tuple[str, bool] | None:
     return (str(fields.get("model_type")), is_moe_fields(fields)) if isinstance(fields, dict) else None
 
 
-def router_replay_problems(config: DictConfig) -> list[str]:
+def router_replay_problems(policy: ActorRolloutRefConfig) -> list[str]:
     """What is wrong with the ``router_replay`` keys of the actor and the reference, each naming the key: an
     unknown mode, a record or replay file (verl declares them and reads neither), a reference that replays,
     R3 without the rollout recording the routing, R2 with it (verl refuses the pair too), replay with Ulysses
     sequence parallelism, and replay on a model that is not a mixture of experts."""
     problems: list[str] = []
-    for section in (ACTOR, REF):
-        mode = replay_mode(config, section)
+    for section, replay in ((ACTOR, policy.actor.router_replay), (REF, policy.ref.router_replay)):
+        mode = str(replay.mode)
         if mode not in REPLAY_MODES:
             problems.append(f"{section}.router_replay.mode={mode!r} is not a mode: choose {', '.join(REPLAY_MODES)}")
         for name in ("record_file", "replay_file"):
-            if OmegaConf.select(config, f"{section}.router_replay.{name}", default=None) is not None:
+            if getattr(replay, name) is not None:
                 problems.append(
                     f"{section}.router_replay.{name} is not supported: verl declares it but reads it nowhere; routing "
                     "is recorded and replayed in memory (router_replay.mode), leave it null"
                 )
-    if replay_mode(config, REF) in ("R2", "R3"):
+    ref_mode = str(policy.ref.router_replay.mode)
+    if ref_mode in ("R2", "R3"):
         problems.append(
-            f"{REF}.router_replay.mode={replay_mode(config, REF)} is not supported: the reference model's pass never "
+            f"{REF}.router_replay.mode={ref_mode} is not supported: the reference model's pass never "
             f"replays routing (as in verl); set {ACTOR}.router_replay.mode instead"
         )
-    mode = replay_mode(config, ACTOR)
-    records = bool(OmegaConf.select(config, ROUTING_REPLAY_KEY, default=False))
+    mode = str(policy.actor.router_replay.mode)
+    records = bool(policy.rollout.enable_rollout_routing_replay)
     if mode == "R3" and not records:
         problems.append(
             f"{ACTOR}.router_replay.mode=R3 replays the rollout's routing: set {ROUTING_REPLAY_KEY}=true so that the "
@@ -89,13 +95,13 @@ def router_replay_problems(config: DictConfig) -> list[str]:
             "records it in the rollout (R3): choose one (verl refuses the pair too)"
         )
     if mode in ("R2", "R3"):
-        sp = OmegaConf.select(config, f"{ACTOR}.ulysses_sequence_parallel_size", default=1)
+        sp = policy.actor.ulysses_sequence_parallel_size
         if isinstance(sp, int) and sp > 1:
             problems.append(
                 f"{ACTOR}.router_replay.mode={mode} cannot run with {ACTOR}.ulysses_sequence_parallel_size={sp}: each "
                 "rank routes a slice of the sequence; set the size to 1 or turn replay off"
             )
-        path = OmegaConf.select(config, "actor_rollout_ref.model.path", default=None)
+        path = policy.model.path
         local = _local_model_type(path)
         if local is not None and not local[1]:
             problems.append(

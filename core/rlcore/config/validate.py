@@ -20,7 +20,20 @@ from rlcore.config.prefix_grouper import prefix_grouper_notes, prefix_grouper_pr
 from rlcore.config.ranges import value_range_problems
 from rlcore.config.ray_kwargs import ray_kwargs_notes, ray_kwargs_problems
 from rlcore.config.router_replay import router_replay_problems
-from rlcore.config.schema import ActorConfig, DataConfig, section_problems
+from rlcore.config.schema import (
+    ActorConfig,
+    ActorRolloutRefConfig,
+    AlgorithmConfig,
+    DataConfig,
+    ModelConfig,
+    RewardModelConfig,
+    RolloutConfig,
+    Sections,
+    TrainerConfig,
+    ValKwargs,
+)
+from rlcore.config.sections.algorithm import RolloutCorrectionConfig
+from rlcore.config.sections.reward_model import JudgeRolloutConfig
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.activation_offload import activation_offload_notes
 from rlcore.tracking.sinks import file_logger_notes
@@ -154,7 +167,11 @@ def megatron_notes(config: DictConfig) -> list[str]:
                 "actor_rollout_ref.model.lora.merge=False changes nothing in rlcore: the rollout receives merged "
                 "weights W + alpha/rank·B·A (its engines take no separate adapters), the same policy as verl's adapters"
             )
-    if megatron and OmegaConf.select(config, "actor_rollout_ref.model.use_fused_kernels", default=False) is True:
+    if (
+        megatron
+        and OmegaConf.select(config, "actor_rollout_ref.model.use_fused_kernels", default=ModelConfig.use_fused_kernels)
+        is True
+    ):
         notes.append(
             "actor_rollout_ref.model.use_fused_kernels=True changes nothing on the Megatron backend: its output "
             "layer computes the logits, and the log-probs and entropy from them are the same numbers"
@@ -194,9 +211,9 @@ def reward_model_notes(config: DictConfig) -> list[str]:
     ``reward_model.reward_manager=judge`` generates with ``reward_model.rollout``."""
     from omegaconf import OmegaConf
 
-    name = OmegaConf.select(config, "reward_model.rollout.name", default="hf")
-    judge = OmegaConf.select(config, "reward_model.reward_manager", default="naive") == "judge"
-    if OmegaConf.select(config, "reward_model.enable", default=False) and not judge and name != "hf":
+    name = OmegaConf.select(config, "reward_model.rollout.name", default=JudgeRolloutConfig.name)
+    judge = OmegaConf.select(config, "reward_model.reward_manager", default=RewardModelConfig.reward_manager) == "judge"
+    if OmegaConf.select(config, "reward_model.enable", default=RewardModelConfig.enable) and not judge and name != "hf":
         return [
             f"reward_model.rollout.name={name} changes nothing in rlcore: the reward model runs on its training "
             "engine (reward_model.strategy); reward_model.rollout.* configure reward_model.reward_manager=judge"
@@ -217,7 +234,7 @@ def sampling_problems(config: DictConfig) -> list[str]:
     decoding is for validation (``val_kwargs``)."""
     from omegaconf import OmegaConf
 
-    if OmegaConf.select(config, "trainer.val_only", default=False):
+    if OmegaConf.select(config, "trainer.val_only", default=TrainerConfig.val_only):
         return []
     key = "actor_rollout_ref.rollout"
     rollout = config.actor_rollout_ref.rollout
@@ -228,7 +245,7 @@ def sampling_problems(config: DictConfig) -> list[str]:
             "softmax(logits / temperature), undefined at 0 (greedy decoding); train at a temperature > 0 "
             f"(verl's default is 1.0) and decode greedily in validation ({key}.val_kwargs.temperature=0)"
         )
-    if rollout.get("do_sample", True) is False:
+    if rollout.get("do_sample", RolloutConfig.do_sample) is False:
         problems.append(
             f"{key}.do_sample=false cannot train: greedy training rollouts are not samples of the policy whose "
             f"log-probs the update uses (and the {key}.n responses of a prompt are identical); keep it true and "
@@ -246,13 +263,13 @@ def sampling_notes(config: DictConfig) -> list[str]:
     key = "actor_rollout_ref.rollout"
     notes = []
     filtered = [f"{name}={rollout.get(name)}" for name in ("top_k", "top_p") if _filters(rollout, name)]
-    if filtered and not config.trainer.get("val_only", False):
+    if filtered and not config.trainer.get("val_only", TrainerConfig.val_only):
         notes.append(
             f"{key}.{' and '.join(filtered)}: responses are sampled from the filtered distribution, but the "
             "log-probs of the update are those of the whole distribution at the temperature (as in verl)"
         )
     val = rollout.val_kwargs
-    greedy = val.get("do_sample", False) is False or val.get("temperature", 0) == 0
+    greedy = val.get("do_sample", ValKwargs.do_sample) is False or val.get("temperature", ValKwargs.temperature) == 0
     if greedy and isinstance(val.get("n"), int) and val.n > 1:
         notes.append(
             f"{key}.val_kwargs.n={val.n} with greedy validation (val_kwargs.do_sample=false or temperature=0): "
@@ -319,6 +336,14 @@ def user_file_problems(config: DictConfig) -> list[str]:
     return problems
 
 
+def _policy_section(config: DictConfig) -> ActorRolloutRefConfig | None:
+    """The typed ``actor_rollout_ref`` section, or None when it has problems of its own."""
+    try:
+        return ActorRolloutRefConfig.from_tree(config)
+    except ConfigError:
+        return None
+
+
 def check_values(config: DictConfig) -> None:
     """Check single values that are meaningless or unsupported: zero or negative sizes and counts (a
     ``response_length`` of 0, ``total_training_steps=0``, ``total_epochs<=0``), negative timeouts, values
@@ -332,7 +357,12 @@ def check_values(config: DictConfig) -> None:
     (:data:`ONLY_VALUES`). Raises one :class:`ConfigError` with every problem found."""
     from omegaconf import OmegaConf
 
-    problems = section_problems(config)
+    try:
+        policy: ActorRolloutRefConfig | None = Sections.from_tree(config).actor_rollout_ref
+        problems: list[str] = []
+    except ConfigError as exc:
+        problems = list(exc.problems)
+        policy = _policy_section(config)
     for key, (allowed, why) in ONLY_VALUES.items():
         value = OmegaConf.select(config, key, default=None)
         if value not in allowed or type(value) not in {type(a) for a in allowed}:
@@ -344,8 +374,9 @@ def check_values(config: DictConfig) -> None:
     problems += user_file_problems(config)
     problems += async_training_problems(config)
     problems += ray_kwargs_problems(config)
-    problems += router_replay_problems(config)
-    problems += prefix_grouper_problems(config)
+    if policy is not None:  # these checks read the typed section (its own problems are reported above)
+        problems += router_replay_problems(policy)
+        problems += prefix_grouper_problems(policy)
     problems += expert_parallel_problems(config)
     problems += megatron_lora_problems(config)
     if config.reward_model.launch_reward_fn_async and config.algorithm.batch_filters:
@@ -364,7 +395,7 @@ def _check_rollout_correction(config: DictConfig) -> list[str]:
     Returns the plan's note on IS weights that bypass mode's PPO-clip loss only reports."""
     from rlcore.errors import RLCoreError
 
-    if config.algorithm.get("use_pf_ppo", False):
+    if config.algorithm.get("use_pf_ppo", AlgorithmConfig.use_pf_ppo):
         from rlcore.algos.pf_ppo import check_pf_ppo
 
         try:
@@ -374,8 +405,8 @@ def _check_rollout_correction(config: DictConfig) -> list[str]:
     correction = config.algorithm.get("rollout_correction") or {}
     level = correction.get("rollout_is")
     rejection = correction.get("rollout_rs")
-    bypass = bool(correction.get("bypass_mode", False))
-    loss_type = correction.get("loss_type") or "ppo_clip"
+    bypass = bool(correction.get("bypass_mode", RolloutCorrectionConfig.bypass_mode))
+    loss_type = correction.get("loss_type") or RolloutCorrectionConfig.loss_type
     if level is None and rejection is None and not bypass and loss_type == "ppo_clip":
         return []
     from rlcore.algos.rollout_correction import IS_LEVELS, check_bypass_loss, parse_is_threshold, parse_rejection_rules
@@ -390,7 +421,7 @@ def _check_rollout_correction(config: DictConfig) -> list[str]:
             f"algorithm.rollout_correction.rollout_is must be one of {', '.join(IS_LEVELS)} or null, got {level!r}"
         )
     asked = [name for name, on in (("rollout_is", level), ("rollout_rs", rejection), ("bypass_mode", bypass)) if on]
-    if not config.actor_rollout_ref.rollout.get("calculate_log_probs", False):
+    if not config.actor_rollout_ref.rollout.get("calculate_log_probs", RolloutConfig.calculate_log_probs):
         raise ConfigError(
             f"algorithm.rollout_correction.{asked[0]} needs the engine's log-probs: "
             "set actor_rollout_ref.rollout.calculate_log_probs=true"
@@ -491,7 +522,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     notes += expert_parallel_notes(config)
     notes += ray_kwargs_notes(config)
     notes += file_logger_notes(config)
-    notes += prefix_grouper_notes(config)
+    notes += prefix_grouper_notes(ActorRolloutRefConfig.from_tree(config))
     return DerivedQuantities(
         world_size=world,
         data_parallel_size=dp,

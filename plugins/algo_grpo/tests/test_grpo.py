@@ -135,9 +135,12 @@ def test_registration_and_config_defaults() -> None:
     passk = manager.registry.get("advantage_estimator", "grpo_passk")
     assert passk.dist == "rlcore-plugin-grpo"
     assert passk.spec == AdvantageEstimatorSpec(min_group_size=2)
-    assert hooks.config_defaults() == {
-        "algorithm": {"norm_adv_by_std_in_grpo": True, "gdpo_reward_keys": None, "gdpo_reward_weights": None}
+    assert hooks.config_defaults().tree() == {
+        "norm_adv_by_std_in_grpo": True,
+        "gdpo_reward_keys": None,
+        "gdpo_reward_weights": None,
     }
+    assert hooks.config_defaults().PATH == "algorithm", "the typed section is mounted at its PATH"
     from rlcore.config import default_config
 
     assert default_config(manager).algorithm.norm_adv_by_std_in_grpo is True

@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from rlcore_plugin_fsdp.hooks import FSDP_CONFIG_DEFAULTS, config_defaults
+from rlcore_plugin_fsdp.config import FSDPConfig
+from rlcore_plugin_fsdp.hooks import config_defaults
 
 from rlcore.plugins import load_plugins
 
@@ -24,12 +25,14 @@ def test_config_defaults_cover_actor_ref_and_critic() -> None:
     from rlcore.config import load_config
 
     sections = config_defaults()
-    assert sections["actor_rollout_ref"]["actor"]["fsdp_config"] == FSDP_CONFIG_DEFAULTS
-    assert sections["actor_rollout_ref"]["ref"]["fsdp_config"] == FSDP_CONFIG_DEFAULTS
-    assert sections["critic"]["fsdp_config"] == FSDP_CONFIG_DEFAULTS
+    assert sections["actor_rollout_ref"]["actor"]["fsdp_config"] == FSDPConfig()
+    assert sections["actor_rollout_ref"]["ref"]["fsdp_config"] == FSDPConfig()
+    assert sections["critic"]["fsdp_config"] == FSDPConfig()
+    assert sections["reward_model"]["fsdp_config"] == FSDPConfig()
     config = load_config(overrides=["critic.fsdp_config.param_offload=true"])
     assert config.critic.fsdp_config.param_offload is True
     assert config.actor_rollout_ref.ref.fsdp_config.dtype == "bf16"
+    assert FSDPConfig.from_tree(config, "critic.fsdp_config").param_offload is True, "read back typed"
 
 
 def test_hooks_module_does_not_import_torch() -> None:

@@ -9,11 +9,13 @@ from typing import Any
 import torch
 
 from rlcore.api import RLCoreError, group_stats
+from rlcore_plugin_grpo.config import GRPOAlgorithmConfig
 
 
 def _normalize_by_std(config: Mapping[str, Any] | None) -> bool:
-    """``config.norm_adv_by_std_in_grpo`` (default true)."""
-    return True if config is None else bool(config.get("norm_adv_by_std_in_grpo", True))
+    """``config.norm_adv_by_std_in_grpo`` (its default when ``config`` is None or lacks it)."""
+    default = GRPOAlgorithmConfig.norm_adv_by_std_in_grpo
+    return default if config is None else bool(config.get("norm_adv_by_std_in_grpo", default))
 
 
 def _broadcast(

@@ -8,6 +8,7 @@ from omegaconf import DictConfig
 
 from rlcore import hookimpl
 from rlcore.api import AdvantageEstimatorSpec, ConfigError
+from rlcore_plugin_grpo.config import GRPOAlgorithmConfig
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
@@ -47,33 +48,28 @@ def register_reward_managers(register: Any) -> None:
 
 
 @hookimpl
-def config_defaults() -> dict[str, Any]:
+def config_defaults() -> GRPOAlgorithmConfig:
     """Declare ``algorithm.norm_adv_by_std_in_grpo`` (false gives Dr. GRPO's unscaled advantages) and GDPO's
     ``algorithm.gdpo_reward_keys`` (the reward components it normalises one by one) and
-    ``algorithm.gdpo_reward_weights`` (their weights in the sum; null: all 1)."""
-    return {
-        "algorithm": {
-            "norm_adv_by_std_in_grpo": True,
-            "gdpo_reward_keys": None,
-            "gdpo_reward_weights": None,
-        }
-    }
+    ``algorithm.gdpo_reward_weights`` (their weights in the sum; null: all 1), typed
+    (:class:`~rlcore_plugin_grpo.config.GRPOAlgorithmConfig`)."""
+    return GRPOAlgorithmConfig()
 
 
 @hookimpl
 def on_config_resolved(config: DictConfig) -> None:
     """Check GDPO's settings before any model loads: ``algorithm.adv_estimator=gdpo`` needs
     ``algorithm.gdpo_reward_keys``, and ``gdpo_reward_weights`` (when set) has one weight per key."""
-    algorithm = config.algorithm
-    if algorithm.adv_estimator != "gdpo":
+    if config.algorithm.adv_estimator != "gdpo":
         return
-    keys = list(algorithm.get("gdpo_reward_keys") or [])
+    section = GRPOAlgorithmConfig.from_tree(config)
+    keys = list(section.gdpo_reward_keys or [])
     if not keys:
         raise ConfigError(
             "algorithm.adv_estimator=gdpo needs algorithm.gdpo_reward_keys: the keys of the dict your reward "
             "function returns that GDPO normalises one by one (e.g. '[accuracy_reward, format_reward]')"
         )
-    weights = algorithm.get("gdpo_reward_weights")
+    weights = section.gdpo_reward_weights
     if weights is not None and len(weights) != len(keys):
         raise ConfigError(
             f"algorithm.gdpo_reward_weights has {len(weights)} weights for the {len(keys)} keys of "

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from rlcore import hookimpl
+from rlcore_plugin_sapo.config import SAPOActorConfig
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
-
-#: verl's SAPO keys and defaults: the gate temperatures for positive and non-positive advantages
-CONFIG_DEFAULTS: dict[str, Any] = {"actor_rollout_ref": {"actor": {"tau_pos": 1.0, "tau_neg": 1.05}}}
 
 
 @hookimpl
@@ -25,6 +22,7 @@ def register_policy_losses(register: Any) -> None:
 
 
 @hookimpl
-def config_defaults() -> dict[str, Any]:
-    """Declare ``actor_rollout_ref.actor.tau_pos`` (1.0) and ``tau_neg`` (1.05), verl's SAPO temperatures."""
-    return copy.deepcopy(CONFIG_DEFAULTS)
+def config_defaults() -> SAPOActorConfig:
+    """Declare ``actor_rollout_ref.actor.tau_pos`` (1.0) and ``tau_neg`` (1.05), verl's SAPO temperatures
+    (:class:`~rlcore_plugin_sapo.config.SAPOActorConfig`)."""
+    return SAPOActorConfig()

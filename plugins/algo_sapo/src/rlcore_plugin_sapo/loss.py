@@ -9,13 +9,15 @@ from typing import Any
 import torch
 
 from rlcore.api import LOG_RATIO_CLAMP, RLCoreError, agg_loss, masked_mean
+from rlcore_plugin_sapo.config import SAPOActorConfig
 
 #: SAPO aggregates per sequence whatever ``loss_agg_mode`` says (as verl v0.9.0 does)
 SAPO_LOSS_AGG_MODE = "seq-mean-token-mean"
 
 
-def _temperature(config: Mapping[str, Any] | None, key: str, default: float) -> float:
-    """``config[key]`` as a positive float (``default`` when unset)."""
+def _temperature(config: Mapping[str, Any] | None, key: str) -> float:
+    """``config[key]`` as a positive float (its :class:`SAPOActorConfig` default when unset)."""
+    default = getattr(SAPOActorConfig, key)
     value = default if config is None or config.get(key, None) is None else float(config[key])
     if not value > 0:
         raise RLCoreError(f"actor_rollout_ref.actor.{key} must be > 0 for the sapo loss, got {value}")
@@ -38,8 +40,8 @@ def sapo_policy_loss(
     Token losses are multiplied by ``rollout_is_weights`` when given and always aggregated
     ``seq-mean-token-mean`` (``loss_agg_mode`` is not used, as in verl). Metric: ``actor/ppo_kl``.
     """
-    tau_pos = _temperature(config, "tau_pos", 1.0)
-    tau_neg = _temperature(config, "tau_neg", 1.05)
+    tau_pos = _temperature(config, "tau_pos")
+    tau_neg = _temperature(config, "tau_neg")
     log_ratio = (log_prob - old_log_prob).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)

@@ -24,17 +24,18 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 from rlcore.api import RLCoreError, parse_dtype
-from rlcore_plugin_fsdp.hooks import FSDP_CONFIG_DEFAULTS
+from rlcore_plugin_fsdp.config import FSDPConfig
 
 logger = logging.getLogger(__name__)
 
 
 def resolve_fsdp_config(section: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
     """The ``fsdp_config`` section at ``key`` merged over the plugin defaults, with its types checked."""
-    resolved = dict(FSDP_CONFIG_DEFAULTS)
+    resolved = FSDPConfig().tree()
+    known = list(resolved)
     for name, value in (section or {}).items():
-        if name not in FSDP_CONFIG_DEFAULTS:
-            raise RLCoreError(f"unknown key {key}.{name}; known keys: {', '.join(FSDP_CONFIG_DEFAULTS)}")
+        if name not in known:
+            raise RLCoreError(f"unknown key {key}.{name}; known keys: {', '.join(known)}")
         resolved[name] = value
     flags = ("param_offload", "optimizer_offload", "offload_policy", "reshard_after_forward", "forward_prefetch")
     for name in (*flags, "cpu_autocast"):

@@ -10,22 +10,10 @@ from typing import Any
 
 from rlcore import hookimpl
 from rlcore.api import TrainingBackendSpec
+from rlcore_plugin_fsdp.config import FSDPConfig
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
-
-#: defaults of every ``fsdp_config`` section (verl's key names); see the README for their meaning
-FSDP_CONFIG_DEFAULTS: dict[str, Any] = {
-    "param_offload": False,
-    "optimizer_offload": False,
-    "offload_policy": False,
-    "reshard_after_forward": True,
-    "fsdp_size": -1,
-    "forward_prefetch": False,
-    "model_dtype": "fp32",
-    "dtype": "bf16",
-    "cpu_autocast": False,
-}
 
 
 @hookimpl
@@ -42,12 +30,10 @@ def register_training_backends(register: Callable[..., None]) -> None:
 
 @hookimpl
 def config_defaults() -> dict[str, Any]:
-    """The ``fsdp_config`` sections of the actor, the reference model, the critic and the reward model."""
+    """The ``fsdp_config`` sections of the actor, the reference model, the critic and the reward model
+    (:class:`~rlcore_plugin_fsdp.config.FSDPConfig`, mounted under each role)."""
     return {
-        "actor_rollout_ref": {
-            "actor": {"fsdp_config": dict(FSDP_CONFIG_DEFAULTS)},
-            "ref": {"fsdp_config": dict(FSDP_CONFIG_DEFAULTS)},
-        },
-        "critic": {"fsdp_config": dict(FSDP_CONFIG_DEFAULTS)},
-        "reward_model": {"fsdp_config": dict(FSDP_CONFIG_DEFAULTS)},
+        "actor_rollout_ref": {"actor": {"fsdp_config": FSDPConfig()}, "ref": {"fsdp_config": FSDPConfig()}},
+        "critic": {"fsdp_config": FSDPConfig()},
+        "reward_model": {"fsdp_config": FSDPConfig()},
     }

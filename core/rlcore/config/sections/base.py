@@ -1,0 +1,129 @@
+"""The base of every typed config section: :class:`Section`, its checks and :func:`ref` (a default that is
+another key's value).
+
+Convention: a field's docstring is the ``#:`` comment above it (Sphinx's attribute-comment syntax); the
+rendered ``defaults.yaml`` (:mod:`rlcore.config.defaults_file`) prints it next to the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, ClassVar, Literal, TypeVar
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from rlcore.config.problems import ConfigError
+
+_S = TypeVar("_S", bound="Section")
+
+
+def ref(key: str) -> Any:
+    """A field default that is the value of the dotted ``key`` (an OmegaConf interpolation ``${key}``,
+    resolved with the rest of the config), e.g. ``grad_clip: float | None = ref("actor_rollout_ref.actor.optim.clip_grad")``."""
+    return dataclasses.field(default=f"${{{key}}}")
+
+
+def is_interpolation(value: Any) -> bool:
+    """Whether ``value`` is an unresolved ``${key}`` reference (a default made by :func:`ref`)."""
+    return isinstance(value, str) and value.startswith("${")
+
+
+def _is_count(value: Any) -> bool:
+    """Whether ``value`` is an int (a bool is not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is an int or a float (a bool is not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_section(kind: Any) -> bool:
+    """Whether the annotation ``kind`` is a :class:`Section` class (a subsection field)."""
+    return isinstance(kind, type) and issubclass(kind, Section)
+
+
+class Section:
+    """A config section as a frozen dataclass whose fields hold their defaults: :attr:`PATH` is its dotted
+    key (empty for a subsection mounted at several keys), :meth:`problems` its own checks."""
+
+    #: the dotted key of the section in the tree (``actor_rollout_ref.actor``)
+    PATH: ClassVar[str] = ""
+
+    def key(self, name: str) -> str:
+        """The dotted key of field ``name``."""
+        return f"{self.PATH}.{name}"
+
+    def tree(self) -> dict[str, Any]:
+        """The section's values as plain nested data, in field order (``${...}`` references kept)."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    def problems(self) -> list[str]:
+        """This section's per-field problems (none by default); ``__post_init__`` raises them."""
+        return []
+
+    def __post_init__(self) -> None:
+        """Raise one :class:`ConfigError` with every problem of :meth:`problems`; the defaults themselves
+        (a section holding an unresolved :func:`ref`) are checked once resolved, in :meth:`from_tree`."""
+        if any(is_interpolation(getattr(self, field.name)) for field in dataclasses.fields(self)):  # type: ignore[arg-type]
+            return
+        found = self.problems()
+        if found:
+            raise ConfigError(*found)
+
+    def positive(self, name: str, *, null: bool = False) -> list[str]:
+        """The problem of field ``name`` when it is not an int ≥ 1 (``null``: None is allowed)."""
+        value = getattr(self, name)
+        if (value is None and null) or (_is_count(value) and value > 0):
+            return []
+        return [f"{self.key(name)} must be a positive integer{' or null' if null else ''}, got {value!r}"]
+
+    def non_negative(self, name: str) -> list[str]:
+        """The problem of field ``name`` when it is not an int ≥ 0."""
+        value = getattr(self, name)
+        if _is_count(value) and value >= 0:
+            return []
+        return [f"{self.key(name)} must be an integer >= 0, got {value!r}"]
+
+    def seconds(self, name: str) -> list[str]:
+        """The problem of field ``name`` when it is neither null nor a number of seconds ≥ 0."""
+        value = getattr(self, name)
+        if value is None or (is_number(value) and value >= 0):
+            return []
+        return [f"{self.key(name)} must be a number of seconds >= 0 (0 or null: no limit), got {value!r}"]
+
+    @classmethod
+    def from_tree(cls: type[_S], config: DictConfig, path: str | None = None) -> _S:
+        """The section at ``path`` (default :attr:`PATH`) of the resolved ``config``; raises
+        :class:`ConfigError` naming every missing key, bad choice and failed check of the section and its
+        subsections."""
+        path = path or cls.PATH
+        node = OmegaConf.select(config, path, default=None)
+        if not isinstance(node, DictConfig):
+            raise ConfigError(f"{path} is missing from the config (it is a section of defaults.yaml)")
+        hints = typing.get_type_hints(cls)
+        values: dict[str, Any] = {}
+        problems: list[str] = []
+        for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+            kind = hints[field.name]
+            key = f"{path}.{field.name}"
+            if is_section(kind):
+                try:
+                    values[field.name] = kind.from_tree(config, key)
+                except ConfigError as exc:
+                    problems += exc.problems
+                continue
+            if field.name not in node:
+                problems.append(f"{key} is missing from the config (defaults.yaml declares it)")
+                continue
+            value = node[field.name]
+            if isinstance(value, (DictConfig, ListConfig)):
+                value = OmegaConf.to_container(value, resolve=True)
+            choices = typing.get_args(kind) if typing.get_origin(kind) is Literal else ()
+            if choices and value not in choices:
+                problems.append(f"{key} must be one of {', '.join(map(str, choices))}, got {value!r}")
+            values[field.name] = value
+        if problems:
+            raise ConfigError(*problems)
+        return cls(**values)

@@ -1,0 +1,110 @@
+"""``trainer`` (the run's length, placement, seed and outputs) and ``async_training``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rlcore.config.sections.base import Section
+
+
+@dataclass(frozen=True)
+class TrainerConfig(Section):
+    """``trainer``: the run's length, placement, seed and outputs (the ones the core reads)."""
+
+    PATH = "trainer"
+    #: auto (local for one rank, else ray) | local (in-process) | ray
+    executor: Literal["auto", "local", "ray"] = "auto"
+    #: auto | cpu | cuda
+    device: str = "auto"
+    #: torch's CPU threads in the driver (and the local executor's workers); null: OMP_NUM_THREADS, else torch's default
+    #: within the usable cores
+    cpu_threads: int | None = None
+    #: the seed of every rank and of the prompt uids
+    seed: int = 1
+    #: reorder each batch so every data-parallel rank gets a similar token count
+    balance_batch: bool = False
+    #: passes over the training data (unless ``total_training_steps``)
+    total_epochs: int = 30
+    #: training steps (None: from the epochs)
+    total_training_steps: int | None = None
+    #: the project's name (checkpoint and run folders, trackers)
+    project_name: str = "rlcore"
+    #: the run's name (checkpoint and run folders, trackers)
+    experiment_name: str = "run"
+    #: trackers: console, and plugins: swanlab, wandb (alias tracking), tensorboard, mlflow (+ jsonl, always; alias
+    #: file)
+    logger: list[str] = field(default_factory=lambda: ["console"])
+    #: validation generations logged per validation
+    log_val_generations: int = 0
+    #: nodes of the run
+    nnodes: int = 1
+    #: ranks per node: GPUs, or worker processes on CPU
+    n_gpus_per_node: int = 1
+    #: colocated (every role shares the ranks) | split (rollout on its own ranks; ray)
+    placement: Literal["colocated", "split"] = "colocated"
+    #: placement=split: rollout ranks per node, besides n_gpus_per_node
+    rollout_n_gpus_per_node: int = 1
+    #: executor=ray: null starts a local Ray; auto or HOST:PORT attaches to a cluster
+    ray_address: str | None = None
+    #: save a checkpoint every this many steps (<= 0: none)
+    save_freq: int = -1
+    #: true: a completed run ends by writing the actor as a Hugging Face model to <run directory>/model
+    save_final_model: bool = False
+    #: validate every this many steps and after the last (<= 0: never during training)
+    test_freq: int = -1
+    #: steps that train only the critic before the actor updates too
+    critic_warmup: int = 0
+    #: validate once before the first step
+    val_before_train: bool = True
+    #: validate once and stop
+    val_only: bool = False
+    #: auto | disable | resume_path
+    resume_mode: str = "auto"
+    #: resume_mode=resume_path: the checkpoint folder (global_step_<N>)
+    resume_from_path: str | None = None
+    #: what may differ from a resumed checkpoint's run: model, weights, tokenizer, algorithm, data, unrecorded
+    #: (docs/checkpoints.md)
+    resume_allow_changes: list[str] = field(default_factory=list)
+    #: where checkpoints are saved
+    default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
+    #: run directories are created under this folder
+    runs_dir: str = "outputs"
+    #: keep only the newest this many actor checkpoints (null: all)
+    max_actor_ckpt_to_keep: int | None = None
+    #: keep only the newest this many critic checkpoints (null: all)
+    max_critic_ckpt_to_keep: int | None = None
+    #: show a progress bar of the steps
+    progress_bar: bool = True
+    #: auto | disable (rlcore has only the engine workers; verl's legacy ones: no)
+    use_legacy_worker_impl: str = "auto"
+    #: a folder: each step's generations are written to <folder>/<step>.jsonl
+    rollout_data_dir: str | None = None
+    #: a folder: each validation's generations are written to <folder>/<step>.jsonl
+    validation_data_dir: str | None = None
+    #: stop after this many steps in a row whose loss or gradient norm was not finite
+    max_nonfinite_steps: int = 3
+    #: SIGINT/SIGTERM: also save a checkpoint of the last finished step before exiting
+    save_on_signal: bool = False
+    #: SIGINT/SIGTERM: seconds the step in progress may take before it is abandoned (0/null: no bound)
+    stop_grace_s: float | None = 20.0
+
+    def problems(self) -> list[str]:
+        """Counts are positive (steps: or null), the grace period is seconds ≥ 0."""
+        return (
+            self.positive("total_epochs")
+            + self.positive("max_nonfinite_steps")
+            + self.positive("total_training_steps", null=True)
+            + self.non_negative("log_val_generations")
+            + self.seconds("stop_grace_s")
+        )
+
+
+@dataclass(frozen=True)
+class AsyncTrainingConfig(Section):
+    """``async_training``: one-step-off-policy training (verl's recipe/one_step_off_policy); docs/async-training.md."""
+
+    #: true: the rollout pool generates the next batches while the trainer updates (placement=split, ray)
+    enable: bool = False
+    #: batches generated ahead: a batch is trained at most this many updates after its weights
+    max_staleness_steps: int = 1
