@@ -324,6 +324,33 @@ def test_missing_verl_features_are_named(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "reward_model.ulysses_sequence_parallel_size: these reward-model options of verl" in problems[2]
 
 
+@pytest.mark.parametrize(
+    "override", ["global_profiler.tool=torch", "actor_rollout_ref.ref.profiler.tool_config.torch.discrete=true"]
+)
+def test_a_key_of_a_disabled_plugin_names_the_plugin(monkeypatch: pytest.MonkeyPatch, override: str) -> None:
+    """rlcore-plugin-profiler installed but disabled: a key it declares is one problem naming the key and the
+    distribution (not the generic unknown-key error); its keys are not in the config, and features rlcore
+    lacks are still named as such."""
+    from rlcore.config.loader import default_config
+    from rlcore.plugins import make_plugin_manager
+
+    monkeypatch.setenv("RLCORE_DISABLE_PLUGINS", "rlcore-plugin-profiler")
+    without_profiler = make_plugin_manager()
+    assert "global_profiler" not in default_config(without_profiler)
+    with pytest.raises(ConfigError) as info:
+        load_config(
+            overrides=[override, "global_profiler.global_tool_config.nsys.discrete=true"], manager=without_profiler
+        )
+    key = override.split("=")[0]
+    assert info.value.problems == [
+        f"command line: config key {key!r} is a key of rlcore-plugin-profiler, which is installed but did not load "
+        "(disabled or failed: see `rlcore plugins`)",
+        "command line: global_profiler.global_tool_config.nsys.discrete: Nsight/NPU profiling options and verl's "
+        "older profiler keys (rlcore profiles with global_profiler.tool=torch, torch_memory or nsys, whose NVTX "
+        "ranges need the run launched under nsys): docs/profiling.md",
+    ]
+
+
 def test_megatron_settings_rlcore_lacks_do_not_ask_to_install_the_installed_plugin() -> None:
     pytest.importorskip("rlcore_plugin_megatron")
     with pytest.raises(ConfigError) as info:

@@ -467,3 +467,22 @@ def test_two_plugins_answering_the_profiler_hook_are_an_error(registered) -> Non
     message = str(caught.value)
     assert "2 plugins answered the profiler hook" in message
     assert "first-profiler" in message and "second-profiler" in message
+
+
+def test_a_profiling_tool_no_plugin_answers_names_the_profiler_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``+global_profiler.tool=torch`` (added on purpose) with rlcore-plugin-profiler disabled: no plugin answers
+    the profiler hook, which names the plugin; without the key (the plugin's, absent) the run profiles nothing."""
+    from omegaconf import OmegaConf
+
+    from rlcore.api.profiling import NoProfiler
+    from rlcore.plugins import make_plugin_manager, run_profiler
+
+    monkeypatch.setenv("RLCORE_DISABLE_PLUGINS", "rlcore-plugin-profiler")
+    without_profiler = make_plugin_manager()
+    assert isinstance(run_profiler(OmegaConf.create({"trainer": {}}), without_profiler), NoProfiler)
+    with pytest.raises(RLCoreError) as caught:
+        run_profiler(OmegaConf.create({"global_profiler": {"tool": "torch"}}), without_profiler)
+    assert str(caught.value) == (
+        "global_profiler.tool=torch: profiling is provided by rlcore-plugin-profiler, which is installed but did not "
+        "load (disabled or failed: see `rlcore plugins`)"
+    )

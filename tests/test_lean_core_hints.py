@@ -1,6 +1,7 @@
-"""A core without rlcore-plugin-tasks, rlcore-plugin-sft and rlcore-plugin-judge (a venv that hides the three
-distributions): the default run, ``rlcore sft``, ``rlcore data arith-sft``, ``rlcore data gsm8k`` / ``geo3k`` and
-``reward_model.reward_manager=judge`` each fail naming the distribution to install."""
+"""A core without rlcore-plugin-tasks, rlcore-plugin-sft, rlcore-plugin-judge and rlcore-plugin-profiler (a venv
+that hides the four distributions): the default run, ``rlcore sft``, ``rlcore data arith-sft``, ``rlcore data
+gsm8k`` / ``geo3k``, ``reward_model.reward_manager=judge`` and the profiler's keys each fail naming the
+distribution to install."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import pytest
 
 @pytest.fixture(scope="module")
 def lean(tmp_path_factory: pytest.TempPathFactory, make_venv: Any) -> Any:
-    """This environment without the three distributions."""
-    hidden = ("rlcore-plugin-tasks", "rlcore-plugin-sft", "rlcore-plugin-judge")
+    """This environment without the four distributions."""
+    hidden = ("rlcore-plugin-tasks", "rlcore-plugin-sft", "rlcore-plugin-judge", "rlcore-plugin-profiler")
     return make_venv(tmp_path_factory.mktemp("lean") / "venv", hidden=hidden)
 
 
@@ -65,3 +66,21 @@ def test_the_judge_reward_manager_names_the_judge_distribution_before_the_run_st
             "rlcore-plugin-judge, which is not installed: pip install rlcore-plugin-judge." in result.stderr
         ), result.stderr
         assert not list(tmp_path.iterdir()), "nothing is written: the run did not start"
+
+
+@pytest.mark.parametrize("key", ["global_profiler.tool=torch", "actor_rollout_ref.actor.profiler.enable=true"])
+def test_a_key_of_the_profiler_names_the_profiler_distribution_before_the_run_starts(
+    lean: Any, run: Any, tmp_path: Path, key: str
+) -> None:
+    """A verl key that rlcore-plugin-profiler declares is never silently ignored: one line naming the key and
+    the ``pip install`` line, before anything is written."""
+    args = ["data.train_files=x.parquet", "actor_rollout_ref.model.path=m", key]
+    result = run([lean.python, "-m", "rlcore", "run", "--dry-run", *args], cwd=tmp_path, check=False)
+    assert result.returncode == 2, result.stderr
+    name = key.split("=")[0]
+    assert (
+        f"error: command line: config key {name!r} is a key of rlcore-plugin-profiler, which is not installed: "
+        "pip install rlcore-plugin-profiler\n" in result.stderr
+    ), result.stderr
+    assert "Traceback" not in result.stderr and "unknown config key" not in result.stderr
+    assert not list(tmp_path.iterdir()), "nothing is written"

@@ -46,8 +46,8 @@ def test_profiling_without_the_profiler_plugin_stops_the_run_before_it_starts(
     result = run(args, env={"RLCORE_DISABLE_PLUGINS": "rlcore-plugin-profiler"}, check=False)
     assert result.returncode == 2, result.stdout + result.stderr
     assert (
-        "global_profiler.tool=torch: profiling is provided by rlcore-plugin-profiler, which is installed but did "
-        "not load (disabled or failed: see `rlcore plugins`)"
+        "config key 'global_profiler.tool' is a key of rlcore-plugin-profiler, which is installed but did not load "
+        "(disabled or failed: see `rlcore plugins`)"
     ) in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "ckpt").exists()

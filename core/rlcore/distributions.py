@@ -24,12 +24,15 @@ class Distribution:
     ``extras`` maps an extra that a working install needs to the machines it is for (``{"cpu": "CPU
     machines", "gpu": "CUDA"}``); without extras, a plain ``pip install <name>`` is enough. ``commands`` are
     the ``rlcore`` sub-commands it adds, as typed after ``rlcore`` (``"sft"``, ``"data arith-sft"``).
+    ``config_keys`` are the dotted prefixes of the config keys its ``config_defaults`` declares
+    (``"global_profiler"``): without the plugin loaded, a config setting one of them names the distribution.
     """
 
     name: str
     components: dict[str, tuple[str, ...]]
     extras: dict[str, str] = field(default_factory=dict)
     commands: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Refuse a row whose components name a kind rlcore does not know."""
@@ -116,7 +119,15 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution("rlcore-plugin-report", {}, commands=("report",)),
     Distribution("rlcore-plugin-plan", {}, commands=("plan",)),
     Distribution("rlcore-plugin-scaffold", {}, commands=("new", "new plugin")),
-    Distribution("rlcore-plugin-profiler", {}),
+    Distribution(
+        "rlcore-plugin-profiler",
+        {},
+        config_keys=(
+            "global_profiler",
+            *(f"{role}.profiler" for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref")),
+            *("actor_rollout_ref.rollout.profiler", "critic.profiler", "reward_model.profiler"),
+        ),
+    ),
 )
 
 
@@ -148,6 +159,24 @@ def missing_command_advice(command: str) -> str | None:
             f"(disabled, failed to load, or an older version: see `rlcore plugins`)"
         )
     return f"`rlcore {command}` is added by {dist.name}, which is not installed: {dist.install_line}"
+
+
+def key_owner(key: str) -> Distribution | None:
+    """The distribution whose ``config_keys`` holds the dotted ``key`` (the prefix itself or a key under it)."""
+    return next(
+        (dist for dist in DISTRIBUTIONS if any(key == p or key.startswith(p + ".") for p in dist.config_keys)), None
+    )
+
+
+def owned_key_advice(key: str) -> str | None:
+    """What to do about the config ``key`` that no loaded plugin declares when a distribution of the table owns
+    it: install it, or find out why the installed one did not load. ``None`` when no distribution owns it."""
+    dist = key_owner(key)
+    if dist is None:
+        return None
+    if dist.is_installed():
+        return f"a key of {dist.name}, which is installed but did not load (disabled or failed: see `rlcore plugins`)"
+    return f"a key of {dist.name}, which is not installed: {dist.install_line}"
 
 
 #: components verl has and no rlcore distribution provides yet, by (kind, verl's name): the feature, as a user

@@ -19,6 +19,7 @@ from rlcore.config.run_name import name_after_presets
 from rlcore.config.schema import default_tree
 from rlcore.config.suggest import option_hint, synonym_key
 from rlcore.config.unsupported import missing_feature_problems, unsupported_value_problems
+from rlcore.distributions import owned_key_advice
 from rlcore.registry import KIND_SPECS
 
 if TYPE_CHECKING:
@@ -229,6 +230,10 @@ def _apply(
     )
     for key in rest:
         shown = given.get(key, key)
+        owned = owned_key_advice(key)
+        if owned is not None:
+            problems.add(f"{source.label}: config key {shown!r} is {owned}")
+            continue
         hint = option_hint(key, unknown.get(key))
         if hint is not None:
             problems.add(f"{source.label}: unknown config key {shown!r}: {hint}")

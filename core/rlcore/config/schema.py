@@ -27,7 +27,7 @@ from rlcore.config.sections.critic import CriticCheckpointConfig, CriticConfig, 
 from rlcore.config.sections.data import DataConfig, Truncation
 from rlcore.config.sections.reward_model import CustomRewardFunctionConfig, RewardModelConfig, RewardModelModelConfig
 from rlcore.config.sections.rollout import CheckpointEngineConfig, RolloutConfig, ValKwargs
-from rlcore.config.sections.runtime import GlobalProfilerConfig, RayKwargsConfig
+from rlcore.config.sections.runtime import RayKwargsConfig
 from rlcore.config.sections.trainer import AsyncTrainingConfig, TrainerConfig
 from rlcore.config.sections.update import CHECKPOINT_CONTENTS, CheckpointConfig, LogProbConfig, PPOUpdateConfig
 
@@ -45,7 +45,6 @@ __all__ = [
     "CriticModelConfig",
     "CustomRewardFunctionConfig",
     "DataConfig",
-    "GlobalProfilerConfig",
     "LogProbConfig",
     "ModelConfig",
     "PPOUpdateConfig",
@@ -77,7 +76,6 @@ class Sections:
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
     async_training: AsyncTrainingConfig = dataclasses.field(default_factory=AsyncTrainingConfig)
     ray_kwargs: RayKwargsConfig = dataclasses.field(default_factory=RayKwargsConfig)
-    global_profiler: GlobalProfilerConfig = dataclasses.field(default_factory=GlobalProfilerConfig)
 
     @classmethod
     def from_tree(cls, config: DictConfig) -> Sections:

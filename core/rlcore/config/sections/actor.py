@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rlcore.config.sections.base import Section, ref
-from rlcore.config.sections.profiler import ProfilerConfig
 from rlcore.config.sections.update import CheckpointConfig, PPOUpdateConfig
 
 
@@ -148,7 +147,5 @@ class ActorConfig(PPOUpdateConfig):
     checkpoint: ActorCheckpointConfig = field(default_factory=ActorCheckpointConfig)
     #: the actor's optimizer (AdamW) and learning-rate schedule
     optim: OptimConfig = field(default_factory=OptimConfig)
-    #: which ranks global_profiler profiles (docs/profiling.md)
-    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
     #: mixture-of-experts routing replay in the training forward (docs/moe.md)
     router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)

@@ -8,7 +8,6 @@ from typing import Any
 
 from rlcore.config.sections.actor import ActorConfig, RouterReplayConfig
 from rlcore.config.sections.base import Section, ref
-from rlcore.config.sections.profiler import RefProfilerConfig
 from rlcore.config.sections.rollout import RolloutConfig
 from rlcore.config.sections.update import LogProbConfig
 
@@ -90,8 +89,6 @@ class RefConfig(LogProbConfig):
     ulysses_sequence_parallel_size: int = ref("actor_rollout_ref.actor.ulysses_sequence_parallel_size")
     #: the reference pass never replays routing (as in verl)
     router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)
-    #: which ranks global_profiler profiles (docs/profiling.md)
-    profiler: RefProfilerConfig = field(default_factory=RefProfilerConfig)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ from typing import Any
 
 from rlcore.config.sections.actor import OptimConfig
 from rlcore.config.sections.base import Section, ref
-from rlcore.config.sections.profiler import ProfilerConfig
 from rlcore.config.sections.update import CheckpointConfig, PPOUpdateConfig
 
 
@@ -98,5 +97,3 @@ class CriticConfig(PPOUpdateConfig):
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
     #: the critic's optimizer (as the actor's, with a larger learning rate)
     optim: CriticOptimConfig = field(default_factory=CriticOptimConfig)
-    #: which ranks global_profiler profiles (docs/profiling.md)
-    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlcore.config.sections.base import Section, ref
-from rlcore.config.sections.profiler import ProfilerRanksConfig
 
 
 @dataclass(frozen=True)
@@ -121,8 +120,6 @@ class RewardModelConfig(Section):
     num_examine: int = 0
     #: code rewards (data_source codecontests, apps, ...): rlcore-plugin-sandbox
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
-    #: which ranks global_profiler profiles (docs/profiling.md)
-    profiler: ProfilerRanksConfig = field(default_factory=ProfilerRanksConfig)
 
     def problems(self) -> list[str]:
         """Counts are positive or non-negative, timeouts are seconds ≥ 0."""

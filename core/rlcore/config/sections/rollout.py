@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlcore.config.sections.base import Section, is_number, ref
-from rlcore.config.sections.profiler import RolloutProfilerConfig
 from rlcore.config.sections.update import LogProbConfig
 
 
@@ -216,8 +215,6 @@ class RolloutConfig(LogProbConfig):
     trace: TraceConfig = field(default_factory=TraceConfig)
     #: the sampling of validation
     val_kwargs: ValKwargs = field(default_factory=ValKwargs)
-    #: which ranks global_profiler profiles (docs/profiling.md)
-    profiler: RolloutProfilerConfig = field(default_factory=RolloutProfilerConfig)
 
     def problems(self) -> list[str]:
         """The lengths and ``n`` are positive counts."""

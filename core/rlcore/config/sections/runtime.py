@@ -1,4 +1,4 @@
-"""``ray_kwargs`` (Ray's start-up options) and ``global_profiler`` (profiling of chosen steps)."""
+"""``ray_kwargs`` (Ray's start-up options)."""
 
 from __future__ import annotations
 
@@ -44,54 +44,3 @@ class RayKwargsConfig(Section):
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
     #: after the run, Ray's timeline of tasks and actors goes to this file (ray.timeline; chrome://tracing)
     timeline_json_file: str | None = None
-
-
-@dataclass(frozen=True)
-class TorchMemoryConfig(Section):
-    """``global_profiler.global_tool_config.torch_memory``: torch.cuda.memory._record_memory_history arguments (CUDA
-    only)."""
-
-    #: allocations recorded at most
-    trace_alloc_max_entries: int = 100000
-    #: frames kept per allocation
-    stack_depth: int = 32
-    #: which events record a stack: all | alloc | state | null
-    context: str | None = "all"
-    #: which stacks are recorded: all | python
-    stacks: str = "all"
-    #: further arguments of _record_memory_history
-    kw_args: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class GlobalToolConfig(Section):
-    """``global_profiler.global_tool_config``: the settings of each profiling tool."""
-
-    #: torch.cuda.memory._record_memory_history arguments (CUDA only)
-    torch_memory: TorchMemoryConfig = field(default_factory=TorchMemoryConfig)
-
-
-@dataclass(frozen=True)
-class GlobalProfilerConfig(Section):
-    """``global_profiler``: profiling of chosen steps (docs/profiling.md)."""
-
-    #: null | torch (Chrome traces) | torch_memory (CUDA memory snapshots; on CPU a memory profile)
-    tool: str | None = None
-    #: the steps to profile; null: every step for torch_memory (torch needs a list)
-    steps: list[int] | None = None
-    #: true: consecutive chosen steps make one trace
-    profile_continuous_steps: bool = False
-    #: files go to save_path/step<N>/<group>_rank<r>.*
-    save_path: str = "outputs/profile"
-    #: true: after each profiled step the rollout engine's traces move from save_path/agent_loop_rollout_replica_<r>/
-    #: into save_path/step<N>/, renamed rollout-replica<r>_*
-    relocate_results: bool = False
-    #: a shell command run once after the last profiled step on each selected rank, with
-    #: VERL_PROFILE_{SAVE_PATH,TOOL,RANK,PID,ROLE} set; a failure is logged
-    finish_hook_cmd: str | None = None
-    #: true: every rank of the profiled groups runs finish_hook_cmd
-    finish_hook_all_ranks: bool = False
-    #: these ranks run it (empty: the profiled ranks)
-    finish_hook_ranks: list[int] = field(default_factory=list)
-    #: the settings of each profiling tool
-    global_tool_config: GlobalToolConfig = field(default_factory=GlobalToolConfig)

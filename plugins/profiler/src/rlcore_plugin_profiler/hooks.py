@@ -1,4 +1,5 @@
-"""The plugin's hooks: the run's profiler (``global_profiler.tool``) and its line in the run plan.
+"""The plugin's hooks: its config keys, the run's profiler (``global_profiler.tool``) and its line in the run
+plan.
 
 This module must stay free of torch imports: ``rlcore plugins`` and the command line import it.
 """
@@ -20,6 +21,15 @@ def _tool(config: Any) -> Any:
     from omegaconf import OmegaConf
 
     return OmegaConf.select(config, "global_profiler.tool", default=None)
+
+
+@hookimpl
+def config_defaults() -> list[Any]:
+    """Declare ``global_profiler`` (:class:`~rlcore_plugin_profiler.config.GlobalProfilerConfig`) and the
+    ``profiler`` subsection of each role (:func:`~rlcore_plugin_profiler.config.role_sections`), typed."""
+    from rlcore_plugin_profiler.config import GlobalProfilerConfig, role_sections
+
+    return [role_sections(), GlobalProfilerConfig()]
 
 
 @hookimpl

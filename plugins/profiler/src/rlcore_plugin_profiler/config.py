@@ -1,11 +1,14 @@
-"""The ``profiler`` subsection of each role (which ranks ``global_profiler`` profiles and how a torch trace
-is cut); the reference's and the rollout's follow the actor's."""
+"""The plugin's config keys as typed sections with their defaults (torch-free: the hooks module returns them
+from ``config_defaults``): ``global_profiler`` (profiling of chosen steps) and the ``profiler`` subsection of
+each role (which ranks ``global_profiler`` profiles and how a torch trace is cut); the reference's and the
+rollout's follow the actor's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from rlcore.config.sections.base import Section, ref
+from rlcore.api import Section, config_ref
 
 
 @dataclass(frozen=True)
@@ -51,15 +54,15 @@ class RefTorchScheduleConfig(TorchScheduleConfig):
     """``actor_rollout_ref.ref.profiler.tool_config.torch.schedule``: the actor's schedule."""
 
     #: the actor's
-    skip_first: int = ref("actor_rollout_ref.actor.profiler.tool_config.torch.schedule.skip_first")
+    skip_first: int = config_ref("actor_rollout_ref.actor.profiler.tool_config.torch.schedule.skip_first")
     #: the actor's
-    wait: int = ref("actor_rollout_ref.actor.profiler.tool_config.torch.schedule.wait")
+    wait: int = config_ref("actor_rollout_ref.actor.profiler.tool_config.torch.schedule.wait")
     #: the actor's
-    warmup: int = ref("actor_rollout_ref.actor.profiler.tool_config.torch.schedule.warmup")
+    warmup: int = config_ref("actor_rollout_ref.actor.profiler.tool_config.torch.schedule.warmup")
     #: the actor's
-    active: int = ref("actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active")
+    active: int = config_ref("actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active")
     #: the actor's
-    repeat: int = ref("actor_rollout_ref.actor.profiler.tool_config.torch.schedule.repeat")
+    repeat: int = config_ref("actor_rollout_ref.actor.profiler.tool_config.torch.schedule.repeat")
 
 
 @dataclass(frozen=True)
@@ -68,9 +71,9 @@ class RefTorchTraceConfig(TorchTraceConfig):
     trace settings."""
 
     #: the actor's
-    contents: list[str] = ref("actor_rollout_ref.actor.profiler.tool_config.torch.contents")
+    contents: list[str] = config_ref("actor_rollout_ref.actor.profiler.tool_config.torch.contents")
     #: the actor's
-    discrete: bool = ref("actor_rollout_ref.actor.profiler.tool_config.torch.discrete")
+    discrete: bool = config_ref("actor_rollout_ref.actor.profiler.tool_config.torch.discrete")
     #: the actor's schedule
     schedule: RefTorchScheduleConfig = field(default_factory=RefTorchScheduleConfig)
 
@@ -90,9 +93,9 @@ class RolloutTorchTraceConfig(Section):
     (global_profiler.tool=torch)."""
 
     #: as the actor's
-    contents: list[str] = ref("actor_rollout_ref.actor.profiler.tool_config.torch.contents")
+    contents: list[str] = config_ref("actor_rollout_ref.actor.profiler.tool_config.torch.contents")
     #: true: the engine traces itself into save_path/agent_loop_rollout_replica_<rank>/ (hf, vllm)
-    discrete: bool = ref("actor_rollout_ref.actor.profiler.tool_config.torch.discrete")
+    discrete: bool = config_ref("actor_rollout_ref.actor.profiler.tool_config.torch.discrete")
     #: trace from this response token on (null: the first)
     profile_token_start: int | None = None
     #: ... up to this one, excluded (null: the last)
@@ -141,3 +144,69 @@ class RolloutProfilerConfig(ProfilerRanksConfig):
 
     #: the settings of the generation stage's trace
     tool_config: RolloutProfilerToolConfig = field(default_factory=RolloutProfilerToolConfig)
+
+
+@dataclass(frozen=True)
+class TorchMemoryConfig(Section):
+    """``global_profiler.global_tool_config.torch_memory``: torch.cuda.memory._record_memory_history arguments (CUDA
+    only)."""
+
+    #: allocations recorded at most
+    trace_alloc_max_entries: int = 100000
+    #: frames kept per allocation
+    stack_depth: int = 32
+    #: which events record a stack: all | alloc | state | null
+    context: str | None = "all"
+    #: which stacks are recorded: all | python
+    stacks: str = "all"
+    #: further arguments of _record_memory_history
+    kw_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GlobalToolConfig(Section):
+    """``global_profiler.global_tool_config``: the settings of each profiling tool."""
+
+    #: torch.cuda.memory._record_memory_history arguments (CUDA only)
+    torch_memory: TorchMemoryConfig = field(default_factory=TorchMemoryConfig)
+
+
+@dataclass(frozen=True)
+class GlobalProfilerConfig(Section):
+    """``global_profiler``: profiling of chosen steps (docs/profiling.md)."""
+
+    PATH = "global_profiler"
+
+    #: null | torch (Chrome traces) | torch_memory (CUDA memory snapshots; on CPU a memory profile)
+    tool: str | None = None
+    #: the steps to profile; null: every step for torch_memory (torch needs a list)
+    steps: list[int] | None = None
+    #: true: consecutive chosen steps make one trace
+    profile_continuous_steps: bool = False
+    #: files go to save_path/step<N>/<group>_rank<r>.*
+    save_path: str = "outputs/profile"
+    #: true: after each profiled step the rollout engine's traces move from save_path/agent_loop_rollout_replica_<r>/
+    #: into save_path/step<N>/, renamed rollout-replica<r>_*
+    relocate_results: bool = False
+    #: a shell command run once after the last profiled step on each selected rank, with
+    #: VERL_PROFILE_{SAVE_PATH,TOOL,RANK,PID,ROLE} set; a failure is logged
+    finish_hook_cmd: str | None = None
+    #: true: every rank of the profiled groups runs finish_hook_cmd
+    finish_hook_all_ranks: bool = False
+    #: these ranks run it (empty: the profiled ranks)
+    finish_hook_ranks: list[int] = field(default_factory=list)
+    #: the settings of each profiling tool
+    global_tool_config: GlobalToolConfig = field(default_factory=GlobalToolConfig)
+
+
+def role_sections() -> dict[str, Any]:
+    """The ``profiler`` subsection of each role, nested at its path (what ``config_defaults`` mounts)."""
+    return {
+        "actor_rollout_ref": {
+            "actor": {"profiler": ProfilerConfig()},
+            "ref": {"profiler": RefProfilerConfig()},
+            "rollout": {"profiler": RolloutProfilerConfig()},
+        },
+        "critic": {"profiler": ProfilerConfig()},
+        "reward_model": {"profiler": ProfilerRanksConfig()},
+    }
