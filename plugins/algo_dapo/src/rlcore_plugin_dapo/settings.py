@@ -16,26 +16,6 @@ COMPUTED_METRICS: tuple[str, ...] = ("seq_reward", "seq_final_reward")
 #: paper's 4096 of 20480 tokens)
 DEFAULT_BUFFER_FRACTION = 0.2
 
-#: the keys this plugin declares (``config_defaults``); verl's names, with verl's defaults except where noted
-CONFIG_DEFAULTS: dict[str, Any] = {
-    "reward_model": {
-        "overlong_buffer": {
-            "enable": False,
-            "len": None,  # verl: 0; null = DEFAULT_BUFFER_FRACTION of max_response_length
-            "penalty_factor": 0.0,
-            "log": False,
-            "max_response_length": "${data.max_response_length}",  # rlcore: L_max, read by the reward manager
-        }
-    },
-    "algorithm": {
-        "filter_groups": {
-            "enable": False,
-            "metric": "seq_reward",  # verl: null (a run must set it); acc | score | seq_reward | seq_final_reward
-            "max_num_gen_batches": None,  # verl: 0; null = keep algorithm.max_num_gen_batches
-        }
-    },
-}
-
 
 @dataclass(frozen=True)
 class OverlongBuffer:
