@@ -11,7 +11,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlcore.api import ConfigError
-from rlcore_plugin_distill.config import DEFAULT_TEACHER, TeacherConfig
+from rlcore_plugin_distill.config import DEFAULT_TEACHER, DistillationConfig, TeacherConfig
 
 D = "distillation"
 #: the per-token reverse-KL estimators of ``distillation_loss.loss_mode`` (rlcore.algos.kl_penalty's names)
@@ -65,7 +65,7 @@ class DistillationSettings:
 
 def enabled(config: DictConfig) -> bool:
     """Whether ``distillation.enabled`` is set (False when the section is absent)."""
-    return bool(OmegaConf.select(config, f"{D}.enabled", default=False))
+    return bool(OmegaConf.select(config, f"{D}.enabled", default=DistillationConfig.enabled))
 
 
 def _teacher_entries(config: DictConfig, problems: list[str]) -> dict[str, dict[str, Any]]:
