@@ -3,7 +3,7 @@ sections with its defaults (torch-free: the hooks module returns it from ``confi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rlcore.api import Section
@@ -13,7 +13,7 @@ DEFAULT_TEACHER = "teacher_model"
 
 
 @dataclass(frozen=True)
-class TeacherInferenceConfig(Section):
+class TeacherInferenceConfig:
     """``distillation.teacher_models.<name>.inference``: verl's serving settings of one teacher."""
 
     #: verl's serving engine; here the training backend's forward scores (plan note)
@@ -29,8 +29,9 @@ class TeacherInferenceConfig(Section):
 
 
 @dataclass(frozen=True)
-class TeacherConfig(Section):
-    """``distillation.teacher_models.<name>``: one teacher entry, with verl's defaults."""
+class TeacherConfig:
+    """``distillation.teacher_models.<name>``: one teacher entry, with verl's defaults (a plain dataclass: its
+    ``key`` field would shadow :meth:`Section.key`; the entries live in the free-form ``teacher_models``)."""
 
     #: the value of the sample's teacher_key routed to this teacher (several teachers)
     key: str | None = None
@@ -72,7 +73,7 @@ class DistillationLossConfig(Section):
 
 def _default_teachers() -> dict[str, Any]:
     """verl's single default teacher entry, as plain data."""
-    return {DEFAULT_TEACHER: TeacherConfig().tree()}
+    return {DEFAULT_TEACHER: asdict(TeacherConfig())}
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ Imports no torch: the hooks module reads it at start-up, and ``rlcore run --dry-
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -21,7 +21,7 @@ ESTIMATORS: tuple[str, ...] = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3
 TOPK_MODES: tuple[str, ...] = ("forward_kl_topk",)
 
 #: the keys of one teacher entry, with verl's defaults (``distillation.teacher_models.<name>.*``)
-TEACHER_DEFAULTS: dict[str, Any] = TeacherConfig().tree()
+TEACHER_DEFAULTS: dict[str, Any] = asdict(TeacherConfig())
 
 
 @dataclass(frozen=True)
