@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from rlcore_plugin_megatron.config import MegatronConfig
 from rlcore_plugin_megatron.hooks import config_defaults, data_parallel_size
 from rlcore_plugin_megatron.settings import MEGATRON_DEFAULTS
 
@@ -28,7 +29,8 @@ def test_config_defaults_cover_actor_ref_and_critic() -> None:
 
     sections = config_defaults()
     for section in (sections["actor_rollout_ref"]["actor"], sections["actor_rollout_ref"]["ref"], sections["critic"]):
-        assert section["megatron"] == MEGATRON_DEFAULTS
+        assert section["megatron"] == MegatronConfig()
+        assert section["megatron"].tree() == MEGATRON_DEFAULTS
     config = load_config(overrides=["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
     assert config.actor_rollout_ref.actor.megatron.tensor_model_parallel_size == 2
     assert config.critic.megatron.pipeline_model_parallel_size == 1

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from omegaconf import DictConfig
 
 from rlcore import hookimpl
 from rlcore.api import ConfigError
-from rlcore_plugin_dapo.settings import CONFIG_DEFAULTS, FILTER_NAME, overlong_buffer
+from rlcore_plugin_dapo.config import FilterGroupsConfig, OverlongBufferConfig
+from rlcore_plugin_dapo.settings import FILTER_NAME, overlong_buffer
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
@@ -62,9 +62,10 @@ def register_presets(register: Any) -> None:
 
 
 @hookimpl
-def config_defaults() -> dict[str, Any]:
-    """Declare ``reward_model.overlong_buffer.*`` and ``algorithm.filter_groups.*`` (verl's DAPO keys)."""
-    return copy.deepcopy(CONFIG_DEFAULTS)
+def config_defaults() -> list[OverlongBufferConfig | FilterGroupsConfig]:
+    """Declare ``reward_model.overlong_buffer.*`` and ``algorithm.filter_groups.*`` (verl's DAPO keys), typed
+    (:mod:`rlcore_plugin_dapo.config`)."""
+    return [OverlongBufferConfig(), FilterGroupsConfig()]
 
 
 @hookimpl

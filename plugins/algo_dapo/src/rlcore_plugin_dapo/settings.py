@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlcore.api import ConfigError
+from rlcore_plugin_dapo.config import OverlongBufferConfig
 
 #: the batch filter that implements dynamic sampling
 FILTER_NAME = "dapo-groups"
@@ -15,26 +16,6 @@ COMPUTED_METRICS: tuple[str, ...] = ("seq_reward", "seq_final_reward")
 #: without ``overlong_buffer.len``, the buffer is this fraction of the maximum response length (the DAPO
 #: paper's 4096 of 20480 tokens)
 DEFAULT_BUFFER_FRACTION = 0.2
-
-#: the keys this plugin declares (``config_defaults``); verl's names, with verl's defaults except where noted
-CONFIG_DEFAULTS: dict[str, Any] = {
-    "reward_model": {
-        "overlong_buffer": {
-            "enable": False,
-            "len": None,  # verl: 0; null = DEFAULT_BUFFER_FRACTION of max_response_length
-            "penalty_factor": 0.0,
-            "log": False,
-            "max_response_length": "${data.max_response_length}",  # rlcore: L_max, read by the reward manager
-        }
-    },
-    "algorithm": {
-        "filter_groups": {
-            "enable": False,
-            "metric": "seq_reward",  # verl: null (a run must set it); acc | score | seq_reward | seq_final_reward
-            "max_num_gen_batches": None,  # verl: 0; null = keep algorithm.max_num_gen_batches
-        }
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -57,23 +38,24 @@ class OverlongBuffer:
         return self.max_length - self.length
 
 
-def overlong_buffer(reward_section: Mapping[str, Any] | None) -> OverlongBuffer:
-    """Read and check ``overlong_buffer`` from the ``reward_model`` section.
+def overlong_buffer(reward_section: Mapping[str, Any]) -> OverlongBuffer:
+    """Read and check ``overlong_buffer`` from the ``reward_model`` section
+    (:class:`~rlcore_plugin_dapo.config.OverlongBufferConfig`).
 
     A null ``len`` is max(1, int(0.2·L_max)); with ``enable`` the buffer must satisfy 1 ≤ len ≤ L_max.
     Raises :class:`~rlcore.config.ConfigError` naming the key.
     """
-    section = (reward_section or {}).get("overlong_buffer", None) or {}
-    max_length = int(section.get("max_response_length", None) or 0)
-    length = section.get("len", None)
+    section = OverlongBufferConfig(**reward_section["overlong_buffer"])
+    max_length = int(section.max_response_length or 0)
+    length = section.len
     if length is None:
         length = max(1, int(DEFAULT_BUFFER_FRACTION * max_length))
     settings = OverlongBuffer(
-        enable=bool(section.get("enable", False)),
+        enable=bool(section.enable),
         length=int(length),
         max_length=max_length,
-        penalty_factor=float(section.get("penalty_factor", 0.0) or 0.0),
-        log=bool(section.get("log", False)),
+        penalty_factor=float(section.penalty_factor or 0.0),
+        log=bool(section.log),
     )
     if settings.enable and not 1 <= settings.length <= settings.max_length:
         raise ConfigError(

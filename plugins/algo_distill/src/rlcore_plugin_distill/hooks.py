@@ -8,7 +8,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcore import hookimpl
 from rlcore.api import ConfigError, StepExtension
-from rlcore_plugin_distill.settings import CONFIG_DEFAULTS, D, distillation_settings, enabled
+from rlcore_plugin_distill.config import DistillationConfig
+from rlcore_plugin_distill.settings import D, distillation_settings, enabled
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
@@ -24,9 +25,10 @@ EXTENSION = StepExtension(
 
 
 @hookimpl
-def config_defaults() -> dict[str, Any]:
-    """verl 0.10's ``distillation.*`` section, with its defaults."""
-    return CONFIG_DEFAULTS
+def config_defaults() -> DistillationConfig:
+    """verl 0.10's ``distillation.*`` section, with its defaults
+    (:class:`~rlcore_plugin_distill.config.DistillationConfig`)."""
+    return DistillationConfig()
 
 
 @hookimpl

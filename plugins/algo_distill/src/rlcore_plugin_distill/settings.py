@@ -5,16 +5,15 @@ Imports no torch: the hooks module reads it at start-up, and ``rlcore run --dry-
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from rlcore.api import ConfigError
+from rlcore_plugin_distill.config import DEFAULT_TEACHER, DistillationConfig, TeacherConfig
 
 D = "distillation"
-#: the single-teacher entry of verl's defaults; with other entries present it must be left unset
-DEFAULT_TEACHER = "teacher_model"
 #: the per-token reverse-KL estimators of ``distillation_loss.loss_mode`` (rlcore.algos.kl_penalty's names)
 ESTIMATORS: tuple[str, ...] = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 #: verl's top-k mode: forward KL over the teacher's ``topk`` most likely tokens at each response position,
@@ -22,42 +21,7 @@ ESTIMATORS: tuple[str, ...] = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3
 TOPK_MODES: tuple[str, ...] = ("forward_kl_topk",)
 
 #: the keys of one teacher entry, with verl's defaults (``distillation.teacher_models.<name>.*``)
-TEACHER_DEFAULTS: dict[str, Any] = {
-    "key": None,  # the value of the sample's teacher_key routed to this teacher (several teachers)
-    "model_path": None,  # the teacher's Hugging Face directory (required); same tokenizer as the student
-    "num_replicas": 0,  # verl's teacher replicas (0: the whole pool, for one teacher); checked, see README
-    "inference": {
-        "name": "vllm",  # verl's serving engine; here the training backend's forward scores (plan note)
-        "tensor_model_parallel_size": 2,  # a replica's size in verl's pool check (tp × dp)
-        "data_parallel_size": 1,  # a replica's size in verl's pool check (tp × dp)
-        "gpu_memory_utilization": 0.5,  # verl's serving-engine memory share; unused here (plan note)
-        "max_model_len": None,  # must hold data.max_prompt_length + data.max_response_length + 1
-    },
-}
-
-#: verl 0.10's ``distillation`` section (``verl/trainer/config/distillation/distillation.yaml``), with its defaults
-CONFIG_DEFAULTS: dict[str, Any] = {
-    D: {
-        "enabled": False,  # on-policy distillation: teacher log-probs on the student's samples (rlcore-plugin-distill)
-        "n_gpus_per_node": 8,  # verl's teacher pool per node; checked against the teachers' replicas
-        "nnodes": 0,  # verl's teacher pool nodes (0: none); when ≥ 1 checked against the teachers' replicas
-        "teacher_key": "data_source",  # the sample field that routes it to a teacher's key (several teachers)
-        "teacher_models": {DEFAULT_TEACHER: TEACHER_DEFAULTS},
-        "distillation_loss": {
-            "loss_mode": "k3",  # per-token reverse-KL estimator kl|k1|abs|mse|k2|low_var_kl|k3, or forward_kl_topk
-            "topk": 32,  # forward_kl_topk: how many of the teacher's most likely tokens per position
-            "use_task_rewards": True,  # also the policy loss on the task reward's advantages
-            "distillation_loss_coef": 1.0,  # weight of the distillation loss when use_task_rewards
-            "loss_max_clamp": None,  # clamp each token's distillation loss to ±this
-            "log_prob_min_clamp": None,  # forward_kl_topk: clamp both top-k log-probs below (no-op for estimators)
-            "use_policy_gradient": False,  # true: PPO-clipped surrogate with advantage −loss; false: backprop the loss
-            "policy_loss_mode": "vanilla",  # the surrogate of use_policy_gradient (verl: vanilla only)
-            "clip_ratio": 0.2,  # that surrogate's clip range (fallback of _low/_high)
-            "clip_ratio_low": 0.2,
-            "clip_ratio_high": 0.2,
-        },
-    }
-}
+TEACHER_DEFAULTS: dict[str, Any] = asdict(TeacherConfig())
 
 
 @dataclass(frozen=True)
@@ -101,7 +65,7 @@ class DistillationSettings:
 
 def enabled(config: DictConfig) -> bool:
     """Whether ``distillation.enabled`` is set (False when the section is absent)."""
-    return bool(OmegaConf.select(config, f"{D}.enabled", default=False))
+    return bool(OmegaConf.select(config, f"{D}.enabled", default=DistillationConfig.enabled))
 
 
 def _teacher_entries(config: DictConfig, problems: list[str]) -> dict[str, dict[str, Any]]:

@@ -45,8 +45,8 @@ def compute_prime_advantage(
     """
     mask = response_mask.bool()
     rewards = torch.zeros_like(rm_scores, dtype=torch.float32)
-    dpo_coef = float(config.get("reward_dpo_coef", 5.0))
-    gt_coef = float(config.get("reward_gt_coef", 5.0))
+    dpo_coef = float(config["reward_dpo_coef"])
+    gt_coef = float(config["reward_gt_coef"])
     if dpo_coef:
         rewards += dpo_coef * leave_one_out(rm_scores.float(), mask, index)
     if gt_coef:

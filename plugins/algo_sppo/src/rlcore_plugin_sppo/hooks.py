@@ -3,19 +3,13 @@ two ``sppo_eta`` keys."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from rlcore import hookimpl
+from rlcore_plugin_sppo.config import SPPOActorConfig, SPPOAlgorithmConfig
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
-
-#: verl's SPPO recipe keys: β of the batch soft-mean baseline (algorithm) and η of the loss (actor)
-CONFIG_DEFAULTS: dict[str, Any] = {
-    "algorithm": {"sppo_eta": 1.0},
-    "actor_rollout_ref": {"actor": {"sppo_eta": 1.0}},
-}
 
 #: the ``sppo`` preset: verl's recipe without its trainer subclass (no KL terms, one sequence-level loss)
 SPPO_PRESET: dict[str, Any] = {
@@ -54,6 +48,7 @@ def register_presets(register: Any) -> None:
 
 
 @hookimpl
-def config_defaults() -> dict[str, Any]:
-    """Declare ``algorithm.sppo_eta`` and ``actor_rollout_ref.actor.sppo_eta`` (both 1.0, verl's recipe)."""
-    return copy.deepcopy(CONFIG_DEFAULTS)
+def config_defaults() -> list[SPPOAlgorithmConfig | SPPOActorConfig]:
+    """Declare ``algorithm.sppo_eta`` and ``actor_rollout_ref.actor.sppo_eta`` (both 1.0, verl's recipe), typed
+    (:mod:`rlcore_plugin_sppo.config`)."""
+    return [SPPOAlgorithmConfig(), SPPOActorConfig()]

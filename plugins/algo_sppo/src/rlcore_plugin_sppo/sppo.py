@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from rlcore.api import RLCoreError, masked_mean, masked_sum
+from rlcore_plugin_sppo.config import SPPOActorConfig, SPPOAlgorithmConfig
 
 
 def softmean(x: torch.Tensor, beta: float) -> torch.Tensor:
@@ -20,7 +21,7 @@ def softmean(x: torch.Tensor, beta: float) -> torch.Tensor:
 
 
 def _get(config: Any, key: str, default: float) -> float:
-    """``config[key]`` as a float (``default`` when the config or the value is missing)."""
+    """``config[key]`` as a float (``default``, the typed section's, when the config or the value is missing)."""
     value = None if config is None else config.get(key, None)
     return default if value is None else float(value)
 
@@ -39,7 +40,7 @@ def compute_sppo_advantage(
     scores = token_level_rewards.double().sum(dim=-1)
     if scores.numel() == 0:
         raise RLCoreError("the sppo advantage estimator got an empty batch")
-    advantages = (scores - softmean(scores, _get(config, "sppo_eta", 1.0))).float()
+    advantages = (scores - softmean(scores, _get(config, "sppo_eta", SPPOAlgorithmConfig.sppo_eta))).float()
     advantages = advantages.unsqueeze(-1) * response_mask.to(torch.float32)
     return advantages, advantages.clone()
 
@@ -65,7 +66,7 @@ def sppo_policy_loss(
     ``actor/ppo_kl`` (masked mean of logπ_old − logπ). The value is ≥ 0 and not signed by A; the gradient
     2·(log-ratio − η·A) raises the likelihood of responses whose log-ratio is below their target.
     """
-    eta = _get(config, "sppo_eta", 1.0)
+    eta = _get(config, "sppo_eta", SPPOActorConfig.sppo_eta)
     mask = response_mask.to(log_prob.dtype)
     log_ratio = masked_sum(log_prob, mask, dim=-1) - masked_sum(old_log_prob, mask, dim=-1)
     target = eta * masked_mean(advantages, mask, dim=-1)

@@ -10,16 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 from rlcore import hookimpl
+from rlcore_plugin_deepspeed.config import DeepSpeedConfig
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
-
-#: defaults of every ``deepspeed_config`` section (verl's engine key names); see the README for their meaning
-DEEPSPEED_CONFIG_DEFAULTS: dict[str, Any] = {
-    "zero_stage": 2,
-    "offload": "none",
-    "dtype": None,
-}
 
 
 @hookimpl
@@ -34,11 +28,12 @@ def register_training_backends(register: Callable[..., None]) -> None:
 
 @hookimpl
 def config_defaults() -> dict[str, Any]:
-    """The ``deepspeed_config`` sections of the actor, the reference model and the critic."""
+    """The ``deepspeed_config`` sections of the actor, the reference model and the critic
+    (:class:`~rlcore_plugin_deepspeed.config.DeepSpeedConfig`, mounted under each role)."""
     return {
         "actor_rollout_ref": {
-            "actor": {"deepspeed_config": dict(DEEPSPEED_CONFIG_DEFAULTS)},
-            "ref": {"deepspeed_config": dict(DEEPSPEED_CONFIG_DEFAULTS)},
+            "actor": {"deepspeed_config": DeepSpeedConfig()},
+            "ref": {"deepspeed_config": DeepSpeedConfig()},
         },
-        "critic": {"deepspeed_config": dict(DEEPSPEED_CONFIG_DEFAULTS)},
+        "critic": {"deepspeed_config": DeepSpeedConfig()},
     }

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from rlcore.api import RLCoreError, parse_dtype
-from rlcore_plugin_deepspeed.hooks import DEEPSPEED_CONFIG_DEFAULTS
+from rlcore_plugin_deepspeed.config import DeepSpeedConfig
 
 ZERO_STAGES = (1, 2, 3)
 OFFLOADS = ("none", "cpu")
@@ -48,10 +48,10 @@ class DeepSpeedSettings:
 def resolve_settings(section: Mapping[str, Any] | None, key: str, device_type: str) -> DeepSpeedSettings:
     """The ``deepspeed_config`` section at ``key`` merged over the plugin defaults and checked for a run on
     ``device_type`` (``cpu``/``cuda``); every error names its key."""
-    resolved = dict(DEEPSPEED_CONFIG_DEFAULTS)
+    resolved = DeepSpeedConfig().tree()
     for name, value in (section or {}).items():
-        if name not in DEEPSPEED_CONFIG_DEFAULTS:
-            raise RLCoreError(f"unknown key {key}.{name}; known keys: {', '.join(DEEPSPEED_CONFIG_DEFAULTS)}")
+        if name not in resolved:
+            raise RLCoreError(f"unknown key {key}.{name}; known keys: {', '.join(DeepSpeedConfig().tree())}")
         resolved[name] = value
     stage = resolved["zero_stage"]
     if isinstance(stage, bool) or stage not in ZERO_STAGES:

@@ -6,7 +6,6 @@ the dry run import it.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -14,9 +13,8 @@ from omegaconf import DictConfig
 
 from rlcore import hookimpl
 from rlcore.api import TrainingBackendSpec, select
-from rlcore_plugin_megatron.lora_settings import LORA_DEFAULTS
+from rlcore_plugin_megatron.config import MegatronConfig, MegatronLoRAConfig
 from rlcore_plugin_megatron.settings import (
-    MEGATRON_DEFAULTS,
     layout_sizes,
     resolve_settings,
 )
@@ -53,12 +51,12 @@ def register_training_backends(register: Callable[..., None]) -> None:
 @hookimpl
 def config_defaults() -> dict[str, Any]:
     """The ``megatron`` sections of the actor, the reference model and the critic, and the actor model's
-    ``lora`` section (LoRA on the Megatron backend) (verl's key names)."""
+    ``lora`` section (LoRA on the Megatron backend) (verl's key names), typed (:mod:`rlcore_plugin_megatron.config`)."""
     return {
         "actor_rollout_ref": {
-            "model": {"lora": copy.deepcopy(LORA_DEFAULTS)},
-            "actor": {"megatron": copy.deepcopy(MEGATRON_DEFAULTS)},
-            "ref": {"megatron": copy.deepcopy(MEGATRON_DEFAULTS)},
+            "model": {"lora": MegatronLoRAConfig()},
+            "actor": {"megatron": MegatronConfig()},
+            "ref": {"megatron": MegatronConfig()},
         },
-        "critic": {"megatron": copy.deepcopy(MEGATRON_DEFAULTS)},
+        "critic": {"megatron": MegatronConfig()},
     }

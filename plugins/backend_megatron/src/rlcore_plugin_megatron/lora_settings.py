@@ -14,26 +14,10 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlcore.api import RLCoreError
+from rlcore_plugin_megatron.config import MegatronLoRAConfig
 
-#: verl 0.10's ``model.lora`` keys and defaults (Megatron-Bridge's LoRA); rank 0 turns LoRA off
-LORA_DEFAULTS: dict[str, Any] = {
-    "type": "lora",
-    "merge": False,
-    "rank": 0,
-    "alpha": 32,
-    "dropout": 0.0,
-    "target_modules": ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"],
-    "exclude_modules": [],
-    "dropout_position": "pre",
-    "lora_A_init_method": "xavier",
-    "lora_B_init_method": "zero",
-    "a2a_experimental": False,
-    "dtype": None,
-    "adapter_path": None,
-    "freeze_vision_model": True,
-    "freeze_vision_projection": True,
-    "freeze_language_model": True,
-}
+#: verl 0.10's ``model.lora`` keys and defaults (:class:`~rlcore_plugin_megatron.config.MegatronLoRAConfig`)
+LORA_DEFAULTS: dict[str, Any] = MegatronLoRAConfig().tree()
 #: the megatron-core linear layers an adapter can wrap and how tensor parallelism splits them: a column-parallel
 #: layer's output (its adapter: A replicated, B split by output), a row-parallel layer's input (A split by input,
 #: B replicated). In a mixture-of-experts layer ``linear_fc1``/``linear_fc2`` also name every expert's (and the

@@ -13,31 +13,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlcore.api import RLCoreError
+from rlcore_plugin_megatron.config import MegatronConfig
 
-#: every key of a ``megatron`` section and its default (verl's names and, where rlcore can honour them,
-#: verl's defaults); the README's table says what each does
-MEGATRON_DEFAULTS: dict[str, Any] = {
-    "tensor_model_parallel_size": 1,
-    "pipeline_model_parallel_size": 1,
-    "virtual_pipeline_model_parallel_size": None,
-    "context_parallel_size": 1,
-    "expert_model_parallel_size": 1,
-    "expert_tensor_parallel_size": None,
-    "sequence_parallel": False,
-    "use_distributed_optimizer": False,
-    "param_offload": False,
-    "grad_offload": False,
-    "optimizer_offload": False,
-    "use_dist_checkpointing": False,
-    "dist_checkpointing_path": None,
-    "seed": None,
-    "override_transformer_config": {},
-    # verl's weight-converter and precision switches (see resolve_settings and verl_setting_notes)
-    "use_mbridge": False,
-    "vanilla_mbridge": False,
-    "dtype": "float32",
-    "use_megatron_fsdp": False,
-}
+#: every key of a ``megatron`` section and its default (:class:`~rlcore_plugin_megatron.config.MegatronConfig`)
+MEGATRON_DEFAULTS: dict[str, Any] = MegatronConfig().tree()
 #: ``megatron.dtype`` spellings of the one compute dtype the engine has (verl's default is bfloat16)
 FLOAT32_NAMES = ("float32", "fp32")
 _SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
@@ -98,7 +77,7 @@ class MegatronSettings:
     dist_checkpointing_path: str | None
     seed: int | None
     override_transformer_config: dict[str, Any]
-    dtype: str = "float32"
+    dtype: str
 
     @property
     def model_parallel_size(self) -> int:

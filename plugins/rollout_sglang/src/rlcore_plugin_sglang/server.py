@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlcore.api import ROLLOUT_KEY, RLCoreError
+from rlcore_plugin_sglang.config import SGLangRolloutConfig, SGLangServerConfig
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ POLL_S = 0.5
 
 def rollout_mode(config: Mapping[str, Any]) -> str:
     """``rollout.sglang_rollout_mode`` (the ``actor_rollout_ref.rollout`` section), checked."""
-    mode = config.get("sglang_rollout_mode", "engine")
+    mode = config.get("sglang_rollout_mode", SGLangRolloutConfig.sglang_rollout_mode)
     if mode not in MODES:
         raise RLCoreError(f"{MODE_KEY} must be one of {', '.join(MODES)}, got {mode!r}")
     return str(mode)
@@ -73,15 +74,10 @@ def _positive(section: Mapping[str, Any], key: str, kind: type) -> Any:
 
 
 @dataclass(frozen=True)
-class ServerSettings:
+class ServerSettings(SGLangServerConfig):
     """``rollout.server`` (verl's ``ServerConfig``): request ``timeout`` (s), ``max_attempts`` per request, base
-    ``retry_delay`` (s), ``max_connections`` open at once and ``max_start_wait_time`` (s) for start-up."""
-
-    timeout: float = 60.0
-    max_attempts: int = 3
-    retry_delay: float = 2.0
-    max_connections: int = 1000
-    max_start_wait_time: float = 300.0
+    ``retry_delay`` (s), ``max_connections`` open at once and ``max_start_wait_time`` (s) for start-up (the
+    fields and defaults of :class:`~rlcore_plugin_sglang.config.SGLangServerConfig`)."""
 
     @classmethod
     def from_rollout(cls, config: Mapping[str, Any]) -> ServerSettings:

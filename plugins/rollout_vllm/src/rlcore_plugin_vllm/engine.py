@@ -33,6 +33,7 @@ from rlcore.api import (
     claim_rollout_trace,
     is_vision_language,
 )
+from rlcore_plugin_vllm.config import VLLMConfig
 from rlcore_plugin_vllm.sampling import vllm_sampling_kwargs
 
 __all__ = ["VLLMRolloutEngine", "import_vllm"]
@@ -203,7 +204,7 @@ class VLLMRolloutEngine(TokenListEngine):
     def _start(self, model_path: str) -> Any:
         """Build the ``vllm.LLM``; on CPU its KV cache gets ``vllm.cpu_kv_cache_gib`` GiB."""
         if self.device.type == "cpu":
-            gib = (self.config.get("vllm") or {}).get("cpu_kv_cache_gib", 1)
+            gib = (self.config.get("vllm") or {}).get("cpu_kv_cache_gib", VLLMConfig.cpu_kv_cache_gib)
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(gib)))
         vllm = import_vllm()
         check_vision_support(model_path)

@@ -6,9 +6,9 @@ This module must stay free of torch and vllm imports: ``rlcore plugins`` and con
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from rlcore import hookimpl
+from rlcore_plugin_vllm.config import VLLMConfig
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
@@ -25,17 +25,6 @@ def register_rollout_engines(register: Callable[..., None]) -> None:
 
 
 @hookimpl
-def config_defaults() -> dict[str, Any]:
-    """The engine's own keys, under ``actor_rollout_ref.rollout.vllm``."""
-    return {
-        "actor_rollout_ref": {
-            "rollout": {
-                "vllm": {
-                    # KV-cache size in GiB on CPU (VLLM_CPU_KVCACHE_SPACE); on GPU gpu_memory_utilization applies
-                    "cpu_kv_cache_gib": 1,
-                    # extra keyword arguments for vllm.LLM(...), e.g. {"swap_space": 0}
-                    "engine_kwargs": {},
-                }
-            }
-        }
-    }
+def config_defaults() -> VLLMConfig:
+    """The engine's own keys, under ``actor_rollout_ref.rollout.vllm``, typed (:class:`~rlcore_plugin_vllm.config.VLLMConfig`)."""
+    return VLLMConfig()

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlcore import hookimpl
+from rlcore_plugin_mlflow.config import MlflowConfig
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
@@ -23,10 +24,10 @@ def register_trackers(register: Callable[..., None]) -> None:
 
 
 @hookimpl
-def config_defaults() -> dict[str, Any]:
+def config_defaults() -> MlflowConfig:
     """``trainer.tracking.mlflow``: every setting null, meaning "the environment variable, else the default"
-    (see :mod:`rlcore_plugin_mlflow.tracker`)."""
-    return {"trainer": {"tracking": {"mlflow": {"tracking_uri": None, "experiment_name": None}}}}
+    (see :mod:`rlcore_plugin_mlflow.tracker`), typed (:class:`~rlcore_plugin_mlflow.config.MlflowConfig`)."""
+    return MlflowConfig()
 
 
 @hookimpl

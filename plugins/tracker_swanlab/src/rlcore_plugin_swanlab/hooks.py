@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from rlcore import hookimpl
+from rlcore_plugin_swanlab.config import SwanlabConfig
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
@@ -22,7 +22,7 @@ def register_trackers(register: Callable[..., None]) -> None:
 
 
 @hookimpl
-def config_defaults() -> dict[str, Any]:
+def config_defaults() -> SwanlabConfig:
     """``trainer.tracking.swanlab``: every setting null, meaning "the environment variable, else the default"
-    (see :mod:`rlcore_plugin_swanlab.tracker`)."""
-    return {"trainer": {"tracking": {"swanlab": {"mode": None, "logdir": None}}}}
+    (see :mod:`rlcore_plugin_swanlab.tracker`), typed (:class:`~rlcore_plugin_swanlab.config.SwanlabConfig`)."""
+    return SwanlabConfig()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from rlcore import hookimpl
+from rlcore_plugin_wandb.config import WandbConfig
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
@@ -23,7 +23,7 @@ def register_trackers(register: Callable[..., None]) -> None:
 
 
 @hookimpl
-def config_defaults() -> dict[str, Any]:
+def config_defaults() -> WandbConfig:
     """``trainer.tracking.wandb``: every setting null, meaning "the environment variable, else the default"
-    (see :mod:`rlcore_plugin_wandb.tracker`)."""
-    return {"trainer": {"tracking": {"wandb": {"mode": None, "dir": None, "entity": None}}}}
+    (see :mod:`rlcore_plugin_wandb.tracker`), typed (:class:`~rlcore_plugin_wandb.config.WandbConfig`)."""
+    return WandbConfig()
