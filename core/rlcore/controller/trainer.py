@@ -109,7 +109,7 @@ class Trainer:
             raise RLCoreError(f"algorithm.adv_estimator={algo.adv_estimator!r} needs a critic but critic.enable=false")
         actor = config.actor_rollout_ref.actor
         self.use_reference = bool(actor.use_kl_loss or algo.use_kl_in_reward)
-        self.kl_ctrl = make_kl_controller(algo.kl_ctrl) if algo.use_kl_in_reward else None
+        self.kl_ctrl = make_kl_controller(self.sections.algorithm.kl_ctrl) if algo.use_kl_in_reward else None
         self.n = int(self.sections.actor_rollout_ref.rollout.n)
         self.global_step = 0
         self.timer = StageTimer()
@@ -492,7 +492,7 @@ class Trainer:
             self._compute_advantage(batch)
             if self.sections.algorithm.use_pf_ppo:
                 batch, pf_metrics = pf_ppo_resample(
-                    batch, self.config.algorithm.pf_ppo, int(self.sections.trainer.seed) + self.global_step
+                    batch, self.sections.algorithm.pf_ppo, int(self.sections.trainer.seed) + self.global_step
                 )
                 metrics.update(pf_metrics)
         return batch
