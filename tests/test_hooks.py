@@ -267,6 +267,7 @@ def test_hook_summary_lines(registered, capsys, tmp_path: Path) -> None:
 
     from omegaconf import OmegaConf
 
+    from rlcore.config.schema import TrainerConfig
     from rlcore.presets import PRESETS_FILE
     from rlcore.run import _summarise
     from rlcore.run_context import RunContext
@@ -283,7 +284,7 @@ def test_hook_summary_lines(registered, capsys, tmp_path: Path) -> None:
 
     config = OmegaConf.create({"trainer": {"save_freq": -1}})
     with registered(plugin(summary_lines=summary_lines), name="summary-hook") as manager:
-        _summarise(config, RunContext(config, run_dir), manager, {}, 1.0, "completed")
+        _summarise(TrainerConfig(save_freq=-1), RunContext(config, run_dir), manager, {}, 1.0, "completed")
     out = capsys.readouterr().out.splitlines()
     assert seen == ["completed"]
     metrics = next(i for i, line in enumerate(out) if line.startswith("metrics:"))

@@ -654,7 +654,7 @@ class Trainer:
             state = {"global_step": self.global_step, "data": self.train_loader.state_dict(), "kl_coef": kl_coef}
             write_trainer_state(folder, state)
 
-        path = CheckpointManager(self.config, self.run.identity).save(self.global_step, write)
+        path = CheckpointManager(self.sections.trainer, self.run.identity).save(self.global_step, write)
         self.saved_step = self.global_step
         return path
 
@@ -724,7 +724,7 @@ class Trainer:
         directory; :meth:`fit` calls it when nobody did."""
         if self.prepared:
             return
-        resume_from = resume_path(self.config)
+        resume_from = resume_path(self.sections.trainer)
         self._build_data()
         trainer = self.sections.trainer
         fingerprint = self.fingerprint()
@@ -743,7 +743,7 @@ class Trainer:
             step = int(read_trainer_state(resume_from)["global_step"])
             resume_from = unfinished_checkpoint(resume_from, step, self.total_steps, trainer.resume_mode)
         if self.run.identity is not None:  # another lineage's checkpoints are never replaced
-            claim_checkpoints(self.config, self.run.identity, resume_from)
+            claim_checkpoints(self.sections.trainer, self.run.identity, resume_from)
         self.resume_from = resume_from
         self.prepared = True
 
