@@ -20,6 +20,7 @@ from rlcore_testkit import hookdocs
 import rlcore
 from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.config import ConfigError, load_config
+from rlcore.config.schema import Sections
 from rlcore.errors import RLCoreError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +105,9 @@ def test_hook_register_reward_scorers(registered) -> None:
         register("my/source", scorer)
 
     with registered(plugin(register_reward_scorers=impl), name="scorer-plugin") as manager:
-        score = build_scorer(load_config(overrides=["data.train_files=x"]), manager.registry)
+        score = build_scorer(
+            Sections.from_tree(load_config(overrides=["data.train_files=x"])).custom_reward_function, manager.registry
+        )
         assert score("my/source", "42", "42", None) == 1.0
         assert score("my/source", "41", "42", None) == 0.0
 

@@ -181,12 +181,20 @@ class Trainer:
         self.actor, self.rollout, self.critic = self.groups.actor, self.groups.rollout, self.groups.critic
         self.groups.init_models()
         self.reward_fn = build_reward_manager(
-            self.config, self.tokenizer, self.components.reward_manager.load(), self.manager.registry
+            self.sections,
+            self.config.reward_model,
+            self.tokenizer,
+            self.components.reward_manager.load(),
+            self.manager.registry,
         )
         if self.groups.reward_model is not None:  # reward_model.enable: reward-model scores plus rule scores
             separate = "rm_scores" in self.estimator.spec.batch_keys
             self.reward_fn = ModelRewardManager(
-                self.reward_fn, self.groups.reward_model, self.config, self.manager.registry, separate
+                self.reward_fn,
+                self.groups.reward_model,
+                self.sections.custom_reward_function,
+                self.manager.registry,
+                separate,
             )
         self.val_reward_fn = self.reward_fn
         self.reward_thread = AsyncReward() if self.async_reward else None
@@ -232,7 +240,7 @@ class Trainer:
                 REWARD_WARN_MAGNITUDE,
                 float(scores.max()),
             )
-        check_reward_extras(result.extra_info, batch, describe_scorer(self.config))
+        check_reward_extras(result.extra_info, batch, describe_scorer(self.sections.custom_reward_function))
         for key, values in result.extra_info.items():  # per-sample extras (e.g. "acc") for filters and metrics
             batch[key] = list(values)
         self.reward_extra_keys = tuple(result.extra_info)  # ... and for estimators that read them (GDPO)
