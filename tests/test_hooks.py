@@ -122,7 +122,10 @@ def test_hook_register_datasets(registered) -> None:
         register("mine", MyDataset)
 
     with registered(plugin(register_datasets=impl), name="ds-plugin") as manager:
-        assert load_dataset_class(load_config(overrides=["data.dataset=mine"]), manager.registry) is MyDataset
+        assert (
+            load_dataset_class(Sections.from_tree(load_config(overrides=["data.dataset=mine"])).data, manager.registry)
+            is MyDataset
+        )
 
 
 def test_hook_register_advantage_estimators(registered) -> None:

@@ -34,6 +34,7 @@ from rlcore.config import (
     load_config,
 )
 from rlcore.config.output_paths import make_output_paths_absolute, shown_path
+from rlcore.config.sections.data import SamplerConfig
 from rlcore.config.sections.trainer import TrainerConfig
 from rlcore.controller.components import RunComponents
 from rlcore.data.image_plan import image_plan
@@ -274,13 +275,12 @@ def run_plan_lines(config: DictConfig) -> list[str]:
     ``data.sampler`` fail the dry run (the sampler module needs torch: imported only then). The rollout
     engine's lines (rlcore-plugin-hf: chunks, R3), the sandbox's (rlcore-plugin-sandbox) and the profiler's
     (rlcore-plugin-profiler) come from their plugins' ``plan_lines`` hooks."""
-    from omegaconf import OmegaConf
-
-    if OmegaConf.select(config, "data.sampler.class_path") in (None, ""):
+    sampler = SamplerConfig.from_tree(config, "data.sampler")
+    if not sampler.class_path:
         return []
     from rlcore.data.sampler import describe_sampler
 
-    return [line for line in [describe_sampler(config.data)] if line]
+    return [line for line in [describe_sampler(sampler)] if line]
 
 
 def _loggers(config: DictConfig) -> list[str]:

@@ -147,7 +147,7 @@ class Trainer:
         if model.custom_chat_template:
             self.tokenizer.chat_template = model.custom_chat_template
         self.agents = AgentRunner(cfg, self.tokenizer, self.manager.registry)
-        dataset_cls = load_dataset_class(cfg, self.manager.registry)
+        dataset_cls = load_dataset_class(self.sections.data, self.manager.registry)
         # a vision-language model's processor renders image rows (verl passes it to the dataset the same way)
         self.processor = load_processor(Path(str(model.path)).expanduser(), trust_remote_code=model.trust_remote_code)
         extra = {"processor": self.processor} if self.processor is not None else {}
@@ -157,7 +157,7 @@ class Trainer:
             cfg.data.gen_batch_size or cfg.data.train_batch_size,
             shuffle=cfg.data.shuffle,
             seed=cfg.data.seed if cfg.data.seed is not None else cfg.trainer.seed,
-            sampler=build_sampler(cfg.data, self.train_dataset),
+            sampler=build_sampler(self.sections.data.sampler, cfg.data, self.train_dataset),
         )
         self.val_dataset = (
             dataset_cls(cfg.data.val_files, self.tokenizer, cfg.data, split="test", **extra)
