@@ -464,13 +464,14 @@ def test_two_plugins_answering_the_profiler_hook_are_an_error(registered) -> Non
     from omegaconf import OmegaConf
 
     from rlcore.api.profiling import NoProfiler
+    from rlcore.config.sections.runtime import GlobalProfilerConfig
     from rlcore.plugins import load_plugins, run_profiler
 
     config = OmegaConf.create({"global_profiler": {"tool": None}})
     with registered(plugin(profiler=lambda config: NoProfiler()), name="first-profiler"):
         with registered(plugin(profiler=lambda config: NoProfiler()), name="second-profiler"):
             with pytest.raises(RLCoreError) as caught:
-                run_profiler(config, load_plugins())
+                run_profiler(config, GlobalProfilerConfig(), load_plugins())
     message = str(caught.value)
     assert "2 plugins answered the profiler hook" in message
     assert "first-profiler" in message and "second-profiler" in message

@@ -42,7 +42,7 @@ import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -53,6 +53,9 @@ from rlcore.api.profiling import NoProfiler, Profiler, set_current_profiler
 from rlcore.api.version import API_RANGE_ATTRIBUTE, API_VERSION
 from rlcore.errors import RLCoreError
 from rlcore.registry import KIND_HOOKS, Component, ComponentLoader, Registry, UnknownComponentError
+
+if TYPE_CHECKING:
+    from rlcore.config.sections.runtime import GlobalProfilerConfig
 
 #: built-in plugin modules, registered through the same hooks as external plugins
 BUILTIN_PLUGINS: tuple[str, ...] = (
@@ -462,18 +465,16 @@ def step_extensions(config: Any, manager: PluginManager | None = None) -> list[S
     return collect_step_extensions((manager or load_plugins()).hook.step_extensions(config=config))
 
 
-def run_profiler(config: Any, manager: PluginManager | None = None) -> Profiler:
+def run_profiler(config: Any, section: GlobalProfilerConfig, manager: PluginManager | None = None) -> Profiler:
     """The run's :class:`rlcore.api.profiling.Profiler`, made this process's current one: the first answer of
-    the plugins' ``profiler`` hook, or :class:`~rlcore.api.profiling.NoProfiler` when ``global_profiler.tool``
-    is null. A tool with no plugin to answer is an error naming ``rlcore-plugin-profiler``, and so are two
+    the plugins' ``profiler`` hook (called with the run ``config``), or :class:`~rlcore.api.profiling.NoProfiler`
+    when the ``global_profiler`` ``section``'s ``tool`` is null. A tool with no plugin to answer is an error naming ``rlcore-plugin-profiler``, and so are two
     answers (naming the plugins that implement the hook)."""
-    from omegaconf import OmegaConf
-
     from rlcore.distributions import by_name
 
     hook = (manager or load_plugins()).hook.profiler
     answers = [p for p in hook(config=config) if p is not None]
-    tool = OmegaConf.select(config, "global_profiler.tool", default=None)
+    tool = section.tool
     if len(answers) > 1:
         offering = ", ".join(sorted({impl.plugin_name for impl in hook.get_hookimpls()}))
         raise RLCoreError(

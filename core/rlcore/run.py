@@ -35,6 +35,7 @@ from rlcore.config import (
 )
 from rlcore.config.output_paths import make_output_paths_absolute, shown_path
 from rlcore.config.sections.data import SamplerConfig
+from rlcore.config.sections.runtime import GlobalProfilerConfig
 from rlcore.config.sections.trainer import TrainerConfig
 from rlcore.controller.components import RunComponents
 from rlcore.data.image_plan import image_plan
@@ -382,7 +383,9 @@ def run_training(
     with problems.collect():
         plan_lines += run_plan_lines(config)
     with problems.collect():
-        run_profiler(config, manager)  # profiling asked for with no plugin to do it: refused here
+        run_profiler(
+            config, GlobalProfilerConfig.from_tree(config, "global_profiler"), manager
+        )  # profiling asked for with no plugin to do it: refused here
     with problems.collect():
         check_allowed(config.trainer.resume_allow_changes)
     with problems.collect():

@@ -198,7 +198,9 @@ class Trainer:
             )
         self.val_reward_fn = self.reward_fn
         self.reward_thread = AsyncReward() if self.async_reward else None
-        self.profiling = run_profiler(self.config, self.manager).step_profiler(self.groups)
+        self.profiling = run_profiler(self.config, self.sections.global_profiler, self.manager).step_profiler(
+            self.groups
+        )
         self.pipeline = RolloutPipeline.from_config(
             self.config, self.groups, self._collect_batch, lambda: self.train_loader.epoch, self.total_steps
         )

@@ -118,7 +118,7 @@ class WorkerBase:
         self._owns_process_group = False
         self.engines: list[TrainingEngine] = []
         #: this rank's side of the run's profiler (:mod:`rlcore.api.profiling`; a no-op when profiling is off)
-        self.profiler = run_profiler(config).worker_profiler(rank, self.device, role)
+        self.profiler = run_profiler(config, self.sections.global_profiler).worker_profiler(rank, self.device, role)
         self.configure()
         timeout = float(self.sections.actor_rollout_ref.nccl_timeout)
         self._owns_process_group = init_process_group(rank, world_size, self.device, timeout)
