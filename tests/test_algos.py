@@ -37,6 +37,7 @@ from rlcore.algos import (
 )
 from rlcore.api.batch import Batch
 from rlcore.config.algorithm_names import KLPenaltyNotImplementedError
+from rlcore.config.sections.algorithm import KLControlConfig, PFPPOConfig
 from rlcore.errors import RLCoreError
 from rlcore.hookspecs import hookimpl
 from rlcore.registry import UnknownComponentError
@@ -296,14 +297,13 @@ def test_kl_controllers() -> None:
 
 
 def test_make_kl_controller() -> None:
-    section = OmegaConf.create({"type": "adaptive", "kl_coef": 0.2, "horizon": 50, "target_kl": 0.5})
-    ctrl = make_kl_controller(section)
+    ctrl = make_kl_controller(KLControlConfig(type="adaptive", kl_coef=0.2, horizon=50, target_kl=0.5))
     assert isinstance(ctrl, AdaptiveKLController) and ctrl.value == 0.2 and ctrl.horizon == 50
-    assert isinstance(make_kl_controller({"type": "fixed", "kl_coef": 0.3}), FixedKLController)
+    assert isinstance(make_kl_controller(KLControlConfig(type="fixed", kl_coef=0.3)), FixedKLController)
     with pytest.raises(RLCoreError, match=r"algorithm\.kl_ctrl\.type"):
-        make_kl_controller({"type": "pid"})
+        make_kl_controller(KLControlConfig(type="pid"))
     with pytest.raises(RLCoreError, match=r"algorithm\.kl_ctrl\.horizon"):
-        make_kl_controller({"type": "adaptive", "horizon": 0})
+        make_kl_controller(KLControlConfig(type="adaptive", horizon=0))
 
 
 def test_apply_kl_penalty() -> None:
@@ -489,14 +489,14 @@ def test_pf_ppo_resample_follows_the_weights() -> None:
     scores = torch.zeros(4, 2)
     scores[:, -1] = torch.tensor([0.0, 1.0, 0.0, 1.0])  # max_min keeps only rows 1 and 3 (and 0/2 at weight 1e-8)
     batch = Batch.from_dict({"token_level_scores": scores, "uid": np.array(list("abcd"), dtype=object)})
-    section = {"reweight_method": "max_min", "weight_pow": 2.0}
-    resampled, metrics = pf_ppo_resample(batch, {"reweight_method": "pow", "weight_pow": 2.0}, seed=3)
+    section = PFPPOConfig(reweight_method="max_min", weight_pow=2.0)
+    resampled, metrics = pf_ppo_resample(batch, PFPPOConfig(reweight_method="pow", weight_pow=2.0), seed=3)
     assert len(resampled) == 4 and set(resampled["uid"]) <= {"b", "d"}  # |0|^2 weights are 1e-8
     assert metrics["pf_ppo/score_mean"] == 1.0
     again, _ = pf_ppo_resample(batch, section, seed=3)
     assert list(again["uid"]) == list(pf_ppo_resample(batch, section, seed=3)[0]["uid"])  # seeded
     with pytest.raises(RLCoreError, match="algorithm.pf_ppo.reweight_method must be one of pow, max_min"):
-        pf_ppo_resample(batch, {"reweight_method": "best"}, seed=0)
+        pf_ppo_resample(batch, PFPPOConfig(reweight_method="best"), seed=0)
 
 
 def test_pf_ppo_trains(tmp_path: Path, tiny_model_dir: Path) -> None:

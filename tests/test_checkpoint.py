@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from omegaconf import DictConfig, OmegaConf
 from rlcore_testkit.runs import make_tiny_task, tiny_overrides, tiny_run
 
 from rlcore.checkpoint import (
@@ -30,21 +29,15 @@ from rlcore.checkpoint import (
     read_trainer_state,
     resume_path,
 )
+from rlcore.config.schema import TrainerConfig
 from rlcore.controller.uids import prompt_uids
 from rlcore.errors import RLCoreError
 from rlcore.tracking.sinks import read_metrics
 
 
-def trainer_config(root: Path, **trainer: Any) -> DictConfig:
-    """A config with just the ``trainer`` keys the checkpoint manager reads."""
-    base = {
-        "default_local_dir": str(root),
-        "resume_mode": "auto",
-        "resume_from_path": None,
-        "max_actor_ckpt_to_keep": None,
-        "max_critic_ckpt_to_keep": None,
-    }
-    return OmegaConf.create({"trainer": {**base, **trainer}})
+def trainer_config(root: Path, **trainer: Any) -> TrainerConfig:
+    """The ``trainer`` section the checkpoint manager reads, saving into ``root``."""
+    return TrainerConfig(default_local_dir=str(root), **trainer)
 
 
 def write_part(folder: Path) -> None:

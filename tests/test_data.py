@@ -12,6 +12,7 @@ import pytest
 import torch
 from rlcore_testkit.contracts.data import DatasetContract
 
+from rlcore.config.sections.data import CustomClsConfig, DataConfig
 from rlcore.data import DataError
 from rlcore.data.collate import collate_rows
 from rlcore.data.custom import load_dataset_class
@@ -350,6 +351,11 @@ def test_loader_over_the_real_dataset(jsonl_file, tiny_tokenizer):
 # ------------------------------------------------------------------ custom dataset class
 
 
+def custom_data(path: str, name: str) -> DataConfig:
+    """A ``data`` section naming the dataset class ``name`` in the file ``path`` (data.custom_cls)."""
+    return DataConfig(custom_cls=CustomClsConfig(path=path, name=name))
+
+
 def test_custom_cls_from_file(tmp_path, plugin_manager):
     source = tmp_path / "my_data.py"
     source.write_text(
@@ -359,26 +365,21 @@ def test_custom_cls_from_file(tmp_path, plugin_manager):
         '    """Marks itself."""\n'
         "    loud = True\n"
     )
-    config = {"data": {"dataset": "rl", "custom_cls": {"path": str(source), "name": "Shouting"}}}
-    cls = load_dataset_class(config, Registry())
+    cls = load_dataset_class(custom_data(str(source), "Shouting"), Registry())
     assert cls.__name__ == "Shouting" and cls.loud
-    assert load_dataset_class(config["data"], Registry()) is cls
     with pytest.raises(DataError, match=r"my_data.py' defines no 'Missing'"):
-        load_dataset_class({"data": {"custom_cls": {"path": str(source), "name": "Missing"}}}, Registry())
+        load_dataset_class(custom_data(str(source), "Missing"), Registry())
     with pytest.raises(DataError, match=r"data.custom_cls.path='.*nope.py': file does not exist"):
-        load_dataset_class({"data": {"custom_cls": {"path": str(tmp_path / "nope.py"), "name": "X"}}}, Registry())
+        load_dataset_class(custom_data(str(tmp_path / "nope.py"), "X"), Registry())
 
 
 def test_registry_dataset_and_unknown_name(plugin_manager):
-    assert (
-        load_dataset_class({"data": {"dataset": "rl", "custom_cls": {"path": None}}}, plugin_manager.registry)
-        is RLDataset
-    )
-    assert load_dataset_class({"data": {"dataset": "jsonl"}}, plugin_manager.registry) is RLDataset
+    assert load_dataset_class(DataConfig(dataset="rl"), plugin_manager.registry) is RLDataset
+    assert load_dataset_class(DataConfig(dataset="jsonl"), plugin_manager.registry) is RLDataset
     from rlcore.errors import RLCoreError
 
     with pytest.raises(RLCoreError, match="unknown dataset 'parket'"):
-        load_dataset_class({"data": {"dataset": "parket"}}, plugin_manager.registry)
+        load_dataset_class(DataConfig(dataset="parket"), plugin_manager.registry)
 
 
 # ------------------------------------------------------------------ contract

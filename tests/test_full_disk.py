@@ -51,10 +51,11 @@ STAGES = textwrap.dedent(
     from transformers import AutoTokenizer
     from rlcore.checkpoint import CheckpointError, CheckpointManager, RunIdentity, verify_checkpoint
     from rlcore.checkpoint.manager import write_trainer_state
+    from rlcore.config.schema import TrainerConfig
 
     root = Path(sys.argv[1]) / "ckpt"
     tokenizer = AutoTokenizer.from_pretrained(sys.argv[2])
-    config = OmegaConf.create({"trainer": {"default_local_dir": str(root)}})
+    config = TrainerConfig(default_local_dir=str(root))
     manager = CheckpointManager(config, RunIdentity.new("/runs/full-disk"))
 
     def fill(folder):
@@ -151,9 +152,10 @@ FILE_SIZE_STAGES = textwrap.dedent(
     from safetensors.torch import save_file
     from rlcore.checkpoint import CheckpointError, CheckpointManager, RunIdentity, verify_checkpoint
     from rlcore.checkpoint.manager import write_trainer_state
+    from rlcore.config.schema import TrainerConfig
 
     root = Path(sys.argv[1]) / "ckpt"
-    config = OmegaConf.create({"trainer": {"default_local_dir": str(root)}})
+    config = TrainerConfig(default_local_dir=str(root))
     manager = CheckpointManager(config, RunIdentity.new("/runs/file-size"))
     manager.save(1, lambda f: save_file({"w": torch.randn(8, 8)}, str(f / "model.safetensors")))
     weights = {"w": torch.randn(256, 256)}  # 256 KiB, past the 64 KiB limit
@@ -209,6 +211,7 @@ REPORT_ON_A_FULL_DISK = textwrap.dedent(
     from pathlib import Path
     from omegaconf import OmegaConf
     from rlcore import load_plugins
+    from rlcore.config.schema import TrainerConfig
     from rlcore.presets import PRESETS_FILE
     from rlcore.run import _summarise
     from rlcore.run_context import RunContext
@@ -223,7 +226,7 @@ REPORT_ON_A_FULL_DISK = textwrap.dedent(
     os.posix_fallocate(fd, 0, stats.f_bavail * stats.f_frsize - 8192)  # room for summary.json, not for a plot
     os.close(fd)
     config = OmegaConf.create({"trainer": {"save_freq": -1}})
-    _summarise(config, RunContext(config, run_dir), load_plugins(), {"critic/score/mean": 1.0}, 12.0, "completed")
+    _summarise(TrainerConfig(save_freq=-1), RunContext(config, run_dir), load_plugins(), {"critic/score/mean": 1.0}, 12.0, "completed")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["last"] == {"critic/score/mean": 1.0}, summary
     assert (run_dir / "metrics.jsonl").read_text() == "".join(json.dumps(row) + "\\n" for row in rows)

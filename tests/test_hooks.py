@@ -20,6 +20,7 @@ from rlcore_testkit import hookdocs
 import rlcore
 from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.config import ConfigError, load_config
+from rlcore.config.schema import Sections
 from rlcore.errors import RLCoreError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +105,9 @@ def test_hook_register_reward_scorers(registered) -> None:
         register("my/source", scorer)
 
     with registered(plugin(register_reward_scorers=impl), name="scorer-plugin") as manager:
-        score = build_scorer(load_config(overrides=["data.train_files=x"]), manager.registry)
+        score = build_scorer(
+            Sections.from_tree(load_config(overrides=["data.train_files=x"])).custom_reward_function, manager.registry
+        )
         assert score("my/source", "42", "42", None) == 1.0
         assert score("my/source", "41", "42", None) == 0.0
 
@@ -119,7 +122,10 @@ def test_hook_register_datasets(registered) -> None:
         register("mine", MyDataset)
 
     with registered(plugin(register_datasets=impl), name="ds-plugin") as manager:
-        assert load_dataset_class(load_config(overrides=["data.dataset=mine"]), manager.registry) is MyDataset
+        assert (
+            load_dataset_class(Sections.from_tree(load_config(overrides=["data.dataset=mine"])).data, manager.registry)
+            is MyDataset
+        )
 
 
 def test_hook_register_advantage_estimators(registered) -> None:
@@ -267,6 +273,7 @@ def test_hook_summary_lines(registered, capsys, tmp_path: Path) -> None:
 
     from omegaconf import OmegaConf
 
+    from rlcore.config.schema import TrainerConfig
     from rlcore.presets import PRESETS_FILE
     from rlcore.run import _summarise
     from rlcore.run_context import RunContext
@@ -283,7 +290,7 @@ def test_hook_summary_lines(registered, capsys, tmp_path: Path) -> None:
 
     config = OmegaConf.create({"trainer": {"save_freq": -1}})
     with registered(plugin(summary_lines=summary_lines), name="summary-hook") as manager:
-        _summarise(config, RunContext(config, run_dir), manager, {}, 1.0, "completed")
+        _summarise(TrainerConfig(save_freq=-1), RunContext(config, run_dir), manager, {}, 1.0, "completed")
     out = capsys.readouterr().out.splitlines()
     assert seen == ["completed"]
     metrics = next(i for i, line in enumerate(out) if line.startswith("metrics:"))

@@ -96,7 +96,8 @@ def test_finish_or_abort_cancels_the_rest_and_raises_loop_errors() -> None:
 @pytest.mark.parametrize("rate", ["1.0", "-0.1"])
 def test_bad_over_sample_rate_is_named(rate: str) -> None:
     from rlcore.agents.settings import AgentSettings
+    from rlcore.config.schema import RolloutConfig
 
     cfg = load_config(overrides=[f"actor_rollout_ref.rollout.over_sample_rate={rate}"])
     with pytest.raises(RLCoreError, match="actor_rollout_ref.rollout.over_sample_rate"):
-        AgentSettings.from_rollout(cfg.actor_rollout_ref.rollout)
+        AgentSettings.from_rollout(RolloutConfig.from_tree(cfg))

@@ -371,6 +371,7 @@ def test_split_placement_trains_on_one_pool_and_generates_on_another(
 ) -> None:
     from transformers import AutoTokenizer
 
+    from rlcore.config.schema import Sections
     from rlcore.data.collate import collate_rows
     from rlcore.data.custom import load_dataset_class
     from rlcore.plugins import load_plugins
@@ -388,7 +389,7 @@ def test_split_placement_trains_on_one_pool_and_generates_on_another(
         "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=0.015625",
     )
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    dataset = load_dataset_class(config, load_plugins().registry)(
+    dataset = load_dataset_class(Sections.from_tree(config).data, load_plugins().registry)(
         config.data.train_files, tokenizer, config.data, split="train"
     )
     prompts = collate_rows([dataset[i] for i in range(3)])

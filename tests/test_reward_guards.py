@@ -207,11 +207,12 @@ def test_an_inline_scorer_cannot_change_torchs_global_switches(tiny_tokenizer, c
 def test_a_reward_file_changing_torch_at_import_is_set_back(tmp_path: Path) -> None:
     import torch
 
+    from rlcore.config.schema import CustomRewardFunctionConfig
     from rlcore.reward.scoring import build_scorer
 
     reward = tmp_path / "grad_off_reward.py"
     reward.write_text("import torch\n\ntorch.set_grad_enabled(False)\n\ndef compute_score(**kwargs):\n    return 1.0\n")
-    build_scorer({"custom_reward_function": {"path": str(reward), "name": "compute_score"}}, Registry())
+    build_scorer(CustomRewardFunctionConfig(path=str(reward), name="compute_score"), Registry())
     assert torch.is_grad_enabled()
 
 

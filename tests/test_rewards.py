@@ -15,6 +15,7 @@ from rlcore_testkit.contracts.rewards import (
     make_reward_batch,
 )
 
+from rlcore.config.schema import CustomRewardFunctionConfig, Sections
 from rlcore.errors import RLCoreError
 from rlcore.reward import RewardError, RewardResult
 from rlcore.reward.managers import BatchRewardManager, NaiveRewardManager, to_score
@@ -176,7 +177,12 @@ def test_batch_fail_fast_raises_on_the_whole_call(tiny_tokenizer):
 def reward_manager(config, tokenizer, manager):
     """The run's reward manager, its class resolved from ``reward_model.reward_manager`` as ``rlcore run`` does."""
     cls = manager.registry.load("reward_manager", config.reward_model.reward_manager)
-    return build_reward_manager(config, tokenizer, cls, manager.registry)
+    return build_reward_manager(Sections.from_tree(config), config.reward_model, tokenizer, cls, manager.registry)
+
+
+def custom_section(config):
+    """The ``custom_reward_function`` section of the run config ``config``."""
+    return CustomRewardFunctionConfig.from_tree(config, "custom_reward_function")
 
 
 def test_unknown_data_source_is_an_error_listing_known_scorers(tiny_tokenizer, plugin_manager):
@@ -188,7 +194,7 @@ def test_unknown_data_source_is_an_error_listing_known_scorers(tiny_tokenizer, p
 
 
 def test_registry_scorer_dispatches_and_caches(plugin_manager):
-    scorer = build_scorer(run_config(), plugin_manager.registry)
+    scorer = build_scorer(custom_section(run_config()), plugin_manager.registry)
     assert isinstance(scorer, RegistryScorer)
     assert scorer("gsm8k", "#### 3", "3") == 1.0
     assert scorer("lighteval/MATH", "\\boxed{3}", "3") == 1.0
@@ -233,7 +239,7 @@ def test_custom_reward_function_with_kwargs(custom_file, tiny_tokenizer, plugin_
             "custom_reward_function.reward_kwargs": {"bonus": 0.5},
         }
     )
-    scorer = build_scorer(config, plugin_manager.registry)
+    scorer = build_scorer(custom_section(config), plugin_manager.registry)
     assert scorer("anything", "it is 12", "12") == 1.5
     batch, lengths = make_reward_batch(
         tiny_tokenizer, ["it is 12", "nope"], data_source="unregistered/source", ground_truths=["12", "12"]
@@ -266,7 +272,7 @@ def test_batch_manager_needs_a_custom_function(tiny_tokenizer, plugin_manager):
 
 def test_async_custom_function(custom_file, plugin_manager):
     config = run_config(**{"custom_reward_function.path": custom_file, "custom_reward_function.name": "async_score"})
-    assert build_scorer(config, plugin_manager.registry)("x", "y", "z") == 0.25
+    assert build_scorer(custom_section(config), plugin_manager.registry)("x", "y", "z") == 0.25
 
 
 @pytest.mark.parametrize(
@@ -282,7 +288,7 @@ def test_custom_reward_function_errors(custom_file, path_suffix, name, match, pl
         **{"custom_reward_function.path": custom_file + path_suffix, "custom_reward_function.name": name}
     )
     with pytest.raises(RewardError, match=match):
-        build_scorer(config, plugin_manager.registry)
+        build_scorer(custom_section(config), plugin_manager.registry)
 
 
 def test_custom_file_that_fails_to_import(tmp_path, plugin_manager):
@@ -290,7 +296,7 @@ def test_custom_file_that_fails_to_import(tmp_path, plugin_manager):
     path.write_text("raise RuntimeError('boom at import')\n")
     config = run_config(**{"custom_reward_function.path": str(path)})
     with pytest.raises(RewardError, match=r"broken.py': importing the file raised RuntimeError: boom at import"):
-        build_scorer(config, plugin_manager.registry)
+        build_scorer(custom_section(config), plugin_manager.registry)
 
 
 # ------------------------------------------------------------------ contracts

@@ -15,6 +15,7 @@ import pytest
 from rlcore_testkit.runs import make_tiny_task, tiny_overrides, tiny_run
 
 from rlcore.checkpoint import CheckpointError, resume_path
+from rlcore.config.schema import TrainerConfig
 from rlcore.errors import RLCoreError
 from rlcore.tracking.sinks import read_metrics
 
@@ -65,24 +66,15 @@ def test_a_damaged_checkpoint_is_named_and_the_newest_intact_one_resumed(
     root = tmp_path / "ckpt"
     shard = _largest_file(root / "global_step_2")
     _damage(shard, truncate)
-    config = {
-        "trainer": {
-            "default_local_dir": str(root),
-            "resume_mode": "auto",
-            "resume_from_path": None,
-            "max_actor_ckpt_to_keep": None,
-            "max_critic_ckpt_to_keep": None,
-        }
-    }
-    from omegaconf import OmegaConf
-
     with caplog.at_level("WARNING"):
-        assert resume_path(OmegaConf.create(config)) == root / "global_step_1"
+        assert resume_path(TrainerConfig(default_local_dir=str(root))) == root / "global_step_1"
     word = "truncated" if truncate else "damaged"
     assert f"file {shard.relative_to(root / 'global_step_2').as_posix()} is {word}" in caplog.text
-    config["trainer"].update(resume_mode="resume_path", resume_from_path=str(root / "global_step_2"))
+    chosen = TrainerConfig(
+        default_local_dir=str(root), resume_mode="resume_path", resume_from_path=str(root / "global_step_2")
+    )
     with pytest.raises(CheckpointError, match=f"global_step_2: file .* is {word}"):
-        resume_path(OmegaConf.create(config))
+        resume_path(chosen)
 
 
 def test_total_training_steps_is_honoured_and_a_missing_model_is_one_line(

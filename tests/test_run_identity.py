@@ -26,6 +26,7 @@ from rlcore.checkpoint.fingerprint import (
     weights_digest,
 )
 from rlcore.config.output_paths import make_output_paths_absolute
+from rlcore.config.schema import TrainerConfig
 from rlcore.errors import RLCoreError
 from rlcore.tracking.sinks import read_metrics
 
@@ -45,7 +46,7 @@ def fingerprint(model: Path, **changes: Any) -> dict[str, Any]:
 
 def checkpoint_of(root: Path, run_fingerprint: dict[str, Any] | None, step: int = 1) -> Path:
     """A checkpoint folder ``root/global_step_<step>`` written by a run with ``run_fingerprint``."""
-    config = OmegaConf.create({"trainer": {"default_local_dir": str(root)}})
+    config = TrainerConfig(default_local_dir=str(root))
     identity = RunIdentity.new(root.parent / "run")
     identity.fingerprint = run_fingerprint
     return CheckpointManager(config, identity).save(step, lambda folder: (folder / "state.json").write_text("{}"))
@@ -155,11 +156,11 @@ def test_resuming_an_unrecorded_checkpoint_adopts_no_unrecorded_checkpoint_of_an
     (elsewhere / RUN_FILE).unlink()
     for step in (2, 3):
         (checkpoint_of(tmp_path / "b", None, step) / RUN_FILE).unlink()
-    config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path / "b"), "save_freq": 1}})
+    config = TrainerConfig(default_local_dir=str(tmp_path / "b"), save_freq=1)
     with pytest.raises(CheckpointError, match=r"holds global_step_2 \(and 1 more\), written by a run before rlcore"):
         claim_checkpoints(config, RunIdentity.new(tmp_path / "run"), elsewhere)
 
-    home = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path / "a"), "save_freq": 1}})
+    home = TrainerConfig(default_local_dir=str(tmp_path / "a"), save_freq=1)
     resumed = RunIdentity.new(tmp_path / "resumed")
     claim_checkpoints(home, resumed, elsewhere)  # its own folder: the unrecorded checkpoint it resumed is its own
     assert resumed.owns(elsewhere) and not resumed.owns(tmp_path / "b" / "global_step_2")

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from omegaconf import DictConfig, OmegaConf
 from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.checkpoint import (
@@ -25,31 +24,23 @@ from rlcore.checkpoint import (
     claim_checkpoints,
 )
 from rlcore.checkpoint.lock import LOCK_FILE, lock_checkpoint_folder
+from rlcore.config.schema import TrainerConfig
 
 
-def config(root: Path, **trainer: Any) -> DictConfig:
-    """The ``trainer`` keys the lock, the lineage check and the checkpoint manager read."""
-    base = {
-        "default_local_dir": str(root),
-        "resume_mode": "auto",
-        "resume_from_path": None,
-        "save_freq": 1,
-        "save_on_signal": False,
-        "max_actor_ckpt_to_keep": None,
-        "max_critic_ckpt_to_keep": None,
-    }
-    return OmegaConf.create({"trainer": {**base, **trainer}})
+def config(root: Path, **trainer: Any) -> TrainerConfig:
+    """The ``trainer`` section the lock, the lineage check and the checkpoint manager read (saving every step)."""
+    return TrainerConfig(default_local_dir=str(root), **{"save_freq": 1, **trainer})
 
 
 HOLDER = """
 import os, sys, time
 from pathlib import Path
-from omegaconf import OmegaConf
 from rlcore.checkpoint import RunIdentity
 from rlcore.checkpoint.lock import lock_checkpoint_folder
+from rlcore.config.schema import TrainerConfig
 
 root = Path(sys.argv[1])
-config = OmegaConf.create({"trainer": {"default_local_dir": str(root), "save_freq": 1, "resume_mode": "auto"}})
+config = TrainerConfig(default_local_dir=str(root), save_freq=1, resume_mode="auto")
 lock = lock_checkpoint_folder(config, RunIdentity.new("/runs/first-run"))
 if sys.argv[2] == "fork":  # a child that outlives this process must not keep the folder locked
     if os.fork() == 0:  # the fork hooks have run once fork() returns here: the child says so and lives on

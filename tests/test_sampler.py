@@ -21,6 +21,7 @@ from torch.utils.data import SequentialSampler
 
 from rlcore.checkpoint import read_trainer_state
 from rlcore.cli import cli
+from rlcore.config.sections.data import SamplerConfig
 from rlcore.data import DataError
 from rlcore.data.loader import PromptLoader
 from rlcore.data.sampler import build_sampler, load_sampler_class
@@ -119,9 +120,8 @@ def sampler_file(tmp_path: Path) -> Path:
 )
 def test_bad_sampler_classes_are_named(sampler_file: Path, path: str, name: str | None, message: str) -> None:
     path = str(sampler_file) if path == "FILE" else path
-    data = OmegaConf.create({"sampler": {"class_path": path, "class_name": name}})
     with pytest.raises(DataError, match="data.sampler") as info:
-        load_sampler_class(data)
+        load_sampler_class(SamplerConfig(class_path=path, class_name=name))
     assert message in str(info.value)
 
 
@@ -132,9 +132,10 @@ def test_bad_sampler_classes_are_named(sampler_file: Path, path: str, name: str 
 def test_a_failing_constructor_or_a_sampler_without_length_is_named(
     sampler_file: Path, name: str, message: str
 ) -> None:
-    data = OmegaConf.create({"sampler": {"class_path": f"file://{sampler_file}", "class_name": name}})
+    section = SamplerConfig(class_path=f"file://{sampler_file}", class_name=name)
+    data = OmegaConf.create({"sampler": {"class_path": section.class_path, "class_name": name}})
     with pytest.raises(DataError, match=message):
-        build_sampler(data, rows())
+        build_sampler(section, data, rows())
 
 
 def test_dry_run_imports_the_sampler(tmp_path: Path, tiny_model_dir: Path, sampler_file: Path) -> None:

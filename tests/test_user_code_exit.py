@@ -30,6 +30,7 @@ from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_overrides, tiny_ru
 import rlcore
 from rlcore.agents.parsers import ToolCall
 from rlcore.agents.tools import Tool, ToolExecutor
+from rlcore.config.schema import CustomRewardFunctionConfig
 from rlcore.graceful_stop import SignalInterrupt, StopRequest
 from rlcore.registry import Registry
 from rlcore.reward import RewardError
@@ -208,7 +209,7 @@ def test_a_reward_file_calling_os_exit_at_import_is_named(tmp_path: Path) -> Non
     reward = tmp_path / "os_exiting_reward.py"
     reward.write_text("import os\n\nos._exit(3)\n\ndef compute_score(**kwargs):\n    return 1.0\n")
     with pytest.raises(RewardError) as caught:
-        build_scorer({"custom_reward_function": {"path": str(reward), "name": "compute_score"}}, Registry())
+        build_scorer(CustomRewardFunctionConfig(path=str(reward), name="compute_score"), Registry())
     assert str(caught.value) == (
         f"custom_reward_function.path={str(reward)!r}: importing the file tried to end the run: os._exit(3) "
         f"called at {reward}:3 (in <module>); a file rlcore imports must not end the process"
@@ -242,7 +243,7 @@ def test_a_real_ctrl_c_in_an_inline_scorer_still_stops_the_run(tiny_tokenizer) -
 def test_a_reward_file_calling_sys_exit_at_import_is_named(tmp_path: Path) -> None:
     reward = tmp_path / "exiting_reward.py"
     reward.write_text("import sys\n\nsys.exit(0)\n\ndef compute_score(**kwargs):\n    return 1.0\n")
-    config = {"custom_reward_function": {"path": str(reward), "name": "compute_score"}}
+    config = CustomRewardFunctionConfig(path=str(reward), name="compute_score")
     with pytest.raises(RewardError) as caught:
         build_scorer(config, Registry())
     assert str(caught.value) == (

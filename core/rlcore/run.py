@@ -34,6 +34,8 @@ from rlcore.config import (
     load_config,
 )
 from rlcore.config.output_paths import make_output_paths_absolute, shown_path
+from rlcore.config.sections.data import SamplerConfig
+from rlcore.config.sections.trainer import TrainerConfig
 from rlcore.controller.components import RunComponents
 from rlcore.data.image_plan import image_plan
 from rlcore.errors import RLCoreError
@@ -273,13 +275,12 @@ def run_plan_lines(config: DictConfig) -> list[str]:
     ``data.sampler`` fail the dry run (the sampler module needs torch: imported only then). The rollout
     engine's lines (rlcore-plugin-hf: chunks, R3), the sandbox's (rlcore-plugin-sandbox) and the profiler's
     (rlcore-plugin-profiler) come from their plugins' ``plan_lines`` hooks."""
-    from omegaconf import OmegaConf
-
-    if OmegaConf.select(config, "data.sampler.class_path") in (None, ""):
+    sampler = SamplerConfig.from_tree(config, "data.sampler")
+    if not sampler.class_path:
         return []
     from rlcore.data.sampler import describe_sampler
 
-    return [line for line in [describe_sampler(config.data)] if line]
+    return [line for line in [describe_sampler(sampler)] if line]
 
 
 def _loggers(config: DictConfig) -> list[str]:
@@ -407,12 +408,13 @@ def run_training(
         click.echo(config_to_yaml(config), nl=False)
         return {}
     make_output_paths_absolute(config)
+    trainer = TrainerConfig.from_tree(config)
     set_cpu_threads(cpu_threads)
     prepare_presets(manager, presets, config)
     from rlcore.model_check import check_model_paths
 
     check_model_paths(config)
-    if saves_checkpoints(config):
+    if saves_checkpoints(trainer):
         check_writable(Path(config.trainer.default_local_dir), "trainer.default_local_dir")
     for key in ("rollout_data_dir", "validation_data_dir"):
         if config.trainer.get(key):
@@ -446,8 +448,8 @@ def run_training(
         manager,
         components,
         open_run_dir=open_run_dir,
-        summarise=lambda last, status: _summarise(config, run, manager, last, time.perf_counter() - start, status),
-        print_kept=lambda abandoned: print_kept(config, run.run_dir, abandoned=abandoned),
+        summarise=lambda last, status: _summarise(trainer, run, manager, last, time.perf_counter() - start, status),
+        print_kept=lambda abandoned: print_kept(trainer, run.run_dir, abandoned=abandoned),
     )
 
 
@@ -458,10 +460,10 @@ def plugins_line(versions: dict[str, str | None]) -> str:
     return f"plugins: {len(versions)} installed (rlcore plugins lists them)"
 
 
-def print_kept(config: DictConfig, run_dir: Path, *, abandoned: bool) -> None:
+def print_kept(trainer: TrainerConfig, run_dir: Path, *, abandoned: bool) -> None:
     """After a stop signal: say whether the step in progress was finished, the last step logged in the run's
     ``metrics.jsonl`` (a step abandoned while its checkpoint was saved was logged already) and the newest
-    checkpoint (``config``: the config with ``trainer.default_local_dir``)."""
+    checkpoint (in the ``trainer`` section's ``default_local_dir``)."""
     from rlcore.checkpoint import CheckpointManager
     from rlcore.tracking.sinks import read_metrics
 
@@ -470,7 +472,7 @@ def print_kept(config: DictConfig, run_dir: Path, *, abandoned: bool) -> None:
         step = max((int(row["step"]) for row in read_metrics(metrics)), default=0)
     except RLCoreError:  # no step logged, or a damaged file: the summary names it
         step = 0
-    latest = CheckpointManager(config).latest() if config.trainer.default_local_dir else None
+    latest = CheckpointManager(trainer).latest() if trainer.default_local_dir else None
     how = "the step in progress was abandoned" if abandoned else "the step in progress was finished"
     click.echo(
         f"stopped: {how}; steps up to {step} are logged in {shown_path(metrics)}; "
@@ -478,7 +480,7 @@ def print_kept(config: DictConfig, run_dir: Path, *, abandoned: bool) -> None:
     )
 
 
-def kept_lines(config: DictConfig, run: RunContext, status: str) -> list[str]:
+def kept_lines(trainer: TrainerConfig, run: RunContext, status: str) -> list[str]:
     """The summary's lines naming what a run leaves to use: the trained model (``trainer.save_final_model``)
     and, unless a stop signal interrupted it (the ``stopped:`` line names it then), the newest checkpoint
     (``trainer.save_freq``)."""
@@ -487,8 +489,8 @@ def kept_lines(config: DictConfig, run: RunContext, status: str) -> list[str]:
     lines = []
     if (run.final_model / "config.json").is_file():
         lines.append(f"model:         {shown_path(run.final_model)} (Hugging Face format)")
-    if saves_checkpoints(config) and not status.startswith("interrupted"):
-        latest = CheckpointManager(config).latest()
+    if saves_checkpoints(trainer) and not status.startswith("interrupted"):
+        latest = CheckpointManager(trainer).latest()
         lines.append(f"checkpoint:    {shown_path(latest) if latest else 'none saved'}")
     return lines
 
@@ -503,7 +505,7 @@ def print_summary_lines(manager: PluginManager, run_dir: Path, status: str) -> N
 
 
 def _summarise(
-    config: DictConfig, run: RunContext, manager: PluginManager, last: dict[str, Any], wall: float, status: str
+    trainer: TrainerConfig, run: RunContext, manager: PluginManager, last: dict[str, Any], wall: float, status: str
 ) -> None:
     """Print the validation trend, write ``summary.json`` (with the run's ``status``); name the trained model
     and the newest checkpoint (:func:`kept_lines`), the metrics and what the plugins made of the run
@@ -537,7 +539,7 @@ def _summarise(
         ) from exc
     click.echo(f"wall time: {summary['wall_time_s']} s, peak memory (RSS): {summary['peak_rss_mb']} MB")
     click.echo(f"run directory: {shown_path(run_dir)}")
-    for line in kept_lines(config, run, status):
+    for line in kept_lines(trainer, run, status):
         click.echo(line)
     if not rows:  # nothing to plot: no step was logged
         sys.stdout.flush()

@@ -22,6 +22,7 @@ import click
 
 from rlcore.checkpoint.lock import lock_checkpoint_folder
 from rlcore.child_processes import become_subreaper, kill_leftovers
+from rlcore.config.sections.trainer import TrainerConfig
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager
 from rlcore.run_context import RunContext
@@ -125,7 +126,7 @@ def guarded_fit(
     try:
         try:
             assert run.identity is not None  # RunContext gives every run one
-            lock = lock_checkpoint_folder(config, run.identity)
+            lock = lock_checkpoint_folder(TrainerConfig.from_tree(config), run.identity)
             trainer = Trainer(config, run, manager, components)
             trainer.prepare()
             open_run_dir()

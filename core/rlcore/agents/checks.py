@@ -8,6 +8,7 @@ from rlcore.agents.interactions import load_interactions
 from rlcore.agents.settings import AGENT_KEY, MULTI_TURN_KEY, AgentSettings
 from rlcore.agents.tools import load_tools
 from rlcore.agents.tracing import check_trace_config
+from rlcore.config.sections.rollout import RolloutConfig
 from rlcore.errors import RLCoreError
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ def check_agent_config(config: Any, registry: Registry) -> None:
     """What the dry run checks before anything starts: the multi-turn values, the default agent loop and the
     tool-call format are registered in ``registry``, the tool and interaction YAML files load (their classes
     resolve) and the rollout trace backend (``rollout.trace``) is available."""
-    settings = AgentSettings.from_rollout(config.actor_rollout_ref.rollout)
+    settings = AgentSettings.from_rollout(RolloutConfig.from_tree(config))
     for kind, name, key in (
         ("agent_loop", settings.default_agent_loop, f"{AGENT_KEY}.default_agent_loop"),
         ("tool_parser", settings.format, f"{MULTI_TURN_KEY}.format"),

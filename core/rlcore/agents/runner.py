@@ -28,6 +28,7 @@ from rlcore.agents.tracing import Tracer, trajectory_outputs
 from rlcore.agents.trajectory import Trajectory
 from rlcore.api.batch import Batch
 from rlcore.config.keys import ROLLOUT_KEY
+from rlcore.config.sections.rollout import RolloutConfig
 from rlcore.errors import RLCoreError
 
 if TYPE_CHECKING:
@@ -147,9 +148,9 @@ class AgentRunner:
     """
 
     def __init__(self, config: Any, tokenizer: Any, registry: Registry) -> None:
-        rollout = config.actor_rollout_ref.rollout
+        rollout = RolloutConfig.from_tree(config)
         self.settings = AgentSettings.from_rollout(rollout)
-        self.records_routing = bool(rollout.get("enable_rollout_routing_replay", False))
+        self.records_routing = bool(rollout.enable_rollout_routing_replay)
         self.tokenizer = tokenizer
         self.registry = registry
         tools = load_tools(self.settings.tool_config_path, registry) if self.settings.tool_config_path else {}

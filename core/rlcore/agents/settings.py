@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from rlcore.config.keys import ROLLOUT_KEY
+from rlcore.config.sections.rollout import MultiTurnConfig, RolloutConfig
 from rlcore.errors import RLCoreError
 
 __all__ = ["AGENT_KEY", "MULTI_TURN_KEY", "TRUNCATE_SIDES", "AgentSettings"]
@@ -17,9 +17,9 @@ AGENT_KEY = f"{ROLLOUT_KEY}.agent"
 TRUNCATE_SIDES = ("left", "right", "middle")
 
 
-def _count(section: Any, key: str, prefix: str, *, allow_none: bool) -> int | None:
-    """``section[key]`` as a positive integer (or None when allowed), else an error naming the key."""
-    value = section.get(key)
+def _count(section: MultiTurnConfig, key: str, prefix: str, *, allow_none: bool) -> int | None:
+    """``section.<key>`` as a positive integer (or None when allowed), else an error naming the key."""
+    value = getattr(section, key)
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -53,21 +53,21 @@ class AgentSettings:
     over_sample_rate: float = 0.0
 
     @classmethod
-    def from_rollout(cls, rollout: Any) -> AgentSettings:
-        """Read the ``actor_rollout_ref.rollout`` section; invalid values raise :class:`RLCoreError` naming the key."""
-        multi = rollout.get("multi_turn") or {}
-        agent = rollout.get("agent") or {}
-        enable = multi.get("enable", False)
+    def from_rollout(cls, rollout: RolloutConfig) -> AgentSettings:
+        """Read the typed ``actor_rollout_ref.rollout`` section; invalid values raise :class:`RLCoreError` naming
+        the key."""
+        multi = rollout.multi_turn
+        enable = multi.enable
         if not isinstance(enable, bool):
             raise RLCoreError(f"{MULTI_TURN_KEY}.enable must be true or false, got {enable!r}")
-        side = multi.get("tool_response_truncate_side", "middle")
+        side = multi.tool_response_truncate_side
         if side not in TRUNCATE_SIDES:
             raise RLCoreError(
                 f"{MULTI_TURN_KEY}.tool_response_truncate_side must be one of {', '.join(TRUNCATE_SIDES)}, got {side!r}"
             )
-        default = agent.get("default_agent_loop") or ("tool_agent" if enable else "single_turn")
-        response_length = rollout.get("response_length", 512)
-        over_sample_rate = rollout.get("over_sample_rate", 0.0)
+        default = rollout.agent.default_agent_loop or ("tool_agent" if enable else "single_turn")
+        response_length = rollout.response_length
+        over_sample_rate = rollout.over_sample_rate
         if isinstance(over_sample_rate, bool) or not isinstance(over_sample_rate, (int, float)):
             raise RLCoreError(f"{ROLLOUT_KEY}.over_sample_rate must be a number in [0, 1), got {over_sample_rate!r}")
         if not 0 <= over_sample_rate < 1:
@@ -80,9 +80,9 @@ class AgentSettings:
             max_parallel_calls=_count(multi, "max_parallel_calls", MULTI_TURN_KEY, allow_none=False) or 1,
             max_tool_response_length=_count(multi, "max_tool_response_length", MULTI_TURN_KEY, allow_none=False) or 1,
             tool_response_truncate_side=str(side),
-            tool_config_path=multi.get("tool_config_path") or None,
-            interaction_config_path=multi.get("interaction_config_path") or None,
-            format=str(multi.get("format") or "hermes"),
+            tool_config_path=multi.tool_config_path or None,
+            interaction_config_path=multi.interaction_config_path or None,
+            format=str(multi.format or MultiTurnConfig.format),
             response_length=int(response_length),
             over_sample_rate=float(over_sample_rate),
         )

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 
 from rlcore.algos.functional import masked_mean
 from rlcore.algos.losses import kl_penalty
 from rlcore.config.algorithm_names import check_kl_ctrl, check_kl_penalty
+from rlcore.config.sections.algorithm import KLControlConfig
 
 #: the adaptive controller moves the proportional error at most this far per update
 ADAPTIVE_ERROR_CLIP = 0.2
@@ -48,14 +46,11 @@ class AdaptiveKLController:
 KLController = FixedKLController | AdaptiveKLController
 
 
-def make_kl_controller(kl_ctrl_config: Mapping[str, Any]) -> KLController:
+def make_kl_controller(section: KLControlConfig) -> KLController:
     """Build the controller described by the ``algorithm.kl_ctrl`` section (``type``: fixed | adaptive)."""
-    kl_coef = float(kl_ctrl_config.get("kl_coef", 0.001))
-    if check_kl_ctrl(kl_ctrl_config) == "fixed":
-        return FixedKLController(kl_coef)
-    return AdaptiveKLController(
-        kl_coef, float(kl_ctrl_config.get("target_kl", 0.1)), float(kl_ctrl_config.get("horizon", 10000))
-    )
+    if check_kl_ctrl(section.tree()) == "fixed":
+        return FixedKLController(float(section.kl_coef))
+    return AdaptiveKLController(float(section.kl_coef), float(section.target_kl), float(section.horizon))
 
 
 def apply_kl_penalty(

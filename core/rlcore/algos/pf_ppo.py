@@ -14,11 +14,10 @@ The batch is then resampled with replacement, B draws with probabilities ∝ max
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from rlcore.api.batch import Batch
+from rlcore.config.sections.algorithm import PFPPOConfig
 from rlcore.errors import RLCoreError
 
 __all__ = ["REWEIGHT_METHODS", "check_pf_ppo", "pf_ppo_indices", "pf_ppo_resample", "pf_ppo_weights"]
@@ -30,12 +29,12 @@ WEIGHT_FLOOR = 1e-8
 _KEY = "algorithm.pf_ppo"
 
 
-def check_pf_ppo(section: Any) -> tuple[str, float]:
+def check_pf_ppo(section: PFPPOConfig) -> tuple[str, float]:
     """``(reweight_method, weight_pow)`` of the ``algorithm.pf_ppo`` section, or an error naming the key."""
-    method = section.get("reweight_method", "pow")
+    method = section.reweight_method
     if method not in REWEIGHT_METHODS:
         raise RLCoreError(f"{_KEY}.reweight_method must be one of {', '.join(REWEIGHT_METHODS)}, got {method!r}")
-    power = section.get("weight_pow", 2.0)
+    power = section.weight_pow
     if isinstance(power, bool) or not isinstance(power, (int, float)):
         raise RLCoreError(f"{_KEY}.weight_pow must be a number, got {power!r}")
     return method, float(power)
@@ -70,7 +69,7 @@ def pf_ppo_indices(
     return indices, metrics
 
 
-def pf_ppo_resample(batch: Batch, section: Any, seed: int) -> tuple[Batch, dict[str, float]]:
+def pf_ppo_resample(batch: Batch, section: PFPPOConfig, seed: int) -> tuple[Batch, dict[str, float]]:
     """``batch`` resampled by :func:`pf_ppo_indices` from its ``token_level_scores`` under the
     ``algorithm.pf_ppo`` ``section``, drawing with a generator seeded by ``seed``, and the metrics."""
     method, power = check_pf_ppo(section)

@@ -18,10 +18,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
 from rlcore.checkpoint.manager import CheckpointError, saves_checkpoints
 from rlcore.checkpoint.ownership import RunIdentity, describe_run
+from rlcore.config.sections.trainer import TrainerConfig
 
 log = logging.getLogger(__name__)
 
@@ -104,19 +103,18 @@ class FolderLock:
 
 
 def lock_checkpoint_folder(
-    config: DictConfig, identity: RunIdentity, *, saves: bool | None = None
+    trainer: TrainerConfig, identity: RunIdentity, *, saves: bool | None = None
 ) -> FolderLock | None:
     """Lock ``trainer.default_local_dir`` for this run when the run saves checkpoints there (``saves``; by
     default :func:`~rlcore.checkpoint.manager.saves_checkpoints`), or resumes from it (``trainer.resume_mode=auto``
     with the folder present: such a resume deletes half-written saves); None when the run does neither (or
     the file system cannot lock)."""
-    trainer = config.trainer
-    root_name = trainer.get("default_local_dir", None)
+    root_name = trainer.default_local_dir
     if not root_name:
         return None
     root = Path(root_name)
-    resumes_here = trainer.get("resume_mode", "auto") == "auto" and root.is_dir()
-    if not ((saves_checkpoints(config) if saves is None else saves) or resumes_here):
+    resumes_here = trainer.resume_mode == "auto" and root.is_dir()
+    if not ((saves_checkpoints(trainer) if saves is None else saves) or resumes_here):
         return None
     root.mkdir(parents=True, exist_ok=True)
     lock = FolderLock(root, identity)

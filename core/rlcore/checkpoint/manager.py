@@ -48,10 +48,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
-from omegaconf import DictConfig
 
 from rlcore.checkpoint.disk import disk_problem, exception_chain, last_written
 from rlcore.checkpoint.ownership import RunIdentity, describe_writer, read_run_record, write_run_record
+from rlcore.config.sections.trainer import TrainerConfig
 from rlcore.errors import RLCoreError
 
 log = logging.getLogger(__name__)
@@ -184,9 +184,9 @@ def _disk_error(
     )
 
 
-def saves_checkpoints(config: DictConfig) -> bool:
+def saves_checkpoints(trainer: TrainerConfig) -> bool:
     """Whether a run writes checkpoints (``trainer.save_freq > 0`` or ``trainer.save_on_signal``)."""
-    return config.trainer.save_freq > 0 or bool(config.trainer.get("save_on_signal", False))
+    return trainer.save_freq > 0 or bool(trainer.save_on_signal)
 
 
 def _crash_if_asked(step: int) -> None:
@@ -199,12 +199,12 @@ def _crash_if_asked(step: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _keep_count(trainer: DictConfig) -> int | None:
+def _keep_count(trainer: TrainerConfig) -> int | None:
     """How many complete checkpoints to keep: the smaller of the ``max_*_ckpt_to_keep`` keys that are set
     (a checkpoint folder is kept or deleted whole); None (or 0) keeps all."""
     counts = []
     for key in ("max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep"):
-        value = trainer.get(key, None)
+        value = getattr(trainer, key)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -218,15 +218,14 @@ class CheckpointManager:
     """Saves checkpoints atomically under ``trainer.default_local_dir``, rotates them and finds the latest.
 
     Args:
-        config: the run config; reads ``trainer.default_local_dir``, ``trainer.max_actor_ckpt_to_keep`` and
-            ``trainer.max_critic_ckpt_to_keep``.
+        trainer: the run's ``trainer`` section; reads ``default_local_dir``, ``max_actor_ckpt_to_keep`` and
+            ``max_critic_ckpt_to_keep``.
         identity: the saving run; its record goes into each checkpoint (``run.json``), and a checkpoint of
             another lineage is never replaced. None: no record, no check.
     """
 
-    def __init__(self, config: DictConfig, identity: RunIdentity | None = None) -> None:
-        trainer = config.trainer
-        if not trainer.get("default_local_dir", None):
+    def __init__(self, trainer: TrainerConfig, identity: RunIdentity | None = None) -> None:
+        if not trainer.default_local_dir:
             raise CheckpointError("trainer.default_local_dir is not set: checkpoints need a folder")
         self.root = Path(trainer.default_local_dir)
         self.keep = _keep_count(trainer)
@@ -439,7 +438,7 @@ class CheckpointManager:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def resume_path(config: DictConfig) -> Path | None:
+def resume_path(trainer: TrainerConfig) -> Path | None:
     """The checkpoint folder a run resumes from, by ``trainer.resume_mode``; None to start fresh.
 
     - ``auto``: the checkpoint named by ``latest_checkpointed_iteration.txt`` in ``trainer.default_local_dir``
@@ -451,9 +450,8 @@ def resume_path(config: DictConfig) -> Path | None:
 
     Raises :class:`CheckpointError` naming the key at fault.
     """
-    trainer = config.trainer
-    mode = trainer.get("resume_mode", "auto")
-    from_path = trainer.get("resume_from_path", None)
+    mode = trainer.resume_mode
+    from_path = trainer.resume_from_path
     if mode not in RESUME_MODES:
         raise CheckpointError(f"trainer.resume_mode must be one of {', '.join(RESUME_MODES)}, got {mode!r}")
     if mode == "disable":
@@ -483,7 +481,7 @@ def resume_path(config: DictConfig) -> Path | None:
             f"trainer.resume_from_path={str(from_path)!r} is set but trainer.resume_mode=auto ignores it; "
             "set trainer.resume_mode=resume_path to resume from it"
         )
-    manager = CheckpointManager(config)
+    manager = CheckpointManager(trainer)
     manager.remove_incomplete()
     latest = manager.latest()
     if latest is None:
@@ -507,7 +505,7 @@ def resume_path(config: DictConfig) -> Path | None:
 
 
 def claim_checkpoints(
-    config: DictConfig, identity: RunIdentity, resume_from: Path | None, *, saves: bool | None = None
+    trainer: TrainerConfig, identity: RunIdentity, resume_from: Path | None, *, saves: bool | None = None
 ) -> None:
     """Make ``identity`` continue the lineage of the checkpoint it resumes (``resume_from``); then, when the run
     saves checkpoints (``saves``; by default :func:`saves_checkpoints`) and ``trainer.default_local_dir``
@@ -523,9 +521,9 @@ def claim_checkpoints(
     """
     if resume_from is not None:
         identity.adopt(resume_from)
-    if not (saves_checkpoints(config) if saves is None else saves):
+    if not (saves_checkpoints(trainer) if saves is None else saves):
         return
-    manager = CheckpointManager(config)
+    manager = CheckpointManager(trainer)
     foreign = [path for _, path in manager.complete() if not identity.owns(path)]
     if not foreign:
         return

@@ -109,7 +109,7 @@ class Trainer:
             raise RLCoreError(f"algorithm.adv_estimator={algo.adv_estimator!r} needs a critic but critic.enable=false")
         actor = config.actor_rollout_ref.actor
         self.use_reference = bool(actor.use_kl_loss or algo.use_kl_in_reward)
-        self.kl_ctrl = make_kl_controller(algo.kl_ctrl) if algo.use_kl_in_reward else None
+        self.kl_ctrl = make_kl_controller(self.sections.algorithm.kl_ctrl) if algo.use_kl_in_reward else None
         self.n = int(self.sections.actor_rollout_ref.rollout.n)
         self.global_step = 0
         self.timer = StageTimer()
@@ -147,7 +147,7 @@ class Trainer:
         if model.custom_chat_template:
             self.tokenizer.chat_template = model.custom_chat_template
         self.agents = AgentRunner(cfg, self.tokenizer, self.manager.registry)
-        dataset_cls = load_dataset_class(cfg, self.manager.registry)
+        dataset_cls = load_dataset_class(self.sections.data, self.manager.registry)
         # a vision-language model's processor renders image rows (verl passes it to the dataset the same way)
         self.processor = load_processor(Path(str(model.path)).expanduser(), trust_remote_code=model.trust_remote_code)
         extra = {"processor": self.processor} if self.processor is not None else {}
@@ -157,7 +157,7 @@ class Trainer:
             cfg.data.gen_batch_size or cfg.data.train_batch_size,
             shuffle=cfg.data.shuffle,
             seed=cfg.data.seed if cfg.data.seed is not None else cfg.trainer.seed,
-            sampler=build_sampler(cfg.data, self.train_dataset),
+            sampler=build_sampler(self.sections.data.sampler, cfg.data, self.train_dataset),
         )
         self.val_dataset = (
             dataset_cls(cfg.data.val_files, self.tokenizer, cfg.data, split="test", **extra)
@@ -181,12 +181,20 @@ class Trainer:
         self.actor, self.rollout, self.critic = self.groups.actor, self.groups.rollout, self.groups.critic
         self.groups.init_models()
         self.reward_fn = build_reward_manager(
-            self.config, self.tokenizer, self.components.reward_manager.load(), self.manager.registry
+            self.sections,
+            self.config.reward_model,
+            self.tokenizer,
+            self.components.reward_manager.load(),
+            self.manager.registry,
         )
         if self.groups.reward_model is not None:  # reward_model.enable: reward-model scores plus rule scores
             separate = "rm_scores" in self.estimator.spec.batch_keys
             self.reward_fn = ModelRewardManager(
-                self.reward_fn, self.groups.reward_model, self.config, self.manager.registry, separate
+                self.reward_fn,
+                self.groups.reward_model,
+                self.sections.custom_reward_function,
+                self.manager.registry,
+                separate,
             )
         self.val_reward_fn = self.reward_fn
         self.reward_thread = AsyncReward() if self.async_reward else None
@@ -232,7 +240,7 @@ class Trainer:
                 REWARD_WARN_MAGNITUDE,
                 float(scores.max()),
             )
-        check_reward_extras(result.extra_info, batch, describe_scorer(self.config))
+        check_reward_extras(result.extra_info, batch, describe_scorer(self.sections.custom_reward_function))
         for key, values in result.extra_info.items():  # per-sample extras (e.g. "acc") for filters and metrics
             batch[key] = list(values)
         self.reward_extra_keys = tuple(result.extra_info)  # ... and for estimators that read them (GDPO)
@@ -492,7 +500,7 @@ class Trainer:
             self._compute_advantage(batch)
             if self.sections.algorithm.use_pf_ppo:
                 batch, pf_metrics = pf_ppo_resample(
-                    batch, self.config.algorithm.pf_ppo, int(self.sections.trainer.seed) + self.global_step
+                    batch, self.sections.algorithm.pf_ppo, int(self.sections.trainer.seed) + self.global_step
                 )
                 metrics.update(pf_metrics)
         return batch
@@ -654,7 +662,7 @@ class Trainer:
             state = {"global_step": self.global_step, "data": self.train_loader.state_dict(), "kl_coef": kl_coef}
             write_trainer_state(folder, state)
 
-        path = CheckpointManager(self.config, self.run.identity).save(self.global_step, write)
+        path = CheckpointManager(self.sections.trainer, self.run.identity).save(self.global_step, write)
         self.saved_step = self.global_step
         return path
 
@@ -724,7 +732,7 @@ class Trainer:
         directory; :meth:`fit` calls it when nobody did."""
         if self.prepared:
             return
-        resume_from = resume_path(self.config)
+        resume_from = resume_path(self.sections.trainer)
         self._build_data()
         trainer = self.sections.trainer
         fingerprint = self.fingerprint()
@@ -743,7 +751,7 @@ class Trainer:
             step = int(read_trainer_state(resume_from)["global_step"])
             resume_from = unfinished_checkpoint(resume_from, step, self.total_steps, trainer.resume_mode)
         if self.run.identity is not None:  # another lineage's checkpoints are never replaced
-            claim_checkpoints(self.config, self.run.identity, resume_from)
+            claim_checkpoints(self.sections.trainer, self.run.identity, resume_from)
         self.resume_from = resume_from
         self.prepared = True
 

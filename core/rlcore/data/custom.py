@@ -16,6 +16,7 @@ from rlcore.errors import RLCoreError
 from rlcore.usercode import EXIT_EXCEPTIONS, describe_exit, is_stop_signal
 
 if TYPE_CHECKING:
+    from rlcore.config.sections.data import DataConfig
     from rlcore.registry import Registry
 
 
@@ -140,26 +141,24 @@ def check_defines(path: str, name: str, *, what: str, error_cls: type[RLCoreErro
         raise error_cls(f"{what}.path={path!r} defines no {name!r} ({what}.name); it defines: {', '.join(public)}")
 
 
-def load_dataset_class(config: Any, registry: Registry) -> type:
+def load_dataset_class(data: DataConfig, registry: Registry) -> type:
     """The dataset class a run uses.
 
     Args:
-        config: the full run config (its ``data`` section is used) or the ``data`` section itself.
+        data: the run's ``data`` section.
         registry: the run's :class:`rlcore.registry.Registry`, which ``data.dataset`` is resolved in.
 
     ``data.custom_cls.path`` (with ``data.custom_cls.name``) loads a class from a .py file; otherwise
     ``data.dataset`` is looked up as a ``dataset`` component (unknown names raise the registry's error
     listing the known datasets).
     """
-    data = config["data"] if "data" in config else config
-    custom = data.get("custom_cls", None) or {}
-    path = custom.get("path", None)
+    path = data.custom_cls.path
     if path:
-        name = custom.get("name", None)
+        name = data.custom_cls.name
         if not name:
             raise DataError(f"data.custom_cls.path={path!r} is set but data.custom_cls.name is not")
         cls = load_from_file(path, name, what="data.custom_cls", error_cls=DataError)
         if not isinstance(cls, type):
             raise DataError(f"data.custom_cls: {name!r} in {path!r} is a {type(cls).__name__}, not a class")
         return cls
-    return registry.load("dataset", data.get("dataset", None) or "rl")
+    return registry.load("dataset", data.dataset)

@@ -18,12 +18,15 @@ from __future__ import annotations
 import importlib
 from abc import abstractmethod
 from collections.abc import Sized
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import Sampler
 
 from rlcore.data import DataError
 from rlcore.data.custom import load_from_file
+
+if TYPE_CHECKING:
+    from rlcore.config.sections.data import SamplerConfig
 
 __all__ = [
     "SAMPLER_KEY",
@@ -56,15 +59,11 @@ class AbstractCurriculumSampler(AbstractSampler):
         """Take the finished step's :class:`rlcore.api.batch.Batch` into account for the rows drawn next."""
 
 
-def _sampler_settings(data_config: Any) -> tuple[str | None, str | None]:
-    section = data_config.get("sampler", None) or {}
-    return section.get("class_path", None) or None, section.get("class_name", None) or None
-
-
-def load_sampler_class(data_config: Any) -> type | None:
-    """The class ``data.sampler.class_path``/``class_name`` name (None when no class_path is set); errors name
-    the keys: a module that cannot be imported, a missing class, a class that is not a torch Sampler."""
-    path, name = _sampler_settings(data_config)
+def load_sampler_class(section: SamplerConfig) -> type | None:
+    """The class the ``data.sampler`` section's ``class_path``/``class_name`` name (None when no class_path is
+    set); errors name the keys: a module that cannot be imported, a missing class, a class that is not a torch
+    Sampler."""
+    path, name = section.class_path or None, section.class_name or None
     if path is None:
         return None
     where = f"{SAMPLER_KEY}.class_path={path!r}"
@@ -92,11 +91,11 @@ def load_sampler_class(data_config: Any) -> type | None:
     return cls
 
 
-def build_sampler(data_config: Any, dataset: Sized) -> Sampler[int] | None:
-    """The custom sampler of the run over ``dataset`` (None without ``data.sampler.class_path``), built as
-    ``cls(data_source=dataset, data_config=data_config)``; a constructor error or a sampler without ``len()``
-    names the class."""
-    cls = load_sampler_class(data_config)
+def build_sampler(section: SamplerConfig, data_config: Any, dataset: Sized) -> Sampler[int] | None:
+    """The custom sampler of the run over ``dataset`` (None without ``data.sampler.class_path``; ``section`` is
+    the ``data.sampler`` section), built as ``cls(data_source=dataset, data_config=data_config)`` with the run
+    config's ``data`` node; a constructor error or a sampler without ``len()`` names the class."""
+    cls = load_sampler_class(section)
     if cls is None:
         return None
     try:
@@ -122,10 +121,10 @@ def update_curriculum(sampler: Any, batch: Any) -> None:
         sampler.update(batch)
 
 
-def describe_sampler(data_config: Any) -> str | None:
-    """The run plan's line for ``data.sampler`` (None when unset): the class is imported and checked, and the
-    line says whether it is a curriculum sampler."""
-    cls = load_sampler_class(data_config)
+def describe_sampler(section: SamplerConfig) -> str | None:
+    """The run plan's line for the ``data.sampler`` section (None when unset): the class is imported and
+    checked, and the line says whether it is a curriculum sampler."""
+    cls = load_sampler_class(section)
     if cls is None:
         return None
     kind = (

@@ -25,6 +25,7 @@ from rlcore.reward.managers import RewardResult
 from rlcore.tracking.values import reduce_metrics
 
 if TYPE_CHECKING:
+    from rlcore.config.sections.reward_model import CustomRewardFunctionConfig
     from rlcore.registry import Registry
 
 
@@ -39,17 +40,18 @@ class ModelRewardManager:
 
     batched = False
 
-    def __init__(self, rule: Any, group: Any, config: Any, registry: Registry, separate: bool = False) -> None:
+    def __init__(
+        self, rule: Any, group: Any, custom: CustomRewardFunctionConfig, registry: Registry, separate: bool = False
+    ) -> None:
         """``rule``: the reward manager from :func:`rlcore.reward.scoring.build_reward_manager`; ``group``: the
-        reward-model worker group; ``config``: the run config; ``registry``: the run's registry (which data
+        reward-model worker group; ``custom``: the run's ``custom_reward_function`` section; ``registry``: the run's registry (which data
         sources have a ``reward_scorer``); ``separate``: keep ``rm_scores`` apart from the scores (the
         estimator reads them)."""
         self.rule = rule
         self.registry = registry
         self.group = group
         self.separate = separate
-        custom = config.get("custom_reward_function", None) or {}
-        self.custom = bool(custom.get("path", None))
+        self.custom = bool(custom.path)
 
     def _has_rule(self, data_sources: list[Any]) -> np.ndarray:
         """Which samples have a rule scorer: all with a custom function, else those whose data source has a

@@ -8,11 +8,13 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rlcore.config.sections.reward_model import CustomRewardFunctionConfig
 from rlcore.reward.errors import RewardError
 from rlcore.reward.torch_state import restore_torch_state
 from rlcore.usercode import user_call
 
 if TYPE_CHECKING:
+    from rlcore.config.schema import Sections
     from rlcore.registry import Registry
 
 
@@ -63,8 +65,8 @@ def _run_coroutine_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def build_scorer(config: Any, registry: Registry) -> Callable[..., Any]:
-    """The scorer of a run (``config`` is the full run config, ``registry`` the run's registry).
+def build_scorer(custom: CustomRewardFunctionConfig, registry: Registry) -> Callable[..., Any]:
+    """The scorer of a run (``custom`` is its ``custom_reward_function`` section, ``registry`` the run's registry).
 
     With ``custom_reward_function.path`` set, the function ``custom_reward_function.name`` is loaded from
     that .py file, with ``custom_reward_function.reward_kwargs`` bound as keyword arguments (an
@@ -76,11 +78,10 @@ def build_scorer(config: Any, registry: Registry) -> Callable[..., Any]:
     from rlcore.data.custom import load_from_file
     from rlcore.data.rl_dataset import to_plain
 
-    custom = config.get("custom_reward_function", None) or {}
-    path = custom.get("path", None)
+    path = custom.path
     if not path:
         return RegistryScorer(registry)
-    name = custom.get("name", None) or "compute_score"
+    name = custom.name or CustomRewardFunctionConfig.name
     what = f"custom_reward_function.path={path!r} (importing the file)"
     with user_call(what), restore_torch_state(what):  # os._exit() at import is named, helpers it starts tracked
         fn = load_from_file(path, name, what="custom_reward_function", error_cls=RewardError)
@@ -88,34 +89,34 @@ def build_scorer(config: Any, registry: Registry) -> Callable[..., Any]:
         raise RewardError(f"custom_reward_function: {name!r} in {path!r} is a {type(fn).__name__}, not a function")
     if inspect.iscoroutinefunction(fn):
         fn = _run_coroutine_function(fn)
-    kwargs = dict(to_plain(custom.get("reward_kwargs", None) or {}))
+    kwargs = dict(to_plain(custom.reward_kwargs or {}))
     return functools.partial(fn, **kwargs) if kwargs else fn
 
 
-def describe_scorer(config: Any) -> str:
-    """The scorer of a run for messages: ``custom_reward_function 'compute_score' in reward.py``, or ``the
-    reward scorer of the data source`` (registered by ``data_source``)."""
-    custom = config.get("custom_reward_function", None) or {}
-    if custom.get("path", None):
-        return f"custom_reward_function {custom.get('name', None) or 'compute_score'!r} in {custom['path']}"
+def describe_scorer(custom: CustomRewardFunctionConfig) -> str:
+    """The scorer of a run for messages (``custom``: its ``custom_reward_function`` section):
+    ``custom_reward_function 'compute_score' in reward.py``, or ``the reward scorer of the data source``
+    (registered by ``data_source``)."""
+    if custom.path:
+        return f"custom_reward_function {custom.name or CustomRewardFunctionConfig.name!r} in {custom.path}"
     return "the reward scorer of the data source"
 
 
-def build_reward_manager(config: Any, tokenizer: Any, cls: Any, registry: Registry) -> Any:
+def build_reward_manager(sections: Sections, reward_model: Any, tokenizer: Any, cls: Any, registry: Registry) -> Any:
     """The reward manager of a run: ``cls`` (the class ``rlcore run`` resolved once,
     :attr:`rlcore.controller.components.RunComponents.reward_manager`) constructed as
-    ``cls(tokenizer, build_scorer(config, registry), config.reward_model)``.
+    ``cls(tokenizer, build_scorer(sections.custom_reward_function, registry), reward_model)``, where
+    ``reward_model`` is the run config's ``reward_model`` node (what reward-manager classes receive).
 
     A manager class with ``batched = True`` calls one function for the whole batch, which only a custom
     reward function can be, so it requires ``custom_reward_function.path``.
     """
-    section = config.get("reward_model", None) or {}
-    name = section.get("reward_manager", None) or "naive"
-    custom = config.get("custom_reward_function", None) or {}
-    if getattr(cls, "batched", False) and not custom.get("path", None):
+    custom = sections.custom_reward_function
+    if getattr(cls, "batched", False) and not custom.path:
+        name = sections.reward_model.reward_manager
         raise RewardError(
             f"reward_model.reward_manager={name!r} calls one batched scoring function "
             "(data_sources=, solution_strs=, ground_truths=, extra_infos=); set custom_reward_function.path "
             "(and .name) to a file defining it, or use reward_model.reward_manager=naive"
         )
-    return cls(tokenizer, build_scorer(config, registry), section)
+    return cls(tokenizer, build_scorer(custom, registry), reward_model)

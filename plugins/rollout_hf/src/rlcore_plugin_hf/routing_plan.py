@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlcore.api import ROLLOUT_KEY, AgentSettings, ConfigError, RLCoreError
+from rlcore.api import ROLLOUT_KEY, AgentSettings, ConfigError, RLCoreError, RolloutConfig
 
 __all__ = ["describe_routing_replay", "moe_shape"]
 
@@ -39,10 +39,11 @@ def moe_shape(model_path: str) -> tuple[str, int, int] | None:
     return str(parsed.get("model_type", "unknown")), experts, top_k
 
 
-def _agent_loops(rollout: Any) -> bool:
-    """Whether rollouts go through agent loops (an invalid agent setting is reported by its own check)."""
+def _agent_loops(config: Any) -> bool:
+    """Whether the run ``config``'s rollouts go through agent loops (an invalid agent setting is reported by its
+    own check)."""
     try:
-        return AgentSettings.from_rollout(rollout).active
+        return AgentSettings.from_rollout(RolloutConfig.from_tree(config)).active
     except RLCoreError:
         return False
 
@@ -72,7 +73,7 @@ def describe_routing_replay(config: Any) -> str | None:
             f"{reason}; use {ROLLOUT_KEY}.name=hf, or record the routing in the actor's log-prob pass "
             "(actor_rollout_ref.actor.router_replay.mode=R2)"
         )
-    if _agent_loops(rollout):
+    if _agent_loops(config):
         raise ConfigError(
             f"{REPLAY_KEY}=true with agent loops ({ROLLOUT_KEY}.multi_turn.enable=true or {ROLLOUT_KEY}.agent."
             "default_agent_loop): the agent loops assemble each trajectory from several engine calls and do not "

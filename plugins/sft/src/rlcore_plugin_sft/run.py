@@ -153,10 +153,13 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
 
     from rlcore.checkpoint import RunIdentity
     from rlcore.checkpoint.lock import lock_checkpoint_folder
+    from rlcore.config.schema import TrainerConfig
     from rlcore_plugin_sft.trainer import SFTTrainer
 
     identity = RunIdentity.new(Path())
-    lock = lock_checkpoint_folder(engine, identity, saves=True)  # SFT saves at its end; one run per folder
+    lock = lock_checkpoint_folder(
+        TrainerConfig.from_tree(engine), identity, saves=True
+    )  # SFT saves at its end; one run per folder
     try:
         # the run directory is made once start-up has succeeded: a start-up error leaves nothing behind
         trainer = SFTTrainer(config, engine, sizes, Path(), manager.registry, identity)
@@ -197,7 +200,7 @@ def _fit_and_summarise(
     return fit_to_the_end(
         trainer,
         lambda last, status: _summarise(run_dir, trainer, manager, time.perf_counter() - start, status),
-        lambda abandoned: print_kept(engine, run_dir, abandoned=abandoned),
+        lambda abandoned: print_kept(trainer.trainer_section, run_dir, abandoned=abandoned),
     )
 
 

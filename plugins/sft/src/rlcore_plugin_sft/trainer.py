@@ -31,6 +31,7 @@ from rlcore.checkpoint import (
     write_trainer_state,
 )
 from rlcore.checkpoint.fingerprint import accept_checkpoint, model_shape, run_fingerprint
+from rlcore.config.schema import TrainerConfig
 from rlcore.controller.resume import unfinished_checkpoint
 from rlcore.controller.worker_group import make_worker_group
 from rlcore.controller.worker_spec import WorkerSpec
@@ -89,6 +90,8 @@ class SFTTrainer:
         self.registry = registry
         self.identity = identity if identity is not None else RunIdentity.new(run_dir)
         self.engine = engine
+        #: the engine config's ``trainer`` section: where checkpoints go and how the run resumes
+        self.trainer_section = TrainerConfig.from_tree(engine)
         self.sizes = sizes
         self.run_dir = run_dir
         self.global_step = 0
@@ -192,7 +195,7 @@ class SFTTrainer:
             self.group.save_checkpoint(str(folder / "actor"))
             write_trainer_state(folder, {"global_step": self.global_step, "data": self.loader.state_dict()})
 
-        return CheckpointManager(self.engine, self.identity).save(self.global_step, write)
+        return CheckpointManager(self.trainer_section, self.identity).save(self.global_step, write)
 
     def fingerprint(self) -> dict[str, Any]:
         """What defines this SFT run (:func:`rlcore.checkpoint.fingerprint.run_fingerprint`): the model, its
@@ -246,11 +249,11 @@ class SFTTrainer:
         nobody did."""
         if self.prepared:
             return
-        resume_from = resume_path(self.engine)
+        resume_from = resume_path(self.trainer_section)
         self._build_data()
         self.identity.fingerprint = self.fingerprint()
         self.resume_from = self._resume_if_unfinished(resume_from) if resume_from is not None else None
-        claim_checkpoints(self.engine, self.identity, self.resume_from, saves=True)  # SFT saves at its end
+        claim_checkpoints(self.trainer_section, self.identity, self.resume_from, saves=True)  # SFT saves at its end
         self.prepared = True
 
     def fit(self) -> dict[str, float]:
