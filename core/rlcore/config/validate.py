@@ -314,7 +314,9 @@ def user_file_problems(reward: CustomRewardFunctionConfig, data: DataConfig) -> 
     custom = data.custom_cls
     if custom.path and not custom.name:
         problems.append(f"data.custom_cls.path={custom.path!r} is set but data.custom_cls.name is not")
-    wanted = [("custom_reward_function", reward.path, reward.name or "compute_score")]
+    wanted: list[tuple[str, str | None, str | None]] = [
+        ("custom_reward_function", reward.path, reward.name or "compute_score")
+    ]
     wanted.append(("data.custom_cls", custom.path, custom.name))
     for what, path, name in wanted:
         if not path or not name:
