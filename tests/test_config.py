@@ -361,6 +361,7 @@ def test_megatron_settings_rlcore_lacks_do_not_ask_to_install_the_installed_plug
 
 
 def test_megatron_settings_that_change_nothing_on_the_cpu_are_noted() -> None:
+    from rlcore.config.schema import ActorRolloutRefConfig, TrainerConfig
     from rlcore.config.validate import megatron_notes, speed_only_notes
 
     pytest.importorskip("rlcore_plugin_megatron")
@@ -375,7 +376,7 @@ def test_megatron_settings_that_change_nothing_on_the_cpu_are_noted() -> None:
             "actor_rollout_ref.model.use_fused_kernels=true",
         ]
     )
-    notes = megatron_notes(config)
+    notes = megatron_notes(config, TrainerConfig.from_tree(config), ActorRolloutRefConfig.from_tree(config))
     assert [note.split(" changes nothing")[0] for note in notes] == [
         f"{section}.param_offload=True",
         f"{section}.dtype=bf16",
@@ -383,7 +384,9 @@ def test_megatron_settings_that_change_nothing_on_the_cpu_are_noted() -> None:
     ]
     assert any(note.startswith(f"{section}.use_mbridge=True changes nothing") for note in speed_only_notes(config))
     config.trainer.device = "cuda"
-    assert megatron_notes(config) == [notes[-1]]
+    assert megatron_notes(config, TrainerConfig.from_tree(config), ActorRolloutRefConfig.from_tree(config)) == [
+        notes[-1]
+    ]
 
 
 def test_keys_of_missing_features_are_accepted_when_they_turn_it_off() -> None:

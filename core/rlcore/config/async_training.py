@@ -15,35 +15,31 @@ STALENESS_KEY = "async_training.max_staleness_steps"
 
 def async_training_enabled(config: DictConfig) -> bool:
     """Whether ``async_training.enable`` asks for one-step-off-policy training."""
-    section = config.get("async_training") or {}
-    return bool(section.get("enable", AsyncTrainingConfig.enable))
+    return bool(AsyncTrainingConfig.from_tree(config).enable)
 
 
-def async_training_problems(config: DictConfig) -> list[str]:
-    """What is wrong with the ``async_training`` section for this config, one message per problem (empty
-    when fine): the staleness bound must be a positive integer, and one-step-off-policy training needs
-    split placement on Ray and the engine's log-probs."""
-    section = config.get("async_training") or {}
+def async_training_problems(section: AsyncTrainingConfig, trainer: TrainerConfig, rollout: RolloutConfig) -> list[str]:
+    """What is wrong with the ``async_training`` section for this run's ``trainer`` and ``rollout`` sections,
+    one message per problem (empty when fine): the staleness bound must be a positive integer, and
+    one-step-off-policy training needs split placement on Ray and the engine's log-probs."""
     problems: list[str] = []
-    bound = section.get("max_staleness_steps", AsyncTrainingConfig.max_staleness_steps)
+    bound = section.max_staleness_steps
     if not isinstance(bound, int) or isinstance(bound, bool) or bound < 1:
         problems.append(f"{STALENESS_KEY} must be a positive integer (updates a batch may lag), got {bound!r}")
-    if not section.get("enable", AsyncTrainingConfig.enable):
+    if not section.enable:
         return problems
-    placement = config.trainer.get("placement", TrainerConfig.placement)
-    if placement != "split":
+    if trainer.placement != "split":
         problems.append(
             f"{ENABLE_KEY}=true generates on the rollout pool while the trainer pool updates, so it needs "
-            f"trainer.placement=split (got trainer.placement={placement!r}); set trainer.placement=split and "
+            f"trainer.placement=split (got trainer.placement={trainer.placement!r}); set trainer.placement=split and "
             "trainer.rollout_n_gpus_per_node, or turn async_training.enable off"
         )
-    executor = config.trainer.get("executor")
-    if executor != "ray":
+    if trainer.executor != "ray":
         problems.append(
-            f"{ENABLE_KEY}=true needs trainer.executor=ray (got trainer.executor={executor!r}): the rollout and "
-            "trainer pools are Ray worker groups"
+            f"{ENABLE_KEY}=true needs trainer.executor=ray (got trainer.executor={trainer.executor!r}): the rollout "
+            "and trainer pools are Ray worker groups"
         )
-    if not config.actor_rollout_ref.rollout.get("calculate_log_probs", RolloutConfig.calculate_log_probs):
+    if not rollout.calculate_log_probs:
         problems.append(
             f"{ENABLE_KEY}=true trains on batches generated with older weights and needs the generating policy's "
             "log-probs (rollout_log_probs, for algorithm.rollout_correction): set "
@@ -53,7 +49,9 @@ def async_training_problems(config: DictConfig) -> list[str]:
 
 
 def check_async_training(config: DictConfig) -> None:
-    """Raise one :class:`ConfigError` with every problem of :func:`async_training_problems`."""
-    problems = async_training_problems(config)
+    """Raise one :class:`ConfigError` with every problem of :func:`async_training_problems` (the sections are
+    built from ``config`` here: the controller has only the tree)."""
+    section, trainer = AsyncTrainingConfig.from_tree(config), TrainerConfig.from_tree(config)
+    problems = async_training_problems(section, trainer, RolloutConfig.from_tree(config))
     if problems:
         raise ConfigError(*problems)

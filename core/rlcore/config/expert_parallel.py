@@ -20,10 +20,6 @@ size is above 1 with ``trainer.device=auto``.
 
 from __future__ import annotations
 
-from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
-
 from rlcore.config.keys import ROLLOUT_KEY
 from rlcore.config.sections.rollout import RolloutConfig
 from rlcore.config.sections.trainer import TrainerConfig
@@ -36,18 +32,18 @@ EP_KEY = f"{ROLLOUT_KEY}.expert_parallel_size"
 TP_KEY = f"{ROLLOUT_KEY}.tensor_model_parallel_size"
 
 
-def expert_parallel_size(rollout: Any) -> int:
-    """The ``expert_parallel_size`` of a rollout section (1 when absent); anything but a positive integer is an
-    error naming the key."""
-    value = rollout.get("expert_parallel_size", RolloutConfig.expert_parallel_size)
+def expert_parallel_size(rollout: RolloutConfig) -> int:
+    """The ``expert_parallel_size`` of the rollout section; anything but a positive integer is an error naming
+    the key."""
+    value = rollout.expert_parallel_size
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise RLCoreError(f"{EP_KEY}={value!r}: must be a positive integer (1: no expert parallelism)")
     return value
 
 
-def _on_cpu(config: DictConfig) -> bool:
+def _on_cpu(trainer: TrainerConfig) -> bool:
     """Whether the run's engines are on the CPU (``trainer.device``; ``auto`` without CUDA)."""
-    device = str(OmegaConf.select(config, "trainer.device", default=TrainerConfig.device))
+    device = str(trainer.device)
     if device == "auto":
         import torch
 
@@ -55,21 +51,16 @@ def _on_cpu(config: DictConfig) -> bool:
     return device == "cpu"
 
 
-def _sizes(config: DictConfig) -> tuple[str, int, int]:
+def _sizes(rollout: RolloutConfig) -> tuple[str, int, int]:
     """The engine's name, the expert-parallel size and the tensor-parallel size of the rollout section."""
-    rollout = config.actor_rollout_ref.rollout
-    return (
-        str(rollout.get("name", RolloutConfig.name)),
-        expert_parallel_size(rollout),
-        int(rollout.get("tensor_model_parallel_size", RolloutConfig.tensor_model_parallel_size)),
-    )
+    return str(rollout.name), expert_parallel_size(rollout), int(rollout.tensor_model_parallel_size)
 
 
-def expert_parallel_problems(config: DictConfig) -> list[str]:
+def expert_parallel_problems(rollout: RolloutConfig, trainer: TrainerConfig) -> list[str]:
     """What the rollout engine cannot do with the asked expert parallelism (module docstring), each naming
     the key."""
     try:
-        name, ep, tp = _sizes(config)
+        name, ep, tp = _sizes(rollout)
     except RLCoreError as exc:
         return [str(exc)]
     if ep == 1:
@@ -79,7 +70,7 @@ def expert_parallel_problems(config: DictConfig) -> list[str]:
             f"{EP_KEY}={ep}: the hf rollout engine holds the whole model on each rank and has no expert "
             f"parallelism; set it to 1, or serve the model with {ROLLOUT_KEY}.name=vllm or sglang"
         ]
-    if name == "vllm" and ep != tp and not _on_cpu(config):
+    if name == "vllm" and ep != tp and not _on_cpu(trainer):
         return [
             f"{EP_KEY}={ep}: vLLM spreads the experts over all the ranks of an engine (enable_expert_parallel), "
             f"so it must equal {TP_KEY}={tp} (as in verl: tensor × data-parallel size; rlcore's vLLM engines have "
@@ -93,14 +84,14 @@ def expert_parallel_problems(config: DictConfig) -> list[str]:
     return []
 
 
-def expert_parallel_notes(config: DictConfig) -> list[str]:
+def expert_parallel_notes(rollout: RolloutConfig, trainer: TrainerConfig) -> list[str]:
     """The plan's note for vLLM expert parallelism on ``trainer.device=cpu``: vLLM runs with
     ``enable_expert_parallel`` over the engine's one process."""
     try:
-        name, ep, tp = _sizes(config)
+        name, ep, tp = _sizes(rollout)
     except RLCoreError:
         return []
-    if ep == 1 or name != "vllm" or not _on_cpu(config):
+    if ep == 1 or name != "vllm" or not _on_cpu(trainer):
         return []
     return [
         f"{EP_KEY}={ep}: on the CPU each vLLM engine is one process, so vLLM runs with enable_expert_parallel "

@@ -4,6 +4,9 @@
 ``runtime_env.env_vars`` also reach every worker actor (:func:`ray_env_vars`, merged by
 :func:`rlcore.controller.ray_executor.worker_env`), and ``ray_kwargs.timeline_json_file`` receives Ray's
 timeline when the run's worker groups are gone (:mod:`rlcore.controller.placement`). Nothing here imports Ray.
+
+``ray_kwargs.ray_init`` is read as a mapping of the tree, not as its typed section: ``+ray_kwargs.ray_init.KEY``
+adds any other ``ray.init`` argument (``resources``, ``labels``, ...), which the section does not declare.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from rlcore.config.sections.runtime import RayKwargsConfig
+from rlcore.config.sections.trainer import TrainerConfig
 
 RAY_INIT = "ray_kwargs.ray_init"
 TIMELINE_KEY = "ray_kwargs.timeline_json_file"
@@ -36,7 +42,7 @@ SCALARS = (str, int, float, bool)
 
 
 def _section(config: DictConfig) -> dict[str, Any]:
-    """``ray_kwargs.ray_init`` as a plain dict (empty when absent)."""
+    """``ray_kwargs.ray_init`` as a plain dict (empty when absent), with the ``+key`` additions."""
     node = OmegaConf.select(config, RAY_INIT, default=None)
     if node is None:
         return {}
@@ -69,11 +75,11 @@ def ray_init_options(config: DictConfig, *, attach: bool) -> dict[str, Any]:
 
 def timeline_file(config: DictConfig) -> str | None:
     """Where Ray's timeline goes after the run (``ray_kwargs.timeline_json_file``), or None."""
-    value = OmegaConf.select(config, TIMELINE_KEY, default=None)
+    value = RayKwargsConfig.from_tree(config).timeline_json_file
     return str(value) if value else None
 
 
-def _type_problems(section: Mapping[str, Any], config: DictConfig) -> list[str]:
+def _type_problems(section: Mapping[str, Any], timeline: Any) -> list[str]:
     """Values of the wrong type (or, ``object_store_memory``, below Ray's minimum), each naming its key."""
     problems = []
     for key in POSITIVE_INTS:
@@ -101,22 +107,22 @@ def _type_problems(section: Mapping[str, Any], config: DictConfig) -> list[str]:
     executable = runtime_env.get("py_executable")
     if executable is not None and not isinstance(executable, str):
         problems.append(f"{RAY_INIT}.runtime_env.py_executable must be a command (a string), got {executable!r}")
-    timeline = OmegaConf.select(config, TIMELINE_KEY, default=None)
     if timeline is not None and not isinstance(timeline, str):
         problems.append(f"{TIMELINE_KEY} must be a file path, got {timeline!r}")
     return problems
 
 
-def ray_kwargs_problems(config: DictConfig) -> list[str]:
+def ray_kwargs_problems(config: DictConfig, trainer: TrainerConfig | None) -> list[str]:
     """Problems of ``ray_kwargs`` that stop the dry run: a value of the wrong type, an ``object_store_memory``
     below Ray's minimum; with ``trainer.ray_address`` (attaching to a running cluster) a :data:`NEW_RAY_ONLY`
     setting, named with both keys; without it a ``num_cpus`` smaller than the bundles the ranks need (the
-    placement would wait for CPUs that never come)."""
+    placement would wait for CPUs that never come). The checks that need the ``trainer`` section run when it
+    builds (None: it has problems of its own)."""
     section = _section(config)
-    problems = _type_problems(section, config)
-    if problems or OmegaConf.select(config, "trainer.executor", default=None) != "ray":
+    problems = _type_problems(section, OmegaConf.select(config, TIMELINE_KEY))
+    if problems or trainer is None or trainer.executor != "ray":
         return problems
-    address = OmegaConf.select(config, "trainer.ray_address", default=None)
+    address = trainer.ray_address
     if address:
         for key in NEW_RAY_ONLY:
             if section.get(key) not in (None, False, {}):
@@ -155,9 +161,9 @@ def given_ray_kwargs(config: DictConfig) -> list[str]:
     return sorted(key for key, value in given.items() if value not in (defaults.get(key), {}))
 
 
-def ray_kwargs_notes(config: DictConfig) -> list[str]:
+def ray_kwargs_notes(config: DictConfig, trainer: TrainerConfig) -> list[str]:
     """The run plan's note when ``ray_kwargs`` is set but the run uses the local executor (no Ray)."""
-    if OmegaConf.select(config, "trainer.executor", default=None) != "local":
+    if trainer.executor != "local":
         return []
     given = given_ray_kwargs(config)
     if not given:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from rlcore.config.sections.actor import RouterReplayConfig
 
@@ -35,8 +35,8 @@ EXPERT_COUNT_FIELDS: tuple[str, ...] = ("num_experts", "num_local_experts", "n_r
 
 
 def replay_mode(config: DictConfig, section: str) -> str:
-    """``{section}.router_replay.mode`` (its default, ``disabled``, when the section has no such key)."""
-    return str(OmegaConf.select(config, f"{section}.router_replay.mode", default=RouterReplayConfig.mode))
+    """``{section}.router_replay.mode``, read from the typed ``router_replay`` section of ``config``."""
+    return str(RouterReplayConfig.from_tree(config, f"{section}.router_replay").mode)
 
 
 def is_moe_fields(fields: Mapping[str, Any]) -> bool:

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from rlcore.config.async_training import async_training_problems
 from rlcore.config.batch_sizes import ppo_batch_sizes, ulysses_size
 from rlcore.config.expert_parallel import expert_parallel_notes, expert_parallel_problems
+from rlcore.config.given_sections import given_section
 from rlcore.config.keys import positive_int, positive_key
 from rlcore.config.loader import ConfigError
 from rlcore.config.prefix_grouper import prefix_grouper_notes, prefix_grouper_problems
@@ -24,16 +25,15 @@ from rlcore.config.schema import (
     ActorConfig,
     ActorRolloutRefConfig,
     AlgorithmConfig,
+    AsyncTrainingConfig,
+    CustomRewardFunctionConfig,
     DataConfig,
-    ModelConfig,
     RewardModelConfig,
     RolloutConfig,
     Sections,
     TrainerConfig,
     ValKwargs,
 )
-from rlcore.config.sections.algorithm import RolloutCorrectionConfig
-from rlcore.config.sections.reward_model import JudgeRolloutConfig
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.activation_offload import activation_offload_notes
 from rlcore.tracking.sinks import file_logger_notes
@@ -141,16 +141,17 @@ SPEED_ONLY.update(
 )
 
 
-def megatron_notes(config: DictConfig) -> list[str]:
+def megatron_notes(config: DictConfig, trainer: TrainerConfig, policy: ActorRolloutRefConfig) -> list[str]:
     """Notes for Megatron settings that change nothing here: offloading (``megatron.param_offload``,
     ``grad_offload``, ``optimizer_offload``) and a lower-precision ``megatron.dtype`` on ``trainer.device=cpu``
     (the engine computes in float32 with everything in host memory; on CUDA the dtype is an error), and
     ``use_fused_kernels`` on a Megatron actor (its output layer gives the same log-probs from full logits), and
-    ``model.lora.merge=false`` with Megatron LoRA (the rollout gets merged weights either way)."""
+    ``model.lora.merge=false`` with Megatron LoRA (the rollout gets merged weights either way). The
+    ``megatron.*`` and ``model.lora.*`` keys belong to rlcore-plugin-megatron: they are read from the tree."""
     from omegaconf import OmegaConf
 
     notes = []
-    cpu = OmegaConf.select(config, "trainer.device", default=None) == "cpu"
+    cpu = trainer.device == "cpu"
     for section in MEGATRON_SECTIONS if cpu else ():
         key = f"{section}.megatron"
         for name in ("param_offload", "grad_offload", "optimizer_offload"):
@@ -159,7 +160,7 @@ def megatron_notes(config: DictConfig) -> list[str]:
         dtype = OmegaConf.select(config, f"{key}.dtype", default="float32")
         if dtype not in ("float32", "fp32"):
             notes.append(f"{key}.dtype={dtype} changes nothing on trainer.device=cpu: the engine computes in float32")
-    megatron = OmegaConf.select(config, "actor_rollout_ref.actor.strategy", default=None) == "megatron"
+    megatron = policy.actor.strategy == "megatron"
     lora_rank = OmegaConf.select(config, "actor_rollout_ref.model.lora.rank", default=0)
     if megatron and isinstance(lora_rank, int) and lora_rank > 0:
         if OmegaConf.select(config, "actor_rollout_ref.model.lora.merge", default=False) is False:
@@ -167,11 +168,7 @@ def megatron_notes(config: DictConfig) -> list[str]:
                 "actor_rollout_ref.model.lora.merge=False changes nothing in rlcore: the rollout receives merged "
                 "weights W + alpha/rank·B·A (its engines take no separate adapters), the same policy as verl's adapters"
             )
-    if (
-        megatron
-        and OmegaConf.select(config, "actor_rollout_ref.model.use_fused_kernels", default=ModelConfig.use_fused_kernels)
-        is True
-    ):
+    if megatron and policy.model.use_fused_kernels is True:
         notes.append(
             "actor_rollout_ref.model.use_fused_kernels=True changes nothing on the Megatron backend: its output "
             "layer computes the logits, and the log-probs and entropy from them are the same numbers"
@@ -179,13 +176,13 @@ def megatron_notes(config: DictConfig) -> list[str]:
     return notes
 
 
-def megatron_lora_problems(config: DictConfig) -> list[str]:
-    """``actor_rollout_ref.model.lora.rank > 0`` (verl 0.10's LoRA, read by rlcore-plugin-megatron) with an actor on
-    another backend: the FSDP and DeepSpeed backends read ``model.lora_rank`` instead."""
+def megatron_lora_problems(config: DictConfig, actor: ActorConfig) -> list[str]:
+    """``actor_rollout_ref.model.lora.rank > 0`` (verl 0.10's LoRA, read by rlcore-plugin-megatron, from the tree)
+    with an actor on another backend: the FSDP and DeepSpeed backends read ``model.lora_rank`` instead."""
     from omegaconf import OmegaConf
 
     rank = OmegaConf.select(config, "actor_rollout_ref.model.lora.rank", default=0)
-    strategy = OmegaConf.select(config, "actor_rollout_ref.actor.strategy", default=None)
+    strategy = actor.strategy
     if isinstance(rank, int) and rank > 0 and strategy != "megatron":
         return [
             f"actor_rollout_ref.model.lora.rank={rank} configures LoRA on the megatron backend, and "
@@ -206,14 +203,12 @@ def speed_only_notes(config: DictConfig) -> list[str]:
     return notes
 
 
-def reward_model_notes(config: DictConfig) -> list[str]:
+def reward_model_notes(reward_model: RewardModelConfig) -> list[str]:
     """A note when ``reward_model.rollout.name`` is set for a discriminative reward model: only
     ``reward_model.reward_manager=judge`` generates with ``reward_model.rollout``."""
-    from omegaconf import OmegaConf
-
-    name = OmegaConf.select(config, "reward_model.rollout.name", default=JudgeRolloutConfig.name)
-    judge = OmegaConf.select(config, "reward_model.reward_manager", default=RewardModelConfig.reward_manager) == "judge"
-    if OmegaConf.select(config, "reward_model.enable", default=RewardModelConfig.enable) and not judge and name != "hf":
+    name = reward_model.rollout.name
+    judge = reward_model.reward_manager == "judge"
+    if reward_model.enable and not judge and name != "hf":
         return [
             f"reward_model.rollout.name={name} changes nothing in rlcore: the reward model runs on its training "
             "engine (reward_model.strategy); reward_model.rollout.* configure reward_model.reward_manager=judge"
@@ -225,19 +220,16 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def sampling_problems(config: DictConfig) -> list[str]:
+def sampling_problems(rollout: RolloutConfig, trainer: TrainerConfig) -> list[str]:
     """Training rollout settings that contradict the update (none with ``trainer.val_only``: nothing is
     trained). The actor computes the log-probs of the sampled tokens under ``softmax(logits / temperature)``
     (and the engines' rollout log-probs, ``calculate_log_probs``, are of the same distribution), as verl
     does: at temperature 0 that is a division by zero, and a greedy rollout (``do_sample=false``) does not
     sample the policy the update assumes (and gives a prompt's ``n`` responses the same tokens). Greedy
     decoding is for validation (``val_kwargs``)."""
-    from omegaconf import OmegaConf
-
-    if OmegaConf.select(config, "trainer.val_only", default=TrainerConfig.val_only):
+    if trainer.val_only:
         return []
     key = "actor_rollout_ref.rollout"
-    rollout = config.actor_rollout_ref.rollout
     problems = []
     if _number(rollout.temperature) and rollout.temperature == 0:
         problems.append(
@@ -245,7 +237,7 @@ def sampling_problems(config: DictConfig) -> list[str]:
             "softmax(logits / temperature), undefined at 0 (greedy decoding); train at a temperature > 0 "
             f"(verl's default is 1.0) and decode greedily in validation ({key}.val_kwargs.temperature=0)"
         )
-    if rollout.get("do_sample", RolloutConfig.do_sample) is False:
+    if rollout.do_sample is False:
         problems.append(
             f"{key}.do_sample=false cannot train: greedy training rollouts are not samples of the policy whose "
             f"log-probs the update uses (and the {key}.n responses of a prompt are identical); keep it true and "
@@ -254,23 +246,22 @@ def sampling_problems(config: DictConfig) -> list[str]:
     return problems
 
 
-def sampling_notes(config: DictConfig) -> list[str]:
+def sampling_notes(rollout: RolloutConfig, trainer: TrainerConfig) -> list[str]:
     """Notes on sampling settings that are allowed but easy to misread: a training rollout with top-k or
     top-p filtering samples from the filtered distribution while every log-prob (the actor's and the
     engine's) is of the whole distribution at the temperature, as in verl; a greedy validation with
     ``val_kwargs.n`` > 1 decodes the same response n times."""
-    rollout = config.actor_rollout_ref.rollout
     key = "actor_rollout_ref.rollout"
     notes = []
-    filtered = [f"{name}={rollout.get(name)}" for name in ("top_k", "top_p") if _filters(rollout, name)]
-    if filtered and not config.trainer.get("val_only", TrainerConfig.val_only):
+    filtered = [f"{name}={getattr(rollout, name)}" for name in ("top_k", "top_p") if _filters(rollout, name)]
+    if filtered and not trainer.val_only:
         notes.append(
             f"{key}.{' and '.join(filtered)}: responses are sampled from the filtered distribution, but the "
             "log-probs of the update are those of the whole distribution at the temperature (as in verl)"
         )
     val = rollout.val_kwargs
-    greedy = val.get("do_sample", ValKwargs.do_sample) is False or val.get("temperature", ValKwargs.temperature) == 0
-    if greedy and isinstance(val.get("n"), int) and val.n > 1:
+    greedy = val.do_sample is False or val.temperature == 0
+    if greedy and isinstance(val.n, int) and val.n > 1:
         notes.append(
             f"{key}.val_kwargs.n={val.n} with greedy validation (val_kwargs.do_sample=false or temperature=0): "
             f"the {val.n} responses of a prompt are identical; set val_kwargs.do_sample=true and a temperature "
@@ -279,9 +270,9 @@ def sampling_notes(config: DictConfig) -> list[str]:
     return notes
 
 
-def _filters(section: DictConfig, name: str) -> bool:
+def _filters(section: RolloutConfig | ValKwargs, name: str) -> bool:
     """Whether ``top_k`` (> 0) or ``top_p`` (< 1) of a sampling section filters the distribution."""
-    value = section.get(name, None)
+    value = getattr(section, name)
     if not _number(value):
         return False
     return value > 0 if name == "top_k" else value < 1
@@ -314,17 +305,18 @@ def algorithm_value_problems(config: DictConfig) -> list[str]:
     return problems
 
 
-def user_file_problems(config: DictConfig) -> list[str]:
+def user_file_problems(reward: CustomRewardFunctionConfig, data: DataConfig) -> list[str]:
     """The reward function (``custom_reward_function``) and the dataset class (``data.custom_cls``) the config
     names are defined in their files: read, not run (:func:`rlcore.data.custom.check_defines`)."""
     from rlcore.data.custom import check_defines
 
     problems = []
-    reward = config.custom_reward_function
-    custom = config.data.custom_cls
+    custom = data.custom_cls
     if custom.path and not custom.name:
         problems.append(f"data.custom_cls.path={custom.path!r} is set but data.custom_cls.name is not")
-    wanted = [("custom_reward_function", reward.path, reward.name or "compute_score")]
+    wanted: list[tuple[str, str | None, str | None]] = [
+        ("custom_reward_function", reward.path, reward.name or "compute_score")
+    ]
     wanted.append(("data.custom_cls", custom.path, custom.name))
     for what, path, name in wanted:
         if not path or not name:
@@ -334,14 +326,6 @@ def user_file_problems(config: DictConfig) -> list[str]:
         except ConfigError as exc:
             problems += exc.problems
     return problems
-
-
-def _policy_section(config: DictConfig) -> ActorRolloutRefConfig | None:
-    """The typed ``actor_rollout_ref`` section, or None when it has problems of its own."""
-    try:
-        return ActorRolloutRefConfig.from_tree(config)
-    except ConfigError:
-        return None
 
 
 def check_values(config: DictConfig) -> None:
@@ -358,11 +342,15 @@ def check_values(config: DictConfig) -> None:
     from omegaconf import OmegaConf
 
     try:
-        policy: ActorRolloutRefConfig | None = Sections.from_tree(config).actor_rollout_ref
+        Sections.from_tree(config)
         problems: list[str] = []
     except ConfigError as exc:
         problems = list(exc.problems)
-        policy = _policy_section(config)
+    policy = given_section(ActorRolloutRefConfig, config)
+    trainer = given_section(TrainerConfig, config)
+    data = given_section(DataConfig, config)
+    reward = given_section(CustomRewardFunctionConfig, config, "custom_reward_function")
+    async_training = given_section(AsyncTrainingConfig, config)
     for key, (allowed, why) in ONLY_VALUES.items():
         value = OmegaConf.select(config, key, default=None)
         if value not in allowed or type(value) not in {type(a) for a in allowed}:
@@ -370,16 +358,21 @@ def check_values(config: DictConfig) -> None:
             problems.append(f"{key}={value!r} is not supported: {why} (allowed: {shown})")
     problems += value_range_problems(config)
     problems += algorithm_value_problems(config)
-    problems += sampling_problems(config)
-    problems += user_file_problems(config)
-    problems += async_training_problems(config)
-    problems += ray_kwargs_problems(config)
+    if policy is not None and trainer is not None:
+        problems += sampling_problems(policy.rollout, trainer)
+    if reward is not None and data is not None:
+        problems += user_file_problems(reward, data)
+    if async_training is not None and trainer is not None and policy is not None:
+        problems += async_training_problems(async_training, trainer, policy.rollout)
+    problems += ray_kwargs_problems(config, trainer)
     if policy is not None:  # these checks read the typed section (its own problems are reported above)
         problems += router_replay_problems(policy)
         problems += prefix_grouper_problems(policy)
-    problems += expert_parallel_problems(config)
-    problems += megatron_lora_problems(config)
-    if config.reward_model.launch_reward_fn_async and config.algorithm.batch_filters:
+        if trainer is not None:
+            problems += expert_parallel_problems(policy.rollout, trainer)
+        problems += megatron_lora_problems(config, policy.actor)
+    reward_model, algorithm = given_section(RewardModelConfig, config), given_section(AlgorithmConfig, config)
+    if reward_model and algorithm and reward_model.launch_reward_fn_async and algorithm.batch_filters:
         problems.append(
             "reward_model.launch_reward_fn_async=true cannot be combined with algorithm.batch_filters: "
             "the filters need the rewards before the log-probs are computed; turn one of them off"
@@ -388,31 +381,31 @@ def check_values(config: DictConfig) -> None:
         raise ConfigError(*problems)
 
 
-def _check_rollout_correction(config: DictConfig) -> list[str]:
+def _check_rollout_correction(algorithm: AlgorithmConfig, policy: ActorRolloutRefConfig) -> list[str]:
     """``algorithm.rollout_correction`` asks for known IS levels, RS options with valid thresholds and a loss
     type that fits the policy loss, and has the rollout log-probs it needs; ``algorithm.pf_ppo`` names a
     known method (``rlcore.algos`` imports torch, so it is imported only when a feature is asked for).
     Returns the plan's note on IS weights that bypass mode's PPO-clip loss only reports."""
     from rlcore.errors import RLCoreError
 
-    if config.algorithm.get("use_pf_ppo", AlgorithmConfig.use_pf_ppo):
+    if algorithm.use_pf_ppo:
         from rlcore.algos.pf_ppo import check_pf_ppo
 
         try:
-            check_pf_ppo(config.algorithm.pf_ppo)
+            check_pf_ppo(algorithm.pf_ppo.tree())
         except RLCoreError as exc:
             raise ConfigError(str(exc)) from exc
-    correction = config.algorithm.get("rollout_correction") or {}
-    level = correction.get("rollout_is")
-    rejection = correction.get("rollout_rs")
-    bypass = bool(correction.get("bypass_mode", RolloutCorrectionConfig.bypass_mode))
-    loss_type = correction.get("loss_type") or RolloutCorrectionConfig.loss_type
+    correction = algorithm.rollout_correction
+    level = correction.rollout_is
+    rejection = correction.rollout_rs
+    bypass = bool(correction.bypass_mode)
+    loss_type = correction.loss_type or "ppo_clip"
     if level is None and rejection is None and not bypass and loss_type == "ppo_clip":
         return []
     from rlcore.algos.rollout_correction import IS_LEVELS, check_bypass_loss, parse_is_threshold, parse_rejection_rules
 
     try:
-        check_bypass_loss(correction, config.actor_rollout_ref.actor.policy_loss.get("loss_mode") or "vanilla")
+        check_bypass_loss(correction.tree(), policy.actor.policy_loss.loss_mode or "vanilla")
     except RLCoreError as exc:
         raise ConfigError(str(exc)) from exc
 
@@ -421,18 +414,18 @@ def _check_rollout_correction(config: DictConfig) -> list[str]:
             f"algorithm.rollout_correction.rollout_is must be one of {', '.join(IS_LEVELS)} or null, got {level!r}"
         )
     asked = [name for name, on in (("rollout_is", level), ("rollout_rs", rejection), ("bypass_mode", bypass)) if on]
-    if not config.actor_rollout_ref.rollout.get("calculate_log_probs", RolloutConfig.calculate_log_probs):
+    if not policy.rollout.calculate_log_probs:
         raise ConfigError(
             f"algorithm.rollout_correction.{asked[0]} needs the engine's log-probs: "
             "set actor_rollout_ref.rollout.calculate_log_probs=true"
         )
     try:
-        parse_is_threshold(correction.get("rollout_is_threshold"))
+        parse_is_threshold(correction.rollout_is_threshold)
     except RLCoreError as exc:
         raise ConfigError(str(exc)) from exc
     if rejection is not None:
         try:
-            parse_rejection_rules(rejection, correction.get("rollout_rs_threshold"))
+            parse_rejection_rules(rejection, correction.rollout_rs_threshold)
         except RLCoreError as exc:
             raise ConfigError(str(exc)) from exc
     if bypass and level and loss_type == "ppo_clip":
@@ -483,7 +476,9 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
         raise ConfigError(f"trainer.executor must be 'auto', 'local' or 'ray', got {config.trainer.executor!r}")
     positive_int(data.max_prompt_length, data.key("max_prompt_length"))
     positive_int(data.max_response_length, data.key("max_response_length"))
-    notes += _check_rollout_correction(config)
+    algorithm, policy = given_section(AlgorithmConfig, config), given_section(ActorRolloutRefConfig, config)
+    if algorithm is not None and policy is not None:
+        notes += _check_rollout_correction(algorithm, policy)
     if mini > prompts:
         raise ConfigError(
             f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini}) must not exceed data.train_batch_size ({prompts})"
@@ -514,15 +509,16 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
             f"data.train_batch_size ({prompts}) is not a multiple of ppo_mini_batch_size ({mini}): "
             f"the last mini-batch holds {prompts % mini} prompts"
         )
+    policy, trainer = ActorRolloutRefConfig.from_tree(config), TrainerConfig.from_tree(config)
     notes += speed_only_notes(config)
-    notes += sampling_notes(config)
-    notes += reward_model_notes(config)
+    notes += sampling_notes(policy.rollout, trainer)
+    notes += reward_model_notes(RewardModelConfig.from_tree(config))
     notes += activation_offload_notes(config)
-    notes += megatron_notes(config)
-    notes += expert_parallel_notes(config)
-    notes += ray_kwargs_notes(config)
+    notes += megatron_notes(config, trainer, policy)
+    notes += expert_parallel_notes(policy.rollout, trainer)
+    notes += ray_kwargs_notes(config, trainer)
     notes += file_logger_notes(config)
-    notes += prefix_grouper_notes(ActorRolloutRefConfig.from_tree(config))
+    notes += prefix_grouper_notes(policy)
     return DerivedQuantities(
         world_size=world,
         data_parallel_size=dp,

@@ -39,6 +39,7 @@ class RayInitConfig(Section):
 class RayKwargsConfig(Section):
     """``ray_kwargs``: verl's Ray start-up options (trainer.executor=ray; the local executor does not use them)."""
 
+    PATH = "ray_kwargs"
     #: passed to ray.init when rlcore starts Ray or attaches to it (trainer.ray_address); +key adds another ray.init
     #: argument
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)

@@ -104,6 +104,7 @@ class TrainerConfig(Section):
 class AsyncTrainingConfig(Section):
     """``async_training``: one-step-off-policy training (verl's recipe/one_step_off_policy); docs/async-training.md."""
 
+    PATH = "async_training"
     #: true: the rollout pool generates the next batches while the trainer updates (placement=split, ray)
     enable: bool = False
     #: batches generated ahead: a batch is trained at most this many updates after its weights

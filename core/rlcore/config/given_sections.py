@@ -1,0 +1,52 @@
+"""Typed sections of a tree that may have problems, for the dry run's checks.
+
+The dry run reports every problem of a config at once: each section's own (:meth:`Sections.from_tree`) and the
+checks that read several sections (:mod:`rlcore.config.validate`). Those checks must still run when a section
+they read has a problem of its own (``trainer.total_epochs=0`` must not hide ``rollout.do_sample=false``), so
+they read :func:`given_section`: the section built from the tree's values, its own checks left to
+:meth:`Section.from_tree`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, TypeVar
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from rlcore.config.problems import ConfigError
+from rlcore.config.sections.base import Section, is_section
+
+_S = TypeVar("_S", bound=Section)
+
+
+def given_section(cls: type[_S], config: DictConfig, path: str | None = None) -> _S | None:
+    """The section ``cls`` at ``path`` (default :attr:`Section.PATH`) of the resolved ``config``, with the
+    values as given even where they fail its checks (a bad choice, a count of 0); None when a key of it is
+    missing (the loader adds every declared key, so only a hand-made tree lacks one)."""
+    try:
+        return cls.from_tree(config, path)
+    except ConfigError:
+        pass
+    path = path or cls.PATH
+    node = OmegaConf.select(config, path)
+    if not isinstance(node, DictConfig):
+        return None
+    hints = typing.get_type_hints(cls)
+    section = object.__new__(cls)
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        kind, key = hints[field.name], f"{path}.{field.name}"
+        value: Any
+        if is_section(kind):
+            value = given_section(kind, config, key)
+            if value is None:
+                return None
+        elif field.name not in node:
+            return None
+        else:
+            value = node[field.name]
+            if isinstance(value, (DictConfig, ListConfig)):
+                value = OmegaConf.to_container(value, resolve=True)
+        object.__setattr__(section, field.name, value)  # frozen: set as from_tree would, without the checks
+    return section
