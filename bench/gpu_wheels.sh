@@ -17,7 +17,7 @@ python=${PYTHON:-python}
 omegaconf=$("$python" -c "import importlib.metadata as m; print(m.version('omegaconf'))")
 
 rm -rf "$out/whl"
-plugins="backend_fsdp rollout_hf algo_grpo backend_megatron tasks report plan testkit"
+plugins="backend_fsdp rollout_hf algo_grpo backend_megatron tasks report plan testkit profiler"
 "$python" "$repo/tools/wheelhouse.py" --out "$out/whl" "$repo" $(printf "$repo/plugins/%s " $plugins) > /dev/null
 "$python" -m pip download -q --no-deps --only-binary=:all: -d "$out/whl" "omegaconf==$omegaconf"
 mcore=$("$python" -c "import importlib.metadata as m; print(m.version('megatron-core'))")
