@@ -392,7 +392,7 @@ def _check_rollout_correction(algorithm: AlgorithmConfig, policy: ActorRolloutRe
         from rlcore.algos.pf_ppo import check_pf_ppo
 
         try:
-            check_pf_ppo(algorithm.pf_ppo.tree())
+            check_pf_ppo(algorithm.pf_ppo)
         except RLCoreError as exc:
             raise ConfigError(str(exc)) from exc
     correction = algorithm.rollout_correction
