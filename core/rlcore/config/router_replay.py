@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rlcore.config.sections.actor import RouterReplayConfig
 
@@ -35,7 +35,10 @@ EXPERT_COUNT_FIELDS: tuple[str, ...] = ("num_experts", "num_local_experts", "n_r
 
 
 def replay_mode(config: DictConfig, section: str) -> str:
-    """``{section}.router_replay.mode``, read from the typed ``router_replay`` section of ``config``."""
+    """``{section}.router_replay.mode``, read from the typed ``router_replay`` section of ``config``; a section
+    without one (a plugin's trained model, such as PRIME's reward model) has the default, ``disabled``."""
+    if OmegaConf.select(config, f"{section}.router_replay", default=None) is None:
+        return RouterReplayConfig().mode
     return str(RouterReplayConfig.from_tree(config, f"{section}.router_replay").mode)
 
 
