@@ -56,8 +56,13 @@ def test_settings_are_the_presets(arith_settings: dict[str, Any], curve: Any) ->
     assert kl["kl"] == "low_var_kl" and kl["kl_coef"] == 0.001
 
 
-def test_trl_config_matches_the_update_shape(arith_settings: dict[str, Any], curve: Any) -> None:
+def test_trl_config_matches_the_update_shape(
+    arith_settings: dict[str, Any], curve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """16 prompts x 8 = 128 completions per generation, cut into 2 mini-batches of 64: 2 TRL steps per RL step."""
+    # the bench runs TRL in a process of its own; in this one an in-process DeepSpeed engine may have set
+    # LOCAL_RANK (deepspeed.initialize needs it), which makes accelerate start torch.distributed
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
     kwargs = curve.trl_config_kwargs(arith_settings, seed=3, steps=40, out_dir="out", kl_bias_correction=False)
     assert kwargs["per_device_train_batch_size"] == 64
     assert kwargs["steps_per_generation"] == 2 and kwargs["gradient_accumulation_steps"] == 1
