@@ -162,6 +162,7 @@ _LAZY: dict[str, str] = {
     "ActorConfig": "rlcore.config.schema",
     "RefConfig": "rlcore.config.schema",
     "RolloutConfig": "rlcore.config.schema",
+    "OptimConfig": "rlcore.config.sections.actor",
     "Section": "rlcore.config.sections.base",
     "config_ref": "rlcore.config.sections.base:ref",
     "resolved_config": "rlcore.cli",
@@ -351,6 +352,7 @@ if TYPE_CHECKING:
     from rlcore.config.router_replay import ACTOR as ROUTER_REPLAY_ACTOR
     from rlcore.config.router_replay import REPLAY_MODES, replay_mode
     from rlcore.config.schema import ActorConfig, RefConfig, RolloutConfig
+    from rlcore.config.sections.actor import OptimConfig
     from rlcore.config.sections.base import Section
     from rlcore.config.sections.base import ref as config_ref
     from rlcore.data import DataError

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcore.api import Section, config_ref
+from rlcore.api import OptimConfig, Section, config_ref
 
 
 @dataclass(frozen=True)
@@ -35,31 +35,14 @@ class PrimeModelConfig(Section):
 
 
 @dataclass(frozen=True)
-class PrimeOptimConfig(Section):
-    """``reward_model.optim``: the implicit PRM's optimizer and learning-rate schedule (verl's names)."""
+class PrimeOptimConfig(OptimConfig):
+    """``reward_model.optim``: the implicit PRM's optimizer and learning-rate schedule, the actor's keys with
+    verl's PRM defaults for these two."""
 
-    #: learning rate
-    lr: float = 1.0e-6
-    #: warm-up steps (-1: from lr_warmup_steps_ratio)
-    lr_warmup_steps: int = -1
-    #: warm-up steps as a fraction of the training steps
-    lr_warmup_steps_ratio: float = 0.0
-    #: the cosine schedule's final learning rate as a fraction of lr
-    min_lr_ratio: float = 0.0
-    #: the cosine schedule's number of cycles
-    num_cycles: float = 0.5
-    #: constant | cosine
-    lr_scheduler_type: str = "constant"
-    #: verl's older name of lr_scheduler_type (null: use lr_scheduler_type)
-    warmup_style: str | None = None
     #: AdamW weight decay
     weight_decay: float = 0.0
-    #: AdamW betas
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     #: gradient-norm clip
     clip_grad: float = 10.0
-    #: optimizer steps of the schedule (-1: the run's)
-    total_training_steps: int = -1
 
 
 @dataclass(frozen=True)
