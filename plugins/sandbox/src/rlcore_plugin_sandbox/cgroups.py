@@ -9,9 +9,14 @@ is removed afterwards. Elsewhere the launcher's per-process rlimits are the only
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass
+
+#: a program's cgroup is named ``rlcore-sandbox-<pid of the process that made it>-<8 hex digits>``
+PREFIX = "rlcore-sandbox-"
+_NAME = re.compile(re.escape(PREFIX) + r"(\d+)-[0-9a-f]{8}")
 
 #: per version: (memory limit file, swap limit file, file with the ``oom_kill`` count, processes file)
 _FILES = {
@@ -64,7 +69,7 @@ class Cgroup:
     def __init__(self, layout: Layout, memory_bytes: int, processes: int) -> None:
         """Create the cgroups under ``layout`` with these limits (an :class:`OSError` when not allowed)."""
         self.version = layout.version
-        name = f"rlcore-sandbox-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.memory = os.path.join(layout.memory, name)
         self.pids = os.path.join(layout.pids, name)
         self.folders = sorted({self.memory, self.pids})
@@ -116,11 +121,45 @@ def _write(path: str, value: str) -> None:
         handle.write(value)
 
 
+def sweep_stale(layout: Layout) -> list[str]:
+    """Remove the empty program cgroups under ``layout`` whose maker is no longer running (a caller killed before
+    it could remove them), and return their paths. A cgroup of a live process, or one that still holds
+    processes, is left alone."""
+    removed = []
+    for parent in sorted({layout.memory, layout.pids}):
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        for name in names:
+            match = _NAME.fullmatch(name)
+            if match is None or _alive(int(match.group(1))):
+                continue
+            try:
+                os.rmdir(os.path.join(parent, name))
+            except OSError:
+                continue
+            removed.append(os.path.join(parent, name))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def probe() -> tuple[Layout | None, str]:
-    """The layout if a program's cgroup can be created and limited here, else ``None`` and why not."""
+    """The layout if a program's cgroup can be created and limited here, else ``None`` and why not. Program
+    cgroups that dead callers left behind are removed first (:func:`sweep_stale`)."""
     layout, reason = find_layout()
     if layout is None:
         return None, reason
+    sweep_stale(layout)
     try:
         Cgroup(layout, 64 << 20, 8).remove()
     except OSError as error:
