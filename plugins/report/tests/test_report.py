@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +150,26 @@ def test_the_end_of_a_run_names_its_report_and_curve(sparse_run_dir: Path, tmp_p
     (run / "reward_curve.png").unlink()
     (run / "summary.json").write_text(json.dumps({"kind": "sft", "status": "completed"}))
     assert end_of_run_lines(run) == [f"report:        {run / 'report' / 'index.html'}"]
+    assert not (run / "reward_curve.png").exists()
+
+
+def test_the_end_of_a_run_without_matplotlib_says_so_and_does_not_fail(sparse_run_dir: Path, tmp_path: Path) -> None:
+    """A machine without matplotlib (the lent GPU machines have none): the run has finished, so its summary names
+    the missing library and the fix instead of ending the run with a traceback."""
+    run = tmp_path / "run"
+    shutil.copytree(sparse_run_dir, run)
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from pathlib import Path\n"
+        "from rlcore_plugin_report.summary import end_of_run_lines\n"
+        f"print('\\n'.join(end_of_run_lines(Path({str(run)!r}))))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report, curve = result.stdout.splitlines()
+    assert report.startswith("report:        not written: matplotlib is not installed here")
+    assert curve.startswith("reward curve:  not drawn: matplotlib is not installed here")
+    assert report.endswith("pip install matplotlib (rlcore-plugin-report depends on it)")
     assert not (run / "reward_curve.png").exists()
 
 

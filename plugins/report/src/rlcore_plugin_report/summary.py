@@ -16,7 +16,8 @@ REWARD_CURVE = "reward_curve.png"
 def end_of_run_lines(run_dir: Path) -> list[str]:
     """Write the report of the run in ``run_dir`` (and an RL run's reward curve) and return the summary's lines
     naming them. An SFT run (its ``summary.json`` says ``kind: sft``) gets the report only, named without its
-    plots. A report or curve that cannot be written (a full disk) is one line saying why."""
+    plots. A report or curve that cannot be written (a full disk, matplotlib missing) is one line saying why: the
+    run has finished by then, and its end must not fail on a plot."""
     sft = _read_json(run_dir / "summary.json").get("kind") == "sft"
     lines = []
     try:
@@ -25,6 +26,8 @@ def end_of_run_lines(run_dir: Path) -> list[str]:
         lines.append(f"report:        {shown_path(report.html)}{plots}")
     except RLCoreError as exc:
         lines.append(f"report:        not written: {exc}")
+    except ImportError as exc:
+        lines.append(f"report:        not written: {not_installed(exc)}")
     if sft:
         return lines
     curve = run_dir / REWARD_CURVE
@@ -32,6 +35,14 @@ def end_of_run_lines(run_dir: Path) -> list[str]:
         lines.append(f"reward curve:  {shown_path(plot_reward_curve(run_dir / METRICS_FILE, curve))}")
     except RLCoreError as exc:
         lines.append(f"reward curve:  not drawn: {exc}")
+    except ImportError as exc:
+        lines.append(f"reward curve:  not drawn: {not_installed(exc)}")
     except OSError as exc:  # e.g. the disk is full
         lines.append(f"reward curve:  not drawn: cannot write {shown_path(curve)} ({exc.strerror or exc})")
     return lines
+
+
+def not_installed(exc: ImportError) -> str:
+    """Why a plot was not made when its plotting library does not import, with the command that fixes it."""
+    name = (exc.name or "matplotlib").split(".")[0]
+    return f"{name} is not installed here ({exc}); pip install {name} (rlcore-plugin-report depends on it)"
