@@ -197,9 +197,9 @@ class RunCheckpoints:
 
     def accept(self, path: Path, total_steps: int) -> Path | None:
         """``path`` when it is a checkpoint of this run (its fingerprint matches, up to
-        ``trainer.resume_allow_changes``) with steps left before ``total_steps``; None to start fresh (a
-        finished checkpoint found by ``resume_mode=auto``, said on the console). Raises :class:`RLCoreError`
-        for another run's checkpoint, or a finished one the run was told to resume."""
+        ``trainer.resume_allow_changes``) with steps left before ``total_steps``; None to start fresh, said on
+        the console, for another run's or a finished checkpoint that ``resume_mode=auto`` found. Raises
+        :class:`RLCoreError` for such a checkpoint the run was told to resume (``trainer.resume_from_path``)."""
         from rlcore.checkpoint import read_trainer_state
         from rlcore.checkpoint.fingerprint import accept_checkpoint
         from rlcore.controller.resume import unfinished_checkpoint
