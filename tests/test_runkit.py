@@ -86,7 +86,7 @@ def test_a_plugin_run_writes_its_directory_and_resumes_only_its_own_unfinished_c
     kit = RunKit.load()
     config, checkpoints = _run_config(tmp_path)
     problems = Problems()
-    kit.configure_process(config, problems)
+    kit.quiet_libraries(config)
     kit.check(config, problems)
     problems.raise_if_any()
     with kit.open_run(config, checkpoints) as run:

@@ -4,7 +4,7 @@
 same lifecycle through three objects (exported by :mod:`rlcore.api`):
 
 - :class:`RunKit` (:meth:`RunKit.load`): the loaded plugins and their registry, the process settings
-  (``trainer.cpu_threads``, quiet third-party libraries), the checks before any model loads (the trackers
+  (quiet third-party libraries, ``trainer.cpu_threads``), the checks before any model loads (the trackers
   of ``trainer.logger``, ``trainer.resume_allow_changes``), the presets a bundled task uses, and
   :meth:`RunKit.open_run`;
 - :class:`PluginRun`: one run, holding ``trainer.default_local_dir``'s lock: its identity, the run directory
@@ -60,7 +60,7 @@ class RunKit:
     Attributes:
         manager: the loaded plugins (their hooks, versions and records).
         started: ``time.perf_counter()`` when the command started (the run's wall time counts from it).
-        cpu_threads: ``trainer.cpu_threads`` as :meth:`configure_process` read it (set by :meth:`begin`).
+        cpu_threads: ``trainer.cpu_threads`` as :meth:`check` read it (set by :meth:`begin`).
     """
 
     manager: PluginManager
@@ -81,25 +81,27 @@ class RunKit:
         """The components of every loaded plugin."""
         return self.manager.registry
 
-    def configure_process(self, config: DictConfig, problems: Problems) -> None:
-        """Quiet third-party libraries for ``trainer.device`` (before any of them loads) and read
-        ``trainer.cpu_threads`` (applied by :meth:`open_run`; a bad value is recorded in ``problems``)."""
-        from rlcore.process_env import cpu_threads_setting, quiet_third_party
+    def quiet_libraries(self, config: DictConfig) -> None:
+        """Set what third-party libraries read at import for ``trainer.device`` (DeepSpeed's accelerator) and
+        turn off Hugging Face's progress bars; call it before anything imports them."""
+        from rlcore.process_env import quiet_third_party
 
         quiet_third_party(str(config.trainer.device))
-        with problems.collect():
-            self.cpu_threads = cpu_threads_setting(config)
 
     def check(self, config: DictConfig, problems: Problems) -> None:
         """The core's checks of a run's ``trainer`` keys before anything starts, recorded in ``problems``: every
-        tracker of ``trainer.logger`` (its settings and dependencies) and ``trainer.resume_allow_changes``."""
+        tracker of ``trainer.logger`` (its settings and dependencies), ``trainer.resume_allow_changes`` and
+        ``trainer.cpu_threads`` (applied by :meth:`begin`)."""
         from rlcore.checkpoint.fingerprint import check_allowed
+        from rlcore.process_env import cpu_threads_setting
         from rlcore.tracking.external import preflight_trackers
 
         with problems.collect():
             preflight_trackers(config, self.registry)
         with problems.collect():
             check_allowed(config.trainer.resume_allow_changes)
+        with problems.collect():
+            self.cpu_threads = cpu_threads_setting(config)
 
     def plugins_line(self) -> str:
         """``plugins: N installed (rlcore plugins lists them)``, the line a run prints before its plan."""

@@ -118,7 +118,7 @@ def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) ->
         base = bundled_source(kit)
     problems = Problems()
     config = load_sft_config(files, overrides, problems, base=base)
-    kit.configure_process(config, problems)
+    kit.quiet_libraries(config)
     engine, sizes = check_sft(config, kit, problems)
     problems.raise_if_any()
     click.echo(kit.plugins_line())
