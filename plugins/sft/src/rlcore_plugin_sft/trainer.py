@@ -204,7 +204,7 @@ class SFTTrainer:
     def prepare(self) -> None:
         """What can fail before the worker starts, done once: the checkpoint to resume (a finished one starts
         a fresh run, which moves the checkpoints of another run aside: see
-        :func:`~rlcore.checkpoint.claim_checkpoints`), the tokenizer and the datasets. ``rlcore sft`` calls it
+        :meth:`~rlcore.api.RunCheckpoints.claim`), the tokenizer and the datasets. ``rlcore sft`` calls it
         before it creates the run directory, holding the checkpoint folder's lock; :meth:`fit` calls it when
         nobody did."""
         if self.prepared:
