@@ -63,7 +63,6 @@ def plugin_sources() -> Iterator[tuple[str, Path]]:
 #: trainer of its own on the core's run machinery (config loading, run folder and lock, checkpoints and resume,
 #: worker groups, trackers, the run guard), which rlcore.api does not offer yet: a trainer kind would (issue 41).
 PRIVATE_IMPORTS_PENDING = {
-    "rlcore_plugin_sft": "a trainer of its own on the core's private run machinery",
     "rlcore_testkit": "a test-only distribution: its contracts drive the registry, config loader and workers",
 }
 #: the test kit (``rlcore_testkit``), imported from a plugin's source by the tasks plugin only, inside the

@@ -226,6 +226,33 @@ _LAZY: dict[str, str] = {
     "token_types": "rlcore.modelkit.vlm",
     "sequence_parallel": "rlcore.modelkit.sequence_parallel:",
     "load_processor": "rlcore.processors",
+    # a plugin's own trainer (a trainer kind, ``rlcore sft``): the run machinery, its config tree and loop helpers
+    "RunKit": "rlcore.runkit",
+    "PluginRun": "rlcore.runkit",
+    "RunCheckpoints": "rlcore.runkit",
+    "ConfigSource": "rlcore.config.compose:Source",
+    "Problems": "rlcore.config.problems",
+    "load_config_tree": "rlcore.config.own_tree",
+    "parse_command_line": "rlcore.config.compose",
+    "default_config": "rlcore.config.loader",
+    "config_to_yaml": "rlcore.config.loader",
+    "legacy_per_rank": "rlcore.config.batch_sizes",
+    "OPTIM_RANGES": "rlcore.config.ranges",
+    "range_problems": "rlcore.config.ranges",
+    "WorkerGroup": "rlcore.api.groups",
+    "ActorRolloutRefWorker": "rlcore.workers.actor",
+    "PromptLoader": "rlcore.data.loader",
+    "collate_rows": "rlcore.data.collate",
+    "reduce_metrics": "rlcore.tracking.values",
+    "compute_throughput_metrics": "rlcore.algos.metrics",
+    # reading data rows: files and folders, where a row came from, text checks (SFT's dataset)
+    "normalize_files": "rlcore.data.files",
+    "RowOrigin": "rlcore.data.rl_dataset",
+    "check_unicode": "rlcore.data.rl_dataset",
+    "config_value": "rlcore.data.rl_dataset",
+    "to_plain": "rlcore.data.rl_dataset",
+    "tokenizer_failure": "rlcore.data.rl_dataset",
+    "mask_spans": "rlcore.agents.audit",
     # experiment trackers
     "ExternalTracker": "rlcore.tracking.external",
     "TrackerConfigError": "rlcore.tracking.external",
@@ -253,6 +280,7 @@ if TYPE_CHECKING:
         audit_batch,
         with_text,
     )
+    from rlcore.agents.audit import mask_spans
     from rlcore.agents.settings import MULTI_TURN_KEY, AgentSettings
     from rlcore.agents.tools import class_entries as tool_classes
     from rlcore.algos import (
@@ -271,6 +299,7 @@ if TYPE_CHECKING:
         sum_pi_squared_from_logits,
         vanilla_policy_loss,
     )
+    from rlcore.algos.metrics import compute_throughput_metrics
     from rlcore.api.batch import (
         Batch,
         BatchError,
@@ -297,6 +326,7 @@ if TYPE_CHECKING:
         Tracker,
     )
     from rlcore.api.extensions import StepExtension
+    from rlcore.api.groups import WorkerGroup
     from rlcore.api.profiling import (
         EngineTrace,
         Profiler,
@@ -344,11 +374,18 @@ if TYPE_CHECKING:
         UpdateBatchSizes,
         data_parallel_size,
         inference_micro_batch_size,
+        legacy_per_rank,
         ppo_batch_sizes,
         token_budget,
     )
+    from rlcore.config.compose import Source as ConfigSource
+    from rlcore.config.compose import parse_command_line
     from rlcore.config.keys import ROLLOUT_KEY, positive_int, select
+    from rlcore.config.loader import config_to_yaml, default_config
     from rlcore.config.output_paths import shown_path
+    from rlcore.config.own_tree import load_config_tree
+    from rlcore.config.problems import Problems
+    from rlcore.config.ranges import OPTIM_RANGES, range_problems
     from rlcore.config.router_replay import ACTOR as ROUTER_REPLAY_ACTOR
     from rlcore.config.router_replay import REPLAY_MODES, replay_mode
     from rlcore.config.schema import ActorConfig, RefConfig, RolloutConfig
@@ -356,8 +393,11 @@ if TYPE_CHECKING:
     from rlcore.config.sections.base import Section
     from rlcore.config.sections.base import ref as config_ref
     from rlcore.data import DataError
+    from rlcore.data.collate import collate_rows
+    from rlcore.data.files import normalize_files
+    from rlcore.data.loader import PromptLoader
     from rlcore.data.multimodal import MULTI_MODAL_INPUTS, load_image
-    from rlcore.data.rl_dataset import read_rows
+    from rlcore.data.rl_dataset import RowOrigin, check_unicode, config_value, read_rows, to_plain, tokenizer_failure
     from rlcore.dtypes import parse_dtype
     from rlcore.errors import RLCoreError
     from rlcore.model_check import HUB, hub_unreachable
@@ -406,6 +446,7 @@ if TYPE_CHECKING:
     )
     from rlcore.rollout.token_engine import Completion, TokenListEngine
     from rlcore.rollout.weights import check_weight_names, float64_sum
+    from rlcore.runkit import PluginRun, RunCheckpoints, RunKit
     from rlcore.tracking.device_peak import table_peak_flops
     from rlcore.tracking.external import (
         ExternalTracker,
@@ -419,6 +460,8 @@ if TYPE_CHECKING:
     )
     from rlcore.tracking.progress import short_label
     from rlcore.tracking.sinks import METRICS_FILE, format_value, read_metrics
+    from rlcore.tracking.values import reduce_metrics
+    from rlcore.workers.actor import ActorRolloutRefWorker
     from rlcore.workers.base import WorkerBase, cpu_batch
     from rlcore.workers.micro_batches import plan_micro_batches
     from rlcore.workers.ppo_loop import UpdateSettings, ppo_update

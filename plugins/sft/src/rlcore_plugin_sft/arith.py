@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlcore.config.compose import Source
+from rlcore.api import ConfigSource, RunKit
 
 #: the RL preset of the arithmetic task (rlcore-plugin-tasks), whose model and prompts the SFT task uses
 TASK_PRESET = "arith-cpu"
@@ -45,12 +45,9 @@ def write_sft_data(task_dir: Path, out_dir: Path) -> dict[str, Path]:
     return written
 
 
-def _task_settings() -> dict[str, Any]:
+def _task_settings(kit: RunKit) -> dict[str, Any]:
     """The nested settings of :data:`TASK_PRESET` (an unknown-preset error names the distribution to install)."""
-    from rlcore import load_plugins
-    from rlcore.config.loader import preset_fragment
-
-    return preset_fragment(TASK_PRESET, load_plugins())
+    return kit.preset_settings(TASK_PRESET)
 
 
 def _task_root(task: dict[str, Any]) -> Path:
@@ -59,22 +56,19 @@ def _task_root(task: dict[str, Any]) -> Path:
     return Path(task["data"]["train_files"]).parent
 
 
-def prepare_sft_assets() -> Path:
+def prepare_sft_assets(kit: RunKit) -> Path:
     """Write the arithmetic task's parquet files (the preset's ``prepare``, cached) and its SFT files; returns
     the task's cache folder."""
-    from rlcore import load_plugins
-    from rlcore.run import prepare_presets
-
-    prepare_presets(load_plugins(), [TASK_PRESET], None)
-    root = _task_root(_task_settings())
+    kit.prepare_presets([TASK_PRESET])
+    root = _task_root(_task_settings(kit))
     if not all((root / name).is_file() for name in SFT_FILES.values()):
         write_sft_data(root, root)
     return root
 
 
-def bundled_source() -> Source:
+def bundled_source(kit: RunKit) -> ConfigSource:
     """The settings of the bundled SFT run (a config source, overridden by files and ``key=value``)."""
-    task = _task_settings()
+    task = _task_settings(kit)
     root = _task_root(task)
     settings: dict[str, Any] = {
         "data": {
@@ -98,4 +92,4 @@ def bundled_source() -> Source:
             "experiment_name": "arith-sft",
         },
     }
-    return Source("bundled SFT task", settings)
+    return ConfigSource("bundled SFT task", settings)

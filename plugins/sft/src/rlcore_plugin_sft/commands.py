@@ -20,7 +20,7 @@ def sft(args: tuple[str, ...], dry_run: bool) -> None:
     Without arguments: the bundled arithmetic task. The checkpoint's ``actor/huggingface`` folder is what
     ``rlcore run actor_rollout_ref.model.path=...`` takes.
     """
-    from rlcore.config import parse_command_line
+    from rlcore.api import parse_command_line
     from rlcore_plugin_sft.run import run_sft
 
     line = parse_command_line(args)
@@ -37,9 +37,12 @@ def data_arith_sft(local_dir: str) -> None:
     import os
     from pathlib import Path
 
+    from rlcore import load_plugins
+    from rlcore.api import RunKit
     from rlcore_plugin_sft.arith import prepare_sft_assets, write_sft_data
 
-    for split, path in write_sft_data(prepare_sft_assets(), Path(os.path.expanduser(local_dir))).items():
+    root = prepare_sft_assets(RunKit(load_plugins()))
+    for split, path in write_sft_data(root, Path(os.path.expanduser(local_dir))).items():
         click.echo(f"{split}: {path}")
 
 

@@ -21,14 +21,20 @@ from typing import TYPE_CHECKING, Any, cast
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from rlcore.api import positive_int, select
-from rlcore.config.compose import Source, config_file
-from rlcore.config.loader import coerce_value, flatten, known_keys, nest, parse_override, resolve_executor
-from rlcore.config.problems import ConfigError, Problems
-from rlcore.data.rl_dataset import to_plain
+from rlcore.api import (
+    ConfigError,
+    ConfigSource,
+    Problems,
+    default_config,
+    legacy_per_rank,
+    load_config_tree,
+    positive_int,
+    select,
+    to_plain,
+)
 
 if TYPE_CHECKING:
-    from rlcore.plugins import PluginManager
+    from rlcore.api import RunKit
 
 DEFAULTS_FILE = Path(__file__).with_name("defaults.yaml")
 #: verl's older spellings -> the key of ``defaults.yaml``
@@ -121,31 +127,6 @@ def sft_defaults() -> DictConfig:
         return OmegaConf.create(yaml.safe_load(handle))
 
 
-def _apply(merged: DictConfig, source: Source, defaults: DictConfig, problems: Problems) -> DictConfig:
-    """Merge one source into ``merged``, keeping its valid keys; record a problem for every other key."""
-    known = known_keys(defaults)
-    good: dict[str, Any] = {}
-    for given, value in flatten(source.fragment).items():
-        key = ALIASES.get(given, given)
-        if known.declares(key):
-            try:
-                good[key] = coerce_value(key, value, defaults)
-            except ConfigError as exc:
-                problems.add(f"{source.label}: {exc}")
-        elif key in known.sections:
-            problems.add(f"{source.label}: {given!r} is a config section, not a value; set one of its keys instead")
-        else:
-            problems.add(
-                f"{source.label}: unknown SFT config key {given!r}.{known.suggestion(key)} "
-                "(`rlcore sft --dry-run` prints every key)"
-            )
-    try:
-        return cast(DictConfig, OmegaConf.merge(merged, nest(good)))
-    except Exception as exc:  # e.g. a mapping given where the defaults hold a list
-        problems.add(f"{source.label}: cannot merge: {exc}")
-        return merged
-
-
 def check_sft_values(config: DictConfig) -> list[str]:
     """Problems with values of an SFT config: unsupported verl features and closed choices."""
     problems = []
@@ -167,35 +148,25 @@ def load_sft_config(
     files: Iterable[str] = (),
     overrides: Iterable[str] = (),
     problems: Problems | None = None,
-    base: Source | None = None,
+    base: ConfigSource | None = None,
 ) -> DictConfig:
     """The resolved SFT config from the defaults, ``base`` (the bundled task's settings), ``files`` and
-    ``key=value`` ``overrides`` (later wins).
+    ``key=value`` ``overrides`` (later wins), loaded with ``rlcore run``'s rules (:func:`rlcore.api.load_config_tree`).
 
     Every bad key or value is a problem naming it; they are raised together as one :class:`ConfigError`,
     or recorded in ``problems`` when given (the config then holds the valid keys only).
     """
     collected = problems if problems is not None else Problems()
-    defaults = sft_defaults()
-    sources: list[Source] = [base] if base is not None else []
-    for path in files:
-        with collected.collect():
-            sources += config_file(path)
-    dotted: dict[str, Any] = {}
-    for text in overrides:
-        with collected.collect():
-            key, value, _ = parse_override(text)
-            dotted[key] = value
-    sources.append(Source("command line", nest(dotted)))
-    merged = defaults
-    for source in sources:
-        merged = _apply(merged, source, defaults, collected)
-    try:
-        OmegaConf.resolve(merged)
-    except Exception as exc:  # nothing later can be checked on an unresolved config
-        collected.add(f"cannot resolve the config: {exc}")
-        collected.raise_if_any()
-    resolve_executor(merged)
+    merged = load_config_tree(
+        sft_defaults(),
+        files,
+        overrides,
+        problems=collected,
+        base=base,
+        aliases=ALIASES,
+        unknown="unknown SFT config key",
+        listing="`rlcore sft --dry-run` prints every key",
+    )
     for message in check_sft_values(merged):
         collected.add(message)
     if problems is None:
@@ -210,18 +181,18 @@ def world_size(config: DictConfig) -> int:
     )
 
 
-def lower_config(config: DictConfig, manager: PluginManager | None = None) -> tuple[DictConfig, SFTBatchSizes]:
+def lower_config(config: DictConfig, kit: RunKit | None = None) -> tuple[DictConfig, SFTBatchSizes]:
     """The engine config (:func:`engine_config`) and the step's batch sizes, which it carries: the
     per-rank micro-batch (the whole per-rank batch with a token budget)."""
     from rlcore.api import data_parallel_size
 
-    lowered = engine_config(config, manager)
+    lowered = engine_config(config, kit)
     sizes = sft_batch_sizes(config, data_parallel_size(lowered, ACTOR, world_size(config)))
     lowered.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = sizes.micro or sizes.per_rank
     return lowered, sizes
 
 
-def engine_config(config: DictConfig, manager: PluginManager | None = None) -> DictConfig:
+def engine_config(config: DictConfig, kit: RunKit | None = None) -> DictConfig:
     """The RL-tree config that rlcore's workers and training engines read for this SFT run (without the
     micro-batch size, which :func:`lower_config` adds).
 
@@ -230,14 +201,15 @@ def engine_config(config: DictConfig, manager: PluginManager | None = None) -> D
     checkpoint contents under ``actor_rollout_ref.actor``, the run settings under ``trainer``. One sequence
     is one "response" (``rollout.n=1``) and one step is one mini-batch of ``data.train_batch_size``.
     """
-    from rlcore.config.loader import default_config
-
     settings: dict[str, Any] = {key: OmegaConf.select(config, source) for key, source in LOWERED.items()}
     settings.update(FIXED)
-    base = default_config(manager)
+    base = default_config(kit.manager if kit is not None else None)
     if OmegaConf.select(base, f"{ACTOR}.fsdp_config") is not None:
         settings.update({key: OmegaConf.select(config, source) for key, source in LOWERED_FSDP.items()})
-    merged = cast(DictConfig, OmegaConf.merge(base, nest({key: to_plain(value) for key, value in settings.items()})))
+    lowered = OmegaConf.create()
+    for key, value in settings.items():
+        OmegaConf.update(lowered, key, to_plain(value))
+    merged = cast(DictConfig, OmegaConf.merge(base, lowered))
     OmegaConf.resolve(merged)
     return merged
 
@@ -268,8 +240,6 @@ class SFTBatchSizes:
 
 def sft_batch_sizes(config: DictConfig, dp_size: int) -> SFTBatchSizes:
     """The per-rank sizes of a step over ``dp_size`` data-parallel ranks; errors name the SFT keys."""
-    from rlcore.config.batch_sizes import legacy_per_rank
-
     total = positive_int(select(config, "data.train_batch_size"), "data.train_batch_size")
     if total % dp_size:
         raise ConfigError(

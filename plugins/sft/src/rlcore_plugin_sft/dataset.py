@@ -13,11 +13,11 @@ passed to the chat template. The whole chat is rendered once; the loss covers ex
 model would generate for each assistant turn — from the end of the template's generation prompt before it
 through the tokenizer's EOS (end-of-turn) token; what the template writes after that (a newline) is not
 trained. This is the mask convention of rlcore's multi-turn rollouts, and the same audit checks it
-(:func:`rlcore.agents.audit.audit_batch` on :func:`sft_batch`'s output). Each assistant turn must render as a
+(:func:`rlcore.api.audit_batch` on :func:`sft_batch`'s output). Each assistant turn must render as a
 prefix of the whole chat, token for token, otherwise the row is rejected naming the file, the row and the
 turn.
 
-:func:`rlcore.agents.audit.mask_spans` and :meth:`SFTDataset.loss_texts` expose the mask for auditing. Every error names the
+:func:`rlcore.api.mask_spans` and :meth:`SFTDataset.loss_texts` expose the mask for auditing. Every error names the
 file, the row and the key.
 """
 
@@ -31,11 +31,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlcore.agents.audit import mask_spans
-from rlcore.api import Batch
-from rlcore.data import DataError
-from rlcore.data.files import normalize_files
-from rlcore.data.rl_dataset import RowOrigin, check_unicode, config_value, read_rows, to_plain, tokenizer_failure
+from rlcore.api import (
+    Batch,
+    DataError,
+    RowOrigin,
+    check_unicode,
+    config_value,
+    mask_spans,
+    normalize_files,
+    read_rows,
+    to_plain,
+    tokenizer_failure,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +73,7 @@ def _descend(value: Any, keys: Sequence[str], column: str, origin: RowOrigin, di
 
 class SFTDataset:
     """The SFT rows of ``files`` (a path or list of parquet/jsonl files, or folders of them:
-    :mod:`rlcore.data.files`), tokenized with ``tokenizer``.
+    :func:`rlcore.api.normalize_files`), tokenized with ``tokenizer``.
 
     ``config`` is the ``data`` section of the SFT config; ``split`` is ``train`` or ``val`` (messages,
     ``*_max_samples``). ``dataset[i]`` is ``{"input_ids": list, "loss_mask": list}``, which

@@ -4,28 +4,31 @@ Before any model loads this checks every key and value, the training backend (it
 trackers, the model folder and the batch arithmetic, reporting every problem at once; it then writes
 ``config.yaml``, ``plugins.json`` and ``derived.json`` into ``trainer.runs_dir/<project>/<experiment>-<time>``,
 trains, and writes ``summary.json`` there (and the report, with rlcore-plugin-report). A run ends as
-``rlcore run``'s does (:mod:`rlcore.run_guard`): SIGINT/SIGTERM finish the step in progress
-(:mod:`rlcore.graceful_stop`), write the summary with the status and exit with ``128 + signal``.
+``rlcore run``'s does (the core's run machinery, :class:`rlcore.api.RunKit`): SIGINT/SIGTERM finish the step
+in progress, write the summary with the status and exit with ``128 + signal``.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 from omegaconf import DictConfig
 
-from rlcore.api import ConfigError, RLCoreError
-from rlcore.checkpoint.fingerprint import check_allowed
-from rlcore.config import Problems, config_to_yaml
-from rlcore.config.output_paths import make_output_paths_absolute, shown_path
-from rlcore.config.ranges import OPTIM_RANGES, range_problems
-from rlcore.plugins import PluginManager, load_plugins
-from rlcore.process_env import cpu_threads_setting, quiet_third_party, set_cpu_threads
+from rlcore.api import (
+    OPTIM_RANGES,
+    ConfigError,
+    PluginRun,
+    Problems,
+    RLCoreError,
+    RunKit,
+    config_to_yaml,
+    range_problems,
+    read_metrics,
+    shown_path,
+)
 from rlcore_plugin_sft.config import (
     ACTOR,
     SFTBatchSizes,
@@ -45,11 +48,11 @@ def _given_data(files: list[str], overrides: list[str]) -> bool:
     return bool(files) or any(o.lstrip("+").startswith("data.train_files=") for o in overrides)
 
 
-def _check_backend(config: DictConfig, engine: DictConfig, manager: PluginManager) -> None:
+def _check_backend(config: DictConfig, engine: DictConfig, kit: RunKit) -> None:
     """The training backend ``model.strategy`` exists and accepts the settings (``check_config``)."""
     strategy = config.model.strategy
     try:
-        backend = manager.registry.load("training_backend", strategy)
+        backend = kit.registry.load("training_backend", strategy)
     except RLCoreError as exc:
         raise ConfigError(f"model.strategy={strategy}: {exc}") from exc
     check = getattr(backend, "check_config", None)
@@ -71,10 +74,8 @@ def _import_external_lib(config: DictConfig) -> None:
         raise ConfigError(f"model.external_lib={name}: cannot import it ({exc})") from exc
 
 
-def check_sft(config: DictConfig, manager: PluginManager, problems: Problems) -> tuple[DictConfig, SFTBatchSizes]:
+def check_sft(config: DictConfig, kit: RunKit, problems: Problems) -> tuple[DictConfig, SFTBatchSizes]:
     """Everything that can be checked before a model loads; problems are recorded in ``problems``."""
-    from rlcore.tracking.external import preflight_trackers
-
     engine: Any = None
     sizes: Any = None
     with problems.collect():
@@ -88,133 +89,84 @@ def check_sft(config: DictConfig, manager: PluginManager, problems: Problems) ->
     known_backend = False
     with problems.collect():
         try:
-            manager.registry.get("training_backend", config.model.strategy)
+            kit.registry.get("training_backend", config.model.strategy)
         except RLCoreError as exc:
             raise ConfigError(f"model.strategy={config.model.strategy}: {exc}") from exc
         known_backend = True
     with problems.collect():
         if known_backend:
-            engine, sizes = lower_config(config, manager)
+            engine, sizes = lower_config(config, kit)
         else:  # the batch arithmetic without the backend's data-parallel layout
             sft_batch_sizes(config, world_size(config))
     if engine is not None:
         with problems.collect():
-            _check_backend(config, engine, manager)
-    with problems.collect():
-        preflight_trackers(config, manager.registry)
+            _check_backend(config, engine, kit)
     with problems.collect():
         _import_external_lib(config)
-    with problems.collect():
-        check_allowed(config.trainer.resume_allow_changes)
+    kit.check(config, problems)
     return engine, sizes
 
 
 def run_sft(files: list[str], overrides: list[str], *, dry_run: bool = False) -> dict[str, float]:
     """Everything ``rlcore sft`` does; returns the last metrics (empty for a dry run)."""
-    from rlcore.run import check_writable, make_run_dir, plugins_line
-
-    start = time.perf_counter()
-    manager = load_plugins()
-    for record in manager.problems():
-        click.echo(f"warning: plugin {record.name} [{record.status}]: {record.error}", err=True)
+    kit = RunKit.load()
     base = None
     if not _given_data(files, overrides):
         from rlcore_plugin_sft.arith import bundled_source
 
         click.echo("No config file or data.train_files given: fine-tuning on the bundled arithmetic task.")
-        base = bundled_source()
+        base = bundled_source(kit)
     problems = Problems()
     config = load_sft_config(files, overrides, problems, base=base)
-    quiet_third_party(str(config.trainer.device))
-    engine, sizes = check_sft(config, manager, problems)
-    cpu_threads = None
-    with problems.collect():
-        cpu_threads = cpu_threads_setting(config)
+    kit.quiet_libraries(config)
+    engine, sizes = check_sft(config, kit, problems)
     problems.raise_if_any()
-    click.echo(plugins_line(manager.versions()))
+    click.echo(kit.plugins_line())
     click.echo(sizes.summary(int(config.data.train_batch_size)))
     if dry_run:
         click.echo(config_to_yaml(config), nl=False)
         return {}
-    make_output_paths_absolute(config, ("trainer.default_local_dir", "trainer.runs_dir"))
-    make_output_paths_absolute(engine, ("trainer.default_local_dir",))
-    set_cpu_threads(cpu_threads)
+    kit.begin(config, engine)
     if base is not None:
         from rlcore_plugin_sft.arith import prepare_sft_assets
 
-        prepare_sft_assets()
-    from rlcore.model_check import check_model_paths
-
+        prepare_sft_assets(kit)
     try:
-        check_model_paths(engine)
+        kit.check_model(engine)
     except RLCoreError as exc:
         raise RLCoreError(sft_key_names(str(exc))) from exc
-    check_writable(Path(config.trainer.default_local_dir), "trainer.default_local_dir")
 
-    from rlcore.checkpoint import RunIdentity
-    from rlcore.checkpoint.lock import lock_checkpoint_folder
-    from rlcore.config.schema import TrainerConfig
     from rlcore_plugin_sft.trainer import SFTTrainer
 
-    identity = RunIdentity.new(Path())
-    lock = lock_checkpoint_folder(
-        TrainerConfig.from_tree(engine), identity, saves=True
-    )  # SFT saves at its end; one run per folder
-    try:
+    with kit.open_run(config, engine, saves=True) as run:  # SFT saves at its end; one run per folder
         # the run directory is made once start-up has succeeded: a start-up error leaves nothing behind
-        trainer = SFTTrainer(config, engine, sizes, Path(), manager.registry, identity)
+        trainer = SFTTrainer(config, engine, sizes, run)
         trainer.prepare()
-        run_dir = trainer.run_dir = make_run_dir(config)
-        identity.run_dir = str(run_dir)
-        if lock is not None:
-            lock.record(identity)
-        (run_dir / "config.yaml").write_text(config_to_yaml(config))
-        (run_dir / "plugins.json").write_text(
-            json.dumps({r.name: {"version": r.version, "status": r.status} for r in manager.records.values()}, indent=2)
+        run.make_dir(
+            {"dp_size": sizes.dp_size, "sequences_per_rank": sizes.per_rank, "micro_batch_size_per_gpu": sizes.micro}
         )
-        derived = {
-            "dp_size": sizes.dp_size,
-            "sequences_per_rank": sizes.per_rank,
-            "micro_batch_size_per_gpu": sizes.micro,
-        }
-        (run_dir / "derived.json").write_text(json.dumps(derived, indent=2))
-        click.echo(f"run directory: {shown_path(run_dir)}")
-
-        last = _fit_and_summarise(trainer, engine, run_dir, start, manager)
-    finally:
-        if lock is not None:
-            lock.release()
-    return last
+        return _fit_and_summarise(trainer, run)
 
 
-def _fit_and_summarise(
-    trainer: SFTTrainer, engine: DictConfig, run_dir: Path, start: float, manager: PluginManager
-) -> dict[str, float]:
-    """Train, and end the run as ``rlcore run`` does (:func:`rlcore.run_guard.fit_to_the_end`): ``summary.json``
-    with the status however the run ends; after SIGINT/SIGTERM (the step in progress finished, or abandoned at
-    a second signal or after ``trainer.stop_grace_s``) the steps and checkpoint kept are printed and the exit
-    status is ``128 + signal``; user code's ``SystemExit`` or ``KeyboardInterrupt`` is an error naming the line."""
-    from rlcore.run import print_kept
-    from rlcore.run_guard import fit_to_the_end
-
-    return fit_to_the_end(
-        trainer,
-        lambda last, status: _summarise(run_dir, trainer, manager, time.perf_counter() - start, status),
-        lambda abandoned: print_kept(trainer.trainer_section, run_dir, abandoned=abandoned),
-    )
+def _fit_and_summarise(trainer: SFTTrainer, run: PluginRun) -> dict[str, float]:
+    """Train, and end the run as ``rlcore run`` does (:meth:`rlcore.api.PluginRun.fit_to_the_end`):
+    ``summary.json`` with the status however the run ends; after SIGINT/SIGTERM (the step in progress finished,
+    or abandoned at a second signal or after ``trainer.stop_grace_s``) the steps and checkpoint kept are printed
+    and the exit status is ``128 + signal``; user code's ``SystemExit`` or ``KeyboardInterrupt`` is an error
+    naming the line."""
+    return run.fit_to_the_end(trainer, lambda last, status: _summarise(run, trainer, status))
 
 
 #: the validation metrics whose trend ``rlcore sft`` prints and ``summary.json`` records
 TREND_KEYS: tuple[str, ...] = ("val/loss", "val/greedy_acc")
 
 
-def _summarise(run_dir: Path, trainer: SFTTrainer, manager: PluginManager, wall: float, status: str) -> None:
+def _summarise(run: PluginRun, trainer: SFTTrainer, status: str) -> None:
     """Print the validation trends and the checkpoint, write ``summary.json`` (``kind: sft``, the trends) and
-    name the metrics and what the plugins made of the run (:func:`rlcore.run.print_summary_lines`: the report
-    of rlcore-plugin-report); :class:`RLCoreError` when ``summary.json`` cannot be written."""
-    from rlcore.run import print_summary_lines
-    from rlcore.tracking.sinks import read_metrics
-
+    name the metrics and what the plugins made of the run (:meth:`rlcore.api.PluginRun.print_summary_lines`:
+    the report of rlcore-plugin-report); :class:`RLCoreError` when ``summary.json`` cannot be written."""
+    run_dir = run.directory
+    wall = run.wall_time()
     metrics_path = run_dir / "metrics.jsonl"
     rows = read_metrics(metrics_path) if metrics_path.is_file() else []
     click.echo("")
@@ -247,4 +199,4 @@ def _summarise(run_dir: Path, trainer: SFTTrainer, manager: PluginManager, wall:
     if not rows:  # nothing to plot: no step was logged
         return
     click.echo(f"metrics:       {shown_path(metrics_path)}")
-    print_summary_lines(manager, run_dir, status)
+    run.print_summary_lines(status)

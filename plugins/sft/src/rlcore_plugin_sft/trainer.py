@@ -1,7 +1,7 @@
 """The SFT loop: batches of the SFT dataset through rlcore's worker group, validation loss, checkpoints that
 resume exactly, trackers and the report — the run directory and checkpoint layout of ``rlcore run``.
 
-A step: the next ``data.train_batch_size`` sequences (:class:`~rlcore.data.loader.PromptLoader`, seeded
+A step: the next ``data.train_batch_size`` sequences (:class:`~rlcore.api.PromptLoader`, seeded
 per epoch) → :meth:`rlcore_plugin_sft.worker.SFTWorker.train_batch` (one optimizer step, one LR-schedule step) →
 validation loss every ``trainer.test_freq`` steps and at the end (and before the first step) → a
 checkpoint every ``trainer.save_freq`` steps and at the end. Checkpoints are the RL ones:
@@ -14,42 +14,28 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 import click
 from omegaconf import DictConfig
 
-from rlcore.algos.metrics import compute_throughput_metrics
-from rlcore.api import Batch, RLCoreError
-from rlcore.api.groups import WorkerGroup
-from rlcore.checkpoint import (
-    CheckpointManager,
-    RunIdentity,
-    claim_checkpoints,
-    read_trainer_state,
-    resume_path,
-    write_trainer_state,
+from rlcore.api import (
+    Batch,
+    PluginRun,
+    PromptLoader,
+    RLCoreError,
+    RunCheckpoints,
+    WorkerGroup,
+    collate_rows,
+    compute_throughput_metrics,
+    reduce_metrics,
+    to_plain,
 )
-from rlcore.checkpoint.fingerprint import accept_checkpoint, model_shape, run_fingerprint
-from rlcore.config.schema import TrainerConfig
-from rlcore.controller.resume import unfinished_checkpoint
-from rlcore.controller.worker_group import make_worker_group
-from rlcore.controller.worker_spec import WorkerSpec
-from rlcore.data.collate import collate_rows
-from rlcore.data.loader import PromptLoader
-from rlcore.data.rl_dataset import to_plain
-from rlcore.graceful_stop import StopRequest
-from rlcore.tracking.progress import ProgressBar
-from rlcore.tracking.sinks import build_trackers
-from rlcore.tracking.values import reduce_metrics
 from rlcore_plugin_sft.config import SFTBatchSizes
 from rlcore_plugin_sft.dataset import SFTDataset, sft_batch
 
-if TYPE_CHECKING:
-    from rlcore.registry import Registry
-
 #: the worker class of an SFT run's group
-SFT_WORKER = WorkerSpec("rlcore_plugin_sft.worker:SFTWorker")
+SFT_WORKER = "rlcore_plugin_sft.worker:SFTWorker"
 #: what the progress bar shows after the bar, and in a log line
 BAR_KEYS: tuple[str, ...] = ("train/loss", "val/loss", "val/greedy_acc")
 LINE_KEYS: tuple[tuple[str, str], ...] = (
@@ -74,34 +60,23 @@ class SFTGroup(WorkerGroup, Protocol):
 class SFTTrainer:
     """One SFT run: ``config`` is the SFT config, ``engine`` its lowered RL-tree config (the workers')."""
 
-    def __init__(
-        self,
-        config: DictConfig,
-        engine: DictConfig,
-        sizes: SFTBatchSizes,
-        run_dir: Path,
-        registry: Registry,
-        identity: RunIdentity | None = None,
-    ) -> None:
-        """Train ``config`` (the SFT config) on the engine config ``engine``; ``registry`` is the run's (its
-        trackers are resolved there); ``identity`` is the run's (the checkpoints record it; a fresh one when
-        None)."""
+    def __init__(self, config: DictConfig, engine: DictConfig, sizes: SFTBatchSizes, run: PluginRun) -> None:
+        """Train ``config`` (the SFT config) on the engine config ``engine`` in ``run`` (the core's run
+        machinery: its checkpoints, trackers, progress bar and stop request)."""
         self.config = config
-        self.registry = registry
-        self.identity = identity if identity is not None else RunIdentity.new(run_dir)
         self.engine = engine
-        #: the engine config's ``trainer`` section: where checkpoints go and how the run resumes
-        self.trainer_section = TrainerConfig.from_tree(engine)
         self.sizes = sizes
-        self.run_dir = run_dir
+        self.run = run
+        #: the run's checkpoints (``trainer`` section of the engine config: the folder, how the run resumes)
+        self.checkpoints: RunCheckpoints = run.checkpoints
         self.global_step = 0
         self.last: dict[str, float] = {}
         self.prepared = False  # prepare() has run
         self.resume_from: Path | None = None  # the checkpoint fit() resumes from (set by prepare())
         self.last_checkpoint: Path | None = None  # the newest checkpoint this run saved
         #: SIGINT/SIGTERM during :meth:`fit`: the step in progress finishes (within ``trainer.stop_grace_s``), then
-        #: the run stops (see :mod:`rlcore.graceful_stop`)
-        self.stop = StopRequest(config.trainer.stop_grace_s)
+        #: the run stops
+        self.stop = run.stop
 
     # ------------------------------------------------------------------ set-up
     def _build_data(self) -> None:
@@ -191,69 +166,54 @@ class SFTTrainer:
         """``default_local_dir/global_step_N`` (atomic, verified on resume): ``actor/`` and
         ``trainer_state.json`` with the step, the loader position and the model."""
 
-        def write(folder: Path) -> None:
-            self.group.save_checkpoint(str(folder / "actor"))
-            write_trainer_state(folder, {"global_step": self.global_step, "data": self.loader.state_dict()})
-
-        return CheckpointManager(self.trainer_section, self.identity).save(self.global_step, write)
+        state = {"global_step": self.global_step, "data": self.loader.state_dict()}
+        return self.checkpoints.save(
+            self.global_step, state, lambda folder: self.group.save_checkpoint(str(folder / "actor"))
+        )
 
     def fingerprint(self) -> dict[str, Any]:
-        """What defines this SFT run (:func:`rlcore.checkpoint.fingerprint.run_fingerprint`): the model, its
-        weights and shape, its tokenizer and the training files. Call it after :meth:`_build_data`."""
+        """What defines this SFT run (:meth:`rlcore.api.RunCheckpoints.fingerprint`): the model, its weights and
+        shape, and the training files. Call it after :meth:`_build_data`."""
         from transformers import AutoConfig
 
         model = self.config.model
         try:
-            shape = model_shape(
-                AutoConfig.from_pretrained(model.partial_pretrain, trust_remote_code=model.trust_remote_code).to_dict()
-            )
+            shape = AutoConfig.from_pretrained(
+                model.partial_pretrain, trust_remote_code=model.trust_remote_code
+            ).to_dict()
         except Exception:  # noqa: BLE001 - transformers raises many types; the model check reports a broken model
             shape = {}
-        return run_fingerprint(
+        return RunCheckpoints.fingerprint(
             "sft",
             model_path=str(model.partial_pretrain),
-            tokenizer_path=None,
-            algorithm={"objective": "sft"},
+            model_config=shape,
             train_files=to_plain(self.config.data.train_files),
-            shape=shape,
         )
-
-    def _resume_if_unfinished(self, path: Path) -> Path | None:
-        """``path`` when it is a checkpoint of this run (:func:`~rlcore.checkpoint.fingerprint.accept_checkpoint`)
-        with steps left to train (see :func:`~rlcore.controller.resume.unfinished_checkpoint` for a finished one)."""
-        trainer = self.engine.trainer
-        accepted = accept_checkpoint(
-            path, self.identity.fingerprint or {}, resume_mode=trainer.resume_mode, allow=trainer.resume_allow_changes
-        )
-        if accepted is None:
-            return None
-        step = int(read_trainer_state(accepted)["global_step"])
-        return unfinished_checkpoint(accepted, step, self.total_steps, trainer.resume_mode)
 
     def load_checkpoint(self, path: Path) -> None:
         """Restore the worker, the loader and the step from ``path``; notes it in ``resume.json``."""
-        state = read_trainer_state(path)
+        state = RunCheckpoints.state(path)
         step = int(state["global_step"])
         self.group.load_checkpoint(str(path / "actor"))
         self.loader.load_state_dict(state["data"])
         self.global_step = step
-        (self.run_dir / "resume.json").write_text(json.dumps({"path": str(path), "step": step}))
+        (self.run.directory / "resume.json").write_text(json.dumps({"path": str(path), "step": step}))
         click.echo(f"resumed from {path} (step {step} of {self.total_steps})")
 
     # -------------------------------------------------------------------- fit
     def prepare(self) -> None:
         """What can fail before the worker starts, done once: the checkpoint to resume (a finished one starts
         a fresh run, which moves the checkpoints of another run aside: see
-        :func:`~rlcore.checkpoint.claim_checkpoints`), the tokenizer and the datasets. ``rlcore sft`` calls it
+        :meth:`~rlcore.api.RunCheckpoints.claim`), the tokenizer and the datasets. ``rlcore sft`` calls it
         before it creates the run directory, holding the checkpoint folder's lock; :meth:`fit` calls it when
         nobody did."""
         if self.prepared:
             return
-        resume_from = resume_path(self.trainer_section)
+        candidate = self.checkpoints.resume_candidate()
         self._build_data()
-        self.identity.fingerprint = self.fingerprint()
-        self.resume_from = self._resume_if_unfinished(resume_from) if resume_from is not None else None
-        claim_checkpoints(self.trainer_section, self.identity, self.resume_from, saves=True)  # SFT saves at its end
+        self.checkpoints.identity.fingerprint = self.fingerprint()
+        self.resume_from = self.checkpoints.accept(candidate, self.total_steps) if candidate is not None else None
+        self.checkpoints.claim(self.resume_from, saves=True)  # SFT saves at its end
         self.prepared = True
 
     def fit(self) -> dict[str, float]:
@@ -268,19 +228,15 @@ class SFTTrainer:
         resume_from = self.resume_from
         cfg = self.config.trainer
         click.echo(f"starting the worker: loading {self.config.model.partial_pretrain} ...")
-        self.group = cast(SFTGroup, make_worker_group(SFT_WORKER, self.engine, "actor"))
+        self.group = cast(SFTGroup, self.run.worker_group(SFT_WORKER, self.engine, "actor"))
         trackers = None
         try:
             self.group.init_model()
-            trackers = build_trackers(self.config, self.run_dir, self.registry)
+            trackers = self.run.trackers()
             if resume_from is not None:
                 self.load_checkpoint(resume_from)
-            with ProgressBar(
-                self.total_steps,
-                enabled=cfg.progress_bar,
-                initial_step=self.global_step,
-                keys=BAR_KEYS,
-                line_keys=LINE_KEYS,
+            with self.run.progress(
+                self.total_steps, initial_step=self.global_step, keys=BAR_KEYS, line_keys=LINE_KEYS
             ) as bar:
                 if self.val_dataset is not None and resume_from is None:
                     with bar.phase("validating before training"):

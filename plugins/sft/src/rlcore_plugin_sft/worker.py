@@ -2,7 +2,7 @@
 with a supervised step and a validation loss.
 
 Everything else — the training engine of ``actor_rollout_ref.actor.strategy``, the micro-batching and
-global loss normalisation of :func:`rlcore.workers.ppo_loop.ppo_update`, checkpoints with their
+global loss normalisation of :func:`rlcore.api.ppo_update`, checkpoints with their
 ``huggingface/`` export — is the actor worker's, so SFT and RL train the same code.
 """
 
@@ -13,8 +13,7 @@ from typing import Any
 
 import torch
 
-from rlcore.api import Batch, ModelOutput, UpdateSettings, agg_loss, cpu_batch, ppo_update
-from rlcore.workers.actor import ActorRolloutRefWorker
+from rlcore.api import ActorRolloutRefWorker, Batch, ModelOutput, UpdateSettings, agg_loss, cpu_batch, ppo_update
 
 #: the temperature of the validation's greedy check (see :meth:`SFTWorker.eval_loss`)
 GREEDY_TEMPERATURE = 1e-3
