@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from rlcore.api.batch import Batch
+    from rlcore.config.sections.actor import OptimConfig
+    from rlcore.config.sections.actor_rollout_ref import ModelConfig
 
 #: what an engine holds: the trainable policy, the frozen reference policy, the trainable value model, or the
 #: frozen reward model
@@ -69,6 +71,11 @@ class EngineRequest:
         device: this rank's compute device (the worker resolved ``trainer.device``).
         rank: this process's global rank.
         world_size: the number of processes of the worker group (``torch.distributed`` is initialised).
+        model: the model section at ``model_section`` as typed fields, the one place an engine reads them: a
+            section that declares fewer of them (``critic.model``, ``reward_model.model``) holds their defaults
+            for the rest (no LoRA, no kernel switches).
+        optim: the optimizer section ``{section}.optim`` of a trained role (``actor``, ``critic``) as typed
+            fields; None for a frozen one.
         share_with: for ``ref`` only, the actor engine of the same worker, which a backend may reuse
             (LoRA: the reference is the actor with its adapters disabled); None otherwise.
     """
@@ -80,6 +87,8 @@ class EngineRequest:
     device: torch.device
     rank: int
     world_size: int
+    model: ModelConfig
+    optim: OptimConfig | None
     share_with: TrainingEngine | None = None
 
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlcore.config.sections.algorithm import KLControlConfig
 from rlcore.errors import RLCoreError
+
+if TYPE_CHECKING:
+    from rlcore.config.sections.actor import OptimConfig
 
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 #: KL estimator names; a ``+`` suffix on any of them selects the straight-through variant
@@ -75,10 +78,10 @@ def check_kl_ctrl(kl_ctrl_config: Mapping[str, Any]) -> str:
     return str(kind)
 
 
-def scheduler_type(optim_config: Mapping[str, Any], key: str) -> str:
-    """``lr_scheduler_type``, or the deprecated ``warmup_style`` when that is set (it wins, as in verl)."""
-    name = optim_config.get("lr_scheduler_type", None) or "constant"
-    legacy = optim_config.get("warmup_style", None)
+def scheduler_type(optim: OptimConfig, key: str) -> str:
+    """``lr_scheduler_type`` of the optimizer section at ``key``, or the deprecated ``warmup_style`` when that is
+    set (it wins, as in verl)."""
+    name, legacy = optim.lr_scheduler_type, optim.warmup_style
     source = f"{key}.lr_scheduler_type"
     if legacy is not None:
         message = f"{key}.warmup_style is deprecated; use {key}.lr_scheduler_type"

@@ -26,6 +26,7 @@ from rlcore.config.schema import (
     ActorRolloutRefConfig,
     AlgorithmConfig,
     AsyncTrainingConfig,
+    CriticModelConfig,
     CustomRewardFunctionConfig,
     DataConfig,
     RewardModelConfig,
@@ -34,6 +35,7 @@ from rlcore.config.schema import (
     TrainerConfig,
     ValKwargs,
 )
+from rlcore.config.sections.actor import OptimConfig
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.activation_offload import activation_offload_notes
 from rlcore.tracking.sinks import file_logger_notes
@@ -292,7 +294,11 @@ def algorithm_value_problems(config: DictConfig) -> list[str]:
         lambda: check_kl_penalty(algorithm.kl_penalty, "algorithm.kl_penalty"),
         lambda: check_kl_ctrl(algorithm.kl_ctrl),
         *(
-            (lambda section=section: scheduler_type(OmegaConf.select(config, section), section))
+            (
+                lambda section=section: scheduler_type(
+                    OptimConfig.from_mapping(OmegaConf.select(config, section)), section
+                )
+            )
             for section in OPTIM_SECTIONS
         ),
     ]
@@ -513,7 +519,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     notes += speed_only_notes(config)
     notes += sampling_notes(policy.rollout, trainer)
     notes += reward_model_notes(RewardModelConfig.from_tree(config))
-    notes += activation_offload_notes(config)
+    notes += activation_offload_notes(trainer.device, (policy.model, CriticModelConfig.from_tree(config)))
     notes += megatron_notes(config, trainer, policy)
     notes += expert_parallel_notes(policy.rollout, trainer)
     notes += ray_kwargs_notes(config, trainer)
