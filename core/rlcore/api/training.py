@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 #: what an engine holds: the trainable policy, the frozen reference policy, the trainable value model, or the
 #: frozen reward model
 EngineRole = Literal["actor", "ref", "critic", "reward_model"]
-#: the parts of a sharded engine state that ``*.checkpoint.save_contents`` may name
-ENGINE_CONTENTS: tuple[str, ...] = ("model", "optimizer")
 #: the batch key of a mixture-of-experts model's recorded routing: ``[B, P + R, L, k]`` integers laid out as
 #: ``input_ids`` (``L`` sparse layers, the ``k`` experts each token was routed to; ``-1`` where nothing was
 #: recorded: padding, and the last token, which the rollout never fed through the model). Written by a rollout
@@ -262,7 +260,7 @@ class TrainingEngine(Protocol):
         ...
 
     def save(self, directory: Path, contents: set[str]) -> None:
-        """Write the sharded ``model`` and/or ``optimizer`` state (:data:`ENGINE_CONTENTS`) under ``directory``.
+        """Write the sharded ``model`` and/or ``optimizer`` state (:data:`rlcore.config.sections.update.ENGINE_CONTENTS`) under ``directory``.
 
         Collective. The worker writes the manifest, the RNG and LR-schedule state next to it. An optimizer
         that has taken no step yet is not saved: :meth:`has_optimizer_state` says so, and :meth:`load`

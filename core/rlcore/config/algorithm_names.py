@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlcore.config.sections.algorithm import KLControlConfig
 from rlcore.errors import RLCoreError
-
-if TYPE_CHECKING:
-    from rlcore.config.sections.actor import OptimConfig
 
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 #: KL estimator names; a ``+`` suffix on any of them selects the straight-through variant
@@ -78,10 +75,9 @@ def check_kl_ctrl(kl_ctrl_config: Mapping[str, Any]) -> str:
     return str(kind)
 
 
-def scheduler_type(optim: OptimConfig, key: str) -> str:
-    """``lr_scheduler_type`` of the optimizer section at ``key``, or the deprecated ``warmup_style`` when that is
-    set (it wins, as in verl)."""
-    name, legacy = optim.lr_scheduler_type, optim.warmup_style
+def scheduler_type(name: str, legacy: str | None, key: str) -> str:
+    """The schedule of the optimizer section at ``key``: its ``lr_scheduler_type`` ``name``, or the deprecated
+    ``warmup_style`` ``legacy`` when that is set (it wins, as in verl)."""
     source = f"{key}.lr_scheduler_type"
     if legacy is not None:
         message = f"{key}.warmup_style is deprecated; use {key}.lr_scheduler_type"

@@ -289,17 +289,14 @@ def algorithm_value_problems(config: DictConfig) -> list[str]:
     from rlcore.config.ranges import OPTIM_SECTIONS
 
     actor, algorithm = config.actor_rollout_ref.actor, config.algorithm
+    optims = {section: OptimConfig.from_mapping(OmegaConf.select(config, section)) for section in OPTIM_SECTIONS}
     checks = [
         lambda: check_kl_penalty(actor.kl_loss_type, "actor_rollout_ref.actor.kl_loss_type"),
         lambda: check_kl_penalty(algorithm.kl_penalty, "algorithm.kl_penalty"),
         lambda: check_kl_ctrl(algorithm.kl_ctrl),
         *(
-            (
-                lambda section=section: scheduler_type(
-                    OptimConfig.from_mapping(OmegaConf.select(config, section)), section
-                )
-            )
-            for section in OPTIM_SECTIONS
+            (lambda section=section, optim=optim: scheduler_type(optim.lr_scheduler_type, optim.warmup_style, section))
+            for section, optim in optims.items()
         ),
     ]
     problems = []

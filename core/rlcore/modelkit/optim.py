@@ -78,7 +78,7 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: OptimConfig, key
     total_training_steps)``. A cosine schedule, or a warm-up ratio, needs ``total_training_steps`` > 0.
     """
     check_optim_ranges(optim, key)
-    kind = scheduler_type(optim, key)
+    kind = scheduler_type(optim.lr_scheduler_type, optim.warmup_style, key)
     total = int(_number(optim, "total_training_steps", key))
     warmup = int(_number(optim, "lr_warmup_steps", key))
     ratio = _number(optim, "lr_warmup_steps_ratio", key)

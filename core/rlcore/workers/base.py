@@ -16,7 +16,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcore.api.batch import Batch
 from rlcore.api.training import (
-    ENGINE_CONTENTS,
     EngineRequest,
     EngineRole,
     ParallelLayout,
@@ -26,6 +25,7 @@ from rlcore.api.training import (
 from rlcore.config.keys import select
 from rlcore.config.schema import ModelConfig, Sections
 from rlcore.config.sections.actor import OptimConfig
+from rlcore.config.sections.update import ENGINE_CONTENTS
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.distributed import init_process_group, resolve_device, rng_state, seed_everything, set_rng_state
 from rlcore.plugins import run_profiler
