@@ -80,14 +80,19 @@ def release_parallel_state() -> None:
         _PARALLEL_STATE.update(sizes=None, world=None, key="")
 
 
+def model_path(model_config: ModelConfig, key: str) -> str:
+    """The ``path`` of the typed model section at ``key``; unset is an error naming ``key.path``."""
+    if not model_config.path:
+        raise RLCoreError(f"{key}.path is not set: give a Hugging Face model directory or hub name")
+    return model_config.path
+
+
 def load_hf_config(model_config: ModelConfig, key: str) -> Any:
     """The Hugging Face config of the typed model section at ``key`` (``path``, ``override_config``,
     ``trust_remote_code``); errors name ``key.path``."""
     from transformers import AutoConfig
 
-    path = model_config.path
-    if not path:
-        raise RLCoreError(f"{key}.path is not set: give a Hugging Face model directory or hub name")
+    path = model_path(model_config, key)
     try:
         hf_config = AutoConfig.from_pretrained(path, trust_remote_code=bool(model_config.trust_remote_code))
     except (OSError, ValueError) as exc:
@@ -101,7 +106,7 @@ def load_hf_state(model_config: ModelConfig, key: str, hf_config: Any) -> dict[s
     """The float32 Hugging Face state dict of the causal LM at ``key.path`` (on the CPU)."""
     from transformers import AutoModelForCausalLM
 
-    path = model_config.path
+    path = model_path(model_config, key)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path,
