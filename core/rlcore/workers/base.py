@@ -87,13 +87,13 @@ class WorkerBase:
         sets ``use_shm`` pointing at their copies in shared memory (made once per node); else ``config``."""
         from rlcore.modelkit import shm
 
-        asked = [section for section in self.MODEL_SECTIONS if select(config, f"{section}.use_shm", False) is True]
+        models = {section: ModelConfig.from_mapping(select(config, section, {})) for section in self.MODEL_SECTIONS}
+        asked = {section: model for section, model in models.items() if model.use_shm is True}
         if not asked:
             return config
         config = copy.deepcopy(config)
-        for section in asked:
-            for name in ("path", "tokenizer_path"):
-                source = select(config, f"{section}.{name}", None)
+        for section, model in asked.items():
+            for name, source in (("path", model.path), ("tokenizer_path", model.tokenizer_path)):
                 if source:
                     staged = shm.stage(str(source), f"{section}.use_shm")
                     self.staged.append(staged)
