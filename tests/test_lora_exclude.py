@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 from rlcore_plugin_fsdp.lora import apply_lora, lora_settings
 
+from rlcore.config.schema import ModelConfig
 from rlcore.errors import RLCoreError
 
 KEY = "actor_rollout_ref.model"
@@ -21,7 +21,7 @@ def _adapted(tiny_model_dir: Path, **keys: Any) -> set[str]:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    settings = lora_settings(OmegaConf.create({"lora_rank": 4, **keys}), KEY)
+    settings = lora_settings(ModelConfig(lora_rank=4, **keys), KEY)
     assert settings is not None
     peft_model = apply_lora(model, settings, KEY)
     return {
@@ -63,7 +63,7 @@ def test_a_list_excludes_names_and_suffixes(tiny_model_dir: Path) -> None:
 )
 def test_bad_values_name_the_key(value: Any, message: str) -> None:
     with pytest.raises(RLCoreError, match=message.replace("(", r"\(").replace("[", r"\[")):
-        lora_settings(OmegaConf.create({"lora_rank": 4, "exclude_modules": value}), KEY)
+        lora_settings(ModelConfig(lora_rank=4, exclude_modules=value), KEY)
 
 
 def test_excluding_every_target_is_an_error_naming_both_keys(tiny_model_dir: Path) -> None:

@@ -6,6 +6,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from rlcore.config.sections.actor import OptimConfig
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.optim import build_lr_scheduler, build_optimizer
 
@@ -14,7 +15,7 @@ KEY = "actor_rollout_ref.actor.optim"
 
 def _rates(optim: dict, steps: int) -> list[float]:
     """The learning rates a scheduler built from ``optim`` yields for ``steps`` consecutive steps."""
-    config = OmegaConf.create({"lr": 1.0, "weight_decay": 0.0, "betas": [0.9, 0.999], **optim})
+    config = OptimConfig.from_mapping(OmegaConf.create({"lr": 1.0, "weight_decay": 0.0, **optim}))
     optimizer = build_optimizer([torch.nn.Parameter(torch.zeros(1))], config, KEY)
     scheduler = build_lr_scheduler(optimizer, config, KEY)
     rates = []

@@ -160,6 +160,7 @@ _LAZY: dict[str, str] = {
     "token_budget": "rlcore.config.batch_sizes",
     "ppo_batch_sizes": "rlcore.config.batch_sizes",
     "ActorConfig": "rlcore.config.schema",
+    "ModelConfig": "rlcore.config.schema",
     "RefConfig": "rlcore.config.schema",
     "RolloutConfig": "rlcore.config.schema",
     "OptimConfig": "rlcore.config.sections.actor",
@@ -208,7 +209,6 @@ _LAZY: dict[str, str] = {
     "response_outputs": "rlcore.modelkit.hf_models",
     "response_values": "rlcore.modelkit.hf_models",
     "activation_offload": "rlcore.modelkit.activation_offload",
-    "offload_enabled": "rlcore.modelkit.activation_offload",
     "apply_kernel_switches": "rlcore.modelkit.kernels",
     "check_kernel_switches": "rlcore.modelkit.kernels",
     "fused_backend": "rlcore.modelkit.kernels",
@@ -388,7 +388,7 @@ if TYPE_CHECKING:
     from rlcore.config.ranges import OPTIM_RANGES, range_problems
     from rlcore.config.router_replay import ACTOR as ROUTER_REPLAY_ACTOR
     from rlcore.config.router_replay import REPLAY_MODES, replay_mode
-    from rlcore.config.schema import ActorConfig, RefConfig, RolloutConfig
+    from rlcore.config.schema import ActorConfig, ModelConfig, RefConfig, RolloutConfig
     from rlcore.config.sections.actor import OptimConfig
     from rlcore.config.sections.base import Section
     from rlcore.config.sections.base import ref as config_ref
@@ -402,7 +402,7 @@ if TYPE_CHECKING:
     from rlcore.errors import RLCoreError
     from rlcore.model_check import HUB, hub_unreachable
     from rlcore.modelkit import sequence_parallel
-    from rlcore.modelkit.activation_offload import activation_offload, offload_enabled
+    from rlcore.modelkit.activation_offload import activation_offload
     from rlcore.modelkit.distributed import DEVICE_KEY, resolve_device
     from rlcore.modelkit.hf_models import (
         ValueModel,

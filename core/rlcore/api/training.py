@@ -29,12 +29,12 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from rlcore.api.batch import Batch
+    from rlcore.config.sections.actor import OptimConfig
+    from rlcore.config.sections.actor_rollout_ref import ModelConfig
 
 #: what an engine holds: the trainable policy, the frozen reference policy, the trainable value model, or the
 #: frozen reward model
 EngineRole = Literal["actor", "ref", "critic", "reward_model"]
-#: the parts of a sharded engine state that ``*.checkpoint.save_contents`` may name
-ENGINE_CONTENTS: tuple[str, ...] = ("model", "optimizer")
 #: the batch key of a mixture-of-experts model's recorded routing: ``[B, P + R, L, k]`` integers laid out as
 #: ``input_ids`` (``L`` sparse layers, the ``k`` experts each token was routed to; ``-1`` where nothing was
 #: recorded: padding, and the last token, which the rollout never fed through the model). Written by a rollout
@@ -69,6 +69,11 @@ class EngineRequest:
         device: this rank's compute device (the worker resolved ``trainer.device``).
         rank: this process's global rank.
         world_size: the number of processes of the worker group (``torch.distributed`` is initialised).
+        model: the model section at ``model_section`` as typed fields, the one place an engine reads them: a
+            section that declares fewer of them (``critic.model``, ``reward_model.model``) holds their defaults
+            for the rest (no LoRA, no kernel switches).
+        optim: the optimizer section ``{section}.optim`` of a trained role (``actor``, ``critic``) as typed
+            fields; None for a frozen one.
         share_with: for ``ref`` only, the actor engine of the same worker, which a backend may reuse
             (LoRA: the reference is the actor with its adapters disabled); None otherwise.
     """
@@ -80,6 +85,8 @@ class EngineRequest:
     device: torch.device
     rank: int
     world_size: int
+    model: ModelConfig
+    optim: OptimConfig | None
     share_with: TrainingEngine | None = None
 
 
@@ -253,7 +260,7 @@ class TrainingEngine(Protocol):
         ...
 
     def save(self, directory: Path, contents: set[str]) -> None:
-        """Write the sharded ``model`` and/or ``optimizer`` state (:data:`ENGINE_CONTENTS`) under ``directory``.
+        """Write the sharded ``model`` and/or ``optimizer`` state (:data:`rlcore.config.sections.update.ENGINE_CONTENTS`) under ``directory``.
 
         Collective. The worker writes the manifest, the RNG and LR-schedule state next to it. An optimizer
         that has taken no step yet is not saved: :meth:`has_optimizer_state` says so, and :meth:`load`

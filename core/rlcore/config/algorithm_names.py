@@ -75,10 +75,9 @@ def check_kl_ctrl(kl_ctrl_config: Mapping[str, Any]) -> str:
     return str(kind)
 
 
-def scheduler_type(optim_config: Mapping[str, Any], key: str) -> str:
-    """``lr_scheduler_type``, or the deprecated ``warmup_style`` when that is set (it wins, as in verl)."""
-    name = optim_config.get("lr_scheduler_type", None) or "constant"
-    legacy = optim_config.get("warmup_style", None)
+def scheduler_type(name: str, legacy: str | None, key: str) -> str:
+    """The schedule of the optimizer section at ``key``: its ``lr_scheduler_type`` ``name``, or the deprecated
+    ``warmup_style`` ``legacy`` when that is set (it wins, as in verl)."""
     source = f"{key}.lr_scheduler_type"
     if legacy is not None:
         message = f"{key}.warmup_style is deprecated; use {key}.lr_scheduler_type"

@@ -26,6 +26,7 @@ from rlcore.config.schema import (
     ActorRolloutRefConfig,
     AlgorithmConfig,
     AsyncTrainingConfig,
+    CriticModelConfig,
     CustomRewardFunctionConfig,
     DataConfig,
     RewardModelConfig,
@@ -34,6 +35,7 @@ from rlcore.config.schema import (
     TrainerConfig,
     ValKwargs,
 )
+from rlcore.config.sections.actor import OptimConfig
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.activation_offload import activation_offload_notes
 from rlcore.tracking.sinks import file_logger_notes
@@ -287,13 +289,14 @@ def algorithm_value_problems(config: DictConfig) -> list[str]:
     from rlcore.config.ranges import OPTIM_SECTIONS
 
     actor, algorithm = config.actor_rollout_ref.actor, config.algorithm
+    optims = {section: OptimConfig.from_mapping(OmegaConf.select(config, section)) for section in OPTIM_SECTIONS}
     checks = [
         lambda: check_kl_penalty(actor.kl_loss_type, "actor_rollout_ref.actor.kl_loss_type"),
         lambda: check_kl_penalty(algorithm.kl_penalty, "algorithm.kl_penalty"),
         lambda: check_kl_ctrl(algorithm.kl_ctrl),
         *(
-            (lambda section=section: scheduler_type(OmegaConf.select(config, section), section))
-            for section in OPTIM_SECTIONS
+            (lambda section=section, optim=optim: scheduler_type(optim.lr_scheduler_type, optim.warmup_style, section))
+            for section, optim in optims.items()
         ),
     ]
     problems = []
@@ -513,7 +516,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     notes += speed_only_notes(config)
     notes += sampling_notes(policy.rollout, trainer)
     notes += reward_model_notes(RewardModelConfig.from_tree(config))
-    notes += activation_offload_notes(config)
+    notes += activation_offload_notes(trainer.device, (policy.model, CriticModelConfig.from_tree(config)))
     notes += megatron_notes(config, trainer, policy)
     notes += expert_parallel_notes(policy.rollout, trainer)
     notes += ray_kwargs_notes(config, trainer)

@@ -9,19 +9,15 @@ dry run says so (:func:`activation_offload_notes`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["MODEL_SECTIONS", "activation_offload", "activation_offload_notes", "offload_enabled"]
+if TYPE_CHECKING:
+    from rlcore.config.sections.actor_rollout_ref import ModelConfig
+    from rlcore.config.sections.critic import CriticModelConfig
 
-#: the model sections whose ``enable_activation_offload`` a training engine reads
-MODEL_SECTIONS = ("actor_rollout_ref.model", "critic.model")
-
-
-def offload_enabled(model_config: Any) -> bool:
-    """Whether the model section ``model_config`` (``actor_rollout_ref.model``, ``critic.model``) asks for
-    activation offloading."""
-    return bool(model_config.get("enable_activation_offload", False))
+__all__ = ["activation_offload", "activation_offload_notes"]
 
 
 def activation_offload(enabled: bool, device: Any) -> AbstractContextManager[Any]:
@@ -35,16 +31,15 @@ def activation_offload(enabled: bool, device: Any) -> AbstractContextManager[Any
     return torch.autograd.graph.save_on_cpu(pin_memory=pin)
 
 
-def activation_offload_notes(config: Any) -> list[str]:
-    """The run plan's note for a CPU run that sets ``enable_activation_offload``: the activations are in host
-    memory already."""
-    from omegaconf import OmegaConf
-
-    if OmegaConf.select(config, "trainer.device", default=None) != "cpu":
+def activation_offload_notes(device: str, models: Iterable[ModelConfig | CriticModelConfig]) -> list[str]:
+    """The run plan's note for a CPU run (``trainer.device``) whose trained ``models`` (typed model sections
+    with ``enable_activation_offload``: ``actor_rollout_ref.model``, ``critic.model``) set it: the activations
+    are in host memory already."""
+    if device != "cpu":
         return []
     return [
-        f"{section}.enable_activation_offload=True changes nothing in rlcore on trainer.device=cpu: the "
+        f"{model.key('enable_activation_offload')}=True changes nothing in rlcore on trainer.device=cpu: the "
         "activations are in host memory already (on a GPU they are moved there during the update)"
-        for section in MODEL_SECTIONS
-        if OmegaConf.select(config, f"{section}.enable_activation_offload", default=False) is True
+        for model in models
+        if model.enable_activation_offload is True
     ]

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from rlcore.algos import entropy_from_logits, logprobs_from_logits, sum_pi_squared_from_logits
@@ -41,32 +40,32 @@ from rlcore.modelkit.vlm import policy_loader, rope_owner, vision_language_kwarg
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+    from rlcore.config.sections.actor_rollout_ref import ModelConfig
 
-def config_overrides(model_config: Mapping[str, Any], key: str) -> dict[str, Any]:
-    """``{key}.override_config`` as a plain dict of Hugging Face config attributes (empty when unset); a
-    value that is not a mapping is an error naming the key."""
-    overrides = model_config.get("override_config", None) or {}
-    if isinstance(overrides, DictConfig):
-        overrides = OmegaConf.to_container(overrides, resolve=True)
+
+def config_overrides(model: ModelConfig, key: str) -> dict[str, Any]:
+    """``{key}.override_config`` of the typed model section ``model`` as a plain dict of Hugging Face config
+    attributes (empty when null); a value that is not a mapping is an error naming the key."""
+    overrides = {} if model.override_config is None else model.override_config
     if not isinstance(overrides, Mapping):
         raise RLCoreError(f"{key}.override_config must be a mapping of config attributes, got {overrides!r}")
     return {str(name): value for name, value in overrides.items()}
 
 
-def load_pretrained(loader: Any, model_config: Mapping[str, Any], key: str, dtype: torch.dtype) -> nn.Module:
-    """``loader.from_pretrained`` for the model section at ``key`` (``path``, ``override_config``,
-    ``trust_remote_code``); a missing or unloadable path is an error naming ``key.path``. ``loader=None``
-    loads a policy with its language-modelling head, vision-language or not
+def load_pretrained(loader: Any, model: ModelConfig, key: str, dtype: torch.dtype) -> nn.Module:
+    """``loader.from_pretrained`` for the typed model section ``model`` at ``key`` (``path``,
+    ``override_config``, ``trust_remote_code``); a missing or unloadable path is an error naming ``key.path``.
+    ``loader=None`` loads a policy with its language-modelling head, vision-language or not
     (:func:`rlcore.modelkit.vlm.policy_loader`)."""
     from transformers import AutoConfig
 
-    path = model_config.get("path", None)
+    path = model.path
     if not path:
         raise RLCoreError(f"{key}.path is not set: give a Hugging Face model directory or hub name")
-    trust = bool(model_config.get("trust_remote_code", False))
+    trust = bool(model.trust_remote_code)
     try:
         hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
-        for name, value in config_overrides(model_config, key).items():
+        for name, value in config_overrides(model, key).items():
             setattr(hf_config, name, value)
         loader = policy_loader(hf_config) if loader is None else loader
         return loader.from_pretrained(path, config=hf_config, dtype=dtype, trust_remote_code=trust)

@@ -18,6 +18,8 @@ Both engines (FSDP, DeepSpeed) call :func:`check_kernel_switches` when they chec
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from omegaconf import DictConfig
 from torch import nn
 
@@ -26,23 +28,24 @@ from rlcore.errors import RLCoreError
 from rlcore.modelkit.distributed import DEVICE_KEY, resolve_device
 from rlcore.modelkit.fused_logprobs import FUSED_BACKENDS
 
+if TYPE_CHECKING:
+    from rlcore.config.sections.actor_rollout_ref import ModelConfig
+
 
 def _device_type(config: DictConfig) -> str:
     """The device type (``cpu``/``cuda``) that ``trainer.device`` resolves to on this machine."""
     return resolve_device(select(config, DEVICE_KEY, "auto")).type
 
 
-def fused_backend(config: DictConfig, model_section: str) -> str | None:
+def fused_backend(model: ModelConfig) -> str | None:
     """The ``fused_kernel_options.impl_backend`` of the model section when its ``use_fused_kernels`` is
     true, else None (the logits path)."""
-    if not select(config, f"{model_section}.use_fused_kernels", False):
-        return None
-    return str(select(config, f"{model_section}.fused_kernel_options.impl_backend", "torch"))
+    return str(model.fused_kernel_options.impl_backend) if model.use_fused_kernels else None
 
 
-def _check_fused_kernels(config: DictConfig, model_section: str) -> None:
+def _check_fused_kernels(config: DictConfig, model: ModelConfig, model_section: str) -> None:
     """Raise an error naming the key for an unknown ``impl_backend`` or ``triton`` where it cannot run."""
-    backend = fused_backend(config, model_section)
+    backend = fused_backend(model)
     key = f"{model_section}.fused_kernel_options.impl_backend"
     if backend is None or backend == "torch":
         return
@@ -60,12 +63,13 @@ def _check_fused_kernels(config: DictConfig, model_section: str) -> None:
         raise RLCoreError(f"{key}=triton needs the triton package: pip install triton (or set {key}=torch)") from exc
 
 
-def check_kernel_switches(config: DictConfig, model_section: str) -> None:
-    """Raise an error naming the key when ``use_liger`` cannot run here (off CUDA or without
-    ``liger-kernel``) or ``use_fused_kernels`` asks for a backend that cannot (:func:`fused_backend`)."""
-    _check_fused_kernels(config, model_section)
+def check_kernel_switches(config: DictConfig, model: ModelConfig, model_section: str) -> None:
+    """Raise an error naming the key when ``use_liger`` of ``model`` (the section at ``model_section``) cannot
+    run here (off CUDA or without ``liger-kernel``) or ``use_fused_kernels`` asks for a backend that cannot
+    (:func:`fused_backend`)."""
+    _check_fused_kernels(config, model, model_section)
     liger_key = f"{model_section}.use_liger"
-    if select(config, liger_key, False):
+    if model.use_liger:
         device = _device_type(config)
         if device != "cuda":
             raise RLCoreError(
@@ -78,12 +82,12 @@ def check_kernel_switches(config: DictConfig, model_section: str) -> None:
             raise RLCoreError(f"{liger_key}=true needs the liger-kernel package: pip install liger-kernel") from exc
 
 
-def apply_kernel_switches(model: nn.Module, config: DictConfig, section: str, model_section: str) -> None:
-    """Patch Liger's kernels into ``model`` (``use_liger``) and compile its forward (``use_torch_compile``),
-    in place; call :func:`check_kernel_switches` first."""
-    if select(config, f"{model_section}.use_liger", False):
+def apply_kernel_switches(module: nn.Module, model: ModelConfig, config: DictConfig, section: str) -> None:
+    """Patch Liger's kernels into ``module`` (``model.use_liger``) and compile its forward
+    (``{section}.use_torch_compile``), in place; call :func:`check_kernel_switches` first."""
+    if model.use_liger:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
-        _apply_liger_kernel_to_instance(model=model.backbone if hasattr(model, "backbone") else model)
+        _apply_liger_kernel_to_instance(model=module.backbone if hasattr(module, "backbone") else module)
     if select(config, f"{section}.use_torch_compile", False):
-        model.compile(dynamic=True)
+        module.compile(dynamic=True)

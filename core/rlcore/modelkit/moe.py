@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
 
 from rlcore.api.batch import Batch
 from rlcore.api.training import ROUTED_EXPERTS, ModelOutput
+from rlcore.config.keys import select
 from rlcore.config.router_replay import REPLAY_MODES, is_moe_fields, replay_mode
 from rlcore.errors import RLCoreError
 
@@ -287,7 +288,7 @@ def engine_routing(
     routing = attach(model, model_key)
     sp_key = f"{section}.ulysses_sequence_parallel_size"
     model_type = _base(model).config.model_type
-    sp_size = OmegaConf.select(config, sp_key, default=1)
+    sp_size = select(config, sp_key)
     if routing is not None and isinstance(sp_size, int) and sp_size > 1 and model_type not in ULYSSES_MOE_TYPES:
         raise RLCoreError(
             f"{sp_key}={sp_size} is not supported for the mixture-of-experts model_type {model_type!r} of "

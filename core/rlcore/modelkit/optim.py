@@ -19,6 +19,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from rlcore.config.algorithm_names import scheduler_type
 from rlcore.config.ranges import OPTIM_RANGES, range_problems
+from rlcore.config.sections.actor import OptimConfig
 from rlcore.errors import RLCoreError
 
 
@@ -35,32 +36,29 @@ def lr_factor(
     return max(0.0, min_lr_ratio + (1.0 - min_lr_ratio) * cosine)
 
 
-def _number(optim_config: Mapping[str, Any], name: str, key: str, default: float) -> float:
+def _number(optim: OptimConfig, name: str, key: str) -> float:
     """A numeric optimizer setting; errors name ``key.name``."""
-    value = optim_config.get(name, default)
-    value = default if value is None else value
+    value = getattr(optim, name)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RLCoreError(f"{key}.{name} must be a number, got {value!r}")
     return float(value)
 
 
-def check_optim_ranges(optim_config: Mapping[str, Any], key: str) -> None:
+def check_optim_ranges(optim: OptimConfig, key: str) -> None:
     """Raise one :class:`RLCoreError` naming every value of the section at ``key`` outside its range
     (:data:`rlcore.config.ranges.OPTIM_RANGES`: ``lr``, ``weight_decay``, ``betas``, the schedule's values)."""
-    problems = range_problems(optim_config, key, OPTIM_RANGES)
+    problems = range_problems(optim.tree(), key, OPTIM_RANGES)
     if problems:
         raise RLCoreError("; ".join(problems))
 
 
-def build_optimizer(
-    params: Iterable[torch.nn.Parameter], optim_config: Mapping[str, Any], key: str
-) -> torch.optim.AdamW:
-    """AdamW over ``params`` with ``lr``, ``weight_decay`` and ``betas`` from the section at ``key``; every value
+def build_optimizer(params: Iterable[torch.nn.Parameter], optim: OptimConfig, key: str) -> torch.optim.AdamW:
+    """AdamW over ``params`` with ``lr``, ``weight_decay`` and ``betas`` of the section at ``key``; every value
     of the section outside its range (:data:`rlcore.config.ranges.OPTIM_RANGES`) is named in one error."""
-    check_optim_ranges(optim_config, key)
-    lr = _number(optim_config, "lr", key, 1e-6)
-    weight_decay = _number(optim_config, "weight_decay", key, 0.01)
-    betas = list(optim_config.get("betas", None) or (0.9, 0.999))
+    check_optim_ranges(optim, key)
+    lr = _number(optim, "lr", key)
+    weight_decay = _number(optim, "weight_decay", key)
+    betas = list(optim.betas)
     params = list(params)
     # the fused kernel (CPU and CUDA) handles plain tensors only; DTensor (FSDP2) parameters take the
     # multi-tensor path, which torch's default picks on CUDA but not on CPU (single-tensor there)
@@ -73,19 +71,19 @@ def build_optimizer(
     )
 
 
-def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_config: Mapping[str, Any], key: str) -> LambdaLR:
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: OptimConfig, key: str) -> LambdaLR:
     """The warm-up + constant/cosine ``LambdaLR`` described in the module docstring.
 
     Warm-up steps are ``lr_warmup_steps`` when it is ≥ 0, else ``int(lr_warmup_steps_ratio ×
     total_training_steps)``. A cosine schedule, or a warm-up ratio, needs ``total_training_steps`` > 0.
     """
-    check_optim_ranges(optim_config, key)
-    kind = scheduler_type(optim_config, key)
-    total = int(_number(optim_config, "total_training_steps", key, -1))
-    warmup = int(_number(optim_config, "lr_warmup_steps", key, -1))
-    ratio = _number(optim_config, "lr_warmup_steps_ratio", key, 0.0)
-    min_lr_ratio = _number(optim_config, "min_lr_ratio", key, 0.0)
-    num_cycles = _number(optim_config, "num_cycles", key, 0.5)
+    check_optim_ranges(optim, key)
+    kind = scheduler_type(optim.lr_scheduler_type, optim.warmup_style, key)
+    total = int(_number(optim, "total_training_steps", key))
+    warmup = int(_number(optim, "lr_warmup_steps", key))
+    ratio = _number(optim, "lr_warmup_steps_ratio", key)
+    min_lr_ratio = _number(optim, "min_lr_ratio", key)
+    num_cycles = _number(optim, "num_cycles", key)
     if warmup < 0:
         if ratio and total <= 0:
             raise RLCoreError(

@@ -28,10 +28,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 from torch import nn
 
 from rlcore.api.batch import Batch
+from rlcore.config.keys import select
 from rlcore.errors import RLCoreError
 
 #: the attention implementations of transformers that take a ready 4-D mask
@@ -42,7 +42,7 @@ def grouper_key(config: Any, role: str, section: str) -> str | None:
     """``{section}.use_prefix_grouper`` when the engine of ``role`` runs the shared-prompt forward: the actor's
     forwards (old log-probs and the update) with the setting on; None otherwise."""
     key = f"{section}.use_prefix_grouper"
-    return key if role == "actor" and bool(OmegaConf.select(config, key, default=False)) else None
+    return key if role == "actor" and select(config, key) is True else None
 
 
 def prompt_groups(batch: Batch) -> list[tuple[int, int]]:

@@ -16,7 +16,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcore.api.batch import Batch
 from rlcore.api.training import (
-    ENGINE_CONTENTS,
     EngineRequest,
     EngineRole,
     ParallelLayout,
@@ -24,11 +23,15 @@ from rlcore.api.training import (
     TrainingEngine,
 )
 from rlcore.config.keys import select
-from rlcore.config.schema import Sections
+from rlcore.config.schema import ModelConfig, Sections
+from rlcore.config.sections.actor import OptimConfig
+from rlcore.config.sections.update import ENGINE_CONTENTS
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.distributed import init_process_group, resolve_device, rng_state, seed_everything, set_rng_state
 from rlcore.plugins import run_profiler
 
+#: the roles whose engines train, with an optimizer built from ``{section}.optim``
+TRAINED_ROLES: tuple[EngineRole, ...] = ("actor", "critic")
 #: the file (written by rank 0) that records a worker checkpoint's world size and contents
 CHECKPOINT_MANIFEST = "checkpoint.json"
 
@@ -84,13 +87,13 @@ class WorkerBase:
         sets ``use_shm`` pointing at their copies in shared memory (made once per node); else ``config``."""
         from rlcore.modelkit import shm
 
-        asked = [section for section in self.MODEL_SECTIONS if select(config, f"{section}.use_shm", False) is True]
+        models = {section: ModelConfig.from_mapping(select(config, section, {})) for section in self.MODEL_SECTIONS}
+        asked = {section: model for section, model in models.items() if model.use_shm is True}
         if not asked:
             return config
         config = copy.deepcopy(config)
-        for section in asked:
-            for name in ("path", "tokenizer_path"):
-                source = select(config, f"{section}.{name}", None)
+        for section, model in asked.items():
+            for name, source in (("path", model.path), ("tokenizer_path", model.tokenizer_path)):
                 if source:
                     staged = shm.stage(str(source), f"{section}.use_shm")
                     self.staged.append(staged)
@@ -147,20 +150,37 @@ class WorkerBase:
         """Let the backend of ``role`` reject settings it cannot run, before anything is initialised."""
         self._backend(role, section).check_config(self.config, role, section, model_section)
 
-    def _create_engine(
-        self, role: EngineRole, section: str, model_section: str, share_with: TrainingEngine | None = None
-    ) -> TrainingEngine:
-        """Build the engine for ``role`` with its backend (see :meth:`_backend`)."""
-        request = EngineRequest(
+    def engine_request(
+        self,
+        role: EngineRole,
+        section: str,
+        model_section: str,
+        *,
+        config: DictConfig | None = None,
+        share_with: TrainingEngine | None = None,
+    ) -> EngineRequest:
+        """What this rank asks the backend of ``role`` to build from ``config`` (default: the worker's): the
+        typed model section at ``model_section`` and, for a trained role, the typed ``{section}.optim``."""
+        config = self.config if config is None else config
+        optim = OptimConfig.from_mapping(select(config, f"{section}.optim")) if role in TRAINED_ROLES else None
+        return EngineRequest(
             role=role,
-            config=self.config,
+            config=config,
             section=section,
             model_section=model_section,
             device=self.device,
             rank=self.rank,
             world_size=self.world_size,
+            model=ModelConfig.from_mapping(select(config, model_section)),
+            optim=optim,
             share_with=share_with,
         )
+
+    def _create_engine(
+        self, role: EngineRole, section: str, model_section: str, share_with: TrainingEngine | None = None
+    ) -> TrainingEngine:
+        """Build the engine for ``role`` with its backend (see :meth:`_backend`)."""
+        request = self.engine_request(role, section, model_section, share_with=share_with)
         engine = self._backend(role, section).create_engine(request)
         self.engines.append(engine)
         return engine

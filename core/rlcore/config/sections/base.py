@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, TypeVar
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -92,6 +93,25 @@ class Section:
         if value is None or (is_number(value) and value >= 0):
             return []
         return [f"{self.key(name)} must be a number of seconds >= 0 (0 or null: no limit), got {value!r}"]
+
+    @classmethod
+    def from_mapping(cls: type[_S], node: Mapping[str, Any]) -> _S:
+        """This type read from ``node`` (a section's keys, e.g. ``config.critic.model``): the fields it holds take
+        its values (resolved to plain data), the fields it does not declare keep this type's defaults, other keys
+        are ignored. For one type read at keys whose sections declare fewer of its fields (the model an engine
+        loads: :class:`~rlcore.config.sections.actor_rollout_ref.ModelConfig` read from ``critic.model`` has no
+        LoRA and no kernel switches), and for a section built from a few overrides in a test."""
+        hints = typing.get_type_hints(cls)
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if field.name not in node:
+                continue
+            value = node[field.name]
+            if isinstance(value, (DictConfig, ListConfig)):
+                value = OmegaConf.to_container(value, resolve=True)
+            kind = hints[field.name]
+            values[field.name] = kind.from_mapping(value) if is_section(kind) and isinstance(value, Mapping) else value
+        return cls(**values)
 
     @classmethod
     def from_tree(cls: type[_S], config: DictConfig, path: str | None = None) -> _S:

@@ -5,9 +5,11 @@ its keys; the mixins name them for the readers (:mod:`rlcore.config.batch_sizes`
 
 from __future__ import annotations
 
-from rlcore.api.training import ENGINE_CONTENTS
 from rlcore.config.sections.base import Section
 
+#: the parts of a sharded engine state (:meth:`rlcore.api.training.TrainingEngine.save`) that
+#: ``*.checkpoint.save_contents`` may name
+ENGINE_CONTENTS: tuple[str, ...] = ("model", "optimizer")
 #: what a checkpoint may contain (``checkpoint.save_contents`` / ``load_contents``); ``hf_model`` (a Hugging
 #: Face export of the weights) is written by the actor only and never loaded
 CHECKPOINT_CONTENTS: tuple[str, ...] = (*ENGINE_CONTENTS, "extra", "hf_model")

@@ -21,7 +21,6 @@ from rlcore.api import (
     GATHER_IDS,
     LOG_PROB_BUDGET,
     Batch,
-    EngineRequest,
     RLCoreError,
     TrainingEngine,
     WorkerBase,
@@ -146,15 +145,7 @@ class TeacherWorker(WorkerBase):
     def init_model(self) -> None:
         """Build one frozen engine per teacher."""
         for config in self.configs:
-            request = EngineRequest(
-                role="ref",
-                config=config,
-                section=f"{ARR}.ref",
-                model_section=f"{ARR}.model",
-                device=self.device,
-                rank=self.rank,
-                world_size=self.world_size,
-            )
+            request = self.engine_request("ref", f"{ARR}.ref", f"{ARR}.model", config=config)
             engine = self._backend("ref", f"{ARR}.ref").create_engine(request)
             self.engines.append(engine)
             self.teachers.append(engine)

@@ -34,6 +34,7 @@ from rlcore.api import (
     EngineRequest,
     EngineRole,
     MicroBatchLoss,
+    ModelConfig,
     ModelOutput,
     OptimizerState,
     RLCoreError,
@@ -49,7 +50,6 @@ from rlcore.api import (
     grouper_key,
     hf_model,
     load_pretrained,
-    offload_enabled,
     resolve_device,
     response_outputs,
     response_values,
@@ -75,11 +75,13 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
         raise RLCoreError(
             "the deepspeed backend does not run reward models; set reward_model.strategy=fsdp (or another backend)"
         )
-    lora_key = f"{model_section}.lora_rank"
-    if (select(config, lora_key, 0) or 0) > 0:
-        raise RLCoreError(f"{lora_key} > 0 (LoRA) is not supported by the deepspeed backend; use strategy=fsdp")
+    model = ModelConfig.from_mapping(select(config, model_section))
+    if (model.lora_rank or 0) > 0:
+        raise RLCoreError(
+            f"{model_section}.lora_rank > 0 (LoRA) is not supported by the deepspeed backend; use strategy=fsdp"
+        )
     sequence_parallel.check_config(config, role, section)
-    check_kernel_switches(config, model_section)
+    check_kernel_switches(config, model, model_section)
     device_type = resolve_device(select(config, DEVICE_KEY, "auto")).type
     key = f"{section}.deepspeed_config"
     return resolve_settings(select(config, key), key, device_type)
@@ -131,22 +133,21 @@ class DeepSpeedEngine(OptimizerState):
         self.weights_dtype = self.compute_dtype = self.settings.dtype
         self.layout, self.sp = sequence_parallel.from_config(config, section, request.rank, request.world_size)
         self.remove_padding_key = f"{request.model_section}.use_remove_padding"
-        self.remove_padding = bool(select(config, self.remove_padding_key, False))
-        self.fused = fused_backend(config, request.model_section)
+        self.remove_padding = bool(request.model.use_remove_padding)
+        self.fused = fused_backend(request.model)
         self.prefix_grouper = grouper_key(config, request.role, section)
-        model = self._load_model(select(config, request.model_section), request.model_section)
+        model = self._load_model(request.model, request.model_section)
         self.routing = engine_routing(model, config, request.role, section, request.model_section)
-        self.offload_activations = offload_enabled(select(config, request.model_section))
+        self.offload_activations = bool(request.model.enable_activation_offload)
         if self.sp is not None:
             sequence_parallel.install(model, self.sp, f"{section}.ulysses_sequence_parallel_size")
-        apply_kernel_switches(model, config, section, request.model_section)
+        apply_kernel_switches(model, request.model, config, section)
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
-        if request.role != "ref":
-            optim_config = select(config, f"{section}.optim")
+        if request.optim is not None:  # a trained role (actor, critic)
             trainable = [param for param in model.parameters() if param.requires_grad]
-            self.optimizer = build_optimizer(trainable, optim_config, f"{section}.optim")
-            self.lr_scheduler = build_lr_scheduler(self.optimizer, optim_config, f"{section}.optim")
+            self.optimizer = build_optimizer(trainable, request.optim, f"{section}.optim")
+            self.lr_scheduler = build_lr_scheduler(self.optimizer, request.optim, f"{section}.optim")
         self.engine, *_ = deepspeed.initialize(
             model=model,
             optimizer=self.optimizer,
@@ -159,13 +160,13 @@ class DeepSpeedEngine(OptimizerState):
             # bf16 mode skips the finiteness check of the gradient norm; the contract steps only on finite norms
             self.engine.optimizer.check_grad_overflow = True
 
-    def _load_model(self, model_config: Any, key: str) -> nn.Module:
+    def _load_model(self, model_config: ModelConfig, key: str) -> nn.Module:
         """The Hugging Face model of the role in float32 (the master weights; DeepSpeed casts for bf16)."""
         if self.role == "critic":
             from transformers import AutoModel
 
             backbone = load_pretrained(AutoModel, model_config, key, torch.float32)
-            if model_config.get("enable_gradient_checkpointing", False):
+            if model_config.enable_gradient_checkpointing:
                 enable_activation_checkpointing(backbone)
             return ValueModel(backbone)
         from transformers import AutoModelForCausalLM
@@ -174,7 +175,7 @@ class DeepSpeedEngine(OptimizerState):
         if self.role == "ref":
             model.requires_grad_(False)
             model.eval()
-        elif model_config.get("enable_gradient_checkpointing", False):
+        elif model_config.enable_gradient_checkpointing:
             enable_activation_checkpointing(model)
         return model
 

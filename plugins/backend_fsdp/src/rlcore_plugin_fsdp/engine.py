@@ -34,6 +34,7 @@ from rlcore.api import (
     EngineRole,
     EngineRouting,
     MicroBatchLoss,
+    ModelConfig,
     ModelOutput,
     OptimizerState,
     RLCoreError,
@@ -51,7 +52,6 @@ from rlcore.api import (
     hf_model,
     is_vision_language,
     load_pretrained,
-    offload_enabled,
     response_outputs,
     response_values,
     rope_owner,
@@ -82,10 +82,11 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
     """Validate what the engine of ``role`` reads (``{section}.fsdp_config``, sequence parallelism, the
     GPU-only kernel switches, the actor's LoRA keys) and return the resolved ``fsdp_config``; errors name
     the key."""
+    model = ModelConfig.from_mapping(select(config, model_section))
     sequence_parallel.check_config(config, role, section)
-    check_kernel_switches(config, model_section)
+    check_kernel_switches(config, model, model_section)
     if role == "actor":
-        lora_settings(select(config, model_section), model_section)
+        lora_settings(model, model_section)
     return resolve_fsdp_config(select(config, f"{section}.fsdp_config"), f"{section}.fsdp_config")
 
 
@@ -119,16 +120,16 @@ class FSDPEngine(OptimizerState):
         self.compute_dtype = compute_dtype(self.fsdp, self.device)
         warn_without_native_bf16(self.fsdp, self.device, f"{section}.fsdp_config")
         self.remove_padding_key = f"{request.model_section}.use_remove_padding"
-        self.remove_padding = bool(select(config, self.remove_padding_key, False))
-        self.fused = fused_backend(config, request.model_section)
+        self.remove_padding = bool(request.model.use_remove_padding)
+        self.fused = fused_backend(request.model)
         self.prefix_grouper = grouper_key(config, request.role, section)
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         self.lora_merger: LoraMerger | None = None
         self.adapters_disabled = False
         self._live: dict[str, torch.Tensor] | None = None
-        model_config = select(config, request.model_section)
-        self.offload_activations = offload_enabled(model_config)
+        model_config = request.model
+        self.offload_activations = bool(model_config.enable_activation_offload)
         shared = request.share_with
         if request.role == "ref" and isinstance(shared, FSDPEngine) and shared.lora_merger is not None:
             self.module, self.offloader, self.adapters_disabled = shared.module, shared.offloader, True
@@ -143,7 +144,7 @@ class FSDPEngine(OptimizerState):
             backbone = load_pretrained(AutoModel, model_config, request.model_section, self.fsdp["model_dtype"])
             if is_vision_language(backbone.config):
                 raise RLCoreError(f"{request.model_section}.path: a critic of a vision-language model is not supported")
-            if model_config.get("enable_gradient_checkpointing", False):
+            if model_config.enable_gradient_checkpointing:
                 enable_activation_checkpointing(backbone)
             model = ValueModel(backbone)
         else:
@@ -151,7 +152,7 @@ class FSDPEngine(OptimizerState):
             if request.role == "ref":
                 model.requires_grad_(False)
                 model.eval()
-            elif model_config.get("enable_gradient_checkpointing", False):
+            elif model_config.enable_gradient_checkpointing:
                 enable_activation_checkpointing(model)
         settings = lora_settings(model_config, request.model_section) if request.role == "actor" else None
         if self.sp is not None:
@@ -160,7 +161,7 @@ class FSDPEngine(OptimizerState):
                     f"{section}.ulysses_sequence_parallel_size > 1 is not supported for vision-language models"
                 )
             sequence_parallel.install(model, self.sp, f"{section}.ulysses_sequence_parallel_size")
-        apply_kernel_switches(model, config, section, request.model_section)
+        apply_kernel_switches(model, model_config, config, section)
         if settings is not None:
             model = apply_lora(model, settings, request.model_section)
             self.lora_merger = LoraMerger.from_model(model)
@@ -171,12 +172,11 @@ class FSDPEngine(OptimizerState):
             self.device, self.world_size, self.fsdp["fsdp_size"], f"{section}.fsdp_config.fsdp_size"
         )
         self.module = apply_fsdp2(model, mesh, self.fsdp, self.device)
-        if request.role in ("actor", "critic"):
+        if request.optim is not None:  # a trained role (actor, critic)
             # the optimizer must see the sharded parameters: build it before any forward pass
             trainable = [param for param in self.module.parameters() if param.requires_grad]
-            optim_config = select(config, f"{section}.optim")
-            self.optimizer = build_optimizer(trainable, optim_config, f"{section}.optim")
-            self.lr_scheduler = build_lr_scheduler(self.optimizer, optim_config, f"{section}.optim")
+            self.optimizer = build_optimizer(trainable, request.optim, f"{section}.optim")
+            self.lr_scheduler = build_lr_scheduler(self.optimizer, request.optim, f"{section}.optim")
         self.offloader = Offloader(self.module, self.optimizer, self.fsdp, self.device)
         self.offloader.offload()
 

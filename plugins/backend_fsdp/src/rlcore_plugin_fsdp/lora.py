@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import nn
 
-from rlcore.api import RLCoreError
+from rlcore.api import ModelConfig, RLCoreError
 
 #: prefix peft puts before the wrapped model's parameter names
 PEFT_PREFIX = "base_model.model."
@@ -46,30 +45,27 @@ class LoraSettings:
     exclude_modules: str | list[str] | None = None
 
 
-def lora_settings(model_config: Mapping[str, Any], key: str) -> LoraSettings | None:
-    """The LoRA settings of the model section at ``key``, or None when ``lora_rank`` is 0 (LoRA off).
+def lora_settings(model: ModelConfig, key: str) -> LoraSettings | None:
+    """The LoRA settings of the typed model section ``model`` at ``key``, or None when ``lora_rank`` is 0 or
+    null (LoRA off).
 
     Raises:
         RLCoreError: an invalid ``lora_rank``, ``lora_alpha`` or ``target_modules``, naming the key.
     """
-    rank = model_config.get("lora_rank", 0) or 0
+    rank = model.lora_rank or 0
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         raise RLCoreError(f"{key}.lora_rank must be a non-negative integer (0 = no LoRA), got {rank!r}")
     if rank == 0:
         return None
-    alpha = model_config.get("lora_alpha", 16)
+    alpha = model.lora_alpha
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha <= 0:
         raise RLCoreError(f"{key}.lora_alpha must be a positive number, got {alpha!r}")
-    targets = model_config.get("target_modules", "all-linear")
-    if isinstance(targets, (DictConfig, ListConfig)):
-        targets = OmegaConf.to_container(targets, resolve=True)
+    targets: Any = model.target_modules
     if isinstance(targets, str):
         targets = targets if targets == "all-linear" else [targets]
     if not targets or not isinstance(targets, (str, list)) or not all(isinstance(t, str) for t in targets):
         raise RLCoreError(f"{key}.target_modules must be 'all-linear' or a list of module names, got {targets!r}")
-    excluded = model_config.get("exclude_modules", None)
-    if isinstance(excluded, ListConfig):
-        excluded = OmegaConf.to_container(excluded, resolve=True)
+    excluded: Any = model.exclude_modules
     if excluded is not None and not (
         (isinstance(excluded, str) and excluded)
         or (isinstance(excluded, list) and all(isinstance(e, str) and e for e in excluded))
@@ -82,7 +78,7 @@ def lora_settings(model_config: Mapping[str, Any], key: str) -> LoraSettings | N
             re.compile(excluded)
         except re.error as exc:
             raise RLCoreError(f"{key}.exclude_modules={excluded!r} is not a valid regular expression: {exc}") from exc
-    path = model_config.get("lora_adapter_path", None)
+    path = model.lora_adapter_path
     return LoraSettings(
         rank=rank,
         alpha=float(alpha),

@@ -3,23 +3,24 @@ values are rlcore's (:mod:`rlcore.modelkit.hf_models`), shared with the other en
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import dataclasses
 
 import torch
 from torch import nn
 
-from rlcore.api import Batch, load_pretrained
+from rlcore.api import Batch, ModelConfig, config_overrides, load_pretrained
 
 
-def load_reward_model(model_config: Mapping[str, Any], key: str, dtype: torch.dtype) -> nn.Module:
-    """The frozen reward model at ``{key}.path``: ``AutoModelForTokenClassification`` with one label (a
-    sequence-classification checkpoint loads into it with its score head), in eval mode."""
+def load_reward_model(model_config: ModelConfig, key: str, dtype: torch.dtype) -> nn.Module:
+    """The frozen reward model of the typed model section at ``key`` (its ``path``):
+    ``AutoModelForTokenClassification`` with one label (a sequence-classification checkpoint loads into it with
+    its score head), in eval mode."""
     from transformers import AutoModelForTokenClassification
 
-    config = dict(model_config)
-    config["override_config"] = {**dict(model_config.get("override_config", None) or {}), "num_labels": 1}
-    model = load_pretrained(AutoModelForTokenClassification, config, key, dtype)
+    overrides = {**config_overrides(model_config, key), "num_labels": 1}
+    model = load_pretrained(
+        AutoModelForTokenClassification, dataclasses.replace(model_config, override_config=overrides), key, dtype
+    )
     model.requires_grad_(False)
     model.eval()
     return model

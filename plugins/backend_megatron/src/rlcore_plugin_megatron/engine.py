@@ -48,6 +48,7 @@ from rlcore.api import (
     EngineRequest,
     EngineRole,
     MicroBatchLoss,
+    ModelConfig,
     ModelOutput,
     OptimizerState,
     ParallelLayout,
@@ -137,7 +138,7 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
             f"{section}.ulysses_sequence_parallel_size={ulysses!r}: the megatron backend does not use Ulysses; "
             f"use {key}.tensor_model_parallel_size instead and leave it at 1"
         )
-    if int(select(config, f"{model_section}.lora_rank", 0) or 0) > 0:
+    if (ModelConfig.from_mapping(select(config, model_section)).lora_rank or 0) > 0:
         raise RLCoreError(
             f"{model_section}.lora_rank > 0 configures LoRA on the fsdp backend (peft); the megatron backend reads "
             f"verl 0.10's {model_section}.lora.rank (and lora.alpha, lora.target_modules, ...)"
@@ -373,7 +374,7 @@ class MegatronEngine(OptimizerState):
 
             seed = self.settings.seed
             model_parallel_cuda_manual_seed(int(select(config, "trainer.seed", 1)) if seed is None else seed)
-        model_config = select(config, request.model_section)
+        model_config = request.model
         hf_config = load_hf_config(model_config, request.model_section)
         self.hf_config = hf_config
         self.spec = ModelSpec.from_hf_config(hf_config, request.model_section, value_head=request.role == "critic")
@@ -398,7 +399,7 @@ class MegatronEngine(OptimizerState):
             self.settings,
             self.settings.key,
             self.device,
-            gradient_checkpointing=bool(model_config.get("enable_gradient_checkpointing", False)),
+            gradient_checkpointing=bool(model_config.enable_gradient_checkpointing),
         )
         self.replay_mode = replay_mode(config) if request.section == "actor_rollout_ref.actor" else "disabled"
         self.plan = self._plan_line(mc_config)
@@ -441,14 +442,13 @@ class MegatronEngine(OptimizerState):
         self.module.to(self.device)
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
-        if request.role == "ref":
+        if request.optim is None:  # a frozen role (ref)
             self.module.requires_grad_(False)
             self.module.eval()
         else:
-            optim_config = select(config, f"{section}.optim")
             trainable = [param for param in self.module.parameters() if param.requires_grad]
-            self.optimizer = build_optimizer(trainable, optim_config, f"{section}.optim")
-            self.lr_scheduler = build_lr_scheduler(self.optimizer, optim_config, f"{section}.optim")
+            self.optimizer = build_optimizer(trainable, request.optim, f"{section}.optim")
+            self.lr_scheduler = build_lr_scheduler(self.optimizer, request.optim, f"{section}.optim")
         self.offloader = Offloader(self.module, self.optimizer, self.settings, self.device)
         self.offloader.offload()
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from rlcore.api import RLCoreError, config_overrides
+from rlcore.api import ModelConfig, RLCoreError, config_overrides
 from rlcore_plugin_megatron.convert import ModelSpec
 from rlcore_plugin_megatron.settings import MegatronSettings
 
@@ -81,18 +80,21 @@ def release_parallel_state() -> None:
         _PARALLEL_STATE.update(sizes=None, world=None, key="")
 
 
-def load_hf_config(model_config: Mapping[str, Any], key: str) -> Any:
-    """The Hugging Face config of the model section at ``key`` (``path``, ``override_config``,
+def model_path(model_config: ModelConfig, key: str) -> str:
+    """The ``path`` of the typed model section at ``key``; unset is an error naming ``key.path``."""
+    if not model_config.path:
+        raise RLCoreError(f"{key}.path is not set: give a Hugging Face model directory or hub name")
+    return model_config.path
+
+
+def load_hf_config(model_config: ModelConfig, key: str) -> Any:
+    """The Hugging Face config of the typed model section at ``key`` (``path``, ``override_config``,
     ``trust_remote_code``); errors name ``key.path``."""
     from transformers import AutoConfig
 
-    path = model_config.get("path", None)
-    if not path:
-        raise RLCoreError(f"{key}.path is not set: give a Hugging Face model directory or hub name")
+    path = model_path(model_config, key)
     try:
-        hf_config = AutoConfig.from_pretrained(
-            path, trust_remote_code=bool(model_config.get("trust_remote_code", False))
-        )
+        hf_config = AutoConfig.from_pretrained(path, trust_remote_code=bool(model_config.trust_remote_code))
     except (OSError, ValueError) as exc:
         raise RLCoreError(f"{key}.path={path!r} cannot be loaded: {exc}") from exc
     for name, value in config_overrides(model_config, key).items():
@@ -100,17 +102,17 @@ def load_hf_config(model_config: Mapping[str, Any], key: str) -> Any:
     return hf_config
 
 
-def load_hf_state(model_config: Mapping[str, Any], key: str, hf_config: Any) -> dict[str, torch.Tensor]:
+def load_hf_state(model_config: ModelConfig, key: str, hf_config: Any) -> dict[str, torch.Tensor]:
     """The float32 Hugging Face state dict of the causal LM at ``key.path`` (on the CPU)."""
     from transformers import AutoModelForCausalLM
 
-    path = model_config["path"]
+    path = model_path(model_config, key)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path,
             config=hf_config,
             dtype=torch.float32,
-            trust_remote_code=bool(model_config.get("trust_remote_code", False)),
+            trust_remote_code=bool(model_config.trust_remote_code),
         )
     except (OSError, ValueError) as exc:
         raise RLCoreError(f"{key}.path={path!r} cannot be loaded: {exc}") from exc
