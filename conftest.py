@@ -39,8 +39,8 @@ LONG_FILES = (
 
 #: the files xdist hands out first, longest first, so that the two workers finish together (``--dist loadfile``
 #: gives a worker the next file in order when it runs out): :data:`LONG_FILES` and every file whose tests took over
-#: 40 s together on two idle cores (the durations of a whole run, setup + call + teardown per test); the quick tests
-#: of a file here stay in the quick loop unless the file is one of :data:`LONG_FILES`
+#: 40 s together on two idle cores (``python tests/update_slow_tests.py REPORT --first-files 40`` prints them from the
+#: durations of a whole run); the quick tests of a file here stay in the quick loop unless it is one of :data:`LONG_FILES`
 FIRST_FILES = (
     "tests/test_seed_command.py",
     "plugins/backend_megatron/tests/test_seed_command.py",
