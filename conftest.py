@@ -21,8 +21,8 @@ PLUGINS = Path(__file__).parent / "plugins"
 #: a plugin's sources are no tests, though the scaffold's template holds test files (cookiecutter syntax)
 collect_ignore_glob = ["plugins/*/src"]
 
-#: test files that take minutes, longest first: they start first so that the two workers finish together,
-#: and their tests are marked ``slow`` (``pytest -m "not slow"`` is the quick local loop; CI runs everything)
+#: test files that take minutes: their tests are marked ``slow`` (``pytest -m "not slow"`` is the quick local loop;
+#: CI runs everything), and they start first (:data:`FIRST_FILES`)
 LONG_FILES = (
     "tests/test_seed_command.py",
     "plugins/backend_megatron/tests/test_seed_command.py",
@@ -37,20 +37,52 @@ LONG_FILES = (
 )
 
 
+#: the files xdist hands out first, longest first, so that the two workers finish together (``--dist loadfile``
+#: gives a worker the next file in order when it runs out): :data:`LONG_FILES` and every file whose tests took over
+#: 40 s together on two idle cores (``python tests/update_slow_tests.py REPORT --first-files 40`` prints them from the
+#: durations of a whole run); the quick tests of a file here stay in the quick loop unless it is one of :data:`LONG_FILES`
+FIRST_FILES = (
+    "tests/test_seed_command.py",
+    "plugins/backend_megatron/tests/test_seed_command.py",
+    "tests/test_off_policy.py",
+    "tests/test_default_run.py",
+    "plugins/rollout_vllm/tests/test_contract.py",
+    "plugins/rollout_vllm/tests/test_moe.py",
+    "tests/test_wheelhouse.py",
+    "tests/test_default_commands.py",
+    "tests/test_ray_executor.py",
+    "plugins/backend_megatron/tests/test_multirank.py",
+    "tests/test_lint.py",
+    "tests/test_template.py",
+    "plugins/backend_megatron/tests/test_lora.py",
+    "plugins/rollout_vllm/tests/test_engine.py",
+    "plugins/algo_distill/tests/test_topk.py",
+    "tests/test_bench_gpu.py",
+    "tests/test_sft.py",
+    "plugins/rollout_vllm/tests/test_multiturn.py",
+    "plugins/backend_fsdp/tests/test_moe.py",
+    "tests/test_ulysses.py",
+    "tests/test_user_code_exit.py",
+    "plugins/rollout_vllm/tests/test_profile.py",
+    "tests/test_stop_signal.py",
+    "plugins/backend_megatron/tests/test_token_ids.py",
+    "plugins/backend_megatron/tests/test_run.py",
+)
+
 #: the other tests that take over 1.5 s on two idle cores (real runs, processes, engines), one node id per
 #: line, also marked ``slow``; ``tests/update_slow_tests.py`` adds to it from a ``--durations`` report
 SLOW_TESTS = Path(__file__).parent / "tests" / "slow_tests.txt"
 
 
 def pytest_collection_modifyitems(items: list) -> None:
-    """Mark the tests of :data:`LONG_FILES` and :data:`SLOW_TESTS` ``slow`` and move :data:`LONG_FILES` to the
+    """Mark the tests of :data:`LONG_FILES` and :data:`SLOW_TESTS` ``slow`` and move :data:`FIRST_FILES` to the
     front, in that order (xdist hands out files in order)."""
-    rank = {path: index for index, path in enumerate(LONG_FILES)}
+    rank = {path: index for index, path in enumerate(FIRST_FILES)}
     listed = {line.strip() for line in SLOW_TESTS.read_text().splitlines() if line.strip() and not line.startswith("#")}
     for item in items:
-        if item.nodeid.split("::")[0] in rank or item.nodeid in listed:
+        if item.nodeid.split("::")[0] in LONG_FILES or item.nodeid in listed:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONG_FILES)))
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(FIRST_FILES)))
 
 
 class NotInstalledPlugin(pytest.Directory):

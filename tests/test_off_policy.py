@@ -1,10 +1,14 @@
 """One-step-off-policy training (``async_training``) on split placement with real Ray worker processes: the
 batch a step trains on was generated one update earlier, the engine's log-probs show it, validation uses the
-current weights, and a checkpoint with a batch in flight resumes to exactly the uninterrupted run."""
+current weights, and a checkpoint with a batch in flight resumes to exactly the uninterrupted run.
+
+The module's five runs share one local Ray (:func:`one_ray`, started as a run starts its own): each run attaches
+to it and leaves it running, instead of starting and stopping a Ray of its own."""
 
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +16,12 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from rlcore_testkit.runs import make_tiny_task, tiny_run  # noqa: E402
+from rlcore_testkit.runs import make_tiny_task, tiny_overrides, tiny_run  # noqa: E402
 
 from rlcore.checkpoint import read_rollout_states  # noqa: E402
 from rlcore.config import ConfigError, check_values, load_config  # noqa: E402
 from rlcore.controller.off_policy import STATE_FILE  # noqa: E402
+from rlcore.controller.placement import ensure_ray  # noqa: E402
 from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
 #: one trainer and one rollout process, the engine's log-probs, token-level importance weights
@@ -93,7 +98,21 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, task: dict[str, Path]) -> dict[str, Any]:
+def one_ray(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, task: dict[str, Path]) -> Iterator[None]:
+    """A local Ray started as the module's runs would start it (``ensure_ray`` with their placement), shut down
+    after the last of them: the runs find Ray running, attach to it and leave it (a run stops only a Ray it
+    started itself; so does this fixture)."""
+    config = load_config([], [*tiny_overrides(tmp_path_factory.mktemp("ray"), tiny_model_dir, task), *ASYNC], [])
+    started = ensure_ray(config)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def full_run(
+    one_ray: None, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, task: dict[str, Path]
+) -> dict[str, Any]:
     """Four uninterrupted one-step-off-policy steps, checkpointing after steps 2 and 4."""
     tmp = tmp_path_factory.mktemp("full")
     _, run_dir = tiny_run(tmp, tiny_model_dir, task, *ASYNC, *FOUR_STEPS)
@@ -153,7 +172,7 @@ def test_resume_with_a_batch_in_flight_equals_the_uninterrupted_run(
 
 
 def test_a_larger_staleness_bound_generates_further_ahead(
-    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+    one_ray: None, tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
 ) -> None:
     _, run_dir = tiny_run(
         tmp_path,
@@ -168,7 +187,9 @@ def test_a_larger_staleness_bound_generates_further_ahead(
     assert [row["async_training/staleness"] for row in rows] == [0.0, 1.0, 2.0]
 
 
-def test_a_synchronous_split_run_resumes_exactly(tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]) -> None:
+def test_a_synchronous_split_run_resumes_exactly(
+    one_ray: None, tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
     """Without one-step-off too, the rollout-only ranks' sampling state is in the checkpoint
     (``rollout_state.pkl``): 1 step + resume + 1 step equals 2 uninterrupted steps metric for metric."""
     sync = [arg for arg in ASYNC if not arg.startswith(("async_training.", "algorithm.rollout_correction"))]

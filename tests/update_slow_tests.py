@@ -9,6 +9,9 @@ Measure on an idle machine, with the quick set as it is, and feed the report in:
 A test's time is its setup, call and teardown together (a module fixture's setup counts for the first test
 that uses it). Listed tests stay listed (the quick run does not measure them); remove a line by hand when a
 test got faster.
+
+From the report of a whole run, ``--first-files 40`` prints instead the files whose tests took over 40 s
+together, longest first: ``conftest.py``'s ``FIRST_FILES``, the files xdist hands out first.
 """
 
 from __future__ import annotations
@@ -33,6 +36,14 @@ def durations(report: Path) -> dict[str, float]:
     return dict(total)
 
 
+def file_totals(measured: dict[str, float]) -> dict[str, float]:
+    """Seconds per test file (its tests' times together), longest first."""
+    total: dict[str, float] = defaultdict(float)
+    for node, seconds in measured.items():
+        total[node.split("::")[0]] += seconds
+    return dict(sorted(total.items(), key=lambda item: -item[1]))
+
+
 def read_list(path: Path = LIST) -> list[str]:
     """The node ids of ``slow_tests.txt`` (comment and blank lines skipped)."""
     if not path.is_file():
@@ -45,8 +56,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("report", type=Path, help="the output of pytest --durations=0")
     parser.add_argument("--over", type=float, default=1.5, help="seconds above which a test is slow (1.5)")
+    parser.add_argument(
+        "--first-files", type=float, metavar="SECONDS", help="print the files over SECONDS, longest first, and stop"
+    )
     args = parser.parse_args()
     measured = durations(args.report)
+    if args.first_files is not None:
+        for path, seconds in file_totals(measured).items():
+            if seconds > args.first_files:
+                print(f'    "{path}",  # {seconds:.0f} s')
+        return
     slow = {node for node, seconds in measured.items() if seconds > args.over}
     kept = set(read_list())
     header = [line for line in LIST.read_text().splitlines() if line.startswith("#")] if LIST.is_file() else []

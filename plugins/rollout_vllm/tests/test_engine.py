@@ -12,6 +12,9 @@ from rlcore_testkit.contracts.rollout import PROMPTS, make_prompt_batch, teacher
 
 from rlcore.errors import RLCoreError
 
+#: the engine settings of every test here but the dummy start's: one started engine (from the pool) serves them all
+SAMPLING = {"calculate_log_probs": True, "temperature": 0.7}
+
 
 @pytest.fixture(scope="module")
 def hf_model(tiny_model_dir: Path) -> Any:
@@ -23,7 +26,7 @@ def hf_model(tiny_model_dir: Path) -> Any:
 
 def test_bad_weight_updates_name_the_problem_and_send_nothing(make_engine: Callable[..., Any], hf_model: Any) -> None:
     """Unknown names, wrong shapes and missing parameters are refused before anything reaches vLLM."""
-    engine = make_engine()
+    engine = make_engine(**SAMPLING)
     state = dict(hf_model.state_dict())
     with pytest.raises(RLCoreError, match="unknown parameter names: model.extra.weight"):
         engine.update_weights([*state.items(), ("model.extra.weight", torch.zeros(2))])
@@ -52,7 +55,7 @@ def test_dummy_start_then_first_sync_serves_the_trainer(
 
 def test_sleep_and_wake_are_skipped_on_cpu(make_engine: Callable[..., Any], tiny_tokenizer: Any) -> None:
     """On CPU there is no accelerator memory to release: ``sleep()`` leaves the engine serving."""
-    engine = make_engine()
+    engine = make_engine(**SAMPLING)
     engine.sleep()
     assert not engine.is_sleeping
     assert len(engine.generate(make_prompt_batch(tiny_tokenizer))) == len(PROMPTS)
@@ -62,7 +65,7 @@ def test_sleep_and_wake_are_skipped_on_cpu(make_engine: Callable[..., Any], tiny
 
 def test_resumed_engine_continues_the_random_stream(make_engine: Callable[..., Any], tiny_tokenizer: Any) -> None:
     """Restoring ``state_dict()`` makes the next generate call draw what the uninterrupted engine drew."""
-    engine = make_engine()
+    engine = make_engine(**SAMPLING)
     batch = make_prompt_batch(tiny_tokenizer)
     engine.generate(batch)
     state = engine.state_dict()
@@ -78,7 +81,7 @@ def test_rollout_log_probs_match_the_trainer(
 ) -> None:
     """The engine's ``rollout_log_probs`` at temperature 0.7 equal the trainer's log-probs of the sampled
     tokens at that temperature (no train/inference mismatch in float32)."""
-    engine = make_engine(calculate_log_probs=True, temperature=0.7)
+    engine = make_engine(**SAMPLING)
     out = engine.generate(make_prompt_batch(tiny_tokenizer))
     length = out["responses"].shape[1]
     with torch.no_grad():
