@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -118,11 +119,12 @@ def test_the_local_executor_accepts_ray_kwargs_and_notes_them_as_unused() -> Non
 def test_ray_init_options_reach_a_real_ray_and_its_workers(tmp_path: Path) -> None:
     """A Ray started with num_cpus=3 reports 3 CPUs, in the namespace added with +; env_vars reach the worker actor (its PYTHONPATH finds a
     module only the workers see, its probe variable is set); the timeline file is written once the group is
-    shut down."""
+    shut down. Ray's own SIGTERM handler (it exits the driver at once) does not replace the run's stop handling."""
     ray = pytest.importorskip("ray")
     from rlcore.controller.placement import SESSION
     from rlcore.controller.ray_executor import RayWorkerGroup
     from rlcore.controller.worker_spec import WorkerSpec
+    from rlcore.graceful_stop import StopRequest
 
     assert not ray.is_initialized()
     (tmp_path / "probe_only_workers.py").write_text(PROBE_MODULE)
@@ -139,7 +141,10 @@ def test_ray_init_options_reach_a_real_ray_and_its_workers(tmp_path: Path) -> No
             "+ray_kwargs.ray_init.namespace=rlcore-ray-kwargs",
         ]
     )
-    group = RayWorkerGroup(WorkerSpec("probe_only_workers:EnvProbe"), config, role="probe")
+    with StopRequest(30.0):
+        run_handler = signal.getsignal(signal.SIGTERM)
+        group = RayWorkerGroup(WorkerSpec("probe_only_workers:EnvProbe"), config, role="probe")
+        assert signal.getsignal(signal.SIGTERM) is run_handler
     try:
         assert ray.cluster_resources()["CPU"] == 3
         assert ray.get_runtime_context().namespace == "rlcore-ray-kwargs"  # a ray.init argument added with +

@@ -126,6 +126,16 @@ def keep_stop_handlers(what: str) -> Iterator[None]:
             )
 
 
+def reclaim_stop_handlers() -> None:
+    """Put the installed :class:`StopRequest`'s SIGINT/SIGTERM handling back after rlcore itself called a library
+    that installs its own (``ray.init`` sets a SIGTERM handler that exits the driver at once, so a stop signal
+    would no longer finish the step and save): no warning, since no user code did it. Does nothing without an
+    installed request or off the main thread."""
+    stop = _installed
+    if stop is not None and threading.current_thread() is threading.main_thread():
+        stop.reassert()
+
+
 def _where(thread_id: int | None) -> str:
     """``file:line (in function)`` where the thread ``thread_id`` is now, or an empty string."""
     frame = sys._current_frames().get(thread_id) if thread_id is not None else None

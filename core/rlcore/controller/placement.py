@@ -175,9 +175,12 @@ def ensure_ray(config: DictConfig) -> bool:
 
 
 def _init_ray(address: str, options: dict[str, Any]) -> None:
-    """``ray.init(address, **options)``; an argument Ray does not know (added with ``+ray_kwargs.ray_init.<name>``)
-    is a :class:`ConfigError` naming the section."""
+    """``ray.init(address, **options)``, after which the run's stop handling is put back (Ray installs a SIGTERM
+    handler of its own); an argument Ray does not know (added with ``+ray_kwargs.ray_init.<name>``) is a
+    :class:`ConfigError` naming the section."""
     import ray
+
+    from rlcore.graceful_stop import reclaim_stop_handlers
 
     try:
         ray.init(address=address, **options)
@@ -185,6 +188,8 @@ def _init_ray(address: str, options: dict[str, Any]) -> None:
         if isinstance(exc, RuntimeError) and "Unknown keyword argument" not in str(exc):
             raise
         raise ConfigError(f"{RAY_INIT}: ray.init() refused the options {sorted(options)}: {exc}") from exc
+    finally:
+        reclaim_stop_handlers()
 
 
 def select_nodes(nnodes: int, need: dict[str, float]) -> list[str]:
