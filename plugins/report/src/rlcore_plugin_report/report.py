@@ -490,23 +490,39 @@ def _write_files(runs: list[RunData], out: Path) -> Report:
             fig.savefig(panel_pngs[panel.slug], dpi=90)
         finally:
             plt.close(fig)
-    columns = 2
-    rows = -(-len(panels) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(13, 3.6 * rows), squeeze=False)
-    try:
-        for ax, panel in zip(axes.flat, panels):
-            _draw_panel(ax, panel, runs)
-        for ax in list(axes.flat)[len(panels) :]:
-            ax.set_visible(False)
-        fig.suptitle("rlcore report: " + " vs ".join(run.name for run in runs), fontsize=13)
-        fig.tight_layout()
-        png = out / REPORT_PNG
-        fig.savefig(png, dpi=80)
-    finally:
-        plt.close(fig)
+    png = out / REPORT_PNG
+    _grid_png(
+        [panel_pngs[panel.slug] for panel in panels], "rlcore report: " + " vs ".join(run.name for run in runs), png
+    )
     html_path = out / REPORT_HTML
     html_path.write_text(render_html(runs, out, panels, panel_pngs, has_data), encoding="utf-8")
     return Report(out_dir=out, png=png, html=html_path, panels=panel_pngs, has_data=has_data, runs=runs)
+
+
+def _grid_png(panel_pngs: list[Path], title: str, path: Path, columns: int = 2) -> None:
+    """Write ``path``: the panel images ``panel_pngs`` in a grid of ``columns`` under ``title``. The panels are
+    laid out from their files rather than drawn a second time (drawing is most of a report's time)."""
+    import matplotlib.image
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    images = [matplotlib.image.imread(png)[..., :3] for png in panel_pngs]
+    height = max(image.shape[0] for image in images)
+    width = max(image.shape[1] for image in images)
+    title_height = 48
+    rows = -(-len(images) // columns)
+    canvas = np.ones((title_height + rows * height, columns * width, 3), dtype=np.float32)
+    for index, image in enumerate(images):
+        top, left = title_height + (index // columns) * height, (index % columns) * width
+        canvas[top : top + image.shape[0], left : left + image.shape[1]] = image
+    dpi = 100
+    fig = plt.figure(figsize=(canvas.shape[1] / dpi, canvas.shape[0] / dpi), dpi=dpi)
+    try:
+        fig.figimage(canvas, 0, 0, origin="upper")
+        fig.text(0.5, 1 - title_height / 2 / canvas.shape[0], title, ha="center", va="center", fontsize=13)
+        fig.savefig(path, dpi=dpi)
+    finally:
+        plt.close(fig)
 
 
 # ------------------------------------------------------------------------------------------- html
