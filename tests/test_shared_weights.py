@@ -14,6 +14,7 @@ from rlcore_plugin_hf.engine import HFRolloutEngine
 from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
 from rlcore_testkit.contracts.rollout import make_prompt_batch
 
+from rlcore.api import RolloutConfig
 from rlcore.api.batch import Batch
 
 
@@ -63,7 +64,7 @@ def test_the_engine_serves_the_actors_parameters(worker: Any, tiny_tokenizer: An
     assert storages(engine.module) == {name: live[name].data_ptr() for name in storages(engine.module)}
 
     copied = HFRolloutEngine(
-        None, tiny_tokenizer, worker.config.actor_rollout_ref.rollout, module=_copy_of(engine.module)
+        None, tiny_tokenizer, RolloutConfig.from_tree(worker.config), module=_copy_of(engine.module)
     )
     copied.update_weights(worker.full_state_dict().items())
     copied.load_state_dict(engine.state_dict())

@@ -111,12 +111,14 @@ class RolloutEngineContract:
     LOGPROB_ATOL: ClassVar[float] = 1e-4
 
     def rollout_config(self, plugin_manager: PluginManager, **overrides: Any) -> Any:
-        """The ``actor_rollout_ref.rollout`` section: defaults, then :attr:`CONFIG_OVERRIDES`, then ``overrides``."""
+        """The engine's typed ``actor_rollout_ref.rollout`` section (its ``config_class``): defaults, then
+        :attr:`CONFIG_OVERRIDES`, then ``overrides``."""
         from rlcore.config import load_config
 
+        engine_cls = plugin_manager.registry.load("rollout_engine", self.component_name)
         values = {**self.CONFIG_OVERRIDES, **overrides}
         dotted = [f"actor_rollout_ref.rollout.{key}={_override_value(value)}" for key, value in values.items()]
-        return load_config(overrides=dotted, manager=plugin_manager).actor_rollout_ref.rollout
+        return engine_cls.config_class.from_tree(load_config(overrides=dotted, manager=plugin_manager))
 
     def make_engine(self, engine_cls: type, model_dir: Path, tokenizer: Any, config: Any) -> Any:
         """Construct the engine; override to pass engine-specific arguments."""
