@@ -24,6 +24,7 @@ from rlcore.config.schema import (
     Section,
     Sections,
     TrainerConfig,
+    default_section,
     default_tree,
 )
 from rlcore.config.sections.base import is_interpolation
@@ -205,16 +206,16 @@ def test_one_section_builds_alone() -> None:
 
 
 def test_a_section_builds_from_its_defaults_with_some_values_replaced() -> None:
-    """``with_defaults``: the defaults with their references resolved as the loader resolves them, the values
+    """``default_section``: the defaults with their references resolved as the loader resolves them, the values
     given (a subsection's merged key by key) in place, and the section's checks run."""
-    rollout = RolloutConfig.with_defaults(response_length=7, val_kwargs={"temperature": 0.5})
+    rollout = default_section(RolloutConfig, response_length=7, val_kwargs={"temperature": 0.5})
     loaded = RolloutConfig.from_tree(load_config([], ["actor_rollout_ref.rollout.response_length=7"], []))
     assert rollout == dataclasses.replace(loaded, val_kwargs=dataclasses.replace(loaded.val_kwargs, temperature=0.5))
     assert rollout.prompt_length == DataConfig().max_prompt_length and not is_interpolation(rollout.prompt_length)
     with pytest.raises(ConfigError, match="actor_rollout_ref.rollout.response_length must be a positive integer"):
-        RolloutConfig.with_defaults(response_length=0)
+        default_section(RolloutConfig, response_length=0)
     with pytest.raises(TypeError, match="MultiTurnConfig has no PATH"):
-        MultiTurnConfig.with_defaults()
+        default_section(MultiTurnConfig)
 
 
 def covered_keys() -> set[str]:

@@ -12,7 +12,7 @@ from rlcore_plugin_hf.engine import HFRolloutEngine
 from rlcore_plugin_hf.sampler import sample_next_tokens
 from rlcore_testkit.contracts.rollout import RolloutEngineContract, make_prompt_batch
 
-from rlcore.api import RolloutConfig
+from rlcore.api import RolloutConfig, default_section
 from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
 from rlcore.rollout.sampling import SamplingParams, request_seeds
@@ -29,7 +29,7 @@ class TestHFRolloutContract(RolloutEngineContract):
 
 def rollout_config(**overrides: Any) -> Any:
     """The typed ``actor_rollout_ref.rollout`` section of the defaults, 10 response tokens, with ``overrides``."""
-    return RolloutConfig.with_defaults(**{"response_length": 10, **overrides})
+    return default_section(RolloutConfig, **{"response_length": 10, **overrides})
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from rlcore_plugin_hf.engine import HFRolloutEngine
 from rlcore_testkit.contracts.rollout import PROMPTS, make_prompt_batch
 from rlcore_testkit.tiny import padded_vocab_size
 
-from rlcore.api import RolloutConfig
+from rlcore.api import RolloutConfig, default_section
 from rlcore.api.batch import Batch
 
 pytestmark = pytest.mark.usefixtures("single_intra_op_thread")
@@ -26,7 +26,7 @@ MORE_PROMPTS = [*PROMPTS, "a b c", "one more prompt here", "x", "the end is near
 
 def rollout_config(**overrides: Any) -> Any:
     """The default ``actor_rollout_ref.rollout`` section, 10 response tokens, with ``overrides``."""
-    return RolloutConfig.with_defaults(**{"response_length": 10, **overrides})
+    return default_section(RolloutConfig, **{"response_length": 10, **overrides})
 
 
 def qwen3_model(tokenizer: Any, vocab_size: int | None = None, hidden_size: int = 64) -> torch.nn.Module:

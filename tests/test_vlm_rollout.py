@@ -12,7 +12,7 @@ from PIL import Image
 from rlcore_plugin_hf.engine import HFRolloutEngine
 from rlcore_testkit.tiny_vlm import build_tiny_vlm, vl_prompt_batch
 
-from rlcore.api import RolloutConfig
+from rlcore.api import RolloutConfig, default_section
 from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.hf_models import response_outputs
@@ -33,8 +33,8 @@ def vlm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def rollout_config(**overrides: Any) -> Any:
     """The default rollout section: 6 response tokens, log-probs, ``overrides``."""
-    return RolloutConfig.with_defaults(
-        **{"response_length": 6, "calculate_log_probs": True, "ignore_eos": True, **overrides}
+    return default_section(
+        RolloutConfig, **{"response_length": 6, "calculate_log_probs": True, "ignore_eos": True, **overrides}
     )
 
 

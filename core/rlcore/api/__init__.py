@@ -162,6 +162,7 @@ _LAZY: dict[str, str] = {
     "ActorConfig": "rlcore.config.schema",
     "RefConfig": "rlcore.config.schema",
     "RolloutConfig": "rlcore.config.schema",
+    "default_section": "rlcore.config.schema",
     "OptimConfig": "rlcore.config.sections.actor",
     "Section": "rlcore.config.sections.base",
     "config_ref": "rlcore.config.sections.base:ref",
@@ -351,7 +352,7 @@ if TYPE_CHECKING:
     from rlcore.config.output_paths import shown_path
     from rlcore.config.router_replay import ACTOR as ROUTER_REPLAY_ACTOR
     from rlcore.config.router_replay import REPLAY_MODES, replay_mode
-    from rlcore.config.schema import ActorConfig, RefConfig, RolloutConfig
+    from rlcore.config.schema import ActorConfig, RefConfig, RolloutConfig, default_section
     from rlcore.config.sections.actor import OptimConfig
     from rlcore.config.sections.base import Section
     from rlcore.config.sections.base import ref as config_ref

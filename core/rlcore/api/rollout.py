@@ -22,7 +22,7 @@ class RolloutEngine(Protocol):
     """Constructed as ``Engine(model_path, tokenizer, config, *, device, dtype)`` with ``config`` the typed
     ``actor_rollout_ref.rollout`` section: an instance of the engine's :attr:`config_class`, built once by the
     actor worker from the run's config (an LLM judge builds it from the defaults and its own values with
-    ``config_class.with_defaults(...)``). Optional abilities, each a protocol below that the actor worker
+    ``default_section(config_class, ...)``). Optional abilities, each a protocol below that the actor worker
     checks with ``isinstance``: :class:`SupportsWeightChecksum` (an exact check of the served weights),
     :class:`SupportsSharedWeights` (serving a CPU actor's own tensors), :class:`SupportsSamplingState`
     (sampling state for exact resume) and :class:`SupportsClose` (stop the engine's own processes)."""

@@ -16,7 +16,7 @@ import torch
 from rlcore_plugin_judge.judge import DEFAULT_TEMPLATE, JUDGE_ENGINE, JudgeRewardManager, parse_verdict
 from rlcore_testkit.tiny import build_model, build_tokenizer
 
-from rlcore.api import Batch, RewardError, RLCoreError, RolloutConfig
+from rlcore.api import Batch, RewardError, RLCoreError, RolloutConfig, default_section
 
 VERDICT = "Score: 7"
 
@@ -133,9 +133,9 @@ def test_the_judge_engine_gets_the_rollout_defaults_then_its_own_values(judge_di
     own fallbacks: unchunked on CPU before)."""
     manager = judge(judge_dir, tiny_tokenizer)
     manager._start()
-    expected = RolloutConfig.with_defaults(**JUDGE_ENGINE, name="hf", prompt_length=512, response_length=8)
+    expected = default_section(RolloutConfig, **JUDGE_ENGINE, name="hf", prompt_length=512, response_length=8)
     assert manager.engine.config == expected and expected.load_format == "auto" and expected.enforce_eager
-    assert manager.engine.token_budget == RolloutConfig.with_defaults().max_num_batched_tokens
+    assert manager.engine.token_budget == default_section(RolloutConfig).max_num_batched_tokens
 
 
 def test_a_verdict_without_a_score_scores_zero_and_is_counted(judge_dir: Path, tiny_tokenizer: Any) -> None:

@@ -127,19 +127,3 @@ class Section:
         if problems:
             raise ConfigError(*problems)
         return cls(**values)
-
-    @classmethod
-    def with_defaults(cls: type[_S], **values: Any) -> _S:
-        """The section (one with a :attr:`PATH`) built from its defaults with ``values`` replacing some of them
-        (a subsection's as a dict of its keys), each :func:`ref` default resolved against rlcore's defaults and
-        every check run: a section for code that has no run config, e.g. an LLM judge's rollout engine or a test."""
-        from rlcore.config.schema import default_tree
-
-        path = cls.PATH
-        if not path:
-            raise TypeError(f"{cls.__name__} has no PATH: build it with {cls.__name__}(...)")
-        config = OmegaConf.create(default_tree())
-        OmegaConf.update(config, path, cls().tree(), merge=True)
-        for name, value in values.items():
-            OmegaConf.update(config, f"{path}.{name}", value, merge=True)
-        return cls.from_tree(config, path)

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from rlcore.api import Batch, RewardError, RewardManagerBase, RewardResult, RLCoreError, RolloutConfig
+from rlcore.api import Batch, RewardError, RewardManagerBase, RewardResult, RLCoreError, RolloutConfig, default_section
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class JudgeRewardManager(RewardManagerBase):
         except UnknownComponentError as exc:
             raise UnknownComponentError(f"reward_model.rollout.name: {exc}") from exc
         cuda = torch.cuda.is_available()
-        self.engine_config = engine_cls.config_class.with_defaults(**self.rollout)
+        self.engine_config = default_section(engine_cls.config_class, **self.rollout)
         self.engine = engine_cls(
             self.model_path,
             self.judge_tokenizer,

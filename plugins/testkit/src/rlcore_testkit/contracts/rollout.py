@@ -141,14 +141,14 @@ class RolloutEngineContract:
         """The engine names the typed section the worker builds it with (``config_class``): rlcore's
         ``RolloutConfig`` or a subclass adding the plugin's own keys, readable from the default config and
         buildable from the defaults alone (an LLM judge's engine)."""
-        from rlcore.api import RolloutConfig
+        from rlcore.api import RolloutConfig, default_section
         from rlcore.config import load_config
 
         engine_cls = plugin_manager.registry.load("rollout_engine", self.component_name)
         assert issubclass(engine_cls.config_class, RolloutConfig)
         section = engine_cls.config_class.from_tree(load_config(manager=plugin_manager))
         assert section.name == RolloutConfig.name and isinstance(section, engine_cls.config_class)
-        assert engine_cls.config_class.with_defaults(response_length=3).response_length == 3
+        assert default_section(engine_cls.config_class, response_length=3).response_length == 3
 
     @pytest.fixture(scope="class")
     @classmethod
