@@ -59,18 +59,21 @@ def build_model_dir(root: Path, size: str) -> tuple[Path, int]:
     return path, sum(p.numel() for p in model.parameters())
 
 
-def rollout_config(new_tokens: int) -> Any:
-    """The ``actor_rollout_ref.rollout`` section both engines use."""
+def rollout_config(new_tokens: int, config_class: Any = None) -> Any:
+    """The typed ``actor_rollout_ref.rollout`` section both engines use (``config_class``: an engine's own,
+    default :class:`rlcore.api.RolloutConfig`)."""
+    from rlcore.api import RolloutConfig
     from rlcore.config import load_config
 
-    return load_config(
+    tree = load_config(
         overrides=[
             f"actor_rollout_ref.rollout.response_length={new_tokens}",
             "data.max_prompt_length=64",
             "actor_rollout_ref.rollout.ignore_eos=true",
             "actor_rollout_ref.rollout.load_format=auto",
         ]
-    ).actor_rollout_ref.rollout
+    )
+    return (config_class or RolloutConfig).from_tree(tree)
 
 
 def prompt_batch(tokenizer: Any, count: int) -> Any:
@@ -269,6 +272,7 @@ def compare_generate(
     from rlcore_testkit.contracts.rollout import make_prompt_batch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from rlcore.api import RolloutConfig
     from rlcore.config import load_config
 
     place = torch.device(device)
@@ -277,7 +281,7 @@ def compare_generate(
     tokenizer.padding_side = "left"
     batch = make_prompt_batch(tokenizer, list(prompts))
     rows, width = batch["input_ids"].shape
-    config = load_config(
+    tree = load_config(
         overrides=[
             f"actor_rollout_ref.rollout.response_length={response_length}",
             f"data.max_prompt_length={width}",
@@ -288,7 +292,8 @@ def compare_generate(
             f"actor_rollout_ref.rollout.enforce_eager={str(enforce_eager).lower()}",
             f"actor_rollout_ref.rollout.gpu_memory_utilization={gpu_memory_utilization}",
         ]
-    ).actor_rollout_ref.rollout
+    )
+    config = RolloutConfig.from_tree(tree)
     result: dict[str, Any] = {
         "device": place.type,
         "device_name": torch.cuda.get_device_name(place) if place.type == "cuda" else platform.machine(),
@@ -367,7 +372,8 @@ def bench_size(root: Path, size: str, batches: list[int], new_tokens: int, repea
         from rlcore_plugin_vllm.engine import VLLMRolloutEngine
 
         start = time.perf_counter()
-        engines["vllm"] = VLLMRolloutEngine(str(model_dir), tokenizer, config, dtype="float32")
+        vllm_config = rollout_config(new_tokens, VLLMRolloutEngine.config_class)
+        engines["vllm"] = VLLMRolloutEngine(str(model_dir), tokenizer, vllm_config, dtype="float32")
         result["vllm_start_s"] = round(time.perf_counter() - start, 1)
     for name, engine in engines.items():
         entry: dict[str, Any] = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -60,13 +61,11 @@ def bench_family(
         entry: dict[str, Any] = {}
         for record in (False, True):
             log(f"{family}: batch {count}, R3 {'on' if record else 'off'}")
-            config = rollout_config(new_tokens)
-            config.enable_rollout_routing_replay = record
+            config = dataclasses.replace(rollout_config(new_tokens), enable_rollout_routing_replay=record)
             engine = HFRolloutEngine(str(model_dir), tokenizer, config, device=device)
             entry["r3_on" if record else "r3_off"] = time_generation(engine, batch, repeats)
         for dtype in (torch.float32, torch.bfloat16):
-            config = rollout_config(new_tokens)
-            config.enable_rollout_routing_replay = True
+            config = dataclasses.replace(rollout_config(new_tokens), enable_rollout_routing_replay=True)
             engine = HFRolloutEngine(str(model_dir), tokenizer, config, device=device, dtype=dtype)
             entry[f"agreement_{str(dtype).removeprefix('torch.')}"] = agreement(engine, batch)
         result[f"batch_{count}"] = entry

@@ -21,6 +21,7 @@ from rlcore_testkit.contracts.chat_templates import CHAT_FAMILIES, tool_chat_pai
 
 from rlcore.agents.audit import MaskAuditError, audit_batch
 from rlcore.agents.runner import AgentRunner, left_pad
+from rlcore.api import RolloutConfig
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.plugins import load_plugins
@@ -77,7 +78,7 @@ def prompts(tokenizer: Any, count: int = 16, extra: dict[str, Any] | None = None
 def engine(cfg: Any, tokenizer: Any, model: Any) -> HFRolloutEngine:
     import copy
 
-    return HFRolloutEngine(None, tokenizer, cfg.actor_rollout_ref.rollout, module=copy.deepcopy(model))
+    return HFRolloutEngine(None, tokenizer, RolloutConfig.from_tree(cfg), module=copy.deepcopy(model))
 
 
 def test_mask_audit_passes_on_a_real_multi_turn_run(family: tuple[str, Any, Any], tool_yaml: Path) -> None:

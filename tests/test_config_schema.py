@@ -24,12 +24,15 @@ from rlcore.config.schema import (
     Section,
     Sections,
     TrainerConfig,
+    default_section,
     default_tree,
 )
 from rlcore.config.sections.base import is_interpolation
+from rlcore.config.sections.rollout import MultiTurnConfig, RolloutConfig
 from tests.verl_scripts_harness import verl_arguments
 
-CORE = Path(__file__).resolve().parents[1] / "core" / "rlcore"
+ROOT = Path(__file__).resolve().parents[1]
+CORE = ROOT / "core" / "rlcore"
 VERL09_EXAMPLES = Path(__file__).parent / "verl_examples"
 EXAMPLE = "examples/ppo_trainer/run_deepseek7b_llm.sh"
 
@@ -202,6 +205,19 @@ def test_one_section_builds_alone() -> None:
     assert checkpoint.key("save_contents") == "actor_rollout_ref.actor.checkpoint.save_contents"
 
 
+def test_a_section_builds_from_its_defaults_with_some_values_replaced() -> None:
+    """``default_section``: the defaults with their references resolved as the loader resolves them, the values
+    given (a subsection's merged key by key) in place, and the section's checks run."""
+    rollout = default_section(RolloutConfig, response_length=7, val_kwargs={"temperature": 0.5})
+    loaded = RolloutConfig.from_tree(load_config([], ["actor_rollout_ref.rollout.response_length=7"], []))
+    assert rollout == dataclasses.replace(loaded, val_kwargs=dataclasses.replace(loaded.val_kwargs, temperature=0.5))
+    assert rollout.prompt_length == DataConfig().max_prompt_length and not is_interpolation(rollout.prompt_length)
+    with pytest.raises(ConfigError, match="actor_rollout_ref.rollout.response_length must be a positive integer"):
+        default_section(RolloutConfig, response_length=0)
+    with pytest.raises(TypeError, match="MultiTurnConfig has no PATH"):
+        default_section(MultiTurnConfig)
+
+
 def covered_keys() -> set[str]:
     """The leaf names of the keys the typed sections cover."""
     return {key.rpartition(".")[2] for key, _ in section_fields(Sections, "")}
@@ -224,7 +240,7 @@ def restated_defaults(path: Path) -> Iterator[str]:
         else:
             continue
         if isinstance(key, ast.Constant) and str(key.value).rpartition(".")[2] in covered:
-            yield f"{path.relative_to(CORE)}:{node.lineno} {ast.unparse(node)}"
+            yield f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}"
 
 
 def test_no_core_reader_restates_a_default_of_the_typed_sections() -> None:
@@ -233,6 +249,18 @@ def test_no_core_reader_restates_a_default_of_the_typed_sections() -> None:
     files = [*sorted((CORE / "workers").glob("*.py")), *sorted((CORE / "controller").glob("*.py")), CORE / "run.py"]
     found = [hit for path in files for hit in restated_defaults(path)]
     assert not found, "\n".join(found)
+
+
+def test_no_rollout_engine_restates_a_default_of_the_typed_sections() -> None:
+    """Rollout engines, the core's rollout helpers and the LLM judge read the typed rollout section they are
+    built with (``config_class``); a ``get("k", default)`` would be a second default that the run never uses."""
+    files = [
+        *sorted((CORE / "rollout").glob("*.py")),
+        *sorted(ROOT.glob("plugins/rollout_*/src/*/*.py")),
+        *sorted(ROOT.glob("plugins/judge/src/*/*.py")),
+    ]
+    found = [hit for path in files for hit in restated_defaults(path)]
+    assert len(files) > 20 and not found, "\n".join(found)
 
 
 #: subsections the core hands whole to a component (which reads its own keys), not read key by key

@@ -16,6 +16,7 @@ from rlcore_testkit.runs import dry_run
 
 from rlcore.config.ranges import OPTIM_RANGES, SAMPLING_RANGES, Range
 from rlcore.config.sections.actor import OptimConfig
+from rlcore.config.sections.rollout import ValKwargs
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.optim import build_optimizer
 from rlcore.rollout.sampling import SamplingParams
@@ -236,8 +237,10 @@ def test_the_workers_check_their_sections_with_the_same_table() -> None:
 
     with pytest.raises(RLCoreError, match=r"^actor.optim.lr must be a number >= 0, got -1; actor.optim.betas must be"):
         build_optimizer([torch.nn.Parameter(torch.zeros(2))], OptimConfig(lr=-1, betas=[0.9]), "actor.optim")
-    with pytest.raises(RLCoreError, match=r"^r.top_p must be a number in \(0, 1\], got 0$"):
-        SamplingParams.from_config({"temperature": 1.0, "top_p": 0}, "r")
+    with pytest.raises(
+        RLCoreError, match=r"^actor_rollout_ref.rollout.val_kwargs.top_p must be a number in \(0, 1\], got 0$"
+    ):
+        SamplingParams.from_config(ValKwargs(top_p=0))
     assert OPTIM_RANGES["lr"] == Range(low=0) and SAMPLING_RANGES["top_p"].describe() == "a number in (0, 1]"
 
 

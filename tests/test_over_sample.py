@@ -14,6 +14,7 @@ from rlcore_plugin_hf.engine import HFRolloutEngine
 from rlcore_testkit.contracts.chat_templates import tool_chat_pair
 
 from rlcore.agents.runner import AgentRunner, finish_or_abort, left_pad
+from rlcore.api import RolloutConfig
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
@@ -55,7 +56,7 @@ def test_the_slowest_trajectories_are_aborted_in_training_only(tmp_path: Path) -
     tokenizer, model = tool_chat_pair("qwen2.5")
     cfg = _config(tools, 0.5)
     runner = AgentRunner(cfg, tokenizer, load_plugins().registry)
-    engine = HFRolloutEngine(None, tokenizer, cfg.actor_rollout_ref.rollout, module=copy.deepcopy(model))  # type: ignore[attr-defined]
+    engine = HFRolloutEngine(None, tokenizer, RolloutConfig.from_tree(cfg), module=copy.deepcopy(model))
 
     out = runner.run(_prompts(tokenizer, 16, validate=False), engine.generate)
     aborted = np.array([info["aborted"] for info in out["extra_info"]])
@@ -96,7 +97,6 @@ def test_finish_or_abort_cancels_the_rest_and_raises_loop_errors() -> None:
 @pytest.mark.parametrize("rate", ["1.0", "-0.1"])
 def test_bad_over_sample_rate_is_named(rate: str) -> None:
     from rlcore.agents.settings import AgentSettings
-    from rlcore.config.schema import RolloutConfig
 
     cfg = load_config(overrides=[f"actor_rollout_ref.rollout.over_sample_rate={rate}"])
     with pytest.raises(RLCoreError, match="actor_rollout_ref.rollout.over_sample_rate"):

@@ -15,6 +15,7 @@ from rlcore_plugin_plan.planner import plan_for_config
 from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
 from rlcore_testkit.contracts.rollout import make_prompt_batch
 
+from rlcore.api import RolloutConfig
 from rlcore.workers.actor import ActorRolloutRefWorker
 
 pytestmark = pytest.mark.usefixtures("single_intra_op_thread")
@@ -289,7 +290,7 @@ def test_hf_kv_cache_and_weight_copies_exact(request: pytest.FixtureRequest, tin
         },
     )
     rollout = plan_for_config(config, "cpu").phases[0]
-    engine = HFRolloutEngine(str(folder), tiny_tokenizer, config.actor_rollout_ref.rollout)
+    engine = HFRolloutEngine(str(folder), tiny_tokenizer, RolloutConfig.from_tree(config))
     static = engine._static
     assert static is not None
     held: list[tuple[int, int]] = []

@@ -20,7 +20,7 @@ from rlcore_plugin_hf.chunking import (
 from rlcore_plugin_hf.engine import HFRolloutEngine
 from rlcore_testkit.contracts.rollout import make_prompt_batch
 
-from rlcore.api import ModelShape, bucket, bucket_floor, row_bytes
+from rlcore.api import ModelShape, RolloutConfig, bucket, bucket_floor, default_section, row_bytes
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
 
@@ -41,11 +41,7 @@ RESPONSE_LENGTH = 12
 
 def engine(model_dir: Path, tokenizer: Any, budget: int | None, **overrides: Any) -> HFRolloutEngine:
     """An HF engine on the tiny model with token budget ``budget`` (None = unchunked)."""
-    config = load_config().actor_rollout_ref.rollout
-    config.response_length = RESPONSE_LENGTH
-    config.max_num_batched_tokens = budget
-    for key, value in overrides.items():
-        config[key] = value
+    config = default_section(RolloutConfig, response_length=RESPONSE_LENGTH, max_num_batched_tokens=budget, **overrides)
     return HFRolloutEngine(str(model_dir), tokenizer, config)
 
 

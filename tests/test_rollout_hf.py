@@ -12,8 +12,8 @@ from rlcore_plugin_hf.engine import HFRolloutEngine
 from rlcore_plugin_hf.sampler import sample_next_tokens
 from rlcore_testkit.contracts.rollout import RolloutEngineContract, make_prompt_batch
 
+from rlcore.api import RolloutConfig, default_section
 from rlcore.api.batch import Batch
-from rlcore.config import load_config
 from rlcore.errors import RLCoreError
 from rlcore.rollout.sampling import SamplingParams, request_seeds
 from rlcore.rollout.weights import state_checksum
@@ -28,12 +28,8 @@ class TestHFRolloutContract(RolloutEngineContract):
 
 
 def rollout_config(**overrides: Any) -> Any:
-    """The default ``actor_rollout_ref.rollout`` section with ``overrides`` set on it."""
-    config = load_config().actor_rollout_ref.rollout
-    config.response_length = 10
-    for key, value in overrides.items():
-        config[key] = value
-    return config
+    """The typed ``actor_rollout_ref.rollout`` section of the defaults, 10 response tokens, with ``overrides``."""
+    return default_section(RolloutConfig, **{"response_length": 10, **overrides})
 
 
 @pytest.fixture

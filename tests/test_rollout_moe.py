@@ -19,6 +19,7 @@ from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
 from rlcore_testkit.contracts.rollout import make_prompt_batch
 from rlcore_testkit.tiny import MOE_FAMILIES, make_tiny_moe_model_dir
 
+from rlcore.api import RolloutConfig, default_section
 from rlcore.api.training import ROUTED_EXPERTS
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
@@ -44,11 +45,7 @@ def moe_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def rollout_config(**overrides: Any) -> Any:
     """The default ``actor_rollout_ref.rollout`` section with 10 response tokens and ``overrides``."""
-    config = load_config().actor_rollout_ref.rollout
-    config.response_length = 10
-    for key, value in overrides.items():
-        config[key] = value
-    return config
+    return default_section(RolloutConfig, **{"response_length": 10, **overrides})
 
 
 def engine_for(model_dir: Path, dtype: torch.dtype = torch.float32, **overrides: Any) -> HFRolloutEngine:

@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 from rlcore_plugin_hf.chunking import READ_BUCKETS
 from rlcore_plugin_hf.engine import HFRolloutEngine
 from rlcore_testkit.contracts.rollout import PROMPTS, make_prompt_batch
 from rlcore_testkit.tiny import padded_vocab_size
 
+from rlcore.api import RolloutConfig, default_section
 from rlcore.api.batch import Batch
-from rlcore.config import load_config
 
 pytestmark = pytest.mark.usefixtures("single_intra_op_thread")
 
@@ -27,7 +26,7 @@ MORE_PROMPTS = [*PROMPTS, "a b c", "one more prompt here", "x", "the end is near
 
 def rollout_config(**overrides: Any) -> Any:
     """The default ``actor_rollout_ref.rollout`` section, 10 response tokens, with ``overrides``."""
-    return OmegaConf.merge(load_config().actor_rollout_ref.rollout, {"response_length": 10, **overrides})
+    return default_section(RolloutConfig, **{"response_length": 10, **overrides})
 
 
 def qwen3_model(tokenizer: Any, vocab_size: int | None = None, hidden_size: int = 64) -> torch.nn.Module:

@@ -11,6 +11,7 @@ import torch
 
 from rlcore.api import (
     Batch,
+    RolloutConfig,
     SupportsClose,
     SupportsLiveWeights,
     SupportsSamplingState,
@@ -81,7 +82,7 @@ def test_the_trainer_calls_the_components_it_receives() -> None:
 def test_the_hf_rollout_engine_has_its_abilities(tiny_model_dir: Path, tiny_tokenizer: Any) -> None:
     """The bundled HF engine checks its weights exactly, shares a CPU actor's tensors and saves its sampling
     state; it runs no processes of its own."""
-    section = load_config().actor_rollout_ref.rollout
+    section = RolloutConfig.from_tree(load_config())
     engine = get_component("rollout_engine", "hf")(
         str(tiny_model_dir), tiny_tokenizer, section, device=torch.device("cpu"), dtype=torch.float32
     )

@@ -62,9 +62,8 @@ def test_the_engine_serves_the_actors_parameters(worker: Any, tiny_tokenizer: An
     assert metrics["rollout/weight_checksum_diff"] == 0.0 and metrics["rollout/weight_version"] == 2.0
     assert storages(engine.module) == {name: live[name].data_ptr() for name in storages(engine.module)}
 
-    copied = HFRolloutEngine(
-        None, tiny_tokenizer, worker.config.actor_rollout_ref.rollout, module=_copy_of(engine.module)
-    )
+    assert engine.config == worker.rollout_config  # the worker built the engine with its typed section
+    copied = HFRolloutEngine(None, tiny_tokenizer, worker.rollout_config, module=_copy_of(engine.module))
     copied.update_weights(worker.full_state_dict().items())
     copied.load_state_dict(engine.state_dict())
     assert storages(copied.module).keys() == storages(engine.module).keys()

@@ -18,6 +18,7 @@ from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_overrides, tiny_ru
 
 from rlcore.agents.runner import AgentRunner, left_pad
 from rlcore.agents.tracing import TraceSettings, traced
+from rlcore.api import RolloutConfig
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
@@ -63,7 +64,7 @@ def _rollout(
         non_tensors,
         {"validate": False, "do_sample": False},
     )
-    engine = HFRolloutEngine(None, tokenizer, cfg.actor_rollout_ref.rollout, module=model)
+    engine = HFRolloutEngine(None, tokenizer, RolloutConfig.from_tree(cfg), module=model)
     runner = AgentRunner(cfg, tokenizer, load_plugins().registry)
     with torch.no_grad():
         return runner, runner.run(batch, engine.generate)

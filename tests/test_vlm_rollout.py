@@ -12,8 +12,8 @@ from PIL import Image
 from rlcore_plugin_hf.engine import HFRolloutEngine
 from rlcore_testkit.tiny_vlm import build_tiny_vlm, vl_prompt_batch
 
+from rlcore.api import RolloutConfig, default_section
 from rlcore.api.batch import Batch
-from rlcore.config import load_config
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.hf_models import response_outputs
 from rlcore.processors import load_processor
@@ -33,13 +33,9 @@ def vlm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def rollout_config(**overrides: Any) -> Any:
     """The default rollout section: 6 response tokens, log-probs, ``overrides``."""
-    config = load_config().actor_rollout_ref.rollout
-    config.response_length = 6
-    config.calculate_log_probs = True
-    config.ignore_eos = True
-    for key, value in overrides.items():
-        config[key] = value
-    return config
+    return default_section(
+        RolloutConfig, **{"response_length": 6, "calculate_log_probs": True, "ignore_eos": True, **overrides}
+    )
 
 
 def test_hf_engine_samples_with_images_in_chunks_and_matches_teacher_forcing(vlm_dir: Path) -> None:

@@ -78,7 +78,8 @@ def register_rollout_engines(register: Register) -> None:
     """Register rollout (generation) engines (kind ``rollout_engine``), selected by ``actor_rollout_ref.rollout.name``.
 
     A target is a class implementing :class:`rlcore.api.rollout.RolloutEngine`:
-    ``(model_path, tokenizer, config, *, device, dtype)`` with
+    ``(model_path, tokenizer, config, *, device, dtype)``, ``config`` an instance of its ``config_class``
+    (:class:`rlcore.api.RolloutConfig`, or a subclass adding the plugin's own keys of the section), with
     ``generate(batch, validate=False) -> Batch`` (responses and masks, optionally rollout log-probs),
     ``update_weights(named_tensors)``, ``prompt_log_probs(token_ids)`` (teacher-forced log-probs of a
     probe, compared with the trainer's after every weight sync), ``sleep()``, ``wake()`` and a

@@ -163,6 +163,7 @@ _LAZY: dict[str, str] = {
     "ModelConfig": "rlcore.config.schema",
     "RefConfig": "rlcore.config.schema",
     "RolloutConfig": "rlcore.config.schema",
+    "default_section": "rlcore.config.schema",
     "OptimConfig": "rlcore.config.sections.actor",
     "Section": "rlcore.config.sections.base",
     "config_ref": "rlcore.config.sections.base:ref",
@@ -388,7 +389,7 @@ if TYPE_CHECKING:
     from rlcore.config.ranges import OPTIM_RANGES, range_problems
     from rlcore.config.router_replay import ACTOR as ROUTER_REPLAY_ACTOR
     from rlcore.config.router_replay import REPLAY_MODES, replay_mode
-    from rlcore.config.schema import ActorConfig, ModelConfig, RefConfig, RolloutConfig
+    from rlcore.config.schema import ActorConfig, ModelConfig, RefConfig, RolloutConfig, default_section
     from rlcore.config.sections.actor import OptimConfig
     from rlcore.config.sections.base import Section
     from rlcore.config.sections.base import ref as config_ref

@@ -8,28 +8,34 @@ engine-specific steps; ``rlcore_testkit.contracts.rollout`` checks an engine.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
-    from omegaconf import DictConfig
     from transformers import PreTrainedTokenizerBase
 
     from rlcore.api.batch import Batch
+    from rlcore.config.sections.rollout import RolloutConfig
 
 
 class RolloutEngine(Protocol):
-    """Constructed as ``Engine(model_path, tokenizer, config, *, device, dtype)`` with ``config`` the
-    ``actor_rollout_ref.rollout`` section. Optional abilities, each a protocol below that the actor worker
+    """Constructed as ``Engine(model_path, tokenizer, config, *, device, dtype)`` with ``config`` the typed
+    ``actor_rollout_ref.rollout`` section: an instance of the engine's :attr:`config_class`, built once by the
+    actor worker from the run's config (an LLM judge builds it from the defaults and its own values with
+    ``default_section(config_class, ...)``). Optional abilities, each a protocol below that the actor worker
     checks with ``isinstance``: :class:`SupportsWeightChecksum` (an exact check of the served weights),
     :class:`SupportsSharedWeights` (serving a CPU actor's own tensors), :class:`SupportsSamplingState`
     (sampling state for exact resume) and :class:`SupportsClose` (stop the engine's own processes)."""
+
+    #: the typed section the engine reads: :class:`~rlcore.config.sections.rollout.RolloutConfig`, or a subclass
+    #: that adds the engine plugin's own keys of ``actor_rollout_ref.rollout`` (``vllm``, ``sglang``, ...)
+    config_class: ClassVar[type[RolloutConfig]]
 
     def __init__(
         self,
         model_path: str,
         tokenizer: PreTrainedTokenizerBase,
-        config: DictConfig,
+        config: RolloutConfig,
         *,
         device: torch.device,
         dtype: torch.dtype,

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any
+from typing import Any, TypeVar
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rlcore.config.problems import ConfigError
 from rlcore.config.sections.actor import ActorCheckpointConfig, ActorConfig
@@ -58,8 +58,11 @@ __all__ = [
     "TrainerConfig",
     "Truncation",
     "ValKwargs",
+    "default_section",
     "default_tree",
 ]
+
+_S = TypeVar("_S", bound=Section)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,3 +100,17 @@ def default_tree() -> dict[str, Any]:
     """rlcore's defaults as plain nested data, in key order (``${...}`` references unresolved): the base
     config of the loader and the content of ``defaults.yaml``."""
     return dataclasses.asdict(Sections())
+
+
+def default_section(cls: type[_S], **values: Any) -> _S:
+    """The section ``cls`` (one with a :attr:`~Section.PATH`) built from rlcore's defaults with ``values``
+    replacing some of them (a subsection's as a dict of its keys), each ``ref`` default resolved as the loader
+    resolves it and every check run: a section for code without a run config (an LLM judge's rollout engine, a
+    test), e.g. ``default_section(RolloutConfig, response_length=16)``."""
+    if not cls.PATH:
+        raise TypeError(f"{cls.__name__} has no PATH: build it with {cls.__name__}(...)")
+    config = OmegaConf.create(default_tree())
+    OmegaConf.update(config, cls.PATH, cls().tree(), merge=True)
+    for name, value in values.items():
+        OmegaConf.update(config, f"{cls.PATH}.{name}", value, merge=True)
+    return cls.from_tree(config)

@@ -1,5 +1,6 @@
-"""The sampling settings every rollout engine reads from the ``actor_rollout_ref.rollout`` config, and the
-per-request seeds of engines that seed each request (vLLM, SGLang).
+"""The sampling settings every rollout engine reads from its typed ``actor_rollout_ref.rollout`` section
+(:class:`~rlcore.config.sections.rollout.RolloutConfig`), and the per-request seeds of engines that seed each
+request (vLLM, SGLang).
 
 The HF engine's sampling step is ``rlcore_plugin_hf.sampler.sample_next_tokens``; vLLM and SGLang map
 :class:`SamplingParams` onto their own sampling parameters.
@@ -9,13 +10,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlcore.config.keys import ROLLOUT_KEY
 from rlcore.config.ranges import SAMPLING_RANGES, range_problems
 from rlcore.errors import RLCoreError
+
+if TYPE_CHECKING:
+    from rlcore.config.sections.rollout import RolloutConfig, ValKwargs
 
 __all__ = ["RolloutSettings", "SamplingParams", "request_seeds"]
 
@@ -40,43 +43,34 @@ class SamplingParams:
         return self.temperature if self.temperature > 0 else 1.0
 
     @classmethod
-    def from_config(cls, section: Any, prefix: str = ROLLOUT_KEY) -> SamplingParams:
-        """Read and check ``temperature``, ``top_k``, ``top_p`` and ``do_sample`` from a config section.
-
-        ``prefix`` is the dotted path of ``section``, used to name the key at fault in the
-        :class:`~rlcore.errors.RLCoreError` raised for an invalid value.
-        """
-        problems = range_problems(section, prefix, SAMPLING_RANGES)
+    def from_config(cls, section: RolloutConfig | ValKwargs) -> SamplingParams:
+        """Check and take ``temperature``, ``top_k`` (null: -1), ``top_p`` and ``do_sample`` of a typed rollout
+        section or its ``val_kwargs``; an invalid value raises an :class:`~rlcore.errors.RLCoreError` naming its
+        key."""
+        values = {name: getattr(section, name) for name in SAMPLING_RANGES}
+        problems = range_problems(values, section.PATH, SAMPLING_RANGES)
         if problems:
             raise RLCoreError("; ".join(problems))
-        temperature = _number(section.get("temperature", 1.0), f"{prefix}.temperature")
-        top_p = _number(section.get("top_p", 1.0), f"{prefix}.top_p")
-        top_k = section.get("top_k", -1)
-        if top_k is None:
-            top_k = -1
-        do_sample = section.get("do_sample", True)
-        if not isinstance(do_sample, bool):
-            raise RLCoreError(f"{prefix}.do_sample must be true or false, got {do_sample!r}")
-        return cls(temperature=temperature, top_k=top_k, top_p=top_p, do_sample=do_sample)
+        temperature = _number(section.temperature, section.key("temperature"))
+        top_p = _number(section.top_p, section.key("top_p"))
+        top_k = -1 if section.top_k is None else section.top_k
+        if not isinstance(section.do_sample, bool):
+            raise RLCoreError(f"{section.key('do_sample')} must be true or false, got {section.do_sample!r}")
+        return cls(temperature=temperature, top_k=top_k, top_p=top_p, do_sample=section.do_sample)
 
 
 class RolloutSettings:
-    """The sampling settings every engine reads from the ``actor_rollout_ref.rollout`` section, checked.
+    """The sampling settings of a typed ``actor_rollout_ref.rollout`` section, checked: ``response_length``,
+    ``train`` and ``val`` (:class:`SamplingParams` of the section and of its ``val_kwargs``),
+    ``calculate_log_probs``, ``ignore_eos`` and ``seed``."""
 
-    ``response_length`` (a positive integer), ``train`` and ``val`` (:class:`SamplingParams` of the
-    section and of its ``val_kwargs``), ``calculate_log_probs``, ``ignore_eos`` and ``seed``.
-    """
-
-    def __init__(self, config: Any) -> None:
-        length = config.get("response_length", 512)
-        if isinstance(length, bool) or not isinstance(length, int) or length <= 0:
-            raise RLCoreError(f"{ROLLOUT_KEY}.response_length must be a positive integer, got {length!r}")
-        self.response_length: int = length
+    def __init__(self, config: RolloutConfig) -> None:
+        self.response_length: int = config.response_length
         self.train = SamplingParams.from_config(config)
-        self.val = SamplingParams.from_config(config.get("val_kwargs") or {}, f"{ROLLOUT_KEY}.val_kwargs")
-        self.calculate_log_probs = bool(config.get("calculate_log_probs", False))
-        self.ignore_eos = bool(config.get("ignore_eos", False))
-        self.seed = int(config.get("seed", 0) or 0)
+        self.val = SamplingParams.from_config(config.val_kwargs)
+        self.calculate_log_probs = bool(config.calculate_log_probs)
+        self.ignore_eos = bool(config.ignore_eos)
+        self.seed = int(config.seed)
 
     def params_for(self, batch: Any, validate: bool) -> SamplingParams:
         """The sampling for ``batch``: ``val`` when ``validate`` or ``batch.meta["validate"]`` is true, else

@@ -19,6 +19,7 @@ import torch
 
 from rlcore.api.batch import Batch
 from rlcore.config.keys import ROLLOUT_KEY
+from rlcore.config.sections.rollout import RolloutConfig
 from rlcore.errors import RLCoreError
 from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
 from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
@@ -47,7 +48,8 @@ class TokenListEngine(ABC):
         model_path: a local model directory or hub name; its config gives the state-dict names and shapes
             that pushed weights are checked against, and the EOS ids of its generation config.
         tokenizer: the policy's tokenizer (EOS and pad ids).
-        config: the ``actor_rollout_ref.rollout`` section (see :class:`RolloutSettings`).
+        config: the typed ``actor_rollout_ref.rollout`` section, an instance of :attr:`config_class` (see
+            :class:`RolloutSettings`).
         dtype: the served dtype, which pushed weights are cast to (a ``torch.dtype``, its name or alias).
         module: not supported (these engines build their own model); passing one is an error.
 
@@ -57,9 +59,17 @@ class TokenListEngine(ABC):
 
     #: the engine's ``rollout.name``, used in messages
     engine_name: ClassVar[str] = ""
+    #: the typed section the engine is built with (a subclass adds the engine plugin's own keys)
+    config_class: ClassVar[type[RolloutConfig]] = RolloutConfig
 
     def __init__(
-        self, model_path: str | None, tokenizer: Any, config: Any, *, dtype: torch.dtype | str, module: Any = None
+        self,
+        model_path: str | None,
+        tokenizer: Any,
+        config: RolloutConfig,
+        *,
+        dtype: torch.dtype | str,
+        module: Any = None,
     ) -> None:
         name = f"{ROLLOUT_KEY}.name={self.engine_name}"
         if module is not None:
@@ -133,10 +143,9 @@ class TokenListEngine(ABC):
     def max_model_len(self) -> int:
         """``rollout.max_model_len``, else room for the longest prompt and response (``prompt_length +
         response_length``) within the model's ``max_position_embeddings``."""
-        explicit = self.config.get("max_model_len")
-        if explicit:
-            return int(explicit)
-        length = int(self.config.get("prompt_length") or 0) + self.settings.response_length
+        if self.config.max_model_len:
+            return self.config.max_model_len
+        length = self.config.prompt_length + self.settings.response_length
         return min(length, self.expected.max_positions) if self.expected.max_positions else length
 
     def generate(self, batch: Batch, validate: bool = False) -> Batch:

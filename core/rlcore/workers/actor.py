@@ -184,7 +184,7 @@ class ActorRolloutRefWorker(WorkerBase):
         self.rollout_engine = engine_cls(
             model_path,
             self.tokenizer,
-            self.config.actor_rollout_ref.rollout,  # the engine reads its own keys of the section too
+            engine_cls.config_class.from_tree(self.config),  # the typed section, the engine plugin's keys included
             device=self.device,
             dtype=self._rollout_dtype(),
         )

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from rlcore_plugin_judge.judge import DEFAULT_TEMPLATE, JudgeRewardManager, parse_verdict
+from rlcore_plugin_judge.judge import DEFAULT_TEMPLATE, JUDGE_ENGINE, JudgeRewardManager, parse_verdict
 from rlcore_testkit.tiny import build_model, build_tokenizer
 
-from rlcore.api import Batch, RewardError, RLCoreError
+from rlcore.api import Batch, RewardError, RLCoreError, RolloutConfig, default_section
 
 VERDICT = "Score: 7"
 
@@ -125,6 +125,17 @@ def test_the_judge_grades_a_batch_with_vllm(judge_dir: Path, tiny_tokenizer: Any
         pytest.skip(str(exc))
     rollout = {"name": "vllm", "prompt_length": 512, "response_length": 8, "vllm": {"cpu_kv_cache_gib": 1}}
     check_batch_graded(judge(judge_dir, tiny_tokenizer, rollout=rollout), tiny_tokenizer)
+
+
+def test_the_judge_engine_gets_the_rollout_defaults_then_its_own_values(judge_dir: Path, tiny_tokenizer: Any) -> None:
+    """The judge's engine is built with a whole typed rollout section: the defaults, the judge's greedy/eager/real
+    weights, then ``reward_model.rollout``; keys the judge does not set are the run's defaults (not the engine's
+    own fallbacks: unchunked on CPU before)."""
+    manager = judge(judge_dir, tiny_tokenizer)
+    manager._start()
+    expected = default_section(RolloutConfig, **JUDGE_ENGINE, name="hf", prompt_length=512, response_length=8)
+    assert manager.engine.config == expected and expected.load_format == "auto" and expected.enforce_eager
+    assert manager.engine.token_budget == default_section(RolloutConfig).max_num_batched_tokens
 
 
 def test_a_verdict_without_a_score_scores_zero_and_is_counted(judge_dir: Path, tiny_tokenizer: Any) -> None:

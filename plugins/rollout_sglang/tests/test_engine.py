@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from rlcore_plugin_sglang.config import SGLangRolloutSection
 from rlcore_plugin_sglang.engine import SGLangRolloutEngine, engine_kwargs
 from rlcore_testkit.contracts.rollout import RolloutEngineContract
 
@@ -18,11 +19,11 @@ from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager
 
 
-def rollout_section(plugin_manager: PluginManager, *overrides: str) -> Any:
-    """The ``actor_rollout_ref.rollout`` section with ``overrides``."""
+def rollout_section(plugin_manager: PluginManager, *overrides: str) -> SGLangRolloutSection:
+    """The engine's typed ``actor_rollout_ref.rollout`` section with ``overrides``."""
     from rlcore.config import load_config
 
-    return load_config(overrides=list(overrides), manager=plugin_manager).actor_rollout_ref.rollout
+    return SGLangRolloutSection.from_tree(load_config(overrides=list(overrides), manager=plugin_manager))
 
 
 def test_registered_with_its_config_section(plugin_manager: PluginManager) -> None:

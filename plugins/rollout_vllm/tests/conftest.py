@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from omegaconf import OmegaConf
 
 #: the most started engines the pool keeps at once
 POOL_SIZE = 2
@@ -46,7 +45,7 @@ class EnginePool:
         were replaced and rewinds the sampling seeds."""
         from rlcore_plugin_vllm.engine import VLLMRolloutEngine
 
-        key = (str(model_dir), dtype, OmegaConf.to_yaml(config))
+        key = (str(model_dir), dtype, repr(config))
         engine = self.engines.pop(key, None)
         if engine is None:
             while len(self.engines) >= POOL_SIZE:  # stop the least recently used engine first
@@ -77,8 +76,10 @@ def engine_pool(vllm: Any, tiny_tokenizer: Any) -> Iterator[EnginePool]:
 
 @pytest.fixture
 def rollout_section(plugin_manager: Any) -> Any:
-    """``rollout_section(**overrides)``: the ``actor_rollout_ref.rollout`` config for test engines (eager
+    """``rollout_section(**overrides)``: the typed ``actor_rollout_ref.rollout`` section for test engines (eager
     mode, real weights from the model directory, 8 response tokens) with ``overrides``."""
+    from rlcore_plugin_vllm.config import VLLMRolloutConfig
+
     from rlcore.config import load_config
 
     def factory(**overrides: Any) -> Any:
@@ -87,7 +88,7 @@ def rollout_section(plugin_manager: Any) -> Any:
             f"actor_rollout_ref.rollout.{key}={str(value).lower() if isinstance(value, bool) else value}"
             for key, value in values.items()
         ]
-        return load_config(overrides=dotted, manager=plugin_manager).actor_rollout_ref.rollout
+        return VLLMRolloutConfig.from_tree(load_config(overrides=dotted, manager=plugin_manager))
 
     return factory
 

@@ -18,6 +18,7 @@ from rlcore.plugins import load_plugins
 
 
 def test_tool_agent_on_vllm_passes_the_mask_audit(vllm: Any, tmp_path: Path) -> None:
+    from rlcore_plugin_vllm.config import VLLMRolloutConfig
     from rlcore_plugin_vllm.engine import VLLMRolloutEngine
 
     tokenizer, model = tool_chat_pair("qwen2.5")
@@ -50,7 +51,7 @@ def test_tool_agent_on_vllm_passes_the_mask_audit(vllm: Any, tmp_path: Path) -> 
         {"extra_info": np.array([{} for _ in rows], dtype=object)},
         {"validate": False},
     )
-    engine = VLLMRolloutEngine(str(tmp_path / "model"), tokenizer, cfg.actor_rollout_ref.rollout, dtype="float32")
+    engine = VLLMRolloutEngine(str(tmp_path / "model"), tokenizer, VLLMRolloutConfig.from_tree(cfg), dtype="float32")
     try:
         out = AgentRunner(cfg, tokenizer, load_plugins().registry).run(batch, engine.generate)
     finally:

