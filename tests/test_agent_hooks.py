@@ -7,13 +7,13 @@ import types
 from pathlib import Path
 from typing import Any
 
+from rlcore_plugin_agents.interactions import load_interactions
+from rlcore_plugin_agents.runner import AgentRunner
+from rlcore_plugin_agents.tools import load_tools
 from rlcore_testkit.tiny import build_tokenizer
 
 import rlcore
 from rlcore.agents import Interaction, InteractionTurn, Tool, ToolCall
-from rlcore.agents.interactions import load_interactions
-from rlcore.agents.runner import AgentRunner
-from rlcore.agents.tools import load_tools
 from rlcore.config import load_config
 
 

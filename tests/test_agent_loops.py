@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from rlcore_plugin_agents.runner import AgentRunner, left_pad
 from rlcore_plugin_hf.engine import HFRolloutEngine
 from rlcore_testkit.contracts import AgentLoopContract
 from rlcore_testkit.contracts.chat_templates import CHAT_FAMILIES, tool_chat_pair
 
 from rlcore.agents.audit import MaskAuditError, audit_batch
-from rlcore.agents.runner import AgentRunner, left_pad
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.plugins import load_plugins
@@ -167,8 +167,9 @@ def test_interaction_replies_until_the_episode_ends(tmp_path: Path) -> None:
 def test_generation_is_not_held_back_by_slow_tools(tool_yaml: Path) -> None:
     """While some trajectories wait for a slow tool, the others' turns are generated: the batcher sends the
     turns that are ready instead of waiting for every trajectory."""
-    from rlcore.agents.loops import AgentSample
-    from rlcore.agents.runner import TurnBatcher
+    from rlcore_plugin_agents.runner import TurnBatcher
+
+    from rlcore.api import AgentSample
 
     tokenizer, model = trained("qwen2.5")
     cfg = config(None)
