@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the folder that `python bench/gpu.py --wheels DIR` installs on a GPU machine without a package index
 # (bench/README.md, "bench/gpu.py"): wheels of rlcore and of the plugins the benchmark's runs use (FSDP, the HF
-# rollout engine, GRPO, Megatron, the bundled tasks, the report that rlcore[train] brings, the planner behind
+# rollout engine, GRPO, Megatron, the bundled tasks, multi-turn rollouts and the report that rlcore[train] brings, the planner behind
 # `rlcore plan`, and the test kit, whose seed command and tiny model the benchmark uses), built by tools/wheelhouse.py from clean copies of this checkout; omegaconf's wheel (pure Python, not installed there)
 # and megatron-core's for the GPU machine's Python ($GPU_PYTHON, default 3.12), downloaded once here; and
 # commit.txt, the commit they were built from (the device machine's copy has no .git).
@@ -17,7 +17,7 @@ python=${PYTHON:-python}
 omegaconf=$("$python" -c "import importlib.metadata as m; print(m.version('omegaconf'))")
 
 rm -rf "$out/whl"
-plugins="backend_fsdp rollout_hf algo_grpo backend_megatron tasks report plan testkit profiler"
+plugins="backend_fsdp rollout_hf algo_grpo backend_megatron tasks agents report plan testkit profiler"
 "$python" "$repo/tools/wheelhouse.py" --out "$out/whl" "$repo" $(printf "$repo/plugins/%s " $plugins) > /dev/null
 "$python" -m pip download -q --no-deps --only-binary=:all: -d "$out/whl" "omegaconf==$omegaconf"
 mcore=$("$python" -c "import importlib.metadata as m; print(m.version('megatron-core'))")

@@ -145,10 +145,14 @@ def test_single_turn_loop_is_the_engine_output(tool_yaml: Path) -> None:
 
 
 def test_interaction_replies_until_the_episode_ends(tmp_path: Path) -> None:
-    """verl's GSM8K interaction YAML: the user says 'try again' (reward 0) up to max_user_turns."""
+    """verl's GSM8K interaction YAML (``examples/sglang_multiturn/config/interaction_config``, as verl ships it;
+    ``tests/test_multiturn.py`` reads the file itself): the user says 'try again' (reward 0) up to
+    max_user_turns."""
     tokenizer, model = trained("llama3")
-    interaction_yaml = Path(__file__).parent / (
-        "verl_examples/examples/sglang_multiturn/config/interaction_config/gsm8k_interaction_config.yaml"
+    interaction_yaml = tmp_path / "gsm8k_interaction_config.yaml"
+    interaction_yaml.write_text(
+        'interaction:\n  - name: "gsm8k"\n    class_name: "verl.interactions.gsm8k_interaction.Gsm8kInteraction"\n'
+        "    config: {}\n"
     )
     cfg = config(None, interaction_config_path=str(interaction_yaml), max_user_turns=2)
     out = AgentRunner(cfg, tokenizer, load_plugins().registry).run(
