@@ -22,6 +22,7 @@ from rlcore.errors import RLCoreError
 
 __all__ = ["TRACE_KEY", "Span", "TraceBackend", "TraceSettings", "TrajectoryTrace", "recording", "traced", "with_text"]
 
+#: the rollout-tracing section of the rollout config
 TRACE_KEY = "actor_rollout_ref.rollout.trace"
 
 T = TypeVar("T")
