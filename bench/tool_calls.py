@@ -16,8 +16,9 @@ import sys
 import time
 from typing import Any
 
-from rlcore.agents.parsers import ToolCall
-from rlcore.agents.tools import Tool, ToolExecutor
+from rlcore_plugin_agents.tools import ToolExecutor
+
+from rlcore.api import Tool, ToolCall
 
 SCHEMA = {"type": "function", "function": {"name": "echo", "parameters": {"type": "object"}}}
 

@@ -10,11 +10,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from rlcore_plugin_agents.loops import SingleTurnAgentLoop
 from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 import rlcore
-from rlcore.agents.loops import AgentSample, SingleTurnAgentLoop
 from rlcore.agents.trajectory import Trajectory
+from rlcore.api import AgentSample
 from rlcore.data import DataError
 from rlcore.data.rl_dataset import RLDataset
 

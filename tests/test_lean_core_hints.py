@@ -1,7 +1,7 @@
-"""A core without rlcore-plugin-tasks, rlcore-plugin-sft, rlcore-plugin-judge and rlcore-plugin-profiler (a venv
-that hides the four distributions): the default run, ``rlcore sft``, ``rlcore data arith-sft``, ``rlcore data
-gsm8k`` / ``geo3k``, ``reward_model.reward_manager=judge`` and the profiler's keys each fail naming the
-distribution to install."""
+"""A core without rlcore-plugin-tasks, rlcore-plugin-sft, rlcore-plugin-judge, rlcore-plugin-profiler and
+rlcore-plugin-agents (a venv that hides the five distributions): the default run, ``rlcore sft``, ``rlcore data
+arith-sft``, ``rlcore data gsm8k`` / ``geo3k``, ``reward_model.reward_manager=judge``, the profiler's keys and
+multi-turn each fail naming the distribution to install."""
 
 from __future__ import annotations
 
@@ -13,8 +13,11 @@ import pytest
 
 @pytest.fixture(scope="module")
 def lean(tmp_path_factory: pytest.TempPathFactory, make_venv: Any) -> Any:
-    """This environment without the four distributions."""
-    hidden = ("rlcore-plugin-tasks", "rlcore-plugin-sft", "rlcore-plugin-judge", "rlcore-plugin-profiler")
+    """This environment without the five distributions."""
+    hidden = (
+        *("rlcore-plugin-tasks", "rlcore-plugin-sft", "rlcore-plugin-judge"),
+        *("rlcore-plugin-profiler", "rlcore-plugin-agents"),
+    )
     return make_venv(tmp_path_factory.mktemp("lean") / "venv", hidden=hidden)
 
 
@@ -84,3 +87,24 @@ def test_a_key_of_the_profiler_names_the_profiler_distribution_before_the_run_st
     ), result.stderr
     assert "Traceback" not in result.stderr and "unknown config key" not in result.stderr
     assert not list(tmp_path.iterdir()), "nothing is written"
+
+
+@pytest.mark.parametrize(
+    "key", ["actor_rollout_ref.rollout.multi_turn.enable=true", "actor_rollout_ref.rollout.agent.default_agent_loop=x"]
+)
+def test_multi_turn_names_the_agents_distribution_before_the_run_starts(
+    lean: Any, run: Any, tmp_path: Path, key: str
+) -> None:
+    """Multi-turn turned on with no plugin to roll it out is one line naming the key and the ``pip install``
+    line, before anything is written; a single-turn config does not mention the plugin."""
+    args = ["data.train_files=x.parquet", "actor_rollout_ref.model.path=m"]
+    result = run([lean.python, "-m", "rlcore", "run", "--dry-run", *args, key], cwd=tmp_path, check=False)
+    assert result.returncode == 2, result.stderr
+    assert (
+        f"error: {key}: multi-turn rollouts are provided by rlcore-plugin-agents, which is not installed: "
+        "pip install rlcore-plugin-agents\n" in result.stderr
+    ), result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list(tmp_path.iterdir()), "nothing is written"
+    single = run([lean.python, "-m", "rlcore", "run", "--dry-run", *args], cwd=tmp_path, check=False)
+    assert "rlcore-plugin-agents" not in single.stdout + single.stderr, single.stderr

@@ -139,11 +139,11 @@ def test_arith_tools_teacher_conversations_are_shaped_like_rollouts() -> None:
     import random
 
     import numpy as np
+    from rlcore_plugin_agents.runner import left_pad
     from rlcore_plugin_tasks.arith_tools import _conversation_ids
     from rlcore_testkit.tiny import build_tokenizer
 
     from rlcore.agents import ChatRenderer, audit_batch
-    from rlcore.agents.runner import left_pad
     from rlcore.api.batch import Batch
 
     tokenizer = build_tokenizer()

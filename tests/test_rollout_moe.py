@@ -212,7 +212,7 @@ def test_dry_run_refuses_what_cannot_record(
 def test_agent_loops_refuse_to_drop_the_recorded_routing(tiny_tokenizer: Any) -> None:
     """Samples that reach the agent loops with R3 on (past the dry run: they name a loop themselves) fail
     with the key, instead of training without the routing they asked for."""
-    from rlcore.agents.runner import AgentRunner
+    from rlcore_plugin_agents.runner import AgentRunner
 
     config = load_config(overrides=[f"{KEY}=true", "actor_rollout_ref.rollout.multi_turn.enable=true"])
     runner = AgentRunner(config, tiny_tokenizer, load_plugins().registry)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from rlcore_plugin_agents.tools import load_tools
 
-from rlcore.agents.tools import load_tools
 from rlcore.cli import RLCoreGroup
 from rlcore.config import ConfigError, load_config
 from rlcore.errors import RLCoreError

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rlcore_plugin_agents.tools import ToolExecutor
 from rlcore_testkit.contracts.rewards import make_reward_batch
 from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_overrides, tiny_run
 
 import rlcore
-from rlcore.agents.parsers import ToolCall
-from rlcore.agents.tools import Tool, ToolExecutor
+from rlcore.api import Tool, ToolCall
 from rlcore.config.schema import CustomRewardFunctionConfig
 from rlcore.graceful_stop import SignalInterrupt, StopRequest
 from rlcore.registry import Registry

@@ -171,6 +171,7 @@ def test_pip_install_dapo_alone_trains_the_bundled_task(tmp_path: Path, run: Any
         "rlcore-plugin-fsdp",
         "rlcore-plugin-hf",
         "rlcore-plugin-tasks",
+        "rlcore-plugin-agents",
         "rlcore-plugin-report",
     }
     installed = installed_rlcore_distributions(run, venv, env)

@@ -48,6 +48,14 @@ class Distribution:
         lines = (f"pip install '{self.name}[{extra}]' ({machines})" for extra, machines in self.extras.items())
         return " or ".join(lines)
 
+    @property
+    def absence(self) -> str:
+        """Why its components are missing: ``is not installed: <install line>``, or ``is installed but did not
+        load (...)`` (disabled or failed)."""
+        if self.is_installed():
+            return "is installed but did not load (disabled or failed: see `rlcore plugins`)"
+        return f"is not installed: {self.install_line}"
+
     def is_installed(self) -> bool:
         """Whether the distribution is installed in this environment (loaded or not)."""
         try:
@@ -115,6 +123,14 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
         commands=("data gsm8k", "data geo3k"),
     ),
     Distribution("rlcore-plugin-judge", {"reward_manager": ("judge",)}),
+    Distribution(
+        "rlcore-plugin-agents",
+        {
+            "agent_loop": ("single_turn", "single_turn_agent", "tool_agent"),
+            "tool_parser": ("hermes", "qwen", "qwen25"),
+            "tool": ("calculator",),
+        },
+    ),
     Distribution("rlcore-plugin-sft", {}, commands=("sft", "data arith-sft")),
     Distribution("rlcore-plugin-report", {}, commands=("report",)),
     Distribution("rlcore-plugin-plan", {}, commands=("plan",)),

@@ -32,7 +32,9 @@ if TYPE_CHECKING:
     import click
     from omegaconf import DictConfig
 
+    from rlcore.api.multi_turn import MultiTurn
     from rlcore.api.profiling import Profiler
+    from rlcore.registry import Registry
     from rlcore.run_context import RunContext
 
 PROJECT = "rlcore"
@@ -246,7 +248,7 @@ def register_tools(register: Register) -> None:
     A target is a subclass of :class:`rlcore.agents.Tool`, constructed as ``(config, tool_schema)``, with async
     ``create(instance_id, **create_kwargs)``, ``execute(instance_id, arguments) -> str | ToolResult`` (text,
     optional step reward and metrics) and ``release(instance_id)``; its OpenAI function schema comes from
-    the YAML or the class's ``default_schema``. rlcore times each call out (the config's ``timeout``), cuts
+    the YAML or the class's ``default_schema``. rlcore-plugin-agents' executor times each call out (the config's ``timeout``), cuts
     long responses and turns exceptions into error messages for the model. Register verl's class path as
     an alias so that verl's YAML files load unchanged. ``rlcore_testkit.contracts.agents.ToolContract``
     checks a tool.
@@ -400,6 +402,28 @@ def profiler(config: DictConfig) -> Profiler | None:
             from my_pkg.profiler import MyProfiler
 
             return MyProfiler(config)
+    """
+
+
+@hookspec
+def multi_turn(config: DictConfig, registry: Registry) -> MultiTurn | None:
+    """Return the run's :class:`rlcore.api.multi_turn.MultiTurn` (multi-turn rollouts through agent loops), or
+    None when this plugin does not roll out ``config``. At most one plugin may answer (two answers are an error
+    naming the plugins); when none answers, a config that turns multi-turn on (``rollout.multi_turn.enable``, or
+    an ``agent.default_agent_loop`` other than ``single_turn``) stops before the run starts with an error
+    naming ``rlcore-plugin-agents``, and so does a rollout batch whose samples name an agent loop.
+
+    Called once by ``rlcore run`` before anything starts (the dry run too: it calls the answer's ``check()``)
+    and once by the trainer (which keeps the answer's ``runner(tokenizer)``), so it must be cheap; ``registry``
+    is the run's, where the agent loops, tools, interactions and tool-call parser are resolved.
+
+    Example::
+
+        @rlcore.hookimpl
+        def multi_turn(config, registry):
+            from my_pkg.rollouts import MyMultiTurn
+
+            return MyMultiTurn(config, registry)
     """
 
 

@@ -60,7 +60,6 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "rlcore.builtin.rewards",
     "rlcore.builtin.algorithms",
     "rlcore.builtin.trackers",
-    "rlcore.builtin.agents",
 )
 
 ENV_LOAD = "RLCORE_LOAD_PLUGINS"
@@ -469,8 +468,6 @@ def run_profiler(config: Any, manager: PluginManager | None = None) -> Profiler:
     answers (naming the plugins that implement the hook)."""
     from omegaconf import OmegaConf
 
-    from rlcore.distributions import by_name
-
     hook = (manager or load_plugins()).hook.profiler
     answers = [p for p in hook(config=config) if p is not None]
     tool = OmegaConf.select(config, "global_profiler.tool", default=None)
@@ -481,14 +478,11 @@ def run_profiler(config: Any, manager: PluginManager | None = None) -> Profiler:
             "a run has one profiler: disable the others (RLCORE_DISABLE_PLUGINS)"
         )
     if not answers and tool is not None:
+        from rlcore.distributions import by_name
+
         dist = by_name("rlcore-plugin-profiler")
         assert dist is not None, "distributions.DISTRIBUTIONS lists rlcore-plugin-profiler"
-        why = (
-            "is installed but did not load (disabled or failed: see `rlcore plugins`)"
-            if dist.is_installed()
-            else f"is not installed: {dist.install_line}"
-        )
-        raise RLCoreError(f"global_profiler.tool={tool}: profiling is provided by {dist.name}, which {why}")
+        raise RLCoreError(f"global_profiler.tool={tool}: profiling is provided by {dist.name}, which {dist.absence}")
     return set_current_profiler(answers[0] if answers else NoProfiler())
 
 

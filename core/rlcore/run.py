@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from omegaconf import DictConfig
 
-from rlcore.agents.checks import check_agent_config
+from rlcore.agents.seam import run_multi_turn
 from rlcore.checkpoint import saves_checkpoints
 from rlcore.checkpoint.fingerprint import check_allowed
 from rlcore.config import (
@@ -374,7 +374,7 @@ def run_training(
     with problems.collect():
         check_values(config)
     with problems.collect():
-        check_agent_config(config, registry)
+        run_multi_turn(config, registry, manager).check()
     cpu_threads = None
     with problems.collect():
         cpu_threads = cpu_threads_setting(config)

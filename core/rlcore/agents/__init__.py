@@ -5,8 +5,9 @@ The public names a plugin builds on: :class:`Tool` and :class:`ToolResult` (kind
 :class:`AgentContext`, :class:`AgentSample` and :class:`Trajectory` (kind ``agent_loop``), :class:`ToolCall`
 and :class:`ToolParser` (kind ``tool_parser``), :func:`audit_batch`, the mask audit, and :class:`TrajectoryTrace`,
 :class:`Span`, :class:`TraceSettings` and :func:`with_text` for rollout-trace backends
-(``actor_rollout_ref.rollout.trace``). Importing this package imports no torch; the runner
-(:mod:`rlcore.agents.runner`) does.
+(``actor_rollout_ref.rollout.trace``). Importing this package imports no torch. The implementations (the
+runner, the built-in loops, the tool executor, rollout tracing, the Hermes parser, the calculator tool) are
+rlcore-plugin-agents', behind :mod:`rlcore.api.multi_turn`.
 """
 
 from rlcore.agents.audit import MaskAuditError, audit_batch

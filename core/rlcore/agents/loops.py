@@ -4,31 +4,24 @@ A loop class is constructed once per rollout with the :class:`AgentContext` and 
 is awaited once per sample, concurrently with every other sample's. ``context.generate(token_ids)`` asks the
 rollout engine for one assistant turn (the runner batches the turns of all waiting trajectories);
 everything else a loop appends must be token ids too, rendered with ``context.renderer`` from the new
-messages only. Built in: ``single_turn`` (one generation, today's behaviour) and ``tool_agent`` (tool calls
-and interactions until a turn makes none, the episode ends or a limit is reached).
+messages only. The built-in loops ``single_turn`` (one generation) and ``tool_agent`` (tool calls and
+interactions until a turn makes none, the episode ends or a limit is reached) are rlcore-plugin-agents'.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Awaitable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rlcore.agents.interactions import Interaction
 from rlcore.agents.parsers import ToolCall
 from rlcore.agents.render import ChatRenderer
 from rlcore.agents.settings import AgentSettings
-from rlcore.agents.tools import ToolExecutor, ToolResult
 from rlcore.agents.tracing import traced
-from rlcore.agents.trajectory import Trajectory
-from rlcore.api.components import AgentLoop, AgentSample, ToolParser
-from rlcore.errors import RLCoreError
+from rlcore.api.components import AgentLoop, AgentSample, ToolParser, ToolResult
 
-log = logging.getLogger(__name__)
-
-__all__ = ["AgentContext", "AgentLoop", "AgentSample", "Generation", "SingleTurnAgentLoop", "ToolAgentLoop"]
+__all__ = ["AgentContext", "AgentLoop", "AgentSample", "Generation", "ToolCalls", "TurnGenerator"]
 
 
 @dataclass
@@ -45,16 +38,32 @@ def _generation_outputs(turn: Generation) -> dict[str, Any]:
     return {"response_ids": turn.token_ids, "finished": turn.finished}
 
 
-def _fields(result: Any) -> dict[str, Any]:
-    """A tool result's or interaction reply's fields, as a span's outputs."""
-    return asdict(result)
-
-
 class TurnGenerator(Protocol):
     """The runner's turn batcher as an agent loop sees it."""
 
     async def generate(self, token_ids: list[int]) -> Generation:
         """Sample one assistant turn continuing ``token_ids``."""
+        ...
+
+
+class ToolCalls(Protocol):
+    """The run's tools as an agent loop calls them (rlcore-plugin-agents' executor: bounded, timed, contained;
+    a failure becomes an error message for the model and a metric in ``metrics``)."""
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The OpenAI function schemas of the tools (the chat template's ``tools``)."""
+        ...
+
+    async def create(self, instance_id: str, tools_kwargs: Mapping[str, Any], metrics: dict[str, float]) -> None:
+        """Start every tool's instance for one trajectory (``tools_kwargs``: the sample's per-tool kwargs)."""
+        ...
+
+    async def call(self, instance_id: str, call: ToolCall, metrics: dict[str, float]) -> ToolResult:
+        """Run one parsed call of the trajectory ``instance_id``."""
+        ...
+
+    async def release(self, instance_id: str) -> None:
+        """Release the trajectory's instances (also after failures)."""
         ...
 
 
@@ -66,7 +75,7 @@ class AgentContext:
     tokenizer: Any
     renderer: ChatRenderer
     settings: AgentSettings
-    tools: ToolExecutor
+    tools: ToolCalls
     parser: ToolParser
     generator: TurnGenerator
     interactions: dict[str, Interaction] = field(default_factory=dict)
@@ -75,133 +84,3 @@ class AgentContext:
         """One assistant turn for the context ``token_ids`` (batched with other trajectories' turns)."""
         work = self.generator.generate(token_ids)
         return await traced("generate", "LLM", {"prompt_ids": token_ids}, work, _generation_outputs)
-
-
-class SingleTurnAgentLoop:
-    """One generation per prompt, from the dataset's prompt ids: rlcore's behaviour without multi-turn."""
-
-    def __init__(self, context: AgentContext) -> None:
-        self.context = context
-
-    async def run(self, sample: AgentSample) -> Trajectory:
-        """Generate once and return the trajectory."""
-        trajectory = Trajectory(list(sample.prompt_ids))
-        turn = await self.context.generate(trajectory.context)
-        trajectory.add_generated(turn.token_ids[: self.context.settings.response_length], turn.log_probs)
-        return trajectory
-
-
-class ToolAgentLoop:
-    """verl's tool agent: generate; run the turn's tool calls (or, without calls, let the sample's interaction
-    reply); append the replies rendered through the chat template; repeat.
-
-    Stops when a turn has neither tool calls nor an interaction reply, the interaction ends the episode, a
-    turn is cut by the engine's length, the response budget (``rollout.response_length`` tokens) is spent or
-    ``max_assistant_turns`` / ``max_user_turns`` (tool and interaction replies both count) is reached.
-    The prompt is re-rendered from ``raw_prompt`` with the tool schemas when there are tools.
-    """
-
-    def __init__(self, context: AgentContext) -> None:
-        self.context = context
-
-    def _prompt_ids(self, sample: AgentSample) -> list[int]:
-        schemas = self.context.tools.schemas()
-        if sample.messages and schemas:
-            return self.context.renderer.prompt_ids(sample.messages, tools=schemas)
-        return list(sample.prompt_ids)
-
-    def _interaction(self, sample: AgentSample) -> tuple[Interaction | None, dict[str, Any]]:
-        interactions = self.context.interactions
-        kwargs = dict(sample.extra_info.get("interaction_kwargs") or {})
-        if not interactions:
-            return None, kwargs
-        name = kwargs.get("name")
-        if name is None and len(interactions) == 1:
-            return next(iter(interactions.values())), kwargs
-        if name not in interactions:
-            raise RLCoreError(
-                f"extra_info.interaction_kwargs.name={name!r} of sample {sample.instance_id} is not one of the "
-                f"configured interactions ({', '.join(sorted(interactions))})"
-            )
-        return interactions[name], kwargs
-
-    async def run(self, sample: AgentSample) -> Trajectory:
-        """Run the conversation to its end; tool and interaction instances are always released."""
-        ctx, settings = self.context, self.context.settings
-        trajectory = Trajectory(self._prompt_ids(sample))
-        messages = list(sample.messages or [])
-        interaction, interaction_kwargs = self._interaction(sample)
-        iid = sample.instance_id
-        await ctx.tools.create(iid, sample.extra_info.get("tools_kwargs") or {}, trajectory.metrics)
-        if interaction is not None:
-            await interaction.start(iid, **interaction_kwargs)
-        user_turns = 0
-        try:
-            while True:
-                budget = settings.response_length - len(trajectory.response_ids)
-                turn = await ctx.generate(trajectory.context)
-                tokens = turn.token_ids[:budget]
-                trajectory.add_generated(tokens, turn.log_probs)
-                if len(tokens) < len(turn.token_ids) or not turn.finished:
-                    break
-                text = ctx.tokenizer.decode(tokens, skip_special_tokens=True)
-                messages.append({"role": "assistant", "content": text})
-                if settings.max_assistant_turns and trajectory.assistant_turns >= settings.max_assistant_turns:
-                    break
-                if settings.max_user_turns and user_turns >= settings.max_user_turns:
-                    break
-                new = await self._replies(iid, text, messages, interaction, trajectory)
-                if not new:
-                    break
-                user_turns += 1
-                messages.extend(new)
-                trajectory.add_observation(ctx.renderer.continuation_ids(new))
-                if len(trajectory.response_ids) >= settings.response_length or trajectory.extra.get("done"):
-                    break
-        finally:
-            await ctx.tools.release(iid)
-            if interaction is not None:
-                await interaction.finish(iid)
-        return trajectory
-
-    def _call_tool(self, iid: str, call: ToolCall, trajectory: Trajectory) -> Awaitable[ToolResult]:
-        """One tool call; a ``tool:<name>`` span when the trajectory is traced."""
-        inputs = {"name": call.name, "arguments": call.arguments, "parse_error": call.error}
-        work = self.context.tools.call(iid, call, trajectory.metrics)
-        return traced(f"tool:{call.name}", "TOOL", inputs, work, _fields)
-
-    async def _replies(
-        self,
-        iid: str,
-        text: str,
-        messages: list[dict[str, Any]],
-        interaction: Interaction | None,
-        trajectory: Trajectory,
-    ) -> list[dict[str, Any]]:
-        """The messages answering an assistant turn: tool responses, an interaction reply, or none."""
-        calls = self.context.parser.parse(text)
-        if calls:
-            trajectory.count("tool/turns_with_calls")
-            results = await asyncio.gather(*(self._call_tool(iid, c, trajectory) for c in calls))
-            for result in results:
-                if result.reward is not None:
-                    trajectory.reward_scores["tool_rewards"] = (
-                        trajectory.reward_scores.get("tool_rewards", 0.0) + result.reward
-                    )
-            return [{"role": "tool", "content": result.text} for result in results]
-        if interaction is None:
-            return []
-        try:
-            work = interaction.respond(iid, messages)
-            reply = await traced("interaction", "AGENT", {"name": interaction.name}, work, _fields)
-        except Exception as exc:  # noqa: BLE001 - a failing user simulator ends the episode, not the run
-            log.warning("interaction %r failed in %s: %s: %s", interaction.name, iid, type(exc).__name__, exc)
-            trajectory.count("interaction/errors")
-            return []
-        trajectory.count("interaction/turns")
-        if reply.reward is not None:
-            trajectory.extra.setdefault("turn_scores", []).append(float(reply.reward))
-        if reply.done:
-            trajectory.extra["done"] = True
-            return []
-        return [{"role": "user", "content": reply.text}]

@@ -2,17 +2,16 @@
 
 A parser reads the text of one assistant turn and returns the tool calls in it. A call whose JSON is
 malformed is returned as a :class:`ToolCall` with ``error`` set, so the loop can answer it with an error
-message (the trajectory goes on and the metric ``tool/malformed`` counts it) instead of dropping it.
+message (the trajectory goes on and the metric ``tool/malformed`` counts it) instead of dropping it. The
+Hermes parser (``hermes``) is rlcore-plugin-agents'.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["HermesToolParser", "ToolCall"]
+__all__ = ["ToolCall"]
 
 
 @dataclass(frozen=True)
@@ -22,35 +21,3 @@ class ToolCall:
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-
-
-class HermesToolParser:
-    """The Hermes / Qwen format: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, one per block."""
-
-    _BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-
-    def parse(self, text: str) -> list[ToolCall]:
-        """Each ``<tool_call>`` block as a :class:`ToolCall`; an unclosed block is a malformed call."""
-        calls = [self._call(block.strip()) for block in self._BLOCK.findall(text)]
-        tail = text[text.rfind("</tool_call>") + len("</tool_call>") :] if "</tool_call>" in text else text
-        if "<tool_call>" in tail:
-            calls.append(ToolCall("", error="a <tool_call> block is not closed with </tool_call>"))
-        return calls
-
-    @staticmethod
-    def _call(block: str) -> ToolCall:
-        try:
-            payload = json.loads(block)
-        except json.JSONDecodeError as exc:
-            return ToolCall("", error=f"the tool call is not valid JSON ({exc.msg} at character {exc.pos})")
-        if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
-            return ToolCall("", error='a tool call must be a JSON object with a string "name"')
-        arguments = payload.get("arguments", {})
-        if isinstance(arguments, str):  # some models emit the arguments as a JSON string
-            try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
-                return ToolCall(payload["name"], error='"arguments" is a string that is not a JSON object')
-        if not isinstance(arguments, dict):
-            return ToolCall(payload["name"], error='"arguments" must be a JSON object')
-        return ToolCall(payload["name"], arguments)

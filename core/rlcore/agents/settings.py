@@ -8,11 +8,10 @@ from rlcore.config.keys import ROLLOUT_KEY
 from rlcore.config.sections.rollout import MultiTurnConfig, RolloutConfig
 from rlcore.errors import RLCoreError
 
-__all__ = ["AGENT_KEY", "MULTI_TURN_KEY", "TRUNCATE_SIDES", "AgentSettings"]
+__all__ = ["MULTI_TURN_KEY", "TRUNCATE_SIDES", "AgentSettings"]
 
 #: the multi-turn section of the rollout config
 MULTI_TURN_KEY = f"{ROLLOUT_KEY}.multi_turn"
-AGENT_KEY = f"{ROLLOUT_KEY}.agent"
 #: where a tool or interaction response longer than ``max_tool_response_length`` characters is cut
 TRUNCATE_SIDES = ("left", "right", "middle")
 

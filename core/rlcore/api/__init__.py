@@ -35,6 +35,8 @@ _LAZY: dict[str, str] = {
     "ConfigError": "rlcore.config",
     "DataError": "rlcore.data",
     "UnknownComponentError": "rlcore.registry",
+    "UserCodeExit": "rlcore.usercode",
+    "exit_error": "rlcore.usercode",
     # the batch that flows between the controller, workers and components
     "Batch": "rlcore.api.batch",
     "BatchError": "rlcore.api.batch",
@@ -120,9 +122,18 @@ _LAZY: dict[str, str] = {
     "TrajectoryTrace": "rlcore.agents",
     "audit_batch": "rlcore.agents",
     "with_text": "rlcore.agents",
+    "TRACE_KEY": "rlcore.agents.tracing",
+    "TraceBackend": "rlcore.agents.tracing",
+    "recording": "rlcore.agents.tracing",
+    "traced": "rlcore.agents.tracing",
     "MULTI_TURN_KEY": "rlcore.agents.settings",
     "AgentSettings": "rlcore.agents.settings",
     "tool_classes": "rlcore.agents.tools:class_entries",
+    # the multi-turn seam: what a multi-turn plugin (rlcore-plugin-agents) implements
+    "MultiTurn": "rlcore.api.multi_turn",
+    "MultiTurnRunner": "rlcore.api.multi_turn",
+    "agent_names": "rlcore.api.multi_turn",
+    "Registry": "rlcore.registry",
     # data files
     "read_rows": "rlcore.data.rl_dataset",
     "MULTI_MODAL_INPUTS": "rlcore.data.multimodal",
@@ -284,6 +295,7 @@ if TYPE_CHECKING:
     from rlcore.agents.audit import mask_spans
     from rlcore.agents.settings import MULTI_TURN_KEY, AgentSettings
     from rlcore.agents.tools import class_entries as tool_classes
+    from rlcore.agents.tracing import TRACE_KEY, TraceBackend, recording, traced
     from rlcore.algos import (
         LOG_RATIO_CLAMP,
         ActorLossTerm,
@@ -328,6 +340,7 @@ if TYPE_CHECKING:
     )
     from rlcore.api.extensions import StepExtension
     from rlcore.api.groups import WorkerGroup
+    from rlcore.api.multi_turn import MultiTurn, MultiTurnRunner, agent_names
     from rlcore.api.profiling import (
         EngineTrace,
         Profiler,
@@ -429,7 +442,7 @@ if TYPE_CHECKING:
     )
     from rlcore.presets import PRESETS_FILE
     from rlcore.processors import load_processor
-    from rlcore.registry import UnknownComponentError
+    from rlcore.registry import Registry, UnknownComponentError
     from rlcore.reward import NaiveRewardManager, RewardError
     from rlcore.reward.ground_truth import ground_truth_as_text
     from rlcore.reward.managers import RewardManagerBase
@@ -462,6 +475,7 @@ if TYPE_CHECKING:
     from rlcore.tracking.progress import short_label
     from rlcore.tracking.sinks import METRICS_FILE, format_value, read_metrics
     from rlcore.tracking.values import reduce_metrics
+    from rlcore.usercode import UserCodeExit, exit_error
     from rlcore.workers.actor import ActorRolloutRefWorker
     from rlcore.workers.base import WorkerBase, cpu_batch
     from rlcore.workers.micro_batches import plan_micro_batches

@@ -19,7 +19,7 @@ import click
 import numpy as np
 from omegaconf import DictConfig
 
-from rlcore.agents.runner import AgentRunner
+from rlcore.agents.seam import run_multi_turn
 from rlcore.algos.functional import agg_loss
 from rlcore.algos.kl_control import apply_kl_penalty, make_kl_controller
 from rlcore.algos.metrics import (
@@ -146,7 +146,7 @@ class Trainer:
             ) from exc
         if model.custom_chat_template:
             self.tokenizer.chat_template = model.custom_chat_template
-        self.agents = AgentRunner(cfg, self.tokenizer, self.manager.registry)
+        self.agents = run_multi_turn(cfg, self.manager.registry, self.manager).runner(self.tokenizer)
         dataset_cls = load_dataset_class(self.sections.data, self.manager.registry)
         # a vision-language model's processor renders image rows (verl passes it to the dataset the same way)
         self.processor = load_processor(Path(str(model.path)).expanduser(), trust_remote_code=model.trust_remote_code)

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from rlcore_plugin_agents.runner import AgentRunner, left_pad
 from rlcore_testkit.contracts.chat_templates import tool_chat_pair
 
 from rlcore.agents import audit_batch
-from rlcore.agents.runner import AgentRunner, left_pad
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.plugins import load_plugins

@@ -8,12 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
+from rlcore_plugin_agents.tools import ToolExecutor, load_tools
 from rlcore_plugin_sandbox import host_isolation
 from rlcore_plugin_sandbox.tool import CodeInterpreterTool
 from rlcore_testkit.contracts import ToolContract
 
-from rlcore.agents.tools import ToolExecutor, ToolResult, load_tools
-from rlcore.api import RLCoreError, ToolCall
+from rlcore.api import RLCoreError, ToolCall, ToolResult
 from rlcore.plugins import load_plugins
 
 

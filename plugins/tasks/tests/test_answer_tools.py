@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from rlcore_plugin_agents.tools import load_tools
 from rlcore_plugin_tasks.answer_tools import Geo3kTool, Gsm8kTool
 from rlcore_testkit.contracts import InteractionContract, ToolContract
 
-from rlcore.agents.tools import ToolResult, load_tools
+from rlcore.api import ToolResult
 from rlcore.plugins import load_plugins
 
 #: verl's GSM8K tool config, as verl ships it (vendored in the repository's tests/verl_examples)

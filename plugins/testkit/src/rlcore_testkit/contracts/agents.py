@@ -25,9 +25,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
+from rlcore_plugin_agents.tools import ToolExecutor
 
 from rlcore import load_plugins
-from rlcore.agents.tools import ToolExecutor
 from rlcore.api import InteractionTurn, Tool, ToolCall, ToolResult, audit_batch
 
 __all__ = ["AgentLoopContract", "InteractionContract", "ToolContract", "ToolParserContract"]
@@ -151,9 +151,9 @@ class AgentLoopContract:
     def rollout(self, tmp_path: Path) -> Any:
         """Eight samples through the loop: the output Batch."""
         import torch
+        from rlcore_plugin_agents.runner import AgentRunner, left_pad
         from rlcore_plugin_hf.engine import HFRolloutEngine
 
-        from rlcore.agents.runner import AgentRunner, left_pad
         from rlcore.api import Batch, RolloutConfig
         from rlcore.config import load_config
         from rlcore.plugins import load_plugins

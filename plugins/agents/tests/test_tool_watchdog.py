@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rlcore_plugin_agents.tools import ToolExecutor
 from rlcore_testkit.contracts.chat_templates import tool_chat_pair
 from rlcore_testkit.runs import make_tiny_task, tiny_run
 
-from rlcore.agents.parsers import ToolCall
-from rlcore.agents.tools import Tool, ToolExecutor, ToolResult
+from rlcore.api import Tool, ToolCall, ToolResult
 
 
 def schema(name: str) -> dict[str, Any]:
@@ -143,8 +143,9 @@ def test_a_stuck_tool_call_does_not_keep_the_process_from_exiting() -> None:
     code = textwrap.dedent(
         """
         import asyncio, time
-        from rlcore.agents.parsers import ToolCall
-        from rlcore.agents.tools import Tool, ToolExecutor
+        from rlcore.api import ToolCall
+        from rlcore.api import Tool
+        from rlcore_plugin_agents.tools import ToolExecutor
 
         class Blocks(Tool):
             async def execute(self, instance_id, arguments):
@@ -164,7 +165,7 @@ def test_a_stuck_tool_call_does_not_keep_the_process_from_exiting() -> None:
 
 BLOCKING_CALCULATOR = '''
 import time
-from rlcore.agents.builtin_tools import CalculatorTool
+from rlcore_plugin_agents.builtin_tools import CalculatorTool
 
 
 class BlockingCalculator(CalculatorTool):

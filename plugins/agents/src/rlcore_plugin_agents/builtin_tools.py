@@ -7,7 +7,7 @@ import ast
 import operator
 from typing import Any
 
-from rlcore.agents.tools import Tool, ToolResult
+from rlcore.api import Tool, ToolResult
 
 __all__ = ["CalculatorTool", "evaluate_arithmetic"]
 

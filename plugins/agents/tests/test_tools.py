@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rlcore_plugin_agents.builtin_tools import CalculatorTool, evaluate_arithmetic
+from rlcore_plugin_agents.parsers import HermesToolParser
+from rlcore_plugin_agents.tools import ToolExecutor, load_tools, truncate
 from rlcore_testkit.contracts import ToolContract, ToolParserContract
 
-from rlcore.agents.builtin_tools import CalculatorTool, evaluate_arithmetic
-from rlcore.agents.parsers import HermesToolParser, ToolCall
-from rlcore.agents.tools import Tool, ToolExecutor, ToolResult, load_tools, truncate
+from rlcore.api import Tool, ToolCall, ToolResult
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
 
@@ -167,7 +168,9 @@ def test_calculator_is_exact_and_refuses_code() -> None:
 
 def test_tool_yaml_class_name_may_be_a_dotted_path(tmp_path: Path) -> None:
     path = tmp_path / "tools.yaml"
-    path.write_text("tools:\n  - class_name: rlcore.agents.builtin_tools.CalculatorTool\n    config: {timeout: 3}\n")
+    path.write_text(
+        "tools:\n  - class_name: rlcore_plugin_agents.builtin_tools.CalculatorTool\n    config: {timeout: 3}\n"
+    )
     tool = load_tools(str(path), load_plugins().registry)["calculator"]
     assert isinstance(tool, CalculatorTool) and tool.config == {"timeout": 3}
 

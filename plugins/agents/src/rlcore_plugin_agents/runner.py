@@ -1,7 +1,7 @@
 """Run the agent loops of a rollout batch: batched turns on the engine, concurrent tools, one Batch out.
 
-:func:`run_agent_loops` is what the controller calls instead of the engine when multi-turn is on (or a
-sample names an agent loop). Every sample's loop runs as an asyncio task; :class:`TurnBatcher` gathers the
+:class:`AgentRunner` is the :class:`~rlcore.api.MultiTurnRunner` the trainer sends a rollout batch to
+instead of the engine when multi-turn is on (or a sample names an agent loop). Every sample's loop runs as an asyncio task; :class:`TurnBatcher` gathers the
 turns that are waiting for the engine and sends them as one left-padded Batch through the rollout worker
 group's ``generate_sequences`` in a thread, so tool calls of other trajectories keep running meanwhile. The
 trajectories are laid out exactly like an engine's output (left-padded ``prompts``, right-padded
@@ -19,20 +19,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from rlcore.agents.interactions import load_interactions
-from rlcore.agents.loops import AgentContext, AgentSample, Generation
-from rlcore.agents.render import ChatRenderer
-from rlcore.agents.settings import AgentSettings
-from rlcore.agents.tools import ToolExecutor, load_tools
-from rlcore.agents.tracing import Tracer, trajectory_outputs
-from rlcore.agents.trajectory import Trajectory
-from rlcore.api.batch import Batch
-from rlcore.config.keys import ROLLOUT_KEY
-from rlcore.config.sections.rollout import RolloutConfig
-from rlcore.errors import RLCoreError
+from rlcore.api import (
+    ROLLOUT_KEY,
+    AgentContext,
+    AgentSample,
+    AgentSettings,
+    Batch,
+    ChatRenderer,
+    Generation,
+    RLCoreError,
+    RolloutConfig,
+    Trajectory,
+    agent_names,
+)
+from rlcore_plugin_agents.interactions import load_interactions
+from rlcore_plugin_agents.tools import ToolExecutor, load_tools
+from rlcore_plugin_agents.tracing import Tracer, trajectory_outputs
 
 if TYPE_CHECKING:
-    from rlcore.registry import Registry
+    from rlcore.api import Registry
 
 __all__ = ["AgentRunner", "TurnBatcher", "aborted_trajectory", "finish_or_abort", "run_agent_loops"]
 
@@ -178,7 +183,7 @@ class AgentRunner:
     def applies_to(self, batch: Batch) -> bool:
         """Whether ``batch`` needs agent loops: multi-turn is on, the default loop is not ``single_turn`` or a
         sample names an agent loop."""
-        return self.settings.active or any(name for name in _agent_names(batch) if name)
+        return self.settings.active or any(name for name in agent_names(batch) if name)
 
     def run(self, batch: Batch, generate: Callable[[Batch], Batch]) -> Batch:
         """The rollout of ``batch`` (left-padded prompts, already repeated ``n`` times) through agent loops.
@@ -206,7 +211,7 @@ class AgentRunner:
             generator=batcher,
             interactions=self.interactions,
         )
-        names = [name or self.settings.default_agent_loop for name in _agent_names(batch)]
+        names = [name or self.settings.default_agent_loop for name in agent_names(batch)]
         loops = {name: self.registry.load("agent_loop", name)(context) for name in dict.fromkeys(names)}
         samples = _samples(batch, self._calls)
         timings: list[float] = [0.0] * len(samples)
@@ -264,15 +269,6 @@ def aborted_trajectory(sample: AgentSample) -> Trajectory:
     """What an aborted sample contributes, as in verl: its prompt and an empty response, so that its
     ``response_mask`` is all 0 and no token of it enters the loss; ``extra["aborted"]`` marks it."""
     return Trajectory(list(sample.prompt_ids), extra={"aborted": True})
-
-
-def _agent_names(batch: Batch) -> list[str | None]:
-    """Each sample's ``agent_name`` (a dataset column, else ``extra_info.agent_name``), None when unset."""
-    size = len(batch)
-    if "agent_name" in batch.non_tensors:
-        return [str(v) if v else None for v in batch["agent_name"]]
-    infos = batch["extra_info"] if "extra_info" in batch.non_tensors else [None] * size
-    return [str(i["agent_name"]) if isinstance(i, dict) and i.get("agent_name") else None for i in infos]
 
 
 def _samples(batch: Batch, call: int) -> list[AgentSample]:

@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from rlcore_plugin_agents.runner import AgentRunner, left_pad
 from rlcore_plugin_hf.engine import HFRolloutEngine
 from rlcore_testkit.contracts import AgentLoopContract
 from rlcore_testkit.contracts.chat_templates import CHAT_FAMILIES, tool_chat_pair
 
 from rlcore.agents.audit import MaskAuditError, audit_batch
-from rlcore.agents.runner import AgentRunner, left_pad
 from rlcore.api import RolloutConfig
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
@@ -146,10 +146,14 @@ def test_single_turn_loop_is_the_engine_output(tool_yaml: Path) -> None:
 
 
 def test_interaction_replies_until_the_episode_ends(tmp_path: Path) -> None:
-    """verl's GSM8K interaction YAML: the user says 'try again' (reward 0) up to max_user_turns."""
+    """verl's GSM8K interaction YAML (``examples/sglang_multiturn/config/interaction_config``, as verl ships it;
+    ``tests/test_multiturn.py`` reads the file itself): the user says 'try again' (reward 0) up to
+    max_user_turns."""
     tokenizer, model = trained("llama3")
-    interaction_yaml = Path(__file__).parent / (
-        "verl_examples/examples/sglang_multiturn/config/interaction_config/gsm8k_interaction_config.yaml"
+    interaction_yaml = tmp_path / "gsm8k_interaction_config.yaml"
+    interaction_yaml.write_text(
+        'interaction:\n  - name: "gsm8k"\n    class_name: "verl.interactions.gsm8k_interaction.Gsm8kInteraction"\n'
+        "    config: {}\n"
     )
     cfg = config(None, interaction_config_path=str(interaction_yaml), max_user_turns=2)
     out = AgentRunner(cfg, tokenizer, load_plugins().registry).run(
@@ -168,8 +172,9 @@ def test_interaction_replies_until_the_episode_ends(tmp_path: Path) -> None:
 def test_generation_is_not_held_back_by_slow_tools(tool_yaml: Path) -> None:
     """While some trajectories wait for a slow tool, the others' turns are generated: the batcher sends the
     turns that are ready instead of waiting for every trajectory."""
-    from rlcore.agents.loops import AgentSample
-    from rlcore.agents.runner import TurnBatcher
+    from rlcore_plugin_agents.runner import TurnBatcher
+
+    from rlcore.api import AgentSample
 
     tokenizer, model = trained("qwen2.5")
     cfg = config(None)

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlcore.agents.interactions import load_interactions
-from rlcore.agents.settings import AGENT_KEY, MULTI_TURN_KEY, AgentSettings
-from rlcore.agents.tools import load_tools
-from rlcore.agents.tracing import check_trace_config
-from rlcore.config.sections.rollout import RolloutConfig
-from rlcore.errors import RLCoreError
+from rlcore.api import MULTI_TURN_KEY, ROLLOUT_KEY, AgentSettings, RLCoreError, RolloutConfig
+from rlcore_plugin_agents.interactions import load_interactions
+from rlcore_plugin_agents.tools import load_tools
+from rlcore_plugin_agents.tracing import check_trace_config
 
 if TYPE_CHECKING:
-    from rlcore.registry import Registry
+    from rlcore.api import Registry
 
 __all__ = ["check_agent_config"]
 
@@ -23,7 +21,7 @@ def check_agent_config(config: Any, registry: Registry) -> None:
     resolve) and the rollout trace backend (``rollout.trace``) is available."""
     settings = AgentSettings.from_rollout(RolloutConfig.from_tree(config))
     for kind, name, key in (
-        ("agent_loop", settings.default_agent_loop, f"{AGENT_KEY}.default_agent_loop"),
+        ("agent_loop", settings.default_agent_loop, f"{ROLLOUT_KEY}.agent.default_agent_loop"),
         ("tool_parser", settings.format, f"{MULTI_TURN_KEY}.format"),
     ):
         try:

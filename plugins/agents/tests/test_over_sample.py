@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rlcore_plugin_agents.runner import AgentRunner, finish_or_abort, left_pad
 from rlcore_plugin_hf.engine import HFRolloutEngine
 from rlcore_testkit.contracts.chat_templates import tool_chat_pair
 
-from rlcore.agents.runner import AgentRunner, finish_or_abort, left_pad
 from rlcore.api import RolloutConfig
 from rlcore.api.batch import Batch
 from rlcore.config import load_config

@@ -12,13 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from rlcore_plugin_agents.runner import AgentRunner, left_pad
 from rlcore_plugin_hf.engine import HFRolloutEngine
 from rlcore_testkit.contracts.chat_templates import tool_chat_pair
 from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_overrides, tiny_run
 
-from rlcore.agents.runner import AgentRunner, left_pad
-from rlcore.agents.tracing import TraceSettings, traced
-from rlcore.api import RolloutConfig
+from rlcore.api import RolloutConfig, TraceSettings, traced
 from rlcore.api.batch import Batch
 from rlcore.config import load_config
 from rlcore.errors import RLCoreError
