@@ -15,8 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "core" / "rlcore"
 
-#: the machinery and the controller level, which load the plugins for everything below them
-CONTROLLER_LEVEL = {"rlcore.plugins", "rlcore.cli", "rlcore.run"}
+#: the machinery and the controller level, which load the plugins for everything below them (``rlcore.runkit``
+#: is the controller level of a plugin command that trains with its own loop, such as ``rlcore sft``)
+CONTROLLER_LEVEL = {"rlcore.plugins", "rlcore.cli", "rlcore.run", "rlcore.runkit"}
 
 #: module -> why it still looks up through the process-wide plugin manager
 KNOWN_GLOBAL_LOOKUPS: dict[str, str] = {
