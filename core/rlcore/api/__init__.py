@@ -160,11 +160,15 @@ _LAZY: dict[str, str] = {
     "token_budget": "rlcore.config.batch_sizes",
     "ppo_batch_sizes": "rlcore.config.batch_sizes",
     "ActorConfig": "rlcore.config.schema",
+    "AlgorithmConfig": "rlcore.config.schema",
+    "RewardModelConfig": "rlcore.config.schema",
     "RefConfig": "rlcore.config.schema",
     "RolloutConfig": "rlcore.config.schema",
     "OptimConfig": "rlcore.config.sections.actor",
     "Section": "rlcore.config.sections.base",
     "config_ref": "rlcore.config.sections.base:ref",
+    "extended_section": "rlcore.config.plugin_sections",
+    "plugin_section": "rlcore.config.plugin_sections",
     "resolved_config": "rlcore.cli",
     # the run directory and its files, as the console names them (rlcore-plugin-report)
     "METRICS_FILE": "rlcore.tracking.sinks",
@@ -349,9 +353,10 @@ if TYPE_CHECKING:
     )
     from rlcore.config.keys import ROLLOUT_KEY, positive_int, select
     from rlcore.config.output_paths import shown_path
+    from rlcore.config.plugin_sections import extended_section, plugin_section
     from rlcore.config.router_replay import ACTOR as ROUTER_REPLAY_ACTOR
     from rlcore.config.router_replay import REPLAY_MODES, replay_mode
-    from rlcore.config.schema import ActorConfig, RefConfig, RolloutConfig
+    from rlcore.config.schema import ActorConfig, AlgorithmConfig, RefConfig, RewardModelConfig, RolloutConfig
     from rlcore.config.sections.actor import OptimConfig
     from rlcore.config.sections.base import Section
     from rlcore.config.sections.base import ref as config_ref
