@@ -6,10 +6,9 @@ component receives, extended with the fields the plugins add at its key (:func:`
 from __future__ import annotations
 
 import dataclasses
-import functools
 import typing
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from rlcore.config.problems import ConfigError
 from rlcore.config.sections.base import Section, is_section
@@ -77,7 +76,10 @@ def sections_at(returned: Any, path: str) -> list[type[Section]]:
     return [type(section) for key, section in mounted if key == path or key.rpartition(".")[0] == path]
 
 
-@functools.cache
+#: (base, extras) -> the class :func:`extended_section` made for them (one class per combination)
+_EXTENDED: dict[tuple[type[Section], tuple[type[Section], ...]], type[Section]] = {}
+
+
 def extended_section(base: type[_S], extras: tuple[type[Section], ...]) -> type[_S]:
     """``base`` (a core section) with the plugin sections ``extras``: a frozen dataclass that is an instance of
     ``base`` and of each of ``extras`` mounted at its key (with all their fields and all their checks), and
@@ -86,9 +88,12 @@ def extended_section(base: type[_S], extras: tuple[type[Section], ...]) -> type[
     ``reward_model.model`` keys) is extended the same way, so it keeps the core's fields too."""
     if not extras:
         return base
+    made = _EXTENDED.get((base, extras))
+    if made is not None:
+        return cast("type[_S]", made)
     mixins = tuple(dict.fromkeys(kind for kind in extras if kind.PATH in ("", base.PATH)))
     children = {kind.PATH.rpartition(".")[2]: kind for kind in extras if kind not in mixins}
-    kinds = (*mixins, base)
+    kinds: tuple[type[Section], ...] = (*mixins, base)
     hints = {kind: typing.get_type_hints(kind) for kind in kinds}
     fields: list[tuple[str, Any, Any]] = []
     for name in dict.fromkeys(name for kind in kinds for name in hints[kind]):
@@ -103,7 +108,9 @@ def extended_section(base: type[_S], extras: tuple[type[Section], ...]) -> type[
         return [problem for kind in kinds for problem in kind.problems(self)]
 
     name = f"{base.__name__}With{''.join(kind.__name__ for kind in extras)}"
-    return dataclasses.make_dataclass(name, fields, bases=kinds, frozen=True, namespace={"problems": problems})
+    made = dataclasses.make_dataclass(name, fields, bases=kinds, frozen=True, namespace={"problems": problems})
+    _EXTENDED[(base, extras)] = made
+    return cast("type[_S]", made)
 
 
 def plugin_section(config: DictConfig, base: type[_S], manager: PluginManager) -> _S:
