@@ -337,7 +337,9 @@ def test_prime_manager_scores_in_parallel_with_a_timeout_and_adds_acc(tiny_token
     batch, lengths = make_reward_batch(
         tiny_tokenizer, GSM8K_RESPONSES, data_source="openai/gsm8k", ground_truths=["72", "72", "72", "72"]
     )
-    manager = get_component("reward_manager", "prime")(tiny_tokenizer, hang_on_empty, RewardModelConfig(scorer_timeout=2))
+    manager = get_component("reward_manager", "prime")(
+        tiny_tokenizer, hang_on_empty, RewardModelConfig(scorer_timeout=2)
+    )
     try:
         result = manager(batch)
     finally:
