@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 from rlcore_testkit.contracts.algorithms import PolicyLossContract
 
 from rlcore.algos import (
@@ -37,6 +37,7 @@ from rlcore.algos import (
 )
 from rlcore.api.batch import Batch
 from rlcore.config.algorithm_names import KLPenaltyNotImplementedError
+from rlcore.config.sections.actor import ActorConfig, PolicyLossConfig
 from rlcore.config.sections.algorithm import KLControlConfig, PFPPOConfig
 from rlcore.errors import RLCoreError
 from rlcore.hookspecs import hookimpl
@@ -94,8 +95,9 @@ def test_group_ids_and_stats() -> None:
 
 def test_clip_ratio_bounds() -> None:
     assert clip_ratio_bounds(None) == (0.2, 0.2)
-    assert clip_ratio_bounds({"clip_ratio": 0.1}) == (0.1, 0.1)
-    assert clip_ratio_bounds({"clip_ratio": 0.1, "clip_ratio_low": None, "clip_ratio_high": 0.28}) == (0.1, 0.28)
+    assert clip_ratio_bounds(ActorConfig(clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=None)) == (0.1, 0.1)
+    assert clip_ratio_bounds(ActorConfig(clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=0.28)) == (0.1, 0.28)
+    assert clip_ratio_bounds(ActorConfig(clip_ratio=0.1)) == (0.2, 0.2)  # the typed defaults of both bounds
 
 
 def test_logprobs_and_entropy_match_explicit_formulas() -> None:
@@ -208,7 +210,7 @@ def _policy_inputs(cases=CASES):
 
 def test_vanilla_loss_clip_and_dual_clip() -> None:
     old, log_prob, adv, mask = _policy_inputs()
-    config = OmegaConf.create({"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0})
+    config = ActorConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0)
     loss, metrics = vanilla_policy_loss(old, log_prob, adv, mask, "token-mean", config)
     assert close(loss, sum(c[2] for c in CASES) / 6)
     assert metrics["actor/pg_clipfrac"] == pytest.approx(2 / 6)
@@ -224,10 +226,12 @@ def test_vanilla_loss_clip_and_dual_clip() -> None:
 
 def test_vanilla_loss_asymmetric_clip_and_fallback() -> None:
     old, log_prob, adv, mask = _policy_inputs(CASES[:4])
-    asymmetric = {"clip_ratio_low": 0.1, "clip_ratio_high": 0.3}
+    asymmetric = ActorConfig(clip_ratio_low=0.1, clip_ratio_high=0.3)
     loss, _ = vanilla_policy_loss(old, log_prob, adv, mask, "token-mean", asymmetric)
     assert close(loss, (-1.3 - 0.5 + 1.5 + 0.9) / 4)
-    loss, _ = vanilla_policy_loss(old, log_prob, adv, mask, "token-mean", {"clip_ratio": 0.1, "clip_ratio_low": None})
+    loss, _ = vanilla_policy_loss(
+        old, log_prob, adv, mask, "token-mean", ActorConfig(clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=None)
+    )
     assert close(loss, (-1.1 - 0.5 + 1.5 + 0.9) / 4)
     loss, _ = vanilla_policy_loss(old, log_prob, adv, mask)  # defaults: 0.2 both sides
     assert close(loss, (-1.2 - 0.5 + 1.5 + 0.8) / 4)
@@ -242,7 +246,9 @@ def test_vanilla_loss_weights_masks_and_agg() -> None:
     loss, metrics = vanilla_policy_loss(old, log_prob, adv, half, "seq-mean-token-sum")
     assert close(loss, -1.2 - 0.5 + 1.5)
     assert metrics["actor/pg_clipfrac"] == pytest.approx(1 / 3)
-    loss, _ = vanilla_policy_loss(old, log_prob, adv, mask, "seq-mean-token-sum-norm", {"loss_scale_factor": 2.0})
+    loss, _ = vanilla_policy_loss(
+        old, log_prob, adv, mask, "seq-mean-token-sum-norm", ActorConfig(loss_scale_factor=2.0)
+    )
     assert close(loss, sum(c[2] for c in CASES) / 2)
 
 
@@ -250,14 +256,14 @@ def test_vanilla_loss_ratio_is_clamped() -> None:
     old = torch.zeros(1, 2)
     log_prob = torch.tensor([[50.0, -50.0]])
     adv = torch.tensor([[-1.0, 1.0]])
-    loss, _ = vanilla_policy_loss(old, log_prob, adv, torch.ones(1, 2), config={"clip_ratio_c": 1e12})
+    loss, _ = vanilla_policy_loss(old, log_prob, adv, torch.ones(1, 2), config=ActorConfig(clip_ratio_c=1e12))
     assert close(loss, math.exp(20.0) / 2, tol=1e2)  # e^20 (dual bound 1e12 inactive) and ~0
 
 
 def test_vanilla_loss_rejects_clip_ratio_c_at_most_one() -> None:
     old, log_prob, adv, mask = _policy_inputs()
     with pytest.raises(RLCoreError, match="clip_ratio_c"):
-        vanilla_policy_loss(old, log_prob, adv, mask, config={"clip_ratio_c": 1.0})
+        vanilla_policy_loss(old, log_prob, adv, mask, config=ActorConfig(clip_ratio_c=1.0))
 
 
 class TestVanillaContract(PolicyLossContract):
@@ -328,22 +334,12 @@ def _micro_batch(**extra: torch.Tensor) -> Batch:
     return Batch.from_dict({"old_log_probs": old, "advantages": adv, "response_mask": mask, **extra})
 
 
-def _actor_config(**overrides) -> OmegaConf:
-    """A minimal ``actor_rollout_ref.actor`` section."""
-    base = {
-        "clip_ratio": 0.2,
-        "clip_ratio_low": None,
-        "clip_ratio_high": None,
-        "clip_ratio_c": 3.0,
-        "loss_agg_mode": "token-mean",
-        "loss_scale_factor": None,
-        "entropy_coeff": 0.0,
-        "use_kl_loss": False,
-        "kl_loss_coef": 0.001,
-        "kl_loss_type": "low_var_kl",
-        "policy_loss": {"loss_mode": "vanilla"},
-    }
-    return OmegaConf.create({**base, **overrides})
+def _actor_config(**overrides: Any) -> ActorConfig:
+    """The typed ``actor_rollout_ref.actor`` section with ``overrides`` (``policy_loss``: its loss mode)."""
+    mode = overrides.pop("policy_loss", PolicyLossConfig.loss_mode)
+    return ActorConfig(
+        clip_ratio_low=None, clip_ratio_high=None, policy_loss=PolicyLossConfig(loss_mode=mode), **overrides
+    )
 
 
 def test_actor_loss_policy_only() -> None:
@@ -376,7 +372,7 @@ def test_actor_loss_entropy_kl_and_weights() -> None:
 def test_actor_loss_errors() -> None:
     _, log_prob, _, _ = _policy_inputs()
     with pytest.raises(UnknownComponentError, match=r"policy_loss\.loss_mode.*'vanila'.*vanilla"):
-        build_actor_loss(_actor_config(policy_loss={"loss_mode": "vanila"}))
+        build_actor_loss(_actor_config(policy_loss="vanila"))
     with pytest.raises(RLCoreError, match=r"actor\.kl_loss_type"):
         build_actor_loss(_actor_config(use_kl_loss=True, kl_loss_type="k9"))
     with pytest.raises(RLCoreError, match=r"actor\.loss_agg_mode"):
@@ -404,7 +400,7 @@ class _ConstantLossPlugin:
 def test_actor_loss_resolves_registered_policy_loss(registered) -> None:
     _, log_prob, _, _ = _policy_inputs()
     with registered(_ConstantLossPlugin()):
-        loss_fn = build_actor_loss(_actor_config(policy_loss={"loss_mode": "constant"}))
+        loss_fn = build_actor_loss(_actor_config(policy_loss="constant"))
         loss, metrics = loss_fn(log_prob, None, _micro_batch())
     assert close(loss, 42.0)
     assert metrics == {"x/y": 1.0, "actor/pg_loss": 42.0}

@@ -21,6 +21,7 @@ from rlcore_testkit.contracts.rewards import make_reward_batch
 from rlcore_testkit.runs import make_tiny_task, tiny_overrides
 
 from rlcore.child_processes import kill_leftovers
+from rlcore.config.sections.reward_model import RewardModelConfig
 from rlcore.reward.managers import NaiveRewardManager
 
 
@@ -58,7 +59,7 @@ def test_helpers_an_inline_scorer_leaves_running_are_killed_with_the_run(tiny_to
     batch, _ = make_reward_batch(tiny_tokenizer, data_source=str(tmp_path))
     try:
         with caplog.at_level(logging.WARNING, logger="rlcore.child_processes"):
-            NaiveRewardManager(tiny_tokenizer, starts_helpers, {"scorer_timeout": 0})(batch)
+            NaiveRewardManager(tiny_tokenizer, starts_helpers, RewardModelConfig(scorer_timeout=0))(batch)
             inherits, session = (int(pid) for pid in (tmp_path / "pids").read_text().split())
             assert _alive(inherits) and _alive(session), "running while the run goes on"
             killed = kill_leftovers()
@@ -86,7 +87,7 @@ def test_a_child_of_an_inline_scorer_does_not_get_the_runs_output(tiny_tokenizer
     not the run's stdout. Before: the child held the run's stdout (a pipeline reading it waited for the child)."""
     batch, _ = make_reward_batch(tiny_tokenizer, ["a"], ground_truths=["1"], data_source=str(tmp_path))
     print("before the call", flush=True)
-    NaiveRewardManager(tiny_tokenizer, starts_helpers, {"scorer_timeout": 0})(batch)
+    NaiveRewardManager(tiny_tokenizer, starts_helpers, RewardModelConfig(scorer_timeout=0))(batch)
     print("after the call", flush=True)
     inherits, session = (int(pid) for pid in (tmp_path / "pids").read_text().split())
     try:

@@ -145,6 +145,7 @@ def test_hook_register_advantage_estimators(registered) -> None:
 
 def test_hook_register_policy_losses(registered) -> None:
     from rlcore.algos.losses import build_actor_loss
+    from rlcore.config.schema import ActorConfig
 
     calls = []
 
@@ -161,7 +162,7 @@ def test_hook_register_policy_losses(registered) -> None:
         from rlcore.api.batch import Batch
 
         cfg = load_config(overrides=["actor_rollout_ref.actor.policy_loss.loss_mode=custom"])
-        loss_fn = build_actor_loss(cfg.actor_rollout_ref.actor)
+        loss_fn = build_actor_loss(ActorConfig.from_tree(cfg))
         ones = torch.ones(2, 3)
         batch = Batch.from_dict({"old_log_probs": ones, "advantages": ones, "response_mask": ones})
         value, metrics = loss_fn(ones.clone().requires_grad_(), torch.zeros(2, 3), batch)

@@ -1,15 +1,19 @@
 """A plugin's ``config_defaults`` may return typed sections (:mod:`rlcore.config.plugin_sections`): one
-mounted at its ``PATH``, a list of them, or instances inside the nested dict (one section at several keys)."""
+mounted at its ``PATH``, a list of them, or instances inside the nested dict (one section at several keys);
+a component receives its core section extended with the plugins' sections at its key."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
+from omegaconf import DictConfig, OmegaConf
 
-from rlcore.api import Section, config_ref
+from rlcore.api import ActorConfig, RewardModelConfig, Section, config_ref
 from rlcore.config import ConfigError, load_config
-from rlcore.config.plugin_sections import plugin_fragment
+from rlcore.config.plugin_sections import extended_section, plugin_fragment, plugin_section, sections_at
+from rlcore.plugins import load_plugins
 
 
 @dataclass(frozen=True)
@@ -55,3 +59,59 @@ def test_a_plugin_section_loads_and_reads_back_typed() -> None:
     config = load_config(overrides=["algorithm.norm_adv_by_std_in_grpo=false"])
     section = GRPOAlgorithmConfig.from_tree(config)
     assert section.norm_adv_by_std_in_grpo is False and section.gdpo_reward_weights is None
+
+
+@dataclass(frozen=True)
+class ActorKeys(Section):
+    """A plugin's keys of ``actor_rollout_ref.actor`` itself."""
+
+    PATH = "actor_rollout_ref.actor"
+    #: a temperature (> 0)
+    tau: float = 1.0
+
+    def problems(self) -> list[str]:
+        """``tau`` must be positive."""
+        return [] if self.tau > 0 else [f"{self.key('tau')} must be > 0, got {self.tau}"]
+
+
+@dataclass(frozen=True)
+class ActorSub(Section):
+    """A plugin's subsection one level below ``actor_rollout_ref.actor``."""
+
+    PATH = "actor_rollout_ref.actor.my_sub"
+    #: a count
+    count: int = 2
+
+
+def _tree(tau: float, **actor: Any) -> DictConfig:
+    """The default config with ``actor`` keys set and ``ActorKeys``'s (``tau``) and ``ActorSub``'s keys added."""
+    config = load_config(overrides=[f"actor_rollout_ref.actor.{key}={value}" for key, value in actor.items()])
+    OmegaConf.set_struct(config, False)
+    OmegaConf.update(config, "actor_rollout_ref.actor", {"tau": tau, "my_sub": {"count": 2}}, merge=True)
+    return config
+
+
+def test_a_component_section_has_the_core_fields_and_the_plugins_fields() -> None:
+    """What a policy loss receives: an ``ActorConfig`` that is also ``ActorKeys``, with ``ActorSub`` as a field."""
+    found = sections_at([ActorKeys(), ActorSub(), Mounted(), {"actor_rollout_ref.actor": Anywhere()}], ActorConfig.PATH)
+    assert found == [ActorKeys, ActorSub, Anywhere]
+    kind = extended_section(ActorConfig, (ActorKeys, ActorSub))
+    assert (
+        extended_section(ActorConfig, (ActorKeys, ActorSub)) is kind
+        and extended_section(ActorConfig, ()) is ActorConfig
+    )
+    section = kind.from_tree(_tree(tau=2.5, clip_ratio_high=0.28))
+    assert isinstance(section, ActorConfig) and isinstance(section, ActorKeys)
+    assert (section.tau, section.clip_ratio_high, section.my_sub) == (2.5, 0.28, ActorSub(count=2))  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.tau must be > 0, got -1"):
+        kind.from_tree(_tree(tau=-1.0))
+
+
+def test_a_subsection_both_declare_keeps_the_core_fields() -> None:
+    """PRIME declares keys of ``reward_model.model``: the reward manager still sees the core's ``model.path``."""
+    manager = load_plugins()
+    config = load_config(overrides=["reward_model.model.path=/judge", "reward_model.model.beta_train=0.1"])
+    section = plugin_section(config, RewardModelConfig, manager)
+    assert section.model.path == "/judge" and section.model.beta_train == 0.1  # type: ignore[attr-defined]
+    assert section.overlong_buffer.enable is False  # type: ignore[attr-defined]  # DAPO's, one level below
+    assert section.scorer_timeout == RewardModelConfig.scorer_timeout

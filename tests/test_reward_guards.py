@@ -12,6 +12,7 @@ import pytest
 from rlcore_testkit.contracts.rewards import make_reward_batch
 from rlcore_testkit.runs import make_tiny_task, tiny_run
 
+from rlcore.config.sections.reward_model import RewardModelConfig
 from rlcore.registry import Registry
 from rlcore.reward import RewardError
 from rlcore.reward.extras import check_reward_extras
@@ -31,7 +32,7 @@ def with_extra(key: str):
 def test_an_extra_named_like_a_batch_key_is_an_error_naming_it(tiny_tokenizer, key: str, where: str) -> None:
     batch, _ = make_reward_batch(tiny_tokenizer, data_source="my/source")
     batch["uid"] = np.array(["a", "a", "b", "b"], dtype=object)
-    result = NaiveRewardManager(tiny_tokenizer, with_extra(key), {"scorer_timeout": 0})(batch)
+    result = NaiveRewardManager(tiny_tokenizer, with_extra(key), RewardModelConfig(scorer_timeout=0))(batch)
     with pytest.raises(RewardError) as caught:
         check_reward_extras(result.extra_info, batch, "custom_reward_function 'compute_score' in reward.py")
     message = str(caught.value)
@@ -68,7 +69,7 @@ def test_inline_scoring_gives_each_call_its_own_copy_like_scorer_processes(tiny_
     batch["extra_info"] = np.array([shared] * 4 + [None], dtype=object)[:-1]
     scores = {}
     for timeout in (0, 10):
-        manager = NaiveRewardManager(tiny_tokenizer, counts_visits, {"scorer_timeout": timeout})
+        manager = NaiveRewardManager(tiny_tokenizer, counts_visits, RewardModelConfig(scorer_timeout=timeout))
         scores[timeout] = manager(batch).token_level_scores.sum(-1).tolist()
         manager.close()
     assert scores[0] == scores[10] == [1.0] * 4
@@ -110,7 +111,9 @@ def test_text_scorers_get_text_ground_truths_and_unclear_ones_are_counted_once(
 ) -> None:
     truths = [72.0, np.int64(72), ["72"], None, float("nan"), ["72", "73"]]
     batch, _ = make_reward_batch(tiny_tokenizer, ["#### 72"] * 6, data_source="openai/gsm8k", ground_truths=truths)
-    manager = NaiveRewardManager(tiny_tokenizer, RegistryScorer(plugin_manager.registry), {"scorer_timeout": 0})
+    manager = NaiveRewardManager(
+        tiny_tokenizer, RegistryScorer(plugin_manager.registry), RewardModelConfig(scorer_timeout=0)
+    )
     with caplog.at_level(logging.WARNING, logger="rlcore.reward.managers"):
         result = manager(batch)
         again = manager(batch)
@@ -129,7 +132,7 @@ def keeps_type(data_source, solution_str, ground_truth, extra_info=None):
 
 def test_a_custom_reward_function_gets_the_ground_truth_as_stored(tiny_tokenizer) -> None:
     batch, _ = make_reward_batch(tiny_tokenizer, ["72"], data_source="openai/gsm8k", ground_truths=[72.0])
-    result = NaiveRewardManager(tiny_tokenizer, keeps_type, {"scorer_timeout": 0})(batch)
+    result = NaiveRewardManager(tiny_tokenizer, keeps_type, RewardModelConfig(scorer_timeout=0))(batch)
     assert result.token_level_scores.sum().item() == 1.0
     assert "reward/ground_truth_nonstring" not in result.metrics
 
@@ -145,7 +148,9 @@ def test_the_bundled_task_scorers_get_text_ground_truths_and_unclear_ones_are_co
     ``33`` 1 (it scored 0, silently), and a ground truth without a clear text form is counted."""
     truths = [33.0, np.int64(33), ["33"], np.float32(33.0), None]
     batch, _ = make_reward_batch(tiny_tokenizer, [response] * 5, data_source=data_source, ground_truths=truths)
-    result = NaiveRewardManager(tiny_tokenizer, RegistryScorer(plugin_manager.registry), {"scorer_timeout": 0})(batch)
+    result = NaiveRewardManager(
+        tiny_tokenizer, RegistryScorer(plugin_manager.registry), RewardModelConfig(scorer_timeout=0)
+    )(batch)
     assert result.token_level_scores.sum(-1).tolist() == [1.0, 1.0, 1.0, 1.0, 0.0]
     assert result.metrics["reward/ground_truth_nonstring"] == 1
 
@@ -179,7 +184,7 @@ def test_an_inline_scorer_cannot_change_torchs_global_switches(tiny_tokenizer, c
 
     threads = torch.get_num_threads()
     batch, _ = make_reward_batch(tiny_tokenizer)
-    manager = NaiveRewardManager(tiny_tokenizer, changes_torch, {"scorer_timeout": 0})
+    manager = NaiveRewardManager(tiny_tokenizer, changes_torch, RewardModelConfig(scorer_timeout=0))
     with caplog.at_level(logging.WARNING, logger="rlcore.reward.torch_state"):
         result = manager(batch)
         manager(batch)

@@ -16,6 +16,7 @@ from rlcore_testkit.contracts.rewards import (
 )
 
 from rlcore.config.schema import CustomRewardFunctionConfig, Sections
+from rlcore.config.sections.reward_model import RewardModelConfig
 from rlcore.errors import RLCoreError
 from rlcore.reward import RewardError, RewardResult
 from rlcore.reward.managers import BatchRewardManager, NaiveRewardManager, to_score
@@ -43,7 +44,9 @@ def test_naive_manager_with_gsm8k(tiny_tokenizer, plugin_manager):
     batch, lengths = make_reward_batch(
         tiny_tokenizer, GSM8K_RESPONSES, data_source="openai/gsm8k", ground_truths=["72", "72", "72", "72"]
     )
-    result = NaiveRewardManager(tiny_tokenizer, RegistryScorer(plugin_manager.registry), {"scorer_timeout": 5})(batch)
+    result = NaiveRewardManager(
+        tiny_tokenizer, RegistryScorer(plugin_manager.registry), RewardModelConfig(scorer_timeout=5)
+    )(batch)
     assert isinstance(result, RewardResult)
     assert result.token_level_scores.shape == (4, RESPONSE_LENGTH)
     assert result.token_level_scores[0, lengths[0] - 1] == 1.0
@@ -65,7 +68,7 @@ def test_batch_manager_single_call(tiny_tokenizer):
             for s, info in zip(solution_strs, extra_infos)
         ]
 
-    result = BatchRewardManager(tiny_tokenizer, batched, {"reward_kwargs": {"scale": 2.0}})(batch)
+    result = BatchRewardManager(tiny_tokenizer, batched, RewardModelConfig(reward_kwargs={"scale": 2.0}))(batch)
     assert result.extra_info["call_size"] == [4, 4, 4, 4], "one call for the whole batch"
     assert result.token_level_scores.sum(-1).tolist() == [3.0, 5.0, 7.0, 9.0]
     assert result.extra_info["length"][3] == 0
@@ -75,7 +78,7 @@ def test_valid_length_from_response_mask_without_prompts(tiny_tokenizer):
     batch, lengths = make_reward_batch(tiny_tokenizer)
     for key in ("prompts", "attention_mask"):
         batch.pop([key])
-    result = NaiveRewardManager(tiny_tokenizer, lambda **kw: 1.0, {})(batch)
+    result = NaiveRewardManager(tiny_tokenizer, lambda **kw: 1.0, RewardModelConfig())(batch)
     assert [int(row.nonzero()[0]) for row in result.token_level_scores] == [max(n - 1, 0) for n in lengths]
 
 
@@ -84,19 +87,22 @@ def test_rm_scores_pass_through(tiny_tokenizer):
     import torch
 
     batch["rm_scores"] = torch.ones(4, RESPONSE_LENGTH)
-    assert NaiveRewardManager(tiny_tokenizer, None, {})(batch).token_level_scores.sum() == 4 * RESPONSE_LENGTH
+    assert (
+        NaiveRewardManager(tiny_tokenizer, None, RewardModelConfig())(batch).token_level_scores.sum()
+        == 4 * RESPONSE_LENGTH
+    )
 
 
 def test_missing_batch_key_is_named(tiny_tokenizer):
     batch, _ = make_reward_batch(tiny_tokenizer)
     batch.pop(["reward_model"])
     with pytest.raises(RewardError, match="needs batch key 'reward_model'"):
-        NaiveRewardManager(tiny_tokenizer, lambda **kw: 1.0, {})(batch)
+        NaiveRewardManager(tiny_tokenizer, lambda **kw: 1.0, RewardModelConfig())(batch)
 
 
 def test_num_examine_prints_per_data_source(tiny_tokenizer, capsys):
     batch, _ = make_reward_batch(tiny_tokenizer)
-    NaiveRewardManager(tiny_tokenizer, lambda **kw: 0.5, {"num_examine": 1})(batch)
+    NaiveRewardManager(tiny_tokenizer, lambda **kw: 0.5, RewardModelConfig(num_examine=1))(batch)
     out = capsys.readouterr().out
     assert out.count("[reward] data_source=contract") == 1
     assert "[response] the answer is 12" in out and "[ground_truth] 0" in out and "[score] 0.5" in out
@@ -127,7 +133,7 @@ def test_failures_score_zero_and_are_counted(manager_cls, scorer, tiny_tokenizer
     batch, lengths = make_reward_batch(tiny_tokenizer, ["a", "b", "c", "d", "e"])
     start = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="rlcore.reward.managers"):
-        result = manager_cls(tiny_tokenizer, scorer, {"scorer_timeout": 0.2})(batch)
+        result = manager_cls(tiny_tokenizer, scorer, RewardModelConfig(scorer_timeout=0.2))(batch)
     assert time.monotonic() - start < 20, "the hung sample was not cut at its timeout"
     assert result.token_level_scores.sum(-1).tolist() == [1.0, 0.0, 0.0, 0.0, 1.0]
     assert result.metrics == {"reward/scorer_errors": 1.0, "reward/scorer_timeouts": 1.0, "reward/scorer_nan": 1.0}
@@ -159,14 +165,16 @@ def test_to_score(value, expected):
 def test_fail_fast_raises(kind, tiny_tokenizer):
     truth = {"error": "1", "nan": "2", "timeout": "3"}[kind]
     batch, _ = make_reward_batch(tiny_tokenizer, ["x"], ground_truths=[truth])
-    manager = NaiveRewardManager(tiny_tokenizer, misbehaving, {"scorer_timeout": 0.2, "scorer_fail_fast": True})
+    manager = NaiveRewardManager(
+        tiny_tokenizer, misbehaving, RewardModelConfig(scorer_timeout=0.2, scorer_fail_fast=True)
+    )
     with pytest.raises(RewardError, match="sample 0, data_source 'contract'.*scorer_fail_fast=true"):
         manager(batch)
 
 
 def test_batch_fail_fast_raises_on_the_whole_call(tiny_tokenizer):
     batch, _ = make_reward_batch(tiny_tokenizer, ["x", "y"])
-    manager = BatchRewardManager(tiny_tokenizer, batched_misbehaving, {"scorer_fail_fast": True})
+    manager = BatchRewardManager(tiny_tokenizer, batched_misbehaving, RewardModelConfig(scorer_fail_fast=True))
     with pytest.raises(RewardError, match="batch reward scorer raised ZeroDivisionError"):
         manager(batch)
 
@@ -329,7 +337,9 @@ def test_prime_manager_scores_in_parallel_with_a_timeout_and_adds_acc(tiny_token
     batch, lengths = make_reward_batch(
         tiny_tokenizer, GSM8K_RESPONSES, data_source="openai/gsm8k", ground_truths=["72", "72", "72", "72"]
     )
-    manager = get_component("reward_manager", "prime")(tiny_tokenizer, hang_on_empty, {"scorer_timeout": 2})
+    manager = get_component("reward_manager", "prime")(
+        tiny_tokenizer, hang_on_empty, RewardModelConfig(scorer_timeout=2)
+    )
     try:
         result = manager(batch)
     finally:

@@ -17,6 +17,8 @@ from rlcore.algos.functional import loss_units
 from rlcore.algos.losses import build_actor_loss, vanilla_policy_loss
 from rlcore.algos.rollout_correction import bypass_policy_loss
 from rlcore.config import ConfigError, derive_quantities, load_config
+from rlcore.config.sections.actor import ActorConfig
+from rlcore.config.sections.algorithm import RolloutCorrectionConfig
 from rlcore.errors import RLCoreError
 
 ROLLOUT = torch.tensor([[-1.5, -2.0, -0.4], [-2.0, -3.5, -1.0]])
@@ -24,14 +26,14 @@ CURRENT = torch.tensor([[-1.0, -2.0, -0.5], [-0.1, -3.0, -9.0]])
 MASK = torch.tensor([[1, 1, 1], [1, 1, 0]])
 ADV = torch.tensor([[1.0, -1.0, 0.5], [2.0, -0.5, 3.0]])
 # δ = current − rollout on valid tokens: row 0 [0.5, 0, −0.1], row 1 [1.9, 0.5]
-CLIP = {"clip_ratio": 0.2}
+CLIP = ActorConfig()  # clip ratio 0.2 both sides
 CALC = "actor_rollout_ref.rollout.calculate_log_probs=true"
 KEY = "algorithm.rollout_correction"
 
 
 def bypass(**correction: Any) -> Any:
     """The bypass loss around the vanilla PPO loss for ``correction`` (bypass_mode on)."""
-    return bypass_policy_loss(vanilla_policy_loss, {"bypass_mode": True, **correction})
+    return bypass_policy_loss(vanilla_policy_loss, RolloutCorrectionConfig(bypass_mode=True, **correction))
 
 
 def run_loss(loss: Any, agg: str = "token-mean") -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
@@ -149,12 +151,13 @@ def test_an_empty_micro_batch_gives_a_zero_loss() -> None:
 def test_the_actor_loss_uses_the_bypass_loss_in_bypass_mode() -> None:
     """``build_actor_loss`` with the ``algorithm.rollout_correction`` section of a bypass run."""
     config = load_config(overrides=[f"{KEY}.bypass_mode=true", f"{KEY}.loss_type=reinforce", CALC])
-    loss_fn = build_actor_loss(config.actor_rollout_ref.actor, rollout_correction=config.algorithm.rollout_correction)
+    actor = ActorConfig.from_tree(config)
+    loss_fn = build_actor_loss(actor, rollout_correction=RolloutCorrectionConfig.from_tree(config, KEY))
     micro = {"old_log_probs": ROLLOUT, "advantages": ADV, "response_mask": MASK}
     value, metrics = loss_fn(CURRENT, None, micro)
     assert float(value) == pytest.approx(-0.41)
     assert metrics["rollout_corr/kl"] == pytest.approx(-0.56)
-    plain, plain_metrics = build_actor_loss(config.actor_rollout_ref.actor)(CURRENT, None, micro)
+    plain, plain_metrics = build_actor_loss(actor)(CURRENT, None, micro)
     assert "rollout_corr/kl" not in plain_metrics and float(plain) != pytest.approx(-0.41)
 
 
@@ -168,7 +171,7 @@ def test_the_actor_loss_uses_the_bypass_loss_in_bypass_mode() -> None:
 )
 def test_bad_combinations_are_named(correction: dict[str, Any], loss_mode: str, message: str) -> None:
     with pytest.raises(RLCoreError, match=message):
-        bypass_policy_loss(vanilla_policy_loss, correction, loss_mode)
+        bypass_policy_loss(vanilla_policy_loss, RolloutCorrectionConfig(**correction), loss_mode)
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from rlcore_testkit.contracts.rewards import make_reward_batch
 
+from rlcore.config.sections.reward_model import RewardModelConfig
 from rlcore.reward import RewardError
 from rlcore.reward.managers import BatchRewardManager, NaiveRewardManager
 from rlcore.reward.pool import ScorerPool
@@ -58,7 +59,7 @@ def _alive(pid: int) -> bool:
 
 def test_eight_hung_samples_with_a_two_second_timeout_finish_within_ten_seconds(tiny_tokenizer):
     batch, _ = make_reward_batch(tiny_tokenizer, ["a"] * 8)
-    manager = NaiveRewardManager(tiny_tokenizer, hang, {"scorer_timeout": 2.0})
+    manager = NaiveRewardManager(tiny_tokenizer, hang, RewardModelConfig(scorer_timeout=2.0))
     start = time.monotonic()
     try:
         result = manager(batch)
@@ -71,7 +72,7 @@ def test_eight_hung_samples_with_a_two_second_timeout_finish_within_ten_seconds(
 
 def test_a_busy_loop_scorer_stops_burning_cpu_at_its_timeout(tiny_tokenizer, tmp_path):
     batch, _ = make_reward_batch(tiny_tokenizer, ["a", "b"], ground_truths=[str(tmp_path)] * 2)
-    manager = NaiveRewardManager(tiny_tokenizer, busy, {"scorer_timeout": 1.0})
+    manager = NaiveRewardManager(tiny_tokenizer, busy, RewardModelConfig(scorer_timeout=1.0))
     result = manager(batch)
     pids = [int(p.name) for p in tmp_path.iterdir()]
     assert len(pids) == 2 and result.metrics["reward/scorer_timeouts"] == 2
@@ -81,7 +82,7 @@ def test_a_busy_loop_scorer_stops_burning_cpu_at_its_timeout(tiny_tokenizer, tmp
 
 def test_fail_fast_stops_at_the_first_failure(tiny_tokenizer):
     batch, _ = make_reward_batch(tiny_tokenizer, ["a"] * 6, ground_truths=["hang"] * 5 + ["fail"])
-    manager = NaiveRewardManager(tiny_tokenizer, by_truth, {"scorer_timeout": 60, "scorer_fail_fast": True})
+    manager = NaiveRewardManager(tiny_tokenizer, by_truth, RewardModelConfig(scorer_timeout=60, scorer_fail_fast=True))
     start = time.monotonic()
     with pytest.raises(RewardError, match="raised an exception for 1 of 6 sample.*sample 5.*ValueError: bad sample"):
         manager(batch)
@@ -91,7 +92,7 @@ def test_fail_fast_stops_at_the_first_failure(tiny_tokenizer):
 
 def test_the_batch_bound_stops_a_batch_of_slow_samples(tiny_tokenizer):
     batch, _ = make_reward_batch(tiny_tokenizer, ["a"] * 4, ground_truths=["slow"] * 4)
-    config = {"scorer_timeout": 30, "scorer_batch_timeout": 2.0, "scorer_workers": 1}
+    config = RewardModelConfig(scorer_timeout=30, scorer_batch_timeout=2.0, scorer_workers=1)
     manager = NaiveRewardManager(tiny_tokenizer, by_truth, config)
     start = time.monotonic()
     result = manager(batch)
@@ -104,7 +105,7 @@ def test_the_batch_bound_stops_a_batch_of_slow_samples(tiny_tokenizer):
 def test_samples_are_scored_concurrently_and_a_dead_process_is_one_error(tiny_tokenizer):
     truths = ["slow"] * 4 + ["die", "ok"]
     batch, _ = make_reward_batch(tiny_tokenizer, ["a"] * 6, ground_truths=truths)
-    manager = NaiveRewardManager(tiny_tokenizer, by_truth, {"scorer_timeout": 30, "scorer_workers": 4})
+    manager = NaiveRewardManager(tiny_tokenizer, by_truth, RewardModelConfig(scorer_timeout=30, scorer_workers=4))
     start = time.monotonic()
     result = manager(batch)
     assert time.monotonic() - start < 4, "four 1.5 s samples on four processes"
@@ -122,7 +123,7 @@ def test_a_batched_scorer_that_hangs_falls_back_to_single_samples(tiny_tokenizer
         return [by_truth(d, s, g, e) for d, s, g, e in zip(data_sources, solution_strs, ground_truths, extra_infos)]
 
     batch, _ = make_reward_batch(tiny_tokenizer, ["a", "b"], ground_truths=["ok", "ok"])
-    manager = BatchRewardManager(tiny_tokenizer, batched, {"scorer_timeout": 1.0})
+    manager = BatchRewardManager(tiny_tokenizer, batched, RewardModelConfig(scorer_timeout=1.0))
     result = manager(batch)
     manager.close()
     assert result.token_level_scores.sum(-1).tolist() == [1.0, 1.0]
@@ -130,7 +131,9 @@ def test_a_batched_scorer_that_hangs_falls_back_to_single_samples(tiny_tokenizer
 
 def test_timeout_zero_scores_inline(tiny_tokenizer):
     batch, _ = make_reward_batch(tiny_tokenizer, ["a", "b"])
-    result = NaiveRewardManager(tiny_tokenizer, lambda **kw: float(os.getpid()), {"scorer_timeout": 0})(batch)
+    result = NaiveRewardManager(tiny_tokenizer, lambda **kw: float(os.getpid()), RewardModelConfig(scorer_timeout=0))(
+        batch
+    )
     assert set(result.token_level_scores.sum(-1).tolist()) == {float(os.getpid())}
 
 
@@ -190,7 +193,7 @@ def test_a_scorer_process_ends_on_sigterm_under_the_controllers_stop_handler(tin
 
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
-        manager = NaiveRewardManager(tiny_tokenizer, by_truth, {"scorer_timeout": 30, "scorer_workers": 1})
+        manager = NaiveRewardManager(tiny_tokenizer, by_truth, RewardModelConfig(scorer_timeout=30, scorer_workers=1))
         batch, _ = make_reward_batch(tiny_tokenizer, ["a"], ground_truths=["ok"])
         manager(batch)
     finally:
@@ -448,7 +451,9 @@ def test_a_reply_out_of_turn_stops_the_run_naming_the_scorer(tiny_tokenizer) -> 
     from rlcore.errors import RLCoreError
 
     batch, _ = make_reward_batch(tiny_tokenizer, ["a"] * 4, ground_truths=["0", "1", "2", "3"])
-    manager = NaiveRewardManager(tiny_tokenizer, answers_out_of_turn, {"scorer_timeout": 30, "scorer_workers": 1})
+    manager = NaiveRewardManager(
+        tiny_tokenizer, answers_out_of_turn, RewardModelConfig(scorer_timeout=30, scorer_workers=1)
+    )
     try:
         with pytest.raises(RLCoreError) as caught:
             manager(batch)

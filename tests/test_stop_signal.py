@@ -17,6 +17,7 @@ import pytest
 from rlcore_testkit.contracts.rewards import make_reward_batch
 from rlcore_testkit.runs import make_tiny_task, tiny_overrides
 
+from rlcore.config.sections.reward_model import RewardModelConfig
 from rlcore.graceful_stop import StopRequest
 from rlcore.reward.managers import NaiveRewardManager
 
@@ -92,7 +93,7 @@ def ignores_sigterm(data_source, solution_str, ground_truth, extra_info=None):
 def test_a_scorer_ignoring_sigterm_does_not_take_it_from_the_run(tiny_tokenizer, capsys) -> None:
     """Before: the handlers stayed SIG_IGN and a lambda, the SIGTERM was lost and the run trained to its end."""
     batch, _ = make_reward_batch(tiny_tokenizer)
-    manager = NaiveRewardManager(tiny_tokenizer, ignores_sigterm, {"scorer_timeout": 0})
+    manager = NaiveRewardManager(tiny_tokenizer, ignores_sigterm, RewardModelConfig(scorer_timeout=0))
     with StopRequest() as stop:
         manager(batch)
         assert stop.requested and stop.signum == signal.SIGTERM, "the SIGTERM sent during the call was seen"
@@ -122,9 +123,9 @@ def test_stop_handling_changed_behind_signal_signal_is_put_back(tiny_tokenizer, 
     with StopRequest() as stop:
         wakeup = signal.set_wakeup_fd(-1)
         signal.set_wakeup_fd(wakeup)
-        result = NaiveRewardManager(tiny_tokenizer, changes_the_handling_behind_signal_signal, {"scorer_timeout": 0})(
-            batch
-        )
+        result = NaiveRewardManager(
+            tiny_tokenizer, changes_the_handling_behind_signal_signal, RewardModelConfig(scorer_timeout=0)
+        )(batch)
         assert result.token_level_scores.sum().item() == 1.0, "the scorer ran to its end"
         assert signal.getsignal(signal.SIGTERM) == stop._handle
         assert signal.set_wakeup_fd(wakeup) == wakeup, "the watchdog's wake-up fd is back"

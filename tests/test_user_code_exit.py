@@ -31,6 +31,7 @@ from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_overrides, tiny_ru
 import rlcore
 from rlcore.api import Tool, ToolCall
 from rlcore.config.schema import CustomRewardFunctionConfig
+from rlcore.config.sections.reward_model import RewardModelConfig
 from rlcore.graceful_stop import SignalInterrupt, StopRequest
 from rlcore.registry import Registry
 from rlcore.reward import RewardError
@@ -81,7 +82,7 @@ def exit_function(request: pytest.FixtureRequest) -> Any:
 def test_a_scorer_calling_sys_exit_stops_the_run_naming_the_line(tiny_tokenizer, timeout: float, exit_function) -> None:
     """The message names the user's line, also when a library replaced ``sys.exit``."""
     batch, _ = make_reward_batch(tiny_tokenizer)
-    manager = NaiveRewardManager(tiny_tokenizer, exits, {"scorer_timeout": timeout})
+    manager = NaiveRewardManager(tiny_tokenizer, exits, RewardModelConfig(scorer_timeout=timeout))
     try:
         with pytest.raises(UserCodeExit) as caught:
             manager(batch)
@@ -95,7 +96,7 @@ def test_a_scorer_calling_sys_exit_stops_the_run_naming_the_line(tiny_tokenizer,
 @pytest.mark.parametrize("timeout", [0, 10], ids=["inline", "scorer-processes"])
 def test_a_scorer_raising_keyboard_interrupt_itself_is_an_error(tiny_tokenizer, timeout: float) -> None:
     batch, _ = make_reward_batch(tiny_tokenizer)
-    manager = NaiveRewardManager(tiny_tokenizer, interrupts, {"scorer_timeout": timeout})
+    manager = NaiveRewardManager(tiny_tokenizer, interrupts, RewardModelConfig(scorer_timeout=timeout))
     try:
         with StopRequest(), pytest.raises(UserCodeExit) as caught:  # the run's handlers: a real Ctrl-C is told apart
             manager(batch)
@@ -109,7 +110,7 @@ def test_a_batched_scorer_calling_exit_is_an_error(tiny_tokenizer) -> None:
     with pytest.raises(
         UserCodeExit, match=r"SystemExit\(None\) raised at .*test_user_code_exit.py:\d+ \(in batched_exit\)"
     ):
-        BatchRewardManager(tiny_tokenizer, batched_exit, {"scorer_timeout": 0})(batch)
+        BatchRewardManager(tiny_tokenizer, batched_exit, RewardModelConfig(scorer_timeout=0))(batch)
 
 
 def os_exits(data_source, solution_str, ground_truth, extra_info=None):
@@ -155,7 +156,7 @@ def test_os_exit_in_an_inline_scorer_stops_the_run_naming_the_line(tiny_tokenize
     batch, _ = make_reward_batch(tiny_tokenizer)
     caller = _ends_the_process if scorer is os_exit_in_a_thread else scorer
     with pytest.raises(UserCodeExit) as caught:
-        NaiveRewardManager(tiny_tokenizer, scorer, {"scorer_timeout": 0})(batch)
+        NaiveRewardManager(tiny_tokenizer, scorer, RewardModelConfig(scorer_timeout=0))(batch)
     assert str(caught.value) == (
         f"the reward scorer (data_source 'contract') tried to end the run: os._exit(3) called at "
         f"{__file__}:{_line(caller, where)} (in {caller.__name__}); user code must return or raise an exception "
@@ -173,7 +174,7 @@ def forks_a_child_that_exits(data_source, solution_str, ground_truth, extra_info
 
 def test_a_child_forked_by_an_inline_scorer_still_ends_with_os_exit(tiny_tokenizer) -> None:
     batch, _ = make_reward_batch(tiny_tokenizer, ["a", "b"])
-    result = NaiveRewardManager(tiny_tokenizer, forks_a_child_that_exits, {"scorer_timeout": 0})(batch)
+    result = NaiveRewardManager(tiny_tokenizer, forks_a_child_that_exits, RewardModelConfig(scorer_timeout=0))(batch)
     assert result.token_level_scores.sum(-1).tolist() == [7.0, 7.0]
 
 
@@ -236,7 +237,7 @@ def sleeps_through_signals(data_source, solution_str, ground_truth, extra_info=N
 def test_a_real_ctrl_c_in_an_inline_scorer_still_stops_the_run(tiny_tokenizer) -> None:
     batch, _ = make_reward_batch(tiny_tokenizer, ["a"])
     with StopRequest() as stop, pytest.raises(SignalInterrupt):
-        NaiveRewardManager(tiny_tokenizer, sleeps_through_signals, {"scorer_timeout": 0})(batch)
+        NaiveRewardManager(tiny_tokenizer, sleeps_through_signals, RewardModelConfig(scorer_timeout=0))(batch)
     assert stop.caused(SignalInterrupt()) and stop.signum == signal.SIGINT
 
 

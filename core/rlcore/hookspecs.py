@@ -104,7 +104,10 @@ def register_reward_managers(register: Register) -> None:
 
     A target is a class ``(tokenizer, scorer, config)`` whose ``__call__(batch)`` returns a
     :class:`rlcore.reward.RewardResult`: token-level scores ``[B, R]`` with each sample's scalar on its last
-    valid response token, plus per-sample extra information and metrics.
+    valid response token, plus per-sample extra information and metrics. ``config`` is the typed
+    ``reward_model`` section, :class:`rlcore.api.RewardModelConfig` extended with the plugins' sections there
+    (:func:`rlcore.api.plugin_section`; a section of your ``config_defaults`` at ``reward_model.<name>`` is
+    its field ``<name>``, e.g. DAPO's ``config.overlong_buffer``): read fields, never ``config.get(key, default)``.
 
     Example::
 
@@ -154,7 +157,9 @@ def register_advantage_estimators(register: Register) -> None:
     """Register advantage estimators (kind ``advantage_estimator``), selected by ``algorithm.adv_estimator``.
 
     A target is a callable with keyword arguments ``token_level_rewards, response_mask, index, config``
-    and ``reward_extras`` (the reward function's per-sample extras by name, such as GDPO's reward components;
+    (``config``: the typed ``algorithm`` section, :class:`rlcore.api.AlgorithmConfig` that is also an instance
+    of each plugin's ``config_defaults`` section at ``algorithm``, so ``config.gamma`` and your own
+    ``config.my_key`` are both fields: :func:`rlcore.api.plugin_section`) and ``reward_extras`` (the reward function's per-sample extras by name, such as GDPO's reward components;
     accept ``**kwargs`` for what you do not read), plus ``values`` and ``reward_baselines`` when the estimator
     declares it needs them, returning ``(advantages, returns)``, both ``[B, R]``. Declare needs as ``spec=AdvantageEstimatorSpec(...)``
     (:mod:`rlcore.api.specs`) so the controller creates the roles they require and no others:
@@ -180,8 +185,11 @@ def register_policy_losses(register: Register) -> None:
     """Register policy losses (kind ``policy_loss``), selected by ``actor_rollout_ref.actor.policy_loss.loss_mode``.
 
     A target is a callable ``(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
-    rollout_is_weights=None) -> (loss, metrics)`` where ``config`` is the actor config section and
-    ``metrics`` a dict of floats such as ``actor/pg_clipfrac``.
+    rollout_is_weights=None) -> (loss, metrics)`` where ``config`` is the typed actor section
+    (:class:`rlcore.api.ActorConfig` that is also an instance of each plugin's ``config_defaults`` section at
+    ``actor_rollout_ref.actor``: ``config.clip_ratio``, ``config.loss_scale_factor``, SAPO's ``config.tau_pos``;
+    None when a test calls it without one: use the section's defaults) and ``metrics`` a dict of floats such as
+    ``actor/pg_clipfrac``.
 
     Example::
 

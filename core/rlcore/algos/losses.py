@@ -7,7 +7,7 @@ loss against the reference policy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -19,6 +19,8 @@ from rlcore.config.algorithm_names import (
     check_loss_agg_mode,
     kl_base_type,
 )
+from rlcore.config.sections.actor import ActorConfig, PolicyLossConfig
+from rlcore.config.sections.algorithm import RolloutCorrectionConfig
 from rlcore.errors import RLCoreError
 from rlcore.plugins import get_component
 from rlcore.registry import UnknownComponentError
@@ -58,25 +60,15 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
     return k2 + (value - k2).detach()
 
 
-def _config_get(config: Mapping[str, Any] | None, key: str, default: Any) -> Any:
-    """``config.get(key)``, with ``default`` when the config or the value is missing (None)."""
-    if config is None:
-        return default
-    value = config.get(key, None)
-    return default if value is None else value
+def clip_ratio_bounds(config: ActorConfig | None) -> tuple[float, float]:
+    """``(ε_low, ε_high)`` of a PPO-style ratio clip, read from the actor section (None: its defaults).
 
-
-def clip_ratio_bounds(config: Mapping[str, Any] | None) -> tuple[float, float]:
-    """``(ε_low, ε_high)`` of a PPO-style ratio clip, read from the actor config section.
-
-    ``clip_ratio_low`` and ``clip_ratio_high`` each fall back to ``clip_ratio``, then to 0.2; the ratio is
+    ``clip_ratio_low`` and ``clip_ratio_high`` each fall back to ``clip_ratio`` when null; the ratio is
     clipped to ``[1 − ε_low, 1 + ε_high]``.
     """
-    clip_ratio = float(_config_get(config, "clip_ratio", 0.2))
-    return (
-        float(_config_get(config, "clip_ratio_low", clip_ratio)),
-        float(_config_get(config, "clip_ratio_high", clip_ratio)),
-    )
+    actor = config or ActorConfig()
+    low, high = actor.clip_ratio_low, actor.clip_ratio_high
+    return float(actor.clip_ratio if low is None else low), float(actor.clip_ratio if high is None else high)
 
 
 def vanilla_policy_loss(
@@ -85,22 +77,23 @@ def vanilla_policy_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Mapping[str, Any] | None = None,
+    config: ActorConfig | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO's clipped surrogate with asymmetric clip ranges and dual clip, aggregated by ``loss_agg_mode``.
 
     ratio r = exp(clamp(logπ − logπ_old, ±20)); L1 = −A·r; L2 = −A·clip(r, 1−ε_low, 1+ε_high);
     Lc = max(L1, L2); for A < 0 the loss is min(Lc, −A·c). ε_low/ε_high are ``clip_ratio_low``/
-    ``clip_ratio_high`` (falling back to ``clip_ratio``, then 0.2) and c is ``clip_ratio_c`` (default 3,
-    must exceed 1). The token losses are multiplied by ``rollout_is_weights`` when given.
+    ``clip_ratio_high`` (falling back to ``clip_ratio``) and c is ``clip_ratio_c`` (must exceed 1), all of
+    the actor section ``config`` (None: its defaults). The token losses are multiplied by ``rollout_is_weights`` when given.
 
     Returns the loss and the metrics ``actor/pg_clipfrac`` (fraction of tokens where the clipped term is
     larger), ``actor/pg_clipfrac_lower`` (fraction where the dual clip applies) and ``actor/ppo_kl``
     (masked mean of logπ_old − logπ), all python floats.
     """
-    eps_low, eps_high = clip_ratio_bounds(config)
-    clip_c = float(_config_get(config, "clip_ratio_c", 3.0))
+    actor = config or ActorConfig()
+    eps_low, eps_high = clip_ratio_bounds(actor)
+    clip_c = float(actor.clip_ratio_c)
     if clip_c <= 1.0:
         raise RLCoreError(
             f"actor_rollout_ref.actor.clip_ratio_c must be greater than 1 (dual-clip lower bound), got {clip_c}"
@@ -115,7 +108,7 @@ def vanilla_policy_loss(
     token_loss = torch.where(negative, torch.minimum(loss_max, dual_bound), loss_max)
     if rollout_is_weights is not None:
         token_loss = token_loss * rollout_is_weights
-    loss = agg_loss(token_loss, response_mask, loss_agg_mode, _config_get(config, "loss_scale_factor", None))
+    loss = agg_loss(token_loss, response_mask, loss_agg_mode, actor.loss_scale_factor)
     with torch.no_grad():
         clipfrac = masked_mean((loss_clipped > loss_unclipped).float(), response_mask)
         clipfrac_lower = masked_mean(((loss_max > dual_bound) & negative).float(), response_mask)
@@ -166,11 +159,13 @@ def loss_terms(config: Any) -> list[ActorLossTerm]:
 
 
 def build_actor_loss(
-    actor_config: Mapping[str, Any],
+    actor_config: ActorConfig,
     terms: Sequence[ActorLossTerm] = (),
-    rollout_correction: Mapping[str, Any] | None = None,
+    rollout_correction: RolloutCorrectionConfig | None = None,
 ) -> ActorLossFn:
-    """Build the actor's loss function from the ``actor_rollout_ref.actor`` config section.
+    """Build the actor's loss function from the ``actor_rollout_ref.actor`` section, the one the policy loss
+    receives as its ``config`` (with the fields the plugins add there:
+    :func:`rlcore.config.plugin_sections.plugin_section`).
 
     The returned ``loss_fn(log_prob, entropy, micro_batch) -> (loss, metrics)`` reads ``old_log_probs``,
     ``advantages``, ``response_mask`` (and ``rollout_is_weights`` and ``ref_log_prob`` when present or
@@ -188,22 +183,19 @@ def build_actor_loss(
     loss is rollout correction's bypass loss around that component
     (:func:`rlcore.algos.rollout_correction.bypass_policy_loss`).
     """
-    policy_section = actor_config.get("policy_loss", None) or {}
-    loss_mode = policy_section.get("loss_mode", None) or "vanilla"
+    loss_mode = actor_config.policy_loss.loss_mode or PolicyLossConfig.loss_mode  # null: the default
     try:
         policy_loss = get_component("policy_loss", loss_mode)
     except UnknownComponentError as exc:
         raise UnknownComponentError(f"actor_rollout_ref.actor.policy_loss.loss_mode: {exc}") from exc
-    if rollout_correction is not None and rollout_correction.get("bypass_mode", False):
+    if rollout_correction is not None and rollout_correction.bypass_mode:
         policy_loss = bypass_policy_loss(policy_loss, rollout_correction, loss_mode)
-    agg_mode = check_loss_agg_mode(
-        _config_get(actor_config, "loss_agg_mode", "token-mean"), "actor_rollout_ref.actor.loss_agg_mode"
-    )
-    scale_factor = _config_get(actor_config, "loss_scale_factor", None)
-    entropy_coeff = float(_config_get(actor_config, "entropy_coeff", 0.0))
-    use_kl_loss = bool(_config_get(actor_config, "use_kl_loss", False))
-    kl_coef = float(_config_get(actor_config, "kl_loss_coef", 0.001))
-    kl_type = _config_get(actor_config, "kl_loss_type", "low_var_kl")
+    agg_mode = check_loss_agg_mode(actor_config.loss_agg_mode, "actor_rollout_ref.actor.loss_agg_mode")
+    scale_factor = actor_config.loss_scale_factor
+    entropy_coeff = float(actor_config.entropy_coeff)
+    use_kl_loss = bool(actor_config.use_kl_loss)
+    kl_coef = float(actor_config.kl_loss_coef)
+    kl_type = actor_config.kl_loss_type
     if use_kl_loss:
         check_kl_penalty(kl_type, "actor_rollout_ref.actor.kl_loss_type")
 

@@ -29,7 +29,6 @@ the engine returns ``rollout_log_probs``; the controller then logs the mismatch 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +37,8 @@ import torch
 from rlcore.algos.functional import agg_loss, loss_units, masked_mean, masked_sum
 from rlcore.api.batch import Batch
 from rlcore.api.components import PolicyLoss
+from rlcore.config.sections.actor import ActorConfig
+from rlcore.config.sections.algorithm import RolloutCorrectionConfig
 from rlcore.errors import RLCoreError
 
 __all__ = [
@@ -268,7 +269,7 @@ def rejection_mask(
     return new_mask, metrics
 
 
-def apply_rollout_correction(batch: Batch, correction: Any) -> dict[str, float]:
+def apply_rollout_correction(batch: Batch, correction: RolloutCorrectionConfig) -> dict[str, float]:
     """Apply the ``algorithm.rollout_correction`` section to ``batch`` (which has ``old_log_probs`` and
     ``rollout_log_probs``) and return the metrics: the mismatch metrics and the old policy's drift from the
     rollout's (``rollout_corr/kl``, ``rollout_corr/k3_kl``) always; with ``rollout_is`` the
@@ -277,36 +278,31 @@ def apply_rollout_correction(batch: Batch, correction: Any) -> dict[str, float]:
     the mask as it came in. In ``bypass_mode`` nothing is done here (the old log-probs are the rollout's):
     :func:`bypass_policy_loss` corrects each micro-batch and reports the metrics."""
     old, rollout, mask = batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]
-    if correction.get("bypass_mode", False):  # old is rollout: the bypass loss corrects per micro-batch
+    if correction.bypass_mode:  # old is rollout: the bypass loss corrects per micro-batch
         return {}
     metrics = {**rollout_mismatch_metrics(old, rollout, mask), **_policy_drift_metrics(old, rollout, mask)}
-    level = correction.get("rollout_is", None)
+    level = correction.rollout_is
     if level:
         weights, is_metrics = rollout_is_weights(
-            old,
-            rollout,
-            mask,
-            level,
-            correction.get("rollout_is_threshold", 2.0),
-            bool(correction.get("rollout_is_batch_normalize", False)),
+            old, rollout, mask, level, correction.rollout_is_threshold, bool(correction.rollout_is_batch_normalize)
         )
         batch["rollout_is_weights"] = weights
         metrics.update(is_metrics)
-    if correction.get("rollout_rs", None):
-        rules = parse_rejection_rules(correction.rollout_rs, correction.get("rollout_rs_threshold", None))
+    if correction.rollout_rs:
+        rules = parse_rejection_rules(correction.rollout_rs, correction.rollout_rs_threshold)
         batch["response_mask"], rs_metrics = rejection_mask(old, rollout, mask, rules)
         metrics.update(rs_metrics)
     return metrics
 
 
-def check_bypass_loss(correction: Any, loss_mode: str) -> str:
+def check_bypass_loss(correction: RolloutCorrectionConfig, loss_mode: str) -> str:
     """The ``loss_type`` of ``correction`` (the ``algorithm.rollout_correction`` section), checked: one of
     :data:`LOSS_TYPES`, ``reinforce`` only in ``bypass_mode`` and only with the vanilla policy loss (REINFORCE
     replaces it). Raises :class:`~rlcore.errors.RLCoreError` naming the keys."""
-    loss_type = correction.get("loss_type", None) or "ppo_clip"
+    loss_type = correction.loss_type or RolloutCorrectionConfig.loss_type  # null: the default
     if loss_type not in LOSS_TYPES:
         raise RLCoreError(f"{_KEY}.loss_type must be one of {', '.join(LOSS_TYPES)}, got {loss_type!r}")
-    if loss_type == "reinforce" and not correction.get("bypass_mode", False):
+    if loss_type == "reinforce" and not correction.bypass_mode:
         raise RLCoreError(
             f"{_KEY}.loss_type=reinforce is the policy loss of bypass mode: set {_KEY}.bypass_mode=true "
             "(or leave loss_type at ppo_clip)"
@@ -325,18 +321,17 @@ def reinforce_policy_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Mapping[str, Any] | None = None,
+    config: ActorConfig | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The REINFORCE loss of bypass mode: ``agg(−A · logπ_θ · w)`` with the (detached) importance weights
     ``w`` when given, else ``agg(−A · logπ_θ)``; no ratio and no clipping. ``old_log_prob`` (the rollout's
     in bypass mode) only feeds the metric ``actor/ppo_kl``, the masked mean of ``old − logπ_θ``.
-    ``config`` is the actor section (its ``loss_scale_factor``)."""
+    ``config`` is the actor section (its ``loss_scale_factor``; None: its defaults)."""
     token_loss = -advantages * log_prob
     if rollout_is_weights is not None:
         token_loss = token_loss * rollout_is_weights.detach()
-    scale = config.get("loss_scale_factor", None) if config is not None else None
-    loss = agg_loss(token_loss, response_mask, loss_agg_mode, scale)
+    loss = agg_loss(token_loss, response_mask, loss_agg_mode, (config or ActorConfig()).loss_scale_factor)
     with torch.no_grad():
         ppo_kl = masked_mean((old_log_prob - log_prob).float(), response_mask)
     return loss, {"actor/ppo_kl": ppo_kl.item()}
@@ -355,7 +350,9 @@ def _policy_drift_metrics(
     }
 
 
-def bypass_policy_loss(policy_loss: PolicyLoss, correction: Any, loss_mode: str = "vanilla") -> PolicyLoss:
+def bypass_policy_loss(
+    policy_loss: PolicyLoss, correction: RolloutCorrectionConfig, loss_mode: str = "vanilla"
+) -> PolicyLoss:
     """The policy loss of ``bypass_mode`` (verl's ``bypass_mode`` loss), where ``old_log_prob`` is the
     rollout's. For each micro-batch, from the current policy's detached log-probs against the rollout's:
     the IS weights of ``rollout_is`` (:func:`rollout_is_weights`; ``rollout_is_batch_normalize`` divides by
@@ -369,14 +366,12 @@ def bypass_policy_loss(policy_loss: PolicyLoss, correction: Any, loss_mode: str 
     the update loop's per-micro-batch shares stay right. Metrics: ``rollout_corr/kl``, ``rollout_corr/k3_kl``,
     the IS and RS metrics (none for a micro-batch of padding only), and the inner loss's own."""
     loss_type = check_bypass_loss(correction, loss_mode)
-    level = correction.get("rollout_is", None)
-    threshold = correction.get("rollout_is_threshold", 2.0)
+    level = correction.rollout_is
+    threshold = correction.rollout_is_threshold
     parse_is_threshold(threshold)
-    normalize = bool(correction.get("rollout_is_batch_normalize", False))
+    normalize = bool(correction.rollout_is_batch_normalize)
     rules = (
-        parse_rejection_rules(correction.get("rollout_rs"), correction.get("rollout_rs_threshold", None))
-        if correction.get("rollout_rs", None)
-        else []
+        parse_rejection_rules(correction.rollout_rs, correction.rollout_rs_threshold) if correction.rollout_rs else []
     )
     truncated_weights = rollout_is_weights  # the loss's keyword argument of that name hides the function
 
@@ -386,7 +381,7 @@ def bypass_policy_loss(policy_loss: PolicyLoss, correction: Any, loss_mode: str 
         advantages: torch.Tensor,
         response_mask: torch.Tensor,
         loss_agg_mode: str = "token-mean",
-        config: Mapping[str, Any] | None = None,
+        config: ActorConfig | None = None,
         rollout_is_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """The bypass loss of one micro-batch (see :func:`bypass_policy_loss`); ``rollout_is_weights`` is

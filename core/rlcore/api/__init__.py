@@ -172,12 +172,16 @@ _LAZY: dict[str, str] = {
     "ppo_batch_sizes": "rlcore.config.batch_sizes",
     "ActorConfig": "rlcore.config.schema",
     "ModelConfig": "rlcore.config.schema",
+    "AlgorithmConfig": "rlcore.config.schema",
+    "RewardModelConfig": "rlcore.config.schema",
     "RefConfig": "rlcore.config.schema",
     "RolloutConfig": "rlcore.config.schema",
     "default_section": "rlcore.config.schema",
     "OptimConfig": "rlcore.config.sections.actor",
     "Section": "rlcore.config.sections.base",
     "config_ref": "rlcore.config.sections.base:ref",
+    "extended_section": "rlcore.config.plugin_sections",
+    "plugin_section": "rlcore.config.plugin_sections",
     "resolved_config": "rlcore.cli",
     # the run directory and its files, as the console names them (rlcore-plugin-report)
     "METRICS_FILE": "rlcore.tracking.sinks",
@@ -398,11 +402,20 @@ if TYPE_CHECKING:
     from rlcore.config.loader import config_to_yaml, default_config
     from rlcore.config.output_paths import shown_path
     from rlcore.config.own_tree import load_config_tree
+    from rlcore.config.plugin_sections import extended_section, plugin_section
     from rlcore.config.problems import Problems
     from rlcore.config.ranges import OPTIM_RANGES, range_problems
     from rlcore.config.router_replay import ACTOR as ROUTER_REPLAY_ACTOR
     from rlcore.config.router_replay import REPLAY_MODES, replay_mode
-    from rlcore.config.schema import ActorConfig, ModelConfig, RefConfig, RolloutConfig, default_section
+    from rlcore.config.schema import (
+        ActorConfig,
+        AlgorithmConfig,
+        ModelConfig,
+        RefConfig,
+        RewardModelConfig,
+        RolloutConfig,
+        default_section,
+    )
     from rlcore.config.sections.actor import OptimConfig
     from rlcore.config.sections.base import Section
     from rlcore.config.sections.base import ref as config_ref

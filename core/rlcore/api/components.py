@@ -11,7 +11,8 @@ The small records the components hand back are defined here too (:class:`RewardR
 :class:`InteractionTurn`, :class:`AgentSample`; :mod:`rlcore.reward` and :mod:`rlcore.agents` re-export them).
 Nothing here imports torch, numpy or omegaconf at run time (their types are for the type checker only), so
 the plugin loader can import this module at start-up. Like the rest of :mod:`rlcore.api` it sits on the
-ground floor of the import graph: even for the type checker it imports only the contract modules and the
+ground floor of the import graph: even for the type checker it imports only the contract modules, the typed config
+sections (:mod:`rlcore.config.schema`, what a component receives) and the
 agents' leaf data modules (``ToolCall``, ``Trajectory``), so an agent loop's context
 (:class:`rlcore.agents.AgentContext`, which holds the runner's machinery) is ``Any`` here.
 ``tests/test_component_protocols.py`` checks every bundled component against its kind's protocol.
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from rlcore.agents.parsers import ToolCall
     from rlcore.agents.trajectory import Trajectory
     from rlcore.api.batch import Batch
+    from rlcore.config.schema import ActorConfig, AlgorithmConfig, RewardModelConfig
 
 __all__ = [
     "AdvantageEstimator",
@@ -109,12 +111,15 @@ class AdvantageEstimator(Protocol):
         token_level_rewards: torch.Tensor,
         response_mask: torch.Tensor,
         index: Sequence[Any],
-        config: Mapping[str, Any] | None,
+        config: AlgorithmConfig,
         **columns: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(advantages, returns)``, both ``[B, R]``, from the token-level rewards ``[B, R]``, the response
-        mask and ``index`` (a prompt id per row: rows sharing one are a group); ``config`` is the
-        ``algorithm`` section. ``columns`` are what the estimator's
+        mask and ``index`` (a prompt id per row: rows sharing one are a group); ``config`` is the typed
+        ``algorithm`` section: an :class:`~rlcore.config.schema.AlgorithmConfig` that is also an instance of
+        every plugin's ``config_defaults`` section at ``algorithm`` (read ``config.gamma``, or your own
+        section's field, e.g. GRPO's ``config.norm_adv_by_std_in_grpo``; never ``config.get(key, default)``).
+        ``columns`` are what the estimator's
         :class:`~rlcore.api.specs.AdvantageEstimatorSpec` asks for: ``values`` (``needs_critic``),
         ``reward_baselines`` (``needs_greedy_baseline``), its ``batch_keys`` and present ``optional_batch_keys``."""
         ...
@@ -130,12 +135,15 @@ class PolicyLoss(Protocol):
         advantages: torch.Tensor,
         response_mask: torch.Tensor,
         loss_agg_mode: str = "token-mean",
-        config: Mapping[str, Any] | None = None,
+        config: ActorConfig | None = None,
         rollout_is_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """``(loss, metrics)``: the scalar loss aggregated by ``loss_agg_mode`` and float metrics such as
-        ``actor/pg_clipfrac``; ``config`` is the actor section, ``rollout_is_weights`` per-token
-        importance weights ``[B, R]`` when rollout correction is on."""
+        ``actor/pg_clipfrac``; ``config`` is the typed actor section: an
+        :class:`~rlcore.config.schema.ActorConfig` that is also an instance of every plugin's
+        ``config_defaults`` section at ``actor_rollout_ref.actor`` (read ``config.clip_ratio``,
+        ``config.loss_scale_factor``, or your own section's field; None, in tests: the defaults);
+        ``rollout_is_weights`` per-token importance weights ``[B, R]`` when rollout correction is on."""
         ...
 
 
@@ -155,9 +163,12 @@ class RewardManager(Protocol):
     """Kind ``reward_manager`` (``reward_model.reward_manager``): a class turning scores into token rewards."""
 
     def __init__(
-        self, tokenizer: PreTrainedTokenizerBase, scorer: RewardScorer, config: Mapping[str, Any] | None = None
+        self, tokenizer: PreTrainedTokenizerBase, scorer: RewardScorer, config: RewardModelConfig | None = None
     ) -> None:
-        """Keep the tokenizer (to decode responses), the scorer and the ``reward_model`` section."""
+        """Keep the tokenizer (to decode responses), the scorer and the typed ``reward_model`` section: a
+        :class:`~rlcore.config.schema.RewardModelConfig` that is also an instance of every plugin's
+        ``config_defaults`` section at ``reward_model``, with those one level below as fields (DAPO's
+        ``config.overlong_buffer``); None, in tests: the defaults."""
         ...
 
     def __call__(self, batch: Batch) -> RewardResult:

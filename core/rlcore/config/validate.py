@@ -408,7 +408,7 @@ def _check_rollout_correction(algorithm: AlgorithmConfig, policy: ActorRolloutRe
     from rlcore.algos.rollout_correction import IS_LEVELS, check_bypass_loss, parse_is_threshold, parse_rejection_rules
 
     try:
-        check_bypass_loss(correction.tree(), policy.actor.policy_loss.loss_mode or "vanilla")
+        check_bypass_loss(correction, policy.actor.policy_loss.loss_mode or "vanilla")
     except RLCoreError as exc:
         raise ConfigError(str(exc)) from exc
 

@@ -43,7 +43,8 @@ from rlcore.checkpoint import (
 )
 from rlcore.checkpoint.fingerprint import accept_checkpoint, model_shape, run_fingerprint
 from rlcore.config.output_paths import shown_path
-from rlcore.config.schema import Sections
+from rlcore.config.plugin_sections import plugin_section
+from rlcore.config.schema import AlgorithmConfig, RewardModelConfig, Sections
 from rlcore.controller.components import RunComponents
 from rlcore.controller.groups import build_worker_groups
 from rlcore.controller.off_policy import RolloutPipeline
@@ -100,6 +101,8 @@ class Trainer:
         self.run = run
         self.manager = manager
         self.components = components
+        #: the ``algorithm`` section the advantage estimator receives: the core's fields and the plugins' there
+        self.algorithm_section = plugin_section(config, AlgorithmConfig, manager)
         algo = config.algorithm
         self.estimator = components.estimator
         self.use_critic = (
@@ -182,7 +185,7 @@ class Trainer:
         self.groups.init_models()
         self.reward_fn = build_reward_manager(
             self.sections,
-            self.config.reward_model,
+            plugin_section(self.config, RewardModelConfig, self.manager),
             self.tokenizer,
             self.components.reward_manager.load(),
             self.manager.registry,
@@ -332,7 +335,7 @@ class Trainer:
             "token_level_rewards": batch["token_level_rewards"],
             "response_mask": batch["response_mask"],
             "index": batch["uid"],
-            "config": self.config.algorithm,
+            "config": self.algorithm_section,
         }
         if "values" in batch:
             kwargs["values"] = batch["values"]
@@ -468,7 +471,7 @@ class Trainer:
         """When the engine returned its own log-probs (``rollout_log_probs``): the rollout correction's
         importance weights and rejections (``algorithm.rollout_correction``, :mod:`rlcore.algos.rollout_correction`)."""
         if "rollout_log_probs" in batch:
-            metrics.update(apply_rollout_correction(batch, self.config.algorithm.rollout_correction))
+            metrics.update(apply_rollout_correction(batch, self.sections.algorithm.rollout_correction))
 
     def _ref(self, batch: Batch) -> None:
         """Stage ``ref``: the reference policy's log-probs, when a KL loss or KL-in-reward needs them."""

@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from rlcore.api.components import RewardResult
+from rlcore.config.sections.reward_model import RewardModelConfig
 from rlcore.data.rl_dataset import to_plain
 from rlcore.errors import RLCoreError
 from rlcore.reward.errors import RewardError
@@ -93,12 +94,6 @@ def to_score(value: Any) -> tuple[float | None, dict[str, Any]]:
     return None, extra
 
 
-def _option(config: Any, key: str, default: Any) -> Any:
-    """``config.get(key)`` for a DictConfig, dict or ``None``, with ``null`` meaning ``default``."""
-    value = None if config is None else config.get(key, None)
-    return default if value is None else value
-
-
 def _column(batch: Any, key: str) -> Any:
     if key not in batch:
         raise RewardError(f"the reward manager needs batch key {key!r}; the batch has {sorted(batch.keys())}")
@@ -115,22 +110,21 @@ class RewardManagerBase:
     ``__call__(batch) -> RewardResult``.
     """
 
-    def __init__(self, tokenizer: Any, scorer: Callable[..., Any], config: Any = None) -> None:
-        """``config`` is the ``reward_model`` section (``scorer_timeout`` (default 30; 0 or null: inline, no
-        limit), ``scorer_batch_timeout`` (default 600; 0 or null: no bound), ``scorer_workers`` (default 8),
-        ``scorer_output_bytes`` (default 65536), ``scorer_fail_fast``, ``num_examine``, ``reward_kwargs``); a
-        dict or ``None`` works too."""
+    def __init__(self, tokenizer: Any, scorer: Callable[..., Any], config: RewardModelConfig | None = None) -> None:
+        """``config`` is the typed ``reward_model`` section (with the fields the plugins add there; None: its
+        defaults): ``scorer_timeout`` (0 or null: inline, no limit), ``scorer_batch_timeout`` (0 or null: no
+        bound), ``scorer_workers``, ``scorer_output_bytes``, ``scorer_fail_fast``, ``num_examine``,
+        ``reward_kwargs``."""
         self.tokenizer = tokenizer
         self.scorer = scorer
-        timeout = 30.0 if config is None else config.get("scorer_timeout", 30.0)
-        self.timeout = float(timeout or 0.0)
-        batch_timeout = 600.0 if config is None else config.get("scorer_batch_timeout", 600.0)
-        self.batch_timeout = float(batch_timeout or 0.0)
-        self.workers = int(_option(config, "scorer_workers", 8))
-        self.output_bytes = int(_option(config, "scorer_output_bytes", 65536))
-        self.fail_fast = bool(_option(config, "scorer_fail_fast", False))
-        self.num_examine = int(_option(config, "num_examine", 0))
-        self.reward_kwargs: dict[str, Any] = dict(to_plain(_option(config, "reward_kwargs", {})))
+        self.config = config or RewardModelConfig()
+        self.timeout = float(self.config.scorer_timeout or 0.0)
+        self.batch_timeout = float(self.config.scorer_batch_timeout or 0.0)
+        self.workers = int(self.config.scorer_workers)
+        self.output_bytes = int(self.config.scorer_output_bytes)
+        self.fail_fast = bool(self.config.scorer_fail_fast)
+        self.num_examine = int(self.config.num_examine)
+        self.reward_kwargs: dict[str, Any] = dict(to_plain(self.config.reward_kwargs))
         self._pool: ScorerPool | None = None
         self._warned_sources: set[Any] = set()  # data sources already warned about for their ground truths
 

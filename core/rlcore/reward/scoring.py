@@ -8,7 +8,7 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rlcore.config.sections.reward_model import CustomRewardFunctionConfig
+from rlcore.config.sections.reward_model import CustomRewardFunctionConfig, RewardModelConfig
 from rlcore.reward.errors import RewardError
 from rlcore.reward.torch_state import restore_torch_state
 from rlcore.usercode import user_call
@@ -102,11 +102,14 @@ def describe_scorer(custom: CustomRewardFunctionConfig) -> str:
     return "the reward scorer of the data source"
 
 
-def build_reward_manager(sections: Sections, reward_model: Any, tokenizer: Any, cls: Any, registry: Registry) -> Any:
+def build_reward_manager(
+    sections: Sections, reward_model: RewardModelConfig, tokenizer: Any, cls: Any, registry: Registry
+) -> Any:
     """The reward manager of a run: ``cls`` (the class ``rlcore run`` resolved once,
     :attr:`rlcore.controller.components.RunComponents.reward_manager`) constructed as
     ``cls(tokenizer, build_scorer(sections.custom_reward_function, registry), reward_model)``, where
-    ``reward_model`` is the run config's ``reward_model`` node (what reward-manager classes receive).
+    ``reward_model`` is the typed ``reward_model`` section with the plugins' fields there (what reward-manager
+    classes receive: :func:`rlcore.config.plugin_sections.plugin_section`).
 
     A manager class with ``batched = True`` calls one function for the whole batch, which only a custom
     reward function can be, so it requires ``custom_reward_function.path``.

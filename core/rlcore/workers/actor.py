@@ -44,9 +44,12 @@ from rlcore.config.batch_sizes import (
     ppo_batch_sizes,
     token_budget,
 )
+from rlcore.config.plugin_sections import plugin_section
 from rlcore.config.router_replay import ROUTING_REPLAY_KEY, replay_mode
+from rlcore.config.sections.actor import ActorConfig
 from rlcore.dtypes import parse_dtype
 from rlcore.errors import RLCoreError
+from rlcore.plugins import load_plugins
 from rlcore.registry import UnknownComponentError
 from rlcore.rollout.buckets import RunningChecksum, distinct_weights, weight_buckets
 from rlcore.rollout.weights import state_checksum
@@ -133,9 +136,9 @@ class ActorRolloutRefWorker(WorkerBase):
         if self.has_actor:
             self.actor = self._create_engine("actor", ACTOR, f"{ARR}.model")
             self.loss_fn = build_actor_loss(
-                self.config.actor_rollout_ref.actor,
+                plugin_section(self.config, ActorConfig, load_plugins()),
                 loss_terms(self.config),
-                rollout_correction=self.config.algorithm.rollout_correction,
+                rollout_correction=self.sections.algorithm.rollout_correction,
             )
             if self.actor_config.shuffle:
                 self.shuffle_generator = torch.Generator().manual_seed(int(self.actor_config.data_loader_seed))

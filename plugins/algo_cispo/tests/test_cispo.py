@@ -15,6 +15,7 @@ from rlcore_plugin_cispo.loss import cispo_policy_loss
 from rlcore_testkit.contracts import PolicyLossContract
 from rlcore_testkit.runs import make_tiny_task, tiny_run
 
+from rlcore.api import ActorConfig
 from rlcore.plugins import load_plugins
 
 # ratios 1.5 (clipped to 1.2), 0.5 (clipped to 0.8), 1.1 (kept), and a padded token
@@ -22,7 +23,7 @@ OLD = torch.tensor([[-1.0, -2.0, -0.5, -1.0]])
 RATIO = torch.tensor([[1.5, 0.5, 1.1, 7.0]])
 ADV = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
 MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
-CONFIG = {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2}
+CONFIG = ActorConfig(clip_ratio_low=0.2, clip_ratio_high=0.2)
 
 
 def _loss(mode: str = "token-mean", **kwargs: Any) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:

@@ -16,12 +16,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from rlcore_plugin_dapo import hooks
+from rlcore_plugin_dapo.config import OverlongBufferConfig
 from rlcore_plugin_dapo.filters import keep_varied_groups
 from rlcore_plugin_dapo.reward import DAPORewardManager
 from rlcore_plugin_dapo.settings import overlong_buffer
 from rlcore_testkit.contracts import BatchFilterContract, PresetContract, RewardManagerContract
 from rlcore_testkit.runs import make_tiny_task, tiny_run
 
+from rlcore.api import RewardModelConfig, extended_section
 from rlcore.api.batch import Batch
 from rlcore.config import ConfigError, load_config
 from rlcore.errors import RLCoreError
@@ -66,7 +68,8 @@ def _value(data_source: str, solution_str: str, ground_truth: str, extra_info: d
 
 def _manager(tokenizer: Any, scorer: Callable[..., Any] = _value, **buffer: Any) -> DAPORewardManager:
     """A dapo manager with ``BUFFER`` (updated by ``buffer``) and ``scorer``."""
-    section = OmegaConf.create({"scorer_timeout": 0, "overlong_buffer": {**BUFFER, **buffer}})
+    kind = extended_section(RewardModelConfig, (OverlongBufferConfig,))
+    section = kind(scorer_timeout=0, overlong_buffer=OverlongBufferConfig(**{**BUFFER, **buffer}))
     return DAPORewardManager(tokenizer, scorer, section)
 
 
@@ -112,9 +115,9 @@ def test_rm_scores_pass_through(tiny_tokenizer: Any) -> None:
 
 
 def test_overlong_buffer_settings() -> None:
-    def section(**kw: Any) -> Any:
-        """A ``reward_model`` section with ``BUFFER`` updated by ``kw``."""
-        return {"overlong_buffer": {**BUFFER, **kw}}
+    def section(**kw: Any) -> OverlongBufferConfig:
+        """An ``overlong_buffer`` section: ``BUFFER`` updated by ``kw``."""
+        return OverlongBufferConfig(**{**BUFFER, **kw})
 
     assert overlong_buffer(section()).expected_length == 6
     assert overlong_buffer(section(len=None, max_response_length=20480)).length == 4096  # the paper's buffer
@@ -356,7 +359,8 @@ def test_close_ends_the_scorer_processes(tiny_tokenizer: Any) -> None:
     running, a process exiting waits for them)."""
     import multiprocessing
 
-    section = OmegaConf.create({"scorer_timeout": 30, "scorer_workers": 2, "overlong_buffer": BUFFER})
+    kind = extended_section(RewardModelConfig, (OverlongBufferConfig,))
+    section = kind(scorer_timeout=30, scorer_workers=2, overlong_buffer=OverlongBufferConfig(**BUFFER))
     manager = DAPORewardManager(tiny_tokenizer, _value, section)
     manager(_reward_batch(tiny_tokenizer))
     scorers = [p for p in multiprocessing.active_children() if p.name == "rlcore-scorer"]

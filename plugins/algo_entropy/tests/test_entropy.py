@@ -16,6 +16,8 @@ from rlcore_plugin_entropy.losses import clip_cov_policy_loss, kl_cov_policy_los
 from rlcore_testkit.contracts import PolicyLossContract
 from rlcore_testkit.runs import make_tiny_task, tiny_run
 
+from rlcore.api import ActorConfig
+from rlcore.config.sections.actor import PolicyLossConfig
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
 
@@ -30,13 +32,15 @@ MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]])
 COV = torch.tensor([[2.272, -2.368, 2.112], [-2.928, 0.0, 5.952]])
 
 
-def _config(**policy_loss: float) -> dict:
-    """An actor config section with the default clip range and the given ``policy_loss`` options."""
-    return {"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "policy_loss": policy_loss}
+def _config(**policy_loss: float) -> ActorConfig:
+    """A typed actor section with the default clip range and the given ``policy_loss`` options."""
+    return ActorConfig(
+        clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2, policy_loss=PolicyLossConfig(**policy_loss)
+    )
 
 
 def _run(
-    loss_fn: Callable[..., Any], config: dict, mode: str = "token-mean"
+    loss_fn: Callable[..., Any], config: ActorConfig, mode: str = "token-mean"
 ) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
     """Loss, metrics and the log-prob leaf of the example."""
     log_prob = LOG_PROB.clone().requires_grad_(True)

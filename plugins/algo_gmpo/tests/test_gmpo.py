@@ -14,6 +14,7 @@ from rlcore_plugin_gmpo.loss import geo_mean_policy_loss
 from rlcore_testkit.contracts import PolicyLossContract
 from rlcore_testkit.runs import make_tiny_task, tiny_run
 
+from rlcore.api import ActorConfig
 from rlcore.plugins import load_plugins
 
 # ε = 0.4 (verl's example). Row 0, A = +1: Δ = [0.6, -0.6, 0.1] -> pessimistic [0.4, -0.6, 0.1]
@@ -23,7 +24,7 @@ OLD = torch.tensor([[-1.0, -1.0, -1.0], [-2.0, -2.0, -2.0]])
 DELTA = torch.tensor([[0.6, -0.6, 0.1], [0.6, -0.6, 9.0]])
 ADV = torch.tensor([[1.0, 1.0, 1.0], [-2.0, -2.0, -2.0]])
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
-CONFIG = {"clip_ratio": 0.4, "clip_ratio_low": 0.4, "clip_ratio_high": 0.4}
+CONFIG = ActorConfig(clip_ratio=0.4, clip_ratio_low=0.4, clip_ratio_high=0.4)
 
 
 def _loss(mode: str = "token-mean") -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:

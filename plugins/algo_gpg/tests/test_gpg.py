@@ -15,6 +15,7 @@ from rlcore_plugin_gpg.gpg import compute_gpg_outcome_advantage, gpg_policy_loss
 from rlcore_testkit.contracts import AdvantageEstimatorContract, PolicyLossContract
 from rlcore_testkit.runs import make_tiny_task, tiny_run
 
+from rlcore.api import ActorConfig, AlgorithmConfig
 from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.plugins import load_plugins
 
@@ -36,7 +37,9 @@ def _inputs(scores: list[float] = SCORES) -> tuple[torch.Tensor, torch.Tensor]:
 
 def test_gpg_advantage_hand_computed() -> None:
     rewards, mask = _inputs()
-    adv, ret = compute_gpg_outcome_advantage(token_level_rewards=rewards, response_mask=mask, index=UIDS, config={})
+    adv, ret = compute_gpg_outcome_advantage(
+        token_level_rewards=rewards, response_mask=mask, index=UIDS, config=AlgorithmConfig()
+    )
     assert torch.allclose(adv, torch.tensor(EXPECTED).unsqueeze(1) * mask, atol=1e-6)
     assert torch.equal(adv, ret)
     assert adv[2, 1] == 0 and (adv[[1, 4]] == 0).all()  # masked middle token; equal rewards
@@ -44,7 +47,9 @@ def test_gpg_advantage_hand_computed() -> None:
 
 def test_gpg_all_zero_rewards() -> None:
     rewards, mask = _inputs([0.0] * 6)
-    adv, _ = compute_gpg_outcome_advantage(token_level_rewards=rewards, response_mask=mask, index=UIDS, config={})
+    adv, _ = compute_gpg_outcome_advantage(
+        token_level_rewards=rewards, response_mask=mask, index=UIDS, config=AlgorithmConfig()
+    )
     assert (adv == 0).all()  # α = 6 / max(1, 0) is finite and multiplies zeros
 
 
@@ -53,13 +58,13 @@ def test_gpg_loss_hand_computed() -> None:
     log_prob = torch.tensor([[-0.5, -1.0, -9.0], [-1.0, -2.0, -3.0]], requires_grad=True)
     adv = torch.tensor([[2.0, 2.0, 2.0], [-1.0, -1.0, -1.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 1.0]])  # padding; a masked middle token
-    loss, metrics = gpg_policy_loss(old, log_prob, adv, mask, "token-mean", {})
+    loss, metrics = gpg_policy_loss(old, log_prob, adv, mask, "token-mean", ActorConfig())
     assert loss.item() == pytest.approx((2 * 0.5 + 2 * 1.0 - 1.0 - 3.0) / 4)
     assert metrics["actor/ppo_kl"] == pytest.approx((-0.5 - 1.0 + 0.5 + 2.5) / 4)
     loss.backward()
     assert torch.allclose(log_prob.grad, -adv * mask / 4)
     weights = torch.full_like(old, 0.5)
-    half, _ = gpg_policy_loss(old, log_prob, adv, mask, "seq-mean-token-sum", {}, rollout_is_weights=weights)
+    half, _ = gpg_policy_loss(old, log_prob, adv, mask, "seq-mean-token-sum", ActorConfig(), rollout_is_weights=weights)
     assert half.item() == pytest.approx(0.5 * ((2 * 0.5 + 2 * 1.0) + (-1.0 - 3.0)) / 2)
 
 

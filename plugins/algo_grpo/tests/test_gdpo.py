@@ -4,12 +4,14 @@ and a real two-step run whose reward function returns the components as a dict (
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from rlcore_plugin_grpo.config import GRPOAlgorithmConfig
 from rlcore_plugin_grpo.gdpo import compute_gdpo_outcome_advantage
 from rlcore_testkit import runs
 from rlcore_testkit.runs import make_tiny_task, tiny_run
@@ -21,10 +23,10 @@ from rlcore.plugins import load_plugins
 UIDS = np.array(["a", "a", "b", "b"], dtype=object)
 EXTRAS = {"acc": [1.0, 0.0, 1.0, 1.0], "fmt": [1.0, 1.0, 0.0, 1.0]}
 MASK = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
-CONFIG = {"gdpo_reward_keys": ["acc", "fmt"], "gdpo_reward_weights": None, "norm_adv_by_std_in_grpo": True}
+CONFIG = GRPOAlgorithmConfig(gdpo_reward_keys=["acc", "fmt"], gdpo_reward_weights=None, norm_adv_by_std_in_grpo=True)
 
 
-def _gdpo(config: dict, extras: dict | None = None) -> torch.Tensor:
+def _gdpo(config: GRPOAlgorithmConfig, extras: dict | None = None) -> torch.Tensor:
     advantages, returns = compute_gdpo_outcome_advantage(
         token_level_rewards=torch.zeros_like(MASK),
         response_mask=MASK,
@@ -55,17 +57,17 @@ def test_gdpo_weights_and_zero_weight() -> None:
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / 6)
     w = [(v - mean) / std for v in (s, -s, 0.0)]
     expected = torch.tensor([[w[0], w[0]], [w[1], 0.0], [w[2], w[2]], [w[2], w[2]]])
-    advantages = _gdpo({**CONFIG, "gdpo_reward_weights": [1.0, 0.0]})
+    advantages = _gdpo(dataclasses.replace(CONFIG, gdpo_reward_weights=[1.0, 0.0]))
     assert torch.allclose(advantages, expected, atol=1e-4)
 
 
 def test_gdpo_names_what_is_missing() -> None:
     with pytest.raises(RLCoreError, match="needs algorithm.gdpo_reward_keys"):
-        _gdpo({**CONFIG, "gdpo_reward_keys": None})
+        _gdpo(dataclasses.replace(CONFIG, gdpo_reward_keys=None))
     with pytest.raises(RLCoreError, match="names fmt, which the reward function did not return .*returned: acc"):
         _gdpo(CONFIG, {"acc": EXTRAS["acc"]})
     with pytest.raises(RLCoreError, match="has 1 weights for the 2 keys"):
-        _gdpo({**CONFIG, "gdpo_reward_weights": [1.0]})
+        _gdpo(dataclasses.replace(CONFIG, gdpo_reward_weights=[1.0]))
 
 
 def test_gdpo_is_registered_with_verls_reward_manager() -> None:

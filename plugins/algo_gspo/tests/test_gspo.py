@@ -3,6 +3,7 @@ gradient, the preset, the contracts and a short real run with ``--preset gspo``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from rlcore_plugin_gspo.loss import gspo_policy_loss
 from rlcore_testkit.contracts import PolicyLossContract, PresetContract
 from rlcore_testkit.runs import make_tiny_task, tiny_run
 
+from rlcore.api import ActorConfig
 from rlcore.config import load_config
 from rlcore.plugins import load_plugins
 
@@ -23,11 +25,11 @@ OLD = torch.tensor([[-1.0, -2.0, -0.5], [-1.5, -1.0, -0.7]])
 DELTA = torch.tensor([[0.1, 0.3, 9.0], [-0.1, 5.0, -0.05]])
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
 ADV = torch.tensor([[1.0, 1.0, 0.0], [-0.5, -0.5, -0.5]])
-CONFIG = {"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2}
+CONFIG = ActorConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2)
 
 
 def _loss(
-    delta: torch.Tensor = DELTA, mode: str = "seq-mean-token-mean", config: dict = CONFIG
+    delta: torch.Tensor = DELTA, mode: str = "seq-mean-token-mean", config: ActorConfig = CONFIG
 ) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
     """The GSPO loss, its metrics and the log-prob leaf of the example."""
     log_prob = (OLD + delta).requires_grad_(True)
@@ -56,7 +58,7 @@ def test_gspo_hand_computed() -> None:
 def test_gspo_honours_loss_agg_mode(mode: str, expected: float) -> None:
     """``loss_agg_mode`` reaches ``agg_loss`` (issue 20; verl v0.9.0 forces seq-mean-token-mean there)."""
     assert _loss(mode=mode)[0].item() == pytest.approx(expected, abs=1e-6)
-    assert _loss(mode=mode, config={**CONFIG, "loss_scale_factor": 6.0})[0].item() == pytest.approx(
+    assert _loss(mode=mode, config=dataclasses.replace(CONFIG, loss_scale_factor=6.0))[0].item() == pytest.approx(
         expected * (3 / 6 if mode == "seq-mean-token-sum-norm" else 1.0), abs=1e-6
     )
 
@@ -71,7 +73,7 @@ def test_gspo_ignores_masked_tokens() -> None:
 
 def test_gspo_gradient_is_the_sequence_level_gradient() -> None:
     """Inside the clip range, ∂L/∂logπ_t = −A_i·s_i / (|y_i|·N) at every valid token of sequence i."""
-    wide = {"clip_ratio_low": 0.9, "clip_ratio_high": 9.0}
+    wide = ActorConfig(clip_ratio_low=0.9, clip_ratio_high=9.0)
     loss, _, log_prob = _loss(config=wide)
     loss.backward()
     s = torch.tensor([math.exp(0.2), math.exp(-0.075)])

@@ -192,6 +192,7 @@ class TestOTBEstimatorContract(AdvantageEstimatorContract):
 
 def test_the_controller_passes_the_is_weights_when_the_batch_has_them() -> None:
     """``optional_batch_keys``: the trainer hands ``rollout_is_weights`` to the estimator only when present."""
+    from rlcore.api import AlgorithmConfig
     from rlcore.api.batch import Batch
     from rlcore.config.loader import load_config
     from rlcore.controller.trainer import Trainer
@@ -199,7 +200,7 @@ def test_the_controller_passes_the_is_weights_when_the_batch_has_them() -> None:
     case = _case()
     weights = torch.tensor([[1.0, 1, 1], [2, 2, 2], [1, 1, 1]])
     trainer = Trainer.__new__(Trainer)  # only _compute_advantage's three attributes are needed
-    trainer.config = load_config([], [OTB, f"{CALC}=true"])
+    trainer.algorithm_section = AlgorithmConfig.from_tree(load_config([], [OTB, f"{CALC}=true"]))
     trainer.reward_extra_keys = ()
     trainer.estimator = load_plugins().registry.get("advantage_estimator", "optimal_token_baseline")
     for extra in ({}, {"rollout_is_weights": weights}):

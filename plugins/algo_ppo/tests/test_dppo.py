@@ -11,6 +11,7 @@ from rlcore_plugin_ppo.dppo import dppo_tv_policy_loss
 from rlcore_testkit.contracts import PolicyLossContract
 from rlcore_testkit.runs import make_tiny_task, tiny_run
 
+from rlcore.api import ActorConfig
 from rlcore.plugins import load_plugins
 
 # p_old -> p per token: 0.5 -> 0.75 (moved +0.25), 0.5 -> 0.35 (-0.15), 0.2 -> 0.25 (+0.05), a padded token
@@ -18,7 +19,7 @@ OLD = torch.log(torch.tensor([[0.5, 0.5, 0.2, 0.9]]))
 NEW = torch.log(torch.tensor([[0.75, 0.35, 0.25, 0.1]]))
 ADV = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
 MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
-CONFIG = {"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 1.2}
+CONFIG = ActorConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=1.2)
 
 
 def test_dppo_tv_hand_computed() -> None:
@@ -38,9 +39,9 @@ def test_dppo_tv_hand_computed() -> None:
     assert math.isclose(metrics["actor/ppo_kl"], kl, rel_tol=1e-5)
 
 
-def test_dppo_tv_truncates_at_20_without_clip_ratio_c() -> None:
-    """verl's default truncation when the config has no ``clip_ratio_c``: ratio 1.25 stays."""
-    loss, metrics = dppo_tv_policy_loss(OLD, NEW, ADV, MASK, "token-mean", {"clip_ratio": 0.2})
+def test_dppo_tv_truncates_at_clip_ratio_c() -> None:
+    """A truncation above every ratio (verl's DPPO recipes use 20): ratio 1.25 stays."""
+    loss, metrics = dppo_tv_policy_loss(OLD, NEW, ADV, MASK, "token-mean", ActorConfig(clip_ratio_c=20.0))
     expected = (0.7 * math.log(0.35) - 0.5 * 1.25 * math.log(0.25)) / 3
     assert math.isclose(loss.item(), expected, rel_tol=1e-5)
     assert metrics["actor/pg_clipfrac_lower"] == 0.0

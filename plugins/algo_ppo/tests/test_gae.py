@@ -11,11 +11,12 @@ import torch
 from rlcore_plugin_ppo.gae import compute_gae
 from rlcore_testkit.contracts.algorithms import AdvantageEstimatorContract
 
+from rlcore.api import AlgorithmConfig
 from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
 
-CONFIG = {"gamma": 0.9, "lam": 0.8}
+CONFIG = AlgorithmConfig(gamma=0.9, lam=0.8)
 # One response of three valid tokens, rewards [0, 0, 1], values [0.5, 0.4, 0.3], γλ = 0.72:
 #   t=2: δ = 1 - 0.3 = 0.7;                  A = 0.7
 #   t=1: δ = 0.9·0.3 - 0.4 = -0.13;          A = -0.13 + 0.72·0.7   = 0.374
@@ -64,7 +65,7 @@ def test_gae_defaults_are_monte_carlo() -> None:
         values=values,
         response_mask=torch.ones(1, 3),
         index=np.array(["a"], dtype=object),
-        config={},
+        config=AlgorithmConfig(),
     )
     assert torch.allclose(returns, torch.ones(1, 3))  # γ = λ = 1: returns = Σ future rewards
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from rlcore_plugin_prime.advantage import compute_prime_advantage, leave_one_out
+from rlcore_plugin_prime.config import PrimeAlgorithmConfig
 from rlcore_plugin_prime.worker import PrimeRewardModelWorker, implicit_rewards
 from rlcore_testkit.runs import make_tiny_task, tiny_run
 
@@ -33,7 +34,7 @@ def test_leave_one_out_hand_computed() -> None:
 def test_advantage_combines_the_implicit_and_the_outcome_rewards() -> None:
     rm = torch.tensor([[0.1, 0.2, 0.0], [0.0, 0.3, 0.0], [0.5, 0.0, 0.0], [0.1, 0.1, 0.0]])
     acc = torch.tensor([1.0, 0.0, 1.0, 1.0])
-    config = {"reward_dpo_coef": 2.0, "reward_gt_coef": 3.0}
+    config = PrimeAlgorithmConfig(reward_dpo_coef=2.0, reward_gt_coef=3.0)
     adv, returns = compute_prime_advantage(
         token_level_rewards=torch.zeros(4, 3), response_mask=MASK, index=UIDS, config=config, rm_scores=rm, acc=acc
     )

@@ -18,6 +18,7 @@ from rlcore_plugin_reinforce_pp.advantage import (
 from rlcore_testkit.contracts.algorithms import AdvantageEstimatorContract
 from rlcore_testkit.runs import make_tiny_task, tiny_run
 
+from rlcore.api import AlgorithmConfig
 from rlcore.api.specs import AdvantageEstimatorSpec
 from rlcore.plugins import load_plugins
 
@@ -41,7 +42,7 @@ def _rfpp(rewards: torch.Tensor = REWARDS, gamma: float = 0.5) -> tuple[torch.Te
         token_level_rewards=rewards,
         response_mask=MASK,
         index=np.array(["a", "b"], dtype=object),
-        config={"gamma": gamma},
+        config=AlgorithmConfig(gamma=gamma),
     )
 
 
@@ -66,7 +67,7 @@ def test_reinforce_pp_masked_tokens() -> None:
 
 def test_reinforce_pp_default_gamma_is_one() -> None:
     _, ret = compute_reinforce_plus_plus_outcome_advantage(
-        token_level_rewards=REWARDS, response_mask=MASK, index=None, config={}
+        token_level_rewards=REWARDS, response_mask=MASK, index=None, config=AlgorithmConfig()
     )
     assert torch.allclose(ret, torch.tensor([[1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 1.0, 1.0]]))
 
@@ -92,7 +93,7 @@ def _baseline_inputs() -> tuple[torch.Tensor, torch.Tensor]:
 def test_reinforce_pp_baseline_hand_computed() -> None:
     rewards, mask = _baseline_inputs()
     adv, ret = compute_reinforce_plus_plus_baseline_outcome_advantage(
-        token_level_rewards=rewards, response_mask=mask, index=UIDS, config={}
+        token_level_rewards=rewards, response_mask=mask, index=UIDS, config=AlgorithmConfig()
     )
     tokens = [c for c, n in zip(CENTRED, mask.sum(-1).long().tolist()) for _ in range(n)]
     expected = torch.zeros_like(adv)
@@ -105,7 +106,7 @@ def test_reinforce_pp_baseline_hand_computed() -> None:
 def test_reinforce_pp_baseline_equal_groups_share_one_value() -> None:
     rewards, mask = _baseline_inputs()
     adv, _ = compute_reinforce_plus_plus_baseline_outcome_advantage(
-        token_level_rewards=rewards, response_mask=mask, index=UIDS, config={}
+        token_level_rewards=rewards, response_mask=mask, index=UIDS, config=AlgorithmConfig()
     )
     # group b (equal rewards) is centred to 0, which the batch whitening maps to -mean/std, not to 0
     valid_b = adv[[1, 4]][mask[[1, 4]].bool()]

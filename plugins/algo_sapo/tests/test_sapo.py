@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from rlcore_plugin_sapo.config import SAPOActorConfig
 from rlcore_plugin_sapo.loss import sapo_policy_loss
 from rlcore_testkit.contracts import PolicyLossContract
 from rlcore_testkit.runs import make_tiny_task, tiny_run
@@ -22,7 +23,7 @@ OLD = torch.tensor([[-1.0, -1.0, -1.0], [-2.0, -2.0, -2.0]])
 RATIO = torch.tensor([[1.5, 1.0, 3.0], [0.5, 2.0, 1.0]])
 ADV = torch.tensor([[1.0, 1.0, 1.0], [-2.0, -2.0, -2.0]])
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
-CONFIG = {"tau_pos": 1.0, "tau_neg": 1.05}
+CONFIG = SAPOActorConfig(tau_pos=1.0, tau_neg=1.05)
 
 
 def _sigmoid(x: float) -> float:
@@ -54,7 +55,7 @@ def test_sapo_forces_seq_mean_token_mean_and_checks_tau() -> None:
     for mode in ("seq-mean-token-sum", "seq-mean-token-sum-norm"):
         assert torch.equal(sapo_policy_loss(OLD, log_prob, ADV, MASK, mode, CONFIG)[0], loss)
     with pytest.raises(RLCoreError, match="actor_rollout_ref.actor.tau_neg must be > 0"):
-        sapo_policy_loss(OLD, log_prob, ADV, MASK, "token-mean", {"tau_pos": 1.0, "tau_neg": 0.0})
+        sapo_policy_loss(OLD, log_prob, ADV, MASK, "token-mean", SAPOActorConfig(tau_pos=1.0, tau_neg=0.0))
 
 
 def test_sapo_keys_are_declared() -> None:

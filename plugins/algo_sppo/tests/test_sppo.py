@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from rlcore_plugin_sppo.config import SPPOActorConfig, SPPOAlgorithmConfig
 from rlcore_plugin_sppo.sppo import compute_sppo_advantage, softmean, sppo_policy_loss
 from rlcore_testkit.contracts import AdvantageEstimatorContract, PolicyLossContract, PresetContract
 from rlcore_testkit.runs import make_tiny_task, tiny_run
@@ -31,7 +32,7 @@ def test_softmean() -> None:
 def test_sppo_advantage_uses_the_whole_batch() -> None:
     """verl's recipe: A_i = r_i − SoftMean_β(r) over every response of the batch, ignoring the prompt groups."""
     adv, returns = compute_sppo_advantage(
-        token_level_rewards=REWARDS, response_mask=MASK, index=["a", "a", "b"], config={"sppo_eta": 1.0}
+        token_level_rewards=REWARDS, response_mask=MASK, index=["a", "a", "b"], config=SPPOAlgorithmConfig(sppo_eta=1.0)
     )
     baseline = math.log((math.e + 1 + math.e**3) / 3)
     expected = torch.tensor([1.0 - baseline, -baseline, 3.0 - baseline]).unsqueeze(-1) * MASK
@@ -43,7 +44,7 @@ def test_sppo_loss_hand_computed() -> None:
     delta = torch.tensor([[0.1, 0.2], [-0.3, 0.0], [0.5, 9.0]])  # row 2's second token is padding
     adv = torch.tensor([[0.5, 0.5], [-1.0, -1.0], [2.0, 0.0]])
     log_prob = (old + delta).requires_grad_(True)
-    loss, metrics = sppo_policy_loss(old, log_prob, adv, MASK, "token-mean", {"sppo_eta": 2.0})
+    loss, metrics = sppo_policy_loss(old, log_prob, adv, MASK, "token-mean", SPPOActorConfig(sppo_eta=2.0))
     errors = [0.3 - 2.0 * 0.5, -0.3 - 2.0 * -1.0, 0.5 - 2.0 * 2.0]
     assert loss.item() == pytest.approx(sum(e * e for e in errors) / 3, rel=1e-6)
     assert metrics["actor/sppo_log_ratio"] == pytest.approx((0.3 - 0.3 + 0.5) / 3, rel=1e-6)

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 import torch
 from rlcore_plugin_judge.judge import DEFAULT_TEMPLATE, JUDGE_ENGINE, JudgeRewardManager, parse_verdict
+from rlcore_testkit.config import contract_section
 from rlcore_testkit.tiny import build_model, build_tokenizer
 
-from rlcore.api import Batch, RewardError, RLCoreError, RolloutConfig, default_section
+from rlcore.api import Batch, RewardError, RewardModelConfig, RLCoreError, RolloutConfig, default_section
 
 VERDICT = "Score: 7"
 
@@ -86,12 +87,21 @@ def response_batch(tokenizer: Any, responses: list[str]) -> Batch:
     return batch
 
 
+def reward_section(**keys: Any) -> RewardModelConfig:
+    """The typed ``reward_model`` section of the default config with ``keys`` (below ``reward_model``) set."""
+    return contract_section(RewardModelConfig, {f"reward_model.{key}": value for key, value in keys.items()})
+
+
 def judge(judge_dir: Path, tokenizer: Any, **section: Any) -> JudgeRewardManager:
-    config = {
-        "model": {"path": str(judge_dir)},
-        "rollout": {"name": "hf", "prompt_length": 512, "response_length": 8},
+    config = reward_section(
+        **{
+            "model.path": str(judge_dir),
+            "rollout.name": "hf",
+            "rollout.prompt_length": 512,
+            "rollout.response_length": 8,
+        },
         **section,
-    }
+    )
     return JudgeRewardManager(tokenizer, None, config)
 
 
@@ -165,6 +175,7 @@ def test_parse_verdict() -> None:
 
 def test_bad_judge_settings_are_named(tiny_tokenizer: Any) -> None:
     with pytest.raises(RLCoreError, match="reward_manager=judge needs reward_model.model.path"):
-        JudgeRewardManager(tiny_tokenizer, None, {"model": {"path": None}})
+        JudgeRewardManager(tiny_tokenizer, None, reward_section(**{"model.path": None}))
     with pytest.raises(RLCoreError, match="verdict_pattern=.* needs a group: the score"):
-        JudgeRewardManager(tiny_tokenizer, None, {"model": {"path": "x"}, "judge": {"verdict_pattern": r"Score: \d"}})
+        section = reward_section(**{"model.path": "x", "judge.verdict_pattern": r"Score: \d"})
+        JudgeRewardManager(tiny_tokenizer, None, section)

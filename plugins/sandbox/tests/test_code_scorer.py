@@ -12,7 +12,7 @@ import torch
 from rlcore_plugin_sandbox import host_isolation
 from rlcore_plugin_sandbox.scorer import extract_program, parse_tests, score
 
-from rlcore.api import Batch, NaiveRewardManager, RLCoreError
+from rlcore.api import Batch, NaiveRewardManager, RewardModelConfig, RLCoreError
 from rlcore.reward.scoring import RegistryScorer
 
 #: a + b from one line of standard input; 1 s of CPU time (2 s wall), 64 MB
@@ -138,7 +138,7 @@ def test_a_batch_scores_through_the_scorer_pool(tiny_tokenizer, plugin_manager) 
     batch["data_source"] = np.array(["codecontests", "taco", "apps"], dtype=object)
     batch["reward_model"] = np.array([{"ground_truth": json.dumps(ADD)} for _ in ids], dtype=object)
     manager = NaiveRewardManager(
-        tiny_tokenizer, RegistryScorer(plugin_manager.registry), {"scorer_workers": 2, "scorer_timeout": 10}
+        tiny_tokenizer, RegistryScorer(plugin_manager.registry), RewardModelConfig(scorer_workers=2, scorer_timeout=10)
     )
     try:
         result = manager(batch)

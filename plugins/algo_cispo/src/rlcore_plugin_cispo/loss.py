@@ -3,12 +3,9 @@ stop-gradient coefficient on the REINFORCE term, so no token loses its gradient 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 
-from rlcore.api import LOG_RATIO_CLAMP, agg_loss, clip_ratio_bounds, masked_mean
+from rlcore.api import LOG_RATIO_CLAMP, ActorConfig, agg_loss, clip_ratio_bounds, masked_mean
 
 
 def cispo_policy_loss(
@@ -17,7 +14,7 @@ def cispo_policy_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Mapping[str, Any] | None = None,
+    config: ActorConfig | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The CISPO loss ``−sg(clip(r, 1 − ε_low, 1 + ε_high))·A·logπ`` and its metrics.
@@ -37,7 +34,7 @@ def cispo_policy_loss(
     token_loss = -clipped.detach() * advantages * log_prob
     if rollout_is_weights is not None:
         token_loss = token_loss * rollout_is_weights
-    scale = None if config is None else config.get("loss_scale_factor", None)
+    scale = None if config is None else config.loss_scale_factor
     loss = agg_loss(token_loss, response_mask, loss_agg_mode, scale)
     with torch.no_grad():
         clipfrac = masked_mean((ratio != clipped).float(), response_mask)

@@ -91,4 +91,4 @@ def on_config_resolved(config: DictConfig) -> None:
                 "reward_model.overlong_buffer.enable=true is applied by the dapo reward manager, but "
                 f"reward_model.reward_manager={reward.reward_manager!r}; set reward_model.reward_manager=dapo"
             )
-        reward.overlong_buffer.len = overlong_buffer(reward).length
+        reward.overlong_buffer.len = overlong_buffer(OverlongBufferConfig.from_tree(config)).length

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from rlcore.api import NaiveRewardManager, RewardResult
+from rlcore_plugin_dapo.config import OverlongBufferConfig
 from rlcore_plugin_dapo.settings import overlong_buffer
 
 
@@ -43,9 +44,10 @@ class DAPORewardManager:
     batched = False
 
     def __init__(self, tokenizer: Any, scorer: Callable[..., Any], config: Any = None) -> None:
-        """``config`` is the ``reward_model`` section (``overlong_buffer``, and the naive manager's keys)."""
+        """``config`` is the typed ``reward_model`` section with DAPO's ``overlong_buffer`` subsection (and the
+        naive manager's keys); None: the defaults."""
         self.naive = NaiveRewardManager(tokenizer, scorer, config)
-        self.overlong = overlong_buffer(config)
+        self.overlong = overlong_buffer(OverlongBufferConfig() if config is None else config.overlong_buffer)
 
     def close(self) -> None:
         """End the naive manager's scorer processes (the controller calls it when the run ends)."""

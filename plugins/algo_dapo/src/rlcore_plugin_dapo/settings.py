@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from rlcore.api import ConfigError
 from rlcore_plugin_dapo.config import OverlongBufferConfig
@@ -38,14 +36,12 @@ class OverlongBuffer:
         return self.max_length - self.length
 
 
-def overlong_buffer(reward_section: Mapping[str, Any]) -> OverlongBuffer:
-    """Read and check ``overlong_buffer`` from the ``reward_model`` section
-    (:class:`~rlcore_plugin_dapo.config.OverlongBufferConfig`).
+def overlong_buffer(section: OverlongBufferConfig) -> OverlongBuffer:
+    """Read and check the ``reward_model.overlong_buffer`` section.
 
     A null ``len`` is max(1, int(0.2·L_max)); with ``enable`` the buffer must satisfy 1 ≤ len ≤ L_max.
     Raises :class:`~rlcore.config.ConfigError` naming the key.
     """
-    section = OverlongBufferConfig(**reward_section["overlong_buffer"])
     max_length = int(section.max_response_length or 0)
     length = section.len
     if length is None:

@@ -37,6 +37,7 @@ import torch
 from rlcore.api import (
     GATHER_IDS,
     GATHERED_LOG_PROBS,
+    ActorConfig,
     ActorLossTerm,
     RLCoreError,
     agg_loss,
@@ -122,11 +123,11 @@ def distillation_loss(
     if settings.loss_max_clamp is not None:
         losses = losses.clamp(-settings.loss_max_clamp, settings.loss_max_clamp)
     if settings.use_policy_gradient:
-        clip = {
-            "clip_ratio": settings.clip_ratio,
-            "clip_ratio_low": settings.clip_ratio_low,
-            "clip_ratio_high": settings.clip_ratio_high,
-        }
+        clip = ActorConfig(
+            clip_ratio=settings.clip_ratio,
+            clip_ratio_low=settings.clip_ratio_low,
+            clip_ratio_high=settings.clip_ratio_high,
+        )
         loss, pg_metrics = vanilla_policy_loss(
             micro["old_log_probs"], log_prob, -losses.detach(), micro["response_mask"], agg_mode, clip
         )
@@ -140,9 +141,9 @@ def distillation_loss(
 def make_distillation_term(config: Any) -> ActorLossTerm:
     """The actor loss term of a run with ``distillation.enabled`` (the step extension's ``loss_term``)."""
     settings = distillation_settings(config).loss
-    actor = config.actor_rollout_ref.actor
+    actor = ActorConfig.from_tree(config)
     agg_mode = str(actor.loss_agg_mode)
-    scale_factor = actor.get("loss_scale_factor", None)
+    scale_factor = actor.loss_scale_factor
 
     def term(log_prob: torch.Tensor, micro: Any, loss: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """``loss + coef · distill`` with task rewards, else ``distill``."""

@@ -216,7 +216,7 @@ def _check_topk_forward(config: DictConfig, problems: list[str]) -> None:
             "teacher's top-k ids need each position's whole logits, which that forward never holds"
         )
     grouper = "actor_rollout_ref.actor.use_prefix_grouper"
-    if OmegaConf.select(config, grouper, default=False):
+    if OmegaConf.select(config, grouper):  # a core key: always declared
         problems.append(
             f"{grouper}=true cannot run with {mode}: the shared-prompt forward returns the sampled tokens' "
             "log-probs only, not those at the teacher's top-k ids"

@@ -9,31 +9,17 @@ cov_t = (A_t − mean A)·(logπ_t − mean logπ), the means taken over the mic
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 
-from rlcore.api import LOG_RATIO_CLAMP, RLCoreError, agg_loss, clip_ratio_bounds, masked_mean
-
-#: fallbacks of the ``policy_loss.*`` keys (rlcore's defaults.yaml carries the same values)
-DEFAULTS: dict[str, float] = {
-    "clip_cov_ratio": 2e-4,
-    "clip_cov_lb": 1.0,
-    "clip_cov_ub": 5.0,
-    "kl_cov_ratio": 2e-4,
-    "ppo_kl_coef": 0.1,
-}
+from rlcore.api import LOG_RATIO_CLAMP, ActorConfig, RLCoreError, agg_loss, clip_ratio_bounds, masked_mean
 
 
-def _option(config: Mapping[str, Any] | None, key: str) -> float:
-    """``config.policy_loss[key]`` as a float, or its entry in :data:`DEFAULTS` when missing or null."""
-    section = None if config is None else config.get("policy_loss", None)
-    value = None if section is None else section.get(key, None)
-    return float(DEFAULTS[key] if value is None else value)
+def _option(config: ActorConfig | None, key: str) -> float:
+    """``config.policy_loss.<key>`` as a float (None: the section's defaults)."""
+    return float(getattr((config or ActorConfig()).policy_loss, key))
 
 
-def _fraction(config: Mapping[str, Any] | None, key: str) -> float:
+def _fraction(config: ActorConfig | None, key: str) -> float:
     """A token fraction option, which must lie in (0, 1]."""
     value = _option(config, key)
     if not 0.0 < value <= 1.0:
@@ -69,13 +55,13 @@ def _finish(
     token_loss: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str,
-    config: Mapping[str, Any] | None,
+    config: ActorConfig | None,
     rollout_is_weights: torch.Tensor | None,
 ) -> torch.Tensor:
     """Apply the importance weights and aggregate (``loss_scale_factor`` from ``config``)."""
     if rollout_is_weights is not None:
         token_loss = token_loss * rollout_is_weights
-    scale = None if config is None else config.get("loss_scale_factor", None)
+    scale = None if config is None else config.loss_scale_factor
     return agg_loss(token_loss, response_mask, loss_agg_mode, scale)
 
 
@@ -85,7 +71,7 @@ def clip_cov_policy_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Mapping[str, Any] | None = None,
+    config: ActorConfig | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clip-Cov: PPO's clipped surrogate, minus the gradient of a few random high-covariance tokens.
@@ -128,7 +114,7 @@ def kl_cov_policy_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Mapping[str, Any] | None = None,
+    config: ActorConfig | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """KL-Cov: the unclipped surrogate −A·r plus a KL penalty on the highest-covariance tokens.

@@ -3,12 +3,9 @@ ratios of a response instead of their arithmetic mean, with the clip applied to 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 
-from rlcore.api import clip_ratio_bounds, masked_mean
+from rlcore.api import ActorConfig, clip_ratio_bounds, masked_mean
 
 #: keeps the per-sequence means finite for a sequence without valid tokens (verl's value)
 LENGTH_EPS = 1e-8
@@ -22,7 +19,7 @@ def geo_mean_policy_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Mapping[str, Any] | None = None,
+    config: ActorConfig | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The GMPO loss and its metrics.

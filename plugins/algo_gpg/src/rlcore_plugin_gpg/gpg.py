@@ -3,12 +3,12 @@ rescaling factor, optimised directly (no surrogate ratio, no clip, no critic).""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from rlcore.api import agg_loss, group_stats, masked_mean
+from rlcore.api import ActorConfig, agg_loss, group_stats, masked_mean
 
 
 @torch.no_grad()
@@ -40,7 +40,7 @@ def gpg_policy_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Mapping[str, Any] | None = None,
+    config: ActorConfig | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The plain policy-gradient loss −logπ·A (times ``rollout_is_weights`` when given), aggregated by
@@ -53,7 +53,7 @@ def gpg_policy_loss(
     token_loss = -log_prob * advantages
     if rollout_is_weights is not None:
         token_loss = token_loss * rollout_is_weights
-    scale = None if config is None else config.get("loss_scale_factor", None)
+    scale = None if config is None else config.loss_scale_factor
     loss = agg_loss(token_loss, response_mask, loss_agg_mode, scale)
     with torch.no_grad():
         ppo_kl = masked_mean((old_log_prob - log_prob).float(), response_mask)

@@ -3,7 +3,7 @@ responses to the same prompt, so no critic is needed."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -12,10 +12,9 @@ from rlcore.api import RLCoreError, group_stats
 from rlcore_plugin_grpo.config import GRPOAlgorithmConfig
 
 
-def _normalize_by_std(config: Mapping[str, Any] | None) -> bool:
-    """``config.norm_adv_by_std_in_grpo`` (its default when ``config`` is None or lacks it)."""
-    default = GRPOAlgorithmConfig.norm_adv_by_std_in_grpo
-    return default if config is None else bool(config.get("norm_adv_by_std_in_grpo", default))
+def _normalize_by_std(config: GRPOAlgorithmConfig | None) -> bool:
+    """``config.norm_adv_by_std_in_grpo`` (None: the section's default)."""
+    return bool((config or GRPOAlgorithmConfig()).norm_adv_by_std_in_grpo)
 
 
 def _broadcast(
@@ -34,7 +33,7 @@ def compute_grpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: Sequence[Any],
-    config: Mapping[str, Any] | None,
+    config: GRPOAlgorithmConfig | None,
     epsilon: float = 1e-6,
     **_: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,7 +52,7 @@ def compute_grpo_outcome_advantage(
 
 
 def group_relative(
-    scores: torch.Tensor, index: Sequence[Any], config: Mapping[str, Any] | None, epsilon: float
+    scores: torch.Tensor, index: Sequence[Any], config: GRPOAlgorithmConfig | None, epsilon: float
 ) -> torch.Tensor:
     """GRPO's per-response advantage of the scores ``[B]``: (r − mean_g) / (std_g + ``epsilon``), or r − mean_g
     when ``config.norm_adv_by_std_in_grpo`` is false; a singleton group has mean 0 and std 1."""
@@ -73,7 +72,7 @@ def compute_grpo_passk_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: Sequence[Any],
-    config: Mapping[str, Any] | None,
+    config: GRPOAlgorithmConfig | None,
     epsilon: float = 1e-6,
     **_: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,14 +12,15 @@ import torch
 
 from rlcore.api import RLCoreError, masked_whiten
 from rlcore_plugin_grpo.advantage import group_relative
+from rlcore_plugin_grpo.config import GRPOAlgorithmConfig
 
 KEYS = "algorithm.gdpo_reward_keys"
 WEIGHTS = "algorithm.gdpo_reward_weights"
 
 
-def _components(config: Mapping[str, Any] | None, reward_extras: Mapping[str, Sequence[Any]]) -> list[str]:
+def _components(config: GRPOAlgorithmConfig | None, reward_extras: Mapping[str, Sequence[Any]]) -> list[str]:
     """The reward components ``config.gdpo_reward_keys`` names; an error names a missing one."""
-    keys = list((config or {}).get("gdpo_reward_keys") or [])
+    keys = list((config or GRPOAlgorithmConfig()).gdpo_reward_keys or [])
     if not keys:
         raise RLCoreError(
             f"algorithm.adv_estimator=gdpo needs {KEYS}: the keys of the dict your reward function returns that "
@@ -35,9 +36,9 @@ def _components(config: Mapping[str, Any] | None, reward_extras: Mapping[str, Se
     return keys
 
 
-def _weights(config: Mapping[str, Any] | None, count: int) -> list[float]:
+def _weights(config: GRPOAlgorithmConfig | None, count: int) -> list[float]:
     """``config.gdpo_reward_weights`` (one per component), or all ones."""
-    weights = (config or {}).get("gdpo_reward_weights")
+    weights = (config or GRPOAlgorithmConfig()).gdpo_reward_weights
     if weights is None:
         return [1.0] * count
     weights = [float(w) for w in weights]
@@ -52,7 +53,7 @@ def compute_gdpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: Sequence[Any],
-    config: Mapping[str, Any] | None,
+    config: GRPOAlgorithmConfig | None,
     reward_extras: Mapping[str, Sequence[Any]] | None = None,
     epsilon: float = 1e-6,
     **_: Any,

@@ -3,12 +3,9 @@ importance ratio, the geometric mean of the response's token ratios."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 
-from rlcore.api import agg_loss, clip_ratio_bounds, masked_mean
+from rlcore.api import ActorConfig, agg_loss, clip_ratio_bounds, masked_mean
 
 #: the per-token log of the sequence ratio is clamped to at most this before ``exp``
 MAX_LOG_RATIO = 10.0
@@ -20,7 +17,7 @@ def gspo_policy_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Mapping[str, Any] | None = None,
+    config: ActorConfig | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The GSPO loss (GSPO-token form) and its metrics.
@@ -47,7 +44,7 @@ def gspo_policy_loss(
     token_loss = torch.maximum(loss_unclipped, loss_clipped)
     if rollout_is_weights is not None:
         token_loss = token_loss * rollout_is_weights
-    scale = config.get("loss_scale_factor", None) if config is not None else None
+    scale = None if config is None else config.loss_scale_factor
     loss = agg_loss(token_loss, response_mask, loss_agg_mode, scale)
     with torch.no_grad():
         clipfrac = masked_mean((loss_clipped > loss_unclipped).float(), response_mask)

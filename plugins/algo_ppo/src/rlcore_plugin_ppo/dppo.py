@@ -5,15 +5,9 @@ the others are REINFORCE terms weighted by the truncated, stop-gradient importan
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 
-from rlcore.api import LOG_RATIO_CLAMP, agg_loss, clip_ratio_bounds, masked_mean
-
-#: the truncation of the importance ratio when the actor config has no ``clip_ratio_c`` (verl's default)
-DEFAULT_TRUNCATION = 20.0
+from rlcore.api import LOG_RATIO_CLAMP, ActorConfig, agg_loss, clip_ratio_bounds, masked_mean
 
 
 def dppo_tv_policy_loss(
@@ -22,12 +16,12 @@ def dppo_tv_policy_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Mapping[str, Any] | None = None,
+    config: ActorConfig | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The DPPO-Binary-TV loss ``−A·sg(min(r, c))·logπ·valid`` and its metrics.
 
-    r = exp(clamp(logπ − logπ_old, ±20)); c is ``clip_ratio_c`` (20 when the config has none). With
+    r = exp(clamp(logπ − logπ_old, ±20)); c is ``clip_ratio_c`` (of the actor section ``config``; None: its defaults). With
     p = exp(logπ), p_old = exp(logπ_old) and δ_low/δ_high the TV thresholds ``clip_ratio_low``/``clip_ratio_high``
     (falling back to ``clip_ratio``), a token is valid when A > 0 and p − p_old ≤ δ_high, or A ≤ 0 and
     p − p_old ≥ −δ_low; ``valid`` is a stop-gradient 0/1 mask. The token losses are multiplied by
@@ -36,8 +30,9 @@ def dppo_tv_policy_loss(
     Metrics: ``actor/pg_clipfrac`` (masked fraction of invalid tokens), ``actor/pg_clipfrac_lower`` (masked
     fraction of valid tokens whose ratio was truncated) and ``actor/ppo_kl`` (masked mean of logπ_old − logπ).
     """
-    delta_low, delta_high = clip_ratio_bounds(config)
-    truncation = float(DEFAULT_TRUNCATION if config is None else config.get("clip_ratio_c", DEFAULT_TRUNCATION))
+    actor = config or ActorConfig()
+    delta_low, delta_high = clip_ratio_bounds(actor)
+    truncation = float(actor.clip_ratio_c)
     log_ratio = (log_prob - old_log_prob).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     with torch.no_grad():
@@ -47,7 +42,7 @@ def dppo_tv_policy_loss(
     token_loss = -advantages * weight * log_prob * valid
     if rollout_is_weights is not None:
         token_loss = token_loss * rollout_is_weights
-    scale = None if config is None else config.get("loss_scale_factor", None)
+    scale = actor.loss_scale_factor
     loss = agg_loss(token_loss, response_mask, loss_agg_mode, scale)
     with torch.no_grad():
         clipfrac = masked_mean((1.0 - valid).float(), response_mask)

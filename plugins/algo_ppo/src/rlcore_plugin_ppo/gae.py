@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from rlcore.api import RLCoreError, masked_whiten
+from rlcore.api import AlgorithmConfig, RLCoreError, masked_whiten
 
 
 @torch.no_grad()
@@ -15,7 +14,7 @@ def compute_gae(
     *,
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
-    config: Mapping[str, Any] | None,
+    config: AlgorithmConfig,
     values: torch.Tensor | None = None,
     **_: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -25,14 +24,13 @@ def compute_gae(
     A' are the value and advantage of the next *masked-in* token (0 past the end): tokens with mask 0
     (padding, tool output) are skipped, and whatever rewards or values they hold never reach a masked-in
     token. returns = A + V is taken before A is whitened over the batch's masked-in tokens. γ and λ are
-    ``config.gamma`` and ``config.lam`` (default 1).
+    ``config.gamma`` and ``config.lam`` (the ``algorithm`` section's).
     """
     if values is None:
         raise RLCoreError(
             "algorithm.adv_estimator=gae needs critic values; the critic was not run (check critic.enable)"
         )
-    gamma = float(config.get("gamma", 1.0)) if config is not None else 1.0
-    lam = float(config.get("lam", 1.0)) if config is not None else 1.0
+    gamma, lam = float(config.gamma), float(config.lam)
     rewards = token_level_rewards.float()
     values = values.float()
     valid = response_mask.bool()

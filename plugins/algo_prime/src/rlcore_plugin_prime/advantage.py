@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from rlcore.api import group_stats, masked_whiten
+from rlcore_plugin_prime.config import PrimeAlgorithmConfig
 
 
 def leave_one_out(rewards: torch.Tensor, mask: torch.Tensor, index: Sequence[Any]) -> torch.Tensor:
@@ -30,7 +31,7 @@ def compute_prime_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: Sequence[Any],
-    config: Any,
+    config: PrimeAlgorithmConfig,
     rm_scores: torch.Tensor,
     acc: torch.Tensor,
     **_: Any,
@@ -45,8 +46,8 @@ def compute_prime_advantage(
     """
     mask = response_mask.bool()
     rewards = torch.zeros_like(rm_scores, dtype=torch.float32)
-    dpo_coef = float(config["reward_dpo_coef"])
-    gt_coef = float(config["reward_gt_coef"])
+    dpo_coef = float(config.reward_dpo_coef)
+    gt_coef = float(config.reward_gt_coef)
     if dpo_coef:
         rewards += dpo_coef * leave_one_out(rm_scores.float(), mask, index)
     if gt_coef:

@@ -3,12 +3,12 @@ with no critic."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from rlcore.api import group_stats, masked_whiten
+from rlcore.api import AlgorithmConfig, group_stats, masked_whiten
 
 
 @torch.no_grad()
@@ -16,18 +16,18 @@ def compute_reinforce_plus_plus_outcome_advantage(
     *,
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
-    config: Mapping[str, Any] | None,
+    config: AlgorithmConfig,
     **_: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ advantages: batch-whitened discounted returns.
 
-    A reverse scan computes G_t = r_t + γ·G_{t+1} (γ = ``config.gamma``, default 1) and resets the running
+    A reverse scan computes G_t = r_t + γ·G_{t+1} (γ = ``config.gamma``) and resets the running
     return to 0 at every token with ``response_mask`` 0, so tokens before a masked span (padding, or tool
     output in the middle of a response) receive nothing from the rewards after it. The advantages are G
     whitened over the batch's masked-in tokens (masked mean, unbiased variance). Returns
     ``(advantages, returns)``, both zero where ``response_mask`` is 0.
     """
-    gamma = float(config.get("gamma", 1.0)) if config is not None else 1.0
+    gamma = float(config.gamma)
     rewards = token_level_rewards.float()
     valid = response_mask.to(rewards.dtype)
     returns = torch.zeros_like(rewards)

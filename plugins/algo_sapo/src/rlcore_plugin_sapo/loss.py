@@ -3,9 +3,6 @@ importance ratio, so off-policy tokens are down-weighted smoothly instead of los
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 
 from rlcore.api import LOG_RATIO_CLAMP, RLCoreError, agg_loss, masked_mean
@@ -15,10 +12,9 @@ from rlcore_plugin_sapo.config import SAPOActorConfig
 SAPO_LOSS_AGG_MODE = "seq-mean-token-mean"
 
 
-def _temperature(config: Mapping[str, Any] | None, key: str) -> float:
-    """``config[key]`` as a positive float (its :class:`SAPOActorConfig` default when unset)."""
-    default = getattr(SAPOActorConfig, key)
-    value = default if config is None or config.get(key, None) is None else float(config[key])
+def _temperature(config: SAPOActorConfig | None, key: str) -> float:
+    """``config.<key>`` as a positive float (None: the :class:`SAPOActorConfig` defaults)."""
+    value = float(getattr(config or SAPOActorConfig(), key))
     if not value > 0:
         raise RLCoreError(f"actor_rollout_ref.actor.{key} must be > 0 for the sapo loss, got {value}")
     return value
@@ -30,13 +26,13 @@ def sapo_policy_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = SAPO_LOSS_AGG_MODE,
-    config: Mapping[str, Any] | None = None,
+    config: SAPOActorConfig | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The SAPO loss ``−σ(τ·(r − 1))·(4/τ)·A`` and its metrics.
 
-    r = exp(clamp(logπ − logπ_old, ±20)); τ is ``tau_pos`` where A > 0 and ``tau_neg`` elsewhere (verl's
-    defaults 1.0 and 1.05). At r = 1 the gate is 2/τ and its slope 1, so on-policy the gradient is PPO's.
+    r = exp(clamp(logπ − logπ_old, ±20)); τ is ``tau_pos`` where A > 0 and ``tau_neg`` elsewhere (SAPO's fields
+    of the actor section ``config``, verl's defaults 1.0 and 1.05). At r = 1 the gate is 2/τ and its slope 1, so on-policy the gradient is PPO's.
     Token losses are multiplied by ``rollout_is_weights`` when given and always aggregated
     ``seq-mean-token-mean`` (``loss_agg_mode`` is not used, as in verl). Metric: ``actor/ppo_kl``.
     """

@@ -4,7 +4,6 @@ regress each response's log-likelihood ratio onto its scaled reward advantage ov
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -20,18 +19,12 @@ def softmean(x: torch.Tensor, beta: float) -> torch.Tensor:
     return (torch.logsumexp(beta * x, dim=0) - math.log(x.shape[0])) / beta
 
 
-def _get(config: Any, key: str, default: float) -> float:
-    """``config[key]`` as a float (``default``, the typed section's, when the config or the value is missing)."""
-    value = None if config is None else config.get(key, None)
-    return default if value is None else float(value)
-
-
 @torch.no_grad()
 def compute_sppo_advantage(
     *,
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
-    config: Any = None,
+    config: SPPOAlgorithmConfig | None = None,
     **_: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SPPO advantages: A_i = r_i − SoftMean_β(r) over the *whole batch* (not per prompt, as verl's recipe),
@@ -40,7 +33,7 @@ def compute_sppo_advantage(
     scores = token_level_rewards.double().sum(dim=-1)
     if scores.numel() == 0:
         raise RLCoreError("the sppo advantage estimator got an empty batch")
-    advantages = (scores - softmean(scores, _get(config, "sppo_eta", SPPOAlgorithmConfig.sppo_eta))).float()
+    advantages = (scores - softmean(scores, float((config or SPPOAlgorithmConfig()).sppo_eta))).float()
     advantages = advantages.unsqueeze(-1) * response_mask.to(torch.float32)
     return advantages, advantages.clone()
 
@@ -51,7 +44,7 @@ def sppo_policy_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "seq-mean-token-mean",
-    config: Mapping[str, Any] | None = None,
+    config: SPPOActorConfig | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The SPPO loss and its metrics.
@@ -66,7 +59,7 @@ def sppo_policy_loss(
     ``actor/ppo_kl`` (masked mean of logπ_old − logπ). The value is ≥ 0 and not signed by A; the gradient
     2·(log-ratio − η·A) raises the likelihood of responses whose log-ratio is below their target.
     """
-    eta = _get(config, "sppo_eta", SPPOActorConfig.sppo_eta)
+    eta = float((config or SPPOActorConfig()).sppo_eta)
     mask = response_mask.to(log_prob.dtype)
     log_ratio = masked_sum(log_prob, mask, dim=-1) - masked_sum(old_log_prob, mask, dim=-1)
     target = eta * masked_mean(advantages, mask, dim=-1)

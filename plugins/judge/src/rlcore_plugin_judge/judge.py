@@ -32,7 +32,16 @@ from typing import Any
 
 import torch
 
-from rlcore.api import Batch, RewardError, RewardManagerBase, RewardResult, RLCoreError, RolloutConfig, default_section
+from rlcore.api import (
+    Batch,
+    RewardError,
+    RewardManagerBase,
+    RewardModelConfig,
+    RewardResult,
+    RLCoreError,
+    RolloutConfig,
+    default_section,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -70,20 +79,19 @@ class JudgeRewardManager(RewardManagerBase):
 
     batched = False
 
-    def __init__(self, tokenizer: Any, scorer: Any, config: Any = None) -> None:
-        """``config`` is the ``reward_model`` section (``model.path``, ``rollout``, ``judge``, and the
-        failure options of :class:`rlcore.api.RewardManagerBase`)."""
+    def __init__(self, tokenizer: Any, scorer: Any, config: RewardModelConfig | None = None) -> None:
+        """``config`` is the typed ``reward_model`` section (``model.path``, ``rollout``, ``judge``, and the
+        failure options of :class:`rlcore.api.RewardManagerBase`; None: the defaults)."""
         super().__init__(tokenizer, scorer, config)
-        section = config or {}
-        model = section.get("model", None) or {}
-        path = model.get("path", None)
+        section = self.config
+        path = section.model.path
         if not path:
             raise RLCoreError("reward_model.reward_manager=judge needs reward_model.model.path: the judge LLM")
         self.model_path = str(path)
-        judge = section.get("judge", None) or {}
-        self.template = judge.get("prompt_template", None) or DEFAULT_TEMPLATE
-        self.max_score = float(judge.get("max_score", None) or 10.0)
-        pattern = judge.get("verdict_pattern", None)
+        judge = section.judge
+        self.template = judge.prompt_template or DEFAULT_TEMPLATE
+        self.max_score = float(judge.max_score or type(judge).max_score)  # null: the default
+        pattern = judge.verdict_pattern
         try:
             self.pattern = re.compile(pattern) if pattern else None
         except re.error as exc:
@@ -94,10 +102,10 @@ class JudgeRewardManager(RewardManagerBase):
             raise RLCoreError(
                 f"reward_model.judge.verdict_pattern={pattern!r} needs a group: the score, as in 'Score: (\\d+)'"
             )
-        self.rollout = {**JUDGE_ENGINE, **dict(section.get("rollout", None) or {})}
+        self.rollout = {**JUDGE_ENGINE, **section.rollout.tree()}
         #: the typed rollout section the judge's engine is built with (when it starts)
         self.engine_config: RolloutConfig | None = None
-        self.trust_remote_code = bool(model.get("trust_remote_code", False))
+        self.trust_remote_code = bool(section.model.trust_remote_code)
         self.engine: Any = None
         self.judge_tokenizer: Any = None
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
+
+from rlcore.api import Section
+
+_S = TypeVar("_S", bound=Section)
 
 
 def default_tree() -> DictConfig:
@@ -26,3 +30,13 @@ def contract_config(overrides: dict[str, Any], base: DictConfig | None = None) -
         OmegaConf.update(config, key, value, merge=True)
     OmegaConf.resolve(config)
     return config
+
+
+def contract_section(kind: type[_S], overrides: dict[str, Any], base: DictConfig | None = None) -> _S:
+    """The typed section ``kind`` (e.g. :class:`rlcore.api.ActorConfig`) of :func:`contract_config` as the
+    core hands it to a component: with the fields every loaded plugin declares at its key
+    (:func:`rlcore.api.plugin_section`)."""
+    from rlcore import load_plugins
+    from rlcore.api import plugin_section
+
+    return plugin_section(contract_config(overrides, base), kind, load_plugins())

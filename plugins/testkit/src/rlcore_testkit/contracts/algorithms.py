@@ -16,8 +16,9 @@ registered name::
 Components are resolved through the process-wide registry (:func:`rlcore.plugins.load_plugins`), so the
 plugin under test must be installed (``pip install -e .``). The config handed to the component is
 rlcore's default tree plus every plugin's ``config_defaults`` plus ``config_overrides`` (dotted keys),
-and the component receives its section (``algorithm`` for estimators, ``actor_rollout_ref.actor`` for
-losses), exactly as in a run. The suites check behaviour, not formulas: shapes, masking, finiteness,
+and the component receives its typed section (:class:`rlcore.api.AlgorithmConfig` for estimators,
+:class:`rlcore.api.ActorConfig` for losses, each with the fields the plugins declare there:
+:func:`rlcore.api.plugin_section`), exactly as in a run. The suites check behaviour, not formulas: shapes, masking, finiteness,
 determinism and the direction of the learning signal.
 """
 
@@ -32,10 +33,10 @@ import pytest
 import torch
 
 from rlcore import load_plugins
-from rlcore.api import AdvantageEstimator, AdvantageEstimatorSpec
+from rlcore.api import ActorConfig, AdvantageEstimator, AdvantageEstimatorSpec, AlgorithmConfig
 from rlcore.config.algorithm_names import LOSS_AGG_MODES
 from rlcore.registry import Component, Registry
-from rlcore_testkit.config import contract_config, default_tree
+from rlcore_testkit.config import contract_section, default_tree
 
 #: the registry record of an advantage estimator
 EstimatorComponent = Component[AdvantageEstimatorSpec]
@@ -100,8 +101,8 @@ class AdvantageEstimatorContract:
     @pytest.fixture(scope="class")
     @classmethod
     def config(cls) -> Any:
-        """The ``algorithm`` config section handed to the estimator (built once per test class)."""
-        return contract_config(cls.config_overrides).algorithm
+        """The typed ``algorithm`` section handed to the estimator (built once per test class)."""
+        return contract_section(AlgorithmConfig, cls.config_overrides)
 
     def group_size(self, component: EstimatorComponent) -> int:
         """Samples per prompt in the contract batches: 3, or the estimator's ``min_group_size`` if larger."""
@@ -286,9 +287,9 @@ class PolicyLossContract:
 
     @pytest.fixture
     def actor_config(self, base_config: Any, loss_agg_mode: str) -> Any:
-        """The ``actor_rollout_ref.actor`` section, with ``loss_agg_mode`` set to the mode under test."""
+        """The typed ``actor_rollout_ref.actor`` section, with ``loss_agg_mode`` set to the mode under test."""
         overrides = {**self.config_overrides, "actor_rollout_ref.actor.loss_agg_mode": loss_agg_mode}
-        return contract_config(overrides, base_config).actor_rollout_ref.actor
+        return contract_section(ActorConfig, overrides, base_config)
 
     def make_inputs(self, log_ratio_scale: float = 0.1, advantages: torch.Tensor | None = None) -> LossInputs:
         """Pseudo-random inputs with ``log_prob − old_log_prob`` of magnitude ``log_ratio_scale``."""

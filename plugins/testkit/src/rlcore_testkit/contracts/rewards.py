@@ -35,7 +35,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlcore_testkit.config import contract_config
+from rlcore.api import RewardModelConfig
+from rlcore_testkit.config import contract_section
 
 #: responses of the manager contract batch (the last one is empty)
 RESPONSES: tuple[str, ...] = ("the answer is 12", "so 3 + 4 = 7. #### 7", "first", "")
@@ -44,9 +45,10 @@ RESPONSE_LENGTH = 24
 PROMPT_LENGTH = 6
 
 
-def reward_config(overrides: dict[str, Any]) -> Any:
-    """rlcore's default ``reward_model`` section after ``overrides`` (keys below ``reward_model``)."""
-    return contract_config({f"reward_model.{key}": value for key, value in overrides.items()}).reward_model
+def reward_config(overrides: dict[str, Any]) -> RewardModelConfig:
+    """rlcore's typed ``reward_model`` section after ``overrides`` (keys below ``reward_model``), with the
+    plugins' fields there, as a run hands it to the reward manager."""
+    return contract_section(RewardModelConfig, {f"reward_model.{key}": value for key, value in overrides.items()})
 
 
 def make_reward_batch(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from rlcore.api import AlgorithmConfig
 from rlcore_testkit.contracts import AdvantageEstimatorContract
 from rlcore_plugin_{{ cookiecutter.underscored }}.advantage_estimator import compute_advantage
 
@@ -14,7 +15,7 @@ def test_reward_minus_group_mean() -> None:
     rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [2.0, 0.0], [5.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0], [1.0, 0.0]])
     index = np.array(["a", "a", "a", "b"], dtype=object)
-    advantages, returns = compute_advantage(token_level_rewards=rewards, response_mask=mask, index=index, config=None)
+    advantages, returns = compute_advantage(token_level_rewards=rewards, response_mask=mask, index=index, config=AlgorithmConfig())
     expected = torch.tensor([[0.0, 0.0], [-1.0, -1.0], [1.0, 0.0], [0.0, 0.0]])
     assert torch.equal(advantages, expected)
     assert torch.equal(returns, expected)

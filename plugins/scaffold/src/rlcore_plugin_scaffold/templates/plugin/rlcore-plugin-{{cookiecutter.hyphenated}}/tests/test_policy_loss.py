@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import torch
-from omegaconf import OmegaConf
 
+from rlcore.api import ActorConfig
 from rlcore_testkit.contracts import PolicyLossContract
 from rlcore_plugin_{{ cookiecutter.underscored }}.policy_loss import compute_policy_loss
 
@@ -16,7 +16,7 @@ def test_ratio_is_clipped_for_positive_advantages() -> None:
     old = torch.zeros(1, 1)
     new = torch.full((1, 1), 0.5, requires_grad=True)
     loss, metrics = compute_policy_loss(
-        old, new, torch.ones(1, 1), torch.ones(1, 1), "token-mean", OmegaConf.create({"clip_ratio": 0.2})
+        old, new, torch.ones(1, 1), torch.ones(1, 1), "token-mean", ActorConfig(clip_ratio=0.2)
     )
     assert math.isclose(loss.item(), -1.2, rel_tol=1e-6)
     assert metrics["actor/pg_clipfrac"] == 1.0

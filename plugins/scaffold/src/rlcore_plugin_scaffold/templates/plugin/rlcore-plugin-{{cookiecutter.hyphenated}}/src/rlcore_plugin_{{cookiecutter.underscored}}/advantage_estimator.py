@@ -9,8 +9,9 @@ equal gives zero, and a group of one response gives zero too, which is why ``hoo
 What to change: the body of :func:`compute_advantage`. Keep the signature: rlcore calls it with keyword
 arguments (``token_level_rewards``, ``response_mask``, ``index``, ``config``, and ``values`` /
 ``reward_baselines`` when you declare ``needs_critic=True`` / ``needs_greedy_baseline=True`` in the
-``AdvantageEstimatorSpec`` of ``hooks.py``; ``rlcore.api.components.AdvantageEstimator`` is the protocol). ``config`` is the ``algorithm`` config section; a key of your own must be declared by a
-``config_defaults`` hook. The returned tensors must be ``[B, R]``, finite and zero where
+``AdvantageEstimatorSpec`` of ``hooks.py``; ``rlcore.api.components.AdvantageEstimator`` is the protocol). ``config`` is the typed ``algorithm`` section (``rlcore.api.AlgorithmConfig``: read ``config.gamma``); a key
+of your own must be declared by a ``config_defaults`` section at ``algorithm``, and is then a field of
+``config`` too. The returned tensors must be ``[B, R]``, finite and zero where
 ``response_mask`` is 0; ``tests/test_advantage_estimator.py`` runs rlcore's contract suite on it.
 """
 
@@ -20,6 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+from rlcore.api import AlgorithmConfig
 
 
 def group_ids(index: Sequence[Any], device: torch.device) -> torch.Tensor:
@@ -34,7 +37,7 @@ def compute_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: Sequence[Any],
-    config: Any,
+    config: AlgorithmConfig,
     **_: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Group-mean-baseline advantages, one scalar per response broadcast over its valid tokens.

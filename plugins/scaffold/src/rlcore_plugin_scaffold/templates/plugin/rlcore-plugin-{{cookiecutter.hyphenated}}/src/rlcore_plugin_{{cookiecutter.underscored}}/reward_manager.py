@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from rlcore.api import RewardResult
+from rlcore.api import RewardModelConfig, RewardResult
 
 
 class RewardManager:
@@ -28,13 +28,14 @@ class RewardManager:
     Args:
         tokenizer: the policy's tokenizer (decodes the responses).
         scorer: ``(data_source, solution_str, ground_truth, extra_info=None) -> float | dict``.
-        config: the ``reward_model`` config section.
+        config: the typed ``reward_model`` section (``rlcore.api.RewardModelConfig``, with your
+            ``config_defaults`` sections there as fields; None: the defaults).
     """
 
-    def __init__(self, tokenizer: Any, scorer: Callable[..., Any], config: Any = None) -> None:
+    def __init__(self, tokenizer: Any, scorer: Callable[..., Any], config: RewardModelConfig | None = None) -> None:
         self.tokenizer = tokenizer
         self.scorer = scorer
-        self.config = config
+        self.config = config or RewardModelConfig()
 
     def score_sample(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: Any) -> Any:
         """One sample's score: the scorer's return value (a number, or a dict with ``"score"``)."""
