@@ -139,11 +139,14 @@ def test_the_judge_grades_a_batch_with_vllm(judge_dir: Path, tiny_tokenizer: Any
 
 def test_the_judge_engine_gets_the_rollout_defaults_then_its_own_values(judge_dir: Path, tiny_tokenizer: Any) -> None:
     """The judge's engine is built with a whole typed rollout section: the defaults, the judge's greedy/eager/real
-    weights, then ``reward_model.rollout``; keys the judge does not set are the run's defaults (not the engine's
-    own fallbacks: unchunked on CPU before)."""
+    weights, then ``reward_model.rollout`` (its keys with their own defaults: one GPU, half its memory); keys
+    ``reward_model.rollout`` does not have are the run's defaults (not the engine's own fallbacks: unchunked on CPU
+    before)."""
     manager = judge(judge_dir, tiny_tokenizer)
     manager._start()
-    expected = default_section(RolloutConfig, **JUDGE_ENGINE, name="hf", prompt_length=512, response_length=8)
+    judge_keys = {"name": "hf", "prompt_length": 512, "response_length": 8}
+    judge_keys |= {"gpu_memory_utilization": 0.5, "tensor_model_parallel_size": 1}
+    expected = default_section(RolloutConfig, **JUDGE_ENGINE, **judge_keys)
     assert manager.engine.config == expected and expected.load_format == "auto" and expected.enforce_eager
     assert manager.engine.token_budget == default_section(RolloutConfig).max_num_batched_tokens
 
