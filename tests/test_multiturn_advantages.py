@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from rlcore_testkit.config import contract_section
 
+from rlcore.api import AlgorithmConfig
 from rlcore.plugins import load_plugins
 
 
@@ -40,7 +42,9 @@ def test_masked_positions_do_not_change_advantages(estimator: str) -> None:
     data = multi_turn_batch()
     mask = data["mask"]
     index = np.array([i // 4 for i in range(8)], dtype=object)
-    config = {"gamma": 0.99, "lam": 0.95, "norm_adv_by_std_in_grpo": True}
+    config = contract_section(
+        AlgorithmConfig, {"algorithm.gamma": 0.99, "algorithm.lam": 0.95, "algorithm.norm_adv_by_std_in_grpo": True}
+    )
 
     def run(rewards: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return compute(token_level_rewards=rewards, response_mask=mask, index=index, config=config, values=values)
@@ -61,5 +65,7 @@ def test_gae_carries_values_across_a_tool_turn() -> None:
     mask = torch.tensor([[1, 1, 0, 0, 1, 1]])
     rewards = torch.tensor([[0.0, 0.0, 5.0, 5.0, 0.0, 1.0]])
     values = torch.tensor([[0.1, 0.2, 9.0, 9.0, 0.3, 0.4]])
-    _, returns = compute(token_level_rewards=rewards, response_mask=mask, index=None, config={}, values=values)
+    _, returns = compute(
+        token_level_rewards=rewards, response_mask=mask, index=None, config=AlgorithmConfig(), values=values
+    )
     torch.testing.assert_close(returns, torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0, 1.0]]))

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from rlcore_testkit.config import contract_section
 
 from rlcore.algos import group_stats, masked_whiten
+from rlcore.api import ActorConfig, AlgorithmConfig
 from rlcore.plugins import get_component
 
 
@@ -27,7 +29,7 @@ def test_grpo_advantages_do_not_vanish_for_huge_rewards(scale: float) -> None:
         token_level_rewards=rewards,
         response_mask=torch.ones(4, 3),
         index=["a", "a", "b", "b"],
-        config={"norm_adv_by_std_in_grpo": True},
+        config=contract_section(AlgorithmConfig, {"algorithm.norm_adv_by_std_in_grpo": True}),
     )
     assert torch.isfinite(advantages).all()
     assert advantages[:, 0].tolist() == pytest.approx([0.7071, -0.7071, 0.7071, -0.7071], rel=1e-3)
@@ -77,7 +79,7 @@ def test_gspo_follows_loss_agg_mode(mode: str) -> None:
     delta = torch.tensor([[0.02, 0.04, 0.0, 0.0], [-0.01, -0.02, -0.03, -0.04]])
     mask = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
     adv = torch.tensor([[1.0, 1.0, 1.0, 1.0], [2.0, 2.0, 2.0, 2.0]])
-    config = {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2}
+    config = ActorConfig(clip_ratio_low=0.2, clip_ratio_high=0.2)
     loss, _ = gspo(old, old + delta, adv, mask, mode, config)
     s0, s1 = math.exp(0.03), math.exp(-0.025)  # both inside [0.8, 1.2]: token loss −A·s
     row0, row1 = [-s0, -s0], [-2 * s1] * 4
