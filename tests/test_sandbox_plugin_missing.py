@@ -42,10 +42,11 @@ def test_the_code_tool_names_the_plugin(without_sandbox: PluginManager, tmp_path
 
 
 def test_the_sandbox_keys_name_the_plugin(without_sandbox: PluginManager) -> None:
-    config = load_config(overrides=["reward_model.sandbox.allow_unconfined=true"], manager=without_sandbox)
-    with pytest.raises(ConfigError, match=f"reward_model.sandbox.allow_unconfined=true is read by {NAMED}"):
-        check_components(config, without_sandbox)
-    check_components(load_config(manager=without_sandbox), without_sandbox)  # the default (false) needs nothing
+    """``reward_model.sandbox`` is the plugin's own section: without the plugin, setting one of its keys is the
+    loader's error naming the distribution (before anything is built), and a config without them needs nothing."""
+    with pytest.raises(ConfigError, match=f"'reward_model.sandbox.allow_unconfined' is a key of {NAMED} did not load"):
+        load_config(overrides=["reward_model.sandbox.allow_unconfined=true"], manager=without_sandbox)
+    check_components(load_config(manager=without_sandbox), without_sandbox)
 
 
 def test_the_sandbox_command_names_the_plugin() -> None:

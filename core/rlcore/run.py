@@ -208,8 +208,6 @@ def check_components(
         _check_sum_pi_squared(config, found.get("estimator"), found.get("actor_backend"))
     with collected.collect():
         _check_ref_strategy(config, registry)
-    with collected.collect():
-        _check_sandbox_keys(config, registry)
     for name in _loggers(config):
         with collected.collect():
             _component(manager, "trainer.logger", "tracker", name)
@@ -229,28 +227,6 @@ def check_components(
         batch_filters=tuple(filters),
         extensions=extensions,
     )
-
-
-def _check_sandbox_keys(config: DictConfig, registry: Registry) -> None:
-    """``reward_model.sandbox.*`` switched on without rlcore-plugin-sandbox loaded (the keys stay in the core's
-    defaults; the plugin reads them): a ConfigError naming the distribution to install."""
-    from omegaconf import OmegaConf
-
-    from rlcore.distributions import by_name
-
-    section = OmegaConf.select(config, "reward_model.sandbox") or {}
-    given = [key for key, value in section.items() if value]
-    dist = by_name("rlcore-plugin-sandbox")
-    if not given or dist is None:
-        return
-    if any(registry.has(kind, name) for kind, names in dist.components.items() for name in names):
-        return
-    state = (
-        "installed but not loaded (see `rlcore plugins`)"
-        if dist.is_installed()
-        else f"not installed: {dist.install_line}"
-    )
-    raise ConfigError(f"reward_model.sandbox.{given[0]}=true is read by {dist.name}, which is {state}")
 
 
 def check_engines_and_trackers(

@@ -59,15 +59,6 @@ class JudgeConfig(Section):
 
 
 @dataclass(frozen=True)
-class SandboxConfig(Section):
-    """``reward_model.sandbox``: code rewards (data_source codecontests, apps, ...): rlcore-plugin-sandbox."""
-
-    #: true: run them where the kernel cannot confine the code fully (`rlcore sandbox check`); false: the run refuses
-    #: there, saying what is not enforced
-    allow_unconfined: bool = False
-
-
-@dataclass(frozen=True)
 class RewardModelConfig(Section):
     """``reward_model``: the reward model worker and the scoring stage (reward managers read the rest)."""
 
@@ -118,8 +109,6 @@ class RewardModelConfig(Section):
     scorer_output_bytes: int = 65536
     #: print this many decoded samples per data source each step
     num_examine: int = 0
-    #: code rewards (data_source codecontests, apps, ...): rlcore-plugin-sandbox
-    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 
     def problems(self) -> list[str]:
         """Counts are positive or non-negative, timeouts are seconds ≥ 0."""

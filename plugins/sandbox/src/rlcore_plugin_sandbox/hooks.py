@@ -20,6 +20,14 @@ RLCORE_API = ">=3,<4"
 
 
 @hookimpl
+def config_defaults() -> Any:
+    """Declare ``reward_model.sandbox`` (:class:`~rlcore_plugin_sandbox.config.SandboxConfig`), typed."""
+    from rlcore_plugin_sandbox.config import SandboxConfig
+
+    return SandboxConfig()
+
+
+@hookimpl
 def register_reward_scorers(register: Callable[..., None]) -> None:
     """Register the code scorer: the fraction of a problem's tests the response's program passes."""
     register(

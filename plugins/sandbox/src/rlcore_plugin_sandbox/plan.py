@@ -75,9 +75,9 @@ def sandbox_users(config: Any) -> tuple[list[str], list[tuple[str, bool]]]:
 
 def unconfined_accepted(config: Any) -> bool:
     """``reward_model.sandbox.allow_unconfined`` (the config loader has checked that it is a boolean)."""
-    from omegaconf import OmegaConf
+    from rlcore_plugin_sandbox.config import SandboxConfig
 
-    return bool(OmegaConf.select(config, ALLOW_KEY, default=False))
+    return SandboxConfig.from_tree(config).allow_unconfined
 
 
 def sandbox_plan(config: Any) -> str | None:
