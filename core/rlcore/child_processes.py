@@ -79,6 +79,17 @@ class ProcessInfo:
         return self.pid, self.start
 
 
+def process_exists(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this node (one of another user's counts too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def read_process(pid: int) -> ProcessInfo | None:
     """The process ``pid``, or None when there is none."""
     try:

@@ -140,6 +140,7 @@ _LAZY: dict[str, str] = {
     "load_image": "rlcore.data.multimodal",
     # processes a plugin starts for the run
     "mark_infrastructure": "rlcore.child_processes",
+    "process_exists": "rlcore.child_processes",
     # rewards
     "NaiveRewardManager": "rlcore.reward",
     "RewardManagerBase": "rlcore.reward.managers",
@@ -384,7 +385,7 @@ if TYPE_CHECKING:
         TrainingEngine,
     )
     from rlcore.checkpoint.disk import disk_problem
-    from rlcore.child_processes import mark_infrastructure
+    from rlcore.child_processes import mark_infrastructure, process_exists
     from rlcore.cli import resolved_config
     from rlcore.config import ConfigError
     from rlcore.config.batch_sizes import (

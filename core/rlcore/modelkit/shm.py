@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from rlcore.child_processes import process_exists
 from rlcore.errors import RLCoreError
 
 __all__ = ["SHM_ROOT", "release", "stage"]
@@ -52,17 +53,6 @@ def _locked(lock_file: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists on this node."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def stage(source: str, key: str, root: Path | None = None) -> str:
@@ -116,7 +106,7 @@ def release(staged: str) -> None:
     with _locked(folder / f"{dest.name}.lock"):
         users = folder / f"{dest.name}.users"
         (users / str(os.getpid())).unlink(missing_ok=True)
-        live = [user for user in users.glob("*") if user.name.isdigit() and _alive(int(user.name))]
+        live = [user for user in users.glob("*") if user.name.isdigit() and process_exists(int(user.name))]
         if not live:
             shutil.rmtree(dest, ignore_errors=True)
             shutil.rmtree(users, ignore_errors=True)

@@ -14,6 +14,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from rlcore.api import process_exists
+
 #: a program's cgroup is named ``rlcore-sandbox-<pid of the process that made it>-<8 hex digits>``
 PREFIX = "rlcore-sandbox-"
 _NAME = re.compile(re.escape(PREFIX) + r"(\d+)-[0-9a-f]{8}")
@@ -133,7 +135,7 @@ def sweep_stale(layout: Layout) -> list[str]:
             continue
         for name in names:
             match = _NAME.fullmatch(name)
-            if match is None or _alive(int(match.group(1))):
+            if match is None or process_exists(int(match.group(1))):
                 continue
             try:
                 os.rmdir(os.path.join(parent, name))
@@ -141,16 +143,6 @@ def sweep_stale(layout: Layout) -> list[str]:
                 continue
             removed.append(os.path.join(parent, name))
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def probe() -> tuple[Layout | None, str]:
