@@ -98,6 +98,7 @@ _LAZY: dict[str, str] = {
     "ROLLOUT_KEY": "rlcore.config.keys",
     "SamplingParams": "rlcore.rollout.sampling",
     "RolloutSettings": "rlcore.rollout.sampling",
+    "left_pad": "rlcore.rollout.padding",
     "request_seeds": "rlcore.rollout.sampling",
     "Completion": "rlcore.rollout.token_engine",
     "TokenListEngine": "rlcore.rollout.token_engine",
@@ -462,6 +463,7 @@ if TYPE_CHECKING:
     from rlcore.reward.managers import RewardManagerBase
     from rlcore.rollout.buckets import weight_buckets
     from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
+    from rlcore.rollout.padding import left_pad
     from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
     from rlcore.rollout.sizing import (
         CACHE_ALIGN,

@@ -19,6 +19,7 @@ from rlcore.api.training import TrainingEngine
 from rlcore.config.batch_sizes import data_parallel_size, token_budget
 from rlcore.config.keys import positive_int
 from rlcore.errors import RLCoreError
+from rlcore.rollout.padding import left_pad
 from rlcore.workers.base import WorkerBase, cpu_batch
 from rlcore.workers.micro_batches import plan_micro_batches
 
@@ -135,13 +136,7 @@ class RewardModelWorker(WorkerBase):
             ids = self.tokenizer(rendered, add_special_tokens=False)["input_ids"]
             rows.append(ids[-self.max_length :] if self.max_length else ids)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        length = max(len(ids) for ids in rows)
-        input_ids = torch.full((len(rows), length), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), length), dtype=torch.long)
-        for i, ids in enumerate(rows):
-            if ids:
-                input_ids[i, length - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-                mask[i, length - len(ids) :] = 1
+        input_ids, mask = left_pad(rows, pad)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         return Batch.from_dict(
             {"input_ids": input_ids, "attention_mask": mask, "position_ids": positions, "responses": input_ids[:, -1:]}

@@ -31,6 +31,7 @@ from rlcore.api import (
     RolloutConfig,
     Trajectory,
     agent_names,
+    left_pad,
 )
 from rlcore_plugin_agents.interactions import load_interactions
 from rlcore_plugin_agents.tools import ToolExecutor, load_tools
@@ -43,18 +44,6 @@ __all__ = ["AgentRunner", "TurnBatcher", "aborted_trajectory", "finish_or_abort"
 
 #: seconds the batcher waits for more turns once one is pending and some trajectories are busy elsewhere
 GATHER_WINDOW_S = 0.005
-
-
-def left_pad(rows: Sequence[Sequence[int]], pad_id: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ids, mask)`` of ``rows`` left-padded to ``width`` (default: the longest row)."""
-    width = max((len(r) for r in rows), default=0) if width is None else width
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        if row:
-            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-            mask[i, width - len(row) :] = 1
-    return ids, mask
 
 
 class TurnBatcher:
