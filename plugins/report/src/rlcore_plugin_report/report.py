@@ -501,28 +501,38 @@ def _write_files(runs: list[RunData], out: Path) -> Report:
 
 def _grid_png(panel_pngs: list[Path], title: str, path: Path, columns: int = 2) -> None:
     """Write ``path``: the panel images ``panel_pngs`` in a grid of ``columns`` under ``title``. The panels are
-    laid out from their files rather than drawn a second time (drawing is most of a report's time)."""
+    laid out from their files rather than drawn a second time (drawing is most of a report's time), and the grid
+    is written as pixels: only the title strip is drawn (drawing the whole grid as a figure image took ~200 MB)."""
+    import io
+
     import matplotlib.image
     import matplotlib.pyplot as plt
     import numpy as np
 
-    images = [matplotlib.image.imread(png)[..., :3] for png in panel_pngs]
+    def pixels(png: Path | io.BytesIO) -> np.ndarray:
+        """An 8-bit PNG's RGB pixels as 8-bit again (``imread`` gives floats in [0, 1])."""
+        return np.round(matplotlib.image.imread(png)[..., :3] * 255).astype(np.uint8)
+
+    images = [pixels(png) for png in panel_pngs]
     height = max(image.shape[0] for image in images)
     width = max(image.shape[1] for image in images)
-    title_height = 48
-    rows = -(-len(images) // columns)
-    canvas = np.ones((title_height + rows * height, columns * width, 3), dtype=np.float32)
-    for index, image in enumerate(images):
-        top, left = title_height + (index // columns) * height, (index % columns) * width
-        canvas[top : top + image.shape[0], left : left + image.shape[1]] = image
-    dpi = 100
-    fig = plt.figure(figsize=(canvas.shape[1] / dpi, canvas.shape[0] / dpi), dpi=dpi)
+    dpi, title_height = 100, 48
+    strip = plt.figure(figsize=(columns * width / dpi, title_height / dpi), dpi=dpi)
     try:
-        fig.figimage(canvas, 0, 0, origin="upper")
-        fig.text(0.5, 1 - title_height / 2 / canvas.shape[0], title, ha="center", va="center", fontsize=13)
-        fig.savefig(path, dpi=dpi)
+        strip.text(0.5, 0.5, title, ha="center", va="center", fontsize=13)
+        buffer = io.BytesIO()
+        strip.savefig(buffer, format="png", dpi=dpi, facecolor="white")
     finally:
-        plt.close(fig)
+        plt.close(strip)
+    buffer.seek(0)
+    title_pixels = pixels(buffer)
+    rows = -(-len(images) // columns)
+    canvas = np.full((title_pixels.shape[0] + rows * height, columns * width, 3), 255, dtype=np.uint8)
+    canvas[: title_pixels.shape[0], : title_pixels.shape[1]] = title_pixels[:, : columns * width]
+    for index, image in enumerate(images):
+        top, left = title_pixels.shape[0] + (index // columns) * height, (index % columns) * width
+        canvas[top : top + image.shape[0], left : left + image.shape[1]] = image
+    matplotlib.image.imsave(path, canvas)
 
 
 # ------------------------------------------------------------------------------------------- html
