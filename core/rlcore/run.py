@@ -190,6 +190,12 @@ def check_components(
         ("actor_backend", "actor_rollout_ref.actor.strategy", "training_backend", actor.strategy),
         ("rollout_engine", "actor_rollout_ref.rollout.name", "rollout_engine", config.actor_rollout_ref.rollout.name),
         ("reward_manager", "reward_model.reward_manager", "reward_manager", config.reward_model.reward_manager),
+        (
+            "weight_transport",
+            "actor_rollout_ref.rollout.checkpoint_engine.backend",
+            "weight_transport",
+            config.actor_rollout_ref.rollout.checkpoint_engine.backend,
+        ),
     ]
     found: dict[str, Component[Any]] = {}
     for part, key, kind, name in wanted:
@@ -226,6 +232,7 @@ def check_components(
         reward_manager=found["reward_manager"],
         batch_filters=tuple(filters),
         extensions=extensions,
+        weight_transport=found.get("weight_transport"),
     )
 
 
