@@ -36,7 +36,11 @@ log = logging.getLogger(__name__)
 
 
 def sync_weights(
-    actor: ActorGroup, rollout: ActorGroup, transport: WeightTransport | None = None, bucket_bytes: int | None = None
+    actor: ActorGroup,
+    rollout: ActorGroup,
+    transport: WeightTransport | None = None,
+    bucket_bytes: int | None = None,
+    receiver: GroupReceiver | None = None,
 ) -> dict[str, float]:
     """Make ``rollout`` serve ``actor``'s current weights; returns the sync metrics.
 
@@ -46,31 +50,31 @@ def sync_weights(
     ``rollout.checkpoint_engine.update_weights_bucket_megabytes`` per bucket, or all in one without a bound);
     ``transport`` (``checkpoint_engine.backend``, here in the controller) hands them on to every rollout
     worker's ``receive_weight_bucket()`` in buckets of ``bucket_bytes``, and ``receive_weights()`` then loads
-    them into the engine and checks them. Adds ``actor/weight_sync_buckets`` and the transport's metrics. A
-    partial send whose bucket checksum or check fails is sent again in full.
+    them into the engine and checks them (``receiver``: the rollout group's receive side, kept from sync to
+    sync, which knows the engines' weight version). Adds ``actor/weight_sync_buckets`` and the transport's
+    metrics. A partial send whose bucket checksum or check fails is sent again in full.
     """
     if rollout is actor:
         return actor.sync_weights()
     start = time.perf_counter()
-    if transport is None:
-        raise RLCoreError("a split placement's weight sync needs the run's weight transport")
+    if transport is None or receiver is None:
+        raise RLCoreError("a split placement's weight sync needs the run's weight transport and receiver")
     try:
-        metrics = _send_to_group(actor, rollout, transport, bucket_bytes)
+        metrics = _send_to_group(actor, receiver, transport, bucket_bytes)
     except RLCoreError as exc:
         if not transport.incremental:
             raise
         log.warning("%s; resending every weight", exc)
         transport.reset()
-        metrics = _send_to_group(actor, rollout, transport, bucket_bytes)
+        metrics = _send_to_group(actor, receiver, transport, bucket_bytes)
     metrics["actor/weight_sync_s"] = time.perf_counter() - start
     return metrics
 
 
 def _send_to_group(
-    actor: ActorGroup, rollout: ActorGroup, transport: WeightTransport, bucket_bytes: int | None
+    actor: ActorGroup, receiver: GroupReceiver, transport: WeightTransport, bucket_bytes: int | None
 ) -> dict[str, float]:
     """One export of the actor group's weights through ``transport`` into the rollout group."""
-    receiver = GroupReceiver(rollout, keep=transport.incremental)
     actor.begin_weight_export()
 
     def exported() -> Iterator[tuple[str, torch.Tensor]]:
@@ -133,6 +137,8 @@ class WorkerGroups:
     transport: WeightTransport | None = None
     #: split placement: ``checkpoint_engine.update_weights_bucket_megabytes`` in bytes (None: no bound)
     bucket_bytes: int | None = None
+    #: split placement: the rollout group's receive side
+    receiver: GroupReceiver | None = None
 
     @property
     def split(self) -> bool:
@@ -157,7 +163,7 @@ class WorkerGroups:
 
     def sync_weights(self) -> dict[str, float]:
         """:func:`sync_weights` from the actor group to the rollout group."""
-        return sync_weights(self.actor, self.rollout, self.transport, self.bucket_bytes)
+        return sync_weights(self.actor, self.rollout, self.transport, self.bucket_bytes, self.receiver)
 
     def pop_compute_s(self) -> dict[str, float]:
         """Worker-side seconds per method since the last call, summed over the groups, and reset."""
@@ -246,6 +252,7 @@ def build_worker_groups(
             section = RolloutConfig.from_tree(config)
             groups.transport = (transport or NaiveTransport)(section.checkpoint_engine)
             groups.bucket_bytes = section.sync_bucket_bytes
+            groups.receiver = GroupReceiver(rollout, keep=groups.transport.incremental)
         return groups
     except BaseException:
         for group in reversed(created):
