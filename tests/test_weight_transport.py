@@ -131,9 +131,8 @@ def test_a_bucket_with_wrong_bytes_is_refused(pair: tuple[Any, Any]) -> None:
         rollout.receive_weight_bucket(dict(tensors), digest)
 
 
-def test_the_colocated_sync_goes_through_a_plugins_transport(
-    registered: Any, tiny_model_dir: Path, tiny_tokenizer: Any
-) -> None:
+def test_hook_register_weight_transports(registered: Any, tiny_model_dir: Path, tiny_tokenizer: Any) -> None:
+    """A transport a plugin registers is the one the colocated sync goes through."""
     sends: list[Any] = []
 
     class Recording(NaiveTransport):
