@@ -25,6 +25,7 @@ from rlcore.errors import RLCoreError
 if TYPE_CHECKING:
     import torch
 
+    from rlcore.config.sections.rollout import CheckpointEngineConfig
 
 __all__ = ["BucketChecksumError", "TransportReport", "WeightBucket", "WeightReceiver", "WeightTransport"]
 
@@ -95,6 +96,10 @@ class WeightTransport(Protocol):
     #: whether later sends may leave tensors out (the receiver of a split placement then keeps the weights it
     #: loaded, to check the served state against the trainer's after a partial update)
     incremental: ClassVar[bool]
+
+    def __init__(self, config: CheckpointEngineConfig) -> None:
+        """Keep ``config`` (the transport's arguments are ``config.engine_kwargs[<its name>]``)."""
+        ...
 
     def send(
         self, weights: Iterator[tuple[str, torch.Tensor]], receiver: WeightReceiver, bucket_bytes: int | None
