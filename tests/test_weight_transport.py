@@ -198,3 +198,25 @@ def _tree(overrides: dict[str, Any]) -> Any:
     section = {"backend": "naive", "update_weights_bucket_megabytes": None, "custom_backend_module": None}
     section.update(overrides)
     return OmegaConf.create({"actor_rollout_ref": {"rollout": {"checkpoint_engine": section}}})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            [f"{CE}.backend=nccl"],
+            rf"{CE}\.backend=nccl: unknown weight_transport 'nccl'\. Known weight_transports: delta, naive",
+        ),
+        (
+            [f"{CE}.backend=delta", "async_training.enable=true"],
+            rf"{CE}\.backend='delta' with async_training\.enable=true",
+        ),
+    ],
+)
+def test_a_run_names_a_transport_it_cannot_use(overrides: list[str], message: str) -> None:
+    from rlcore.config import load_config
+    from rlcore.plugins import load_plugins
+    from rlcore.run import check_components
+
+    with pytest.raises(ConfigError, match=message):
+        check_components(load_config(overrides=overrides), load_plugins())
