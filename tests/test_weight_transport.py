@@ -183,6 +183,7 @@ def test_an_unknown_backend_names_the_key_and_the_transports(tiny_model_dir: Pat
         ({"backend": "delta", "engine_kwargs": {"delta": {"max_changed_fraction": 2}}}, "must be a number in"),
         ({"backend": "delta", "engine_kwargs": {"delta": {"sparse": True}}}, r"delta\.sparse: unknown delta"),
     ],
+    ids=["fraction", "unknown"],
 )
 def test_bad_delta_arguments_are_named(overrides: dict[str, Any], message: str) -> None:
     from rlcore.config.sections.rollout import CheckpointEngineConfig
@@ -212,6 +213,7 @@ def _tree(overrides: dict[str, Any]) -> Any:
             rf"{CE}\.backend='delta' with async_training\.enable=true",
         ),
     ],
+    ids=["unknown", "async"],
 )
 def test_a_run_names_a_transport_it_cannot_use(overrides: list[str], message: str) -> None:
     from rlcore.config import load_config
