@@ -158,7 +158,7 @@ def test_hook_register_weight_transports(registered: Any, tiny_model_dir: Path, 
         FSDPSettings.close(worker)
 
 
-def test_colocated_delta_reports_its_bytes(tiny_model_dir: Path, tiny_tokenizer: Any) -> None:
+def test_colocated_delta_reports_its_bytes(tiny_model_dir: Path, tiny_tokenizer: Any, tmp_path: Path) -> None:
     worker = FSDPSettings.make_actor(tiny_model_dir, role="actor_rollout", **SMALL, **{f"{CE}.backend": "delta"})
     try:
         first = worker._send_weights(worker.actor, worker.rollout_engine)
@@ -168,6 +168,10 @@ def test_colocated_delta_reports_its_bytes(tiny_model_dir: Path, tiny_tokenizer:
         step = worker._send_weights(worker.actor, worker.rollout_engine)
         assert step["rollout/weight_checksum_diff"] <= 1e-6
         assert step["actor/weight_sync_bytes_full"] == first["actor/weight_sync_bytes_full"]
+        worker.save_checkpoint(tmp_path / "actor")
+        worker.load_checkpoint(tmp_path / "actor")  # a resume: the next send is a full one
+        resumed = worker._send_weights(worker.actor, worker.rollout_engine)
+        assert resumed["actor/weight_sync_delta_fraction"] == 1.0
     finally:
         FSDPSettings.close(worker)
 
