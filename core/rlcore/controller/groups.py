@@ -4,8 +4,9 @@
 ``actor_rollout_ref`` (or ``actor_rollout`` without a reference model) trains *and* generates, and its
 ``sync_weights()`` pushes the weights into its own rollout engine. ``trainer.placement=split``
 (``trainer.executor=ray``): an ``actor_ref`` (or ``actor``) group on the ``train`` pool trains, a ``rollout``
-group on the ``rollout`` pool generates, and :func:`sync_weights` sends the trainer's full state dict
-(rank 0's, on CPU, in buckets) to every rollout rank. A critic group, when used, shares the ``train`` pool; a reward-model
+group on the ``rollout`` pool generates, and :func:`sync_weights` sends the trainer's weights (rank 0's, on
+CPU, in buckets) to every rollout rank through the run's weight transport (``checkpoint_engine.backend``:
+all of them with ``naive``, the changed tensors with ``delta``). A critic group, when used, shares the ``train`` pool; a reward-model
 group too, unless ``reward_model.enable_resource_pool`` gives it the ``reward`` pool.
 """
 
