@@ -207,7 +207,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
                     "full_determinism",
                     "forward_only",
                     "strategy",
-                    "mixed_precision",
                 )
             ),
             "critic.fsdp_config.use_torch_compile",
