@@ -264,7 +264,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "actor_rollout_ref.rollout.pipeline_model_parallel_size",
             "actor_rollout_ref.rollout.logprobs_mode",
             "actor_rollout_ref.rollout.scheduling_policy",
-            "actor_rollout_ref.rollout.disable_log_stats",
             "actor_rollout_ref.rollout.skip_rollout",
             "actor_rollout_ref.rollout.skip_dump_dir",
             "actor_rollout_ref.rollout.skip_tokenizer_init",
