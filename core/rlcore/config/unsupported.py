@@ -204,7 +204,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
                     "wrap_policy",
                     "use_orig_params",
                     "seed",
-                    "full_determinism",
                     "forward_only",
                     "strategy",
                 )

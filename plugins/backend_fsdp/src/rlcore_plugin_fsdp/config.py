@@ -43,5 +43,8 @@ class FSDPConfig(Section):
     dtype: str = "bf16"
     #: on CPU, run the forward passes under torch.autocast("cpu", dtype); dtype must be bf16 or fp16
     cpu_autocast: bool = False
+    #: verl's: torch deterministic algorithms (warn-only), deterministic cuDNN/cuBLAS/NCCL/flash-attention settings in
+    #: the worker process, before the model is built
+    full_determinism: bool = False
     #: verl's FSDP mixed-precision dtypes (param_dtype is dtype)
     mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)

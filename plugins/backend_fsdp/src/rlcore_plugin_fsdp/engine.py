@@ -64,6 +64,7 @@ from rlcore_plugin_fsdp.fsdp import (
     build_device_mesh,
     compute_context,
     compute_dtype,
+    enable_full_determinism,
     resolve_fsdp_config,
     warn_without_native_bf16,
 )
@@ -116,6 +117,8 @@ class FSDPEngine(OptimizerState):
         self.world_size = request.world_size
         self.layout, self.sp = sequence_parallel.from_config(config, section, request.rank, request.world_size)
         self.fsdp = check_config(config, request.role, section, request.model_section)
+        if self.fsdp["full_determinism"]:
+            enable_full_determinism()
         self.weights_dtype = self.fsdp["model_dtype"]
         self.compute_dtype = compute_dtype(self.fsdp, self.device)
         warn_without_native_bf16(self.fsdp, self.device, f"{section}.fsdp_config")

@@ -17,6 +17,7 @@ to offload to).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -41,7 +42,14 @@ def resolve_fsdp_config(section: Mapping[str, Any] | None, key: str) -> dict[str
             raise RLCoreError(f"unknown key {key}.{name}; known keys: {', '.join(known)}")
         resolved[name] = value
     resolved["mixed_precision"] = _resolve_mixed_precision(resolved["mixed_precision"], f"{key}.mixed_precision")
-    flags = ("param_offload", "optimizer_offload", "offload_policy", "reshard_after_forward", "forward_prefetch")
+    flags = (
+        "param_offload",
+        "optimizer_offload",
+        "offload_policy",
+        "reshard_after_forward",
+        "forward_prefetch",
+        "full_determinism",
+    )
     for name in (*flags, "cpu_autocast"):
         if not isinstance(resolved[name], bool):
             raise RLCoreError(f"{key}.{name} must be true or false, got {resolved[name]!r}")
@@ -92,6 +100,27 @@ def cast_buffers(model: nn.Module, fsdp_config: Mapping[str, Any]) -> None:
         for name, buffer in module.named_buffers(recurse=False):
             if buffer is not None and buffer.is_floating_point():
                 setattr(module, name, buffer.to(dtype))
+
+
+#: the environment verl's ``enable_full_determinism`` sets: cuBLAS's fixed workspace (deterministic GEMMs), NCCL's
+#: fixed reduction order and flash-attention's deterministic backward
+DETERMINISTIC_ENV = {
+    "CUBLAS_WORKSPACE_CONFIG": ":16:8",
+    "NCCL_DETERMINISTIC": "1",
+    "FLASH_ATTENTION_DETERMINISTIC": "1",
+}
+
+
+def enable_full_determinism() -> None:
+    """``fsdp_config.full_determinism``: what verl's ``enable_full_determinism`` does, for this whole process
+    (the roles a worker holds share it): :data:`DETERMINISTIC_ENV`, ``torch.use_deterministic_algorithms(True,
+    warn_only=True)`` (an operation without a deterministic kernel warns) and cuDNN off its autotuner and
+    nondeterministic kernels. Seeding stays the run's (``trainer.seed``)."""
+    os.environ.update(DETERMINISTIC_ENV)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.enabled = False
 
 
 def compute_dtype(fsdp_config: Mapping[str, Any], device: torch.device) -> torch.dtype:
