@@ -436,12 +436,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         off={"actor_rollout_ref.actor.optim.zero_indexed_step": True, "critic.optim.zero_indexed_step": True},
     ),
     MissingFeature(
-        "a lenient Hugging Face export (checkpoint.strict=false: verl's Megatron bridge skips the weights it cannot "
-        "map; rlcore's converters check every weight)",
-        ("actor_rollout_ref.actor.checkpoint.strict",),
-        off={"actor_rollout_ref.actor.checkpoint.strict": True},
-    ),
-    MissingFeature(
         "the DRO policy loss (policy_loss.loss_mode=dro and its dro_beta)",
         ("actor_rollout_ref.actor.policy_loss.dro_beta",),
         off={"actor_rollout_ref.actor.policy_loss.dro_beta": None},

@@ -29,6 +29,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.tensor import DTensor
 
 from rlcore.api import (
+    ActorConfig,
     Batch,
     EngineRequest,
     EngineRole,
@@ -88,6 +89,11 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
     check_kernel_switches(config, model, model_section)
     if role == "actor":
         lora_settings(model, model_section)
+        if not ActorConfig.from_tree(config).checkpoint.strict:
+            raise RLCoreError(
+                "actor_rollout_ref.actor.checkpoint.strict=false has no effect on the FSDP engine: it loads the Hugging "
+                "Face model with transformers and exports every weight of it (the key acts on the Megatron engine)"
+            )
     return resolve_fsdp_config(select(config, f"{section}.fsdp_config"), f"{section}.fsdp_config")
 
 
