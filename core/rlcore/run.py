@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 
 from rlcore.agents.seam import run_multi_turn
 from rlcore.checkpoint import saves_checkpoints
+from rlcore.checkpoint.callback import check_checkpoint_callback
 from rlcore.checkpoint.fingerprint import check_allowed
 from rlcore.config import (
     ConfigError,
@@ -369,6 +370,8 @@ def run_training(
     components = check_components(config, manager, problems)
     with problems.collect():
         check_values(config)
+    with problems.collect():
+        check_checkpoint_callback(config.trainer.checkpoint_callback_class)
     with problems.collect():
         run_multi_turn(config, registry, manager).check()
     cpu_threads = None

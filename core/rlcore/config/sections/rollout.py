@@ -205,6 +205,9 @@ class RolloutConfig(LogProbConfig):
     enable_chunked_prefill: bool = True
     #: vLLM/SGLang: prefix caching
     enable_prefix_caching: bool = True
+    #: vLLM: its disable_log_stats (no engine statistics); SGLang: log_level error (false: info, with its throughput
+    #: lines)
+    disable_log_stats: bool = True
     #: the engine returns the log-probs of the tokens it sampled (rollout correction reads them)
     calculate_log_probs: bool = False
     #: R3 (MoE models, hf engine): record each token's routed experts during rollout as the batch's routed_experts
