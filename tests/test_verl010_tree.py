@@ -69,7 +69,7 @@ def test_model_engine_selects_the_engine_defaults(args: tuple[str, ...], actor: 
         ("critic.fsdp.turbo_config.distributed.tensor_parallel_size=2", "verl's FSDP-Turbo engine"),
         ("actor_rollout_ref.ref.fsdp_config.pad_to_length_bucket=512", "padding packed micro-batches"),
         ("critic.optim.zero_indexed_step=false", "a one-indexed learning-rate schedule"),
-        ("actor_rollout_ref.actor.checkpoint.strict=false", "a lenient Hugging Face export"),
+        ("actor_rollout_ref.actor.checkpoint.strict=false", "has no effect on the FSDP engine"),
         ("actor_rollout_ref.actor.policy_loss.dro_beta=0.1", "the DRO policy loss"),
         ("algorithm.filter_groups.max_inflight_gen_batches=2", "rlcore generates one round at a time"),
         ("data.function_tool_path=tools.py", "tools defined as Python functions"),
