@@ -107,7 +107,7 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
         "rlcore-plugin-sandbox",
         {"reward_scorer": ("codecontests", "apps", "codeforces", "taco"), "tool": ("code_interpreter",)},
         commands=("sandbox", "sandbox check"),
-        config_keys=("reward_model.sandbox",),
+        config_keys=("reward_model.sandbox", "reward_model.sandbox_fusion"),
     ),
     Distribution(
         "rlcore-plugin-tasks",
