@@ -129,7 +129,8 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
         {
             "agent_loop": ("single_turn", "single_turn_agent", "tool_agent"),
             "tool_parser": ("hermes", "qwen", "qwen25"),
-            "tool": ("calculator",),
+            "tool": ("calculator", "search", "verl.tools.search_tool.SearchTool"),
+            "retriever": ("http", "bm25"),
         },
     ),
     Distribution("rlcore-plugin-sft", {}, commands=("sft", "data arith-sft")),

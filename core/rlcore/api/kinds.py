@@ -92,6 +92,9 @@ COMPONENT_KINDS: tuple[KindSpec, ...] = (
     KindSpec(
         "tool_parser", "register_tool_parsers", "actor_rollout_ref.rollout.multi_turn.format", components.ToolParser
     ),
+    KindSpec(
+        "retriever", "register_retrievers", "retriever in the search tool's config (tool YAML)", components.Retriever
+    ),
 )
 #: the kinds' names, in :data:`COMPONENT_KINDS` order
 KINDS: tuple[str, ...] = tuple(spec.name for spec in COMPONENT_KINDS)

@@ -135,3 +135,11 @@ def register_tool_parsers(register: Callable[..., None]) -> None:
     """``actor_rollout_ref.rollout.multi_turn.format={{ name }}``."""
     register("{{ name }}", "{{ package }}.tool_parser:TagParser", description='<call name="...">{json}</call>')
 {% endif %}
+{% if cookiecutter.retriever %}
+
+
+@hookimpl
+def register_retrievers(register: Callable[..., None]) -> None:
+    """``retriever: {{ name }}`` in the ``search`` tool's config (tool YAML)."""
+    register("{{ name }}", "{{ package }}.retriever:WordOverlapRetriever", description="query words in common")
+{% endif %}
