@@ -90,11 +90,13 @@ def test_bad_multi_turn_settings_are_named(
 
 def test_a_bad_tool_yaml_stops_the_dry_run_naming_the_entry(tmp_path: Path, tiny_model_dir: Path, task) -> None:
     tools = tmp_path / "tools.yaml"
-    tools.write_text("tools:\n  - class_name: calculator\n  - class_name: verl.tools.search_tool.SearchTool\n")
+    tools.write_text(
+        "tools:\n  - class_name: calculator\n  - class_name: verl.tools.sandbox_fusion_tools.SandboxFusionTool\n"
+    )
     code, output = dry_run(
         tmp_path, tiny_model_dir, task, f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}"
     )
-    assert code == 2 and "tools[1]" in output and "SearchTool" in output, output
+    assert code == 2 and "tools[1]" in output and "SandboxFusionTool" in output, output
 
 
 def test_training_with_tool_calls(tmp_path: Path, tool_model_dir: Path, task) -> None:

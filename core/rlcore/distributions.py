@@ -107,7 +107,7 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
         "rlcore-plugin-sandbox",
         {"reward_scorer": ("codecontests", "apps", "codeforces", "taco"), "tool": ("code_interpreter",)},
         commands=("sandbox", "sandbox check"),
-        config_keys=("reward_model.sandbox",),
+        config_keys=("reward_model.sandbox", "reward_model.sandbox_fusion"),
     ),
     Distribution(
         "rlcore-plugin-tasks",
@@ -129,7 +129,8 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
         {
             "agent_loop": ("single_turn", "single_turn_agent", "tool_agent"),
             "tool_parser": ("hermes", "qwen", "qwen25"),
-            "tool": ("calculator",),
+            "tool": ("calculator", "search", "verl.tools.search_tool.SearchTool"),
+            "retriever": ("http", "bm25"),
         },
     ),
     Distribution("rlcore-plugin-sft", {}, commands=("sft", "data arith-sft")),

@@ -346,6 +346,23 @@ def register_weight_transports(register: Register) -> None:
 
 
 @hookspec
+def register_retrievers(register: Register) -> None:
+    """Register document retrievers (kind ``retriever``), selected by ``retriever`` in the ``search`` tool's config.
+
+    A target is a class ``(config)`` (the tool's ``retriever_config`` mapping) whose
+    ``retrieve(queries, topk) -> list[list[rlcore.api.RetrievedDocument]]`` returns, for each query in order,
+    at most ``topk`` documents, best first. It may block: the ``search`` tool (rlcore-plugin-agents) calls it on
+    a thread of its own under the tool's timeout, and an exception becomes an error message to the model.
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_retrievers(register):
+            register("wiki_dense", "my_pkg.retrieval:DenseRetriever", description="e5 over a FAISS index")
+    """
+
+
+@hookspec
 def config_defaults() -> Any:
     """Return the default values of the config keys this plugin owns: a nested dict, or a typed section.
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         Interaction,
         PolicyLoss,
         Preset,
+        Retriever,
         RewardManager,
         RewardScorer,
         Tool,
@@ -197,6 +198,8 @@ class ComponentLoader(Protocol):
     def __call__(self, kind: Literal["tool_parser"], name: str) -> type[ToolParser]: ...
     @overload
     def __call__(self, kind: Literal["weight_transport"], name: str) -> type[WeightTransport]: ...
+    @overload
+    def __call__(self, kind: Literal["retriever"], name: str) -> type[Retriever]: ...
     @overload
     def __call__(self, kind: str, name: str) -> Any: ...
 

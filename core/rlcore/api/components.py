@@ -47,6 +47,8 @@ __all__ = [
     "Preset",
     "RewardManager",
     "RewardResult",
+    "RetrievedDocument",
+    "Retriever",
     "RewardScorer",
     "Tool",
     "ToolParser",
@@ -80,6 +82,15 @@ class ToolResult:
     text: str
     reward: float | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RetrievedDocument:
+    """One document a :class:`Retriever` found: its text, its score (higher ranks first) and its id, if any."""
+
+    contents: str
+    score: float = 0.0
+    id: str | None = None
 
 
 @dataclass
@@ -306,4 +317,19 @@ class ToolParser(Protocol):
 
     def parse(self, text: str) -> list[ToolCall]:
         """The calls in ``text``; a call it cannot read comes back with ``error`` set, so the model is told."""
+        ...
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Kind ``retriever`` (``retriever`` in the ``search`` tool's config): constructed with the tool's
+    ``retriever_config``; ``retrieve`` answers several queries at once. It may block (the tool runs it on a
+    thread of its own, under the tool's timeout); a failure is an exception, which the tool reports to the model."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        """Keep the ``retriever_config`` mapping of the tool's config (a bad value: :class:`rlcore.api.RLCoreError`)."""
+        ...
+
+    def retrieve(self, queries: Sequence[str], topk: int) -> list[list[RetrievedDocument]]:
+        """For each query, in order, at most ``topk`` documents, best first."""
         ...

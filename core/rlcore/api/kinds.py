@@ -99,6 +99,9 @@ COMPONENT_KINDS: tuple[KindSpec, ...] = (
         "actor_rollout_ref.rollout.checkpoint_engine.backend",
         WeightTransport,
     ),
+    KindSpec(
+        "retriever", "register_retrievers", "retriever in the search tool's config (tool YAML)", components.Retriever
+    ),
 )
 #: the kinds' names, in :data:`COMPONENT_KINDS` order
 KINDS: tuple[str, ...] = tuple(spec.name for spec in COMPONENT_KINDS)

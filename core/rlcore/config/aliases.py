@@ -54,6 +54,8 @@ VERL010_ALIASES: dict[str, str] = {
     "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_chunk_size": "actor_rollout_ref.actor.entropy_from_logits_chunk_size",
     "actor_rollout_ref.ref.fsdp_config.entropy_from_logits_chunk_size": "actor_rollout_ref.ref.entropy_from_logits_chunk_size",
     "actor_rollout_ref.rollout.n_gpus_per_node": "trainer.rollout_n_gpus_per_node",
+    "reward.sandbox_fusion": "reward_model.sandbox_fusion",
+    "sandbox_fusion": "reward_model.sandbox_fusion",
 }
 
 #: every accepted spelling, longest first (the most specific alias wins)

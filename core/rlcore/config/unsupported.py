@@ -171,12 +171,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         off={"reward_model.reward_loop_source": "register"},
     ),
     MissingFeature(
-        "sandboxed code-execution rewards (Sandbox Fusion)",
-        ("reward_model.sandbox_fusion", "reward.sandbox_fusion", "sandbox_fusion"),
-        "rlcore runs code rewards in its own sandbox instead: data_source codecontests, apps, codeforces or taco "
-        "(docs/rewards.md)",
-    ),
-    MissingFeature(
         "reward managers loaded from a file (reward_manager.source=importlib)",
         (
             "reward_manager.source",

@@ -57,5 +57,18 @@ def register_tool_parsers(register: Any) -> None:
 
 @hookimpl
 def register_tools(register: Any) -> None:
-    """Register the built-in calculator tool."""
+    """Register the built-in tools: the calculator and ``search`` (verl's ``SearchTool``)."""
     register("calculator", "rlcore_plugin_agents.builtin_tools:CalculatorTool", description="exact arithmetic")
+    register(
+        "search",
+        "rlcore_plugin_agents.search_tool:SearchTool",
+        description="documents from a retriever (kind retriever) for each query",
+        aliases=("verl.tools.search_tool.SearchTool",),
+    )
+
+
+@hookimpl
+def register_retrievers(register: Any) -> None:
+    """Register the built-in retrievers of the ``search`` tool: ``http`` (verl's retrieval service) and ``bm25``."""
+    register("http", "rlcore_plugin_agents.retrievers:HttpRetriever", description="verl's retrieval service over HTTP")
+    register("bm25", "rlcore_plugin_agents.retrievers:BM25Retriever", description="BM25 over a local JSON-lines corpus")

@@ -40,11 +40,15 @@ DEFAULT_TIMEOUT_S = 30.0
 
 def load_tools(path: str, registry: Registry) -> dict[str, Tool]:
     """The tools of verl's tool YAML at ``path`` (``tools: [{class_name, config, tool_schema}]``) by name, their
-    classes resolved in ``registry``."""
+    classes resolved in ``registry``. A tool with a ``bind_registry(registry)`` method gets ``registry`` right
+    after it is built (the ``search`` tool resolves its retriever there)."""
     tools: dict[str, Tool] = {}
     for where, entry, cls in tool_classes(path, f"{MULTI_TURN_KEY}.tool_config_path", "tools", "tool", registry):
         try:
             tool = cls(entry.get("config") or {}, entry.get("tool_schema"))
+            bind = getattr(tool, "bind_registry", None)
+            if callable(bind):
+                bind(registry)
         except RLCoreError as exc:
             raise RLCoreError(f"{where}: {exc}") from exc
         if tool.name in tools:

@@ -1,6 +1,7 @@
 """The plugin's hooks: the ``code_interpreter`` tool, the code scorer (data sources ``codecontests``, ``apps``,
-``codeforces``, ``taco``), ``rlcore sandbox check``, the plan's sandbox line and the hand-over of
-``reward_model.sandbox.allow_unconfined`` to the run's processes.
+``codeforces``, ``taco``; locally or on a Sandbox Fusion service), ``rlcore sandbox check``, the plan's sandbox
+lines and the hand-over of ``reward_model.sandbox.allow_unconfined`` and ``reward_model.sandbox_fusion`` to the
+run's processes.
 
 This module must stay free of torch imports: ``rlcore plugins``, the CLI and config loading import it.
 """
@@ -21,10 +22,11 @@ RLCORE_API = ">=3,<4"
 
 @hookimpl
 def config_defaults() -> Any:
-    """Declare ``reward_model.sandbox`` (:class:`~rlcore_plugin_sandbox.config.SandboxConfig`), typed."""
-    from rlcore_plugin_sandbox.config import SandboxConfig
+    """Declare ``reward_model.sandbox`` (:class:`~rlcore_plugin_sandbox.config.SandboxConfig`) and
+    ``reward_model.sandbox_fusion`` (:class:`~rlcore_plugin_sandbox.config.SandboxFusionConfig`), typed."""
+    from rlcore_plugin_sandbox.config import SandboxConfig, SandboxFusionConfig
 
-    return SandboxConfig()
+    return [SandboxConfig(), SandboxFusionConfig()]
 
 
 @hookimpl
@@ -68,20 +70,22 @@ def register_commands(cli: click.Group) -> None:
 
 
 @hookimpl
-def plan_lines(config: Any) -> list[str] | None:
-    """The plan's sandbox line when the run executes model-written code; a host that cannot confine code
-    rewards refuses the run unless ``reward_model.sandbox.allow_unconfined`` is true."""
+def plan_lines(config: Any, dry_run: bool) -> list[str] | None:
+    """The plan's sandbox lines when the run executes model-written code (locally or on Sandbox Fusion); a
+    host that cannot confine code rewards refuses the run unless ``reward_model.sandbox.allow_unconfined`` is
+    true, a Sandbox Fusion service that does not answer refuses a run (not a dry run) that uses it."""
     from rlcore_plugin_sandbox.plan import sandbox_plan
 
-    line = sandbox_plan(config)
-    return [line] if line else None
+    return sandbox_plan(config, dry_run) or None
 
 
 @hookimpl
 def on_config_resolved(config: Any) -> None:
-    """Pass ``reward_model.sandbox.allow_unconfined=true`` on to every process the run starts. This hook runs in
+    """Pass ``reward_model.sandbox.allow_unconfined=true`` and ``reward_model.sandbox_fusion`` on to every
+    process the run starts. This hook runs in
     the controller before any worker or scorer process starts (``on_run_start`` comes after the workers are
     built, too late for them to inherit it)."""
-    from rlcore_plugin_sandbox.plan import export_unconfined_choice
+    from rlcore_plugin_sandbox.plan import export_fusion_settings, export_unconfined_choice
 
     export_unconfined_choice(config)
+    export_fusion_settings(config)

@@ -1,5 +1,6 @@
 """The run's view of the sandbox: what in the run executes model-written code, the plan's sandbox line, the
-dry run's refusal, and passing ``reward_model.sandbox.allow_unconfined`` on to the scorer processes.
+dry run's refusal, and passing ``reward_model.sandbox.allow_unconfined`` and ``reward_model.sandbox_fusion`` on to
+the scorer processes.
 
 A run uses the sandbox when its data has a ``data_source`` whose reward scorer was registered with
 ``sandbox=True`` (the built-in code scorer: ``codecontests``, ``apps``, ``codeforces``, ``taco``), or when its
@@ -80,24 +81,59 @@ def unconfined_accepted(config: Any) -> bool:
     return SandboxConfig.from_tree(config).allow_unconfined
 
 
-def sandbox_plan(config: Any) -> str | None:
-    """The plan's sandbox line when the run executes model-written code, else ``None``. Code rewards on a
-    host whose level is not ``full`` are an error unless ``reward_model.sandbox.allow_unconfined`` is true
-    (the code tool refuses such a host itself, when its YAML loads)."""
+def fusion_plan(config: Any, sources: list[str], dry_run: bool) -> str | None:
+    """The plan's Sandbox Fusion line when ``reward_model.sandbox_fusion.url`` is set, else ``None``. A run
+    (not a dry run) with code rewards first sends the service a one-line program: no usable answer is an
+    :class:`RLCoreError` naming the key, before anything starts."""
+    from rlcore_plugin_sandbox.config import SandboxFusionConfig
+
+    section = SandboxFusionConfig.from_tree(config)
+    if not section.url:
+        return None
+    if sources and not dry_run:
+        from rlcore_plugin_sandbox.fusion import probe
+
+        problem = probe(section)
+        if problem:
+            raise RLCoreError(f"{section.key('url')}={section.url!r}: {problem}")
+    users = f"code rewards ({', '.join(sources)})" if sources else "code rewards"
+    return (
+        f"sandbox fusion: {users} run at {section.url} ({section.max_concurrent} requests at once, "
+        f"{section.memory_limit_mb} MB per program unless the problem sets memory_limit)"
+    )
+
+
+def sandbox_plan(config: Any, dry_run: bool = False) -> list[str]:
+    """The plan's sandbox lines: Sandbox Fusion's (:func:`fusion_plan`) and the local sandbox's when the run
+    executes model-written code in it. Code rewards on a host whose level is not ``full`` are an error unless
+    ``reward_model.sandbox.allow_unconfined`` is true or they run on Sandbox Fusion (the code tool refuses such
+    a host itself, when its YAML loads)."""
     allowed = unconfined_accepted(config)
     sources, tools = sandbox_users(config)
+    fusion = fusion_plan(config, sources, dry_run)
+    lines = [fusion] if fusion else []
+    if fusion:
+        sources = []
     if not sources and not tools:
-        return None
+        return lines
     host = host_isolation()
     users = [f"code rewards ({', '.join(sources)})"] if sources else []
     users += [f"tool {name}" for name, _ in tools]
     line = f"sandbox: {host.summary()} for {' and '.join(users)}; `rlcore sandbox check` shows each confinement"
     if host.level == "full":
-        return line
+        return [*lines, line]
     if sources and not allowed:
         raise RLCoreError(f"code rewards ({', '.join(sources)}): {refusal(host)}")
     accepted = ([f"{ALLOW_KEY}=true"] if sources else []) + [f"{name}: allow_unconfined" for name, _ in tools]
-    return f"{line} (the weaker confinement is accepted by {', '.join(accepted)})"
+    return [*lines, f"{line} (the weaker confinement is accepted by {', '.join(accepted)})"]
+
+
+def export_fusion_settings(config: Any) -> None:
+    """Pass ``reward_model.sandbox_fusion`` on to the processes the run starts (:func:`rlcore_plugin_sandbox.fusion.export_settings`)."""
+    from rlcore_plugin_sandbox.config import SandboxFusionConfig
+    from rlcore_plugin_sandbox.fusion import export_settings
+
+    export_settings(SandboxFusionConfig.from_tree(config))
 
 
 def export_unconfined_choice(config: Any) -> None:

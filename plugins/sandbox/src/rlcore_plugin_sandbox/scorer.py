@@ -21,6 +21,12 @@ UTF-8 form) is bad data: an :class:`RLCoreError` naming the data source, the sam
 without running, so a hanging program costs one wall-time limit per sample. Samples are scored concurrently
 by the reward manager's scorer processes (``reward_model.scorer_workers``), which bounds how many programs
 run at once; ``reward_model.scorer_timeout`` must exceed the limits of one test.
+
+With ``reward_model.sandbox_fusion.url`` set, each test runs on that Sandbox Fusion service instead
+(:mod:`rlcore_plugin_sandbox.fusion`): the same program, input, time limit and judgement, the memory limit
+``reward_model.sandbox_fusion.memory_limit_mb`` when the problem gives none. A service that fails a request
+after its retries scores the sample 0 with ``status="sandbox_fusion_error"`` and the reason in the extra value
+``sandbox_error`` (the run goes on).
 """
 
 from __future__ import annotations
@@ -104,16 +110,19 @@ def _sample(extra_info: Any) -> str:
 def score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, Any]:
     """The fraction of the problem's tests the response's program passes, with ``passed``, ``tests``,
     ``status`` (the first failing test's sandbox status, or ``ok``) and ``stderr_overflow`` (how many tests
-    wrote more than :data:`OUTPUT_LIMIT_BYTES` to stderr, which does not fail them) as extra information.
+    wrote more than :data:`OUTPUT_LIMIT_BYTES` to stderr, which does not fail them) as extra information
+    (and ``sandbox_error`` when a Sandbox Fusion service failed).
     A test input that is not valid text (a lone surrogate) is an :class:`RLCoreError` naming the test."""
     from rlcore_plugin_sandbox import SandboxLimits, run_python
+    from rlcore_plugin_sandbox.fusion import FusionUnavailable, run_python_remote, settings_from_env
 
     tests = parse_tests(ground_truth)
+    remote = settings_from_env()
     cpu = float(tests.get("time_limit") or DEFAULT_TIME_LIMIT_S)
     limits = SandboxLimits(
         cpu_seconds=cpu,
         wall_seconds=2 * cpu,
-        memory_mb=int(tests.get("memory_limit") or DEFAULT_MEMORY_LIMIT_MB),
+        memory_mb=int(tests.get("memory_limit") or (remote.memory_limit_mb if remote else DEFAULT_MEMORY_LIMIT_MB)),
         output_bytes=OUTPUT_LIMIT_BYTES,
     )
     program = extract_program(solution_str)
@@ -124,10 +133,23 @@ def score(data_source: str, solution_str: str, ground_truth: Any, extra_info: An
     passed = stderr_overflow = 0
     status = "ok"
     for number, (stdin, expected) in enumerate(cases):
+        text = json.dumps(stdin) if fn_name else str(stdin)
         try:
-            result = run_python(program, stdin=json.dumps(stdin) if fn_name else str(stdin), limits=limits)
+            if remote is None:
+                result = run_python(program, stdin=text, limits=limits)
+            else:
+                result = run_python_remote(remote, program, text, limits)
         except ValueError as exc:  # SandboxInputError: the input has no UTF-8 form
             raise RLCoreError(f"code scorer ({data_source}{_sample(extra_info)}): test {number}: {exc}") from None
+        except FusionUnavailable as exc:
+            return {
+                "score": 0.0,
+                "passed": 0,
+                "tests": len(cases),
+                "status": "sandbox_fusion_error",
+                "stderr_overflow": stderr_overflow,
+                "sandbox_error": f"test {number}: {exc}",
+            }
         stderr_overflow += "stderr" in result.truncated_streams
         same = _same_value if fn_name else _same_output
         if result.status == "ok" and "stdout" not in result.truncated_streams and same(result.stdout, expected):

@@ -9,7 +9,13 @@ The suites test behaviour (shapes, masks, determinism under a seed, metric keys,
 learning signal), not merely that a class exists. They need torch; import them from test modules only.
 """
 
-from rlcore_testkit.contracts.agents import AgentLoopContract, InteractionContract, ToolContract, ToolParserContract
+from rlcore_testkit.contracts.agents import (
+    AgentLoopContract,
+    InteractionContract,
+    RetrieverContract,
+    ToolContract,
+    ToolParserContract,
+)
 from rlcore_testkit.contracts.algorithms import AdvantageEstimatorContract, PolicyLossContract
 from rlcore_testkit.contracts.backend import TrainingBackendContract
 from rlcore_testkit.contracts.components import BatchFilterContract, PresetContract
@@ -34,6 +40,7 @@ CONTRACTS = {
     "agent_loop": AgentLoopContract,
     "interaction": InteractionContract,
     "tool_parser": ToolParserContract,
+    "retriever": RetrieverContract,
 }
 
 __all__ = [
@@ -45,6 +52,7 @@ __all__ = [
     "InteractionContract",
     "PolicyLossContract",
     "PresetContract",
+    "RetrieverContract",
     "RewardManagerContract",
     "RewardScorerContract",
     "RolloutEngineContract",

@@ -1,4 +1,5 @@
-"""Contract suites for the multi-turn kinds: ``tool``, ``agent_loop``, ``interaction`` and ``tool_parser``.
+"""Contract suites for the multi-turn kinds: ``tool``, ``agent_loop``, ``interaction``, ``tool_parser`` and
+``retriever``.
 
 ::
 
@@ -28,7 +29,7 @@ import pytest
 from rlcore_plugin_agents.tools import ToolExecutor
 
 from rlcore import load_plugins
-from rlcore.api import InteractionTurn, Tool, ToolCall, ToolResult, audit_batch
+from rlcore.api import InteractionTurn, RetrievedDocument, Tool, ToolCall, ToolResult, audit_batch
 
 __all__ = ["AgentLoopContract", "InteractionContract", "ToolContract", "ToolParserContract"]
 
@@ -195,3 +196,38 @@ class AgentLoopContract:
     def test_mask_audit(self, rollout: Any) -> None:
         out, tokenizer = rollout
         assert audit_batch(out, tokenizer) >= len(out)
+
+
+class RetrieverContract:
+    """Behaviour every ``retriever`` must have: one ranked list per query, in order, at most ``topk`` documents,
+    best first, the same answer twice."""
+
+    component_name: ClassVar[str]
+    #: the ``retriever_config`` it is built with
+    retriever_config: ClassVar[dict[str, Any]] = {}
+    #: queries it can answer with at least one document each
+    example_queries: ClassVar[tuple[str, ...]] = ("capital of France", "a river in Africa")
+
+    @pytest.fixture
+    def retriever(self) -> Any:
+        """The retriever instance."""
+        return load_plugins().registry.load("retriever", self.component_name)(dict(self.retriever_config))
+
+    def test_one_ranked_list_per_query(self, retriever: Any) -> None:
+        results = retriever.retrieve(list(self.example_queries), 2)
+        assert isinstance(results, list) and len(results) == len(self.example_queries)
+        for found in results:
+            assert 1 <= len(found) <= 2, "each example query finds one or two documents at topk=2"
+            assert all(isinstance(doc, RetrievedDocument) and isinstance(doc.contents, str) for doc in found)
+            scores = [float(doc.score) for doc in found]
+            assert all(np.isfinite(scores)) and scores == sorted(scores, reverse=True), "best first"
+
+    def test_topk_bounds_each_list(self, retriever: Any) -> None:
+        assert all(len(found) <= 1 for found in retriever.retrieve(list(self.example_queries), 1))
+
+    def test_no_queries_no_results(self, retriever: Any) -> None:
+        assert retriever.retrieve([], 3) == []
+
+    def test_the_same_answer_twice(self, retriever: Any) -> None:
+        queries = list(self.example_queries)
+        assert retriever.retrieve(queries, 2) == retriever.retrieve(queries, 2)

@@ -146,4 +146,11 @@ def register_weight_transports(register: Callable[..., None]) -> None:
         "{{ package }}.weight_transport:TensorByTensor",
         description="one bucket per tensor",
     )
+{% if cookiecutter.retriever %}
+
+
+@hookimpl
+def register_retrievers(register: Callable[..., None]) -> None:
+    """``retriever: {{ name }}`` in the ``search`` tool's config (tool YAML)."""
+    register("{{ name }}", "{{ package }}.retriever:WordOverlapRetriever", description="query words in common")
 {% endif %}
