@@ -146,6 +146,7 @@ def register_weight_transports(register: Callable[..., None]) -> None:
         "{{ package }}.weight_transport:TensorByTensor",
         description="one bucket per tensor",
     )
+{% endif %}
 {% if cookiecutter.retriever %}
 
 
