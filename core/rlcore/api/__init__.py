@@ -304,8 +304,9 @@ _LAZY: dict[str, str] = {
     "check_choice": "rlcore.tracking.external",
     "flatten": "rlcore.tracking.external",
     "numeric_metrics": "rlcore.tracking.external",
+    "setting_or_env": "rlcore.tracking.external",
     "table_data": "rlcore.tracking.external",
-    "tracker_setting": "rlcore.tracking.external",
+    "tracker_section": "rlcore.tracking.external",
 }
 
 if TYPE_CHECKING:
@@ -525,8 +526,9 @@ if TYPE_CHECKING:
         check_choice,
         flatten,
         numeric_metrics,
+        setting_or_env,
         table_data,
-        tracker_setting,
+        tracker_section,
     )
     from rlcore.tracking.progress import short_label
     from rlcore.tracking.sinks import METRICS_FILE, format_value, read_metrics
