@@ -185,6 +185,7 @@ _LAZY: dict[str, str] = {
     "RefConfig": "rlcore.config.schema",
     "RolloutConfig": "rlcore.config.schema",
     "CheckpointEngineConfig": "rlcore.config.schema",
+    "TrainerConfig": "rlcore.config.schema",
     "default_section": "rlcore.config.schema",
     "OptimConfig": "rlcore.config.sections.actor",
     "Section": "rlcore.config.sections.base",
@@ -453,6 +454,7 @@ if TYPE_CHECKING:
         RefConfig,
         RewardModelConfig,
         RolloutConfig,
+        TrainerConfig,
         default_section,
     )
     from rlcore.config.sections.actor import OptimConfig
