@@ -360,35 +360,6 @@ def test_megatron_settings_rlcore_lacks_do_not_ask_to_install_the_installed_plug
     assert "pip install" not in problem
 
 
-def test_megatron_settings_that_change_nothing_on_the_cpu_are_noted() -> None:
-    from rlcore.config.schema import ActorRolloutRefConfig, TrainerConfig
-    from rlcore.config.validate import megatron_notes, speed_only_notes
-
-    pytest.importorskip("rlcore_plugin_megatron")
-    section = "actor_rollout_ref.actor.megatron"
-    config = load_config(
-        overrides=[
-            "trainer.device=cpu",
-            "actor_rollout_ref.actor.strategy=megatron",
-            f"{section}.param_offload=true",
-            f"{section}.dtype=bf16",
-            f"{section}.use_mbridge=true",
-            "actor_rollout_ref.model.use_fused_kernels=true",
-        ]
-    )
-    notes = megatron_notes(config, TrainerConfig.from_tree(config), ActorRolloutRefConfig.from_tree(config))
-    assert [note.split(" changes nothing")[0] for note in notes] == [
-        f"{section}.param_offload=True",
-        f"{section}.dtype=bf16",
-        "actor_rollout_ref.model.use_fused_kernels=True",
-    ]
-    assert any(note.startswith(f"{section}.use_mbridge=True changes nothing") for note in speed_only_notes(config))
-    config.trainer.device = "cuda"
-    assert megatron_notes(config, TrainerConfig.from_tree(config), ActorRolloutRefConfig.from_tree(config)) == [
-        notes[-1]
-    ]
-
-
 def test_keys_of_missing_features_are_accepted_when_they_turn_it_off() -> None:
     load_config(
         overrides=[

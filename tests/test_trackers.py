@@ -29,7 +29,8 @@ from rlcore.tracking.external import (
     TrackerDependencyError,
     git_commit,
     preflight_trackers,
-    tracker_setting,
+    setting_or_env,
+    tracker_section,
 )
 from rlcore.tracking.sinks import read_metrics
 
@@ -280,15 +281,53 @@ def test_bad_mode_is_a_config_error_before_training(plugin_manager: Any) -> None
 
 # -------------------------------------------------------------------------------------- settings
 def test_config_wins_over_environment_which_wins_over_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    assert setting_or_env(None, "WANDB_MODE", "online") == "online"
+    monkeypatch.setenv("WANDB_MODE", "")  # an empty variable counts as unset
+    assert setting_or_env(None, "WANDB_MODE", "online") == "online"
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert setting_or_env(None, "WANDB_MODE", "online") == "offline"
+    assert setting_or_env("disabled", "WANDB_MODE", "online") == "disabled"
+    assert setting_or_env(None, None, "online") == "online"
+
+
+def test_typed_tracker_sections_follow_the_rule(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each tracker reads its typed ``trainer.tracking.<name>`` section; a null field (or a key, or the whole
+    section, a small hand-made config lacks) is not set: the environment, else the section's default."""
+    from rlcore_plugin_mlflow.config import MlflowConfig
+    from rlcore_plugin_swanlab.config import SwanlabConfig
+    from rlcore_plugin_tensorboard.config import TensorboardConfig
+    from rlcore_plugin_wandb.config import WandbConfig
+
+    for name in TRACKER_ENV:
+        monkeypatch.delenv(name, raising=False)
     unset = OmegaConf.create({"trainer": {"tracking": {"wandb": {"mode": None}}}})
     explicit = OmegaConf.create({"trainer": {"tracking": {"wandb": {"mode": "disabled"}}}})
     bare = OmegaConf.create({"trainer": {}})
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    assert tracker_setting(unset, "wandb", "mode", "WANDB_MODE", "online") == "online"
-    assert tracker_setting(bare, "wandb", "mode", "WANDB_MODE", "online") == "online"
+    assert tracker_section(unset, WandbConfig).chosen_mode() == WandbConfig.DEFAULT_MODE == "online"
+    assert tracker_section(bare, WandbConfig) == WandbConfig()
+    assert tracker_section(bare, WandbConfig).chosen_mode() == "online"
+    assert tracker_section(bare, WandbConfig).chosen_dir(tmp_path) == str(tmp_path)
+    assert tracker_section(bare, WandbConfig).chosen_entity() is None
     monkeypatch.setenv("WANDB_MODE", "offline")
-    assert tracker_setting(unset, "wandb", "mode", "WANDB_MODE", "online") == "offline"
-    assert tracker_setting(explicit, "wandb", "mode", "WANDB_MODE", "online") == "disabled"
+    assert tracker_section(unset, WandbConfig).chosen_mode() == "offline"
+    assert tracker_section(explicit, WandbConfig).chosen_mode() == "disabled"
+    assert tracker_section(bare, SwanlabConfig).chosen_mode() == "cloud"
+    assert tracker_section(bare, SwanlabConfig).chosen_logdir(tmp_path) == str(tmp_path / "swanlog")
+    monkeypatch.setenv("SWANLAB_LOG_DIR", str(tmp_path / "env"))
+    assert tracker_section(bare, SwanlabConfig).chosen_logdir(tmp_path) == str(tmp_path / "env")
+    assert tracker_section(bare, TensorboardConfig).chosen_log_dir(tmp_path) == str(tmp_path / "tensorboard")
+    mlflow = tracker_section(
+        OmegaConf.create({"trainer": {"tracking": {"mlflow": {"experiment_name": "x"}}}}), MlflowConfig
+    )
+    assert mlflow.chosen_tracking_uri(tmp_path) == str(tmp_path / "mlruns")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "from-env")
+    assert mlflow.chosen_experiment_name("project") == "x"
+    assert tracker_section(bare, MlflowConfig).chosen_experiment_name("project") == "from-env"
+    # the loaded config holds every section (the plugins mount them), null by default
+    loaded = load_config()
+    for kind in (WandbConfig, SwanlabConfig, TensorboardConfig, MlflowConfig):
+        assert tracker_section(loaded, kind) == kind.from_tree(loaded) == kind()
 
 
 def test_tensorboard_dir_from_environment_and_config(

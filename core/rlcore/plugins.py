@@ -483,12 +483,14 @@ def run_profiler(config: Any, manager: PluginManager | None = None) -> Profiler:
     """The run's :class:`rlcore.api.profiling.Profiler`, made this process's current one: the first answer of
     the plugins' ``profiler`` hook, or :class:`~rlcore.api.profiling.NoProfiler` when ``global_profiler.tool``
     is null. A tool with no plugin to answer is an error naming ``rlcore-plugin-profiler``, and so are two
-    answers (naming the plugins that implement the hook)."""
+    answers (naming the plugins that implement the hook). ``global_profiler`` is the profiler plugin's typed
+    section; without the plugin the loader keeps the key as a plain value, so the tool is read by its key (None
+    when missing)."""
     from omegaconf import OmegaConf
 
     hook = (manager or load_plugins()).hook.profiler
     answers = [p for p in hook(config=config) if p is not None]
-    tool = OmegaConf.select(config, "global_profiler.tool", default=None)
+    tool = OmegaConf.select(config, "global_profiler.tool")
     if len(answers) > 1:
         offering = ", ".join(sorted({impl.plugin_name for impl in hook.get_hookimpls()}))
         raise RLCoreError(

@@ -181,12 +181,14 @@ _LAZY: dict[str, str] = {
     "token_budget": "rlcore.config.batch_sizes",
     "ppo_batch_sizes": "rlcore.config.batch_sizes",
     "ActorConfig": "rlcore.config.schema",
+    "DataConfig": "rlcore.config.schema",
     "ModelConfig": "rlcore.config.schema",
     "AlgorithmConfig": "rlcore.config.schema",
     "RewardModelConfig": "rlcore.config.schema",
     "RefConfig": "rlcore.config.schema",
     "RolloutConfig": "rlcore.config.schema",
     "CheckpointEngineConfig": "rlcore.config.schema",
+    "TrainerConfig": "rlcore.config.schema",
     "default_section": "rlcore.config.schema",
     "OptimConfig": "rlcore.config.sections.actor",
     "Section": "rlcore.config.sections.base",
@@ -306,8 +308,9 @@ _LAZY: dict[str, str] = {
     "check_choice": "rlcore.tracking.external",
     "flatten": "rlcore.tracking.external",
     "numeric_metrics": "rlcore.tracking.external",
+    "setting_or_env": "rlcore.tracking.external",
     "table_data": "rlcore.tracking.external",
-    "tracker_setting": "rlcore.tracking.external",
+    "tracker_section": "rlcore.tracking.external",
 }
 
 if TYPE_CHECKING:
@@ -452,10 +455,12 @@ if TYPE_CHECKING:
         ActorConfig,
         AlgorithmConfig,
         CheckpointEngineConfig,
+        DataConfig,
         ModelConfig,
         RefConfig,
         RewardModelConfig,
         RolloutConfig,
+        TrainerConfig,
         default_section,
     )
     from rlcore.config.sections.actor import OptimConfig
@@ -529,8 +534,9 @@ if TYPE_CHECKING:
         check_choice,
         flatten,
         numeric_metrics,
+        setting_or_env,
         table_data,
-        tracker_setting,
+        tracker_section,
     )
     from rlcore.tracking.progress import short_label
     from rlcore.tracking.sinks import METRICS_FILE, format_value, read_metrics

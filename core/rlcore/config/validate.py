@@ -143,56 +143,6 @@ SPEED_ONLY.update(
 )
 
 
-def megatron_notes(config: DictConfig, trainer: TrainerConfig, policy: ActorRolloutRefConfig) -> list[str]:
-    """Notes for Megatron settings that change nothing here: offloading (``megatron.param_offload``,
-    ``grad_offload``, ``optimizer_offload``) and a lower-precision ``megatron.dtype`` on ``trainer.device=cpu``
-    (the engine computes in float32 with everything in host memory; on CUDA the dtype is an error), and
-    ``use_fused_kernels`` on a Megatron actor (its output layer gives the same log-probs from full logits), and
-    ``model.lora.merge=false`` with Megatron LoRA (the rollout gets merged weights either way). The
-    ``megatron.*`` and ``model.lora.*`` keys belong to rlcore-plugin-megatron: they are read from the tree."""
-    from omegaconf import OmegaConf
-
-    notes = []
-    cpu = trainer.device == "cpu"
-    for section in MEGATRON_SECTIONS if cpu else ():
-        key = f"{section}.megatron"
-        for name in ("param_offload", "grad_offload", "optimizer_offload"):
-            if OmegaConf.select(config, f"{key}.{name}", default=False) is True:
-                notes.append(f"{key}.{name}=True changes nothing on trainer.device=cpu: everything is in host memory")
-        dtype = OmegaConf.select(config, f"{key}.dtype", default="float32")
-        if dtype not in ("float32", "fp32"):
-            notes.append(f"{key}.dtype={dtype} changes nothing on trainer.device=cpu: the engine computes in float32")
-    megatron = policy.actor.strategy == "megatron"
-    lora_rank = OmegaConf.select(config, "actor_rollout_ref.model.lora.rank", default=0)
-    if megatron and isinstance(lora_rank, int) and lora_rank > 0:
-        if OmegaConf.select(config, "actor_rollout_ref.model.lora.merge", default=False) is False:
-            notes.append(
-                "actor_rollout_ref.model.lora.merge=False changes nothing in rlcore: the rollout receives merged "
-                "weights W + alpha/rank·B·A (its engines take no separate adapters), the same policy as verl's adapters"
-            )
-    if megatron and policy.model.use_fused_kernels is True:
-        notes.append(
-            "actor_rollout_ref.model.use_fused_kernels=True changes nothing on the Megatron backend: its output "
-            "layer computes the logits, and the log-probs and entropy from them are the same numbers"
-        )
-    return notes
-
-
-def megatron_lora_problems(config: DictConfig, actor: ActorConfig) -> list[str]:
-    """``actor_rollout_ref.model.lora.rank > 0`` (verl 0.10's LoRA, read by rlcore-plugin-megatron, from the tree)
-    with an actor on another backend: the FSDP and DeepSpeed backends read ``model.lora_rank`` instead."""
-    from omegaconf import OmegaConf
-
-    rank = OmegaConf.select(config, "actor_rollout_ref.model.lora.rank", default=0)
-    strategy = actor.strategy
-    if isinstance(rank, int) and rank > 0 and strategy != "megatron":
-        return [
-            f"actor_rollout_ref.model.lora.rank={rank} configures LoRA on the megatron backend, and "
-            f"actor_rollout_ref.actor.strategy={strategy}: set actor_rollout_ref.model.lora_rank instead (or use megatron)"
-        ]
-    return []
-
-
 def speed_only_notes(config: DictConfig) -> list[str]:
     """One note per :data:`SPEED_ONLY` key set to another value than rlcore's: it changes nothing."""
     from omegaconf import OmegaConf
@@ -373,7 +323,6 @@ def check_values(config: DictConfig) -> None:
         problems += prefix_grouper_problems(policy)
         if trainer is not None:
             problems += expert_parallel_problems(policy.rollout, trainer)
-        problems += megatron_lora_problems(config, policy.actor)
     reward_model, algorithm = given_section(RewardModelConfig, config), given_section(AlgorithmConfig, config)
     if reward_model and algorithm and reward_model.launch_reward_fn_async and algorithm.batch_filters:
         problems.append(
@@ -517,7 +466,6 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     notes += sampling_notes(policy.rollout, trainer)
     notes += reward_model_notes(RewardModelConfig.from_tree(config))
     notes += activation_offload_notes(trainer.device, (policy.model, CriticModelConfig.from_tree(config)))
-    notes += megatron_notes(config, trainer, policy)
     notes += expert_parallel_notes(policy.rollout, trainer)
     notes += ray_kwargs_notes(config, trainer)
     notes += file_logger_notes(config)

@@ -1,10 +1,12 @@
 """What the trackers that write to external experiment trackers (swanlab, wandb, tensorboard, mlflow) share.
 
 Settings
-    Each tracker reads its section of ``trainer.tracking`` (e.g. ``trainer.tracking.swanlab.mode``) with
-    :func:`tracker_setting`. The rule is the same for every key: **an explicit config value wins over the
-    environment variable, which wins over rlcore's default** (the defaults in ``defaults.yaml`` are
-    ``null``, meaning "not set"). Default directories lie inside the run directory.
+    Each tracker reads its typed section of ``trainer.tracking`` (e.g. ``trainer.tracking.swanlab``, the
+    ``Section`` its plugin's ``config_defaults`` mounts) with :func:`tracker_section`, and each value of it
+    with :func:`setting_or_env`. The rule is the same for every key: **an explicit config value wins over the
+    environment variable, which wins over the tracker's default** (the defaults in ``defaults.yaml`` are
+    ``null``, meaning "not set"; the tracker's default is a named constant of its section). Default
+    directories lie inside the run directory.
 Run metadata
     :func:`run_metadata` gives the plugin versions, the rlcore version, the git commit of the working
     directory and the run directory; every tracker stores it, and the resolved config
@@ -38,9 +40,14 @@ from rlcore.tracking.sinks import Tracker, logger_names, to_json_value
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
+    from rlcore.config.sections.base import Section
     from rlcore.registry import Registry
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_D = TypeVar("_D")
+_S = TypeVar("_S", bound="Section")
 
 
 class TrackerDependencyError(RLCoreError):
@@ -52,20 +59,25 @@ class TrackerConfigError(RLCoreError):
 
 
 # ------------------------------------------------------------------------------------------ settings
-def tracker_setting(config: DictConfig, tracker: str, key: str, env: str | None = None, default: object = None) -> Any:
-    """The value of ``trainer.tracking.<tracker>.<key>``: config if set, else ``$env`` if set, else ``default``.
+def setting_or_env(value: _T | None, env: str | None, default: _D) -> _T | str | _D:
+    """A tracker setting: ``value`` (the typed section's field) if set, else ``$env`` if set, else ``default``.
 
-    A config value of ``null`` (or a missing section, as in a small hand-made config) counts as "not set";
-    so does an empty environment variable.
+    A ``None`` value counts as "not set"; so does an unset or empty environment variable.
     """
-    from omegaconf import OmegaConf
-
-    value = OmegaConf.select(config, f"trainer.tracking.{tracker}.{key}", default=None)
     if value is not None:
         return value
     if env and os.environ.get(env):
         return os.environ[env]
     return default
+
+
+def tracker_section(config: DictConfig, kind: type[_S]) -> _S:
+    """The typed section ``kind`` (a tracker's ``trainer.tracking.<name>``, at its ``PATH``) of ``config``,
+    with the section's own checks; a key the config lacks, or the whole section (a small hand-made config),
+    keeps the section's default (``null``: not set)."""
+    from rlcore.config.keys import select
+
+    return kind.from_mapping(select(config, kind.PATH, {}))
 
 
 _Choice = TypeVar("_Choice", bound=str)
@@ -240,10 +252,6 @@ class ExternalTracker(Tracker):
     @classmethod
     def check_settings(cls, config: DictConfig) -> None:
         """Raise :class:`TrackerConfigError` for a bad ``trainer.tracking.<name>`` value; the default checks nothing."""
-
-    def setting(self, key: str, env: str | None = None, default: object = None) -> Any:
-        """This tracker's ``trainer.tracking.<name>.<key>`` (see :func:`tracker_setting`)."""
-        return tracker_setting(self.config, self.name, key, env, default)
 
     def start(self) -> None:
         """Open the library's run (subclasses implement it)."""

@@ -94,3 +94,48 @@ def test_hooks_module_does_not_import_torch() -> None:
     """Loading the plugin (``rlcore plugins``, config loading) must stay torch-free."""
     code = "import sys, rlcore_plugin_megatron.hooks; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_megatron_settings_that_change_nothing_on_the_cpu_are_noted() -> None:
+    """Offloading and a bf16 ``megatron.dtype`` are noted on the CPU only, ``use_fused_kernels`` on a Megatron
+    actor on any device; ``use_mbridge`` is the core's speed-only note. The plugin's ``plan_lines`` hook prints
+    them as ``note:`` lines."""
+    from rlcore_plugin_megatron.hooks import plan_lines
+    from rlcore_plugin_megatron.plan_notes import megatron_notes
+
+    from rlcore.config import load_config
+    from rlcore.config.validate import speed_only_notes
+
+    section = "actor_rollout_ref.actor.megatron"
+    config = load_config(
+        overrides=[
+            "trainer.device=cpu",
+            "actor_rollout_ref.actor.strategy=megatron",
+            f"{section}.param_offload=true",
+            f"{section}.dtype=bf16",
+            f"{section}.use_mbridge=true",
+            "actor_rollout_ref.model.use_fused_kernels=true",
+        ]
+    )
+    notes = megatron_notes(config)
+    assert [note.split(" changes nothing")[0] for note in notes] == [
+        f"{section}.param_offload=True",
+        f"{section}.dtype=bf16",
+        "actor_rollout_ref.model.use_fused_kernels=True",
+    ]
+    assert plan_lines(config) == [f"note: {note}" for note in notes]
+    assert any(note.startswith(f"{section}.use_mbridge=True changes nothing") for note in speed_only_notes(config))
+    config.trainer.device = "cuda"
+    assert megatron_notes(config) == [notes[-1]]
+    assert plan_lines(load_config()) is None
+
+
+def test_megatron_lora_rank_on_another_backend_is_a_config_error() -> None:
+    """``model.lora.rank`` with the FSDP actor: the hook raises one ConfigError naming both keys."""
+    from rlcore_plugin_megatron.hooks import plan_lines
+
+    from rlcore.config import ConfigError, load_config
+
+    config = load_config(overrides=["actor_rollout_ref.model.lora.rank=8"])
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref.model.lora.rank=8 configures LoRA on the megatron "):
+        plan_lines(config)

@@ -1,4 +1,5 @@
-"""The plugin's hooks: registers the ``megatron`` training backend and its ``megatron`` config sections.
+"""The plugin's hooks: registers the ``megatron`` training backend and its ``megatron`` config sections, and
+adds the notes on (and the problem of) those keys to the run plan.
 
 This module must stay free of torch (and megatron-core) imports: ``rlcore plugins``, config loading and
 the dry run import it.
@@ -60,3 +61,12 @@ def config_defaults() -> dict[str, Any]:
         },
         "critic": {"megatron": MegatronConfig()},
     }
+
+
+@hookimpl
+def plan_lines(config: DictConfig) -> list[str] | None:
+    """The plan's notes on the Megatron keys that change nothing here (:mod:`rlcore_plugin_megatron.plan_notes`);
+    ``model.lora.rank`` on an actor of another backend raises :class:`~rlcore.api.ConfigError` and stops the run."""
+    from rlcore_plugin_megatron.plan_notes import plan_notes
+
+    return plan_notes(config) or None

@@ -17,10 +17,13 @@ if TYPE_CHECKING:
 RLCORE_API = ">=3,<4"
 
 
-def _tool(config: Any) -> Any:
-    from omegaconf import OmegaConf
+def _tool(config: Any) -> str | None:
+    """``global_profiler.tool`` of the typed section (:class:`~rlcore_plugin_profiler.config.GlobalProfilerConfig`;
+    a hand-made config without the section has its defaults: no tool)."""
+    from rlcore.api import select
+    from rlcore_plugin_profiler.config import GlobalProfilerConfig
 
-    return OmegaConf.select(config, "global_profiler.tool", default=None)
+    return GlobalProfilerConfig.from_mapping(select(config, GlobalProfilerConfig.PATH, {})).tool
 
 
 @hookimpl

@@ -8,18 +8,19 @@ it was told.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sized
+from collections.abc import Iterator, Mapping, Sized
 from typing import Any
 
 import torch
 
-from rlcore.api import AbstractCurriculumSampler
+from rlcore.api import AbstractCurriculumSampler, DataConfig
 
 __all__ = ["RandomCurriculumSampler"]
 
 
 class RandomCurriculumSampler(AbstractCurriculumSampler):
-    """Epoch ``e`` visits the rows in ``randperm(n, seed + e)`` order (``seed`` is ``data.seed``, default 1).
+    """Epoch ``e`` visits the rows in ``randperm(n, seed + e)`` order (``seed`` is ``data.seed``, read from the
+    ``data`` node as the typed :class:`~rlcore.api.DataConfig`: its default when the node lacks it).
 
     ``updates`` holds, per ``update(batch)`` call, the dataset ``index`` values of the batch's rows (or its
     size when it has none).
@@ -27,8 +28,8 @@ class RandomCurriculumSampler(AbstractCurriculumSampler):
 
     def __init__(self, data_source: Sized, data_config: Any) -> None:
         self.size = len(data_source)
-        seed = data_config.get("seed", None) if hasattr(data_config, "get") else None
-        self.seed = 1 if seed is None else int(seed)
+        data = DataConfig.from_mapping(data_config if isinstance(data_config, Mapping) else {})
+        self.seed = int(data.seed)
         self.epoch = 0
         self.yielded = 0
         self.updates: list[list[Any]] = []

@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rlcore.api import Span, TraceSettings, TrajectoryTrace, tracker_setting, with_text
-from rlcore_plugin_mlflow.tracker import file_store_uri
+from rlcore.api import Span, TraceSettings, TrajectoryTrace, tracker_section, with_text
+from rlcore_plugin_mlflow.config import MlflowConfig
+from rlcore_plugin_mlflow.tracker import store_uri
 
 #: the directory of this process's run, recorded by the plugin's ``on_run_start`` hook
 _RUN: dict[str, Path] = {}
@@ -56,19 +57,10 @@ class MlflowTraceBackend:
 
         if self.experiment_id is not None:
             return self.experiment_id
-        default = _RUN.get("dir", Path.cwd()) / "mlruns"
-        uri = str(tracker_setting(self.config, "mlflow", "tracking_uri", "MLFLOW_TRACKING_URI", default))
-        if file_store_uri(uri):
-            if not uri.startswith("file:"):
-                uri = Path(uri).expanduser().resolve().as_uri()
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        self.tracking_uri = uri
-        name = str(
-            tracker_setting(
-                self.config, "mlflow", "experiment_name", "MLFLOW_EXPERIMENT_NAME", self.settings.project_name
-            )
-        )
-        client = MlflowClient(tracking_uri=uri)
+        mlflow_settings = tracker_section(self.config, MlflowConfig)
+        self.tracking_uri = store_uri(mlflow_settings.chosen_tracking_uri(_RUN.get("dir", Path.cwd())))
+        name = mlflow_settings.chosen_experiment_name(self.settings.project_name)
+        client = MlflowClient(tracking_uri=self.tracking_uri)
         experiment = client.get_experiment_by_name(name)
         self.experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
         return self.experiment_id

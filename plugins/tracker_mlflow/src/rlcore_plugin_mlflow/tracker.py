@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rlcore.api import ExternalTracker, flatten, numeric_metrics, table_data
+from rlcore.api import ExternalTracker, flatten, numeric_metrics, table_data, tracker_section
+from rlcore_plugin_mlflow.config import MlflowConfig
 
 #: MLflow's batch limits (params/tags and metrics per ``log_batch`` call)
 MAX_PARAMS_PER_BATCH = 100
@@ -46,6 +47,16 @@ def file_store_uri(uri: str) -> bool:
     return uri.startswith("file:") or re.match(r"^[A-Za-z][\w+.\-]*://", uri) is None
 
 
+def store_uri(uri: str) -> str:
+    """The tracking store ``uri`` as MLflow takes it: a path becomes a ``file:`` URI; for a local file store,
+    ``MLFLOW_ALLOW_FILE_STORE=true`` is set when unset (MLflow 3 refuses file stores without it)."""
+    if file_store_uri(uri):
+        if not uri.startswith("file:"):
+            uri = Path(uri).expanduser().resolve().as_uri()
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    return uri
+
+
 class MlflowTracker(ExternalTracker):
     """Logs to one MLflow run through ``MlflowClient`` (no global ``mlflow`` state is touched)."""
 
@@ -61,14 +72,10 @@ class MlflowTracker(ExternalTracker):
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
-        uri = str(self.setting("tracking_uri", "MLFLOW_TRACKING_URI", self.run_dir / "mlruns"))
-        if file_store_uri(uri):
-            if not uri.startswith("file:"):
-                uri = Path(uri).expanduser().resolve().as_uri()
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        self.tracking_uri = uri
-        self.client = MlflowClient(tracking_uri=uri)
-        experiment_name = str(self.setting("experiment_name", "MLFLOW_EXPERIMENT_NAME", self.project))
+        settings = tracker_section(self.config, MlflowConfig)
+        self.tracking_uri = store_uri(settings.chosen_tracking_uri(self.run_dir))
+        self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        experiment_name = settings.chosen_experiment_name(self.project)
         experiment = self.client.get_experiment_by_name(experiment_name)
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(experiment_name)
         tags = {

@@ -16,7 +16,8 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rlcore.api import ExternalTracker, check_choice, numeric_metrics, table_data, tracker_setting
+from rlcore.api import ExternalTracker, check_choice, numeric_metrics, table_data, tracker_section
+from rlcore_plugin_swanlab.config import SwanlabConfig
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -34,15 +35,16 @@ class SwanlabTracker(ExternalTracker):
     @classmethod
     def check_settings(cls, config: DictConfig) -> None:
         """``mode`` must be one of :data:`MODES`."""
-        mode = tracker_setting(config, cls.name, "mode", "SWANLAB_MODE", "cloud")
+        mode = tracker_section(config, SwanlabConfig).chosen_mode()
         check_choice(mode, MODES, "trainer.tracking.swanlab.mode (or $SWANLAB_MODE)")
 
     def start(self) -> None:
         """``swanlab.init`` with the resolved config plus an ``rlcore`` section holding the run metadata."""
         import swanlab
 
-        self.mode = str(self.setting("mode", "SWANLAB_MODE", "cloud"))
-        self.logdir = str(self.setting("logdir", "SWANLAB_LOG_DIR", self.run_dir / "swanlog"))
+        settings = tracker_section(self.config, SwanlabConfig)
+        self.mode = settings.chosen_mode()
+        self.logdir = settings.chosen_logdir(self.run_dir)
         # swanlab's local mode sets SWANLAB_LOG_DIR for the whole process; keep the environment as it was
         previous = os.environ.get("SWANLAB_LOG_DIR")
         try:

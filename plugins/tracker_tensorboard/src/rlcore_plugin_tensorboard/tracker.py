@@ -16,7 +16,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from rlcore.api import ExternalTracker, numeric_metrics, table_data
+from rlcore.api import ExternalTracker, numeric_metrics, table_data, tracker_section
+from rlcore_plugin_tensorboard.config import TensorboardConfig
 
 
 class TensorboardTracker(ExternalTracker):
@@ -31,7 +32,7 @@ class TensorboardTracker(ExternalTracker):
         import yaml
         from torch.utils.tensorboard import SummaryWriter
 
-        self.log_dir = str(self.setting("log_dir", "TENSORBOARD_DIR", self.run_dir / "tensorboard"))
+        self.log_dir = tracker_section(self.config, TensorboardConfig).chosen_log_dir(self.run_dir)
         self.writer = SummaryWriter(log_dir=self.log_dir)
         config_yaml = yaml.safe_dump(self.config_dict, sort_keys=False, default_flow_style=False)
         self.writer.add_text("rlcore/config", _code_block(config_yaml), 0)

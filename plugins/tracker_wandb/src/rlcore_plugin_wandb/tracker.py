@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from rlcore.api import ExternalTracker, check_choice, numeric_metrics, table_data, tracker_setting
+from rlcore.api import ExternalTracker, check_choice, numeric_metrics, table_data, tracker_section
+from rlcore_plugin_wandb.config import WandbConfig
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -36,7 +37,7 @@ class WandbTracker(ExternalTracker):
     @classmethod
     def check_settings(cls, config: DictConfig) -> None:
         """``mode`` must be one of :data:`MODES`."""
-        mode = tracker_setting(config, cls.name, "mode", "WANDB_MODE", "online")
+        mode = tracker_section(config, WandbConfig).chosen_mode()
         check_choice(mode, MODES, "trainer.tracking.wandb.mode (or $WANDB_MODE)")
 
     def start(self) -> None:
@@ -46,12 +47,13 @@ class WandbTracker(ExternalTracker):
         """
         import wandb
 
-        self.mode = check_choice(self.setting("mode", "WANDB_MODE", "online"), MODES, "trainer.tracking.wandb.mode")
-        self.dir = str(self.setting("dir", "WANDB_DIR", self.run_dir))
+        settings = tracker_section(self.config, WandbConfig)
+        self.mode = check_choice(settings.chosen_mode(), MODES, "trainer.tracking.wandb.mode")
+        self.dir = settings.chosen_dir(self.run_dir)
         self.run = wandb.init(
             project=self.project,
             name=self.experiment,
-            entity=self.setting("entity", "WANDB_ENTITY"),
+            entity=settings.chosen_entity(),
             mode=self.mode,
             dir=self.dir,
             config={**self.config_dict, "rlcore": self.metadata},
