@@ -101,6 +101,8 @@ ENGINE_ALIASES: dict[str, str] = {
         if role != "critic" or key not in _VEOMNI_POLICY_ONLY
     },
     **{f"{role}.mindspeed.{key}": f"{role}.megatron.{key}" for role in _ENGINE_ROLES for key in _MINDSPEED_SAME},
+    # verl's engine config carries routing replay (EngineConfig.router_replay): the role's own router_replay
+    **{f"{role}.megatron.router_replay": f"{role}.router_replay" for role in _ENGINE_ROLES[:2]},
 }
 
 #: every accepted spelling, longest first (the most specific alias wins)

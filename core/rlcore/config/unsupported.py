@@ -99,6 +99,8 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "critic.model.lora",
         ),
         MEGATRON_HINT,
+        # verl's bshd format (padded rows): what rlcore's Megatron engine computes; true (packed thd) is refused
+        off={f"{role}.megatron.use_remove_padding": False for role in ENGINE_ROLES},
     ),
     MissingFeature(
         "Nsight/NPU profiling options and verl's older profiler keys (rlcore profiles with global_profiler.tool=torch, "

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+
+from rlcore.api import select
 
 #: the roles with a ``veomni`` section
 ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
@@ -38,11 +40,11 @@ KERNEL_WHY = "a kernel choice of VeOmni; rlcore's FSDP engine runs the model's o
 def veomni_plan_lines(config: DictConfig) -> list[str]:
     """The substitution line and a note per kept VeOmni key when ``model_engine=veomni`` chose the engine (verl's
     ``<role>.veomni.strategy: veomni`` marks it); nothing otherwise."""
-    if OmegaConf.select(config, "actor_rollout_ref.actor.veomni.strategy") != "veomni":
+    if select(config, "actor_rollout_ref.actor.veomni.strategy") != "veomni":
         return []
     lines = [SUBSTITUTION_LINE]
     for role in ROLES:
-        section: Any = OmegaConf.select(config, f"{role}.veomni")
+        section: Any = select(config, f"{role}.veomni")
         for name, value in section.items() if isinstance(section, DictConfig) else ():
             if name != "strategy":
                 why = KERNEL_WHY if str(name).endswith("_implementation") else WHY[str(name)]

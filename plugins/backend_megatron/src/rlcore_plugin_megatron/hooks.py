@@ -18,6 +18,7 @@ from rlcore_plugin_megatron.settings import (
     layout_sizes,
     resolve_settings,
 )
+from rlcore_plugin_megatron.substitution import mindspeed_plan_lines
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
@@ -60,3 +61,9 @@ def config_defaults() -> dict[str, Any]:
         },
         "critic": {"megatron": MegatronConfig()},
     }
+
+
+@hookimpl
+def plan_lines(config: DictConfig, dry_run: bool) -> list[str]:
+    """``model_engine=mindspeed``'s substitution line (:mod:`rlcore_plugin_megatron.substitution`)."""
+    return mindspeed_plan_lines(config)
