@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
+from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_run
 
 from rlcore.config import load_config
 from rlcore.config.problems import ConfigError
-from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_run
 
 ACTOR = "actor_rollout_ref.actor"
 #: metrics that measure time, speed or memory: they differ between any two runs

@@ -45,8 +45,9 @@ def veomni_plan_lines(config: DictConfig) -> list[str]:
     lines = [SUBSTITUTION_LINE]
     for role in ROLES:
         section: Any = select(config, f"{role}.veomni")
-        for name, value in section.items() if isinstance(section, DictConfig) else ():
+        for key, value in section.items() if isinstance(section, DictConfig) else ():
+            name = str(key)
             if name != "strategy":
-                why = KERNEL_WHY if str(name).endswith("_implementation") else WHY[str(name)]
+                why = KERNEL_WHY if name.endswith("_implementation") else WHY[name]
                 lines.append(f"{role}.veomni.{name}={value} changes speed, not the numbers: {why}")
     return lines
