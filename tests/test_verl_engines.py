@@ -85,6 +85,13 @@ def test_a_plain_fsdp_run_prints_no_substitution() -> None:
     assert "model_engine=" not in result.output
 
 
+def test_a_kept_veomni_key_without_the_engine_is_still_noted() -> None:
+    result = dry_run(f"{ACTOR}.veomni.attn_implementation=sdpa")
+    assert result.exit_code == 0, result.output
+    assert "model_engine=veomni" not in result.output
+    assert f"{ACTOR}.veomni.attn_implementation=sdpa changes speed, not the numbers" in result.output
+
+
 @pytest.mark.parametrize(
     ("override", "named"),
     [

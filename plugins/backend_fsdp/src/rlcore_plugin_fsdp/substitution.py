@@ -38,11 +38,10 @@ KERNEL_WHY = "a kernel choice of VeOmni; rlcore's FSDP engine runs the model's o
 
 
 def veomni_plan_lines(config: DictConfig) -> list[str]:
-    """The substitution line and a note per kept VeOmni key when ``model_engine=veomni`` chose the engine (verl's
-    ``<role>.veomni.strategy: veomni`` marks it); nothing otherwise."""
-    if select(config, "actor_rollout_ref.actor.veomni.strategy") != "veomni":
-        return []
-    lines = [SUBSTITUTION_LINE]
+    """The substitution line when ``model_engine=veomni`` chose the engine (verl's ``<role>.veomni.strategy:
+    veomni`` marks it), and a note per kept VeOmni key (with or without it)."""
+    chosen = select(config, "actor_rollout_ref.actor.veomni.strategy") == "veomni"
+    lines = [SUBSTITUTION_LINE] if chosen else []
     for role in ROLES:
         section: Any = select(config, f"{role}.veomni")
         for key, value in section.items() if isinstance(section, DictConfig) else ():
