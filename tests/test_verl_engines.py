@@ -56,6 +56,13 @@ def test_veomni_keys_map_onto_the_fsdp_engine() -> None:
     assert OmegaConf.to_container(actor.veomni) == {"strategy": "veomni", "attn_implementation": "flash_attention_2"}
 
 
+def test_verls_per_role_group_selects_the_substitution_for_that_role() -> None:
+    config = load_config(overrides=["actor@actor_rollout_ref.actor=veomni_actor"])
+    actor = config.actor_rollout_ref.actor
+    assert (actor.strategy, actor.optim.lr_scheduler_type, actor.veomni.strategy) == ("fsdp", "cosine", "veomni")
+    assert config.critic.optim.lr_scheduler_type == "constant"
+
+
 def test_a_config_without_veomni_has_no_veomni_section() -> None:
     config = load_config()
     assert "veomni" not in config.actor_rollout_ref.actor and "mindspeed" not in config.actor_rollout_ref.actor

@@ -203,7 +203,7 @@ def engine_choice(key: str, value: Any) -> Source:
             raise ConfigError(f"{key}={option}: verl's options of this group end in {suffix!r} (dp{suffix})")
         engine, section = option[: -len(suffix)], ENGINE_GROUPS[key]
     if engine in SUBSTITUTED_ENGINES:
-        return Source(f"{key}={option}", _substituted(engine, [section] if key in ENGINE_GROUPS else None))
+        return Source(f"{key}={option}", _substituted(engine, section if key in ENGINE_GROUPS else None))
     if engine not in MODEL_ENGINES:
         known = " and ".join(MODEL_ENGINES)
         name = FOREIGN_ENGINES.get(engine)
@@ -215,20 +215,20 @@ def engine_choice(key: str, value: Any) -> Source:
     return Source(f"{key}={option}", _under(section, {"strategy": MODEL_ENGINES[engine]}))
 
 
-def _substituted(engine: str, sections: list[str] | None) -> dict[str, Any]:
-    """The defaults of a substituted engine (:data:`SUBSTITUTED_ENGINES`) for ``sections`` (``None``: every role,
-    as ``model_engine=`` selects): the strategy, verl's marker key and the engine's optimizer defaults."""
+def _substituted(engine: str, section: str | None) -> dict[str, Any]:
+    """The defaults of a substituted engine (:data:`SUBSTITUTED_ENGINES`) for the role ``section`` (``None``: every
+    role, as ``model_engine=`` selects; the reference and the critic follow the actor's strategy): the strategy,
+    verl's marker key and, for the trained roles, the engine's optimizer defaults."""
     strategy, _, marker = SUBSTITUTED_ENGINES[engine]
+    optim = ENGINE_OPTIM_DEFAULTS.get(engine, {})
     fragment: dict[str, Any] = {}
-    if sections is None:
-        fragment = _under("actor_rollout_ref.actor", {"strategy": strategy})
-        for role in ENGINE_ROLES:
-            _merge(fragment, _under(role, {section: {"strategy": value} for section, value in marker.items()}))
-        for role in ("actor_rollout_ref.actor", "critic"):
-            _merge(fragment, _under(role, {"optim": dict(ENGINE_OPTIM_DEFAULTS.get(engine, {}))}))
-        return fragment
-    for section in sections:
-        _merge(fragment, _under(section, {"strategy": strategy, **{k: {"strategy": v} for k, v in marker.items()}}))
+    for role in ENGINE_ROLES if section is None else (section,):
+        values: dict[str, Any] = {name: {"strategy": value} for name, value in marker.items()}
+        if section is not None or role == "actor_rollout_ref.actor":
+            values["strategy"] = strategy
+        if optim and role != "actor_rollout_ref.ref":
+            values["optim"] = dict(optim)
+        _merge(fragment, _under(role, values))
     return fragment
 
 
@@ -236,7 +236,7 @@ def _merge(base: dict[str, Any], fragment: dict[str, Any]) -> None:
     for key, value in fragment.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             _merge(base[key], value)
-        elif value != {}:
+        else:
             base[key] = value
 
 
