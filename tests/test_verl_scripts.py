@@ -54,6 +54,8 @@ EXPECTED: dict[str, str | None] = {
     "examples/grpo_trainer/run_qwen2-7b_seq_balance.sh": None,
     "examples/grpo_trainer/run_qwen3-8b.sh": None,
     "examples/grpo_trainer/run_gptoss_20b.sh": None,
+    # fsdp_config.mixed_precision.{param,reduce,buffer}_dtype
+    "examples/grpo_trainer/run_qwen3-32b_npu.sh": None,
     "examples/ppo_trainer/run_deepseek7b_llm.sh": None,
     "examples/ppo_trainer/run_gemma.sh": None,
     "examples/ppo_trainer/run_qwen2-7b_seq_balance.sh": None,

@@ -60,6 +60,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "rlcore.builtin.rewards",
     "rlcore.builtin.algorithms",
     "rlcore.builtin.trackers",
+    "rlcore.builtin.transports",
 )
 
 ENV_LOAD = "RLCORE_LOAD_PLUGINS"

@@ -72,6 +72,12 @@ _LAZY: dict[str, str] = {
     "TrainingEngine": "rlcore.api.training",
     # the engines' optional abilities, checked with isinstance
     "SupportsClose": "rlcore.api.rollout",
+    # weight transport (kind weight_transport, checkpoint_engine.backend)
+    "WeightTransport": "rlcore.api.transport",
+    "WeightReceiver": "rlcore.api.transport",
+    "WeightBucket": "rlcore.api.transport",
+    "TransportReport": "rlcore.api.transport",
+    "BucketChecksumError": "rlcore.api.transport",
     "SupportsSamplingState": "rlcore.api.rollout",
     "SupportsSharedWeights": "rlcore.api.rollout",
     "SupportsWeightChecksum": "rlcore.api.rollout",
@@ -178,6 +184,7 @@ _LAZY: dict[str, str] = {
     "RewardModelConfig": "rlcore.config.schema",
     "RefConfig": "rlcore.config.schema",
     "RolloutConfig": "rlcore.config.schema",
+    "CheckpointEngineConfig": "rlcore.config.schema",
     "default_section": "rlcore.config.schema",
     "OptimConfig": "rlcore.config.sections.actor",
     "Section": "rlcore.config.sections.base",
@@ -405,6 +412,13 @@ if TYPE_CHECKING:
         TrainingBackend,
         TrainingEngine,
     )
+    from rlcore.api.transport import (
+        BucketChecksumError,
+        TransportReport,
+        WeightBucket,
+        WeightReceiver,
+        WeightTransport,
+    )
     from rlcore.checkpoint.disk import disk_problem
     from rlcore.child_processes import mark_infrastructure, process_exists
     from rlcore.cli import cli, resolved_config
@@ -433,6 +447,7 @@ if TYPE_CHECKING:
     from rlcore.config.schema import (
         ActorConfig,
         AlgorithmConfig,
+        CheckpointEngineConfig,
         ModelConfig,
         RefConfig,
         RewardModelConfig,

@@ -37,6 +37,10 @@ ALIASES: dict[str, str] = {
     "actor_rollout_ref.ref.fsdp_config.entropy_from_logits_with_chunking": "actor_rollout_ref.ref.entropy_from_logits_with_chunking",
     "actor_rollout_ref.ref.fsdp_config.entropy_checkpointing": "actor_rollout_ref.ref.entropy_checkpointing",
     "critic.fsdp_config.ulysses_sequence_parallel_size": "critic.ulysses_sequence_parallel_size",
+    "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype": "actor_rollout_ref.actor.fsdp_config.dtype",
+    "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype": "actor_rollout_ref.ref.fsdp_config.dtype",
+    "critic.fsdp_config.mixed_precision.param_dtype": "critic.fsdp_config.dtype",
+    "reward_model.fsdp_config.mixed_precision.param_dtype": "reward_model.fsdp_config.dtype",
 }
 
 #: verl 0.10's spelling (its ``reward`` section and engine sections) -> rlcore's canonical key

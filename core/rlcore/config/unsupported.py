@@ -254,10 +254,8 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
                     "wrap_policy",
                     "use_orig_params",
                     "seed",
-                    "full_determinism",
                     "forward_only",
                     "strategy",
-                    "mixed_precision",
                 )
             ),
             "critic.fsdp_config.use_torch_compile",
@@ -320,7 +318,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "actor_rollout_ref.rollout.pipeline_model_parallel_size",
             "actor_rollout_ref.rollout.logprobs_mode",
             "actor_rollout_ref.rollout.scheduling_policy",
-            "actor_rollout_ref.rollout.disable_log_stats",
             "actor_rollout_ref.rollout.skip_rollout",
             "actor_rollout_ref.rollout.skip_dump_dir",
             "actor_rollout_ref.rollout.skip_tokenizer_init",
@@ -492,12 +489,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         "a one-indexed learning-rate schedule (optim.zero_indexed_step=false; rlcore's schedule counts from step 0)",
         ("actor_rollout_ref.actor.optim.zero_indexed_step", "critic.optim.zero_indexed_step"),
         off={"actor_rollout_ref.actor.optim.zero_indexed_step": True, "critic.optim.zero_indexed_step": True},
-    ),
-    MissingFeature(
-        "a lenient Hugging Face export (checkpoint.strict=false: verl's Megatron bridge skips the weights it cannot "
-        "map; rlcore's converters check every weight)",
-        ("actor_rollout_ref.actor.checkpoint.strict",),
-        off={"actor_rollout_ref.actor.checkpoint.strict": True},
     ),
     MissingFeature(
         "the DRO policy loss (policy_loss.loss_mode=dro and its dro_beta)",

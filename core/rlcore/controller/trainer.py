@@ -41,6 +41,7 @@ from rlcore.checkpoint import (
     write_rollout_states,
     write_trainer_state,
 )
+from rlcore.checkpoint.callback import load_checkpoint_callback
 from rlcore.checkpoint.fingerprint import accept_checkpoint, model_shape, run_fingerprint
 from rlcore.config.output_paths import shown_path
 from rlcore.config.plugin_sections import plugin_section
@@ -124,6 +125,8 @@ class Trainer:
         self.nonfinite_in_a_row = 0
         self.stop = StopRequest(self.sections.trainer.stop_grace_s)
         self.saved_step = 0  # the step of the newest checkpoint this run saved or resumed from
+        #: trainer.checkpoint_callback_class, built before training (None when not set)
+        self.checkpoint_callback = load_checkpoint_callback(self.sections.trainer.checkpoint_callback_class)
         self.last: dict[str, float] = {}  # the last step's metrics (plus the last validation), also when stopped
         self.pipeline: RolloutPipeline | None = None  # async_training.enable: the one-step-off-policy rollout lane
         self.prepared = False  # prepare() has run
@@ -180,6 +183,7 @@ class Trainer:
             use_reward_model=self.use_reward_model,
             reward_model_worker=self.reward_model_worker,
             extensions=self.extensions,
+            transport=self.components.weight_transport.load() if self.components.weight_transport else None,
         )
         self.actor, self.rollout, self.critic = self.groups.actor, self.groups.rollout, self.groups.critic
         self.groups.init_models()
@@ -650,7 +654,8 @@ class Trainer:
     def save_checkpoint(self) -> Path:
         """Save ``default_local_dir/global_step_N`` atomically (:meth:`rlcore.checkpoint.CheckpointManager.save`):
         the workers' parts in ``actor/`` and ``critic/``, and ``trainer_state.json`` with the global step,
-        the data loader position and the in-reward KL coefficient."""
+        the data loader position and the in-reward KL coefficient. Then ``trainer.checkpoint_callback_class``'s
+        ``on_save(path, step)`` is called (:mod:`rlcore.checkpoint.callback`)."""
 
         def write(folder: Path) -> None:
             """Make the workers and the controller write their parts into ``folder``."""
@@ -667,6 +672,8 @@ class Trainer:
 
         path = CheckpointManager(self.sections.trainer, self.run.identity).save(self.global_step, write)
         self.saved_step = self.global_step
+        if self.checkpoint_callback is not None:
+            self.checkpoint_callback.on_save(path, self.global_step)
         return path
 
     def load_checkpoint(self, path: Path) -> None:

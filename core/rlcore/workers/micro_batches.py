@@ -2,8 +2,9 @@
 
 With a token budget the rows are split into the fewest micro-batches whose summed valid lengths
 (``attention_mask`` sums) stay within the budget, balanced by a longest-first greedy partition
-(:func:`rlcore.workers.balance.budget_partition`). A row longer than the budget gets a micro-batch of
-its own (with a warning naming the budget key). Every rank must run the same number of forward passes
+(:func:`rlcore.workers.balance.budget_partition`): the budget is a strict upper bound of every micro-batch, and
+a row longer than the budget is an error naming the budget key (verl 0.9.1, its PR #7553; before, such a row ran
+as a micro-batch of its own). Every rank must run the same number of forward passes
 (sharded engines gather parameters in every pass), so the micro-batch count is agreed with an all-reduce (max) over
 the ranks. Results computed per micro-batch are put back into the original row order.
 
@@ -14,7 +15,6 @@ response: :mod:`rlcore.modelkit.prefix_grouper`), so that no micro-batch splits 
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -102,17 +102,19 @@ def plan_micro_batches(
     ``budget`` is given, by a token budget (see the module docstring; collective over the ranks), keeping
     the rows of a prompt together when ``grouped``.
 
-    ``budget_key`` names the budget's config key in the warning about rows longer than the budget.
+    ``budget_key`` names the budget's config key in the error about a row (or, ``grouped``, a prompt's group)
+    longer than the budget.
     """
     if budget is None:
         parts = [batch] if size is None or size >= len(batch) else batch.split(size)
         return MicroBatchPlan(parts, None)
     units, lengths = _budget_units(batch, grouped)
-    if lengths and max(lengths) > budget:
+    longest = _all_reduce_max(max(lengths, default=0), device)  # every rank raises, none waits in a collective
+    if longest > budget:
         what = "a prompt's group" if grouped else "a sequence"
-        warnings.warn(
-            f"{what} of {max(lengths)} tokens exceeds {budget_key}={budget}; it runs as a micro-batch of its own",
-            stacklevel=2,
+        raise RLCoreError(
+            f"dynamic batching: {what} of {longest} tokens exceeds {budget_key}={budget}, which bounds every "
+            f"micro-batch (as in verl 0.9.1); raise it to at least {longest}"
         )
     unit_parts = token_budget_parts(lengths, budget, device)
     rows = [torch.tensor([row for unit in part for row in units[unit]], dtype=torch.long) for part in unit_parts]

@@ -10,6 +10,7 @@ import torch
 from rlcore_testkit.contracts.backend import make_batch
 
 from rlcore.api.batch import Batch
+from rlcore.errors import RLCoreError
 from rlcore.workers.micro_batches import plan_micro_batches
 
 PROMPTS = ("what is 3 + 4", "john has 5 apples and mary has more", "cost", "how many oranges are left", "a", "the sum")
@@ -42,19 +43,17 @@ def test_plan_respects_the_budget_and_restores_the_order(ragged: Batch) -> None:
     assert [len(part) for part in fixed.parts] == [4, 2] and fixed.order is None
 
 
-def test_sequence_longer_than_the_budget_runs_alone(ragged: Batch) -> None:
-    """A row over the budget gets a micro-batch of its own, with a warning naming the budget key."""
+def test_a_sequence_longer_than_the_budget_is_an_error_naming_the_key(ragged: Batch) -> None:
+    """verl 0.9.1 (PR #7553): the budget bounds every micro-batch, so a row over it is an error naming the budget
+    key and the tokens it needs; a budget of exactly the longest row runs."""
     lengths = ragged["attention_mask"].sum(-1)
-    longest = int(lengths.argmax())
-    with pytest.warns(UserWarning, match="actor_rollout_ref.actor.ppo_max_token_len_per_gpu"):
-        plan = plan_micro_batches(
-            ragged,
-            budget=int(lengths.max()) - 1,
-            budget_key="actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
-            device=torch.device("cpu"),
-        )
-    alone = [part for part in plan.parts if len(part) == 1]
-    assert any(torch.equal(part["input_ids"][0], ragged["input_ids"][longest]) for part in alone)
+    key = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
+    longest = int(lengths.max())
+    message = rf"a sequence of {longest} tokens exceeds {key}={longest - 1}.*at least {longest}"
+    with pytest.raises(RLCoreError, match=message):
+        plan_micro_batches(ragged, budget=longest - 1, budget_key=key, device=torch.device("cpu"))
+    plan = plan_micro_batches(ragged, budget=longest, budget_key=key, device=torch.device("cpu"))
+    assert all(int(part["attention_mask"].sum()) <= longest for part in plan.parts)
 
 
 def test_dynamic_log_probs_equal_fixed(make_worker: Callable[..., Any], ragged: Batch) -> None:

@@ -104,3 +104,13 @@ def test_a_module_or_missing_path_is_refused(rollout_section: Callable[..., Any]
         VLLMRolloutEngine("model", tiny_tokenizer, rollout_section(), module=torch.nn.Linear(2, 2))
     with pytest.raises(RLCoreError, match="needs actor_rollout_ref.model.path"):
         VLLMRolloutEngine(None, tiny_tokenizer, rollout_section())
+
+
+def test_disable_log_stats_reaches_vllm(make_engine: Callable[..., Any], tiny_tokenizer: Any) -> None:
+    """``rollout.disable_log_stats`` (verl's key, true by default) is vLLM's own: false makes the engine keep its
+    statistics, and it still generates."""
+    assert make_engine(**SAMPLING).llm.llm_engine.log_stats is False
+    engine = make_engine(**SAMPLING, disable_log_stats=False)
+    assert engine.llm.llm_engine.log_stats is True
+    out = engine.generate(make_prompt_batch(tiny_tokenizer))
+    assert out["responses"].shape[1] == 8

@@ -37,6 +37,9 @@ class ActorCheckpointConfig(CheckpointConfig):
     load_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
     #: true is not supported (rejected)
     async_save: bool = False
+    #: false (verl's lenient export): the Megatron engine skips the Hugging Face weights it has no counterpart for
+    #: (MTP layers, ...) with a warning, and its export omits them; an error on FSDP, which keeps every weight
+    strict: bool = True
 
 
 @dataclass(frozen=True)

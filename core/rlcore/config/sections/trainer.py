@@ -74,6 +74,9 @@ class TrainerConfig(Section):
     max_actor_ckpt_to_keep: int | None = None
     #: keep only the newest this many critic checkpoints (null: all)
     max_critic_ckpt_to_keep: int | None = None
+    #: a class (package.module.Class or file.py:Class) built once, whose on_save(path, step) is called after
+    #: every checkpoint is published (docs/checkpoints.md)
+    checkpoint_callback_class: str | None = None
     #: show a progress bar of the steps
     progress_bar: bool = True
     #: auto | disable (rlcore has only the engine workers; verl's legacy ones: no)

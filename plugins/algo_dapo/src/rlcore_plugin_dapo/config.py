@@ -32,7 +32,8 @@ class FilterGroupsConfig(Section):
     PATH = "algorithm.filter_groups"
     #: drop the groups whose metric is the same for every response, and sample more batches to refill
     enable: bool = False
-    #: verl: null (a run must set it); acc | score | seq_reward | seq_final_reward
+    #: verl: null (a run must set it); acc | score | seq_reward | seq_final_reward | reward (= seq_reward: the
+    #: reward before the in-reward KL penalty)
     metric: str = "seq_reward"
     #: verl: 0; null = keep algorithm.max_num_gen_batches
     max_num_gen_batches: int | None = None

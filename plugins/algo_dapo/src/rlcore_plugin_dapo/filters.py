@@ -12,11 +12,12 @@ from rlcore.api import Batch, RLCoreError
 def group_metric(batch: Batch, metric: str) -> np.ndarray:
     """The per-response value of ``algorithm.filter_groups.metric`` as float64 ``[B]``.
 
-    ``seq_reward``: the sum of ``token_level_scores``; ``seq_final_reward``: the sum of
-    ``token_level_rewards`` (the scores when the batch has no rewards yet: rlcore's filters run before the
-    in-reward KL penalty); any other name (``acc``, ``score``, ...): the batch column of that name.
+    ``seq_reward`` and ``reward`` (verl's name since its PR #7792: the canonical reward before the in-reward KL
+    penalty): the sum of ``token_level_scores``; ``seq_final_reward``: the sum of ``token_level_rewards`` (the
+    scores when the batch has no rewards yet: rlcore's filters run before the in-reward KL penalty, so this is the
+    pre-KL reward too); any other name (``acc``, ``score``, ...): the batch column of that name.
     """
-    if metric == "seq_reward" or (metric == "seq_final_reward" and "token_level_rewards" not in batch):
+    if metric in ("seq_reward", "reward") or (metric == "seq_final_reward" and "token_level_rewards" not in batch):
         return batch["token_level_scores"].sum(dim=-1).double().cpu().numpy()
     if metric == "seq_final_reward":
         return batch["token_level_rewards"].sum(dim=-1).double().cpu().numpy()

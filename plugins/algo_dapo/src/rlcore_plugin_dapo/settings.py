@@ -10,7 +10,7 @@ from rlcore_plugin_dapo.config import OverlongBufferConfig
 #: the batch filter that implements dynamic sampling
 FILTER_NAME = "dapo-groups"
 #: group metrics computed from the batch's tensors; any other metric names a per-sample column
-COMPUTED_METRICS: tuple[str, ...] = ("seq_reward", "seq_final_reward")
+COMPUTED_METRICS: tuple[str, ...] = ("seq_reward", "seq_final_reward", "reward")
 #: without ``overlong_buffer.len``, the buffer is this fraction of the maximum response length (the DAPO
 #: paper's 4096 of 20480 tokens)
 DEFAULT_BUFFER_FRACTION = 0.2

@@ -4,9 +4,21 @@ actor, the reference model, the critic and the reward model (torch-free: the hoo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rlcore.api import Section
+
+
+@dataclass(frozen=True)
+class MixedPrecisionConfig(Section):
+    """``<role>.fsdp_config.mixed_precision`` (verl's spelling): the dtypes of FSDP mixed precision other than
+    the compute dtype, which is ``fsdp_config.dtype`` (verl's ``mixed_precision.param_dtype`` is renamed to it)."""
+
+    #: CUDA only, as dtype: gradients are reduced across ranks in this dtype (FSDP2 MixedPrecisionPolicy);
+    #: null: fp32 when dtype differs from model_dtype, else model_dtype
+    reduce_dtype: str | None = None
+    #: dtype the model's floating-point buffers (rotary inv_freq, ...) are kept in; null: model_dtype
+    buffer_dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -31,3 +43,8 @@ class FSDPConfig(Section):
     dtype: str = "bf16"
     #: on CPU, run the forward passes under torch.autocast("cpu", dtype); dtype must be bf16 or fp16
     cpu_autocast: bool = False
+    #: verl's: torch deterministic algorithms (warn-only), deterministic cuDNN/cuBLAS/NCCL/flash-attention settings in
+    #: the worker process, before the model is built
+    full_determinism: bool = False
+    #: verl's FSDP mixed-precision dtypes (param_dtype is dtype)
+    mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)

@@ -29,6 +29,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.tensor import DTensor
 
 from rlcore.api import (
+    ActorConfig,
     Batch,
     EngineRequest,
     EngineRole,
@@ -64,6 +65,7 @@ from rlcore_plugin_fsdp.fsdp import (
     build_device_mesh,
     compute_context,
     compute_dtype,
+    enable_full_determinism,
     resolve_fsdp_config,
     warn_without_native_bf16,
 )
@@ -87,6 +89,11 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
     check_kernel_switches(config, model, model_section)
     if role == "actor":
         lora_settings(model, model_section)
+        if not ActorConfig.from_tree(config).checkpoint.strict:
+            raise RLCoreError(
+                "actor_rollout_ref.actor.checkpoint.strict=false has no effect on the FSDP engine: it loads the Hugging "
+                "Face model with transformers and exports every weight of it (the key acts on the Megatron engine)"
+            )
     return resolve_fsdp_config(select(config, f"{section}.fsdp_config"), f"{section}.fsdp_config")
 
 
@@ -116,6 +123,8 @@ class FSDPEngine(OptimizerState):
         self.world_size = request.world_size
         self.layout, self.sp = sequence_parallel.from_config(config, section, request.rank, request.world_size)
         self.fsdp = check_config(config, request.role, section, request.model_section)
+        if self.fsdp["full_determinism"]:
+            enable_full_determinism()
         self.weights_dtype = self.fsdp["model_dtype"]
         self.compute_dtype = compute_dtype(self.fsdp, self.device)
         warn_without_native_bf16(self.fsdp, self.device, f"{section}.fsdp_config")

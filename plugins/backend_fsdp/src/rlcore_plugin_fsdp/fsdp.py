@@ -2,11 +2,14 @@
 
 Precision policy (documented in the README): parameters are kept in ``fsdp_config.model_dtype`` (fp32 by
 default, the master weights). On CUDA, ``fsdp_config.dtype`` (bf16 by default) is the compute dtype of an
-FSDP2 ``MixedPrecisionPolicy`` with fp32 gradient reduction. On CPU the model computes in ``model_dtype``
+FSDP2 ``MixedPrecisionPolicy`` whose gradients are reduced in ``fsdp_config.mixed_precision.reduce_dtype``
+(null by default: fp32; verl's ``mixed_precision.param_dtype`` is ``dtype``). On CPU the model computes in ``model_dtype``
 unless ``fsdp_config.cpu_autocast`` is set: then its forward passes (and so their backward) run under
 ``torch.autocast("cpu", dtype)`` (:func:`compute_context`), which CPUs with AMX or AVX512-BF16 run about
 twice as fast as float32 (bench/vs_trl.py ``--bf16``); weights, gradients and optimizer state stay in
 ``model_dtype``.
+``mixed_precision.buffer_dtype`` (null by default: ``model_dtype``) is the dtype the model's floating-point
+buffers are kept in, on every device (:func:`cast_buffers`), as FSDP1's ``MixedPrecision.buffer_dtype`` keeps them.
 ``offload_policy``, ``param_offload`` and ``optimizer_offload`` only act on CUDA (on CPU there is nothing
 to offload to).
 """
@@ -14,6 +17,7 @@ to offload to).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -24,7 +28,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 from rlcore.api import RLCoreError, parse_dtype
-from rlcore_plugin_fsdp.config import FSDPConfig
+from rlcore_plugin_fsdp.config import FSDPConfig, MixedPrecisionConfig
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +41,15 @@ def resolve_fsdp_config(section: Mapping[str, Any] | None, key: str) -> dict[str
         if name not in known:
             raise RLCoreError(f"unknown key {key}.{name}; known keys: {', '.join(known)}")
         resolved[name] = value
-    flags = ("param_offload", "optimizer_offload", "offload_policy", "reshard_after_forward", "forward_prefetch")
+    resolved["mixed_precision"] = _resolve_mixed_precision(resolved["mixed_precision"], f"{key}.mixed_precision")
+    flags = (
+        "param_offload",
+        "optimizer_offload",
+        "offload_policy",
+        "reshard_after_forward",
+        "forward_prefetch",
+        "full_determinism",
+    )
     for name in (*flags, "cpu_autocast"):
         if not isinstance(resolved[name], bool):
             raise RLCoreError(f"{key}.{name} must be true or false, got {resolved[name]!r}")
@@ -50,6 +62,65 @@ def resolve_fsdp_config(section: Mapping[str, Any] | None, key: str) -> dict[str
             f"{key}.cpu_autocast=true computes in {key}.dtype, which must be bf16 or fp16, got {resolved['dtype']}"
         )
     return resolved
+
+
+def _resolve_mixed_precision(section: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
+    """``fsdp_config.mixed_precision`` merged over its defaults, its dtypes parsed (``buffer_dtype`` may be null)."""
+    resolved = MixedPrecisionConfig().tree()
+    for name, value in (section or {}).items():
+        if name not in resolved:
+            raise RLCoreError(f"unknown key {key}.{name}; known keys: {', '.join(resolved)}")
+        resolved[name] = value
+    for name in ("reduce_dtype", "buffer_dtype"):
+        if resolved[name] is not None:
+            resolved[name] = parse_dtype(resolved[name], f"{key}.{name}")
+    return resolved
+
+
+def mixed_precision_policy(fsdp_config: Mapping[str, Any]) -> MixedPrecisionPolicy | None:
+    """The FSDP2 policy of a CUDA model: parameters gathered and computed in ``dtype``, gradients reduced in
+    ``mixed_precision.reduce_dtype`` (null: float32 when ``dtype`` is not ``model_dtype``, else ``model_dtype``);
+    None when all three are ``model_dtype``."""
+    reduce_dtype = fsdp_config["mixed_precision"]["reduce_dtype"]
+    if reduce_dtype is None:
+        reduce_dtype = (
+            torch.float32 if fsdp_config["dtype"] != fsdp_config["model_dtype"] else fsdp_config["model_dtype"]
+        )
+    if fsdp_config["dtype"] == fsdp_config["model_dtype"] == reduce_dtype:
+        return None
+    return MixedPrecisionPolicy(param_dtype=fsdp_config["dtype"], reduce_dtype=reduce_dtype, cast_forward_inputs=True)
+
+
+def cast_buffers(model: nn.Module, fsdp_config: Mapping[str, Any]) -> None:
+    """Keep the floating-point buffers of ``model`` in ``mixed_precision.buffer_dtype`` (when it is set)."""
+    dtype = fsdp_config["mixed_precision"]["buffer_dtype"]
+    if dtype is None:
+        return
+    for module in model.modules():
+        for name, buffer in module.named_buffers(recurse=False):
+            if buffer is not None and buffer.is_floating_point():
+                setattr(module, name, buffer.to(dtype))
+
+
+#: the environment verl's ``enable_full_determinism`` sets: cuBLAS's fixed workspace (deterministic GEMMs), NCCL's
+#: fixed reduction order and flash-attention's deterministic backward
+DETERMINISTIC_ENV = {
+    "CUBLAS_WORKSPACE_CONFIG": ":16:8",
+    "NCCL_DETERMINISTIC": "1",
+    "FLASH_ATTENTION_DETERMINISTIC": "1",
+}
+
+
+def enable_full_determinism() -> None:
+    """``fsdp_config.full_determinism``: what verl's ``enable_full_determinism`` does, for this whole process
+    (the roles a worker holds share it): :data:`DETERMINISTIC_ENV`, ``torch.use_deterministic_algorithms(True,
+    warn_only=True)`` (an operation without a deterministic kernel warns) and cuDNN off its autotuner and
+    nondeterministic kernels. Seeding stays the run's (``trainer.seed``)."""
+    os.environ.update(DETERMINISTIC_ENV)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.enabled = False
 
 
 def compute_dtype(fsdp_config: Mapping[str, Any], device: torch.device) -> torch.dtype:
@@ -121,14 +192,14 @@ def apply_fsdp2(model: nn.Module, mesh: DeviceMesh, fsdp_config: Mapping[str, An
     parameters and per-layer hooks cost ~1 ms per forward and make AdamW, gradient clipping and the full
     state dict several times slower on small models (bench/vs_trl.py).
     """
+    cast_buffers(model, fsdp_config)
     if device.type == "cpu" and mesh.size() == 1:
         return model.to(device)
     kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": fsdp_config["reshard_after_forward"]}
     if device.type == "cuda":
-        if fsdp_config["dtype"] != fsdp_config["model_dtype"]:
-            kwargs["mp_policy"] = MixedPrecisionPolicy(
-                param_dtype=fsdp_config["dtype"], reduce_dtype=torch.float32, cast_forward_inputs=True
-            )
+        policy = mixed_precision_policy(fsdp_config)
+        if policy is not None:
+            kwargs["mp_policy"] = policy
         if fsdp_config["offload_policy"]:
             kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
     layers = [fully_shard(layer, **kwargs) for layer in decoder_layers(model)]

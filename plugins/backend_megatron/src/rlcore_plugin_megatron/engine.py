@@ -44,6 +44,7 @@ from rlcore.api import (
     GATHER_IDS,
     REPLAY_MODES,
     ROUTED_EXPERTS,
+    ActorConfig,
     Batch,
     EngineRequest,
     EngineRole,
@@ -435,7 +436,8 @@ class MegatronEngine(OptimizerState):
         if checkpoint is not None:
             self._load_model_files(Path(checkpoint), f"{self.settings.key}.dist_checkpointing_path")
         else:
-            state = load_hf_state(model_config, request.model_section, hf_config)
+            strict = ActorConfig.from_tree(config).checkpoint.strict if request.role in ("actor", "ref") else None
+            state = load_hf_state(model_config, request.model_section, hf_config, strict=strict)
             if self.spec.value_head:
                 state = {name: t for name, t in state.items() if name != "lm_head.weight"}
             self._load_megatron_state(hf_to_megatron(state, self.spec))

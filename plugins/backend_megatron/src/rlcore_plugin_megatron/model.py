@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,8 @@ from torch import nn
 from rlcore.api import ModelConfig, RLCoreError, config_overrides
 from rlcore_plugin_megatron.convert import ModelSpec
 from rlcore_plugin_megatron.settings import MegatronSettings
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from megatron.core.models.gpt.gpt_model import GPTModel
@@ -102,21 +105,52 @@ def load_hf_config(model_config: ModelConfig, key: str) -> Any:
     return hf_config
 
 
-def load_hf_state(model_config: ModelConfig, key: str, hf_config: Any) -> dict[str, torch.Tensor]:
-    """The float32 Hugging Face state dict of the causal LM at ``key.path`` (on the CPU)."""
+#: the config key that makes the Hugging Face load lenient (verl's name)
+STRICT_KEY = "actor_rollout_ref.actor.checkpoint.strict"
+
+
+def load_hf_state(
+    model_config: ModelConfig, key: str, hf_config: Any, *, strict: bool | None = None
+) -> dict[str, torch.Tensor]:
+    """The float32 Hugging Face state dict of the causal LM at ``key.path`` (on the CPU).
+
+    ``strict`` (``checkpoint.strict``, verl's key): a weight of the checkpoint the model does not use (MTP layers,
+    ...) or a weight of the model the checkpoint lacks is an error naming them; false logs them and goes on (the
+    unused weights are dropped, so the Hugging Face export leaves them out, as verl's lenient export does); None
+    (the critic's and reward model's load, whose checkpoint may hold a value head) leaves it to transformers.
+    """
     from transformers import AutoModelForCausalLM
 
     path = model_path(model_config, key)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
             path,
             config=hf_config,
             dtype=torch.float32,
             trust_remote_code=bool(model_config.trust_remote_code),
+            output_loading_info=True,
         )
     except (OSError, ValueError) as exc:
         raise RLCoreError(f"{key}.path={path!r} cannot be loaded: {exc}") from exc
-    return {name: tensor.detach() for name, tensor in model.state_dict().items()}
+    model, info = loaded  # (the model, the names transformers dropped or initialised)
+    state = {name: tensor.detach() for name, tensor in model.state_dict().items()}
+    if strict is None:
+        return state
+    problems = [
+        f"{what}: {', '.join(sorted(names)[:8])}{', ...' if len(names) > 8 else ''}"
+        for what, names in (
+            ("weights the model does not use", info.get("unexpected_keys") or []),
+            ("weights the checkpoint lacks", info.get("missing_keys") or []),
+        )
+        if names
+    ]
+    if problems and strict:
+        raise RLCoreError(
+            f"{key}.path={path!r}: {'; '.join(problems)} (set {STRICT_KEY}=false to load the rest, as verl does)"
+        )
+    if problems:
+        logger.warning("%s=false: %s.path=%r: %s", STRICT_KEY, key, path, "; ".join(problems))
+    return state
 
 
 def rope_base(hf_config: Any, key: str) -> float:

@@ -60,7 +60,7 @@ def engine_kwargs(
         "load_format": "dummy" if config.load_format == "dummy" else "auto",
         "skip_tokenizer_init": True,
         "enable_memory_saver": True,
-        "log_level": "error",
+        "log_level": "error" if config.disable_log_stats else "info",  # info: SGLang's throughput lines
         **config.sglang.engine_kwargs,
     }
 

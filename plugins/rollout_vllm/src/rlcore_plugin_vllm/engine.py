@@ -89,7 +89,7 @@ class VLLMRolloutEngine(TokenListEngine):
             Sampling: ``temperature``, ``top_k``, ``top_p``,
             ``do_sample``, ``response_length``, ``val_kwargs``, ``calculate_log_probs``, ``seed``,
             ``ignore_eos``. Engine: ``prompt_length``, ``max_model_len``, ``max_num_seqs``,
-            ``max_num_batched_tokens``, ``enable_chunked_prefill``, ``enable_prefix_caching``,
+            ``max_num_batched_tokens``, ``enable_chunked_prefill``, ``enable_prefix_caching``, ``disable_log_stats``,
             ``enforce_eager``, ``load_format``, ``gpu_memory_utilization``,
             ``tensor_model_parallel_size`` (CUDA only; ignored on CPU, where each engine is one process),
             ``expert_parallel_size`` (above 1: vLLM's ``enable_expert_parallel``, which spreads a mixture-of-experts
@@ -143,7 +143,7 @@ class VLLMRolloutEngine(TokenListEngine):
             "load_format": "dummy" if config.load_format == "dummy" else "auto",
             "logprobs_mode": "processed_logprobs",
             "worker_extension_cls": WORKER_EXTENSION,
-            "disable_log_stats": True,
+            "disable_log_stats": config.disable_log_stats,
             "enable_expert_parallel": config.expert_parallel_size > 1,
         }
         if self.device.type == "cuda":
