@@ -3,8 +3,9 @@ with only the entry point swapped (:mod:`tests.verl_scripts_harness`, as ``tests
 verl 0.10's).
 
 The scripts under ``tests/verl_june_examples/`` are unmodified copies from verl at commit 41a5244 (see the NOTICE
-there): the four ``model_engine=veomni`` scripts that rlcore's FSDP engine trains as a named substitution, the
-Qwen3.5 Megatron script (``megatron.use_remove_padding=False``) and the SAPO script (``ulimit -n``, shimmed).
+there): the five ``model_engine=veomni`` scripts that rlcore's FSDP engine trains as a named substitution, the
+Qwen3.5 Megatron script (``megatron.use_remove_padding=False``), the Qwen3-Next FSDP script
+(``fsdp_config.use_orig_params=True``) and the SAPO script (``ulimit -n``, shimmed).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ SCRIPTS: dict[str, bool] = {
     "examples/grpo_trainer/run_qwen3_30b_veomni.sh": True,
     "examples/grpo_trainer/run_qwen3_5_35b_a3b_veomni.sh": True,
     "examples/grpo_trainer/run_qwen3_5_35b_megatron.sh": False,
+    "examples/grpo_trainer/run_qwen3_next_80b_a3b_fsdp.sh": True,
+    "examples/grpo_trainer/run_qwen3_vl_30b_moe_veomni.sh": True,
     "examples/on_policy_distillation_trainer/run_qwen3_0.6b_opd_veomni.sh": False,
     "examples/on_policy_distillation_trainer/run_qwen3_8b_mopd_veomni.sh": False,
     "examples/sapo_trainer/run_qwen3_8b_fsdp.sh": False,
