@@ -19,8 +19,9 @@ import pytest
 from rlcore_testkit.runs import make_tiny_task
 
 #: stands in for ``python3``/``python`` (records main_ppo's arguments), ``ray job submit ... --``, ``uv run ...
-#: python3`` (verl 0.10's launcher; the script still passes ``runtime_env.py_executable`` as it would) and
-#: ``nvidia-smi``
+#: python3`` (verl 0.10's launcher; the script still passes ``runtime_env.py_executable`` as it would),
+#: ``nvidia-smi``, ``hf download`` (no network here: the data and model paths are pointed at local files anyway) and
+#: ``ulimit`` (raising the open-files limit is not permitted in a sandbox)
 SHIMS = r"""
 python3() {
     if [ "$1" = "-m" ] && [ "${2#verl.trainer.main_ppo}" != "$2" ]; then shift 2; printf '%s\0' "$@" > "$VERL_ARGV"
@@ -31,7 +32,9 @@ python() { python3 "$@"; }
 ray() { while [ $# -gt 0 ] && [ "$1" != "--" ]; do shift; done; shift; "$@"; }
 uv() { while [ $# -gt 0 ] && [ "$1" != "python3" ] && [ "$1" != "python" ]; do shift; done; "$@"; }
 nvidia-smi() { echo 8; }
-export -f python3 python ray uv nvidia-smi
+hf() { :; }
+ulimit() { :; }
+export -f python3 python ray uv nvidia-smi hf ulimit
 bash "$1"
 """
 #: the keys naming a model directory: the actor's, critic's and reward model's (verl 0.9 and 0.10 spellings) and

@@ -58,8 +58,63 @@ VERL010_ALIASES: dict[str, str] = {
     "sandbox_fusion": "reward_model.sandbox_fusion",
 }
 
+#: the roles of verl's engine sections
+_ENGINE_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
+#: verl's VeOmni engine section (``<role>.veomni.*``): the keys whose meaning rlcore's FSDP engine has, under its
+#: name (``model_engine=veomni`` is trained by that engine: :data:`rlcore.config.compose.SUBSTITUTED_ENGINES`)
+_VEOMNI_SAME = {
+    "param_offload": "fsdp_config.param_offload",
+    "optimizer_offload": "fsdp_config.optimizer_offload",
+    "fsdp_size": "fsdp_config.fsdp_size",
+    "forward_prefetch": "fsdp_config.forward_prefetch",
+    "ulysses_parallel_size": "ulysses_sequence_parallel_size",
+    "use_torch_compile": "use_torch_compile",
+    "entropy_from_logits_with_chunking": "entropy_from_logits_with_chunking",
+    "entropy_checkpointing": "entropy_checkpointing",
+    "router_replay": "router_replay",
+}
+#: of those, the ones only the actor and the reference have (rlcore's critic has no compile, entropy or replay)
+_VEOMNI_POLICY_ONLY = (
+    "use_torch_compile",
+    "entropy_from_logits_with_chunking",
+    "entropy_checkpointing",
+    "router_replay",
+)
+#: verl's MindSpeed engine section (``<role>.mindspeed.*``): the keys it shares with verl's Megatron section
+#: (MindSpeed is megatron-core with Ascend patches; ``model_engine=mindspeed`` is trained by rlcore-plugin-megatron)
+_MINDSPEED_SAME = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+    "sequence_parallel",
+    "param_offload",
+    "grad_offload",
+    "optimizer_offload",
+    "use_mbridge",
+    "vanilla_mbridge",
+    "seed",
+)
+#: verl's spellings in the sections of the engines rlcore substitutes (VeOmni, MindSpeed) -> rlcore's key; kept
+#: apart from :data:`ALIASES` so that ``rlcore config show`` marks no canonical key with them
+ENGINE_ALIASES: dict[str, str] = {
+    **{
+        f"{role}.veomni.{key}": f"{role}.{target}"
+        for role in _ENGINE_ROLES
+        for key, target in _VEOMNI_SAME.items()
+        if role != "critic" or key not in _VEOMNI_POLICY_ONLY
+    },
+    **{f"{role}.mindspeed.{key}": f"{role}.megatron.{key}" for role in _ENGINE_ROLES for key in _MINDSPEED_SAME},
+    # verl's engine config carries routing replay (EngineConfig.router_replay): the role's own router_replay
+    **{f"{role}.megatron.router_replay": f"{role}.router_replay" for role in _ENGINE_ROLES[:2]},
+}
+
 #: every accepted spelling, longest first (the most specific alias wins)
-_ALL_ALIASES: dict[str, str] = dict(sorted({**ALIASES, **VERL010_ALIASES}.items(), key=lambda kv: -len(kv[0])))
+_ALL_ALIASES: dict[str, str] = dict(
+    sorted({**ALIASES, **VERL010_ALIASES, **ENGINE_ALIASES}.items(), key=lambda kv: -len(kv[0]))
+)
 
 
 def canonical_key(key: str) -> str:

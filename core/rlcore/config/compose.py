@@ -13,7 +13,10 @@ rlcore does not use Hydra; this module reads the subset verl's scripts and examp
   ``actor_rollout_ref.actor.model_engine``) and the groups it picks, ``actor@actor_rollout_ref.actor=dp_actor``,
   ``ref@actor_rollout_ref.ref=dp_ref`` and ``critic@critic=dp_critic``: each selects the engine's defaults
   (the strategy of the roles it covers), as ``--config-name ppo_megatron_trainer`` does, before any file or
-  override. An engine rlcore does not have (``veomni``, ``torchtitan``, ...) is an error naming it.
+  override. ``model_engine=veomni`` and ``=mindspeed`` are named substitutions (:data:`SUBSTITUTED_ENGINES`):
+  VeOmni is trained by rlcore's FSDP engine and MindSpeed by its Megatron engine, their sections' keys with the
+  same meaning renamed (:data:`rlcore.config.aliases.ENGINE_ALIASES`) and their kernel choices kept for a plan
+  note (:func:`noted_engine_key`). Another engine rlcore does not have (``torchtitan``, ...) is an error naming it.
 """
 
 from __future__ import annotations
@@ -37,13 +40,50 @@ BUILTIN_CONFIGS: dict[str, dict[str, Any]] = {
 }
 #: verl 0.10's ``model_engine`` choices that rlcore has -> the training backend (``strategy``) each selects
 MODEL_ENGINES: dict[str, str] = {"dp": "fsdp", "megatron": "megatron"}
+#: verl's engines whose library does not run here, trained by the rlcore engine nearest to them: ``model_engine``
+#: name -> (the strategy it selects, its name, the marker key it sets in each section it covers: verl's own
+#: ``<section>.<engine>.strategy``, with verl's value; the plan's substitution line reads it)
+SUBSTITUTED_ENGINES: dict[str, tuple[str, str, dict[str, str]]] = {
+    "veomni": ("fsdp", "VeOmni", {"veomni": "veomni"}),
+    "mindspeed": ("megatron", "MindSpeed", {"mindspeed": "mindspeed_megatron"}),
+}
+#: the optimizer defaults verl's VeOmni engine brings (its ``VeOmniOptimizerConfig``: a cosine schedule; its
+#: ``lr_min=0``, ``lr_start=0`` and ``lr_decay_ratio=1`` are rlcore's cosine with ``min_lr_ratio=0``)
+ENGINE_OPTIM_DEFAULTS: dict[str, dict[str, Any]] = {"veomni": {"lr_scheduler_type": "cosine"}}
+#: the keys of a substituted engine's section that change speed and not the numbers: accepted as given and named
+#: in a plan note (rlcore-plugin-fsdp's and rlcore-plugin-megatron's ``plan_lines``); ``*`` ends a prefix
+NOTED_ENGINE_KEYS: dict[str, tuple[str, ...]] = {
+    "veomni": (
+        "strategy",
+        "attn_implementation",
+        "moe_implementation",
+        "cross_entropy_loss_implementation",
+        "rms_norm_implementation",
+        "swiglu_mlp_implementation",
+        "rotary_pos_emb_implementation",
+        "rms_norm_gated_implementation",
+        "causal_conv1d_implementation",
+        "chunk_gated_delta_rule_implementation",
+        "load_balancing_loss_implementation",
+        "enable_full_shard",
+        "enable_reentrant",
+        "force_use_huggingface",
+        "activation_gpu_limit",
+        "basic_modules",
+        "init_device",
+    ),
+    "mindspeed": ("strategy",),
+}
+#: values of those keys that are not speed choices (they ask for hardware rlcore does not run on)
+REFUSED_ENGINE_VALUES: dict[str, tuple[Any, ...]] = {"init_device": ("npu",)}
 #: verl's engines rlcore does not have, by their ``model_engine`` name
 FOREIGN_ENGINES: dict[str, str] = {
-    "veomni": "VeOmni",
     "torchtitan": "TorchTitan",
     "automodel": "NeMo AutoModel",
     "mlite": "Megatron-Lite",
 }
+#: the roles with an engine section (``<role>.fsdp_config``, ``<role>.megatron``, ``<role>.veomni``, ...)
+ENGINE_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
 #: the command-line keys that select the engine of every role (verl 0.10's defaults group)
 ENGINE_KEYS = ("model_engine", "actor_rollout_ref.actor.model_engine")
 #: verl 0.10's per-role engine groups (``group@package=<engine>_<group>``) -> the section whose strategy the
@@ -162,6 +202,8 @@ def engine_choice(key: str, value: Any) -> Source:
         if not option.endswith(suffix):
             raise ConfigError(f"{key}={option}: verl's options of this group end in {suffix!r} (dp{suffix})")
         engine, section = option[: -len(suffix)], ENGINE_GROUPS[key]
+    if engine in SUBSTITUTED_ENGINES:
+        return Source(f"{key}={option}", _substituted(engine, section if key in ENGINE_GROUPS else None))
     if engine not in MODEL_ENGINES:
         known = " and ".join(MODEL_ENGINES)
         name = FOREIGN_ENGINES.get(engine)
@@ -171,6 +213,43 @@ def engine_choice(key: str, value: Any) -> Source:
             "actor_rollout_ref.actor.strategy=deepspeed)"
         )
     return Source(f"{key}={option}", _under(section, {"strategy": MODEL_ENGINES[engine]}))
+
+
+def _substituted(engine: str, section: str | None) -> dict[str, Any]:
+    """The defaults of a substituted engine (:data:`SUBSTITUTED_ENGINES`) for the role ``section`` (``None``: every
+    role, as ``model_engine=`` selects; the reference and the critic follow the actor's strategy): the strategy,
+    verl's marker key and, for the trained roles, the engine's optimizer defaults."""
+    strategy, _, marker = SUBSTITUTED_ENGINES[engine]
+    optim = ENGINE_OPTIM_DEFAULTS.get(engine, {})
+    fragment: dict[str, Any] = {}
+    for role in ENGINE_ROLES if section is None else (section,):
+        values: dict[str, Any] = {name: {"strategy": value} for name, value in marker.items()}
+        if section is not None or role == "actor_rollout_ref.actor":
+            values["strategy"] = strategy
+        if optim and role != "actor_rollout_ref.ref":
+            values["optim"] = dict(optim)
+        _merge(fragment, _under(role, values))
+    return fragment
+
+
+def _merge(base: dict[str, Any], fragment: dict[str, Any]) -> None:
+    for key, value in fragment.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def noted_engine_key(key: str, value: Any) -> bool:
+    """Whether ``key=value`` is a speed choice of a substituted engine's section (:data:`NOTED_ENGINE_KEYS`), kept
+    in the config as given for the plan's note; a value in :data:`REFUSED_ENGINE_VALUES` is not."""
+    role, _, rest = key.rpartition(".")
+    role, _, engine = role.rpartition(".")
+    if role not in ENGINE_ROLES or engine not in NOTED_ENGINE_KEYS or rest not in NOTED_ENGINE_KEYS[engine]:
+        return False
+    if rest == "strategy":  # verl's own marker: one value only
+        return value == SUBSTITUTED_ENGINES[engine][2][engine]
+    return value not in REFUSED_ENGINE_VALUES.get(rest, ())
 
 
 def named_config(name: str, config_path: str | None) -> list[Source]:

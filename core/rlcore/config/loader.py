@@ -12,7 +12,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlcore.config.aliases import canonical_key, rename_aliases
-from rlcore.config.compose import Source, config_file, engine_choice, is_engine_choice, named_config
+from rlcore.config.compose import Source, config_file, engine_choice, is_engine_choice, named_config, noted_engine_key
 from rlcore.config.plugin_sections import plugin_fragment
 from rlcore.config.problems import ConfigError, Problems
 from rlcore.config.run_name import name_after_presets
@@ -214,7 +214,7 @@ def _apply(
     unknown: dict[str, Any] = {}
     for key, value in renamed.items():
         shown = given.get(key, key)
-        if known.declares(key) or key in added:
+        if known.declares(key) or key in added or noted_engine_key(key, value):
             try:
                 good[key] = coerce_value(key, value, defaults)
             except ConfigError as exc:

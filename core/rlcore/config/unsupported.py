@@ -99,6 +99,8 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "critic.model.lora",
         ),
         MEGATRON_HINT,
+        # verl's bshd format (padded rows): what rlcore's Megatron engine computes; true (packed thd) is refused
+        off={f"{role}.megatron.use_remove_padding": False for role in ENGINE_ROLES},
     ),
     MissingFeature(
         "Nsight/NPU profiling options and verl's older profiler keys (rlcore profiles with global_profiler.tool=torch, "
@@ -205,11 +207,36 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         ),
     ),
     MissingFeature(
-        "verl's VeOmni engine (model_engine=veomni): its engine section and its optimizer's own keys",
-        (
-            *(f"{role}.veomni" for role in ENGINE_ROLES),
-            *(f"{role}.optim.{key}" for role in TRAINED_ROLES for key in ("lr_min", "lr_start", "lr_decay_ratio")),
-        ),
+        "verl's VeOmni engine settings that rlcore's FSDP engine (which trains model_engine=veomni here) has no equal "
+        "for: expert parallelism (expert_parallel_size > 1), init_device=npu, VeOmni's checkpoint manager and "
+        "checkpoint path, FSDP1's CPU offload, its seed, determinism, load-balance monitor and forward-only switches, "
+        "and full bfloat16 training (mixed_precision=false)",
+        tuple(f"{role}.veomni" for role in ENGINE_ROLES),
+        off={
+            **{f"{role}.veomni.expert_parallel_size": 1 for role in ENGINE_ROLES},
+            **{f"{role}.veomni.mixed_precision": True for role in ENGINE_ROLES},
+            **{f"{role}.veomni.load_checkpoint_path": None for role in ENGINE_ROLES},
+            **{f"{role}.veomni.enable_fsdp_offload": False for role in ENGINE_ROLES},
+            **{f"{role}.veomni.full_determinism": False for role in ENGINE_ROLES},
+            **{f"{role}.veomni.forward_only": False for role in ENGINE_ROLES},
+            **{f"{role}.veomni.moe_load_balance_monitor_interval": 0 for role in ENGINE_ROLES},
+        },
+    ),
+    MissingFeature(
+        "VeOmni's learning-rate schedule other than rlcore's (its lr_min, lr_start and lr_decay_ratio at 0, 0 and 1 "
+        "are rlcore's cosine schedule with min_lr_ratio=0)",
+        tuple(f"{role}.optim.{key}" for role in TRAINED_ROLES for key in ("lr_min", "lr_start", "lr_decay_ratio")),
+        off={
+            **{f"{role}.optim.lr_min": 0.0 for role in TRAINED_ROLES},
+            **{f"{role}.optim.lr_start": 0.0 for role in TRAINED_ROLES},
+            **{f"{role}.optim.lr_decay_ratio": 1.0 for role in TRAINED_ROLES},
+        },
+    ),
+    MissingFeature(
+        "verl's MindSpeed engine settings that rlcore's Megatron engine (which trains model_engine=mindspeed here) "
+        "has no equal for: MindSpeed-LLM's megatron-core arguments (mcore_kwargs: Ascend layer specs and kernels), "
+        "its FSDP variant (fsdp_kwargs) and the other NPU-only switches",
+        tuple(f"{role}.mindspeed" for role in ENGINE_ROLES),
     ),
     MissingFeature(
         "these FSDP options of verl (rlcore-plugin-fsdp does not have them)",
@@ -230,6 +257,11 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "critic.fsdp_config.entropy_from_logits_chunk_size",
             "critic.fsdp_config.entropy_checkpointing",
         ),
+        # FSDP1's flag; FSDP2 (fully_shard) always trains the original parameters
+        off={
+            f"{role}.fsdp_config.use_orig_params": True
+            for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic", "reward_model")
+        },
     ),
     MissingFeature(
         "a choice of optimizer (rlcore uses torch's AdamW)",

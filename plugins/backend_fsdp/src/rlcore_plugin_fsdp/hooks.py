@@ -6,11 +6,15 @@ This module must stay free of torch imports: ``rlcore plugins`` and config loadi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlcore import hookimpl
 from rlcore.api import TrainingBackendSpec
 from rlcore_plugin_fsdp.config import FSDPConfig
+from rlcore_plugin_fsdp.substitution import veomni_plan_lines
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
@@ -37,3 +41,9 @@ def config_defaults() -> dict[str, Any]:
         "critic": {"fsdp_config": FSDPConfig()},
         "reward_model": {"fsdp_config": FSDPConfig()},
     }
+
+
+@hookimpl
+def plan_lines(config: DictConfig, dry_run: bool) -> list[str]:
+    """``model_engine=veomni``'s substitution line and its notes (:mod:`rlcore_plugin_fsdp.substitution`)."""
+    return veomni_plan_lines(config)

@@ -1,0 +1,204 @@
+"""verl's VeOmni and MindSpeed engines as named substitutions (``model_engine=veomni`` → rlcore's FSDP engine,
+``model_engine=mindspeed`` → rlcore-plugin-megatron), and the engine keys beside them (docs/from-verl.md, "verl's
+VeOmni and MindSpeed engines")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_run
+
+from rlcore.config import load_config
+from rlcore.config.problems import ConfigError
+
+ACTOR = "actor_rollout_ref.actor"
+#: metrics that measure time, speed or memory: they differ between any two runs
+TIMING = ("timing", "perf/", "actor/weight_sync_s")
+
+
+def errors(result: Any) -> list[str]:
+    """The ``error:`` lines of a dry run's output."""
+    return [line for line in result.output.splitlines() if line.startswith("error:")]
+
+
+def numbers(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's metrics.jsonl rows without the timing, speed and memory keys."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if not k.startswith(TIMING)} for row in rows]
+
+
+def test_veomni_keys_map_onto_the_fsdp_engine() -> None:
+    config = load_config(
+        overrides=[
+            "model_engine=veomni",
+            f"{ACTOR}.veomni.param_offload=true",
+            f"{ACTOR}.veomni.optimizer_offload=true",
+            f"{ACTOR}.veomni.fsdp_size=2",
+            f"{ACTOR}.veomni.ulysses_parallel_size=2",
+            "actor_rollout_ref.ref.veomni.param_offload=true",
+            "critic.veomni.fsdp_size=2",
+            f"{ACTOR}.veomni.attn_implementation=flash_attention_2",
+        ]
+    )
+    actor = config.actor_rollout_ref.actor
+    assert actor.strategy == "fsdp"
+    assert (actor.fsdp_config.param_offload, actor.fsdp_config.optimizer_offload) == (True, True)
+    assert (actor.fsdp_config.fsdp_size, actor.ulysses_sequence_parallel_size) == (2, 2)
+    assert config.actor_rollout_ref.ref.fsdp_config.param_offload is True
+    assert config.critic.fsdp_config.fsdp_size == 2
+    # VeOmni's optimizer default: a cosine schedule (its lr_min=0, lr_start=0, lr_decay_ratio=1)
+    assert actor.optim.lr_scheduler_type == "cosine" and config.critic.optim.lr_scheduler_type == "cosine"
+    # kept as given for the plan note, beside verl's marker of the engine
+    assert OmegaConf.to_container(actor.veomni) == {"strategy": "veomni", "attn_implementation": "flash_attention_2"}
+
+
+def test_verls_per_role_group_selects_the_substitution_for_that_role() -> None:
+    config = load_config(overrides=["actor@actor_rollout_ref.actor=veomni_actor"])
+    actor = config.actor_rollout_ref.actor
+    assert (actor.strategy, actor.optim.lr_scheduler_type, actor.veomni.strategy) == ("fsdp", "cosine", "veomni")
+    assert config.critic.optim.lr_scheduler_type == "constant"
+
+
+def test_a_config_without_veomni_has_no_veomni_section() -> None:
+    config = load_config()
+    assert "veomni" not in config.actor_rollout_ref.actor and "mindspeed" not in config.actor_rollout_ref.actor
+    assert config.actor_rollout_ref.actor.optim.lr_scheduler_type == "constant"
+
+
+def test_the_plan_names_the_veomni_substitution_and_each_kept_key() -> None:
+    result = dry_run(
+        "model_engine=veomni",
+        f"{ACTOR}.veomni.moe_implementation=fused",
+        f"{ACTOR}.veomni.enable_full_shard=true",
+        f"{ACTOR}.veomni.expert_parallel_size=1",
+    )
+    assert result.exit_code == 0, result.output
+    assert "model_engine=veomni: trained by rlcore's FSDP engine (VeOmni 0.1.12 is not an rlcore dependency" in (
+        result.output
+    )
+    assert f"{ACTOR}.veomni.moe_implementation=fused changes speed, not the numbers: a kernel choice" in result.output
+    assert f"{ACTOR}.veomni.enable_full_shard=True changes speed, not the numbers: VeOmni 0.1.12 reads it nowhere" in (
+        result.output
+    )
+
+
+def test_a_plain_fsdp_run_prints_no_substitution() -> None:
+    result = dry_run()
+    assert result.exit_code == 0, result.output
+    assert "model_engine=" not in result.output
+
+
+def test_a_kept_veomni_key_without_the_engine_is_still_noted() -> None:
+    result = dry_run(f"{ACTOR}.veomni.attn_implementation=sdpa")
+    assert result.exit_code == 0, result.output
+    assert "model_engine=veomni" not in result.output
+    assert f"{ACTOR}.veomni.attn_implementation=sdpa changes speed, not the numbers" in result.output
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        (f"{ACTOR}.veomni.expert_parallel_size=2", "expert parallelism (expert_parallel_size > 1)"),
+        (f"{ACTOR}.veomni.init_device=npu", "init_device=npu"),
+        (f"{ACTOR}.veomni.ckpt_manager=dcp", "VeOmni's checkpoint manager"),
+        (f"{ACTOR}.veomni.mixed_precision=false", "full bfloat16 training (mixed_precision=false)"),
+        (f"{ACTOR}.veomni.strategy=fsdp2", "verl's VeOmni engine settings"),
+        (f"{ACTOR}.optim.lr_min=1e-7", "VeOmni's learning-rate schedule other than rlcore's"),
+        (f"{ACTOR}.optim.lr_decay_ratio=0.5", "VeOmni's learning-rate schedule other than rlcore's"),
+    ],
+)
+def test_veomni_keys_without_an_equal_are_errors_naming_them(override: str, named: str) -> None:
+    result = dry_run("model_engine=veomni", override)
+    assert result.exit_code == 2, result.output
+    key = override.split("=", 1)[0]
+    assert any(key in line and named in line for line in errors(result)), result.output
+    assert "Traceback" not in result.output
+
+
+def test_mindspeed_keys_map_onto_the_megatron_engine() -> None:
+    config = load_config(
+        overrides=[
+            "model_engine=mindspeed",
+            f"{ACTOR}.mindspeed.tensor_model_parallel_size=2",
+            f"{ACTOR}.mindspeed.param_offload=true",
+            f"{ACTOR}.mindspeed.strategy=mindspeed_megatron",
+            "actor_rollout_ref.ref.mindspeed.context_parallel_size=2",
+        ]
+    )
+    actor = config.actor_rollout_ref.actor
+    assert actor.strategy == "megatron"
+    assert (actor.megatron.tensor_model_parallel_size, actor.megatron.param_offload) == (2, True)
+    assert config.actor_rollout_ref.ref.megatron.context_parallel_size == 2
+    assert actor.optim.lr_scheduler_type == "constant"  # MindSpeed keeps verl's Megatron optimizer defaults
+
+
+def test_the_plan_names_the_mindspeed_substitution() -> None:
+    result = dry_run("model_engine=mindspeed", "trainer.n_gpus_per_node=1")
+    assert result.exit_code == 0, result.output
+    assert "model_engine=mindspeed: trained by rlcore's Megatron engine" in result.output
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        f"{ACTOR}.mindspeed.mcore_kwargs.spec=[mindspeed_llm.tasks.models.spec.qwen3_spec]",
+        f"{ACTOR}.mindspeed.strategy=mindspeed_fsdp",
+    ],
+)
+def test_mindspeed_keys_without_an_equal_are_errors_naming_them(override: str) -> None:
+    with pytest.raises(ConfigError, match="verl's MindSpeed engine settings that rlcore's Megatron engine"):
+        load_config(overrides=["model_engine=mindspeed", override])
+
+
+def test_use_orig_params_true_is_what_fsdp2_does_and_false_is_refused() -> None:
+    assert load_config(overrides=[f"{ACTOR}.fsdp_config.use_orig_params=true"])
+    with pytest.raises(ConfigError, match="use_orig_params: these FSDP options of verl"):
+        load_config(overrides=[f"{ACTOR}.fsdp_config.use_orig_params=false"])
+
+
+def test_megatron_engine_keys_of_verl() -> None:
+    config = load_config(
+        overrides=[
+            f"{ACTOR}.strategy=megatron",
+            f"{ACTOR}.megatron.use_remove_padding=false",
+            f"{ACTOR}.megatron.router_replay.mode=R2",
+        ]
+    )
+    assert config.actor_rollout_ref.actor.router_replay.mode == "R2"
+    with pytest.raises(ConfigError, match="use_remove_padding: verl's Megatron backend settings"):
+        load_config(overrides=[f"{ACTOR}.strategy=megatron", f"{ACTOR}.megatron.use_remove_padding=true"])
+
+
+def test_a_veomni_run_writes_the_metrics_of_the_same_fsdp_run(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A real run spelled with VeOmni's keys and the same run spelled with rlcore's FSDP keys write the same
+    metrics.jsonl, timing keys aside (VeOmni's cosine default spelled out for the FSDP run)."""
+    task = make_tiny_task(tmp_path / "task")
+    _, veomni = tiny_run(
+        tmp_path / "veomni",
+        tiny_model_dir,
+        task,
+        "model_engine=veomni",
+        f"{ACTOR}.veomni.param_offload=true",
+        f"{ACTOR}.veomni.fsdp_size=-1",
+        f"{ACTOR}.veomni.attn_implementation=flash_attention_2",
+        f"{ACTOR}.veomni.expert_parallel_size=1",
+        "actor_rollout_ref.ref.veomni.param_offload=true",
+    )
+    _, fsdp = tiny_run(
+        tmp_path / "fsdp",
+        tiny_model_dir,
+        task,
+        f"{ACTOR}.strategy=fsdp",
+        f"{ACTOR}.fsdp_config.param_offload=true",
+        f"{ACTOR}.fsdp_config.fsdp_size=-1",
+        f"{ACTOR}.optim.lr_scheduler_type=cosine",
+        "critic.optim.lr_scheduler_type=cosine",
+        "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+    )
+    assert numbers(veomni) == numbers(fsdp)
+    rates = [row["actor/lr"] for row in numbers(veomni) if "actor/lr" in row]
+    assert rates[0] > rates[-1]  # the cosine schedule decays
