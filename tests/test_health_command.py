@@ -110,3 +110,15 @@ def test_no_enabled_monitor_is_said(tmp_path: Path, ceiling: None) -> None:
     result = health(str(run_dir), "trainer.monitors.ceiling.enable=false")
     assert result.exit_code == 0
     assert result.output.startswith("no run-health monitor is enabled")
+
+
+def test_a_key_of_the_runs_section_no_monitor_declares_names_the_runs_config(tmp_path: Path, ceiling: None) -> None:
+    config = "trainer:\n  monitors:\n    ceiling:\n      ceilng: 0.5\n"
+    run_dir = write_run(tmp_path / "run", [0.95], config=config)
+    result = health(str(run_dir))
+    assert result.exit_code == 2
+    (line,) = result.output.splitlines()
+    assert line.startswith(
+        f"error: config file '{run_dir / 'config.yaml'} (its trainer.monitors section)': unknown config key "
+        "'trainer.monitors.ceiling.ceilng'"
+    ), line
