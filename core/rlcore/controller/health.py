@@ -63,7 +63,7 @@ class Running:
         return self.component.dist or self.component.plugin
 
 
-def settings_of(config: DictConfig, component: Component[HealthMonitorSpec], config_class: type[Any]) -> Any:
+def settings_of(config: DictConfig, component: Component[HealthMonitorSpec], config_class: Any) -> Any:
     """The monitor's typed section ``trainer.monitors.<name>`` of ``config`` (every problem naming its key);
     the class's defaults when its plugin mounts no section there."""
     path = f"{MONITORS_KEY}.{component.name}"
@@ -100,7 +100,7 @@ def enabled_monitors(config: DictConfig, registry: Registry) -> list[tuple[Compo
     enabled = []
     for component in registry.components("health_monitor"):
         try:
-            settings = settings_of(config, component, component.load().config_class)
+            settings = settings_of(config, component, getattr(component.load(), "config_class", None))
         except ConfigError as exc:
             problems += exc.problems
             continue
@@ -118,7 +118,7 @@ def plan_lines(config: DictConfig, registry: Registry) -> list[str]:
         return []
     by_action = {action: [c.name for c, s in enabled if s.action == action] for action in ACTIONS}
     parts = [f"{action}: {', '.join(names)}" for action, names in by_action.items() if names]
-    return [f"run health: {len(enabled)} monitors ({'; '.join(parts)})"]
+    return [f"run health: {len(enabled)} monitor{'s' if len(enabled) > 1 else ''} ({'; '.join(parts)})"]
 
 
 def numeric_row(step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
