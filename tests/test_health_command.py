@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import rlcore
-from rlcore.api import Finding, HealthView, MonitorSettings
+from rlcore.api import Finding, HealthMonitorSpec, HealthView, MonitorSettings
 from rlcore.cli import cli
 
 
@@ -47,7 +47,9 @@ class Ceiling:
 
 PLUGIN = types.SimpleNamespace(
     config_defaults=rlcore.hookimpl(lambda: CeilingSettings()),
-    register_health_monitors=rlcore.hookimpl(lambda register: register("ceiling", Ceiling)),
+    register_health_monitors=rlcore.hookimpl(
+        lambda register: register("ceiling", Ceiling, spec=HealthMonitorSpec(reads=("critic/score/mean", "val-*")))
+    ),
 )
 
 
@@ -122,3 +124,15 @@ def test_a_key_of_the_runs_section_no_monitor_declares_names_the_runs_config(tmp
         f"error: config file '{run_dir / 'config.yaml'} (its trainer.monitors section)': unknown config key "
         "'trainer.monitors.ceiling.ceilng'"
     ), line
+
+
+def test_a_signal_the_run_never_logged_is_named(tmp_path: Path, ceiling: None) -> None:
+    """The monitor reads critic/score/mean and val-*: a run that logged neither says so."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "actor/entropy": 1.0}\n')
+    result = health(str(run_dir))
+    assert result.exit_code == 0
+    assert "health: ceiling reads critic/score/mean, val-*, which the run never logged" in result.output.splitlines()
+    quiet = health(str(write_run(tmp_path / "logged", [0.5])))
+    assert "never logged" not in quiet.output

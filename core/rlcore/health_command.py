@@ -5,7 +5,8 @@ The run's ``metrics.jsonl`` is fed to the monitors one row at a time, as the run
 unchecked), with the monitors' settings of the run's ``config.yaml`` (its ``trainer.monitors`` section; the
 current defaults without one) and the ``key=value`` overrides given after the directory. A monitor that
 asks for samples gets the step's dumped generations when the run wrote them (``trainer.rollout_data_dir``).
-The findings are printed as the run prints them; the exit status is 0 without findings, 1 with any.
+The findings are printed as the run prints them, then the signals a monitor reads (its spec's ``reads``) that
+the run never logged; the exit status is 0 without findings, 1 with any.
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ def replay(run_dir: Path, overrides: list[str], manager: PluginManager) -> int:
             for finding in findings:
                 count += 1
                 click.echo(f"{finding_line(finding)} (step {finding.step})")
+    for line in monitors.unread():
+        click.echo(line)
     names = ", ".join(r.name for r in monitors.running)
     verdict = f"{count} finding{'s' if count != 1 else ''}" if count else "no findings"
     click.echo(f"{verdict} in {metrics_path} ({steps} step{'s' if steps != 1 else ''}; monitors: {names})")

@@ -183,6 +183,19 @@ class Monitors:
                 echo(_disabled(component.name, component.dist or component.plugin, "could not be built", exc))
         return cls(running, echo)
 
+    def unread(self) -> list[str]:
+        """One line per enabled monitor whose spec's ``reads`` match no key of any row so far: the signals the
+        run never logged, so that monitor could not judge it."""
+        from fnmatch import fnmatchcase
+
+        keys = {key for row in self.history for key in row}
+        lines = []
+        for running in self.running:
+            missing = [p for p in running.component.spec.reads if not any(fnmatchcase(k, p) for k in keys)]
+            if missing:
+                lines.append(f"health: {running.name} reads {', '.join(missing)}, which the run never logged")
+        return lines
+
     def record(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Add a row that no monitor checks (the validation before training, step 0) to the history."""
         self.history.append(numeric_row(step, metrics))
