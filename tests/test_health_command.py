@@ -1,11 +1,13 @@
 """``rlcore health RUN_DIR`` on hand-written run directories: a missing or broken ``metrics.jsonl`` is one line
 naming the file; a run being written (a truncated last line) is replayed up to its last whole row; without a
-``config.yaml`` the current defaults apply; no enabled monitor is said, exit 0."""
+``config.yaml`` the current defaults apply; no enabled monitor is said, exit 0. The built-in monitors
+(rlcore-plugin-health) are switched off, so that only the test plugin's monitor speaks."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,6 +53,13 @@ PLUGIN = types.SimpleNamespace(
         lambda register: register("ceiling", Ceiling, spec=HealthMonitorSpec(reads=("critic/score/mean", "val-*")))
     ),
 )
+
+
+@pytest.fixture(autouse=True)
+def without_builtin_monitors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RLCORE_DISABLE_PLUGINS`` names rlcore-plugin-health (before the test's plugin manager is made)."""
+    disabled = os.environ.get("RLCORE_DISABLE_PLUGINS", "")
+    monkeypatch.setenv("RLCORE_DISABLE_PLUGINS", ",".join(filter(None, [disabled, "rlcore-plugin-health"])))
 
 
 @pytest.fixture
