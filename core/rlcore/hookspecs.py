@@ -13,7 +13,7 @@ is imported the first time a run uses the component, so a hooks module never nee
 implements its kind's protocol (:mod:`rlcore.api.components`, :mod:`rlcore.api.training`,
 :mod:`rlcore.api.rollout`). ``replace=True`` deliberately overrides a component of the same kind and name
 registered by another plugin; without it a duplicate is a conflict that names both plugins. ``spec`` declares
-the component's capabilities for the four kinds that have them, as that kind's frozen dataclass from
+the component's capabilities for the five kinds that have them, as that kind's frozen dataclass from
 :mod:`rlcore.api.specs` (for example ``spec=AdvantageEstimatorSpec(needs_critic=True)``); without it the
 kind's default spec applies (every capability off). A spec of another kind's class, a spec for a kind
 without capabilities, or a capability passed as a keyword (``needs_critic=True``) is a registration error.
@@ -319,6 +319,64 @@ def register_tool_parsers(register: Register) -> None:
         @rlcore.hookimpl
         def register_tool_parsers(register):
             register("llama3_json", "my_pkg.parsers:Llama3JsonParser")
+    """
+
+
+@hookspec
+def register_health_monitors(register: Register) -> None:
+    """Register run-health monitors (kind ``health_monitor``), each switched by ``trainer.monitors.<name>.enable``.
+
+    A target is a class implementing :class:`rlcore.api.HealthMonitor`: a class attribute ``config_class``
+    (a :class:`rlcore.api.MonitorSettings` subclass: ``enable``, ``action`` — ``warn``, ``checkpoint`` or
+    ``stop`` — and the monitor's thresholds, each with its default and a ``#:`` docstring; its ``PATH`` is
+    ``"trainer.monitors.<name>"`` and the plugin's ``config_defaults`` returns an instance), ``name``, and
+    ``__init__(self, settings)`` taking that section. The controller builds the enabled monitors once per run
+    and calls ``check(view) -> Sequence[Finding]`` after every step with a :class:`rlcore.api.HealthView`
+    (the step's metrics as written to ``metrics.jsonl``, every step's so far, and decoded responses when the
+    spec asks for them); a :class:`rlcore.api.Finding` names the signal, its values in one line and the step the
+    condition began at. A monitor that raises is reported, naming it and its plugin, and disabled; the run
+    goes on. ``rlcore health RUN_DIR`` replays a run through the same monitors, and
+    ``rlcore_testkit.contracts.health.HealthMonitorContract`` checks one.
+
+    Optional capabilities, as ``spec=HealthMonitorSpec(...)`` (:mod:`rlcore.api.specs`): ``reads`` (the
+    metric keys or ``fnmatch`` patterns it reads) and ``samples=N`` (decoded responses of each step in
+    ``view.samples``; none unless asked, so a monitor that reads metrics only costs nothing extra).
+
+    Example::
+
+        @dataclasses.dataclass(frozen=True)
+        class EntropySettings(rlcore.api.MonitorSettings):
+            PATH = "trainer.monitors.entropy_floor"
+            #: a step whose actor/entropy is below this is a finding
+            min_entropy: float = 0.05
+
+        class EntropyFloor:
+            config_class = EntropySettings
+            name = "entropy_floor"
+
+            def __init__(self, settings):
+                self.settings, self.low_since = settings, None
+
+            def check(self, view):
+                entropy = view.metrics.get("actor/entropy")
+                if entropy is None or entropy >= self.settings.min_entropy:
+                    self.low_since = None
+                    return []
+                if self.low_since is not None:
+                    return []  # reported when it began
+                self.low_since = view.step
+                return [rlcore.api.Finding(self.name, "warning", "actor/entropy",
+                                           f"actor/entropy {entropy:.3g} < {self.settings.min_entropy}",
+                                           began_at=view.step, step=view.step, values={"actor/entropy": entropy})]
+
+        @rlcore.hookimpl
+        def config_defaults():
+            return EntropySettings()
+
+        @rlcore.hookimpl
+        def register_health_monitors(register):
+            register("entropy_floor", "my_pkg.monitors:EntropyFloor",
+                     spec=HealthMonitorSpec(reads=("actor/entropy",)))
     """
 
 

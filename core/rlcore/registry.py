@@ -21,6 +21,7 @@ from rlcore.api.kinds import COMPONENT_KINDS, KINDS, KindSpec
 from rlcore.api.specs import (
     AdvantageEstimatorSpec,
     CapabilitySpec,
+    HealthMonitorSpec,
     PresetSpec,
     RewardScorerSpec,
     TrainingBackendSpec,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
         ToolParser,
         Tracker,
     )
+    from rlcore.api.health import HealthMonitor
     from rlcore.api.rollout import RolloutEngine
     from rlcore.api.training import TrainingBackend
 
@@ -195,6 +197,8 @@ class ComponentLoader(Protocol):
     @overload
     def __call__(self, kind: Literal["tool_parser"], name: str) -> type[ToolParser]: ...
     @overload
+    def __call__(self, kind: Literal["health_monitor"], name: str) -> type[HealthMonitor]: ...
+    @overload
     def __call__(self, kind: str, name: str) -> Any: ...
 
     def __call__(self, kind: str, name: str) -> Any:
@@ -341,6 +345,8 @@ class Registry:
     @overload
     def get(self, kind: Literal["reward_scorer"], name: str) -> Component[RewardScorerSpec]: ...
     @overload
+    def get(self, kind: Literal["health_monitor"], name: str) -> Component[HealthMonitorSpec]: ...
+    @overload
     def get(self, kind: str, name: str) -> Component[Any]: ...
 
     def get(self, kind: str, name: str) -> Component[Any]:
@@ -414,6 +420,8 @@ class Registry:
     def spec(self, kind: Literal["preset"], name: str) -> PresetSpec: ...
     @overload
     def spec(self, kind: Literal["reward_scorer"], name: str) -> RewardScorerSpec: ...
+    @overload
+    def spec(self, kind: Literal["health_monitor"], name: str) -> HealthMonitorSpec: ...
     @overload
     def spec(self, kind: str, name: str) -> Any: ...
 

@@ -85,6 +85,13 @@ _LAZY: dict[str, str] = {
     "SpecError": "rlcore.api.specs",
     "TrainingBackendSpec": "rlcore.api.specs",
     "StepExtension": "rlcore.api.extensions",
+    # run health: what a monitor sees, what it reports, its settings and capabilities
+    "Finding": "rlcore.api.health",
+    "HealthMonitor": "rlcore.api.health",
+    "HealthView": "rlcore.api.health",
+    "ResponseSample": "rlcore.api.health",
+    "MonitorSettings": "rlcore.config.sections.monitors",
+    "HealthMonitorSpec": "rlcore.api.specs",
     # training engines: the request, the layout, the model's outputs and the batch keys they read or write
     "EngineRequest": "rlcore.api.training",
     "EngineRole": "rlcore.api.training",
@@ -346,6 +353,7 @@ if TYPE_CHECKING:
     )
     from rlcore.api.extensions import StepExtension
     from rlcore.api.groups import WorkerGroup
+    from rlcore.api.health import Finding, HealthMonitor, HealthView, ResponseSample
     from rlcore.api.multi_turn import MultiTurn, MultiTurnRunner, agent_names
     from rlcore.api.profiling import (
         EngineTrace,
@@ -366,6 +374,7 @@ if TYPE_CHECKING:
         AdvantageEstimatorSpec,
         CapabilitySpec,
         GroundTruthForm,
+        HealthMonitorSpec,
         PresetSpec,
         RewardScorerSpec,
         SpecError,
@@ -421,6 +430,7 @@ if TYPE_CHECKING:
     from rlcore.config.sections.actor import OptimConfig
     from rlcore.config.sections.base import Section
     from rlcore.config.sections.base import ref as config_ref
+    from rlcore.config.sections.monitors import MonitorSettings
     from rlcore.data import DataError
     from rlcore.data.collate import collate_rows
     from rlcore.data.files import normalize_files

@@ -8,7 +8,8 @@ table of ``docs/architecture.md`` and the template variables of ``docs/publishin
 alone, or anywhere else alone, fails that test.
 
 Each kind names the protocol its targets implement (:mod:`rlcore.api.components`, :mod:`rlcore.api.training`,
-:mod:`rlcore.api.rollout`) and, when it has capabilities, its spec class (:mod:`rlcore.api.specs`).
+:mod:`rlcore.api.rollout`, :mod:`rlcore.api.health`) and, when it has capabilities, its spec class
+(:mod:`rlcore.api.specs`).
 
 Nothing here imports anything but the standard library and those stdlib-only modules: the plugin loader and
 the CLI import it at start-up.
@@ -20,8 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlcore.api import components
+from rlcore.api.health import HealthMonitor
 from rlcore.api.rollout import RolloutEngine
-from rlcore.api.specs import AdvantageEstimatorSpec, PresetSpec, RewardScorerSpec, TrainingBackendSpec
+from rlcore.api.specs import (
+    AdvantageEstimatorSpec,
+    HealthMonitorSpec,
+    PresetSpec,
+    RewardScorerSpec,
+    TrainingBackendSpec,
+)
 from rlcore.api.training import TrainingBackend
 
 
@@ -91,6 +99,9 @@ COMPONENT_KINDS: tuple[KindSpec, ...] = (
     ),
     KindSpec(
         "tool_parser", "register_tool_parsers", "actor_rollout_ref.rollout.multi_turn.format", components.ToolParser
+    ),
+    KindSpec(
+        "health_monitor", "register_health_monitors", "trainer.monitors.<name>.enable", HealthMonitor, HealthMonitorSpec
     ),
 )
 #: the kinds' names, in :data:`COMPONENT_KINDS` order

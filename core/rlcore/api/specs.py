@@ -25,6 +25,7 @@ __all__ = [
     "AdvantageEstimatorSpec",
     "CapabilitySpec",
     "GroundTruthForm",
+    "HealthMonitorSpec",
     "PresetSpec",
     "RewardScorerSpec",
     "SpecError",
@@ -168,8 +169,32 @@ class RewardScorerSpec:
         _flag(self, "sandbox")
 
 
+@dataclass(frozen=True)
+class HealthMonitorSpec:
+    """What a run-health monitor reads, so that the run gives it what it needs and nothing more."""
+
+    #: the metric keys (or ``fnmatch`` patterns such as ``"val-core/*"``) the monitor reads: listed by
+    #: ``rlcore plugins`` and the docs, and used to say which signal a run never logged
+    reads: tuple[str, ...] = ()
+    #: responses of each step the monitor wants decoded in ``HealthView.samples`` (0: none, the default; the
+    #: run decodes the most any enabled monitor asks for, and nothing when none asks)
+    samples: int = 0
+
+    def __post_init__(self) -> None:
+        """Check every field; ``reads`` is normalised to a tuple."""
+        if isinstance(self.reads, str | bytes) or not isinstance(self.reads, Iterable):
+            raise SpecError(f"HealthMonitorSpec.reads must be a tuple of metric keys, got {self.reads!r}")
+        reads = tuple(self.reads)
+        bad = [repr(item) for item in reads if not isinstance(item, str) or not item]
+        if bad:
+            raise SpecError(f"HealthMonitorSpec.reads must hold non-empty strings, got {', '.join(bad)}")
+        object.__setattr__(self, "reads", reads)
+        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 0:
+            raise SpecError(f"HealthMonitorSpec.samples must be an int >= 0, got {self.samples!r}")
+
+
 #: a capability spec of any kind
-CapabilitySpec = AdvantageEstimatorSpec | TrainingBackendSpec | PresetSpec | RewardScorerSpec
+CapabilitySpec = AdvantageEstimatorSpec | TrainingBackendSpec | PresetSpec | RewardScorerSpec | HealthMonitorSpec
 
 
 def spec_fields(cls: type[Any]) -> tuple[str, ...]:

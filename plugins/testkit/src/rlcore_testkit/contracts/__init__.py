@@ -14,6 +14,7 @@ from rlcore_testkit.contracts.algorithms import AdvantageEstimatorContract, Poli
 from rlcore_testkit.contracts.backend import TrainingBackendContract
 from rlcore_testkit.contracts.components import BatchFilterContract, PresetContract
 from rlcore_testkit.contracts.data import DatasetContract
+from rlcore_testkit.contracts.health import HealthMonitorContract
 from rlcore_testkit.contracts.rewards import RewardManagerContract, RewardScorerContract
 from rlcore_testkit.contracts.rollout import RolloutEngineContract
 from rlcore_testkit.contracts.tracker import TrackerContract
@@ -34,6 +35,7 @@ CONTRACTS = {
     "agent_loop": AgentLoopContract,
     "interaction": InteractionContract,
     "tool_parser": ToolParserContract,
+    "health_monitor": HealthMonitorContract,
 }
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "AgentLoopContract",
     "BatchFilterContract",
     "DatasetContract",
+    "HealthMonitorContract",
     "InteractionContract",
     "PolicyLossContract",
     "PresetContract",

@@ -12,8 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rlcore import hookimpl
-{% if cookiecutter.advantage_estimator %}
+{% if cookiecutter.advantage_estimator and cookiecutter.health_monitor %}
+from rlcore.api import AdvantageEstimatorSpec, HealthMonitorSpec
+{% elif cookiecutter.advantage_estimator %}
 from rlcore.api import AdvantageEstimatorSpec
+{% elif cookiecutter.health_monitor %}
+from rlcore.api import HealthMonitorSpec
 {% endif %}
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
@@ -134,4 +138,25 @@ def register_interactions(register: Callable[..., None]) -> None:
 def register_tool_parsers(register: Callable[..., None]) -> None:
     """``actor_rollout_ref.rollout.multi_turn.format={{ name }}``."""
     register("{{ name }}", "{{ package }}.tool_parser:TagParser", description='<call name="...">{json}</call>')
+{% endif %}
+{% if cookiecutter.health_monitor %}
+
+
+@hookimpl
+def config_defaults() -> object:
+    """Declare ``trainer.monitors.{{ cookiecutter.hyphenated }}`` (the monitor's settings, typed)."""
+    from {{ package }}.health_monitor import Settings
+
+    return Settings()
+
+
+@hookimpl
+def register_health_monitors(register: Callable[..., None]) -> None:
+    """The run-health monitor ``trainer.monitors.{{ cookiecutter.hyphenated }}`` (on by default)."""
+    register(
+        "{{ cookiecutter.hyphenated }}",
+        "{{ package }}.health_monitor:ScoreDrop",
+        description="the training score falls well below its best",
+        spec=HealthMonitorSpec(reads=("critic/score/mean",)),
+    )
 {% endif %}
