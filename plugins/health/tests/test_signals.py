@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from rlcore_plugin_health.signals import (
     first_values,
     matching_keys,
