@@ -14,9 +14,9 @@ from rlcore_plugin_health.signals import (
     positive_keys,
     robust_z,
     shares,
-    since,
     slope,
     tail,
+    window,
 )
 from rlcore_plugin_health.streak import Streak
 
@@ -39,8 +39,8 @@ def test_number_skips_absent_text_and_bools() -> None:
 def test_points_from_the_end_and_the_start() -> None:
     assert tail(HISTORY, "a", 2) == [(2, 2.0), (4, 4.0)]
     assert tail(HISTORY, "a", 9) == [(1, 1.0), (2, 2.0), (4, 4.0)]
-    assert since(HISTORY, "a", 2) == [(2, 2.0), (4, 4.0)]
-    assert since(HISTORY, "val", 1) == [(4, 0.25)]
+    assert [row["step"] for row in window(HISTORY, 3)] == [3, 4]
+    assert window(HISTORY, 9) == [] and window(HISTORY, -5) == HISTORY
     assert first_values(HISTORY, "a", 2) == [(1, 1.0), (2, 2.0)]
     assert matching_keys({"val-core/x/reward/mean@1": 1, "val-aux/x": 2}, "val-core/*/reward/mean@*") == [
         "val-core/x/reward/mean@1"

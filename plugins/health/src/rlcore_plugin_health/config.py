@@ -44,6 +44,8 @@ class RewardHackingSettings(MonitorSettings):
     max_val_rise: float = 0.02
     #: validations needed inside the window to measure its trend
     min_val_points: int = 3
+    #: training steps needed inside the window to measure its trend
+    min_train_points: int = 10
 
     def problems(self) -> list[str]:
         """The window and the validation count must be positive integers, the rise a number > 0."""
@@ -51,6 +53,7 @@ class RewardHackingSettings(MonitorSettings):
             *super().problems(),
             *self.positive("window"),
             *self.positive("min_val_points"),
+            *self.positive("min_train_points"),
             *_above_zero(self, "min_train_rise"),
         ]
 

@@ -6,7 +6,7 @@ docs/health.md lists their signals, thresholds and the runs that show each one f
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from statistics import fmean
+from statistics import fmean, median
 from typing import ClassVar, Literal
 
 from rlcore.api import Finding, HealthView, MonitorSettings
@@ -32,9 +32,9 @@ from rlcore_plugin_health.signals import (
     positive_keys,
     robust_z,
     shares,
-    since,
     slope,
     tail,
+    window,
 )
 from rlcore_plugin_health.streak import Streak
 
@@ -106,37 +106,31 @@ class RewardHacking(_Monitor):
         self.streak = Streak(1)
         self.val_key = ""
 
-    def _val_points(self, history: Sequence[Mapping[str, object]], first: int) -> list[tuple[int, float]]:
-        """The validation reward at the validation steps >= ``first`` (the mean of the matching keys)."""
+    def _val_points(self, rows: Sequence[Mapping[str, object]]) -> list[tuple[int, float]]:
+        """The validation reward of each validation row of ``rows`` (the mean of the keys matching ``val_key``);
+        remembers the key to name in a message (the pattern when several match)."""
         points = []
-        for row in history:
-            step = int(number(row, "step") or 0)
-            if step < first:
-                continue
-            values = [v for k in matching_keys(row, self.settings.val_key) if (v := number(row, k)) is not None]
-            if values:
-                points.append((step, fmean(values)))
-                self.val_key = (
-                    matching_keys(row, self.settings.val_key)[0] if len(values) == 1 else self.settings.val_key
-                )
+        for row in rows:
+            keys = [k for k in matching_keys(row, self.settings.val_key) if number(row, k) is not None]
+            if keys:
+                points.append((int(number(row, "step") or 0), fmean(number(row, k) or 0.0 for k in keys)))
+                self.val_key = keys[0] if len(keys) == 1 else self.settings.val_key
         return points
 
     def check(self, view: HealthView) -> list[Finding]:
-        """A finding when, over the last ``window`` steps, the training reward rose by ``min_train_rise`` or more
-        while the validation reward (``min_val_points`` validations or more) rose by ``max_val_rise`` or less."""
+        """A finding when, over the last ``window`` steps (``min_train_points`` of them or more), the training
+        reward rose by ``min_train_rise`` or more while the validation reward (``min_val_points`` validations or
+        more) rose by ``max_val_rise`` or less; each rise is the least-squares slope times the points' span."""
         s = self.settings
-        first = view.step - s.window + 1
-        train = since(view.history, s.train_key, first)
-        if len(train) < max(3, s.window // 2):
-            return []
-        start = len(view.history) - len(since(view.history, "step", first))
-        val = self._val_points(view.history[start:], first)
-        if len(val) < s.min_val_points:
+        rows = window(view.history, view.step - s.window + 1)
+        train = [(int(number(row, "step") or 0), v) for row in rows if (v := number(row, s.train_key)) is not None]
+        val = self._val_points(rows)
+        if len(train) < max(3, s.min_train_points) or len(val) < s.min_val_points:
             self.streak.update(False, view.step)
             return []
         train_rise = slope(train) * (train[-1][0] - train[0][0])
         val_rise = slope(val) * (val[-1][0] - val[0][0])
-        began = self.streak.update(train_rise >= s.min_train_rise and val_rise <= s.max_val_rise, view.step, first)
+        began = self.streak.update(train_rise >= s.min_train_rise and val_rise <= s.max_val_rise, view.step, train[0][0])
         if began is None:
             return []
         message = (
@@ -241,8 +235,7 @@ class _SpikeMonitor(_Monitor):
             before = [v for _, v in tail(view.history[:-1], key, s.window)]
             if len(before) < s.min_history:
                 continue
-            ordered = sorted(before)
-            centre = ordered[len(ordered) // 2]
+            centre = median(before)
             z = robust_z(value, before, max(s.rel_floor * abs(centre), s.abs_floor))
             began = streak.update(z > s.z_threshold, view.step)
             if began is None:

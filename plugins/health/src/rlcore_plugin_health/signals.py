@@ -41,18 +41,12 @@ def tail(history: Sequence[Mapping[str, object]], key: str, count: int) -> list[
     return points
 
 
-def since(history: Sequence[Mapping[str, object]], key: str, first_step: int) -> list[tuple[int, float]]:
-    """The ``(step, value)`` points of ``key`` at steps >= ``first_step``, oldest first (scans from the end)."""
-    points: list[tuple[int, float]] = []
-    for row in reversed(history):
-        step = int(number(row, "step") or 0)
-        if step < first_step:
-            break
-        value = number(row, key)
-        if value is not None:
-            points.append((step, value))
-    points.reverse()
-    return points
+def window(history: Sequence[Mapping[str, object]], first_step: int) -> Sequence[Mapping[str, object]]:
+    """The rows of ``history`` at steps >= ``first_step`` (the history is in step order; scans from the end)."""
+    start = len(history)
+    while start > 0 and (number(history[start - 1], "step") or 0) >= first_step:
+        start -= 1
+    return history[start:]
 
 
 def first_values(history: Sequence[Mapping[str, object]], key: str, count: int) -> list[tuple[int, float]]:
