@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -211,6 +212,22 @@ def run(args: tuple[str, ...], presets: tuple[str, ...], dry_run: bool) -> None:
         config_name=line.config_name,
         config_path=line.config_path,
     )
+
+
+# ------------------------------------------------------------------- health
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
+def health(run_dir: Path, overrides: tuple[str, ...]) -> None:
+    """Check a finished or running run: rlcore health RUN_DIR [key=value ...].
+
+    Replays RUN_DIR/metrics.jsonl through the run-health monitors with the run's config.yaml settings
+    (trainer.monitors.*) and the overrides, and prints the findings. Exit status 0: none; 1: some.
+    """
+    from rlcore.health_command import replay
+
+    if replay(run_dir, list(overrides), load_plugins()):
+        sys.exit(1)
 
 
 # --------------------------------------------------------------------- data

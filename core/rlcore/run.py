@@ -37,6 +37,8 @@ from rlcore.config.output_paths import make_output_paths_absolute, shown_path
 from rlcore.config.sections.data import SamplerConfig
 from rlcore.config.sections.trainer import TrainerConfig
 from rlcore.controller.components import RunComponents
+from rlcore.controller.health import health_lines
+from rlcore.controller.health import plan_lines as health_plan_lines
 from rlcore.data.image_plan import image_plan
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager, load_plugins, run_profiler, step_extensions
@@ -358,6 +360,8 @@ def run_training(
     with problems.collect():
         plan_lines += run_plan_lines(config)
     with problems.collect():
+        plan_lines += health_plan_lines(config, registry)
+    with problems.collect():
         run_profiler(config, manager)  # profiling asked for with no plugin to do it: refused here
     with problems.collect():
         check_allowed(config.trainer.resume_allow_changes)
@@ -505,6 +509,7 @@ def _summarise(
         "presets": presets,
         "wall_time_s": round(wall, 1),
         "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "health": run.health,
     }
     try:
         (run_dir / "summary.json").write_text(json.dumps({**summary, "last": last}, indent=2, default=float))
@@ -516,6 +521,8 @@ def _summarise(
     click.echo(f"wall time: {summary['wall_time_s']} s, peak memory (RSS): {summary['peak_rss_mb']} MB")
     click.echo(f"run directory: {shown_path(run_dir)}")
     for line in kept_lines(trainer, run, status):
+        click.echo(line)
+    for line in health_lines(run.health):
         click.echo(line)
     if not rows:  # nothing to plot: no step was logged
         sys.stdout.flush()

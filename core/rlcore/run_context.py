@@ -26,6 +26,9 @@ class RunContext:
     plugins: dict[str, str | None] = field(default_factory=dict)
     derived: dict[str, Any] = field(default_factory=dict)
     identity: RunIdentity | None = None
+    #: the run-health findings so far (:meth:`rlcore.api.Finding.as_dict` rows with the monitor's ``action``),
+    #: written to ``summary.json`` under ``"health"``
+    health: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         """A run gets a fresh identity unless one is given."""

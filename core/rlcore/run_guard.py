@@ -23,6 +23,7 @@ import click
 from rlcore.checkpoint.lock import lock_checkpoint_folder
 from rlcore.child_processes import become_subreaper, kill_leftovers
 from rlcore.config.sections.trainer import TrainerConfig
+from rlcore.controller.health import HealthStop
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PluginManager
 from rlcore.run_context import RunContext
@@ -59,6 +60,8 @@ def _outcome(exc: BaseException, stop: Any) -> tuple[BaseException, str, bool]:
         signum = (stop.signum if stop else None) or signal.SIGINT
         return RunInterrupted(128 + signum), f"interrupted by {signal.Signals(signum).name}", True
     error = exit_error(exc, "user code") if isinstance(exc, EXIT_EXCEPTIONS) else exc
+    if isinstance(error, HealthStop):  # a monitor's action=stop: exit status 2 like any RLCoreError
+        return error, f"stopped: {error}", False
     described = str(error) if isinstance(error, RLCoreError) else f"{type(error).__name__}: {error}"
     return error, f"failed: {described}", False
 

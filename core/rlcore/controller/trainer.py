@@ -47,6 +47,7 @@ from rlcore.config.plugin_sections import plugin_section
 from rlcore.config.schema import AlgorithmConfig, RewardModelConfig, Sections
 from rlcore.controller.components import RunComponents
 from rlcore.controller.groups import build_worker_groups
+from rlcore.controller.health import Actions, HealthLoop
 from rlcore.controller.off_policy import RolloutPipeline
 from rlcore.controller.resume import unfinished_checkpoint
 from rlcore.controller.uids import prompt_uids
@@ -128,6 +129,7 @@ class Trainer:
         self.pipeline: RolloutPipeline | None = None  # async_training.enable: the one-step-off-policy rollout lane
         self.prepared = False  # prepare() has run
         self.resume_from: Path | None = None  # the checkpoint fit() resumes from (set by prepare())
+        self.health = HealthLoop(config, manager.registry, run)  # the run-health monitors (trainer.monitors)
 
     # ------------------------------------------------------------------ setup
     def _build_data(self) -> None:
@@ -412,6 +414,7 @@ class Trainer:
         self._sync_weights(metrics)
         update_curriculum(self.train_loader.sampler, batch)
         self._step_metrics(batch, metrics, time.perf_counter() - step_start, log_prob_lengths)
+        self.health.take_samples(batch, self._decoded, self.reward_extra_keys)
         return metrics
 
     # ------------------------------------------------------------ step stages
@@ -779,6 +782,7 @@ class Trainer:
                     with bar.phase("validating before training"):
                         val = self._validate_and_report(self.global_step, trackers)
                     trackers.log(val, step=self.global_step)
+                    self.health.record(self.global_step, val)
                     bar.update(self.global_step, val)
                     last.update(val)
                     if cfg.val_only:
@@ -800,6 +804,7 @@ class Trainer:
                         metrics["timing_s/save_checkpoint"] = save_time  # the previous step's save
                         save_time = None
                     hook.on_step_end(run=self.run, step=step, metrics=metrics)
+                    health = self.health.check(step, metrics)  # adds health/<monitor>/* to the step's metrics
                     trackers.log(metrics, step=step)  # written and flushed before the checkpoint is committed
                     bar.update(step, metrics)
                     last.update(metrics)
@@ -807,6 +812,7 @@ class Trainer:
                     if cfg.save_freq > 0 and (is_last or step % cfg.save_freq == 0):
                         with bar.phase(f"saving the checkpoint of step {step}"):
                             save_time = self._save_and_report(step)
+                    self._act_on_health(health, step, bar)
             if self.stop.requested:
                 status = "interrupted"
                 if cfg.save_on_signal and self.global_step > self.saved_step:
@@ -845,6 +851,17 @@ class Trainer:
             path = self.save_checkpoint()
         self.manager.hook.on_checkpoint_saved(run=self.run, step=step, path=str(path))
         return self.timer.pop_all()["save_checkpoint"]
+
+    def _act_on_health(self, actions: Actions, step: int, bar: ProgressBar) -> None:
+        """After a logged step with run-health findings: save a checkpoint for a ``checkpoint`` or ``stop``
+        action (unless this step's was just saved), then end the run for ``stop``
+        (:class:`~rlcore.controller.health.HealthStop`)."""
+        if actions.saving and self.saved_step != step:
+            with bar.phase(f"saving the checkpoint of step {step} (run health)"):
+                self._save_and_report(step)
+        error = actions.stop_error(step)
+        if error is not None:
+            raise error
 
     def _count_nonfinite(self, metrics: dict[str, float]) -> None:
         """Count steps in a row whose update was skipped for a non-finite loss or gradient norm
