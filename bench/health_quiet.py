@@ -77,7 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("outputs/health-quiet"), help="where the runs go")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
-    parser.add_argument("--preset-steps", type=int, default=25, help="training steps of a preset's run")
+    parser.add_argument("--preset-steps", type=int, default=20, help="training steps of a preset's run")
     args = parser.parse_args()
     from rlcore.tracking.sinks import read_metrics
 

@@ -120,6 +120,8 @@ class SpikeSettings(MonitorSettings):
     rel_floor: float = 0.25
     #: ... and at least this absolute value
     abs_floor: float = 1e-3
+    #: a value above this is a spike whatever came before, the first step included (null: none)
+    ceiling: float | None = None
 
     def problems(self) -> list[str]:
         """Counts must be positive integers, the thresholds numbers > 0."""
@@ -129,6 +131,7 @@ class SpikeSettings(MonitorSettings):
             *self.positive("min_history"),
             *_above_zero(self, "z_threshold"),
             *_above_zero(self, "abs_floor"),
+            *([] if self.ceiling is None else _above_zero(self, "ceiling")),
         ]
 
 
@@ -140,8 +143,9 @@ class KlSpikeSettings(SpikeSettings):
 
     #: the metrics watched (each on its own; the ones a run does not log are skipped)
     keys: list[str] = field(default_factory=lambda: ["actor/ppo_kl", "actor/kl_loss"])
-    #: the robust scale is at least this absolute value (a KL below ~0.01 is not a spike)
-    abs_floor: float = 1e-3
+    #: a KL above this is a spike even at the first step, with no history to compare with (a policy that moved
+    #: this far within one step's mini-batches; healthy runs stay below 0.01)
+    ceiling: float | None = 0.3
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,9 @@ class RewardHacking(_Monitor):
             return []
         train_rise = slope(train) * (train[-1][0] - train[0][0])
         val_rise = slope(val) * (val[-1][0] - val[0][0])
-        began = self.streak.update(train_rise >= s.min_train_rise and val_rise <= s.max_val_rise, view.step, train[0][0])
+        began = self.streak.update(
+            train_rise >= s.min_train_rise and val_rise <= s.max_val_rise, view.step, train[0][0]
+        )
         if began is None:
             return []
         message = (
@@ -225,7 +227,7 @@ class _SpikeMonitor(_Monitor):
 
     def check(self, view: HealthView) -> list[Finding]:
         """A finding per watched key whose value's robust z-score over the previous ``window`` steps (at least
-        ``min_history`` of them) exceeds ``z_threshold``."""
+        ``min_history`` of them) exceeds ``z_threshold``, or whose value exceeds ``ceiling``."""
         s = self.settings
         found = []
         for key, streak in self.streaks.items():
@@ -233,18 +235,24 @@ class _SpikeMonitor(_Monitor):
             if value is None:
                 continue
             before = [v for _, v in tail(view.history[:-1], key, s.window)]
-            if len(before) < s.min_history:
-                continue
-            centre = median(before)
-            z = robust_z(value, before, max(s.rel_floor * abs(centre), s.abs_floor))
-            began = streak.update(z > s.z_threshold, view.step)
+            z = None
+            if len(before) >= s.min_history:
+                centre = median(before)
+                z = robust_z(value, before, max(s.rel_floor * abs(centre), s.abs_floor))
+            over = s.ceiling is not None and value > s.ceiling
+            began = streak.update(over or (z is not None and z > s.z_threshold), view.step)
             if began is None:
                 continue
-            message = (
-                f"{key} spiked: {_g(value)} is {z:.3g} robust standard deviations above the median of the last "
-                f"{len(before)} steps ({_g(centre)}; threshold {_g(s.z_threshold)})"
-            )
-            found.append(self._finding(view, key, message, began, {key: value, "z": z, "median": centre}))
+            if z is not None and z > s.z_threshold:
+                message = (
+                    f"{key} spiked: {_g(value)} is {z:.3g} robust standard deviations above the median of the last "
+                    f"{len(before)} steps ({_g(centre)}; threshold {_g(s.z_threshold)})"
+                )
+                values = {key: value, "z": z, "median": centre}
+            else:
+                message = f"{key} spiked: {_g(value)} > {_g(s.ceiling or 0.0)}, the ceiling of a healthy step"
+                values = {key: value, "ceiling": s.ceiling or 0.0}
+            found.append(self._finding(view, key, message, began, values))
         return found
 
 
