@@ -60,11 +60,11 @@ def margins(rows: list[dict[str, Any]]) -> dict[str, float]:
         ("training/rollout_probs_diff_mean", "probs_diff_mean_max"),
     ):
         found[name] = round(max((v for _, v in series(key)), default=0.0), 4)
-    val_key = next((k for r in rows for k in r if k.startswith("val-core/")), None)
+    val_metric = next((k for r in rows for k in r if k.startswith("val-core/")), None)
     rises = []
     for end in range(10, int(rows[-1]["step"]) + 1):
         train = [(s, v) for s, v in series("critic/score/mean") if end - 20 < s <= end]
-        val = [(int(r["step"]), float(r[val_key])) for r in rows if val_key and r.get(val_key) is not None]
+        val = [(int(r["step"]), float(r[val_metric])) for r in rows if val_metric and r.get(val_metric) is not None]
         val = [(s, v) for s, v in val if end - 20 < s <= end]
         if len(train) >= 10 and len(val) >= 3 and slope(val) * (val[-1][0] - val[0][0]) <= 0.02:
             rises.append(slope(train) * (train[-1][0] - train[0][0]))

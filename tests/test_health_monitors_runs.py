@@ -13,7 +13,6 @@ from typing import Any
 
 from rlcore.tracking.sinks import read_metrics
 
-VAL_KEY = "val-core/rlcore/arith/reward/mean@1"
 #: a reward function with a bug: NaN for every odd answer
 NAN_REWARD = '''
 import math
@@ -62,7 +61,8 @@ def test_reward_loophole_is_stopped_before_validation_falls_by_a_tenth(command_o
     run_dir, rows, summary = run_of(ran)
     (finding,) = findings_of(summary, "reward_hacking")
     found_at = finding["step"]
-    val = [(row["step"], row[VAL_KEY]) for row in rows if row.get(VAL_KEY) is not None]
+    val_key = "val-core/rlcore/arith/reward/mean@8"  # the preset validates 8 sampled answers per prompt
+    val = [(row["step"], row[val_key]) for row in rows if row.get(val_key) is not None]
     best = max(value for step, value in val if step <= found_at)
     assert all(value > best - 0.1 for step, value in val if step <= found_at), (found_at, val)
     assert rows[-1]["step"] == found_at, "the run went on after the stop"

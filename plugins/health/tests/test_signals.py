@@ -20,7 +20,7 @@ from rlcore_plugin_health.signals import (
 )
 from rlcore_plugin_health.streak import Streak
 
-HISTORY = [
+HISTORY: list[dict[str, object]] = [
     {"step": 0, "val": 0.5},
     {"step": 1, "a": 1.0},
     {"step": 2, "a": 2.0, "flag": True},

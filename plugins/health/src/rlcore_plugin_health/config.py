@@ -33,9 +33,9 @@ class RewardHackingSettings(MonitorSettings):
     PATH = "trainer.monitors.reward_hacking"
 
     #: the training reward's metric (verl's mean sequence score)
-    train_key: str = "critic/score/mean"
+    train_metric: str = "critic/score/mean"
     #: the validation reward's metric, an fnmatch pattern (several matches: their mean)
-    val_key: str = "val-core/*/reward/mean@*"
+    val_metric: str = "val-core/*/reward/mean@*"
     #: the window, in steps, over which both trends are measured (least-squares slope x the window's span)
     window: int = 20
     #: the training reward must have risen at least this much over the window
@@ -65,7 +65,7 @@ class LengthBlowupSettings(MonitorSettings):
     PATH = "trainer.monitors.length_blowup"
 
     #: the share of responses that reached the length limit
-    key: str = "response_length/clip_ratio"
+    metric: str = "response_length/clip_ratio"
     #: the share above which a step counts
     max_clip_ratio: float = 0.2
     #: steps in a row above it before it is reported
@@ -84,7 +84,7 @@ class EntropyCollapseSettings(MonitorSettings):
     PATH = "trainer.monitors.entropy_collapse"
 
     #: the policy's mean token entropy
-    key: str = "actor/entropy"
+    metric: str = "actor/entropy"
     #: the early value is the mean of this many first steps
     baseline_steps: int = 3
     #: collapsed below this fraction of the early value
@@ -109,7 +109,7 @@ class SpikeSettings(MonitorSettings):
     """A spike: a value's robust z-score (median and MAD of the window of steps before it) above a threshold."""
 
     #: the metrics watched (each on its own; the ones a run does not log are skipped)
-    keys: list[str] = field(default_factory=list)
+    metrics: list[str] = field(default_factory=list)
     #: the steps before this one that make the baseline
     window: int = 20
     #: steps of baseline needed before a step is judged
@@ -142,7 +142,7 @@ class KlSpikeSettings(SpikeSettings):
     PATH = "trainer.monitors.kl_spike"
 
     #: the metrics watched (each on its own; the ones a run does not log are skipped)
-    keys: list[str] = field(default_factory=lambda: ["actor/ppo_kl", "actor/kl_loss"])
+    metrics: list[str] = field(default_factory=lambda: ["actor/ppo_kl", "actor/kl_loss"])
     #: a KL above this is a spike even at the first step, with no history to compare with (a policy that moved
     #: this far within one step's mini-batches; healthy runs stay below 0.01)
     ceiling: float | None = 0.3
@@ -155,7 +155,7 @@ class GradNormSpikeSettings(SpikeSettings):
     PATH = "trainer.monitors.grad_norm_spike"
 
     #: the metrics watched (each on its own; the ones a run does not log are skipped)
-    keys: list[str] = field(default_factory=lambda: ["actor/grad_norm", "critic/grad_norm"])
+    metrics: list[str] = field(default_factory=lambda: ["actor/grad_norm", "critic/grad_norm"])
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ class ClipSaturationSettings(MonitorSettings):
     PATH = "trainer.monitors.clip_saturation"
 
     #: the clipped share of tokens
-    key: str = "actor/pg_clipfrac"
+    metric: str = "actor/pg_clipfrac"
     #: the share above which a step counts
     max_clipfrac: float = 0.3
     #: steps in a row above it before it is reported
@@ -242,7 +242,7 @@ class LogprobMismatchSettings(MonitorSettings):
     PATH = "trainer.monitors.logprob_mismatch"
 
     #: mean |p_trainer - p_rollout| over response tokens
-    key: str = "training/rollout_probs_diff_mean"
+    metric: str = "training/rollout_probs_diff_mean"
     #: the difference above which a step counts
     max_diff: float = 0.05
     #: steps in a row above it before it is reported
@@ -261,7 +261,7 @@ class NonfiniteSettings(MonitorSettings):
     PATH = "trainer.monitors.nonfinite"
 
     #: fnmatch patterns of the metrics that must be finite
-    keys: list[str] = field(
+    metrics: list[str] = field(
         default_factory=lambda: ["*loss*", "*reward*", "*score*", "*grad_norm*", "*entropy*", "*kl*", "*advantages*"]
     )
     #: fnmatch patterns of counters of non-finite values (scores replaced by 0, updates skipped)

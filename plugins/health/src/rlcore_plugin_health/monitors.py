@@ -104,17 +104,17 @@ class RewardHacking(_Monitor):
         """Use ``settings`` (``trainer.monitors.reward_hacking``)."""
         self.settings = settings
         self.streak = Streak(1)
-        self.val_key = ""
+        self.val_metric = ""
 
     def _val_points(self, rows: Sequence[Mapping[str, object]]) -> list[tuple[int, float]]:
-        """The validation reward of each validation row of ``rows`` (the mean of the keys matching ``val_key``);
+        """The validation reward of each validation row of ``rows`` (the mean of the keys matching ``val_metric``);
         remembers the key to name in a message (the pattern when several match)."""
         points = []
         for row in rows:
-            keys = [k for k in matching_keys(row, self.settings.val_key) if number(row, k) is not None]
+            keys = [k for k in matching_keys(row, self.settings.val_metric) if number(row, k) is not None]
             if keys:
                 points.append((int(number(row, "step") or 0), fmean(number(row, k) or 0.0 for k in keys)))
-                self.val_key = keys[0] if len(keys) == 1 else self.settings.val_key
+                self.val_metric = keys[0] if len(keys) == 1 else self.settings.val_metric
         return points
 
     def check(self, view: HealthView) -> list[Finding]:
@@ -123,7 +123,7 @@ class RewardHacking(_Monitor):
         more) rose by ``max_val_rise`` or less; each rise is the least-squares slope times the points' span."""
         s = self.settings
         rows = window(view.history, view.step - s.window + 1)
-        train = [(int(number(row, "step") or 0), v) for row in rows if (v := number(row, s.train_key)) is not None]
+        train = [(int(number(row, "step") or 0), v) for row in rows if (v := number(row, s.train_metric)) is not None]
         val = self._val_points(rows)
         if len(train) < max(3, s.min_train_points) or len(val) < s.min_val_points:
             self.streak.update(False, view.step)
@@ -136,12 +136,12 @@ class RewardHacking(_Monitor):
         if began is None:
             return []
         message = (
-            f"training reward up while validation is not: {s.train_key} {train_rise:+.3g} over steps "
-            f"{train[0][0]}-{train[-1][0]} ({_g(train[0][1])} -> {_g(train[-1][1])}), {self.val_key} "
+            f"training reward up while validation is not: {s.train_metric} {train_rise:+.3g} over steps "
+            f"{train[0][0]}-{train[-1][0]} ({_g(train[0][1])} -> {_g(train[-1][1])}), {self.val_metric} "
             f"{val_rise:+.3g} ({_g(val[0][1])} -> {_g(val[-1][1])})"
         )
         values = {"train_rise": train_rise, "val_rise": val_rise, "val_last": val[-1][1], "train_last": train[-1][1]}
-        return [self._finding(view, s.train_key, message, began, values)]
+        return [self._finding(view, s.train_metric, message, began, values)]
 
 
 class LengthBlowup(_LevelMonitor):
@@ -153,7 +153,7 @@ class LengthBlowup(_LevelMonitor):
 
     def __init__(self, settings: LengthBlowupSettings) -> None:
         """Use ``settings`` (``trainer.monitors.length_blowup``)."""
-        super().__init__(settings.key, settings.max_clip_ratio, settings.patience)
+        super().__init__(settings.metric, settings.max_clip_ratio, settings.patience)
 
 
 class ClipSaturation(_LevelMonitor):
@@ -165,7 +165,7 @@ class ClipSaturation(_LevelMonitor):
 
     def __init__(self, settings: ClipSaturationSettings) -> None:
         """Use ``settings`` (``trainer.monitors.clip_saturation``)."""
-        super().__init__(settings.key, settings.max_clipfrac, settings.patience)
+        super().__init__(settings.metric, settings.max_clipfrac, settings.patience)
 
 
 class LogprobMismatch(_LevelMonitor):
@@ -177,7 +177,7 @@ class LogprobMismatch(_LevelMonitor):
 
     def __init__(self, settings: LogprobMismatchSettings) -> None:
         """Use ``settings`` (``trainer.monitors.logprob_mismatch``)."""
-        super().__init__(settings.key, settings.max_diff, settings.patience)
+        super().__init__(settings.metric, settings.max_diff, settings.patience)
 
 
 class EntropyCollapse(_Monitor):
@@ -196,11 +196,11 @@ class EntropyCollapse(_Monitor):
         """A finding when the entropy has been below ``min_fraction`` x its early value (the mean of the first
         ``baseline_steps`` steps) or below ``floor`` for ``patience`` steps in a row."""
         s = self.settings
-        value = number(view.metrics, s.key)
+        value = number(view.metrics, s.metric)
         if value is None:
             return []
         if self.early is None:
-            points = first_values(view.history, s.key, s.baseline_steps)
+            points = first_values(view.history, s.metric, s.baseline_steps)
             if len(points) < s.baseline_steps:
                 return []
             self.early = (points[0][0], fmean(v for _, v in points))
@@ -209,10 +209,10 @@ class EntropyCollapse(_Monitor):
         if began is None:
             return []
         message = (
-            f"entropy collapsed: {s.key} {_g(value)} < {_g(limit)} (was {_g(self.early[1])} at step {self.early[0]})"
+            f"entropy collapsed: {s.metric} {_g(value)} < {_g(limit)} (was {_g(self.early[1])} at step {self.early[0]})"
         )
-        values = {s.key: value, "early": self.early[1], "limit": limit}
-        return [self._finding(view, s.key, message, began, values)]
+        values = {s.metric: value, "early": self.early[1], "limit": limit}
+        return [self._finding(view, s.metric, message, began, values)]
 
 
 class _SpikeMonitor(_Monitor):
@@ -223,7 +223,7 @@ class _SpikeMonitor(_Monitor):
     def __init__(self, settings: SpikeSettings) -> None:
         """Use ``settings`` (a :class:`~rlcore_plugin_health.config.SpikeSettings`)."""
         self.settings = settings
-        self.streaks = {key: Streak(1) for key in settings.keys}
+        self.streaks = {key: Streak(1) for key in settings.metrics}
 
     def check(self, view: HealthView) -> list[Finding]:
         """A finding per watched key whose value's robust z-score over the previous ``window`` steps (at least
@@ -366,7 +366,7 @@ class Nonfinite(_Monitor):
     def check(self, view: HealthView) -> list[Finding]:
         """A finding when this step has a non-finite watched metric or a counter above 0 (again only after a
         step without either)."""
-        bad = nonfinite_keys(view.metrics, self.settings.keys)
+        bad = nonfinite_keys(view.metrics, self.settings.metrics)
         counted = positive_keys(view.metrics, self.settings.counters)
         began = self.streak.update(bool(bad or counted), view.step)
         if began is None:
