@@ -73,12 +73,15 @@ def test_reward_loophole_is_stopped_before_validation_falls_by_a_tenth(command_o
 
 def test_a_learning_rate_100x_too_high_trips_a_spike_monitor(command_once: Any) -> None:
     """actor.optim.lr 3e-3 (the bundled task's 3e-5 x 100): the gradient-norm or KL monitor reports (the
-    first step's second mini-batch moves the policy by a KL of ~2.6 per token, over kl_spike's ceiling)."""
-    ran = command_once("rlcore run actor_rollout_ref.actor.optim.lr=3e-3 trainer.total_training_steps=3")
+    first step's second mini-batch moves the policy by a KL of ~2.6 per token, over kl_spike's ceiling), and the
+    policy it leaves collapses (entropy 0.52 -> ~0.03: entropy_collapse at its third collapsed step)."""
+    ran = command_once("rlcore run actor_rollout_ref.actor.optim.lr=3e-3 trainer.total_training_steps=4")
     _, _, summary = run_of(ran)
     spikes = findings_of(summary, "grad_norm_spike") + findings_of(summary, "kl_spike")
     assert spikes, summary.get("health")
     assert all(finding["severity"] == "critical" for finding in spikes)
+    (collapse,) = findings_of(summary, "entropy_collapse")
+    assert (collapse["began_at"], collapse["step"]) == (2, 4)
 
 
 def test_a_too_small_length_limit_trips_length_blowup(command_once: Any) -> None:

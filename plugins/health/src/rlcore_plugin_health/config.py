@@ -85,8 +85,8 @@ class EntropyCollapseSettings(MonitorSettings):
 
     #: the policy's mean token entropy
     metric: str = "actor/entropy"
-    #: the early value is the mean of this many first steps
-    baseline_steps: int = 3
+    #: the early value is the mean of this many first steps (1: the first step, before any update has acted)
+    baseline_steps: int = 1
     #: collapsed below this fraction of the early value
     min_fraction: float = 0.1
     #: ... or below this absolute value (nats)
