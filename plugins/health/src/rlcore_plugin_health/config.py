@@ -166,14 +166,22 @@ class ClipSaturationSettings(MonitorSettings):
 
     #: the clipped share of tokens
     metric: str = "actor/pg_clipfrac"
-    #: the share above which a step counts
+    #: the share above which a step counts ...
     max_clipfrac: float = 0.3
+    #: ... when it is also above this multiple of the first step's share (GSPO's sequence-level ratio clips
+    #: ~40 % of the tokens from its first step on, by design)
+    early_factor: float = 2.0
     #: steps in a row above it before it is reported
     patience: int = 3
 
     def problems(self) -> list[str]:
-        """The share must be in [0, 1], the patience a positive integer."""
-        return [*super().problems(), *_fraction(self, "max_clipfrac"), *self.positive("patience")]
+        """The share must be in [0, 1], the factor > 0, the patience a positive integer."""
+        return [
+            *super().problems(),
+            *_fraction(self, "max_clipfrac"),
+            *_above_zero(self, "early_factor"),
+            *self.positive("patience"),
+        ]
 
 
 @dataclass(frozen=True)

@@ -74,9 +74,10 @@ class _LevelMonitor(_Monitor):
     #: what the message calls the condition
     condition: ClassVar[str]
 
-    def __init__(self, key: str, threshold: float, patience: int) -> None:
-        """Watch ``key`` for values above ``threshold`` held ``patience`` steps in a row."""
-        self.key, self.threshold = key, threshold
+    def __init__(self, key: str, threshold: float, patience: int, early_factor: float | None = None) -> None:
+        """Watch ``key`` for values above ``threshold`` (and above ``early_factor`` x the first step's value,
+        when given) held ``patience`` steps in a row."""
+        self.key, self.threshold, self.early_factor = key, threshold, early_factor
         self.streak = Streak(patience)
 
     def check(self, view: HealthView) -> list[Finding]:
@@ -84,6 +85,10 @@ class _LevelMonitor(_Monitor):
         value = number(view.metrics, self.key)
         if value is None:
             return []
+        if self.early_factor is not None:
+            ((_, first),) = first_values(view.history, self.key, 1)
+            self.threshold = max(self.threshold, self.early_factor * first)
+            self.early_factor = None  # the first step's value is known now: the threshold is fixed
         began = self.streak.update(value > self.threshold, view.step)
         if began is None:
             return []
@@ -165,7 +170,7 @@ class ClipSaturation(_LevelMonitor):
 
     def __init__(self, settings: ClipSaturationSettings) -> None:
         """Use ``settings`` (``trainer.monitors.clip_saturation``)."""
-        super().__init__(settings.metric, settings.max_clipfrac, settings.patience)
+        super().__init__(settings.metric, settings.max_clipfrac, settings.patience, settings.early_factor)
 
 
 class LogprobMismatch(_LevelMonitor):
