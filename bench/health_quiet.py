@@ -17,16 +17,19 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from statistics import fmean, median
+from statistics import median
 from typing import Any
 
 PRESETS = ("dapo", "drgrpo", "gspo", "prime", "sppo")
 
 
-def run(out: Path, name: str, args: list[str]) -> Path:
-    """The run directory of ``rlcore run args`` under ``out/name`` (run now unless it finished before)."""
+def run(out: Path, name: str, args: list[str], start: bool) -> Path | None:
+    """The run directory of ``rlcore run args`` under ``out/name``, run now unless it finished before (or
+    None when it did not and ``start`` is false)."""
     folder = out / name
     done = list(folder.glob("*/*/summary.json"))
+    if not done and not start:
+        return None
     if not done:
         command = [sys.executable, "-m", "rlcore", "run", *args, f"trainer.runs_dir={folder}"]
         command += [f"trainer.rollout_data_dir={folder}/rollout", "trainer.save_final_model=false"]
@@ -53,13 +56,13 @@ def margins(rows: list[dict[str, Any]]) -> dict[str, float]:
         ]
         found[name] = round(max(zs, default=0.0), 2)
     entropy = [v for _, v in series("actor/entropy")]
-    found["entropy_min_fraction_of_early"] = round(min(entropy) / fmean(entropy[:3]), 3) if entropy else 1.0
+    found["entropy_min_fraction_of_first"] = round(min(entropy) / entropy[0], 3) if entropy else 1.0
     for key, name in (
         ("response_length/clip_ratio", "clip_ratio_max"),
         ("actor/pg_clipfrac", "pg_clipfrac_max"),
         ("training/rollout_probs_diff_mean", "probs_diff_mean_max"),
     ):
-        found[name] = round(max((v for _, v in series(key)), default=0.0), 4)
+        found[name] = float(f"{max((v for _, v in series(key)), default=0.0):.3g}")
     val_metric = next((k for r in rows for k in r if k.startswith("val-core/")), None)
     rises = []
     for end in range(10, int(rows[-1]["step"]) + 1):
@@ -78,6 +81,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("outputs/health-quiet"), help="where the runs go")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
     parser.add_argument("--preset-steps", type=int, default=20, help="training steps of a preset's run")
+    parser.add_argument("--replay-only", action="store_true", help="replay the finished runs under --out only")
     args = parser.parse_args()
     from rlcore.tracking.sinks import read_metrics
 
@@ -99,7 +103,9 @@ def main() -> None:
     for config, extra in configs:
         for seed in range(1, args.seeds + 1):
             seeds = [f"trainer.seed={seed}", f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}"]
-            run_dir = run(args.out, f"{config}-s{seed}", [*extra, *seeds])
+            run_dir = run(args.out, f"{config}-s{seed}", [*extra, *seeds], not args.replay_only)
+            if run_dir is None:
+                continue
             replay = subprocess.run(
                 [sys.executable, "-m", "rlcore", "health", str(run_dir)], capture_output=True, text=True, check=False
             )
