@@ -1,11 +1,13 @@
 """``rlcore health RUN_DIR`` on hand-written run directories: a missing or broken ``metrics.jsonl`` is one line
 naming the file; a run being written (a truncated last line) is replayed up to its last whole row; without a
-``config.yaml`` the current defaults apply; no enabled monitor is said, exit 0."""
+``config.yaml`` the current defaults apply; no enabled monitor is said, exit 0. The built-in monitors
+(rlcore-plugin-health) are switched off, so that only the test plugin's monitor speaks."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import rlcore
-from rlcore.api import Finding, HealthView, MonitorSettings
+from rlcore.api import Finding, HealthMonitorSpec, HealthView, MonitorSettings
 from rlcore.cli import cli
 
 
@@ -47,8 +49,17 @@ class Ceiling:
 
 PLUGIN = types.SimpleNamespace(
     config_defaults=rlcore.hookimpl(lambda: CeilingSettings()),
-    register_health_monitors=rlcore.hookimpl(lambda register: register("ceiling", Ceiling)),
+    register_health_monitors=rlcore.hookimpl(
+        lambda register: register("ceiling", Ceiling, spec=HealthMonitorSpec(reads=("critic/score/mean", "val-*")))
+    ),
 )
+
+
+@pytest.fixture(autouse=True)
+def without_builtin_monitors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RLCORE_DISABLE_PLUGINS`` names rlcore-plugin-health (before the test's plugin manager is made)."""
+    disabled = os.environ.get("RLCORE_DISABLE_PLUGINS", "")
+    monkeypatch.setenv("RLCORE_DISABLE_PLUGINS", ",".join(filter(None, [disabled, "rlcore-plugin-health"])))
 
 
 @pytest.fixture
@@ -110,3 +121,27 @@ def test_no_enabled_monitor_is_said(tmp_path: Path, ceiling: None) -> None:
     result = health(str(run_dir), "trainer.monitors.ceiling.enable=false")
     assert result.exit_code == 0
     assert result.output.startswith("no run-health monitor is enabled")
+
+
+def test_a_key_of_the_runs_section_no_monitor_declares_names_the_runs_config(tmp_path: Path, ceiling: None) -> None:
+    config = "trainer:\n  monitors:\n    ceiling:\n      ceilng: 0.5\n"
+    run_dir = write_run(tmp_path / "run", [0.95], config=config)
+    result = health(str(run_dir))
+    assert result.exit_code == 2
+    (line,) = result.output.splitlines()
+    assert line.startswith(
+        f"error: config file '{run_dir / 'config.yaml'} (its trainer.monitors section)': unknown config key "
+        "'trainer.monitors.ceiling.ceilng'"
+    ), line
+
+
+def test_a_signal_the_run_never_logged_is_named(tmp_path: Path, ceiling: None) -> None:
+    """The monitor reads critic/score/mean and val-*: a run that logged neither says so."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "actor/entropy": 1.0}\n')
+    result = health(str(run_dir))
+    assert result.exit_code == 0
+    assert "health: ceiling reads critic/score/mean, val-*, which the run never logged" in result.output.splitlines()
+    quiet = health(str(write_run(tmp_path / "logged", [0.5])))
+    assert "never logged" not in quiet.output

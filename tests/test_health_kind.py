@@ -82,3 +82,31 @@ def test_the_spec_refuses_bad_fields(kwargs: dict, says: str) -> None:
 def test_the_settings_refuse_an_unknown_action_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"trainer\.monitors\.floor\.action must be one of warn, checkpoint, stop"):
         FloorSettings(action="halt")  # type: ignore[arg-type]
+
+
+class NoSettings:
+    """A monitor that forgot its ``config_class``."""
+
+    name = "no-settings"
+
+    def __init__(self, settings: object) -> None:
+        self.settings = settings
+
+    def check(self, view: HealthView) -> list[Finding]:
+        return []
+
+
+def test_a_monitor_without_settings_class_is_refused_naming_it_and_its_plugin(registered) -> None:
+    from rlcore.config import load_config
+    from rlcore.controller.health import enabled_monitors
+
+    plugin = types.SimpleNamespace(
+        register_health_monitors=rlcore.hookimpl(lambda register: register("no-settings", NoSettings))
+    )
+    with registered(plugin, name="health-test") as manager:
+        with pytest.raises(ConfigError) as caught:
+            enabled_monitors(load_config([], [], [], manager), manager.registry)
+    assert caught.value.problems == [
+        "health_monitor 'no-settings' (health-test): config_class must be a rlcore.api.MonitorSettings subclass, "
+        "got None"
+    ]

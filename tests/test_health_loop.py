@@ -2,12 +2,14 @@
 run acts as their ``action`` says — ``warn`` (metric rows, a console line, ``summary.json``), ``checkpoint``
 (one saved at that step), ``stop`` (a checkpoint, then a non-zero exit naming the finding); a monitor that
 raises is reported with its plugin and disabled, never ending the run; ``rlcore health`` on the stopped
-run's directory finds the same; a bad or unknown ``trainer.monitors`` key is refused naming it."""
+run's directory finds the same; a bad or unknown ``trainer.monitors`` key is refused naming it. The built-in
+monitors (rlcore-plugin-health) are switched off, so that only the test plugin's monitors speak."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,13 +117,20 @@ HEALTH_PLUGIN = types.SimpleNamespace(
 
 @pytest.fixture(scope="module")
 def with_monitors() -> Iterator[None]:
-    """The test plugin's monitors in a fresh process-wide plugin manager, for the module."""
+    """The test plugin's monitors in a fresh process-wide plugin manager (without rlcore-plugin-health's), for the
+    module."""
+    disabled = os.environ.get("RLCORE_DISABLE_PLUGINS")
+    os.environ["RLCORE_DISABLE_PLUGINS"] = ",".join(filter(None, [disabled, "rlcore-plugin-health"]))
     previous = set_plugin_manager(make_plugin_manager())
     try:
         with registered(HEALTH_PLUGIN, name=PLUGIN):
             yield
     finally:
         set_plugin_manager(previous)
+        if disabled is None:
+            del os.environ["RLCORE_DISABLE_PLUGINS"]
+        else:
+            os.environ["RLCORE_DISABLE_PLUGINS"] = disabled
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ The run's ``metrics.jsonl`` is fed to the monitors one row at a time, as the run
 unchecked), with the monitors' settings of the run's ``config.yaml`` (its ``trainer.monitors`` section; the
 current defaults without one) and the ``key=value`` overrides given after the directory. A monitor that
 asks for samples gets the step's dumped generations when the run wrote them (``trainer.rollout_data_dir``).
-The findings are printed as the run prints them; the exit status is 0 without findings, 1 with any.
+The findings are printed as the run prints them, then the signals a monitor reads (its spec's ``reads``) that
+the run never logged; the exit status is 0 without findings, 1 with any.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def _dumped_samples(folder: Path | None, step: int, wanted: int) -> list[Respons
 def replay(run_dir: Path, overrides: list[str], manager: PluginManager) -> int:
     """Replay ``run_dir`` (see the module docstring) through the monitors of ``manager``'s plugins, print the
     findings; the number of findings."""
-    from rlcore.config import load_config
+    from rlcore.config import ConfigError, load_config
     from rlcore.controller.health import Monitors, finding_line
 
     metrics_path = run_dir if run_dir.is_file() else run_dir / METRICS_FILE
@@ -75,11 +76,13 @@ def replay(run_dir: Path, overrides: list[str], manager: PluginManager) -> int:
     rows = read_metrics(metrics_path)  # a missing or broken file: one line naming it
     saved, sections = _run_monitor_sections(run_dir, set(manager.registry.names("health_monitor")))
     with tempfile.TemporaryDirectory() as folder:
-        files = []
-        if sections:
-            files.append(Path(folder) / "monitors.yaml")
-            files[0].write_text(yaml.safe_dump({"trainer": {"monitors": sections}}))
-        config = load_config([str(f) for f in files], overrides, [], manager)
+        section_file = Path(folder) / "monitors.yaml"
+        section_file.write_text(yaml.safe_dump({"trainer": {"monitors": sections}}))
+        try:
+            config = load_config([str(section_file)] if sections else [], overrides, [], manager)
+        except ConfigError as exc:  # a key of the run's section that these monitors do not declare: name the run's file
+            saved_file = f"{run_dir / 'config.yaml'} (its trainer.monitors section)"
+            raise ConfigError(*(problem.replace(str(section_file), saved_file) for problem in exc.problems)) from exc
     monitors = Monitors.build(config, manager.registry)
     if not monitors.running:
         click.echo(f"no run-health monitor is enabled ({MONITORS_KEY}.<name>.enable; pip install rlcore-plugin-health)")
@@ -98,6 +101,8 @@ def replay(run_dir: Path, overrides: list[str], manager: PluginManager) -> int:
             for finding in findings:
                 count += 1
                 click.echo(f"{finding_line(finding)} (step {finding.step})")
+    for line in monitors.unread():
+        click.echo(line)
     names = ", ".join(r.name for r in monitors.running)
     verdict = f"{count} finding{'s' if count != 1 else ''}" if count else "no findings"
     click.echo(f"{verdict} in {metrics_path} ({steps} step{'s' if steps != 1 else ''}; monitors: {names})")

@@ -63,7 +63,7 @@ class Running:
         return self.component.dist or self.component.plugin
 
 
-def settings_of(config: DictConfig, component: Component[HealthMonitorSpec], config_class: type[Any]) -> Any:
+def settings_of(config: DictConfig, component: Component[HealthMonitorSpec], config_class: Any) -> Any:
     """The monitor's typed section ``trainer.monitors.<name>`` of ``config`` (every problem naming its key);
     the class's defaults when its plugin mounts no section there."""
     path = f"{MONITORS_KEY}.{component.name}"
@@ -100,7 +100,7 @@ def enabled_monitors(config: DictConfig, registry: Registry) -> list[tuple[Compo
     enabled = []
     for component in registry.components("health_monitor"):
         try:
-            settings = settings_of(config, component, component.load().config_class)
+            settings = settings_of(config, component, getattr(component.load(), "config_class", None))
         except ConfigError as exc:
             problems += exc.problems
             continue
@@ -118,7 +118,7 @@ def plan_lines(config: DictConfig, registry: Registry) -> list[str]:
         return []
     by_action = {action: [c.name for c, s in enabled if s.action == action] for action in ACTIONS}
     parts = [f"{action}: {', '.join(names)}" for action, names in by_action.items() if names]
-    return [f"run health: {len(enabled)} monitors ({'; '.join(parts)})"]
+    return [f"run health: {len(enabled)} monitor{'s' if len(enabled) > 1 else ''} ({'; '.join(parts)})"]
 
 
 def numeric_row(step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -182,6 +182,19 @@ class Monitors:
             except Exception as exc:  # noqa: BLE001 - a broken third-party monitor never costs the run
                 echo(_disabled(component.name, component.dist or component.plugin, "could not be built", exc))
         return cls(running, echo)
+
+    def unread(self) -> list[str]:
+        """One line per enabled monitor whose spec's ``reads`` match no key of any row so far: the signals the
+        run never logged, so that monitor could not judge it."""
+        from fnmatch import fnmatchcase
+
+        keys = {key for row in self.history for key in row}
+        lines = []
+        for running in self.running:
+            missing = [p for p in running.component.spec.reads if not any(fnmatchcase(k, p) for k in keys)]
+            if missing:
+                lines.append(f"health: {running.name} reads {', '.join(missing)}, which the run never logged")
+        return lines
 
     def record(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Add a row that no monitor checks (the validation before training, step 0) to the history."""

@@ -252,3 +252,64 @@ def test_legends_sit_outside_the_data() -> None:
             assert fig.bbox.x0 - 1 <= legend.x0 and legend.x1 <= fig.bbox.x1 + 1 and legend.y0 >= fig.bbox.y0 - 1
         finally:
             plt.close(fig)
+
+
+def test_findings_are_marked_on_the_plots_of_their_signals() -> None:
+    """A finding about a plotted key draws one dotted vertical line at its step (labelled once); a finding
+    about another signal draws none."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run = binary_run("graded", [(0.4, 0.1, 0.9), (0.5, 0.2, 0.8), (0.6, 0.0, 1.0)])
+    run.summary = {
+        "health": [
+            {"monitor": "m", "signal": "critic/score/mean", "step": 2, "began_at": 2, "message": "up"},
+            {"monitor": "m", "signal": "critic/score/mean", "step": 3, "began_at": 3, "message": "up"},
+            {"monitor": "n", "signal": "actor/entropy", "step": 1, "began_at": 1, "message": "low"},
+        ]
+    }
+    for draw in (draw_reward, lines("critic/score/mean")):
+        fig, ax = plt.subplots()
+        try:
+            assert draw(ax, [run])
+            marks = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
+            assert [line.get_xdata()[0] for line in marks] == [2, 3]
+            assert [text.get_text() for text in ax.get_legend().get_texts()].count("health finding") == 1
+        finally:
+            plt.close(fig)
+
+
+def test_the_report_lists_the_findings(run_dir: Path, tmp_path: Path) -> None:
+    """The "Run health" panel: none for a quiet run; the summary's findings; without a summary (a killed run)
+    the health/<monitor>/* metrics' steps."""
+    page = write_report([run_dir], tmp_path / "quiet").html.read_text()
+    assert "<h2>Run health</h2>\n<p>No run-health findings.</p>" in page
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("report", "*.png"))
+    summary = json.loads((run / "summary.json").read_text())
+    finding = {
+        "monitor": "entropy_collapse",
+        "severity": "critical",
+        "signal": "actor/entropy",
+        "message": "actor/entropy 0.02 < 0.05",
+        "began_at": 1,
+        "step": 2,
+        "values": {},
+        "action": "stop",
+    }
+    (run / "summary.json").write_text(json.dumps({**summary, "health": [finding]}))
+    report = write_report([run], tmp_path / "found")
+    page = report.html.read_text()
+    cells = "<td>2</td><td>1</td><td>critical</td><td>entropy_collapse</td><td>actor/entropy</td>"
+    assert cells + "<td>actor/entropy 0.02 &lt; 0.05</td><td>stop</td>" in page
+    assert report.has_data["entropy"]
+    (run / "summary.json").unlink()
+    records = read_metrics(run)
+    for record in records:
+        if record["step"] == 2:
+            record.update({"health/entropy_collapse/finding": 1.0, "health/entropy_collapse/began_at": 1.0})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    page = write_report([run], tmp_path / "unsummarised").html.read_text()
+    assert "<td>2</td><td>1</td><td>-</td><td>entropy_collapse</td><td>-</td><td>-</td><td>-</td>" in page

@@ -11,13 +11,15 @@ A report is a folder holding
 ``panels/<name>.png``
     each panel on its own;
 ``index.html``
-    the runs, the panels, the final metrics, the config highlights, the presets with the keys each one
-    set, and the plugin versions, with the images linked (relative paths, so the folder can be moved or
-    served as is).
+    the runs, the panels, the run-health findings (``summary.json``'s ``"health"``, or the
+    ``health/<monitor>/*`` metrics of a run without a summary), the final metrics, the config highlights,
+    the presets with the keys each one set, and the plugin versions, with the images linked (relative paths,
+    so the folder can be moved or served as is).
 
 Given several runs, each panel draws one line per run (legend by run name), the time panel one stacked
 bar per run, and the config table marks the keys whose values differ. Legends sit beside the plot, never
-on the data. A metric a run does not have is left out; a panel no run has data for says "no data".
+on the data. A metric a run does not have is left out; a panel no run has data for says "no data". The step
+of each finding is marked by a dotted vertical line on the panels that plot its signal.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ VAL_CORE = re.compile(r"^val-core/.+/(reward|acc)/mean@\d+$")
 TIMING_PREFIX = "timing_s/"
 TIMING_TOTAL = "timing_s/step"
 TRAIN_SCORE = "critic/score/mean"
+#: the metrics the run-health loop writes: ``health/<monitor>/finding`` (and ``.../began_at``)
+HEALTH_FINDING = re.compile(r"^health/(?P<monitor>.+)/finding$")
 #: the config keys of an RL run shown in the report, in order (the presets come first)
 CONFIG_HIGHLIGHTS: tuple[str, ...] = (
     "actor_rollout_ref.model.path",
@@ -145,6 +149,21 @@ class RunData:
         """The last ``(step, value)`` of ``key``, or ``None``."""
         points = self.series(key)
         return points[-1] if points else None
+
+    def findings(self) -> list[dict[str, Any]]:
+        """The run-health findings: ``summary.json``'s ``"health"`` rows, or, for a run without a summary (still
+        running, or killed), one row per ``health/<monitor>/finding`` metric (no signal or message then)."""
+        rows = self.summary.get("health")
+        if isinstance(rows, list):
+            return [row for row in rows if isinstance(row, dict) and "step" in row]
+        found = []
+        for step, record in sorted(self.steps.items()):
+            for key in record:
+                match = HEALTH_FINDING.match(key)
+                if match and finite_number(record[key]):
+                    began = finite_number(record.get(f"health/{match['monitor']}/began_at"))
+                    found.append({"monitor": match["monitor"], "step": step, "began_at": int(began or step)})
+        return found
 
     def config_value(self, dotted: str) -> Any:
         """The config value at ``a.b.c`` (``None`` when absent)."""
@@ -264,12 +283,24 @@ def lines(*keys: str | re.Pattern[str], band: tuple[str, str] | None = None) -> 
                 drawn = True
                 if band is not None and key == keys[0]:
                     _band(ax, run, xs, band, color)
+                mark_findings(ax, run, key, color)
         if drawn:
             outside_legend(ax)
             ax.ticklabel_format(axis="y", useOffset=False)
         return drawn
 
     return draw
+
+
+def mark_findings(ax: Axes, run: RunData, key: str, color: str) -> int:
+    """A dotted vertical line, in the run's color, at the step of each of the run's findings about ``key``
+    (the first labelled "health finding"); how many were drawn."""
+    steps = sorted({int(row["step"]) for row in run.findings() if row.get("signal") == key})
+    labelled = "health finding" in ax.get_legend_handles_labels()[1]
+    for step in steps:
+        ax.axvline(step, color=color, linestyle=":", linewidth=1.2, label=None if labelled else "health finding")
+        labelled = True
+    return len(steps)
 
 
 def _band(ax: Axes, run: RunData, xs: list[int], band: tuple[str, str], color: str) -> None:
@@ -298,6 +329,7 @@ def draw_reward(ax: Axes, runs: list[RunData]) -> bool:
         drawn = True
         if not binary:
             _band(ax, run, xs, ("critic/score/min", "critic/score/max"), color)
+        mark_findings(ax, run, TRAIN_SCORE, color)
     if drawn:
         outside_legend(ax)
     return drawn
@@ -592,6 +624,23 @@ def _presets_section(runs: list[RunData]) -> list[str]:
     return parts
 
 
+def _health_section(runs: list[RunData]) -> list[str]:
+    """The "Run health" section: each run's findings (step, began at, severity, monitor, signal, message,
+    action), or a line saying there were none."""
+    parts = ["<h2>Run health</h2>"]
+    for run in runs:
+        if len(runs) > 1:
+            parts.append(f"<h3>{_e(run.name)}</h3>")
+        findings = run.findings()
+        if not findings:
+            parts.append("<p>No run-health findings.</p>")
+            continue
+        keys = ("step", "began_at", "severity", "monitor", "signal", "message", "action")
+        rows = [("", [_e(row.get(key)) for key in keys]) for row in findings]
+        parts.append(_table(["step", "began at", "severity", "monitor", "signal", "message", "action"], rows))
+    return parts
+
+
 def _relative(path: Path, start: Path) -> str:
     try:
         return path.resolve().relative_to(start.resolve()).as_posix()
@@ -649,6 +698,7 @@ def render_html(
             f'<a href="{html.escape(src)}"><img src="{html.escape(src)}" alt="{html.escape(panel.title)}"></a></figure>'
         )
     parts.append("</div>")
+    parts.extend(_health_section(runs))
 
     parts.append("<h2>Final metrics</h2>")
     keys = [*dict.fromkeys(k for run in runs for k in run.keys() if VAL_CORE.match(k)), *FINAL_KEYS]
