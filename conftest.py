@@ -43,6 +43,7 @@ LONG_FILES = (
 #: durations of a whole run); the quick tests of a file here stay in the quick loop unless it is one of :data:`LONG_FILES`
 FIRST_FILES = (
     "tests/test_seed_command.py",
+    "tests/test_health_monitors_runs.py",
     "plugins/backend_megatron/tests/test_seed_command.py",
     "tests/test_off_policy.py",
     "tests/test_default_run.py",

@@ -2,7 +2,7 @@
 # Build the folder that `python bench/gpu.py --wheels DIR` installs on a GPU machine without a package index
 # (bench/README.md, "bench/gpu.py"):
 # - wheels of rlcore and of the plugins the benchmark's runs use (FSDP, the HF rollout engine, GRPO, Megatron, the
-#   bundled tasks, multi-turn rollouts and the report that rlcore[train] brings, the planner behind `rlcore plan`, the profiler, and the
+#   bundled tasks, multi-turn rollouts, the report and the run-health monitors that rlcore[train] brings, the planner behind `rlcore plan`, the profiler, and the
 #   test kit, whose seed command and tiny model the benchmark uses), built by tools/wheelhouse.py from clean
 #   copies of this checkout;
 # - the wheels of the dependencies an environment holding only torch and transformers lacks (omegaconf, pluggy,
@@ -25,7 +25,7 @@ pinned() {  # NAME==VERSION of each installed distribution named
 }
 
 rm -rf "$out/whl"
-plugins="backend_fsdp rollout_hf algo_grpo backend_megatron tasks agents report plan testkit profiler"
+plugins="backend_fsdp rollout_hf algo_grpo backend_megatron tasks agents report health plan testkit profiler"
 "$python" "$repo/tools/wheelhouse.py" --out "$out/whl" "$repo" $(printf "$repo/plugins/%s " $plugins) > /dev/null
 gpu_python=${GPU_PYTHON:-3.12}
 "$python" -m pip download -q --no-deps --only-binary=:all: --python-version "$gpu_python" --implementation cp \

@@ -60,8 +60,8 @@ def test_the_publishing_page_shows_the_templates_dependency_line(rendered: Path)
 
 def test_the_first_command_installs_what_the_default_run_needs() -> None:
     """The README's first command installs ``requirements-run.txt``: the core with ``rlcore[train]``, the FSDP
-    backend, the HF rollout engine, GRPO, the bundled tasks, multi-turn rollouts (the bundled tool task's) and the
-    report (what ``rlcore[train]`` depends on), and nothing else."""
+    backend, the HF rollout engine, GRPO, the bundled tasks, multi-turn rollouts (the bundled tool task's), the
+    report and the run-health monitors (what ``rlcore[train]`` depends on), and nothing else."""
     readme = (ROOT / "README.md").read_text()
     assert "pip install --no-compile -r requirements-run.txt && rlcore run\n" in readme
     lines = [line for line in (ROOT / "requirements-run.txt").read_text().splitlines() if not line.startswith("#")]
@@ -73,6 +73,7 @@ def test_the_first_command_installs_what_the_default_run_needs() -> None:
         "-e ./plugins/tasks",
         "-e ./plugins/agents",
         "-e ./plugins/report",
+        "-e ./plugins/health",
     ]
     train = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["train"]
     assert {req.split(">")[0] for req in train if req.startswith("rlcore-plugin-")} == {
@@ -82,6 +83,7 @@ def test_the_first_command_installs_what_the_default_run_needs() -> None:
         "rlcore-plugin-tasks",
         "rlcore-plugin-agents",
         "rlcore-plugin-report",
+        "rlcore-plugin-health",
     }
 
 

@@ -173,6 +173,7 @@ def test_pip_install_dapo_alone_trains_the_bundled_task(tmp_path: Path, run: Any
         "rlcore-plugin-tasks",
         "rlcore-plugin-agents",
         "rlcore-plugin-report",
+        "rlcore-plugin-health",
     }
     installed = installed_rlcore_distributions(run, venv, env)
     assert set(installed) == dapo_run

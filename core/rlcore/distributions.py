@@ -135,6 +135,16 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     ),
     Distribution("rlcore-plugin-sft", {}, commands=("sft", "data arith-sft")),
     Distribution("rlcore-plugin-report", {}, commands=("report",)),
+    Distribution(
+        "rlcore-plugin-health",
+        {
+            "health_monitor": (
+                *("reward_hacking", "length_blowup", "entropy_collapse", "kl_spike", "grad_norm_spike"),
+                *("clip_saturation", "repetition", "reward_dominance", "logprob_mismatch", "nonfinite"),
+            ),
+            "preset": ("reward-loophole",),
+        },
+    ),
     Distribution("rlcore-plugin-plan", {}, commands=("plan",)),
     Distribution("rlcore-plugin-scaffold", {}, commands=("new", "new plugin")),
     Distribution(

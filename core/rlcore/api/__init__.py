@@ -386,8 +386,8 @@ if TYPE_CHECKING:
     )
     from rlcore.api.extensions import StepExtension
     from rlcore.api.groups import WorkerGroup
-    from rlcore.api.lazy_table import LazyName, read_lazy_table
     from rlcore.api.health import Finding, HealthMonitor, HealthView, ResponseSample
+    from rlcore.api.lazy_table import LazyName, read_lazy_table
     from rlcore.api.multi_turn import MultiTurn, MultiTurnRunner, agent_names
     from rlcore.api.profiling import (
         EngineTrace,
