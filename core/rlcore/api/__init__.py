@@ -98,6 +98,7 @@ _LAZY: dict[str, str] = {
     "HealthMonitor": "rlcore.api.health",
     "HealthView": "rlcore.api.health",
     "ResponseSample": "rlcore.api.health",
+    "SEVERITIES": "rlcore.api.health",
     "MonitorSettings": "rlcore.config.sections.monitors",
     "HealthMonitorSpec": "rlcore.api.specs",
     # training engines: the request, the layout, the model's outputs and the batch keys they read or write
@@ -386,7 +387,7 @@ if TYPE_CHECKING:
     )
     from rlcore.api.extensions import StepExtension
     from rlcore.api.groups import WorkerGroup
-    from rlcore.api.health import Finding, HealthMonitor, HealthView, ResponseSample
+    from rlcore.api.health import SEVERITIES, Finding, HealthMonitor, HealthView, ResponseSample
     from rlcore.api.lazy_table import LazyName, read_lazy_table
     from rlcore.api.multi_turn import MultiTurn, MultiTurnRunner, agent_names
     from rlcore.api.profiling import (

@@ -24,6 +24,7 @@ from rlcore_testkit.contracts.health import HealthMonitorContract
 from rlcore_testkit.contracts.rewards import RewardManagerContract, RewardScorerContract
 from rlcore_testkit.contracts.rollout import RolloutEngineContract
 from rlcore_testkit.contracts.tracker import TrackerContract
+from rlcore_testkit.contracts.transport import WeightTransportContract
 
 #: component kind -> its contract suite
 CONTRACTS = {
@@ -43,6 +44,7 @@ CONTRACTS = {
     "tool_parser": ToolParserContract,
     "retriever": RetrieverContract,
     "health_monitor": HealthMonitorContract,
+    "weight_transport": WeightTransportContract,
 }
 
 __all__ = [
@@ -63,4 +65,5 @@ __all__ = [
     "ToolParserContract",
     "TrackerContract",
     "TrainingBackendContract",
+    "WeightTransportContract",
 ]

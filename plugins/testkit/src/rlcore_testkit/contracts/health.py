@@ -28,10 +28,17 @@ from typing import Any, ClassVar
 
 import pytest
 
-from rlcore.api import Finding, HealthMonitor, HealthMonitorSpec, HealthView, MonitorSettings, ResponseSample
-from rlcore.api.health import SEVERITIES
-from rlcore.config import load_config
-from rlcore.plugins import PluginManager
+from rlcore.api import (
+    SEVERITIES,
+    Finding,
+    HealthMonitor,
+    HealthMonitorSpec,
+    HealthView,
+    MonitorSettings,
+    PluginManager,
+    ResponseSample,
+    load_config,
+)
 
 #: the validation metric the quiet run logs every 5 steps
 VAL_KEY = "val-core/rlcore/arith/reward/mean@1"

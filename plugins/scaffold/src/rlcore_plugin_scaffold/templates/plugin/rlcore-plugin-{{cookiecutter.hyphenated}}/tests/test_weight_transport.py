@@ -1,9 +1,10 @@
-"""The weight transport: every tensor reaches a receiver, one bucket each."""
+"""The weight transport: every tensor reaches a receiver, one bucket each; and rlcore's contract suite."""
 
 from collections.abc import Iterator
 
 import torch
 from rlcore.api import CheckpointEngineConfig, WeightBucket
+from rlcore_testkit.contracts import WeightTransportContract
 
 from rlcore_plugin_{{ cookiecutter.underscored }}.weight_transport import TensorByTensor
 
@@ -29,3 +30,9 @@ def test_every_tensor_arrives() -> None:
     report = TensorByTensor(CheckpointEngineConfig()).send(iter(weights.items()), receiver, None)
     assert report.full and report.buckets == 2 and report.bytes_sent == report.bytes_full == 40
     assert receiver.version == 1 and all(torch.equal(receiver.state[k], v) for k, v in weights.items())
+
+
+class TestWeightTransportContract(WeightTransportContract):
+    """rlcore's behavioural checks for ``checkpoint_engine.backend={{ cookiecutter.hyphenated }}``."""
+
+    component_name = "{{ cookiecutter.hyphenated }}"
