@@ -133,7 +133,7 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
         },
     ),
     Distribution("rlcore-plugin-sft", {}, commands=("sft", "data arith-sft")),
-    Distribution("rlcore-plugin-report", {}, commands=("report",)),
+    Distribution("rlcore-plugin-report", {}, commands=("report",), config_keys=("trainer.report",)),
     Distribution("rlcore-plugin-plan", {}, commands=("plan",)),
     Distribution("rlcore-plugin-scaffold", {}, commands=("new", "new plugin")),
     Distribution(

@@ -35,11 +35,17 @@ def rlcore_cli() -> click.Group:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
-    """A real two-step GRPO run with the KL loss on (so the KL panel has two curves)."""
+    """A real two-step GRPO run with the KL loss on (so the KL panel has two curves), and its report
+    (``trainer.report=true``: the test kit's tiny runs draw none)."""
     tmp = tmp_path_factory.mktemp("report-run")
     task = make_tiny_task(tmp / "task")
     _, path = tiny_run(
-        tmp, tiny_model_dir, task, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true"
+        tmp,
+        tiny_model_dir,
+        task,
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        "trainer.report=true",
     )
     return path
 
@@ -151,6 +157,33 @@ def test_the_end_of_a_run_names_its_report_and_curve(sparse_run_dir: Path, tmp_p
     (run / "summary.json").write_text(json.dumps({"kind": "sft", "status": "completed"}))
     assert end_of_run_lines(run) == [f"report:        {run / 'report' / 'index.html'}"]
     assert not (run / "reward_curve.png").exists()
+
+
+def test_trainer_report_false_draws_nothing_and_says_how_to_draw_it(
+    sparse_run_dir: Path, tmp_path: Path, rlcore_cli: click.Group
+) -> None:
+    """``trainer.report: false`` in a run's config: its end draws no report and no reward curve, and its summary's
+    line names the command that draws them later, which does."""
+    run = tmp_path / "run"
+    shutil.copytree(sparse_run_dir, run, ignore=shutil.ignore_patterns("report", "reward_curve.png"))
+    config = (run / "config.yaml").read_text()
+    assert "\n  report: true\n" in config  # the key the plugin adds to the trainer section, as the run saved it
+    (run / "config.yaml").write_text(config.replace("\n  report: true\n", "\n  report: false\n", 1))
+    assert end_of_run_lines(run) == [f"report:        not drawn (trainer.report: false); rlcore report {run} draws it"]
+    assert not (run / "report").exists() and not (run / "reward_curve.png").exists()
+    result = CliRunner().invoke(rlcore_cli, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    assert_png(run / "report" / "report.png", 900, 1000)
+
+
+def test_trainer_report_is_a_checked_key_of_the_plugin() -> None:
+    """``trainer.report`` is the plugin's typed key: a dry run takes a boolean and names the key for anything
+    else."""
+    from rlcore_testkit.runs import dry_run
+
+    assert dry_run("trainer.report=false").exit_code == 0
+    refused = dry_run("trainer.report=maybe")
+    assert refused.exit_code != 0 and "trainer.report" in refused.output, refused.output
 
 
 def test_the_end_of_a_run_without_matplotlib_says_so_and_does_not_fail(sparse_run_dir: Path, tmp_path: Path) -> None:
