@@ -239,7 +239,8 @@ def binary_run(name: str, scores: list[tuple[float, float, float]]) -> RunData:
 
 def test_binary_rewards_are_drawn_as_the_share_correct() -> None:
     """0/1 rewards: the mean is the share of correct responses, drawn without the min-max band (which would
-    span 0 to 1 at every step); other rewards keep their band."""
+    span 0 to 1 at every step); other rewards keep their band; a run without training scores (validation only)
+    draws no line, and alone leaves the panel without data."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -247,10 +248,12 @@ def test_binary_rewards_are_drawn_as_the_share_correct() -> None:
 
     binary = binary_run("binary", [(0.25, 0.0, 1.0), (0.5, 0.0, 1.0), (1.0, 1.0, 1.0)])
     graded = binary_run("graded", [(0.4, 0.1, 0.9), (0.5, 0.2, 0.8), (0.6, 0.0, 1.0)])
+    unscored = RunData(name="val-only", path=Path("val-only"), steps={0: {"val-core/x/reward/mean@1": 0.5}})
     for runs, band, labels in (
         ([binary], False, ["share correct"]),
         ([graded], True, ["score/mean"]),
         ([binary, graded], True, ["binary: share correct", "graded"]),
+        ([unscored, graded], True, ["graded"]),
     ):
         fig, ax = plt.subplots()
         try:
@@ -259,6 +262,11 @@ def test_binary_rewards_are_drawn_as_the_share_correct() -> None:
             assert [text.get_text() for text in ax.get_legend().get_texts()] == labels
         finally:
             plt.close(fig)
+    fig, ax = plt.subplots()
+    try:
+        assert not draw_reward(ax, [unscored]) and not ax.lines
+    finally:
+        plt.close(fig)
 
 
 def test_legends_sit_outside_the_data() -> None:
