@@ -59,12 +59,6 @@ def plugin_sources() -> Iterator[tuple[str, Path]]:
         yield "rlcore_plugin_{{cookiecutter.underscored}}", path
 
 
-#: plugins that still import private rlcore modules, each with why; the list may only shrink. rlcore sft runs a
-#: trainer of its own on the core's run machinery (config loading, run folder and lock, checkpoints and resume,
-#: worker groups, trackers, the run guard), which rlcore.api does not offer yet: a trainer kind would (issue 41).
-PRIVATE_IMPORTS_PENDING = {
-    "rlcore_testkit": "a test-only distribution: its contracts drive the registry, config loader and workers",
-}
 #: the test kit (``rlcore_testkit``), imported from a plugin's source by the tasks plugin only, inside the
 #: functions that build its models (``python -m rlcore_plugin_tasks.build_base``, its ``[build]`` extra)
 TEST_KIT = "rlcore_testkit"
@@ -72,24 +66,15 @@ TEST_KIT_USERS = {"rlcore_plugin_tasks"}
 
 
 def test_plugins_import_only_the_public_api() -> None:
-    """Every ``rlcore`` import of a plugin (and of the template) is a module of ``rlcore.public_api``, except in
-    the plugins of :data:`PRIVATE_IMPORTS_PENDING` (each of which does import private modules still)."""
+    """Every ``rlcore`` import of a plugin, of the test kit and of the template is a module of
+    ``rlcore.public_api``: ``rlcore`` or ``rlcore.api``."""
     offenders = [
         f"{path.relative_to(ROOT)}:{line}: {module}"
-        for package, path in plugin_sources()
+        for _, path in plugin_sources()
         for line, module in imported_modules(path)
-        if (module == "rlcore" or module.startswith("rlcore."))
-        and not is_public(module)
-        and package not in PRIVATE_IMPORTS_PENDING
+        if (module == "rlcore" or module.startswith("rlcore.")) and not is_public(module)
     ]
     assert not offenders, "plugins import non-public rlcore modules:\n" + "\n".join(offenders)
-    pending = {
-        package
-        for package, path in plugin_sources()
-        for _, module in imported_modules(path)
-        if module.startswith("rlcore.") and not is_public(module)
-    }
-    assert pending == set(PRIVATE_IMPORTS_PENDING), "update PRIVATE_IMPORTS_PENDING: it may only shrink"
 
 
 def test_plugins_do_not_import_each_other() -> None:

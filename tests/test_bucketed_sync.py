@@ -95,8 +95,11 @@ def test_the_bucket_size_is_read_in_mebibytes() -> None:
     [
         (f"{CE}.update_weights_bucket_megabytes=0", f"{CE}.update_weights_bucket_megabytes must be a positive"),
         (f"{CE}.update_weights_bucket_megabytes=lots", f"{CE}.update_weights_bucket_megabytes must be a positive"),
-        (f"{CE}.backend=nccl", f"{CE}.backend='nccl': rlcore has only the naive transfer"),
-        (f"+{CE}.engine_kwargs.nccl.rebuild_group=true", f"{CE}.engine_kwargs: the naive transfer takes no"),
+        (
+            f"+{CE}.engine_kwargs.delta.max_changed_fraction=0.5",
+            f"{CE}.engine_kwargs.delta: arguments for backend 'delta'",
+        ),
+        (f"+{CE}.engine_kwargs.naive.x=1", f"{CE}.engine_kwargs.naive: the naive transport takes no"),
         (f"{CE}.custom_backend_module=my.backend", f"{CE}.custom_backend_module: custom checkpoint-engine"),
     ],
 )

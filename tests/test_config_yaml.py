@@ -12,9 +12,11 @@ from rlcore.config import ConfigError, load_config
 from rlcore.config.compose import read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-#: every YAML file of the verl samples kept in tests/ (verl 0.9 and 0.10)
+#: every YAML file of the verl samples kept in tests/ (verl 0.9, 0.10 and its engine configs)
 VERL_YAML = sorted(
-    path for folder in ("verl_examples", "verl010_examples") for path in (ROOT / "tests" / folder).rglob("*.yaml")
+    path
+    for folder in ("verl_examples", "verl010_examples", "verl_engine_configs")
+    for path in (ROOT / "tests" / folder).rglob("*.yaml")
 )
 
 

@@ -16,7 +16,7 @@ from rlcore_testkit.runs import tiny_run as run_tiny
 
 import rlcore
 from rlcore.api.specs import AdvantageEstimatorSpec
-from rlcore.plugins import PluginRecord, make_plugin_manager, set_plugin_manager
+from rlcore.plugins import make_plugin_manager, set_plugin_manager
 from rlcore.tracking.sinks import read_metrics
 
 
@@ -68,8 +68,7 @@ def recorded_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path,
     """One GRPO run (with KL loss and KL-in-reward, so the reference model is used) and a recording plugin."""
     manager = make_plugin_manager()
     recorder = Recorder()
-    manager.records["recorder"] = PluginRecord(name="recorder", version=None, builtin=False)
-    manager._register(recorder, manager.records["recorder"])
+    manager.add_plugin(recorder, "recorder")
     previous = set_plugin_manager(manager)
     try:
         last, run_dir = tiny_run(
@@ -225,9 +224,7 @@ def _with_plugin(**hooks):
 
     manager = make_plugin_manager()
     plugin = types.SimpleNamespace(**{name: rlcore.hookimpl(fn) for name, fn in hooks.items()})
-    manager.records["test-plugin"] = PluginRecord(name="test-plugin", version=None, builtin=False)
-    manager._register(plugin, manager.records["test-plugin"])
-    manager.build_registry()
+    manager.add_plugin(plugin, "test-plugin")
     return manager, set_plugin_manager(manager)
 
 

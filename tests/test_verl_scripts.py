@@ -240,6 +240,8 @@ VERL_DEFAULTS = EXAMPLES / "verl" / "trainer" / "config" / "_generated_ppo_train
 VERL010_DEFAULTS = (
     Path(__file__).parent / "verl010_examples" / "verl" / "trainer" / "config" / "_generated_ppo_trainer.yaml"
 )
+#: verl's generated configs of its TorchTitan and VeOmni engines (README.md there)
+ENGINE_CONFIGS = Path(__file__).parent / "verl_engine_configs"
 
 
 def doc_tables(heading: str) -> list[list[list[str]]]:
@@ -270,12 +272,9 @@ def test_renamed_table_is_the_alias_table() -> None:
     assert rows == expected
 
 
-def test_every_verl010_spelling_is_in_its_generated_config_and_the_counts_are_right() -> None:
-    """The verl 0.10 column names keys of verl 0.10's own default config; every key of that config exists in
-    rlcore (maybe renamed) or belongs to a missing feature; and the page's counts are right."""
-    keys = [k for k in flatten(yaml.safe_load(VERL010_DEFAULTS.read_text())) if not k.endswith("_target_")]
-    for alias in VERL010_ALIASES:
-        assert any(k == alias or k.startswith(alias + ".") for k in keys), alias
+def sort_keys(keys: list[str]) -> tuple[dict[str, int], list[str]]:
+    """How many of ``keys`` (verl's dotted keys) rlcore has under the same name, under another name, or names as
+    a missing feature; and the keys that are none of these."""
     known = known_keys(default_config())
     counts = {"same": 0, "renamed": 0, "missing": 0}
     unsorted = []
@@ -287,11 +286,40 @@ def test_every_verl010_spelling_is_in_its_generated_config_and_the_counts_are_ri
             counts["missing"] += 1
         else:
             unsorted.append(key)
+    return counts, unsorted
+
+
+def generated_keys(path: Path) -> list[str]:
+    """The dotted keys of one of verl's generated configs (its ``_target_`` class names left out)."""
+    return [k for k in flatten(yaml.safe_load(path.read_text())) if not k.endswith("_target_")]
+
+
+def test_every_verl010_spelling_is_in_its_generated_config_and_the_counts_are_right() -> None:
+    """The verl 0.10 column names keys of verl 0.10's own default config; every key of that config exists in
+    rlcore (maybe renamed) or belongs to a missing feature; and the page's counts are right."""
+    keys = generated_keys(VERL010_DEFAULTS)
+    for alias in VERL010_ALIASES:
+        assert any(k == alias or k.startswith(alias + ".") for k in keys), alias
+    counts, unsorted = sort_keys(keys)
     assert unsorted == []
     text = " ".join(DOC.read_text().split())
     assert (
         f"{counts['same']} exist in rlcore under the same name and {counts['renamed']} under another name, and "
         f"{counts['missing']} belong to those features" in text
+    )
+
+
+@pytest.mark.parametrize("engine", ["torchtitan", "veomni"])
+def test_every_key_of_verls_engine_configs_is_sorted_and_counted(engine: str) -> None:
+    """Every key of verl's generated config for its TorchTitan or VeOmni engine exists in rlcore (maybe renamed) or
+    belongs to a missing feature (the engine's own section and optimizer keys: its feature), and the page's counts
+    are right."""
+    counts, unsorted = sort_keys(generated_keys(ENGINE_CONFIGS / f"_generated_ppo_{engine}_trainer.yaml"))
+    assert unsorted == []
+    text = " ".join(DOC.read_text().split())
+    assert (
+        f"`_generated_ppo_{engine}_trainer.yaml`: {counts['same']} under the same name, {counts['renamed']} under "
+        f"another name and {counts['missing']} in those features" in text
     )
 
 

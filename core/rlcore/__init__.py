@@ -1,6 +1,7 @@
 """rlcore: reinforcement-learning post-training for LLMs — a single-controller core plus plugins.
 
-Plugin authors need only ``rlcore.hookimpl`` (see ``rlcore.hookspecs`` for every hook).
+Plugin authors need only ``rlcore.hookimpl`` (``rlcore.hookspecs`` specifies every hook) and
+:mod:`rlcore.api`.
 """
 
 from rlcore.hookspecs import hookimpl, hookspec

@@ -323,6 +323,29 @@ def register_tool_parsers(register: Register) -> None:
 
 
 @hookspec
+def register_weight_transports(register: Register) -> None:
+    """Register weight transports (kind ``weight_transport``), selected by
+    ``actor_rollout_ref.rollout.checkpoint_engine.backend`` (verl's checkpoint engine).
+
+    A target is a class implementing :class:`rlcore.api.WeightTransport`: constructed once per run as
+    ``(config)``, ``config`` the typed ``checkpoint_engine`` section (:class:`rlcore.api.CheckpointEngineConfig`;
+    its arguments are ``config.engine_kwargs[<your name>]``), with a class attribute ``incremental`` (whether a
+    send may leave unchanged tensors out), ``send(weights, receiver, bucket_bytes) -> TransportReport`` (move
+    the trainer's ``(name, tensor)`` iterator into the :class:`rlcore.api.WeightReceiver` as one update, in
+    :class:`rlcore.api.WeightBucket` s of at most ``bucket_bytes``) and ``reset()`` (the next send is a full
+    one). Built-ins: ``naive`` and ``delta`` (:mod:`rlcore.rollout.transport`). The check that the engine
+    serves the trainer's weights follows every send; when it fails after a partial send, the worker calls
+    ``reset()`` and sends again.
+
+    Example::
+
+        @rlcore.hookimpl
+        def register_weight_transports(register):
+            register("int8_delta", "my_pkg.transport:Int8DeltaTransport", description="quantised deltas")
+    """
+
+
+@hookspec
 def config_defaults() -> Any:
     """Return the default values of the config keys this plugin owns: a nested dict, or a typed section.
 

@@ -60,6 +60,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "rlcore.builtin.rewards",
     "rlcore.builtin.algorithms",
     "rlcore.builtin.trackers",
+    "rlcore.builtin.transports",
 )
 
 ENV_LOAD = "RLCORE_LOAD_PLUGINS"
@@ -239,6 +240,23 @@ class PluginManager:
                 denied = normalize_dist_name(record.name.split(":")[0]) in (_env_list(ENV_DISABLE) or set())
                 return f"plugin {record.name} provides it but is disabled by {ENV_DISABLE if denied else ENV_LOAD}"
         return None
+
+    def add_plugin(self, plugin: Any, name: str) -> PluginRecord:
+        """Register ``plugin`` (a module, class or instance with hookimpls) under ``name``, as the loader registers
+        an installed plugin (its ``RLCORE_API`` range and hook names checked), and rebuild the registry. For tests
+        and tools that plug a plugin in without installing it; :meth:`remove_plugin` takes it out again. Returns
+        its record (``status`` says whether it loaded)."""
+        record = self.records[name] = PluginRecord(name=name, version=None, builtin=False, module=repr(plugin))
+        self._register(plugin, record)
+        self.build_registry()
+        return record
+
+    def remove_plugin(self, plugin: Any, name: str) -> None:
+        """Take out a plugin added with :meth:`add_plugin` and rebuild the registry without it."""
+        if self.pm.is_registered(plugin):
+            self.pm.unregister(plugin)
+        self.records.pop(name, None)
+        self.build_registry()
 
     def _register(self, module: Any, record: PluginRecord) -> None:
         if not record.builtin and not self._api_compatible(module, record):

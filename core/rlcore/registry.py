@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     )
     from rlcore.api.rollout import RolloutEngine
     from rlcore.api.training import TrainingBackend
+    from rlcore.api.transport import WeightTransport
 
 #: component kind -> the hook that registers it (from :data:`rlcore.api.kinds.COMPONENT_KINDS`)
 KIND_HOOKS: dict[str, str] = {spec.name: spec.hook for spec in COMPONENT_KINDS}
@@ -194,6 +195,8 @@ class ComponentLoader(Protocol):
     def __call__(self, kind: Literal["interaction"], name: str) -> type[Interaction]: ...
     @overload
     def __call__(self, kind: Literal["tool_parser"], name: str) -> type[ToolParser]: ...
+    @overload
+    def __call__(self, kind: Literal["weight_transport"], name: str) -> type[WeightTransport]: ...
     @overload
     def __call__(self, kind: str, name: str) -> Any: ...
 

@@ -134,6 +134,17 @@ def _check_sum_pi_squared(
         )
 
 
+def _check_transport(config: DictConfig) -> None:
+    """``checkpoint_engine.backend`` other than ``naive`` needs the synchronous loop: ``async_training`` moves
+    whole weight snapshots through its own lane, past any transport."""
+    backend = config.actor_rollout_ref.rollout.checkpoint_engine.backend
+    if config.async_training.enable and backend != "naive":
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.checkpoint_engine.backend={backend!r} with async_training.enable=true: the "
+            "one-step-off-policy lane sends whole weight snapshots past the weight transport; use backend=naive"
+        )
+
+
 def _check_ref_strategy(config: DictConfig, registry: Registry) -> None:
     """``actor_rollout_ref.ref.strategy`` names the actor's backend (under any of its names): the reference
     engine lives in the actor's worker processes and cuts batches by the actor's layout, so it cannot run on
@@ -190,6 +201,12 @@ def check_components(
         ("actor_backend", "actor_rollout_ref.actor.strategy", "training_backend", actor.strategy),
         ("rollout_engine", "actor_rollout_ref.rollout.name", "rollout_engine", config.actor_rollout_ref.rollout.name),
         ("reward_manager", "reward_model.reward_manager", "reward_manager", config.reward_model.reward_manager),
+        (
+            "weight_transport",
+            "actor_rollout_ref.rollout.checkpoint_engine.backend",
+            "weight_transport",
+            config.actor_rollout_ref.rollout.checkpoint_engine.backend,
+        ),
     ]
     found: dict[str, Component[Any]] = {}
     for part, key, kind, name in wanted:
@@ -208,6 +225,8 @@ def check_components(
         _check_sum_pi_squared(config, found.get("estimator"), found.get("actor_backend"))
     with collected.collect():
         _check_ref_strategy(config, registry)
+    with collected.collect():
+        _check_transport(config)
     for name in _loggers(config):
         with collected.collect():
             _component(manager, "trainer.logger", "tracker", name)
@@ -226,6 +245,7 @@ def check_components(
         reward_manager=found["reward_manager"],
         batch_filters=tuple(filters),
         extensions=extensions,
+        weight_transport=found.get("weight_transport"),
     )
 
 

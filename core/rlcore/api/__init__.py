@@ -72,6 +72,12 @@ _LAZY: dict[str, str] = {
     "TrainingEngine": "rlcore.api.training",
     # the engines' optional abilities, checked with isinstance
     "SupportsClose": "rlcore.api.rollout",
+    # weight transport (kind weight_transport, checkpoint_engine.backend)
+    "WeightTransport": "rlcore.api.transport",
+    "WeightReceiver": "rlcore.api.transport",
+    "WeightBucket": "rlcore.api.transport",
+    "TransportReport": "rlcore.api.transport",
+    "BucketChecksumError": "rlcore.api.transport",
     "SupportsSamplingState": "rlcore.api.rollout",
     "SupportsSharedWeights": "rlcore.api.rollout",
     "SupportsWeightChecksum": "rlcore.api.rollout",
@@ -178,6 +184,7 @@ _LAZY: dict[str, str] = {
     "RewardModelConfig": "rlcore.config.schema",
     "RefConfig": "rlcore.config.schema",
     "RolloutConfig": "rlcore.config.schema",
+    "CheckpointEngineConfig": "rlcore.config.schema",
     "default_section": "rlcore.config.schema",
     "OptimConfig": "rlcore.config.sections.actor",
     "Section": "rlcore.config.sections.base",
@@ -263,6 +270,25 @@ _LAZY: dict[str, str] = {
     "collate_rows": "rlcore.data.collate",
     "reduce_metrics": "rlcore.tracking.values",
     "compute_throughput_metrics": "rlcore.algos.metrics",
+    # driving rlcore from Python and testing a plugin (rlcore-testkit): the plugin machinery, in-process runs and
+    # commands, the config loader, the critic worker, and what the contract suites check components against
+    "PluginManager": "rlcore.plugins",
+    "PluginRecord": "rlcore.plugins",
+    "make_plugin_manager": "rlcore.plugins",
+    "set_plugin_manager": "rlcore.plugins",
+    "Component": "rlcore.registry",
+    "PUBLIC_MODULES": "rlcore.public_api",
+    "cli": "rlcore.cli",
+    "run_training": "rlcore.run",
+    "load_config": "rlcore.config",
+    "CriticWorker": "rlcore.workers.critic",
+    "AbstractCurriculumSampler": "rlcore.data.sampler",
+    "LOSS_AGG_MODES": "rlcore.config.algorithm_names",
+    "state_checksum": "rlcore.rollout.weights",
+    "build_image_only_processor": "rlcore.processors",
+    # the API's description of itself: its lazy table, which its snapshot and reference docs read (rlcore-testkit)
+    "LazyName": "rlcore.api.lazy_table",
+    "read_lazy_table": "rlcore.api.lazy_table",
     # reading data rows: files and folders, where a row came from, text checks (SFT's dataset)
     "normalize_files": "rlcore.data.files",
     "RowOrigin": "rlcore.data.rl_dataset",
@@ -346,6 +372,7 @@ if TYPE_CHECKING:
     )
     from rlcore.api.extensions import StepExtension
     from rlcore.api.groups import WorkerGroup
+    from rlcore.api.lazy_table import LazyName, read_lazy_table
     from rlcore.api.multi_turn import MultiTurn, MultiTurnRunner, agent_names
     from rlcore.api.profiling import (
         EngineTrace,
@@ -385,10 +412,18 @@ if TYPE_CHECKING:
         TrainingBackend,
         TrainingEngine,
     )
+    from rlcore.api.transport import (
+        BucketChecksumError,
+        TransportReport,
+        WeightBucket,
+        WeightReceiver,
+        WeightTransport,
+    )
     from rlcore.checkpoint.disk import disk_problem
     from rlcore.child_processes import mark_infrastructure, process_exists
-    from rlcore.cli import resolved_config
-    from rlcore.config import ConfigError
+    from rlcore.cli import cli, resolved_config
+    from rlcore.config import ConfigError, load_config
+    from rlcore.config.algorithm_names import LOSS_AGG_MODES
     from rlcore.config.batch_sizes import (
         LOG_PROB_BUDGET,
         UpdateBatchSizes,
@@ -412,6 +447,7 @@ if TYPE_CHECKING:
     from rlcore.config.schema import (
         ActorConfig,
         AlgorithmConfig,
+        CheckpointEngineConfig,
         ModelConfig,
         RefConfig,
         RewardModelConfig,
@@ -427,6 +463,7 @@ if TYPE_CHECKING:
     from rlcore.data.loader import PromptLoader
     from rlcore.data.multimodal import MULTI_MODAL_INPUTS, load_image
     from rlcore.data.rl_dataset import RowOrigin, check_unicode, config_value, read_rows, to_plain, tokenizer_failure
+    from rlcore.data.sampler import AbstractCurriculumSampler
     from rlcore.dtypes import parse_dtype
     from rlcore.errors import RLCoreError
     from rlcore.model_check import HUB, hub_unreachable
@@ -455,9 +492,11 @@ if TYPE_CHECKING:
         rope_owner,
         token_types,
     )
+    from rlcore.plugins import PluginManager, PluginRecord, make_plugin_manager, set_plugin_manager
     from rlcore.presets import PRESETS_FILE
-    from rlcore.processors import load_processor
-    from rlcore.registry import Registry, UnknownComponentError
+    from rlcore.processors import build_image_only_processor, load_processor
+    from rlcore.public_api import PUBLIC_MODULES
+    from rlcore.registry import Component, Registry, UnknownComponentError
     from rlcore.reward import NaiveRewardManager, RewardError
     from rlcore.reward.ground_truth import ground_truth_as_text
     from rlcore.reward.managers import RewardManagerBase
@@ -475,7 +514,8 @@ if TYPE_CHECKING:
         row_bytes,
     )
     from rlcore.rollout.token_engine import Completion, TokenListEngine
-    from rlcore.rollout.weights import check_weight_names, float64_sum
+    from rlcore.rollout.weights import check_weight_names, float64_sum, state_checksum
+    from rlcore.run import run_training
     from rlcore.runkit import PluginRun, RunCheckpoints, RunKit
     from rlcore.tracking.device_peak import table_peak_flops
     from rlcore.tracking.external import (
@@ -494,6 +534,7 @@ if TYPE_CHECKING:
     from rlcore.usercode import UserCodeExit, exit_error
     from rlcore.workers.actor import ActorRolloutRefWorker
     from rlcore.workers.base import WorkerBase, cpu_batch
+    from rlcore.workers.critic import CriticWorker
     from rlcore.workers.micro_batches import plan_micro_batches
     from rlcore.workers.ppo_loop import UpdateSettings, ppo_update
 

@@ -106,13 +106,17 @@ class ActorGroup(WorkerGroup, Protocol):
         """The next bucket of the export on rank 0 (CPU tensors by name); None once all were sent."""
         ...
 
-    def receive_weight_bucket(self, bucket: dict[str, torch.Tensor]) -> None:
-        """Keep one bucket of a trainer's weights for :meth:`receive_weights` (split placement)."""
+    def receive_weight_bucket(self, bucket: dict[str, torch.Tensor], digest: str | None = None) -> None:
+        """Keep one bucket of a trainer's weights for :meth:`receive_weights` (split placement), checking its
+        bytes against the sender's ``digest`` when given."""
         ...
 
-    def receive_weights(self, state: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+    def receive_weights(
+        self, state: dict[str, torch.Tensor] | None = None, *, partial: bool = False, keep: bool = False
+    ) -> dict[str, float]:
         """Load a trainer's weights (None: the buckets received) into this group's rollout engines and check
-        them (split placement)."""
+        them (split placement); ``partial``: only the changed tensors, over the weights the last ``keep`` load
+        held."""
         ...
 
     def save_model(self, path: str | Path) -> None:

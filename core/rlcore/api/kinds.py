@@ -23,6 +23,7 @@ from rlcore.api import components
 from rlcore.api.rollout import RolloutEngine
 from rlcore.api.specs import AdvantageEstimatorSpec, PresetSpec, RewardScorerSpec, TrainingBackendSpec
 from rlcore.api.training import TrainingBackend
+from rlcore.api.transport import WeightTransport
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,12 @@ COMPONENT_KINDS: tuple[KindSpec, ...] = (
     ),
     KindSpec(
         "tool_parser", "register_tool_parsers", "actor_rollout_ref.rollout.multi_turn.format", components.ToolParser
+    ),
+    KindSpec(
+        "weight_transport",
+        "register_weight_transports",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend",
+        WeightTransport,
     ),
 )
 #: the kinds' names, in :data:`COMPONENT_KINDS` order

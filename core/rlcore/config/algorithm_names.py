@@ -15,6 +15,7 @@ from typing import Any
 from rlcore.config.sections.algorithm import KLControlConfig
 from rlcore.errors import RLCoreError
 
+#: the loss aggregation modes (``loss_agg_mode``), verl's names
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 #: KL estimator names; a ``+`` suffix on any of them selects the straight-through variant
 KL_PENALTY_TYPES: tuple[str, ...] = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")

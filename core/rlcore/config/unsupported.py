@@ -46,6 +46,10 @@ def _prefix_match(pattern: list[str], parts: list[str]) -> bool:
 
 
 ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout", "critic", "reward_model")
+#: the roles with a training engine's section (verl 0.10's ``fsdp``, ``megatron``, ``torchtitan``, ``veomni``)
+ENGINE_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
+#: the roles with an optimizer
+TRAINED_ROLES = ("actor_rollout_ref.actor", "critic")
 #: the roles whose profiler section verl 0.10 gives copies of global_profiler's relocation and hook keys
 PROFILED_ROLES = ROLES[:4]
 #: those keys, at the values that leave them to global_profiler
@@ -193,6 +197,25 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
     MissingFeature(
         "verl's Megatron-Lite engine (actor@actor_rollout_ref.actor=mlite_actor)",
         ("actor_rollout_ref.actor.engine", "actor_rollout_ref.ref.engine", "critic.engine"),
+    ),
+    MissingFeature(
+        "verl's TorchTitan engine (model_engine=torchtitan): its engine section and its optimizer's own keys",
+        (
+            *(f"{role}.torchtitan" for role in ENGINE_ROLES),
+            "actor_rollout_ref.ref.optim",
+            *(
+                f"{role}.optim.{key}"
+                for role in TRAINED_ROLES
+                for key in ("name", "eps", "decay_type", "min_lr_factor")
+            ),
+        ),
+    ),
+    MissingFeature(
+        "verl's VeOmni engine (model_engine=veomni): its engine section and its optimizer's own keys",
+        (
+            *(f"{role}.veomni" for role in ENGINE_ROLES),
+            *(f"{role}.optim.{key}" for role in TRAINED_ROLES for key in ("lr_min", "lr_start", "lr_decay_ratio")),
+        ),
     ),
     MissingFeature(
         "these FSDP options of verl (rlcore-plugin-fsdp does not have them)",

@@ -35,6 +35,8 @@ class RunComponents:
         reward_manager: ``reward_model.reward_manager`` (a class, built with the tokenizer and the scorer).
         batch_filters: ``algorithm.batch_filters``, in order.
         extensions: the plugins' step extensions (their ``step_extensions`` hook), in plugin order.
+        weight_transport: ``actor_rollout_ref.rollout.checkpoint_engine.backend`` (a class; the controller builds
+            it for a split placement, the actor workers their own; None: the built-in ``naive``).
     """
 
     estimator: Component[AdvantageEstimatorSpec]
@@ -43,3 +45,4 @@ class RunComponents:
     reward_manager: Component[Any]
     batch_filters: tuple[Component[Any], ...]
     extensions: tuple[StepExtension, ...]
+    weight_transport: Component[Any] | None = None

@@ -180,6 +180,7 @@ class Trainer:
             use_reward_model=self.use_reward_model,
             reward_model_worker=self.reward_model_worker,
             extensions=self.extensions,
+            transport=self.components.weight_transport.load() if self.components.weight_transport else None,
         )
         self.actor, self.rollout, self.critic = self.groups.actor, self.groups.rollout, self.groups.critic
         self.groups.init_models()

@@ -36,6 +36,7 @@ from rlcore.api.training import (
     SupportsWeightStream,
     TrainingEngine,
 )
+from rlcore.api.transport import BucketChecksumError, TransportReport, WeightBucket, WeightTransport
 from rlcore.config.batch_sizes import (
     LOG_PROB_BUDGET,
     UpdateBatchSizes,
@@ -52,6 +53,7 @@ from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
 from rlcore.registry import UnknownComponentError
 from rlcore.rollout.buckets import RunningChecksum, distinct_weights, weight_buckets
+from rlcore.rollout.transport import EngineReceiver, check_bucket
 from rlcore.rollout.weights import state_checksum
 from rlcore.workers.base import WorkerBase, cpu_batch
 from rlcore.workers.micro_batches import plan_micro_batches
@@ -111,12 +113,14 @@ class ActorRolloutRefWorker(WorkerBase):
             self._check_engine_config("ref", f"{ARR}.ref", f"{ARR}.model")
         #: the most bytes of gathered weights a sync holds at once (None: the whole state dict);
         #: ``layered_summon`` without a bucket size: one tensor per bucket
-        self.bucket_bytes = policy.rollout.checkpoint_engine.bucket_bytes
-        if self.bucket_bytes is None and policy.rollout.layered_summon:
-            self.bucket_bytes = 1
+        self.bucket_bytes = policy.rollout.sync_bucket_bytes
         self._export: Iterator[list[tuple[str, torch.Tensor]]] | None = None
         self._export_scope = ExitStack()
         self._incoming: dict[str, torch.Tensor] = {}
+        #: split placement, an incremental transport: the full weights this rollout worker last loaded
+        self._received: dict[str, torch.Tensor] | None = None
+        self.transport_config = policy.rollout.checkpoint_engine
+        self.transport: WeightTransport | None = None
         self.log_prob_micro_batch_size = inference_micro_batch_size(policy.rollout, dp_size)
         self.ref_micro_batch_size = inference_micro_batch_size(policy.ref, dp_size)
         self.tokenizer: Any = None
@@ -191,6 +195,11 @@ class ActorRolloutRefWorker(WorkerBase):
             device=self.device,
             dtype=self._rollout_dtype(),
         )
+        backend = self.transport_config.backend
+        try:
+            self.transport = get_component("weight_transport", backend)(self.transport_config)
+        except UnknownComponentError as exc:
+            raise UnknownComponentError(f"{ARR}.rollout.checkpoint_engine.backend: {exc}") from exc
 
     def _require(self, part: str, method: str, built: _Part | None) -> _Part:
         """``built`` (the actor, ref or rollout engine); raises when ``method`` needs a part this role lacks
@@ -447,25 +456,42 @@ class ActorRolloutRefWorker(WorkerBase):
             return None
         return dict(bucket) if self.rank == 0 else {}
 
-    def receive_weight_bucket(self, bucket: dict[str, torch.Tensor]) -> None:
-        """Keep one bucket of a trainer's weights (split placement) until :meth:`receive_weights` loads them."""
+    def receive_weight_bucket(self, bucket: dict[str, torch.Tensor], digest: str | None = None) -> None:
+        """Keep one bucket of a trainer's weights (split placement) until :meth:`receive_weights` loads them;
+        ``digest``: the sender's checksum of its bytes, checked here (:class:`BucketChecksumError`)."""
+        check_bucket(WeightBucket(list(bucket.items()), digest))
         self._incoming.update(bucket)
 
     def receive_weights(
-        self, state: dict[str, torch.Tensor] | None = None, *, shared: bool = False
+        self,
+        state: dict[str, torch.Tensor] | None = None,
+        *,
+        shared: bool = False,
+        partial: bool = False,
+        keep: bool = False,
     ) -> dict[str, float]:
         """Load a trainer's full weights into this worker's rollout engine; verify them when
         ``rollout.check_weight_sync``. Returns ``rollout/weight_version`` and the check's metrics.
         ``state`` None: the buckets :meth:`receive_weight_bucket` kept. ``shared``: the engine already serves
-        ``state``'s own tensors (``share_weights``), nothing is copied.
+        ``state``'s own tensors (``share_weights``), nothing is copied. ``partial``: the buckets hold only the
+        tensors that changed since the last ``keep`` load (an incremental transport); ``keep``: hold the
+        loaded weights on CPU as the base of the next partial load.
 
         A rollout-only worker (split placement) has no trainer model to compare log-probs with, so an
         engine without ``weight_checksum()`` is verified by its weight version only (warned once)."""
         engine = self._rollout("receive_weights")
         if state is None:
             state, self._incoming = self._incoming, {}
+        changed = state
+        if partial:
+            if self._received is None:
+                raise WeightSyncError("a partial weight update arrived before a full one: resend in full")
+            state = {**self._received, **changed}
+        self._received = state if keep else None
         engine.wake()
-        if not shared:
+        if partial and EngineReceiver(engine).partial:
+            engine.update_weights(changed.items(), strict=False)  # type: ignore[call-arg]  # EngineReceiver checked
+        elif not shared:
             engine.update_weights(state.items())
         metrics: dict[str, float] = {}
         if self.rollout_config.check_weight_sync:
@@ -474,10 +500,12 @@ class ActorRolloutRefWorker(WorkerBase):
         return metrics
 
     def sync_weights(self) -> dict[str, float]:
-        """Push the actor's weights into the rollout engine; verify them when ``rollout.check_weight_sync``.
+        """Push the actor's weights into the rollout engine through the run's weight transport
+        (``rollout.checkpoint_engine.backend``); verify them when ``rollout.check_weight_sync``.
 
-        Returns ``actor/weight_sync_s``, ``rollout/weight_version`` and (when checked) the metrics of
-        :meth:`check_weight_sync`.
+        Returns ``actor/weight_sync_s``, ``rollout/weight_version``, the transport's metrics and (when checked)
+        the metrics of :meth:`check_weight_sync`. A partial send whose bucket checksum or check fails is sent
+        again in full (the transport reset).
         """
         actor = self._actor_engine("sync_weights")
         engine = self._rollout("sync_weights")
@@ -485,12 +513,24 @@ class ActorRolloutRefWorker(WorkerBase):
         live = self._shared_weights(actor, engine)
         if live is not None:
             metrics = self.receive_weights(live, shared=True)
-        elif self.bucket_bytes is not None:
-            metrics = self._sync_in_buckets(actor, engine)
         else:
-            metrics = self.receive_weights(self.full_state_dict())
+            try:
+                metrics = self._send_weights(actor, engine)
+            except (BucketChecksumError, WeightSyncError) as exc:
+                transport = self._transport()
+                if not transport.incremental:
+                    raise
+                logger.warning("rank %d: %s; resending every weight", self.rank, exc)
+                transport.reset()
+                metrics = self._send_weights(actor, engine)
         metrics["actor/weight_sync_s"] = time.perf_counter() - start
         return metrics
+
+    def _transport(self) -> WeightTransport:
+        """The run's weight transport (built with the rollout engine)."""
+        if self.transport is None:
+            raise RLCoreError("sync_weights() before init_model(): the weight transport is built with the rollout")
+        return self.transport
 
     @staticmethod
     def _shared_weights(actor: TrainingEngine, engine: RolloutEngine) -> dict[str, torch.Tensor] | None:
@@ -502,34 +542,48 @@ class ActorRolloutRefWorker(WorkerBase):
         live = actor.live_weights()
         return live if live is not None and engine.share_weights(live.items()) else None
 
-    def _sync_in_buckets(self, actor: TrainingEngine, engine: RolloutEngine) -> dict[str, float]:
-        """The colocated sync in buckets of at most ``bucket_bytes``: the engine's ``update_weights`` reads a
-        stream that gathers the next bucket only once the previous one was handed on (an engine that copies
-        tensors as they arrive, such as ``hf``, then holds one bucket of gathered weights at a time). The
-        trainer's checksum is summed bucket by bucket. Adds ``actor/weight_sync_buckets``."""
+    def _send_weights(self, actor: TrainingEngine, engine: RolloutEngine) -> dict[str, float]:
+        """One colocated send through the transport, then the check. Without a bucket size the whole state
+        dict is gathered first and checked as such; with one, the engine's ``update_weights`` reads a stream
+        that gathers the next bucket only once the previous one was handed on (an engine that copies tensors
+        as they arrive, such as ``hf``, then holds one bucket of gathered weights at a time), and the trainer's
+        checksum is summed tensor by tensor as they pass. A check that fails after a partial send resets the
+        transport (the engine's weights are no longer known) and raises."""
+        transport = self._transport()
+        receiver = EngineReceiver(engine)
         checked = bool(self.rollout_config.check_weight_sync) and isinstance(engine, SupportsWeightChecksum)
-        skip = engine.uncounted_names if isinstance(engine, SupportsWeightChecksum) else frozenset[str]()
-        checksum = RunningChecksum(self._rollout_dtype(), skip)
-        count = 0
-
-        def stream() -> Iterator[tuple[str, torch.Tensor]]:
-            nonlocal count
-            for bucket in weight_buckets(self._weight_stream(actor, only_rank0=False), self.bucket_bytes):
-                count += 1
-                if checked:
-                    checksum.add(bucket)
-                yield from bucket
-                bucket.clear()  # the engine has copied these: let them go before the next gather
-
-        engine.wake()
-        with actor.resident():
-            engine.update_weights(stream())
+        state: dict[str, torch.Tensor] | None = None
+        checksum: RunningChecksum | None = None
+        report: TransportReport
+        if self.bucket_bytes is None:
+            state = self.full_state_dict()
+            engine.wake()
+            report = transport.send(iter(state.items()), receiver, None)
+        else:
+            engine.wake()
+            skip = engine.uncounted_names if isinstance(engine, SupportsWeightChecksum) else frozenset[str]()
+            checksum = RunningChecksum(self._rollout_dtype(), skip)
+            with actor.resident():
+                report = transport.send(self._tapped(actor, checksum if checked else None), receiver, self.bucket_bytes)
         metrics: dict[str, float] = {}
         if self.rollout_config.check_weight_sync:
-            metrics.update(self.check_weight_sync(trainer_checksum=checksum.value if checked else None))
+            trainer_checksum = checksum.value if checked and checksum is not None else None
+            try:
+                metrics.update(self.check_weight_sync(state, trainer_checksum=trainer_checksum))
+            except WeightSyncError:
+                if not report.full:
+                    transport.reset()
+                raise
         metrics["rollout/weight_version"] = float(engine.weight_version)
-        metrics["actor/weight_sync_buckets"] = float(count)
+        metrics.update(report.metrics)
         return metrics
+
+    def _tapped(self, actor: TrainingEngine, checksum: RunningChecksum | None) -> Iterator[tuple[str, torch.Tensor]]:
+        """The colocated weight stream, each tensor added to ``checksum`` (when given) as it passes."""
+        for pair in self._weight_stream(actor, only_rank0=False):
+            if checksum is not None:
+                checksum.add((pair,))
+            yield pair
 
     def check_weight_sync(
         self, state: dict[str, torch.Tensor] | None = None, *, trainer_checksum: float | None = None
@@ -699,6 +753,7 @@ class ActorRolloutRefWorker(WorkerBase):
         if extra is not None and self.shuffle_generator is not None and "shuffle_generator" in extra:
             self.shuffle_generator.set_state(extra["shuffle_generator"])
         if self.has_rollout:
+            self._transport().reset()  # the engine's weights are not the ones the transport last sent
             self.sync_weights()
             engine = self.rollout_engine
             if extra is not None and "rollout" in extra and isinstance(engine, SupportsSamplingState):

@@ -12,14 +12,15 @@ from rlcore.config.sections.update import LogProbConfig
 @dataclass(frozen=True)
 class CheckpointEngineConfig(Section):
     """``actor_rollout_ref.rollout.checkpoint_engine``: how the trainer's weights reach the rollout engine
-    (verl's section; rlcore has verl's ``naive`` transfer: in-process copies, Ray objects between processes)."""
+    (verl's section; the transports are components of kind ``weight_transport``: ``naive``, ``delta``, and the
+    plugins')."""
 
     PATH = "actor_rollout_ref.rollout.checkpoint_engine"
-    #: the only transfer rlcore has: in-process copies, Ray objects between processes
+    #: the weight transport (kind weight_transport): naive (every tensor, every sync) or delta (only the tensors whose bytes changed)
     backend: str = "naive"
     #: the most MiB of gathered weights a sync holds at once (a larger tensor goes alone); null: all at once
     update_weights_bucket_megabytes: float | None = None
-    #: verl's backend arguments: must stay empty
+    #: the transports' own arguments, by backend name (delta: max_changed_fraction, default 0.5)
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     #: verl's custom backend module: must stay null
     custom_backend_module: str | None = None
@@ -30,19 +31,29 @@ class CheckpointEngineConfig(Section):
         megabytes = self.update_weights_bucket_megabytes
         return None if megabytes is None else max(1, int(megabytes * 2**20))
 
+    @property
+    def delta_max_changed_fraction(self) -> float:
+        """``engine_kwargs.delta.max_changed_fraction``: the share of the weights' bytes past which the ``delta``
+        transport stops comparing and sends the rest of a sync (default 0.5)."""
+        return float(dict(self.engine_kwargs.get("delta") or {}).get("max_changed_fraction", DELTA_MAX_CHANGED))
+
     def problems(self) -> list[str]:
-        """Only the naive backend, without engine arguments or custom module; a positive bucket size."""
+        """Engine arguments only for the chosen backend (``delta``'s checked here), no custom module, a positive
+        bucket size. The backend's name is checked against the installed transports when a run starts."""
         found = []
-        if self.backend != "naive":
-            found.append(
-                f"{self.key('backend')}={self.backend!r}: rlcore has only the naive transfer (in-process copies, "
-                "Ray objects between processes); verl's NCCL/NIXL/HCCL/Kimi/delta_sharded checkpoint engines are "
-                "not supported: set backend=naive"
-            )
-        if self.engine_kwargs:
-            found.append(f"{self.key('engine_kwargs')}: the naive transfer takes no engine arguments, remove them")
+        for backend, kwargs in self.engine_kwargs.items():
+            key = self.key(f"engine_kwargs.{backend}")
+            if backend != self.backend:
+                found.append(f"{key}: arguments for backend {backend!r}, but {self.key('backend')}={self.backend!r}")
+            elif backend == "naive" or not isinstance(kwargs, dict):
+                found.append(f"{key}: the naive transport takes no engine arguments, remove them")
+            elif backend == "delta":
+                found += _delta_problems(key, kwargs)
         if self.custom_backend_module:
-            found.append(f"{self.key('custom_backend_module')}: custom checkpoint-engine backends are not supported")
+            found.append(
+                f"{self.key('custom_backend_module')}: custom checkpoint-engine modules are not supported: register a "
+                "weight transport in a plugin (register_weight_transports) and name it in backend"
+            )
         megabytes = self.update_weights_bucket_megabytes
         if megabytes is not None and not (is_number(megabytes) and megabytes > 0):
             found.append(
@@ -50,6 +61,20 @@ class CheckpointEngineConfig(Section):
                 f"(no bound), got {megabytes!r}"
             )
         return found
+
+
+#: the delta transport's default ``max_changed_fraction``
+DELTA_MAX_CHANGED = 0.5
+
+
+def _delta_problems(key: str, kwargs: dict[str, Any]) -> list[str]:
+    """The problems of ``engine_kwargs.delta``: only ``max_changed_fraction``, a number in (0, 1]."""
+    found = [f"{key}.{name}: unknown delta transport argument (it has max_changed_fraction)" for name in kwargs]
+    found = [line for line in found if not line.startswith(f"{key}.max_changed_fraction:")]
+    fraction = kwargs.get("max_changed_fraction", DELTA_MAX_CHANGED)
+    if not (is_number(fraction) and 0 < fraction <= 1):
+        found.append(f"{key}.max_changed_fraction must be a number in (0, 1], got {fraction!r}")
+    return found
 
 
 @dataclass(frozen=True)
@@ -215,6 +240,13 @@ class RolloutConfig(LogProbConfig):
     trace: TraceConfig = field(default_factory=TraceConfig)
     #: the sampling of validation
     val_kwargs: ValKwargs = field(default_factory=ValKwargs)
+
+    @property
+    def sync_bucket_bytes(self) -> int | None:
+        """The bucket size of a weight sync in bytes: ``checkpoint_engine.update_weights_bucket_megabytes``, or
+        one tensor per bucket with ``layered_summon`` and no size, else None (the whole state dict at once)."""
+        bucket = self.checkpoint_engine.bucket_bytes
+        return 1 if bucket is None and self.layered_summon else bucket
 
     def problems(self) -> list[str]:
         """The lengths and ``n`` are positive counts."""

@@ -15,7 +15,7 @@ _S = TypeVar("_S", bound=Section)
 def default_tree() -> DictConfig:
     """rlcore's default config with every loaded plugin's sections (interpolations unresolved)."""
     from rlcore import load_plugins
-    from rlcore.config import default_config
+    from rlcore.api import default_config
 
     return default_config(load_plugins())
 

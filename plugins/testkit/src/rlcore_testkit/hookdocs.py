@@ -50,7 +50,7 @@ def render_reference() -> str:
 def api_groups() -> list[tuple[str, list[str]]]:
     """The names of :mod:`rlcore.api` in the groups of its ``_LAZY`` table (a ``# comment`` line opens a group)."""
     import rlcore.api
-    from rlcore.api.lazy_table import read_lazy_table
+    from rlcore.api import read_lazy_table
 
     groups: dict[str, list[str]] = {}
     for entry in read_lazy_table(Path(rlcore.api.__file__).read_text()):
@@ -59,10 +59,15 @@ def api_groups() -> list[tuple[str, list[str]]]:
 
 
 def _summary(name: str) -> str:
-    """The first paragraph of public ``name``'s docstring (a constant or an alias: its ``#:`` comment)."""
+    """The first paragraph of public ``name``'s docstring (a click command: its help; a constant or an alias: its
+    ``#:`` comment)."""
+    import click
+
     import rlcore.api
 
     value = getattr(rlcore.api, name)
+    if isinstance(value, click.Command):
+        return " ".join(inspect.cleandoc(value.help or "").split("\n\n")[0].split())
     if inspect.isclass(value) or inspect.isfunction(inspect.unwrap(value)) or inspect.ismodule(value):  # cached too
         return " ".join(inspect.cleandoc(value.__doc__ or "").split("\n\n")[0].split())
     module, attribute = rlcore.api._target(name)

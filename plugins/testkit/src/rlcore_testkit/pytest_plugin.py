@@ -23,25 +23,18 @@ from typing import Any
 import pytest
 
 from rlcore import load_plugins
-from rlcore.plugins import PluginManager, make_plugin_manager, set_plugin_manager
+from rlcore.api import PluginManager, make_plugin_manager, set_plugin_manager
 
 
 @contextlib.contextmanager
 def registered(plugin: Any, name: str = "test-plugin") -> Iterator[PluginManager]:
     """Register ``plugin`` (a module, class or instance with hookimpls) for the duration of the block."""
-    from rlcore.plugins import PluginRecord
-
     manager = load_plugins()
-    manager.records[name] = PluginRecord(name=name, version=None, builtin=False, module=repr(plugin))
-    manager._register(plugin, manager.records[name])
-    manager.build_registry()
+    manager.add_plugin(plugin, name)
     try:
         yield manager
     finally:
-        if manager.pm.is_registered(plugin):
-            manager.pm.unregister(plugin)
-        manager.records.pop(name, None)
-        manager.build_registry()
+        manager.remove_plugin(plugin, name)
 
 
 @pytest.fixture

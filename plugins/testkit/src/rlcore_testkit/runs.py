@@ -84,7 +84,7 @@ def dry_run(*args: str) -> Any:
     runner in this process; its ``Result`` has ``exit_code`` and ``output``."""
     from click.testing import CliRunner
 
-    from rlcore.cli import cli
+    from rlcore.api import cli
 
     return CliRunner().invoke(cli, ["run", "--dry-run", *args])
 
@@ -97,7 +97,7 @@ def tiny_run(
     ``extra`` are ``key=value`` overrides applied after the base ones; ``presets`` are applied first.
     Each call needs its own ``tmp_path`` (the run directory is found there).
     """
-    from rlcore.run import run_training
+    from rlcore.api import run_training
 
     last = run_training([], [*tiny_overrides(tmp_path, model_dir, task), *extra], list(presets))
     (run_dir,) = (tmp_path / "runs").glob("*/*")

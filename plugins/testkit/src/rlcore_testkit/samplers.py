@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from rlcore.data.sampler import AbstractCurriculumSampler
+from rlcore.api import AbstractCurriculumSampler
 
 __all__ = ["RandomCurriculumSampler"]
 

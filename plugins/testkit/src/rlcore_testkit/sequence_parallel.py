@@ -66,8 +66,7 @@ def run_case(
     """Log-probs and entropies, the update's gradient norm and the log-probs after it, and the critic's
     values, its gradient norm and values after one update, for this rank's data-parallel chunk
     (``packed``: ``use_remove_padding``)."""
-    from rlcore.workers.actor import ActorRolloutRefWorker
-    from rlcore.workers.critic import CriticWorker
+    from rlcore.api import ActorRolloutRefWorker, CriticWorker
 
     class Settings(TrainingBackendContract):
         component_name = strategy

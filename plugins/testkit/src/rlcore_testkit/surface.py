@@ -23,11 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import rlcore
-from rlcore.api.kinds import COMPONENT_KINDS
-from rlcore.api.lazy_table import read_lazy_table
-from rlcore.api.version import API_VERSION
-from rlcore.errors import RLCoreError
-from rlcore.public_api import PUBLIC_MODULES
+from rlcore.api import API_VERSION, COMPONENT_KINDS, PUBLIC_MODULES, RLCoreError, read_lazy_table
 
 #: the directory of the ``rlcore`` package
 PACKAGE = Path(rlcore.__file__).resolve().parent

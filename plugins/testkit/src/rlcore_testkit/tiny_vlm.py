@@ -53,7 +53,7 @@ def build_processor(tokenizer, *, min_pixels: int = DEFAULT_MIN_PIXELS, max_pixe
     """A Qwen2-VL processor over ``tokenizer`` with the slow image processor and no video processor."""
     from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
 
-    from rlcore.processors import build_image_only_processor
+    from rlcore.api import build_image_only_processor
 
     image_processor = Qwen2VLImageProcessorPil(
         min_pixels=min_pixels, max_pixels=max_pixels, patch_size=PATCH_SIZE, merge_size=MERGE_SIZE

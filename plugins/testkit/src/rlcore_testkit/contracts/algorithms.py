@@ -33,9 +33,15 @@ import pytest
 import torch
 
 from rlcore import load_plugins
-from rlcore.api import ActorConfig, AdvantageEstimator, AdvantageEstimatorSpec, AlgorithmConfig
-from rlcore.config.algorithm_names import LOSS_AGG_MODES
-from rlcore.registry import Component, Registry
+from rlcore.api import (
+    LOSS_AGG_MODES,
+    ActorConfig,
+    AdvantageEstimator,
+    AdvantageEstimatorSpec,
+    AlgorithmConfig,
+    Component,
+    Registry,
+)
 from rlcore_testkit.config import contract_section, default_tree
 
 #: the registry record of an advantage estimator

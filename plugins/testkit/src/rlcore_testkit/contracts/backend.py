@@ -114,7 +114,7 @@ class TrainingBackendContract:
     @classmethod
     def make_config(cls, model_dir: Path, **overrides: Any) -> Any:
         """The run config for the tiny model at ``model_dir`` with the suite's and ``overrides``' keys."""
-        from rlcore.config import load_config
+        from rlcore.api import load_config
 
         settings = {
             "actor_rollout_ref.model.path": str(model_dir),
@@ -136,7 +136,7 @@ class TrainingBackendContract:
     @classmethod
     def make_actor(cls, model_dir: Path, role: str = "actor_rollout_ref", **overrides: Any) -> Any:
         """A rank-0 actor worker for ``role``, with ``init_model()`` done."""
-        from rlcore.workers.actor import ActorRolloutRefWorker
+        from rlcore.api import ActorRolloutRefWorker
 
         worker = ActorRolloutRefWorker(cls.make_config(model_dir, **overrides), role, 0, 1)
         worker.init_model()
@@ -145,7 +145,7 @@ class TrainingBackendContract:
     @classmethod
     def make_critic(cls, model_dir: Path, **overrides: Any) -> Any:
         """A rank-0 critic worker with ``init_model()`` done."""
-        from rlcore.workers.critic import CriticWorker
+        from rlcore.api import CriticWorker
 
         worker = CriticWorker(cls.make_config(model_dir, **overrides), "critic", 0, 1)
         worker.init_model()

@@ -20,8 +20,7 @@ import pytest
 import torch
 
 from rlcore import load_plugins
-from rlcore.api import Batch
-from rlcore.config import load_config
+from rlcore.api import Batch, load_config
 
 
 def contract_batch(groups: int = 4, n: int = 4, response_length: int = 5, seed: int = 0) -> Batch:

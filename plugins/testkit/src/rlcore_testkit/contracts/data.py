@@ -133,7 +133,7 @@ class DatasetContract:
 
     def test_rows_carry_reward_fields_and_collate(self, dataset_files: Any, tiny_tokenizer: Any) -> None:
         """Rows carry data_source/reward_model/extra_info and collate into a Batch of object arrays."""
-        from rlcore.data.collate import collate_rows
+        from rlcore.api import collate_rows
 
         dataset = self.make_dataset(dataset_files, tiny_tokenizer, max_prompt_length=LONG_LENGTH, truncation="error")
         rows = [dataset[i] for i in range(min(len(dataset), 4))]

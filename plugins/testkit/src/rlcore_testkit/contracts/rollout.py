@@ -26,8 +26,7 @@ from typing import Any, ClassVar, cast
 import pytest
 import torch
 
-from rlcore.api import SupportsWeightChecksum
-from rlcore.plugins import PluginManager
+from rlcore.api import PluginManager, SupportsWeightChecksum
 
 PROMPTS = [
     "how many apples did john buy",
@@ -113,7 +112,7 @@ class RolloutEngineContract:
     def rollout_config(self, plugin_manager: PluginManager, **overrides: Any) -> Any:
         """The engine's typed ``actor_rollout_ref.rollout`` section (its ``config_class``): defaults, then
         :attr:`CONFIG_OVERRIDES`, then ``overrides``."""
-        from rlcore.config import load_config
+        from rlcore.api import load_config
 
         engine_cls = plugin_manager.registry.load("rollout_engine", self.component_name)
         values = {**self.CONFIG_OVERRIDES, **overrides}
@@ -141,8 +140,7 @@ class RolloutEngineContract:
         """The engine names the typed section the worker builds it with (``config_class``): rlcore's
         ``RolloutConfig`` or a subclass adding the plugin's own keys, readable from the default config and
         buildable from the defaults alone (an LLM judge's engine)."""
-        from rlcore.api import RolloutConfig, default_section
-        from rlcore.config import load_config
+        from rlcore.api import RolloutConfig, default_section, load_config
 
         engine_cls = plugin_manager.registry.load("rollout_engine", self.component_name)
         assert issubclass(engine_cls.config_class, RolloutConfig)
@@ -251,7 +249,7 @@ class RolloutEngineContract:
         equals the new state's."""
         from transformers import AutoModelForCausalLM
 
-        from rlcore.rollout.weights import state_checksum
+        from rlcore.api import state_checksum
 
         engine = engine_factory()
         assert engine.weight_version == 0

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from rlcore.plugins import PluginManager
+from rlcore.api import PluginManager
 
 
 class TrackerContract:

@@ -135,3 +135,15 @@ def register_tool_parsers(register: Callable[..., None]) -> None:
     """``actor_rollout_ref.rollout.multi_turn.format={{ name }}``."""
     register("{{ name }}", "{{ package }}.tool_parser:TagParser", description='<call name="...">{json}</call>')
 {% endif %}
+{% if cookiecutter.weight_transport %}
+
+
+@hookimpl
+def register_weight_transports(register: Callable[..., None]) -> None:
+    """``actor_rollout_ref.rollout.checkpoint_engine.backend={{ name }}``."""
+    register(
+        "{{ name }}",
+        "{{ package }}.weight_transport:TensorByTensor",
+        description="one bucket per tensor",
+    )
+{% endif %}

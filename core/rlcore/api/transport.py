@@ -1,0 +1,118 @@
+"""The weight-transport contract (kind ``weight_transport``, ``actor_rollout_ref.rollout.checkpoint_engine.backend``).
+
+A weight transport moves the trainer's weights into a rollout engine after every actor update: verl's
+checkpoint engine. It is given the trainer's ``(name, tensor)`` pairs as an iterator (gathered lazily, one
+tensor at a time where the training engine can: consume it whole, in order, once), the engine's receive side
+(:class:`WeightReceiver`) and the bucket size in bytes
+(``checkpoint_engine.update_weights_bucket_megabytes``; None: no bound), and returns a
+:class:`TransportReport`. The actor worker (colocated placement) and the controller (split placement, the
+receiver is the rollout worker group) build one transport per run and call :meth:`WeightTransport.send` for
+every sync; the check that the engine serves the trainer's weights follows every sync and is not the
+transport's job. Built-ins: ``naive`` (every tensor, every sync) and ``delta`` (only the tensors whose bytes
+changed since the engine's last sync), in :mod:`rlcore.rollout.transport`.
+
+This module imports no torch at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+
+from rlcore.errors import RLCoreError
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlcore.config.sections.rollout import CheckpointEngineConfig
+
+__all__ = ["BucketChecksumError", "TransportReport", "WeightBucket", "WeightReceiver", "WeightTransport"]
+
+
+@dataclass
+class WeightBucket:
+    """One bucket of weights on its way to the engine: ``(name, tensor)`` pairs in the trainer's order, and the
+    hex digest of their exact bytes (:func:`rlcore.rollout.transport.bucket_digest`) that the receive side
+    checks, or None for a transport that sends no checksum."""
+
+    tensors: list[tuple[str, torch.Tensor]]
+    digest: str | None = None
+
+
+@dataclass(frozen=True)
+class TransportReport:
+    """What one :meth:`WeightTransport.send` did.
+
+    Attributes:
+        bytes_sent: the bytes of the tensors handed to the receiver.
+        bytes_full: the bytes a full sync would have sent (every tensor of the iterator).
+        buckets: how many buckets were handed to the receiver.
+        seconds: the wall time of the send, the receiver's loading included.
+        full: whether every tensor was sent (the engine was told to expect all of them).
+        metrics: the transport's own metrics for the step's ``metrics.jsonl`` (the built-in ``naive`` adds
+            ``actor/weight_sync_buckets`` when a bucket size is set; ``delta`` adds
+            ``actor/weight_sync_bytes``, ``actor/weight_sync_bytes_full`` and
+            ``actor/weight_sync_delta_fraction``).
+    """
+
+    bytes_sent: int
+    bytes_full: int
+    buckets: int
+    seconds: float
+    full: bool
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class WeightReceiver(Protocol):
+    """The engine's receive side, which the caller of :meth:`WeightTransport.send` builds: in-process around
+    the rollout engine (colocated), or the rollout worker group (split placement)."""
+
+    @property
+    def version(self) -> int:
+        """The engine's weight version (:attr:`rlcore.api.rollout.RolloutEngine.weight_version`); a transport
+        that keeps a snapshot of what it sent resends everything when the version is not the one its own
+        last send left (the engine was updated behind its back, or restarted)."""
+        ...
+
+    @property
+    def partial(self) -> bool:
+        """Whether the engine accepts an update that names only some of its weights (the others stay)."""
+        ...
+
+    def load(self, buckets: Iterator[WeightBucket], *, full: bool) -> None:
+        """Load the buckets into the engine as one weight update (one ``weight_version`` step), consuming them
+        lazily in order; ``full``: every weight is among them (the engine refuses an update that leaves one
+        out). Raises :class:`rlcore.errors.RLCoreError` (a :class:`BucketChecksumError` for a bucket whose
+        bytes do not match its digest)."""
+        ...
+
+
+class WeightTransport(Protocol):
+    """Constructed as ``Transport(config)`` with ``config`` the typed ``actor_rollout_ref.rollout.checkpoint_engine``
+    section (:class:`rlcore.api.CheckpointEngineConfig`); one instance serves every sync of a run."""
+
+    #: whether later sends may leave tensors out (the receiver of a split placement then keeps the weights it
+    #: loaded, to check the served state against the trainer's after a partial update)
+    incremental: ClassVar[bool]
+
+    def __init__(self, config: CheckpointEngineConfig) -> None:
+        """Keep ``config`` (the transport's arguments are ``config.engine_kwargs[<its name>]``)."""
+        ...
+
+    def send(
+        self, weights: Iterator[tuple[str, torch.Tensor]], receiver: WeightReceiver, bucket_bytes: int | None
+    ) -> TransportReport:
+        """Move ``weights`` (every distinct tensor of the trainer, consumed whole) into ``receiver`` in buckets
+        of at most ``bucket_bytes`` (a larger tensor alone; None: one bucket)."""
+        ...
+
+    def reset(self) -> None:
+        """Forget what the engine is known to hold: the next :meth:`send` is a full one (after a resume, or when
+        the check after a sync found the engine's weights differ from the trainer's)."""
+        ...
+
+
+class BucketChecksumError(RLCoreError):
+    """A bucket's bytes on the receive side do not match the digest the sender computed."""
