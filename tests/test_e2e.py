@@ -81,6 +81,7 @@ def recorded_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path,
             "trainer.save_freq=2",
             "trainer.logger=[console]",
             "trainer.log_val_generations=2",
+            "trainer.report=true",
         )
     finally:
         set_plugin_manager(previous)

@@ -195,6 +195,7 @@ def test_failing_trackers_never_stop_training(
             task,
             "trainer.logger=[console,tensorboard,mlflow]",
             f"trainer.tracking.tensorboard.log_dir={blocker / 'tb'}",
+            "trainer.report=true",
         )
     assert last["training/global_step"] == 2
     assert [r["step"] for r in read_metrics(run_dir)] == [0, 1, 2]

@@ -134,7 +134,7 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
         },
     ),
     Distribution("rlcore-plugin-sft", {}, commands=("sft", "data arith-sft")),
-    Distribution("rlcore-plugin-report", {}, commands=("report",)),
+    Distribution("rlcore-plugin-report", {}, commands=("report",), config_keys=("trainer.report",)),
     Distribution(
         "rlcore-plugin-health",
         {

@@ -35,11 +35,17 @@ def rlcore_cli() -> click.Group:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
-    """A real two-step GRPO run with the KL loss on (so the KL panel has two curves)."""
+    """A real two-step GRPO run with the KL loss on (so the KL panel has two curves), and its report
+    (``trainer.report=true``: the test kit's tiny runs draw none)."""
     tmp = tmp_path_factory.mktemp("report-run")
     task = make_tiny_task(tmp / "task")
     _, path = tiny_run(
-        tmp, tiny_model_dir, task, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true"
+        tmp,
+        tiny_model_dir,
+        task,
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        "trainer.report=true",
     )
     return path
 
@@ -153,6 +159,33 @@ def test_the_end_of_a_run_names_its_report_and_curve(sparse_run_dir: Path, tmp_p
     assert not (run / "reward_curve.png").exists()
 
 
+def test_trainer_report_false_draws_nothing_and_says_how_to_draw_it(
+    sparse_run_dir: Path, tmp_path: Path, rlcore_cli: click.Group
+) -> None:
+    """``trainer.report: false`` in a run's config: its end draws no report and no reward curve, and its summary's
+    line names the command that draws them later, which does."""
+    run = tmp_path / "run"
+    shutil.copytree(sparse_run_dir, run, ignore=shutil.ignore_patterns("report", "reward_curve.png"))
+    config = (run / "config.yaml").read_text()
+    assert "\n  report: true\n" in config  # the key the plugin adds to the trainer section, as the run saved it
+    (run / "config.yaml").write_text(config.replace("\n  report: true\n", "\n  report: false\n", 1))
+    assert end_of_run_lines(run) == [f"report:        not drawn (trainer.report: false); rlcore report {run} draws it"]
+    assert not (run / "report").exists() and not (run / "reward_curve.png").exists()
+    result = CliRunner().invoke(rlcore_cli, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    assert_png(run / "report" / "report.png", 900, 1000)
+
+
+def test_trainer_report_is_a_checked_key_of_the_plugin() -> None:
+    """``trainer.report`` is the plugin's typed key: a dry run takes a boolean and names the key for anything
+    else."""
+    from rlcore_testkit.runs import dry_run
+
+    assert dry_run("trainer.report=false").exit_code == 0
+    refused = dry_run("trainer.report=maybe")
+    assert refused.exit_code != 0 and "trainer.report" in refused.output, refused.output
+
+
 def test_the_end_of_a_run_without_matplotlib_says_so_and_does_not_fail(sparse_run_dir: Path, tmp_path: Path) -> None:
     """A machine without matplotlib (the lent GPU machines have none): the run has finished, so its summary names
     the missing library and the fix instead of ending the run with a traceback."""
@@ -206,7 +239,8 @@ def binary_run(name: str, scores: list[tuple[float, float, float]]) -> RunData:
 
 def test_binary_rewards_are_drawn_as_the_share_correct() -> None:
     """0/1 rewards: the mean is the share of correct responses, drawn without the min-max band (which would
-    span 0 to 1 at every step); other rewards keep their band."""
+    span 0 to 1 at every step); other rewards keep their band; a run without training scores (validation only)
+    draws no line, and alone leaves the panel without data."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -214,10 +248,12 @@ def test_binary_rewards_are_drawn_as_the_share_correct() -> None:
 
     binary = binary_run("binary", [(0.25, 0.0, 1.0), (0.5, 0.0, 1.0), (1.0, 1.0, 1.0)])
     graded = binary_run("graded", [(0.4, 0.1, 0.9), (0.5, 0.2, 0.8), (0.6, 0.0, 1.0)])
+    unscored = RunData(name="val-only", path=Path("val-only"), steps={0: {"val-core/x/reward/mean@1": 0.5}})
     for runs, band, labels in (
         ([binary], False, ["share correct"]),
         ([graded], True, ["score/mean"]),
         ([binary, graded], True, ["binary: share correct", "graded"]),
+        ([unscored, graded], True, ["graded"]),
     ):
         fig, ax = plt.subplots()
         try:
@@ -226,6 +262,11 @@ def test_binary_rewards_are_drawn_as_the_share_correct() -> None:
             assert [text.get_text() for text in ax.get_legend().get_texts()] == labels
         finally:
             plt.close(fig)
+    fig, ax = plt.subplots()
+    try:
+        assert not draw_reward(ax, [unscored]) and not ax.lines
+    finally:
+        plt.close(fig)
 
 
 def test_legends_sit_outside_the_data() -> None:

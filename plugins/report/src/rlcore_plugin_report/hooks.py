@@ -1,4 +1,5 @@
-"""The plugin's hooks: the ``rlcore report`` command and the report at the end of every run.
+"""The plugin's hooks: its config key (``trainer.report``), the ``rlcore report`` command and the report at the end
+of every run.
 
 This module must stay free of matplotlib imports: ``rlcore plugins`` and the command line import it.
 """
@@ -6,6 +7,7 @@ This module must stay free of matplotlib imports: ``rlcore plugins`` and the com
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -13,6 +15,15 @@ from rlcore import hookimpl
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
+
+
+@hookimpl
+def config_defaults() -> Any:
+    """Declare ``trainer.report`` (:class:`~rlcore_plugin_report.config.ReportConfig`): false skips the report at
+    the end of ``rlcore run``."""
+    from rlcore_plugin_report.config import ReportConfig
+
+    return ReportConfig()
 
 
 @hookimpl
@@ -41,7 +52,8 @@ def register_commands(cli: click.Group) -> None:
 
 @hookimpl
 def summary_lines(run_dir: Path) -> list[str]:
-    """Write the run's report (and an RL run's ``reward_curve.png``) and name them at the end of its summary."""
+    """Write the run's report (and an RL run's ``reward_curve.png``) and name them at the end of its summary, or
+    say how to draw them later when the run's config says ``trainer.report: false``."""
     from rlcore_plugin_report.summary import end_of_run_lines
 
     return end_of_run_lines(run_dir)

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 TRAIN_MEAN = "critic/score/mean"
 TRAIN_MIN = "critic/score/min"
 TRAIN_MAX = "critic/score/max"
+#: zlib level of the report's PNGs: 3 encodes in about 60 % of the default 6's time, for files ~5 % larger
+PNG_COMPRESS_LEVEL = 3
 #: validation reward keys: ``val-core/<data_source>/reward/mean@<N>``
 VAL_REWARD = re.compile(r"^val-core/(?P<source>.+)/reward/mean@(?P<n>\d+)$")
 
@@ -95,52 +97,49 @@ def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
             f"{metrics_path} holds no reward metric to plot ({TRAIN_MEAN} or val-core/<source>/reward/mean@N)"
         )
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    fig, ax = plt.subplots(figsize=(9.5, 4.5))
-    try:
-        if train:
-            binary = binary_rewards(steps)
-            xs = [row[0] for row in train]
-            label = "train: share correct" if binary else "train score (mean)"
-            ax.plot(xs, [row[1] for row in train], color="tab:blue", linewidth=1.5, label=label)
-            band = [(row[0], row[2], row[3]) for row in train if row[2] is not None and row[3] is not None]
-            if band and not binary:
-                ax.fill_between(
-                    [step for step, _, _ in band],
-                    [low for _, low, _ in band],
-                    [high for _, _, high in band],
-                    color="tab:blue",
-                    alpha=0.2,
-                    linewidth=0,
-                    label="train score (min-max)",
-                )
-        markers = "osD^v<>p*"
-        colors = ["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
-        for index, (label, points) in enumerate(sorted(validation.items())):
-            ax.plot(
-                [p[0] for p in points],
-                [p[1] for p in points],
-                linestyle="none",
-                marker=markers[index % len(markers)],
-                markersize=7,
-                color=colors[index % len(colors)],
-                label=label,
+    fig = Figure(figsize=(9.5, 4.5), dpi=120)  # the PNG's resolution: one renderer lays out and draws
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    if train:
+        binary = binary_rewards(steps)
+        xs = [row[0] for row in train]
+        label = "train: share correct" if binary else "train score (mean)"
+        ax.plot(xs, [row[1] for row in train], color="tab:blue", linewidth=1.5, label=label)
+        band = [(row[0], row[2], row[3]) for row in train if row[2] is not None and row[3] is not None]
+        if band and not binary:
+            ax.fill_between(
+                [step for step, _, _ in band],
+                [low for _, low, _ in band],
+                [high for _, _, high in band],
+                color="tab:blue",
+                alpha=0.2,
+                linewidth=0,
+                label="train score (min-max)",
             )
-        ax.set_title(f"Reward: {metrics_path.parent.name if metrics_path.is_file() else metrics_path.name}")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("step")
-        ax.set_ylabel("reward")
-        ax.grid(True, alpha=0.3)
-        outside_legend(ax, fontsize=9)
-        out_png = Path(out_png)
-        out_png.parent.mkdir(parents=True, exist_ok=True)
-        fig.tight_layout()
-        fig.savefig(out_png, dpi=120)
-    finally:
-        plt.close(fig)
+    markers = "osD^v<>p*"
+    colors = ["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
+    for index, (label, points) in enumerate(sorted(validation.items())):
+        ax.plot(
+            [p[0] for p in points],
+            [p[1] for p in points],
+            linestyle="none",
+            marker=markers[index % len(markers)],
+            markersize=7,
+            color=colors[index % len(colors)],
+            label=label,
+        )
+    ax.set_title(f"Reward: {metrics_path.parent.name if metrics_path.is_file() else metrics_path.name}")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward")
+    ax.grid(True, alpha=0.3)
+    outside_legend(ax, fontsize=9)
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out_png, pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
     return out_png

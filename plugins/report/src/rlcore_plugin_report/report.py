@@ -36,9 +36,16 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from rlcore.api import METRICS_FILE, PRESETS_FILE, RLCoreError, format_value, read_metrics, short_label
-from rlcore_plugin_report.plot import binary_rewards, finite_number, outside_legend, records_by_step
+from rlcore_plugin_report.plot import (
+    PNG_COMPRESS_LEVEL,
+    binary_rewards,
+    finite_number,
+    outside_legend,
+    records_by_step,
+)
 
 if TYPE_CHECKING:
+    import numpy as np
     from matplotlib.axes import Axes
 
 REPORT_PNG = "report.png"
@@ -504,67 +511,66 @@ def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path | None = No
 def _write_files(runs: list[RunData], out: Path) -> Report:
     """Draw the panels of ``runs`` and write the report's files into ``out``."""
     (out / PANELS_DIR).mkdir(parents=True, exist_ok=True)
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = panels_for(runs)
     has_data: dict[str, bool] = {}
     panel_pngs: dict[str, Path] = {}
+    images = []
     for panel in panels:
-        fig, ax = plt.subplots(figsize=(6.4, 4.0))
-        try:
-            has_data[panel.slug] = _draw_panel(ax, panel, runs)
-            fig.tight_layout()
-            panel_pngs[panel.slug] = out / PANELS_DIR / f"{panel.slug}.png"
-            fig.savefig(panel_pngs[panel.slug], dpi=90)
-        finally:
-            plt.close(fig)
+        panel_pngs[panel.slug] = out / PANELS_DIR / f"{panel.slug}.png"
+        has_data[panel.slug], image = _panel_png(panel, runs, panel_pngs[panel.slug])
+        images.append(image)
     png = out / REPORT_PNG
-    _grid_png(
-        [panel_pngs[panel.slug] for panel in panels], "rlcore report: " + " vs ".join(run.name for run in runs), png
-    )
+    _grid_png(images, "rlcore report: " + " vs ".join(run.name for run in runs), png)
     html_path = out / REPORT_HTML
     html_path.write_text(render_html(runs, out, panels, panel_pngs, has_data), encoding="utf-8")
     return Report(out_dir=out, png=png, html=html_path, panels=panel_pngs, has_data=has_data, runs=runs)
 
 
-def _grid_png(panel_pngs: list[Path], title: str, path: Path, columns: int = 2) -> None:
-    """Write ``path``: the panel images ``panel_pngs`` in a grid of ``columns`` under ``title``. The panels are
-    laid out from their files rather than drawn a second time (drawing is most of a report's time), and the grid
-    is written as pixels: only the title strip is drawn (drawing the whole grid as a figure image took ~200 MB)."""
-    import io
+#: the panels' size in inches and resolution: 576 x 360 pixels
+PANEL_SIZE, PANEL_DPI = (6.4, 4.0), 90
 
-    import matplotlib.image
-    import matplotlib.pyplot as plt
+
+def _panel_png(panel: Panel, runs: list[RunData], path: Path) -> tuple[bool, np.ndarray]:
+    """Draw ``panel`` of ``runs`` into ``path``; return whether it had data and its RGB pixels (for
+    ``report.png``). The figure is made at the PNG's resolution, without pyplot, so that the layout pass and the
+    drawing measure their texts with one renderer."""
     import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    def pixels(png: Path | io.BytesIO) -> np.ndarray:
-        """An 8-bit PNG's RGB pixels as 8-bit again (``imread`` gives floats in [0, 1])."""
-        return np.round(matplotlib.image.imread(png)[..., :3] * 255).astype(np.uint8)
+    fig = Figure(figsize=PANEL_SIZE, dpi=PANEL_DPI)
+    canvas = FigureCanvasAgg(fig)
+    drawn = _draw_panel(fig.add_subplot(), panel, runs)
+    fig.tight_layout()
+    fig.savefig(path, pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
+    return drawn, np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
-    images = [pixels(png) for png in panel_pngs]
+
+def _grid_png(images: list[np.ndarray], title: str, path: Path, columns: int = 2) -> None:
+    """Write ``path``: the panels' RGB pixels ``images`` in a grid of ``columns`` under ``title``. The panels are
+    laid out from the pixels they were saved with rather than drawn a second time (drawing is most of a report's
+    time), and the grid is written as pixels: only the title strip is drawn (drawing the whole grid as a figure
+    image took ~200 MB)."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from PIL import Image
+
     height = max(image.shape[0] for image in images)
     width = max(image.shape[1] for image in images)
     dpi, title_height = 100, 48
-    strip = plt.figure(figsize=(columns * width / dpi, title_height / dpi), dpi=dpi)
-    try:
-        strip.text(0.5, 0.5, title, ha="center", va="center", fontsize=13)
-        buffer = io.BytesIO()
-        strip.savefig(buffer, format="png", dpi=dpi, facecolor="white")
-    finally:
-        plt.close(strip)
-    buffer.seek(0)
-    title_pixels = pixels(buffer)
+    strip = Figure(figsize=(columns * width / dpi, title_height / dpi), dpi=dpi, facecolor="white")
+    canvas = FigureCanvasAgg(strip)
+    strip.text(0.5, 0.5, title, ha="center", va="center", fontsize=13)
+    canvas.draw()
+    title_pixels = np.asarray(canvas.buffer_rgba())[..., :3]
     rows = -(-len(images) // columns)
-    canvas = np.full((title_pixels.shape[0] + rows * height, columns * width, 3), 255, dtype=np.uint8)
-    canvas[: title_pixels.shape[0], : title_pixels.shape[1]] = title_pixels[:, : columns * width]
+    grid = np.full((title_pixels.shape[0] + rows * height, columns * width, 3), 255, dtype=np.uint8)
+    grid[: title_pixels.shape[0], : title_pixels.shape[1]] = title_pixels[:, : columns * width]
     for index, image in enumerate(images):
         top, left = title_pixels.shape[0] + (index // columns) * height, (index % columns) * width
-        canvas[top : top + image.shape[0], left : left + image.shape[1]] = image
-    matplotlib.image.imsave(path, canvas)
+        grid[top : top + image.shape[0], left : left + image.shape[1]] = image
+    Image.fromarray(grid).save(path, format="png", compress_level=PNG_COMPRESS_LEVEL)
 
 
 # ------------------------------------------------------------------------------------------- html

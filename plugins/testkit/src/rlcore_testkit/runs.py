@@ -55,7 +55,8 @@ def make_tiny_task(root: Path, train_rows: int = 24, test_rows: int = 6) -> dict
 
 
 def tiny_overrides(tmp_path: Path, model_dir: Path, task: dict[str, Path]) -> list[str]:
-    """The base overrides of :func:`tiny_run`: 4 prompts x 4 responses, 8-token responses, 2 steps."""
+    """The base overrides of :func:`tiny_run`: 4 prompts x 4 responses, 8-token responses, 2 steps, and no report
+    at the end (``trainer.report=false``: a test that checks it adds ``trainer.report=true``)."""
     return [
         f"data.train_files={task['train']}",
         f"data.val_files={task['test']}",
@@ -72,6 +73,7 @@ def tiny_overrides(tmp_path: Path, model_dir: Path, task: dict[str, Path]) -> li
         "trainer.test_freq=1",
         "trainer.device=cpu",
         "trainer.progress_bar=false",
+        "trainer.report=false",
         f"trainer.runs_dir={tmp_path / 'runs'}",
         f"trainer.default_local_dir={tmp_path / 'ckpt'}",
     ]
