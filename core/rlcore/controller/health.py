@@ -10,15 +10,19 @@ responses of the step when a monitor's spec asks for them (none otherwise, so th
 :class:`Actions` the trainer takes once the step is logged: a checkpoint now, or a stop
 (:class:`HealthStop`, a non-zero exit after the checkpoint). A monitor that raises is reported naming it and
 its plugin, and disabled; the run goes on. ``rlcore health`` (:mod:`rlcore.health_command`) replays a
-finished run's metrics through the same :class:`Monitors`.
+finished run's metrics through the same :class:`Monitors`. A checkpoint holds the monitors' history
+(:meth:`HealthLoop.save`), which a resumed run replays through them silently (:meth:`HealthLoop.load`), so
+that stop → resume reports what the uninterrupted run reports.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -37,6 +41,8 @@ if TYPE_CHECKING:
 
 #: the prefix of the metrics the loop writes (``health/<monitor>/finding``, ``health/<monitor>/began_at``)
 METRIC_PREFIX = "health/"
+#: the checkpoint's file of the monitors' history (:meth:`HealthLoop.save`)
+STATE_FILE = "health_history.json"
 
 
 class HealthStop(RLCoreError):
@@ -168,6 +174,8 @@ class Monitors:
         self.running = list(running)
         self.echo = echo
         self.history: list[dict[str, float]] = []
+        #: the steps of :attr:`history` the monitors checked (the others were only recorded: step 0's validation)
+        self.checked: set[float] = set()
         #: the most decoded responses any enabled monitor asks for (0: none is decoded)
         self.samples = max((r.component.spec.samples for r in self.running), default=0)
 
@@ -206,6 +214,7 @@ class Monitors:
         """Add the step's row to the history and call every monitor; the findings of each that found any."""
         row = numeric_row(step, metrics)
         self.history.append(row)
+        self.checked.add(row["step"])
         history = tuple(self.history)
         found: list[tuple[Running, list[Finding]]] = []
         for running in list(self.running):
@@ -220,6 +229,23 @@ class Monitors:
             if findings:
                 found.append((running, findings))
         return found
+
+    def replay(self, rows: Sequence[Mapping[str, float]], checked: Iterable[float]) -> None:
+        """Feed ``rows`` (a checkpoint's :attr:`history`, oldest first; ``checked``: the steps the monitors
+        checked) through the monitors again, their findings dropped: a resumed run's monitors then hold the
+        state the interrupted run's held at the checkpoint (samples are not kept, so a monitor that reads
+        them sees none for those steps)."""
+        steps = set(checked)
+        for row in rows:
+            step = int(row["step"])
+            if row["step"] in steps:
+                self.check(step, row)
+            else:
+                self.record(step, row)
+
+    def state(self) -> dict[str, Any]:
+        """What :meth:`replay` needs to rebuild the monitors: the history and the steps checked."""
+        return {"history": self.history, "checked": sorted(self.checked)}
 
 
 def _disabled(name: str, provider: str, what: str, exc: BaseException) -> str:
@@ -312,6 +338,25 @@ class HealthLoop:
     def record(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Add the validation before training (step 0) to the monitors' history."""
         self.monitors.record(step, metrics)
+
+    def save(self, folder: Path) -> None:
+        """Write the monitors' history into the checkpoint ``folder`` (:data:`STATE_FILE`; nothing when no
+        monitor runs), so that a resumed run's monitors continue where these stopped."""
+        if self.monitors.running:
+            (folder / STATE_FILE).write_text(json.dumps(self.monitors.state()))
+
+    def load(self, folder: Path) -> None:
+        """Rebuild the monitors' state from the checkpoint ``folder``'s history (silently: findings of those
+        steps were reported by the run that saved it); a checkpoint without one leaves the monitors fresh."""
+        path = folder / STATE_FILE
+        if not self.monitors.running or not path.is_file():
+            return
+        try:
+            state = json.loads(path.read_text())
+            rows, checked = state["history"], state["checked"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RLCoreError(f"{path}: not a run-health history ({exc})") from exc
+        self.monitors.replay(rows, checked)
 
     def check(self, step: int, metrics: dict[str, Any]) -> Actions:
         """Call the monitors on the step's ``metrics`` (before they are logged), add ``health/<monitor>/*`` to

@@ -656,8 +656,8 @@ class Trainer:
     # -------------------------------------------------------------- checkpoint
     def save_checkpoint(self) -> Path:
         """Save ``default_local_dir/global_step_N`` atomically (:meth:`rlcore.checkpoint.CheckpointManager.save`):
-        the workers' parts in ``actor/`` and ``critic/``, and ``trainer_state.json`` with the global step,
-        the data loader position and the in-reward KL coefficient. Then ``trainer.checkpoint_callback_class``'s
+        the workers' parts in ``actor/`` and ``critic/``, ``trainer_state.json`` with the global step,
+        the data loader position and the in-reward KL coefficient, and the run-health monitors' history. Then ``trainer.checkpoint_callback_class``'s
         ``on_save(path, step)`` is called (:mod:`rlcore.checkpoint.callback`)."""
 
         def write(folder: Path) -> None:
@@ -672,6 +672,7 @@ class Trainer:
             kl_coef = None if self.kl_ctrl is None else self.kl_ctrl.value
             state = {"global_step": self.global_step, "data": self.train_loader.state_dict(), "kl_coef": kl_coef}
             write_trainer_state(folder, state)
+            self.health.save(folder)
 
         path = CheckpointManager(self.sections.trainer, self.run.identity).save(self.global_step, write)
         self.saved_step = self.global_step
@@ -681,7 +682,8 @@ class Trainer:
 
     def load_checkpoint(self, path: Path) -> None:
         """Restore a checkpoint written by :meth:`save_checkpoint`: the workers, the data loader, the KL
-        coefficient and the global step (training continues with step N+1); notes it in ``resume.json``."""
+        coefficient, the run-health monitors' history and the global step (training continues with step N+1);
+        notes it in ``resume.json``."""
         state = read_trainer_state(path)
         self.actor.load_checkpoint(str(path / "actor"))
         if self.critic is not None:
@@ -697,6 +699,7 @@ class Trainer:
         if self.kl_ctrl is not None and state.get("kl_coef") is not None:
             self.kl_ctrl.value = float(state["kl_coef"])
         self.global_step = self.saved_step = int(state["global_step"])
+        self.health.load(path)
         (self.run.run_dir / "resume.json").write_text(json.dumps({"path": str(path), "step": self.global_step}))
         click.echo(f"resumed from {path} (step {self.global_step} of {self.total_steps})")
 

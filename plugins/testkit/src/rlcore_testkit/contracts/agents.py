@@ -155,7 +155,7 @@ class AgentLoopContract:
         from rlcore_plugin_agents.runner import AgentRunner, left_pad
         from rlcore_plugin_hf.engine import HFRolloutEngine
 
-        from rlcore.api import Batch, RolloutConfig, load_config, load_plugins
+        from rlcore.api import Batch, RolloutConfig, load_config
         from rlcore_testkit.contracts.chat_templates import tool_chat_pair
 
         tokenizer, model = tool_chat_pair("qwen2.5")
