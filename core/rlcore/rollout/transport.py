@@ -18,7 +18,7 @@ the hashing). It sends less where whole tensors stay bitwise equal: frozen layer
 (the merged weights change only where adapters sit), a step with a zero learning rate, parameters whose
 gradients are zero. verl's 1-3 % per step come from a finer grain (changed *elements*, as indices and values,
 of bf16 weights whose small updates mostly round away); rlcore's engines take whole tensors, so that grain
-is measured by ``bench/weight_sync_memory.py --transport delta`` but not sent.
+is measured by ``bench/weight_transport.py`` (``changed_elements_bf16``) but not sent.
 """
 
 from __future__ import annotations
