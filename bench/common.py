@@ -139,6 +139,21 @@ def make_prompts(n: int = DATASET_ROWS, seed: int = 0) -> list[dict[str, str]]:
     return rows
 
 
+def sized_model_dir(folder: Path, hidden: int, layers: int) -> Path:
+    """A tiny Qwen2 model in ``folder`` of width ``hidden`` and ``layers`` layers (no download): MLP 4x wide, one
+    head per 64 of width, one KV head; what the weight-sync benchmarks size with ``--hidden`` and ``--layers``."""
+    from rlcore_testkit.tiny import make_tiny_model_dir
+
+    return make_tiny_model_dir(
+        folder,
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_layers=layers,
+        num_heads=max(1, hidden // 64),
+        num_kv_heads=1,
+    )
+
+
 def _moe_shape(size: str) -> dict[str, Any]:
     """The Qwen3-MoE shape of ``size`` (:data:`MOE_SHAPES`), as :func:`rlcore_testkit.tiny.build_moe_model` takes it."""
     dense = dict(SIZES[size]["model"])

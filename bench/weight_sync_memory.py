@@ -35,6 +35,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+BENCH_DIR = str(Path(__file__).resolve().parent)
+if BENCH_DIR not in sys.path:  # ``python bench/weight_sync_memory.py`` has it first already; other loaders may not
+    sys.path.insert(0, BENCH_DIR)
+from common import sized_model_dir  # noqa: E402  (the model sized by --hidden and --layers)
+
 
 def log(message: str) -> None:
     """A progress line on stderr."""
@@ -133,18 +138,9 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda but torch sees no CUDA device", file=sys.stderr)
         sys.exit(2)
-    from rlcore_testkit.tiny import make_tiny_model_dir
-
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = make_tiny_model_dir(
-            Path(tmp) / "model",
-            hidden_size=args.hidden,
-            intermediate_size=4 * args.hidden,
-            num_layers=args.layers,
-            num_heads=max(1, args.hidden // 64),
-            num_kv_heads=1,
-        )
+        model_dir = sized_model_dir(Path(tmp) / "model", args.hidden, args.layers)
         for index, megabytes in enumerate(sizes):
             log(f"bucket {megabytes} MiB on {ranks} {args.device} rank(s)")
             out = Path(tmp) / f"result{index}.json"

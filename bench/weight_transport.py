@@ -26,6 +26,11 @@ from typing import Any
 
 import torch
 
+BENCH_DIR = str(Path(__file__).resolve().parent)
+if BENCH_DIR not in sys.path:  # ``python bench/weight_transport.py`` has it first already; other loaders may not
+    sys.path.insert(0, BENCH_DIR)
+from common import sized_model_dir  # noqa: E402  (the model sized by --hidden and --layers)
+
 
 def log(message: str) -> None:
     """A progress line on stderr."""
@@ -56,7 +61,6 @@ def main() -> None:
     report = os.fdopen(os.dup(1), "w")  # the JSON goes here; what libraries print goes to stderr
     os.dup2(2, 1)
     from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
-    from rlcore_testkit.tiny import make_tiny_model_dir
     from transformers import AutoTokenizer
 
     from rlcore.controller.groups import GroupReceiver, sync_weights
@@ -68,14 +72,7 @@ def main() -> None:
     torch.set_num_threads(1)
     steps: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = make_tiny_model_dir(
-            Path(tmp) / "model",
-            hidden_size=args.hidden,
-            intermediate_size=4 * args.hidden,
-            num_layers=args.layers,
-            num_heads=max(1, args.hidden // 64),
-            num_kv_heads=1,
-        )
+        model_dir = sized_model_dir(Path(tmp) / "model", args.hidden, args.layers)
         overrides = {
             "actor_rollout_ref.rollout.response_length": 8,
             "actor_rollout_ref.actor.optim.lr": args.lr,
