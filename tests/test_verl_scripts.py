@@ -129,8 +129,8 @@ EXPECTED: dict[str, str | None] = {
     "examples/grpo_trainer/run_qwen3_vl-235b-megatron.sh": MEGATRON,
     # its GPU count comes from a variable the script leaves to the user (tp 2 x cp 2 on one rank)
     "examples/grpo_trainer/run_qwen3_vl-30b-megatron.sh": "must divide the number of ranks",
-    # verl's Megatron optimizer schedule keys (optim.lr_decay_style, ...)
-    "examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh": "verl's Megatron backend settings",
+    # verl's Megatron optimizer schedule keys (optim.lr_decay_style='constant' after 10 warm-up steps)
+    "examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh": MEGATRON,
     # LoRA on the Megatron backend (model.lora.*, the experts' projections included)
     "examples/grpo_trainer/run_qwen3moe-30b_megatron_lora.sh": MEGATRON,
     # trainer.n_gpus_per_node from a variable the script leaves to the user
