@@ -373,9 +373,10 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         },
     ),
     MissingFeature(
-        "replaying dumped rollouts instead of generating (verl's skip.* RolloutSkip)",
-        ("skip",),
-        off={f"skip.{name}.enable": False for name in ("rollout", "rollout_tq", "async_rollout")},
+        "replaying dumped rollouts of verl's TransferQueue trainer and fully-async rollouter (rlcore: skip.rollout, "
+        "the synchronous trainer's)",
+        ("skip.rollout_tq", "skip.async_rollout"),
+        off={f"skip.{name}.enable": False for name in ("rollout_tq", "async_rollout")},
     ),
     MissingFeature(
         "verl's standalone rollout server pool (rollout.nnodes > 0; rlcore: trainer.placement=split with "
