@@ -75,6 +75,7 @@ def test_repeat_replays_the_nearest_earlier_step(
         (("skip.rollout.steps=[0,2]",), "skip.rollout.steps: training steps are integers from 1, got [0]"),
         (("async_training.enable=true",), "verl's skip.async_rollout (by sample) is not in rlcore"),
     ],
+    ids=["action", "steps", "async"],
 )
 def test_bad_settings_are_named_before_the_run(
     extra: tuple[str, ...], message: str, tmp_path: Path, tiny_model_dir: Path, tiny_task: dict[str, Path]
