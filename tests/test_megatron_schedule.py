@@ -4,15 +4,18 @@ megatron-core's own ``OptimizerParamScheduler`` and the resume rule of ``use_che
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from omegaconf import OmegaConf
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.config.sections.actor import OptimConfig
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.optim import build_lr_scheduler, build_optimizer
+from rlcore.tracking.sinks import read_metrics
 
 KEY = "actor_rollout_ref.actor.optim"
 
@@ -170,3 +173,19 @@ def test_bad_schedule_is_one_error_naming_the_key(optim: dict[str, Any], message
     """Values Megatron would assert on are errors naming the key."""
     with pytest.raises(RLCoreError, match=message.replace("(", r"\(").replace("+", r"\+")):
         _build(optim)
+
+
+def test_a_run_reports_the_megatron_rates(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A real run with lr_decay_style=linear and min_lr logs verl's rates as actor/lr, step by step."""
+    _, run_dir = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        make_tiny_task(tmp_path / "task"),
+        "trainer.total_training_steps=3",
+        "trainer.test_freq=0",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        f"{KEY}.lr_decay_style=linear",
+        f"{KEY}.min_lr=1e-4",
+    )
+    rates = [row["actor/lr"] for row in read_metrics(run_dir / "metrics.jsonl") if "actor/lr" in row]
+    assert rates == pytest.approx([1e-3, 1e-4 + 9e-4 * 2 / 3, 1e-4 + 9e-4 / 3])
