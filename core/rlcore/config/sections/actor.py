@@ -68,7 +68,7 @@ class OptimConfig(Section):
     clip_grad: float = 1.0
     #: filled in by the controller
     total_training_steps: int = -1
-    #: verl's Megatron schedule (docs/training.md): constant | linear | cosine | inverse-square-root | WSD; null
+    #: verl's Megatron schedule (docs/from-verl.md): constant | linear | cosine | inverse-square-root | WSD; null
     #: = lr_scheduler_type's schedule, or linear when another of these Megatron keys is set
     lr_decay_style: str | None = None
     #: Megatron schedule: the rate the decay ends at (null: 0)
