@@ -2,8 +2,8 @@
 importance-sampling (TIS) weights that correct the policy gradient for it, and rejection sampling (RS) of
 the tokens or responses that are too far off.
 
-The rollout engine samples with its own kernels (vLLM, SGLang) and so from a slightly different policy
-than the trainer's ``old_log_probs`` describe. With ``actor_rollout_ref.rollout.calculate_log_probs=true``
+The rollout engine samples with its own kernels (vLLM, SGLang), and in asynchronous training with older
+weights, so from a different policy than the trainer's ``old_log_probs`` describe. With ``actor_rollout_ref.rollout.calculate_log_probs=true``
 the engine returns ``rollout_log_probs``; the controller then logs the mismatch and, under
 ``algorithm.rollout_correction`` (verl's keys, log-ratio δ_t = old_t − rollout_t):
 
@@ -18,6 +18,10 @@ the engine returns ``rollout_log_probs``; the controller then logs the mismatch 
   ``seq_{sum,mean,max}_k*`` whole responses, by the divergence k1 = −δ, k2 = ½δ², k3 = e^δ − 1 − δ. A k1
   threshold is a pair of ratio bounds ``"lower_upper"`` (one number u means ``1/u_u``) compared in log space;
   k2/k3 thresholds are upper bounds. Rejected tokens leave ``response_mask``.
+- ``bypass_mode=false`` (decoupled mode): the policy loss clips π_θ/π_old and multiplies each token's loss by
+  the ``rollout_is`` weight π_old/π_behav (π_behav = ``rollout_log_probs``, per token the policy version that
+  sampled it): with ``rollout_is`` set this is decoupled PPO (verl's and AReaL's), which verl spells the same
+  way (no key of its own). Without ``rollout_is`` the behaviour log-probs only feed metrics and RS.
 - ``bypass_mode``: the engine's log-probs are the old policy (no trainer forward pass for them) and the
   policy loss is :func:`bypass_policy_loss`: in each micro-batch it computes the IS weights and the RS mask
   from the *current* policy's detached log-probs against the rollout's (δ_t = logπ_θ − logπ_rollout), then
