@@ -17,6 +17,7 @@ from rlcore.algos.rollout_correction import apply_rollout_correction, bypass_pol
 from rlcore.api.batch import Batch
 from rlcore.config.sections.actor import ActorConfig
 from rlcore.config.sections.algorithm import RolloutCorrectionConfig
+from rlcore.errors import RLCoreError
 
 ACTOR = ActorConfig()  # clip ratio 0.2 both sides, dual-clip c = 3, token-mean
 EPS, CLIP_C = 0.2, 3.0
@@ -110,7 +111,7 @@ def test_behaviour_equal_to_proximal_is_standard_ppo(correction: RolloutCorrecti
     log_prob = CURRENT.clone().requires_grad_(True)
     plain, _ = vanilla_policy_loss(PROX, log_prob, ADV, MASK, "token-mean", ACTOR)
     plain.backward()
-    assert loss == pytest.approx(float(plain), rel=1e-6)
+    assert loss == pytest.approx(float(plain.detach()), rel=1e-6)
     torch.testing.assert_close(grad, log_prob.grad)
 
 
@@ -136,7 +137,7 @@ def test_first_micro_batch_equals_bypass_where_no_clip_bites() -> None:
     torch.testing.assert_close(d_grad[agree], log_prob.grad[agree])
     assert float(log_prob.grad[0, 2]) == 0.0 and float(d_grad[0, 2]) == pytest.approx(-2.0 * math.exp(0.5) / 8)
     # the values differ by token 2 alone: bypass's −A·1.2 against decoupled's −A·w
-    assert d_loss - float(b_loss) == pytest.approx((-2.0 * math.exp(0.5) + 2.0 * 1.2) / 8, rel=1e-5)
+    assert d_loss - float(b_loss.detach()) == pytest.approx((-2.0 * math.exp(0.5) + 2.0 * 1.2) / 8, rel=1e-5)
 
 
 # ------------------------------------------------------------------ responses spanning two policy versions
@@ -174,7 +175,7 @@ def test_a_response_spanning_two_versions_is_corrected_token_by_token() -> None:
         return Batch({"old_log_probs": data["prox"], "rollout_log_probs": data["behav"], "response_mask": data["mask"]})
 
     token = batch()
-    apply_rollout_correction(
+    token_metrics = apply_rollout_correction(
         token,
         RolloutCorrectionConfig(
             rollout_is="token", rollout_is_threshold=1e6, rollout_rs="token_k1", rollout_rs_threshold=token_rule
@@ -182,6 +183,8 @@ def test_a_response_spanning_two_versions_is_corrected_token_by_token() -> None:
     )
     torch.testing.assert_close(token["rollout_is_weights"], ratio)
     assert torch.equal(token["response_mask"].bool(), ~rejected)
+    assert token_metrics["rollout_corr/rollout_rs_token_k1_seq_masked_fraction"] == 0.5  # row 0 only
+    assert token_metrics["rollout_corr/rollout_rs_token_k1_masked_fraction"] == pytest.approx(int(rejected.sum()) / 12)
 
     sequence = batch()
     metrics = apply_rollout_correction(
@@ -268,3 +271,11 @@ def test_is_spread_metrics_by_hand() -> None:
     assert metrics["rollout_corr/rollout_is_min"] == pytest.approx(1.0)
     assert metrics["rollout_corr/rollout_is_ratio_fraction_low"] == 0.0
     assert metrics["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(1 / 2)
+
+
+def test_log_probs_that_do_not_line_up_are_named() -> None:
+    """Behaviour log-probs whose shape differs from the responses' are an error naming the columns, not a
+    broadcast or a bare torch error."""
+    batch = Batch({"old_log_probs": PROX, "rollout_log_probs": BEHAV[:, :4], "response_mask": MASK})
+    with pytest.raises(RLCoreError, match=r"rollout_correction: the batch's rollout_log_probs \(2, 4\), old_log_probs"):
+        apply_rollout_correction(batch, RolloutCorrectionConfig(rollout_is="token"))

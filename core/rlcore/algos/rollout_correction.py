@@ -296,24 +296,26 @@ def rejection_mask(
     """``response_mask`` with the tokens (or responses) that fail any of ``rules`` set to 0, and the metrics
     (verl's names) ``rollout_corr/rollout_rs_masked_fraction`` (of the valid tokens),
     ``rollout_corr/rollout_rs_seq_masked_fraction`` (of the non-empty responses that lost at least one token)
-    and, for each rule, ``rollout_corr/rollout_rs_<option>_masked_fraction`` (the valid tokens it rejects)."""
+    and, for each rule, ``rollout_corr/rollout_rs_<option>_masked_fraction`` (the valid tokens it rejects) and
+    ``rollout_corr/rollout_rs_<option>_seq_masked_fraction`` (the non-empty responses it takes a token from)."""
     mask = response_mask.to(old_log_probs.dtype)
     log_ratio = (old_log_probs - rollout_log_probs).detach()
     valid = mask.bool()
     tokens = max(float(valid.sum()), 1.0)
+    non_empty = valid.any(dim=-1)
+    responses = max(float(non_empty.sum()), 1.0)
     keep = torch.ones_like(mask, dtype=torch.bool)
     metrics: dict[str, float] = {}
     for rule in rules:
         kept = rule.keep(log_ratio, mask)
-        metrics[f"rollout_corr/rollout_rs_{rule.option}_masked_fraction"] = float((valid & ~kept).sum()) / tokens
+        prefix = f"rollout_corr/rollout_rs_{rule.option}"
+        metrics[f"{prefix}_masked_fraction"] = float((valid & ~kept).sum()) / tokens
+        metrics[f"{prefix}_seq_masked_fraction"] = float((valid & ~kept).any(dim=-1).sum()) / responses
         keep = keep & kept
     new_mask = response_mask * keep.to(response_mask.dtype)
     rejected = valid & ~keep
-    non_empty = valid.any(dim=-1)
     metrics["rollout_corr/rollout_rs_masked_fraction"] = float(rejected.sum()) / tokens
-    metrics["rollout_corr/rollout_rs_seq_masked_fraction"] = float((rejected.any(dim=-1) & non_empty).sum()) / max(
-        float(non_empty.sum()), 1.0
-    )
+    metrics["rollout_corr/rollout_rs_seq_masked_fraction"] = float(rejected.any(dim=-1).sum()) / responses
     return new_mask, metrics
 
 
@@ -324,10 +326,17 @@ def apply_rollout_correction(batch: Batch, correction: RolloutCorrectionConfig) 
     ``rollout_is_weights`` (batch-normalised with ``rollout_is_batch_normalize``); with ``rollout_rs`` the
     rejected tokens removed from ``response_mask``. The weights and the rejection are both computed from
     the mask as it came in. In ``bypass_mode`` nothing is done here (the old log-probs are the rollout's):
-    :func:`bypass_policy_loss` corrects each micro-batch and reports the metrics."""
+    :func:`bypass_policy_loss` corrects each micro-batch and reports the metrics. Raises
+    :class:`~rlcore.errors.RLCoreError` naming the columns when their shapes differ."""
     old, rollout, mask = batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]
     if correction.bypass_mode:  # old is rollout: the bypass loss corrects per micro-batch
         return {}
+    if not old.shape == rollout.shape == mask.shape:
+        raise RLCoreError(
+            f"{_KEY}: the batch's rollout_log_probs {tuple(rollout.shape)}, old_log_probs {tuple(old.shape)} and "
+            f"response_mask {tuple(mask.shape)} must have one shape [responses, response length]: the rollout "
+            "engine returned log-probs that do not line up with its responses"
+        )
     metrics = {**rollout_mismatch_metrics(old, rollout, mask), **offpolicy_metrics(old, rollout, mask)}
     level = correction.rollout_is
     if level:
