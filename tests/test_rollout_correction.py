@@ -245,5 +245,6 @@ def test_bypass_mode_skips_the_old_log_prob_pass(tmp_path: Path, tiny_model_dir:
     )
     assert "training/rollout_probs_diff_max" not in last
     assert last["rollout_corr/k3_kl"] >= 0.0
+    assert math.isfinite(last["rollout_corr/chi2_token"]) and math.isfinite(last["rollout_corr/training_ppl"])
     assert "timing_s/old_log_prob" not in last
     assert last["training/global_step"] == 2
