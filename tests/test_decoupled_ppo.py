@@ -263,6 +263,17 @@ def test_is_spread_metrics_by_hand() -> None:
     assert metrics["rollout_corr/rollout_is_std"] == pytest.approx(math.sqrt(sum((w - mean) ** 2 for w in applied) / 8))
     assert metrics["rollout_corr/rollout_is_ratio_fraction_low"] == pytest.approx(2 / 8)  # e^-0.2, e^-0.1 < 1/1.1
     assert metrics["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(3 / 8)
+    rows = [sum(applied[:5]) / 5, sum(applied[5:]) / 3]
+    assert metrics["rollout_corr/rollout_is_seq_mean"] == pytest.approx(sum(rows) / 2)
+    assert metrics["rollout_corr/rollout_is_seq_std"] == pytest.approx(abs(rows[0] - rows[1]) / math.sqrt(2), rel=1e-4)
+    assert metrics["rollout_corr/rollout_is_seq_max"] == pytest.approx(max(rows))
+    assert metrics["rollout_corr/rollout_is_seq_min"] == pytest.approx(min(rows))
+    assert metrics["rollout_corr/rollout_is_seq_max_deviation"] == pytest.approx(
+        max(abs(r - 1) for r in rows), rel=1e-4
+    )
+    # before truncation row 0's mean weight (e^0.2 + e^-0.2 + e + 2) / 5 is above 1.1, row 1's is inside
+    assert metrics["rollout_corr/rollout_is_seq_fraction_high"] == 0.5
+    assert metrics["rollout_corr/rollout_is_seq_fraction_low"] == 0.0
     sequence = RolloutCorrectionConfig(
         rollout_is="sequence", rollout_is_threshold="0.5_2.0", rollout_is_batch_normalize=True
     )

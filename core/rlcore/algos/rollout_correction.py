@@ -136,7 +136,8 @@ def rollout_is_weights(
     (the fraction of valid tokens, or of non-empty responses for ``sequence``, whose weight is above ``upper``),
     ``rollout_corr/rollout_is_ratio_fraction_low`` (likewise below ``lower``, or below ``1 / upper`` without
     IcePop bounds: a diagnostic, such weights are kept), ``rollout_corr/rollout_is_{max,min,std}``
-    (:func:`_spread_metrics`) and ``rollout_corr/rollout_is_eff_sample_size`` (1 / mean((w / mean w)²) of the
+    (:func:`_spread_metrics`), ``rollout_corr/rollout_is_seq_*`` (:func:`_response_metrics`) and
+    ``rollout_corr/rollout_is_eff_sample_size`` (1 / mean((w / mean w)²) of the
     truncated weights). All are computed before the batch normalisation. With
     ``batch_normalize`` the truncated weights are divided by their mean (over valid tokens for ``token``,
     over non-empty responses for ``sequence``; left as they are when that mean is ≤ 1e-8), reported as
@@ -156,13 +157,15 @@ def rollout_is_weights(
     else:
         outside = high + (raw < lower).to(mask.dtype)
         weights = raw * (1.0 - outside) * mask
-    low = (raw < (1.0 / upper if lower is None else lower)).to(mask.dtype)
+    lower_bound = 1.0 / upper if lower is None else lower
+    low = (raw < lower_bound).to(mask.dtype)
     mean = masked_mean(weights, mask)
     metrics = {
         "rollout_corr/rollout_is_mean": float(mean),
         "rollout_corr/rollout_is_ratio_fraction_high": float(_share(high, mask, non_empty, level)),
         "rollout_corr/rollout_is_ratio_fraction_low": float(_share(low, mask, non_empty, level)),
         **_spread_metrics(weights, log_ratio, mask, non_empty, level, upper),
+        **_response_metrics(weights, raw, mask, non_empty, (lower_bound, upper)),
     }
     if lower is not None:
         metrics["rollout_corr/rollout_is_oob_ratio"] = float(masked_mean(outside, mask))
@@ -213,6 +216,35 @@ def _spread_metrics(
         "rollout_corr/rollout_is_max": largest,
         "rollout_corr/rollout_is_min": smallest,
         "rollout_corr/rollout_is_std": spread,
+    }
+
+
+def _response_metrics(
+    weights: torch.Tensor,
+    raw: torch.Tensor,
+    mask: torch.Tensor,
+    non_empty: torch.Tensor,
+    bounds: tuple[float, float],
+) -> dict[str, float]:
+    """verl's per-response figures of the weights, over the non-empty responses: of each response's mean applied
+    weight ``rollout_corr/rollout_is_seq_{mean,std,max,min}`` (std unbiased, 0 for one response) and
+    ``rollout_is_seq_max_deviation`` (the largest distance from 1); of each response's mean weight before
+    truncation the shares ``rollout_is_seq_fraction_high`` / ``_low`` above ``bounds[1]`` / below ``bounds[0]``.
+    Empty without a non-empty response."""
+    rows = non_empty.bool()
+    if not bool(rows.any()):
+        return {}
+    applied = masked_mean(weights, mask, dim=-1)[rows]
+    before = masked_mean(raw, mask, dim=-1)[rows]
+    lower, upper = bounds
+    return {
+        "rollout_corr/rollout_is_seq_mean": float(applied.mean()),
+        "rollout_corr/rollout_is_seq_std": float(applied.std()) if applied.numel() > 1 else 0.0,
+        "rollout_corr/rollout_is_seq_max": float(applied.max()),
+        "rollout_corr/rollout_is_seq_min": float(applied.min()),
+        "rollout_corr/rollout_is_seq_max_deviation": float((applied - 1.0).abs().max()),
+        "rollout_corr/rollout_is_seq_fraction_high": float((before > upper).float().mean()),
+        "rollout_corr/rollout_is_seq_fraction_low": float((before < lower).float().mean()),
     }
 
 
