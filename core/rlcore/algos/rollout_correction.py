@@ -3,8 +3,9 @@ importance-sampling (TIS) weights that correct the policy gradient for it, and r
 the tokens or responses that are too far off.
 
 The rollout engine samples with its own kernels (vLLM, SGLang), and in asynchronous training with older
-weights, so from a different policy than the trainer's ``old_log_probs`` describe. With ``actor_rollout_ref.rollout.calculate_log_probs=true``
-the engine returns ``rollout_log_probs``; the controller then logs the mismatch and, under
+weights, so from a different policy than the trainer's ``old_log_probs`` describe. With
+``actor_rollout_ref.rollout.calculate_log_probs=true`` the engine returns ``rollout_log_probs``; the controller
+then logs the mismatch and, under
 ``algorithm.rollout_correction`` (verl's keys, log-ratio δ_t = old_t − rollout_t):
 
 - ``rollout_is``: multiplies each token's policy loss by
@@ -137,8 +138,8 @@ def rollout_is_weights(
     ``rollout_corr/rollout_is_ratio_fraction_low`` (likewise below ``lower``, or below ``1 / upper`` without
     IcePop bounds: a diagnostic, such weights are kept), ``rollout_corr/rollout_is_{max,min,std}``
     (:func:`_spread_metrics`), ``rollout_corr/rollout_is_seq_*`` (:func:`_response_metrics`) and
-    ``rollout_corr/rollout_is_eff_sample_size`` (1 / mean((w / mean w)²) of the
-    truncated weights). All are computed before the batch normalisation. With
+    ``rollout_corr/rollout_is_eff_sample_size`` (1 / mean((w / mean w)²) of the truncated weights), all
+    computed before the batch normalisation. With
     ``batch_normalize`` the truncated weights are divided by their mean (over valid tokens for ``token``,
     over non-empty responses for ``sequence``; left as they are when that mean is ≤ 1e-8), reported as
     ``rollout_corr/rollout_is_batch_norm_factor``."""
