@@ -7,10 +7,12 @@ Expected values are computed here token by token with ``math``, apart from rlcor
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 from rlcore.algos.losses import build_actor_loss, vanilla_policy_loss
 from rlcore.algos.rollout_correction import apply_rollout_correction, bypass_policy_loss, offpolicy_metrics
@@ -290,3 +292,22 @@ def test_log_probs_that_do_not_line_up_are_named() -> None:
     batch = Batch({"old_log_probs": PROX, "rollout_log_probs": BEHAV[:, :4], "response_mask": MASK})
     with pytest.raises(RLCoreError, match=r"rollout_correction: the batch's rollout_log_probs \(2, 4\), old_log_probs"):
         apply_rollout_correction(batch, RolloutCorrectionConfig(rollout_is="token"))
+
+
+# ------------------------------------------------------------------ a real run
+def test_a_real_run_applies_the_weights_in_the_update(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Two real steps in decoupled mode whose IcePop bounds [1.5, 2] exclude every weight (the HF engine's
+    log-probs equal the trainer's π_old, so every π_old/π_behav is ~1): every weight is 0, so the policy loss and
+    the gradient vanish in the workers' update. The weights reach the loss through the micro-batches."""
+    last, _ = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        make_tiny_task(tmp_path / "task"),
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        "algorithm.rollout_correction.rollout_is=token",
+        "algorithm.rollout_correction.rollout_is_threshold='1.5_2.0'",
+    )
+    assert last["training/global_step"] == 2
+    assert last["rollout_corr/rollout_is_oob_ratio"] == 1.0 and last["rollout_corr/rollout_is_mean"] == 0.0
+    assert last["actor/pg_loss"] == 0.0 and last["actor/grad_norm"] == 0.0
+    assert "timing_s/old_log_prob" in last  # decoupled: π_old is the trainer's own recomputation
