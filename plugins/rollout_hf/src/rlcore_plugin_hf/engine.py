@@ -378,7 +378,10 @@ class HFRolloutEngine:
         static = self._static
         if static is not None and rows:
             static.load_weights()
-        if self.device.type != "cuda":
+        if self.config.full_determinism:  # a row of its own per chunk: its numbers never depend on the others
+            slices = [slice(row, row + 1) for row in range(rows)]
+            cache_len = aligned_length(prompt_len + length) if self.device.type == "cuda" else prompt_len + length
+        elif self.device.type != "cuda":
             slices = chunk_slices(rows, prompt_len + length, self.token_budget)
             cache_len = prompt_len + length
         else:

@@ -157,6 +157,9 @@ class VLLMRolloutEngine(TokenListEngine):
             kwargs["gpu_memory_utilization"] = float(config.gpu_memory_utilization)
             kwargs["tensor_parallel_size"] = tensor_parallel
             kwargs["enable_sleep_mode"] = True
+        if config.full_determinism:  # one request at a time, no shared prefix blocks: no row sees another
+            kwargs["max_num_seqs"] = 1
+            kwargs["enable_prefix_caching"] = False
         profiler = self._profiler_config()
         if profiler is not None:
             kwargs["profiler_config"] = profiler
@@ -206,6 +209,8 @@ class VLLMRolloutEngine(TokenListEngine):
         """Build the ``vllm.LLM``; on CPU its KV cache gets ``vllm.cpu_kv_cache_gib`` GiB."""
         if self.device.type == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(self.config.vllm.cpu_kv_cache_gib)))
+        elif self.config.full_determinism:  # vLLM's batch-invariant kernels are CUDA (Triton) kernels
+            os.environ["VLLM_BATCH_INVARIANT"] = "1"
         vllm = import_vllm()
         check_vision_support(model_path)
         kwargs = self._engine_kwargs(model_path)
