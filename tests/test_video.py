@@ -137,6 +137,7 @@ def test_the_dataset_renders_video_rows_from_frames_and_files(vlm_dir: Path, tmp
         ({"videos": "clip.avi"}, r"key 'videos' \(data.video_key\) must be a list of videos"),
         ({"videos": [[]]}, r"key 'videos'\[0\]: the video has no frames"),
     ],
+    ids=["placeholders", "missing-file", "not-a-list", "no-frames"],
 )
 def test_bad_video_rows_name_the_row_and_key(vlm_dir: Path, tmp_path: Path, row: dict, message: str) -> None:
     processor = load_processor(vlm_dir)
@@ -237,12 +238,14 @@ def test_a_video_run_trains(vlm_dir: Path, tmp_path: Path) -> None:
 
 
 def test_rollout_engine_log_probs_match_a_teacher_forced_video_forward(vlm_dir: Path) -> None:
-    """The HF engine's sampled log-probs with a video prompt equal transformers' own forward of the sequences."""
+    """The HF engine's sampled log-probs with a video prompt equal transformers' own forward of the sequences
+    (the trainer's view: a sampled placeholder token is text, so positions after one are left out), and other
+    frames give other log-probs."""
     from rlcore_plugin_hf.engine import HFRolloutEngine
     from transformers import AutoModelForImageTextToText
 
     from rlcore.api import Batch, RolloutConfig, default_section
-    from rlcore.modelkit.vlm import token_types
+    from rlcore.modelkit.vlm import text_responses, token_types
 
     processor = load_processor(vlm_dir)
     content = [{"type": "video"}, {"type": "text", "text": "what moves"}]
@@ -260,14 +263,31 @@ def test_rollout_engine_log_probs_match_a_teacher_forced_video_forward(vlm_dir: 
     engine = HFRolloutEngine(str(vlm_dir), processor.tokenizer, config, dtype=torch.float32)
     out = engine.generate(batch)
     model = AutoModelForImageTextToText.from_pretrained(vlm_dir, dtype=torch.float32).eval()
+    length = out["responses"].shape[1]
+    input_ids = text_responses(out["input_ids"], length, model.config)
     with torch.no_grad():
         logits = model(
-            input_ids=out["input_ids"],
+            input_ids=input_ids,
             attention_mask=out["attention_mask"],
-            mm_token_type_ids=token_types(out["input_ids"], model.config),
+            mm_token_type_ids=token_types(input_ids, model.config),
             **inputs,
         ).logits.float()
-    length = out["responses"].shape[1]
     expected = torch.log_softmax(logits[:, -length - 1 : -1], -1).gather(-1, out["responses"][..., None]).squeeze(-1)
-    response_mask = out["response_mask"].bool()
-    torch.testing.assert_close(out["rollout_log_probs"][response_mask], expected[response_mask], atol=1e-4, rtol=0)
+    placeholder = torch.isin(out["responses"], torch.tensor([model.config.image_token_id, model.config.video_token_id]))
+    clean = ((placeholder.long().cumsum(dim=1) - placeholder.long()) == 0) & out["response_mask"].bool()
+    assert int(clean.sum()) >= 3
+    torch.testing.assert_close(out["rollout_log_probs"][clean], expected[clean], atol=1e-4, rtol=0)
+    other = processor(text=[text], videos=[frames(4, seed=9)], return_tensors="pt")
+    batch.non_tensors[MULTI_MODAL_INPUTS] = [{name: other[name] for name in inputs}]
+    assert not torch.equal(engine.generate(batch)["rollout_log_probs"], out["rollout_log_probs"])
+
+
+def test_the_dry_run_describes_videos(vlm_dir: Path, tmp_path: Path) -> None:
+    """A data file with a video column gets the plan's ``videos:`` line, naming how frames are patched."""
+    from rlcore_testkit.runs import dry_run
+
+    train = write_jsonl(tmp_path / "train.jsonl", [video_row(0, frame_files(tmp_path / "frames", 2, seed=0))])
+    result = dry_run(f"data.train_files={train}", f"actor_rollout_ref.model.path={vlm_dir}")
+    assert result.exit_code == 0, result.output
+    assert "videos: <video> placeholders in the prompts are filled from data.video_key by" in result.output
+    assert "images: <image>" not in result.output
