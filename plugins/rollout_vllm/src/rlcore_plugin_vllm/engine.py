@@ -123,8 +123,9 @@ class VLLMRolloutEngine(TokenListEngine):
         self.device = torch.device(device)
         #: where vLLM's profiler writes (with a discrete rollout trace), before the traces move to the step's folder
         self._trace_dir: str | None = None
-        #: the request ids of the last ``LLM.generate`` call, in row order (R3 collects their routing)
+        #: the request ids of the last ``LLM.generate`` call, in row order, and (R3) their recorded routing
         self._request_ids: list[str] = []
+        self._routing_records: dict[str, Any] = {}
         self.llm = self._start(str(model_path))
         self._records_routing = bool(config.enable_rollout_routing_replay)
         if self._records_routing:
@@ -244,11 +245,9 @@ class VLLMRolloutEngine(TokenListEngine):
         the routing of every token fed through the model (:data:`~rlcore.api.training.ROUTED_EXPERTS`
         ``[B, P + R, L, k]`` int32 laid out as ``input_ids``; -1 at padding and at each row's last token)."""
         out = super().generate(batch, validate)
-        if not self._records_routing:
+        if not self._records_routing or validate or bool(batch.meta.get("validate", False)):
             return out
-        records = self.llm.collective_rpc("rlcore_take_routing", args=(self._request_ids,))[0]
-        if validate or bool(batch.meta.get("validate", False)):
-            return out
+        records = self._routing_records
         prompt_lengths = [int(length) for length in out["attention_mask"][:, : out["prompts"].shape[1]].sum(dim=1)]
         out[ROUTED_EXPERTS] = place_request_routing(
             [records.get(request_id) for request_id in self._request_ids],
@@ -296,6 +295,8 @@ class VLLMRolloutEngine(TokenListEngine):
             if request is not None:
                 self._stop_trace(request)
         self._request_ids = [output.request_id for output in outputs]
+        if self._records_routing:  # collected after every call, so that the workers' records never pile up
+            self._routing_records = self.llm.collective_rpc("rlcore_take_routing", args=(self._request_ids,))[0]
         completions: list[Completion] = []
         for output in outputs:
             completion = output.outputs[0]
