@@ -158,13 +158,17 @@ def test_bad_image_rows_name_the_file_row_and_key(tmp_path: Path, processor, bad
         RLDataset(files, processor.tokenizer, cfg(), processor=processor)
 
 
-def test_images_without_a_processor_or_with_videos_are_refused(tmp_path: Path, processor) -> None:
+def test_images_or_videos_without_a_processor_and_missing_video_files_are_refused(tmp_path: Path, processor) -> None:
     path = write(tmp_path / "img.parquet", [row("<image> x", [{"bytes": png("red")}])])
     with pytest.raises(DataError, match=r"img\.parquet, row 0: key 'images' holds images but the model has no"):
         RLDataset(path, processor.tokenizer, cfg())
     video = {**row("<video> x", None), "videos": [{"path": "clip.mp4"}]}
-    with pytest.raises(DataError, match=r"vid\.parquet, row 0: key 'videos' holds videos; .* not support video"):
-        RLDataset(write(tmp_path / "vid.parquet", [video]), processor.tokenizer, cfg(), processor=processor)
+    with pytest.raises(DataError, match=r"vid\.parquet, row 0: key 'videos' holds videos but the model has no"):
+        RLDataset(write(tmp_path / "vid.parquet", [video]), processor.tokenizer, cfg())
+    with pytest.raises(
+        DataError, match=r"vid\.parquet, row 0: key 'videos'\[0\]: video file .*clip\.mp4 does not exist"
+    ):
+        RLDataset(tmp_path / "vid.parquet", processor.tokenizer, cfg(), processor=processor)[0]
 
 
 def test_image_key_and_entry_forms(tmp_path: Path, processor) -> None:

@@ -195,7 +195,7 @@ def test_dry_run_describes_recording_on_an_moe_model(moe_dirs: dict[str, Path]) 
     ("args", "message"),
     [
         ((), r"is a dense model \(model_type 'qwen2'\); set it to false"),
-        (("actor_rollout_ref.rollout.name=vllm",), f"{KEY}=true needs .* actor_rollout_ref.rollout.name=vllm"),
+        (("actor_rollout_ref.rollout.name=sglang",), f"{KEY}=true needs .* actor_rollout_ref.rollout.name=sglang"),
         (("actor_rollout_ref.rollout.multi_turn.enable=true",), f"{KEY}=true with agent loops"),
         (("actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",), f"{KEY}=true with agent loops"),
     ],
@@ -203,7 +203,8 @@ def test_dry_run_describes_recording_on_an_moe_model(moe_dirs: dict[str, Path]) 
 def test_dry_run_refuses_what_cannot_record(
     tiny_model_dir: Path, moe_dirs: dict[str, Path], args: tuple[str, ...], message: str
 ) -> None:
-    """A dense policy, the vllm engine and multi-turn rollouts fail the dry run with the keys to change."""
+    """A dense policy, an engine that does not record (sglang) and multi-turn rollouts fail the dry run with the
+    keys to change."""
     result = dry_run(moe_dirs["qwen3_moe"] if args else tiny_model_dir, *args)
     assert result.exit_code != 0
     assert re.search(message, result.output), result.output

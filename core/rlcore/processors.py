@@ -2,11 +2,14 @@
 
 transformers' ``Qwen2VLProcessor`` always wants a video processor, and Qwen2-VL's video processor needs
 torchvision, which the CPU torch here cannot use. :func:`load_processor` therefore builds the same
-processor without its video part when torchvision is missing; images work the same, videos are refused.
+processor without transformers' video processor when torchvision is missing: images work the same, and
+videos (each a list of frames) go through :func:`frames_video_inputs`, Qwen2-VL's video patching over the
+model's own (PIL) image processor.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,27 +19,95 @@ from rlcore.errors import RLCoreError
 QWEN2_VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
 
 
-def _image_only_class():
+def frames_video_inputs(image_processor: Any, videos: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """Qwen2-VL's video inputs of ``videos`` (each a list of PIL frames of one size) without torchvision:
+    ``pixel_values_videos`` ``[patches, C·t·p·p]`` and ``video_grid_thw`` ``[videos, 3]`` (numpy arrays).
+
+    Each frame is resized, rescaled and normalised by ``image_processor`` (the model's Qwen2-VL image
+    processor, so its pixel bounds apply); consecutive frames are grouped by its ``temporal_patch_size`` (the
+    last frame repeated to fill the last group) and patched in the layout of transformers'
+    ``Qwen2VLVideoProcessor`` (time, then the merged spatial blocks; each patch's channels, frames, rows and
+    columns).
+
+    Raises:
+        ValueError: a video without frames, or whose frames differ in size.
+    """
+    import numpy as np
+
+    temporal = int(image_processor.temporal_patch_size)
+    patch = int(image_processor.patch_size)
+    pixels, grids = [], []
+    for index, frames in enumerate(videos):
+        if not frames:
+            raise ValueError(f"video {index} has no frames")
+        per_frame, grid = [], None
+        for frame in frames:
+            out = image_processor(images=[frame], return_tensors="np")
+            if grid is not None and list(out["image_grid_thw"][0]) != grid:
+                raise ValueError(f"video {index}: its frames differ in size")
+            grid = list(out["image_grid_thw"][0])
+            values = np.asarray(out["pixel_values"])
+            per_frame.append(values.reshape(values.shape[0], -1, temporal, patch, patch)[:, :, 0])
+        per_frame += [per_frame[-1]] * (-len(per_frame) % temporal)
+        groups = [np.stack(per_frame[start : start + temporal], axis=2) for start in range(0, len(per_frame), temporal)]
+        pixels.append(np.concatenate([group.reshape(group.shape[0], -1) for group in groups]))
+        assert grid is not None
+        grids.append([len(groups), int(grid[1]), int(grid[2])])
+    return {"pixel_values_videos": np.concatenate(pixels), "video_grid_thw": np.asarray(grids, dtype=np.int64)}
+
+
+def _expand_video_tokens(text: Any, grids: Any, merge_length: int, token: str) -> list[str]:
+    """``text`` (a string or a list) with its n-th ``token`` repeated once per merged patch of video n."""
+    texts = [text] if isinstance(text, str) else list(text)
+    counts = iter(int(count) for count in (grids.prod(-1) // merge_length))
+    marker = "\x00rlcore-video\x00"
+    expanded = []
+    for line in texts:
+        while token in line:
+            count = next(counts, None)
+            if count is None:
+                raise ValueError(f"the text has more {token} placeholders than videos")
+            line = line.replace(token, marker * count, 1)
+        expanded.append(line.replace(marker, token))
+    if next(counts, None) is not None:
+        raise ValueError(f"the text has fewer {token} placeholders than videos")
+    return expanded
+
+
+def _torchvision_free_class():
     from transformers import Qwen2VLProcessor
 
-    class ImageOnlyQwen2VLProcessor(Qwen2VLProcessor):
-        """``Qwen2VLProcessor`` without a video processor (no torchvision needed); ``videos=`` is refused."""
+    class TorchvisionFreeQwen2VLProcessor(Qwen2VLProcessor):
+        """``Qwen2VLProcessor`` without transformers' video processor (no torchvision needed): ``videos=``
+        (lists of PIL frames) go through :func:`frames_video_inputs`."""
 
         def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
             super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
 
         def __call__(self, images=None, text=None, videos=None, **kwargs):
-            """Process ``images`` and ``text`` like ``Qwen2VLProcessor``; ``videos`` raise ``ValueError``."""
-            if videos is not None:
-                raise ValueError("videos need torchvision's Qwen2-VL video processor, which is not installed")
-            return super().__call__(images=images, text=text, **kwargs)
+            """Process ``images`` and ``text`` like ``Qwen2VLProcessor``; with ``videos``, also
+            ``pixel_values_videos`` and ``video_grid_thw``, and each ``<|video_pad|>`` of ``text`` expanded
+            to its video's tokens."""
+            if videos is None:
+                return super().__call__(images=images, text=text, **kwargs)
+            inputs = frames_video_inputs(self.image_processor, videos)
+            merge_length = int(self.image_processor.merge_size) ** 2
+            text = _expand_video_tokens(text, inputs["video_grid_thw"], merge_length, self.video_token)
+            out = super().__call__(images=images, text=text, **kwargs)
+            if kwargs.get("return_tensors") == "pt":
+                import torch
 
-    return ImageOnlyQwen2VLProcessor
+                inputs = {name: torch.from_numpy(value) for name, value in inputs.items()}
+            out.update(inputs)
+            return out
+
+    return TorchvisionFreeQwen2VLProcessor
 
 
 def build_image_only_processor(image_processor, tokenizer, chat_template: str | None = None):
-    """A Qwen2-VL processor over ``image_processor`` and ``tokenizer`` with no video processor."""
-    return _image_only_class()(image_processor=image_processor, tokenizer=tokenizer, chat_template=chat_template)
+    """A Qwen2-VL processor over ``image_processor`` and ``tokenizer`` without transformers' (torchvision)
+    video processor; videos, as lists of frames, go through :func:`frames_video_inputs`."""
+    return _torchvision_free_class()(image_processor=image_processor, tokenizer=tokenizer, chat_template=chat_template)
 
 
 def _multimodal_model_type(model: str | Path, **kwargs: Any) -> tuple[bool, str | None]:

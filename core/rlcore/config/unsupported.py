@@ -144,14 +144,13 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         },
     ),
     MissingFeature(
-        "video input and these multimodal data options of verl (rlcore: images through the model's processor)",
+        "these multimodal data options of verl (rlcore: images and videos through the model's processor, whose "
+        "tensors every multimodal row carries)",
         (
-            "data.video_key",
             "data.image_patch_size",
             "data.return_multi_modal_inputs",
         ),
         off={
-            "data.video_key": "videos",
             "data.image_patch_size": None,
             "data.return_multi_modal_inputs": True,
         },

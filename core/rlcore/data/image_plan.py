@@ -1,4 +1,5 @@
-"""The dry run's image check: do the data files have images, and does the model have a processor for them?"""
+"""The dry run's image and video check: do the data files have images or videos, and does the model have a
+processor for them?"""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlcore.data import DataError
 from rlcore.data.files import folder_files
-from rlcore.data.multimodal import describe_processor
+from rlcore.data.multimodal import VIDEO_PLACEHOLDER, describe_processor
 
 if TYPE_CHECKING:
     from rlcore.registry import Registry
@@ -67,12 +68,14 @@ def _builtin_dataset(config: Any, registry: Registry) -> bool:
 
 
 def image_plan(config: Any, registry: Registry) -> str | None:
-    """What a run does with images, for ``rlcore run --dry-run``; ``None`` when no data file has images.
+    """What a run does with images and videos, for ``rlcore run --dry-run``; ``None`` when no data file has
+    either.
 
     A folder named by ``data.train_files``/``data.val_files`` that holds no data files (or files of several
     kinds or splits) is an error here, for the built-in dataset. When those files have a ``data.image_key``
-    column, a local ``actor_rollout_ref.model.path`` must have a multimodal processor (else
-    :class:`DataError` naming the file and the model); its class and pixel bounds are described. Without the training stack (a lean
+    (or ``data.video_key``) column, a local ``actor_rollout_ref.model.path`` must have a multimodal processor
+    (else :class:`DataError` naming the file, the key and the model); its class and pixel bounds are described,
+    and for videos how their frames are patched. Without the training stack (a lean
     ``pip install rlcore``: no pyarrow or torch to read the data with) nothing is checked: the dry run names
     the missing components instead.
     """
@@ -83,19 +86,37 @@ def image_plan(config: Any, registry: Registry) -> str | None:
     if find_spec("pyarrow") is None or find_spec("torch") is None:
         return None
     data, model = config.data, config.actor_rollout_ref.model
-    key = data.image_key
     folders = _builtin_dataset(config, registry)
-    found = files_with_images(data.train_files, key, "train", folders) + files_with_images(
-        data.val_files, key, "val", folders
-    )
+    found = {
+        (key, what): files_with_images(data.train_files, key, "train", folders)
+        + files_with_images(data.val_files, key, "val", folders)
+        for key, what in ((data.image_key, "image"), (data.video_key, "video"))
+    }
+    found = {column: files for column, files in found.items() if files}
     if not found:
         return None
     if not Path(str(model.path)).expanduser().is_dir():
-        return f"images: {found[0]} has column {key!r}; the processor of {model.path} is loaded when the run starts"
+        (key, what), files = next(iter(found.items()))
+        return f"{what}s: {files[0]} has column {key!r}; the processor of {model.path} is loaded when the run starts"
     processor = load_processor(Path(str(model.path)).expanduser(), trust_remote_code=bool(model.trust_remote_code))
     if processor is None:
+        (key, what), files = next(iter(found.items()))
         raise DataError(
-            f"{found[0]}: column {key!r} (data.image_key) holds images but actor_rollout_ref.model.path={model.path} "
+            f"{files[0]}: column {key!r} (data.{what}_key) holds {what}s but actor_rollout_ref.model.path={model.path} "
             "has no multimodal processor (preprocessor_config.json); use a vision-language model"
         )
-    return describe_processor(processor)
+    kinds = {what for _, what in found}
+    lines = [describe_processor(processor)] if "image" in kinds else []
+    if "video" in kinds:
+        video_processor = getattr(processor, "video_processor", None)
+        how = (
+            f"{type(processor).__name__} / {type(video_processor).__name__}"
+            if video_processor is not None
+            else f"{type(processor).__name__}: each frame through {type(processor.image_processor).__name__}, "
+            "grouped by its temporal_patch_size (no torchvision)"
+        )
+        lines.append(
+            f"videos: {VIDEO_PLACEHOLDER} placeholders in the prompts are filled from data.video_key by {how}; "
+            "their tokens count towards data.max_prompt_length"
+        )
+    return "\n".join(lines)

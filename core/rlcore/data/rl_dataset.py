@@ -10,6 +10,7 @@ message naming the file, the row and the key.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -52,6 +53,7 @@ class _Row:
     origin: RowOrigin
     images: list[Any]
     agent_name: str | None = None
+    videos: list[Any] = dataclasses.field(default_factory=list)
 
 
 def config_value(config: Any, key: str, default: Any) -> Any:
@@ -191,9 +193,11 @@ class RLDataset:
     ``max_prompt_length``, left-padded), ``raw_prompt_ids`` (the unpadded, truncated ids),
     ``raw_prompt`` (the messages, when ``return_raw_chat``), ``data_source``, ``reward_model``,
     ``extra_info`` and ``index`` (``extra_info["index"]`` or the row's number across the files). When any
-    row has images, every row also has ``multi_modal_data`` (``{"image": [PIL images]}``) and
-    ``multi_modal_inputs`` (the processor's ``pixel_values`` and ``image_grid_thw``), ``None`` for text rows;
-    an image row's ids hold its image tokens, which count towards ``max_prompt_length``. When any row names
+    row has images or videos (``data.video_key``), every row also has ``multi_modal_data`` (``{"image": [PIL
+    images]}``, with videos ``{"video": [lists of frames]}``: :func:`~rlcore.data.multimodal.media_data`) and
+    ``multi_modal_inputs`` (the processor's ``pixel_values`` and ``image_grid_thw``; ``pixel_values_videos``
+    and ``video_grid_thw``), ``None`` for text rows; such a row's ids hold its image and video tokens, which
+    count towards ``max_prompt_length``. When any row names
     an agent loop (verl's ``agent_name`` column), every row has ``agent_name`` (``None``: the default loop).
     """
 
@@ -213,6 +217,7 @@ class RLDataset:
         self.chat_template_kwargs: dict[str, Any] = dict(template_kwargs)
         self.processor = processor
         self.image_key: str = config_value(config, "image_key", "images")
+        self.video_key: str = config_value(config, "video_key", multimodal.VIDEO_COLUMN)
         is_train = split == "train"
         self.max_samples = int(config_value(config, "train_max_samples" if is_train else "val_max_samples", -1))
         self.shuffle = bool(config_value(config, "shuffle" if is_train else "validation_shuffle", is_train))
@@ -269,13 +274,13 @@ class RLDataset:
                     )
         else:
             for row, row_ids in zip(rows, ids):
-                if row.images and len(row_ids) > self.max_prompt_length:
+                if (row.images or row.videos) and len(row_ids) > self.max_prompt_length:
                     raise DataError(
-                        f"{row.origin}: the prompt with its images has {len(row_ids)} tokens, more than "
+                        f"{row.origin}: the prompt with its images or videos has {len(row_ids)} tokens, more than "
                         f"data.max_prompt_length={self.max_prompt_length}, and cutting it would cut image tokens; "
                         "raise max_prompt_length or set data.filter_overlong_prompts=true"
                     )
-        self.has_images = any(row.images for row in rows)
+        self.has_images = any(row.images or row.videos for row in rows)
         self.has_agent_names = any(row.agent_name for row in rows)
         self._rows = rows
         self._ids = ids
@@ -341,8 +346,8 @@ class RLDataset:
                 f"{origin}: key 'agent_name' must be the name of an agent loop (a string) or null, "
                 f"got {type(agent_name).__name__}"
             )
-        multimodal.check_no_videos(record, str(origin))
         images = multimodal.image_list(record.get(self.image_key), str(origin), self.image_key)
+        videos = multimodal.image_list(record.get(self.video_key), str(origin), self.video_key, "video")
         return _Row(
             prompt=prompt,
             data_source=data_source,
@@ -352,19 +357,23 @@ class RLDataset:
             origin=origin,
             images=images,
             agent_name=agent_name or None,
+            videos=videos,
         )
 
     def _is_image_row(self, row: _Row) -> bool:
-        """Whether the processor renders ``row``: it has images, or ``<image>`` placeholders and a processor."""
-        if row.images:
+        """Whether the processor renders ``row``: it has images or videos, or ``<image>``/``<video>``
+        placeholders and a processor."""
+        if row.images or row.videos:
             return True
-        return self.processor is not None and any(multimodal.IMAGE_PLACEHOLDER in m["content"] for m in row.prompt)
+        placeholders = (multimodal.IMAGE_PLACEHOLDER, multimodal.VIDEO_PLACEHOLDER)
+        return self.processor is not None and any(p in m["content"] for m in row.prompt for p in placeholders)
 
     def _render(self, row: _Row) -> multimodal.RenderedRow:
-        """Render an image row with the processor (its ids, images and pixel tensors)."""
+        """Render an image or video row with the processor (its ids, images, videos and pixel tensors)."""
         if self.processor is None:
+            key, what = (self.image_key, "images") if row.images or not row.videos else (self.video_key, "videos")
             raise DataError(
-                f"{row.origin}: key {self.image_key!r} holds images but the model has no multimodal processor "
+                f"{row.origin}: key {key!r} holds {what} but the model has no multimodal processor "
                 "(no preprocessor_config.json next to actor_rollout_ref.model.path)"
             )
         return multimodal.render_row(
@@ -375,6 +384,8 @@ class RLDataset:
             key=self.image_key,
             base_dir=Path(row.origin.file).parent,
             chat_template_kwargs=self.chat_template_kwargs,
+            videos=row.videos,
+            video_key=self.video_key,
         )
 
     def _tokenize(self, rows: list[_Row]) -> list[np.ndarray]:
@@ -443,7 +454,7 @@ class RLDataset:
         }
         if self.has_images:
             rendered = self._render(row) if self._is_image_row(row) else None
-            item[multimodal.MULTI_MODAL_DATA] = {"image": rendered.images} if rendered else None
+            item[multimodal.MULTI_MODAL_DATA] = multimodal.media_data(rendered) if rendered else None
             item[multimodal.MULTI_MODAL_INPUTS] = rendered.inputs if rendered else None
         if self.return_raw_chat:
             item["raw_prompt"] = copy.deepcopy(row.prompt)

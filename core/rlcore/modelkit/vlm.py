@@ -2,11 +2,12 @@
 forward inputs of a micro-batch, and freezing the vision tower.
 
 A Batch row of a multimodal dataset carries ``non_tensors["multi_modal_inputs"]``: the processor's
-``pixel_values`` ``[patches, C·t·p·p]`` and ``image_grid_thw`` ``[images, 3]`` for that row (None for a
-text-only row). The engine concatenates them over the micro-batch's rows in order (the model scatters the
-image features into the ``<|image_pad|>`` positions in the same order) and replaces the 1-D
+``pixel_values`` ``[patches, C·t·p·p]`` and ``image_grid_thw`` ``[images, 3]`` for that row's images, and
+``pixel_values_videos`` / ``video_grid_thw`` for its videos (None for a text-only row). The engine
+concatenates each over the micro-batch's rows in order (the model scatters the image and video features
+into the ``<|image_pad|>`` and ``<|video_pad|>`` positions in the same order) and replaces the 1-D
 ``position_ids`` by the model's own multimodal rotary (mrope) position ids, computed with its
-``get_rope_index`` from ``input_ids``, the attention mask and ``image_grid_thw``:
+``get_rope_index`` from ``input_ids``, the attention mask and the grids:
 
 * padded: ``[3, B, T]`` (temporal, height, width) next to the attention mask;
 * packed (``use_remove_padding``): ``[4, 1, nnz]``, the packed 1-D positions first: transformers' Qwen2-VL
@@ -22,7 +23,7 @@ import torch
 from torch import nn
 
 from rlcore.api.batch import Batch
-from rlcore.data.multimodal import MULTI_MODAL_INPUTS
+from rlcore.data.multimodal import MULTI_MODAL_INPUT_KEYS, MULTI_MODAL_INPUTS, VIDEO_INPUT_KEYS
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.packing import PackedBatch
 
@@ -73,28 +74,33 @@ def freeze_vision_tower(model: nn.Module, key: str) -> None:
 
 
 def stack_multimodal(entries: Iterable[Any], device: torch.device) -> dict[str, torch.Tensor]:
-    """``pixel_values`` and ``image_grid_thw`` of the rows' ``multi_modal_inputs`` ``entries`` (None for a
-    text-only row), concatenated in row order on ``device``; empty when no row has an image.
+    """``pixel_values`` and ``image_grid_thw`` (images), ``pixel_values_videos`` and ``video_grid_thw``
+    (videos) of the rows' ``multi_modal_inputs`` ``entries`` (None for a text-only row), each concatenated in
+    row order on ``device``; only the pairs some row has (empty when no row has an image or a video).
 
     Raises:
-        RLCoreError: an entry is not a mapping holding both tensors.
+        RLCoreError: an entry is not a mapping holding at least one of the pairs, both tensors of it.
     """
-    pixels: list[torch.Tensor] = []
-    grids: list[torch.Tensor] = []
+    stacked: dict[str, list[torch.Tensor]] = {}
     for row, entry in enumerate(entries):
         if entry is None:
             continue
-        if not isinstance(entry, Mapping) or "pixel_values" not in entry or "image_grid_thw" not in entry:
+        pairs = [
+            pair
+            for pair in (MULTI_MODAL_INPUT_KEYS, VIDEO_INPUT_KEYS)
+            if isinstance(entry, Mapping) and pair[0] in entry
+        ]
+        if not pairs or any(grid not in entry for _, grid in pairs):
             raise RLCoreError(
-                f"{MULTI_MODAL_INPUTS}[{row}] must map pixel_values and image_grid_thw to tensors, got {entry!r:.200}"
+                f"{MULTI_MODAL_INPUTS}[{row}] must map pixel_values and image_grid_thw (or pixel_values_videos and "
+                f"video_grid_thw) to tensors, got {entry!r:.200}"
             )
-        pixels.append(torch.as_tensor(entry["pixel_values"]))
-        grids.append(torch.as_tensor(entry["image_grid_thw"]).reshape(-1, 3))
-    if not pixels:
-        return {}
+        for pixels, grid in pairs:
+            stacked.setdefault(pixels, []).append(torch.as_tensor(entry[pixels]))
+            stacked.setdefault(grid, []).append(torch.as_tensor(entry[grid]).reshape(-1, 3))
     return {
-        "pixel_values": torch.cat(pixels).to(device),
-        "image_grid_thw": torch.cat(grids).to(device=device, dtype=torch.long),
+        name: torch.cat(parts).to(device=device, dtype=torch.long if name.endswith("grid_thw") else None)
+        for name, parts in stacked.items()
     }
 
 
@@ -112,26 +118,36 @@ def token_types(input_ids: torch.Tensor, hf_config: Any) -> torch.Tensor:
 
 
 def mrope_positions(
-    owner: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, image_grid_thw: torch.Tensor | None
+    owner: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    image_grid_thw: torch.Tensor | None,
+    video_grid_thw: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``[3, B, T]`` mrope position ids (0 at padding) from ``owner.get_rope_index``.
 
     Raises:
-        RLCoreError: the rows' ``<|image_pad|>`` tokens do not match ``image_grid_thw``.
+        RLCoreError: the rows' ``<|image_pad|>`` (``<|video_pad|>``) tokens do not match ``image_grid_thw``
+            (``video_grid_thw``).
     """
     config = owner.config
     merge = owner.visual.spatial_merge_size**2
-    expected = 0 if image_grid_thw is None else int((image_grid_thw.prod(-1) // merge).sum())
-    found = int(((input_ids == config.image_token_id) & attention_mask.bool()).sum())
-    if found != expected:
-        raise RLCoreError(
-            f"the rows' input_ids hold {found} image tokens but their {MULTI_MODAL_INPUTS} (image_grid_thw) "
-            f"describe {expected}: each row's images must be the ones its prompt was rendered with"
-        )
+    for what, token_id, grid in (
+        ("image", config.image_token_id, image_grid_thw),
+        ("video", config.video_token_id, video_grid_thw),
+    ):
+        expected = 0 if grid is None else int((grid.prod(-1) // merge).sum())
+        found = int(((input_ids == token_id) & attention_mask.bool()).sum())
+        if found != expected:
+            raise RLCoreError(
+                f"the rows' input_ids hold {found} {what} tokens but their {MULTI_MODAL_INPUTS} ({what}_grid_thw) "
+                f"describe {expected}: each row's {what}s must be the ones its prompt was rendered with"
+            )
     positions, _ = owner.get_rope_index(
         input_ids,
         mm_token_type_ids=token_types(input_ids, config),
         image_grid_thw=image_grid_thw,
+        video_grid_thw=video_grid_thw,
         attention_mask=attention_mask,
     )
     return positions
@@ -148,22 +164,25 @@ def rollout_prefill(
     module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, entries: Iterable[Any]
 ) -> tuple[dict[str, Any], torch.Tensor]:
     """The prefill keyword arguments of left-padded prompts with the rows' ``multi_modal_inputs``
-    ``entries`` (images and mrope ``position_ids``) and the ``[B, 1]`` position of each row's first new
+    ``entries`` (images, videos and mrope ``position_ids``) and the ``[B, 1]`` position of each row's first new
     token (one past its largest mrope position; decoding continues with 1-D positions from there).
 
     Raises:
-        RLCoreError: a row has images but ``module`` is not a vision-language model.
+        RLCoreError: a row has images or videos but ``module`` is not a vision-language model.
     """
     kwargs: dict[str, Any] = stack_multimodal(entries, input_ids.device)
     owner = rope_owner(module)
     if owner is None:
         if kwargs:
             raise RLCoreError(
-                f"the prompts carry images ({MULTI_MODAL_INPUTS}) but the rollout model is not a vision-language model"
+                f"the prompts carry images or videos ({MULTI_MODAL_INPUTS}) but the rollout model is not a "
+                "vision-language model"
             )
         positions = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
         return {"position_ids": positions}, positions[:, -1:] + 1
-    positions = mrope_positions(owner, input_ids, attention_mask, kwargs.get("image_grid_thw"))
+    positions = mrope_positions(
+        owner, input_ids, attention_mask, kwargs.get("image_grid_thw"), kwargs.get("video_grid_thw")
+    )
     kwargs["position_ids"] = positions
     return kwargs, positions.amax(dim=(0, 2)).unsqueeze(-1) + 1
 
@@ -185,7 +204,7 @@ def text_responses(input_ids: torch.Tensor, response_length: int, hf_config: Any
 
 def vision_language_kwargs(model: nn.Module, batch: Batch, packed: PackedBatch | None) -> dict[str, Any]:
     """Extra forward keyword arguments of ``batch`` for a vision-language ``model`` (empty for a text
-    model): the concatenated ``pixel_values``/``image_grid_thw``, the mrope ``position_ids`` and the
+    model): the concatenated ``pixel_values``/``image_grid_thw`` (and ``pixel_values_videos``/``video_grid_thw``), the mrope ``position_ids`` and the
     ``input_ids`` (:func:`text_responses`) of the padded batch, or of its ``packed`` row (see the module
     docstring)."""
     owner = rope_owner(model)
@@ -194,7 +213,7 @@ def vision_language_kwargs(model: nn.Module, batch: Batch, packed: PackedBatch |
     mask = batch["attention_mask"]
     input_ids = text_responses(batch["input_ids"], batch["responses"].shape[1], owner.config)
     kwargs: dict[str, Any] = multimodal_tensors(batch, input_ids.device)
-    positions = mrope_positions(owner, input_ids, mask, kwargs.get("image_grid_thw"))
+    positions = mrope_positions(owner, input_ids, mask, kwargs.get("image_grid_thw"), kwargs.get("video_grid_thw"))
     if packed is None:
         kwargs["input_ids"], kwargs["position_ids"] = input_ids, positions
     else:

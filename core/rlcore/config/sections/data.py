@@ -46,6 +46,8 @@ class DataConfig(Section):
     prompt_key: str = "prompt"
     #: images column of multimodal rows (one per <image> placeholder; docs/vision-language.md)
     image_key: str = "images"
+    #: videos column of multimodal rows (one per <video> placeholder: a list of frames or a local video file)
+    video_key: str = "videos"
     #: the column naming each row's scorer (its data source)
     reward_fn_key: str = "data_source"
     #: prompt tokens kept

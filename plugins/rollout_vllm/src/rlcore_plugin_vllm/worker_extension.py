@@ -5,13 +5,19 @@ as tensors (``memoryview`` objects are refused), and on CPU the loaded linear we
 the CPU kernels, so ``model.load_weights`` no longer applies. The route that works on CPU and GPU alike:
 serialise the state dict with safetensors into one ``bytes`` object and let the worker hand the tensors
 to ``model_runner.reload_weights``, which re-runs vLLM's own loading and post-processing.
+
+With ``rollout.enable_rollout_routing_replay`` (R3) the engine also asks every worker to record the experts its
+routers choose (:meth:`RLCoreWorkerExtension.rlcore_record_routing`, :mod:`rlcore_plugin_vllm.routing`) and
+collects them per request after each ``generate`` (:meth:`RLCoreWorkerExtension.rlcore_take_routing`).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
+
+from rlcore_plugin_vllm.routing import RoutingTap, sparse_layers
 
 __all__ = ["RLCoreWorkerExtension"]
 
@@ -30,6 +36,7 @@ class RLCoreWorkerExtension:
     """Mixed into vLLM's worker class; ``self`` is the worker (it has ``model_runner``)."""
 
     model_runner: _ModelRunner
+    _rlcore_routing: RoutingTap | None = None
 
     def rlcore_load_weights(self, blob: bytes) -> int:
         """Load the safetensors-serialised ``(name, tensor)`` pairs in ``blob`` into the served model.
@@ -43,6 +50,26 @@ class RLCoreWorkerExtension:
         self.model_runner.reload_weights(weights_iterator=list(tensors.items()))
         repack_cpu_experts(self.model_runner.get_model())
         return len(tensors)
+
+    def rlcore_record_routing(self) -> tuple[int, int]:
+        """Start recording the experts every sparse layer's router chooses, per request (idempotent); returns
+        ``(sparse layers, experts per token)``.
+
+        Raises:
+            ValueError: the served model has no router that takes a capture callback (a dense model).
+        """
+        if self._rlcore_routing is None:
+            layers = sparse_layers(self.model_runner.get_model())
+            if not layers:
+                raise ValueError("the served model has no mixture-of-experts router to record")
+            self._rlcore_routing = RoutingTap(self.model_runner, layers)
+        return self._rlcore_routing.num_layers, self._rlcore_routing.top_k
+
+    def rlcore_take_routing(self, request_ids: list[str]) -> dict[str, tuple[list[int], bytes]]:
+        """The recorded routing ``[positions, L, k]`` of the requests ``LLM.generate`` returned under
+        ``request_ids`` (:func:`rlcore_plugin_vllm.routing.encode_record`); forgets every record (:meth:`rlcore_record_routing` must have run)."""
+        tap: Any = self._rlcore_routing
+        return tap.take(request_ids)
 
 
 def repack_cpu_experts(model: torch.nn.Module) -> int:
