@@ -87,11 +87,10 @@ def on(factor: float = 0.1, **more: Any) -> dict[str, Any]:
 def test_mtp_weights_convert_both_ways(mtp_model_dir: Path) -> None:
     """MiMo's ``model.mtp_layers.0.*`` -> megatron-core's ``mtp.layers.0.*`` -> back is the identity; ``input_proj``'s
     halves swap (megatron-core's ``eh_proj`` reads ``[embedding; hidden]``)."""
-    from safetensors.torch import load_file
-    from transformers import AutoConfig
-
     from rlcore_plugin_megatron.convert import ModelSpec
     from rlcore_plugin_megatron.mtp import mtp_to_hf, mtp_to_megatron
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
 
     spec = ModelSpec.from_hf_config(AutoConfig.from_pretrained(mtp_model_dir), "m")
     state = {n: t for n, t in load_file(str(mtp_model_dir / "model.safetensors")).items() if "mtp_layers" in n}
@@ -199,9 +198,10 @@ def test_mtp_loss_matches_a_direct_computation(mtp_model_dir: Path, tiny_tokeniz
             prompt = ids.shape[1] - int(batch["attention_mask"][row, -batch["responses"].shape[1] :].sum())
             hidden = model.model(input_ids=ids).last_hidden_state  # final-normed, as megatron-core's decoder output
             embeds = model.model.embed_tokens(ids[:, 1:])
-            mixed = state["input_proj.weight"] @ torch.cat([norms["hidden"](hidden[:, :-1]), norms["token"](embeds)], -1)[
-                0
-            ].T
+            mixed = (
+                state["input_proj.weight"]
+                @ torch.cat([norms["hidden"](hidden[:, :-1]), norms["token"](embeds)], -1)[0].T
+            )
             positions = torch.arange(mixed.shape[1])[None]
             rotary = model.model.rotary_emb(mixed.T[None], positions)
             out = layer(mixed.T[None], position_embeddings=rotary, attention_mask=None, position_ids=positions)
@@ -240,7 +240,9 @@ def test_grpo_update_logs_the_mtp_loss_and_exports_mtp_weights(
     mtp_names = {n for n in before if n.startswith("model.mtp_layers.")}
     assert mtp_names <= saved.keys()
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["num_nextn_predict_layers"] == 1
-    assert not torch.equal(saved["model.mtp_layers.0.input_proj.weight"], before["model.mtp_layers.0.input_proj.weight"])
+    assert not torch.equal(
+        saved["model.mtp_layers.0.input_proj.weight"], before["model.mtp_layers.0.input_proj.weight"]
+    )
     reloaded = actor(tmp_path / "hf", **on())
     reloaded.shutdown()
 
@@ -300,7 +302,9 @@ def test_mtp_layouts_the_engine_does_not_split_are_errors(size: str | None, moe:
     mtp = SimpleNamespace(enable=True, enable_train=True, enable_rollout=False)
     with pytest.raises(RLCoreError, match=message):
         mtp_layers_to_build(mtp, SimpleNamespace(num_nextn_predict_layers=1), settings, is_moe=moe)
-    assert mtp_layers_to_build(mtp, SimpleNamespace(mtp_num_hidden_layers=2), resolve_settings({}, "k"), is_moe=False) == 2
+    assert (
+        mtp_layers_to_build(mtp, SimpleNamespace(mtp_num_hidden_layers=2), resolve_settings({}, "k"), is_moe=False) == 2
+    )
 
 
 def test_two_grpo_steps_with_mtp(mtp_model_dir: Path, tmp_path: Path) -> None:
