@@ -23,51 +23,14 @@ class Settings(TrainingBackendContract):
     component_name = "megatron"
 
 
-def mimo_layer(config: dict[str, Any], generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Random weights of one MiMo MTP layer (``model.mtp_layers.0.*``) for a Qwen2 model of ``config``."""
-    hidden, inter = config["hidden_size"], config["intermediate_size"]
-    heads, groups = config["num_attention_heads"], config["num_key_value_heads"]
-    head_dim = hidden // heads
-    shapes = {
-        "token_layernorm.weight": (hidden,),
-        "hidden_layernorm.weight": (hidden,),
-        "input_layernorm.weight": (hidden,),
-        "post_attention_layernorm.weight": (hidden,),
-        "final_layernorm.weight": (hidden,),
-        "input_proj.weight": (hidden, 2 * hidden),
-        "self_attn.q_proj.weight": (heads * head_dim, hidden),
-        "self_attn.q_proj.bias": (heads * head_dim,),
-        "self_attn.k_proj.weight": (groups * head_dim, hidden),
-        "self_attn.k_proj.bias": (groups * head_dim,),
-        "self_attn.v_proj.weight": (groups * head_dim, hidden),
-        "self_attn.v_proj.bias": (groups * head_dim,),
-        "self_attn.o_proj.weight": (hidden, heads * head_dim),
-        "mlp.gate_proj.weight": (inter, hidden),
-        "mlp.up_proj.weight": (inter, hidden),
-        "mlp.down_proj.weight": (hidden, inter),
-    }
-    return {
-        f"model.mtp_layers.0.{name}": (1.0 if name.endswith("layernorm.weight") else 0.0)
-        + 0.05 * torch.randn(shape, generator=generator)
-        for name, shape in shapes.items()
-    }
-
-
 @pytest.fixture(scope="module")
 def mtp_model_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The session's tiny Qwen2 with one MiMo-style MTP layer (``num_nextn_predict_layers: 1`` and
-    ``model.mtp_layers.0.*`` weights in its safetensors)."""
-    from safetensors.torch import load_file, save_file
+    """The session's tiny Qwen2 with one MiMo MTP layer (:func:`rlcore_testkit.tiny.add_mtp_layer`)."""
+    from rlcore_testkit.tiny import add_mtp_layer
 
     path = tmp_path_factory.mktemp("mtp") / "model"
     shutil.copytree(tiny_model_dir, path)
-    config = json.loads((path / "config.json").read_text())
-    config["num_nextn_predict_layers"] = 1
-    (path / "config.json").write_text(json.dumps(config))
-    state = load_file(str(path / "model.safetensors"))
-    state.update(mimo_layer(config, torch.Generator().manual_seed(0)))
-    save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
-    return path
+    return add_mtp_layer(path)
 
 
 def actor(model_dir: Path, **overrides: Any) -> Any:

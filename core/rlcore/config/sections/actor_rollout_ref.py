@@ -24,6 +24,7 @@ class FusedKernelOptions(Section):
 class MtpConfig(Section):
     """``actor_rollout_ref.model.mtp``: multi-token prediction (verl's MtpConfig; the Megatron backend trains it)."""
 
+    PATH = "actor_rollout_ref.model.mtp"
     #: build the model's MTP layers (the Hugging Face config's num_nextn_predict_layers), load and save their weights
     enable: bool = False
     #: train the MTP layers: their loss, times mtp_loss_scaling_factor, joins the actor's loss (needs enable)
