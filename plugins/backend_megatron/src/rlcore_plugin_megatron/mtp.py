@@ -26,10 +26,10 @@ from typing import Any
 import torch
 
 from rlcore.api import RLCoreError
+from rlcore_plugin_megatron.config import MTP_KEY
 from rlcore_plugin_megatron.convert import ModelSpec, hf_to_megatron, megatron_to_hf
 
-#: where verl keeps the MTP settings
-MTP_KEY = "actor_rollout_ref.model.mtp"
+__all__ = ["MTP_KEY", "install", "mtp_layers_to_build", "mtp_targets", "mtp_to_hf", "mtp_to_megatron"]
 #: the Hugging Face config fields that give the number of MTP layers (MiMo/DeepSeek-V3, Qwen3-Next)
 LAYER_FIELDS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
 #: the Hugging Face weights of the MTP layers (MiMo's names)
