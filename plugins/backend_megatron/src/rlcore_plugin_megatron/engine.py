@@ -51,6 +51,7 @@ from rlcore.api import (
     MicroBatchLoss,
     ModelConfig,
     ModelOutput,
+    MtpConfig,
     OptimizerState,
     ParallelLayout,
     RLCoreError,
@@ -398,8 +399,9 @@ class MegatronEngine(OptimizerState):
                 f"{self.settings.key}.tensor_model_parallel_size={self.settings.tp} must divide the vocabulary size "
                 f"({self.spec.vocab_size}) of {request.model_section}.path"
             )
-        #: verl's ``model.mtp`` (the policy's model section; None for the critic's) and the MTP layers built
-        self.mtp = getattr(model_config, "mtp", None)
+        #: verl's ``model.mtp`` (the policy's model section; off for the critic's, which has none) and the MTP
+        #: layers built
+        self.mtp: MtpConfig = getattr(model_config, "mtp", None) or MtpConfig()
         self.mtp_layers = mtp_layers_to_build(self.mtp, hf_config, self.settings, is_moe=self.spec.is_moe)
         #: whether the update trains them (``mtp.enable_train``; the reference model never does)
         self.mtp_train = bool(self.mtp_layers and self.mtp.enable_train and request.optim is not None)

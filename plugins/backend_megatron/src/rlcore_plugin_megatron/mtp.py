@@ -236,15 +236,15 @@ def mtp_targets(
 
 
 def mtp_layers_to_build(mtp: Any, hf_config: Any, settings: Any, *, is_moe: bool) -> int:
-    """How many MTP layers the engine builds for the model section's ``mtp`` (verl's ``MtpConfig`` keys; None for
-    a model section without one) and ``hf_config``: 0 when ``mtp.enable`` is false (the config's count is then
+    """How many MTP layers the engine builds for the model section's ``mtp`` (verl's ``MtpConfig`` keys) and
+    ``hf_config``: 0 when ``mtp.enable`` is false (the config's count is then
     set to 0, :func:`drop_mtp_layers`), else the config's count. Errors name the key: ``enable`` on a model
     without MTP layers (as verl's), ``enable_train``/``enable_rollout`` without ``enable``, and a layout or model
     this engine does not train MTP with (pipeline, virtual pipeline, tensor or context parallelism; a
     mixture-of-experts model)."""
-    if mtp is None or not mtp.enable:
+    if not mtp.enable:
         for name in ("enable_train", "enable_rollout"):
-            if mtp is not None and getattr(mtp, name):
+            if getattr(mtp, name):
                 raise RLCoreError(f"{MTP_KEY}.{name}=true needs {MTP_KEY}.enable=true (the model's MTP layers)")
         drop_mtp_layers(hf_config)
         return 0
