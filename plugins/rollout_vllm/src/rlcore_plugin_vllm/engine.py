@@ -220,19 +220,31 @@ class VLLMRolloutEngine(TokenListEngine):
 
     # ------------------------------------------------------------------ the engine-specific steps
 
-    def _complete(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None]) -> list[Completion]:
-        """One ``LLM.generate`` call over all prompts, one ``SamplingParams`` (and seed) per request;
-        log-probs are vLLM's processed ones (after the temperature)."""
-        return self._complete_multimodal(prompts, params, seeds, [None] * len(prompts))
+    def _complete(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seeds: list[int | None],
+        max_tokens: Sequence[int] | None = None,
+    ) -> list[Completion]:
+        """One ``LLM.generate`` call over all prompts, one ``SamplingParams`` (seed and ``max_tokens``) per
+        request; log-probs are vLLM's processed ones (after the temperature)."""
+        return self._complete_multimodal(prompts, params, seeds, [None] * len(prompts), max_tokens)
 
     def _complete_multimodal(
-        self, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None], data: list[Any]
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seeds: list[int | None],
+        data: list[Any],
+        max_tokens: Sequence[int] | None = None,
     ) -> list[Completion]:
         """:meth:`_complete` with each row's ``multi_modal_data`` (None for a text-only row) passed to vLLM
         next to its prompt token ids, whose image placeholders the processor has already expanded."""
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
+        limits = [self.settings.response_length] * len(prompts) if max_tokens is None else list(max_tokens)
         kwargs = vllm_sampling_kwargs(
             params,
             max_tokens=self.settings.response_length,
@@ -240,7 +252,9 @@ class VLLMRolloutEngine(TokenListEngine):
             ignore_eos=self.settings.ignore_eos,
             stop_token_ids=self.eos_token_ids,
         )
-        requests = [VLLMSamplingParams(**kwargs, seed=seed) for seed in seeds]
+        requests = [
+            VLLMSamplingParams(**{**kwargs, "max_tokens": limit}, seed=seed) for seed, limit in zip(seeds, limits)
+        ]
         inputs = [
             TokensPrompt(prompt_token_ids=row)
             if extra is None
