@@ -210,6 +210,26 @@ def test_grpo_update_logs_the_mtp_loss_and_exports_mtp_weights(
     reloaded.shutdown()
 
 
+def test_full_weights_leave_the_mtp_layers_out_and_load_back(mtp_model_dir: Path, tiny_tokenizer: Any) -> None:
+    """The rollout's weights (``full_weights``) have no MTP layer; loading them back (the contract's round trip)
+    keeps the engine's MTP weights and its log-probs."""
+    worker = actor(mtp_model_dir, **on())
+    try:
+        engine = worker.actor
+        state = engine.full_weights()
+        assert state and not any("mtp" in name for name in state)
+        before = {n: p.detach().clone() for n, p in engine.module.named_parameters() if n.startswith("mtp.")}
+        batch = make_batch(tiny_tokenizer)
+        expected = worker.compute_log_prob(batch)["old_log_probs"]
+        engine.load_full_weights(state)
+        torch.testing.assert_close(worker.compute_log_prob(batch)["old_log_probs"], expected, atol=0, rtol=0)
+        for name, param in engine.module.named_parameters():
+            if name.startswith("mtp."):
+                torch.testing.assert_close(param.detach(), before[name], atol=0, rtol=0)
+    finally:
+        worker.shutdown()
+
+
 def test_mtp_off_drops_the_mtp_weights(mtp_model_dir: Path, tmp_path: Path) -> None:
     """With ``mtp.enable=false`` (the default) the model is built without its MTP layer, the checkpoint's MTP
     weights are dropped (no strict-load error) and the export has neither them nor a layer count."""

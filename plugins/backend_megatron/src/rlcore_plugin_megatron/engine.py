@@ -1000,7 +1000,12 @@ class MegatronEngine(OptimizerState):
 
     def load_full_weights(self, state: Mapping[str, torch.Tensor]) -> None:
         """Replace the weights by ``state`` (Hugging Face names, full tensors); with LoRA they become the base
-        weights and every ``B`` is zeroed, so that the model computes ``state``'s function."""
+        weights and every ``B`` is zeroed, so that the model computes ``state``'s function. The MTP layers keep
+        their weights when ``state`` has none (:meth:`full_weights` leaves them out; MTP models are not split, so
+        this rank holds them whole)."""
+        if self.mtp_layers and not any(name.startswith(HF_PREFIX) for name in state):
+            own = {name: p.detach() for name, p in self.module.named_parameters() if name.startswith(MC_PREFIX)}
+            state = {**state, **mtp_to_hf(own, self.spec, self.mtp_layers)}
         self._load_megatron_state(self._to_megatron(state))
         with torch.no_grad():
             for name, param in self.module.named_parameters():
