@@ -5,7 +5,8 @@ verl 0.10's).
 The scripts under ``tests/verl_june_examples/`` are unmodified copies from verl at commit 41a5244 (see the NOTICE
 there): the five ``model_engine=veomni`` scripts that rlcore's FSDP engine trains as a named substitution, the
 Qwen3.5 Megatron script (``megatron.use_remove_padding=False``), the Qwen3-Next FSDP script
-(``fsdp_config.use_orig_params=True``) and the SAPO script (``ulimit -n``, shimmed).
+(``fsdp_config.use_orig_params=True``), the SAPO script (``ulimit -n``, shimmed) and the MiMo MTP script
+(``actor_rollout_ref.model.mtp.*``: MTP training on Megatron).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ SCRIPTS: dict[str, bool] = {
     "examples/grpo_trainer/run_qwen3_5_35b_megatron.sh": False,
     "examples/grpo_trainer/run_qwen3_next_80b_a3b_fsdp.sh": True,
     "examples/grpo_trainer/run_qwen3_vl_30b_moe_veomni.sh": True,
+    "examples/mtp_trainer/run_mimo_7b_mtp_megatron.sh": False,
     "examples/on_policy_distillation_trainer/run_qwen3_0.6b_opd_veomni.sh": False,
     "examples/on_policy_distillation_trainer/run_qwen3_8b_mopd_veomni.sh": False,
     "examples/sapo_trainer/run_qwen3_8b_fsdp.sh": False,
@@ -50,5 +52,7 @@ def test_verl_june_script_dry_run(script: str, tmp_path: Path, request: pytest.F
     result = CliRunner().invoke(cli, ["run", "--dry-run", *arguments])
     assert result.exit_code == 0, result.output
     assert "prompts per step:" in result.output
+    if "mtp_trainer" in script:
+        assert "actor_rollout_ref.model.mtp.enable=True with actor_rollout_ref.actor.megatron" in result.output
     if "veomni" in script:
         assert "model_engine=veomni: trained by rlcore's FSDP engine" in result.output

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcore.config.problems import ConfigError
 from rlcore.config.sections.actor import ActorCheckpointConfig, ActorConfig
-from rlcore.config.sections.actor_rollout_ref import ActorRolloutRefConfig, ModelConfig, RefConfig
+from rlcore.config.sections.actor_rollout_ref import ActorRolloutRefConfig, ModelConfig, MtpConfig, RefConfig
 from rlcore.config.sections.algorithm import AlgorithmConfig
 from rlcore.config.sections.base import Section
 from rlcore.config.sections.critic import CriticCheckpointConfig, CriticConfig, CriticModelConfig
@@ -48,6 +48,7 @@ __all__ = [
     "DataConfig",
     "LogProbConfig",
     "ModelConfig",
+    "MtpConfig",
     "PPOUpdateConfig",
     "RayKwargsConfig",
     "RefConfig",

@@ -177,13 +177,9 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         ),
     ),
     MissingFeature(
-        "multi-token prediction (MTP)",
-        (
-            "actor_rollout_ref.model.mtp",
-            "actor_rollout_ref.rollout.mtp",
-            "critic.model.mtp",
-            "reward_model.rollout.mtp",
-        ),
+        "multi-token prediction (MTP) outside the policy model (rlcore reads actor_rollout_ref.model.mtp, which verl's "
+        "rollout.mtp mirrors)",
+        ("actor_rollout_ref.rollout.mtp", "critic.model.mtp", "reward_model.rollout.mtp"),
     ),
     MissingFeature(
         "verl's Megatron-Lite engine (actor@actor_rollout_ref.actor=mlite_actor)",

@@ -17,6 +17,7 @@ from rlcore.config.expert_parallel import expert_parallel_notes, expert_parallel
 from rlcore.config.given_sections import given_section
 from rlcore.config.keys import positive_int, positive_key
 from rlcore.config.loader import ConfigError
+from rlcore.config.mtp import mtp_problems
 from rlcore.config.prefix_grouper import prefix_grouper_notes, prefix_grouper_problems
 from rlcore.config.ranges import value_range_problems
 from rlcore.config.ray_kwargs import ray_kwargs_notes, ray_kwargs_problems
@@ -291,7 +292,8 @@ def check_values(config: DictConfig) -> None:
     settings that cannot train (:func:`sampling_problems`), a reward function or dataset class that its file
     does not define (:func:`user_file_problems`), the ``router_replay`` keys
     (:func:`rlcore.config.router_replay.router_replay_problems`), what ``actor.use_prefix_grouper`` cannot run with
-    (:func:`rlcore.config.prefix_grouper.prefix_grouper_problems`), the rollout's expert parallelism
+    (:func:`rlcore.config.prefix_grouper.prefix_grouper_problems`), ``model.mtp``
+    (:func:`rlcore.config.mtp.mtp_problems`), the rollout's expert parallelism
     (:func:`rlcore.config.expert_parallel.expert_parallel_problems`), and the verl keys rlcore honours at one value only
     (:data:`ONLY_VALUES`). Raises one :class:`ConfigError` with every problem found."""
     from omegaconf import OmegaConf
@@ -326,6 +328,7 @@ def check_values(config: DictConfig) -> None:
     if policy is not None:  # these checks read the typed section (its own problems are reported above)
         problems += router_replay_problems(policy)
         problems += prefix_grouper_problems(policy)
+        problems += mtp_problems(policy)
         if trainer is not None:
             problems += expert_parallel_problems(policy.rollout, trainer)
     reward_model, algorithm = given_section(RewardModelConfig, config), given_section(AlgorithmConfig, config)

@@ -21,6 +21,35 @@ class FusedKernelOptions(Section):
 
 
 @dataclass(frozen=True)
+class MtpConfig(Section):
+    """``actor_rollout_ref.model.mtp``: multi-token prediction (verl's MtpConfig; the Megatron backend trains it)."""
+
+    PATH = "actor_rollout_ref.model.mtp"
+    #: build the model's MTP layers (the Hugging Face config's num_nextn_predict_layers), load and save their weights
+    enable: bool = False
+    #: train the MTP layers: their loss, times mtp_loss_scaling_factor, joins the actor's loss (needs enable)
+    enable_train: bool = False
+    #: the rollout drafts tokens with the MTP layers (vLLM speculative_config, SGLang speculative_*; needs enable)
+    enable_rollout: bool = False
+    #: stop the MTP loss's gradient at the token embeddings the MTP layers read (Megatron)
+    detach_encoder: bool = False
+    #: the MTP loss's weight: factor / num MTP layers × each layer's mean cross-entropy over the response tokens
+    mtp_loss_scaling_factor: float = 0.1
+    #: SGLang's speculative_algorithm
+    speculative_algorithm: str = "EAGLE"
+    #: SGLang's speculative_num_steps
+    speculative_num_steps: int = 3
+    #: SGLang's speculative_eagle_topk
+    speculative_eagle_topk: int = 1
+    #: SGLang's speculative_num_draft_tokens
+    speculative_num_draft_tokens: int = 4
+    #: vLLM's speculative_config method
+    method: str = "mtp"
+    #: vLLM's speculative_config num_speculative_tokens
+    num_speculative_tokens: int = 1
+
+
+@dataclass(frozen=True)
 class ModelConfig(Section):
     """``actor_rollout_ref.model``: the policy model (the engines read the rest of the section)."""
 
@@ -59,6 +88,8 @@ class ModelConfig(Section):
     exclude_modules: str | list[str] | None = None
     #: LoRA: start from the adapter saved in this directory
     lora_adapter_path: str | None = None
+    #: multi-token prediction (Megatron backend; the rollout's speculative decoding)
+    mtp: MtpConfig = field(default_factory=MtpConfig)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ from typing import Any
 
 from rlcore.api import Section
 
+#: where verl keeps the multi-token prediction settings (:mod:`rlcore_plugin_megatron.mtp` reads them)
+MTP_KEY = "actor_rollout_ref.model.mtp"
+
 
 @dataclass(frozen=True)
 class MegatronConfig(Section):
@@ -52,7 +55,7 @@ class MegatronConfig(Section):
     vanilla_mbridge: bool = False
     #: the compute dtype: the engine computes in float32 (bfloat16/float16: noted on the CPU, an error on CUDA)
     dtype: str = "float32"
-    #: rejected when true (Megatron-FSDP is not supported)
+    #: rejected when true (Megatron-FSDP is not supported; it needs CUDA)
     use_megatron_fsdp: bool = False
 
 

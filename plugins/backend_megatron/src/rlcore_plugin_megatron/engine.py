@@ -51,6 +51,7 @@ from rlcore.api import (
     MicroBatchLoss,
     ModelConfig,
     ModelOutput,
+    MtpConfig,
     OptimizerState,
     ParallelLayout,
     RLCoreError,
@@ -89,6 +90,15 @@ from rlcore_plugin_megatron.model import (
 )
 from rlcore_plugin_megatron.moe_convert import ep_global_name, ep_shard, expert_of
 from rlcore_plugin_megatron.moe_settings import moe_overrides
+from rlcore_plugin_megatron.mtp import (
+    HF_PREFIX,
+    MC_PREFIX,
+    mtp_layers_to_build,
+    mtp_targets,
+    mtp_to_hf,
+    mtp_to_megatron,
+    read_mtp_weights,
+)
 from rlcore_plugin_megatron.routing import (
     install_taps,
     routed_experts,
@@ -389,6 +399,12 @@ class MegatronEngine(OptimizerState):
                 f"{self.settings.key}.tensor_model_parallel_size={self.settings.tp} must divide the vocabulary size "
                 f"({self.spec.vocab_size}) of {request.model_section}.path"
             )
+        #: verl's ``model.mtp`` (the policy's model section; off for the critic's, which has none) and the MTP
+        #: layers built
+        self.mtp: MtpConfig = getattr(model_config, "mtp", None) or MtpConfig()
+        self.mtp_layers = mtp_layers_to_build(self.mtp, hf_config, self.settings, is_moe=self.spec.is_moe)
+        #: whether the update trains them (``mtp.enable_train``; the reference model never does)
+        self.mtp_train = bool(self.mtp_layers and self.mtp.enable_train and request.optim is not None)
         pp, vpp = self.settings.pp, self.settings.vpp
         self.num_chunks = pp * vpp
         #: the global number of each chunk this rank holds, and its global layers
@@ -402,6 +418,12 @@ class MegatronEngine(OptimizerState):
             self.device,
             gradient_checkpointing=bool(model_config.enable_gradient_checkpointing),
         )
+        if self.mtp_layers:
+            mc_config = dataclasses.replace(
+                mc_config,
+                mtp_num_layers=self.mtp_layers,
+                mtp_loss_scaling_factor=float(self.mtp.mtp_loss_scaling_factor),
+            )
         self.replay_mode = replay_mode(config) if request.section == "actor_rollout_ref.actor" else "disabled"
         self.plan = self._plan_line(mc_config)
         if self.plan:
@@ -417,6 +439,7 @@ class MegatronEngine(OptimizerState):
                     request.model_section,
                     first=chunk == 0,
                     last=chunk == self.num_chunks - 1,
+                    detach_mtp_encoder=bool(self.mtp_layers and self.mtp.detach_encoder),
                 )
                 for chunk in self.chunk_ids
             ]
@@ -437,11 +460,17 @@ class MegatronEngine(OptimizerState):
             self._load_model_files(Path(checkpoint), f"{self.settings.key}.dist_checkpointing_path")
         else:
             strict = ActorConfig.from_tree(config).checkpoint.strict if request.role in ("actor", "ref") else None
-            state = load_hf_state(model_config, request.model_section, hf_config, strict=strict)
+            state = load_hf_state(model_config, request.model_section, hf_config, strict=strict, unused_ok=HF_PREFIX)
             if self.spec.value_head:
                 state = {name: t for name, t in state.items() if name != "lm_head.weight"}
-            self._load_megatron_state(hf_to_megatron(state, self.spec))
+            if self.mtp_layers:
+                state.update(read_mtp_weights(str(model_config.path), request.model_section))
+            self._load_megatron_state(self._to_megatron(state))
         self.module.to(self.device)
+        if self.mtp_layers and not self.mtp_train:  # loaded and saved, but not trained (mtp.enable_train=false)
+            for name, param in self.module.named_parameters():
+                if name.startswith(MC_PREFIX):
+                    param.requires_grad_(False)
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         if request.optim is None:  # a frozen role (ref)
@@ -517,14 +546,21 @@ class MegatronEngine(OptimizerState):
         """The pipeline rank that holds global model chunk ``chunk``."""
         return chunk % self.settings.pp
 
-    def _chunk_forward(self, local: int, inputs: Prepared, hidden_in: torch.Tensor | None) -> torch.Tensor:
+    def _chunk_forward(
+        self, local: int, inputs: Prepared, hidden_in: torch.Tensor | None, mtp_micro: Batch | None = None
+    ) -> torch.Tensor:
         """The forward of this rank's chunk ``local``: logits ``[B, T, V]`` (values ``[B, T, 1]``) of the whole
         sequence (gathered over context-parallel ranks) for the model's last chunk, else hidden states
-        ``[T, B, H]`` of this rank's tokens."""
+        ``[T, B, H]`` of this rank's tokens. With ``mtp_micro`` (the update's micro-batch, ``mtp.enable_train``)
+        the MTP layers run too and leave their losses in the chunk's ``mtp_losses``."""
         chunk = self.chunks[local]
         if self.chunk_ids[local] != 0:
             chunk.set_input_tensor(hidden_in)
-        extra = {"padding_mask": ~inputs.valid} if self.spec.is_moe else {}
+        extra: dict[str, Any] = {"padding_mask": ~inputs.valid} if self.spec.is_moe else {}
+        if mtp_micro is not None:
+            extra["labels"], extra["loss_mask"] = mtp_targets(
+                inputs.input_ids, inputs.positions, mtp_micro["response_mask"]
+            )
         out = chunk(
             input_ids=inputs.input_ids,
             position_ids=inputs.position_ids,
@@ -709,9 +745,13 @@ class MegatronEngine(OptimizerState):
                     hidden = self._receive_hidden(chunk, inputs)
                     if hidden is not None:
                         hidden.requires_grad_()
-                    out = self._chunk_forward(local, inputs, hidden)
+                    out = self._chunk_forward(local, inputs, hidden, micro if self.mtp_train else None)
                     if chunk == last:
-                        out = loss_fn(index, micro, self._outputs(out, inputs, micro, temperature, with_entropy))
+                        output = self._outputs(out, inputs, micro, temperature, with_entropy)
+                        mtp_loss = self._mtp_loss(local, output)
+                        out = loss_fn(index, micro, output)
+                        if mtp_loss is not None:
+                            out = out + mtp_loss / len(micro_batches)
                     else:
                         self._p2p(out.detach().contiguous(), self._owner(chunk + 1), send=True)
                     if self.num_chunks == 1:
@@ -729,6 +769,18 @@ class MegatronEngine(OptimizerState):
                     if hidden.grad is None:
                         raise RLCoreError(f"pipeline chunk {chunk}: no gradient reached the hidden states it received")
                     self._p2p(hidden.grad.contiguous(), self._owner(chunk - 1), send=True)
+
+    def _mtp_loss(self, local: int, output: ModelOutput) -> torch.Tensor | None:
+        """The MTP term of the micro-batch chunk ``local`` just ran (``mtp_loss_scaling_factor / layers × Σ`` of the
+        MTP layers' losses; None when they did not run); each layer's loss goes into ``output.stats`` as verl's
+        ``mtp_losses/mtp_<k>_loss``."""
+        losses = getattr(self.chunks[local], "mtp_losses", None)
+        if not losses:
+            return None
+        for depth, loss in enumerate(losses, start=1):
+            output.stats[f"mtp_losses/mtp_{depth}_loss"] = float(loss.detach())
+        scale = float(self.mtp.mtp_loss_scaling_factor) / len(losses)
+        return scale * torch.stack(losses).sum()
 
     def _chunk_parameters(self) -> list[tuple[int, str, torch.nn.Parameter]]:
         """``(global chunk, chunk-local name, parameter)`` of every parameter this rank holds."""
@@ -892,13 +944,38 @@ class MegatronEngine(OptimizerState):
     def full_weights(self, *, only_rank0: bool = False) -> dict[str, torch.Tensor]:
         """The full weights under Hugging Face names, as transformers' ``state_dict()`` has them (a tied
         model's ``lm_head.weight`` is the embedding, as in the FSDP engine's): tensor-parallel shards and
-        experts all-gathered, pipeline stages broadcast in buckets. Collective over all ranks."""
-        state = megatron_to_hf(self._gather_pipeline(self._gather_stage()), self.spec)
+        experts all-gathered, pipeline stages broadcast in buckets; without the MTP layers, which the rollout's
+        model has no place for (:meth:`save_hf` exports them). Collective over all ranks."""
+        return self._full_weights(with_mtp=False, only_rank0=only_rank0)
+
+    def _full_weights(self, *, with_mtp: bool, only_rank0: bool) -> dict[str, torch.Tensor]:
+        """:meth:`full_weights`, with the MTP layers' weights when ``with_mtp``."""
+        state = self._hf_state(with_mtp=with_mtp)
         if self.spec.tied:
             state["lm_head.weight"] = state["model.embed_tokens.weight"]
         if not only_rank0:
             return state
         return {name: t.cpu() for name, t in state.items()} if dist.get_rank() == 0 else {}
+
+    def _to_megatron(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A full megatron-core state from Hugging Face weights, the MTP layers' (``model.mtp_layers.*``) among them
+        when the model has them (else they are dropped, as verl drops them with ``mtp.enable=false``)."""
+        base = {name: t for name, t in state.items() if not name.startswith(HF_PREFIX)}
+        out = hf_to_megatron(base, self.spec)
+        if self.mtp_layers:
+            mtp = {name: t for name, t in state.items() if name.startswith(HF_PREFIX)}
+            out.update(mtp_to_megatron(mtp, self.spec, self.mtp_layers))
+        return out
+
+    def _hf_state(self, *, with_mtp: bool) -> dict[str, torch.Tensor]:
+        """The full weights under Hugging Face names (see :meth:`full_weights`), with the MTP layers' when
+        ``with_mtp`` (collective)."""
+        gathered = self._gather_pipeline(self._gather_stage())
+        state = megatron_to_hf({n: t for n, t in gathered.items() if not n.startswith(MC_PREFIX)}, self.spec)
+        if with_mtp and self.mtp_layers:
+            mtp = {name: t for name, t in gathered.items() if name.startswith(MC_PREFIX)}
+            state.update(mtp_to_hf(mtp, self.spec, self.mtp_layers))
+        return state
 
     def _load_megatron_state(self, state: Mapping[str, torch.Tensor]) -> None:
         """Copy this rank's part of a full megatron-core state (global layer names) into its chunks."""
@@ -923,8 +1000,13 @@ class MegatronEngine(OptimizerState):
 
     def load_full_weights(self, state: Mapping[str, torch.Tensor]) -> None:
         """Replace the weights by ``state`` (Hugging Face names, full tensors); with LoRA they become the base
-        weights and every ``B`` is zeroed, so that the model computes ``state``'s function."""
-        self._load_megatron_state(hf_to_megatron(state, self.spec))
+        weights and every ``B`` is zeroed, so that the model computes ``state``'s function. The MTP layers keep
+        their weights when ``state`` has none (:meth:`full_weights` leaves them out; MTP models are not split, so
+        this rank holds them whole)."""
+        if self.mtp_layers and not any(name.startswith(HF_PREFIX) for name in state):
+            own = {name: p.detach() for name, p in self.module.named_parameters() if name.startswith(MC_PREFIX)}
+            state = {**state, **mtp_to_hf(own, self.spec, self.mtp_layers)}
+        self._load_megatron_state(self._to_megatron(state))
         with torch.no_grad():
             for name, param in self.module.named_parameters():
                 if is_adapter(name) and name.endswith(".B"):
@@ -1003,7 +1085,7 @@ class MegatronEngine(OptimizerState):
         rank 0: a directory ``AutoModelForCausalLM.from_pretrained`` loads."""
         if self.role == "critic":
             raise RLCoreError("the critic's value model has no Hugging Face causal-LM export")
-        state = self.full_weights(only_rank0=True) if with_weights else None
+        state = self._full_weights(with_mtp=True, only_rank0=True) if with_weights else None
         if dist.get_rank() != 0:
             return
         from safetensors.torch import save_file

@@ -110,7 +110,7 @@ STRICT_KEY = "actor_rollout_ref.actor.checkpoint.strict"
 
 
 def load_hf_state(
-    model_config: ModelConfig, key: str, hf_config: Any, *, strict: bool | None = None
+    model_config: ModelConfig, key: str, hf_config: Any, *, strict: bool | None = None, unused_ok: str = ""
 ) -> dict[str, torch.Tensor]:
     """The float32 Hugging Face state dict of the causal LM at ``key.path`` (on the CPU).
 
@@ -118,6 +118,7 @@ def load_hf_state(
     ...) or a weight of the model the checkpoint lacks is an error naming them; false logs them and goes on (the
     unused weights are dropped, so the Hugging Face export leaves them out, as verl's lenient export does); None
     (the critic's and reward model's load, whose checkpoint may hold a value head) leaves it to transformers.
+    Unused weights whose names start with ``unused_ok`` (the MTP layers, read apart) are never a problem.
     """
     from transformers import AutoModelForCausalLM
 
@@ -139,7 +140,10 @@ def load_hf_state(
     problems = [
         f"{what}: {', '.join(sorted(names)[:8])}{', ...' if len(names) > 8 else ''}"
         for what, names in (
-            ("weights the model does not use", info.get("unexpected_keys") or []),
+            (
+                "weights the model does not use",
+                [name for name in info.get("unexpected_keys") or [] if not (unused_ok and name.startswith(unused_ok))],
+            ),
             ("weights the checkpoint lacks", info.get("missing_keys") or []),
         )
         if names
@@ -314,7 +318,16 @@ class ValueHead(nn.Module):
         return nn.functional.linear(hidden, self.weight, self.bias), None
 
 
-def build_stage(spec: ModelSpec, config: Any, hf_config: Any, key: str, *, first: bool, last: bool) -> GPTModel:
+def build_stage(
+    spec: ModelSpec,
+    config: Any,
+    hf_config: Any,
+    key: str,
+    *,
+    first: bool,
+    last: bool,
+    detach_mtp_encoder: bool = False,
+) -> GPTModel:
     """This rank's pipeline stage of a ``GPTModel`` on megatron-core's local layer spec (no Transformer
     Engine), with full (gathered) logits on every tensor-parallel rank; with context parallelism
     (``config.context_parallel_size > 1``) its core attention is
@@ -322,9 +335,10 @@ def build_stage(spec: ModelSpec, config: Any, hf_config: Any, key: str, *, first
 
     Tied embeddings are tied by megatron-core on a single stage; over several stages the last stage gets
     its own output layer, which the engine keeps equal to the embedding. A critic's last stage gets a
-    :class:`ValueHead`.
+    :class:`ValueHead`. With ``config.mtp_num_layers`` the last stage gets megatron-core's MTP block and
+    :func:`rlcore_plugin_megatron.mtp.install` (``detach_mtp_encoder``: ``mtp.detach_encoder``).
     """
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec, get_gpt_mtp_block_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
 
     layer_spec = get_gpt_layer_local_spec(
@@ -336,6 +350,7 @@ def build_stage(spec: ModelSpec, config: Any, hf_config: Any, key: str, *, first
         from rlcore_plugin_megatron.context_parallel import ContextParallelAttention
 
         layer_spec.submodules.self_attention.submodules.core_attention = ContextParallelAttention
+    with_mtp = bool(config.mtp_num_layers) and last
     model = GPTModel(
         config=config,
         transformer_layer_spec=layer_spec,
@@ -347,7 +362,12 @@ def build_stage(spec: ModelSpec, config: Any, hf_config: Any, key: str, *, first
         share_embeddings_and_output_weights=spec.tied and first and last,
         position_embedding_type="rope",
         rotary_base=rope_base(hf_config, key),
+        mtp_block_spec=get_gpt_mtp_block_spec(config, layer_spec, use_transformer_engine=False) if with_mtp else None,
     )
+    if with_mtp:
+        from rlcore_plugin_megatron.mtp import install
+
+        install(model, detach_mtp_encoder)
     if spec.value_head and last:
         model.output_layer = ValueHead(spec.hidden_size)
     return model

@@ -8,7 +8,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from rlcore.api import ActorConfig, ConfigError, ModelConfig, TrainerConfig
-from rlcore_plugin_megatron.config import MegatronConfig, MegatronLoRAConfig
+from rlcore_plugin_megatron.config import MTP_KEY, MegatronConfig, MegatronLoRAConfig
 
 #: the sections that hold a ``megatron`` subsection (the plugin's ``config_defaults`` mounts one at each)
 MEGATRON_SECTIONS = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
@@ -44,10 +44,41 @@ def megatron_notes(config: DictConfig) -> list[str]:
             f"{lora.key('merge')}=False changes nothing in rlcore: the rollout receives merged "
             "weights W + alpha/rank·B·A (its engines take no separate adapters), the same policy as verl's adapters"
         )
+    notes += mtp_notes(config)
     if ModelConfig.from_tree(config).use_fused_kernels is True:
         notes.append(
             "actor_rollout_ref.model.use_fused_kernels=True changes nothing on the Megatron backend: its output "
             "layer computes the logits, and the log-probs and entropy from them are the same numbers"
+        )
+    return notes
+
+
+def mtp_notes(config: DictConfig) -> list[str]:
+    """Notes for ``actor_rollout_ref.model.mtp`` on a Megatron actor: a split layout the engine builds no MTP layers
+    for (it stops at start-up, :func:`rlcore_plugin_megatron.mtp.mtp_layers_to_build`), and the rollout's drafter,
+    which keeps the checkpoint's MTP weights (the weight sync sends the policy's weights only)."""
+    mtp = ModelConfig.from_tree(config).mtp
+    if mtp.enable is not True:
+        return []
+    notes = []
+    key = "actor_rollout_ref.actor.megatron"
+    megatron = MegatronConfig.from_tree(config, key)
+    split = {
+        name: getattr(megatron, name)
+        for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+        if getattr(megatron, name) != 1
+    }
+    if split:
+        shown = ", ".join(f"{key}.{name}={size}" for name, size in split.items())
+        notes.append(
+            f"{MTP_KEY}.enable=True with {shown}: rlcore's Megatron engine builds MTP layers on a model that is not "
+            "split (sizes 1; data parallelism is fine), so the run stops when the engine starts"
+        )
+    if mtp.enable_rollout is True:
+        notes.append(
+            f"{MTP_KEY}.enable_rollout=True: the rollout drafts with the checkpoint's MTP layers; the weight sync "
+            "sends the policy's weights only, so trained MTP layers reach the rollout through a saved Hugging Face "
+            "checkpoint (speculative decoding samples from the policy either way)"
         )
     return notes
 

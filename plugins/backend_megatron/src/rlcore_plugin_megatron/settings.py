@@ -140,7 +140,10 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
     if resolved["use_megatron_fsdp"]:
         raise RLCoreError(
             f"{key}.use_megatron_fsdp=true: Megatron-FSDP (megatron-core's fully sharded data parallelism) is not "
-            "supported by rlcore's Megatron engine yet; set false (or use strategy=fsdp)"
+            "supported by rlcore's Megatron engine yet (it averages whole gradients over data-parallel ranks itself; "
+            "Megatron-FSDP also needs CUDA: its MegatronFSDP wrapper asks torch.cuda for the current device and "
+            "creates CUDA streams even for a CPU model); set false, or use strategy=fsdp to shard over data-parallel "
+            "ranks"
         )
     if resolved["dtype"] not in (*FLOAT32_NAMES, "bfloat16", "bf16", "float16", "fp16"):
         raise RLCoreError(f"{key}.dtype must be float32, bfloat16 or float16, got {resolved['dtype']!r}")

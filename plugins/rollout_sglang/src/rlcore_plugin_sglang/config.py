@@ -5,10 +5,13 @@ the hooks module returns them from ``config_defaults``), and the typed rollout s
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcore.api import RolloutConfig, Section
+from omegaconf import DictConfig, OmegaConf
+
+from rlcore.api import MtpConfig, RolloutConfig, Section
 
 
 @dataclass(frozen=True)
@@ -55,3 +58,29 @@ class SGLangRolloutConfig(Section):
 class SGLangRolloutSection(SGLangRolloutConfig, RolloutConfig):
     """``actor_rollout_ref.rollout`` as the sglang engine reads it: rlcore's keys and this plugin's (the engine's
     ``config_class``)."""
+
+    #: the policy model's ``actor_rollout_ref.model.mtp`` (verl's ``rollout.mtp`` mirrors it the same way)
+    mtp: MtpConfig = field(default_factory=MtpConfig)
+
+    @classmethod
+    def from_tree(cls, config: DictConfig, path: str | None = None) -> SGLangRolloutSection:
+        """:meth:`rlcore.api.Section.from_tree`, with the policy model's ``mtp`` section as ``mtp``."""
+        path = path or cls.PATH
+        config = copy.deepcopy(config)
+        mtp = OmegaConf.select(config, MtpConfig.PATH)
+        OmegaConf.update(config, f"{path}.mtp", mtp if mtp is not None else {}, force_add=True)
+        return super().from_tree(config, path)
+
+    def speculative_kwargs(self) -> dict[str, Any]:
+        """SGLang's speculative-decoding arguments when ``mtp.enable_rollout`` is on (the MTP layers are EAGLE's
+        draft model: ``speculative_algorithm``, ``speculative_num_steps``, ``speculative_eagle_topk``,
+        ``speculative_num_draft_tokens``), else none."""
+        if not self.mtp.enable_rollout:
+            return {}
+        names = (
+            "speculative_algorithm",
+            "speculative_num_steps",
+            "speculative_eagle_topk",
+            "speculative_num_draft_tokens",
+        )
+        return {name: getattr(self.mtp, name) for name in names}

@@ -45,8 +45,8 @@ def engine_kwargs(
     config: SGLangRolloutSection, *, model_path: str, dtype: str, seed: int, context_length: int
 ) -> dict[str, Any]:
     """The keyword arguments of ``sglang.Engine`` (and of the server in server mode) from the typed rollout
-    section ``config``: the model, its dtype, the seed and context length, and the section's engine settings,
-    then its ``sglang.engine_kwargs``."""
+    section ``config``: the model, its dtype, the seed and context length, the section's engine settings, the
+    speculative decoding of ``model.mtp.enable_rollout``, then its ``sglang.engine_kwargs``."""
     return {
         "model_path": model_path,
         "dtype": dtype,
@@ -61,6 +61,7 @@ def engine_kwargs(
         "skip_tokenizer_init": True,
         "enable_memory_saver": True,
         "log_level": "error" if config.disable_log_stats else "info",  # info: SGLang's throughput lines
+        **config.speculative_kwargs(),
         **config.sglang.engine_kwargs,
     }
 

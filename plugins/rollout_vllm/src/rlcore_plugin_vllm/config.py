@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlcore.api import RolloutConfig, Section
+from rlcore.api import MtpConfig, RolloutConfig, Section
 
 
 @dataclass(frozen=True)
@@ -34,16 +34,27 @@ class VLLMRolloutConfig(RolloutConfig):
     #: rlcore-plugin-profiler's ``profiler`` subsection (empty without that plugin): with
     #: ``tool_config.torch.discrete`` vLLM's own profiler traces a profiled step's generation
     profiler: dict[str, Any] = field(default_factory=dict)
+    #: the policy model's ``actor_rollout_ref.model.mtp`` (verl's ``rollout.mtp`` mirrors it the same way)
+    mtp: MtpConfig = field(default_factory=MtpConfig)
 
     @classmethod
     def from_tree(cls, config: DictConfig, path: str | None = None) -> VLLMRolloutConfig:
         """:meth:`rlcore.api.Section.from_tree`, with an empty ``profiler`` where rlcore-plugin-profiler is not
-        installed (the tree then has no such subsection)."""
+        installed (the tree then has no such subsection) and the policy model's ``mtp`` section as ``mtp``."""
         path = path or cls.PATH
+        config = copy.deepcopy(config)
         if OmegaConf.select(config, f"{path}.profiler") is None:
-            config = copy.deepcopy(config)
             OmegaConf.update(config, f"{path}.profiler", {}, force_add=True)
+        mtp = OmegaConf.select(config, MtpConfig.PATH)
+        OmegaConf.update(config, f"{path}.mtp", mtp if mtp is not None else {}, force_add=True)
         return super().from_tree(config, path)
+
+    def speculative_config(self) -> dict[str, Any] | None:
+        """vLLM's ``speculative_config`` when ``mtp.enable_rollout`` is on (the MTP layers draft
+        ``num_speculative_tokens`` tokens with ``method``), else None."""
+        if not self.mtp.enable_rollout:
+            return None
+        return {"method": self.mtp.method, "num_speculative_tokens": int(self.mtp.num_speculative_tokens)}
 
     def torch_trace(self) -> dict[str, Any] | None:
         """The rollout stage's torch options (``profiler.tool_config.torch``) when they ask for a discrete trace,

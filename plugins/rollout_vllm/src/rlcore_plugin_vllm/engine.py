@@ -97,7 +97,8 @@ class VLLMRolloutEngine(TokenListEngine):
             ``tensor_model_parallel_size`` (CUDA only; ignored on CPU, where each engine is one process),
             ``expert_parallel_size`` (above 1: vLLM's ``enable_expert_parallel``, which spreads a mixture-of-experts
             model's experts over the engine's ranks; the dry run checks it: ``rlcore.config.expert_parallel``),
-            and this plugin's ``vllm.cpu_kv_cache_gib`` and ``vllm.engine_kwargs``.
+            and this plugin's ``vllm.cpu_kv_cache_gib`` and ``vllm.engine_kwargs``. ``model.mtp.enable_rollout``:
+            vLLM's ``speculative_config`` (``method``, ``num_speculative_tokens``).
         device: ``cpu`` or ``cuda``; it must match the installed vLLM build.
         dtype: the served dtype (a ``torch.dtype`` or its name).
         module: not supported (vLLM builds its own model); passing one is an error.
@@ -174,6 +175,9 @@ class VLLMRolloutEngine(TokenListEngine):
         profiler = self._profiler_config()
         if profiler is not None:
             kwargs["profiler_config"] = profiler
+        speculative = config.speculative_config()
+        if speculative is not None:
+            kwargs["speculative_config"] = speculative
         kwargs.update(config.vllm.engine_kwargs)
         return kwargs
 

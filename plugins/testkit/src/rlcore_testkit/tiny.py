@@ -127,6 +127,52 @@ def make_tiny_model_dir(
     return path
 
 
+def add_mtp_layer(model_dir: str | Path, seed: int = 0) -> Path:
+    """Make the tiny Qwen2 at ``model_dir`` a tiny MiMo (in place): one multi-token-prediction layer with MiMo's
+    weight names (``model.mtp_layers.0.*``: ``token_layernorm``, ``hidden_layernorm``, ``input_proj`` over
+    ``[hidden; embedding]``, a Qwen2 decoder layer and ``final_layernorm``; small random weights, norms near 1),
+    ``num_nextn_predict_layers: 1`` and ``architectures: [MiMoForCausalLM]`` in its config (vLLM serves it as MiMo
+    and drafts with the layer; transformers still loads it as Qwen2, without the layer)."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = Path(model_dir)
+    config = json.loads((path / "config.json").read_text())
+    config["num_nextn_predict_layers"] = 1
+    config["architectures"] = ["MiMoForCausalLM"]
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    head_dim = config.get("head_dim") or hidden // config["num_attention_heads"]
+    queries, keys = config["num_attention_heads"] * head_dim, config["num_key_value_heads"] * head_dim
+    shapes = {
+        "token_layernorm.weight": (hidden,),
+        "hidden_layernorm.weight": (hidden,),
+        "input_layernorm.weight": (hidden,),
+        "post_attention_layernorm.weight": (hidden,),
+        "final_layernorm.weight": (hidden,),
+        "input_proj.weight": (hidden, 2 * hidden),
+        "self_attn.q_proj.weight": (queries, hidden),
+        "self_attn.q_proj.bias": (queries,),
+        "self_attn.k_proj.weight": (keys, hidden),
+        "self_attn.k_proj.bias": (keys,),
+        "self_attn.v_proj.weight": (keys, hidden),
+        "self_attn.v_proj.bias": (keys,),
+        "self_attn.o_proj.weight": (hidden, queries),
+        "mlp.gate_proj.weight": (inter, hidden),
+        "mlp.up_proj.weight": (inter, hidden),
+        "mlp.down_proj.weight": (hidden, inter),
+    }
+    generator = torch.Generator().manual_seed(seed)
+    state = load_file(str(path / "model.safetensors"))
+    for name, shape in shapes.items():
+        base = 1.0 if name.endswith("layernorm.weight") else 0.0
+        state[f"model.mtp_layers.0.{name}"] = base + 0.05 * torch.randn(shape, generator=generator)
+    save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path
+
+
 #: the mixture-of-experts families :func:`build_moe_model` builds: Qwen3-MoE (routed experts only, per-head
 #: query/key norms) and Qwen2-MoE (routed experts plus a gated shared expert)
 MOE_FAMILIES: tuple[str, ...] = ("qwen3_moe", "qwen2_moe")
