@@ -32,6 +32,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rlcore.api.batch import Batch
 from rlcore.api.training import ParallelLayout
+from rlcore.config.lanes import LANE_KEY, LanePin, format_cpus, lane_pins
 from rlcore.config.ray_kwargs import ray_env_vars
 from rlcore.controller.call_stats import CallLedger, CallMeter, CallStats, worker_stage
 from rlcore.controller.placement import BUNDLE_SHARE, POOL_TRAIN, SESSION
@@ -130,6 +131,21 @@ class RayWorker:
             "node_id": ray.get_runtime_context().get_node_id(),
             "env": {k: os.environ[k] for k in keys if k in os.environ},
         }
+
+    def pin(self, pin: LanePin) -> tuple[list[int], int]:
+        """Pin this process to its lane's cores and torch threads (``trainer.lane_cpus``) before any torch work;
+        returns the cores and threads now in effect. Cores this node does not have raise :class:`RLCoreError`
+        naming the key."""
+        from rlcore.process_env import pin_process
+
+        missing = pin.cpus - set(os.sched_getaffinity(0))
+        if missing:
+            raise RLCoreError(
+                f"{LANE_KEY} ({self.role} pool): cores {format_cpus(missing)} are not among the usable cores "
+                f"{format_cpus(os.sched_getaffinity(0))} of node {ray.util.get_node_ip_address()}"
+            )
+        threads = pin_process(pin.cpus, pin.threads)
+        return sorted(os.sched_getaffinity(0)), threads
 
     def build(self, worker: str, config: DictConfig, world_size: int, local_rank: int, master: tuple[str, int]) -> None:
         """Set the distributed variables, load the plugins and construct ``worker_cls(config, role, rank, world)``.
@@ -236,6 +252,7 @@ class RayWorkerGroup:
         self._in_flight = False
         self.calls = CallLedger()
         self.layouts: list[ParallelLayout] = []
+        pin = lane_pins(config).get(pool)  # a bad trainer.lane_cpus fails before any process starts
         self._pools = pools = SESSION.acquire(config)
         try:
             if pool not in pools:
@@ -250,6 +267,8 @@ class RayWorkerGroup:
                 strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
                 options = {"scheduling_strategy": strategy, "runtime_env": {"env_vars": env}, "max_restarts": 0}
                 self.actors.append(actor_cls.options(**share, **options).remote(env, role, rank))
+            if pin is not None:
+                self._gather([actor.pin.remote(pin) for actor in self.actors], "pin")
             (master,) = self._gather([self.actors[0].node_address.remote()], "node_address", ranks=[0])
             self._gather(
                 [
