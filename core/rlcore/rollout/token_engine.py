@@ -21,7 +21,7 @@ from rlcore.api.batch import Batch
 from rlcore.config.keys import ROLLOUT_KEY
 from rlcore.config.sections.rollout import RolloutConfig
 from rlcore.errors import RLCoreError
-from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
+from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output, row_token_caps
 from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
 from rlcore.rollout.weights import ExpectedState
 
@@ -152,7 +152,8 @@ class TokenListEngine(ABC):
         """Sample one response per prompt row of ``batch``, in the layout of ``HFRolloutEngine.generate``.
 
         Each row goes to the engine without its left padding and with its own seed (see
-        :func:`~rlcore.rollout.sampling.request_seeds`; greedy requests get none).
+        :func:`~rlcore.rollout.sampling.request_seeds`; greedy requests get none). A row's cap
+        (:func:`~rlcore.rollout.outputs.row_token_caps`) cuts its completion to that many tokens.
         """
         if self._sleeping:
             raise RLCoreError(f"the {self.engine_name} rollout engine is asleep: call wake() before generate()")
@@ -170,11 +171,12 @@ class TokenListEngine(ABC):
             completions = self._complete_multimodal(rows, params, seeds, list(images))
 
         size = (len(rows), self.settings.response_length)
+        caps = row_token_caps(batch, size[1])
         responses = torch.full(size, self.pad_token_id, dtype=torch.long)
         response_mask = torch.zeros(size, dtype=torch.bool)
         log_probs = torch.zeros(size, dtype=torch.float32) if self.settings.calculate_log_probs else None
         for row, (tokens, token_log_probs) in enumerate(completions):
-            tokens = tokens[: size[1]]
+            tokens = tokens[: size[1] if caps is None else int(caps[row])]
             responses[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
             response_mask[row, : len(tokens)] = True
             if log_probs is not None and token_log_probs is not None:

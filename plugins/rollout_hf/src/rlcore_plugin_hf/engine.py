@@ -60,6 +60,7 @@ from rlcore.api import (
     rollout_output,
     rollout_prefill,
     row_bytes,
+    row_token_caps,
 )
 from rlcore_plugin_hf import static_decoder
 from rlcore_plugin_hf.chunking import (
@@ -219,6 +220,7 @@ class HFRolloutEngine:
         recorder = None if validating else self._routing
         images = batch.non_tensors.get(MULTI_MODAL_INPUTS)
         slices = self._plan_chunks(len(prompts), prompts.shape[1])
+        caps = row_token_caps(batch, self.settings.response_length)
         steps = [0, 0]  # decoding steps run, and of those replayed from graphs
         chunks = []
         request = claim_rollout_trace()  # the discrete rollout stage of a profiled step
@@ -239,6 +241,7 @@ class HFRolloutEngine:
                         None if images is None else images[rows],
                         steps,
                         trace,
+                        None if caps is None else caps[rows].to(self.device),
                     )
                 # the routing of the tokens fed through the model, from where the trimmed prompts start
                 routing = (
@@ -339,11 +342,13 @@ class HFRolloutEngine:
         images: Iterable[Any] | None,
         steps: list[int],
         trace: EngineTrace | None = None,
+        caps: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The decoding loop over one chunk of rows (``seeds``: one per row); returns ``responses``, a
         boolean ``response_mask`` and the log-probs or None. Adds the decoding steps it ran, and those
         replayed from a graph, to ``steps``; tells ``trace`` (a profiled rollout) which response token each
-        model call produces."""
+        model call produces. ``caps`` (:func:`~rlcore.api.row_token_caps`) end each row at its own length: the
+        loop stops at the chunk's largest cap."""
         batch_size, prompt_len = input_ids.shape
         length = self.settings.response_length
         if batch_size == 0:
@@ -376,7 +381,8 @@ class HFRolloutEngine:
         # a row that emitted EOS keeps decoding its own samples (no other row sees them); the response
         # mask and padding after each row's EOS are applied once, after the loop
         taken = 1  # tokens sampled per row so far
-        while taken < length and not (
+        limit = length if caps is None else min(length, int(caps.max()))
+        while taken < limit and not (
             state.stop_on_eos and taken % check_every == 0 and not bool(state.unfinished[:batch_size].any())
         ):
             if trace is not None:
@@ -391,7 +397,7 @@ class HFRolloutEngine:
             taken += 1
         if trace is not None:
             trace.end_chunk()
-        return self._finish(state, batch_size, taken)
+        return self._finish(state, batch_size, taken, caps)
 
     def _module_decoder(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefill: dict[str, Any], state: DecodeState
@@ -436,11 +442,11 @@ class HFRolloutEngine:
         return step
 
     def _finish(
-        self, state: DecodeState, batch_size: int, steps: int
+        self, state: DecodeState, batch_size: int, steps: int, caps: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The chunk's ``responses``, boolean ``response_mask`` and log-probs (or None) from ``state``'s
         first ``batch_size`` rows and first ``steps`` tokens: a token is in the response when no EOS came before
-        it; the rest is padding (pad token, log-prob 0)."""
+        it and it is within the row's cap (``caps``); the rest is padding (pad token, log-prob 0)."""
         length = self.settings.response_length
         responses = torch.full((batch_size, length), self.pad_token_id, dtype=torch.long, device=self.device)
         responses[:, :steps] = state.responses[:batch_size, :steps]
@@ -450,6 +456,8 @@ class HFRolloutEngine:
             response_mask[:, :steps] = hits.cumsum(dim=1) == hits
         else:
             response_mask[:, :steps] = True
+        if caps is not None:
+            response_mask &= torch.arange(length, device=self.device) < caps[:, None]
         responses.masked_fill_(~response_mask, self.pad_token_id)
         logprobs = None
         if state.logprobs is not None:
