@@ -295,11 +295,17 @@ class RayWorkerGroup:
         if args and isinstance(args[0], Batch):
             return self._dispatch_batch(method, args[0], args[1:], kwargs)
         shared = ray.put((args, kwargs))
-        refs = [actor.execute.remote(method, shared, rank == 0) for rank, actor in enumerate(self.actors)]
+        refs = [self._execute(actor, method, shared, rank == 0) for rank, actor in enumerate(self.actors)]
         result = self._unwrap(method, self._gather(refs, method))[0]
         if method == "init_model":
             self.layouts = self.call_all("parallel_layout")
         return result
+
+    def _execute(self, actor: Any, method: str, call: Any, keep: bool) -> Any:
+        """``actor.execute(method, call, keep)`` as a Ray task named ``<role>.<method>``: Ray's timeline
+        (``ray_kwargs.timeline_json_file``) and dashboard show each call by role and method, so the busy time of
+        each pool can be read from it (``bench/async_throughput.py``)."""
+        return actor.execute.options(name=f"{self.role}.{method}").remote(method, call, keep)
 
     def _dispatch_batch(self, method: str, batch: Batch, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Pad ``batch`` to a multiple of the data-parallel size, give chunk ``dp_rank`` to every rank of that
@@ -310,7 +316,7 @@ class RayWorkerGroup:
         padded, pad = batch.pad_to_divisor(dp_size)
         chunks = padded.chunk(dp_size)
         refs = [
-            actor.execute.remote(method, ((chunks[layout.dp_rank], *args), kwargs), layout.is_output_rank)
+            self._execute(actor, method, ((chunks[layout.dp_rank], *args), kwargs), layout.is_output_rank)
             for actor, layout in zip(self.actors, layouts, strict=True)
         ]
         results = self._unwrap(method, self._gather(refs, method))
@@ -328,7 +334,7 @@ class RayWorkerGroup:
         self._check_usable(method)
         shared = ray.put((args, kwargs))
         return self._unwrap(
-            method, self._gather([actor.execute.remote(method, shared, True) for actor in self.actors], method)
+            method, self._gather([self._execute(actor, method, shared, True) for actor in self.actors], method)
         )
 
     def _unwrap(self, method: str, results: list[tuple[Any, CallStats]]) -> list[Any]:
