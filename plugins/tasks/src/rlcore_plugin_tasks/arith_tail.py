@@ -63,6 +63,9 @@ def cpu_preset() -> dict[str, Any]:
         "data.max_prompt_length": 24,
         "data.max_response_length": MAX_BUDGET,
         "actor_rollout_ref.rollout.ignore_eos": True,
+        # the update's cost follows the tokens generated, not the padded 24 + 192 columns of every row
+        "actor_rollout_ref.model.use_remove_padding": True,
+        "actor_rollout_ref.actor.use_dynamic_bsz": True,
         "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
         "actor_rollout_ref.actor.optim.lr": 3e-5,
         "trainer.total_training_steps": 40,
