@@ -92,3 +92,24 @@ def test_token_list_engine_cuts_each_completion_at_its_cap(tiny_model_dir: Path,
     assert out["response_mask"].sum(dim=1).tolist() == [1, 8, 3, 8, 5, 8]
     assert out["responses"][2, :4].tolist() == [1, 2, 3, engine.pad_token_id]
     assert out["rollout_log_probs"].sum(dim=1).tolist() == [-1.0, -8.0, -3.0, -8.0, -5.0, -8.0]
+
+
+@pytest.mark.parametrize("budget", [2, 5])
+def test_partial_rollout_finishes_each_row_at_its_cap_as_generate_does(
+    tiny_model_dir: Path, tiny_tokenizer: Any, budget: int
+) -> None:
+    """Chunks of ``budget`` tokens (``generate_partial``) stop each row at its cap, mark it finished there and
+    sample the tokens of one capped ``generate`` call."""
+    caps = [1, 3, 6, 2, 5, 4]
+    whole = hf_engine(tiny_model_dir, tiny_tokenizer).generate(with_caps(make_prompt_batch(tiny_tokenizer), caps))
+    engine = hf_engine(tiny_model_dir, tiny_tokenizer)
+    out = engine.generate_partial(with_caps(make_prompt_batch(tiny_tokenizer), caps), budget)
+    for _ in range(max(caps)):
+        if bool(out["finished"].all()):
+            break
+        out = engine.generate_partial(out, budget)
+    assert bool(out["finished"].all())
+    assert out["response_mask"].sum(dim=1).tolist() == caps
+    assert torch.equal(out["responses"], whole["responses"])
+    # each chunk decodes up to the largest cap still open: the model runs once per token of the longest row
+    assert engine.calls == max(caps)  # type: ignore[attr-defined]
