@@ -71,11 +71,13 @@ def test_hf_engine_ends_each_row_at_its_cap_and_stops_at_the_largest(tiny_model_
 
 
 class EightTokens(TokenListEngine):
-    """A token-list engine whose every completion is tokens 1..8 with log-prob -1."""
+    """A token-list engine whose every completion is tokens 1..8 with log-prob -1, whatever ``max_tokens`` it is
+    asked for (which it records)."""
 
     engine_name = "eight"
 
-    def _complete(self, prompts: list, params: Any, seeds: list) -> list:
+    def _complete(self, prompts: list, params: Any, seeds: list, max_tokens: Any = None) -> list:
+        self.asked = max_tokens
         return [(list(range(1, 9)), [-1.0] * 8) for _ in prompts]
 
     def _load_weights(self, state: dict) -> None:
@@ -89,6 +91,7 @@ def test_token_list_engine_cuts_each_completion_at_its_cap(tiny_model_dir: Path,
     config = default_section(RolloutConfig, response_length=LENGTH, calculate_log_probs=True)
     engine = EightTokens(str(tiny_model_dir), tiny_tokenizer, config, dtype="float32")
     out = engine.generate(with_caps(make_prompt_batch(tiny_tokenizer), [1, None, 3, 20, 5, 8]))
+    assert engine.asked == [1, 10, 3, 10, 5, 8], "the caps are not the requests' max_tokens"
     assert out["response_mask"].sum(dim=1).tolist() == [1, 8, 3, 8, 5, 8]
     assert out["responses"][2, :4].tolist() == [1, 2, 3, engine.pad_token_id]
     assert out["rollout_log_probs"].sum(dim=1).tolist() == [-1.0, -8.0, -3.0, -8.0, -5.0, -8.0]

@@ -20,6 +20,7 @@ from rlcore.config.loader import ConfigError
 from rlcore.config.prefix_grouper import prefix_grouper_notes, prefix_grouper_problems
 from rlcore.config.ranges import value_range_problems
 from rlcore.config.ray_kwargs import ray_kwargs_notes, ray_kwargs_problems
+from rlcore.config.rollout_skip import rollout_skip_problems
 from rlcore.config.router_replay import router_replay_problems
 from rlcore.config.schema import (
     ActorConfig,
@@ -36,6 +37,7 @@ from rlcore.config.schema import (
     ValKwargs,
 )
 from rlcore.config.sections.actor import OptimConfig
+from rlcore.config.sections.skip import SkipConfig
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.activation_offload import activation_offload_notes
 from rlcore.tracking.sinks import file_logger_notes
@@ -318,6 +320,9 @@ def check_values(config: DictConfig) -> None:
     if async_training is not None and trainer is not None and policy is not None:
         problems += async_training_problems(async_training, trainer, policy.rollout)
     problems += ray_kwargs_problems(config, trainer)
+    skip = given_section(SkipConfig, config)
+    if skip is not None:
+        problems += rollout_skip_problems(skip, async_training)
     if policy is not None:  # these checks read the typed section (its own problems are reported above)
         problems += router_replay_problems(policy)
         problems += prefix_grouper_problems(policy)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from rlcore.controller.groups import build_worker_groups
 from rlcore.controller.health import Actions, HealthLoop
 from rlcore.controller.off_policy import RolloutPipeline
 from rlcore.controller.resume import unfinished_checkpoint
+from rlcore.controller.rollout_skip import RolloutSkip
 from rlcore.controller.uids import prompt_uids
 from rlcore.data.collate import collate_rows
 from rlcore.data.custom import load_dataset_class
@@ -133,6 +135,7 @@ class Trainer:
         self.prepared = False  # prepare() has run
         self.resume_from: Path | None = None  # the checkpoint fit() resumes from (set by prepare())
         self.health = HealthLoop(config, manager.registry, run)  # the run-health monitors (trainer.monitors)
+        self.rollout_skip = RolloutSkip.from_sections(self.sections)  # skip.rollout: replayed generations
 
     # ------------------------------------------------------------------ setup
     def _build_data(self) -> None:
@@ -288,7 +291,10 @@ class Trainer:
             prompts = self._prompt_batch()
             prompts.meta["temperature"] = self.sections.actor_rollout_ref.rollout.temperature
             with timer("gen"):
-                batch = self._generate(prompts)
+                if self.rollout_skip is None:
+                    batch = self._generate(prompts)
+                else:
+                    batch = self.rollout_skip.generate(self.global_step, rounds, partial(self._generate, prompts))
             # the engine's own figures (rollout/gen_tokens, the HF engine's rollout/rows_per_chunk, ...):
             # per rank, averaged over ranks
             metrics.update(reduce_metrics(batch.meta.get("metrics", {})))
