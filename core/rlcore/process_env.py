@@ -12,6 +12,8 @@ CPU threads kept within the cores the process may use.
   on a few cores' quota at every operation. :func:`set_cpu_threads` applies ``trainer.cpu_threads``, or
   lowers torch's default to the cores the process may use (:func:`usable_cpus`) unless
   ``OMP_NUM_THREADS`` is set.
+- A worker of a pinned lane (``trainer.lane_cpus``, :mod:`rlcore.config.lanes`) runs on its pool's cores:
+  :func:`pin_process` pins every thread of the process and sets torch's threads before any torch work.
 """
 
 from __future__ import annotations
@@ -70,6 +72,20 @@ def set_cpu_threads(threads: int | None) -> int:
     elif "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(min(torch.get_num_threads(), usable_cpus()))
     return torch.get_num_threads()
+
+
+def pin_process(cpus: frozenset[int], threads: int) -> int:
+    """Pin every thread of this process to ``cpus`` (threads started later inherit it) and run ``threads``
+    torch threads (``OMP_NUM_THREADS`` too, for libraries and processes started later). Returns torch's thread
+    count. Linux only (``os.sched_setaffinity``)."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    tasks = Path("/proc/self/task")
+    for tid in [int(entry.name) for entry in tasks.iterdir()] if tasks.is_dir() else [0]:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except ProcessLookupError:  # the thread ended meanwhile
+            continue
+    return set_cpu_threads(threads)
 
 
 def quiet_third_party(device: str) -> None:

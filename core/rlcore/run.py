@@ -34,6 +34,7 @@ from rlcore.config import (
     derive_quantities,
     load_config,
 )
+from rlcore.config.lanes import lane_plan_lines
 from rlcore.config.output_paths import make_output_paths_absolute, shown_path
 from rlcore.config.sections.data import SamplerConfig
 from rlcore.config.sections.trainer import TrainerConfig
@@ -384,6 +385,8 @@ def run_training(
         plan_lines += run_plan_lines(config)
     with problems.collect():
         plan_lines += health_plan_lines(config, registry)
+    with problems.collect():
+        plan_lines += lane_plan_lines(config)
     with problems.collect():
         run_profiler(config, manager)  # profiling asked for with no plugin to do it: refused here
     with problems.collect():

@@ -123,6 +123,7 @@ _LAZY: dict[str, str] = {
     "check_left_padded": "rlcore.rollout.outputs",
     "engine_dtype": "rlcore.rollout.outputs",
     "rollout_output": "rlcore.rollout.outputs",
+    "row_token_caps": "rlcore.rollout.outputs",
     "PartialRows": "rlcore.rollout.partial",
     "read_partial": "rlcore.rollout.partial",
     "continuation_seed": "rlcore.rollout.partial",
@@ -531,7 +532,7 @@ if TYPE_CHECKING:
     from rlcore.reward.ground_truth import ground_truth_as_text
     from rlcore.reward.managers import RewardManagerBase
     from rlcore.rollout.buckets import weight_buckets
-    from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
+    from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output, row_token_caps
     from rlcore.rollout.padding import left_pad
     from rlcore.rollout.partial import (
         FINISHED,

@@ -32,6 +32,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rlcore.api.batch import Batch
 from rlcore.api.training import ParallelLayout
+from rlcore.config.lanes import LANE_KEY, LanePin, format_cpus, lane_pins
 from rlcore.config.ray_kwargs import ray_env_vars
 from rlcore.controller.call_stats import CallLedger, CallMeter, CallStats, worker_stage
 from rlcore.controller.placement import BUNDLE_SHARE, POOL_TRAIN, SESSION
@@ -130,6 +131,21 @@ class RayWorker:
             "node_id": ray.get_runtime_context().get_node_id(),
             "env": {k: os.environ[k] for k in keys if k in os.environ},
         }
+
+    def pin(self, pin: LanePin) -> tuple[list[int], int]:
+        """Pin this process to its lane's cores and torch threads (``trainer.lane_cpus``) before any torch work;
+        returns the cores and threads now in effect. Cores this node does not have raise :class:`RLCoreError`
+        naming the key."""
+        from rlcore.process_env import pin_process
+
+        missing = pin.cpus - set(os.sched_getaffinity(0))
+        if missing:
+            raise RLCoreError(
+                f"{LANE_KEY} ({self.role} pool): cores {format_cpus(missing)} are not among the usable cores "
+                f"{format_cpus(os.sched_getaffinity(0))} of node {ray.util.get_node_ip_address()}"
+            )
+        threads = pin_process(pin.cpus, pin.threads)
+        return sorted(os.sched_getaffinity(0)), threads
 
     def build(self, worker: str, config: DictConfig, world_size: int, local_rank: int, master: tuple[str, int]) -> None:
         """Set the distributed variables, load the plugins and construct ``worker_cls(config, role, rank, world)``.
@@ -236,6 +252,7 @@ class RayWorkerGroup:
         self._in_flight = False
         self.calls = CallLedger()
         self.layouts: list[ParallelLayout] = []
+        pin = lane_pins(config).get(pool)  # a bad trainer.lane_cpus fails before any process starts
         self._pools = pools = SESSION.acquire(config)
         try:
             if pool not in pools:
@@ -250,6 +267,8 @@ class RayWorkerGroup:
                 strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
                 options = {"scheduling_strategy": strategy, "runtime_env": {"env_vars": env}, "max_restarts": 0}
                 self.actors.append(actor_cls.options(**share, **options).remote(env, role, rank))
+            if pin is not None:
+                self._gather([actor.pin.remote(pin) for actor in self.actors], "pin")
             (master,) = self._gather([self.actors[0].node_address.remote()], "node_address", ranks=[0])
             self._gather(
                 [
@@ -276,11 +295,17 @@ class RayWorkerGroup:
         if args and isinstance(args[0], Batch):
             return self._dispatch_batch(method, args[0], args[1:], kwargs)
         shared = ray.put((args, kwargs))
-        refs = [actor.execute.remote(method, shared, rank == 0) for rank, actor in enumerate(self.actors)]
+        refs = [self._execute(actor, method, shared, rank == 0) for rank, actor in enumerate(self.actors)]
         result = self._unwrap(method, self._gather(refs, method))[0]
         if method == "init_model":
             self.layouts = self.call_all("parallel_layout")
         return result
+
+    def _execute(self, actor: Any, method: str, call: Any, keep: bool) -> Any:
+        """``actor.execute(method, call, keep)`` as a Ray task named ``<role>.<method>``: Ray's timeline
+        (``ray_kwargs.timeline_json_file``) and dashboard show each call by role and method, so the busy time of
+        each pool can be read from it (``bench/async_throughput.py``)."""
+        return actor.execute.options(name=f"{self.role}.{method}").remote(method, call, keep)
 
     def _dispatch_batch(self, method: str, batch: Batch, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Pad ``batch`` to a multiple of the data-parallel size, give chunk ``dp_rank`` to every rank of that
@@ -291,7 +316,7 @@ class RayWorkerGroup:
         padded, pad = batch.pad_to_divisor(dp_size)
         chunks = padded.chunk(dp_size)
         refs = [
-            actor.execute.remote(method, ((chunks[layout.dp_rank], *args), kwargs), layout.is_output_rank)
+            self._execute(actor, method, ((chunks[layout.dp_rank], *args), kwargs), layout.is_output_rank)
             for actor, layout in zip(self.actors, layouts, strict=True)
         ]
         results = self._unwrap(method, self._gather(refs, method))
@@ -309,7 +334,7 @@ class RayWorkerGroup:
         self._check_usable(method)
         shared = ray.put((args, kwargs))
         return self._unwrap(
-            method, self._gather([actor.execute.remote(method, shared, True) for actor in self.actors], method)
+            method, self._gather([self._execute(actor, method, shared, True) for actor in self.actors], method)
         )
 
     def _unwrap(self, method: str, results: list[tuple[Any, CallStats]]) -> list[Any]:

@@ -8,6 +8,7 @@ end-of-sequence handling identical across engines.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import torch
@@ -17,7 +18,10 @@ from rlcore.config.keys import ROLLOUT_KEY
 from rlcore.dtypes import parse_dtype
 from rlcore.errors import RLCoreError
 
-__all__ = ["SpecialTokens", "check_left_padded", "engine_dtype", "rollout_output"]
+__all__ = ["SpecialTokens", "check_left_padded", "engine_dtype", "rollout_output", "row_token_caps"]
+
+#: the ``extra_info`` entry of a data row that caps its response's new tokens (a per-prompt budget)
+ROW_CAP_KEY = "max_new_tokens"
 
 
 def engine_dtype(dtype: torch.dtype | str) -> torch.dtype:
@@ -72,6 +76,23 @@ def check_left_padded(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.T
         )
     positions = batch["position_ids"] if "position_ids" in batch else (mask.long().cumsum(-1) - 1).clamp_(min=0)
     return prompts, mask, positions
+
+
+def row_token_caps(batch: Batch, response_length: int) -> torch.Tensor | None:
+    """Each row's cap on new tokens: ``extra_info["max_new_tokens"]`` of the row (a per-prompt budget, e.g. the
+    long-tailed task's), ``response_length`` for rows without one and never above it; an int64 ``[B]`` tensor,
+    or None when no row has a cap. A cap that is not a positive integer raises :class:`RLCoreError` naming the
+    row. An engine stops decoding a row at its cap, as at ``response_length``."""
+    infos = batch.non_tensors.get("extra_info")
+    if infos is None or not any(isinstance(info, dict) and ROW_CAP_KEY in info for info in infos):
+        return None
+    caps = []
+    for row, info in enumerate(infos):
+        cap = info.get(ROW_CAP_KEY, response_length) if isinstance(info, dict) else response_length
+        if isinstance(cap, bool) or not isinstance(cap, numbers.Integral) or cap < 1:
+            raise RLCoreError(f"extra_info.{ROW_CAP_KEY} of rollout row {row} must be a positive integer, got {cap!r}")
+        caps.append(min(int(cap), response_length))
+    return torch.tensor(caps, dtype=torch.long)
 
 
 def rollout_output(

@@ -17,7 +17,7 @@ import torch
 
 from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
-from rlcore.rollout.outputs import check_left_padded, rollout_output
+from rlcore.rollout.outputs import check_left_padded, rollout_output, row_token_caps
 from rlcore.rollout.padding import left_pad
 
 __all__ = ["FINISHED", "ROLLOUT_VERSIONS", "ROW_SEEDS", "PartialRows", "continuation_seed", "read_partial"]
@@ -50,7 +50,9 @@ class PartialRows:
 
     ``prompts``/``prompt_mask`` ``[B, P]`` (left-padded), ``responses`` ``[B, R]`` (right-padded with the pad
     token), ``response_mask`` bool ``[B, R]`` (a prefix of ones), ``log_probs`` float32 ``[B, R]`` or None,
-    ``versions`` int64 ``[B, R]``, ``finished`` bool ``[B]``, ``row_seeds`` int64 ``[B]``.
+    ``versions`` int64 ``[B, R]``, ``finished`` bool ``[B]``, ``row_seeds`` int64 ``[B]``, ``limits`` int64 ``[B]``
+    (each row's cap on response tokens: ``R``, or the row's ``extra_info["max_new_tokens"]``,
+    :func:`~rlcore.rollout.outputs.row_token_caps`).
     """
 
     prompts: torch.Tensor
@@ -61,6 +63,7 @@ class PartialRows:
     versions: torch.Tensor
     finished: torch.Tensor
     row_seeds: torch.Tensor
+    limits: torch.Tensor
 
     @property
     def lengths(self) -> list[int]:
@@ -104,14 +107,14 @@ class PartialRows:
         stop_on_eos: bool,
     ) -> int:
         """Append each of ``rows``' ``new_tokens`` (and their log-probs), cut to ``max_new_tokens``, to the room
-        left in ``response_length`` and after the first end-of-sequence token (with ``stop_on_eos``); tag them
-        with ``version``. A row is finished when it ends with an EOS token or fills ``response_length``.
-        Returns the number of tokens appended."""
-        length = self.responses.shape[1]
+        left in the row's limit (``response_length`` or its cap) and after the first end-of-sequence token (with
+        ``stop_on_eos``); tag them with ``version``. A row is finished when it ends with an EOS token or fills its
+        limit. Returns the number of tokens appended."""
         eos = set(eos_token_ids)
         added = 0
         for row, tokens, log_probs in zip(rows, new_tokens, new_log_probs):
             start = int(self.response_mask[row].sum())
+            length = int(self.limits[row])
             kept = list(tokens[: min(max_new_tokens, length - start)])
             ended = False
             if stop_on_eos:
@@ -147,9 +150,11 @@ def read_partial(batch: Batch, response_length: int, pad_token_id: int, with_log
     """The rows' progress: fresh left-padded prompts when ``batch`` has no ``responses`` (no tokens, no
     seeds, nothing finished), else the previous ``generate_partial`` output passed back (its ``prompts``,
     the prompt part of its ``attention_mask``, ``responses``, ``response_mask``, ``rollout_log_probs`` when
-    ``with_log_probs``, ``rollout_versions``, ``finished`` and ``row_seeds``). Copies: the input is never
+    ``with_log_probs``, ``rollout_versions``, ``finished`` and ``row_seeds``); each row's limit from its
+    ``extra_info["max_new_tokens"]`` (:func:`~rlcore.rollout.outputs.row_token_caps`). Copies: the input is never
     modified. Raises :class:`RLCoreError` naming a missing key or a ``responses`` width other than
     ``response_length``."""
+    caps = row_token_caps(batch, response_length)
     if "responses" not in batch:
         prompts, prompt_mask, _ = check_left_padded(batch)
         rows = prompts.shape[0]
@@ -163,6 +168,7 @@ def read_partial(batch: Batch, response_length: int, pad_token_id: int, with_log
             versions=torch.zeros(size, dtype=torch.int64),
             finished=torch.zeros(rows, dtype=torch.bool),
             row_seeds=torch.full((rows,), -1, dtype=torch.int64),
+            limits=torch.full((rows,), response_length, dtype=torch.int64) if caps is None else caps,
         )
     needed = ["prompts", "attention_mask", "response_mask", ROLLOUT_VERSIONS, FINISHED, ROW_SEEDS]
     if with_log_probs:
@@ -188,4 +194,5 @@ def read_partial(batch: Batch, response_length: int, pad_token_id: int, with_log
         versions=batch[ROLLOUT_VERSIONS].cpu().long().clone(),
         finished=batch[FINISHED].cpu().bool().clone(),
         row_seeds=batch[ROW_SEEDS].cpu().long().clone(),
+        limits=torch.full((len(prompts),), response_length, dtype=torch.int64) if caps is None else caps,
     )

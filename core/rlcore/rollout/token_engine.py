@@ -22,7 +22,7 @@ from rlcore.api.batch import Batch
 from rlcore.config.keys import ROLLOUT_KEY
 from rlcore.config.sections.rollout import RolloutConfig
 from rlcore.errors import RLCoreError
-from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
+from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output, row_token_caps
 from rlcore.rollout.partial import continuation_seed, read_partial
 from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
 from rlcore.rollout.weights import ExpectedState
@@ -165,7 +165,9 @@ class TokenListEngine(ABC):
         """Sample one response per prompt row of ``batch``, in the layout of ``HFRolloutEngine.generate``.
 
         Each row goes to the engine without its left padding and with its own seed (see
-        :func:`~rlcore.rollout.sampling.request_seeds`; greedy requests get none).
+        :func:`~rlcore.rollout.sampling.request_seeds`; greedy requests get none). A row's cap
+        (:func:`~rlcore.rollout.outputs.row_token_caps`) is its request's ``max_tokens``, and its completion is cut
+        there.
         """
         if self._sleeping:
             raise RLCoreError(f"the {self.engine_name} rollout engine is asleep: call wake() before generate()")
@@ -176,18 +178,19 @@ class TokenListEngine(ABC):
             [None] * len(rows) if params.greedy else list(request_seeds(self.settings.seed, self._calls, len(rows)))
         )
         self._calls += 1
+        size = (len(rows), self.settings.response_length)
+        caps = row_token_caps(batch, size[1])
         images = batch.non_tensors.get("multi_modal_data")
         if images is None or all(entry is None for entry in images):
-            completions = self._complete(rows, params, seeds)
+            completions = self._complete(rows, params, seeds, None if caps is None else caps.tolist())
         else:
             completions = self._complete_multimodal(rows, params, seeds, list(images))
 
-        size = (len(rows), self.settings.response_length)
         responses = torch.full(size, self.pad_token_id, dtype=torch.long)
         response_mask = torch.zeros(size, dtype=torch.bool)
         log_probs = torch.zeros(size, dtype=torch.float32) if self.settings.calculate_log_probs else None
         for row, (tokens, token_log_probs) in enumerate(completions):
-            tokens = tokens[: size[1]]
+            tokens = tokens[: size[1] if caps is None else int(caps[row])]
             responses[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
             response_mask[row, : len(tokens)] = True
             if log_probs is not None and token_log_probs is not None:
@@ -228,7 +231,7 @@ class TokenListEngine(ABC):
             seeds: list[int | None] = [
                 None if params.greedy else continuation_seed(int(rows.row_seeds[row]), lengths[row]) for row in active
             ]
-            budgets = [min(max_new_tokens, length - lengths[row]) for row in active]
+            budgets = [min(max_new_tokens, int(rows.limits[row]) - lengths[row]) for row in active]
             completions = self._complete(rows.continuation_tokens(active), params, seeds, budgets)
             added = rows.extend(
                 active,

@@ -15,7 +15,7 @@ from rlcore import load_plugins
 from rlcore.run import prepare_presets
 
 manager = load_plugins()
-for name in ("arith-cpu", "arith-chain-cpu", "arith-tools-cpu", "shapes-vl-cpu"):
+for name in ("arith-cpu", "arith-chain-cpu", "arith-tools-cpu", "shapes-vl-cpu", "arith-tail-cpu"):
     settings = manager.registry.load("preset", name)()
     assert settings["actor_rollout_ref.model.path"], name
     prepare_presets(manager, [name], None)
@@ -62,6 +62,7 @@ def test_presets_prepare_and_scorers_do_not_import_the_test_kit(tmp_path: Path) 
     assert result.stdout.strip() == "[]", result.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "arith-chain-v1",
+        "arith-tail-v1",
         "arith-tools-v1",
         "arith-v1",
         "shapes-vl-v1",

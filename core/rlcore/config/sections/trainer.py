@@ -5,7 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rlcore.config.lanes import lane_cpu_problems
 from rlcore.config.sections.base import Section
+
+
+@dataclass(frozen=True)
+class LaneCpusConfig(Section):
+    """``trainer.lane_cpus``: the CPU cores of each pool's worker processes (executor=ray; docs/distributed.md
+    "Pinned lanes"). A value is a Linux CPU list (``"0-3,8"``, or one core number); null leaves that pool
+    unpinned. Each worker of a pinned pool runs on the pool's cores with torch threads = its share of them."""
+
+    PATH = "trainer.lane_cpus"
+    #: cores of the train pool's workers (actor, reference, critic; every role when colocated); null: unpinned
+    trainer: str | None = None
+    #: placement=split: cores of the rollout pool's workers, apart from the train pool's; null: unpinned
+    rollout: str | None = None
+
+    def problems(self) -> list[str]:
+        """Each value is a CPU list; the two lists share no core."""
+        return lane_cpu_problems({"trainer": self.trainer, "rollout": self.rollout})
 
 
 @dataclass(frozen=True)
@@ -47,6 +65,8 @@ class TrainerConfig(Section):
     rollout_n_gpus_per_node: int = 1
     #: executor=ray: null starts a local Ray; auto or HOST:PORT attaches to a cluster
     ray_address: str | None = None
+    #: executor=ray: the cores of each pool's workers (pinned lanes)
+    lane_cpus: LaneCpusConfig = field(default_factory=LaneCpusConfig)
     #: save a checkpoint every this many steps (<= 0: none)
     save_freq: int = -1
     #: true: a completed run ends by writing the actor as a Hugging Face model to <run directory>/model

@@ -66,6 +66,7 @@ from rlcore.api import (
     rollout_output,
     rollout_prefill,
     row_bytes,
+    row_token_caps,
 )
 from rlcore_plugin_hf import static_decoder
 from rlcore_plugin_hf.chunking import (
@@ -225,8 +226,9 @@ class HFRolloutEngine:
         validating = validate or bool(batch.meta.get("validate", False))
         recorder = None if validating else self._routing
         images = batch.non_tensors.get(MULTI_MODAL_INPUTS)
+        caps = row_token_caps(batch, self.settings.response_length)
         slices, chunks, steps = self._decode_chunks(
-            prompts, prompt_mask, prompt_positions, params, seeds, images, recorder, self.settings.response_length
+            prompts, prompt_mask, prompt_positions, params, seeds, images, recorder, self.settings.response_length, caps
         )
         if self.device.type == "cpu":  # the cache is not kept between calls on CPU (host memory)
             self._release()
@@ -253,9 +255,10 @@ class HFRolloutEngine:
         images: Any,
         recorder: RoutingRecorder | None,
         max_steps: int,
+        caps: torch.Tensor | None = None,
     ) -> tuple[list[slice], list[tuple[Any, ...]], list[int]]:
-        """Decode the left-padded ``prompts`` chunk by chunk, at most ``max_steps`` tokens per row (``seeds``:
-        one per row, empty when greedy); returns the chunks' row slices, each chunk's ``(responses,
+        """Decode the left-padded ``prompts`` chunk by chunk, at most ``max_steps`` tokens per row and at most
+        ``caps[row]`` when given (``seeds``: one per row, empty when greedy); returns the chunks' row slices, each chunk's ``(responses,
         response_mask, log-probs, routing)`` and the decoding steps run and replayed from graphs."""
         slices = self._plan_chunks(len(prompts), prompts.shape[1], max_steps)
         steps = [0, 0]  # decoding steps run, and of those replayed from graphs
@@ -279,6 +282,7 @@ class HFRolloutEngine:
                         steps,
                         trace,
                         max_steps,
+                        None if caps is None else caps[rows].to(self.device),
                     )
                 # the routing of the tokens fed through the model, from where the trimmed prompts start
                 routing = (
@@ -333,8 +337,9 @@ class HFRolloutEngine:
                 else [offset_seed(int(rows.row_seeds[row]), offsets[i]) for i, row in enumerate(active)]
             )
             ids, mask, positions = rows.continuation_prompts(active, self.pad_token_id)
-            max_steps = min(max_new_tokens, length - min(offsets))
-            _, chunks, _ = self._decode_chunks(ids, mask, positions, params, seeds, None, None, max_steps)
+            room = rows.limits[active] - torch.tensor(offsets)  # each row's cap, less what it kept
+            max_steps = min(max_new_tokens, int(room.max()))
+            _, chunks, _ = self._decode_chunks(ids, mask, positions, params, seeds, None, None, max_steps, room)
             if self.device.type == "cpu":
                 self._release()
             responses = torch.cat([part[0] for part in chunks]).cpu()
@@ -430,9 +435,11 @@ class HFRolloutEngine:
         steps: list[int],
         trace: EngineTrace | None,
         max_steps: int,
+        caps: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The decoding loop over one chunk of rows (``seeds``: one per row), at most ``max_steps`` tokens
-        per row; returns ``responses [rows, response_length]``, a boolean ``response_mask`` and the log-probs
+        per row and at most ``caps[row]`` when given (:func:`~rlcore.api.row_token_caps`; the loop stops at the
+        chunk's largest cap); returns ``responses [rows, response_length]``, a boolean ``response_mask`` and the log-probs
         or None. Adds the decoding steps it ran, and those replayed from a graph, to ``steps``; tells
         ``trace`` (a profiled rollout) which response token each model call produces."""
         batch_size, prompt_len = input_ids.shape
@@ -467,7 +474,8 @@ class HFRolloutEngine:
         # a row that emitted EOS keeps decoding its own samples (no other row sees them); the response
         # mask and padding after each row's EOS are applied once, after the loop
         taken = 1  # tokens sampled per row so far
-        while taken < max_steps and not (
+        limit = max_steps if caps is None else min(max_steps, int(caps.max()))
+        while taken < limit and not (
             state.stop_on_eos and taken % check_every == 0 and not bool(state.unfinished[:batch_size].any())
         ):
             if trace is not None:
@@ -482,7 +490,7 @@ class HFRolloutEngine:
             taken += 1
         if trace is not None:
             trace.end_chunk()
-        return self._finish(state, batch_size, taken)
+        return self._finish(state, batch_size, taken, caps)
 
     def _module_decoder(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefill: dict[str, Any], state: DecodeState
@@ -527,11 +535,11 @@ class HFRolloutEngine:
         return step
 
     def _finish(
-        self, state: DecodeState, batch_size: int, steps: int
+        self, state: DecodeState, batch_size: int, steps: int, caps: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The chunk's ``responses``, boolean ``response_mask`` and log-probs (or None) from ``state``'s
         first ``batch_size`` rows and first ``steps`` tokens: a token is in the response when no EOS came before
-        it; the rest is padding (pad token, log-prob 0)."""
+        it and it is within the row's cap (``caps``); the rest is padding (pad token, log-prob 0)."""
         length = self.settings.response_length
         responses = torch.full((batch_size, length), self.pad_token_id, dtype=torch.long, device=self.device)
         responses[:, :steps] = state.responses[:batch_size, :steps]
@@ -541,6 +549,8 @@ class HFRolloutEngine:
             response_mask[:, :steps] = hits.cumsum(dim=1) == hits
         else:
             response_mask[:, :steps] = True
+        if caps is not None:
+            response_mask &= torch.arange(length, device=self.device) < caps[:, None]
         responses.masked_fill_(~response_mask, self.pad_token_id)
         logprobs = None
         if state.logprobs is not None:

@@ -83,6 +83,12 @@ def register_presets(register):
         spec=PresetSpec(prepare="rlcore_plugin_tasks.arith:prepare_assets", task="arith"),
     )
     register(
+        "arith-tail-cpu",
+        "rlcore_plugin_tasks.arith_tail:cpu_preset",
+        description="bundled benchmark task: the sums with heavy-tailed response budgets (Pareto, up to 192 tokens)",
+        spec=PresetSpec(prepare="rlcore_plugin_tasks.arith_tail:prepare_assets", task="arith-tail"),
+    )
+    register(
         "arith-tools-cpu",
         "rlcore_plugin_tasks.arith_tools:cpu_preset",
         description="bundled multi-turn task: 2-digit products with a calculator tool (GRPO, HF engine)",

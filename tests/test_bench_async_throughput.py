@@ -1,0 +1,63 @@
+"""``bench/async_throughput.py``'s busy-interval arithmetic on a hand-made Ray timeline: each lane's calls
+(tasks named ``<role>.<method>``), the steps cut at the trainer's actor updates, and the share of the timed
+window in which both lanes are busy. Speeds are measured by the bench itself, never asserted here."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "async_throughput.py"
+
+
+def load_bench() -> ModuleType:
+    """``bench/async_throughput.py`` as a module (the bench folder is not a package; it imports ``common``)."""
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_async_throughput", BENCH)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH.parent))
+
+
+def task(name: str, start: float, end: float, worker: str = "w") -> dict[str, Any]:
+    """A Ray timeline event of a task named ``name`` from ``start`` to ``end`` seconds."""
+    return {"cat": f"task::{name}", "ph": "X", "ts": start * 1e6, "dur": (end - start) * 1e6, "tid": worker}
+
+
+def test_both_lanes_busy_is_the_intersection_over_the_timed_steps() -> None:
+    bench = load_bench()
+    events = [
+        task("RayWorker.__init__", 0, 1),  # Ray's own start-up tasks are not a lane's work
+        task("rollout.generate_sequences", 1, 3),
+        task("actor.compute_log_prob", 3, 4),
+        task("actor.update_actor", 4, 5),  # step 1 (warm-up) ends at 5
+        task("rollout.generate_sequences", 4.5, 7),
+        task("actor.update_actor", 5, 8, "rank0"),  # step 2: two ranks, one call
+        task("actor.update_actor", 5.5, 8, "rank1"),
+        task("rollout.generate_sequences", 8, 9),
+        task("actor_ref.compute_ref_log_prob", 8.5, 9),
+        task("actor.update_actor", 9, 11),  # step 3 ends at 11
+        {"cat": "task:execute", "ph": "X", "ts": 0, "dur": 1e9},  # Ray's per-task phases are skipped
+    ]
+    figures = bench.busy_figures(events, warmup=1)
+    # window 5..11: trainer busy 5-8, 8.5-11 (5.5 s); rollout 5-7, 8-9 (3 s); both 5-7, 8.5-9 (2.5 s)
+    assert figures["window_s"] == 6.0
+    assert figures["trainer_busy_share"] == round(5.5 / 6, 4)
+    assert figures["rollout_busy_share"] == 0.5
+    assert figures["both_busy_share"] == round(2.5 / 6, 4)
+    assert figures["both_busy_share_per_step"] == [round(2 / 3, 4), round(0.5 / 3, 4)]
+
+
+def test_too_few_updates_for_the_warmup_is_an_error() -> None:
+    bench = load_bench()
+    with pytest.raises(bench.BenchError, match="1 actor updates, not more than the 1 warm-up steps"):
+        bench.busy_figures([task("rollout.generate_sequences", 0, 1), task("actor.update_actor", 1, 2)], warmup=1)
