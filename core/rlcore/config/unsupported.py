@@ -363,7 +363,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         "docs/async-training.md",
         off={
             "trainer.v1.separate_async.hybrid_rollout.enable_switch": False,
-            "trainer.v1.separate_async.hybrid_rollout._target_": "verl.trainer.config.HybridRolloutSwitchConfig",
         },
     ),
     MissingFeature(

@@ -24,7 +24,7 @@ class ColocateAsyncConfig(Section):
 
     PATH = "trainer.v1.colocate_async"
     #: batches of prompts issued ahead at the start (fractional: that share of train_batch_size prompts)
-    num_warmup_batches: float = 1
+    num_warmup_batches: float = 1.0
 
     def problems(self) -> list[str]:
         """The warmup is a number of batches ≥ 0."""
@@ -37,7 +37,7 @@ class SeparateAsyncConfig(Section):
 
     PATH = "trainer.v1.separate_async"
     #: batches of prompts issued ahead at the start (fractional: that share of train_batch_size prompts)
-    num_warmup_batches: float = 1
+    num_warmup_batches: float = 1.0
     #: mini-batch updates per weight sync: must equal data.train_batch_size / actor.ppo_mini_batch_size
     parameter_sync_step: int = 4
 
