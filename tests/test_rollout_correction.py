@@ -126,6 +126,11 @@ def test_run_logs_mismatch_and_applies_weights(tmp_path: Path, tiny_model_dir: P
     assert last["rollout_corr/rollout_is_mean"] == pytest.approx(1.0, abs=1e-4)
     assert last["rollout_corr/rollout_is_ratio_fraction_high"] == 0.0
     assert abs(last["rollout_corr/kl"]) < 1e-4
+    # verl's off-policy diagnostics of decoupled mode (π_old against the rollout's policy), all finite
+    assert last["rollout_corr/training_ppl"] == pytest.approx(last["rollout_corr/rollout_ppl"], rel=1e-4)
+    assert abs(last["rollout_corr/chi2_token"]) < 1e-3 and abs(last["rollout_corr/chi2_seq"]) < 1e-3
+    assert last["rollout_corr/rollout_is_min"] <= 1.0 + 1e-4 <= last["rollout_corr/rollout_is_max"] + 2e-4
+    assert all(math.isfinite(last[key]) for key in last if key.startswith(("rollout_corr/", "actor/pg_loss")))
 
 
 # ------------------------------------------------------------------ batch normalisation, rejection sampling, bypass
@@ -240,5 +245,6 @@ def test_bypass_mode_skips_the_old_log_prob_pass(tmp_path: Path, tiny_model_dir:
     )
     assert "training/rollout_probs_diff_max" not in last
     assert last["rollout_corr/k3_kl"] >= 0.0
+    assert math.isfinite(last["rollout_corr/chi2_token"]) and math.isfinite(last["rollout_corr/training_ppl"])
     assert "timing_s/old_log_prob" not in last
     assert last["training/global_step"] == 2

@@ -2,9 +2,10 @@
 importance-sampling (TIS) weights that correct the policy gradient for it, and rejection sampling (RS) of
 the tokens or responses that are too far off.
 
-The rollout engine samples with its own kernels (vLLM, SGLang) and so from a slightly different policy
-than the trainer's ``old_log_probs`` describe. With ``actor_rollout_ref.rollout.calculate_log_probs=true``
-the engine returns ``rollout_log_probs``; the controller then logs the mismatch and, under
+The rollout engine samples with its own kernels (vLLM, SGLang), and in asynchronous training with older
+weights, so from a different policy than the trainer's ``old_log_probs`` describe. With
+``actor_rollout_ref.rollout.calculate_log_probs=true`` the engine returns ``rollout_log_probs``; the controller
+then logs the mismatch and, under
 ``algorithm.rollout_correction`` (verl's keys, log-ratio δ_t = old_t − rollout_t):
 
 - ``rollout_is``: multiplies each token's policy loss by
@@ -18,6 +19,10 @@ the engine returns ``rollout_log_probs``; the controller then logs the mismatch 
   ``seq_{sum,mean,max}_k*`` whole responses, by the divergence k1 = −δ, k2 = ½δ², k3 = e^δ − 1 − δ. A k1
   threshold is a pair of ratio bounds ``"lower_upper"`` (one number u means ``1/u_u``) compared in log space;
   k2/k3 thresholds are upper bounds. Rejected tokens leave ``response_mask``.
+- ``bypass_mode=false`` (decoupled mode): the policy loss clips π_θ/π_old and multiplies each token's loss by
+  the ``rollout_is`` weight π_old/π_behav (π_behav = ``rollout_log_probs``, per token the policy version that
+  sampled it): with ``rollout_is`` set this is decoupled PPO (verl's and AReaL's), which verl spells the same
+  way (no key of its own). Without ``rollout_is`` the behaviour log-probs only feed metrics and RS.
 - ``bypass_mode``: the engine's log-probs are the old policy (no trainer forward pass for them) and the
   policy loss is :func:`bypass_policy_loss`: in each micro-batch it computes the IS weights and the RS mask
   from the *current* policy's detached log-probs against the rollout's (δ_t = logπ_θ − logπ_rollout), then
@@ -45,6 +50,7 @@ __all__ = [
     "apply_rollout_correction",
     "bypass_policy_loss",
     "check_bypass_loss",
+    "offpolicy_metrics",
     "IS_LEVELS",
     "LOSS_TYPES",
     "RS_OPTIONS",
@@ -128,8 +134,12 @@ def rollout_is_weights(
     ``[lower, upper]`` becomes 0 instead of being truncated, reported as ``rollout_corr/rollout_is_oob_ratio``
     (the fraction of valid tokens whose weight is out of bounds). The other metrics:
     ``rollout_corr/rollout_is_mean`` (of the truncated weights), ``rollout_corr/rollout_is_ratio_fraction_high``
-    (the fraction of valid tokens, or of non-empty responses for ``sequence``, whose weight was truncated) and
-    ``rollout_corr/rollout_is_eff_sample_size`` (1 / mean((w / mean w)²) of the truncated weights). With
+    (the fraction of valid tokens, or of non-empty responses for ``sequence``, whose weight is above ``upper``),
+    ``rollout_corr/rollout_is_ratio_fraction_low`` (likewise below ``lower``, or below ``1 / upper`` without
+    IcePop bounds: a diagnostic, such weights are kept), ``rollout_corr/rollout_is_{max,min,std}``
+    (:func:`_spread_metrics`), ``rollout_corr/rollout_is_seq_*`` (:func:`_response_metrics`) and
+    ``rollout_corr/rollout_is_eff_sample_size`` (1 / mean((w / mean w)²) of the truncated weights), all
+    computed before the batch normalisation. With
     ``batch_normalize`` the truncated weights are divided by their mean (over valid tokens for ``token``,
     over non-empty responses for ``sequence``; left as they are when that mean is ≤ 1e-8), reported as
     ``rollout_corr/rollout_is_batch_norm_factor``."""
@@ -148,12 +158,15 @@ def rollout_is_weights(
     else:
         outside = high + (raw < lower).to(mask.dtype)
         weights = raw * (1.0 - outside) * mask
+    lower_bound = 1.0 / upper if lower is None else lower
+    low = (raw < lower_bound).to(mask.dtype)
     mean = masked_mean(weights, mask)
     metrics = {
         "rollout_corr/rollout_is_mean": float(mean),
-        "rollout_corr/rollout_is_ratio_fraction_high": float(
-            masked_mean(high, mask) if level == "token" else masked_mean(masked_mean(high, mask, dim=-1), non_empty)
-        ),
+        "rollout_corr/rollout_is_ratio_fraction_high": float(_share(high, mask, non_empty, level)),
+        "rollout_corr/rollout_is_ratio_fraction_low": float(_share(low, mask, non_empty, level)),
+        **_spread_metrics(weights, log_ratio, mask, non_empty, level, upper),
+        **_response_metrics(weights, raw, mask, non_empty, (lower_bound, upper)),
     }
     if lower is not None:
         metrics["rollout_corr/rollout_is_oob_ratio"] = float(masked_mean(outside, mask))
@@ -166,6 +179,74 @@ def rollout_is_weights(
         weights = weights / factor
         metrics["rollout_corr/rollout_is_batch_norm_factor"] = factor
     return weights, metrics
+
+
+def _share(flags: torch.Tensor, mask: torch.Tensor, non_empty: torch.Tensor, level: str) -> torch.Tensor:
+    """The share of ``flags`` (``[B, R]``, 0/1): of the valid tokens at ``token`` level, of the non-empty
+    responses at ``sequence`` level (where every token of a response carries the response's flag)."""
+    if level == "token":
+        return masked_mean(flags, mask)
+    return masked_mean(masked_mean(flags, mask, dim=-1), non_empty)
+
+
+def _spread_metrics(
+    weights: torch.Tensor,
+    log_ratio: torch.Tensor,
+    mask: torch.Tensor,
+    non_empty: torch.Tensor,
+    level: str,
+    upper: float,
+) -> dict[str, float]:
+    """verl's ``rollout_corr/rollout_is_{max,min,std}``: at ``token`` level the largest and smallest applied
+    weight of a valid token; at ``sequence`` level ``exp`` of the largest (clamped to :data:`SAFETY_BOUND`) and
+    smallest log-ratio sum of a non-empty response; the standard deviation of the applied weights (clamped to
+    ``[0, upper]``) over the valid tokens (0 for a single token). Empty without a valid token."""
+    valid = mask.bool()
+    if not bool(valid.any()):
+        return {}
+    if level == "token":
+        picked = weights[valid]
+        largest, smallest = float(picked.max()), float(picked.min())
+    else:
+        sums = log_ratio[:, 0][non_empty.bool()]
+        largest = math.exp(min(float(sums.max()), SAFETY_BOUND))
+        smallest = math.exp(float(sums.min()))
+    clamped = weights.clamp(0.0, upper)[valid]
+    spread = float(clamped.std(unbiased=False)) if clamped.numel() > 1 else 0.0
+    return {
+        "rollout_corr/rollout_is_max": largest,
+        "rollout_corr/rollout_is_min": smallest,
+        "rollout_corr/rollout_is_std": spread,
+    }
+
+
+def _response_metrics(
+    weights: torch.Tensor,
+    raw: torch.Tensor,
+    mask: torch.Tensor,
+    non_empty: torch.Tensor,
+    bounds: tuple[float, float],
+) -> dict[str, float]:
+    """verl's per-response figures of the weights, over the non-empty responses: of each response's mean applied
+    weight ``rollout_corr/rollout_is_seq_{mean,std,max,min}`` (std unbiased, 0 for one response) and
+    ``rollout_is_seq_max_deviation`` (the largest distance from 1); of each response's mean weight before
+    truncation the shares ``rollout_is_seq_fraction_high`` / ``_low`` above ``bounds[1]`` / below ``bounds[0]``.
+    Empty without a non-empty response."""
+    rows = non_empty.bool()
+    if not bool(rows.any()):
+        return {}
+    applied = masked_mean(weights, mask, dim=-1)[rows]
+    before = masked_mean(raw, mask, dim=-1)[rows]
+    lower, upper = bounds
+    return {
+        "rollout_corr/rollout_is_seq_mean": float(applied.mean()),
+        "rollout_corr/rollout_is_seq_std": float(applied.std()) if applied.numel() > 1 else 0.0,
+        "rollout_corr/rollout_is_seq_max": float(applied.max()),
+        "rollout_corr/rollout_is_seq_min": float(applied.min()),
+        "rollout_corr/rollout_is_seq_max_deviation": float((applied - 1.0).abs().max()),
+        "rollout_corr/rollout_is_seq_fraction_high": float((before > upper).float().mean()),
+        "rollout_corr/rollout_is_seq_fraction_low": float((before < lower).float().mean()),
+    }
 
 
 @dataclass(frozen=True)
@@ -248,39 +329,48 @@ def rejection_mask(
     """``response_mask`` with the tokens (or responses) that fail any of ``rules`` set to 0, and the metrics
     (verl's names) ``rollout_corr/rollout_rs_masked_fraction`` (of the valid tokens),
     ``rollout_corr/rollout_rs_seq_masked_fraction`` (of the non-empty responses that lost at least one token)
-    and, for each rule, ``rollout_corr/rollout_rs_<option>_masked_fraction`` (the valid tokens it rejects)."""
+    and, for each rule, ``rollout_corr/rollout_rs_<option>_masked_fraction`` (the valid tokens it rejects) and
+    ``rollout_corr/rollout_rs_<option>_seq_masked_fraction`` (the non-empty responses it takes a token from)."""
     mask = response_mask.to(old_log_probs.dtype)
     log_ratio = (old_log_probs - rollout_log_probs).detach()
     valid = mask.bool()
     tokens = max(float(valid.sum()), 1.0)
+    non_empty = valid.any(dim=-1)
+    responses = max(float(non_empty.sum()), 1.0)
     keep = torch.ones_like(mask, dtype=torch.bool)
     metrics: dict[str, float] = {}
     for rule in rules:
         kept = rule.keep(log_ratio, mask)
-        metrics[f"rollout_corr/rollout_rs_{rule.option}_masked_fraction"] = float((valid & ~kept).sum()) / tokens
+        prefix = f"rollout_corr/rollout_rs_{rule.option}"
+        metrics[f"{prefix}_masked_fraction"] = float((valid & ~kept).sum()) / tokens
+        metrics[f"{prefix}_seq_masked_fraction"] = float((valid & ~kept).any(dim=-1).sum()) / responses
         keep = keep & kept
     new_mask = response_mask * keep.to(response_mask.dtype)
     rejected = valid & ~keep
-    non_empty = valid.any(dim=-1)
     metrics["rollout_corr/rollout_rs_masked_fraction"] = float(rejected.sum()) / tokens
-    metrics["rollout_corr/rollout_rs_seq_masked_fraction"] = float((rejected.any(dim=-1) & non_empty).sum()) / max(
-        float(non_empty.sum()), 1.0
-    )
+    metrics["rollout_corr/rollout_rs_seq_masked_fraction"] = float(rejected.any(dim=-1).sum()) / responses
     return new_mask, metrics
 
 
 def apply_rollout_correction(batch: Batch, correction: RolloutCorrectionConfig) -> dict[str, float]:
     """Apply the ``algorithm.rollout_correction`` section to ``batch`` (which has ``old_log_probs`` and
-    ``rollout_log_probs``) and return the metrics: the mismatch metrics and the old policy's drift from the
-    rollout's (``rollout_corr/kl``, ``rollout_corr/k3_kl``) always; with ``rollout_is`` the
+    ``rollout_log_probs``) and return the metrics: the mismatch metrics and the old policy's off-policy
+    diagnostics against the rollout's (:func:`offpolicy_metrics`) always; with ``rollout_is`` the
     ``rollout_is_weights`` (batch-normalised with ``rollout_is_batch_normalize``); with ``rollout_rs`` the
     rejected tokens removed from ``response_mask``. The weights and the rejection are both computed from
     the mask as it came in. In ``bypass_mode`` nothing is done here (the old log-probs are the rollout's):
-    :func:`bypass_policy_loss` corrects each micro-batch and reports the metrics."""
+    :func:`bypass_policy_loss` corrects each micro-batch and reports the metrics. Raises
+    :class:`~rlcore.errors.RLCoreError` naming the columns when their shapes differ."""
     old, rollout, mask = batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]
     if correction.bypass_mode:  # old is rollout: the bypass loss corrects per micro-batch
         return {}
-    metrics = {**rollout_mismatch_metrics(old, rollout, mask), **_policy_drift_metrics(old, rollout, mask)}
+    if not old.shape == rollout.shape == mask.shape:
+        raise RLCoreError(
+            f"{_KEY}: the batch's rollout_log_probs {tuple(rollout.shape)}, old_log_probs {tuple(old.shape)} and "
+            f"response_mask {tuple(mask.shape)} must have one shape [responses, response length]: the rollout "
+            "engine returned log-probs that do not line up with its responses"
+        )
+    metrics = {**rollout_mismatch_metrics(old, rollout, mask), **offpolicy_metrics(old, rollout, mask)}
     level = correction.rollout_is
     if level:
         weights, is_metrics = rollout_is_weights(
@@ -337,16 +427,48 @@ def reinforce_policy_loss(
     return loss, {"actor/ppo_kl": ppo_kl.item()}
 
 
-def _policy_drift_metrics(
-    log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
+def offpolicy_metrics(
+    log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor
 ) -> dict[str, float]:
-    """verl's ``rollout_corr/kl`` (masked mean of ``rollout − log_prob``) and ``rollout_corr/k3_kl`` (masked
-    mean of ``e^δ − δ − 1``, δ = log_prob − rollout clamped to ±:data:`SAFETY_BOUND`): how far the trainer's
-    policy (old in decoupled mode, current in bypass mode) is from the rollout's."""
-    delta = (log_prob - rollout_log_prob).clamp(-SAFETY_BOUND, SAFETY_BOUND)
+    """verl's off-policy diagnostics (``compute_offpolicy_metrics``) of the trainer's policy ``log_probs`` (π_old
+    in decoupled mode, the current policy in bypass mode) against the rollout's, over the valid tokens, with
+    δ_t = log_probs_t − rollout_t and ``rollout_corr/`` names:
+
+    - ``kl``: mean of −δ; ``k3_kl``: mean of e^δ − δ − 1 (δ clamped to ±:data:`SAFETY_BOUND`);
+    - ``training_ppl``, ``rollout_ppl``: the mean over non-empty responses of exp(−mean token log-prob), and
+      ``training_log_ppl``, ``rollout_log_ppl``: the mean of −mean token log-prob;
+    - ``log_ppl_diff`` (mean), ``log_ppl_abs_diff`` (mean of the absolute value), ``log_ppl_diff_max``,
+      ``log_ppl_diff_min`` of the per-response mean rollout log-prob minus mean trainer log-prob, and
+      ``ppl_ratio``, the mean of its exp;
+    - ``chi2_token``: mean of e^{2δ} − 1; ``chi2_seq``: the mean over non-empty responses of e^{2Σδ} − 1
+      (the sums clamped to ±:data:`SAFETY_BOUND`).
+
+    Per token these are the log-probs of whatever policy sampled that token, so a response whose tokens came
+    from several policy versions needs nothing special. Empty without a valid token (verl averages the response
+    figures over all rows, empty ones included; here only non-empty responses count)."""
+    mask = response_mask.to(log_probs.dtype)
+    non_empty = mask.sum(dim=-1) > 0
+    if not bool(non_empty.any()):
+        return {}
+    delta = ((log_probs - rollout_log_probs) * mask).clamp(-SAFETY_BOUND, SAFETY_BOUND)
+    training = masked_mean(log_probs, mask, dim=-1)[non_empty]
+    rollout = masked_mean(rollout_log_probs, mask, dim=-1)[non_empty]
+    log_ppl_diff = rollout - training
+    delta_sum = masked_sum(delta, mask, dim=-1)[non_empty].clamp(-SAFETY_BOUND, SAFETY_BOUND)
     return {
-        "rollout_corr/kl": float(masked_mean(-delta, response_mask)),
-        "rollout_corr/k3_kl": float(masked_mean(torch.exp(delta) - delta - 1.0, response_mask)),
+        "rollout_corr/kl": float(masked_mean(-delta, mask)),
+        "rollout_corr/k3_kl": float(masked_mean(torch.exp(delta) - delta - 1.0, mask)),
+        "rollout_corr/training_ppl": float(torch.exp(-training).mean()),
+        "rollout_corr/training_log_ppl": float((-training).mean()),
+        "rollout_corr/rollout_ppl": float(torch.exp(-rollout).mean()),
+        "rollout_corr/rollout_log_ppl": float((-rollout).mean()),
+        "rollout_corr/log_ppl_diff": float(log_ppl_diff.mean()),
+        "rollout_corr/log_ppl_abs_diff": float(log_ppl_diff.abs().mean()),
+        "rollout_corr/log_ppl_diff_max": float(log_ppl_diff.max()),
+        "rollout_corr/log_ppl_diff_min": float(log_ppl_diff.min()),
+        "rollout_corr/ppl_ratio": float(torch.exp(log_ppl_diff).mean()),
+        "rollout_corr/chi2_token": float(masked_mean(torch.exp(2.0 * delta), mask)) - 1.0,
+        "rollout_corr/chi2_seq": float(torch.exp(2.0 * delta_sum).mean()) - 1.0,
     }
 
 
@@ -363,8 +485,8 @@ def bypass_policy_loss(
 
     Rejected tokens count in the loss's normaliser as zeros, as verl's global token count does: the loss is
     rescaled from the kept tokens' units to the micro-batch's (:func:`~rlcore.algos.functional.loss_units`), so
-    the update loop's per-micro-batch shares stay right. Metrics: ``rollout_corr/kl``, ``rollout_corr/k3_kl``,
-    the IS and RS metrics (none for a micro-batch of padding only), and the inner loss's own."""
+    the update loop's per-micro-batch shares stay right. Metrics: :func:`offpolicy_metrics` of the current
+    policy, the IS and RS metrics (none for a micro-batch of padding only), and the inner loss's own."""
     loss_type = check_bypass_loss(correction, loss_mode)
     level = correction.rollout_is
     threshold = correction.rollout_is_threshold
@@ -387,7 +509,7 @@ def bypass_policy_loss(
         """The bypass loss of one micro-batch (see :func:`bypass_policy_loss`); ``rollout_is_weights`` is
         not used (the weights are computed here)."""
         current = log_prob.detach()
-        metrics = _policy_drift_metrics(current, old_log_prob, response_mask)
+        metrics = offpolicy_metrics(current, old_log_prob, response_mask)
         weights = None
         if level:
             weights, is_metrics = truncated_weights(current, old_log_prob, response_mask, level, threshold, normalize)

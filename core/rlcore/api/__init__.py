@@ -80,6 +80,7 @@ _LAZY: dict[str, str] = {
     "WeightBucket": "rlcore.api.transport",
     "TransportReport": "rlcore.api.transport",
     "BucketChecksumError": "rlcore.api.transport",
+    "SupportsPartialRollout": "rlcore.api.rollout",
     "SupportsSamplingState": "rlcore.api.rollout",
     "SupportsSharedWeights": "rlcore.api.rollout",
     "SupportsWeightChecksum": "rlcore.api.rollout",
@@ -122,6 +123,12 @@ _LAZY: dict[str, str] = {
     "check_left_padded": "rlcore.rollout.outputs",
     "engine_dtype": "rlcore.rollout.outputs",
     "rollout_output": "rlcore.rollout.outputs",
+    "PartialRows": "rlcore.rollout.partial",
+    "read_partial": "rlcore.rollout.partial",
+    "continuation_seed": "rlcore.rollout.partial",
+    "ROLLOUT_VERSIONS": "rlcore.rollout.partial",
+    "FINISHED": "rlcore.rollout.partial",
+    "ROW_SEEDS": "rlcore.rollout.partial",
     "check_weight_names": "rlcore.rollout.weights",
     "float64_sum": "rlcore.rollout.weights",
     "weight_buckets": "rlcore.rollout.buckets",
@@ -401,6 +408,7 @@ if TYPE_CHECKING:
     from rlcore.api.rollout import (
         RolloutEngine,
         SupportsClose,
+        SupportsPartialRollout,
         SupportsSamplingState,
         SupportsSharedWeights,
         SupportsWeightChecksum,
@@ -523,6 +531,14 @@ if TYPE_CHECKING:
     from rlcore.rollout.buckets import weight_buckets
     from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
     from rlcore.rollout.padding import left_pad
+    from rlcore.rollout.partial import (
+        FINISHED,
+        ROLLOUT_VERSIONS,
+        ROW_SEEDS,
+        PartialRows,
+        continuation_seed,
+        read_partial,
+    )
     from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
     from rlcore.rollout.sizing import (
         CACHE_ALIGN,

@@ -74,6 +74,11 @@ class ActorGroup(WorkerGroup, Protocol):
         """Responses for the batch's prompts from the rollout engine."""
         ...
 
+    def generate_partial(self, batch: Batch) -> Batch:
+        """Partial rollout: at most ``batch.meta["max_new_tokens"]`` more tokens for the batch's unfinished rows,
+        with per-token ``rollout_versions`` (:class:`~rlcore.api.rollout.SupportsPartialRollout`)."""
+        ...
+
     def compute_log_prob(self, batch: Batch) -> Batch:
         """``old_log_probs`` and ``entropys`` under the current actor."""
         ...

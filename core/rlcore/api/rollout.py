@@ -25,7 +25,8 @@ class RolloutEngine(Protocol):
     ``default_section(config_class, ...)``). Optional abilities, each a protocol below that the actor worker
     checks with ``isinstance``: :class:`SupportsWeightChecksum` (an exact check of the served weights),
     :class:`SupportsSharedWeights` (serving a CPU actor's own tensors), :class:`SupportsSamplingState`
-    (sampling state for exact resume) and :class:`SupportsClose` (stop the engine's own processes)."""
+    (sampling state for exact resume), :class:`SupportsPartialRollout` (resumable generation across weight
+    updates) and :class:`SupportsClose` (stop the engine's own processes)."""
 
     #: the typed section the engine reads: :class:`~rlcore.config.sections.rollout.RolloutConfig`, or a subclass
     #: that adds the engine plugin's own keys of ``actor_rollout_ref.rollout`` (``vllm``, ``sglang``, ...)
@@ -110,6 +111,29 @@ class SupportsSamplingState(Protocol):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned; called after the trainer's weights are synced."""
+        ...
+
+
+@runtime_checkable
+class SupportsPartialRollout(Protocol):
+    """A rollout engine that generates in resumable chunks (partial rollout): a weight update between two
+    calls is served to the rows still decoding, which keep their tokens and log-probs.
+
+    A trajectory's tokens are tagged with the :attr:`RolloutEngine.weight_version` that sampled them
+    (``rollout_versions``); the state of the rows is in the batch itself (:mod:`rlcore.rollout.partial`)."""
+
+    def generate_partial(self, batch: Batch, max_new_tokens: int, validate: bool = False) -> Batch:
+        """Decode at most ``max_new_tokens`` more tokens for every row of ``batch`` not yet finished, with
+        the weights served now.
+
+        ``batch`` holds fresh left-padded prompts (as :meth:`RolloutEngine.generate`) or the previous
+        call's output for those rows (``prompts``, ``responses``, ``response_mask``, ``rollout_log_probs``,
+        ``rollout_versions``, ``finished`` [B] bool, ``row_seeds`` [B] int64). Rows already ``finished`` are
+        untouched; no row exceeds ``rollout.response_length`` tokens in total; a row finishes at its EOS
+        token or at that length. The result has ``generate``'s layout plus ``rollout_versions`` (int64
+        ``[B, R]``: each token's weight version, 0 on padding), ``finished`` and ``row_seeds``; the
+        log-probs are the serving policy's at the sampling temperature, as ``generate`` records them.
+        ``validate`` and ``meta["do_sample"]`` select the sampling as for ``generate``."""
         ...
 
 

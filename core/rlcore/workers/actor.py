@@ -23,6 +23,7 @@ from rlcore.api.groups import ActorRole
 from rlcore.api.rollout import (
     RolloutEngine,
     SupportsClose,
+    SupportsPartialRollout,
     SupportsSamplingState,
     SupportsSharedWeights,
     SupportsWeightChecksum,
@@ -409,6 +410,32 @@ class ActorRolloutRefWorker(WorkerBase):
         engine = self._rollout("generate_sequences")
         engine.wake()
         out = engine.generate(batch, validate=bool(batch.meta.get("validate", False)))
+        if self.rollout_config.free_cache_engine:
+            engine.sleep()
+        return out
+
+    def generate_partial(self, batch: Batch) -> Batch:
+        """Partial rollout: at most ``batch.meta["max_new_tokens"]`` more tokens for every unfinished row with
+        the weights the engine serves now (:class:`~rlcore.api.rollout.SupportsPartialRollout`; ``batch``:
+        fresh prompts or the previous call's output). Woken and put to sleep as :meth:`generate_sequences`.
+
+        Raises :class:`RLCoreError` naming the engine when it lacks the ability, and naming
+        ``meta["max_new_tokens"]`` when it is missing or not a positive integer.
+        """
+        engine = self._rollout("generate_partial")
+        if not isinstance(engine, SupportsPartialRollout):
+            raise RLCoreError(
+                f"{ARR}.rollout.name={self.rollout_config.name}: the rollout engine {type(engine).__name__} has no "
+                "partial rollout (rlcore.api.SupportsPartialRollout: generate_partial); use rollout.name=hf or vllm"
+            )
+        budget = batch.meta.get("max_new_tokens")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise RLCoreError(
+                f'generate_partial: batch.meta["max_new_tokens"] must be a positive integer (the token budget of '
+                f"the call), got {budget!r}"
+            )
+        engine.wake()
+        out = engine.generate_partial(batch, budget, validate=bool(batch.meta.get("validate", False)))
         if self.rollout_config.free_cache_engine:
             engine.sleep()
         return out

@@ -45,7 +45,8 @@ class RolloutCorrectionConfig(Section):
     rollout_rs: str | None = None
     #: one bound per option or one shared (k1: lower_upper ratio bounds)
     rollout_rs_threshold: float | str | list[float] | None = None
-    #: true: old_log_probs = the engine's log-probs (no trainer forward pass); IS/RS per micro-batch in the loss
+    #: true: old_log_probs = the engine's log-probs (no trainer forward pass); IS/RS per micro-batch in the loss.
+    #: false (decoupled): the trainer recomputes old_log_probs; with rollout_is this is decoupled PPO
     bypass_mode: bool = False
     #: bypass mode's policy loss: ppo_clip (the policy loss, ratio to the rollout) | reinforce (-w*A*log pi)
     loss_type: str = "ppo_clip"

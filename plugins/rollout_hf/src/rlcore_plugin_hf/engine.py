@@ -56,6 +56,7 @@ from rlcore.api import (
     engine_dtype,
     float64_sum,
     load_policy,
+    read_partial,
     request_seeds,
     rollout_output,
     rollout_prefill,
@@ -74,6 +75,7 @@ from rlcore_plugin_hf.chunking import (
 from rlcore_plugin_hf.cuda_graphs import StepGraphs
 from rlcore_plugin_hf.decode_state import DecodeState
 from rlcore_plugin_hf.routing import RoutingRecorder, place_routing
+from rlcore_plugin_hf.row_noise import offset_seed
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -218,9 +220,41 @@ class HFRolloutEngine:
         validating = validate or bool(batch.meta.get("validate", False))
         recorder = None if validating else self._routing
         images = batch.non_tensors.get(MULTI_MODAL_INPUTS)
-        slices = self._plan_chunks(len(prompts), prompts.shape[1])
+        slices, chunks, steps = self._decode_chunks(
+            prompts, prompt_mask, prompt_positions, params, seeds, images, recorder, self.settings.response_length
+        )
+        if self.device.type == "cpu":  # the cache is not kept between calls on CPU (host memory)
+            self._release()
+        logprob_parts = [logprobs for _, _, logprobs, _ in chunks if logprobs is not None]
+        out = rollout_output(
+            batch,
+            torch.cat([responses for responses, _, _, _ in chunks]),
+            torch.cat([response_mask for _, response_mask, _, _ in chunks]),
+            torch.cat(logprob_parts) if logprob_parts else None,
+        )
+        if recorder is not None:
+            out[ROUTED_EXPERTS] = self._routing_layout(out, slices, [routing for *_, routing in chunks])
+        out.meta["metrics"]["rollout/rows_per_chunk"] = max(rows.stop - rows.start for rows in slices)
+        out.meta["metrics"]["rollout/graph_step_share"] = steps[1] / steps[0] if steps[0] else 0.0
+        return out
+
+    def _decode_chunks(
+        self,
+        prompts: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        prompt_positions: torch.Tensor,
+        params: SamplingParams,
+        seeds: Sequence[int],
+        images: Any,
+        recorder: RoutingRecorder | None,
+        max_steps: int,
+    ) -> tuple[list[slice], list[tuple[Any, ...]], list[int]]:
+        """Decode the left-padded ``prompts`` chunk by chunk, at most ``max_steps`` tokens per row (``seeds``:
+        one per row, empty when greedy); returns the chunks' row slices, each chunk's ``(responses,
+        response_mask, log-probs, routing)`` and the decoding steps run and replayed from graphs."""
+        slices = self._plan_chunks(len(prompts), prompts.shape[1], max_steps)
         steps = [0, 0]  # decoding steps run, and of those replayed from graphs
-        chunks = []
+        chunks: list[tuple[Any, ...]] = []
         request = claim_rollout_trace()  # the discrete rollout stage of a profiled step
         trace = None if request is None else request.engine_trace()
         try:
@@ -239,6 +273,7 @@ class HFRolloutEngine:
                         None if images is None else images[rows],
                         steps,
                         trace,
+                        max_steps,
                     )
                 # the routing of the tokens fed through the model, from where the trimmed prompts start
                 routing = (
@@ -250,20 +285,67 @@ class HFRolloutEngine:
         finally:
             if trace is not None:
                 trace.close()
-        if self.device.type == "cpu":  # the cache is not kept between calls on CPU (host memory)
-            self._release()
-        logprob_parts = [logprobs for _, _, logprobs, _ in chunks if logprobs is not None]
-        out = rollout_output(
-            batch,
-            torch.cat([responses for responses, _, _, _ in chunks]),
-            torch.cat([response_mask for _, response_mask, _, _ in chunks]),
-            torch.cat(logprob_parts) if logprob_parts else None,
-        )
-        if recorder is not None:
-            out[ROUTED_EXPERTS] = self._routing_layout(out, slices, [routing for *_, routing in chunks])
-        out.meta["metrics"]["rollout/rows_per_chunk"] = max(rows.stop - rows.start for rows in slices)
-        out.meta["metrics"]["rollout/graph_step_share"] = steps[1] / steps[0] if steps[0] else 0.0
-        return out
+        return slices, chunks, steps
+
+    def generate_partial(self, batch: Batch, max_new_tokens: int, validate: bool = False) -> Batch:
+        """Partial rollout (:class:`~rlcore.api.rollout.SupportsPartialRollout`): decode at most
+        ``max_new_tokens`` more tokens for every unfinished row of ``batch``, tagged with :attr:`weight_version`.
+
+        A continued row is prefilled from its prompt and the tokens it kept (the KV cache is rebuilt with the
+        weights served now) and its noise continues at its step offset: the row seed is shifted by
+        :func:`rlcore_plugin_hf.row_noise.offset_seed`, so step ``j`` of this call draws the noise of step
+        ``kept + j`` of the row. Calls repeated until every row is finished, with no weight update between
+        them, therefore sample exactly the tokens of one :meth:`generate` call (fresh rows draw their seeds
+        as ``generate`` does: from ``rollout.seed`` and the call's index). Image prompts and routing replay
+        are not supported here (a clear :class:`RLCoreError`).
+        """
+        if self._asleep:
+            raise RLCoreError("the rollout engine is asleep: call wake() before generate_partial()")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise RLCoreError(f"generate_partial: max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        if batch.non_tensors.get(MULTI_MODAL_INPUTS) is not None:
+            raise RLCoreError("rollout.name=hf: generate_partial does not take image prompts (multi_modal_inputs)")
+        validating = validate or bool(batch.meta.get("validate", False))
+        if self._routing is not None and not validating:
+            raise RLCoreError(
+                "rollout.name=hf: generate_partial does not record routing; "
+                "turn off actor_rollout_ref.rollout.enable_rollout_routing_replay for partial rollout"
+            )
+        params = self.settings.params_for(batch, validate)
+        length = self.settings.response_length
+        rows = read_partial(batch, length, self.pad_token_id, self.settings.calculate_log_probs)
+        if not params.greedy and bool((rows.row_seeds < 0).any()):
+            rows.draw_seeds(request_seeds(self.settings.seed, self._calls, len(rows.row_seeds)))
+            self._calls += 1
+        active = rows.active()
+        added = 0
+        if active:
+            lengths = rows.lengths
+            offsets = [lengths[row] for row in active]
+            seeds = (
+                []
+                if params.greedy
+                else [offset_seed(int(rows.row_seeds[row]), offsets[i]) for i, row in enumerate(active)]
+            )
+            ids, mask, positions = rows.continuation_prompts(active, self.pad_token_id)
+            max_steps = min(max_new_tokens, length - min(offsets))
+            _, chunks, _ = self._decode_chunks(ids, mask, positions, params, seeds, None, None, max_steps)
+            if self.device.type == "cpu":
+                self._release()
+            responses = torch.cat([part[0] for part in chunks]).cpu()
+            response_mask = torch.cat([part[1] for part in chunks]).cpu()
+            logprob_parts = [part[2] for part in chunks if part[2] is not None]
+            logprobs = torch.cat(logprob_parts).cpu() if logprob_parts else None
+            added = rows.extend(
+                active,
+                [responses[i][response_mask[i]].tolist() for i in range(len(active))],
+                [None if logprobs is None else logprobs[i][response_mask[i]].tolist() for i in range(len(active))],
+                max_new_tokens=max_new_tokens,
+                version=self._weight_version,
+                eos_token_ids=self.eos_token_ids,
+                stop_on_eos=not self.settings.ignore_eos and bool(self.eos_token_ids),
+            )
+        return rows.output(batch, added)
 
     def _routing_layout(
         self, out: Batch, slices: Sequence[slice], recorded: Sequence[tuple[int, torch.Tensor] | None]
@@ -280,14 +362,14 @@ class HFRolloutEngine:
             parts.append(place_routing(routing, first_column, prompt_width, mask[rows]))
         return torch.cat(parts)
 
-    def _plan_chunks(self, rows: int, prompt_len: int) -> list[slice]:
-        """The chunks of a call of ``rows`` prompts of width ``prompt_len``; loads the static decoder's
-        weights and reserves its cache for the largest chunk (padded to its bucket with graphs).
+    def _plan_chunks(self, rows: int, prompt_len: int, length: int) -> list[slice]:
+        """The chunks of a call of ``rows`` prompts of width ``prompt_len`` decoding at most ``length`` tokens;
+        loads the static decoder's weights and reserves its cache for the largest chunk (padded to its bucket
+        with graphs).
 
         On CUDA the rows per chunk come from the free memory (:func:`~rlcore_plugin_hf.chunking.memory_rows`),
         measured once the decoder's weights are in place; elsewhere from ``rollout.max_num_batched_tokens``.
         """
-        length = self.settings.response_length
         static = self._static
         if static is not None and rows:
             static.load_weights()
@@ -338,12 +420,13 @@ class HFRolloutEngine:
         seeds: Sequence[int],
         images: Iterable[Any] | None,
         steps: list[int],
-        trace: EngineTrace | None = None,
+        trace: EngineTrace | None,
+        max_steps: int,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """The decoding loop over one chunk of rows (``seeds``: one per row); returns ``responses``, a
-        boolean ``response_mask`` and the log-probs or None. Adds the decoding steps it ran, and those
-        replayed from a graph, to ``steps``; tells ``trace`` (a profiled rollout) which response token each
-        model call produces."""
+        """The decoding loop over one chunk of rows (``seeds``: one per row), at most ``max_steps`` tokens
+        per row; returns ``responses [rows, response_length]``, a boolean ``response_mask`` and the log-probs
+        or None. Adds the decoding steps it ran, and those replayed from a graph, to ``steps``; tells
+        ``trace`` (a profiled rollout) which response token each model call produces."""
         batch_size, prompt_len = input_ids.shape
         length = self.settings.response_length
         if batch_size == 0:
@@ -376,7 +459,7 @@ class HFRolloutEngine:
         # a row that emitted EOS keeps decoding its own samples (no other row sees them); the response
         # mask and padding after each row's EOS are applied once, after the loop
         taken = 1  # tokens sampled per row so far
-        while taken < length and not (
+        while taken < max_steps and not (
             state.stop_on_eos and taken % check_every == 0 and not bool(state.unfinished[:batch_size].any())
         ):
             if trace is not None:

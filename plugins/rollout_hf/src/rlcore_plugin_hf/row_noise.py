@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["RowNoise", "block_steps", "step_keys", "uniform_draws", "vocab_codes"]
+__all__ = ["RowNoise", "block_steps", "offset_seed", "step_keys", "uniform_draws", "vocab_codes"]
 
 _GOLDEN64 = 0x9E3779B97F4A7C15
 _SPLITMIX1 = 0xBF58476D1CE4E5B9
@@ -66,6 +66,14 @@ def block_steps(vocab_size: int, response_length: int) -> int:
     :data:`MAX_BLOCK_DRAWS` per row, at least 1. It depends only on the vocabulary size and the response
     length, never on the number of rows, so a step costs the same ops for any batch."""
     return max(1, min(response_length, MAX_BLOCK_DRAWS // max(1, vocab_size)))
+
+
+def offset_seed(seed: int, offset: int) -> int:
+    """The seed whose step ``t`` draws what step ``offset + t`` of ``seed`` draws (a signed int64): the
+    step keys hash ``seed + (t + 1) · φ64``, so shifting the seed by ``offset · φ64`` shifts the steps.
+    A row continued after ``offset`` tokens (partial rollout) samples with it exactly as it would have
+    sampled uninterrupted."""
+    return _signed(seed + offset * _GOLDEN64, 64)
 
 
 def step_keys(seeds: torch.Tensor, steps: int) -> torch.Tensor:
@@ -146,8 +154,8 @@ class RowNoise:
         self._draws = torch.empty(0)
 
     def seed(self, seeds: Sequence[int]) -> None:
-        """Key the first ``len(seeds)`` rows by ``seeds`` (each in ``[0, 2**63)``), in place; rows after
-        them (padding) draw from seed 0."""
+        """Key the first ``len(seeds)`` rows by ``seeds`` (each a signed int64: a seed in ``[0, 2**63)`` or
+        one shifted by :func:`offset_seed`), in place; rows after them (padding) draw from seed 0."""
         values = torch.zeros(self.keys.shape[0], dtype=torch.int64)
         values[: len(seeds)] = torch.tensor([int(seed) for seed in seeds], dtype=torch.int64)
         self.keys.copy_(step_keys(values.to(self.keys.device), self.keys.shape[1]))

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, cast
 import pytest
 import torch
 
-from rlcore.api import PluginManager, SupportsWeightChecksum
+from rlcore.api import PluginManager, SupportsPartialRollout, SupportsWeightChecksum
 
 PROMPTS = [
     "how many apples did john buy",
@@ -77,6 +77,35 @@ def teacher_forced_log_probs(model: Any, ids: list[int]) -> torch.Tensor:
     with torch.no_grad():
         logits = model(input_ids=tokens).logits[0, :-1].float()
     return torch.log_softmax(logits, dim=-1).gather(-1, tokens[0, 1:, None]).squeeze(-1)
+
+
+def perturbed_model(model_dir: str | Path, seed: int = 0, scale: float = 0.05) -> Any:
+    """The float32 Hugging Face model at ``model_dir`` with every parameter moved by ``scale`` times Gaussian noise
+    (a stand-in for the trainer's weights after an update)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * scale)
+    return model
+
+
+def check_partial_log_probs(out: Any, models: dict[int, Any], temperature: float, atol: float) -> None:
+    """Every response token's ``rollout_log_probs`` equals the teacher-forced log-prob (at ``temperature``) of
+    the model of its ``rollout_versions`` entry (``models``: version -> Hugging Face model)."""
+    for row in range(len(out)):
+        valid = out["response_mask"][row].bool()
+        prompt = out["prompts"][row][out["attention_mask"][row, : out["prompts"].shape[1]].bool()].tolist()
+        tokens = out["responses"][row][valid].tolist()
+        ids = torch.tensor([prompt + tokens], dtype=torch.long)
+        for version in sorted(set(out["rollout_versions"][row][valid].tolist())):
+            with torch.no_grad():
+                logits = models[version](input_ids=ids).logits[0, len(prompt) - 1 : -1].float() / temperature
+            expected = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1)
+            mine = out["rollout_versions"][row][valid] == version
+            torch.testing.assert_close(out["rollout_log_probs"][row][valid][mine], expected[mine], atol=atol, rtol=0)
 
 
 def make_prompt_batch(tokenizer: Any, prompts: list[str] = PROMPTS, meta: dict[str, Any] | None = None) -> Any:
@@ -296,6 +325,82 @@ class RolloutEngineContract:
         engine.wake()
         assert torch.equal(engine.prompt_log_probs(ids), log_probs)
         assert torch.equal(engine.generate(batch, validate=True)["responses"], before)
+
+    def partial_engine(self, engine_factory: Callable[..., Any], **overrides: Any) -> Any:
+        """An engine for the partial-rollout tests; skips them when it lacks the ability."""
+        engine = engine_factory(**overrides)
+        if not isinstance(engine, SupportsPartialRollout):
+            pytest.skip(f"rollout engine {self.component_name!r} has no partial rollout (SupportsPartialRollout)")
+        return engine
+
+    def test_partial_rollout_spans_a_weight_update(
+        self, engine_factory: Callable[..., Any], tiny_model_dir: Path, tiny_tokenizer: Any
+    ) -> None:
+        """A weight update between two ``generate_partial`` calls: the rows keep their first tokens, the new
+        ones are tagged with the new version, and each token's log-prob is that of the version that sampled
+        it (teacher-forced, at the sampling temperature)."""
+        from transformers import AutoModelForCausalLM
+
+        engine = self.partial_engine(engine_factory, temperature=0.8, ignore_eos=True)
+        first = engine.generate_partial(make_prompt_batch(tiny_tokenizer), 5)
+        assert first["rollout_versions"].dtype == torch.int64 and not bool(first["finished"].any())
+        assert first["response_mask"].sum(dim=1).tolist() == [5] * len(first)
+        trainer = perturbed_model(tiny_model_dir)
+        engine.update_weights(trainer.state_dict().items())
+        second = engine.generate_partial(first, 100)
+        length = second["responses"].shape[1]
+        assert bool(second["finished"].all()) and second["response_mask"].sum(dim=1).tolist() == [length] * len(first)
+        assert torch.equal(second["responses"][:, :5], first["responses"][:, :5])
+        assert torch.equal(second["rollout_log_probs"][:, :5], first["rollout_log_probs"][:, :5])
+        expected_versions = torch.tensor([0] * 5 + [1] * (length - 5)).expand(len(first), -1)
+        assert torch.equal(second["rollout_versions"], expected_versions), "a trajectory must span versions 0 and 1"
+        base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+        check_partial_log_probs(second, {0: base, 1: trainer}, 0.8, self.LOGPROB_ATOL)
+
+    def test_partial_rollout_stops_rows_and_keeps_finished_ones(
+        self, engine_factory: Callable[..., Any], eos_model_dir: Path, tiny_tokenizer: Any
+    ) -> None:
+        """Chunks of 4 tokens: an unfinished row gains exactly 4 tokens (or what is left of the response
+        length), a row ends at its EOS, finished rows are untouched and no row exceeds the response length."""
+        engine = self.partial_engine(engine_factory, model_dir=eos_model_dir, response_length=24)
+        out = engine.generate_partial(make_prompt_batch(tiny_tokenizer), 4)
+        eos = set(engine.eos_token_ids)
+        calls = 1
+        while not bool(out["finished"].all()):
+            assert calls < 10, "generate_partial made no progress"
+            before = out
+            out = engine.generate_partial(before, 4)
+            calls += 1
+            done = before["finished"]
+            for key in ("responses", "response_mask", "rollout_log_probs", "rollout_versions", "row_seeds"):
+                assert torch.equal(out[key][done], before[key][done]), f"a finished row's {key} changed"
+            grown = out["response_mask"].sum(dim=1) - before["response_mask"].sum(dim=1)
+            left = 24 - before["response_mask"].sum(dim=1)
+            still = ~out["finished"] & ~done
+            assert bool((grown[still] == 4).all()), "an unfinished row did not get its whole budget"
+            assert bool((grown[~done] <= torch.clamp(left[~done], max=4)).all())
+        lengths = out["response_mask"].sum(dim=1).tolist()
+        stopped = 0
+        for row, valid in enumerate(lengths):
+            mask = out["response_mask"][row].tolist()
+            assert mask == [1] * valid + [0] * (24 - valid)
+            tokens = out["responses"][row].tolist()
+            assert not eos & set(tokens[: valid - 1]), f"tokens follow an EOS: {tokens}"
+            if valid < 24:
+                stopped += 1
+                assert tokens[valid - 1] in eos and tokens[valid:] == [tiny_tokenizer.pad_token_id] * (24 - valid)
+        assert stopped > 0, "no response stopped at EOS with an EOS-prone model"
+
+    def test_partial_rollout_is_deterministic(self, engine_factory: Callable[..., Any], tiny_tokenizer: Any) -> None:
+        """The same chunked calls on two engines of one seed sample the same tokens."""
+        samples = []
+        for _ in range(2):
+            engine = self.partial_engine(engine_factory, seed=11)
+            out = engine.generate_partial(make_prompt_batch(tiny_tokenizer), 3)
+            while not bool(out["finished"].all()):
+                out = engine.generate_partial(out, 3)
+            samples.append(out["responses"])
+        assert torch.equal(samples[0], samples[1])
 
     def test_seed_reproducibility(self, engine_factory: Callable[..., Any], tiny_tokenizer: Any) -> None:
         """Two engines with the same seed sample the same responses; another seed samples others. (Last: its
