@@ -368,10 +368,16 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
     MissingFeature(
         "verl's V1 custom samplers and the sync trainer's failed-group refill (rlcore's sync loop has no failed "
         "groups; the async modes refill filtered and stale groups one for one)",
-        ("trainer.v1.sampler.custom_sampler", "trainer.v1.sampler.sync_refill_failed_groups", "trainer.v1.sync"),
+        (
+            "trainer.v1.sampler.custom_sampler",
+            "trainer.v1.sampler.sampler_kwargs",
+            "trainer.v1.sampler.sync_refill_failed_groups",
+            "trainer.v1.sync",
+        ),
         "docs/async-training.md",
         off={
             "trainer.v1.sampler.sync_refill_failed_groups": False,
+            "trainer.v1.sampler.sampler_kwargs": {},
             "trainer.v1.sampler.custom_sampler.path": None,
             "trainer.v1.sampler.custom_sampler.name": None,
         },
