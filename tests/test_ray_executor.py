@@ -412,3 +412,42 @@ def test_split_placement_trains_on_one_pool_and_generates_on_another(
         assert len(groups.rollout.generate_sequences(prompts)) == 3
     finally:
         groups.shutdown()
+
+
+# ------------------------------------------------------------ partial rollout
+def test_generate_partial_is_split_over_the_rollout_ranks(cluster: Any, tmp_path: Path, tiny_model_dir: Path) -> None:
+    """``groups.rollout.generate_partial`` goes to the rollout ranks like ``generate_sequences`` (the rows split
+    over two data-parallel ranks and concatenated in order, the budget in ``meta``), and the next call
+    continues the rows the previous one returned until every row is finished."""
+    from transformers import AutoTokenizer
+
+    from rlcore.config.schema import Sections
+    from rlcore.data.collate import collate_rows
+    from rlcore.data.custom import load_dataset_class
+    from rlcore.plugins import load_plugins
+
+    task = make_tiny_task(tmp_path / "task")
+    config = ray_config(
+        cluster, *tiny_overrides(tmp_path, tiny_model_dir, task), "actor_rollout_ref.rollout.ignore_eos=true"
+    )
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    dataset = load_dataset_class(Sections.from_tree(config).data, load_plugins().registry)(
+        config.data.train_files, tokenizer, config.data, split="train"
+    )
+    prompts = collate_rows([dataset[i] for i in range(3)])
+    groups = build_worker_groups(config, use_reference=False, use_critic=False)
+    try:
+        groups.init_models()
+        assert groups.rollout.dp_size == 2
+        prompts.meta["max_new_tokens"] = 3
+        first = groups.rollout.generate_partial(prompts)
+        assert len(first) == 3 and first["response_mask"].sum(dim=1).tolist() == [3, 3, 3]
+        assert torch.equal(first["prompts"], prompts["input_ids"])
+        out = first
+        while not bool(out["finished"].all()):
+            out = groups.rollout.generate_partial(out)
+        assert out["response_mask"].sum(dim=1).tolist() == [8, 8, 8]
+        assert torch.equal(out["responses"][:, :3], first["responses"][:, :3])
+        assert bool((out["rollout_versions"] == 1).all()), "every token comes from the first synced weights"
+    finally:
+        groups.shutdown()

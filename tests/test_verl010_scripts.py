@@ -54,6 +54,8 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/gpg_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/gpg_trainer/run_qwen3_8b_megatron.sh": (),
     "examples/grpo_trainer/run_gpt_oss_20b_fsdp.sh": (),
+    # verl's Megatron schedule: optim.min_lr alone (linear decay, verl's Megatron default)
+    "examples/grpo_trainer/run_hy_v3_megatron.sh": (),
     "examples/grpo_trainer/run_mistral_nemo_12b_skyworkrm_fsdp.sh": (),
     "examples/grpo_trainer/run_qwen2-7b_math_megatron_fsdp.sh": (MEGATRON_FSDP,),
     "examples/grpo_trainer/run_qwen2_5_32b_fsdp.sh": (),

@@ -63,7 +63,7 @@ def test_model_engine_selects_the_engine_defaults(args: tuple[str, ...], actor: 
         ("trainer.use_v1=false", "trainer.use_v1: verl's legacy trainer"),
         ("trainer.v1.separate_async.hybrid_rollout.enable_switch=true", "verl's V1 hybrid rollout switch"),
         ("trainer.v1.sampler.custom_sampler.name=mine", "verl's V1 custom samplers"),
-        ("skip.rollout.enable=true", "skip.rollout.enable: replaying dumped rollouts instead of generating"),
+        ("skip.rollout_tq.enable=true", "skip.rollout_tq.enable: replaying dumped rollouts of verl's TransferQueue"),
         ("actor_rollout_ref.rollout.nnodes=1", "rlcore: trainer.placement=split with trainer.rollout_n_gpus_per_node"),
         ("actor_rollout_ref.rollout.disaggregation.enabled=true", "prefill/decode disaggregated serving"),
         ("reward.reward_model.rollout.full_determinism=true", "batch-invariant deterministic inference"),
@@ -201,7 +201,7 @@ def test_verl010_keys_at_their_off_value_are_accepted() -> None:
     result = runs.dry_run(*BASE, *OFF_VALUES)
     assert result.exit_code == 0, result.output
     config = shown(*OFF_VALUES)
-    assert "skip" not in config and "custom_sampler" not in config.trainer.v1.sampler
+    assert "rollout_tq" not in config.skip and "custom_sampler" not in config.trainer.v1.sampler
     assert "qat" not in config.actor_rollout_ref.actor
 
 

@@ -89,6 +89,10 @@ OPTIM_RANGES: dict[str, Range] = {
     "lr_warmup_steps_ratio": Range(low=0, high=1),
     "min_lr_ratio": Range(low=0, high=1),
     "num_cycles": Range(low=0),
+    "min_lr": Range(low=0, nullable=True),
+    "lr_warmup_init": Range(low=0, nullable=True),
+    "lr_decay_steps": Range(low=1, integer=True, nullable=True),
+    "lr_wsd_decay_steps": Range(low=1, integer=True, nullable=True),
 }
 #: a rollout's sampling settings (``actor_rollout_ref.rollout`` and its ``val_kwargs``); a training rollout
 #: needs more (a temperature > 0: :func:`rlcore.config.validate.sampling_problems`)

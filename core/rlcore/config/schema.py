@@ -28,6 +28,7 @@ from rlcore.config.sections.data import DataConfig, Truncation
 from rlcore.config.sections.reward_model import CustomRewardFunctionConfig, RewardModelConfig, RewardModelModelConfig
 from rlcore.config.sections.rollout import CheckpointEngineConfig, RolloutConfig, ValKwargs
 from rlcore.config.sections.runtime import RayKwargsConfig
+from rlcore.config.sections.skip import SkipConfig
 from rlcore.config.sections.trainer import AsyncTrainingConfig, TrainerConfig
 from rlcore.config.sections.update import CHECKPOINT_CONTENTS, CheckpointConfig, LogProbConfig, PPOUpdateConfig
 
@@ -79,6 +80,7 @@ class Sections:
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
     async_training: AsyncTrainingConfig = dataclasses.field(default_factory=AsyncTrainingConfig)
     ray_kwargs: RayKwargsConfig = dataclasses.field(default_factory=RayKwargsConfig)
+    skip: SkipConfig = dataclasses.field(default_factory=SkipConfig)
 
     @classmethod
     def from_tree(cls, config: DictConfig) -> Sections:

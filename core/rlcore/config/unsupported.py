@@ -91,10 +91,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "reward_model.megatron",
             "actor_rollout_ref.actor.optim.override_optimizer_config",
             "critic.optim.override_optimizer_config",
-            "actor_rollout_ref.actor.optim.lr_decay_style",
-            "actor_rollout_ref.actor.optim.lr_decay_steps",
-            "actor_rollout_ref.actor.optim.min_lr",
-            "actor_rollout_ref.actor.optim.lr_warmup_init",
             "actor_rollout_ref.model.lora",
             "critic.model.lora",
         ),
@@ -314,7 +310,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "actor_rollout_ref.rollout.scheduling_policy",
             "actor_rollout_ref.rollout.skip_rollout",
             "actor_rollout_ref.rollout.skip_dump_dir",
-            "actor_rollout_ref.rollout.skip_tokenizer_init",
             "actor_rollout_ref.rollout.quantization",
             "actor_rollout_ref.rollout.quantization_config_file",
             "actor_rollout_ref.rollout.prometheus",
@@ -340,6 +335,13 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "trainer.del_local_ckpt_after_load",
             "trainer.ray_wait_register_center_timeout",
         ),
+    ),
+    MissingFeature(
+        "starting the serving engine's tokenizer (rollout.skip_tokenizer_init=false): rlcore's engines take and return "
+        "token ids, so SGLang runs with skip_tokenizer_init=true and vLLM and hf detokenize nothing (verl's vLLM server "
+        "ignores this key)",
+        ("actor_rollout_ref.rollout.skip_tokenizer_init",),
+        off={"actor_rollout_ref.rollout.skip_tokenizer_init": True},
     ),
     MissingFeature("verl's TransferQueue", ("transfer_queue",)),
     MissingFeature(
@@ -383,9 +385,10 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         },
     ),
     MissingFeature(
-        "replaying dumped rollouts instead of generating (verl's skip.* RolloutSkip)",
-        ("skip",),
-        off={f"skip.{name}.enable": False for name in ("rollout", "rollout_tq", "async_rollout")},
+        "replaying dumped rollouts of verl's TransferQueue trainer and fully-async rollouter (rlcore: skip.rollout, "
+        "the synchronous trainer's)",
+        ("skip.rollout_tq", "skip.async_rollout"),
+        off={f"skip.{name}.enable": False for name in ("rollout_tq", "async_rollout")},
     ),
     MissingFeature(
         "verl's standalone rollout server pool (rollout.nnodes > 0; rlcore: trainer.placement=split with "
@@ -403,12 +406,10 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         },
     ),
     MissingFeature(
-        "batch-invariant deterministic inference (rollout.full_determinism)",
-        ("actor_rollout_ref.rollout.full_determinism", "reward_model.rollout.full_determinism"),
-        off={
-            "actor_rollout_ref.rollout.full_determinism": False,
-            "reward_model.rollout.full_determinism": False,
-        },
+        "batch-invariant deterministic inference for the reward model's generation (rlcore's judge decodes greedily; "
+        "the policy's is actor_rollout_ref.rollout.full_determinism)",
+        ("reward_model.rollout.full_determinism",),
+        off={"reward_model.rollout.full_determinism": False},
     ),
     MissingFeature(
         "the reward model's generation server: its sampling settings and these engine options (rlcore's judge "
@@ -552,7 +553,10 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         "a serving engine for distillation teachers (rlcore-plugin-distill scores them with the training backend's "
         "forward at temperature 1)",
         tuple(f"distillation.teacher_models.*.inference.{name}" for name in TEACHER_SERVING_KEYS),
-        off={"distillation.teacher_models.teacher_model.inference.temperature": 1.0},
+        off={
+            "distillation.teacher_models.teacher_model.inference.temperature": 1.0,
+            "distillation.teacher_models.teacher_model.inference.expert_parallel_size": 1,
+        },
     ),
 )
 

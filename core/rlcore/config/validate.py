@@ -20,6 +20,7 @@ from rlcore.config.loader import ConfigError
 from rlcore.config.prefix_grouper import prefix_grouper_notes, prefix_grouper_problems
 from rlcore.config.ranges import value_range_problems
 from rlcore.config.ray_kwargs import ray_kwargs_notes, ray_kwargs_problems
+from rlcore.config.rollout_skip import rollout_skip_problems
 from rlcore.config.router_replay import router_replay_problems
 from rlcore.config.schema import (
     ActorConfig,
@@ -36,6 +37,7 @@ from rlcore.config.schema import (
     ValKwargs,
 )
 from rlcore.config.sections.actor import OptimConfig
+from rlcore.config.sections.skip import SkipConfig
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.activation_offload import activation_offload_notes
 from rlcore.tracking.sinks import file_logger_notes
@@ -320,6 +322,14 @@ def check_values(config: DictConfig) -> None:
         if data is not None:
             problems += v1_problems(async_training, trainer, policy.rollout, data, policy.actor)
     problems += ray_kwargs_problems(config, trainer)
+    skip = given_section(SkipConfig, config)
+    if skip is not None:
+        problems += rollout_skip_problems(skip, async_training)
+        if skip.rollout.enable and trainer is not None and trainer.v1.trainer_mode != "sync":
+            problems.append(
+                f"skip.rollout.enable=true with trainer.v1.trainer_mode={trainer.v1.trainer_mode}: prompt groups are "
+                "issued ahead of the step that trains them; verl's skip.async_rollout (by sample) is not in rlcore"
+            )
     if policy is not None:  # these checks read the typed section (its own problems are reported above)
         problems += router_replay_problems(policy)
         problems += prefix_grouper_problems(policy)

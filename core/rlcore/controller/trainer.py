@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from rlcore.controller.groups import build_worker_groups
 from rlcore.controller.health import Actions, HealthLoop
 from rlcore.controller.off_policy import RolloutPipeline
 from rlcore.controller.resume import unfinished_checkpoint
+from rlcore.controller.rollout_skip import RolloutSkip
 from rlcore.controller.uids import prompt_uids
 from rlcore.data.collate import collate_rows
 from rlcore.data.custom import load_dataset_class
@@ -133,6 +135,7 @@ class Trainer:
         self.prepared = False  # prepare() has run
         self.resume_from: Path | None = None  # the checkpoint fit() resumes from (set by prepare())
         self.health = HealthLoop(config, manager.registry, run)  # the run-health monitors (trainer.monitors)
+        self.rollout_skip = RolloutSkip.from_sections(self.sections)  # skip.rollout: replayed generations
 
     # ------------------------------------------------------------------ setup
     def _build_data(self) -> None:
@@ -276,12 +279,18 @@ class Trainer:
         baseline = self.reward_fn(greedy).token_level_scores.sum(-1)
         batch["reward_baselines"] = baseline.repeat_interleave(self.n)
 
-    def _generate_round(self, prompts: Batch, metrics: dict[str, float], timer: StageTimer) -> Batch:
-        """Generate ``prompts`` (stage ``gen``), the ReMax baseline (``gen_max``) and, unless the reward runs
-        async, score them (``reward``)."""
+    def _generate_round(
+        self, prompts: Batch, metrics: dict[str, float], timer: StageTimer, rounds: int | None = None
+    ) -> Batch:
+        """Generate ``prompts`` (stage ``gen``; round ``rounds`` of the synchronous step replays or caches it
+        with ``skip.rollout``), the ReMax baseline (``gen_max``) and, unless the reward runs async, score them
+        (``reward``)."""
         prompts.meta["temperature"] = self.sections.actor_rollout_ref.rollout.temperature
         with timer("gen"):
-            batch = self._generate(prompts)
+            if self.rollout_skip is None or rounds is None:
+                batch = self._generate(prompts)
+            else:
+                batch = self.rollout_skip.generate(self.global_step, rounds, partial(self._generate, prompts))
         # the engine's own figures (rollout/gen_tokens, the HF engine's rollout/rows_per_chunk, ...):
         # per rank, averaged over ranks
         metrics.update(reduce_metrics(batch.meta.get("metrics", {})))
@@ -316,7 +325,7 @@ class Trainer:
         rounds = 0
         while True:
             rounds += 1
-            batch = self._generate_round(self._prompt_batch(), metrics, timer)
+            batch = self._generate_round(self._prompt_batch(), metrics, timer, rounds)
             if self.async_reward or not filtering:
                 return batch
             batch = self._apply_filters(batch, metrics)

@@ -21,6 +21,7 @@ from rlcore.config.algorithm_names import scheduler_type
 from rlcore.config.ranges import OPTIM_RANGES, range_problems
 from rlcore.config.sections.actor import OptimConfig
 from rlcore.errors import RLCoreError
+from rlcore.modelkit.megatron_schedule import MegatronLRScheduler, megatron_schedule, uses_megatron_schedule
 
 
 def lr_factor(
@@ -72,12 +73,15 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], optim: OptimConfig, ke
 
 
 def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: OptimConfig, key: str) -> LambdaLR:
-    """The warm-up + constant/cosine ``LambdaLR`` described in the module docstring.
+    """The warm-up + constant/cosine ``LambdaLR`` described in the module docstring, or verl's Megatron
+    schedule (:mod:`rlcore.modelkit.megatron_schedule`) when the section sets one of its keys.
 
     Warm-up steps are ``lr_warmup_steps`` when it is ≥ 0, else ``int(lr_warmup_steps_ratio ×
     total_training_steps)``. A cosine schedule, or a warm-up ratio, needs ``total_training_steps`` > 0.
     """
     check_optim_ranges(optim, key)
+    if uses_megatron_schedule(optim):
+        return MegatronLRScheduler(optimizer, megatron_schedule(optim, key), optim.use_checkpoint_opt_param_scheduler)
     kind = scheduler_type(optim.lr_scheduler_type, optim.warmup_style, key)
     total = int(_number(optim, "total_training_steps", key))
     warmup = int(_number(optim, "lr_warmup_steps", key))

@@ -3,7 +3,8 @@
 Inference servers and offline engines (vLLM, SGLang, ...) share everything around the call that samples:
 reading the sampling settings, stripping the prompts' left padding, one seed per request, laying the
 completions out as rlcore's rollout Batch, checking pushed weights against the model's state dict,
-counting weight versions and checkpointing the seed stream. :class:`TokenListEngine` does all of that; a
+counting weight versions, checkpointing the seed stream and partial rollout (``generate_partial``).
+:class:`TokenListEngine` does all of that; a
 subclass implements the four engine-specific steps — :meth:`~TokenListEngine._complete`,
 :meth:`~TokenListEngine._load_weights`, :meth:`~TokenListEngine.prompt_log_probs` and (when its engine
 can release memory) :meth:`~TokenListEngine.sleep`/:meth:`~TokenListEngine.wake`.
@@ -22,6 +23,7 @@ from rlcore.config.keys import ROLLOUT_KEY
 from rlcore.config.sections.rollout import RolloutConfig
 from rlcore.errors import RLCoreError
 from rlcore.rollout.outputs import SpecialTokens, check_left_padded, engine_dtype, rollout_output
+from rlcore.rollout.partial import continuation_seed, read_partial
 from rlcore.rollout.sampling import RolloutSettings, SamplingParams, request_seeds
 from rlcore.rollout.weights import ExpectedState
 
@@ -90,13 +92,24 @@ class TokenListEngine(ABC):
     # ------------------------------------------------------------------ engine-specific steps
 
     @abstractmethod
-    def _complete(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None]) -> list[Completion]:
-        """Sample one response of at most ``settings.response_length`` tokens per prompt, with the request's
-        seed (None: greedy), stopping at ``eos_token_ids`` (kept in the response) unless ``settings.ignore_eos``;
-        log-probs (after the temperature) only when ``settings.calculate_log_probs``."""
+    def _complete(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seeds: list[int | None],
+        max_tokens: Sequence[int] | None = None,
+    ) -> list[Completion]:
+        """Sample one response per prompt of at most ``max_tokens[i]`` tokens (None: ``settings.response_length``
+        each), with the request's seed (None: greedy), stopping at ``eos_token_ids`` (kept in the response)
+        unless ``settings.ignore_eos``; log-probs (after the temperature) only when ``settings.calculate_log_probs``."""
 
     def _complete_multimodal(
-        self, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None], data: list[Any]
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seeds: list[int | None],
+        data: list[Any],
+        max_tokens: Sequence[int] | None = None,
     ) -> list[Completion]:
         """:meth:`_complete` for prompts with images: ``data`` holds each row's ``multi_modal_data``
         (``{"image": [PIL images]}``, or None for a text-only row). Engines that take images override it."""
@@ -180,6 +193,53 @@ class TokenListEngine(ABC):
             if log_probs is not None and token_log_probs is not None:
                 log_probs[row, : len(tokens)] = torch.tensor(token_log_probs[: len(tokens)], dtype=torch.float32)
         return rollout_output(batch, responses, response_mask, log_probs)
+
+    def generate_partial(self, batch: Batch, max_new_tokens: int, validate: bool = False) -> Batch:
+        """Partial rollout (:class:`~rlcore.api.rollout.SupportsPartialRollout`): at most ``max_new_tokens``
+        more tokens for every unfinished row, tagged with :attr:`weight_version`.
+
+        A continued row is sent as a new request whose prompt is its prompt followed by the tokens it kept
+        (the engine prefills them with the weights served now) and whose ``max_tokens`` is what is left of the
+        budget and of ``response_length``. Its seed is :func:`~rlcore.rollout.partial.continuation_seed` of the
+        row seed and the tokens kept: the engine's per-request generator restarts from that seed, so chunked
+        generation is deterministic (the same calls sample the same tokens) and its first chunk equals the
+        start of a ``generate`` call, but a continued row does not sample the tokens an uninterrupted request
+        would have (unlike the HF engine, whose noise is keyed by the step). Image prompts are not supported.
+        """
+        if self._sleeping:
+            raise RLCoreError(f"the {self.engine_name} rollout engine is asleep: call wake() before generate_partial()")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise RLCoreError(f"generate_partial: max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        images = batch.non_tensors.get("multi_modal_data")
+        if images is not None and any(entry is not None for entry in images):
+            raise RLCoreError(
+                f"{ROLLOUT_KEY}.name={self.engine_name}: generate_partial does not take image prompts (multi_modal_data)"
+            )
+        params = self.settings.params_for(batch, validate)
+        length = self.settings.response_length
+        rows = read_partial(batch, length, self.pad_token_id, self.settings.calculate_log_probs)
+        if not params.greedy and bool((rows.row_seeds < 0).any()):
+            rows.draw_seeds(request_seeds(self.settings.seed, self._calls, len(rows.row_seeds)))
+            self._calls += 1
+        active = rows.active()
+        added = 0
+        if active:
+            lengths = rows.lengths
+            seeds: list[int | None] = [
+                None if params.greedy else continuation_seed(int(rows.row_seeds[row]), lengths[row]) for row in active
+            ]
+            budgets = [min(max_new_tokens, length - lengths[row]) for row in active]
+            completions = self._complete(rows.continuation_tokens(active), params, seeds, budgets)
+            added = rows.extend(
+                active,
+                [tokens for tokens, _ in completions],
+                [log_probs for _, log_probs in completions],
+                max_new_tokens=max_new_tokens,
+                version=self._weight_version,
+                eos_token_ids=self.eos_token_ids,
+                stop_on_eos=not self.settings.ignore_eos,
+            )
+        return rows.output(batch, added)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], strict: bool = True) -> None:
         """Load ``(name, tensor)`` pairs (Hugging Face state-dict names) into the served model, in memory.

@@ -68,6 +68,25 @@ class OptimConfig(Section):
     clip_grad: float = 1.0
     #: filled in by the controller
     total_training_steps: int = -1
+    #: verl's Megatron schedule (docs/from-verl.md): constant | linear | cosine | inverse-square-root | WSD; null
+    #: = lr_scheduler_type's schedule, or linear when another of these Megatron keys is set
+    lr_decay_style: str | None = None
+    #: Megatron schedule: the rate the decay ends at (null: 0)
+    min_lr: float | None = None
+    #: Megatron schedule: the rate the warm-up starts from (null: 0)
+    lr_warmup_init: float | None = None
+    #: Megatron schedule: the step the decay reaches min_lr (null: total_training_steps)
+    lr_decay_steps: int | None = None
+    #: Megatron schedule: constant | linear | cosine; verl gives the start and end weight decay the same value,
+    #: so every style keeps weight_decay (null: constant)
+    weight_decay_incr_style: str | None = None
+    #: Megatron WSD schedule: the annealing shape, linear | cosine | exponential | minus_sqrt (null: exponential)
+    lr_wsd_decay_style: str | None = None
+    #: Megatron WSD schedule: the annealing steps at the end of lr_decay_steps
+    lr_wsd_decay_steps: int | None = None
+    #: Megatron schedule: on resume, the checkpoint's schedule values win over this config's (false: the
+    #: config's, with the checkpoint's step count)
+    use_checkpoint_opt_param_scheduler: bool = False
 
 
 @dataclass(frozen=True)

@@ -170,6 +170,9 @@ class RolloutConfig(LogProbConfig):
     n: int = 1
     #: the engine's sampling seed
     seed: int = 0
+    #: the same seed gives the same tokens whatever the rest of the batch: hf decodes each row in a chunk of its
+    #: own; vllm runs one request at a time without prefix caching (on CUDA also VLLM_BATCH_INVARIANT=1)
+    full_determinism: bool = False
     #: prompt tokens the engine accepts
     prompt_length: int = ref("data.max_prompt_length")
     #: response tokens the engine generates at most

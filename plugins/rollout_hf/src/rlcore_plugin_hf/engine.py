@@ -19,6 +19,11 @@ soon as every sequence of a chunk has emitted an end-of-sequence token (checked 
 8 steps on an accelerator: each check is a host sync); after its EOS a sequence is filled with the pad
 token.
 
+:meth:`HFRolloutEngine.generate_partial` decodes in resumable chunks (partial rollout,
+:class:`rlcore.api.SupportsPartialRollout`): a continued row is prefilled from its prompt and kept tokens and
+its noise continues at its step offset, so chunks sample exactly what one :meth:`~HFRolloutEngine.generate`
+call samples while the weights stay the same.
+
 The trainer pushes new weights in memory after every update with :meth:`HFRolloutEngine.update_weights`
 (the hybrid engine's weight sync), or, when the trainer's parameters live in the same process on the same
 device with the same dtype (one CPU rank), hands them over once with :meth:`HFRolloutEngine.share_weights`:
@@ -373,7 +378,10 @@ class HFRolloutEngine:
         static = self._static
         if static is not None and rows:
             static.load_weights()
-        if self.device.type != "cuda":
+        if self.config.full_determinism:  # a row of its own per chunk: its numbers never depend on the others
+            slices = [slice(row, row + 1) for row in range(rows)]
+            cache_len = aligned_length(prompt_len + length) if self.device.type == "cuda" else prompt_len + length
+        elif self.device.type != "cuda":
             slices = chunk_slices(rows, prompt_len + length, self.token_budget)
             cache_len = prompt_len + length
         else:

@@ -126,18 +126,25 @@ class SGLangRolloutEngine(TokenListEngine):
         except Exception as exc:
             raise RLCoreError(f"{ROLLOUT_KEY}.name=sglang: SGLang could not start on {model_path!r}: {exc}") from exc
 
-    def _complete(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None]) -> list[Completion]:
-        """One ``Engine.generate`` call over all prompts with per-request ``sampling_params``; log-probs
-        from ``output_token_logprobs``."""
+    def _complete(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seeds: list[int | None],
+        max_tokens: Sequence[int] | None = None,
+    ) -> list[Completion]:
+        """One ``Engine.generate`` call over all prompts with per-request ``sampling_params`` (seed and
+        ``max_new_tokens``); log-probs from ``output_token_logprobs``."""
+        limits = [self.settings.response_length] * len(prompts) if max_tokens is None else list(max_tokens)
         requests = [
             sglang_sampling_params(
                 params,
-                max_new_tokens=self.settings.response_length,
+                max_new_tokens=limit,
                 ignore_eos=self.settings.ignore_eos,
                 stop_token_ids=self.eos_token_ids,
                 seed=seed,
             )
-            for seed in seeds
+            for seed, limit in zip(seeds, limits)
         ]
         outputs = self.engine.generate(
             input_ids=prompts, sampling_params=requests, return_logprob=self.settings.calculate_log_probs

@@ -157,6 +157,9 @@ class VLLMRolloutEngine(TokenListEngine):
             kwargs["gpu_memory_utilization"] = float(config.gpu_memory_utilization)
             kwargs["tensor_parallel_size"] = tensor_parallel
             kwargs["enable_sleep_mode"] = True
+        if config.full_determinism:  # one request at a time, no shared prefix blocks: no row sees another
+            kwargs["max_num_seqs"] = 1
+            kwargs["enable_prefix_caching"] = False
         profiler = self._profiler_config()
         if profiler is not None:
             kwargs["profiler_config"] = profiler
@@ -206,6 +209,8 @@ class VLLMRolloutEngine(TokenListEngine):
         """Build the ``vllm.LLM``; on CPU its KV cache gets ``vllm.cpu_kv_cache_gib`` GiB."""
         if self.device.type == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(self.config.vllm.cpu_kv_cache_gib)))
+        elif self.config.full_determinism:  # vLLM's batch-invariant kernels are CUDA (Triton) kernels
+            os.environ["VLLM_BATCH_INVARIANT"] = "1"
         vllm = import_vllm()
         check_vision_support(model_path)
         kwargs = self._engine_kwargs(model_path)
@@ -216,19 +221,31 @@ class VLLMRolloutEngine(TokenListEngine):
 
     # ------------------------------------------------------------------ the engine-specific steps
 
-    def _complete(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None]) -> list[Completion]:
-        """One ``LLM.generate`` call over all prompts, one ``SamplingParams`` (and seed) per request;
-        log-probs are vLLM's processed ones (after the temperature)."""
-        return self._complete_multimodal(prompts, params, seeds, [None] * len(prompts))
+    def _complete(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seeds: list[int | None],
+        max_tokens: Sequence[int] | None = None,
+    ) -> list[Completion]:
+        """One ``LLM.generate`` call over all prompts, one ``SamplingParams`` (seed and ``max_tokens``) per
+        request; log-probs are vLLM's processed ones (after the temperature)."""
+        return self._complete_multimodal(prompts, params, seeds, [None] * len(prompts), max_tokens)
 
     def _complete_multimodal(
-        self, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None], data: list[Any]
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seeds: list[int | None],
+        data: list[Any],
+        max_tokens: Sequence[int] | None = None,
     ) -> list[Completion]:
         """:meth:`_complete` with each row's ``multi_modal_data`` (None for a text-only row) passed to vLLM
         next to its prompt token ids, whose image placeholders the processor has already expanded."""
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
+        limits = [self.settings.response_length] * len(prompts) if max_tokens is None else list(max_tokens)
         kwargs = vllm_sampling_kwargs(
             params,
             max_tokens=self.settings.response_length,
@@ -236,7 +253,9 @@ class VLLMRolloutEngine(TokenListEngine):
             ignore_eos=self.settings.ignore_eos,
             stop_token_ids=self.eos_token_ids,
         )
-        requests = [VLLMSamplingParams(**kwargs, seed=seed) for seed in seeds]
+        requests = [
+            VLLMSamplingParams(**{**kwargs, "max_tokens": limit}, seed=seed) for seed, limit in zip(seeds, limits)
+        ]
         inputs = [
             TokensPrompt(prompt_token_ids=row)
             if extra is None
