@@ -87,6 +87,10 @@ def test_verls_staleness_threshold_is_separate_asyncs_warmup() -> None:
             r"async_training.enable=true is one-step-off training \(separate_async\); leave trainer.v1.trainer_mode=sync",
         ),
         (
+            ["trainer.v1.trainer_mode=colocate_async", LOG_PROBS, "skip.rollout.enable=true"],
+            r"skip.rollout.enable=true with trainer.v1.trainer_mode=colocate_async: prompt groups are issued ahead",
+        ),
+        (
             ["async_training.trigger_parameter_sync_step=4"],
             r"async_training.trigger_parameter_sync_step is verl's fully-async .* set trainer.v1.trainer_mode=separate",
         ),
