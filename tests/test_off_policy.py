@@ -49,9 +49,10 @@ VOLATILE_PREFIXES = (
 )
 
 
-def comparable(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """The metric records by step without timing values."""
-    return {row["step"]: {k: v for k, v in row.items() if not k.startswith(VOLATILE_PREFIXES)} for row in rows}
+def comparable(rows: list[dict[str, Any]], drop: tuple[str, ...] = ()) -> dict[int, dict[str, Any]]:
+    """The metric records by step without timing values (and without the ``drop`` prefixes)."""
+    skip = VOLATILE_PREFIXES + drop
+    return {row["step"]: {k: v for k, v in row.items() if not k.startswith(skip)} for row in rows}
 
 
 @pytest.mark.parametrize(
@@ -83,13 +84,20 @@ def test_staleness_must_be_positive_even_when_off() -> None:
         check_values(config)
 
 
-def test_verl_fully_async_keys_name_the_feature_rlcore_has_instead() -> None:
+def test_verl_fully_async_keys_map_onto_separate_async_or_name_what_is_missing() -> None:
+    """verl 0.9.1 runs its fully-async keys on V1's separate_async: staleness_threshold is its warmup, the rest
+    is refused by name."""
+    config = load_config([], ["async_training.staleness_threshold=0.5"], [])
     with pytest.raises(
         ConfigError,
-        match=r"async_training.staleness_threshold: verl's fully-async trainer .*"
-        r"async_training.enable and max_staleness_steps",
+        match=r"async_training.staleness_threshold is verl's fully-async .*"
+        r"set trainer.v1.trainer_mode=separate_async",
     ):
-        load_config([], ["async_training.staleness_threshold=0.1"], [])
+        check_values(config)
+    with pytest.raises(ConfigError, match=r"async_training.partial_rollout: these options of verl's fully-async"):
+        load_config([], ["async_training.partial_rollout=true"], [])
+    with pytest.raises(ConfigError, match=r"async_training.require_batches=2: rlcore samples the step's whole batch"):
+        check_values(load_config([], ["async_training.require_batches=2"], []))
 
 
 @pytest.fixture(scope="module")
@@ -141,12 +149,15 @@ def test_each_batch_was_generated_one_update_earlier(full_run: dict[str, Any]) -
 
 def test_checkpoint_holds_the_batch_in_flight(full_run: dict[str, Any]) -> None:
     saved = pickle.loads((full_run["ckpt"] / "global_step_2" / STATE_FILE).read_bytes())
-    assert [item.step for item in saved.in_flight] == [3]
-    assert saved.in_flight[0].version == 1 and saved.version == 2 and saved.served == 2
+    # the batch of step 3, generated with the weights of update 1 during step 2, waits in flight
+    assert [item.version for item in saved.in_flight] == [1] and saved.version == 2 and saved.served == 2
+    groups = len(set(saved.in_flight[0].rows["uid"]))
+    assert [(f.groups, f.issued) for f in saved.buffer["in_flight"]] == [(groups, 1)] and groups == 4
+    assert saved.buffer["finished"] == [] and saved.issued == 3 * groups
     (rollout_state,) = read_rollout_states(full_run["ckpt"] / "global_step_2") or [None]
     assert rollout_state is not None and rollout_state["weight_version"] >= 1
     last = pickle.loads((full_run["ckpt"] / "global_step_4" / STATE_FILE).read_bytes())
-    assert last.in_flight == [], "nothing is generated beyond the last step"
+    assert last.in_flight == [] and last.buffer["finished"] == [], "nothing is generated beyond the last step"
 
 
 def test_resume_with_a_batch_in_flight_equals_the_uninterrupted_run(
@@ -187,27 +198,93 @@ def test_a_larger_staleness_bound_generates_further_ahead(
     assert [row["async_training/staleness"] for row in rows] == [0.0, 1.0, 2.0]
 
 
+#: the synchronous split run's settings: ASYNC without one-step-off and the rollout correction
+SYNC = [arg for arg in ASYNC if not arg.startswith(("async_training.", "algorithm.rollout_correction"))]
+TWO_STEPS = ("trainer.total_training_steps=2", "trainer.save_freq=1", "trainer.test_freq=-1")
+#: verl's separate_async on this task: 4 prompts = 2 mini-batches of 2
+SEPARATE = ("trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=2")
+#: what only an asynchronous run reports
+ASYNC_ONLY = ("training/off_policy/", "async_training/")
+
+
+@pytest.fixture(scope="module")
+def sync_split(
+    one_ray: None, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, task: dict[str, Path]
+) -> Path:
+    """Two synchronous split steps, checkpointing after each."""
+    tmp = tmp_path_factory.mktemp("sync")
+    _, run_dir = tiny_run(tmp, tiny_model_dir, task, *SYNC, *TWO_STEPS)
+    return run_dir
+
+
 def test_a_synchronous_split_run_resumes_exactly(
-    one_ray: None, tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+    sync_split: Path, tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
 ) -> None:
     """Without one-step-off too, the rollout-only ranks' sampling state is in the checkpoint
     (``rollout_state.pkl``): 1 step + resume + 1 step equals 2 uninterrupted steps metric for metric."""
-    sync = [arg for arg in ASYNC if not arg.startswith(("async_training.", "algorithm.rollout_correction"))]
-    two_steps = ("trainer.total_training_steps=2", "trainer.save_freq=1", "trainer.test_freq=-1")
-    _, full_dir = tiny_run(tmp_path / "full", tiny_model_dir, task, *sync, *two_steps)
-    checkpoint = tmp_path / "full" / "ckpt" / "global_step_1"
+    checkpoint = sync_split.parents[2] / "ckpt" / "global_step_1"
     (state,) = read_rollout_states(checkpoint) or [None]
     assert state is not None and state["calls"] >= 1, "the rollout rank's generate calls are saved"
     _, resumed_dir = tiny_run(
         tmp_path / "resumed",
         tiny_model_dir,
         task,
-        *sync,
-        *two_steps,
+        *SYNC,
+        *TWO_STEPS,
         "trainer.resume_mode=resume_path",
         f"trainer.resume_from_path={checkpoint}",
     )
-    expected = comparable(read_metrics(full_dir / "metrics.jsonl"))
+    expected = comparable(read_metrics(sync_split / "metrics.jsonl"))
     resumed = comparable(read_metrics(resumed_dir / "metrics.jsonl"))
     assert list(resumed) == [2]
     assert resumed[2] == expected[2], "step 2 differs"
+
+
+def test_on_policy_separate_async_equals_sync(
+    sync_split: Path, tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
+    """separate_async with verl's on-policy bound (``max_off_policy_threshold=1``) and nothing issued ahead: the
+    lane generates each step's groups with the current weights, so the run equals the synchronous one metric for
+    metric, apart from the weight transfer's bookkeeping: the lane loads the weights the trainer exports
+    (``actor/weight_export_s``) where the synchronous loop syncs them in buckets (``actor/weight_sync_buckets``),
+    and the engines count their versions from another start (``rollout/weight_version``)."""
+    _, run_dir = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        *SYNC,
+        *TWO_STEPS,
+        *SEPARATE,
+        "trainer.v1.separate_async.num_warmup_batches=0",
+        "trainer.v1.sampler.max_off_policy_threshold=1",
+    )
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [row["training/off_policy/trajectory_staleness_worst/max"] for row in rows] == [0.0, 0.0]
+    drop = ASYNC_ONLY + ("rollout/weight_checksum_diff", "rollout/weight_version", "actor/weight_sync_buckets")
+    assert comparable(rows, drop) == comparable(read_metrics(sync_split / "metrics.jsonl"), drop)
+
+
+def test_the_bound_holds_with_a_slower_trainer(
+    one_ray: None, tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
+    """separate_async with four steps' batches issued at version 0 and a bound of 2 versions, the trainer made
+    slower (4 PPO epochs): no step trains a group beyond the bound; at step 3 the eight groups of batches 3 and 4
+    (spanning 3 versions) are evicted and refilled one for one, and every step trains 4 groups × 4 responses."""
+    dump = tmp_path / "dump"
+    _, run_dir = tiny_run(
+        tmp_path,
+        tiny_model_dir,
+        task,
+        *SYNC,
+        *SEPARATE,
+        "trainer.v1.separate_async.num_warmup_batches=3",
+        "trainer.v1.sampler.max_off_policy_threshold=2",
+        "actor_rollout_ref.actor.ppo_epochs=4",
+        "trainer.total_training_steps=4",
+        "trainer.test_freq=-1",
+        f"trainer.rollout_data_dir={dump}",
+    )
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [row["training/off_policy/trajectory_staleness_worst/max"] for row in rows] == [0.0, 1.0, 0.0, 1.0]
+    assert [row.get("training/off_policy/evicted_samples", 0.0) for row in rows] == [0.0, 0.0, 8.0, 0.0]
+    assert {int(f.stem): len(f.read_text().splitlines()) for f in dump.glob("*.jsonl")} == {1: 16, 2: 16, 3: 16, 4: 16}

@@ -61,8 +61,8 @@ def test_model_engine_selects_the_engine_defaults(args: tuple[str, ...], actor: 
         ("actor_rollout_ref.ref.strategy=deepspeed", "actor_rollout_ref.ref.strategy='deepspeed' differs from"),
         ("ref@actor_rollout_ref.ref=megatron_ref", "actor_rollout_ref.ref.strategy='megatron' differs from"),
         ("trainer.use_v1=false", "trainer.use_v1: verl's legacy trainer"),
-        ("trainer.v1.trainer_mode=separate_async", "verl's V1 trainer modes and replay-buffer sampling"),
-        ("trainer.v1.sampler.max_off_policy_threshold=4", "verl's V1 trainer modes and replay-buffer sampling"),
+        ("trainer.v1.separate_async.hybrid_rollout.enable_switch=true", "verl's V1 hybrid rollout switch"),
+        ("trainer.v1.sampler.custom_sampler.name=mine", "verl's V1 custom samplers"),
         ("skip.rollout_tq.enable=true", "skip.rollout_tq.enable: replaying dumped rollouts of verl's TransferQueue"),
         ("actor_rollout_ref.rollout.nnodes=1", "rlcore: trainer.placement=split with trainer.rollout_n_gpus_per_node"),
         ("actor_rollout_ref.rollout.disaggregation.enabled=true", "prefill/decode disaggregated serving"),
@@ -201,9 +201,8 @@ def test_verl010_keys_at_their_off_value_are_accepted() -> None:
     result = runs.dry_run(*BASE, *OFF_VALUES)
     assert result.exit_code == 0, result.output
     config = shown(*OFF_VALUES)
-    assert (
-        "rollout_tq" not in config.skip and "v1" not in config.trainer and "qat" not in config.actor_rollout_ref.actor
-    )
+    assert "rollout_tq" not in config.skip and "custom_sampler" not in config.trainer.v1.sampler
+    assert "qat" not in config.actor_rollout_ref.actor
 
 
 def test_entropy_chunk_size_is_a_speed_setting_and_rollout_gpus_per_node_an_alias() -> None:

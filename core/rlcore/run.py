@@ -34,6 +34,8 @@ from rlcore.config import (
     derive_quantities,
     load_config,
 )
+from rlcore.config.async_training import async_plan
+from rlcore.config.async_training import plan_line as async_plan_line
 from rlcore.config.lanes import lane_plan_lines
 from rlcore.config.output_paths import make_output_paths_absolute, shown_path
 from rlcore.config.sections.data import SamplerConfig
@@ -139,13 +141,14 @@ def _check_sum_pi_squared(
 
 
 def _check_transport(config: DictConfig) -> None:
-    """``checkpoint_engine.backend`` other than ``naive`` needs the synchronous loop: ``async_training`` moves
-    whole weight snapshots through its own lane, past any transport."""
+    """``checkpoint_engine.backend`` other than ``naive`` is refused with a rollout lane (separate_async,
+    ``async_training.enable``): the lane moves whole weight snapshots, past any transport."""
     backend = config.actor_rollout_ref.rollout.checkpoint_engine.backend
-    if config.async_training.enable and backend != "naive":
+    plan = async_plan(config)
+    if plan is not None and plan.lane and backend != "naive":
         raise ConfigError(
-            f"actor_rollout_ref.rollout.checkpoint_engine.backend={backend!r} with async_training.enable=true: the "
-            "one-step-off-policy lane sends whole weight snapshots past the weight transport; use backend=naive"
+            f"actor_rollout_ref.rollout.checkpoint_engine.backend={backend!r} with {plan.source.split(',')[0]}: the "
+            "rollout lane sends whole weight snapshots past the weight transport; use backend=naive"
         )
 
 
@@ -275,12 +278,13 @@ def run_plan_lines(config: DictConfig) -> list[str]:
     ``data.sampler`` fail the dry run (the sampler module needs torch: imported only then). The rollout
     engine's lines (rlcore-plugin-hf: chunks, R3), the sandbox's (rlcore-plugin-sandbox) and the profiler's
     (rlcore-plugin-profiler) come from their plugins' ``plan_lines`` hooks."""
+    lines = [line for line in [async_plan_line(config)] if line]
     sampler = SamplerConfig.from_tree(config, "data.sampler")
     if not sampler.class_path:
-        return []
+        return lines
     from rlcore.data.sampler import describe_sampler
 
-    return [line for line in [describe_sampler(sampler)] if line]
+    return lines + [line for line in [describe_sampler(sampler)] if line]
 
 
 def _loggers(config: DictConfig) -> list[str]:

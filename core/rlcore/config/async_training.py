@@ -1,21 +1,77 @@
-"""The ``async_training`` section: one-step-off-policy training (:mod:`rlcore.controller.off_policy`), checked
-before any worker starts."""
+"""Asynchronous training's settings, resolved into one :class:`AsyncPlan` and checked before any worker starts:
+verl's V1 modes (``trainer.v1``), verl's fully-async keys mapped onto them, and one-step-off-policy training
+(``async_training.enable``), the special case of ``separate_async`` it is (:mod:`rlcore.controller.off_policy`)."""
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
 from rlcore.config.problems import ConfigError
+from rlcore.config.sections.actor import ActorConfig
+from rlcore.config.sections.data import DataConfig
 from rlcore.config.sections.rollout import RolloutConfig
 from rlcore.config.sections.trainer import AsyncTrainingConfig, TrainerConfig
 
 ENABLE_KEY = "async_training.enable"
 STALENESS_KEY = "async_training.max_staleness_steps"
+MODE_KEY = "trainer.v1.trainer_mode"
+THRESHOLD_KEY = "trainer.v1.sampler.max_off_policy_threshold"
 
 
-def async_training_enabled(config: DictConfig) -> bool:
-    """Whether ``async_training.enable`` asks for one-step-off-policy training."""
-    return bool(AsyncTrainingConfig.from_tree(config).enable)
+@dataclass(frozen=True)
+class AsyncPlan:
+    """How an asynchronous run issues, bounds and samples its prompt groups (:mod:`rlcore.controller.off_policy`).
+
+    ``lane``: the rollout lane runs on a thread of its own (separate_async) instead of in the step
+    (colocate_async); ``ahead``: prompt groups issued ahead of the step that trains them at the start;
+    ``threshold``/``strategy``: the bound in verl's units (a group issued at version v and trained at version t
+    spans t - v + 1 versions; null: none) and what happens beyond it; ``source``: the keys that asked for it."""
+
+    mode: str
+    lane: bool
+    ahead: int
+    threshold: int | None
+    strategy: str
+    source: str
+
+
+def async_plan(config: DictConfig) -> AsyncPlan | None:
+    """The asynchronous plan the config asks for (unchecked: see :func:`check_async_training`), None for sync."""
+    section, trainer = AsyncTrainingConfig.from_tree(config), TrainerConfig.from_tree(config)
+    batch = int(DataConfig.from_tree(config).train_batch_size)
+    sampler = trainer.v1.sampler
+    if section.enable:  # one-step-off: k batches ahead, each trained at most k updates after its weights
+        k = int(section.max_staleness_steps)
+        return AsyncPlan("separate_async", True, k * batch, k + 1, "drop", f"{ENABLE_KEY}=true, {STALENESS_KEY}={k}")
+    mode = trainer.v1.trainer_mode
+    if mode == "sync":
+        return None
+    sub = trainer.v1.colocate_async if mode == "colocate_async" else trainer.v1.separate_async
+    warmup = float(sub.num_warmup_batches)
+    source = f"{MODE_KEY}={mode}"
+    if mode == "separate_async" and section.staleness_threshold is not None:
+        warmup = float(section.staleness_threshold)
+        source += f", async_training.staleness_threshold={section.staleness_threshold}"
+    ahead = math.ceil(warmup * batch - 1e-9)
+    return AsyncPlan(
+        mode, mode == "separate_async", ahead, sampler.max_off_policy_threshold, sampler.max_off_policy_strategy, source
+    )
+
+
+def plan_line(config: DictConfig) -> str | None:
+    """The dry run's line for an asynchronous run, naming the keys and what they mean (None for sync)."""
+    plan = async_plan(config)
+    if plan is None:
+        return None
+    bound = "none" if plan.threshold is None else f"{plan.threshold} version(s), {plan.strategy}"
+    where = "a rollout lane beside the trainer" if plan.lane else "the step, before training"
+    return (
+        f"async training: {plan.mode} ({plan.source}): {plan.ahead} prompt group(s) issued ahead, generated in "
+        f"{where}; staleness bound {bound}"
+    )
 
 
 def async_training_problems(section: AsyncTrainingConfig, trainer: TrainerConfig, rollout: RolloutConfig) -> list[str]:
@@ -48,10 +104,76 @@ def async_training_problems(section: AsyncTrainingConfig, trainer: TrainerConfig
     return problems
 
 
+def v1_problems(
+    section: AsyncTrainingConfig, trainer: TrainerConfig, rollout: RolloutConfig, data: DataConfig, actor: ActorConfig
+) -> list[str]:
+    """What is wrong with ``trainer.v1`` and verl's fully-async keys for this run, one message per problem: an
+    async mode needs the engine's log-probs (and separate_async split placement on Ray), separate_async needs
+    verl's invariant train_batch_size = parameter_sync_step × ppo_mini_batch_size, and the fully-async keys
+    map only where their meaning is V1's."""
+    problems: list[str] = []
+    mode = trainer.v1.trainer_mode
+    if section.require_batches != 1:
+        problems.append(
+            f"async_training.require_batches={section.require_batches!r}: rlcore samples the step's whole batch at "
+            "once (verl's V1); only 1 maps onto it"
+        )
+    v0 = [key for key in ("staleness_threshold", "trigger_parameter_sync_step") if getattr(section, key) is not None]
+    if v0 and mode != "separate_async":
+        problems.append(
+            f"async_training.{v0[0]} is verl's fully-async trainer's key, which verl runs as V1's separate_async: set "
+            f"{MODE_KEY}=separate_async"
+        )
+    if section.staleness_threshold is not None and not (
+        isinstance(section.staleness_threshold, (int, float)) and section.staleness_threshold >= 0
+    ):
+        problems.append(
+            f"async_training.staleness_threshold must be a number >= 0, got {section.staleness_threshold!r}"
+        )
+    if mode == "sync":
+        return problems
+    if section.enable:
+        problems.append(f"{ENABLE_KEY}=true is one-step-off training (separate_async); leave {MODE_KEY}=sync with it")
+    if not rollout.calculate_log_probs:
+        problems.append(
+            f"{MODE_KEY}={mode} trains on groups generated with older weights and needs the generating policy's "
+            "log-probs (rollout_log_probs): set actor_rollout_ref.rollout.calculate_log_probs=true"
+        )
+    if mode == "separate_async":
+        if trainer.placement != "split" or trainer.executor != "ray":
+            problems.append(
+                f"{MODE_KEY}=separate_async generates on the rollout ranks while the trainer ranks train: it needs "
+                f"trainer.placement=split and trainer.executor=ray (got {trainer.placement!r}, {trainer.executor!r})"
+            )
+        sync_step = section.trigger_parameter_sync_step or trainer.v1.separate_async.parameter_sync_step
+        key = (
+            "async_training.trigger_parameter_sync_step"
+            if section.trigger_parameter_sync_step
+            else "trainer.v1.separate_async.parameter_sync_step"
+        )
+        mini = int(actor.ppo_mini_batch_size)
+        if sync_step * mini != data.train_batch_size:
+            problems.append(
+                f"{key}={sync_step}: verl's separate_async needs data.train_batch_size = {key} × "
+                f"actor_rollout_ref.actor.ppo_mini_batch_size ({data.train_batch_size} != {sync_step} × {mini}); rlcore "
+                "trains the step's mini-batches once its batch is sampled, so set it to "
+                f"{data.train_batch_size // mini if data.train_batch_size % mini == 0 else 'a divisor'}"
+            )
+    return problems
+
+
 def check_async_training(config: DictConfig) -> None:
-    """Raise one :class:`ConfigError` with every problem of :func:`async_training_problems` (the sections are
-    built from ``config`` here: the controller has only the tree)."""
+    """Raise one :class:`ConfigError` with every problem of :func:`async_training_problems` and
+    :func:`v1_problems` (the sections are built from ``config`` here: the controller has only the tree)."""
     section, trainer = AsyncTrainingConfig.from_tree(config), TrainerConfig.from_tree(config)
-    problems = async_training_problems(section, trainer, RolloutConfig.from_tree(config))
+    rollout = RolloutConfig.from_tree(config)
+    problems = async_training_problems(section, trainer, rollout)
+    problems += v1_problems(
+        section,
+        trainer,
+        rollout,
+        DataConfig.from_tree(config),
+        ActorConfig.from_tree(config, "actor_rollout_ref.actor"),
+    )
     if problems:
         raise ConfigError(*problems)

@@ -340,18 +340,11 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
     ),
     MissingFeature("verl's TransferQueue", ("transfer_queue",)),
     MissingFeature(
-        "verl's fully-async trainer (rlcore: one-step-off-policy, async_training.enable and max_staleness_steps)",
-        tuple(
-            f"async_training.{key}"
-            for key in (
-                "staleness_threshold",
-                "trigger_parameter_sync_step",
-                "require_batches",
-                "partial_rollout",
-                "use_trainer_do_validate",
-            )
-        ),
+        "these options of verl's fully-async trainer (rlcore maps staleness_threshold, trigger_parameter_sync_step "
+        "and require_batches=1 onto trainer.v1.separate_async)",
+        ("async_training.partial_rollout", "async_training.use_trainer_do_validate"),
         "docs/async-training.md",
+        off={"async_training.partial_rollout": False, "async_training.use_trainer_do_validate": False},
     ),
     # verl 0.10's additions to its default config
     MissingFeature(
@@ -361,14 +354,27 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         off={"trainer.use_v1": True},
     ),
     MissingFeature(
-        "verl's V1 trainer modes and replay-buffer sampling (colocate_async and separate_async training, hybrid "
-        "rollout, off-policy sample limits, custom samplers; rlcore: one-step-off-policy with async_training.enable)",
-        ("trainer.v1",),
+        "verl's V1 hybrid rollout switch (trainer.v1.separate_async.hybrid_rollout: lending the trainer's ranks to "
+        "the rollout lane between steps)",
+        ("trainer.v1.separate_async.hybrid_rollout",),
         "docs/async-training.md",
         off={
-            "trainer.v1.trainer_mode": "sync",
             "trainer.v1.separate_async.hybrid_rollout.enable_switch": False,
+        },
+    ),
+    MissingFeature(
+        "verl's V1 custom samplers and the sync trainer's failed-group refill (rlcore's sync loop has no failed "
+        "groups; the async modes refill filtered and stale groups one for one)",
+        (
+            "trainer.v1.sampler.custom_sampler",
+            "trainer.v1.sampler.sampler_kwargs",
+            "trainer.v1.sampler.sync_refill_failed_groups",
+            "trainer.v1.sync",
+        ),
+        "docs/async-training.md",
+        off={
             "trainer.v1.sampler.sync_refill_failed_groups": False,
+            "trainer.v1.sampler.sampler_kwargs": {},
             "trainer.v1.sampler.custom_sampler.path": None,
             "trainer.v1.sampler.custom_sampler.name": None,
         },

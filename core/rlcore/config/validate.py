@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from rlcore.config.async_training import async_training_problems
+from rlcore.config.async_training import async_training_problems, v1_problems
 from rlcore.config.batch_sizes import ppo_batch_sizes, ulysses_size
 from rlcore.config.expert_parallel import expert_parallel_notes, expert_parallel_problems
 from rlcore.config.given_sections import given_section
@@ -321,10 +321,17 @@ def check_values(config: DictConfig) -> None:
         problems += user_file_problems(reward, data)
     if async_training is not None and trainer is not None and policy is not None:
         problems += async_training_problems(async_training, trainer, policy.rollout)
+        if data is not None:
+            problems += v1_problems(async_training, trainer, policy.rollout, data, policy.actor)
     problems += ray_kwargs_problems(config, trainer)
     skip = given_section(SkipConfig, config)
     if skip is not None:
         problems += rollout_skip_problems(skip, async_training)
+        if skip.rollout.enable and trainer is not None and trainer.v1.trainer_mode != "sync":
+            problems.append(
+                f"skip.rollout.enable=true with trainer.v1.trainer_mode={trainer.v1.trainer_mode}: prompt groups are "
+                "issued ahead of the step that trains them; verl's skip.async_rollout (by sample) is not in rlcore"
+            )
     if policy is not None:  # these checks read the typed section (its own problems are reported above)
         problems += router_replay_problems(policy)
         problems += prefix_grouper_problems(policy)

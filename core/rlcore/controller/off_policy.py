@@ -1,29 +1,27 @@
-"""One-step-off-policy training: the rollout pool generates the next batches while the trainer updates.
+"""Asynchronous training: prompt groups issued ahead into a sample buffer, generated in the step
+(``trainer.v1.trainer_mode=colocate_async``) or by a rollout lane beside the trainer (``separate_async``, and
+one-step-off-policy training, ``async_training.enable``, its special case); docs/async-training.md.
 
-``async_training.enable=true`` (with ``trainer.placement=split`` and ``trainer.executor=ray``, as verl's
-``recipe/one_step_off_policy``) turns the step loop into a two-stage pipeline. A single background thread,
-the *rollout lane*, makes every call to the rollout group in order: it collects batches (generate, score,
-batch filters) and loads the trainer's weights into the rollout engines. The controller's own thread
-trains. With ``async_training.max_staleness_steps`` = k (1 by default):
+At the start of step N the controller issues the prompt groups up to N batches plus the plan's groups ahead
+(``num_warmup_batches`` × ``data.train_batch_size``; one-step-off: ``max_staleness_steps`` batches), never
+beyond ``trainer.total_training_steps`` batches, each tagged with the trainer's policy version (actor updates so
+far). Then it samples the step's ``data.train_batch_size`` groups from the buffer, oldest first
+(:class:`~rlcore.controller.sample_buffer.SampleBuffer`: the staleness bound, refills one for one).
 
-- at the start of step N the lane is asked for the batch of step N + k, then the trainer waits for the
-  batch of step N (``timing_s/wait_prev_gen``: zero when generation kept up);
-- after the actor update the trainer exports its weights (version N) and hands them to the lane, which
-  loads them into the rollout engines after the generation it is running: the trainer does not wait for
-  the transfer, only the lane's next generation does. So the batch of step N + k is generated with the
-  weights of step N − 1 while the trainer updates on step N, and the batch a step trains on was
-  generated at most k updates ago (``async_training/staleness``; the first k steps are fresher).
+Without a lane (colocate_async) every issued generation runs at once, in the step, with the current weights,
+which the step's end syncs into the engines as the synchronous loop does. With a lane (separate_async) one
+background thread makes every call to the rollout group in order: it generates (generate, score, batch
+filters) and loads the trainer's weights, exported after each actor update, between generations; the trainer
+waits only for the groups it samples (``timing_s/wait_prev_gen``).
 
-The update treats the gap as off-policy data: ``old_log_probs`` are recomputed by the trainer (unless
-``algorithm.rollout_correction.bypass_mode``), and the engine's ``rollout_log_probs`` (the generating
-policy's; ``actor_rollout_ref.rollout.calculate_log_probs=true`` is required) feed
-``algorithm.rollout_correction``'s importance weights and the mismatch metrics. Validation first waits for
-the lane, so it generates with the trainer's current weights.
+The update treats the data as off-policy: ``old_log_probs`` are the trainer's recomputation (unless
+``algorithm.rollout_correction.bypass_mode``) and the engine's ``rollout_log_probs`` (required) feed
+``algorithm.rollout_correction``. Validation first waits for the lane.
 
-A checkpoint at step N waits for the batches in flight and stores them (the pickle :data:`STATE_FILE` in the
-checkpoint folder; the controller adds every rollout rank's sampling state, as for any split run), so a
-resumed run trains on the very batches the uninterrupted run would have, and generates the following ones
-from the same random state.
+A checkpoint at step N waits for the generations in flight and stores them with the buffer (the pickle
+:data:`STATE_FILE`; the controller adds every rollout rank's sampling state, as for any split run), so a resumed
+run samples exactly what the uninterrupted run would have, and generates the following groups from the same
+random state: nothing in flight is regenerated.
 """
 
 from __future__ import annotations
@@ -40,10 +38,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from omegaconf import DictConfig
 
-from rlcore.config.async_training import ENABLE_KEY, STALENESS_KEY, async_training_enabled, check_async_training
+from rlcore.config.async_training import AsyncPlan, async_plan, check_async_training
 from rlcore.config.problems import ConfigError
+from rlcore.controller.sample_buffer import SampleBuffer
 from rlcore.errors import RLCoreError
 from rlcore.tracking.timer import StageTimer
+from rlcore.tracking.values import reduce_metrics
 
 if TYPE_CHECKING:
     from rlcore.api.batch import Batch
@@ -51,86 +51,107 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: the file in a checkpoint folder that holds the batches in flight and the pipeline's counters
+#: the file in a checkpoint folder that holds the sample buffer, the generations in flight and the counters
 STATE_FILE = "async_training.pkl"
 
 _T = TypeVar("_T")
-#: what the lane runs to collect one step's batch: fills the metrics dict, times its stages on the timer
-Collect = Callable[[dict[str, float], StageTimer], "Batch"]
+#: what generates one round of prompts: generate, score, batch filters; returns the kept rows, fills the
+#: metrics dict, times its stages on the timer
+Collect = Callable[["Batch", dict[str, float], StageTimer], "Batch"]
 
 
 @dataclass
-class Collected:
-    """One step's batch as the lane collected it."""
+class Generated:
+    """One generation as it finished: the kept rows and what was measured."""
 
-    step: int
-    batch: Batch
-    #: the collection's metrics (reward, filters, agents) and its stage times as ``timing_s/<stage>``
+    rows: Batch
+    #: the generation's metrics (reward, filters, agents) and its stage times as ``timing_s/<stage>``
     metrics: dict[str, float]
-    #: the policy version (actor updates so far) the rollout engines served while generating it
+    #: the policy version the rollout engines served while generating
     version: int
     #: the training epoch of the data loader once its prompts were drawn
     epoch: int
-    #: seconds the lane spent collecting it
+    #: seconds the generation took
     seconds: float
 
 
 @dataclass
 class _Saved:
-    """What :meth:`RolloutPipeline.save` writes: the counters, the batches in flight, the rollout states."""
+    """What :meth:`RolloutPipeline.save` writes."""
 
     version: int
     served: int
-    submitted: int
-    in_flight: list[Collected]
+    issued: int
+    buffer: dict[str, Any]
+    in_flight: list[Generated]
     synced: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 class RolloutPipeline:
-    """The rollout lane of one run: batches collected ahead, weights loaded behind the trainer's back.
+    """The sample buffer of an asynchronous run and what feeds it (the lane, or the step itself).
 
-    ``collect`` is the controller's batch collection; ``epoch`` reads the data loader's epoch; ``total_steps``
-    bounds what is collected ahead. The controller calls :meth:`next_batch` at the start of every step,
-    :meth:`push_weights` after every actor update, :meth:`drain` before validating, :meth:`save` /
-    :meth:`load` with its checkpoints and :meth:`close` at the end.
+    ``collect`` generates one round of prompts; ``draw`` gives the data loader's next prompt batch (with uids);
+    ``epoch`` reads the data loader's epoch; ``total_steps`` × ``batch_size`` bounds what is issued for steps;
+    ``max_rounds`` (``algorithm.max_num_gen_batches``, 0: none) bounds the generations one step may wait for.
+    The controller calls :meth:`next_batch` at the start of every step, :meth:`push_weights` after every actor
+    update, :meth:`drain` before validating, :meth:`save` / :meth:`load` with its checkpoints and :meth:`close`
+    at the end.
     """
 
     def __init__(
         self,
         groups: WorkerGroups,
         collect: Collect,
+        draw: Callable[[], Batch],
         epoch: Callable[[], int],
         total_steps: int,
-        max_staleness: int,
+        batch_size: int,
+        plan: AsyncPlan,
+        max_rounds: int = 0,
     ) -> None:
-        if not groups.split:
-            raise ConfigError(f"{ENABLE_KEY}=true needs trainer.placement=split")
+        if plan.lane and not groups.split:
+            raise ConfigError(f"{plan.source} needs trainer.placement=split")
         self.groups = groups
         self.collect = collect
+        self.draw = draw
         self.epoch = epoch
         self.total_steps = total_steps
-        self.max_staleness = max_staleness
+        self.batch_size = batch_size
+        self.plan = plan
+        self.max_rounds = max_rounds
+        self.buffer = SampleBuffer(plan.threshold, plan.strategy)
         self.version = 0  # the trainer's policy version: actor updates so far (controller thread)
         self._served = 0  # the version the rollout engines hold, in lane order (lane thread)
-        self._submitted = 0  # the last step whose batch was handed to the lane
-        self._pending: deque[Future[Collected]] = deque()
+        self._issued = 0  # prompt groups issued for steps (refills not counted)
+        self._pending: deque[Future[Generated]] = deque()
         self._synced: dict[int, dict[str, float]] = {}  # finished weight syncs' metrics by version, not reported yet
         self._error: BaseException | None = None
-        self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlcore-rollout-lane")
+        self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlcore-rollout-lane") if plan.lane else None
 
     @classmethod
     def from_config(
-        cls, config: DictConfig, groups: WorkerGroups, collect: Collect, epoch: Callable[[], int], total_steps: int
+        cls,
+        config: DictConfig,
+        groups: WorkerGroups,
+        collect: Collect,
+        draw: Callable[[], Batch],
+        epoch: Callable[[], int],
+        total_steps: int,
     ) -> RolloutPipeline | None:
-        """The pipeline ``async_training`` asks for (validated), or None when it is off."""
+        """The pipeline ``trainer.v1`` / ``async_training`` ask for (validated), or None for the sync loop."""
         check_async_training(config)
-        if not async_training_enabled(config):
+        plan = async_plan(config)
+        if plan is None:
             return None
-        return cls(groups, collect, epoch, total_steps, int(config.async_training.max_staleness_steps))
+        batch_size = int(config.data.train_batch_size)
+        return cls(
+            groups, collect, draw, epoch, total_steps, batch_size, plan, int(config.algorithm.max_num_gen_batches)
+        )
 
     # ------------------------------------------------------------------ the lane
     def _submit(self, fn: Callable[..., _T], *args: Any) -> Future[_T]:
-        """Queue ``fn(*args)`` on the lane; after a lane call failed, every later one fails with it."""
+        """Queue ``fn(*args)`` on the lane (without one: run it now); after a lane call failed, every later one
+        fails with it."""
 
         def run() -> _T:
             if self._error is not None:
@@ -141,60 +162,100 @@ class RolloutPipeline:
                 self._error = exc
                 raise
 
-        return self._lane.submit(run)
+        if self._lane is not None:
+            return self._lane.submit(run)
+        future: Future[_T] = Future()
+        future.set_result(run())
+        return future
 
-    def _collect(self, step: int) -> Collected:
-        """Collect the batch of ``step`` (lane thread)."""
+    def _generate(self, prompts: Batch, epoch: int) -> Generated:
+        """Generate one round of ``prompts`` (lane thread, or the step's without a lane)."""
         metrics: dict[str, float] = {}
         timer = StageTimer()
         start = time.perf_counter()
-        batch = self.collect(metrics, timer)
+        rows = self.collect(prompts, metrics, timer)
         seconds = time.perf_counter() - start
         metrics.update({f"timing_s/{stage}": s for stage, s in timer.pop_all().items()})
-        return Collected(step, batch, metrics, self._served, self.epoch(), seconds)
+        return Generated(rows, metrics, self._served, epoch, seconds)
 
     def _receive(self, state: dict[str, Any], version: int) -> None:
         """Load the trainer's weights of ``version`` into the rollout engines (lane thread); their metrics are
-        reported with the first batch generated with them."""
+        reported with the first step that samples groups generated with them."""
         start = time.perf_counter()
         metrics = dict(self.groups.rollout.receive_weights(state))
         metrics["actor/weight_sync_s"] = time.perf_counter() - start
         self._synced[version] = metrics
         self._served = version
 
+    def _issue(self, groups: int) -> None:
+        """Hand ``groups`` fresh prompts to generation at the trainer's version, one data-loader batch at most
+        per generation."""
+        while groups > 0:
+            n = min(groups, self.batch_size)
+            prompts = self.buffer.take_prompts(n, self.draw)
+            self.buffer.issue(n, self.version)
+            self._pending.append(self._submit(self._generate, prompts, self.epoch()))
+            groups -= n
+
     # ------------------------------------------------------------------ the step
     def next_batch(self, step: int, metrics: dict[str, float]) -> tuple[Batch, int]:
-        """The batch of ``step`` and the data loader's epoch after its prompts; first asks the lane for the
-        batches up to step + ``max_staleness``. Adds the collection's metrics, those of the weight transfers
-        the batch was generated after (not reported yet), ``async_training/staleness``, ``timing_s/wait_prev_gen`` and
-        ``async_training/overlap_share`` (the share of the batch's collection time the trainer did not wait
-        for) to ``metrics``."""
-        last = min(step + self.max_staleness, self.total_steps)
-        while self._submitted < last:
-            self._submitted += 1
-            self._pending.append(self._submit(self._collect, self._submitted))
+        """The batch of ``step`` and the data loader's epoch after its newest group's prompt: issues the groups up
+        to ``step`` batches plus the plan's groups ahead, then samples ``data.train_batch_size`` groups (evicting
+        and refilling). Adds the metrics of the generations finished for it, those of the weight transfers they
+        were generated after (not reported yet), the buffer's ``training/off_policy/*``,
+        ``async_training/staleness``, ``timing_s/wait_prev_gen`` and ``async_training/overlap_share`` (the share
+        of the step's finished generation time the trainer did not wait for)."""
+        target = min(step * self.batch_size + self.plan.ahead, self.total_steps * self.batch_size)
+        if target > self._issued:
+            self._issue(target - self._issued)
+            self._issued = target
+        finished: list[Generated] = []
+
+        def advance() -> bool:
+            if not self._pending:
+                return False
+            if 0 < self.max_rounds <= len(finished):
+                raise RLCoreError(
+                    f"step {step}: {len(finished)} generations did not give the {self.batch_size} prompt groups a "
+                    f"step needs (algorithm.max_num_gen_batches={self.max_rounds}); raise the limit or check the "
+                    "batch filters and the staleness bound"
+                )
+            done = self._pending.popleft().result()
+            finished.append(done)
+            refill = self.buffer.finish(done.rows, done.epoch)
+            if refill:
+                self._issue(refill)
+            return True
+
         start = time.perf_counter()
-        item = self._pending.popleft().result()
+        batch, buffer_metrics = self.buffer.sample(self.version, self.batch_size, self._issue, advance)
         waited = time.perf_counter() - start
-        staleness = self.version - item.version
-        if item.step != step or not 0 <= staleness <= self.max_staleness:
-            raise RLCoreError(
-                f"step {step}: the rollout lane delivered the batch of step {item.step}, generated {staleness} "
-                f"update(s) ago ({STALENESS_KEY}={self.max_staleness}); the pipeline is out of order"
-            )
-        metrics.update(item.metrics)
-        for version in sorted(v for v in self._synced if v <= item.version):  # done before this batch's generation
+        for done in finished:
+            metrics.update(done.metrics)
+        newest = max((done.version for done in finished), default=-1)
+        for version in sorted(v for v in self._synced if v <= newest):  # done before these generations
             metrics.update(self._synced.pop(version))
-        metrics["async_training/staleness"] = float(staleness)
+        metrics.update(buffer_metrics)
+        worst = buffer_metrics["training/off_policy/trajectory_staleness_worst/max"]
+        bound = self.plan.threshold
+        if self.plan.strategy == "drop" and bound is not None and worst + 1 > bound:
+            raise RLCoreError(f"step {step}: sampled a group spanning {worst + 1:g} versions, beyond the bound {bound}")
+        metrics["async_training/staleness"] = worst
         metrics["timing_s/wait_prev_gen"] = waited
-        metrics["async_training/overlap_share"] = max(0.0, 1.0 - waited / item.seconds) if item.seconds > 0 else 0.0
-        return item.batch, item.epoch
+        seconds = sum(done.seconds for done in finished)
+        metrics["async_training/overlap_share"] = max(0.0, 1.0 - waited / seconds) if seconds > 0 else 1.0
+        return batch, max(group.epoch for group in self.buffer.last_sampled)
 
     def push_weights(self) -> dict[str, float]:
-        """Export the trainer's weights after an actor update and queue their transfer to the rollout engines;
-        returns ``actor/weight_export_s`` (the trainer's part; the transfer's metrics come with the first batch
-        generated with these weights). A failed transfer fails the lane's next call."""
+        """After an actor update: with a lane, export the trainer's weights and queue their transfer to the
+        rollout engines (returns ``actor/weight_export_s``; the transfer's metrics come with the first step
+        sampling groups generated with them; a failed transfer fails the lane's next call); without one, sync
+        them now as the synchronous loop does (returns its metrics)."""
         start = time.perf_counter()
+        if self._lane is None:
+            self.version += 1
+            self._served = self.version
+            return reduce_metrics(self.groups.sync_weights())
         state = self.groups.actor.export_weights()
         self.version += 1
         self._submit(self._receive, state, self.version)
@@ -207,14 +268,15 @@ class RolloutPipeline:
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, folder: Path) -> None:
-        """Write :data:`STATE_FILE` into the checkpoint ``folder``: the batches in flight (waited for) and the
-        counters; the controller then saves the rollout ranks' sampling state (``rollout_state.pkl``, as for
-        every split run). Call it before the data loader's state is read."""
+        """Write :data:`STATE_FILE` into the checkpoint ``folder``: the buffer, the generations in flight
+        (waited for) and the counters; the controller then saves the rollout ranks' sampling state
+        (``rollout_state.pkl``, as for every split run). Call it before the data loader's state is read."""
         self.drain()
         saved = _Saved(
             version=self.version,
             served=self._served,
-            submitted=self._submitted,
+            issued=self._issued,
+            buffer=self.buffer.state_dict(),
             in_flight=[future.result() for future in self._pending],
             synced=dict(self._synced),
         )
@@ -222,29 +284,26 @@ class RolloutPipeline:
 
     def load(self, folder: Path, step: int) -> None:
         """Restore what :meth:`save` wrote into ``folder`` after the trainer's weights were synced; a checkpoint
-        of a synchronous run (no :data:`STATE_FILE`) starts the pipeline afresh after ``step``."""
+        of a synchronous run (no :data:`STATE_FILE`) starts the buffer afresh after ``step``."""
         file = folder / STATE_FILE
         if not file.exists():
-            self._submitted = step
-            log.info("%s has no %s (a synchronous run): the pipeline starts at step %d", folder, STATE_FILE, step + 1)
+            self._issued = step * self.batch_size
+            self.version = self._served = step
+            log.info("%s has no %s (a synchronous run): the buffer starts at step %d", folder, STATE_FILE, step + 1)
             return
         try:
             saved = pickle.loads(file.read_bytes())  # noqa: S301 - the run's own checkpoint, like its torch files
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
             raise RLCoreError(
-                f"{file}: cannot read the one-step-off-policy state ({type(exc).__name__}: {exc})"
+                f"{file}: cannot read the asynchronous training state ({type(exc).__name__}: {exc})"
             ) from exc
-        if not isinstance(saved, _Saved) or saved.submitted - step != len(saved.in_flight):
-            raise RLCoreError(f"{file}: not the one-step-off-policy state of step {step}")
-        if len(saved.in_flight) > self.max_staleness:
-            raise RLCoreError(
-                f"{file} holds {len(saved.in_flight)} batches in flight, more than {STALENESS_KEY}="
-                f"{self.max_staleness} allows: resume with the run's {STALENESS_KEY}"
-            )
-        self.version, self._served, self._submitted = saved.version, saved.served, saved.submitted
+        if not isinstance(saved, _Saved) or len(saved.in_flight) != len(saved.buffer["in_flight"]):
+            raise RLCoreError(f"{file}: not the asynchronous training state of step {step}")
+        self.version, self._served, self._issued = saved.version, saved.served, saved.issued
+        self.buffer.load_state_dict(saved.buffer)
         self._synced = dict(saved.synced)
         for item in saved.in_flight:
-            future: Future[Collected] = Future()
+            future: Future[Generated] = Future()
             future.set_result(item)
             self._pending.append(future)
 
@@ -252,6 +311,8 @@ class RolloutPipeline:
         """Stop the lane: queued calls are dropped; with ``wait`` (a run that completed), the running one is
         waited for, and a failure nobody saw (of the last weight transfer, which no generation needed) is
         logged: the trainer's weights and checkpoints are not affected by it."""
+        if self._lane is None:
+            return
         self._lane.shutdown(wait=wait, cancel_futures=True)
         if wait and self._error is not None:
             log.error("the rollout lane failed after the last step: %s", self._error)

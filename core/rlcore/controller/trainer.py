@@ -131,7 +131,7 @@ class Trainer:
         #: trainer.checkpoint_callback_class, built before training (None when not set)
         self.checkpoint_callback = load_checkpoint_callback(self.sections.trainer.checkpoint_callback_class)
         self.last: dict[str, float] = {}  # the last step's metrics (plus the last validation), also when stopped
-        self.pipeline: RolloutPipeline | None = None  # async_training.enable: the one-step-off-policy rollout lane
+        self.pipeline: RolloutPipeline | None = None  # trainer.v1 async modes / async_training: the sample buffer
         self.prepared = False  # prepare() has run
         self.resume_from: Path | None = None  # the checkpoint fit() resumes from (set by prepare())
         self.health = HealthLoop(config, manager.registry, run)  # the run-health monitors (trainer.monitors)
@@ -212,7 +212,12 @@ class Trainer:
         self.reward_thread = AsyncReward() if self.async_reward else None
         self.profiling = run_profiler(self.config, self.manager).step_profiler(self.groups)
         self.pipeline = RolloutPipeline.from_config(
-            self.config, self.groups, self._collect_batch, lambda: self.train_loader.epoch, self.total_steps
+            self.config,
+            self.groups,
+            self._collect_groups,
+            self._prompt_batch,
+            lambda: self.train_loader.epoch,
+            self.total_steps,
         )
         self.flops = flops_model(self.model_config) if self.model_config is not None else None
         self.run.derived["device_peak"] = peak = self.actor.device_peak()
@@ -274,11 +279,43 @@ class Trainer:
         baseline = self.reward_fn(greedy).token_level_scores.sum(-1)
         batch["reward_baselines"] = baseline.repeat_interleave(self.n)
 
+    def _generate_round(
+        self, prompts: Batch, metrics: dict[str, float], timer: StageTimer, rounds: int | None = None
+    ) -> Batch:
+        """Generate ``prompts`` (stage ``gen``; round ``rounds`` of the synchronous step replays or caches it
+        with ``skip.rollout``), the ReMax baseline (``gen_max``) and, unless the reward runs async, score them
+        (``reward``)."""
+        prompts.meta["temperature"] = self.sections.actor_rollout_ref.rollout.temperature
+        with timer("gen"):
+            if self.rollout_skip is None or rounds is None:
+                batch = self._generate(prompts)
+            else:
+                batch = self.rollout_skip.generate(self.global_step, rounds, partial(self._generate, prompts))
+        # the engine's own figures (rollout/gen_tokens, the HF engine's rollout/rows_per_chunk, ...):
+        # per rank, averaged over ranks
+        metrics.update(reduce_metrics(batch.meta.get("metrics", {})))
+        metrics.update(batch.meta.pop("agent_metrics", {}))
+        if self.estimator.spec.needs_greedy_baseline:
+            with timer("gen_max"):
+                self._add_greedy_baseline(prompts, batch)
+        if not self.async_reward:  # scored in the background by train_step (never with filters: see validate)
+            with timer("reward"):
+                self._score(batch, self.reward_fn, metrics)
+        return batch
+
+    def _collect_groups(self, prompts: Batch, metrics: dict[str, float], timer: StageTimer) -> Batch:
+        """One generation round of an asynchronous run (:mod:`rlcore.controller.off_policy`): the rows of the
+        prompt groups the batch filters keep (all of them without filters)."""
+        batch = self._generate_round(prompts, metrics, timer)
+        if self.async_reward or not self.sections.algorithm.batch_filters:
+            return batch
+        return self._apply_filters(batch, metrics)
+
     def _collect_batch(self, metrics: dict[str, float], timer: StageTimer | None = None) -> Batch:
         """Generate and score rollouts. With batch filters, generate more rounds until
         ``data.train_batch_size`` prompt groups survive (DAPO's dynamic sampling), at most
         ``algorithm.max_num_gen_batches`` rounds, then keep exactly that many groups. The stages are timed on
-        ``timer`` (the step's by default; the rollout lane's own with ``async_training``)."""
+        ``timer`` (the step's by default)."""
         timer = timer or self.timer
         target = int(self.sections.data.train_batch_size)
         max_rounds = int(self.sections.algorithm.max_num_gen_batches)
@@ -288,25 +325,8 @@ class Trainer:
         rounds = 0
         while True:
             rounds += 1
-            prompts = self._prompt_batch()
-            prompts.meta["temperature"] = self.sections.actor_rollout_ref.rollout.temperature
-            with timer("gen"):
-                if self.rollout_skip is None:
-                    batch = self._generate(prompts)
-                else:
-                    batch = self.rollout_skip.generate(self.global_step, rounds, partial(self._generate, prompts))
-            # the engine's own figures (rollout/gen_tokens, the HF engine's rollout/rows_per_chunk, ...):
-            # per rank, averaged over ranks
-            metrics.update(reduce_metrics(batch.meta.get("metrics", {})))
-            metrics.update(batch.meta.pop("agent_metrics", {}))
-            if self.estimator.spec.needs_greedy_baseline:
-                with timer("gen_max"):
-                    self._add_greedy_baseline(prompts, batch)
-            if self.async_reward:  # scored in the background by train_step (never with filters: see validate)
-                return batch
-            with timer("reward"):
-                self._score(batch, self.reward_fn, metrics)
-            if not filtering:
+            batch = self._generate_round(self._prompt_batch(), metrics, timer, rounds)
+            if self.async_reward or not filtering:
                 return batch
             batch = self._apply_filters(batch, metrics)
             if len(batch):
@@ -429,9 +449,9 @@ class Trainer:
 
     # ------------------------------------------------------------ step stages
     def _collect(self, metrics: dict[str, float]) -> Batch:
-        """Stage ``gen`` (timed where it generates): the step's batch. With ``async_training`` the rollout lane
-        generated it ahead (:meth:`~rlcore.controller.off_policy.RolloutPipeline.next_batch`,
-        which also gives the epoch); otherwise :meth:`_collect_batch` generates it now and, unless the reward
+        """Stage ``gen`` (timed where it generates): the step's batch. In an asynchronous run it is sampled from
+        the buffer (:meth:`~rlcore.controller.off_policy.RolloutPipeline.next_batch`, which also gives the
+        epoch); otherwise :meth:`_collect_batch` generates it now and, unless the reward
         runs async, scores it and applies the batch filters (regenerating while they drop prompt groups)."""
         if self.pipeline is None:
             return self._collect_batch(metrics)
@@ -536,8 +556,8 @@ class Trainer:
             metrics.update(reduce_metrics(self.actor.update_actor(batch).meta.get("metrics", {})))
 
     def _sync_weights(self, metrics: dict[str, float]) -> None:
-        """Stage ``update_weights``: after an actor update, the rollout engines get the new weights; with
-        ``async_training`` the rollout lane loads them after its current generation."""
+        """Stage ``update_weights``: after an actor update, the rollout engines get the new weights; in an
+        asynchronous run through the pipeline (with a rollout lane: loaded after its current generation)."""
         if not self._actor_trains():
             return
         with self.timer("update_weights"):

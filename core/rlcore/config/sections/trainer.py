@@ -7,6 +7,7 @@ from typing import Literal
 
 from rlcore.config.lanes import lane_cpu_problems
 from rlcore.config.sections.base import Section
+from rlcore.config.sections.v1 import V1Config
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ class TrainerConfig(Section):
     save_on_signal: bool = False
     #: SIGINT/SIGTERM: seconds the step in progress may take before it is abandoned (0/null: no bound)
     stop_grace_s: float | None = 20.0
+    #: verl's V1 trainer: sync, colocate_async or separate_async, and the sample buffer's staleness bound
+    v1: V1Config = field(default_factory=V1Config)
 
     def problems(self) -> list[str]:
         """Counts are positive (steps: or null), the grace period is seconds ≥ 0."""
@@ -132,3 +135,9 @@ class AsyncTrainingConfig(Section):
     enable: bool = False
     #: batches generated ahead: a batch is trained at most this many updates after its weights
     max_staleness_steps: int = 1
+    #: verl's fully-async key, mapped onto V1: trainer.v1.separate_async.num_warmup_batches (batches ahead)
+    staleness_threshold: float | None = None
+    #: verl's fully-async key, mapped onto V1: trainer.v1.separate_async.parameter_sync_step
+    trigger_parameter_sync_step: int | None = None
+    #: verl's fully-async key: mini-batches per fetch; only 1 (V1 samples the step's batch at once)
+    require_batches: int = 1
