@@ -76,6 +76,9 @@ class V1Config(Section):
     #: sync (generate, then train) | colocate_async (batches issued ahead, same ranks) | separate_async (the
     #: rollout lane generates while the trainer trains; placement=split)
     trainer_mode: TrainerMode = "sync"
+    #: trainer_mode=colocate_async: the prompts issued ahead
     colocate_async: ColocateAsyncConfig = field(default_factory=ColocateAsyncConfig)
+    #: trainer_mode=separate_async: the prompts issued ahead and the mini-batches per weight sync
     separate_async: SeparateAsyncConfig = field(default_factory=SeparateAsyncConfig)
+    #: the sample buffer of both async modes: the staleness bound and what happens beyond it
     sampler: V1SamplerConfig = field(default_factory=V1SamplerConfig)
