@@ -165,6 +165,19 @@ def pin_overrides(pin: str, mode: str) -> list[str]:
     return [f"trainer.lane_cpus.trainer='{trainer}'", f"trainer.lane_cpus.rollout='{rollout}'"]
 
 
+def sync_step_override(mode: str) -> list[str]:
+    """separate_async's ``parameter_sync_step`` for the preset's batch: verl's invariant makes it
+    ``data.train_batch_size / actor.ppo_mini_batch_size`` (one weight sync per step), which its default of 4 is
+    not for this task."""
+    if mode != "separate_async":
+        return []
+    from rlcore_plugin_tasks.arith_tail import cpu_preset
+
+    preset = cpu_preset()
+    step = int(preset["data.train_batch_size"]) // int(preset["actor_rollout_ref.actor.ppo_mini_batch_size"])
+    return [f"trainer.v1.separate_async.parameter_sync_step={step}"]
+
+
 def mode_overrides(args: argparse.Namespace, mode: str, run_root: Path, timeline: Path) -> list[str]:
     """The ``rlcore run`` arguments of ``mode``: the preset, split placement (colocated for a colocated mode),
     the pinning, the run's length and outputs, and ``--extra``."""
@@ -185,6 +198,7 @@ def mode_overrides(args: argparse.Namespace, mode: str, run_root: Path, timeline
         *placement,
         *pin_overrides(args.pin, mode),
         *MODES[mode],
+        *sync_step_override(mode),
         f"trainer.total_training_steps={args.steps}",
         "trainer.val_before_train=false",
         "trainer.test_freq=-1",
