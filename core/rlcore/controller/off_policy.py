@@ -89,13 +89,14 @@ class Generated:
 @dataclass
 class Partial:
     """A generation in partial-rollout chunks: the prompt groups issued, their rows (the prompts as the engine
-    generates them, then the last chunk's output), the data loader's epoch once the prompts were drawn, and the
-    seconds spent on its chunks."""
+    generates them, then the last chunk's output), the data loader's epoch once the prompts were drawn, the
+    seconds spent on its chunks and the tokens they generated (``rollout/gen_tokens``, summed)."""
 
     prompts: Batch
     rows: Batch
     epoch: int
     seconds: float = 0.0
+    gen_tokens: float = 0.0
 
     @property
     def done(self) -> bool:
@@ -244,6 +245,7 @@ class RolloutPipeline:
             batch.meta["max_new_tokens"] = self.plan.chunk
             out = self.groups.rollout.generate_partial(batch)
             tag_versions(batch, out, self._served)
+            item.gen_tokens += reduce_metrics(out.meta.get("metrics", {})).get("rollout/gen_tokens", 0.0)
             item.rows = out
             item.seconds += time.perf_counter() - start
         finished: list[Generated] = []
@@ -251,6 +253,7 @@ class RolloutPipeline:
             item = self._partial.popleft()
             generated = item.rows.select([k for k in item.rows.keys() if k not in _CHUNK_ONLY])
             generated.meta = {k: v for k, v in item.rows.meta.items() if k != "max_new_tokens"}
+            generated.meta["metrics"] = {**generated.meta.get("metrics", {}), "rollout/gen_tokens": item.gen_tokens}
             metrics: dict[str, float] = {}
             timer = StageTimer()
             start = time.perf_counter()
