@@ -108,6 +108,15 @@ def test_verls_staleness_threshold_is_separate_asyncs_warmup() -> None:
             r"partial_rollout_tokens=4: only trainer.v1.trainer_mode=colocate_async generates in chunks",
         ),
         (
+            [
+                "trainer.v1.trainer_mode=colocate_async",
+                LOG_PROBS,
+                "trainer.v1.partial_rollout_tokens=4",
+                "actor_rollout_ref.rollout.multi_turn.enable=true",
+            ],
+            r"partial_rollout_tokens=4: multi-turn agent loops .* have no partial rollout",
+        ),
+        (
             ["async_training.trigger_parameter_sync_step=4"],
             r"async_training.trigger_parameter_sync_step is verl's fully-async .* set trainer.v1.trainer_mode=separate",
         ),

@@ -148,6 +148,12 @@ def v1_problems(
             f"{MODE_KEY}={mode} trains on groups generated with older weights and needs the generating policy's "
             "log-probs (rollout_log_probs): set actor_rollout_ref.rollout.calculate_log_probs=true"
         )
+    if trainer.v1.partial_rollout_tokens and rollout.multi_turn.enable:
+        problems.append(
+            f"trainer.v1.partial_rollout_tokens={trainer.v1.partial_rollout_tokens}: multi-turn agent loops "
+            "(actor_rollout_ref.rollout.multi_turn.enable=true) generate turn by turn and have no partial rollout; "
+            "set it to null"
+        )
     if mode == "separate_async":
         if trainer.placement != "split" or trainer.executor != "ray":
             problems.append(
