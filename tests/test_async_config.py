@@ -34,6 +34,18 @@ def test_colocate_async_issues_a_fraction_of_a_batch_ahead() -> None:
     plan = async_plan(config)
     assert plan is not None and (plan.mode, plan.lane, plan.ahead, plan.threshold) == ("colocate_async", False, 2, None)
     assert "2 prompt group(s) issued ahead" in (plan_line(config) or "")
+    assert plan.chunk == 0 and "partial-rollout" not in (plan_line(config) or "")
+
+
+@pytest.mark.parametrize(("value", "chunk"), [("null", 0), ("0", 0), ("16", 16)])
+def test_partial_rollout_tokens_set_the_chunk(value: str, chunk: int) -> None:
+    config = load_config(
+        [], ["trainer.v1.trainer_mode=colocate_async", f"trainer.v1.partial_rollout_tokens={value}", LOG_PROBS], []
+    )
+    check_values(config)
+    plan = async_plan(config)
+    assert plan is not None and plan.chunk == chunk
+    assert ("in partial-rollout chunks of 16 tokens" in (plan_line(config) or "")) == (chunk == 16)
 
 
 def test_one_step_off_is_separate_async_k_batches_ahead() -> None:
@@ -89,6 +101,20 @@ def test_verls_staleness_threshold_is_separate_asyncs_warmup() -> None:
         (
             ["trainer.v1.trainer_mode=colocate_async", LOG_PROBS, "skip.rollout.enable=true"],
             r"skip.rollout.enable=true with trainer.v1.trainer_mode=colocate_async: prompt groups are issued ahead",
+        ),
+        (["trainer.v1.partial_rollout_tokens=-1"], r"trainer.v1.partial_rollout_tokens must be an integer >= 0"),
+        (
+            ["trainer.v1.trainer_mode=separate_async", "trainer.v1.partial_rollout_tokens=4"],
+            r"partial_rollout_tokens=4: only trainer.v1.trainer_mode=colocate_async generates in chunks",
+        ),
+        (
+            [
+                "trainer.v1.trainer_mode=colocate_async",
+                LOG_PROBS,
+                "trainer.v1.partial_rollout_tokens=4",
+                "actor_rollout_ref.rollout.multi_turn.enable=true",
+            ],
+            r"partial_rollout_tokens=4: multi-turn agent loops .* have no partial rollout",
         ),
         (
             ["async_training.trigger_parameter_sync_step=4"],

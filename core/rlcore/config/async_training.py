@@ -28,7 +28,8 @@ class AsyncPlan:
     ``lane``: the rollout lane runs on a thread of its own (separate_async) instead of in the step
     (colocate_async); ``ahead``: prompt groups issued ahead of the step that trains them at the start;
     ``threshold``/``strategy``: the bound in verl's units (a group issued at version v and trained at version t
-    spans t - v + 1 versions; null: none) and what happens beyond it; ``source``: the keys that asked for it."""
+    spans t - v + 1 versions; null: none) and what happens beyond it; ``source``: the keys that asked for it;
+    ``chunk``: tokens per partial-rollout call (``trainer.v1.partial_rollout_tokens``; 0: whole responses)."""
 
     mode: str
     lane: bool
@@ -36,6 +37,7 @@ class AsyncPlan:
     threshold: int | None
     strategy: str
     source: str
+    chunk: int = 0
 
 
 def async_plan(config: DictConfig) -> AsyncPlan | None:
@@ -57,7 +59,13 @@ def async_plan(config: DictConfig) -> AsyncPlan | None:
         source += f", async_training.staleness_threshold={section.staleness_threshold}"
     ahead = math.ceil(warmup * batch - 1e-9)
     return AsyncPlan(
-        mode, mode == "separate_async", ahead, sampler.max_off_policy_threshold, sampler.max_off_policy_strategy, source
+        mode,
+        mode == "separate_async",
+        ahead,
+        sampler.max_off_policy_threshold,
+        sampler.max_off_policy_strategy,
+        source,
+        int(trainer.v1.partial_rollout_tokens or 0),
     )
 
 
@@ -68,9 +76,10 @@ def plan_line(config: DictConfig) -> str | None:
         return None
     bound = "none" if plan.threshold is None else f"{plan.threshold} version(s), {plan.strategy}"
     where = "a rollout lane beside the trainer" if plan.lane else "the step, before training"
+    chunks = f", in partial-rollout chunks of {plan.chunk} tokens" if plan.chunk else ""
     return (
         f"async training: {plan.mode} ({plan.source}): {plan.ahead} prompt group(s) issued ahead, generated in "
-        f"{where}; staleness bound {bound}"
+        f"{where}{chunks}; staleness bound {bound}"
     )
 
 
@@ -138,6 +147,12 @@ def v1_problems(
         problems.append(
             f"{MODE_KEY}={mode} trains on groups generated with older weights and needs the generating policy's "
             "log-probs (rollout_log_probs): set actor_rollout_ref.rollout.calculate_log_probs=true"
+        )
+    if trainer.v1.partial_rollout_tokens and rollout.multi_turn.enable:
+        problems.append(
+            f"trainer.v1.partial_rollout_tokens={trainer.v1.partial_rollout_tokens}: multi-turn agent loops "
+            "(actor_rollout_ref.rollout.multi_turn.enable=true) generate turn by turn and have no partial rollout; "
+            "set it to null"
         )
     if mode == "separate_async":
         if trainer.placement != "split" or trainer.executor != "ray":

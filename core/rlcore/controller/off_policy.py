@@ -18,10 +18,19 @@ The update treats the data as off-policy: ``old_log_probs`` are the trainer's re
 ``algorithm.rollout_correction.bypass_mode``) and the engine's ``rollout_log_probs`` (required) feed
 ``algorithm.rollout_correction``. Validation first waits for the lane.
 
+With ``trainer.v1.partial_rollout_tokens`` = c > 0 (colocate_async), an issued generation is a
+:class:`Partial`: the step advances every one in flight together by at most c more tokens per row
+(``groups.rollout.generate_partial``), finishes the oldest ones whose rows all ended (score, batch filters) into
+the buffer, and stops once the buffer can serve the step's batch. The unfinished rows are kept (tokens, log-probs,
+versions, row seeds) and continue after the step's weight sync under the new weights, so a response may span
+several versions; each chunk's new tokens are tagged with the trainer's policy version the engines serve
+(:func:`tag_versions`: the one place engine versions become the trainer's).
+
 A checkpoint at step N waits for the generations in flight and stores them with the buffer (the pickle
 :data:`STATE_FILE`; the controller adds every rollout rank's sampling state, as for any split run), so a resumed
 run samples exactly what the uninterrupted run would have, and generates the following groups from the same
-random state: nothing in flight is regenerated.
+random state: nothing in flight is regenerated. Partial generations are saved as they are (their rows so far) and
+continue after the resume under the same weights as in the uninterrupted run.
 """
 
 from __future__ import annotations
@@ -55,9 +64,11 @@ log = logging.getLogger(__name__)
 STATE_FILE = "async_training.pkl"
 
 _T = TypeVar("_T")
-#: what generates one round of prompts: generate, score, batch filters; returns the kept rows, fills the
-#: metrics dict, times its stages on the timer
-Collect = Callable[["Batch", dict[str, float], StageTimer], "Batch"]
+#: what generates one round of prompts: generate (unless given the generated rows), score, batch filters; returns
+#: the kept rows, fills the metrics dict, times its stages on the timer
+Collect = Callable[["Batch", dict[str, float], StageTimer, "Batch | None"], "Batch"]
+#: the keys of a partial-rollout output that only the next chunk reads
+_CHUNK_ONLY = ("finished", "row_seeds")
 
 
 @dataclass
@@ -76,6 +87,35 @@ class Generated:
 
 
 @dataclass
+class Partial:
+    """A generation in partial-rollout chunks: the prompt groups issued, their rows (the prompts as the engine
+    generates them, then the last chunk's output), the data loader's epoch once the prompts were drawn, the
+    seconds spent on its chunks and the tokens they generated (``rollout/gen_tokens``, summed)."""
+
+    prompts: Batch
+    rows: Batch
+    epoch: int
+    seconds: float = 0.0
+    gen_tokens: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        """Every row has ended (EOS or its length limit)."""
+        return "finished" in self.rows and bool(self.rows["finished"].all())
+
+
+def tag_versions(before: Batch, after: Batch, version: int) -> None:
+    """Tag the response tokens a chunk added (in ``after``'s ``response_mask``, not in ``before``'s) with the
+    trainer's policy ``version`` (the engine counts its own weight updates from another origin)."""
+    new = after["response_mask"].bool()
+    if "response_mask" in before:
+        new = new & ~before["response_mask"].bool()
+    versions = after["rollout_versions"].clone()
+    versions[new] = version
+    after["rollout_versions"] = versions
+
+
+@dataclass
 class _Saved:
     """What :meth:`RolloutPipeline.save` writes."""
 
@@ -85,6 +125,7 @@ class _Saved:
     buffer: dict[str, Any]
     in_flight: list[Generated]
     synced: dict[int, dict[str, float]] = field(default_factory=dict)
+    partial: list[Partial] = field(default_factory=list)
 
 
 class RolloutPipeline:
@@ -108,6 +149,7 @@ class RolloutPipeline:
         batch_size: int,
         plan: AsyncPlan,
         max_rounds: int = 0,
+        expand: Callable[[Batch], Batch] | None = None,
     ) -> None:
         if plan.lane and not groups.split:
             raise ConfigError(f"{plan.source} needs trainer.placement=split")
@@ -119,11 +161,13 @@ class RolloutPipeline:
         self.batch_size = batch_size
         self.plan = plan
         self.max_rounds = max_rounds
+        self.expand = expand
         self.buffer = SampleBuffer(plan.threshold, plan.strategy)
         self.version = 0  # the trainer's policy version: actor updates so far (controller thread)
         self._served = 0  # the version the rollout engines hold, in lane order (lane thread)
         self._issued = 0  # prompt groups issued for steps (refills not counted)
         self._pending: deque[Future[Generated]] = deque()
+        self._partial: deque[Partial] = deque()  # partial rollout: the generations in flight, in issue order
         self._synced: dict[int, dict[str, float]] = {}  # finished weight syncs' metrics by version, not reported yet
         self._error: BaseException | None = None
         self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlcore-rollout-lane") if plan.lane else None
@@ -137,15 +181,25 @@ class RolloutPipeline:
         draw: Callable[[], Batch],
         epoch: Callable[[], int],
         total_steps: int,
+        expand: Callable[[Batch], Batch] | None = None,
     ) -> RolloutPipeline | None:
-        """The pipeline ``trainer.v1`` / ``async_training`` ask for (validated), or None for the sync loop."""
+        """The pipeline ``trainer.v1`` / ``async_training`` ask for (validated), or None for the sync loop;
+        ``expand`` lays prompts out as the engine generates them (partial rollout)."""
         check_async_training(config)
         plan = async_plan(config)
         if plan is None:
             return None
         batch_size = int(config.data.train_batch_size)
         return cls(
-            groups, collect, draw, epoch, total_steps, batch_size, plan, int(config.algorithm.max_num_gen_batches)
+            groups,
+            collect,
+            draw,
+            epoch,
+            total_steps,
+            batch_size,
+            plan,
+            int(config.algorithm.max_num_gen_batches),
+            expand,
         )
 
     # ------------------------------------------------------------------ the lane
@@ -173,10 +227,43 @@ class RolloutPipeline:
         metrics: dict[str, float] = {}
         timer = StageTimer()
         start = time.perf_counter()
-        rows = self.collect(prompts, metrics, timer)
+        rows = self.collect(prompts, metrics, timer, None)
         seconds = time.perf_counter() - start
         metrics.update({f"timing_s/{stage}": s for stage, s in timer.pop_all().items()})
         return Generated(rows, metrics, self._served, epoch, seconds)
+
+    def _chunk(self) -> list[Generated] | None:
+        """Partial rollout: advance every generation in flight by one chunk, then score the oldest ones whose rows
+        all ended; returns them in issue order (perhaps none), or None when nothing is in flight."""
+        if not self._partial:
+            return None
+        for item in self._partial:
+            if item.done:
+                continue
+            start = time.perf_counter()
+            batch = item.rows
+            batch.meta["max_new_tokens"] = self.plan.chunk
+            out = self.groups.rollout.generate_partial(batch)
+            tag_versions(batch, out, self._served)
+            item.gen_tokens += reduce_metrics(out.meta.get("metrics", {})).get("rollout/gen_tokens", 0.0)
+            item.rows = out
+            item.seconds += time.perf_counter() - start
+        finished: list[Generated] = []
+        while self._partial and self._partial[0].done:
+            item = self._partial.popleft()
+            generated = item.rows.select([k for k in item.rows.keys() if k not in _CHUNK_ONLY])
+            generated.meta = {k: v for k, v in item.rows.meta.items() if k != "max_new_tokens"}
+            generated.meta["metrics"] = {**generated.meta.get("metrics", {}), "rollout/gen_tokens": item.gen_tokens}
+            metrics: dict[str, float] = {}
+            timer = StageTimer()
+            start = time.perf_counter()
+            rows = self.collect(item.prompts, metrics, timer, generated)
+            seconds = item.seconds + time.perf_counter() - start
+            metrics.update({f"timing_s/{stage}": s for stage, s in timer.pop_all().items()})
+            metrics["timing_s/gen"] = metrics.get("timing_s/gen", 0.0) + item.seconds
+            newest = int(generated["rollout_versions"].max()) if len(generated) else self._served
+            finished.append(Generated(rows, metrics, newest, item.epoch, seconds))
+        return finished
 
     def _receive(self, state: dict[str, Any], version: int) -> None:
         """Load the trainer's weights of ``version`` into the rollout engines (lane thread); their metrics are
@@ -194,7 +281,10 @@ class RolloutPipeline:
             n = min(groups, self.batch_size)
             prompts = self.buffer.take_prompts(n, self.draw)
             self.buffer.issue(n, self.version)
-            self._pending.append(self._submit(self._generate, prompts, self.epoch()))
+            if self.plan.chunk and self.expand is not None:
+                self._partial.append(Partial(prompts, self.expand(prompts), self.epoch()))
+            else:
+                self._pending.append(self._submit(self._generate, prompts, self.epoch()))
             groups -= n
 
     # ------------------------------------------------------------------ the step
@@ -212,7 +302,7 @@ class RolloutPipeline:
         finished: list[Generated] = []
 
         def advance() -> bool:
-            if not self._pending:
+            if not self._pending and not self._partial:
                 return False
             if 0 < self.max_rounds <= len(finished):
                 raise RLCoreError(
@@ -220,11 +310,12 @@ class RolloutPipeline:
                     f"step needs (algorithm.max_num_gen_batches={self.max_rounds}); raise the limit or check the "
                     "batch filters and the staleness bound"
                 )
-            done = self._pending.popleft().result()
-            finished.append(done)
-            refill = self.buffer.finish(done.rows, done.epoch)
-            if refill:
-                self._issue(refill)
+            done = self._chunk() if self._partial else [self._pending.popleft().result()]
+            for item in done or []:
+                finished.append(item)
+                refill = self.buffer.finish(item.rows, item.epoch)
+                if refill:
+                    self._issue(refill)
             return True
 
         start = time.perf_counter()
@@ -279,6 +370,7 @@ class RolloutPipeline:
             buffer=self.buffer.state_dict(),
             in_flight=[future.result() for future in self._pending],
             synced=dict(self._synced),
+            partial=list(self._partial),
         )
         (folder / STATE_FILE).write_bytes(pickle.dumps(saved, protocol=pickle.HIGHEST_PROTOCOL))
 
@@ -297,7 +389,7 @@ class RolloutPipeline:
             raise RLCoreError(
                 f"{file}: cannot read the asynchronous training state ({type(exc).__name__}: {exc})"
             ) from exc
-        if not isinstance(saved, _Saved) or len(saved.in_flight) != len(saved.buffer["in_flight"]):
+        if not isinstance(saved, _Saved) or len(saved.in_flight) + len(saved.partial) != len(saved.buffer["in_flight"]):
             raise RLCoreError(f"{file}: not the asynchronous training state of step {step}")
         self.version, self._served, self._issued = saved.version, saved.served, saved.issued
         self.buffer.load_state_dict(saved.buffer)
@@ -306,6 +398,7 @@ class RolloutPipeline:
             future: Future[Generated] = Future()
             future.set_result(item)
             self._pending.append(future)
+        self._partial = deque(saved.partial)
 
     def close(self, wait: bool) -> None:
         """Stop the lane: queued calls are dropped; with ``wait`` (a run that completed), the running one is

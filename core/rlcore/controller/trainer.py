@@ -218,6 +218,7 @@ class Trainer:
             self._prompt_batch,
             lambda: self.train_loader.epoch,
             self.total_steps,
+            self._generation_rows,
         )
         self.flops = flops_model(self.model_config) if self.model_config is not None else None
         self.run.derived["device_peak"] = peak = self.actor.device_peak()
@@ -279,15 +280,36 @@ class Trainer:
         baseline = self.reward_fn(greedy).token_level_scores.sum(-1)
         batch["reward_baselines"] = baseline.repeat_interleave(self.n)
 
+    def _generation_rows(self, prompts: Batch) -> Batch:
+        """``prompts`` as the engine generates them (each repeated ``rollout.n`` times, the rollout temperature):
+        what a partial rollout (``trainer.v1.partial_rollout_tokens``) starts from. Multi-turn agent loops drive the
+        engine turn by turn and have no partial rollout: they are named in the error."""
+        prompts.meta["temperature"] = self.sections.actor_rollout_ref.rollout.temperature
+        gen = prompts.repeat(self.n, interleave=True)
+        gen.meta["validate"] = False
+        if self.agents.applies_to(gen):
+            raise RLCoreError(
+                "trainer.v1.partial_rollout_tokens: multi-turn agent loops (actor_rollout_ref.rollout.multi_turn) "
+                "generate turn by turn and have no partial rollout; set it to null"
+            )
+        return gen
+
     def _generate_round(
-        self, prompts: Batch, metrics: dict[str, float], timer: StageTimer, rounds: int | None = None
+        self,
+        prompts: Batch,
+        metrics: dict[str, float],
+        timer: StageTimer,
+        rounds: int | None = None,
+        generated: Batch | None = None,
     ) -> Batch:
         """Generate ``prompts`` (stage ``gen``; round ``rounds`` of the synchronous step replays or caches it
-        with ``skip.rollout``), the ReMax baseline (``gen_max``) and, unless the reward runs async, score them
-        (``reward``)."""
+        with ``skip.rollout``; ``generated``: the rows a partial rollout already generated), the ReMax baseline
+        (``gen_max``) and, unless the reward runs async, score them (``reward``)."""
         prompts.meta["temperature"] = self.sections.actor_rollout_ref.rollout.temperature
         with timer("gen"):
-            if self.rollout_skip is None or rounds is None:
+            if generated is not None:
+                batch = generated
+            elif self.rollout_skip is None or rounds is None:
                 batch = self._generate(prompts)
             else:
                 batch = self.rollout_skip.generate(self.global_step, rounds, partial(self._generate, prompts))
@@ -303,10 +325,13 @@ class Trainer:
                 self._score(batch, self.reward_fn, metrics)
         return batch
 
-    def _collect_groups(self, prompts: Batch, metrics: dict[str, float], timer: StageTimer) -> Batch:
-        """One generation round of an asynchronous run (:mod:`rlcore.controller.off_policy`): the rows of the
-        prompt groups the batch filters keep (all of them without filters)."""
-        batch = self._generate_round(prompts, metrics, timer)
+    def _collect_groups(
+        self, prompts: Batch, metrics: dict[str, float], timer: StageTimer, generated: Batch | None = None
+    ) -> Batch:
+        """One generation round of an asynchronous run (:mod:`rlcore.controller.off_policy`; ``generated``: the
+        rows a partial rollout generated): the rows of the prompt groups the batch filters keep (all of them
+        without filters)."""
+        batch = self._generate_round(prompts, metrics, timer, generated=generated)
         if self.async_reward or not self.sections.algorithm.batch_filters:
             return batch
         return self._apply_filters(batch, metrics)

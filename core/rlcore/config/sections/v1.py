@@ -82,3 +82,19 @@ class V1Config(Section):
     separate_async: SeparateAsyncConfig = field(default_factory=SeparateAsyncConfig)
     #: the sample buffer of both async modes: the staleness bound and what happens beyond it
     sampler: V1SamplerConfig = field(default_factory=V1SamplerConfig)
+    #: colocate_async: partial rollout, tokens per generate_partial chunk (unfinished rows continue after the weight
+    #: sync under the new weights); null or 0: whole responses in one call
+    partial_rollout_tokens: int | None = None
+
+    def problems(self) -> list[str]:
+        """The chunk is a count of tokens ≥ 0 or null, and only colocate_async generates in chunks."""
+        value = self.partial_rollout_tokens
+        if value is None:
+            return []
+        problems = self.non_negative("partial_rollout_tokens")
+        if not problems and value and self.trainer_mode != "colocate_async":
+            problems.append(
+                f"{self.key('partial_rollout_tokens')}={value}: only trainer.v1.trainer_mode=colocate_async generates "
+                f"in chunks (got {self.trainer_mode!r}); set it to null"
+            )
+        return problems
