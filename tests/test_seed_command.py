@@ -12,7 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from rlcore_testkit.seed import check_seed_step, rlcore_cli, seed_arguments, seed_env, tiny_step_arguments
+from rlcore_testkit.seed import (
+    check_seed_step,
+    rlcore_cli,
+    seed_arguments,
+    seed_env,
+    seed_model_dir,
+    tiny_step_arguments,
+)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SEED = SHARED / "seed-command.txt"
@@ -27,14 +34,14 @@ def vllm_importable() -> bool:
     return probe.returncode == 0
 
 
-def test_seed_command_runs_a_step(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_seed_command_runs_a_step(tmp_path: Path) -> None:
     """The seed's command line runs one step (with vLLM where it can be imported)."""
     env = seed_env(tmp_path)
     seed_args = seed_arguments(SEED, GSM8K, tmp_path, env)
     with_vllm = vllm_importable()
     runs = tmp_path / "runs"
     user_args = [
-        *tiny_step_arguments(tiny_model_dir, runs),
+        *tiny_step_arguments(seed_model_dir(tmp_path / "model", GSM8K), runs),
         *([] if with_vllm else ["actor_rollout_ref.rollout.name=hf"]),
     ]
     rows = check_seed_step(rlcore_cli(["run", *seed_args, *user_args], tmp_path, env, 2400), runs)
