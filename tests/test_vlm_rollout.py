@@ -95,7 +95,7 @@ def test_token_list_engines_without_image_support_refuse_image_prompts(vlm_dir: 
 
         engine_name = "text-only"
 
-        def _complete(self, prompts: list, params: Any, seeds: list) -> list:
+        def _complete(self, prompts: list, params: Any, seeds: list, max_tokens: Any = None) -> list:
             return [([1], None) for _ in prompts]
 
         def _load_weights(self, state: dict) -> None:

@@ -112,7 +112,7 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     Distribution(
         "rlcore-plugin-tasks",
         {
-            "preset": ("arith-cpu", "arith-tools-cpu", "arith-chain-cpu", "shapes-vl-cpu"),
+            "preset": ("arith-cpu", "arith-tools-cpu", "arith-chain-cpu", "arith-tail-cpu", "shapes-vl-cpu"),
             "reward_scorer": (
                 *("rlcore/arith", "rlcore/arith_tools", "rlcore/arith_chain", "rlcore/shapes_vl"),
                 *("openai/gsm8k", "gsm8k", "hiyouga/geometry3k", "geo3k"),
