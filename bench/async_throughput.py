@@ -51,7 +51,11 @@ MODES: dict[str, tuple[str, ...]] = {
         "actor_rollout_ref.rollout.calculate_log_probs=true",
         "algorithm.rollout_correction.rollout_is=token",
     ),
-    "colocate_async": ("trainer.v1.trainer_mode=colocate_async", "actor_rollout_ref.rollout.calculate_log_probs=true"),
+    "colocate_async": (
+        "trainer.v1.trainer_mode=colocate_async",
+        "trainer.v1.partial_rollout_tokens=16",
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+    ),
     "separate_async": ("trainer.v1.trainer_mode=separate_async", "actor_rollout_ref.rollout.calculate_log_probs=true"),
 }
 #: modes that keep the rollout on the trainer's processes (one pool: only the trainer lane is pinned)
