@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rlcore.config import ConfigError, check_values, load_config
-from rlcore.config.async_training import async_plan, plan_line
+from rlcore.config.async_training import UNCORRECTED_NOTE, async_plan, plan_line
 
 LOG_PROBS = "actor_rollout_ref.rollout.calculate_log_probs=true"
 SPLIT = ("trainer.placement=split", "trainer.executor=ray", "trainer.rollout_n_gpus_per_node=1")
@@ -35,6 +35,22 @@ def test_colocate_async_issues_a_fraction_of_a_batch_ahead() -> None:
     assert plan is not None and (plan.mode, plan.lane, plan.ahead, plan.threshold) == ("colocate_async", False, 2, None)
     assert "2 prompt group(s) issued ahead" in (plan_line(config) or "")
     assert plan.chunk == 0 and "partial-rollout" not in (plan_line(config) or "")
+
+
+@pytest.mark.parametrize(
+    ("correction", "noted"),
+    [
+        ([], True),
+        (["algorithm.rollout_correction.rollout_is=token"], False),
+        (["algorithm.rollout_correction.rollout_rs=token_k1"], False),
+        (["algorithm.rollout_correction.bypass_mode=true"], False),
+    ],
+)
+def test_the_plan_notes_an_async_run_without_off_policy_correction(correction: list[str], noted: bool) -> None:
+    """Stale groups with nothing to correct for the behaviour policy's lag are named in the plan, not trained
+    silently."""
+    config = load_config([], ["trainer.v1.trainer_mode=colocate_async", LOG_PROBS, *correction], [])
+    assert (UNCORRECTED_NOTE in (plan_line(config) or "")) == noted
 
 
 @pytest.mark.parametrize(("value", "chunk"), [("null", 0), ("0", 0), ("16", 16)])

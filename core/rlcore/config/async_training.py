@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from rlcore.config.problems import ConfigError
 from rlcore.config.sections.actor import ActorConfig
+from rlcore.config.sections.algorithm import AlgorithmConfig
 from rlcore.config.sections.data import DataConfig
 from rlcore.config.sections.rollout import RolloutConfig
 from rlcore.config.sections.trainer import AsyncTrainingConfig, TrainerConfig
@@ -38,6 +39,14 @@ class AsyncPlan:
     strategy: str
     source: str
     chunk: int = 0
+
+
+#: the plan's note when nothing corrects for the behaviour policy's lag (the loss clips against the trainer's
+#: recomputed old log-probs only)
+UNCORRECTED_NOTE = (
+    "note: no off-policy correction (algorithm.rollout_correction.rollout_is, rollout_rs and bypass_mode are off), "
+    "so stale groups train as if the current policy had generated them"
+)
 
 
 def async_plan(config: DictConfig) -> AsyncPlan | None:
@@ -77,9 +86,13 @@ def plan_line(config: DictConfig) -> str | None:
     bound = "none" if plan.threshold is None else f"{plan.threshold} version(s), {plan.strategy}"
     where = "a rollout lane beside the trainer" if plan.lane else "the step, before training"
     chunks = f", in partial-rollout chunks of {plan.chunk} tokens" if plan.chunk else ""
+    correction = AlgorithmConfig.from_tree(config).rollout_correction
+    uncorrected = (
+        "" if correction.rollout_is or correction.rollout_rs or correction.bypass_mode else f"; {UNCORRECTED_NOTE}"
+    )
     return (
         f"async training: {plan.mode} ({plan.source}): {plan.ahead} prompt group(s) issued ahead, generated in "
-        f"{where}{chunks}; staleness bound {bound}"
+        f"{where}{chunks}; staleness bound {bound}{uncorrected}"
     )
 
 
