@@ -19,6 +19,7 @@ from rlcore.api.batch import Batch
 from rlcore.errors import RLCoreError
 from rlcore.rollout.outputs import check_left_padded, rollout_output, row_token_caps
 from rlcore.rollout.padding import left_pad
+from rlcore.rollout.sampling import request_seeds
 
 __all__ = ["FINISHED", "ROLLOUT_VERSIONS", "ROW_SEEDS", "PartialRows", "continuation_seed", "read_partial"]
 
@@ -74,10 +75,16 @@ class PartialRows:
         """The rows not yet finished."""
         return [int(row) for row in torch.nonzero(~self.finished).flatten()]
 
-    def draw_seeds(self, seeds: Sequence[int]) -> None:
-        """Give the rows that have no seed yet (``-1``) their entry of ``seeds`` (one per row of the batch)."""
+    def seed_fresh_rows(self, seed: int, call_index: int, greedy: bool) -> bool:
+        """Give the rows that have no seed yet (``-1``) their seed of a generate call, ``request_seeds(seed,
+        call_index, rows)``, as :meth:`generate` would; greedy sampling draws none. Returns whether the call
+        index was used (the engine then counts one more call)."""
         fresh = self.row_seeds < 0
-        self.row_seeds[fresh] = torch.tensor(list(seeds), dtype=torch.int64)[fresh]
+        if greedy or not bool(fresh.any()):
+            return False
+        seeds = torch.tensor(request_seeds(seed, call_index, len(self.row_seeds)), dtype=torch.int64)
+        self.row_seeds[fresh] = seeds[fresh]
+        return True
 
     def continuation_tokens(self, rows: Sequence[int]) -> list[list[int]]:
         """Each of ``rows``' prompt (without its padding) followed by its response tokens so far."""

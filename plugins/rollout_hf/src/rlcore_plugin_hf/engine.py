@@ -323,8 +323,7 @@ class HFRolloutEngine:
         params = self.settings.params_for(batch, validate)
         length = self.settings.response_length
         rows = read_partial(batch, length, self.pad_token_id, self.settings.calculate_log_probs)
-        if not params.greedy and bool((rows.row_seeds < 0).any()):
-            rows.draw_seeds(request_seeds(self.settings.seed, self._calls, len(rows.row_seeds)))
+        if rows.seed_fresh_rows(self.settings.seed, self._calls, params.greedy):
             self._calls += 1
         active = rows.active()
         added = 0
