@@ -13,10 +13,11 @@ rlcore does not use Hydra; this module reads the subset verl's scripts and examp
   ``actor_rollout_ref.actor.model_engine``) and the groups it picks, ``actor@actor_rollout_ref.actor=dp_actor``,
   ``ref@actor_rollout_ref.ref=dp_ref`` and ``critic@critic=dp_critic``: each selects the engine's defaults
   (the strategy of the roles it covers), as ``--config-name ppo_megatron_trainer`` does, before any file or
-  override. ``model_engine=veomni`` and ``=mindspeed`` are named substitutions (:data:`SUBSTITUTED_ENGINES`):
-  VeOmni is trained by rlcore's FSDP engine and MindSpeed by its Megatron engine, their sections' keys with the
-  same meaning renamed (:data:`rlcore.config.aliases.ENGINE_ALIASES`) and their kernel choices kept for a plan
-  note (:func:`noted_engine_key`). Another engine rlcore does not have (``torchtitan``, ...) is an error naming it.
+  override. ``model_engine=veomni``, ``=torchtitan`` and ``=mindspeed`` are named substitutions
+  (:data:`SUBSTITUTED_ENGINES`): VeOmni and TorchTitan are trained by rlcore's FSDP engine and MindSpeed by its
+  Megatron engine, their sections' keys with the same meaning renamed (:data:`rlcore.config.aliases.ENGINE_ALIASES`)
+  and their speed choices kept for a plan note (:func:`noted_engine_key`). Another engine rlcore does not have
+  (``automodel``, ...) is an error naming it.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ MODEL_ENGINES: dict[str, str] = {"dp": "fsdp", "megatron": "megatron"}
 #: ``<section>.<engine>.strategy``, with verl's value; the plan's substitution line reads it)
 SUBSTITUTED_ENGINES: dict[str, tuple[str, str, dict[str, str]]] = {
     "veomni": ("fsdp", "VeOmni", {"veomni": "veomni"}),
+    "torchtitan": ("fsdp", "TorchTitan", {"torchtitan": "torchtitan"}),
     "mindspeed": ("megatron", "MindSpeed", {"mindspeed": "mindspeed_megatron"}),
 }
 #: the optimizer defaults verl's VeOmni engine brings (its ``VeOmniOptimizerConfig``: a cosine schedule; its
@@ -72,13 +74,25 @@ NOTED_ENGINE_KEYS: dict[str, tuple[str, ...]] = {
         "basic_modules",
         "init_device",
     ),
+    "torchtitan": (
+        "strategy",
+        "attn_type",
+        "spmd_backend",
+        "activation_checkpoint",
+        "reshard_after_forward",
+        "max_seq_len",
+        "forward_prefetch",
+        "use_orig_params",
+        "mixed_precision",
+        "dtype",
+        "data_parallel_size",
+    ),
     "mindspeed": ("strategy",),
 }
 #: values of those keys that are not speed choices (they ask for hardware rlcore does not run on)
 REFUSED_ENGINE_VALUES: dict[str, tuple[Any, ...]] = {"init_device": ("npu",)}
 #: verl's engines rlcore does not have, by their ``model_engine`` name
 FOREIGN_ENGINES: dict[str, str] = {
-    "torchtitan": "TorchTitan",
     "automodel": "NeMo AutoModel",
     "mlite": "Megatron-Lite",
 }
