@@ -51,7 +51,11 @@ def test_model_engine_selects_the_engine_defaults(args: tuple[str, ...], actor: 
             "model_engine=veomni actor_rollout_ref.actor.veomni.expert_parallel_size=2",
             "rlcore's FSDP engine (which trains model_engine=veomni here) has no equal for: expert parallelism",
         ),
-        ("model_engine=torchtitan", "verl's TorchTitan engine is not in rlcore"),
+        ("model_engine=automodel", "verl's NeMo AutoModel engine is not in rlcore"),
+        (
+            "model_engine=torchtitan actor_rollout_ref.actor.torchtitan.pipeline_parallel_size=2",
+            "rlcore's FSDP engine (which trains model_engine=torchtitan here) has no equal for: tensor, pipeline",
+        ),
         ("actor@actor_rollout_ref.actor=mlite_actor", "verl's Megatron-Lite engine is not in rlcore"),
         ("actor@actor_rollout_ref.actor=dp_critic", "verl's options of this group end in '_actor'"),
         (

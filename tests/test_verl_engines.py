@@ -1,6 +1,6 @@
-"""verl's VeOmni and MindSpeed engines as named substitutions (``model_engine=veomni`` → rlcore's FSDP engine,
-``model_engine=mindspeed`` → rlcore-plugin-megatron), and the engine keys beside them (docs/from-verl.md, "verl's
-VeOmni and MindSpeed engines")."""
+"""verl's VeOmni, TorchTitan and MindSpeed engines as named substitutions (``model_engine=veomni`` and
+``=torchtitan`` → rlcore's FSDP engine, ``model_engine=mindspeed`` → rlcore-plugin-megatron), and the engine keys
+beside them (docs/from-verl.md, "verl's VeOmni, TorchTitan and MindSpeed engines")."""
 
 from __future__ import annotations
 
@@ -119,6 +119,82 @@ def test_veomni_keys_without_an_equal_are_errors_naming_them(override: str, name
     assert "Traceback" not in result.output
 
 
+#: verl's TorchTitan optimizer at rlcore's constant rate (its default min_lr_factor=0 decays: refused)
+CONSTANT = (f"{ACTOR}.optim.min_lr_factor=1.0", "critic.optim.min_lr_factor=1.0")
+
+
+def test_torchtitan_keys_map_onto_the_fsdp_engine() -> None:
+    config = load_config(
+        overrides=[
+            "model_engine=torchtitan",
+            *CONSTANT,
+            f"{ACTOR}.torchtitan.param_offload=true",
+            f"{ACTOR}.torchtitan.optimizer_offload=true",
+            f"{ACTOR}.torchtitan.data_parallel_shard_size=2",
+            f"{ACTOR}.torchtitan.full_determinism=true",
+            f"{ACTOR}.torchtitan.entropy_from_logits_chunk_size=512",
+            f"{ACTOR}.torchtitan.tensor_parallel_size=1",
+            f"{ACTOR}.optim.name=AdamW",
+            f"{ACTOR}.optim.eps=1e-8",
+            "actor_rollout_ref.ref.torchtitan.param_offload=true",
+            "critic.torchtitan.data_parallel_shard_size=2",
+            f"{ACTOR}.torchtitan.attn_type=varlen",
+        ]
+    )
+    actor = config.actor_rollout_ref.actor
+    assert (actor.strategy, config.actor_rollout_ref.ref.strategy, config.critic.strategy) == ("fsdp",) * 3
+    assert (actor.fsdp_config.param_offload, actor.fsdp_config.optimizer_offload) == (True, True)
+    assert (actor.fsdp_config.fsdp_size, actor.fsdp_config.full_determinism) == (2, True)
+    assert actor.entropy_from_logits_chunk_size == 512
+    assert config.actor_rollout_ref.ref.fsdp_config.param_offload is True
+    assert config.critic.fsdp_config.fsdp_size == 2
+    assert actor.optim.lr_scheduler_type == "constant"
+    assert OmegaConf.to_container(actor.torchtitan) == {"strategy": "torchtitan", "attn_type": "varlen"}
+
+
+def test_the_plan_names_the_torchtitan_substitution_and_each_kept_key() -> None:
+    result = dry_run(
+        "model_engine=torchtitan",
+        *CONSTANT,
+        f"{ACTOR}.torchtitan.attn_type=flex",
+        f"{ACTOR}.torchtitan.spmd_backend=spmd_types",
+        f"{ACTOR}.torchtitan.activation_checkpoint=selective",
+    )
+    assert result.exit_code == 0, result.output
+    assert "model_engine=torchtitan: trained by rlcore's FSDP engine (torchtitan 0.3.0 builds its models here but " in (
+        result.output
+    )
+    for key, why in (
+        ("attn_type=flex", "TorchTitan's attention kernel"),
+        ("spmd_backend=spmd_types", "how TorchTitan types its collectives"),
+        ("activation_checkpoint=selective", "a way to recompute activations"),
+    ):
+        assert f"{ACTOR}.torchtitan.{key} changes speed, not the numbers: {why}" in result.output
+    assert "model_engine=veomni" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        (f"{ACTOR}.torchtitan.tensor_parallel_size=2", "tensor, pipeline, context and expert parallelism"),
+        (f"{ACTOR}.torchtitan.expert_parallel_size=4", "tensor, pipeline, context and expert parallelism"),
+        ("critic.torchtitan.data_parallel_replicate_size=2", "replication apart from fsdp_size"),
+        (f"{ACTOR}.torchtitan.forward_only=true", "its forward-only switch"),
+        (f"{ACTOR}.optim.min_lr_factor=0.0", "a decaying schedule (min_lr_factor < 1"),
+        (f"{ACTOR}.optim.decay_type=cosine", "verl's TorchTitan optimizer settings"),
+        (f"{ACTOR}.optim.name=Muon", "another optimizer (name)"),
+        ("critic.optim.eps=1e-6", "eps other than 1e-8"),
+        (f"{ACTOR}.optim.lr_warmup_steps=5", "whose warm-up is not TorchTitan's"),
+    ],
+)
+def test_torchtitan_keys_without_an_equal_are_errors_naming_them(override: str, named: str) -> None:
+    result = dry_run("model_engine=torchtitan", *CONSTANT, override)
+    assert result.exit_code == 2, result.output
+    key = override.split("=", 1)[0]
+    assert any(key in line and named in line for line in errors(result)), result.output
+    assert "Traceback" not in result.output
+
+
 def test_mindspeed_keys_map_onto_the_megatron_engine() -> None:
     config = load_config(
         overrides=[
@@ -202,3 +278,33 @@ def test_a_veomni_run_writes_the_metrics_of_the_same_fsdp_run(tmp_path: Path, ti
     assert numbers(veomni) == numbers(fsdp)
     rates = [row["actor/lr"] for row in numbers(veomni) if "actor/lr" in row]
     assert rates[0] > rates[-1]  # the cosine schedule decays
+
+
+def test_a_torchtitan_run_writes_the_metrics_of_the_same_fsdp_run(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A real run spelled with verl's TorchTitan keys and the same run spelled with rlcore's FSDP keys write the same
+    metrics.jsonl, timing keys aside."""
+    task = make_tiny_task(tmp_path / "task")
+    _, torchtitan = tiny_run(
+        tmp_path / "torchtitan",
+        tiny_model_dir,
+        task,
+        "model_engine=torchtitan",
+        *CONSTANT,
+        f"{ACTOR}.torchtitan.param_offload=true",
+        f"{ACTOR}.torchtitan.data_parallel_shard_size=-1",
+        f"{ACTOR}.torchtitan.attn_type=flex",
+        f"{ACTOR}.torchtitan.tensor_parallel_size=1",
+        f"{ACTOR}.optim.name=AdamW",
+        "actor_rollout_ref.ref.torchtitan.param_offload=true",
+    )
+    _, fsdp = tiny_run(
+        tmp_path / "fsdp",
+        tiny_model_dir,
+        task,
+        f"{ACTOR}.strategy=fsdp",
+        f"{ACTOR}.fsdp_config.param_offload=true",
+        f"{ACTOR}.fsdp_config.fsdp_size=-1",
+        "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+    )
+    assert numbers(torchtitan) == numbers(fsdp)
+    assert any("actor/pg_loss" in row for row in numbers(torchtitan))
