@@ -1,6 +1,6 @@
-"""verl's VeOmni, TorchTitan and MindSpeed engines as named substitutions (``model_engine=veomni`` and
+"""verl's VeOmni, TorchTitan, FSDP-Turbo and MindSpeed engines as named substitutions (``model_engine=veomni`` and
 ``=torchtitan`` → rlcore's FSDP engine, ``model_engine=mindspeed`` → rlcore-plugin-megatron), and the engine keys
-beside them (docs/from-verl.md, "verl's VeOmni, TorchTitan and MindSpeed engines")."""
+beside them (docs/from-verl.md, "verl's VeOmni, TorchTitan, FSDP-Turbo and MindSpeed engines")."""
 
 from __future__ import annotations
 
@@ -308,3 +308,129 @@ def test_a_torchtitan_run_writes_the_metrics_of_the_same_fsdp_run(tmp_path: Path
     )
     assert numbers(torchtitan) == numbers(fsdp)
     assert any("actor/pg_loss" in row for row in numbers(torchtitan))
+
+
+TURBO = f"{ACTOR}.fsdp_config.turbo_config"
+
+
+def test_fsdp_turbo_keys_map_onto_the_fsdp_engine() -> None:
+    config = load_config(
+        overrides=[
+            f"{ACTOR}.strategy=fsdp_turbo",
+            "actor_rollout_ref.ref.strategy=fsdp_turbo",
+            "critic.strategy=fsdp_turbo",
+            f"{TURBO}.distributed.fully_shard_parallel_size=2",
+            f"{TURBO}.distributed.ulysses_parallel_size=2",
+            f"{TURBO}.distributed.fsdp_plan.param_dtype=fp32",
+            f"{TURBO}.distributed.fsdp_plan.reduce_dtype=fp32",
+            f"{TURBO}.distributed.tensor_parallel_size=1",
+            f"+{TURBO}.memory.recompute=true",
+            "critic.fsdp_config.turbo_config.distributed.fully_shard_parallel_size=-1",
+        ]
+    )
+    actor = config.actor_rollout_ref.actor
+    assert (actor.strategy, config.actor_rollout_ref.ref.strategy, config.critic.strategy) == ("fsdp",) * 3
+    assert (actor.fsdp_config.fsdp_size, actor.ulysses_sequence_parallel_size) == (2, 2)
+    assert (actor.fsdp_config.dtype, actor.fsdp_config.mixed_precision.reduce_dtype) == ("fp32", "fp32")
+    assert config.critic.fsdp_config.fsdp_size == -1
+    assert actor.fsdp_config.strategy == "fsdp_turbo"
+    assert OmegaConf.to_container(actor.fsdp_config.turbo_config) == {"memory": {"recompute": True}}
+
+
+def test_the_plan_names_the_fsdp_turbo_substitution_and_each_kept_key() -> None:
+    result = dry_run(
+        f"{ACTOR}.strategy=fsdp_turbo",
+        "actor_rollout_ref.ref.strategy=fsdp_turbo",
+        f"{TURBO}.distributed.fsdp_plan.num_to_forward_prefetch=2",
+        f"+{TURBO}.distributed.fsdp_plan.hook_modules=['model.layers.{{*}}']",
+        f"+{TURBO}.distributed.fsdp_plan.apply_modules={{'model.layers.{{*}}': {{}}, lm_head: {{}}}}",
+    )
+    assert result.exit_code == 0, result.output
+    assert "strategy=fsdp_turbo: trained by rlcore's FSDP engine (verl's FSDP-Turbo is its FSDP engine" in result.output
+    assert "(for actor_rollout_ref.actor, actor_rollout_ref.ref)" in result.output
+    for key, why in (
+        ("distributed.fsdp_plan.num_to_forward_prefetch=2", "how far FSDPTurbo gathers ahead"),
+        ("distributed.fsdp_plan.hook_modules=['model.layers.{*}']", "the modules whose hooks FSDPTurbo manages"),
+        ("distributed.fsdp_plan.apply_modules=", "the modules FSDPTurbo shards as units"),
+    ):
+        assert f"{TURBO}.{key}" in result.output and why in result.output, key
+    assert not errors(result)
+
+
+def test_turbo_config_is_read_only_with_fsdp_turbo(tmp_path: Path) -> None:
+    """verl's config carries turbo_config under every FSDP role (its defaults: 16 ranks per shard group) and reads it
+    only with strategy=fsdp_turbo: so does rlcore, whose fsdp_size it then sets."""
+    verl = tmp_path / "verl.yaml"
+    verl.write_text(
+        "actor_rollout_ref:\n  actor:\n    fsdp_config:\n      fsdp_size: -1\n      turbo_config:\n"
+        "        distributed:\n          fully_shard_parallel_size: 16\n          tensor_parallel_size: 1\n"
+        "          ulysses_parallel_size: 1\n          fsdp_plan:\n            param_dtype: bf16\n"
+        "            num_to_forward_prefetch: 1\n"
+    )
+    plain = load_config(files=[str(verl)]).actor_rollout_ref.actor
+    assert (plain.strategy, plain.fsdp_config.fsdp_size, plain.ulysses_sequence_parallel_size) == ("fsdp", -1, 1)
+    turbo = load_config(files=[str(verl)], overrides=[f"{ACTOR}.strategy=fsdp_turbo"]).actor_rollout_ref.actor
+    assert (turbo.strategy, turbo.fsdp_config.fsdp_size, turbo.fsdp_config.dtype) == ("fsdp", 16, "bf16")
+    assert OmegaConf.to_container(turbo.fsdp_config.turbo_config) == {
+        "distributed": {"fsdp_plan": {"num_to_forward_prefetch": 1}}
+    }
+    with pytest.raises(ConfigError, match="refuses both its context parallelism and verl's Ulysses"):
+        load_config(
+            overrides=[
+                f"{ACTOR}.strategy=fsdp_turbo",
+                f"{TURBO}.distributed.ulysses_parallel_size=2",
+                f"{ACTOR}.ulysses_sequence_parallel_size=4",
+            ]
+        )
+
+
+def test_a_plain_fsdp2_run_prints_no_turbo_line() -> None:
+    result = dry_run(f"{ACTOR}.strategy=fsdp2")
+    assert result.exit_code == 0, result.output
+    assert "fsdp_turbo" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        (f"{TURBO}.distributed.tensor_parallel_size=2", "tensor and expert parallelism"),
+        (f"{TURBO}.distributed.expert_parallel_size=8", "tensor and expert parallelism"),
+        (f"+{TURBO}.distributed.ep_plan.dispatcher=fused", "ep_plan"),
+        (f"+{TURBO}.distributed.cp_plan.loss_function_patches=[{{type: causal_lm_loss}}]", "FSDP-Turbo settings"),
+        (f"+{TURBO}.module_patches=[{{target: a.b, replacement: c.d}}]", "FSDP-Turbo settings"),
+        (f"{TURBO}.distributed.fsdp_plan.output_dtype=bf16", "its FSDP plan's output_dtype"),
+        (f"{ACTOR}.fsdp_config.strategy=fsdp2", "sets actor_rollout_ref.actor.fsdp_config.strategy=fsdp_turbo"),
+    ],
+)
+def test_fsdp_turbo_keys_without_an_equal_are_errors_naming_them(override: str, named: str) -> None:
+    result = dry_run(f"{ACTOR}.strategy=fsdp_turbo", override)
+    assert result.exit_code == 2, result.output
+    key = override.split("=", 1)[0].lstrip("+")
+    assert any(key in line and named in line for line in errors(result)), result.output
+    assert "Traceback" not in result.output
+
+
+def test_an_fsdp_turbo_run_writes_the_metrics_of_the_same_fsdp2_run(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A real run with verl's strategy=fsdp_turbo and its turbo_config and the same run with strategy=fsdp2 write
+    the same metrics.jsonl, timing keys aside."""
+    task = make_tiny_task(tmp_path / "task")
+    _, turbo = tiny_run(
+        tmp_path / "turbo",
+        tiny_model_dir,
+        task,
+        f"{ACTOR}.strategy=fsdp_turbo",
+        "actor_rollout_ref.ref.strategy=fsdp_turbo",
+        f"{TURBO}.distributed.fully_shard_parallel_size=-1",
+        f"{TURBO}.distributed.fsdp_plan.num_to_forward_prefetch=1",
+        f"+{TURBO}.memory.recompute=true",
+    )
+    _, fsdp2 = tiny_run(
+        tmp_path / "fsdp2",
+        tiny_model_dir,
+        task,
+        f"{ACTOR}.strategy=fsdp2",
+        "actor_rollout_ref.ref.strategy=fsdp2",
+        f"{ACTOR}.fsdp_config.fsdp_size=-1",
+    )
+    assert numbers(turbo) == numbers(fsdp2)
+    assert any("actor/pg_loss" in row for row in numbers(turbo))

@@ -82,7 +82,7 @@ _VEOMNI_POLICY_ONLY = (
 )
 #: verl's TorchTitan engine section (``<role>.torchtitan.*``): the keys whose meaning rlcore's FSDP engine has, under
 #: its name (``model_engine=torchtitan`` is trained by that engine; torchtitan 0.3.0's language models do not train
-#: on a CPU: docs/from-verl.md, "verl's VeOmni, TorchTitan and MindSpeed engines")
+#: on a CPU: docs/from-verl.md, "verl's VeOmni, TorchTitan, FSDP-Turbo and MindSpeed engines")
 _TORCHTITAN_SAME = {
     "param_offload": "fsdp_config.param_offload",
     "optimizer_offload": "fsdp_config.optimizer_offload",
@@ -117,7 +117,8 @@ _MINDSPEED_SAME = (
     "vanilla_mbridge",
     "seed",
 )
-#: verl's spellings in the sections of the engines rlcore substitutes (VeOmni, TorchTitan, MindSpeed) -> rlcore's key; kept
+#: verl's spellings in the sections of the engines rlcore substitutes (VeOmni, TorchTitan, MindSpeed) -> rlcore's
+#: key; kept
 #: apart from :data:`ALIASES` so that ``rlcore config show`` marks no canonical key with them
 ENGINE_ALIASES: dict[str, str] = {
     **{

@@ -486,8 +486,16 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         },
     ),
     MissingFeature(
-        "verl's FSDP-Turbo engine (fsdp_config.strategy=fsdp_turbo and its turbo_config)",
-        ("actor_rollout_ref.*.fsdp_config.turbo_config", "critic.fsdp_config.turbo_config"),
+        "verl's FSDP-Turbo settings that rlcore's FSDP engine (which trains strategy=fsdp_turbo here) has no equal "
+        "for: tensor and expert parallelism (tensor_parallel_size, expert_parallel_size and "
+        "expert_fully_shard_parallel_size > 1, ep_plan), its context-parallel and module patches (cp_plan, "
+        "module_patches), its FSDP plan's output_dtype and CPU offload (rlcore's is fsdp_config.offload_policy)",
+        tuple(f"{role}.fsdp_config.turbo_config" for role in ENGINE_ROLES),
+        off={
+            f"{role}.fsdp_config.turbo_config.distributed.{key}": 1
+            for role in ENGINE_ROLES
+            for key in ("tensor_parallel_size", "expert_parallel_size", "expert_fully_shard_parallel_size")
+        },
     ),
     MissingFeature(
         "padding packed micro-batches up to a multiple of a bucket of tokens (pad_to_length, so that compiled "

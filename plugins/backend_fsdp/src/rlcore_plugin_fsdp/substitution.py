@@ -1,13 +1,15 @@
-"""verl's VeOmni and TorchTitan engines as named substitutions: ``model_engine=veomni`` and ``model_engine=torchtitan``
-are trained by this FSDP2 engine.
+"""verl's VeOmni, TorchTitan and FSDP-Turbo engines as named substitutions: ``model_engine=veomni``,
+``model_engine=torchtitan`` and ``<role>.strategy=fsdp_turbo`` are trained by this FSDP2 engine.
 
 VeOmni (``veomni`` 0.1.12) is not a dependency of rlcore: it pins ``datasets<=2.21`` and, for GPUs,
 ``torch==2.11+cu130`` with CUDA-only kernels. TorchTitan (``torchtitan`` 0.3.0) installs and builds its models here,
 but its language models cannot train on a CPU: FlexAttention has no CPU backward, its varlen attention calls
 flash-attention's CUDA kernel and it refuses SDPA for language models (docs/from-verl.md, "verl's VeOmni, TorchTitan
-and MindSpeed engines"). The config layer renames the keys of ``<role>.veomni`` and ``<role>.torchtitan`` whose
-meaning this engine has (``rlcore.config.aliases``) and keeps their speed choices as given; this module writes the
-plan's substitution line and one note per kept choice. Torch-free.
+and MindSpeed engines"). verl's FSDP-Turbo is verl's FSDP engine with the model wrapped in Huawei's FSDPTurbo (FSDP2
+plus tensor, expert and Ulysses context-parallel plans; not on the package index): its data-parallel sharding is
+this engine's. The config layer renames the keys whose meaning this engine has (``rlcore.config.aliases``) and keeps
+the speed choices as given; this module writes the plan's substitution line and one note per kept choice.
+Torch-free.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rlcore.api import select
+from rlcore.api import flatten, select
 
 #: the roles with an engine section
 ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
@@ -117,3 +119,68 @@ def check_warmup(config: DictConfig, section: str) -> str | None:
             "TorchTitan by (step + 1) / warmup); set no warm-up, or train with model_engine=dp"
         )
     return None
+
+
+#: the plan line of ``<role>.strategy=fsdp_turbo``
+TURBO_LINE = (
+    "strategy=fsdp_turbo: trained by rlcore's FSDP engine (verl's FSDP-Turbo is its FSDP engine with the model "
+    "wrapped in Huawei's FSDPTurbo, FSDP2 plus tensor, expert and context-parallel plans for NPUs and CUDA; only its "
+    "data-parallel sharding and Ulysses context parallelism mean the same here); mapped: "
+    "turbo_config.distributed.fully_shard_parallel_size -> fsdp_config.fsdp_size, ulysses_parallel_size -> "
+    "ulysses_sequence_parallel_size, fsdp_plan.param_dtype -> fsdp_config.dtype, fsdp_plan.reduce_dtype -> "
+    "fsdp_config.mixed_precision.reduce_dtype"
+)
+#: why a kept ``turbo_config`` key changes speed and not the numbers (its prefix -> reason)
+TURBO_WHY: dict[str, str] = {
+    "distributed.fsdp_plan.fsdp_implementation": "FSDPTurbo's FSDP implementation (rlcore's is torch's fully_shard)",
+    "distributed.fsdp_plan.num_to_forward_prefetch": "how far FSDPTurbo gathers ahead (rlcore's switch is "
+    "fsdp_config.forward_prefetch)",
+    "distributed.fsdp_plan.num_to_backward_prefetch": "how far FSDPTurbo gathers ahead in the backward pass",
+    "distributed.fsdp_plan.apply_modules": "the modules FSDPTurbo shards as units (rlcore shards every decoder layer)",
+    "distributed.fsdp_plan.hook_modules": "the modules whose hooks FSDPTurbo manages to overlap recomputation",
+    "memory.recompute_plan": "the modules FSDPTurbo recomputes (rlcore's recomputation is "
+    "actor_rollout_ref.model.enable_gradient_checkpointing)",
+    "memory.recompute": "activation recomputation (rlcore's is actor_rollout_ref.model.enable_gradient_checkpointing)",
+}
+
+
+def turbo_plan_lines(config: DictConfig) -> list[str]:
+    """The substitution line when a role's ``strategy=fsdp_turbo`` chose this engine (verl's own
+    ``<role>.fsdp_config.strategy: fsdp_turbo`` marks it), a note per kept ``turbo_config`` key of such a role and one
+    per role whose ``turbo_config`` is read nowhere (it did not choose FSDP-Turbo)."""
+    chosen = [role for role in ROLES if select(config, f"{role}.fsdp_config.strategy") == "fsdp_turbo"]
+    lines = [f"{TURBO_LINE} (for {', '.join(chosen)})"] if chosen else []
+    for role in ROLES:
+        section: Any = select(config, f"{role}.fsdp_config.turbo_config")
+        if not isinstance(section, DictConfig):
+            continue
+        if role not in chosen:
+            lines.append(f"{role}.fsdp_config.turbo_config is read only with {role}.strategy=fsdp_turbo (as in verl)")
+            continue
+        for key in TURBO_WHY:
+            value = select(section, key)
+            if value is not None:
+                shown = OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
+                why = TURBO_WHY[key]
+                lines.append(f"{role}.fsdp_config.turbo_config.{key}={shown} changes speed, not the numbers: {why}")
+    return lines
+
+
+def check_turbo_config(config: DictConfig, section: str) -> str | None:
+    """The problem with ``{section}.fsdp_config.turbo_config`` when the role chose FSDP-Turbo: a key there that is not
+    one of the kept speed choices (:data:`TURBO_WHY`; the config layer moved the keys with an equal, and refuses the
+    others unless added with ``+``); None when there is none. Without FSDP-Turbo the section is read nowhere, as in
+    verl's FSDP engine."""
+    turbo: Any = select(config, f"{section}.fsdp_config.turbo_config")
+    if select(config, f"{section}.fsdp_config.strategy") != "fsdp_turbo" or not isinstance(turbo, DictConfig):
+        return None
+    flat = flatten(OmegaConf.to_container(turbo))
+    stray = [k for k in flat if not any(k == kept or k.startswith(kept + ".") for kept in TURBO_WHY)]
+    if not stray:
+        return None
+    names = ", ".join(f"{section}.fsdp_config.turbo_config.{k}" for k in stray)
+    return (
+        f"{names}: verl's FSDP-Turbo settings that rlcore's FSDP engine (which trains strategy=fsdp_turbo here) has "
+        f"no equal for (of turbo_config, it keeps only the speed choices {', '.join(TURBO_WHY)}): not supported by "
+        "rlcore yet"
+    )
