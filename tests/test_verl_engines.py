@@ -25,6 +25,14 @@ def errors(result: Any) -> list[str]:
     return [line for line in result.output.splitlines() if line.startswith("error:")]
 
 
+def assert_refused(result: Any, override: str, named: str) -> None:
+    """The dry run failed with an ``error:`` line naming the override's key and ``named``, and no traceback."""
+    assert result.exit_code == 2, result.output
+    key = override.split("=", 1)[0].lstrip("+")
+    assert any(key in line and named in line for line in errors(result)), result.output
+    assert "Traceback" not in result.output
+
+
 def numbers(run_dir: Path) -> list[dict[str, Any]]:
     """The run's metrics.jsonl rows without the timing, speed and memory keys."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -112,11 +120,7 @@ def test_a_kept_veomni_key_without_the_engine_is_still_noted() -> None:
     ],
 )
 def test_veomni_keys_without_an_equal_are_errors_naming_them(override: str, named: str) -> None:
-    result = dry_run("model_engine=veomni", override)
-    assert result.exit_code == 2, result.output
-    key = override.split("=", 1)[0]
-    assert any(key in line and named in line for line in errors(result)), result.output
-    assert "Traceback" not in result.output
+    assert_refused(dry_run("model_engine=veomni", override), override, named)
 
 
 #: verl's TorchTitan optimizer at rlcore's constant rate (its default min_lr_factor=0 decays: refused)
@@ -188,11 +192,7 @@ def test_the_plan_names_the_torchtitan_substitution_and_each_kept_key() -> None:
     ],
 )
 def test_torchtitan_keys_without_an_equal_are_errors_naming_them(override: str, named: str) -> None:
-    result = dry_run("model_engine=torchtitan", *CONSTANT, override)
-    assert result.exit_code == 2, result.output
-    key = override.split("=", 1)[0]
-    assert any(key in line and named in line for line in errors(result)), result.output
-    assert "Traceback" not in result.output
+    assert_refused(dry_run("model_engine=torchtitan", *CONSTANT, override), override, named)
 
 
 def test_mindspeed_keys_map_onto_the_megatron_engine() -> None:
@@ -403,11 +403,7 @@ def test_a_plain_fsdp2_run_prints_no_turbo_line() -> None:
     ],
 )
 def test_fsdp_turbo_keys_without_an_equal_are_errors_naming_them(override: str, named: str) -> None:
-    result = dry_run(f"{ACTOR}.strategy=fsdp_turbo", override)
-    assert result.exit_code == 2, result.output
-    key = override.split("=", 1)[0].lstrip("+")
-    assert any(key in line and named in line for line in errors(result)), result.output
-    assert "Traceback" not in result.output
+    assert_refused(dry_run(f"{ACTOR}.strategy=fsdp_turbo", override), override, named)
 
 
 def test_an_fsdp_turbo_run_writes_the_metrics_of_the_same_fsdp2_run(tmp_path: Path, tiny_model_dir: Path) -> None:
