@@ -280,7 +280,7 @@ def test_did_you_mean_a_component_of_a_missing_distribution(table: None) -> None
 @pytest.mark.parametrize(
     ("key", "value", "feature"),
     [
-        ("actor_rollout_ref.actor.strategy", "fsdp_turbo", "verl's FSDP Turbo engine (strategy=fsdp_turbo)"),
+        ("actor_rollout_ref.actor.strategy", "veomni", "verl's VeOmni engine"),
         ("actor_rollout_ref.rollout.name", "trtllm", "TensorRT-LLM rollout (rollout.name=trtllm)"),
     ],
 )

@@ -51,7 +51,11 @@ def test_model_engine_selects_the_engine_defaults(args: tuple[str, ...], actor: 
             "model_engine=veomni actor_rollout_ref.actor.veomni.expert_parallel_size=2",
             "rlcore's FSDP engine (which trains model_engine=veomni here) has no equal for: expert parallelism",
         ),
-        ("model_engine=torchtitan", "verl's TorchTitan engine is not in rlcore"),
+        ("model_engine=automodel", "verl's NeMo AutoModel engine is not in rlcore"),
+        (
+            "model_engine=torchtitan actor_rollout_ref.actor.torchtitan.pipeline_parallel_size=2",
+            "rlcore's FSDP engine (which trains model_engine=torchtitan here) has no equal for: tensor, pipeline",
+        ),
         ("actor@actor_rollout_ref.actor=mlite_actor", "verl's Megatron-Lite engine is not in rlcore"),
         ("actor@actor_rollout_ref.actor=dp_critic", "verl's options of this group end in '_actor'"),
         (
@@ -69,7 +73,10 @@ def test_model_engine_selects_the_engine_defaults(args: tuple[str, ...], actor: 
         ("reward.reward_model.rollout.full_determinism=true", "batch-invariant deterministic inference"),
         ("reward.reward_model.rollout.temperature=0.7", "rlcore's judge decodes greedily"),
         ("actor_rollout_ref.actor.qat.enable=true", "quantization-aware training"),
-        ("critic.fsdp.turbo_config.distributed.tensor_parallel_size=2", "verl's FSDP-Turbo engine"),
+        (
+            "critic.fsdp.turbo_config.distributed.tensor_parallel_size=2",
+            "verl's FSDP-Turbo settings that rlcore's FSDP engine (which trains strategy=fsdp_turbo here)",
+        ),
         ("actor_rollout_ref.ref.fsdp_config.pad_to_length_bucket=512", "padding packed micro-batches"),
         ("critic.optim.zero_indexed_step=false", "a one-indexed learning-rate schedule"),
         ("actor_rollout_ref.actor.checkpoint.strict=false", "has no effect on the FSDP engine"),

@@ -304,7 +304,8 @@ def generated_keys(path: Path) -> dict[str, Any]:
 
 def test_every_verl010_spelling_is_in_its_generated_config_and_the_counts_are_right() -> None:
     """The verl 0.10 column names keys of verl 0.10's own default config; every key of that config exists in
-    rlcore (maybe renamed) or belongs to a missing feature; and the page's counts are right."""
+    rlcore (maybe renamed), is one of FSDP-Turbo's kept keys or belongs to a missing feature; and the page's counts
+    are right."""
     keys = generated_keys(VERL010_DEFAULTS)
     for alias in VERL010_ALIASES:
         assert any(k == alias or k.startswith(alias + ".") for k in keys), alias
@@ -312,7 +313,8 @@ def test_every_verl010_spelling_is_in_its_generated_config_and_the_counts_are_ri
     assert unsorted == []
     text = " ".join(DOC.read_text().split())
     assert (
-        f"{counts['same']} exist in rlcore under the same name and {counts['renamed']} under another name, and "
+        f"{counts['same']} exist in rlcore under the same name and {counts['renamed']} under another name, "
+        f"{counts['noted']} are FSDP-Turbo's turbo_config keys, accepted and read only with strategy=fsdp_turbo, and "
         f"{counts['missing']} belong to those features" in text
     )
 

@@ -210,7 +210,6 @@ def owned_key_advice(key: str) -> str | None:
 #: components verl has and no rlcore distribution provides yet, by (kind, verl's name): the feature, as a user
 #: who names it should read it
 NOT_IN_RLCORE: dict[tuple[str, str], str] = {
-    ("training_backend", "fsdp_turbo"): "verl's FSDP Turbo engine (strategy=fsdp_turbo)",
     ("training_backend", "veomni"): "verl's VeOmni engine",
     ("rollout_engine", "trtllm"): "TensorRT-LLM rollout (rollout.name=trtllm)",
 }

@@ -80,6 +80,26 @@ _VEOMNI_POLICY_ONLY = (
     "entropy_checkpointing",
     "router_replay",
 )
+#: verl's TorchTitan engine section (``<role>.torchtitan.*``): the keys whose meaning rlcore's FSDP engine has, under
+#: its name (``model_engine=torchtitan`` is trained by that engine; torchtitan 0.3.0's language models do not train
+#: on a CPU: docs/from-verl.md, "verl's VeOmni, TorchTitan, FSDP-Turbo and MindSpeed engines")
+_TORCHTITAN_SAME = {
+    "param_offload": "fsdp_config.param_offload",
+    "optimizer_offload": "fsdp_config.optimizer_offload",
+    "data_parallel_shard_size": "fsdp_config.fsdp_size",
+    "full_determinism": "fsdp_config.full_determinism",
+    "use_torch_compile": "use_torch_compile",
+    "entropy_from_logits_with_chunking": "entropy_from_logits_with_chunking",
+    "entropy_from_logits_chunk_size": "entropy_from_logits_chunk_size",
+    "entropy_checkpointing": "entropy_checkpointing",
+}
+#: of those, the ones only the actor and the reference have
+_TORCHTITAN_POLICY_ONLY = (
+    "use_torch_compile",
+    "entropy_from_logits_with_chunking",
+    "entropy_from_logits_chunk_size",
+    "entropy_checkpointing",
+)
 #: verl's MindSpeed engine section (``<role>.mindspeed.*``): the keys it shares with verl's Megatron section
 #: (MindSpeed is megatron-core with Ascend patches; ``model_engine=mindspeed`` is trained by rlcore-plugin-megatron)
 _MINDSPEED_SAME = (
@@ -97,7 +117,8 @@ _MINDSPEED_SAME = (
     "vanilla_mbridge",
     "seed",
 )
-#: verl's spellings in the sections of the engines rlcore substitutes (VeOmni, MindSpeed) -> rlcore's key; kept
+#: verl's spellings in the sections of the engines rlcore substitutes (VeOmni, TorchTitan, MindSpeed) -> rlcore's
+#: key; kept
 #: apart from :data:`ALIASES` so that ``rlcore config show`` marks no canonical key with them
 ENGINE_ALIASES: dict[str, str] = {
     **{
@@ -105,6 +126,12 @@ ENGINE_ALIASES: dict[str, str] = {
         for role in _ENGINE_ROLES
         for key, target in _VEOMNI_SAME.items()
         if role != "critic" or key not in _VEOMNI_POLICY_ONLY
+    },
+    **{
+        f"{role}.torchtitan.{key}": f"{role}.{target}"
+        for role in _ENGINE_ROLES
+        for key, target in _TORCHTITAN_SAME.items()
+        if role != "critic" or key not in _TORCHTITAN_POLICY_ONLY
     },
     **{f"{role}.mindspeed.{key}": f"{role}.megatron.{key}" for role in _ENGINE_ROLES for key in _MINDSPEED_SAME},
     # verl's engine config carries routing replay (EngineConfig.router_replay): the role's own router_replay

@@ -13,10 +13,12 @@ rlcore does not use Hydra; this module reads the subset verl's scripts and examp
   ``actor_rollout_ref.actor.model_engine``) and the groups it picks, ``actor@actor_rollout_ref.actor=dp_actor``,
   ``ref@actor_rollout_ref.ref=dp_ref`` and ``critic@critic=dp_critic``: each selects the engine's defaults
   (the strategy of the roles it covers), as ``--config-name ppo_megatron_trainer`` does, before any file or
-  override. ``model_engine=veomni`` and ``=mindspeed`` are named substitutions (:data:`SUBSTITUTED_ENGINES`):
-  VeOmni is trained by rlcore's FSDP engine and MindSpeed by its Megatron engine, their sections' keys with the
-  same meaning renamed (:data:`rlcore.config.aliases.ENGINE_ALIASES`) and their kernel choices kept for a plan
-  note (:func:`noted_engine_key`). Another engine rlcore does not have (``torchtitan``, ...) is an error naming it.
+  override. ``model_engine=veomni``, ``=torchtitan`` and ``=mindspeed`` are named substitutions
+  (:data:`SUBSTITUTED_ENGINES`): VeOmni and TorchTitan are trained by rlcore's FSDP engine and MindSpeed by its
+  Megatron engine, their sections' keys with the same meaning renamed (:data:`rlcore.config.aliases.ENGINE_ALIASES`)
+  and their speed choices kept for a plan note (:func:`noted_engine_key`). Another engine rlcore does not have
+  (``automodel``, ...) is an error naming it. ``<role>.strategy=fsdp_turbo`` is a named substitution too
+  (:data:`SUBSTITUTED_STRATEGIES`): rlcore's FSDP engine trains verl's FSDP-Turbo.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rlcore.config.problems import ConfigError, ConfigFileError
@@ -45,6 +47,7 @@ MODEL_ENGINES: dict[str, str] = {"dp": "fsdp", "megatron": "megatron"}
 #: ``<section>.<engine>.strategy``, with verl's value; the plan's substitution line reads it)
 SUBSTITUTED_ENGINES: dict[str, tuple[str, str, dict[str, str]]] = {
     "veomni": ("fsdp", "VeOmni", {"veomni": "veomni"}),
+    "torchtitan": ("fsdp", "TorchTitan", {"torchtitan": "torchtitan"}),
     "mindspeed": ("megatron", "MindSpeed", {"mindspeed": "mindspeed_megatron"}),
 }
 #: the optimizer defaults verl's VeOmni engine brings (its ``VeOmniOptimizerConfig``: a cosine schedule; its
@@ -72,13 +75,51 @@ NOTED_ENGINE_KEYS: dict[str, tuple[str, ...]] = {
         "basic_modules",
         "init_device",
     ),
+    "torchtitan": (
+        "strategy",
+        "attn_type",
+        "spmd_backend",
+        "activation_checkpoint",
+        "reshard_after_forward",
+        "max_seq_len",
+        "forward_prefetch",
+        "use_orig_params",
+        "mixed_precision",
+        "dtype",
+        "data_parallel_size",
+    ),
     "mindspeed": ("strategy",),
 }
+#: verl's strategies that are an implementation detail of an rlcore engine: ``<role>.strategy`` value -> (rlcore's
+#: strategy, verl's own marker key under the role, which verl's config copies from the role's strategy). verl's
+#: ``strategy=fsdp_turbo`` is its FSDP engine wrapping the model in Huawei's FSDPTurbo: only its data-parallel
+#: sharding means what rlcore's FSDP2 engine does, which trains it (rlcore-plugin-fsdp prints the plan line)
+SUBSTITUTED_STRATEGIES: dict[str, tuple[str, str]] = {"fsdp_turbo": ("fsdp", "fsdp_config.strategy")}
+#: the keys of FSDP-Turbo's ``<role>.fsdp_config.turbo_config`` whose meaning rlcore's FSDP engine has -> the role's
+#: key. verl's config carries ``turbo_config`` under every FSDP role and reads it only with ``strategy=fsdp_turbo``, so
+#: they are not aliases: :func:`resolve_turbo` moves them for the roles that chose FSDP-Turbo. Turbo's context
+#: parallelism is Ulysses (heads split with all-to-all), as rlcore's sequence parallelism is.
+TURBO_SAME: dict[str, str] = {
+    "distributed.fully_shard_parallel_size": "fsdp_config.fsdp_size",
+    "distributed.ulysses_parallel_size": "ulysses_sequence_parallel_size",
+    "distributed.fsdp_plan.param_dtype": "fsdp_config.dtype",
+    "distributed.fsdp_plan.reduce_dtype": "fsdp_config.mixed_precision.reduce_dtype",
+}
+#: the keys of FSDP-Turbo's ``turbo_config`` that change speed and not the numbers: accepted as given and named in a
+#: plan note; each is a prefix (a module plan is a mapping: its keys sit below it)
+NOTED_TURBO_KEYS = (
+    "distributed.fsdp_plan.fsdp_implementation",
+    "distributed.fsdp_plan.num_to_forward_prefetch",
+    "distributed.fsdp_plan.num_to_backward_prefetch",
+    "distributed.fsdp_plan.apply_modules",
+    "distributed.fsdp_plan.hook_modules",
+    "memory.recompute",
+    "memory.recompute_plan",
+)
 #: values of those keys that are not speed choices (they ask for hardware rlcore does not run on)
 REFUSED_ENGINE_VALUES: dict[str, tuple[Any, ...]] = {"init_device": ("npu",)}
 #: verl's engines rlcore does not have, by their ``model_engine`` name
 FOREIGN_ENGINES: dict[str, str] = {
-    "torchtitan": "TorchTitan",
     "automodel": "NeMo AutoModel",
     "mlite": "Megatron-Lite",
 }
@@ -240,9 +281,83 @@ def _merge(base: dict[str, Any], fragment: dict[str, Any]) -> None:
             base[key] = value
 
 
+def substituted_strategy(key: str, value: Any) -> dict[str, Any] | None:
+    """The keys ``<role>.strategy=fsdp_turbo`` stands for (:data:`SUBSTITUTED_STRATEGIES`): rlcore's strategy and
+    verl's marker (``<role>.fsdp_config.strategy=fsdp_turbo``); None for another key or value."""
+    role, _, name = key.rpartition(".")
+    if name != "strategy" or role not in ENGINE_ROLES or not isinstance(value, str):
+        return None
+    if value not in SUBSTITUTED_STRATEGIES:
+        return None
+    strategy, marker = SUBSTITUTED_STRATEGIES[value]
+    return {key: strategy, f"{role}.{marker}": value}
+
+
+def _noted_turbo_key(key: str, value: Any) -> bool:
+    """Whether ``key=value`` is FSDP-Turbo's marker or one of its speed choices (:data:`NOTED_TURBO_KEYS`)."""
+    role = next((r for r in ENGINE_ROLES if key.startswith(r + ".")), None)
+    if role is None:
+        return False
+    rest = key[len(role) + 1 :]
+    if rest in (marker for _, marker in SUBSTITUTED_STRATEGIES.values()):
+        return value in SUBSTITUTED_STRATEGIES
+    below = rest.removeprefix("fsdp_config.turbo_config.")
+    kept = (*TURBO_SAME, *NOTED_TURBO_KEYS)
+    return below != rest and any(below == k or below.startswith(k + ".") for k in kept)
+
+
+def resolve_turbo(config: DictConfig) -> list[str]:
+    """For each role that chose FSDP-Turbo (its marker ``fsdp_config.strategy=fsdp_turbo``), set the role's keys from
+    its ``turbo_config`` keys of the same meaning (:data:`TURBO_SAME`; Turbo's values govern, as in verl's engine); the
+    Ulysses size only when above 1, where the role's own must be 1 (verl refuses both). The moved keys leave
+    ``turbo_config``, which then holds the speed choices only. Returns the problems."""
+    problems = []
+    for role in ENGINE_ROLES:
+        marker = OmegaConf.select(config, f"{role}.fsdp_config.strategy")
+        turbo = OmegaConf.select(config, f"{role}.fsdp_config.turbo_config")
+        if marker not in SUBSTITUTED_STRATEGIES or not isinstance(turbo, DictConfig):
+            continue
+        kept = cast("dict[str, Any]", OmegaConf.to_container(turbo))
+        for key, target in TURBO_SAME.items():
+            value = _pop(kept, key)
+            if value is None:
+                continue
+            if target == "ulysses_sequence_parallel_size":
+                if value == 1:
+                    continue
+                if OmegaConf.select(config, f"{role}.{target}") not in (1, value):
+                    problems.append(
+                        f"{role}.fsdp_config.turbo_config.{key}={value} and {role}.{target}="
+                        f"{OmegaConf.select(config, f'{role}.{target}')}: verl's FSDP-Turbo refuses both its context "
+                        f"parallelism and verl's Ulysses; set one (rlcore's is {role}.{target})"
+                    )
+                    continue
+            OmegaConf.update(config, f"{role}.{target}", value, merge=False)
+        OmegaConf.update(config, f"{role}.fsdp_config.turbo_config", kept, merge=False)
+    return problems
+
+
+def _pop(tree: dict[str, Any], dotted: str) -> Any:
+    """Remove the dotted key from the nested ``tree`` and return its value (None when absent); a mapping it leaves
+    empty goes too."""
+    name, _, rest = dotted.partition(".")
+    if not rest:
+        return tree.pop(name, None)
+    below = tree.get(name)
+    if not isinstance(below, dict):
+        return None
+    value = _pop(below, rest)
+    if not below:
+        del tree[name]
+    return value
+
+
 def noted_engine_key(key: str, value: Any) -> bool:
-    """Whether ``key=value`` is a speed choice of a substituted engine's section (:data:`NOTED_ENGINE_KEYS`), kept
-    in the config as given for the plan's note; a value in :data:`REFUSED_ENGINE_VALUES` is not."""
+    """Whether ``key=value`` is a speed choice of a substituted engine's section (:data:`NOTED_ENGINE_KEYS`,
+    :data:`NOTED_TURBO_KEYS`) or FSDP-Turbo's marker, kept in the config as given for the plan's note; a value in
+    :data:`REFUSED_ENGINE_VALUES` is not."""
+    if _noted_turbo_key(key, value):
+        return True
     role, _, rest = key.rpartition(".")
     role, _, engine = role.rpartition(".")
     if role not in ENGINE_ROLES or engine not in NOTED_ENGINE_KEYS or rest not in NOTED_ENGINE_KEYS[engine]:

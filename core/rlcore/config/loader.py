@@ -12,7 +12,16 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlcore.config.aliases import canonical_key, rename_aliases
-from rlcore.config.compose import Source, config_file, engine_choice, is_engine_choice, named_config, noted_engine_key
+from rlcore.config.compose import (
+    Source,
+    config_file,
+    engine_choice,
+    is_engine_choice,
+    named_config,
+    noted_engine_key,
+    resolve_turbo,
+    substituted_strategy,
+)
 from rlcore.config.plugin_sections import plugin_fragment
 from rlcore.config.problems import ConfigError, Problems
 from rlcore.config.run_name import name_after_presets
@@ -210,6 +219,11 @@ def _apply(
     renamed, given, alias_problems = rename_aliases(flatten(source.fragment), source.label)
     for message in alias_problems:
         problems.add(message)
+    for key, value in list(renamed.items()):
+        for name, stands_for in (substituted_strategy(key, value) or {}).items():
+            if name != key and renamed.get(name, stands_for) != stands_for:
+                problems.add(f"{source.label}: {key}={value} sets {name}={stands_for}, not {renamed[name]!r}")
+            renamed[name] = stands_for
     good: dict[str, Any] = {}
     unknown: dict[str, Any] = {}
     for key, value in renamed.items():
@@ -386,6 +400,8 @@ def load_config(
     merged = defaults
     for source in sources:
         merged = _apply(merged, source, defaults, known, added, collected)
+    for message in resolve_turbo(merged):
+        collected.add(message)
     with collected.collect():
         flat = {name: flatten(fragment) for name, fragment in fragments.items()}
         name_after_presets(merged, flat, str(defaults.algorithm.adv_estimator), manager)

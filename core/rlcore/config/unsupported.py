@@ -186,9 +186,30 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         ("actor_rollout_ref.actor.engine", "actor_rollout_ref.ref.engine", "critic.engine"),
     ),
     MissingFeature(
-        "verl's TorchTitan engine (model_engine=torchtitan): its engine section and its optimizer's own keys",
+        "verl's TorchTitan engine settings that rlcore's FSDP engine (which trains model_engine=torchtitan here) has "
+        "no equal for: tensor, pipeline, context and expert parallelism (sizes > 1), replication apart from "
+        "fsdp_size (data_parallel_replicate_size > 1), its wrap policy, its forward-only switch and its seed",
+        tuple(f"{role}.torchtitan" for role in ENGINE_ROLES),
+        off={
+            f"{role}.torchtitan.{key}": value
+            for role in ENGINE_ROLES
+            for key, value in (
+                ("tensor_parallel_size", 1),
+                ("pipeline_parallel_size", 1),
+                ("context_parallel_size", 1),
+                ("expert_parallel_size", 1),
+                ("data_parallel_replicate_size", 1),
+                ("wrap_policy.min_num_params", 0),
+                ("forward_only", False),
+                ("seed", 42),
+            )
+        },
+    ),
+    MissingFeature(
+        "verl's TorchTitan optimizer settings other than rlcore's AdamW at a constant rate: another optimizer "
+        "(name), eps other than 1e-8, a decaying schedule (min_lr_factor < 1, verl's default: set min_lr_factor=1.0 "
+        "for the actor and the critic) and the reference model's optimizer",
         (
-            *(f"{role}.torchtitan" for role in ENGINE_ROLES),
             "actor_rollout_ref.ref.optim",
             *(
                 f"{role}.optim.{key}"
@@ -196,6 +217,11 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
                 for key in ("name", "eps", "decay_type", "min_lr_factor")
             ),
         ),
+        off={
+            f"{role}.optim.{key}": value
+            for role in TRAINED_ROLES
+            for key, value in (("name", "AdamW"), ("eps", 1e-8), ("decay_type", "linear"), ("min_lr_factor", 1.0))
+        },
     ),
     MissingFeature(
         "verl's VeOmni engine settings that rlcore's FSDP engine (which trains model_engine=veomni here) has no equal "
@@ -460,8 +486,16 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         },
     ),
     MissingFeature(
-        "verl's FSDP-Turbo engine (fsdp_config.strategy=fsdp_turbo and its turbo_config)",
-        ("actor_rollout_ref.*.fsdp_config.turbo_config", "critic.fsdp_config.turbo_config"),
+        "verl's FSDP-Turbo settings that rlcore's FSDP engine (which trains strategy=fsdp_turbo here) has no equal "
+        "for: tensor and expert parallelism (tensor_parallel_size, expert_parallel_size and "
+        "expert_fully_shard_parallel_size > 1, ep_plan), its context-parallel and module patches (cp_plan, "
+        "module_patches), its FSDP plan's output_dtype and CPU offload (rlcore's is fsdp_config.offload_policy)",
+        tuple(f"{role}.fsdp_config.turbo_config" for role in ENGINE_ROLES),
+        off={
+            f"{role}.fsdp_config.turbo_config.distributed.{key}": 1
+            for role in ENGINE_ROLES
+            for key in ("tensor_parallel_size", "expert_parallel_size", "expert_fully_shard_parallel_size")
+        },
     ),
     MissingFeature(
         "padding packed micro-batches up to a multiple of a bucket of tokens (pad_to_length, so that compiled "

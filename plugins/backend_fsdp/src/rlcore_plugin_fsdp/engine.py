@@ -71,6 +71,7 @@ from rlcore_plugin_fsdp.fsdp import (
 )
 from rlcore_plugin_fsdp.lora import LoraMerger, apply_lora, lora_settings
 from rlcore_plugin_fsdp.models import load_reward_model, response_scores
+from rlcore_plugin_fsdp.substitution import check_turbo_config, check_warmup
 
 
 def full_tensor_item(value: torch.Tensor) -> float:
@@ -82,8 +83,8 @@ def full_tensor_item(value: torch.Tensor) -> float:
 
 def check_config(config: DictConfig, role: EngineRole, section: str, model_section: str) -> dict[str, Any]:
     """Validate what the engine of ``role`` reads (``{section}.fsdp_config``, sequence parallelism, the
-    GPU-only kernel switches, the actor's LoRA keys) and return the resolved ``fsdp_config``; errors name
-    the key."""
+    GPU-only kernel switches, the actor's LoRA keys, ``model_engine=torchtitan``'s warm-up, FSDP-Turbo's kept keys)
+    and return the resolved ``fsdp_config``; errors name the key."""
     model = ModelConfig.from_mapping(select(config, model_section))
     sequence_parallel.check_config(config, role, section)
     check_kernel_switches(config, model, model_section)
@@ -94,6 +95,9 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
                 "actor_rollout_ref.actor.checkpoint.strict=false has no effect on the FSDP engine: it loads the Hugging "
                 "Face model with transformers and exports every weight of it (the key acts on the Megatron engine)"
             )
+    for problem in (check_warmup(config, section), check_turbo_config(config, section)):
+        if problem is not None:
+            raise RLCoreError(problem)
     return resolve_fsdp_config(select(config, f"{section}.fsdp_config"), f"{section}.fsdp_config")
 
 

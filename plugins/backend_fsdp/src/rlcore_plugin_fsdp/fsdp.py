@@ -33,11 +33,18 @@ from rlcore_plugin_fsdp.config import FSDPConfig, MixedPrecisionConfig
 logger = logging.getLogger(__name__)
 
 
+#: ``fsdp_config`` keys of verl's FSDP-Turbo that the plan reads and the engine does not: the marker
+#: ``strategy=fsdp_turbo`` and the speed choices kept in ``turbo_config`` (:mod:`rlcore_plugin_fsdp.substitution`)
+SUBSTITUTION_KEYS = ("strategy", "turbo_config")
+
+
 def resolve_fsdp_config(section: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
     """The ``fsdp_config`` section at ``key`` merged over the plugin defaults, with its types checked."""
     resolved = FSDPConfig().tree()
     known = list(resolved)
     for name, value in (section or {}).items():
+        if name in SUBSTITUTION_KEYS:
+            continue
         if name not in known:
             raise RLCoreError(f"unknown key {key}.{name}; known keys: {', '.join(known)}")
         resolved[name] = value

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rlcore import hookimpl
 from rlcore.api import TrainingBackendSpec
 from rlcore_plugin_fsdp.config import FSDPConfig
-from rlcore_plugin_fsdp.substitution import veomni_plan_lines
+from rlcore_plugin_fsdp.substitution import substitution_plan_lines, turbo_plan_lines
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -45,5 +45,6 @@ def config_defaults() -> dict[str, Any]:
 
 @hookimpl
 def plan_lines(config: DictConfig, dry_run: bool) -> list[str]:
-    """``model_engine=veomni``'s substitution line and its notes (:mod:`rlcore_plugin_fsdp.substitution`)."""
-    return veomni_plan_lines(config)
+    """``model_engine=veomni``'s and ``=torchtitan``'s and ``strategy=fsdp_turbo``'s substitution lines and their
+    notes (:mod:`rlcore_plugin_fsdp.substitution`)."""
+    return substitution_plan_lines(config) + turbo_plan_lines(config)
