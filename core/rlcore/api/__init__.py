@@ -78,8 +78,10 @@ _LAZY: dict[str, str] = {
     "WeightTransport": "rlcore.api.transport",
     "WeightReceiver": "rlcore.api.transport",
     "WeightBucket": "rlcore.api.transport",
+    "SparseDelta": "rlcore.api.transport",
     "TransportReport": "rlcore.api.transport",
     "BucketChecksumError": "rlcore.api.transport",
+    "resolve_bucket": "rlcore.rollout.transport",
     "SupportsPartialRollout": "rlcore.api.rollout",
     "SupportsSamplingState": "rlcore.api.rollout",
     "SupportsSharedWeights": "rlcore.api.rollout",
@@ -441,6 +443,7 @@ if TYPE_CHECKING:
     )
     from rlcore.api.transport import (
         BucketChecksumError,
+        SparseDelta,
         TransportReport,
         WeightBucket,
         WeightReceiver,
@@ -496,6 +499,7 @@ if TYPE_CHECKING:
     from rlcore.data.rl_dataset import RowOrigin, check_unicode, config_value, read_rows, to_plain, tokenizer_failure
     from rlcore.data.sampler import AbstractCurriculumSampler
     from rlcore.dtypes import parse_dtype
+    from rlcore.rollout.transport import resolve_bucket
     from rlcore.errors import RLCoreError
     from rlcore.model_check import HUB, hub_unreachable
     from rlcore.modelkit import sequence_parallel
