@@ -22,7 +22,7 @@ from rlcore.config.problems import ConfigError
 from rlcore.controller.groups import GroupReceiver
 from rlcore.controller.groups import sync_weights as group_sync
 from rlcore.errors import RLCoreError
-from rlcore.rollout.transport import DeltaTransport, NaiveTransport, bucket_digest, resolve_bucket
+from rlcore.rollout.transport import DeltaTransport, NaiveTransport, bucket_digest, index_dtype, resolve_bucket
 
 CE = "actor_rollout_ref.rollout.checkpoint_engine"
 
@@ -107,9 +107,16 @@ def test_delta_sends_only_what_changed_and_serves_what_a_full_sync_serves(
             p for name, p in trainer.actor.module.named_parameters() if name.endswith("input_layernorm.weight")
         )
         param.add_(0.5)
+    whole = sync_weights(trainer, rollout, delta, 1 << 20)
+    assert whole["actor/weight_sync_bytes"] == param.numel() * param.element_size()
+    assert 0 < whole["actor/weight_sync_delta_fraction"] < 0.5 and whole["actor/weight_sync_buckets"] == 1.0
+    assert_serves(rollout, trainer)
+    with torch.no_grad():  # three elements of one matrix: indices and values reach the rollout worker
+        matrix = next(p for name, p in trainer.actor.module.named_parameters() if name.endswith("up_proj.weight"))
+        matrix.view(-1)[[0, 7, matrix.numel() - 1]] += 0.25
     sparse = sync_weights(trainer, rollout, delta, 1 << 20)
-    assert sparse["actor/weight_sync_bytes"] == param.numel() * param.element_size()
-    assert 0 < sparse["actor/weight_sync_delta_fraction"] < 0.5 and sparse["actor/weight_sync_buckets"] == 1.0
+    assert sparse["actor/weight_sync_bytes"] == 3 * (index_dtype(matrix.numel()).itemsize + 4)
+    assert sparse["rollout/weight_checksum_diff"] <= 1e-6
     assert_serves(rollout, trainer)
 
 
@@ -238,7 +245,9 @@ _RUN_DEPENDENT = ("timing", "perf/", "_s", "memory", "weight_sync_", "throughput
 def _step_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """Every step's metrics of a run, without those that depend on timing or on the transport."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{key: value for key, value in row.items() if not any(part in key for part in _RUN_DEPENDENT)} for row in rows]
+    return [
+        {key: value for key, value in row.items() if not any(part in key for part in _RUN_DEPENDENT)} for row in rows
+    ]
 
 
 def test_a_real_run_with_delta_equals_the_naive_run(tmp_path: Path, tiny_model_dir: Path) -> None:
@@ -251,7 +260,9 @@ def test_a_real_run_with_delta_equals_the_naive_run(tmp_path: Path, tiny_model_d
     for backend in ("naive", "delta"):
         _, run_dir = tiny_run(tmp_path / backend, tiny_model_dir, task, *extra, f"{CE}.backend={backend}")
         runs[backend] = run_dir
-    rows = [json.loads(line) for line in (runs["delta"] / "metrics.jsonl").read_text().splitlines()][1:]  # 0: validation
+    rows = [json.loads(line) for line in (runs["delta"] / "metrics.jsonl").read_text().splitlines()][
+        1:
+    ]  # 0: validation
     assert len(rows) == 2 and all(row["rollout/weight_checksum_diff"] <= 1e-6 for row in rows)
     assert all(0 < row["actor/weight_sync_delta_fraction"] < 1 for row in rows), rows
     assert _step_metrics(runs["delta"]) == _step_metrics(runs["naive"])

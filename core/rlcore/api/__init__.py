@@ -499,7 +499,6 @@ if TYPE_CHECKING:
     from rlcore.data.rl_dataset import RowOrigin, check_unicode, config_value, read_rows, to_plain, tokenizer_failure
     from rlcore.data.sampler import AbstractCurriculumSampler
     from rlcore.dtypes import parse_dtype
-    from rlcore.rollout.transport import resolve_bucket
     from rlcore.errors import RLCoreError
     from rlcore.model_check import HUB, hub_unreachable
     from rlcore.modelkit import sequence_parallel
@@ -557,6 +556,7 @@ if TYPE_CHECKING:
         row_bytes,
     )
     from rlcore.rollout.token_engine import Completion, TokenListEngine
+    from rlcore.rollout.transport import resolve_bucket
     from rlcore.rollout.weights import check_weight_names, float64_sum, state_checksum
     from rlcore.run import run_training
     from rlcore.runkit import PluginRun, RunCheckpoints, RunKit
