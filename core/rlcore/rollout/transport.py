@@ -60,7 +60,7 @@ _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 def _tensor_digest(tensor: torch.Tensor) -> bytes:
     """A 16-byte BLAKE2b digest of ``tensor``'s exact bytes, its dtype and shape."""
     data = tensor.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy()
-    digest = hashlib.blake2b(data, digest_size=16)
+    digest = hashlib.blake2b(data.data, digest_size=16)  # the array's buffer: no copy
     digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
     return digest.digest()
 
