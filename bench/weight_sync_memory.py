@@ -31,7 +31,11 @@ the share of elements that changed in the engine's dtype, the process CPU second
 it included) and the wall seconds of ``delta``'s encoding (the cast, comparison and hash on the sender:
 ``actor/weight_sync_encode_s``; on a loaded machine wall time runs ahead of the CPU time).
 
-    python bench/weight_sync_memory.py --measure bytes --hidden 512 --layers 4 --steps 3
+With ``--training-runs`` it also runs, per learning rate, two real ``rlcore run`` trainings of the test kit's tiny
+digit task (generation, reward, GAE, PPO) with a bf16 rollout, ``naive`` and ``delta``, and reports their weight
+sync metrics step by step and whether every other metric is equal (the same weights served every step).
+
+    python bench/weight_sync_memory.py --measure bytes --hidden 512 --layers 4 --steps 3 --training-runs
 
 Prints one JSON object on stdout; progress on stderr; bad input gives ``error: ...`` and exit status 2.
 """
@@ -186,6 +190,59 @@ def bytes_run(model_dir: Path, rollout_dtype: str, lr: float, steps: int, backen
     return rows
 
 
+def training_run(model_dir: Path, work: Path, lr: float, steps: int, backend: str) -> list[dict[str, Any]]:
+    """A real ``rlcore run`` (the test kit's tiny digit task: generation, reward, GAE, PPO) of ``steps`` steps with a
+    bfloat16 rollout (``cpu_autocast``) through ``backend``: every training step's metrics."""
+    from rlcore_testkit.runs import make_tiny_task, tiny_run
+
+    extra = [
+        "actor_rollout_ref.actor.fsdp_config.cpu_autocast=true",
+        f"actor_rollout_ref.actor.optim.lr={lr}",
+        f"trainer.total_training_steps={steps}",
+        "trainer.test_freq=-1",
+        f"actor_rollout_ref.rollout.checkpoint_engine.backend={backend}",
+    ]
+    _, run_dir = tiny_run(work / backend, model_dir, make_tiny_task(work / "task"), *extra)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [row for row in rows if row.get("step", 0) >= 1]
+
+
+#: metric names that depend on timing or on the transport, left out when two runs are compared
+RUN_DEPENDENT = ("timing", "perf/", "_s", "memory", "weight_sync_", "throughput", "mfu")
+
+
+def measure_training_runs(model_dir: Path, work: Path, lrs: list[float], steps: int) -> list[dict[str, Any]]:
+    """Per learning rate: a ``naive`` and a ``delta`` training run with a bf16 rollout, step by step side by side,
+    and whether their metrics (timing and transport metrics left out) are equal."""
+    runs = []
+    for lr in lrs:
+        log(f"training runs, bf16 rollout, lr {lr}: naive, then delta")
+        naive = training_run(model_dir, work / f"lr{lr}", lr, steps, "naive")
+        delta = training_run(model_dir, work / f"lr{lr}", lr, steps, "delta")
+        same = all(
+            {key: value for key, value in a.items() if not any(part in key for part in RUN_DEPENDENT)}
+            == {key: value for key, value in b.items() if not any(part in key for part in RUN_DEPENDENT)}
+            for a, b in zip(naive, delta, strict=True)
+        )
+        steps_out = [
+            {
+                "step": b["step"],
+                "bytes_full": b["actor/weight_sync_bytes_full"],
+                "bytes_delta": b["actor/weight_sync_bytes"],
+                "delta_fraction": round(b["actor/weight_sync_delta_fraction"], 5),
+                "sync_s_naive": round(a["actor/weight_sync_s"], 4),
+                "sync_s_delta": round(b["actor/weight_sync_s"], 4),
+                "encode_s_delta": round(b["actor/weight_sync_encode_s"], 4),
+                "checksum_diff": [a.get("rollout/weight_checksum_diff"), b.get("rollout/weight_checksum_diff")],
+            }
+            for a, b in zip(naive, delta, strict=True)
+        ]
+        for row in steps_out:
+            log(json.dumps(row))
+        runs.append({"rollout_dtype": "bf16", "lr": lr, "same_metrics_as_naive": same, "steps": steps_out})
+    return runs
+
+
 def measure_bytes(args: argparse.Namespace) -> dict[str, Any]:
     """Every rollout dtype x learning rate: a ``naive`` and a ``delta`` run of ``args.steps`` steps, side by side."""
     torch.set_num_threads(1)
@@ -227,12 +284,14 @@ def measure_bytes(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     log(json.dumps(steps[-1]))
                 runs.append({"rollout_dtype": dtype, "lr": lr, "steps": steps})
+        training = measure_training_runs(model_dir, Path(tmp) / "runs", lrs, args.steps) if args.training_runs else []
     weights_mib = runs[0]["steps"][0]["bytes_naive"] / 2**20
     return {
         "measure": "bytes",
         "device": "cpu",
         "model": {"hidden": args.hidden, "layers": args.layers, "weights_mib_fp32": round(weights_mib, 1)},
         "runs": runs,
+        "training_runs": training,
     }
 
 
@@ -249,6 +308,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="bytes: PPO steps per run")
     parser.add_argument("--lrs", default="1e-6,1e-5", help="bytes: learning rates, comma-separated")
     parser.add_argument("--rollout-dtypes", default="fp32,bf16", help="bytes: the rollout engine's dtypes (fp32, bf16)")
+    parser.add_argument(
+        "--training-runs", action="store_true", help="bytes: also real rlcore runs (bf16 rollout), naive and delta"
+    )
     args = parser.parse_args()
     report = os.fdopen(os.dup(1), "w")  # the JSON goes here; what libraries print goes to stderr
     os.dup2(2, 1)
