@@ -366,8 +366,9 @@ def test_grpo_steps_on_two_nodes(cluster: Any, tmp_path: Path, tiny_model_dir: P
 
 
 # ------------------------------------------------------------ split placement
+@pytest.mark.parametrize("backend", ["naive", "delta"])
 def test_split_placement_trains_on_one_pool_and_generates_on_another(
-    cluster: Any, tmp_path: Path, tiny_model_dir: Path
+    cluster: Any, tmp_path: Path, tiny_model_dir: Path, backend: str
 ) -> None:
     from transformers import AutoTokenizer
 
@@ -387,13 +388,15 @@ def test_split_placement_trains_on_one_pool_and_generates_on_another(
         "actor_rollout_ref.actor.use_kl_loss=true",
         # buckets of 16 KiB: smaller than the embeddings, which then travel alone
         "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=0.015625",
+        f"actor_rollout_ref.rollout.checkpoint_engine.backend={backend}",
     )
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     dataset = load_dataset_class(Sections.from_tree(config).data, load_plugins().registry)(
         config.data.train_files, tokenizer, config.data, split="train"
     )
     prompts = collate_rows([dataset[i] for i in range(3)])
-    groups = build_worker_groups(config, use_reference=True, use_critic=False)
+    transport = load_plugins().registry.load("weight_transport", backend)
+    groups = build_worker_groups(config, use_reference=True, use_critic=False, transport=transport)
     try:
         assert groups.split and groups.actor.world_size == 2 and groups.rollout.world_size == 1
         assert (groups.actor.role, groups.rollout.role) == ("actor_ref", "rollout")
@@ -409,6 +412,10 @@ def test_split_placement_trains_on_one_pool_and_generates_on_another(
         assert sync["rollout/weight_checksum_diff"] <= 1e-6
         assert sync["rollout/weight_version"] == 2.0
         assert sync["actor/weight_sync_buckets"] > 2
+        if backend == "delta":  # float32 rollout: every element moved, every tensor goes whole; then nothing
+            assert sync["actor/weight_sync_delta_fraction"] == 1.0
+            again = groups.sync_weights()
+            assert again["actor/weight_sync_bytes"] == 0.0 and again["rollout/weight_checksum_diff"] <= 1e-6
         assert len(groups.rollout.generate_sequences(prompts)) == 3
     finally:
         groups.shutdown()

@@ -1,9 +1,11 @@
 """Weight transports (kind ``weight_transport``, ``checkpoint_engine.backend``): a plugin's transport is used,
-``delta`` leaves the engine exactly where a full sync does after real optimizer steps, and falls back to a
-full sync on its first send, on a corrupted engine and on a bucket whose bytes do not match its digest."""
+``delta`` leaves the engine exactly where a full sync does after real optimizer steps (a split float32 rollout
+worker, and a real colocated run with a bfloat16 rollout whose metrics equal the ``naive`` run's), and falls back
+to a full sync on its first send, on a corrupted engine and on a bucket whose bytes do not match its digest."""
 
 from __future__ import annotations
 
+import json
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
+from rlcore_testkit.runs import make_tiny_task, tiny_run
 
 import rlcore
 from rlcore.api.transport import BucketChecksumError, WeightBucket
@@ -19,7 +22,7 @@ from rlcore.config.problems import ConfigError
 from rlcore.controller.groups import GroupReceiver
 from rlcore.controller.groups import sync_weights as group_sync
 from rlcore.errors import RLCoreError
-from rlcore.rollout.transport import DeltaTransport, NaiveTransport, bucket_digest, check_bucket
+from rlcore.rollout.transport import DeltaTransport, NaiveTransport, bucket_digest, index_dtype, resolve_bucket
 
 CE = "actor_rollout_ref.rollout.checkpoint_engine"
 
@@ -104,9 +107,16 @@ def test_delta_sends_only_what_changed_and_serves_what_a_full_sync_serves(
             p for name, p in trainer.actor.module.named_parameters() if name.endswith("input_layernorm.weight")
         )
         param.add_(0.5)
+    whole = sync_weights(trainer, rollout, delta, 1 << 20)
+    assert whole["actor/weight_sync_bytes"] == param.numel() * param.element_size()
+    assert 0 < whole["actor/weight_sync_delta_fraction"] < 0.5 and whole["actor/weight_sync_buckets"] == 1.0
+    assert_serves(rollout, trainer)
+    with torch.no_grad():  # three elements of one matrix: indices and values reach the rollout worker
+        matrix = next(p for name, p in trainer.actor.module.named_parameters() if name.endswith("up_proj.weight"))
+        matrix.view(-1)[[0, 7, matrix.numel() - 1]] += 0.25
     sparse = sync_weights(trainer, rollout, delta, 1 << 20)
-    assert sparse["actor/weight_sync_bytes"] == param.numel() * param.element_size()
-    assert 0 < sparse["actor/weight_sync_delta_fraction"] < 0.5 and sparse["actor/weight_sync_buckets"] == 1.0
+    assert sparse["actor/weight_sync_bytes"] == 3 * (index_dtype(matrix.numel()).itemsize + 4)
+    assert sparse["rollout/weight_checksum_diff"] <= 1e-6
     assert_serves(rollout, trainer)
 
 
@@ -125,7 +135,7 @@ def test_a_bucket_with_wrong_bytes_is_refused(pair: tuple[Any, Any]) -> None:
     _, rollout = pair
     tensors = [("a", torch.arange(4.0)), ("b", torch.ones(2, 2))]
     digest = bucket_digest(tensors)
-    check_bucket(WeightBucket(tensors, digest))
+    resolve_bucket(WeightBucket(tensors, digest), {})
     tensors[1][1][0, 0] = 2.0
     with pytest.raises(BucketChecksumError, match=r"2 tensor\(s\) \(a, b\).*do not match"):
         rollout.receive_weight_bucket(dict(tensors), digest)
@@ -226,3 +236,33 @@ def test_a_run_names_a_transport_it_cannot_use(overrides: list[str], message: st
 
     with pytest.raises(ConfigError, match=message):
         check_components(load_config(overrides=overrides), load_plugins())
+
+
+#: metrics that measure time, memory or the transport itself: they differ between two equal runs
+_RUN_DEPENDENT = ("timing", "perf/", "_s", "memory", "weight_sync_", "throughput", "mfu")
+
+
+def _step_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """Every step's metrics of a run, without those that depend on timing or on the transport."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [
+        {key: value for key, value in row.items() if not any(part in key for part in _RUN_DEPENDENT)} for row in rows
+    ]
+
+
+def test_a_real_run_with_delta_equals_the_naive_run(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A colocated CPU run with a bfloat16 rollout (``cpu_autocast``: the engine holds bf16 copies, so the weights
+    go through the transport): the same metrics every step as with ``naive``, the engine checked exact after every
+    sync, and ``delta`` sending less than a full sync of the bf16 weights after the first step."""
+    task = make_tiny_task(tmp_path / "task")
+    extra = ("actor_rollout_ref.actor.fsdp_config.cpu_autocast=true", "actor_rollout_ref.actor.optim.lr=1e-5")
+    runs = {}
+    for backend in ("naive", "delta"):
+        _, run_dir = tiny_run(tmp_path / backend, tiny_model_dir, task, *extra, f"{CE}.backend={backend}")
+        runs[backend] = run_dir
+    rows = [json.loads(line) for line in (runs["delta"] / "metrics.jsonl").read_text().splitlines()][
+        1:
+    ]  # 0: validation
+    assert len(rows) == 2 and all(row["rollout/weight_checksum_diff"] <= 1e-6 for row in rows)
+    assert all(0 < row["actor/weight_sync_delta_fraction"] < 1 for row in rows), rows
+    assert _step_metrics(runs["delta"]) == _step_metrics(runs["naive"])

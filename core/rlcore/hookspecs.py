@@ -332,8 +332,9 @@ def register_weight_transports(register: Register) -> None:
     its arguments are ``config.engine_kwargs[<your name>]``), with a class attribute ``incremental`` (whether a
     send may leave unchanged tensors out), ``send(weights, receiver, bucket_bytes) -> TransportReport`` (move
     the trainer's ``(name, tensor)`` iterator into the :class:`rlcore.api.WeightReceiver` as one update, in
-    :class:`rlcore.api.WeightBucket` s of at most ``bucket_bytes``) and ``reset()`` (the next send is a full
-    one). Built-ins: ``naive`` and ``delta`` (:mod:`rlcore.rollout.transport`). The check that the engine
+    :class:`rlcore.api.WeightBucket` s of at most ``bucket_bytes``: whole tensors, or, for a receiver whose
+    ``partial`` is true, :class:`rlcore.api.SparseDelta` s of the elements changed since its last load; the
+    receiver's ``dtype`` is the dtype the engine holds) and ``reset()`` (the next send is a full one). Built-ins: ``naive`` and ``delta`` (:mod:`rlcore.rollout.transport`). The check that the engine
     serves the trainer's weights follows every send; when it fails after a partial send, the worker calls
     ``reset()`` and sends again.
 

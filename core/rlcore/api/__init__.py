@@ -78,8 +78,10 @@ _LAZY: dict[str, str] = {
     "WeightTransport": "rlcore.api.transport",
     "WeightReceiver": "rlcore.api.transport",
     "WeightBucket": "rlcore.api.transport",
+    "SparseDelta": "rlcore.api.transport",
     "TransportReport": "rlcore.api.transport",
     "BucketChecksumError": "rlcore.api.transport",
+    "resolve_bucket": "rlcore.rollout.transport",
     "SupportsPartialRollout": "rlcore.api.rollout",
     "SupportsSamplingState": "rlcore.api.rollout",
     "SupportsSharedWeights": "rlcore.api.rollout",
@@ -441,6 +443,7 @@ if TYPE_CHECKING:
     )
     from rlcore.api.transport import (
         BucketChecksumError,
+        SparseDelta,
         TransportReport,
         WeightBucket,
         WeightReceiver,
@@ -553,6 +556,7 @@ if TYPE_CHECKING:
         row_bytes,
     )
     from rlcore.rollout.token_engine import Completion, TokenListEngine
+    from rlcore.rollout.transport import resolve_bucket
     from rlcore.rollout.weights import check_weight_names, float64_sum, state_checksum
     from rlcore.run import run_training
     from rlcore.runkit import PluginRun, RunCheckpoints, RunKit

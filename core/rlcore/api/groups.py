@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import torch
 
     from rlcore.api.batch import Batch
+    from rlcore.api.transport import SparseDelta
 
 
 #: the roles of :class:`rlcore.workers.actor.ActorRolloutRefWorker` (its ``ROLE_PARTS``): their groups are
@@ -111,9 +112,19 @@ class ActorGroup(WorkerGroup, Protocol):
         """The next bucket of the export on rank 0 (CPU tensors by name); None once all were sent."""
         ...
 
-    def receive_weight_bucket(self, bucket: dict[str, torch.Tensor], digest: str | None = None) -> None:
-        """Keep one bucket of a trainer's weights for :meth:`receive_weights` (split placement), checking its
-        bytes against the sender's ``digest`` when given."""
+    def rollout_dtype(self) -> torch.dtype:
+        """The dtype rank 0's rollout engine holds its weights in (a weight transport sends them in it)."""
+        ...
+
+    def receive_weight_bucket(
+        self,
+        bucket: dict[str, torch.Tensor],
+        digest: str | None = None,
+        deltas: dict[str, SparseDelta] | None = None,
+    ) -> None:
+        """Keep one bucket of a trainer's weights for :meth:`receive_weights` (split placement): whole tensors
+        and ``deltas`` (changed elements, applied to the weights the last ``keep`` load held), checking the
+        resulting bytes against the sender's ``digest`` when given."""
         ...
 
     def receive_weights(

@@ -8,8 +8,9 @@ tensor at a time where the training engine can: consume it whole, in order, once
 :class:`TransportReport`. The actor worker (colocated placement) and the controller (split placement, the
 receiver is the rollout worker group) build one transport per run and call :meth:`WeightTransport.send` for
 every sync; the check that the engine serves the trainer's weights follows every sync and is not the
-transport's job. Built-ins: ``naive`` (every tensor, every sync) and ``delta`` (only the tensors whose bytes
-changed since the engine's last sync), in :mod:`rlcore.rollout.transport`.
+transport's job. Built-ins: ``naive`` (every tensor, every sync) and ``delta`` (only the elements whose bytes
+changed since the engine's last sync, in the dtype the engine holds: :attr:`WeightReceiver.dtype`), in
+:mod:`rlcore.rollout.transport`.
 
 This module imports no torch at import time.
 """
@@ -27,17 +28,45 @@ if TYPE_CHECKING:
 
     from rlcore.config.sections.rollout import CheckpointEngineConfig
 
-__all__ = ["BucketChecksumError", "TransportReport", "WeightBucket", "WeightReceiver", "WeightTransport"]
+__all__ = [
+    "BucketChecksumError",
+    "SparseDelta",
+    "TransportReport",
+    "WeightBucket",
+    "WeightReceiver",
+    "WeightTransport",
+]
+
+
+@dataclass(frozen=True)
+class SparseDelta:
+    """The changed elements of one tensor against the receiver's snapshot of it: the tensor's ``shape``, the
+    flat ``indices`` of the elements whose bytes changed (an integer dtype just wide enough for the tensor's
+    size) and their new ``values`` (in the tensor's dtype). The receiver writes ``values`` at ``indices`` into a
+    copy of the tensor it last received (:func:`rlcore.rollout.transport.apply_delta`)."""
+
+    shape: tuple[int, ...]
+    indices: torch.Tensor
+    values: torch.Tensor
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes this delta sends: its indices and values."""
+        return self.indices.numel() * self.indices.element_size() + self.values.numel() * self.values.element_size()
 
 
 @dataclass
 class WeightBucket:
-    """One bucket of weights on its way to the engine: ``(name, tensor)`` pairs in the trainer's order, and the
-    hex digest of their exact bytes (:func:`rlcore.rollout.transport.bucket_digest`) that the receive side
-    checks, or None for a transport that sends no checksum."""
+    """One bucket of weights on its way to the engine: whole tensors as ``(name, tensor)`` pairs in the trainer's
+    order, ``deltas`` (``(name, SparseDelta)`` pairs for tensors the receiver holds a snapshot of; empty unless
+    the transport sends element-level changes), and the hex digest of the tensors the receiver must hold once it
+    loaded the bucket (``tensors``, then ``deltas`` applied, in order:
+    :func:`rlcore.rollout.transport.bucket_digest`), which the receive side checks, or None for a transport
+    that sends no checksum."""
 
     tensors: list[tuple[str, torch.Tensor]]
     digest: str | None = None
+    deltas: list[tuple[str, SparseDelta]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -45,15 +74,16 @@ class TransportReport:
     """What one :meth:`WeightTransport.send` did.
 
     Attributes:
-        bytes_sent: the bytes of the tensors handed to the receiver.
-        bytes_full: the bytes a full sync would have sent (every tensor of the iterator).
+        bytes_sent: the bytes handed to the receiver (whole tensors, and the indices and values of deltas).
+        bytes_full: the bytes a full sync of this transport would have sent (every tensor of the iterator, in
+            the dtype it sends them in).
         buckets: how many buckets were handed to the receiver.
         seconds: the wall time of the send, the receiver's loading included.
         full: whether every tensor was sent (the engine was told to expect all of them).
         metrics: the transport's own metrics for the step's ``metrics.jsonl`` (the built-in ``naive`` adds
             ``actor/weight_sync_buckets`` when a bucket size is set; ``delta`` adds
-            ``actor/weight_sync_bytes``, ``actor/weight_sync_bytes_full`` and
-            ``actor/weight_sync_delta_fraction``).
+            ``actor/weight_sync_bytes``, ``actor/weight_sync_bytes_full``,
+            ``actor/weight_sync_delta_fraction`` and ``actor/weight_sync_encode_s``).
     """
 
     bytes_sent: int
@@ -78,7 +108,14 @@ class WeightReceiver(Protocol):
 
     @property
     def partial(self) -> bool:
-        """Whether the engine accepts an update that names only some of its weights (the others stay)."""
+        """Whether the engine accepts an update that names only some of its weights (the others stay), and
+        :attr:`WeightBucket.deltas` against the tensors its last load left (the receive side keeps them)."""
+        ...
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The dtype the engine holds its weights in (its ``dtype`` argument): a transport may cast the
+        trainer's tensors to it before comparing and sending them; None: unknown, send them as they are."""
         ...
 
     def load(self, buckets: Iterator[WeightBucket], *, full: bool) -> None:

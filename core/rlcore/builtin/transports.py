@@ -10,5 +10,5 @@ def register_weight_transports(register):
     register(
         "delta",
         "rlcore.rollout.transport:DeltaTransport",
-        description="only the tensors whose bytes changed since the last sync, a checksum per bucket",
+        description="only the elements changed since the last sync, in the engine's dtype, a checksum per bucket",
     )

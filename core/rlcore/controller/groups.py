@@ -6,7 +6,7 @@
 (``trainer.executor=ray``): an ``actor_ref`` (or ``actor``) group on the ``train`` pool trains, a ``rollout``
 group on the ``rollout`` pool generates, and :func:`sync_weights` sends the trainer's weights (rank 0's, on
 CPU, in buckets) to every rollout rank through the run's weight transport (``checkpoint_engine.backend``:
-all of them with ``naive``, the changed tensors with ``delta``). A critic group, when used, shares the ``train`` pool; a reward-model
+all of them with ``naive``, the changed elements with ``delta``). A critic group, when used, shares the ``train`` pool; a reward-model
 group too, unless ``reward_model.enable_resource_pool`` gives it the ``reward`` pool.
 """
 
@@ -104,6 +104,7 @@ class GroupReceiver:
         #: the metrics of the last ``receive_weights()``
         self.metrics: dict[str, float] = {}
         self._version = -1
+        self._dtype: torch.dtype | None = None
 
     @property
     def version(self) -> int:
@@ -112,13 +113,21 @@ class GroupReceiver:
 
     @property
     def partial(self) -> bool:
-        """Always: a rollout worker that keeps the last weights completes a partial update itself."""
+        """When ``keep``: a rollout worker that keeps the last weights completes a partial update (and applies
+        deltas) itself."""
         return self.keep
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the rollout engines hold their weights in (rank 0's ``rollout_dtype()``, asked once)."""
+        if self._dtype is None:
+            self._dtype = self.rollout.rollout_dtype()
+        return self._dtype
 
     def load(self, buckets: Iterator[WeightBucket], *, full: bool) -> None:
         """Every bucket to every rollout worker, then one ``receive_weights()``."""
         for bucket in buckets:
-            self.rollout.receive_weight_bucket(dict(bucket.tensors), bucket.digest)
+            self.rollout.receive_weight_bucket(dict(bucket.tensors), bucket.digest, dict(bucket.deltas))
         self.metrics = dict(self.rollout.receive_weights(partial=not full, keep=self.keep))
         self._version = int(self.metrics.get("rollout/weight_version", -1))
 

@@ -10,9 +10,12 @@ state dict at once, as one bucket (:class:`rlcore.config.schema.CheckpointEngine
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
+
+#: what a bucket holds per name: a tensor, or a transport's encoding of one
+Entry = TypeVar("Entry")
 
 __all__ = ["RunningChecksum", "distinct_weights", "tensor_nbytes", "weight_buckets"]
 
@@ -23,17 +26,17 @@ def tensor_nbytes(tensor: torch.Tensor) -> int:
 
 
 def weight_buckets(
-    named_tensors: Iterable[tuple[str, torch.Tensor]],
+    named_tensors: Iterable[tuple[str, Entry]],
     limit: int | None,
-    size_of: Callable[[torch.Tensor], int] = tensor_nbytes,
-) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Group ``(name, tensor)`` pairs, in order, into buckets whose ``size_of`` (bytes by default) sums to at
-    most ``limit`` (None: one bucket).
+    size_of: Callable[[Entry], int] = tensor_nbytes,  # type: ignore[assignment]  # the default is for tensors
+) -> Iterator[list[tuple[str, Entry]]]:
+    """Group ``(name, tensor)`` pairs (or ``(name, entry)`` with an entry's ``size_of``), in order, into buckets
+    whose ``size_of`` (bytes by default) sums to at most ``limit`` (None: one bucket).
 
     A tensor larger than ``limit`` is a bucket of its own. The pairs are consumed lazily: the next bucket
     is only gathered once the previous one has been handed on, so a generator of gathered tensors is never
     held in full."""
-    bucket: list[tuple[str, torch.Tensor]] = []
+    bucket: list[tuple[str, Entry]] = []
     size = 0
     for name, tensor in named_tensors:
         tensor_size = size_of(tensor)

@@ -37,7 +37,7 @@ from rlcore.api.training import (
     SupportsWeightStream,
     TrainingEngine,
 )
-from rlcore.api.transport import BucketChecksumError, TransportReport, WeightBucket, WeightTransport
+from rlcore.api.transport import BucketChecksumError, SparseDelta, TransportReport, WeightBucket, WeightTransport
 from rlcore.config.batch_sizes import (
     LOG_PROB_BUDGET,
     UpdateBatchSizes,
@@ -54,7 +54,7 @@ from rlcore.errors import RLCoreError
 from rlcore.plugins import load_plugins
 from rlcore.registry import UnknownComponentError
 from rlcore.rollout.buckets import RunningChecksum, distinct_weights, weight_buckets
-from rlcore.rollout.transport import EngineReceiver, check_bucket
+from rlcore.rollout.transport import EngineReceiver, engine_takes_partial, resolve_bucket
 from rlcore.rollout.weights import state_checksum
 from rlcore.workers.base import WorkerBase, cpu_batch
 from rlcore.workers.micro_batches import plan_micro_batches
@@ -122,6 +122,8 @@ class ActorRolloutRefWorker(WorkerBase):
         self._received: dict[str, torch.Tensor] | None = None
         self.transport_config = policy.rollout.checkpoint_engine
         self.transport: WeightTransport | None = None
+        #: colocated: the rollout engine's receive side, kept from sync to sync (built with the transport)
+        self.receiver: EngineReceiver | None = None
         self.log_prob_micro_batch_size = inference_micro_batch_size(policy.rollout, dp_size)
         self.ref_micro_batch_size = inference_micro_batch_size(policy.ref, dp_size)
         self.tokenizer: Any = None
@@ -169,10 +171,10 @@ class ActorRolloutRefWorker(WorkerBase):
             tokenizer.chat_template = model_config.custom_chat_template
         return tokenizer
 
-    def _rollout_dtype(self) -> torch.dtype:
+    def rollout_dtype(self) -> torch.dtype:
         """What the rollout engine serves: ``rollout.dtype`` on CUDA, else the dtype the trainer on this
         rank computes in (the actor's, or the reference's: the same model; float32 on a rollout-only
-        rank)."""
+        rank). A weight transport compares and sends the weights in it."""
         if self.device.type == "cuda":
             return parse_dtype(self.rollout_config.dtype, f"{ARR}.rollout.dtype")
         trainer = self.actor or self.ref
@@ -189,18 +191,20 @@ class ActorRolloutRefWorker(WorkerBase):
             raise UnknownComponentError(f"{ARR}.rollout.name: {exc}") from exc
         model_path = self.model_config.path
         assert model_path is not None, "configure() refuses a missing actor_rollout_ref.model.path"
+        dtype = self.rollout_dtype()
         self.rollout_engine = engine_cls(
             model_path,
             self.tokenizer,
             engine_cls.config_class.from_tree(self.config),  # the typed section, the engine plugin's keys included
             device=self.device,
-            dtype=self._rollout_dtype(),
+            dtype=dtype,
         )
         backend = self.transport_config.backend
         try:
             self.transport = get_component("weight_transport", backend)(self.transport_config)
         except UnknownComponentError as exc:
             raise UnknownComponentError(f"{ARR}.rollout.checkpoint_engine.backend: {exc}") from exc
+        self.receiver = EngineReceiver(self.rollout_engine, dtype, keep=self.transport.incremental)
 
     def _require(self, part: str, method: str, built: _Part | None) -> _Part:
         """``built`` (the actor, ref or rollout engine); raises when ``method`` needs a part this role lacks
@@ -483,11 +487,17 @@ class ActorRolloutRefWorker(WorkerBase):
             return None
         return dict(bucket) if self.rank == 0 else {}
 
-    def receive_weight_bucket(self, bucket: dict[str, torch.Tensor], digest: str | None = None) -> None:
+    def receive_weight_bucket(
+        self,
+        bucket: dict[str, torch.Tensor],
+        digest: str | None = None,
+        deltas: dict[str, SparseDelta] | None = None,
+    ) -> None:
         """Keep one bucket of a trainer's weights (split placement) until :meth:`receive_weights` loads them;
-        ``digest``: the sender's checksum of its bytes, checked here (:class:`BucketChecksumError`)."""
-        check_bucket(WeightBucket(list(bucket.items()), digest))
-        self._incoming.update(bucket)
+        ``deltas``: changed elements of tensors, applied to the weights the last ``keep`` load held; ``digest``:
+        the sender's checksum of the resulting tensors, checked here (:class:`BucketChecksumError`)."""
+        received = WeightBucket(list(bucket.items()), digest, list((deltas or {}).items()))
+        self._incoming.update(resolve_bucket(received, self._received or {}))
 
     def receive_weights(
         self,
@@ -516,8 +526,8 @@ class ActorRolloutRefWorker(WorkerBase):
             state = {**self._received, **changed}
         self._received = state if keep else None
         engine.wake()
-        if partial and EngineReceiver(engine).partial:
-            engine.update_weights(changed.items(), strict=False)  # type: ignore[call-arg]  # EngineReceiver checked
+        if partial and engine_takes_partial(engine):
+            engine.update_weights(changed.items(), strict=False)  # type: ignore[call-arg]  # checked it takes strict
         elif not shared:
             engine.update_weights(state.items())
         metrics: dict[str, float] = {}
@@ -577,7 +587,8 @@ class ActorRolloutRefWorker(WorkerBase):
         checksum is summed tensor by tensor as they pass. A check that fails after a partial send resets the
         transport (the engine's weights are no longer known) and raises."""
         transport = self._transport()
-        receiver = EngineReceiver(engine)
+        receiver = self.receiver
+        assert receiver is not None, "_init_rollout builds the receiver with the transport"
         checked = bool(self.rollout_config.check_weight_sync) and isinstance(engine, SupportsWeightChecksum)
         state: dict[str, torch.Tensor] | None = None
         checksum: RunningChecksum | None = None
@@ -589,7 +600,7 @@ class ActorRolloutRefWorker(WorkerBase):
         else:
             engine.wake()
             skip = engine.uncounted_names if isinstance(engine, SupportsWeightChecksum) else frozenset[str]()
-            checksum = RunningChecksum(self._rollout_dtype(), skip)
+            checksum = RunningChecksum(self.rollout_dtype(), skip)
             with actor.resident():
                 report = transport.send(self._tapped(actor, checksum if checked else None), receiver, self.bucket_bytes)
         metrics: dict[str, float] = {}
@@ -639,7 +650,7 @@ class ActorRolloutRefWorker(WorkerBase):
                 if state is None:
                     state = self.full_state_dict()
                 skip = engine.uncounted_names
-                dtype = self._rollout_dtype()
+                dtype = self.rollout_dtype()
                 expected = state_checksum(((name, tensor.to(dtype)) for name, tensor in state.items()), skip=skip)
             actual = float(engine.weight_checksum())
             diff = abs(actual - expected) / max(abs(expected), 1e-12)
@@ -685,7 +696,7 @@ class ActorRolloutRefWorker(WorkerBase):
         diff = float((served - trainer[0].float()).abs().mean())
         tolerance = self.rollout_config.weight_sync_logprob_tol
         if tolerance is None:
-            tolerance = 1e-3 if self._rollout_dtype() == torch.float32 else 5e-2
+            tolerance = 1e-3 if self.rollout_dtype() == torch.float32 else 5e-2
         if not diff <= tolerance:
             raise WeightSyncError(
                 f"weight sync failed: the rollout engine's log-probs of a probe sequence differ from the trainer's "

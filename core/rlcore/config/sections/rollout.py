@@ -16,7 +16,7 @@ class CheckpointEngineConfig(Section):
     plugins')."""
 
     PATH = "actor_rollout_ref.rollout.checkpoint_engine"
-    #: the weight transport (kind weight_transport): naive (every tensor, every sync) or delta (only the tensors whose bytes changed)
+    #: the weight transport (kind weight_transport): naive (every tensor, every sync) or delta (only the elements whose bytes changed, in the rollout engine's dtype)
     backend: str = "naive"
     #: the most MiB of gathered weights a sync holds at once (a larger tensor goes alone); null: all at once
     update_weights_bucket_megabytes: float | None = None

@@ -14,6 +14,7 @@ class DictReceiver:
 
     version = 0
     partial = False
+    dtype = None
 
     def __init__(self) -> None:
         self.state: dict[str, torch.Tensor] = {}
