@@ -5,29 +5,16 @@ verdict on hand-made curves; its errors. The learning figures themselves come fr
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "async_curves.py"
-
-
-def load_bench() -> ModuleType:
-    """``bench/async_curves.py`` as a module (the bench folder is not a package; it imports ``common``)."""
-    sys.path.insert(0, str(BENCH.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_async_curves", BENCH)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH.parent))
 
 
 def run_bench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -63,8 +50,8 @@ def test_quick_run_trains_sync_and_an_off_policy_async_run(tmp_path: Path) -> No
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out["png"] == str(png)
 
 
-def test_final_reward_and_verdict() -> None:
-    bench = load_bench()
+def test_final_reward_and_verdict(bench_script: Callable[[str], ModuleType]) -> None:
+    bench = bench_script("async_curves")
     assert bench.final_reward({"0": 0.1, "10": 0.9, "2": 0.5, "4": 0.7}, 2) == pytest.approx(0.8)
     runs = {
         seed: {
