@@ -464,39 +464,47 @@ def verdict(trl: dict[str, Any], rlcore: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- plot
+def draw_curves(
+    ax: Any, sides: dict[str, dict[str, Any]], threshold: float | None, ylabel: str, xlabel: str, title: str
+) -> None:
+    """Draw each side's per-step mean (:func:`summarise_side`) with its min-max band across seeds on ``ax``, a
+    dashed line at ``threshold`` (None: none), the axis labels, ``title`` and the legend."""
+    from matplotlib.ticker import MaxNLocator
+
+    colours = {"rlcore": "tab:blue", "trl": "tab:orange"}
+    for name, side in sides.items():
+        xs = side["steps"]
+        stats = [side["per_step"][str(s)] for s in xs]
+        seeds = len(side["per_seed"])
+        (line,) = ax.plot(
+            xs,
+            [s["mean"] for s in stats],
+            marker="o",
+            color=colours.get(name),
+            label=f"{name} (mean of {seeds} seeds)",
+        )
+        ax.fill_between(xs, [s["min"] for s in stats], [s["max"] for s in stats], color=line.get_color(), alpha=0.2)
+    if threshold is not None:
+        ax.axhline(threshold, color="grey", linestyle="--", linewidth=0.8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+
+
 def plot_curves(sides: dict[str, dict[str, Any]], threshold: float, title: str, png: Path) -> Path:
     """Draw each side's mean greedy validation reward with its min-max band across seeds; save ``png``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
-    colours = {"rlcore": "tab:blue", "trl": "tab:orange"}
     fig, ax = plt.subplots(figsize=(8, 4.5))
     try:
-        for name, side in sides.items():
-            xs = side["steps"]
-            stats = [side["per_step"][str(s)] for s in xs]
-            seeds = len(side["per_seed"])
-            ax.plot(
-                xs,
-                [s["mean"] for s in stats],
-                marker="o",
-                color=colours.get(name),
-                label=f"{name} (mean of {seeds} seeds)",
-            )
-            ax.fill_between(
-                xs, [s["min"] for s in stats], [s["max"] for s in stats], color=colours.get(name), alpha=0.2
-            )
-        ax.axhline(threshold, color="grey", linestyle="--", linewidth=0.8)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("RL step (one generation batch)")
-        ax.set_ylabel("greedy validation reward")
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend(loc="lower right")
+        draw_curves(ax, sides, threshold, "greedy validation reward", "RL step (one generation batch)", title)
         png.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(png, dpi=100, bbox_inches="tight")
     finally:

@@ -12,6 +12,8 @@ comes from the wheel or project it names, and nowhere else.
 ``single_intra_op_thread`` runs a test with one intra-op torch thread (tests of tiny models mark themselves
 with it).
 
+``bench_script(name)`` loads ``bench/<name>.py`` as a module, for tests of a benchmark's pieces.
+
 ``once_per_test_run`` makes a folder once per pytest run, however many xdist workers ask for it, and
 ``command_once`` (:func:`rlcore_command_once`) runs an ``rlcore`` command that way: the README's ``rlcore run``, shown by two pages and
 checked by ``test_default_run.py``, trains once per run of the suite.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import json
 import os
 import shlex
@@ -31,6 +34,7 @@ import sysconfig
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -137,6 +141,27 @@ class Venv:
                 *targets,
             ]
         )
+
+
+def load_bench_script(name: str) -> ModuleType:
+    """``bench/<name>.py`` as a module (the bench folder is not a package: its scripts import ``common`` from it,
+    so it is on ``sys.path`` while the script loads)."""
+    bench = ROOT / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", bench / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(bench))
+
+
+@pytest.fixture(scope="session")
+def bench_script() -> Callable[[str], ModuleType]:
+    """``bench_script(name)``: ``bench/<name>.py`` as a module (:func:`load_bench_script`)."""
+    return load_bench_script
 
 
 @pytest.fixture(scope="session")

@@ -4,28 +4,11 @@ window in which both lanes are busy. Speeds are measured by the bench itself, ne
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "async_throughput.py"
-
-
-def load_bench() -> ModuleType:
-    """``bench/async_throughput.py`` as a module (the bench folder is not a package; it imports ``common``)."""
-    sys.path.insert(0, str(BENCH.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_async_throughput", BENCH)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH.parent))
 
 
 def task(name: str, start: float, end: float, worker: str = "w") -> dict[str, Any]:
@@ -33,8 +16,8 @@ def task(name: str, start: float, end: float, worker: str = "w") -> dict[str, An
     return {"cat": f"task::{name}", "ph": "X", "ts": start * 1e6, "dur": (end - start) * 1e6, "tid": worker}
 
 
-def test_both_lanes_busy_is_the_intersection_over_the_timed_steps() -> None:
-    bench = load_bench()
+def test_both_lanes_busy_is_the_intersection_over_the_timed_steps(bench_script: Callable[[str], ModuleType]) -> None:
+    bench = bench_script("async_throughput")
     events = [
         task("RayWorker.__init__", 0, 1),  # Ray's own start-up tasks are not a lane's work
         task("rollout.generate_sequences", 1, 3),
@@ -57,7 +40,7 @@ def test_both_lanes_busy_is_the_intersection_over_the_timed_steps() -> None:
     assert figures["both_busy_share_per_step"] == [round(2 / 3, 4), round(0.5 / 3, 4)]
 
 
-def test_too_few_updates_for_the_warmup_is_an_error() -> None:
-    bench = load_bench()
+def test_too_few_updates_for_the_warmup_is_an_error(bench_script: Callable[[str], ModuleType]) -> None:
+    bench = bench_script("async_throughput")
     with pytest.raises(bench.BenchError, match="1 actor updates, not more than the 1 warm-up steps"):
         bench.busy_figures([task("rollout.generate_sequences", 0, 1), task("actor.update_actor", 1, 2)], warmup=1)
