@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import pickle
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
-from rlcore_testkit.runs import cap_responses, make_tiny_task, teacher_forced, tiny_run
+from rlcore_testkit.runs import comparable, make_tiny_task, teacher_forced, tiny_run
 
 from rlcore.controller.off_policy import STATE_FILE
 from rlcore.tracking.sinks import read_metrics
@@ -35,27 +34,12 @@ PARTIAL = (
     "trainer.total_training_steps=3",
     "trainer.save_freq=1",
 )
-VOLATILE_PREFIXES = (
-    "timing_s/",
-    "timing_worker_s/",
-    "timing_per_token_ms/",
-    "perf/",
-    "actor/weight_sync_s",
-    "async_training/overlap_share",
-)
-
-
-def comparable(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """The metric records by step without timing values."""
-    return {row["step"]: {k: v for k, v in row.items() if not k.startswith(VOLATILE_PREFIXES)} for row in rows}
 
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The tiny task with per-row token caps by batch of 4 prompts (:data:`CAPS`, then 2)."""
-    paths = make_tiny_task(tmp_path_factory.mktemp("task"))
-    cap_responses(paths["train"], CAPS)
-    return paths
+    return make_tiny_task(tmp_path_factory.mktemp("task"), caps=CAPS)
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ import torch
 
 ray = pytest.importorskip("ray")
 
-from rlcore_testkit.runs import cap_responses, make_tiny_task, teacher_forced, tiny_overrides, tiny_run  # noqa: E402
+from rlcore_testkit.runs import comparable, make_tiny_task, teacher_forced, tiny_overrides, tiny_run  # noqa: E402
 
 from rlcore.config import load_config  # noqa: E402
 from rlcore.controller.off_policy import STATE_FILE  # noqa: E402
@@ -62,30 +62,12 @@ LANE = (
     "trainer.total_training_steps=3",
     "trainer.save_freq=1",
 )
-#: metrics that measure time, speed or overlap, not what was trained
-VOLATILE_PREFIXES = (
-    "timing_s/",
-    "timing_worker_s/",
-    "timing_per_token_ms/",
-    "perf/",
-    "actor/weight_sync_s",
-    "actor/weight_export_s",
-    "async_training/overlap_share",
-)
-
-
-def comparable(rows: list[dict[str, Any]], drop: tuple[str, ...] = ()) -> dict[int, dict[str, Any]]:
-    """The metric records by step without timing values (and without the ``drop`` prefixes)."""
-    skip = VOLATILE_PREFIXES + drop
-    return {row["step"]: {k: v for k, v in row.items() if not k.startswith(skip)} for row in rows}
 
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The tiny task with per-row token caps by batch of 4 prompts (:data:`CAPS`, then 2)."""
-    paths = make_tiny_task(tmp_path_factory.mktemp("task"))
-    cap_responses(paths["train"], CAPS)
-    return paths
+    return make_tiny_task(tmp_path_factory.mktemp("task"), caps=CAPS)
 
 
 @pytest.fixture(scope="module")

@@ -43,8 +43,9 @@ def _rows(n: int, split: str) -> list[dict[str, Any]]:
     ]
 
 
-def make_tiny_task(root: Path, train_rows: int = 24, test_rows: int = 6) -> dict[str, Path]:
-    """Write ``train.parquet``, ``test.parquet`` and ``reward.py`` under ``root``; return their paths."""
+def make_tiny_task(root: Path, train_rows: int = 24, test_rows: int = 6, caps: Sequence[int] = ()) -> dict[str, Path]:
+    """Write ``train.parquet``, ``test.parquet`` and ``reward.py`` under ``root``; return their paths. ``caps``:
+    per-row response caps for the training rows by batch of 4 (:func:`cap_responses`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -52,7 +53,28 @@ def make_tiny_task(root: Path, train_rows: int = 24, test_rows: int = 6) -> dict
     pq.write_table(pa.Table.from_pylist(_rows(train_rows, "train")), root / "train.parquet")
     pq.write_table(pa.Table.from_pylist(_rows(test_rows, "test")), root / "test.parquet")
     (root / "reward.py").write_text(REWARD_PY)
+    if caps:
+        cap_responses(root / "train.parquet", caps)
     return {"train": root / "train.parquet", "test": root / "test.parquet", "reward": root / "reward.py"}
+
+
+#: the prefixes of the metrics that measure time, speed or overlap, not what was trained
+VOLATILE_METRICS = (
+    "timing_s/",
+    "timing_worker_s/",
+    "timing_per_token_ms/",
+    "perf/",
+    "actor/weight_sync_s",
+    "actor/weight_export_s",
+    "async_training/overlap_share",
+)
+
+
+def comparable(rows: list[dict[str, Any]], drop: tuple[str, ...] = ()) -> dict[int, dict[str, Any]]:
+    """The metric records ``rows`` (``rlcore.tracking.sinks.read_metrics``) by step, without the
+    :data:`VOLATILE_METRICS` and the ``drop`` prefixes: what two runs that trained the same agree on."""
+    skip = VOLATILE_METRICS + drop
+    return {row["step"]: {k: v for k, v in row.items() if not k.startswith(skip)} for row in rows}
 
 
 def cap_responses(train: Path, caps: Sequence[int], batch: int = 4, rest: int = 2) -> None:
