@@ -2,8 +2,8 @@
 ``trainer.v1.separate_async.rounds_ahead``) in real tiny runs on split placement with Ray worker processes: the
 weights of step N load after round r_N + rounds_ahead whatever the lanes' speeds, so two runs at one seed are equal
 metric for metric; a long response spans three versions; every token's recorded log-prob is its own version's;
-a stop → resume with partial rows and a round ahead in flight equals the uninterrupted run; and with nothing
-ahead and the on-policy bound the run equals ``sync``.
+a stop → resume with partial rows and a round ahead in flight equals the uninterrupted run; groups beyond the
+bound are refilled into the next round; and with nothing ahead and the on-policy bound the run equals ``sync``.
 
 Timeline of :data:`LANE` (batches b1, b2, b3 of 4 prompts capped at :data:`CAPS` tokens, 2-token chunks, all
 three issued at step 1, one round ahead):
@@ -197,3 +197,18 @@ def test_on_policy_rounds_equal_sync(
         "rollout/graph_step_share",
     )
     assert comparable(rows, drop) == comparable(read_metrics(sync_dir / "metrics.jsonl"), drop)
+
+
+def test_groups_beyond_the_bound_are_refilled_into_the_rounds(
+    one_ray: None, tiny_model_dir: Path, task: dict[str, Path], tmp_path: Path
+) -> None:
+    """A bound of 2 versions: b3 (issued at version 0) ends in round 6 and would train at version 2, so its 4
+    groups are evicted and 4 fresh prompts (2-token caps) are issued at version 2; they join the next round
+    (7) and step 3 trains them on-policy."""
+    _, rows = lane_run(
+        tmp_path, tiny_model_dir, task, "trainer.save_freq=-1", "trainer.v1.sampler.max_off_policy_threshold=2"
+    )
+    assert [row.get(f"{OFF}/evicted_samples", 0.0) for row in rows] == [0.0, 0.0, 4.0]
+    assert [row[f"{OFF}/trajectory_staleness_worst/max"] for row in rows] == [0.0, 1.0, 0.0]
+    assert [row[f"{OFF}/trajectory_spans/max"] for row in rows] == [1.0, 1.0, 1.0]
+    assert rows[2]["response_length/max"] == 2.0
