@@ -8,7 +8,9 @@ processes, each pool pinned to cores of its own (``trainer.lane_cpus``, ``--pin`
 - ``one_step_off``: ``async_training.enable=true`` (the rollout pool generates step N+1's batch while the
   trainer updates on step N; token-level importance weights);
 - ``colocate_async`` / ``separate_async``: ``trainer.v1.trainer_mode`` (verl's V1 modes), for a build of rlcore
-  that has them; the mode table :data:`MODES` lists the overrides each mode adds.
+  that has them; ``separate_async_partial``: ``separate_async`` with partial rollout in the lane (16-token
+  rounds, ``trainer.v1.separate_async.rounds_ahead`` at its default); the mode table :data:`MODES` lists the
+  overrides each mode adds.
 
 Per mode it reports the response tokens per second of summed step time, the median step, the process wall
 time, and from Ray's timeline (``ray_kwargs.timeline_json_file``; every worker call is a Ray task named
@@ -20,6 +22,7 @@ its budget) and the measured per-step response lengths.
 
     python bench/async_throughput.py                                   # sync, one_step_off; 6 steps each
     python bench/async_throughput.py --modes sync,colocate_async,separate_async --steps 8
+    python bench/async_throughput.py --modes sync,separate_async,separate_async_partial --steps 8 --warmup 2
     python bench/async_throughput.py --device cuda --pin none          # a GPU box (2 GPUs: one per pool)
 
 Prints one JSON object on stdout; progress goes to stderr; bad input gives a one-line ``error: ...`` on
@@ -57,6 +60,11 @@ MODES: dict[str, tuple[str, ...]] = {
         "actor_rollout_ref.rollout.calculate_log_probs=true",
     ),
     "separate_async": ("trainer.v1.trainer_mode=separate_async", "actor_rollout_ref.rollout.calculate_log_probs=true"),
+    "separate_async_partial": (
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.partial_rollout_tokens=16",
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+    ),
 }
 #: modes that keep the rollout on the trainer's processes (one pool: only the trainer lane is pinned)
 COLOCATED_MODES = ("colocate_async",)
@@ -173,7 +181,7 @@ def sync_step_override(mode: str) -> list[str]:
     """separate_async's ``parameter_sync_step`` for the preset's batch: verl's invariant makes it
     ``data.train_batch_size / actor.ppo_mini_batch_size`` (one weight sync per step), which its default of 4 is
     not for this task."""
-    if mode != "separate_async":
+    if not mode.startswith("separate_async"):
         return []
     from rlcore_plugin_tasks.arith_tail import cpu_preset
 

@@ -64,6 +64,29 @@ def test_partial_rollout_tokens_set_the_chunk(value: str, chunk: int) -> None:
     assert ("in partial-rollout chunks of 16 tokens" in (plan_line(config) or "")) == (chunk == 16)
 
 
+@pytest.mark.parametrize(("chunk", "rounds"), [("null", 0), ("8", 3)])
+def test_separate_async_partial_rollout_runs_rounds_ahead(chunk: str, rounds: int) -> None:
+    """With a lane and partial rollout the plan runs ``rounds_ahead`` rounds while the trainer trains, and the dry
+    run says so; without partial rollout the key has nothing to count."""
+    config = load_config(
+        [],
+        [
+            "trainer.v1.trainer_mode=separate_async",
+            LOG_PROBS,
+            *SPLIT,
+            "trainer.v1.separate_async.parameter_sync_step=4",
+            f"trainer.v1.partial_rollout_tokens={chunk}",
+            "trainer.v1.separate_async.rounds_ahead=3",
+        ],
+        [],
+    )
+    check_values(config)
+    plan = async_plan(config)
+    assert plan is not None and plan.lane and plan.rounds_ahead == rounds
+    line = plan_line(config) or ""
+    assert ("chunks of 8 tokens (the lane runs 3 round(s) ahead while the trainer trains" in line) == bool(rounds)
+
+
 def test_one_step_off_is_separate_async_k_batches_ahead() -> None:
     config = load_config([], ["async_training.enable=true", "async_training.max_staleness_steps=2"], [])
     plan = async_plan(config)
@@ -120,8 +143,23 @@ def test_verls_staleness_threshold_is_separate_asyncs_warmup() -> None:
         ),
         (["trainer.v1.partial_rollout_tokens=-1"], r"trainer.v1.partial_rollout_tokens must be an integer >= 0"),
         (
-            ["trainer.v1.trainer_mode=separate_async", "trainer.v1.partial_rollout_tokens=4"],
-            r"partial_rollout_tokens=4: only trainer.v1.trainer_mode=colocate_async generates in chunks",
+            ["async_training.enable=true", "trainer.v1.partial_rollout_tokens=4"],
+            r"partial_rollout_tokens=4: only trainer.v1.trainer_mode=colocate_async or separate_async generates in "
+            r"chunks \(got 'sync'; one-step-off training, async_training.enable, has no partial rollout\)",
+        ),
+        (
+            [
+                "trainer.v1.trainer_mode=separate_async",
+                LOG_PROBS,
+                *SPLIT,
+                "trainer.v1.partial_rollout_tokens=4",
+                "actor_rollout_ref.rollout.multi_turn.enable=true",
+            ],
+            r"partial_rollout_tokens=4: multi-turn agent loops .* have no partial rollout",
+        ),
+        (
+            ["trainer.v1.separate_async.rounds_ahead=-1"],
+            r"trainer.v1.separate_async.rounds_ahead must be an integer >= 0, got -1",
         ),
         (
             [

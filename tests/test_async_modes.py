@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rlcore_testkit.runs import make_tiny_task, tiny_run
+from rlcore_testkit.runs import comparable, make_tiny_task, tiny_run
 
 from rlcore.controller.off_policy import STATE_FILE
 from rlcore.tracking.sinks import read_metrics
@@ -23,25 +23,9 @@ COMMON = (
     "trainer.test_freq=-1",
 )
 COLOCATE = ("trainer.v1.trainer_mode=colocate_async", *COMMON)
-#: metrics that measure time, speed or overlap, not what was trained
-VOLATILE_PREFIXES = (
-    "timing_s/",
-    "timing_worker_s/",
-    "timing_per_token_ms/",
-    "perf/",
-    "actor/weight_sync_s",
-    "actor/weight_export_s",
-    "async_training/overlap_share",
-)
 #: what only an asynchronous run reports
 ASYNC_ONLY = ("training/off_policy/", "async_training/")
 OFF = "training/off_policy"
-
-
-def comparable(rows: list[dict[str, Any]], drop: tuple[str, ...] = ()) -> dict[int, dict[str, Any]]:
-    """The metric records by step without timing values (and without the ``drop`` prefixes)."""
-    skip = VOLATILE_PREFIXES + drop
-    return {row["step"]: {k: v for k, v in row.items() if not k.startswith(skip)} for row in rows}
 
 
 @pytest.fixture(scope="module")

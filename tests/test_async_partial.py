@@ -9,13 +9,10 @@ from __future__ import annotations
 import json
 import pickle
 from pathlib import Path
-from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
-from rlcore_testkit.runs import make_tiny_task, tiny_run
+from rlcore_testkit.runs import comparable, make_tiny_task, teacher_forced, tiny_run
 
 from rlcore.controller.off_policy import STATE_FILE
 from rlcore.tracking.sinks import read_metrics
@@ -37,31 +34,12 @@ PARTIAL = (
     "trainer.total_training_steps=3",
     "trainer.save_freq=1",
 )
-VOLATILE_PREFIXES = (
-    "timing_s/",
-    "timing_worker_s/",
-    "timing_per_token_ms/",
-    "perf/",
-    "actor/weight_sync_s",
-    "async_training/overlap_share",
-)
-
-
-def comparable(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """The metric records by step without timing values."""
-    return {row["step"]: {k: v for k, v in row.items() if not k.startswith(VOLATILE_PREFIXES)} for row in rows}
 
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The tiny task with per-row token caps by batch of 4 prompts (:data:`CAPS`, then 2)."""
-    paths = make_tiny_task(tmp_path_factory.mktemp("task"))
-    rows = pq.read_table(paths["train"]).to_pylist()
-    for i, row in enumerate(rows):
-        cap = CAPS[i // 4] if i // 4 < len(CAPS) else 2
-        row["extra_info"] = {**row["extra_info"], "max_new_tokens": cap}
-    pq.write_table(pa.Table.from_pylist(rows), paths["train"])
-    return paths
+    return make_tiny_task(tmp_path_factory.mktemp("task"), caps=CAPS)
 
 
 @pytest.fixture(scope="module")
@@ -115,21 +93,6 @@ def test_resume_with_partial_rows_in_flight_equals_the_uninterrupted_run(
     assert list(got) == [2, 3]
     for step in (2, 3):
         assert got[step] == expected[step], f"step {step} differs"
-
-
-def teacher_forced(model_dir: Path, rows: Any, tokens: int) -> torch.Tensor:
-    """The log-probs (temperature 1) of each row's first ``tokens`` response tokens under the model in
-    ``model_dir``, recomputed row by row without padding."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
-    out = []
-    with torch.no_grad():
-        for prompt, mask, response in zip(rows["prompts"], rows["attention_mask"], rows["responses"]):
-            ids = torch.cat([prompt[mask[: len(prompt)].bool()], response[:tokens]])
-            logits = model(ids[None]).logits[0, -tokens - 1 : -1].float()
-            out.append(torch.log_softmax(logits, -1).gather(-1, response[:tokens, None]).squeeze(-1))
-    return torch.stack(out)
 
 
 def test_each_token_log_prob_is_its_versions(

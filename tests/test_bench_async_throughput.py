@@ -44,3 +44,15 @@ def test_too_few_updates_for_the_warmup_is_an_error(bench_script: Callable[[str]
     bench = bench_script("async_throughput")
     with pytest.raises(bench.BenchError, match="1 actor updates, not more than the 1 warm-up steps"):
         bench.busy_figures([task("rollout.generate_sequences", 0, 1), task("actor.update_actor", 1, 2)], warmup=1)
+
+
+def test_separate_async_with_partial_rollout_keeps_verls_invariant() -> None:
+    """The partial-rollout lane mode runs separate_async in 16-token rounds with the preset's parameter_sync_step,
+    like plain separate_async."""
+    bench = load_bench()
+    args = bench.parse_args(["--modes", "separate_async_partial", "--pin", "none"])
+    overrides = bench.mode_overrides(args, "separate_async_partial", Path("runs"), Path("timeline.json"))
+    assert "trainer.v1.trainer_mode=separate_async" in overrides
+    assert "trainer.v1.partial_rollout_tokens=16" in overrides
+    assert bench.sync_step_override("separate_async") == bench.sync_step_override("separate_async_partial") != []
+    assert set(bench.sync_step_override("separate_async")) <= set(overrides)

@@ -16,7 +16,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from rlcore_testkit.runs import make_tiny_task, tiny_overrides, tiny_run  # noqa: E402
+from rlcore_testkit.runs import comparable, make_tiny_task, tiny_overrides, tiny_run  # noqa: E402
 
 from rlcore.checkpoint import read_rollout_states  # noqa: E402
 from rlcore.config import ConfigError, check_values, load_config  # noqa: E402
@@ -37,22 +37,6 @@ ASYNC = (
 )
 #: four steps, validating and saving every second one
 FOUR_STEPS = ("trainer.total_training_steps=4", "trainer.test_freq=2", "trainer.save_freq=2")
-#: metrics that measure time, speed or how much of it overlapped, not what was trained
-VOLATILE_PREFIXES = (
-    "timing_s/",
-    "timing_worker_s/",
-    "timing_per_token_ms/",
-    "perf/",
-    "actor/weight_sync_s",
-    "actor/weight_export_s",
-    "async_training/overlap_share",
-)
-
-
-def comparable(rows: list[dict[str, Any]], drop: tuple[str, ...] = ()) -> dict[int, dict[str, Any]]:
-    """The metric records by step without timing values (and without the ``drop`` prefixes)."""
-    skip = VOLATILE_PREFIXES + drop
-    return {row["step"]: {k: v for k, v in row.items() if not k.startswith(skip)} for row in rows}
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,9 @@ class AsyncPlan:
     (colocate_async); ``ahead``: prompt groups issued ahead of the step that trains them at the start;
     ``threshold``/``strategy``: the bound in verl's units (a group issued at version v and trained at version t
     spans t - v + 1 versions; null: none) and what happens beyond it; ``source``: the keys that asked for it;
-    ``chunk``: tokens per partial-rollout call (``trainer.v1.partial_rollout_tokens``; 0: whole responses)."""
+    ``chunk``: tokens per partial-rollout call (``trainer.v1.partial_rollout_tokens``; 0: whole responses);
+    ``rounds_ahead``: with a lane and chunks, the rounds the lane runs while the trainer trains, before it loads
+    the new weights (``trainer.v1.separate_async.rounds_ahead``)."""
 
     mode: str
     lane: bool
@@ -39,6 +41,7 @@ class AsyncPlan:
     strategy: str
     source: str
     chunk: int = 0
+    rounds_ahead: int = 0
 
 
 #: the plan's note when nothing corrects for the behaviour policy's lag (the loss clips against the trainer's
@@ -67,14 +70,17 @@ def async_plan(config: DictConfig) -> AsyncPlan | None:
         warmup = float(section.staleness_threshold)
         source += f", async_training.staleness_threshold={section.staleness_threshold}"
     ahead = math.ceil(warmup * batch - 1e-9)
+    chunk = int(trainer.v1.partial_rollout_tokens or 0)
+    lane = mode == "separate_async"
     return AsyncPlan(
         mode,
-        mode == "separate_async",
+        lane,
         ahead,
         sampler.max_off_policy_threshold,
         sampler.max_off_policy_strategy,
         source,
-        int(trainer.v1.partial_rollout_tokens or 0),
+        chunk,
+        int(trainer.v1.separate_async.rounds_ahead) if lane and chunk else 0,
     )
 
 
@@ -86,6 +92,11 @@ def plan_line(config: DictConfig) -> str | None:
     bound = "none" if plan.threshold is None else f"{plan.threshold} version(s), {plan.strategy}"
     where = "a rollout lane beside the trainer" if plan.lane else "the step, before training"
     chunks = f", in partial-rollout chunks of {plan.chunk} tokens" if plan.chunk else ""
+    if plan.lane and plan.chunk:
+        chunks += (
+            f" (the lane runs {plan.rounds_ahead} round(s) ahead while the trainer trains, then loads its weights: "
+            "trainer.v1.separate_async.rounds_ahead)"
+        )
     correction = AlgorithmConfig.from_tree(config).rollout_correction
     uncorrected = (
         "" if correction.rollout_is or correction.rollout_rs or correction.bypass_mode else f"; {UNCORRECTED_NOTE}"

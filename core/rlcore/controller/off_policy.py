@@ -18,19 +18,26 @@ The update treats the data as off-policy: ``old_log_probs`` are the trainer's re
 ``algorithm.rollout_correction.bypass_mode``) and the engine's ``rollout_log_probs`` (required) feed
 ``algorithm.rollout_correction``. Validation first waits for the lane.
 
-With ``trainer.v1.partial_rollout_tokens`` = c > 0 (colocate_async), an issued generation is a
-:class:`Partial`: the step advances every one in flight together by at most c more tokens per row
-(``groups.rollout.generate_partial``), finishes the oldest ones whose rows all ended (score, batch filters) into
-the buffer, and stops once the buffer can serve the step's batch. The unfinished rows are kept (tokens, log-probs,
-versions, row seeds) and continue after the step's weight sync under the new weights, so a response may span
-several versions; each chunk's new tokens are tagged with the trainer's policy version the engines serve
-(:func:`tag_versions`: the one place engine versions become the trainer's).
+With ``trainer.v1.partial_rollout_tokens`` = c > 0, an issued generation is a :class:`Partial`, and generation
+goes in *rounds*: a round advances every generation in flight together by at most c more tokens per row
+(``groups.rollout.generate_partial``) and finishes the oldest ones whose rows all ended (score, batch filters).
+The step consumes rounds until the buffer can serve its batch. The unfinished rows are kept (tokens, log-probs,
+versions, row seeds) and continue under the next weights, so a response may span several versions; each chunk's
+new tokens are tagged with the trainer's policy version the engines serve (:func:`tag_versions`: the one place
+engine versions become the trainer's). Without a lane (colocate_async) the rounds run in the step and the step's
+end syncs the weights. With a lane (separate_async) every round is a lane call, queued by the controller: the
+step queues the rounds it needs (one at a time, waiting for each), then, once its batch is sampled,
+``rounds_ahead`` more that the lane runs while the trainer trains; the step's new weights are queued after them.
+So the weights of step N load after round r_N + ``rounds_ahead`` (r_N: the round that let step N's batch be
+served), whatever the two lanes' speeds: the lane's calls, and so every token and version, are a function of the
+run's sequence alone, never of thread timing.
 
 A checkpoint at step N waits for the generations in flight and stores them with the buffer (the pickle
 :data:`STATE_FILE`; the controller adds every rollout rank's sampling state, as for any split run), so a resumed
 run samples exactly what the uninterrupted run would have, and generates the following groups from the same
-random state: nothing in flight is regenerated. Partial generations are saved as they are (their rows so far) and
-continue after the resume under the same weights as in the uninterrupted run.
+random state: nothing in flight is regenerated. Partial generations are saved as they are (their rows so far),
+with the results of the rounds run ahead, and continue after the resume under the same weights as in the
+uninterrupted run.
 """
 
 from __future__ import annotations
@@ -126,6 +133,15 @@ class _Saved:
     in_flight: list[Generated]
     synced: dict[int, dict[str, float]] = field(default_factory=dict)
     partial: list[Partial] = field(default_factory=list)
+    #: the generations finished by the lane's rounds ahead, one list per round, not taken into the buffer yet
+    rounds: list[list[Generated]] = field(default_factory=list)
+
+
+def _done(result: _T) -> Future[_T]:
+    """A future that already holds ``result`` (a saved lane call's)."""
+    future: Future[_T] = Future()
+    future.set_result(result)
+    return future
 
 
 class RolloutPipeline:
@@ -167,7 +183,8 @@ class RolloutPipeline:
         self._served = 0  # the version the rollout engines hold, in lane order (lane thread)
         self._issued = 0  # prompt groups issued for steps (refills not counted)
         self._pending: deque[Future[Generated]] = deque()
-        self._partial: deque[Partial] = deque()  # partial rollout: the generations in flight, in issue order
+        self._partial: deque[Partial] = deque()  # partial rollout: the generations in flight (lane thread)
+        self._rounds: deque[Future[list[Generated]]] = deque()  # the lane's rounds ahead, not consumed yet
         self._synced: dict[int, dict[str, float]] = {}  # finished weight syncs' metrics by version, not reported yet
         self._error: BaseException | None = None
         self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlcore-rollout-lane") if plan.lane else None
@@ -218,9 +235,7 @@ class RolloutPipeline:
 
         if self._lane is not None:
             return self._lane.submit(run)
-        future: Future[_T] = Future()
-        future.set_result(run())
-        return future
+        return _done(run())
 
     def _generate(self, prompts: Batch, epoch: int) -> Generated:
         """Generate one round of ``prompts`` (lane thread, or the step's without a lane)."""
@@ -232,11 +247,10 @@ class RolloutPipeline:
         metrics.update({f"timing_s/{stage}": s for stage, s in timer.pop_all().items()})
         return Generated(rows, metrics, self._served, epoch, seconds)
 
-    def _chunk(self) -> list[Generated] | None:
-        """Partial rollout: advance every generation in flight by one chunk, then score the oldest ones whose rows
-        all ended; returns them in issue order (perhaps none), or None when nothing is in flight."""
-        if not self._partial:
-            return None
+    def _chunk(self) -> list[Generated]:
+        """Partial rollout, one round (lane thread, or the step's without a lane): advance every generation in
+        flight by one chunk, then score the oldest ones whose rows all ended; returns them in issue order (perhaps
+        none)."""
         for item in self._partial:
             if item.done:
                 continue
@@ -281,8 +295,8 @@ class RolloutPipeline:
             n = min(groups, self.batch_size)
             prompts = self.buffer.take_prompts(n, self.draw)
             self.buffer.issue(n, self.version)
-            if self.plan.chunk and self.expand is not None:
-                self._partial.append(Partial(prompts, self.expand(prompts), self.epoch()))
+            if self.plan.chunk and self.expand is not None:  # joins the lane's rounds after the calls queued so far
+                self._submit(self._partial.append, Partial(prompts, self.expand(prompts), self.epoch()))
             else:
                 self._pending.append(self._submit(self._generate, prompts, self.epoch()))
             groups -= n
@@ -294,7 +308,8 @@ class RolloutPipeline:
         and refilling). Adds the metrics of the generations finished for it, those of the weight transfers they
         were generated after (not reported yet), the buffer's ``training/off_policy/*``,
         ``async_training/staleness``, ``timing_s/wait_prev_gen`` and ``async_training/overlap_share`` (the share
-        of the step's finished generation time the trainer did not wait for)."""
+        of the step's finished generation time the trainer did not wait for). With a lane and partial rollout it
+        then queues the plan's rounds ahead (none after the last step)."""
         target = min(step * self.batch_size + self.plan.ahead, self.total_steps * self.batch_size)
         if target > self._issued:
             self._issue(target - self._issued)
@@ -302,7 +317,7 @@ class RolloutPipeline:
         finished: list[Generated] = []
 
         def advance() -> bool:
-            if not self._pending and not self._partial:
+            if not self.buffer.in_flight:
                 return False
             if 0 < self.max_rounds <= len(finished):
                 raise RLCoreError(
@@ -310,8 +325,11 @@ class RolloutPipeline:
                     f"step needs (algorithm.max_num_gen_batches={self.max_rounds}); raise the limit or check the "
                     "batch filters and the staleness bound"
                 )
-            done = self._chunk() if self._partial else [self._pending.popleft().result()]
-            for item in done or []:
+            if self.plan.chunk:  # the oldest round run ahead, else one more round now
+                done = (self._rounds.popleft() if self._rounds else self._submit(self._chunk)).result()
+            else:
+                done = [self._pending.popleft().result()]
+            for item in done:
                 finished.append(item)
                 refill = self.buffer.finish(item.rows, item.epoch)
                 if refill:
@@ -335,6 +353,8 @@ class RolloutPipeline:
         metrics["timing_s/wait_prev_gen"] = waited
         seconds = sum(done.seconds for done in finished)
         metrics["async_training/overlap_share"] = max(0.0, 1.0 - waited / seconds) if seconds > 0 else 1.0
+        if step < self.total_steps:  # the lane's rounds while the trainer trains; the new weights load after them
+            self._rounds.extend(self._submit(self._chunk) for _ in range(self.plan.rounds_ahead))
         return batch, max(group.epoch for group in self.buffer.last_sampled)
 
     def push_weights(self) -> dict[str, float]:
@@ -371,6 +391,7 @@ class RolloutPipeline:
             in_flight=[future.result() for future in self._pending],
             synced=dict(self._synced),
             partial=list(self._partial),
+            rounds=[future.result() for future in self._rounds],
         )
         (folder / STATE_FILE).write_bytes(pickle.dumps(saved, protocol=pickle.HIGHEST_PROTOCOL))
 
@@ -389,15 +410,15 @@ class RolloutPipeline:
             raise RLCoreError(
                 f"{file}: cannot read the asynchronous training state ({type(exc).__name__}: {exc})"
             ) from exc
-        if not isinstance(saved, _Saved) or len(saved.in_flight) + len(saved.partial) != len(saved.buffer["in_flight"]):
+        if not isinstance(saved, _Saved) or len(saved.in_flight) + len(saved.partial) + sum(
+            len(done) for done in saved.rounds
+        ) != len(saved.buffer["in_flight"]):
             raise RLCoreError(f"{file}: not the asynchronous training state of step {step}")
         self.version, self._served, self._issued = saved.version, saved.served, saved.issued
         self.buffer.load_state_dict(saved.buffer)
         self._synced = dict(saved.synced)
-        for item in saved.in_flight:
-            future: Future[Generated] = Future()
-            future.set_result(item)
-            self._pending.append(future)
+        self._pending = deque(_done(item) for item in saved.in_flight)
+        self._rounds = deque(_done(done) for done in saved.rounds)
         self._partial = deque(saved.partial)
 
     def close(self, wait: bool) -> None:

@@ -40,10 +40,17 @@ class SeparateAsyncConfig(Section):
     num_warmup_batches: float = 1.0
     #: mini-batch updates per weight sync: must equal data.train_batch_size / actor.ppo_mini_batch_size
     parameter_sync_step: int = 4
+    #: with trainer.v1.partial_rollout_tokens: chunk rounds the lane runs with the old weights after a step's batch
+    #: is sampled, while the trainer trains on it; the step's new weights load after them (0: none, no overlap)
+    rounds_ahead: int = 2
 
     def problems(self) -> list[str]:
-        """The warmup is a number of batches ≥ 0, the sync step a positive count."""
-        return _warmup_problems(self, "num_warmup_batches") + self.positive("parameter_sync_step")
+        """The warmup is a number of batches ≥ 0, the sync step a positive count, the rounds ahead a count ≥ 0."""
+        return (
+            _warmup_problems(self, "num_warmup_batches")
+            + self.positive("parameter_sync_step")
+            + self.non_negative("rounds_ahead")
+        )
 
 
 @dataclass(frozen=True)
@@ -82,19 +89,20 @@ class V1Config(Section):
     separate_async: SeparateAsyncConfig = field(default_factory=SeparateAsyncConfig)
     #: the sample buffer of both async modes: the staleness bound and what happens beyond it
     sampler: V1SamplerConfig = field(default_factory=V1SamplerConfig)
-    #: colocate_async: partial rollout, tokens per generate_partial chunk (unfinished rows continue after the weight
-    #: sync under the new weights); null or 0: whole responses in one call
+    #: colocate_async and separate_async: partial rollout, tokens per generate_partial chunk (unfinished rows
+    #: continue after the weight sync under the new weights); null or 0: whole responses in one call
     partial_rollout_tokens: int | None = None
 
     def problems(self) -> list[str]:
-        """The chunk is a count of tokens ≥ 0 or null, and only colocate_async generates in chunks."""
+        """The chunk is a count of tokens ≥ 0 or null, and only the async modes generate in chunks."""
         value = self.partial_rollout_tokens
         if value is None:
             return []
         problems = self.non_negative("partial_rollout_tokens")
-        if not problems and value and self.trainer_mode != "colocate_async":
+        if not problems and value and self.trainer_mode == "sync":
             problems.append(
-                f"{self.key('partial_rollout_tokens')}={value}: only trainer.v1.trainer_mode=colocate_async generates "
-                f"in chunks (got {self.trainer_mode!r}); set it to null"
+                f"{self.key('partial_rollout_tokens')}={value}: only trainer.v1.trainer_mode=colocate_async or "
+                f"separate_async generates in chunks (got {self.trainer_mode!r}; one-step-off training, "
+                "async_training.enable, has no partial rollout); set it to null"
             )
         return problems

@@ -16,6 +16,7 @@ real: the run goes through ``rlcore run``'s own code path with the local executo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,9 @@ def _rows(n: int, split: str) -> list[dict[str, Any]]:
     ]
 
 
-def make_tiny_task(root: Path, train_rows: int = 24, test_rows: int = 6) -> dict[str, Path]:
-    """Write ``train.parquet``, ``test.parquet`` and ``reward.py`` under ``root``; return their paths."""
+def make_tiny_task(root: Path, train_rows: int = 24, test_rows: int = 6, caps: Sequence[int] = ()) -> dict[str, Path]:
+    """Write ``train.parquet``, ``test.parquet`` and ``reward.py`` under ``root``; return their paths. ``caps``:
+    per-row response caps for the training rows by batch of 4 (:func:`cap_responses`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -51,7 +53,58 @@ def make_tiny_task(root: Path, train_rows: int = 24, test_rows: int = 6) -> dict
     pq.write_table(pa.Table.from_pylist(_rows(train_rows, "train")), root / "train.parquet")
     pq.write_table(pa.Table.from_pylist(_rows(test_rows, "test")), root / "test.parquet")
     (root / "reward.py").write_text(REWARD_PY)
+    if caps:
+        cap_responses(root / "train.parquet", caps)
     return {"train": root / "train.parquet", "test": root / "test.parquet", "reward": root / "reward.py"}
+
+
+#: the prefixes of the metrics that measure time, speed or overlap, not what was trained
+VOLATILE_METRICS = (
+    "timing_s/",
+    "timing_worker_s/",
+    "timing_per_token_ms/",
+    "perf/",
+    "actor/weight_sync_s",
+    "actor/weight_export_s",
+    "async_training/overlap_share",
+)
+
+
+def comparable(rows: list[dict[str, Any]], drop: tuple[str, ...] = ()) -> dict[int, dict[str, Any]]:
+    """The metric records ``rows`` (``rlcore.tracking.sinks.read_metrics``) by step, without the
+    :data:`VOLATILE_METRICS` and the ``drop`` prefixes: what two runs that trained the same agree on."""
+    skip = VOLATILE_METRICS + drop
+    return {row["step"]: {k: v for k, v in row.items() if not k.startswith(skip)} for row in rows}
+
+
+def cap_responses(train: Path, caps: Sequence[int], batch: int = 4, rest: int = 2) -> None:
+    """Give the rows of the parquet file ``train`` per-row response caps (``extra_info.max_new_tokens``) by batch
+    of ``batch`` rows in file order: ``caps[i]`` for batch ``i``, ``rest`` after the last."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(train).to_pylist()
+    for i, row in enumerate(rows):
+        cap = caps[i // batch] if i // batch < len(caps) else rest
+        row["extra_info"] = {**row["extra_info"], "max_new_tokens": cap}
+    pq.write_table(pa.Table.from_pylist(rows), train)
+
+
+def teacher_forced(model_dir: Path, rows: Any, tokens: int) -> Any:
+    """The log-probs (temperature 1) of each row's first ``tokens`` response tokens (``rows``: a batch with
+    ``prompts``, ``attention_mask`` and ``responses``) under the model in ``model_dir``, recomputed row by row
+    without padding; a [rows, tokens] tensor."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    out = []
+    with torch.no_grad():
+        for prompt, mask, response in zip(rows["prompts"], rows["attention_mask"], rows["responses"]):
+            ids = torch.cat([prompt[mask[: len(prompt)].bool()], response[:tokens]])
+            logits = model(ids[None]).logits[0, -tokens - 1 : -1].float()
+            out.append(torch.log_softmax(logits, -1).gather(-1, response[:tokens, None]).squeeze(-1))
+    return torch.stack(out)
 
 
 def tiny_overrides(tmp_path: Path, model_dir: Path, task: dict[str, Path]) -> list[str]:
