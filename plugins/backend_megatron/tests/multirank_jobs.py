@@ -30,6 +30,7 @@ LAYOUTS: dict[str, tuple[int, int, int]] = {
     "tp2pp2": (4, 2, 2),
     "tp2dp2": (4, 2, 1),
     "tp2_recompute": (2, 2, 1),
+    "tp2sp": (2, 2, 1),
     "pp2vpp2": (2, 1, 2),
     "cp2": (2, 1, 1),
     "moe_ep1": (1, 1, 1),
@@ -45,6 +46,8 @@ VIRTUAL: dict[str, int] = {"pp2vpp2": 2}
 CONTEXT: dict[str, int] = {"cp2": 2}
 #: name -> expert parallel size, for the layouts of a mixture-of-experts model
 EXPERT: dict[str, int] = {"moe_ep1": 1, "moe_ep2": 2, "lora_moe_ep1": 1, "lora_moe_ep2": 2}
+#: the layouts that split the sequence over the tensor-parallel ranks (``megatron.sequence_parallel``)
+SEQUENCE_PARALLEL = {"tp2sp"}
 #: the layouts that recompute every layer in the backward pass (``model.enable_gradient_checkpointing``)
 RECOMPUTE = {"tp2_recompute"}
 #: the layouts that train LoRA adapters (``model.lora.*``; on the MoE model every expert gets its own)
@@ -93,6 +96,8 @@ def make_worker(name: str, model_dir: Path, rank: int) -> Any:
         sizes["context_parallel_size"] = CONTEXT[name]
     if name in EXPERT:
         sizes["expert_model_parallel_size"] = EXPERT[name]
+    if name in SEQUENCE_PARALLEL:
+        sizes["sequence_parallel"] = True
     config = Settings.make_config(
         model_dir,
         **{
@@ -141,6 +146,7 @@ def run_layout(name: str, model_dir: Path, rank: int, out_dir: Path | None = Non
         chunk["advantages"] = advantages.chunk(layout.dp_size)[layout.dp_rank].clone()
         out: dict[str, Any] = {"dp_rank": layout.dp_rank, "dp_size": layout.dp_size, "output": layout.is_output_rank}
         out["recompute"] = worker.actor.chunks[0].config.recompute_granularity
+        out["sequence_parallel"] = worker.actor.chunks[0].config.sequence_parallel
         out["before"] = worker.compute_log_prob(chunk)["old_log_probs"]
         out["metrics"] = update_metrics(worker, chunk)
         out["grad_norm"] = out["metrics"]["actor/grad_norm"]

@@ -1,5 +1,6 @@
-"""Tensor and pipeline parallelism over gloo: TP=2, PP=2, TP=2×PP=2, TP=2×DP=2 and TP=2 with every layer
-recomputed in the backward pass (``model.enable_gradient_checkpointing``) equal TP=1.
+"""Tensor and pipeline parallelism over gloo: TP=2, PP=2, TP=2×PP=2, TP=2×DP=2, TP=2 with every layer
+recomputed in the backward pass (``model.enable_gradient_checkpointing``) and TP=2 with the sequence split
+over the tensor-parallel ranks (``megatron.sequence_parallel``) equal TP=1.
 
 Each layout runs in spawned processes (``FileStore`` rendezvous) on a tiny GQA model with two key/value
 heads; this process runs TP=1 on the whole batch. Every rank returns its data-parallel chunk's log-probs
@@ -18,7 +19,7 @@ import torch.multiprocessing as mp
 from rlcore_testkit.tiny import make_tiny_model_dir
 
 #: the layouts spawned against the single-rank run
-LAYOUTS = ("tp2", "pp2", "tp2pp2", "tp2dp2", "tp2_recompute")
+LAYOUTS = ("tp2", "pp2", "tp2pp2", "tp2dp2", "tp2_recompute", "tp2sp")
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +52,7 @@ def test_layout_equals_single_rank(
     assert dp_size == world // (jobs.LAYOUTS[layout][1] * jobs.LAYOUTS[layout][2])
     assert sorted(r["dp_rank"] for r in results if r["output"]) == list(range(dp_size))
     assert {r["recompute"] for r in results} == {"full" if layout in jobs.RECOMPUTE else None}
+    assert {r["sequence_parallel"] for r in results} == {layout in jobs.SEQUENCE_PARALLEL}
     for rank, result in enumerate(results):
         rows = slice(result["dp_rank"] * 4 // dp_size, (result["dp_rank"] + 1) * 4 // dp_size)
         torch.testing.assert_close(result["before"], reference["before"][rows], atol=1e-5, rtol=0, msg=f"rank {rank}")

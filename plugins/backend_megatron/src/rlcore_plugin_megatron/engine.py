@@ -105,6 +105,7 @@ from rlcore_plugin_megatron.routing import (
     routing_stats,
     set_targets,
 )
+from rlcore_plugin_megatron.sequence_parallel import tensor_parallel_partial
 from rlcore_plugin_megatron.settings import FLOAT32_NAMES, MegatronSettings, resolve_settings
 
 logger = logging.getLogger(__name__)
@@ -243,9 +244,10 @@ class Prepared:
         return out
 
 
-def prepare(micro: Batch, cp_size: int = 1, cp_rank: int = 0) -> Prepared:
+def prepare(micro: Batch, cp_size: int = 1, cp_rank: int = 0, sp_size: int = 1) -> Prepared:
     """:class:`Prepared` inputs of ``micro`` (tensors on its device) for context-parallel rank ``cp_rank`` of
-    ``cp_size``.
+    ``cp_size``; with sequence parallelism over ``sp_size`` tensor-parallel ranks the width (each context-parallel
+    rank's part) is padded to a multiple of ``sp_size``.
 
     Each row's attended tokens must be one contiguous run (left-padded prompt, right-padded response), as
     rollouts produce them; with RoPE only relative positions matter, so shifting a row leaves its outputs
@@ -268,10 +270,11 @@ def prepare(micro: Batch, cp_size: int = 1, cp_rank: int = 0) -> Prepared:
     input_ids = micro["input_ids"].gather(1, index)
     positions = positions.clamp(0, width - 1)
     valid = arange[None] < count[:, None]
+    multiple = (2 * cp_size if cp_size > 1 else 1) * sp_size
+    padded = -(-width // multiple) * multiple
+    input_ids = torch.nn.functional.pad(input_ids, (0, padded - width))
+    valid = torch.nn.functional.pad(valid, (0, padded - width))
     if cp_size > 1:
-        padded = -(-width // (2 * cp_size)) * (2 * cp_size)
-        input_ids = torch.nn.functional.pad(input_ids, (0, padded - width))
-        valid = torch.nn.functional.pad(valid, (0, padded - width))
         own = cp_positions(padded, cp_size, cp_rank, mask.device)
         return Prepared(
             input_ids=input_ids[:, own],
@@ -282,15 +285,27 @@ def prepare(micro: Batch, cp_size: int = 1, cp_rank: int = 0) -> Prepared:
             index=index,
             own=own,
         )
-    causal = torch.ones(width, width, dtype=torch.bool, device=mask.device).triu(1)
+    causal = torch.ones(padded, padded, dtype=torch.bool, device=mask.device).triu(1)
     return Prepared(
         input_ids=input_ids,
-        position_ids=arange[None].expand(rows, width),
+        position_ids=torch.arange(padded, device=mask.device)[None].expand(rows, padded),
         attention_mask=causal[None, None],
         positions=positions,
         valid=valid,
         index=index,
     )
+
+
+def all_reduce_flat(grads: list[torch.Tensor], group: Any, divisor: int = 1) -> None:
+    """Sum ``grads`` in place over ``group`` (None: no reduction) in one flat message, then divide by
+    ``divisor``."""
+    flat = torch.cat([grad.reshape(-1) for grad in grads])
+    if group is not None:
+        dist.all_reduce(flat, group=group)
+    if divisor != 1:
+        flat /= divisor
+    for grad, part in zip(grads, flat.split([grad.numel() for grad in grads]), strict=True):
+        grad.copy_(part.view_as(grad))
 
 
 class Offloader:
@@ -363,6 +378,8 @@ class MegatronEngine(OptimizerState):
         acquire_parallel_state(self.settings)
         self.tp_rank, self.pp_rank = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
         self.tp_group, self.pp_group = ps.get_tensor_model_parallel_group(), ps.get_pipeline_model_parallel_group()
+        #: the tensor-parallel ranks that split the sequence (``sequence_parallel``; 1 without)
+        self.sp_size = self.settings.tp if self.settings.sequence_parallel and self.settings.tp > 1 else 1
         self.dp_group = ps.get_data_parallel_group()
         self.dp_size = ps.get_data_parallel_world_size()
         #: the context-parallel group and the data-parallel × context-parallel group gradients are reduced over
@@ -448,6 +465,19 @@ class MegatronEngine(OptimizerState):
         if self.spec.is_moe:
             define_missing_te_gemm()
         self.lora = lora_settings(config, request.role, request.model_section)
+        if self.sp_size > 1 and (self.spec.is_moe or self.lora is not None):
+            self.close()  # the worker never sees this engine: leave the model-parallel groups now
+            raise RLCoreError(
+                f"{self.settings.key}.sequence_parallel=true with tensor_model_parallel_size={self.settings.tp} "
+                f"is implemented for dense models without LoRA: this {'LoRA' if self.lora else 'mixture-of-experts'} "
+                "model's "
+                + (
+                    "adapters take whole sequences"
+                    if self.lora
+                    else "routing record and padding mask hold whole sequences"
+                )
+                + " on every tensor-parallel rank; set sequence_parallel=false"
+            )
         if self.lora is not None:  # before loading: a checkpoint of a LoRA run holds the adapters too
             try:
                 self._apply_lora(int(select(config, "trainer.seed", 1)))
@@ -633,7 +663,9 @@ class MegatronEngine(OptimizerState):
         if chunk == 0:
             return None
         rows, width = inputs.input_ids.shape
-        hidden = torch.empty(width, rows, self.spec.hidden_size, dtype=torch.float32, device=self.device)
+        hidden = torch.empty(
+            width // self.sp_size, rows, self.spec.hidden_size, dtype=torch.float32, device=self.device
+        )
         self._p2p(hidden, self._owner(chunk - 1), send=False)
         return hidden
 
@@ -696,7 +728,7 @@ class MegatronEngine(OptimizerState):
             with torch.no_grad(), cpu_compat(self.device):
                 for micro in micro_batches:
                     micro = micro.copy_to(self.device)
-                    inputs = prepare(micro, self.settings.cp, self.cp_rank)
+                    inputs = prepare(micro, self.settings.cp, self.cp_rank, self.sp_size)
                     self._set_replay(micro, inputs)
                     for local, chunk in enumerate(self.chunk_ids):
                         out = self._chunk_forward(local, inputs, self._receive_hidden(chunk, inputs))
@@ -739,7 +771,7 @@ class MegatronEngine(OptimizerState):
         with cpu_compat(self.device):
             for index, micro in enumerate(micro_batches):
                 micro = micro.copy_to(self.device)
-                inputs = prepare(micro, self.settings.cp, self.cp_rank)
+                inputs = prepare(micro, self.settings.cp, self.cp_rank, self.sp_size)
                 self._set_replay(micro, inputs)
                 for local, chunk in enumerate(self.chunk_ids):
                     hidden = self._receive_hidden(chunk, inputs)
@@ -798,30 +830,34 @@ class MegatronEngine(OptimizerState):
     def _reduce_gradients(self) -> None:
         """Sum the gradients over the context-parallel ranks (each holds its tokens' part), average them over the
         data-parallel group and sum a tied embedding's gradient between the first and the last pipeline stage.
+        A replicated weight whose gradient is partial on each tensor-parallel rank (a norm under sequence
+        parallelism, the query/key norms: :func:`~rlcore_plugin_megatron.sequence_parallel.tensor_parallel_partial`)
+        is first summed over the tensor-parallel group.
 
         An expert's gradient already holds the part of every token routed to it from the ranks of its
         expert-parallel group; it is summed over the ranks holding the same expert (megatron-core's expert
         data-parallel group) and divided by the data-parallel size like the others."""
         dense: list[torch.Tensor] = []
         experts: list[torch.Tensor] = []
+        partial: list[torch.Tensor] = []
+        config = self.chunks[0].config
         for name, param in self.module.named_parameters():
             if not param.requires_grad:
                 continue
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
             (experts if expert_of(name) is not None else dense).append(param.grad)
+            if tensor_parallel_partial(name, param, config):
+                partial.append(param.grad)
+        if partial:
+            all_reduce_flat(partial, self.tp_group)
         for grads, group, size in (
             (dense, self.dp_cp_group, self.dp_size * self.settings.cp),
             (experts, self.edp_group, dist.get_world_size(self.edp_group) if experts else 1),
         ):
             if not grads or (size == 1 and self.dp_size == 1):
                 continue
-            flat = torch.cat([grad.reshape(-1) for grad in grads])
-            if size > 1:
-                dist.all_reduce(flat, group=group)
-            flat /= self.dp_size
-            for grad, part in zip(grads, flat.split([grad.numel() for grad in grads]), strict=True):
-                grad.copy_(part.view_as(grad))
+            all_reduce_flat(grads, group if size > 1 else None, self.dp_size)
         if self.spec.tied and self.settings.pp > 1:
             from megatron.core import parallel_state as ps
 
