@@ -61,3 +61,49 @@ def test_layout_equals_single_rank(
         assert result["state"].keys() == reference["state"].keys()
         for name, tensor in reference["state"].items():
             torch.testing.assert_close(result["state"][name], tensor, atol=1e-4, rtol=0, msg=f"rank {rank}: {name}")
+
+
+@pytest.fixture(scope="module")
+def qk_norm_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen3 model (query/key norms, perturbed away from 1) with 4 query heads in 2 groups."""
+    from rlcore_testkit.tiny import build_tokenizer, padded_vocab_size
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    path = tmp_path_factory.mktemp("qwen3")
+    tokenizer = build_tokenizer(None)
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=padded_vocab_size(tokenizer),
+        hidden_size=128,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    model = Qwen3ForCausalLM(config)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(("q_norm.weight", "k_norm.weight")):
+                param.add_(torch.randn_like(param) * 0.2)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_query_key_norms_split_over_heads_equal_single_rank(jobs: Any, qk_norm_model_dir: Path, tmp_path: Path) -> None:
+    """TP=2 on a model with query/key norms (each rank normalises its own heads, so each holds part of the norms'
+    gradient, summed over the tensor-parallel group) equals TP=1: gradient norm, log-probs after the update and
+    the updated norm weights."""
+    reference = jobs.run_layout("tp1", qk_norm_model_dir, 0)
+    mp.spawn(jobs.run_rank, args=("tp2", str(tmp_path / "store"), str(qk_norm_model_dir), str(tmp_path)), nprocs=2)
+    for rank in range(2):
+        result = torch.load(tmp_path / f"tp2_rank{rank}.pt", weights_only=False)
+        assert result["grad_norm"] == pytest.approx(reference["grad_norm"], rel=1e-4)
+        torch.testing.assert_close(result["after"], reference["after"], atol=1e-4, rtol=0)
+        for name in [name for name in reference["state"] if name.endswith(("q_norm.weight", "k_norm.weight"))]:
+            torch.testing.assert_close(result["state"][name], reference["state"][name], atol=1e-5, rtol=0, msg=name)
