@@ -15,6 +15,7 @@ import torch.distributed as dist
 from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
 
 from rlcore.api.batch import Batch
+from rlcore.api.training import ROUTED_EXPERTS
 
 PROMPTS = (
     "john has 5 apples and mary has more apples than john",
@@ -31,6 +32,8 @@ LAYOUTS: dict[str, tuple[int, int, int]] = {
     "tp2dp2": (4, 2, 1),
     "tp2_recompute": (2, 2, 1),
     "tp2sp": (2, 2, 1),
+    "moe_r3_pp1": (1, 1, 1),
+    "moe_r3_pp2": (2, 1, 2),
     "pp2vpp2": (2, 1, 2),
     "cp2": (2, 1, 1),
     "moe_ep1": (1, 1, 1),
@@ -48,8 +51,10 @@ CONTEXT: dict[str, int] = {"cp2": 2}
 EXPERT: dict[str, int] = {"moe_ep1": 1, "moe_ep2": 2, "lora_moe_ep1": 1, "lora_moe_ep2": 2}
 #: the layouts that split the sequence over the tensor-parallel ranks (``megatron.sequence_parallel``)
 SEQUENCE_PARALLEL = {"tp2sp"}
+#: the layouts of a mixture-of-experts model that replay :func:`replayed_routes` (``router_replay.mode=R3``)
+REPLAY = {"moe_r3_pp1", "moe_r3_pp2"}
 #: the layouts that recompute every layer in the backward pass (``model.enable_gradient_checkpointing``)
-RECOMPUTE = {"tp2_recompute"}
+RECOMPUTE = {"tp2_recompute"} | REPLAY
 #: the layouts that train LoRA adapters (``model.lora.*``; on the MoE model every expert gets its own)
 LORA: dict[str, Any] = {"actor_rollout_ref.model.lora.rank": 4, "actor_rollout_ref.model.lora.alpha": 8}
 LORA_LAYOUTS = {"lora_tp1", "lora_tp2", "lora_moe_ep1", "lora_moe_ep2"}
@@ -113,9 +118,22 @@ def make_worker(name: str, model_dir: Path, rank: int) -> Any:
             "actor_rollout_ref.model.enable_gradient_checkpointing": name in RECOMPUTE,
         },
     )
+    if name in REPLAY:
+        from omegaconf import OmegaConf, open_dict
+
+        with open_dict(config):
+            OmegaConf.update(config, "actor_rollout_ref.actor.router_replay.mode", "R3", force_add=True)
     worker = ActorRolloutRefWorker(config, "actor", rank, world)
     worker.init_model()
     return worker
+
+
+def replayed_routes(batch: Batch, layers: int = 2, experts: int = 8, top_k: int = 2) -> torch.Tensor:
+    """Fixed routes ``[B, S, layers, top_k]`` for :data:`REPLAY` layouts: ``top_k`` distinct experts per token
+    drawn with a fixed seed (not what the routers would choose)."""
+    generator = torch.Generator().manual_seed(3)
+    shape = (*batch["input_ids"].shape, layers, experts)
+    return torch.rand(shape, generator=generator).argsort(-1)[..., :top_k]
 
 
 def update_metrics(worker: Any, chunk: Batch) -> dict[str, float]:
@@ -144,7 +162,12 @@ def run_layout(name: str, model_dir: Path, rank: int, out_dir: Path | None = Non
         advantages = torch.linspace(-1.0, 1.0, batch["responses"].numel()).view_as(batch["responses"])
         chunk = batch.chunk(layout.dp_size)[layout.dp_rank]
         chunk["advantages"] = advantages.chunk(layout.dp_size)[layout.dp_rank].clone()
-        out: dict[str, Any] = {"dp_rank": layout.dp_rank, "dp_size": layout.dp_size, "output": layout.is_output_rank}
+        out: dict[str, Any] = {}
+        if name in REPLAY:
+            # the engine's own routing (the worker's R3 compute_log_prob asks for the routes)
+            out["free"] = worker.actor.forward([chunk], temperature=1.0, with_entropy=False)[0].log_probs
+            chunk[ROUTED_EXPERTS] = replayed_routes(chunk)
+        out.update(dp_rank=layout.dp_rank, dp_size=layout.dp_size, output=layout.is_output_rank)
         out["recompute"] = worker.actor.chunks[0].config.recompute_granularity
         out["sequence_parallel"] = worker.actor.chunks[0].config.sequence_parallel
         out["before"] = worker.compute_log_prob(chunk)["old_log_probs"]

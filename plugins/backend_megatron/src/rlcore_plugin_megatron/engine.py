@@ -100,6 +100,7 @@ from rlcore_plugin_megatron.mtp import (
     read_mtp_weights,
 )
 from rlcore_plugin_megatron.routing import (
+    forget_forwards,
     install_taps,
     routed_experts,
     routing_stats,
@@ -134,10 +135,11 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
     settings = resolve_settings(select(config, key), key)
     moe_overrides(settings, on_cpu=_is_cpu(config))
     mode = replay_mode(config)
-    if mode != "disabled" and settings.pp > 1:
+    if mode == "R2" and settings.pp > 1:
         raise RLCoreError(
-            f"{REPLAY_MODE_KEY}={mode} with {key}.pipeline_model_parallel_size={settings.pp}: routing replay on the "
-            "megatron backend needs every MoE layer on one pipeline stage; set pipeline_model_parallel_size=1"
+            f"{REPLAY_MODE_KEY}=R2 with {key}.pipeline_model_parallel_size={settings.pp}: recording the routing "
+            "needs every MoE layer on one pipeline stage; use R3 (the rollout records it, each stage replays its own "
+            "layers) or pipeline_model_parallel_size=1"
         )
     if mode == "R2" and settings.cp > 1:
         raise RLCoreError(
@@ -462,6 +464,8 @@ class MegatronEngine(OptimizerState):
             ]
         self.module: torch.nn.Module = self.chunks[0] if vpp == 1 else torch.nn.ModuleList(self.chunks)
         self.taps = install_taps(self.chunks, bool(mc_config.moe_router_pre_softmax)) if self.spec.is_moe else []
+        #: the global layer of each tap, in order
+        self.tap_layers = [layer for layers in self.chunk_layers for layer in layers] if self.taps else []
         if self.spec.is_moe:
             define_missing_te_gemm()
         self.lora = lora_settings(config, request.role, request.model_section)
@@ -631,20 +635,22 @@ class MegatronEngine(OptimizerState):
         return self._with_routing(output, inputs, record=record)
 
     def _set_replay(self, micro: Batch, inputs: Prepared) -> None:
-        """Before a micro-batch's forward: the routers replay its ``routed_experts`` (``[B, P + R, L, k]``,
-        ``-1`` = recompute) when the routing replay mode is R2 or R3 and the batch has them, else recompute."""
+        """Before a micro-batch's forward: the routers of this rank's layers replay their part of its
+        ``routed_experts`` (``[B, P + R, L, k]`` over all ``L`` layers, ``-1`` = recompute) when the routing replay
+        mode is R2 or R3 and the batch has them, else recompute."""
         if not self.taps:
             return
         routed = None
         if self.replay_mode != "disabled" and ROUTED_EXPERTS in micro:
             given = micro[ROUTED_EXPERTS]
-            expected = (*micro["input_ids"].shape, len(self.taps), self.spec.moe_topk)
+            expected = (*micro["input_ids"].shape, self.spec.num_layers, self.spec.moe_topk)
             if tuple(given.shape) != expected:
                 raise RLCoreError(
                     f"batch key {ROUTED_EXPERTS!r} has shape {tuple(given.shape)}; this model needs {expected} "
                     "(rows, tokens, MoE layers, experts per token)"
                 )
-            routed = inputs.shift(given.to(device=self.device, dtype=torch.long), -1)
+            # this rank's layers (every layer is a MoE layer; with pipeline stages each stage replays its own)
+            routed = inputs.shift(given[:, :, self.tap_layers].to(device=self.device, dtype=torch.long), -1)
         set_targets(self.taps, routed)
 
     def _with_routing(self, output: ModelOutput, inputs: Prepared, *, record: bool) -> ModelOutput:
@@ -729,6 +735,7 @@ class MegatronEngine(OptimizerState):
                 for micro in micro_batches:
                     micro = micro.copy_to(self.device)
                     inputs = prepare(micro, self.settings.cp, self.cp_rank, self.sp_size)
+                    forget_forwards(self.taps)
                     self._set_replay(micro, inputs)
                     for local, chunk in enumerate(self.chunk_ids):
                         out = self._chunk_forward(local, inputs, self._receive_hidden(chunk, inputs))
@@ -768,6 +775,7 @@ class MegatronEngine(OptimizerState):
             # the load-balancing loss of every micro-batch counts 1/n (the gradients are then averaged over the
             # data-parallel ranks): the mean over micro-batches and ranks of coeff × Σ_layers loss
             MoEAuxLossAutoScaler.set_loss_scale(torch.tensor(1.0 / max(len(micro_batches), 1), device=self.device))
+        forget_forwards(self.taps)
         with cpu_compat(self.device):
             for index, micro in enumerate(micro_batches):
                 micro = micro.copy_to(self.device)
