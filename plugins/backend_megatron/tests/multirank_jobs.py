@@ -254,3 +254,41 @@ def run_token_id_rank(rank: int, name: str, store_file: str, model_dir: str, out
     finally:
         dist.destroy_process_group()
     torch.save(result, Path(out_dir) / f"token_ids_{name}_rank{rank}.pt")
+
+
+def run_critic(name: str, model_dir: Path, rank: int) -> dict[str, Any]:
+    """A Megatron critic at layout ``name`` (``tp1`` or ``tp2sp``) as ``rank``: its values of the global batch
+    after one update towards fixed returns, and the update's gradient norm."""
+    from rlcore.workers.critic import CriticWorker
+
+    world, tp, _ = LAYOUTS[name]
+    config = Settings.make_config(
+        model_dir,
+        **{
+            "critic.megatron.tensor_model_parallel_size": tp,
+            "critic.megatron.sequence_parallel": name in SEQUENCE_PARALLEL,
+            "critic.ppo_micro_batch_size_per_gpu": 2,
+            "critic.optim.lr": 1e-2,
+        },
+    )
+    worker = CriticWorker(config, "critic", rank, world)
+    worker.init_model()
+    try:
+        batch = global_batch(model_dir)
+        batch["values"] = worker.compute_values(batch)["values"]
+        batch["returns"] = torch.linspace(-1.0, 1.0, batch["responses"].numel()).view_as(batch["responses"])
+        metrics = dict(worker.update_critic(batch).meta["metrics"])
+        return {"values": worker.compute_values(batch)["values"], "grad_norm": metrics["critic/grad_norm"]}
+    finally:
+        worker.shutdown()
+
+
+def run_critic_rank(rank: int, name: str, store_file: str, model_dir: str, out_dir: str) -> None:
+    """A spawned rank of :func:`run_critic` (as :func:`run_rank`)."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(store_file, LAYOUTS[name][0]), rank=rank, world_size=2)
+    try:
+        result = run_critic(name, Path(model_dir), rank)
+    finally:
+        dist.destroy_process_group()
+    torch.save(result, Path(out_dir) / f"critic_{name}_rank{rank}.pt")

@@ -107,3 +107,15 @@ def test_query_key_norms_split_over_heads_equal_single_rank(jobs: Any, qk_norm_m
         torch.testing.assert_close(result["after"], reference["after"], atol=1e-4, rtol=0)
         for name in [name for name in reference["state"] if name.endswith(("q_norm.weight", "k_norm.weight"))]:
             torch.testing.assert_close(result["state"][name], reference["state"][name], atol=1e-5, rtol=0, msg=name)
+
+
+def test_critic_with_sequence_parallelism_equals_single_rank(jobs: Any, gqa_model_dir: Path, tmp_path: Path) -> None:
+    """A critic at TP=2 with the sequence split (its value head gathers the sequence first, as the language-model
+    head it replaces does): values after one update (1e-5) and the gradient norm (1e-4 relative) equal TP=1's."""
+    reference = jobs.run_critic("tp1", gqa_model_dir, 0)
+    assert reference["values"].abs().max() > 1e-3  # the update moved the values away from the zero head
+    mp.spawn(jobs.run_critic_rank, args=("tp2sp", str(tmp_path / "store"), str(gqa_model_dir), str(tmp_path)), nprocs=2)
+    for rank in range(2):
+        result = torch.load(tmp_path / f"critic_tp2sp_rank{rank}.pt", weights_only=False)
+        torch.testing.assert_close(result["values"], reference["values"], atol=1e-5, rtol=0, msg=f"rank {rank}")
+        assert result["grad_norm"] == pytest.approx(reference["grad_norm"], rel=1e-4)
