@@ -164,3 +164,25 @@ def test_replay_over_pipeline_stages_with_recomputation(jobs: Any, moe_model_dir
         torch.testing.assert_close(result["before"], reference["before"], atol=1e-5, rtol=0, msg=f"rank {rank}")
         torch.testing.assert_close(result["after"], reference["after"], atol=1e-4, rtol=0, msg=f"rank {rank}")
         assert result["grad_norm"] == pytest.approx(reference["grad_norm"], rel=1e-4)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_sequence_parallelism_on_moe_or_lora_is_an_error(moe_model_dir: Path, tiny_model_dir: Path, lora: bool) -> None:
+    """``megatron.sequence_parallel`` with tensor parallelism on a mixture-of-experts model (whose routing record
+    holds whole sequences) or with LoRA is an error naming the key, before any model is built; a dense model
+    without LoRA passes the check."""
+    from rlcore_plugin_megatron.engine import check_config
+
+    split = {
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
+        "actor_rollout_ref.actor.megatron.sequence_parallel": True,
+    }
+    lora_keys = {"actor_rollout_ref.model.lora.rank": 4, "actor_rollout_ref.model.lora.alpha": 8} if lora else {}
+    model = tiny_model_dir if lora else moe_model_dir
+    config = Settings.make_config(model, **split, **lora_keys)
+    what = "LoRA adapters" if lora else "mixture-of-experts model"
+    with pytest.raises(RLCoreError, match=rf"megatron\.sequence_parallel=true with .*: .*{what}"):
+        check_config(config, "actor", "actor_rollout_ref.actor", "actor_rollout_ref.model")
+    assert check_config(
+        Settings.make_config(tiny_model_dir, **split), "actor", "actor_rollout_ref.actor", "actor_rollout_ref.model"
+    ).sequence_parallel

@@ -157,7 +157,9 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
             f"{model_section}.lora_rank > 0 configures LoRA on the fsdp backend (peft); the megatron backend reads "
             f"verl 0.10's {model_section}.lora.rank (and lora.alpha, lora.target_modules, ...)"
         )
-    lora_settings(config, role, model_section)
+    lora = lora_settings(config, role, model_section)
+    if settings.sequence_parallel and settings.tp > 1:
+        _check_sequence_parallel(config, key, model_section, lora is not None)
     if settings.dtype not in FLOAT32_NAMES and not _is_cpu(config):
         raise RLCoreError(
             f"{key}.dtype={settings.dtype}: rlcore's Megatron engine computes in float32 (no bf16/fp16 mixed "
@@ -175,6 +177,20 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
                 "model shares the actor's ranks"
             )
     return settings
+
+
+def _check_sequence_parallel(config: DictConfig, key: str, model_section: str, lora: bool) -> None:
+    """``{key}.sequence_parallel`` with tensor parallelism is implemented for dense models without LoRA; an error
+    naming the key otherwise (a MoE model's routing record and padding mask, and LoRA's adapters, take whole
+    sequences on every tensor-parallel rank)."""
+    model_config = ModelConfig.from_mapping(select(config, model_section))
+    moe = ModelSpec.from_hf_config(load_hf_config(model_config, model_section), model_section).is_moe
+    if moe or lora:
+        what = "LoRA adapters take" if lora else "a mixture-of-experts model's routing record and padding mask take"
+        raise RLCoreError(
+            f"{key}.sequence_parallel=true with tensor_model_parallel_size>1 is implemented for dense models without "
+            f"LoRA: {what} whole sequences on every tensor-parallel rank; set sequence_parallel=false"
+        )
 
 
 def lora_settings(config: DictConfig, role: EngineRole, model_section: str) -> LoraSettings | None:
@@ -469,19 +485,6 @@ class MegatronEngine(OptimizerState):
         if self.spec.is_moe:
             define_missing_te_gemm()
         self.lora = lora_settings(config, request.role, request.model_section)
-        if self.sp_size > 1 and (self.spec.is_moe or self.lora is not None):
-            self.close()  # the worker never sees this engine: leave the model-parallel groups now
-            raise RLCoreError(
-                f"{self.settings.key}.sequence_parallel=true with tensor_model_parallel_size={self.settings.tp} "
-                f"is implemented for dense models without LoRA: this {'LoRA' if self.lora else 'mixture-of-experts'} "
-                "model's "
-                + (
-                    "adapters take whole sequences"
-                    if self.lora
-                    else "routing record and padding mask hold whole sequences"
-                )
-                + " on every tensor-parallel rank; set sequence_parallel=false"
-            )
         if self.lora is not None:  # before loading: a checkpoint of a LoRA run holds the adapters too
             try:
                 self._apply_lora(int(select(config, "trainer.seed", 1)))
