@@ -1,7 +1,7 @@
 """verl 0.10's own example scripts, run through ``rlcore run --dry-run`` with only the entry point swapped.
 
 The scripts under ``tests/verl010_examples/`` are unmodified copies from verl 0.10.0.dev (see the NOTICE there):
-a sample of 38 of the 82 scripts of its ``examples/`` that call ``verl.trainer.main_ppo`` and are not for Ascend
+a sample of 40 of the 82 scripts of its ``examples/`` that call ``verl.trainer.main_ppo`` and are not for Ascend
 NPUs only, spread over its algorithms (GRPO, PPO, GSPO, CISPO, DPPO, GDPO, GMPO, GPG, OTB, RLOO, ReMax,
 REINFORCE++, SAPO, on-policy distillation, MTP, rollout correction, prefix grouper) and engines (FSDP, Megatron
 through ``model_engine=megatron``, LoRA, profiling). They run the way ``tests/test_verl_scripts.py`` runs 0.9's
@@ -67,6 +67,8 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/gspo_trainer/run_qwen3_30b_a3b_megatron.sh": (),
     "examples/gspo_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/mtp_trainer/run_mimo_7b_mtp_megatron.sh": (),
+    # Megatron sequence parallelism with tensor parallel size 2 (megatron.sequence_parallel=True)
+    "examples/mtp_trainer/run_mimo_7b_mtp_rl_vllm_sgl_megatron.sh": (),
     "examples/on_policy_distillation_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/on_policy_distillation_trainer/run_qwen3_8b_megatron.sh": (),
     "examples/on_policy_distillation_trainer/run_qwen3_8b_mopd_fsdp.sh": (),

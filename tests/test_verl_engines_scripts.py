@@ -6,7 +6,8 @@ The scripts under ``tests/verl_june_examples/`` are unmodified copies from verl 
 there): the five ``model_engine=veomni`` scripts that rlcore's FSDP engine trains as a named substitution, the
 Qwen3.5 Megatron script (``megatron.use_remove_padding=False``), the Qwen3-Next FSDP script
 (``fsdp_config.use_orig_params=True``), the SAPO script (``ulimit -n``, shimmed) and the MiMo MTP script
-(``actor_rollout_ref.model.mtp.*``: MTP training on Megatron).
+(``actor_rollout_ref.model.mtp.*``: MTP training on Megatron) and the router-replay Megatron script (R3 with
+pipeline parallelism 6 and full recomputation).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ SCRIPTS: dict[str, bool] = {
     "examples/mtp_trainer/run_mimo_7b_mtp_megatron.sh": False,
     "examples/on_policy_distillation_trainer/run_qwen3_0.6b_opd_veomni.sh": False,
     "examples/on_policy_distillation_trainer/run_qwen3_8b_mopd_veomni.sh": False,
+    "examples/router_replay/run_qwen3_30b_a3b_megatron.sh": True,
     "examples/sapo_trainer/run_qwen3_8b_fsdp.sh": False,
 }
 
@@ -54,5 +56,8 @@ def test_verl_june_script_dry_run(script: str, tmp_path: Path, request: pytest.F
     assert "prompts per step:" in result.output
     if "mtp_trainer" in script:
         assert "actor_rollout_ref.model.mtp.enable=True with actor_rollout_ref.actor.megatron" in result.output
+    if "router_replay" in script:  # R3 over 6 pipeline stages: each replays its own layers
+        assert "router_replay:\n      mode: R3" in result.output
+        assert "pipeline_model_parallel_size: 6" in result.output
     if "veomni" in script:
         assert "model_engine=veomni: trained by rlcore's FSDP engine" in result.output

@@ -15,6 +15,7 @@ import torch.distributed as dist
 from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
 
 from rlcore.api.batch import Batch
+from rlcore.api.training import ROUTED_EXPERTS
 
 PROMPTS = (
     "john has 5 apples and mary has more apples than john",
@@ -30,6 +31,9 @@ LAYOUTS: dict[str, tuple[int, int, int]] = {
     "tp2pp2": (4, 2, 2),
     "tp2dp2": (4, 2, 1),
     "tp2_recompute": (2, 2, 1),
+    "tp2sp": (2, 2, 1),
+    "moe_r3_pp1": (1, 1, 1),
+    "moe_r3_pp2": (2, 1, 2),
     "pp2vpp2": (2, 1, 2),
     "cp2": (2, 1, 1),
     "moe_ep1": (1, 1, 1),
@@ -45,8 +49,12 @@ VIRTUAL: dict[str, int] = {"pp2vpp2": 2}
 CONTEXT: dict[str, int] = {"cp2": 2}
 #: name -> expert parallel size, for the layouts of a mixture-of-experts model
 EXPERT: dict[str, int] = {"moe_ep1": 1, "moe_ep2": 2, "lora_moe_ep1": 1, "lora_moe_ep2": 2}
+#: the layouts that split the sequence over the tensor-parallel ranks (``megatron.sequence_parallel``)
+SEQUENCE_PARALLEL = {"tp2sp"}
+#: the layouts of a mixture-of-experts model that replay :func:`replayed_routes` (``router_replay.mode=R3``)
+REPLAY = {"moe_r3_pp1", "moe_r3_pp2"}
 #: the layouts that recompute every layer in the backward pass (``model.enable_gradient_checkpointing``)
-RECOMPUTE = {"tp2_recompute"}
+RECOMPUTE = {"tp2_recompute"} | REPLAY
 #: the layouts that train LoRA adapters (``model.lora.*``; on the MoE model every expert gets its own)
 LORA: dict[str, Any] = {"actor_rollout_ref.model.lora.rank": 4, "actor_rollout_ref.model.lora.alpha": 8}
 LORA_LAYOUTS = {"lora_tp1", "lora_tp2", "lora_moe_ep1", "lora_moe_ep2"}
@@ -93,6 +101,8 @@ def make_worker(name: str, model_dir: Path, rank: int) -> Any:
         sizes["context_parallel_size"] = CONTEXT[name]
     if name in EXPERT:
         sizes["expert_model_parallel_size"] = EXPERT[name]
+    if name in SEQUENCE_PARALLEL:
+        sizes["sequence_parallel"] = True
     config = Settings.make_config(
         model_dir,
         **{
@@ -108,9 +118,22 @@ def make_worker(name: str, model_dir: Path, rank: int) -> Any:
             "actor_rollout_ref.model.enable_gradient_checkpointing": name in RECOMPUTE,
         },
     )
+    if name in REPLAY:
+        from omegaconf import OmegaConf, open_dict
+
+        with open_dict(config):
+            OmegaConf.update(config, "actor_rollout_ref.actor.router_replay.mode", "R3", force_add=True)
     worker = ActorRolloutRefWorker(config, "actor", rank, world)
     worker.init_model()
     return worker
+
+
+def replayed_routes(batch: Batch, layers: int = 2, experts: int = 8, top_k: int = 2) -> torch.Tensor:
+    """Fixed routes ``[B, S, layers, top_k]`` for :data:`REPLAY` layouts: ``top_k`` distinct experts per token
+    drawn with a fixed seed (not what the routers would choose)."""
+    generator = torch.Generator().manual_seed(3)
+    shape = (*batch["input_ids"].shape, layers, experts)
+    return torch.rand(shape, generator=generator).argsort(-1)[..., :top_k]
 
 
 def update_metrics(worker: Any, chunk: Batch) -> dict[str, float]:
@@ -139,8 +162,14 @@ def run_layout(name: str, model_dir: Path, rank: int, out_dir: Path | None = Non
         advantages = torch.linspace(-1.0, 1.0, batch["responses"].numel()).view_as(batch["responses"])
         chunk = batch.chunk(layout.dp_size)[layout.dp_rank]
         chunk["advantages"] = advantages.chunk(layout.dp_size)[layout.dp_rank].clone()
-        out: dict[str, Any] = {"dp_rank": layout.dp_rank, "dp_size": layout.dp_size, "output": layout.is_output_rank}
+        out: dict[str, Any] = {}
+        if name in REPLAY:
+            # the engine's own routing (the worker's R3 compute_log_prob asks for the routes)
+            out["free"] = worker.actor.forward([chunk], temperature=1.0, with_entropy=False)[0].log_probs
+            chunk[ROUTED_EXPERTS] = replayed_routes(chunk)
+        out.update(dp_rank=layout.dp_rank, dp_size=layout.dp_size, output=layout.is_output_rank)
         out["recompute"] = worker.actor.chunks[0].config.recompute_granularity
+        out["sequence_parallel"] = worker.actor.chunks[0].config.sequence_parallel
         out["before"] = worker.compute_log_prob(chunk)["old_log_probs"]
         out["metrics"] = update_metrics(worker, chunk)
         out["grad_norm"] = out["metrics"]["actor/grad_norm"]
@@ -225,3 +254,41 @@ def run_token_id_rank(rank: int, name: str, store_file: str, model_dir: str, out
     finally:
         dist.destroy_process_group()
     torch.save(result, Path(out_dir) / f"token_ids_{name}_rank{rank}.pt")
+
+
+def run_critic(name: str, model_dir: Path, rank: int) -> dict[str, Any]:
+    """A Megatron critic at layout ``name`` (``tp1`` or ``tp2sp``) as ``rank``: its values of the global batch
+    after one update towards fixed returns, and the update's gradient norm."""
+    from rlcore.workers.critic import CriticWorker
+
+    world, tp, _ = LAYOUTS[name]
+    config = Settings.make_config(
+        model_dir,
+        **{
+            "critic.megatron.tensor_model_parallel_size": tp,
+            "critic.megatron.sequence_parallel": name in SEQUENCE_PARALLEL,
+            "critic.ppo_micro_batch_size_per_gpu": 2,
+            "critic.optim.lr": 1e-2,
+        },
+    )
+    worker = CriticWorker(config, "critic", rank, world)
+    worker.init_model()
+    try:
+        batch = global_batch(model_dir)
+        batch["values"] = worker.compute_values(batch)["values"]
+        batch["returns"] = torch.linspace(-1.0, 1.0, batch["responses"].numel()).view_as(batch["responses"])
+        metrics = dict(worker.update_critic(batch).meta["metrics"])
+        return {"values": worker.compute_values(batch)["values"], "grad_norm": metrics["critic/grad_norm"]}
+    finally:
+        worker.shutdown()
+
+
+def run_critic_rank(rank: int, name: str, store_file: str, model_dir: str, out_dir: str) -> None:
+    """A spawned rank of :func:`run_critic` (as :func:`run_rank`)."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(store_file, LAYOUTS[name][0]), rank=rank, world_size=2)
+    try:
+        result = run_critic(name, Path(model_dir), rank)
+    finally:
+        dist.destroy_process_group()
+    torch.save(result, Path(out_dir) / f"critic_{name}_rank{rank}.pt")

@@ -33,13 +33,6 @@ def actor(model_dir: Path, role: str = "actor", **overrides: Any) -> Any:
     [
         ({"actor_rollout_ref.actor.megatron.use_megatron_fsdp": True}, r"use_megatron_fsdp=true: Megatron-FSDP"),
         ({"actor_rollout_ref.actor.megatron.dtype": "int8"}, r"megatron\.dtype must be float32, bfloat16 or float16"),
-        (
-            {
-                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
-                "actor_rollout_ref.actor.megatron.sequence_parallel": True,
-            },
-            "sequence_parallel=true",
-        ),
         ({"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size": 2}, r"ref\.megatron parallel sizes"),
         ({"actor_rollout_ref.actor.ulysses_sequence_parallel_size": 2}, "ulysses_sequence_parallel_size"),
         (

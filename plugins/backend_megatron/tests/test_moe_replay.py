@@ -126,15 +126,15 @@ def test_replay_overrides_a_perturbed_router(moe_model_dir: Path) -> None:
 
 
 def test_replay_settings_are_checked(moe_model_dir: Path) -> None:
-    """An unknown mode, replay over pipeline stages and a ``routed_experts`` of the wrong shape are errors
+    """An unknown mode, recording (R2) over pipeline stages and a ``routed_experts`` of the wrong shape are errors
     naming the key."""
     from rlcore_plugin_megatron.engine import check_config
     from transformers import AutoTokenizer
 
     with pytest.raises(RLCoreError, match=r"router_replay.mode='R4': choose one of disabled, R2, R3"):
         make_worker(moe_model_dir, "R4")
-    config = config_with(moe_model_dir, "R3", **{"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size": 2})
-    with pytest.raises(RLCoreError, match=r"router_replay.mode=R3 with .*pipeline_model_parallel_size=2"):
+    config = config_with(moe_model_dir, "R2", **{"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size": 2})
+    with pytest.raises(RLCoreError, match=r"router_replay.mode=R2 with .*pipeline_model_parallel_size=2: recording"):
         check_config(config, "actor", "actor_rollout_ref.actor", "actor_rollout_ref.model")
     worker = make_worker(moe_model_dir, "R3")
     try:
@@ -144,3 +144,45 @@ def test_replay_settings_are_checked(moe_model_dir: Path) -> None:
             forward(worker, batch)
     finally:
         worker.shutdown()
+
+
+def test_replay_over_pipeline_stages_with_recomputation(jobs: Any, moe_model_dir: Path, tmp_path: Path) -> None:
+    """R3 with two pipeline stages (verl's router-replay script sets pipeline parallelism and full
+    recomputation): each stage replays its own layers' part of the batch's routes, and the recomputed forward
+    in the backward pass routes as the forward did. The log-probs before (1e-5) and after (1e-4) one update and
+    the gradient norm (1e-4 relative) equal one rank's with the same replay, which differ from the routers' own
+    choice."""
+    import torch.multiprocessing as mp
+
+    reference = jobs.run_layout("moe_r3_pp1", moe_model_dir, 0)
+    mask = jobs.global_batch(moe_model_dir)["response_mask"].bool()
+    assert (reference["before"] - reference["free"])[mask].abs().max() > 1e-2  # the replay changed the routing
+    mp.spawn(jobs.run_rank, args=("moe_r3_pp2", str(tmp_path / "store"), str(moe_model_dir), str(tmp_path)), nprocs=2)
+    for rank in range(2):
+        result = torch.load(tmp_path / f"moe_r3_pp2_rank{rank}.pt", weights_only=False)
+        assert result["recompute"] == "full"
+        torch.testing.assert_close(result["before"], reference["before"], atol=1e-5, rtol=0, msg=f"rank {rank}")
+        torch.testing.assert_close(result["after"], reference["after"], atol=1e-4, rtol=0, msg=f"rank {rank}")
+        assert result["grad_norm"] == pytest.approx(reference["grad_norm"], rel=1e-4)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_sequence_parallelism_on_moe_or_lora_is_an_error(moe_model_dir: Path, tiny_model_dir: Path, lora: bool) -> None:
+    """``megatron.sequence_parallel`` with tensor parallelism on a mixture-of-experts model (whose routing record
+    holds whole sequences) or with LoRA is an error naming the key, before any model is built; a dense model
+    without LoRA passes the check."""
+    from rlcore_plugin_megatron.engine import check_config
+
+    split = {
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
+        "actor_rollout_ref.actor.megatron.sequence_parallel": True,
+    }
+    lora_keys = {"actor_rollout_ref.model.lora.rank": 4, "actor_rollout_ref.model.lora.alpha": 8} if lora else {}
+    model = tiny_model_dir if lora else moe_model_dir
+    config = Settings.make_config(model, **split, **lora_keys)
+    what = "LoRA adapters" if lora else "mixture-of-experts model"
+    with pytest.raises(RLCoreError, match=rf"megatron\.sequence_parallel=true with .*: .*{what}"):
+        check_config(config, "actor", "actor_rollout_ref.actor", "actor_rollout_ref.model")
+    assert check_config(
+        Settings.make_config(tiny_model_dir, **split), "actor", "actor_rollout_ref.actor", "actor_rollout_ref.model"
+    ).sequence_parallel

@@ -31,7 +31,8 @@ class MegatronConfig(Section):
     expert_model_parallel_size: int = 1
     #: must resolve to 1 for a MoE model (null: the tensor-parallel size, as in megatron-core)
     expert_tensor_parallel_size: int | None = None
-    #: rejected when true with tensor-parallel size > 1; meaningless at size 1, as in verl
+    #: the tensor-parallel ranks split the sequence outside attention and MLP (dense models without LoRA);
+    #: meaningless at tensor-parallel size 1, as in verl
     sequence_parallel: bool = False
     #: rejected when true (each data-parallel rank keeps its full AdamW state)
     use_distributed_optimizer: bool = False

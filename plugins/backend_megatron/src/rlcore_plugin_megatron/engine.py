@@ -100,11 +100,13 @@ from rlcore_plugin_megatron.mtp import (
     read_mtp_weights,
 )
 from rlcore_plugin_megatron.routing import (
+    forget_forwards,
     install_taps,
     routed_experts,
     routing_stats,
     set_targets,
 )
+from rlcore_plugin_megatron.sequence_parallel import tensor_parallel_partial
 from rlcore_plugin_megatron.settings import FLOAT32_NAMES, MegatronSettings, resolve_settings
 
 logger = logging.getLogger(__name__)
@@ -133,10 +135,11 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
     settings = resolve_settings(select(config, key), key)
     moe_overrides(settings, on_cpu=_is_cpu(config))
     mode = replay_mode(config)
-    if mode != "disabled" and settings.pp > 1:
+    if mode == "R2" and settings.pp > 1:
         raise RLCoreError(
-            f"{REPLAY_MODE_KEY}={mode} with {key}.pipeline_model_parallel_size={settings.pp}: routing replay on the "
-            "megatron backend needs every MoE layer on one pipeline stage; set pipeline_model_parallel_size=1"
+            f"{REPLAY_MODE_KEY}=R2 with {key}.pipeline_model_parallel_size={settings.pp}: recording the routing "
+            "needs every MoE layer on one pipeline stage; use R3 (the rollout records it, each stage replays its own "
+            "layers) or pipeline_model_parallel_size=1"
         )
     if mode == "R2" and settings.cp > 1:
         raise RLCoreError(
@@ -154,7 +157,9 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
             f"{model_section}.lora_rank > 0 configures LoRA on the fsdp backend (peft); the megatron backend reads "
             f"verl 0.10's {model_section}.lora.rank (and lora.alpha, lora.target_modules, ...)"
         )
-    lora_settings(config, role, model_section)
+    lora = lora_settings(config, role, model_section)
+    if settings.sequence_parallel and settings.tp > 1:
+        _check_sequence_parallel(config, key, model_section, lora is not None)
     if settings.dtype not in FLOAT32_NAMES and not _is_cpu(config):
         raise RLCoreError(
             f"{key}.dtype={settings.dtype}: rlcore's Megatron engine computes in float32 (no bf16/fp16 mixed "
@@ -172,6 +177,20 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
                 "model shares the actor's ranks"
             )
     return settings
+
+
+def _check_sequence_parallel(config: DictConfig, key: str, model_section: str, lora: bool) -> None:
+    """``{key}.sequence_parallel`` with tensor parallelism is implemented for dense models without LoRA; an error
+    naming the key otherwise (a MoE model's routing record and padding mask, and LoRA's adapters, take whole
+    sequences on every tensor-parallel rank)."""
+    model_config = ModelConfig.from_mapping(select(config, model_section))
+    moe = ModelSpec.from_hf_config(load_hf_config(model_config, model_section), model_section).is_moe
+    if moe or lora:
+        what = "LoRA adapters take" if lora else "a mixture-of-experts model's routing record and padding mask take"
+        raise RLCoreError(
+            f"{key}.sequence_parallel=true with tensor_model_parallel_size>1 is implemented for dense models without "
+            f"LoRA: {what} whole sequences on every tensor-parallel rank; set sequence_parallel=false"
+        )
 
 
 def lora_settings(config: DictConfig, role: EngineRole, model_section: str) -> LoraSettings | None:
@@ -243,9 +262,10 @@ class Prepared:
         return out
 
 
-def prepare(micro: Batch, cp_size: int = 1, cp_rank: int = 0) -> Prepared:
+def prepare(micro: Batch, cp_size: int = 1, cp_rank: int = 0, sp_size: int = 1) -> Prepared:
     """:class:`Prepared` inputs of ``micro`` (tensors on its device) for context-parallel rank ``cp_rank`` of
-    ``cp_size``.
+    ``cp_size``; with sequence parallelism over ``sp_size`` tensor-parallel ranks the width (each context-parallel
+    rank's part) is padded to a multiple of ``sp_size``.
 
     Each row's attended tokens must be one contiguous run (left-padded prompt, right-padded response), as
     rollouts produce them; with RoPE only relative positions matter, so shifting a row leaves its outputs
@@ -268,10 +288,11 @@ def prepare(micro: Batch, cp_size: int = 1, cp_rank: int = 0) -> Prepared:
     input_ids = micro["input_ids"].gather(1, index)
     positions = positions.clamp(0, width - 1)
     valid = arange[None] < count[:, None]
+    multiple = (2 * cp_size if cp_size > 1 else 1) * sp_size
+    padded = -(-width // multiple) * multiple
+    input_ids = torch.nn.functional.pad(input_ids, (0, padded - width))
+    valid = torch.nn.functional.pad(valid, (0, padded - width))
     if cp_size > 1:
-        padded = -(-width // (2 * cp_size)) * (2 * cp_size)
-        input_ids = torch.nn.functional.pad(input_ids, (0, padded - width))
-        valid = torch.nn.functional.pad(valid, (0, padded - width))
         own = cp_positions(padded, cp_size, cp_rank, mask.device)
         return Prepared(
             input_ids=input_ids[:, own],
@@ -282,15 +303,27 @@ def prepare(micro: Batch, cp_size: int = 1, cp_rank: int = 0) -> Prepared:
             index=index,
             own=own,
         )
-    causal = torch.ones(width, width, dtype=torch.bool, device=mask.device).triu(1)
+    causal = torch.ones(padded, padded, dtype=torch.bool, device=mask.device).triu(1)
     return Prepared(
         input_ids=input_ids,
-        position_ids=arange[None].expand(rows, width),
+        position_ids=torch.arange(padded, device=mask.device)[None].expand(rows, padded),
         attention_mask=causal[None, None],
         positions=positions,
         valid=valid,
         index=index,
     )
+
+
+def all_reduce_flat(grads: list[torch.Tensor], group: Any, divisor: int = 1) -> None:
+    """Sum ``grads`` in place over ``group`` (None: no reduction) in one flat message, then divide by
+    ``divisor``."""
+    flat = torch.cat([grad.reshape(-1) for grad in grads])
+    if group is not None:
+        dist.all_reduce(flat, group=group)
+    if divisor != 1:
+        flat /= divisor
+    for grad, part in zip(grads, flat.split([grad.numel() for grad in grads]), strict=True):
+        grad.copy_(part.view_as(grad))
 
 
 class Offloader:
@@ -363,6 +396,8 @@ class MegatronEngine(OptimizerState):
         acquire_parallel_state(self.settings)
         self.tp_rank, self.pp_rank = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
         self.tp_group, self.pp_group = ps.get_tensor_model_parallel_group(), ps.get_pipeline_model_parallel_group()
+        #: the tensor-parallel ranks that split the sequence (``sequence_parallel``; 1 without)
+        self.sp_size = self.settings.tp if self.settings.sequence_parallel and self.settings.tp > 1 else 1
         self.dp_group = ps.get_data_parallel_group()
         self.dp_size = ps.get_data_parallel_world_size()
         #: the context-parallel group and the data-parallel × context-parallel group gradients are reduced over
@@ -445,6 +480,8 @@ class MegatronEngine(OptimizerState):
             ]
         self.module: torch.nn.Module = self.chunks[0] if vpp == 1 else torch.nn.ModuleList(self.chunks)
         self.taps = install_taps(self.chunks, bool(mc_config.moe_router_pre_softmax)) if self.spec.is_moe else []
+        #: the global layer of each tap, in order
+        self.tap_layers = [layer for layers in self.chunk_layers for layer in layers] if self.taps else []
         if self.spec.is_moe:
             define_missing_te_gemm()
         self.lora = lora_settings(config, request.role, request.model_section)
@@ -601,20 +638,22 @@ class MegatronEngine(OptimizerState):
         return self._with_routing(output, inputs, record=record)
 
     def _set_replay(self, micro: Batch, inputs: Prepared) -> None:
-        """Before a micro-batch's forward: the routers replay its ``routed_experts`` (``[B, P + R, L, k]``,
-        ``-1`` = recompute) when the routing replay mode is R2 or R3 and the batch has them, else recompute."""
+        """Before a micro-batch's forward: the routers of this rank's layers replay their part of its
+        ``routed_experts`` (``[B, P + R, L, k]`` over all ``L`` layers, ``-1`` = recompute) when the routing replay
+        mode is R2 or R3 and the batch has them, else recompute."""
         if not self.taps:
             return
         routed = None
         if self.replay_mode != "disabled" and ROUTED_EXPERTS in micro:
             given = micro[ROUTED_EXPERTS]
-            expected = (*micro["input_ids"].shape, len(self.taps), self.spec.moe_topk)
+            expected = (*micro["input_ids"].shape, self.spec.num_layers, self.spec.moe_topk)
             if tuple(given.shape) != expected:
                 raise RLCoreError(
                     f"batch key {ROUTED_EXPERTS!r} has shape {tuple(given.shape)}; this model needs {expected} "
                     "(rows, tokens, MoE layers, experts per token)"
                 )
-            routed = inputs.shift(given.to(device=self.device, dtype=torch.long), -1)
+            # this rank's layers (every layer is a MoE layer; with pipeline stages each stage replays its own)
+            routed = inputs.shift(given[:, :, self.tap_layers].to(device=self.device, dtype=torch.long), -1)
         set_targets(self.taps, routed)
 
     def _with_routing(self, output: ModelOutput, inputs: Prepared, *, record: bool) -> ModelOutput:
@@ -633,7 +672,9 @@ class MegatronEngine(OptimizerState):
         if chunk == 0:
             return None
         rows, width = inputs.input_ids.shape
-        hidden = torch.empty(width, rows, self.spec.hidden_size, dtype=torch.float32, device=self.device)
+        hidden = torch.empty(
+            width // self.sp_size, rows, self.spec.hidden_size, dtype=torch.float32, device=self.device
+        )
         self._p2p(hidden, self._owner(chunk - 1), send=False)
         return hidden
 
@@ -696,7 +737,8 @@ class MegatronEngine(OptimizerState):
             with torch.no_grad(), cpu_compat(self.device):
                 for micro in micro_batches:
                     micro = micro.copy_to(self.device)
-                    inputs = prepare(micro, self.settings.cp, self.cp_rank)
+                    inputs = prepare(micro, self.settings.cp, self.cp_rank, self.sp_size)
+                    forget_forwards(self.taps)
                     self._set_replay(micro, inputs)
                     for local, chunk in enumerate(self.chunk_ids):
                         out = self._chunk_forward(local, inputs, self._receive_hidden(chunk, inputs))
@@ -736,10 +778,11 @@ class MegatronEngine(OptimizerState):
             # the load-balancing loss of every micro-batch counts 1/n (the gradients are then averaged over the
             # data-parallel ranks): the mean over micro-batches and ranks of coeff × Σ_layers loss
             MoEAuxLossAutoScaler.set_loss_scale(torch.tensor(1.0 / max(len(micro_batches), 1), device=self.device))
+        forget_forwards(self.taps)
         with cpu_compat(self.device):
             for index, micro in enumerate(micro_batches):
                 micro = micro.copy_to(self.device)
-                inputs = prepare(micro, self.settings.cp, self.cp_rank)
+                inputs = prepare(micro, self.settings.cp, self.cp_rank, self.sp_size)
                 self._set_replay(micro, inputs)
                 for local, chunk in enumerate(self.chunk_ids):
                     hidden = self._receive_hidden(chunk, inputs)
@@ -798,30 +841,34 @@ class MegatronEngine(OptimizerState):
     def _reduce_gradients(self) -> None:
         """Sum the gradients over the context-parallel ranks (each holds its tokens' part), average them over the
         data-parallel group and sum a tied embedding's gradient between the first and the last pipeline stage.
+        A replicated weight whose gradient is partial on each tensor-parallel rank (a norm under sequence
+        parallelism, the query/key norms: :func:`~rlcore_plugin_megatron.sequence_parallel.tensor_parallel_partial`)
+        is first summed over the tensor-parallel group.
 
         An expert's gradient already holds the part of every token routed to it from the ranks of its
         expert-parallel group; it is summed over the ranks holding the same expert (megatron-core's expert
         data-parallel group) and divided by the data-parallel size like the others."""
         dense: list[torch.Tensor] = []
         experts: list[torch.Tensor] = []
+        partial: list[torch.Tensor] = []
+        config = self.chunks[0].config
         for name, param in self.module.named_parameters():
             if not param.requires_grad:
                 continue
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
             (experts if expert_of(name) is not None else dense).append(param.grad)
+            if tensor_parallel_partial(name, param, config):
+                partial.append(param.grad)
+        if partial:
+            all_reduce_flat(partial, self.tp_group)
         for grads, group, size in (
             (dense, self.dp_cp_group, self.dp_size * self.settings.cp),
             (experts, self.edp_group, dist.get_world_size(self.edp_group) if experts else 1),
         ):
             if not grads or (size == 1 and self.dp_size == 1):
                 continue
-            flat = torch.cat([grad.reshape(-1) for grad in grads])
-            if size > 1:
-                dist.all_reduce(flat, group=group)
-            flat /= self.dp_size
-            for grad, part in zip(grads, flat.split([grad.numel() for grad in grads]), strict=True):
-                grad.copy_(part.view_as(grad))
+            all_reduce_flat(grads, group if size > 1 else None, self.dp_size)
         if self.spec.tied and self.settings.pp > 1:
             from megatron.core import parallel_state as ps
 

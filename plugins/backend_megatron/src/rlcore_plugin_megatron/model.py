@@ -14,6 +14,7 @@ from torch import nn
 
 from rlcore.api import ModelConfig, RLCoreError, config_overrides
 from rlcore_plugin_megatron.convert import ModelSpec
+from rlcore_plugin_megatron.sequence_parallel import block_spec, sequence_parallel_spec
 from rlcore_plugin_megatron.settings import MegatronSettings
 
 logger = logging.getLogger(__name__)
@@ -303,18 +304,27 @@ def transformer_config(
 
 class ValueHead(nn.Module):
     """A critic's scalar head in place of a ``GPTModel``'s output layer: ``Linear(hidden, 1)``, zero-initialised
-    (every initial value 0) and replicated on every tensor-parallel rank."""
+    (every initial value 0) and replicated on every tensor-parallel rank. With sequence parallelism
+    (``gather_sequence``) it first gathers the sequence the tensor-parallel ranks split, as the language-model
+    head it replaces does."""
 
-    def __init__(self, hidden_size: int) -> None:
+    def __init__(self, hidden_size: int, gather_sequence: bool = False) -> None:
         """A zero ``[1, hidden]`` weight and a zero bias."""
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(1, hidden_size))
         self.bias = nn.Parameter(torch.zeros(1))
+        self.gather_sequence = gather_sequence
 
     def forward(
         self, hidden: torch.Tensor, weight: torch.Tensor | None = None, runtime_gather_output: bool | None = None
     ) -> tuple[torch.Tensor, None]:
-        """Values ``[s, b, 1]`` of hidden states ``[s, b, h]``, called as ``GPTModel`` calls its output layer."""
+        """Values ``[s, b, 1]`` of hidden states ``[s, b, h]`` (this rank's ``[s/tp, b, h]`` with sequence
+        parallelism), called as ``GPTModel`` calls its output layer."""
+        if self.gather_sequence:
+            from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
+
+            # every rank computes the values of the whole sequence: its gradient is the rank's slice, not a part
+            hidden = gather_from_sequence_parallel_region(hidden, tensor_parallel_output_grad=False)
         return nn.functional.linear(hidden, self.weight, self.bias), None
 
 
@@ -351,9 +361,13 @@ def build_stage(
 
         layer_spec.submodules.self_attention.submodules.core_attention = ContextParallelAttention
     with_mtp = bool(config.mtp_num_layers) and last
+    mtp_spec = get_gpt_mtp_block_spec(config, layer_spec, use_transformer_engine=False) if with_mtp else None
+    block: Any = layer_spec
+    if config.sequence_parallel:
+        block, mtp_spec = block_spec(config, layer_spec), sequence_parallel_spec(mtp_spec)
     model = GPTModel(
         config=config,
-        transformer_layer_spec=layer_spec,
+        transformer_layer_spec=block,
         vocab_size=spec.vocab_size,
         max_sequence_length=int(getattr(hf_config, "max_position_embeddings", 4096)),
         pre_process=first,
@@ -362,12 +376,12 @@ def build_stage(
         share_embeddings_and_output_weights=spec.tied and first and last,
         position_embedding_type="rope",
         rotary_base=rope_base(hf_config, key),
-        mtp_block_spec=get_gpt_mtp_block_spec(config, layer_spec, use_transformer_engine=False) if with_mtp else None,
+        mtp_block_spec=mtp_spec,
     )
     if with_mtp:
         from rlcore_plugin_megatron.mtp import install
 
         install(model, detach_mtp_encoder)
     if spec.value_head and last:
-        model.output_layer = ValueHead(spec.hidden_size)
+        model.output_layer = ValueHead(spec.hidden_size, gather_sequence=config.sequence_parallel)
     return model

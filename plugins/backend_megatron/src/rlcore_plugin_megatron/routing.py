@@ -34,13 +34,21 @@ class RouterCall:
 class RouterTap:
     """Stands in for megatron-core's ``RouterReplay`` on one router: records each call and, given a
     :attr:`target`, routes every token whose target row has no ``-1`` to those experts (the others keep the
-    recomputed top-k)."""
+    recomputed top-k).
+
+    Activation recomputation (``recompute_granularity``) runs a layer's forward again inside the backward pass;
+    that call must route as the forward did, whichever micro-batch's :attr:`target` is set by then (with pipeline
+    stages every micro-batch runs forward before the first backward). So every forward call pushes the experts
+    it used on :attr:`forwards`, and a call made inside the backward pass (autograd's graph task is running)
+    pops the latest and routes to exactly those: the backward passes of a layer run in the reverse order of its
+    forward passes. It is not recorded in :attr:`calls`."""
 
     def __init__(self, pre_softmax: bool) -> None:
         """``pre_softmax``: the router ranks softmax probabilities (else logits, ``moe_router_pre_softmax``)."""
         self.pre_softmax = pre_softmax
         self.target: torch.Tensor | None = None
         self.calls: list[RouterCall] = []
+        self.forwards: list[torch.Tensor] = []
 
     def get_replay_topk(
         self,
@@ -52,6 +60,9 @@ class RouterTap:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The top-k ``(scores, indices)`` of ``scores [T, E]`` as megatron-core's router asks for them."""
         values, indices = default_compute_topk(scores, topk, num_groups=num_groups, group_topk=group_topk)
+        if torch._C._current_graph_task_id() != -1:  # recomputed inside the backward pass
+            used = self.forwards.pop().to(device=scores.device, dtype=indices.dtype)
+            return scores.gather(1, used), used
         used, replayed = indices, None
         if self.target is not None:
             target = self.target.to(device=scores.device, dtype=indices.dtype)
@@ -61,6 +72,7 @@ class RouterTap:
         with torch.no_grad():
             probs = scores.detach().float() if self.pre_softmax else torch.softmax(scores.detach().float(), dim=-1)
         self.calls.append(RouterCall(indices.detach(), used.detach(), probs, replayed))
+        self.forwards.append(used.detach())
         return values, used
 
 
@@ -79,11 +91,17 @@ def install_taps(chunks: list[Any], pre_softmax: bool) -> list[RouterTap]:
 
 
 def set_targets(taps: list[RouterTap], routed: torch.Tensor | None) -> None:
-    """Replay ``routed`` (``[B, S, L, k]`` in the model's token layout, ``-1`` = recompute) in the next call of
-    each tap (None: recompute every token); forget earlier calls."""
+    """Replay ``routed`` (``[B, S, L, k]`` in the model's token layout, ``-1`` = recompute; ``L`` = ``len(taps)``)
+    in the next call of each tap (None: recompute every token); forget earlier calls."""
     for index, tap in enumerate(taps):
         tap.calls = []
         tap.target = None if routed is None else routed[:, :, index, :].transpose(0, 1).reshape(-1, routed.shape[-1])
+
+
+def forget_forwards(taps: list[RouterTap]) -> None:
+    """Start a new pass: drop the experts earlier forward calls used (:attr:`RouterTap.forwards`)."""
+    for tap in taps:
+        tap.forwards = []
 
 
 def routed_experts(taps: list[RouterTap], rows: int) -> torch.Tensor:

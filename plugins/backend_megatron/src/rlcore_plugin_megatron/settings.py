@@ -48,8 +48,8 @@ class MegatronSettings:
         vpp: model chunks per pipeline rank (``virtual_pipeline_model_parallel_size``; 1 when null): with
             ``pp=P, vpp=V`` the layers are split into ``P × V`` chunks and rank ``r`` holds chunks
             ``r, P + r, 2P + r, …`` (megatron-core's interleaved assignment).
-        sequence_parallel: verl's ``sequence_parallel`` (honoured only at tensor-parallel size 1, where it
-            means nothing; see :func:`resolve_settings`).
+        sequence_parallel: verl's ``sequence_parallel``: the tensor-parallel ranks split the sequence outside
+            attention and MLP (:mod:`rlcore_plugin_megatron.sequence_parallel`; nothing at tensor-parallel size 1).
         param_offload, grad_offload, optimizer_offload: CUDA only (see the README).
         use_dist_checkpointing: load the initial weights from ``dist_checkpointing_path`` instead of
             converting ``model.path``.
@@ -130,12 +130,6 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
         raise RLCoreError(
             f"{key}.use_distributed_optimizer=true: sharding the optimizer state over data-parallel ranks is not "
             "implemented by rlcore's Megatron engine (every data-parallel rank keeps its full AdamW state); set false"
-        )
-    if resolved["sequence_parallel"] and sizes["tensor_model_parallel_size"] > 1:
-        raise RLCoreError(
-            f"{key}.sequence_parallel=true with tensor_model_parallel_size="
-            f"{sizes['tensor_model_parallel_size']}: megatron-core's local layer spec (no Transformer Engine) cannot "
-            "shard the sequence in its norms; set sequence_parallel=false"
         )
     if resolved["use_megatron_fsdp"]:
         raise RLCoreError(
