@@ -84,10 +84,14 @@ def encode_delta(new: torch.Tensor, base: torch.Tensor) -> torch.Tensor | Sparse
         return None if torch.equal(new.view(torch.uint8), base.view(torch.uint8)) else new
     flat = new.reshape(-1)
     changed = flat.view(bits) != base.reshape(-1).view(bits)
-    if not bool(changed.any()):
+    count = int(changed.sum())
+    if count == 0:
         return None
+    values_nbytes = count * new.element_size()
+    if values_nbytes + min(count, -(-new.numel() // 8)) >= tensor_nbytes(new):
+        return new  # not even the fewest position bytes (a byte a gap, or the mask) fit: skip encoding them
     encoding, positions, indices = encode_positions(changed)
-    if positions.numel() + indices.numel() * new.element_size() >= tensor_nbytes(new):
+    if positions.numel() + values_nbytes >= tensor_nbytes(new):
         return new
     return SparseDelta(tuple(new.shape), encoding, positions, flat[indices])
 
