@@ -124,7 +124,18 @@ def test_a_delta_is_encoded_only_where_smaller_and_applies_bit_exactly() -> None
             "torch.int64, not a uint8",
         ),
     ],
-    ids=["no-snapshot", "shape", "index", "count", "truncated", "too-long", "mask-size", "mask-padding", "encoding", "dtype"],
+    ids=[
+        "no-snapshot",
+        "shape",
+        "index",
+        "count",
+        "truncated",
+        "too-long",
+        "mask-size",
+        "mask-padding",
+        "encoding",
+        "dtype",
+    ],
 )
 def test_a_delta_that_does_not_fit_the_snapshot_is_refused(
     snapshot: dict[str, torch.Tensor], delta: SparseDelta, message: str

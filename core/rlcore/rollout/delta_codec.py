@@ -60,11 +60,17 @@ def _unpack_varints(stream: torch.Tensor) -> torch.Tensor:
     return torch.zeros(ends.numel(), dtype=torch.long).index_add_(0, owner, (data & 0x7F) << (7 * offset))
 
 
+#: one multiply gathers the low bit of each of 8 bytes (a uint64, little-endian) into its top byte: byte ``j`` lands on
+#: bit ``56 + j`` (every product term falls on a bit of its own, so nothing carries)
+_GATHER_BITS = 0x0102040810204080
+#: byte value -> its 8 bits, lowest first (the mask's unpacking table)
+_BYTE_BITS = ((torch.arange(256).unsqueeze(1) >> torch.arange(8)) & 1).bool()
+
+
 def _pack_mask(changed: torch.Tensor) -> torch.Tensor:
     """The bool vector ``changed`` as bits, 8 to a byte (element ``i``: bit ``i % 8`` of byte ``i // 8``)."""
-    padded = torch.cat([changed, changed.new_zeros(-changed.numel() % 8)]).view(-1, 8).to(torch.uint8)
-    weights = torch.tensor([1 << bit for bit in range(8)], dtype=torch.uint8)
-    return (padded * weights).sum(1, dtype=torch.uint8)
+    padded = torch.cat([changed, changed.new_zeros(-changed.numel() % 8)])
+    return ((padded.view(torch.uint8).view(torch.int64) * _GATHER_BITS) >> 56).to(torch.uint8)
 
 
 def _unpack_mask(stream: torch.Tensor, numel: int) -> torch.Tensor:
@@ -72,8 +78,7 @@ def _unpack_mask(stream: torch.Tensor, numel: int) -> torch.Tensor:
     :class:`PositionError` for a stream of the wrong length or with bits set past ``numel``."""
     if stream.numel() != -(-numel // 8):
         raise PositionError(f"its mask has {stream.numel()} bytes, not the {-(-numel // 8)} of its elements")
-    bits = (stream.long().unsqueeze(1) >> torch.arange(8)) & 1
-    flat = bits.view(-1).bool()
+    flat = _BYTE_BITS[stream.long()].view(-1)
     if bool(flat[numel:].any()):
         raise PositionError(f"its mask marks positions outside its {numel} elements")
     return flat[:numel].nonzero().squeeze(1)

@@ -84,7 +84,7 @@ def encode_delta(new: torch.Tensor, base: torch.Tensor) -> torch.Tensor | Sparse
         return None if torch.equal(new.view(torch.uint8), base.view(torch.uint8)) else new
     flat = new.reshape(-1)
     changed = flat.view(bits) != base.reshape(-1).view(bits)
-    count = int(changed.sum())
+    count = int(torch.count_nonzero(changed))
     if count == 0:
         return None
     values_nbytes = count * new.element_size()
