@@ -18,9 +18,9 @@ partial update, and after a bucket whose digest did not match. ``engine_kwargs.d
 (default 0.5): once the bytes sent exceed that share of the weights, the rest of the sync is sent whole without
 comparing (the model changed almost everywhere: comparing then costs more than it saves).
 
-What it costs: a copy of the weights in the engine's dtype on each side, and per sync a cast, a comparison and a
-hash of every tensor on the sender (``actor/weight_sync_encode_s``) and a hash of every tensor sent on the
-receiver. What it saves depends on the engine's dtype: after an optimizer step of a dense fine-tune every
+What it costs: a copy of the weights in the engine's dtype on each side, and per sync a cast, a comparison, the
+changed positions' encoding and a hash of every tensor on the sender (``actor/weight_sync_encode_s``) and the
+positions' decoding and a hash of every tensor sent on the receiver. What it saves depends on the engine's dtype: after an optimizer step of a dense fine-tune every
 float32 element moves, so a float32 rollout gets every tensor whole; in bfloat16 only the elements whose update
 crossed a rounding step change (``bench/weight_sync_memory.py --measure bytes`` has the figures).
 """
