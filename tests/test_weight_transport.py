@@ -22,7 +22,7 @@ from rlcore.config.problems import ConfigError
 from rlcore.controller.groups import GroupReceiver
 from rlcore.controller.groups import sync_weights as group_sync
 from rlcore.errors import RLCoreError
-from rlcore.rollout.transport import DeltaTransport, NaiveTransport, bucket_digest, index_dtype, resolve_bucket
+from rlcore.rollout.transport import DeltaTransport, NaiveTransport, bucket_digest, resolve_bucket
 
 CE = "actor_rollout_ref.rollout.checkpoint_engine"
 
@@ -115,7 +115,8 @@ def test_delta_sends_only_what_changed_and_serves_what_a_full_sync_serves(
         matrix = next(p for name, p in trainer.actor.module.named_parameters() if name.endswith("up_proj.weight"))
         matrix.view(-1)[[0, 7, matrix.numel() - 1]] += 0.25
     sparse = sync_weights(trainer, rollout, delta, 1 << 20)
-    assert sparse["actor/weight_sync_bytes"] == 3 * (index_dtype(matrix.numel()).itemsize + 4)
+    last_gap = matrix.numel() - 9  # from index 7 to the last, less one: a varint of 7 bits a byte
+    assert sparse["actor/weight_sync_bytes"] == 1 + 1 + -(-last_gap.bit_length() // 7) + 3 * 4
     assert sparse["rollout/weight_checksum_diff"] <= 1e-6
     assert_serves(rollout, trainer)
 

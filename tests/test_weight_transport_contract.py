@@ -9,7 +9,7 @@ from rlcore_testkit.contracts import WeightTransportContract
 from rlcore_testkit.contracts.transport import MemoryReceiver, small_update, trainer_weights
 
 from rlcore.api import BucketChecksumError, CheckpointEngineConfig, SparseDelta, WeightBucket
-from rlcore.rollout.transport import DeltaTransport, apply_delta, encode_delta, index_dtype, resolve_bucket
+from rlcore.rollout.transport import DeltaTransport, apply_delta, encode_delta, resolve_bucket
 
 
 class TestNaive(WeightTransportContract):
@@ -38,9 +38,7 @@ def test_delta_sends_the_changed_bf16_elements_as_indices_and_values() -> None:
         changed = updated[name].to(torch.bfloat16).view(torch.int16) != weights[name].to(torch.bfloat16).view(
             torch.int16
         )
-        assert delta.indices.numel() == int(changed.sum()) and delta.indices.dtype == index_dtype(
-            updated[name].numel()
-        ), name
+        assert delta.values.numel() == int(changed.sum()) and delta.positions.dtype == torch.uint8, name
     assert report.metrics["actor/weight_sync_delta_fraction"] == report.bytes_sent / report.bytes_full
     assert report.metrics["actor/weight_sync_encode_s"] > 0
 
@@ -61,22 +59,6 @@ def test_delta_sends_every_float32_tensor_whole_when_every_element_moved() -> No
     assert report.bytes_sent == sum(updated[name].numel() * 4 for name, _ in bucket.tensors)
 
 
-@pytest.mark.parametrize(
-    ("numel", "dtype"),
-    [
-        (1, torch.uint8),
-        (256, torch.uint8),
-        (257, torch.int16),
-        (32768, torch.int16),
-        (32769, torch.int32),
-        (2**31, torch.int32),
-        (2**31 + 1, torch.int64),
-    ],
-)
-def test_the_index_width_follows_the_tensor_size(numel: int, dtype: torch.dtype) -> None:
-    assert index_dtype(numel) == dtype
-
-
 def test_a_delta_is_encoded_only_where_smaller_and_applies_bit_exactly() -> None:
     base = torch.randn(1000).to(torch.bfloat16)
     new = base.clone()
@@ -84,28 +66,76 @@ def test_a_delta_is_encoded_only_where_smaller_and_applies_bit_exactly() -> None
     new[[3, 999]] = torch.tensor([7.0, -0.0], dtype=torch.bfloat16)  # -0.0 differs from 0.0 in its bytes only
     base[999] = 0.0
     delta = encode_delta(new, base)
-    assert isinstance(delta, SparseDelta) and delta.indices.tolist() == [3, 999] and delta.nbytes == 2 * (2 + 2)
+    assert isinstance(delta, SparseDelta) and delta.encoding == "gaps"
+    assert delta.positions.tolist() == [3, 0x80 | (995 & 0x7F), 995 >> 7]  # gaps less one: 3, then 995 in 2 bytes
+    assert delta.nbytes == 3 + 2 * 2
     assert torch.equal(apply_delta(base, delta, "w").view(torch.int16), new.view(torch.int16))
-    dense = base + 1  # every element: the whole tensor is smaller than 1000 x (2 + 2) bytes
+    dense = base + 1  # every element: the whole tensor is smaller than a mask and 1000 values
     assert encode_delta(dense, base) is dense
 
 
 @pytest.mark.parametrize(
     ("snapshot", "delta", "message"),
     [
-        ({}, SparseDelta((4,), torch.tensor([1], dtype=torch.uint8), torch.ones(1)), "holds no copy of it"),
+        ({}, SparseDelta((4,), "gaps", torch.tensor([1], dtype=torch.uint8), torch.ones(1)), "holds no copy of it"),
         (
             {"w": torch.zeros(4)},
-            SparseDelta((2, 2), torch.tensor([1], dtype=torch.uint8), torch.ones(1)),
+            SparseDelta((2, 2), "gaps", torch.tensor([1], dtype=torch.uint8), torch.ones(1)),
             r"shape \(2, 2\)",
         ),
         (
             {"w": torch.zeros(4)},
-            SparseDelta((4,), torch.tensor([9], dtype=torch.uint8), torch.ones(1)),
+            SparseDelta((4,), "gaps", torch.tensor([9], dtype=torch.uint8), torch.ones(1)),
             "outside its 4",
         ),
+        (
+            {"w": torch.zeros(4)},
+            SparseDelta((4,), "gaps", torch.tensor([1, 0], dtype=torch.uint8), torch.ones(1)),
+            "2 elements for 1 values",
+        ),
+        (
+            {"w": torch.zeros(4)},
+            SparseDelta((4,), "gaps", torch.tensor([0x81], dtype=torch.uint8), torch.ones(1)),
+            "ends inside a number",
+        ),
+        (
+            {"w": torch.zeros(4)},
+            SparseDelta((4,), "gaps", torch.tensor([0x80] * 9 + [1], dtype=torch.uint8), torch.ones(1)),
+            "longer than 9 bytes",
+        ),
+        (
+            {"w": torch.zeros(12)},
+            SparseDelta((12,), "mask", torch.tensor([1], dtype=torch.uint8), torch.ones(1)),
+            "1 bytes, not the 2",
+        ),
+        (
+            {"w": torch.zeros(4)},
+            SparseDelta((4,), "mask", torch.tensor([0x11], dtype=torch.uint8), torch.ones(2)),
+            "outside its 4",
+        ),
+        (
+            {"w": torch.zeros(4)},
+            SparseDelta((4,), "runs", torch.tensor([1], dtype=torch.uint8), torch.ones(1)),
+            "'runs' is none of gaps, mask",
+        ),
+        (
+            {"w": torch.zeros(4)},
+            SparseDelta((4,), "gaps", torch.tensor([1], dtype=torch.int64), torch.ones(1)),
+            "torch.int64, not a uint8",
+        ),
     ],
-    ids=["no-snapshot", "shape", "index"],
+    ids=[
+        "no-snapshot",
+        "shape",
+        "index",
+        "count",
+        "truncated",
+        "too-long",
+        "mask-size",
+        "mask-padding",
+        "encoding",
+        "dtype",
+    ],
 )
 def test_a_delta_that_does_not_fit_the_snapshot_is_refused(
     snapshot: dict[str, torch.Tensor], delta: SparseDelta, message: str

@@ -40,19 +40,22 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SparseDelta:
-    """The changed elements of one tensor against the receiver's snapshot of it: the tensor's ``shape``, the
-    flat ``indices`` of the elements whose bytes changed (an integer dtype just wide enough for the tensor's
-    size) and their new ``values`` (in the tensor's dtype). The receiver writes ``values`` at ``indices`` into a
-    copy of the tensor it last received (:func:`rlcore.rollout.transport.apply_delta`)."""
+    """The changed elements of one tensor against the receiver's snapshot of it: the tensor's ``shape``, which
+    flat positions changed (``positions``, a uint8 stream in ``encoding``: ``"gaps"``, the gaps between
+    consecutive changed indices as LEB128 varints, or ``"mask"``, one bit per element;
+    :mod:`rlcore.rollout.delta_codec`) and their new ``values`` (in the tensor's dtype, in index order). The
+    receiver writes ``values`` at those positions into a copy of the tensor it last received
+    (:func:`rlcore.rollout.transport.apply_delta`)."""
 
     shape: tuple[int, ...]
-    indices: torch.Tensor
+    encoding: str
+    positions: torch.Tensor
     values: torch.Tensor
 
     @property
     def nbytes(self) -> int:
-        """The bytes this delta sends: its indices and values."""
-        return self.indices.numel() * self.indices.element_size() + self.values.numel() * self.values.element_size()
+        """The bytes this delta sends: its position stream and values."""
+        return self.positions.numel() * self.positions.element_size() + self.values.numel() * self.values.element_size()
 
 
 @dataclass

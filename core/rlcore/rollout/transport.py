@@ -8,8 +8,9 @@ engine holds (:attr:`~rlcore.api.transport.WeightReceiver.dtype`: bfloat16 for a
 updates mostly round away; float32 for a float32 one; the trainer's own dtype where the receiver does not say).
 It keeps a copy of what the engine last received, in that dtype on the CPU (the receive side keeps its own),
 and sends per tensor nothing when its bytes are unchanged, a :class:`~rlcore.api.transport.SparseDelta` (the
-changed elements' flat indices, in the narrowest integer type the tensor's size allows, and their new values)
-where that is smaller than the tensor, and the whole tensor otherwise. Each bucket carries the BLAKE2b digest
+changed elements' positions, as varint gaps between them or a bitmask, whichever is smaller:
+:mod:`rlcore.rollout.delta_codec`, and their new values) where that is smaller than the tensor, and the whole
+tensor otherwise. Each bucket carries the BLAKE2b digest
 of the tensors the receiver must hold once it applied the bucket (:func:`resolve_bucket` checks it). It sends
 everything (a full sync) on its first send, after :meth:`DeltaTransport.reset` (a resume, a failed check after
 a sync), when the engine's weight version is not the one its last send left, when the receiver cannot take a
@@ -17,9 +18,9 @@ partial update, and after a bucket whose digest did not match. ``engine_kwargs.d
 (default 0.5): once the bytes sent exceed that share of the weights, the rest of the sync is sent whole without
 comparing (the model changed almost everywhere: comparing then costs more than it saves).
 
-What it costs: a copy of the weights in the engine's dtype on each side, and per sync a cast, a comparison and a
-hash of every tensor on the sender (``actor/weight_sync_encode_s``) and a hash of every tensor sent on the
-receiver. What it saves depends on the engine's dtype: after an optimizer step of a dense fine-tune every
+What it costs: a copy of the weights in the engine's dtype on each side, and per sync a cast, a comparison, the
+changed positions' encoding and a hash of every tensor on the sender (``actor/weight_sync_encode_s``) and the
+positions' decoding and a hash of every tensor sent on the receiver. What it saves depends on the engine's dtype: after an optimizer step of a dense fine-tune every
 float32 element moves, so a float32 rollout gets every tensor whole; in bfloat16 only the elements whose update
 crossed a rounding step change (``bench/weight_sync_memory.py --measure bytes`` has the figures).
 """
@@ -36,6 +37,7 @@ import torch
 
 from rlcore.api.transport import BucketChecksumError, SparseDelta, TransportReport, WeightBucket, WeightReceiver
 from rlcore.rollout.buckets import tensor_nbytes, weight_buckets
+from rlcore.rollout.delta_codec import PositionError, decode_positions, encode_positions
 
 if TYPE_CHECKING:
     from rlcore.api.rollout import RolloutEngine
@@ -49,7 +51,6 @@ __all__ = [
     "bucket_digest",
     "encode_delta",
     "engine_takes_partial",
-    "index_dtype",
     "resolve_bucket",
 ]
 
@@ -75,15 +76,6 @@ def bucket_digest(tensors: list[tuple[str, torch.Tensor]]) -> str:
     return digest.hexdigest()
 
 
-def index_dtype(numel: int) -> torch.dtype:
-    """The narrowest integer dtype that holds every flat index of a tensor of ``numel`` elements (uint8 up to
-    256 elements, int16 up to 32,768, int32 up to 2**31, else int64)."""
-    for dtype in (torch.uint8, torch.int16, torch.int32):
-        if numel - 1 <= torch.iinfo(dtype).max:
-            return dtype
-    return torch.int64
-
-
 def encode_delta(new: torch.Tensor, base: torch.Tensor) -> torch.Tensor | SparseDelta | None:
     """``new`` against ``base`` (contiguous, of the same shape and dtype): None when their bytes are equal, a
     :class:`SparseDelta` of the elements whose bytes differ where it is smaller than ``new``, else ``new``."""
@@ -91,28 +83,31 @@ def encode_delta(new: torch.Tensor, base: torch.Tensor) -> torch.Tensor | Sparse
     if bits is None:  # no integer type of that width: compare whole
         return None if torch.equal(new.view(torch.uint8), base.view(torch.uint8)) else new
     flat = new.reshape(-1)
-    changed = (flat.view(bits) != base.reshape(-1).view(bits)).nonzero().squeeze(1)
-    if changed.numel() == 0:
+    changed = flat.view(bits) != base.reshape(-1).view(bits)
+    count = int(torch.count_nonzero(changed))
+    if count == 0:
         return None
-    indices = index_dtype(new.numel())
-    if changed.numel() * (indices.itemsize + new.element_size()) >= tensor_nbytes(new):
+    values_nbytes = count * new.element_size()
+    if values_nbytes + min(count, -(-new.numel() // 8)) >= tensor_nbytes(new):
+        return new  # not even the fewest position bytes (a byte a gap, or the mask) fit: skip encoding them
+    encoding, positions, indices = encode_positions(changed)
+    if positions.numel() + values_nbytes >= tensor_nbytes(new):
         return new
-    return SparseDelta(tuple(new.shape), changed.to(indices), flat[changed])
+    return SparseDelta(tuple(new.shape), encoding, positions, flat[indices])
 
 
 def apply_delta(base: torch.Tensor, delta: SparseDelta, name: str) -> torch.Tensor:
     """A copy of ``base`` (the receiver's snapshot of the weight ``name``) with ``delta``'s values written at its
-    indices; raises :class:`BucketChecksumError` when the delta does not fit the snapshot."""
+    positions; raises :class:`BucketChecksumError` when the delta does not fit the snapshot."""
     if tuple(base.shape) != delta.shape or base.dtype != delta.values.dtype:
         raise BucketChecksumError(
             f"weight sync: the delta for {name!r} is of shape {delta.shape} in {delta.values.dtype}, the receiver "
             f"holds {tuple(base.shape)} in {base.dtype}"
         )
-    indices = delta.indices.long()  # a uint8 index would select as a mask
-    if indices.numel() and not 0 <= int(indices.min()) <= int(indices.max()) < base.numel():
-        raise BucketChecksumError(
-            f"weight sync: the delta for {name!r} has indices outside its {base.numel()} elements"
-        )
+    try:
+        indices = decode_positions(delta.encoding, delta.positions, base.numel(), delta.values.numel())
+    except PositionError as exc:
+        raise BucketChecksumError(f"weight sync: the delta for {name!r} does not fit: {exc}") from None
     result = base.clone()
     result.view(-1)[indices] = delta.values
     return result

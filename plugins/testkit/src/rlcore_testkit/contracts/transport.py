@@ -21,6 +21,7 @@ caller; a bucket whose bytes do not match its digest is refused, and the next se
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import pytest
@@ -100,9 +101,7 @@ class CorruptingReceiver(MemoryReceiver):
         name, delta = bucket.deltas[0]
         values = delta.values.clone()
         values[0] += 1
-        return WeightBucket(
-            [], bucket.digest, [(name, type(delta)(delta.shape, delta.indices, values)), *bucket.deltas[1:]]
-        )
+        return WeightBucket([], bucket.digest, [(name, replace(delta, values=values)), *bucket.deltas[1:]])
 
 
 class FailingReceiver(MemoryReceiver):
