@@ -112,7 +112,7 @@ def substitution_plan_lines(config: DictConfig) -> list[str]:
             section: Any = select(config, f"{role}.{sub.section}")
             for key, value in section.items() if isinstance(section, DictConfig) else ():
                 if str(key) != "strategy":
-                    name = f"{role}.{sub.section}.{key}"
+                    name = f"{role}.{sub.section}.{str(key)}"
                     lines.append(f"{name}={value} changes speed, not the numbers: {_why_kept(sub, name)}")
     return lines
 
