@@ -80,8 +80,12 @@ def test_values_are_parsed_like_verl_command_lines() -> None:
 
 
 def test_free_form_sections_and_plus_keys() -> None:
-    cfg = load_config(overrides=["reward_model.reward_kwargs.alpha=2", "+my_plugin.setting=3"])
-    assert cfg.reward_model.reward_kwargs.alpha == 2 and cfg.my_plugin.setting == 3
+    """A key below a free-form mapping is accepted, with or without '+'; a key added where nothing reads it is not
+    (tests/test_added_keys.py has the verl spellings)."""
+    cfg = load_config(overrides=["reward_model.reward_kwargs.alpha=2", "+reward_model.reward_kwargs.beta=3"])
+    assert cfg.reward_model.reward_kwargs.alpha == 2 and cfg.reward_model.reward_kwargs.beta == 3
+    with pytest.raises(ConfigError, match="'\\+my_plugin.setting': rlcore has no such key"):
+        load_config(overrides=["+my_plugin.setting=3"])
 
 
 def test_files_then_overrides(tmp_path: Path) -> None:

@@ -478,8 +478,9 @@ def test_two_plugins_answering_the_profiler_hook_are_an_error(registered) -> Non
 
 
 def test_a_profiling_tool_no_plugin_answers_names_the_profiler_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``+global_profiler.tool=torch`` (added on purpose) with rlcore-plugin-profiler disabled: no plugin answers
-    the profiler hook, which names the plugin; without the key (the plugin's, absent) the run profiles nothing."""
+    """A config with ``global_profiler.tool=torch`` and rlcore-plugin-profiler disabled (built by hand: the loader
+    refuses the key, ``+`` or not, when no plugin declares it): no plugin answers the profiler hook, which names the
+    plugin; without the key (the plugin's, absent) the run profiles nothing."""
     from omegaconf import OmegaConf
 
     from rlcore.api.profiling import NoProfiler

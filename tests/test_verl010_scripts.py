@@ -39,8 +39,14 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "from-verl.md"
 
 # the obstacles: each a name (as docs/from-verl.md spells it) and a text of the error line that names it
 MEGATRON_FSDP = "megatron.use_megatron_fsdp"
+#: verl's TensorRT-LLM rollout's MoE tensor-parallel size, added with '+' (rlcore has no TensorRT-LLM rollout)
+MOE_ROLLOUT_TP = "rollout.moe_tensor_parallel_size"
+#: SAPO's temperatures added under policy_loss, where verl's SAPO loss does not read them (it reads actor.tau_pos)
+SAPO_POLICY_LOSS_TAU = "actor.policy_loss.tau_pos"
 OBSTACLES: dict[str, str] = {
     MEGATRON_FSDP: "use_megatron_fsdp=true: Megatron-FSDP",
+    MOE_ROLLOUT_TP: "unknown config key '+actor_rollout_ref.rollout.moe_tensor_parallel_size'",
+    SAPO_POLICY_LOSS_TAU: "unknown config key '+actor_rollout_ref.actor.policy_loss.tau_",
 }
 
 #: script -> the obstacles its dry run names, the first one printed first; () when it must pass
@@ -60,7 +66,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/grpo_trainer/run_qwen2_5_vl_7b_fsdp.sh": (),
     "examples/grpo_trainer/run_qwen2_5_vl_7b_megatron.sh": (),
     "examples/grpo_trainer/run_qwen3_30b_a3b_fsdp.sh": (),
-    "examples/grpo_trainer/run_qwen3_30b_a3b_megatron.sh": (),
+    "examples/grpo_trainer/run_qwen3_30b_a3b_megatron.sh": (MOE_ROLLOUT_TP,),
     "examples/grpo_trainer/run_qwen3_4b_fsdp.sh": (),
     "examples/grpo_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/grpo_trainer/run_qwen3_8b_megatron.sh": (),
@@ -83,7 +89,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/rloo_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/rollout_correction/run_qwen2_5_7b_fsdp.sh": (),
     "examples/rollout_correction/run_qwen2_5_7b_fsdp_multi_rs.sh": (),
-    "examples/sapo_trainer/run_qwen3_30b_a3b_fsdp.sh": (),
+    "examples/sapo_trainer/run_qwen3_30b_a3b_fsdp.sh": (SAPO_POLICY_LOSS_TAU,),
     "examples/tuning/lora/run_qwen3_30b_a3b_megatron.sh": (),
     "examples/tuning/lora/run_qwen3_8b_fsdp.sh": (),
     "examples/tuning/scaling/run_qwen2_5_32b_megatron.sh": (),

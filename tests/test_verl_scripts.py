@@ -43,6 +43,9 @@ from tests.verl_scripts_harness import (  # noqa: F401 (the fixtures are used by
 
 EXAMPLES = Path(__file__).parent / "verl_examples"
 MEGATRON = "pip install rlcore-plugin-megatron"
+#: megatron-core's OptimizerConfig fields (CPU offload of the optimizer, precision-aware optimizer) that verl's
+#: Megatron scripts add with '+': rlcore's Megatron engine does not read them
+OPTIMIZER_OVERRIDES = "override_optimizer_config"
 
 #: script -> None (must pass) or a text the error must contain (the missing feature)
 EXPECTED: dict[str, str | None] = {
@@ -122,15 +125,15 @@ EXPECTED: dict[str, str | None] = {
     # mixture-of-experts scripts on the Megatron engine with expert parallelism (docs/moe.md); run with a tiny
     # Qwen3-MoE (MOE_SCRIPTS) or, the Qwen3-VL-MoE ones, the tiny VLM
     "examples/grpo_trainer/run_deepseek671b_math_megatron_80gb.sh": MEGATRON,
-    "examples/grpo_trainer/run_deepseek671b_math_megatron_96gb.sh": MEGATRON,
+    "examples/grpo_trainer/run_deepseek671b_math_megatron_96gb.sh": OPTIMIZER_OVERRIDES,
     # use_dist_checkpointing=True with the checkpoint path in a variable the script leaves to the user
     "examples/grpo_trainer/run_moonlight16b_math_megatron.sh": "use_dist_checkpointing=true needs",
-    "examples/grpo_trainer/run_qwen3-235b_megatron_96gb.sh": MEGATRON,
-    "examples/grpo_trainer/run_qwen3_vl-235b-megatron.sh": MEGATRON,
+    "examples/grpo_trainer/run_qwen3-235b_megatron_96gb.sh": OPTIMIZER_OVERRIDES,
+    "examples/grpo_trainer/run_qwen3_vl-235b-megatron.sh": OPTIMIZER_OVERRIDES,
     # its GPU count comes from a variable the script leaves to the user (tp 2 x cp 2 on one rank)
     "examples/grpo_trainer/run_qwen3_vl-30b-megatron.sh": "must divide the number of ranks",
     # verl's Megatron optimizer schedule keys (optim.lr_decay_style='constant' after 10 warm-up steps)
-    "examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh": MEGATRON,
+    "examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh": OPTIMIZER_OVERRIDES,
     # LoRA on the Megatron backend (model.lora.*, the experts' projections included)
     "examples/grpo_trainer/run_qwen3moe-30b_megatron_lora.sh": MEGATRON,
     # trainer.n_gpus_per_node from a variable the script leaves to the user
@@ -244,6 +247,9 @@ VERL_DEFAULTS = EXAMPLES / "verl" / "trainer" / "config" / "_generated_ppo_train
 VERL010_DEFAULTS = (
     Path(__file__).parent / "verl010_examples" / "verl" / "trainer" / "config" / "_generated_ppo_trainer.yaml"
 )
+#: verl 0.10 spellings its reward managers read (``config.reward.get("reward_kwargs")``) that its config does not
+#: declare: its scripts add them with '+'
+VERL010_ADDED = {"reward.reward_kwargs"}
 #: verl's generated configs of its TorchTitan and VeOmni engines (README.md there)
 ENGINE_CONFIGS = Path(__file__).parent / "verl_engine_configs"
 
@@ -307,7 +313,7 @@ def test_every_verl010_spelling_is_in_its_generated_config_and_the_counts_are_ri
     rlcore (maybe renamed), is one of FSDP-Turbo's kept keys or belongs to a missing feature; and the page's counts
     are right."""
     keys = generated_keys(VERL010_DEFAULTS)
-    for alias in VERL010_ALIASES:
+    for alias in set(VERL010_ALIASES) - VERL010_ADDED:
         assert any(k == alias or k.startswith(alias + ".") for k in keys), alias
     counts, unsorted = sort_keys(keys)
     assert unsorted == []
@@ -366,8 +372,8 @@ def test_every_verl_default_key_is_accounted_for() -> None:
         if megatron and feature.hint == MEGATRON_HINT:
             continue
         assert [key for key in known.leaves | known.free if feature.matches(key)] == [], feature.feature
-    for alias in [*ALIASES, *VERL010_ALIASES]:
-        assert not known.declares(alias), f"{alias} is an alias but also a key of its own"
+    for alias in [*ALIASES, *VERL010_ALIASES]:  # one may lie in a free-form mapping: it takes its keys out of it
+        assert alias not in known.leaves | known.free, f"{alias} is an alias but also a key of its own"
 
 
 def test_sample_counts_in_the_doc() -> None:

@@ -4,9 +4,9 @@ The order of precedence (later wins): rlcore's defaults and every plugin's ``con
 (``--preset NAME``) → the ``--config-name`` config → YAML files → ``key=value`` overrides. A key that
 nobody declares is an error naming the key, where it came from, and the closest known key (or the verl
 feature it belongs to); every such problem is reported at once. verl's spellings of renamed keys are
-accepted (:mod:`rlcore.config.aliases`). An empty mapping in the defaults (for example
-``reward_model.reward_kwargs: {}``) is free-form: any key may be added below it. ``+key=value`` adds a key
-that is not declared anywhere (Hydra's syntax, for plugin-specific extras).
+accepted (:mod:`rlcore.config.aliases`). A field typed as a mapping (for example
+``reward_model.reward_kwargs: {}``) is free-form: any key may be set below it (:mod:`rlcore.config.free_form`).
+``+key=value`` (Hydra's "add a key") is accepted there and at declared keys only; elsewhere it is an unknown key.
 """
 
 from __future__ import annotations

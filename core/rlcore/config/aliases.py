@@ -41,6 +41,8 @@ ALIASES: dict[str, str] = {
     "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype": "actor_rollout_ref.ref.fsdp_config.dtype",
     "critic.fsdp_config.mixed_precision.param_dtype": "critic.fsdp_config.dtype",
     "reward_model.fsdp_config.mixed_precision.param_dtype": "reward_model.fsdp_config.dtype",
+    "reward_model.reward_kwargs.overlong_buffer_cfg": "reward_model.overlong_buffer",
+    "reward_model.reward_kwargs.max_resp_len": "reward_model.overlong_buffer.max_response_length",
 }
 
 #: verl 0.10's spelling (its ``reward`` section and engine sections) -> rlcore's canonical key
@@ -56,6 +58,7 @@ VERL010_ALIASES: dict[str, str] = {
     "actor_rollout_ref.rollout.n_gpus_per_node": "trainer.rollout_n_gpus_per_node",
     "reward.sandbox_fusion": "reward_model.sandbox_fusion",
     "sandbox_fusion": "reward_model.sandbox_fusion",
+    "reward.reward_kwargs": "reward_model.reward_kwargs",
 }
 
 #: the roles of verl's engine sections

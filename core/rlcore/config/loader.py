@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import yaml
@@ -22,12 +22,13 @@ from rlcore.config.compose import (
     resolve_turbo,
     substituted_strategy,
 )
+from rlcore.config.free_form import TypedKeys, free_form_keys
 from rlcore.config.plugin_sections import plugin_fragment
 from rlcore.config.problems import ConfigError, Problems
 from rlcore.config.run_name import name_after_presets
 from rlcore.config.schema import default_tree
 from rlcore.config.suggest import option_hint, synonym_key
-from rlcore.config.unsupported import missing_feature_problems, unsupported_value_problems
+from rlcore.config.unsupported import missing_feature_problems, prefix_match, unsupported_value_problems
 from rlcore.distributions import owned_key_advice
 from rlcore.registry import KIND_SPECS
 
@@ -131,28 +132,45 @@ class KnownKeys:
     leaves: set[str]
     free: set[str]
     sections: set[str]
+    #: the keys of named entries (``distillation.teacher_models.*.model_path``; ``*``: any entry name)
+    entry_leaves: set[str] = field(default_factory=set)
 
     def declares(self, key: str) -> bool:
-        """Whether ``key`` is a declared leaf or lies below a free-form section."""
-        return key in self.leaves or any(key == f or key.startswith(f + ".") for f in self.free)
+        """Whether ``key`` is a declared leaf or an entry's key, or lies below a free-form section (a ``*`` part of
+        these matches any one part)."""
+        parts = key.split(".")
+        return (
+            key in self.leaves
+            or any(prefix_match(f.split("."), parts) for f in self.free)
+            or any(len(e.split(".")) == len(parts) and prefix_match(e.split("."), parts) for e in self.entry_leaves)
+        )
 
     def suggestion(self, key: str) -> str:
         """`` Did you mean 'x'?`` for the declared key that ``key`` names with another trainer's word
-        (:func:`~rlcore.config.suggest.synonym_key`), else for the closest declared key, or an empty string."""
+        (:func:`~rlcore.config.suggest.synonym_key`), else for the key of the same name in a section above it
+        (``actor.policy_loss.tau_pos`` -> ``actor.tau_pos``), else for the closest declared key, or an empty
+        string."""
         synonym = synonym_key(key, self.leaves)
         if synonym is not None:
             return f" Did you mean {synonym!r}? (verl's name for {key.rpartition('.')[2]})"
         candidates = sorted(self.leaves | self.free)
-        close = [c for c in candidates if c.endswith("." + key)][:1]
+        parts = key.split(".")
+        close = [
+            a for a in (".".join([*parts[:end], parts[-1]]) for end in range(len(parts) - 2, 0, -1)) if a in self.leaves
+        ]
+        close = close[:1] or [c for c in candidates if c.endswith("." + key)][:1]
         close = close or difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
         return f" Did you mean {close[0]!r}?" if close else ""
 
 
-def known_keys(defaults: DictConfig) -> KnownKeys:
-    """The keys ``defaults`` declares."""
+def known_keys(defaults: DictConfig, typed: TypedKeys | None = None) -> KnownKeys:
+    """The keys ``defaults`` declares; free-form are its empty mappings and the mappings ``typed`` names (the
+    mapping-typed fields of the typed sections, with their named entries' keys:
+    :func:`~rlcore.config.free_form.free_form_keys`)."""
+    typed = typed or TypedKeys()
     leaves, free = _known_paths(defaults)
     sections = {p.rsplit(".", 1)[0] for p in leaves if "." in p} | {p.split(".")[0] for p in leaves}
-    return KnownKeys(leaves, free, sections)
+    return KnownKeys(leaves, free | typed.free, sections, typed.entry_leaves)
 
 
 def _known_paths(defaults: DictConfig) -> tuple[set[str], set[str]]:
@@ -215,7 +233,10 @@ def coerce_value(key: str, value: Any, defaults: DictConfig) -> Any:
 def _apply(
     merged: DictConfig, source: Source, defaults: DictConfig, known: KnownKeys, added: set[str], problems: Problems
 ) -> DictConfig:
-    """Merge one source into ``merged``, keeping only its valid keys; record a problem for each other key."""
+    """Merge one source into ``merged``, keeping only its valid keys; record a problem for each other key.
+
+    A key in ``added`` (given as ``+key``) is checked as any other: accepted when declared or below a free-form
+    mapping; otherwise its problem says that its parent takes no added keys."""
     renamed, given, alias_problems = rename_aliases(flatten(source.fragment), source.label)
     for message in alias_problems:
         problems.add(message)
@@ -228,7 +249,7 @@ def _apply(
     unknown: dict[str, Any] = {}
     for key, value in renamed.items():
         shown = given.get(key, key)
-        if known.declares(key) or key in added or noted_engine_key(key, value):
+        if known.declares(key) or noted_engine_key(key, value):
             try:
                 good[key] = coerce_value(key, value, defaults)
             except ConfigError as exc:
@@ -246,16 +267,17 @@ def _apply(
         shown = given.get(key, key)
         owned = owned_key_advice(key)
         if owned is not None:
-            problems.add(f"{source.label}: config key {shown!r} is {owned}")
+            problems.add(f"{source.label}: config key {_added(shown, key, added)} is {owned}")
             continue
         hint = option_hint(key, unknown.get(key))
         if hint is not None:
-            problems.add(f"{source.label}: unknown config key {shown!r}: {hint}")
+            problems.add(f"{source.label}: unknown config key {_added(shown, key, added)}: {hint}")
             continue
         renamed_note = f" (rlcore's name: {key!r})" if shown != key else ""
+        why = f": rlcore has no such key, and {_parent(key, known)} takes no added keys" if key in added else ""
         problems.add(
-            f"{source.label}: unknown config key {shown!r}{renamed_note}.{known.suggestion(key)} "
-            f"(`rlcore config show` lists every key; prefix with '+' to add a key on purpose)"
+            f"{source.label}: unknown config key {_added(shown, key, added)}{renamed_note}{why}."
+            f"{known.suggestion(key)} (`rlcore config show` lists every key; {FREE_FORM_HINT})"
         )
     for message in feature_problems:
         problems.add(message)
@@ -264,6 +286,30 @@ def _apply(
     except Exception as exc:  # e.g. a mapping given where the defaults hold a list
         problems.add(f"{source.label}: cannot merge: {exc}")
         return merged
+
+
+#: where a key may be added: what the unknown-key error says about ``+``
+FREE_FORM_HINT = (
+    "new keys, with or without '+', go only below a free-form mapping such as "
+    "actor_rollout_ref.rollout.engine_kwargs.vllm, megatron.override_transformer_config or reward_model.reward_kwargs"
+)
+
+
+def _added(shown: str, key: str, added: set[str]) -> str:
+    """``shown`` (the key as given) quoted, with the ``+`` it was given with."""
+    return repr(f"+{shown}") if key in added else repr(shown)
+
+
+def _parent(key: str, known: KnownKeys) -> str:
+    """The deepest declared section above ``key`` (``'+x'``'s parent that takes no added keys), or ``the top level of
+    the config``."""
+    parts = key.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        section = ".".join(parts[:end])
+        entries = (e.split(".") for e in known.entry_leaves)
+        if section in known.sections or any(len(e) > end and prefix_match(e[:end], parts[:end]) for e in entries):
+            return section
+    return "the top level of the config"
 
 
 def parse_override(text: str) -> tuple[str, Any, bool]:
@@ -377,7 +423,7 @@ def load_config(
     collected = problems if problems is not None else Problems()
     manager = manager or load_plugins()
     defaults = default_config(manager)
-    known = known_keys(defaults)
+    known = known_keys(defaults, free_form_keys(manager))
     dotted: dict[str, Any] = {}
     added: set[str] = set()
     engines: list[Source] = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from rlcore.config.problems import ConfigError
@@ -118,9 +118,14 @@ def plugin_section(config: DictConfig, base: type[_S], manager: PluginManager) -
     at its key and one level below (their ``config_defaults``, :func:`extended_section`): what a component of
     the section's kind receives, e.g. a policy loss the ``actor_rollout_ref.actor`` section with SAPO's
     ``tau_pos``."""
-    extras: list[type[Section]] = []
+    extras = [kind for returned in plugin_defaults(manager) for kind in sections_at(returned, base.PATH)]
+    return extended_section(base, tuple(extras)).from_tree(config)
+
+
+def plugin_defaults(manager: PluginManager) -> Iterator[Any]:
+    """What the ``config_defaults`` hook of each loaded plugin of ``manager`` returns (a plugin that failed to load
+    left out)."""
     for impl in manager.pm.hook.config_defaults.get_hookimpls():
         record = manager.records.get(impl.plugin_name)
         if record is not None and record.status != "error":
-            extras += sections_at(impl.function(), base.PATH)
-    return extended_section(base, tuple(extras)).from_tree(config)
+            yield impl.function()

@@ -38,10 +38,11 @@ class MissingFeature:
     def matches(self, key: str) -> bool:
         """Whether the dotted ``key`` is one of this feature's keys (or below one)."""
         parts = key.split(".")
-        return any(_prefix_match(pattern.split("."), parts) for pattern in self.patterns)
+        return any(prefix_match(pattern.split("."), parts) for pattern in self.patterns)
 
 
-def _prefix_match(pattern: list[str], parts: list[str]) -> bool:
+def prefix_match(pattern: list[str], parts: list[str]) -> bool:
+    """Whether the key ``parts`` are the ``pattern``'s parts or lie below them (``*`` matches any one part)."""
     return len(parts) >= len(pattern) and all(p in ("*", k) for p, k in zip(pattern, parts))
 
 

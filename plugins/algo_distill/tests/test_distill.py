@@ -253,7 +253,8 @@ def test_two_steps_with_a_verifier(tmp_path: Path, tiny_model_dir: Path, teacher
                 "distillation.teacher_models.teacher_model.model_path=/m",
                 "+distillation.teacher_models.teacher_model.inference.swap_space=4",
             ],
-            "unknown config key 'distillation.teacher_models.teacher_model.inference.swap_space'",
+            "unknown config key '+distillation.teacher_models.teacher_model.inference.swap_space': rlcore has no such "
+            "key, and distillation.teacher_models.teacher_model.inference takes no added keys",
         ),
         (
             [

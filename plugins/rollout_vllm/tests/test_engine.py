@@ -114,3 +114,15 @@ def test_disable_log_stats_reaches_vllm(make_engine: Callable[..., Any], tiny_to
     assert engine.llm.llm_engine.log_stats is True
     out = engine.generate(make_prompt_batch(tiny_tokenizer))
     assert out["responses"].shape[1] == 8
+
+
+def test_an_engine_argument_vllm_does_not_take_is_named_before_it_starts(vllm: Any) -> None:
+    """``vllm.engine_kwargs`` is passed through to ``vllm.LLM``: a key that neither it nor ``vllm.EngineArgs`` takes
+    (``swap_space`` is gone from vLLM's engine arguments) is an error naming the config key; the others pass."""
+    from rlcore_plugin_vllm.engine import check_engine_kwargs
+
+    check_engine_kwargs(vllm, {"mm_processor_cache_gb": 0, "compilation_config": {"cudagraph_mode": "NONE"}})
+    with pytest.raises(
+        RLCoreError, match=r"actor_rollout_ref\.rollout\.vllm\.engine_kwargs\.swap_space: not an argument"
+    ):
+        check_engine_kwargs(vllm, {"swap_space": 4, "max_model_len": 64})

@@ -62,7 +62,7 @@ class ModelConfig(Section):
     custom_chat_template: str | None = None
     #: let transformers run the model's own code
     trust_remote_code: bool = False
-    #: keys that replace the model's Hugging Face config values
+    #: keys that replace the model's Hugging Face config values (set on transformers' config as given)
     override_config: dict[str, Any] = field(default_factory=dict)
     #: recompute activations in the backward pass (less memory, more time)
     enable_gradient_checkpointing: bool = False

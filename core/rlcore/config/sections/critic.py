@@ -30,7 +30,7 @@ class CriticModelConfig(Section):
     path: str | None = ref("actor_rollout_ref.model.path")
     #: the value model's tokenizer (the policy's by default)
     tokenizer_path: str | None = ref("actor_rollout_ref.model.path")
-    #: keys that replace the value model's Hugging Face config values
+    #: keys that replace the value model's Hugging Face config values (set on transformers' config as given)
     override_config: dict[str, Any] = field(default_factory=dict)
     #: recompute activations in the backward pass
     enable_gradient_checkpointing: bool = False

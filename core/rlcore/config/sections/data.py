@@ -80,7 +80,7 @@ class DataConfig(Section):
     train_max_samples: int = -1
     #: validation rows used (-1: all)
     val_max_samples: int = -1
-    #: extra keyword arguments of the tokenizer's apply_chat_template
+    #: extra keyword arguments passed through to the tokenizer's apply_chat_template
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     #: a dataset class of your own instead of the dataset component
     custom_cls: CustomClsConfig = field(default_factory=CustomClsConfig)

@@ -20,7 +20,7 @@ class RewardModelModelConfig(Section):
     input_tokenizer: str | None = ref("actor_rollout_ref.model.path")
     #: let transformers run the model's own code
     trust_remote_code: bool = ref("actor_rollout_ref.model.trust_remote_code")
-    #: keys that replace the reward model's Hugging Face config values
+    #: keys that replace the reward model's Hugging Face config values (set on transformers' config as given)
     override_config: dict[str, Any] = field(default_factory=dict)
     #: true: load from a copy in /dev/shm, made once per node
     use_shm: bool = False
@@ -93,7 +93,8 @@ class RewardModelConfig(Section):
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     #: reward manager component (kind `reward_manager`)
     reward_manager: str = "naive"
-    #: keyword arguments of the reward manager
+    #: keyword arguments passed through to the batch reward manager's scorer (verl's DAPO overlong_buffer_cfg and
+    #: max_resp_len here are renamed to reward_model.overlong_buffer.*)
     reward_kwargs: dict[str, Any] = field(default_factory=dict)
     #: true: score a batch while the old/ref log-probs and values are computed
     launch_reward_fn_async: bool = False
@@ -129,5 +130,5 @@ class CustomRewardFunctionConfig(Section):
     path: str | None = None
     #: the scorer function's name in that file
     name: str = "compute_score"
-    #: keyword arguments passed to the scorer
+    #: keyword arguments passed through to the scorer function
     reward_kwargs: dict[str, Any] = field(default_factory=dict)

@@ -89,7 +89,7 @@ class DistillationConfig(Section):
     nnodes: int = 0
     #: the sample field that routes it to a teacher's key (several teachers)
     teacher_key: str = "data_source"
-    #: the teachers by entry name, each a :class:`TeacherConfig` (free-form names)
-    teacher_models: dict[str, Any] = field(default_factory=_default_teachers)
+    #: the teachers by entry name (any name), each with the keys of a :class:`TeacherConfig`
+    teacher_models: dict[str, TeacherConfig] = field(default_factory=_default_teachers)
     #: the distillation loss
     distillation_loss: DistillationLossConfig = field(default_factory=DistillationLossConfig)

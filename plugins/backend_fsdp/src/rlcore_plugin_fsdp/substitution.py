@@ -19,7 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rlcore.api import flatten, select
+from rlcore.api import ConfigError, flatten, select
 
 #: the roles with an engine section
 ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
@@ -89,6 +89,20 @@ def _chosen(config: DictConfig, substitution: Substitution) -> bool:
     return select(config, f"actor_rollout_ref.actor.{substitution.section}.strategy") == substitution.section
 
 
+def _why_kept(sub: Substitution, key: str) -> str:
+    """Why the kept key ``key`` (``<role>.<engine>.<name>``) of ``sub``'s section changes speed and not the numbers;
+    a key the config layer should have refused (a hand-made config) is a :class:`~rlcore.api.ConfigError` naming it."""
+    name = key.rpartition(".")[2]
+    if name.endswith("_implementation") and sub.kernel_why:
+        return sub.kernel_why
+    if name not in sub.why:
+        raise ConfigError(
+            f"{key}: not one of the {sub.section} speed choices rlcore's FSDP engine keeps "
+            f"({', '.join(sub.why)}{', *_implementation' if sub.kernel_why else ''}): not supported by rlcore"
+        )
+    return sub.why[name]
+
+
 def substitution_plan_lines(config: DictConfig) -> list[str]:
     """The substitution line of each engine ``model_engine=`` substituted, and a note per kept key of its section
     (with or without the engine)."""
@@ -97,10 +111,9 @@ def substitution_plan_lines(config: DictConfig) -> list[str]:
         for role in ROLES:
             section: Any = select(config, f"{role}.{sub.section}")
             for key, value in section.items() if isinstance(section, DictConfig) else ():
-                name = str(key)
-                if name != "strategy":
-                    why = sub.kernel_why if name.endswith("_implementation") else sub.why[name]
-                    lines.append(f"{role}.{sub.section}.{name}={value} changes speed, not the numbers: {why}")
+                if str(key) != "strategy":
+                    name = f"{role}.{sub.section}.{str(key)}"
+                    lines.append(f"{name}={value} changes speed, not the numbers: {_why_kept(sub, name)}")
     return lines
 
 
@@ -169,7 +182,7 @@ def turbo_plan_lines(config: DictConfig) -> list[str]:
 def check_turbo_config(config: DictConfig, section: str) -> str | None:
     """The problem with ``{section}.fsdp_config.turbo_config`` when the role chose FSDP-Turbo: a key there that is not
     one of the kept speed choices (:data:`TURBO_WHY`; the config layer moved the keys with an equal, and refuses the
-    others unless added with ``+``); None when there is none. Without FSDP-Turbo the section is read nowhere, as in
+    others); None when there is none. Without FSDP-Turbo the section is read nowhere, as in
     verl's FSDP engine."""
     turbo: Any = select(config, f"{section}.fsdp_config.turbo_config")
     if select(config, f"{section}.fsdp_config.strategy") != "fsdp_turbo" or not isinstance(turbo, DictConfig):

@@ -48,7 +48,7 @@ class MegatronConfig(Section):
     dist_checkpointing_path: str | None = None
     #: seed of megatron-core's CUDA RNG tracker (null: trainer.seed)
     seed: int | None = None
-    #: extra megatron-core TransformerConfig fields (unknown fields are errors)
+    #: extra megatron-core TransformerConfig fields, passed through (an unknown field is an error naming it)
     override_transformer_config: dict[str, Any] = field(default_factory=dict)
     #: verl's weight converter: accepted, noted by the dry run (rlcore converts with its own)
     use_mbridge: bool = False

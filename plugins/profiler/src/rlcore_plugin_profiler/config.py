@@ -159,7 +159,7 @@ class TorchMemoryConfig(Section):
     context: str | None = "all"
     #: which stacks are recorded: all | python
     stacks: str = "all"
-    #: further arguments of _record_memory_history
+    #: further arguments passed through to torch.cuda.memory._record_memory_history
     kw_args: dict[str, Any] = field(default_factory=dict)
 
 

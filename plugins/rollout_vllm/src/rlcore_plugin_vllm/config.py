@@ -20,7 +20,8 @@ class VLLMConfig(Section):
     PATH = "actor_rollout_ref.rollout.vllm"
     #: KV-cache size in GiB on CPU (VLLM_CPU_KVCACHE_SPACE); on GPU gpu_memory_utilization applies
     cpu_kv_cache_gib: float = 1
-    #: extra keyword arguments for vllm.LLM(...), e.g. {"swap_space": 0}
+    #: extra keyword arguments passed through to vllm.LLM(...), e.g. {"mm_processor_cache_gb": 0}; one that neither
+    #: vllm.LLM nor vllm.EngineArgs takes is an error naming it when the engine starts
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
 

