@@ -5,6 +5,7 @@ window in which both lanes are busy. Speeds are measured by the bench itself, ne
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -46,10 +47,10 @@ def test_too_few_updates_for_the_warmup_is_an_error(bench_script: Callable[[str]
         bench.busy_figures([task("rollout.generate_sequences", 0, 1), task("actor.update_actor", 1, 2)], warmup=1)
 
 
-def test_separate_async_with_partial_rollout_keeps_verls_invariant() -> None:
+def test_separate_async_with_partial_rollout_keeps_verls_invariant(bench_script: Callable[[str], ModuleType]) -> None:
     """The partial-rollout lane mode runs separate_async in 16-token rounds with the preset's parameter_sync_step,
     like plain separate_async."""
-    bench = load_bench()
+    bench = bench_script("async_throughput")
     args = bench.parse_args(["--modes", "separate_async_partial", "--pin", "none"])
     overrides = bench.mode_overrides(args, "separate_async_partial", Path("runs"), Path("timeline.json"))
     assert "trainer.v1.trainer_mode=separate_async" in overrides

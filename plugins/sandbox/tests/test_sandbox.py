@@ -4,6 +4,7 @@ contained and reported (the kernel's confinement without the hook: ``test_sandbo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from pathlib import Path
 
@@ -141,7 +142,11 @@ def test_the_program_has_no_network_interface_where_namespaces_are_allowed() -> 
 
 
 def test_async_runs_overlap_and_do_not_block_the_event_loop() -> None:
+    """Three async runs overlap in time while the event loop keeps ticking. Their wall limit is generous: this is
+    about overlap, not limits, and three sandboxed interpreters starting at once on a loaded 2-core machine can
+    take longer than :data:`LIMITS`' 2 s."""
     code = "import time\nstart = time.monotonic()\ntime.sleep(0.5)\nprint(start, time.monotonic())"
+    limits = dataclasses.replace(LIMITS, wall_seconds=60, cpu_seconds=10)
 
     async def main() -> list:
         ticks = 0
@@ -153,12 +158,14 @@ def test_async_runs_overlap_and_do_not_block_the_event_loop() -> None:
                 ticks += 1
 
         task = asyncio.create_task(ticker())
-        results = await asyncio.gather(*(run_python_async(code, limits=LIMITS) for _ in range(3)))
+        results = await asyncio.gather(*(run_python_async(code, limits=limits) for _ in range(3)))
         task.cancel()
         assert ticks > 0
         return results
 
-    spans = [tuple(map(float, r.stdout.split())) for r in asyncio.run(main())]
+    results = asyncio.run(main())
+    assert all(r.stdout.strip() for r in results), [r.status for r in results]
+    spans = [tuple(map(float, r.stdout.split())) for r in results]
     assert max(start for start, _ in spans) < min(end for _, end in spans)
 
 
