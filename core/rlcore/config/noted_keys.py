@@ -4,12 +4,13 @@ accepted, kept in the config as given, and named in a plan note; the one with an
 - ``actor_rollout_ref.rollout.moe_tensor_parallel_size``: read only by verl's TensorRT-LLM rollout.
 - ``actor_rollout_ref.actor.policy_loss.tau_pos`` / ``tau_neg``: verl's SAPO loss reads ``actor.tau_pos`` /
   ``tau_neg``; a value other than theirs is an error naming both keys.
-- ``<role>.optim.override_optimizer_config.*`` (megatron-core 0.16's ``OptimizerConfig`` fields):
-  ``optimizer_cpu_offload=true`` with ``optimizer_offload_fraction=1`` is rlcore's ``<role>.megatron.optimizer_offload``
-  (verl steps the optimizer on the CPU, rlcore keeps its state there between steps: the same numbers);
-  ``overlap_cpu_optimizer_d2h_h2d`` changes speed only; a fraction between 0 and 1 (partial offload) is refused;
-  ``use_precision_aware_optimizer`` is noted while the precision dtypes stay float32 (megatron-core's defaults: the
-  same numbers). Any other key there stays refused by name (:mod:`rlcore.config.unsupported`).
+- ``<role>.optim.override_optimizer_config.*`` (megatron-core 0.16's ``OptimizerConfig`` fields), read by verl's
+  Megatron engine only (noted as having no effect on another): ``optimizer_cpu_offload=true`` with
+  ``optimizer_offload_fraction=1`` is rlcore's ``<role>.megatron.optimizer_offload`` (verl steps the optimizer on the
+  CPU, rlcore keeps its state there between steps: the same numbers); ``overlap_cpu_optimizer_d2h_h2d`` changes speed
+  only; a fraction between 0 and 1 (partial offload) is refused; ``use_precision_aware_optimizer`` is noted while the
+  precision dtypes stay float32 (megatron-core's defaults: the same numbers). Any other key there stays refused by
+  name (:mod:`rlcore.config.unsupported`).
 
 Torch-free.
 """
@@ -80,9 +81,10 @@ def _overrides(config: DictConfig, role: str) -> dict[str, Any]:
 
 
 def resolve_noted_keys(config: DictConfig) -> list[str]:
-    """Map ``optimizer_cpu_offload=true`` at fraction 1 onto ``<role>.megatron.optimizer_offload=true``; return the
-    problems: a SAPO temperature under ``policy_loss`` that differs from the one the loss reads, a partial optimizer
-    offload."""
+    """Map ``optimizer_cpu_offload=true`` at fraction 1 onto ``<role>.megatron.optimizer_offload=true`` where the role
+    trains on Megatron (verl's other engines do not read it); return the problems: a SAPO temperature under
+    ``policy_loss`` that differs from the one the loss reads, a partial optimizer offload, a precision dtype below
+    float32."""
     problems = []
     for spelled, read in TAU_KEYS.items():
         given = OmegaConf.select(config, spelled)
@@ -93,6 +95,8 @@ def resolve_noted_keys(config: DictConfig) -> list[str]:
             )
     for role in OPTIMIZER_ROLES:
         fields = _overrides(config, role)
+        if not fields or OmegaConf.select(config, f"{role}.strategy") != "megatron":
+            continue
         fraction = fields.get("optimizer_offload_fraction", 0.0)
         if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or fraction not in (0, 1):
             problems.append(
@@ -100,6 +104,8 @@ def resolve_noted_keys(config: DictConfig) -> list[str]:
                 f"of megatron-core's optimizer state on the CPU) is not supported by rlcore; 1 with "
                 f"optimizer_cpu_offload=true is {role}.megatron.optimizer_offload=true, 0 keeps it on the GPU"
             )
+        elif fraction == 1 and fields.get("optimizer_cpu_offload") is True:
+            OmegaConf.update(config, f"{role}.megatron.optimizer_offload", True, merge=False)
         lowered = [
             f"{name}={fields[name]}" for name in PRECISION_DTYPES if str(fields.get(name, "fp32")) not in FLOAT32
         ]
@@ -109,14 +115,14 @@ def resolve_noted_keys(config: DictConfig) -> list[str]:
                 "parameters, gradients or Adam moments below float32 is not supported by rlcore (its AdamW keeps them "
                 "in float32); leave them at fp32"
             )
-        if fraction == 1 and fields.get("optimizer_cpu_offload") is True:
-            OmegaConf.update(config, f"{role}.megatron.optimizer_offload", True, merge=False)
     return problems
 
 
-def _optimizer_note(role: str, name: str, value: Any, fields: dict[str, Any]) -> str:
-    """The plan note of the role's ``override_optimizer_config.<name>=value``."""
+def _optimizer_note(role: str, name: str, value: Any, fields: dict[str, Any], strategy: Any) -> str:
+    """The plan note of the role's ``override_optimizer_config.<name>=value`` (the role trains with ``strategy``)."""
     key = f"{role}.{OVERRIDES}.{name}"
+    if strategy != "megatron":
+        return f"{key}={value} has no effect: only verl's Megatron engine reads it ({role}.strategy={strategy})"
     offloaded = fields.get("optimizer_cpu_offload") is True and fields.get("optimizer_offload_fraction", 0) == 1
     if name == "optimizer_cpu_offload" and offloaded:
         return (
@@ -146,5 +152,6 @@ def noted_plan_lines(config: DictConfig) -> list[str]:
             lines.append(f"{key}={value} has no effect: {why}")
     for role in OPTIMIZER_ROLES:
         fields = _overrides(config, role)
-        lines += [_optimizer_note(role, name, value, fields) for name, value in fields.items()]
+        strategy = OmegaConf.select(config, f"{role}.strategy")
+        lines += [_optimizer_note(role, name, value, fields, strategy) for name, value in fields.items()]
     return lines
