@@ -129,11 +129,11 @@ def test_without_the_plus_the_same_key_arrives_too() -> None:
             "unknown config key '+ray_kwargs.ray_init.num_gpus': rlcore has no such key, and ray_kwargs.ray_init takes "
             "no added keys.",
         ),
-        # verl's SAPO loss reads the actor's tau_pos, which rlcore declares; the policy_loss spelling is read nowhere
+        # a key next to a noted one (rlcore.config.noted_keys) is not noted
         (
-            "+actor_rollout_ref.actor.policy_loss.tau_pos=1.0",
-            "unknown config key '+actor_rollout_ref.actor.policy_loss.tau_pos': rlcore has no such key, and "
-            "actor_rollout_ref.actor.policy_loss takes no added keys. Did you mean 'actor_rollout_ref.actor.tau_pos'?",
+            "+actor_rollout_ref.actor.policy_loss.tau=1.0",
+            "unknown config key '+actor_rollout_ref.actor.policy_loss.tau': rlcore has no such key, and "
+            "actor_rollout_ref.actor.policy_loss takes no added keys.",
         ),
         # a missing feature is named as for a key given without '+'
         (
@@ -141,9 +141,9 @@ def test_without_the_plus_the_same_key_arrives_too() -> None:
             "actor_rollout_ref.actor.megatron.foo: verl's Megatron backend settings",
         ),
         (
-            "+actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload=true",
-            "actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload: verl's Megatron backend "
-            "settings",
+            "+actor_rollout_ref.actor.optim.override_optimizer_config.use_distributed_optimizer=true",
+            "actor_rollout_ref.actor.optim.override_optimizer_config.use_distributed_optimizer: verl's Megatron "
+            "backend settings",
         ),
         (
             "+actor_rollout_ref.rollout.quantization=fp8",

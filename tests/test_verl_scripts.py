@@ -43,9 +43,12 @@ from tests.verl_scripts_harness import (  # noqa: F401 (the fixtures are used by
 
 EXAMPLES = Path(__file__).parent / "verl_examples"
 MEGATRON = "pip install rlcore-plugin-megatron"
-#: megatron-core's OptimizerConfig fields (CPU offload of the optimizer, precision-aware optimizer) that verl's
-#: Megatron scripts add with '+': rlcore's Megatron engine does not read them
-OPTIMIZER_OVERRIDES = "override_optimizer_config"
+#: the plan note of megatron-core's full optimizer CPU offload, which verl's Megatron scripts add with '+'
+#: (optim.override_optimizer_config): rlcore's megatron.optimizer_offload
+OPTIMIZER_OFFLOAD_NOTE = (
+    "override_optimizer_config.optimizer_cpu_offload=True (fraction 1) -> actor_rollout_ref.actor.megatron."
+    "optimizer_offload=true"
+)
 
 #: script -> None (must pass) or a text the error must contain (the missing feature)
 EXPECTED: dict[str, str | None] = {
@@ -125,15 +128,15 @@ EXPECTED: dict[str, str | None] = {
     # mixture-of-experts scripts on the Megatron engine with expert parallelism (docs/moe.md); run with a tiny
     # Qwen3-MoE (MOE_SCRIPTS) or, the Qwen3-VL-MoE ones, the tiny VLM
     "examples/grpo_trainer/run_deepseek671b_math_megatron_80gb.sh": MEGATRON,
-    "examples/grpo_trainer/run_deepseek671b_math_megatron_96gb.sh": OPTIMIZER_OVERRIDES,
+    "examples/grpo_trainer/run_deepseek671b_math_megatron_96gb.sh": MEGATRON,
     # use_dist_checkpointing=True with the checkpoint path in a variable the script leaves to the user
     "examples/grpo_trainer/run_moonlight16b_math_megatron.sh": "use_dist_checkpointing=true needs",
-    "examples/grpo_trainer/run_qwen3-235b_megatron_96gb.sh": OPTIMIZER_OVERRIDES,
-    "examples/grpo_trainer/run_qwen3_vl-235b-megatron.sh": OPTIMIZER_OVERRIDES,
+    "examples/grpo_trainer/run_qwen3-235b_megatron_96gb.sh": MEGATRON,
+    "examples/grpo_trainer/run_qwen3_vl-235b-megatron.sh": MEGATRON,
     # its GPU count comes from a variable the script leaves to the user (tp 2 x cp 2 on one rank)
     "examples/grpo_trainer/run_qwen3_vl-30b-megatron.sh": "must divide the number of ranks",
     # verl's Megatron optimizer schedule keys (optim.lr_decay_style='constant' after 10 warm-up steps)
-    "examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh": OPTIMIZER_OVERRIDES,
+    "examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh": MEGATRON,
     # LoRA on the Megatron backend (model.lora.*, the experts' projections included)
     "examples/grpo_trainer/run_qwen3moe-30b_megatron_lora.sh": MEGATRON,
     # trainer.n_gpus_per_node from a variable the script leaves to the user
@@ -146,6 +149,15 @@ EXPECTED: dict[str, str | None] = {
 
 #: script -> a note its passing dry run must print (a verl switch that changes nothing in rlcore)
 NOTES: dict[str, str] = {
+    **{
+        f"examples/grpo_trainer/{name}.sh": OPTIMIZER_OFFLOAD_NOTE
+        for name in (
+            "run_deepseek671b_math_megatron_96gb",
+            "run_qwen3-235b_megatron_96gb",
+            "run_qwen3_vl-235b-megatron",
+            "run_qwen3moe-30b_megatron_96gb",
+        )
+    },
     "examples/grpo_trainer/run_qwen2-7b_math_megatron.sh": "use_fused_kernels=True changes nothing on the Megatron",
     "examples/ppo_trainer/run_qwen2-7b_rm.sh": "note: reward_model.rollout.name=vllm changes nothing in rlcore",
     "examples/grpo_trainer/run_mistral13b_skyworkrm_hhrlhf.sh": "note: reward_model.rollout.name=vllm changes nothing",

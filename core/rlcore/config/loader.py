@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -23,6 +22,8 @@ from rlcore.config.compose import (
     substituted_strategy,
 )
 from rlcore.config.free_form import TypedKeys, free_form_keys
+from rlcore.config.noted_keys import noted_key, resolve_noted_keys
+from rlcore.config.override_value import HydraMappingError, read_value
 from rlcore.config.plugin_sections import plugin_fragment
 from rlcore.config.problems import ConfigError, Problems
 from rlcore.config.run_name import name_after_presets
@@ -34,8 +35,6 @@ from rlcore.registry import KIND_SPECS
 
 if TYPE_CHECKING:
     from rlcore.plugins import PluginManager
-
-_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -247,9 +246,10 @@ def _apply(
             renamed[name] = stands_for
     good: dict[str, Any] = {}
     unknown: dict[str, Any] = {}
+    megatron_installed = "actor_rollout_ref.actor.megatron" in known.sections
     for key, value in renamed.items():
         shown = given.get(key, key)
-        if known.declares(key) or noted_engine_key(key, value):
+        if known.declares(key) or noted_engine_key(key, value) or noted_key(key, megatron_installed):
             try:
                 good[key] = coerce_value(key, value, defaults)
             except ConfigError as exc:
@@ -261,7 +261,7 @@ def _apply(
         else:
             unknown[key] = value
     feature_problems, rest = missing_feature_problems(
-        unknown, source.label, given, megatron_installed="actor_rollout_ref.actor.megatron" in known.sections
+        unknown, source.label, given, megatron_installed=megatron_installed
     )
     for key in rest:
         shown = given.get(key, key)
@@ -326,11 +326,14 @@ def parse_override(text: str) -> tuple[str, Any, bool]:
     if raw == "None":  # Python spelling, common in verl scripts
         return key, None, add
     try:
-        value = yaml.safe_load(raw) if raw else ""
+        value = read_value(raw)
     except yaml.YAMLError as exc:
         raise ConfigError(f"override {text!r}: cannot parse the value: {exc}") from exc
-    if isinstance(value, str) and _FLOAT.match(value):  # YAML 1.1 reads 1e-6 as a string
-        value = float(value)
+    except HydraMappingError as exc:
+        raise ConfigError(
+            f"override {text!r}: cannot read the mapping unambiguously: {exc} (write it in YAML, {{x: 1, y: 2}}, or "
+            "as Hydra does, {x:1,y:2})"
+        ) from exc
     return key, value, add
 
 
@@ -446,7 +449,7 @@ def load_config(
     merged = defaults
     for source in sources:
         merged = _apply(merged, source, defaults, known, added, collected)
-    for message in resolve_turbo(merged):
+    for message in (*resolve_turbo(merged), *resolve_noted_keys(merged)):
         collected.add(message)
     with collected.collect():
         flat = {name: flatten(fragment) for name, fragment in fragments.items()}
