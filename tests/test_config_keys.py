@@ -119,3 +119,17 @@ def test_verl_clip_grad_sets_the_clip_the_workers_read() -> None:
     config = OmegaConf.create(result.output[result.output.index("data:") :])
     assert config.actor_rollout_ref.actor.grad_clip == 0.25
     assert config.critic.grad_clip == 0.5
+
+
+def test_verls_default_optimizer_is_accepted_and_another_is_named() -> None:
+    """verl's defaults ``optim.optimizer=AdamW`` / ``optimizer_impl=torch.optim`` (as its FSDP-Turbo scripts spell
+    them out) are what rlcore steps; another optimizer is the missing feature, named."""
+    same = dry_run(
+        "actor_rollout_ref.actor.optim.optimizer=AdamW",
+        "actor_rollout_ref.actor.optim.optimizer_impl=torch.optim",
+        "critic.optim.optimizer=AdamW",
+    )
+    assert same.exit_code == 0, same.output
+    other = dry_run("actor_rollout_ref.actor.optim.optimizer=SGD")
+    assert other.exit_code == 2
+    assert "actor_rollout_ref.actor.optim.optimizer: a choice of optimizer (rlcore uses torch's AdamW)" in other.output

@@ -289,6 +289,11 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "critic.optim.optimizer",
             "critic.optim.optimizer_impl",
         ),
+        # verl's defaults: torch's AdamW, which is what rlcore steps
+        off={
+            **{f"{role}.optim.optimizer": "AdamW" for role in ("actor_rollout_ref.actor", "critic")},
+            **{f"{role}.optim.optimizer_impl": "torch.optim" for role in ("actor_rollout_ref.actor", "critic")},
+        },
     ),
     MissingFeature(
         "these model options of verl",
