@@ -2,7 +2,8 @@
 are the user's to choose (a library's keyword arguments, an override config, named entries), not rlcore's.
 
 Any key may be set below such a field, with or without Hydra's ``+`` (:func:`rlcore.config.loader.load_config`);
-every other key must be declared. A mapping typed ``dict[str, X]`` with a dataclass ``X`` holds named entries of
+every other key must be declared. A section class with ``TAKES_ADDED_KEYS`` (``ray_kwargs.ray_init``) is free-form
+too, apart from its declared, typed keys. A mapping typed ``dict[str, X]`` with a dataclass ``X`` holds named entries of
 that schema: any entry name, and in each entry only ``X``'s keys. The fields are found by their type annotation, in rlcore's sections
 (:class:`~rlcore.config.schema.Sections`) and in the sections each plugin's ``config_defaults`` returns, whatever
 their default holds (``distillation.teacher_models`` starts with one entry).
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from rlcore.config.plugin_sections import plugin_defaults
 from rlcore.config.schema import Sections
 from rlcore.config.sections.base import Section
+from rlcore.config.sections.monitors import MONITORS_KEY, MonitorSettings
 
 if TYPE_CHECKING:
     from rlcore.plugins import PluginManager
@@ -72,6 +74,8 @@ def free_form_fields(kind: type, path: str, *, entry: bool = False) -> TypedKeys
             else:
                 found.update(free_form_fields(schema, f"{key}.*", entry=True))
         elif isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+            if getattr(annotation, "TAKES_ADDED_KEYS", False):
+                found.free.add(key)
             found.update(free_form_fields(annotation, key, entry=entry))
         elif entry:
             found.entry_leaves.add(key)
@@ -98,6 +102,9 @@ def free_form_keys(manager: PluginManager) -> TypedKeys:
     """The free-form mappings and entry keys of rlcore's sections and of those the loaded plugins of ``manager``
     declare."""
     found = free_form_fields(Sections, "")
+    # every ``trainer.monitors.<name>`` is a monitor's section: any name (one no installed monitor owns is named by
+    # the health check), and in it at least the keys every monitor has
+    found.update(free_form_fields(MonitorSettings, f"{MONITORS_KEY}.*", entry=True))
     for returned in plugin_defaults(manager):
         found.update(_returned_free_forms(returned))
     return found

@@ -228,7 +228,10 @@ for _ in range(6):
 time.sleep(3)
 """
     result = run_python(code, limits=SandboxLimits(wall_seconds=5, memory_mb=256), audit_hook=False)
-    assert result.stdout.count("held") <= 1, result  # 6 x 200 MB never fit in 256 MB together
+    # one bound for all: the six 200 MB blocks never all fit (a per-process bound would let each of them hold its
+    # block); a child the kernel kills for the cgroup frees its block, so on a loaded machine a later one may hold
+    # one too: "at most one" is not the invariant, "not all six" is
+    assert result.stdout.count("held") < 6, result
     assert result.status == "memory", result
 
 

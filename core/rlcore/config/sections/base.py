@@ -51,6 +51,9 @@ class Section:
 
     #: the dotted key of the section in the tree (``actor_rollout_ref.actor``)
     PATH: ClassVar[str] = ""
+    #: true: keys it does not declare may be added below it (``+key=value``), for a consumer that takes any
+    #: (a library call's keyword arguments) and checks them itself (:mod:`rlcore.config.free_form`)
+    TAKES_ADDED_KEYS: ClassVar[bool] = False
 
     def key(self, name: str) -> str:
         """The dotted key of field ``name``."""

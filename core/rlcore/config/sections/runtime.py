@@ -21,8 +21,9 @@ class RuntimeEnvConfig(Section):
 @dataclass(frozen=True)
 class RayInitConfig(Section):
     """``ray_kwargs.ray_init``: passed to ray.init when rlcore starts Ray or attaches to it (trainer.ray_address); +key
-    adds another ray.init argument."""
+    adds another ray.init argument (ray.init's own signature checks it before Ray starts)."""
 
+    TAKES_ADDED_KEYS = True
     #: CPUs of the Ray that rlcore starts; null: one per bundle the ranks need; not with trainer.ray_address
     num_cpus: int | None = None
     #: bytes of the object store of the Ray that rlcore starts; null: 512 MiB; not with trainer.ray_address
