@@ -1,5 +1,5 @@
 """``rlcore run`` with ``strategy=megatron``: the tiny task trains with actor, reference and critic on the
-Megatron engine, and 4 steps equal 2 steps + resume + 2 steps, metric for metric."""
+Megatron engine, and 6 steps equal 3 steps + resume + 3 steps, metric for metric."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from rlcore_testkit.runs import make_tiny_task, tiny_run
 from rlcore.tracking.sinks import read_metrics
 
 #: GAE (a Megatron critic), the in-reward KL (a Megatron reference), shuffled updates and LR warm-up: all the
-#: state a resume must restore (the warm-up still going on at the resume); two steps per epoch, so that the resume
-#: starts the second epoch
+#: state a resume must restore; three steps per epoch
 SETTINGS = (
     "actor_rollout_ref.actor.strategy=megatron",
     "algorithm.adv_estimator=gae",
@@ -23,8 +22,8 @@ SETTINGS = (
     "algorithm.use_kl_in_reward=true",
     "actor_rollout_ref.actor.shuffle=true",
     "actor_rollout_ref.actor.optim.lr_warmup_steps=4",
-    "trainer.total_training_steps=4",
-    "trainer.test_freq=2",
+    "trainer.total_training_steps=6",
+    "trainer.test_freq=3",
     "trainer.save_freq=1",
 )
 VOLATILE_PREFIXES = ("timing_s/", "timing_worker_s/", "timing_per_token_ms/", "perf/", "actor/weight_sync_s")
@@ -38,19 +37,21 @@ def comparable(run_dir: Path) -> dict[int, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The tiny task with an epoch of two steps."""
-    return make_tiny_task(tmp_path_factory.mktemp("task"), train_rows=8)
+    """The tiny task with an epoch of three steps."""
+    return make_tiny_task(tmp_path_factory.mktemp("task"), train_rows=12)
 
 
-def test_four_steps_equal_two_plus_resume_plus_two(tiny_model_dir: Path, task: dict[str, Path], tmp_path: Path) -> None:
-    """The uninterrupted run reports the critic's and actor's metrics; the run resumed from step 2 repeats
-    steps 3-4 exactly."""
+def test_six_steps_equal_three_plus_resume_plus_three(
+    tiny_model_dir: Path, task: dict[str, Path], tmp_path: Path
+) -> None:
+    """The uninterrupted run reports the critic's and actor's metrics; the run resumed from step 3 repeats
+    steps 4-6 exactly."""
     _, run_dir = tiny_run(tmp_path / "full", tiny_model_dir, task, *SETTINGS)
     full = comparable(run_dir)
-    assert sorted(step for step in full if step > 0) == [1, 2, 3, 4]
+    assert sorted(step for step in full if step > 0) == [1, 2, 3, 4, 5, 6]
     for key in ("actor/pg_loss", "critic/vf_loss", "actor/grad_norm", "critic/grad_norm"):
-        assert math.isfinite(full[4][key]), key
-    checkpoint = tmp_path / "full" / "ckpt" / "global_step_2"
+        assert math.isfinite(full[6][key]), key
+    checkpoint = tmp_path / "full" / "ckpt" / "global_step_3"
     assert (checkpoint / "actor" / "model" / "tp00_pp00.pt").is_file()
     _, resumed_dir = tiny_run(
         tmp_path / "resumed",
@@ -61,7 +62,7 @@ def test_four_steps_equal_two_plus_resume_plus_two(tiny_model_dir: Path, task: d
         f"trainer.resume_from_path={checkpoint}",
     )
     resumed = comparable(resumed_dir)
-    assert list(resumed) == [3, 4]
+    assert list(resumed) == [4, 5, 6]
     for step, metrics in resumed.items():
         assert metrics == full[step], f"step {step} differs"
 
