@@ -1,17 +1,19 @@
 """Scenarios that run the Megatron actor at tensor/pipeline-parallel layouts on the same global batch.
 
 Imported by name (not collected by pytest) so that ``torch.multiprocessing.spawn`` can pickle
-:func:`run_rank` into its child processes. Every rank takes the chunk of its data-parallel rank, as the
+:func:`run_world` into its child processes. Every rank takes the chunk of its data-parallel rank, as the
 worker group gives it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
 
 from rlcore.api.batch import Batch
@@ -195,19 +197,6 @@ def run_layout(name: str, model_dir: Path, rank: int, out_dir: Path | None = Non
     return out
 
 
-def run_rank(rank: int, name: str, store_file: str, model_dir: str, out_dir: str) -> None:
-    """A spawned rank: join a gloo group through a ``FileStore``, run layout ``name``, save the result to
-    ``out_dir/<name>_rank<r>.pt`` and leave the group."""
-    world = LAYOUTS[name][0]
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", store=dist.FileStore(store_file, world), rank=rank, world_size=world)
-    try:
-        result = run_layout(name, Path(model_dir), rank, Path(out_dir))
-    finally:
-        dist.destroy_process_group()
-    torch.save(result, Path(out_dir) / f"{name}_rank{rank}.pt")
-
-
 def token_id_outputs(name: str, model_dir: Path, rank: int) -> dict[str, Any]:
     """Layout ``name``'s actor engine on the whole batch with random ``gather_ids`` ``[B, R, 5]``: the forward's
     log-probs at them and its top 3 (temperature 0.7), and the same log-probs out of ``forward_backward``
@@ -244,18 +233,6 @@ def token_id_outputs(name: str, model_dir: Path, rank: int) -> dict[str, Any]:
         worker.shutdown()
 
 
-def run_token_id_rank(rank: int, name: str, store_file: str, model_dir: str, out_dir: str) -> None:
-    """A spawned rank of :func:`token_id_outputs`, saved to ``out_dir/token_ids_<name>_rank<r>.pt``."""
-    world = LAYOUTS[name][0]
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", store=dist.FileStore(store_file, world), rank=rank, world_size=world)
-    try:
-        result = token_id_outputs(name, Path(model_dir), rank)
-    finally:
-        dist.destroy_process_group()
-    torch.save(result, Path(out_dir) / f"token_ids_{name}_rank{rank}.pt")
-
-
 def run_critic(name: str, model_dir: Path, rank: int) -> dict[str, Any]:
     """A Megatron critic at layout ``name`` (``tp1`` or ``tp2sp``) as ``rank``: its values of the global batch
     after one update towards fixed returns, and the update's gradient norm."""
@@ -283,12 +260,41 @@ def run_critic(name: str, model_dir: Path, rank: int) -> dict[str, Any]:
         worker.shutdown()
 
 
-def run_critic_rank(rank: int, name: str, store_file: str, model_dir: str, out_dir: str) -> None:
-    """A spawned rank of :func:`run_critic` (as :func:`run_rank`)."""
+#: what a scenario of :func:`run_world` runs, by kind: (layout name, model dir, rank, out dir) -> the rank's result
+KINDS: dict[str, Callable[[str, Path, int, Path], dict[str, Any]]] = {
+    "layout": run_layout,
+    "token_ids": lambda name, model_dir, rank, _: token_id_outputs(name, model_dir, rank),
+    "critic": lambda name, model_dir, rank, _: run_critic(name, model_dir, rank),
+}
+
+
+def run_world(rank: int, world: int, scenarios: dict[str, tuple[str, str, str]], store_file: str, out_dir: str) -> None:
+    """A spawned rank of one gloo group of ``world`` processes that runs ``scenarios`` (``{tag: (kind of
+    :data:`KINDS`, layout name, model dir)}``) in turn, each in its own folder ``out_dir/<tag>`` (its export and
+    checkpoint), its result saved to ``out_dir/<tag>/rank<r>.pt``. Each scenario builds and shuts down its own
+    workers, so megatron-core's model-parallel groups are built anew for each layout on the same process group."""
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", store=dist.FileStore(store_file, LAYOUTS[name][0]), rank=rank, world_size=2)
+    dist.init_process_group("gloo", store=dist.FileStore(store_file, world), rank=rank, world_size=world)
     try:
-        result = run_critic(name, Path(model_dir), rank)
+        for tag, (kind, name, model_dir) in scenarios.items():
+            assert LAYOUTS[name][0] == world, f"{tag}: layout {name} needs {LAYOUTS[name][0]} ranks, not {world}"
+            folder = Path(out_dir) / tag
+            folder.mkdir(exist_ok=True)
+            try:
+                result = KINDS[kind](name, Path(model_dir), rank, folder)
+            except Exception as error:
+                raise RuntimeError(f"scenario {tag!r} ({kind} at layout {name}) failed on rank {rank}") from error
+            torch.save(result, folder / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
-    torch.save(result, Path(out_dir) / f"critic_{name}_rank{rank}.pt")
+
+
+def spawn_world(world: int, scenarios: dict[str, tuple[str, str, Path]], out_dir: Path) -> dict[str, list[Any]]:
+    """Run ``scenarios`` (``{tag: (kind, layout name, model dir)}``, every layout of ``world`` ranks) in one
+    spawned gloo group of ``world`` processes (:func:`run_world`): ``{tag: [rank 0's result, ...]}``."""
+    named = {tag: (kind, name, str(model_dir)) for tag, (kind, name, model_dir) in scenarios.items()}
+    mp.spawn(run_world, args=(world, named, str(out_dir / "store"), str(out_dir)), nprocs=world)
+    return {
+        tag: [torch.load(out_dir / tag / f"rank{rank}.pt", weights_only=False) for rank in range(world)]
+        for tag in scenarios
+    }

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from rlcore_testkit.tiny import make_tiny_model_dir
 
 
@@ -36,8 +35,7 @@ def test_cp2_equals_one_rank(jobs: Any, tmp_path: Path) -> None:
     assert batch["input_ids"].shape[1] % 4 != 0, "the batch must exercise the engine's padding to 2·cp"
     assert len(set(batch["attention_mask"].sum(-1).tolist())) > 1
     reference = jobs.run_layout("tp1", model_dir, 0)
-    mp.spawn(jobs.run_rank, args=("cp2", str(tmp_path / "store"), str(model_dir), str(tmp_path)), nprocs=2)
-    results = [torch.load(tmp_path / f"cp2_rank{rank}.pt", weights_only=False) for rank in range(2)]
+    results = jobs.spawn_world(2, {"cp2": ("layout", "cp2", model_dir)}, tmp_path)["cp2"]
     # both ranks are one data-parallel rank; context-parallel rank 0 is the output rank
     assert [r["output"] for r in results] == [True, False] and {r["dp_size"] for r in results} == {1}
     for rank, result in enumerate(results):
@@ -48,7 +46,7 @@ def test_cp2_equals_one_rank(jobs: Any, tmp_path: Path) -> None:
             torch.testing.assert_close(result["state"][name], tensor, atol=1e-5, rtol=0, msg=f"rank {rank}: {name}")
         torch.testing.assert_close(result["resumed"], result["second"], atol=0, rtol=0, msg=f"rank {rank}")
     assert not torch.equal(results[0]["second"], results[0]["after"])
-    shards = sorted(path.name for path in (tmp_path / "ckpt").rglob("*.pt") if path.parent.name == "model")
+    shards = sorted(path.name for path in (tmp_path / "cp2" / "ckpt").rglob("*.pt") if path.parent.name == "model")
     assert shards == ["tp00_pp00.pt"]
-    header = torch.load(next((tmp_path / "ckpt").rglob("model/tp00_pp00.pt")), weights_only=True)["layout"]
+    header = torch.load(next((tmp_path / "cp2" / "ckpt").rglob("model/tp00_pp00.pt")), weights_only=True)["layout"]
     assert header["context_parallel_size"] == 2

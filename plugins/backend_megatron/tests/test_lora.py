@@ -5,7 +5,8 @@ only the adapters train; the full weights are the merged ``W + alpha/r · B·A``
 engine loaded with them computes the LoRA actor's log-probs); one update equals rlcore's FSDP engine with peft's
 LoRA on the same layers (``linear_proj``/``linear_fc2`` ↔ ``o_proj``/``down_proj``, the same ``A``). Over gloo:
 tensor parallelism (TP=2, the adapters split like their layers) and expert parallelism (EP=2, each expert's
-adapters on its rank) equal one rank through two updates, a checkpoint, a resume and the Hugging Face export.
+adapters on its rank) equal one rank through two updates, a checkpoint, a resume and the Hugging Face export
+(both run one after the other in one spawned gloo group of two processes).
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from rlcore_plugin_megatron.lora_settings import resolve_lora
 from rlcore_testkit import runs
 from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
-from rlcore_testkit.tiny import make_tiny_model_dir, make_tiny_moe_model_dir
+from rlcore_testkit.tiny import make_tiny_model_dir
 
 from rlcore.errors import RLCoreError
 
@@ -220,19 +220,50 @@ def test_one_lora_update_equals_fsdp_with_peft(tiny_model_dir: Path, tiny_tokeni
         megatron.shutdown()
 
 
-@pytest.mark.parametrize(("single", "spawned"), [("lora_tp1", "lora_tp2"), ("lora_moe_ep1", "lora_moe_ep2")])
-def test_lora_over_ranks_equals_one_rank(jobs: Any, single: str, spawned: str, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def gqa_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen2 model with 4 query heads in 2 groups (so that 2 tensor-parallel ranks split it)."""
+    return make_tiny_model_dir(tmp_path_factory.mktemp("gqa"), hidden_size=128, num_heads=4, num_kv_heads=2)
+
+
+#: one-rank layout -> the two-rank layout that must equal it
+OVER_RANKS = {"lora_tp1": "lora_tp2", "lora_moe_ep1": "lora_moe_ep2"}
+
+
+@pytest.fixture(scope="module")
+def ranks_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of the two-rank runs: each layout's export and checkpoint in ``<folder>/<layout>``."""
+    return tmp_path_factory.mktemp("lora_ranks")
+
+
+@pytest.fixture(scope="module")
+def two_ranks(jobs: Any, gqa_model_dir: Path, moe_model_dir: Path, ranks_folder: Path) -> Any:
+    """TP=2 on the GQA model and EP=2 on the MoE model, in one spawned group of two processes: ``{layout:
+    [rank 0's result, rank 1's]}``."""
+    scenarios = {
+        "lora_tp2": ("layout", "lora_tp2", gqa_model_dir),
+        "lora_moe_ep2": ("layout", "lora_moe_ep2", moe_model_dir),
+    }
+    return jobs.spawn_world(2, scenarios, ranks_folder)
+
+
+@pytest.mark.parametrize(("single", "spawned"), list(OVER_RANKS.items()))
+def test_lora_over_ranks_equals_one_rank(
+    jobs: Any,
+    single: str,
+    spawned: str,
+    two_ranks: Any,
+    ranks_folder: Path,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+) -> None:
     """TP=2 on a tiny GQA model and EP=2 on a tiny Qwen3-MoE (adapters on every expert): each rank's log-probs
     before (1e-5), after the first update and after the second (1e-4), the gradient norm and the merged weights
     (1e-4) equal one rank's; resumed workers repeat the second update exactly; the Hugging Face export computes
     the log-probs after the first update."""
-    if "moe" in single:
-        model_dir = make_tiny_moe_model_dir(tmp_path / "model")
-    else:
-        model_dir = make_tiny_model_dir(tmp_path / "model", hidden_size=128, num_heads=4, num_kv_heads=2)
+    model_dir = request.getfixturevalue("moe_model_dir" if "moe" in single else "gqa_model_dir")
     reference = jobs.run_layout(single, model_dir, 0, tmp_path / "one")
-    mp.spawn(jobs.run_rank, args=(spawned, str(tmp_path / "store"), str(model_dir), str(tmp_path)), nprocs=2)
-    results = [torch.load(tmp_path / f"{spawned}_rank{rank}.pt", weights_only=False) for rank in range(2)]
+    results = two_ranks[spawned]
     adapted = {name.removesuffix(".lora.A") for name in reference["trainable"] if name.endswith(".lora.A")}
     assert {name.rsplit(".", 1)[1] for name in adapted} == {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"}
     experts = {name for name in adapted if ".local_experts." in name}
@@ -250,7 +281,7 @@ def test_lora_over_ranks_equals_one_rank(jobs: Any, single: str, spawned: str, t
             torch.testing.assert_close(result["state"][name], tensor, atol=1e-4, rtol=0, msg=f"rank {rank}: {name}")
     batch = jobs.global_batch(model_dir)
     mask = batch["response_mask"].bool()
-    exported = jobs.exported_log_probs(tmp_path / "hf", batch)
+    exported = jobs.exported_log_probs(ranks_folder / spawned / "hf", batch)
     torch.testing.assert_close(exported[mask], reference["after"][mask], atol=1e-4, rtol=0)
 
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from rlcore_testkit.tiny import make_tiny_moe_model_dir
 
 MOE_METRICS = ("actor/moe_aux_loss", "actor/moe_load_max_over_mean")
@@ -47,8 +46,7 @@ def test_expert_parallel_equals_one_rank_and_fsdp(jobs: Any, moe_model_dir: Path
     relative) and the gathered weights (1e-4) equal EP=1's; the log-probs before equal the FSDP engine's (1e-5);
     both updates of both layouts log the MoE metrics; resumed workers repeat the second update exactly."""
     reference = jobs.run_layout("moe_ep1", moe_model_dir, 0, tmp_path / "ep1")
-    mp.spawn(jobs.run_rank, args=("moe_ep2", str(tmp_path / "store"), str(moe_model_dir), str(tmp_path)), nprocs=2)
-    results = [torch.load(tmp_path / f"moe_ep2_rank{rank}.pt", weights_only=False) for rank in range(2)]
+    results = jobs.spawn_world(2, {"moe_ep2": ("layout", "moe_ep2", moe_model_dir)}, tmp_path)["moe_ep2"]
     batch = jobs.global_batch(moe_model_dir)
     mask = batch["response_mask"].bool()
     fsdp = fsdp_log_probs(jobs, moe_model_dir)
@@ -70,10 +68,10 @@ def test_expert_parallel_equals_one_rank_and_fsdp(jobs: Any, moe_model_dir: Path
         for name, tensor in reference["state"].items():
             torch.testing.assert_close(result["state"][name], tensor, atol=1e-4, rtol=0, msg=f"rank {rank}: {name}")
     assert reference["state"]["model.layers.0.mlp.experts.gate_up_proj"].shape == (8, 64, 64)
-    assert sorted(path.name for path in (tmp_path / "ckpt" / "model").iterdir()) == [
+    assert sorted(path.name for path in (tmp_path / "moe_ep2" / "ckpt" / "model").iterdir()) == [
         "tp00_pp00_ep00.pt",
         "tp00_pp00_ep01.pt",
     ]
 
-    exported = jobs.exported_log_probs(tmp_path / "hf", batch)
+    exported = jobs.exported_log_probs(tmp_path / "moe_ep2" / "hf", batch)
     torch.testing.assert_close(exported[mask], reference["after"][mask], atol=1e-4, rtol=0)

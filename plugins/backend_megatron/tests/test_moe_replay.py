@@ -152,14 +152,11 @@ def test_replay_over_pipeline_stages_with_recomputation(jobs: Any, moe_model_dir
     in the backward pass routes as the forward did. The log-probs before (1e-5) and after (1e-4) one update and
     the gradient norm (1e-4 relative) equal one rank's with the same replay, which differ from the routers' own
     choice."""
-    import torch.multiprocessing as mp
-
     reference = jobs.run_layout("moe_r3_pp1", moe_model_dir, 0)
     mask = jobs.global_batch(moe_model_dir)["response_mask"].bool()
     assert (reference["before"] - reference["free"])[mask].abs().max() > 1e-2  # the replay changed the routing
-    mp.spawn(jobs.run_rank, args=("moe_r3_pp2", str(tmp_path / "store"), str(moe_model_dir), str(tmp_path)), nprocs=2)
-    for rank in range(2):
-        result = torch.load(tmp_path / f"moe_r3_pp2_rank{rank}.pt", weights_only=False)
+    results = jobs.spawn_world(2, {"moe_r3_pp2": ("layout", "moe_r3_pp2", moe_model_dir)}, tmp_path)["moe_r3_pp2"]
+    for rank, result in enumerate(results):
         assert result["recompute"] == "full"
         torch.testing.assert_close(result["before"], reference["before"], atol=1e-5, rtol=0, msg=f"rank {rank}")
         torch.testing.assert_close(result["after"], reference["after"], atol=1e-4, rtol=0, msg=f"rank {rank}")

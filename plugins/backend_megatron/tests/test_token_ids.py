@@ -1,7 +1,7 @@
 """Log-probs at given token ids and the top-k on the Megatron engine with tensor and pipeline parallelism over
 gloo: on every rank of TP=2 and of PP=2 they equal log_softmax(logits / T) of a plain transformers forward
 (the vocabulary-parallel output layer gathers its shards before they are read), and the update's carry
-gradients."""
+gradients. Both layouts run one after the other in one spawned gloo group of two processes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from rlcore_testkit.tiny import make_tiny_model_dir
 
 
@@ -34,22 +33,26 @@ def plain_log_probs(model_dir: Path, batch: Any, temperature: float) -> torch.Te
     return torch.log_softmax(logits[:, -length - 1 : -1] / temperature, dim=-1)
 
 
-@pytest.mark.parametrize("layout", ["tp2", "pp2"])
+#: the layouts of two ranks the engine runs
+LAYOUTS = ("tp2", "pp2")
+
+
+@pytest.fixture(scope="module")
+def ranks(jobs: Any, gqa_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Each layout's :func:`multirank_jobs.token_id_outputs` on both ranks, ``{layout: [rank 0's, rank 1's]}``."""
+    scenarios = {layout: ("token_ids", layout, gqa_model_dir) for layout in LAYOUTS}
+    return jobs.spawn_world(2, scenarios, tmp_path_factory.mktemp("token_ids"))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_log_probs_at_ids_and_top_k_equal_a_plain_forward(
-    jobs: Any, gqa_model_dir: Path, layout: str, tmp_path: Path
+    jobs: Any, gqa_model_dir: Path, layout: str, ranks: Any
 ) -> None:
-    world = jobs.LAYOUTS[layout][0]
-    mp.spawn(
-        jobs.run_token_id_rank,
-        args=(layout, str(tmp_path / "store"), str(gqa_model_dir), str(tmp_path)),
-        nprocs=world,
-    )
     batch = jobs.global_batch(gqa_model_dir)
     expected = plain_log_probs(gqa_model_dir, batch, temperature=0.7)
     valid = batch["response_mask"].bool()
     top, top_ids = expected.topk(3, dim=-1)
-    for rank in range(world):
-        result = torch.load(tmp_path / f"token_ids_{layout}_rank{rank}.pt", weights_only=False)
+    for rank, result in enumerate(ranks[layout]):
         wanted = expected.gather(-1, result["ids"])
         torch.testing.assert_close(result["gathered"][valid], wanted[valid], atol=1e-4, rtol=0)
         if layout == "pp2" and rank == 0:

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from rlcore_testkit.tiny import make_tiny_model_dir
 
 
@@ -38,12 +37,7 @@ def test_chunks_are_interleaved() -> None:
 
 def test_pp2_vpp2_equals_one_rank(jobs: Any, four_layer_model_dir: Path, tmp_path: Path) -> None:
     reference = jobs.run_layout("tp1", four_layer_model_dir, 0)
-    mp.spawn(
-        jobs.run_rank,
-        args=("pp2vpp2", str(tmp_path / "store"), str(four_layer_model_dir), str(tmp_path)),
-        nprocs=2,
-    )
-    results = [torch.load(tmp_path / f"pp2vpp2_rank{rank}.pt", weights_only=False) for rank in range(2)]
+    results = jobs.spawn_world(2, {"pp2vpp2": ("layout", "pp2vpp2", four_layer_model_dir)}, tmp_path)["pp2vpp2"]
     assert [r["output"] for r in results] == [False, True] and {r["dp_size"] for r in results} == {1}
     assert [r["chunk_layers"] for r in results] == [[[0], [2]], [[1], [3]]]
     for rank, result in enumerate(results):
@@ -59,5 +53,5 @@ def test_pp2_vpp2_equals_one_rank(jobs: Any, four_layer_model_dir: Path, tmp_pat
 
     batch = jobs.global_batch(four_layer_model_dir)
     mask = batch["response_mask"].bool()
-    exported = jobs.exported_log_probs(tmp_path / "hf", batch)
+    exported = jobs.exported_log_probs(tmp_path / "pp2vpp2" / "hf", batch)
     torch.testing.assert_close(exported[mask], reference["after"][mask], atol=1e-5, rtol=0)
