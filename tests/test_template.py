@@ -2,7 +2,8 @@
 
 Each kind alone, then all of them together, is rendered with ``rlcore new plugin --no-input`` and checked (exact
 file set, pyproject parsed with tomllib, workflows parsed as YAML, every module compiles). The single-kind projects
-are pip-installed together with rlcore's and the test kit's wheels (the generated tests import ``rlcore_testkit``)
+are pip-installed together with rlcore's and the test kit's wheels (from the README's wheelhouse, built once per
+test run: ``tests/venv_fixtures.py``) (the generated tests import ``rlcore_testkit``)
 into one fresh venv beside this environment, each listed by that venv's ``rlcore plugins --json`` with exactly its
 component, and their generated tests are run there by one pytest process — each project's must pass. The project with every kind is installed alone into its own venv, listed, its
 generated tests pass, and ``rlcore run --preset`` trains two CPU steps through the generated components. The
@@ -38,6 +39,7 @@ import rlcore
 from rlcore.api import API_VERSION, set_plugin_manager
 from rlcore.api.kinds import KINDS
 from rlcore.cli import main
+from tests.venv_fixtures import Wheelhouse, wheelhouse_fixture  # noqa: F401 (the wheelhouse fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: files every generated project has (``{pkg}``: the package name)
@@ -238,7 +240,7 @@ SUMMARY_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL) (\S+)")
 
 @pytest.fixture(scope="module")
 def single_kind_plugins(
-    tmp_path_factory: pytest.TempPathFactory, run: Any, make_venv: Any, rlcore_wheel: Path, testkit_wheel: Path
+    tmp_path_factory: pytest.TempPathFactory, run: Any, make_venv: Any, wheelhouse: Wheelhouse
 ) -> SingleKindPlugins:
     """Every kind's own project, rendered and checked (a failed check fails every kind's test), installed in one
     pip call into one venv, listed once and tested by one pytest process: the generated tests, the rlcore
@@ -246,7 +248,7 @@ def single_kind_plugins(
     tmp_path = tmp_path_factory.mktemp("single-kinds")
     rendered = {kind: render_and_check(tmp_path, (kind,)) for kind in KINDS}
     venv = make_venv(tmp_path / "venv", hidden=["rlcore", "rlcore-testkit"])
-    venv.install(rlcore_wheel, testkit_wheel, *(one.project for one in rendered.values()))
+    venv.install(*map(wheelhouse.wheel, ("rlcore", "rlcore-testkit")), *(one.project for one in rendered.values()))
     env = plugin_env(*(one.dist for one in rendered.values()))
     rows = json.loads(run([venv.bin("rlcore"), "plugins", "--json"], env=env).stdout)
     tests = [one.project / "tests" for one in rendered.values()]
@@ -279,14 +281,14 @@ def test_generated_plugin_installs_and_passes_its_own_tests(kind: str, single_ki
 
 
 def test_generated_plugin_with_every_kind_installs_passes_its_own_tests_and_trains(
-    tmp_path: Path, run: Any, make_venv: Any, rlcore_wheel: Path, testkit_wheel: Path, tiny_model_dir: Path
+    tmp_path: Path, run: Any, make_venv: Any, wheelhouse: Wheelhouse, tiny_model_dir: Path
 ) -> None:
     """The project with every kind: rendered and checked, installed alone beside rlcore's wheel in its own
     venv, listed with all its components, its generated tests pass there, and it trains with all the
     generated components."""
     one = render_and_check(tmp_path, KINDS)
     venv = make_venv(tmp_path / "venv", hidden=["rlcore", "rlcore-testkit"])
-    venv.install(rlcore_wheel, testkit_wheel, one.project)
+    venv.install(wheelhouse.wheel("rlcore"), wheelhouse.wheel("rlcore-testkit"), one.project)
     assert listed_components(run, venv.bin("rlcore"), one.dist) == {(kind, one.name) for kind in KINDS}
     run([venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=one.project, env=plugin_env(one.dist))
     train_with_every_generated_component(run, venv, tmp_path, tiny_model_dir, one.name)
@@ -395,13 +397,13 @@ def test_repository_cookiecutter_directory_renders_the_same_project(tmp_path: Pa
 
 
 def test_rlcore_new_plugin_from_an_installed_wheel(
-    tmp_path: Path, run: Any, make_venv: Any, rlcore_wheel: Path, scaffold_wheel: Path
+    tmp_path: Path, run: Any, make_venv: Any, wheelhouse: Wheelhouse
 ) -> None:
     """With rlcore and rlcore-plugin-scaffold installed from their wheels (the template is package data of the
     latter), ``rlcore new plugin --no-input`` creates the default project, prints the next commands, and the
     project installs and loads."""
     venv = make_venv(tmp_path / "venv", hidden=["rlcore", "rlcore-plugin-scaffold"])
-    venv.install(rlcore_wheel, scaffold_wheel)
+    venv.install(wheelhouse.wheel("rlcore"), wheelhouse.wheel("rlcore-plugin-scaffold"))
     source = "from rlcore_plugin_scaffold.scaffold import PLUGIN_TEMPLATE as t; print(t)"
     template = run([venv.python, "-c", source]).stdout.strip()
     assert Path(template).is_relative_to(venv.site_packages)
