@@ -2,17 +2,25 @@
 
 Each kind alone, then all of them together, is rendered with ``rlcore new plugin --no-input`` and checked (exact
 file set, pyproject parsed with tomllib, workflows parsed as YAML, every module compiles). The single-kind projects
-are pip-installed together with rlcore's and the test kit's wheels (the generated tests import ``rlcore_testkit``)
+are pip-installed together with rlcore's and the test kit's wheels (from the README's wheelhouse, built once per
+test run: ``tests/venv_fixtures.py``) (the generated tests import ``rlcore_testkit``)
 into one fresh venv beside this environment, each listed by that venv's ``rlcore plugins --json`` with exactly its
 component, and their generated tests are run there by one pytest process — each project's must pass. The project with every kind is installed alone into its own venv, listed, its
 generated tests pass, and ``rlcore run --preset`` trains two CPU steps through the generated components. The
 template's checks of bad values, the ``cookiecutter/`` pointer at the repository root and ``rlcore new plugin`` from
 installed wheels (rlcore's and rlcore-plugin-scaffold's, which ships the template) are tested too. ``HOME`` points at a temporary directory in every render, so a developer's
 ``~/.cookiecutterrc`` cannot change the output.
+
+The renders run ``rlcore``'s console-script entry point (:func:`rlcore.cli.main`: plugin loading, the
+scaffold's command, the exit status) in this process: the template's hooks still run as child processes, as
+cookiecutter runs them, and only the interpreter start of each render is saved. ``rlcore new plugin`` from the
+wheels installed in a venv, and plain ``cookiecutter``, run as commands.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -28,8 +36,10 @@ from packaging.specifiers import SpecifierSet
 from rlcore_plugin_scaffold.scaffold import default_values, template_variables
 
 import rlcore
-from rlcore.api import API_VERSION
+from rlcore.api import API_VERSION, set_plugin_manager
 from rlcore.api.kinds import KINDS
+from rlcore.cli import main
+from tests.venv_fixtures import Wheelhouse, wheelhouse_fixture  # noqa: F401 (the wheelhouse fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: files every generated project has (``{pkg}``: the package name)
@@ -77,11 +87,40 @@ def switches(kinds: tuple[str, ...]) -> list[str]:
     return [f"{kind}={'yes' if kind in kinds else 'no'}" for kind in KINDS]
 
 
-def rlcore_new(run: Any, tmp_path: Path, *values: str, check: bool = True) -> Any:
-    """``python -m rlcore new plugin --no-input --output-dir <tmp>/out VALUES`` with ``HOME`` in ``tmp_path``."""
+@dataclass(frozen=True)
+class Said:
+    """What ``rlcore new plugin`` ended with: its exit status and what it printed on standard output."""
+
+    returncode: int
+    stdout: str
+
+
+def rlcore_new(tmp_path: Path, *values: str, check: bool = True) -> Said:
+    """``rlcore new plugin --no-input --output-dir <tmp>/out VALUES`` through the console script's entry point
+    (:func:`rlcore.cli.main`) in this process, run in ``tmp_path`` with ``HOME`` in it, no ``RLCORE_*``
+    variables and the plugins loaded afresh (the process-wide manager is put back afterwards); with ``check``, a non-zero exit status fails the test. Standard error is left to the test's
+    capture (``capfd`` reads it, the template hooks' output included: they run as child processes)."""
     (tmp_path / "home").mkdir(exist_ok=True)
-    args = [sys.executable, "-m", "rlcore", "new", "plugin", "--no-input", "--output-dir", tmp_path / "out", *values]
-    return run(args, cwd=tmp_path, env={"HOME": str(tmp_path / "home")}, check=check)
+    argv = ["rlcore", "new", "plugin", "--no-input", "--output-dir", str(tmp_path / "out"), *values]
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(io.StringIO()) as out:
+        for key in [key for key in os.environ if key.startswith("RLCORE_")]:
+            patch.delenv(key)
+        patch.setenv("HOME", str(tmp_path / "home"))
+        patch.chdir(tmp_path)
+        patch.setattr(sys, "argv", argv)
+        previous = set_plugin_manager(None)  # plugins load afresh, in this environment, as in a new process
+        try:
+            main()
+        except SystemExit as exc:  # click's standalone mode always ends with sys.exit
+            code = exc.code
+        else:
+            code = 0
+        finally:
+            set_plugin_manager(previous)
+    said = Said(code if isinstance(code, int) else int(code is not None), out.getvalue())
+    if check and said.returncode != 0:
+        pytest.fail(f"{' '.join(argv)} exited {said.returncode}\n{said.stdout}")
+    return said
 
 
 #: the plugin distributions ``rlcore[train]`` brings (FSDP, the HF engine, GRPO, the tasks, the report): what a
@@ -123,11 +162,11 @@ def test_template_default_range_is_the_running_rlcore() -> None:
     ("minimum", "expected"),
     [("0.1", ">=0.1,<0.2"), ("0.12", ">=0.12,<0.13"), ("1.3", ">=1.3,<2"), ("2.0.1", ">=2.0.1,<3")],
 )
-def test_rlcore_range_takes_compatible_releases_only(minimum: str, expected: str, tmp_path: Path, run: Any) -> None:
+def test_rlcore_range_takes_compatible_releases_only(minimum: str, expected: str, tmp_path: Path) -> None:
     """``rlcore_min_version`` gives ``rlcore[train]>=MIN,<NEXT_BREAKING`` in the dependencies (a plugin installed
     alone can train) and the test kit ``rlcore-testkit`` (versioned with rlcore) in the test extra."""
     assert compatible_range(minimum) == expected
-    rlcore_new(run, tmp_path, "plugin_name=ranged", f"rlcore_min_version={minimum}")
+    rlcore_new(tmp_path, "plugin_name=ranged", f"rlcore_min_version={minimum}")
     meta = tomllib.loads((tmp_path / "out" / "rlcore-plugin-ranged" / "pyproject.toml").read_text())["project"]
     assert meta["dependencies"] == [f"rlcore[train]{expected}"]
     assert meta["optional-dependencies"] == {"test": [f"rlcore-testkit{expected}"]}
@@ -144,7 +183,7 @@ class Rendered:
     kinds: tuple[str, ...]
 
 
-def render_and_check(run: Any, tmp_path: Path, kinds: tuple[str, ...]) -> Rendered:
+def render_and_check(tmp_path: Path, kinds: tuple[str, ...]) -> Rendered:
     """Render the project of ``kinds`` (every kind: the author's name and description too) and check what was
     written: the next commands printed, the exact file set, every module compiles, the pyproject's metadata
     and the two workflows."""
@@ -152,7 +191,7 @@ def render_and_check(run: Any, tmp_path: Path, kinds: tuple[str, ...]) -> Render
     name = "demo-all" if everything else f"demo-{kind_slug(kinds[0])}"
     people = ['author_name=Ada "The Countess" Lovelace', "github_username=ada-l", 'description=Says "hi" & <b>']
     values = [f"plugin_name={'rlcore-plugin-demo_all' if everything else name}", *switches(kinds)]
-    result = rlcore_new(run, tmp_path, *values, *(people if everything else []))
+    result = rlcore_new(tmp_path, *values, *(people if everything else []))
     project = tmp_path / "out" / f"rlcore-plugin-{name}"
     next_commands = [f"  cd out/rlcore-plugin-{name}", "  pip install -e '.[test]'", "  pytest"]
     assert result.stdout.splitlines()[-3:] == next_commands
@@ -201,15 +240,15 @@ SUMMARY_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL) (\S+)")
 
 @pytest.fixture(scope="module")
 def single_kind_plugins(
-    tmp_path_factory: pytest.TempPathFactory, run: Any, make_venv: Any, rlcore_wheel: Path, testkit_wheel: Path
+    tmp_path_factory: pytest.TempPathFactory, run: Any, make_venv: Any, wheelhouse: Wheelhouse
 ) -> SingleKindPlugins:
     """Every kind's own project, rendered and checked (a failed check fails every kind's test), installed in one
     pip call into one venv, listed once and tested by one pytest process: the generated tests, the rlcore
     fixtures they share and the interpreter start once instead of once per kind."""
     tmp_path = tmp_path_factory.mktemp("single-kinds")
-    rendered = {kind: render_and_check(run, tmp_path, (kind,)) for kind in KINDS}
+    rendered = {kind: render_and_check(tmp_path, (kind,)) for kind in KINDS}
     venv = make_venv(tmp_path / "venv", hidden=["rlcore", "rlcore-testkit"])
-    venv.install(rlcore_wheel, testkit_wheel, *(one.project for one in rendered.values()))
+    venv.install(*map(wheelhouse.wheel, ("rlcore", "rlcore-testkit")), *(one.project for one in rendered.values()))
     env = plugin_env(*(one.dist for one in rendered.values()))
     rows = json.loads(run([venv.bin("rlcore"), "plugins", "--json"], env=env).stdout)
     tests = [one.project / "tests" for one in rendered.values()]
@@ -242,14 +281,14 @@ def test_generated_plugin_installs_and_passes_its_own_tests(kind: str, single_ki
 
 
 def test_generated_plugin_with_every_kind_installs_passes_its_own_tests_and_trains(
-    tmp_path: Path, run: Any, make_venv: Any, rlcore_wheel: Path, testkit_wheel: Path, tiny_model_dir: Path
+    tmp_path: Path, run: Any, make_venv: Any, wheelhouse: Wheelhouse, tiny_model_dir: Path
 ) -> None:
     """The project with every kind: rendered and checked, installed alone beside rlcore's wheel in its own
     venv, listed with all its components, its generated tests pass there, and it trains with all the
     generated components."""
-    one = render_and_check(run, tmp_path, KINDS)
+    one = render_and_check(tmp_path, KINDS)
     venv = make_venv(tmp_path / "venv", hidden=["rlcore", "rlcore-testkit"])
-    venv.install(rlcore_wheel, testkit_wheel, one.project)
+    venv.install(wheelhouse.wheel("rlcore"), wheelhouse.wheel("rlcore-testkit"), one.project)
     assert listed_components(run, venv.bin("rlcore"), one.dist) == {(kind, one.name) for kind in KINDS}
     run([venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=one.project, env=plugin_env(one.dist))
     train_with_every_generated_component(run, venv, tmp_path, tiny_model_dir, one.name)
@@ -314,30 +353,34 @@ def train_with_every_generated_component(run: Any, venv: Any, tmp_path: Path, mo
         (["plugin_name"], "expected key=value, got 'plugin_name'"),
     ],
 )
-def test_bad_values_generate_nothing(values: list[str], message: str, tmp_path: Path, run: Any) -> None:
+def test_bad_values_generate_nothing(
+    values: list[str], message: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     """Each bad value fails with exit status 2 and a message naming the variable; no file is written."""
-    result = rlcore_new(run, tmp_path, *values, check=False)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert message in result.stderr
-    assert "Traceback" not in result.stderr
+    result = rlcore_new(tmp_path, *values, check=False)
+    stderr = capfd.readouterr().err
+    assert result.returncode == 2, result.stdout + stderr
+    assert message in stderr
+    assert "Traceback" not in stderr
     assert not [path for path in (tmp_path / "out").rglob("*") if path.is_file()]
 
 
-def test_an_existing_project_is_not_overwritten(tmp_path: Path, run: Any) -> None:
+def test_an_existing_project_is_not_overwritten(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """A second ``rlcore new plugin`` with the same name stops with an error and leaves the first intact."""
-    rlcore_new(run, tmp_path, "plugin_name=twice")
+    rlcore_new(tmp_path, "plugin_name=twice")
     hooks = tmp_path / "out" / "rlcore-plugin-twice" / "src" / "rlcore_plugin_twice" / "hooks.py"
     hooks.write_text("# edited\n")
-    result = rlcore_new(run, tmp_path, "plugin_name=twice", "policy_loss=yes", check=False)
+    capfd.readouterr()
+    result = rlcore_new(tmp_path, "plugin_name=twice", "policy_loss=yes", check=False)
     assert result.returncode == 2
-    assert "already exists" in result.stderr
+    assert "already exists" in capfd.readouterr().err
     assert hooks.read_text() == "# edited\n"
 
 
 def test_repository_cookiecutter_directory_renders_the_same_project(tmp_path: Path, run: Any) -> None:
     """``cookiecutter cookiecutter/`` (the repository's pointer) gives byte-identical output to ``rlcore new``."""
     values = ["plugin_name=pointer", "policy_loss=yes", "tracker=yes"]
-    rlcore_new(run, tmp_path, *values)
+    rlcore_new(tmp_path, *values)
     direct = tmp_path / "direct"
     run(
         [sys.executable, "-m", "cookiecutter", "--no-input", "--output-dir", direct, ROOT / "cookiecutter", *values],
@@ -354,13 +397,13 @@ def test_repository_cookiecutter_directory_renders_the_same_project(tmp_path: Pa
 
 
 def test_rlcore_new_plugin_from_an_installed_wheel(
-    tmp_path: Path, run: Any, make_venv: Any, rlcore_wheel: Path, scaffold_wheel: Path
+    tmp_path: Path, run: Any, make_venv: Any, wheelhouse: Wheelhouse
 ) -> None:
     """With rlcore and rlcore-plugin-scaffold installed from their wheels (the template is package data of the
     latter), ``rlcore new plugin --no-input`` creates the default project, prints the next commands, and the
     project installs and loads."""
     venv = make_venv(tmp_path / "venv", hidden=["rlcore", "rlcore-plugin-scaffold"])
-    venv.install(rlcore_wheel, scaffold_wheel)
+    venv.install(wheelhouse.wheel("rlcore"), wheelhouse.wheel("rlcore-plugin-scaffold"))
     source = "from rlcore_plugin_scaffold.scaffold import PLUGIN_TEMPLATE as t; print(t)"
     template = run([venv.python, "-c", source]).stdout.strip()
     assert Path(template).is_relative_to(venv.site_packages)

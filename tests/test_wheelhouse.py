@@ -8,9 +8,10 @@ package index that pip is configured with here (``pip config list``: the same ``
 variables, so a machine whose CPU torch wheel sits in a local ``find-links`` folder serves it to these
 venvs too). The distribution layout under test is described in ``docs/publishing.md`` ("Distributions").
 
-The last test is marked ``slow`` (deselect it with ``-m 'not slow'``): minutes on two cores, most of it
-building wheels and installing into a fresh venv (the bundled task's model ships in rlcore's wheel); the
-others take seconds.
+The wheelhouse is the README's (``python tools/wheelhouse.py``), built once per test run by the ``wheelhouse``
+fixture of ``tests/venv_fixtures.py``; ``tests/test_template.py`` installs rlcore's and the test kit's wheels
+from the same one. The last test is marked ``slow`` (deselect it with ``-m 'not slow'``): minutes on two cores,
+most of it building the wheels and installing into a fresh venv; the others take seconds.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from packaging.requirements import Requirement
 
 from rlcore.plugins import normalize_dist_name
 from rlcore.tracking.sinks import read_metrics
+from tests.venv_fixtures import Wheelhouse, wheelhouse_fixture  # noqa: F401 (the wheelhouse fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: every distribution of ``plugins/`` (a folder with a ``pyproject.toml``): the plugins and the test kit
@@ -124,13 +126,15 @@ def test_plugin_sdist_carries_its_sources_and_tests(tmp_path: Path, run: Any) ->
     assert {"pyproject.toml", "README.md", "src/rlcore_plugin_grpo/hooks.py", "tests/test_grpo.py"} <= names
 
 
-def test_lean_core_names_the_pip_line_of_each_missing_component(tmp_path: Path, run: Any, rlcore_wheel: Path) -> None:
+def test_lean_core_names_the_pip_line_of_each_missing_component(
+    tmp_path: Path, run: Any, wheelhouse: Wheelhouse
+) -> None:
     """Plain ``pip install rlcore`` (no extras): the CLI works, no plugin is there, and what a run needs that is
     missing is named with the ``pip install`` line that provides it."""
     venv = tmp_path / "venv"
     env = fresh_venv(run, venv)
-    pip_install(run, venv, env, "--find-links", rlcore_wheel.parent, "rlcore")
-    assert installed_rlcore_distributions(run, venv, env) == {"rlcore": rlcore_wheel.name.split("-")[1]}
+    pip_install(run, venv, env, "--find-links", wheelhouse.folder, "rlcore")
+    assert installed_rlcore_distributions(run, venv, env) == {"rlcore": wheelhouse.wheel("rlcore").name.split("-")[1]}
     assert all(row["builtin"] for row in loaded_plugins(run, venv, env, tmp_path).values())
     rlcore = venv / "bin" / "rlcore"
     for args, line in [
@@ -150,20 +154,19 @@ def test_lean_core_names_the_pip_line_of_each_missing_component(tmp_path: Path, 
 
 
 @pytest.mark.slow
-def test_pip_install_dapo_alone_trains_the_bundled_task(tmp_path: Path, run: Any) -> None:
+def test_pip_install_dapo_alone_trains_the_bundled_task(tmp_path: Path, run: Any, wheelhouse: Wheelhouse) -> None:
     """The README's pip door: ``python tools/wheelhouse.py`` builds a wheel of every distribution of the
     checkout; a fresh venv with torch installed first, then only ``pip install --find-links wheelhouse
     rlcore-plugin-dapo``; ``rlcore run --preset dapo`` trains two steps of the bundled task."""
-    wheelhouse = tmp_path / "wheelhouse"
-    built = run([sys.executable, ROOT / "tools" / "wheelhouse.py", "--out", wheelhouse], cwd=tmp_path)
-    assert f"wheels in {wheelhouse}: pip install --find-links {wheelhouse} rlcore-plugin-<name>" in built.stdout
+    house = wheelhouse.folder
+    assert f"wheels in {house}: pip install --find-links {house} rlcore-plugin-<name>" in wheelhouse.stdout
     names = {normalize_dist_name(project_table(project)["name"]) for project in [ROOT, *PLUGIN_PROJECTS]}
-    assert {normalize_dist_name(wheel.name.split("-")[0]) for wheel in wheelhouse.glob("*.whl")} == names
+    assert {normalize_dist_name(wheel.name.split("-")[0]) for wheel in house.glob("*.whl")} == names
 
     venv = tmp_path / "venv"
     env = fresh_venv(run, venv)
     pip_install(run, venv, env, TORCH)
-    pip_install(run, venv, env, "--find-links", wheelhouse, "rlcore-plugin-dapo")
+    pip_install(run, venv, env, "--find-links", house, "rlcore-plugin-dapo")
     dapo_run = {
         "rlcore",
         "rlcore-plugin-dapo",
