@@ -2,7 +2,7 @@
 batch a step trains on was generated one update earlier, the engine's log-probs show it, validation uses the
 current weights, and a checkpoint with a batch in flight resumes to exactly the uninterrupted run.
 
-The module's five runs share one local Ray (:func:`one_ray`, started as a run starts its own): each run attaches
+The module's seven runs share one local Ray (:func:`one_ray`, started as a run starts its own): each run attaches
 to it and leaves it running, instead of starting and stopping a Ray of its own."""
 
 from __future__ import annotations
