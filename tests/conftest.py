@@ -49,6 +49,11 @@ BUILD_JUNK = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist"
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
+# The Ray clusters the tests start run tiny workers beside whatever else uses the machine (other test processes, a
+# parallel suite): Ray's memory monitor, which kills workers when the *whole node* is over 95% of its memory, would
+# kill them for memory they do not use. The kernel's out-of-memory killer still acts on real exhaustion.
+os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
+
 
 @pytest.fixture
 def single_intra_op_thread() -> Iterator[None]:

@@ -141,6 +141,7 @@ def test_resume_with_partial_rows_and_a_round_ahead_equals_the_uninterrupted_run
         tmp_path,
         tiny_model_dir,
         task,
+        "trainer.save_freq=-1",
         "trainer.resume_mode=resume_path",
         f"trainer.resume_from_path={full / 'ckpt' / 'global_step_1'}",
     )
@@ -150,19 +151,15 @@ def test_resume_with_partial_rows_and_a_round_ahead_equals_the_uninterrupted_run
         assert got[step] == expected[step], f"step {step} differs"
 
 
-def test_each_token_log_prob_is_its_versions(
-    full: Path, tiny_model_dir: Path, task: dict[str, Path], tmp_path: Path
-) -> None:
+def test_each_token_log_prob_is_its_versions(full: Path, tiny_model_dir: Path) -> None:
     """b3's tokens in the step-2 checkpoint: the first four were sampled by version 0 (the initial model), the
-    next two by version 1 (the actor after step 1, saved by a one-step run of the same config, which trains the
-    same b1); each recorded log-prob equals its version's teacher-forced log-prob."""
-    run_dir, _ = lane_run(
-        tmp_path, tiny_model_dir, task, "trainer.total_training_steps=1", "trainer.save_final_model=true"
-    )
+    next two by version 1 (the actor after step 1: the Hugging Face export in the same run's step-1 checkpoint,
+    ``actor.checkpoint.save_contents`` having ``hf_model``); each recorded log-prob equals its version's
+    teacher-forced log-prob."""
     rows = pickle.loads((full / "ckpt" / "global_step_2" / STATE_FILE).read_bytes()).partial[0].rows
     recorded = rows["rollout_log_probs"][:, :6]
     v0 = teacher_forced(tiny_model_dir, rows, 6)
-    v1 = teacher_forced(run_dir / "model", rows, 6)
+    v1 = teacher_forced(full / "ckpt" / "global_step_1" / "actor" / "huggingface", rows, 6)
     torch.testing.assert_close(recorded[:, :4], v0[:, :4], atol=1e-4, rtol=0)
     torch.testing.assert_close(recorded[:, 4:], v1[:, 4:], atol=1e-4, rtol=0)
     assert not torch.allclose(v0[:, 4:], v1[:, 4:], atol=1e-3), "the update did not change the policy"
