@@ -42,10 +42,6 @@ import pytest
 from rlcore.plugins import normalize_dist_name
 
 ROOT = Path(__file__).resolve().parents[1]
-#: copied when building rlcore's wheel: everything its pyproject.toml packages
-RLCORE_SOURCES = ("pyproject.toml", "README.md", "core")
-#: never copied along with sources that are built
-BUILD_JUNK = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist")
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
@@ -179,50 +175,6 @@ def run() -> Runner:
 def make_venv() -> Callable[..., Venv]:
     """``make_venv(path, hidden=())``: a :class:`Venv`."""
     return Venv
-
-
-@pytest.fixture(scope="session")
-def rlcore_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """rlcore's wheel, built offline (``python -m build --no-isolation``) from a copy of this checkout, once per
-    pytest run (:func:`once_per_test_run`)."""
-
-    def build(folder: Path) -> None:
-        source = folder / "source"
-        for name in RLCORE_SOURCES:
-            if (ROOT / name).is_dir():
-                shutil.copytree(ROOT / name, source / name, ignore=BUILD_JUNK)
-            else:
-                source.mkdir(exist_ok=True)
-                shutil.copy2(ROOT / name, source / name)
-        run_command([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", folder / "wheel", source])
-
-    (wheel,) = (once_per_test_run(tmp_path_factory, "rlcore-wheel", build) / "wheel").glob("*.whl")
-    return wheel
-
-
-def plugin_wheel(tmp_path_factory: pytest.TempPathFactory, project: str) -> Path:
-    """The wheel of the distribution in ``plugins/<project>``, built like :func:`rlcore_wheel` from a copy of its
-    sources, once per pytest run."""
-
-    def build(folder: Path) -> None:
-        source = shutil.copytree(ROOT / "plugins" / project, folder / "source", ignore=BUILD_JUNK)
-        run_command([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", folder / "wheel", source])
-
-    (wheel,) = (once_per_test_run(tmp_path_factory, f"{project}-wheel", build) / "wheel").glob("*.whl")
-    return wheel
-
-
-@pytest.fixture(scope="session")
-def testkit_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The test kit's wheel (``rlcore-testkit``, from ``plugins/testkit``): the tests of a plugin made from the
-    template import it."""
-    return plugin_wheel(tmp_path_factory, "testkit")
-
-
-@pytest.fixture(scope="session")
-def scaffold_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel of ``rlcore-plugin-scaffold`` (``plugins/scaffold``: ``rlcore new plugin`` and the template)."""
-    return plugin_wheel(tmp_path_factory, "scaffold")
 
 
 PLUGIN_PYPROJECT = """\
