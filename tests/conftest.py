@@ -1,9 +1,8 @@
 """Fixtures for tests that install distributions into a fresh virtual environment, as a user would.
 
 ``run`` runs a command with a clean environment and fails the test with its output when it fails.
-``rlcore_wheel`` builds rlcore's wheel once per pytest run (from a copy of the sources, so the checkout is
-not touched), ``testkit_wheel`` the test kit's (``plugins/testkit``, ``rlcore-testkit``) and ``scaffold_wheel``
-``rlcore-plugin-scaffold``'s (``plugins/scaffold``) the same way. ``make_venv(path, hidden=...)`` creates a :class:`Venv` that sees this environment's
+The wheels of rlcore's distributions come from the README's wheelhouse, built once per test run
+(``tests/venv_fixtures.py``). ``make_venv(path, hidden=...)`` creates a :class:`Venv` that sees this environment's
 packages (torch, transformers, pytest, pip, ...) through a ``.pth`` file, except the distributions named
 in ``hidden``: their ``.dist-info`` and editable-install ``.pth`` files are left out, so neither their
 entry points nor their source trees are visible there. What a test installs with :meth:`Venv.install`
