@@ -145,16 +145,10 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         },
     ),
     MissingFeature(
-        "these multimodal data options of verl (rlcore: images and videos through the model's processor, whose "
+        "this multimodal data option of verl (rlcore: images and videos through the model's processor, whose "
         "tensors every multimodal row carries)",
-        (
-            "data.image_patch_size",
-            "data.return_multi_modal_inputs",
-        ),
-        off={
-            "data.image_patch_size": None,
-            "data.return_multi_modal_inputs": True,
-        },
+        ("data.return_multi_modal_inputs",),
+        off={"data.return_multi_modal_inputs": True},
     ),
     MissingFeature(
         "these reward-model options of verl (sequence parallelism, reward-loop classes, its generation engine's settings)",
