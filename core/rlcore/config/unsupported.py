@@ -269,10 +269,17 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "critic.fsdp_config.entropy_from_logits_chunk_size",
             "critic.fsdp_config.entropy_checkpointing",
         ),
-        # FSDP1's flag; FSDP2 (fully_shard) always trains the original parameters
+        # FSDP1's flag; FSDP2 (fully_shard) always trains the original parameters. verl's engine strategy fsdp2 is
+        # what rlcore-plugin-fsdp runs (verl's one-step-off scripts set it)
         off={
-            f"{role}.fsdp_config.use_orig_params": True
-            for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic", "reward_model")
+            **{
+                f"{role}.fsdp_config.use_orig_params": True
+                for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic", "reward_model")
+            },
+            **{
+                f"{role}.fsdp_config.strategy": "fsdp2"
+                for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic", "reward_model")
+            },
         },
     ),
     MissingFeature(
