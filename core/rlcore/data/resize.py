@@ -83,6 +83,8 @@ def resize_image(image: Any, factor: int, what: str, options: Mapping[str, Any] 
     object's ``min_pixels``/``max_pixels``, or ``resized_height``/``resized_width``). ``what`` names the row,
     key and index in errors."""
     options = options or {}
+    low: float
+    high: float
     if "resized_height" in options and "resized_width" in options:
         height = int(_pixel_bound(options, "resized_height", 0, what))
         width = int(_pixel_bound(options, "resized_width", 0, what))
