@@ -376,6 +376,20 @@ def test_keys_of_missing_features_are_accepted_when_they_turn_it_off() -> None:
         load_config(overrides=["actor_rollout_ref.rollout.multi_turn.use_inference_chat_template=true"])
 
 
+def test_verls_fsdp2_engine_strategy_is_what_rlcore_runs() -> None:
+    """verl's one-step-off scripts set ``fsdp_config.strategy=fsdp2``: rlcore's FSDP engine is FSDP2; FSDP1 is not."""
+    load_config(overrides=["actor_rollout_ref.actor.fsdp_config.strategy=fsdp2", "critic.fsdp_config.strategy=fsdp2"])
+    with pytest.raises(ConfigError, match="actor_rollout_ref.actor.fsdp_config.strategy: these FSDP options of verl"):
+        load_config(overrides=["actor_rollout_ref.actor.fsdp_config.strategy=fsdp"])
+    with pytest.raises(ConfigError, match="fsdp_turbo"):
+        load_config(
+            overrides=[
+                "actor_rollout_ref.actor.strategy=fsdp_turbo",
+                "actor_rollout_ref.actor.fsdp_config.strategy=fsdp2",
+            ]
+        )
+
+
 @pytest.mark.parametrize(
     "args",
     [

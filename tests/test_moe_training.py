@@ -233,9 +233,8 @@ def replay_dry_run(tmp_path: Path, model_dir: Path, *extra: str) -> Any:
         (["actor_rollout_ref.actor.router_replay.mode=R3"], "mode=R3 replays the rollout's routing: set actor_rollout_ref.rollout.enable_rollout_routing_replay=true"),
         (["actor_rollout_ref.ref.router_replay.mode=R2"], "ref.router_replay.mode=R2 is not supported: the reference model's pass never replays"),
         (["actor_rollout_ref.actor.router_replay.record_file=/tmp/routes.pt"], "router_replay.record_file is not supported"),
-        (["actor_rollout_ref.actor.router_replay.mode=R2", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "trainer.n_gpus_per_node=2", "trainer.executor=ray"], "cannot run with actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"),
     ],
-    ids=["typo", "r3-without-rollout", "ref", "record-file", "ulysses"],
+    ids=["typo", "r3-without-rollout", "ref", "record-file"],
 )  # fmt: skip
 def test_bad_router_replay_settings_fail_the_dry_run(
     tmp_path: Path, moe_dir: Path, extra: list[str], message: str
@@ -257,6 +256,49 @@ def test_replay_on_a_dense_model_fails_the_dry_run(tmp_path: Path, tiny_model_di
 def test_r2_on_a_moe_model_passes_the_dry_run(tmp_path: Path, moe_dir: Path) -> None:
     result = replay_dry_run(tmp_path, moe_dir, "actor_rollout_ref.actor.router_replay.mode=R2")
     assert result.exit_code == 0, result.output
+
+
+def test_r2_with_ulysses_passes_the_dry_run(tmp_path: Path) -> None:
+    """verl's router-replay VeOmni script sets R2 with ``ulysses_sequence_parallel_size=2``."""
+    model_dir = make_tiny_moe_model_dir(tmp_path / "model", family="qwen2_moe")
+    extra = ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "trainer.n_gpus_per_node=2"]
+    result = replay_dry_run(tmp_path, model_dir, "actor_rollout_ref.actor.router_replay.mode=R2", *extra)
+    assert result.exit_code == 0, result.output
+
+
+def test_r2_through_the_actor_worker_under_ulysses_is_one_rank(tmp_path: Path) -> None:
+    """The FSDP actor worker with ``router_replay.mode=R2`` and ``ulysses_sequence_parallel_size=2`` (two gloo
+    ranks) computes the log-probs, records the routes, replays them in the update and reaches the log-probs
+    after it as one rank does."""
+    from rlcore_testkit import sequence_parallel as sp_checks
+
+    model_dir = make_tiny_moe_model_dir(tmp_path / "model", family="qwen2_moe", router_aux_loss_coef=0.0)
+    overrides = {"actor_rollout_ref.actor.router_replay.mode": "R2"}
+    one = {
+        packed: sp_checks.run_case("fsdp", model_dir, packed=packed, overrides=overrides) for packed in (False, True)
+    }
+    ranks = sp_checks.spawn_ranks("fsdp", model_dir, tmp_path, world_size=2, sp=2, overrides=overrides)
+    sp_checks.assert_matches(ranks, one, sp=2)
+
+
+def test_routing_record_and_replay_under_ulysses_equal_one_rank(tmp_path: Path) -> None:
+    """Two gloo processes splitting each sequence (``ulysses_sequence_parallel_size=2``) record the same routes
+    as one process, padded and packed (each rank gathers the group's slices), and replaying them after the
+    routers changed gives one process's replayed log-probs (each rank replays its slice of the routes), which
+    differ from routing afresh."""
+    from rlcore_testkit import sequence_parallel as sp_checks
+
+    model_dir = make_tiny_moe_model_dir(tmp_path / "model", family="qwen2_moe", router_aux_loss_coef=0.0)
+    one = {packed: sp_checks.routing_case(model_dir, packed=packed) for packed in (False, True)}
+    ranks = sp_checks.spawn_routing_ranks(model_dir, tmp_path, world_size=2)
+    for rank, result in enumerate(ranks):
+        for packed, reference in one.items():
+            got, mask = result[packed], reference["mask"]
+            assert torch.equal(got["recorded"], reference["recorded"]), (rank, packed)
+            assert torch.equal(got["replayed_routes"], reference["recorded"]), (rank, packed)
+            torch.testing.assert_close(got["replayed"][mask], reference["replayed"][mask], atol=1e-5, rtol=0)
+            torch.testing.assert_close(got["fresh"][mask], reference["fresh"][mask], atol=1e-5, rtol=0)
+            assert not torch.allclose(got["replayed"][mask], got["fresh"][mask], atol=1e-3), (rank, packed)
 
 
 def test_ulysses_splits_a_moe_model_like_one_rank(tmp_path: Path) -> None:

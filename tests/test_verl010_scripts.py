@@ -1,7 +1,7 @@
 """verl 0.10's own example scripts, run through ``rlcore run --dry-run`` with only the entry point swapped.
 
 The scripts under ``tests/verl010_examples/`` are unmodified copies from verl 0.10.0.dev (see the NOTICE there):
-a sample of 40 of the 82 scripts of its ``examples/`` that call ``verl.trainer.main_ppo`` and are not for Ascend
+a sample of 42 of the 82 scripts of its ``examples/`` that call ``verl.trainer.main_ppo`` and are not for Ascend
 NPUs only, spread over its algorithms (GRPO, PPO, GSPO, CISPO, DPPO, GDPO, GMPO, GPG, OTB, RLOO, ReMax,
 REINFORCE++, SAPO, on-policy distillation, MTP, rollout correction, prefix grouper) and engines (FSDP, Megatron
 through ``model_engine=megatron``, LoRA, profiling). They run the way ``tests/test_verl_scripts.py`` runs 0.9's
@@ -62,6 +62,9 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/grpo_trainer/run_qwen3_30b_a3b_fsdp.sh": (),
     "examples/grpo_trainer/run_qwen3_30b_a3b_megatron.sh": (),
     "examples/grpo_trainer/run_qwen3_4b_fsdp.sh": (),
+    # verl's resize before the processor (data.image_patch_size=16); run with the tiny VLM and its image task
+    "examples/grpo_trainer/run_qwen3_5_2b_openr1_fsdp.sh": (),
+    "examples/grpo_trainer/run_qwen3_5_2b_video_fsdp.sh": (),
     "examples/grpo_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/grpo_trainer/run_qwen3_8b_megatron.sh": (),
     "examples/gspo_trainer/run_qwen3_30b_a3b_megatron.sh": (),
@@ -90,8 +93,11 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/tuning/scaling/run_qwen2_5_72b_fsdp.sh": (),
 }
 
-#: script -> a note its passing dry run must print (a key verl's script adds with '+' that changes nothing in verl)
+#: script -> a note its passing dry run must print (a key verl's script adds with '+' that changes nothing in verl,
+#: or verl's image resize)
 NOTES: dict[str, str] = {
+    "examples/grpo_trainer/run_qwen3_5_2b_openr1_fsdp.sh": "resize: each image first as verl does (data.image_patch_size=16",
+    "examples/grpo_trainer/run_qwen3_5_2b_video_fsdp.sh": "resize: each image first as verl does (data.image_patch_size=16",
     "examples/grpo_trainer/run_qwen3_30b_a3b_megatron.sh": (
         "actor_rollout_ref.rollout.moe_tensor_parallel_size=2 has no effect: it is read only by verl's TensorRT-LLM"
     ),
@@ -101,7 +107,7 @@ NOTES: dict[str, str] = {
 }
 
 #: scripts run with the tiny VLM and an image task instead of the tiny text model and task
-VLM_SCRIPTS = {script for script in EXPECTED if "_vl_" in script}
+VLM_SCRIPTS = {script for script in EXPECTED if "_vl_" in script or "qwen3_5_2b" in script}
 
 
 def test_the_table_covers_every_copied_script() -> None:

@@ -128,7 +128,8 @@ def tiny_moe_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module", name="tiny_vl_task")
 def tiny_vl_task_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A geo3k-style image task (train/test parquet with an ``images`` column) for the VLM scripts."""
+    """A geo3k-style image task (train/test parquet with an ``images`` column) for the VLM scripts, with a reward
+    file (:data:`REWARD_FILE`) for those that name one of verl's (the Qwen3.5-2B image and video scripts)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from PIL import Image
@@ -145,4 +146,6 @@ def tiny_vl_task_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     paths = {split: folder / f"{split}.parquet" for split in ("train", "test")}
     for path in paths.values():
         pq.write_table(pa.Table.from_pylist([row] * 4), path)
-    return paths
+    reward = folder / "reward.py"
+    reward.write_text(REWARD_FILE)
+    return {**paths, "reward": reward}

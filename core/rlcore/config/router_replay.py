@@ -66,8 +66,8 @@ def _local_model_type(path: Any) -> tuple[str, bool] | None:
 def router_replay_problems(policy: ActorRolloutRefConfig) -> list[str]:
     """What is wrong with the ``router_replay`` keys of the actor and the reference, each naming the key: an
     unknown mode, a record or replay file (verl declares them and reads neither), a reference that replays,
-    R3 without the rollout recording the routing, R2 with it (verl refuses the pair too), replay with Ulysses
-    sequence parallelism, and replay on a model that is not a mixture of experts."""
+    R3 without the rollout recording the routing, R2 with it (verl refuses the pair too), and replay on a model
+    that is not a mixture of experts."""
     problems: list[str] = []
     for section, replay in ((ACTOR, policy.actor.router_replay), (REF, policy.ref.router_replay)):
         mode = str(replay.mode)
@@ -98,12 +98,6 @@ def router_replay_problems(policy: ActorRolloutRefConfig) -> list[str]:
             "records it in the rollout (R3): choose one (verl refuses the pair too)"
         )
     if mode in ("R2", "R3"):
-        sp = policy.actor.ulysses_sequence_parallel_size
-        if isinstance(sp, int) and sp > 1:
-            problems.append(
-                f"{ACTOR}.router_replay.mode={mode} cannot run with {ACTOR}.ulysses_sequence_parallel_size={sp}: each "
-                "rank routes a slice of the sequence; set the size to 1 or turn replay off"
-            )
         path = policy.model.path
         local = _local_model_type(path)
         if local is not None and not local[1]:

@@ -145,16 +145,10 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         },
     ),
     MissingFeature(
-        "these multimodal data options of verl (rlcore: images and videos through the model's processor, whose "
+        "this multimodal data option of verl (rlcore: images and videos through the model's processor, whose "
         "tensors every multimodal row carries)",
-        (
-            "data.image_patch_size",
-            "data.return_multi_modal_inputs",
-        ),
-        off={
-            "data.image_patch_size": None,
-            "data.return_multi_modal_inputs": True,
-        },
+        ("data.return_multi_modal_inputs",),
+        off={"data.return_multi_modal_inputs": True},
     ),
     MissingFeature(
         "these reward-model options of verl (sequence parallelism, reward-loop classes, its generation engine's settings)",
@@ -275,10 +269,17 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "critic.fsdp_config.entropy_from_logits_chunk_size",
             "critic.fsdp_config.entropy_checkpointing",
         ),
-        # FSDP1's flag; FSDP2 (fully_shard) always trains the original parameters
+        # FSDP1's flag; FSDP2 (fully_shard) always trains the original parameters. verl's engine strategy fsdp2 is
+        # what rlcore-plugin-fsdp runs (verl's one-step-off scripts set it)
         off={
-            f"{role}.fsdp_config.use_orig_params": True
-            for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic", "reward_model")
+            **{
+                f"{role}.fsdp_config.use_orig_params": True
+                for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic", "reward_model")
+            },
+            **{
+                f"{role}.fsdp_config.strategy": "fsdp2"
+                for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic", "reward_model")
+            },
         },
     ),
     MissingFeature(

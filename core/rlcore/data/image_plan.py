@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rlcore.data import DataError
 from rlcore.data.files import folder_files
 from rlcore.data.multimodal import VIDEO_PLACEHOLDER, describe_processor
+from rlcore.data.resize import resize_factor
 
 if TYPE_CHECKING:
     from rlcore.registry import Registry
@@ -75,9 +76,9 @@ def image_plan(config: Any, registry: Registry) -> str | None:
     kinds or splits) is an error here, for the built-in dataset. When those files have a ``data.image_key``
     (or ``data.video_key``) column, a local ``actor_rollout_ref.model.path`` must have a multimodal processor
     (else :class:`DataError` naming the file, the key and the model); its class and pixel bounds are described,
-    and for videos how their frames are patched. Without the training stack (a lean
-    ``pip install rlcore``: no pyarrow or torch to read the data with) nothing is checked: the dry run names
-    the missing components instead.
+    for videos how their frames are patched, and with ``data.image_patch_size`` verl's resize. Without the
+    training stack (a lean ``pip install rlcore``: no pyarrow or torch to read the data with) nothing is checked:
+    the dry run names the missing components instead.
     """
     from importlib.util import find_spec
 
@@ -107,6 +108,13 @@ def image_plan(config: Any, registry: Registry) -> str | None:
         )
     kinds = {what for _, what in found}
     lines = [describe_processor(processor)] if "image" in kinds else []
+    if data.image_patch_size:
+        factor = resize_factor(processor, data.image_patch_size)
+        media = " and ".join(name for kind, name in (("image", "image"), ("video", "video frame")) if kind in kinds)
+        lines.append(
+            f"resize: each {media} first as verl does (data.image_patch_size={data.image_patch_size} x merge size "
+            f"{factor // data.image_patch_size}: sides in multiples of {factor}, qwen_vl_utils' pixel bounds)"
+        )
     if "video" in kinds:
         video_processor = getattr(processor, "video_processor", None)
         how = (

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlcore.data import DataError
+from rlcore.data import DataError, resize
 
 IMAGE_PLACEHOLDER = "<image>"
 VIDEO_PLACEHOLDER = "<video>"
@@ -279,17 +279,29 @@ def render_row(
     chat_template_kwargs: Mapping[str, Any] | None = None,
     videos: Sequence[Any] = (),
     video_key: str = VIDEO_COLUMN,
+    image_patch_size: int | None = None,
 ) -> RenderedRow:
     """Render and tokenise one image or video row with ``processor``.
 
     The messages get ``{"type": "image"}`` and ``{"type": "video"}`` parts (:func:`image_messages`), the
     processor's chat template renders them (``add_generation_prompt=True``), and the processor tokenises the
     text with the images (loaded with :func:`load_image`) and the videos (:func:`load_video`). Errors name
-    ``where`` (file and row) and the ``key`` (or ``video_key``).
+    ``where`` (file and row) and the ``key`` (or ``video_key``). With ``image_patch_size`` (verl's
+    ``data.image_patch_size``) the images and videos are resized first, as verl does (:mod:`rlcore.data.resize`).
     """
     parts = image_messages(messages, len(images), where, key, len(videos), video_key)
     loaded = [load_image(image, f"{where}: key {key!r}[{j}]", base_dir) for j, image in enumerate(images)]
     clips = [load_video(video, f"{where}: key {video_key!r}[{j}]", base_dir) for j, video in enumerate(videos)]
+    if image_patch_size:
+        factor = resize.resize_factor(processor, image_patch_size)
+        loaded = [
+            resize.resize_image(image, factor, f"{where}: key {key!r}[{j}]", resize.size_options(images[j]))
+            for j, image in enumerate(loaded)
+        ]
+        clips = [
+            resize.resize_frames(clip, factor, f"{where}: key {video_key!r}[{j}]", resize.listed_frames(videos[j]))
+            for j, clip in enumerate(clips)
+        ]
     try:
         text = processor.apply_chat_template(
             parts, add_generation_prompt=True, tokenize=False, **dict(chat_template_kwargs or {})

@@ -218,12 +218,19 @@ class RLDataset:
         self.processor = processor
         self.image_key: str = config_value(config, "image_key", "images")
         self.video_key: str = config_value(config, "video_key", multimodal.VIDEO_COLUMN)
+        self.image_patch_size: int | None = config_value(config, "image_patch_size", None)
         is_train = split == "train"
         self.max_samples = int(config_value(config, "train_max_samples" if is_train else "val_max_samples", -1))
         self.shuffle = bool(config_value(config, "shuffle" if is_train else "validation_shuffle", is_train))
         self.seed = int(config_value(config, "seed", 1))
         if self.truncation not in TRUNCATION_MODES:
             raise DataError(f"data.truncation={self.truncation!r} is not one of {', '.join(TRUNCATION_MODES)}")
+        if self.image_patch_size is not None and (
+            isinstance(self.image_patch_size, bool)
+            or not isinstance(self.image_patch_size, int)
+            or self.image_patch_size <= 0
+        ):
+            raise DataError(f"data.image_patch_size must be a positive integer or null, got {self.image_patch_size!r}")
         if self.max_prompt_length <= 0:
             raise DataError(f"data.max_prompt_length must be positive, got {self.max_prompt_length}")
         pad = getattr(tokenizer, "pad_token_id", None)
@@ -386,6 +393,7 @@ class RLDataset:
             chat_template_kwargs=self.chat_template_kwargs,
             videos=row.videos,
             video_key=self.video_key,
+            image_patch_size=self.image_patch_size,
         )
 
     def _tokenize(self, rows: list[_Row]) -> list[np.ndarray]:

@@ -22,14 +22,13 @@ from rlcore.api.batch import Batch
 from rlcore.api.training import GATHER_IDS, ModelOutput
 from rlcore.errors import RLCoreError
 from rlcore.modelkit.fused_logprobs import fused_head
-from rlcore.modelkit.moe import MoeRouting, begin_batch
+from rlcore.modelkit.moe import MoeRouting, begin_batch, begin_sharded
 from rlcore.modelkit.packed_attention import packed_forward, packed_sequences
 from rlcore.modelkit.packing import PackedBatch, pack_batch
 from rlcore.modelkit.prefix_grouper import grouped_logits
 from rlcore.modelkit.sequence_parallel import (
     SequenceParallel,
     ShardedInput,
-    attended_slice,
     gather_sequence,
     shard_packed,
     shard_padded,
@@ -254,7 +253,8 @@ def response_outputs(
     ``moe`` (a mixture-of-experts model's hooked routers, :mod:`rlcore.modelkit.moe`) fills ``stats`` with the
     load-balancing loss and the expert load of the valid tokens; ``record_routing`` also fills
     ``routed_experts``, and ``replay_routing`` routes each token to the batch's ``routed_experts`` (when it
-    has them). Neither is possible with ``sp``: each rank routes a slice of the sequence.
+    has them). With ``sp`` each rank routes its slice of the sequence: the replayed routes are sliced the same
+    way and the recorded ones gathered over the group (:func:`rlcore.modelkit.moe.begin_sharded`).
 
     ``prefix_grouper`` (the key of the setting, ``actor.use_prefix_grouper``) runs each group of adjacent rows
     that share their prompt as one row in which the prompt is computed once
@@ -279,10 +279,11 @@ def response_outputs(
         return _from_logits(logits.float() / temperature, batch["responses"], lambda t: t, **wanted)
     if sp is not None:
         inputs, packed = _sharded(model, batch, remove_padding, remove_padding_key, sp)
-        if moe is not None and (record_routing or replay_routing):
-            raise RLCoreError("routing replay cannot run with Ulysses sequence parallelism (each rank routes a slice)")
-        mask = batch["attention_mask"] if packed is None else torch.ones_like(packed.input_ids)
-        routing = moe.begin(attended_slice(mask, sp), None, record=False) if moe is not None else None
+        routing, layout = (
+            begin_sharded(moe, batch, sp, packed=packed is not None, replay=replay_routing, record=record_routing)
+            if moe is not None
+            else (None, None)
+        )
         with _head(model, fused, temperature, lambda: inputs.labels):
             logits = model(**inputs.model_kwargs(), use_cache=False).logits
         output = _outputs(
@@ -295,7 +296,7 @@ def response_outputs(
             **wanted,
         )
         if moe is not None and routing is not None:
-            moe.finish(routing, output, None)
+            moe.finish(routing, output, layout)
         return output
     keep = accepts_logits_to_keep(model)
     routing, layout = (

@@ -28,6 +28,7 @@ from rlcore.api.training import ROUTED_EXPERTS, ModelOutput
 from rlcore.config.keys import select
 from rlcore.config.router_replay import REPLAY_MODES, is_moe_fields, replay_mode
 from rlcore.errors import RLCoreError
+from rlcore.modelkit.sequence_parallel import SequenceParallel, attended_slice, gather_sequence, padded_length
 
 #: router classes of transformers whose ``forward(hidden) -> (logits, weights, experts)`` is: softmax over the
 #: ``[N, E]`` logits, top-k of the probabilities, divided by their sum when ``norm_topk_prob`` (the same code in
@@ -351,3 +352,31 @@ def begin_batch(
     valid = torch.ones(int(mask.sum()), dtype=torch.bool, device=mask.device) if packed else mask.reshape(-1)
     wanted = _replay_tokens(batch, mask if packed else None) if replay else None
     return routing.begin(valid, wanted, record=record), _layout(mask, packed)
+
+
+def begin_sharded(
+    routing: MoeRouting, batch: Batch, sp: SequenceParallel, *, packed: bool, replay: bool, record: bool
+) -> tuple[RoutingPass, Callable[[torch.Tensor], torch.Tensor]]:
+    """:func:`begin_batch` for a forward under Ulysses sequence parallelism ``sp``, in which this rank's routers
+    see its slice of the sequence (padded to a multiple of the group size, as
+    :func:`~rlcore.modelkit.sequence_parallel.shard_padded` / ``shard_packed`` pad). With ``replay`` each token
+    of the slice gets the batch's ``routed_experts`` (the end padding recomputes); the returned layout gathers
+    the slices' routing over the group, so that every rank records the whole sequences, laid out as without
+    ``sp``. Every rank of the group must call :meth:`MoeRouting.finish` with it (a collective)."""
+    mask = batch["attention_mask"]
+    sequence = torch.ones(1, int(mask.sum()), dtype=mask.dtype, device=mask.device) if packed else mask
+    rows, length = sequence.shape
+    padded = padded_length(length, sp)
+    wanted = _replay_tokens(batch, mask if packed else None) if replay else None
+    if wanted is not None:
+        whole_rows = wanted.reshape(rows, length, *wanted.shape[1:])
+        end = whole_rows.new_full((rows, padded - length, *wanted.shape[1:]), -1)
+        wanted = torch.cat([whole_rows, end], dim=1).chunk(sp.size, dim=1)[sp.rank].reshape(-1, *wanted.shape[1:])
+    whole = _layout(mask, packed)
+
+    def layout(used: torch.Tensor) -> torch.Tensor:
+        local = used.reshape(rows, padded // sp.size, *used.shape[1:])
+        gathered = gather_sequence(local, sp, dim=1)[:, :length]
+        return whole(gathered.reshape(-1, *used.shape[1:]))
+
+    return routing.begin(attended_slice(sequence, sp), wanted, record=record), layout

@@ -48,6 +48,9 @@ class DataConfig(Section):
     image_key: str = "images"
     #: videos column of multimodal rows (one per <video> placeholder: a list of frames or a local video file)
     video_key: str = "videos"
+    #: verl's resize before the processor: images and video frames get sides in multiples of this × the
+    #: processor's merge_size (qwen_vl_utils' smart resize; docs/vision-language.md); null: as they are
+    image_patch_size: int | None = None
     #: the column naming each row's scorer (its data source)
     reward_fn_key: str = "data_source"
     #: prompt tokens kept
@@ -88,5 +91,9 @@ class DataConfig(Section):
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
 
     def problems(self) -> list[str]:
-        """The optional batch sizes are positive or null."""
-        return self.positive("gen_batch_size", null=True) + self.positive("val_batch_size", null=True)
+        """The optional batch sizes and the image patch size are positive or null."""
+        return (
+            self.positive("gen_batch_size", null=True)
+            + self.positive("val_batch_size", null=True)
+            + self.positive("image_patch_size", null=True)
+        )
