@@ -1,14 +1,19 @@
 """Fixtures for the vLLM plugin tests. Tests that start an engine skip cleanly where vLLM cannot be imported.
 
-Starting a vLLM engine on CPU takes 15–30 s (vLLM spawns its engine process, which imports vLLM again), so
-tests share started engines through :class:`EnginePool`: an engine is reused for an identical model and
-config after its public state is reset (original weights, weight version 0, no generate calls yet). Each
-engine holds about 2.3 GB (its worker process and KV cache), so the pool keeps the most recently used
+Starting a vLLM engine on CPU takes 15–30 s (vLLM spawns its engine process and that one its worker process,
+each importing vLLM again), so tests share started engines through :class:`EnginePool`. A rollout config's
+sampling settings (:data:`SAMPLING_KEYS`) never reach vLLM's start: the engine sends them with each request.
+So the pool starts one vLLM engine per model, dtype and the rest of the config, and hands out for each call
+a new engine object built from the config asked for (the base class's constructor: settings, seed stream,
+weight version 0) around that started vLLM, after reloading the original weights when a test replaced them.
+Each started engine holds about 2.3 GB (its processes and KV cache), so the pool keeps the most recently used
 :data:`POOL_SIZE` and stops the others.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,36 +38,60 @@ def vllm() -> Any:
         pytest.skip(str(exc))
 
 
+#: the rollout keys the engine reads per request only (its sampling settings): configs that differ in these
+#: alone start vLLM identically. The seed counts among them unless vLLM starts on random weights
+#: (``load_format=dummy``, drawn from vLLM's seed): every sampled request carries its own seed from
+#: ``rollout.seed`` (``rlcore.rollout.sampling.request_seeds``) and greedy requests draw nothing.
+SAMPLING_KEYS = ("temperature", "top_k", "top_p", "do_sample", "val_kwargs", "calculate_log_probs", "ignore_eos")
+
+
+def start_key(model_dir: Path, dtype: str, config: Any) -> tuple[str, str, str]:
+    """What a vLLM engine is started from: the model, the dtype and the rollout config without its
+    :data:`SAMPLING_KEYS` (and without ``seed`` where the weights are loaded from the model directory)."""
+    values = dataclasses.asdict(config)
+    ignored = set(SAMPLING_KEYS) | ({"seed"} if config.load_format != "dummy" else set())
+    return str(model_dir), dtype, repr(sorted((key, value) for key, value in values.items() if key not in ignored))
+
+
 class EnginePool:
-    """Started engines by ``(model_dir, dtype, rollout config)``, handed out in their initial state."""
+    """Started engines by :func:`start_key`, handed out as new engines of the config asked for."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
-        self.engines: dict[tuple[str, str, str], Any] = {}
+        #: per start key: the engines handed out around one started vLLM since it last served its original
+        #: weights, the started one first
+        self.engines: dict[tuple[str, str, str], list[Any]] = {}
 
     def get(self, model_dir: Path, config: Any, dtype: str = "float32") -> Any:
-        """A started engine for the model and config, as if new: reloads the original weights when they
-        were replaced and rewinds the sampling seeds."""
+        """An engine of ``config`` for the model, as if new: around a started vLLM of the same :func:`start_key`
+        (which gets its original weights back when a test replaced them), else around a newly started one."""
         from rlcore_plugin_vllm.engine import VLLMRolloutEngine
 
-        key = (str(model_dir), dtype, repr(config))
-        engine = self.engines.pop(key, None)
-        if engine is None:
-            while len(self.engines) >= POOL_SIZE:  # stop the least recently used engine first
-                self.engines.pop(next(iter(self.engines))).close()
-            engine = VLLMRolloutEngine(str(model_dir), self.tokenizer, config, dtype=dtype)
-        elif engine.weight_version:
-            from safetensors.torch import load_file
+        from rlcore.rollout.token_engine import TokenListEngine
 
-            engine.update_weights(load_file(str(Path(model_dir) / "model.safetensors")).items(), strict=False)
-        engine.load_state_dict({"calls": 0, "weight_version": 0})
-        self.engines[key] = engine  # the most recently used last
+        key = start_key(model_dir, dtype, config)
+        handed = self.engines.pop(key, [])
+        if not handed:
+            while len(self.engines) >= POOL_SIZE:  # stop the least recently used engine first
+                self.engines.pop(next(iter(self.engines)))[0].close()
+            engine = VLLMRolloutEngine(str(model_dir), self.tokenizer, config, dtype=dtype)
+        else:
+            engine = copy.copy(handed[0])  # the started vLLM and what the engine set up at its start, shared
+            TokenListEngine.__init__(engine, str(model_dir), self.tokenizer, config, dtype=dtype)
+            if any(previous.weight_version for previous in handed):
+                from safetensors.torch import load_file
+
+                engine.update_weights(load_file(str(Path(model_dir) / "model.safetensors")).items(), strict=False)
+                engine.load_state_dict({"calls": 0, "weight_version": 0})
+                handed[0].load_state_dict({"calls": 0, "weight_version": 0})
+                handed = handed[:1]
+        self.engines[key] = [*handed, engine]  # the most recently used last
         return engine
 
     def close(self) -> None:
-        """Stop every engine's vLLM process."""
-        for engine in self.engines.values():
-            engine.close()
+        """Stop every started vLLM."""
+        for handed in self.engines.values():
+            handed[0].close()
         self.engines.clear()
 
 

@@ -1,4 +1,7 @@
-"""The vLLM engine beyond the contract: weight-update errors, dummy start-up, CPU sleep/wake, resumable seeds."""
+"""The vLLM engine beyond the contract: weight-update errors, dummy start-up, CPU sleep/wake, resumable seeds,
+vLLM's statistics, and partial rollout (``TokenListEngine.generate_partial``): a first chunk samples the start of
+what ``generate`` samples (the row seed is the request seed), and continued requests stay within the response
+length and ``max_model_len``."""
 
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ from rlcore.errors import RLCoreError
 
 #: the engine settings of every test here but the dummy start's: one started engine (from the pool) serves them all
 SAMPLING = {"calculate_log_probs": True, "temperature": 0.7}
+#: the dummy start's settings, also those of the engine that keeps vLLM's statistics (they do not touch the weights):
+#: a second started engine serves both tests
+DUMMY_WITH_STATS = {"load_format": "dummy", "disable_log_stats": False}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +50,7 @@ def test_dummy_start_then_first_sync_serves_the_trainer(
 ) -> None:
     """``load_format=dummy`` (verl's default) starts on random weights; the first sync makes the engine
     serve the trainer's model, tied output head included (sent without its alias)."""
-    engine = make_engine(load_format="dummy")
+    engine = make_engine(**DUMMY_WITH_STATS)
     ids = tiny_tokenizer(PROMPTS[0])["input_ids"]
     expected = teacher_forced_log_probs(hf_model, ids)
     assert (engine.prompt_log_probs(ids) - expected).abs().max() > 1e-2
@@ -96,6 +102,29 @@ def test_rollout_log_probs_match_the_trainer(
     torch.testing.assert_close(out["rollout_log_probs"][valid], trainer[valid], atol=1e-4, rtol=0)
 
 
+def test_a_first_chunk_is_the_start_of_a_generate_call(make_engine: Callable[..., Any], tiny_tokenizer: Any) -> None:
+    """Chunk 1 (3 tokens) equals the first 3 tokens of ``generate`` at the same call index; the chunks then
+    run to the end without exceeding the response length."""
+    engine = make_engine(**SAMPLING)
+    batch = make_prompt_batch(tiny_tokenizer)
+    whole = engine.generate(batch)
+    engine.load_state_dict({"calls": 0, "weight_version": engine.weight_version})
+    out = engine.generate_partial(batch, 3)
+    length = whole["responses"].shape[1]
+    kept = out["response_mask"].sum(dim=1)
+    assert bool((kept <= 3).all())
+    for row in range(len(batch)):
+        count = int(kept[row])
+        assert torch.equal(out["responses"][row, :count], whole["responses"][row, :count])
+        torch.testing.assert_close(
+            out["rollout_log_probs"][row, :count], whole["rollout_log_probs"][row, :count], atol=1e-5, rtol=0
+        )
+    while not bool(out["finished"].all()):
+        out = engine.generate_partial(out, 3)
+    assert bool((out["response_mask"].sum(dim=1) <= length).all())
+    assert engine.state_dict()["calls"] == 1, "continued rows must not draw new seeds"
+
+
 def test_a_module_or_missing_path_is_refused(rollout_section: Callable[..., Any], tiny_tokenizer: Any) -> None:
     """The engine loads its model from a path; a module or no path is a clear error (before vLLM starts)."""
     from rlcore_plugin_vllm.engine import VLLMRolloutEngine
@@ -110,7 +139,7 @@ def test_disable_log_stats_reaches_vllm(make_engine: Callable[..., Any], tiny_to
     """``rollout.disable_log_stats`` (verl's key, true by default) is vLLM's own: false makes the engine keep its
     statistics, and it still generates."""
     assert make_engine(**SAMPLING).llm.llm_engine.log_stats is False
-    engine = make_engine(**SAMPLING, disable_log_stats=False)
+    engine = make_engine(**SAMPLING, **DUMMY_WITH_STATS)
     assert engine.llm.llm_engine.log_stats is True
     out = engine.generate(make_prompt_batch(tiny_tokenizer))
     assert out["responses"].shape[1] == 8
