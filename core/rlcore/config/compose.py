@@ -38,7 +38,6 @@ from omegaconf.errors import OmegaConfBaseException
 from rlcore.config.problems import ConfigError, ConfigFileError
 
 
-
 def _merged(*fragments: dict[str, Any]) -> dict[str, Any]:
     """The config fragments merged in order, later keys winning at every depth."""
     return cast(dict[str, Any], OmegaConf.to_container(OmegaConf.merge(*fragments)))

@@ -27,8 +27,8 @@ from rlcore.config.sections.critic import CriticCheckpointConfig, CriticConfig, 
 from rlcore.config.sections.data import DataConfig, Truncation
 from rlcore.config.sections.reward_model import CustomRewardFunctionConfig, RewardModelConfig, RewardModelModelConfig
 from rlcore.config.sections.rollout import CheckpointEngineConfig, RolloutConfig, ValKwargs
-from rlcore.config.sections.runtime import RayKwargsConfig
 from rlcore.config.sections.rollout_pool import RolloutPoolConfig
+from rlcore.config.sections.runtime import RayKwargsConfig
 from rlcore.config.sections.skip import SkipConfig
 from rlcore.config.sections.trainer import AsyncTrainingConfig, TrainerConfig
 from rlcore.config.sections.update import CHECKPOINT_CONTENTS, CheckpointConfig, LogProbConfig, PPOUpdateConfig

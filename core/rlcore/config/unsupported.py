@@ -374,7 +374,7 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
     MissingFeature("verl's TransferQueue", ("transfer_queue",)),
     MissingFeature(
         "these options of verl's fully-async trainer (rlcore maps staleness_threshold, trigger_parameter_sync_step, "
-        "require_batches=1 and partial_rollout onto trainer.v1.separate_async)",
+        "require_batches and partial_rollout onto trainer.v1.separate_async)",
         ("async_training.use_trainer_do_validate",),
         "docs/async-training.md",
         off={"async_training.use_trainer_do_validate": False},
