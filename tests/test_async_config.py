@@ -171,7 +171,7 @@ def test_verls_staleness_threshold_is_separate_asyncs_warmup() -> None:
             r"partial_rollout_tokens=4: multi-turn agent loops .* have no partial rollout",
         ),
         (
-            ["async_training.trigger_parameter_sync_step=4"],
+            ["async_training.trigger_parameter_sync_step=4", "trainer.v1.trainer_mode=colocate_async"],
             r"async_training.trigger_parameter_sync_step is verl's fully-async .* set trainer.v1.trainer_mode=separate",
         ),
     ],

@@ -73,17 +73,17 @@ def test_staleness_must_be_positive_even_when_off() -> None:
 def test_verl_fully_async_keys_map_onto_separate_async_or_name_what_is_missing() -> None:
     """verl 0.9.1 runs its fully-async keys on V1's separate_async: staleness_threshold is its warmup, the rest
     is refused by name."""
-    config = load_config([], ["async_training.staleness_threshold=0.5"], [])
+    config = load_config([], ["async_training.staleness_threshold=0.5", "trainer.v1.trainer_mode=colocate_async"], [])
     with pytest.raises(
         ConfigError,
         match=r"async_training.staleness_threshold is verl's fully-async .*"
         r"set trainer.v1.trainer_mode=separate_async",
     ):
         check_values(config)
-    with pytest.raises(ConfigError, match=r"async_training.partial_rollout: these options of verl's fully-async"):
-        load_config([], ["async_training.partial_rollout=true"], [])
-    with pytest.raises(ConfigError, match=r"async_training.require_batches=2: rlcore samples the step's whole batch"):
-        check_values(load_config([], ["async_training.require_batches=2"], []))
+    with pytest.raises(ConfigError, match=r"async_training.partial_rollout is verl's fully-async trainer's key"):
+        check_values(load_config([], ["async_training.partial_rollout=true"], []))
+    with pytest.raises(ConfigError, match=r"async_training.use_trainer_do_validate: these options of verl's fully"):
+        load_config([], ["async_training.use_trainer_do_validate=true"], [])
 
 
 @pytest.fixture(scope="module")

@@ -57,13 +57,21 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 """
 
 
-def verl_arguments(examples: Path, script: str, home: Path) -> list[str]:
-    """The arguments ``examples/script`` passes to ``python3 -m verl.trainer.main_ppo``, run in ``home`` (a
-    script may write files into its working directory: gpt-oss writes get_model.py)."""
+#: :data:`SHIMS` recording the arguments of verl's one-step-off and fully-async mains as well
+#: (``python3 -m verl.experimental.<trainer>.<...main...>``)
+EXPERIMENTAL_SHIMS = SHIMS.replace(
+    '[ "${2#verl.trainer.main_ppo}" != "$2" ]',
+    '{ [ "${2#verl.trainer.main_ppo}" != "$2" ] || [ "${2#verl.experimental.}" != "$2" ]; }',
+)
+
+
+def verl_arguments(examples: Path, script: str, home: Path, shims: str = SHIMS) -> list[str]:
+    """The arguments ``examples/script`` passes to ``python3 -m verl.trainer.main_ppo`` (the mains ``shims``
+    records), run in ``home`` (a script may write files into its working directory: gpt-oss writes get_model.py)."""
     argv = home / "argv"
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "VERL_ARGV": str(argv)}
     subprocess.run(
-        ["bash", "-c", SHIMS, "shim", str(examples / script)],
+        ["bash", "-c", shims, "shim", str(examples / script)],
         cwd=home,
         env=env,
         capture_output=True,

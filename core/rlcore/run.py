@@ -39,6 +39,7 @@ from rlcore.config.async_training import plan_line as async_plan_line
 from rlcore.config.lanes import lane_plan_lines
 from rlcore.config.noted_keys import noted_plan_lines
 from rlcore.config.output_paths import make_output_paths_absolute, shown_path
+from rlcore.config.rollout_pool import plan_line as rollout_pool_plan_line
 from rlcore.config.sections.data import SamplerConfig
 from rlcore.config.sections.trainer import TrainerConfig
 from rlcore.controller.components import RunComponents
@@ -279,7 +280,9 @@ def run_plan_lines(config: DictConfig) -> list[str]:
     ``data.sampler`` fail the dry run (the sampler module needs torch: imported only then). The rollout
     engine's lines (rlcore-plugin-hf: chunks, R3), the sandbox's (rlcore-plugin-sandbox) and the profiler's
     (rlcore-plugin-profiler) come from their plugins' ``plan_lines`` hooks."""
-    lines = [line for line in [async_plan_line(config)] if line] + noted_plan_lines(config)
+    lines = [line for line in [rollout_pool_plan_line(config), async_plan_line(config)] if line] + noted_plan_lines(
+        config
+    )
     sampler = SamplerConfig.from_tree(config, "data.sampler")
     if not sampler.class_path:
         return lines

@@ -20,6 +20,11 @@ ENABLE_KEY = "async_training.enable"
 STALENESS_KEY = "async_training.max_staleness_steps"
 MODE_KEY = "trainer.v1.trainer_mode"
 THRESHOLD_KEY = "trainer.v1.sampler.max_off_policy_threshold"
+PARTIAL_KEY = "async_training.partial_rollout"
+#: verl's partial rollout cuts the responses in flight when the trainer publishes weights, at no fixed length;
+#: rlcore cuts them at chunk boundaries: without trainer.v1.partial_rollout_tokens, a response spans at most
+#: this many chunks
+PARTIAL_ROLLOUT_ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,9 @@ def async_plan(config: DictConfig) -> AsyncPlan | None:
         source += f", async_training.staleness_threshold={section.staleness_threshold}"
     ahead = math.ceil(warmup * batch - 1e-9)
     chunk = int(trainer.v1.partial_rollout_tokens or 0)
+    if not chunk and section.partial_rollout and mode == "separate_async":
+        chunk = math.ceil(int(DataConfig.from_tree(config).max_response_length) / PARTIAL_ROLLOUT_ROUNDS)
+        source += f", {PARTIAL_KEY}=true: chunks of data.max_response_length / {PARTIAL_ROLLOUT_ROUNDS}"
     lane = mode == "separate_async"
     return AsyncPlan(
         mode,
@@ -146,12 +154,13 @@ def v1_problems(
     map only where their meaning is V1's."""
     problems: list[str] = []
     mode = trainer.v1.trainer_mode
-    if section.require_batches != 1:
+    if not isinstance(section.require_batches, int) or section.require_batches < 1:
         problems.append(
-            f"async_training.require_batches={section.require_batches!r}: rlcore samples the step's whole batch at "
-            "once (verl's V1); only 1 maps onto it"
+            f"async_training.require_batches must be a positive integer (mini-batches per fetch), got "
+            f"{section.require_batches!r}"
         )
     v0 = [key for key in ("staleness_threshold", "trigger_parameter_sync_step") if getattr(section, key) is not None]
+    v0 += ["partial_rollout"] if section.partial_rollout is True else []
     if v0 and mode != "separate_async":
         problems.append(
             f"async_training.{v0[0]} is verl's fully-async trainer's key, which verl runs as V1's separate_async: set "
@@ -178,18 +187,19 @@ def v1_problems(
             "(actor_rollout_ref.rollout.multi_turn.enable=true) generate turn by turn and have no partial rollout; "
             "set it to null"
         )
+    elif section.partial_rollout is True and rollout.multi_turn.enable:
+        problems.append(
+            f"{PARTIAL_KEY}=true: multi-turn agent loops (actor_rollout_ref.rollout.multi_turn.enable=true) generate "
+            "turn by turn and have no partial rollout in rlcore (verl resumes them under the new weights); set it to "
+            "false"
+        )
     if mode == "separate_async":
         if trainer.placement != "split" or trainer.executor != "ray":
             problems.append(
                 f"{MODE_KEY}=separate_async generates on the rollout ranks while the trainer ranks train: it needs "
                 f"trainer.placement=split and trainer.executor=ray (got {trainer.placement!r}, {trainer.executor!r})"
             )
-        sync_step = section.trigger_parameter_sync_step or trainer.v1.separate_async.parameter_sync_step
-        key = (
-            "async_training.trigger_parameter_sync_step"
-            if section.trigger_parameter_sync_step
-            else "trainer.v1.separate_async.parameter_sync_step"
-        )
+        sync_step, key = sync_mini_batches(section, trainer)
         mini = int(actor.ppo_mini_batch_size)
         if sync_step * mini != data.train_batch_size:
             problems.append(
@@ -199,6 +209,38 @@ def v1_problems(
                 f"{data.train_batch_size // mini if data.train_batch_size % mini == 0 else 'a divisor'}"
             )
     return problems
+
+
+def sync_mini_batches(section: AsyncTrainingConfig, trainer: TrainerConfig) -> tuple[int, str]:
+    """The mini-batch updates between weight syncs (V1's ``parameter_sync_step``) and the keys that say it:
+    verl's fully-async trainer fetches ``require_batches`` mini-batches per update step and syncs every
+    ``trigger_parameter_sync_step`` steps."""
+    if not section.trigger_parameter_sync_step:
+        return trainer.v1.separate_async.parameter_sync_step, "trainer.v1.separate_async.parameter_sync_step"
+    if section.require_batches == 1:
+        return section.trigger_parameter_sync_step, "async_training.trigger_parameter_sync_step"
+    return (
+        section.trigger_parameter_sync_step * section.require_batches,
+        "async_training.trigger_parameter_sync_step × async_training.require_batches",
+    )
+
+
+def resolve_fully_async(config: DictConfig) -> None:
+    """verl's fully-async keys (``async_training.staleness_threshold``, ``trigger_parameter_sync_step``) are read
+    only by its fully-async trainer, which verl runs as V1's separate_async: with ``trainer.v1.trainer_mode`` left
+    at ``sync`` and one-step-off off, they select ``separate_async``. That trainer takes ``data.train_batch_size=0``
+    (its rollouter streams prompts one by one and its trainer fetches mini-batches): then set it to the prompts
+    between weight syncs, the step's batch in rlcore (sync mini-batches × ``actor_rollout_ref.actor.ppo_mini_batch_size``)."""
+    data, section, v1 = config.data, config.async_training, config.trainer.v1
+    trigger, fetch = section.get("trigger_parameter_sync_step"), section.get("require_batches")
+    fully_async = trigger is not None or section.get("staleness_threshold") is not None
+    if fully_async and v1.get("trainer_mode") == "sync" and section.get("enable") is False:
+        v1.trainer_mode = "separate_async"
+    mini = config.actor_rollout_ref.actor.get("ppo_mini_batch_size")
+    mode = v1.get("trainer_mode")
+    counts = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (trigger, fetch, mini))
+    if data.get("train_batch_size") == 0 and mode == "separate_async" and counts:
+        data.train_batch_size = trigger * fetch * mini
 
 
 def check_async_training(config: DictConfig) -> None:

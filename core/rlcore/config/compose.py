@@ -4,7 +4,9 @@ rlcore does not use Hydra; this module reads the subset verl's scripts and examp
 
 - ``--config-path DIR`` / ``--config-name NAME`` (also ``=VALUE``, ``-cp`` and ``-cn``): the YAML file
   ``DIR/NAME.yaml``. verl's own config names, ``ppo_trainer`` and ``ppo_megatron_trainer``, are built in
-  when no such file exists: the first is rlcore's defaults, the second selects the Megatron engine.
+  when no such file exists: the first is rlcore's defaults, the second selects the Megatron engine. So are its
+  one-step-off and fully-async trainers' (``one_step_off_ppo_trainer``, ``fully_async_ppo_trainer`` and their
+  ``_megatron_`` variants, :data:`BUILTIN_CONFIGS`): their settings that rlcore has.
 - a ``defaults:`` list in any YAML file: other configs (``- ppo_trainer``), config groups
   (``- group@package: option`` → ``group/option.yaml`` placed under ``package``) and ``_self_`` (the
   file's own keys; last when it is not listed), in order, later entries winning.
@@ -35,10 +37,47 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rlcore.config.problems import ConfigError, ConfigFileError
 
-#: verl's config names that rlcore provides without a file
+
+def _merged(*fragments: dict[str, Any]) -> dict[str, Any]:
+    """The config fragments merged in order, later keys winning at every depth."""
+    return cast(dict[str, Any], OmegaConf.to_container(OmegaConf.merge(*fragments)))
+
+
+_MEGATRON: dict[str, Any] = {"actor_rollout_ref": {"actor": {"strategy": "megatron"}}}
+#: what verl's one-step-off and fully-async configs add to ppo_trainer that rlcore has: the rollout's own pool
+#: (rollout.nnodes, rollout.n_gpus_per_node: split placement, rlcore.config.rollout_pool), the behaviour policy's
+#: log-probs, and training against them (verl's actor.use_rollout_log_probs=true with bypass_mode: rlcore's
+#: bypass_mode alone)
+_OFF_POLICY: dict[str, Any] = {
+    "rollout": {"nnodes": 1, "n_gpus_per_node": 8},
+    "actor_rollout_ref": {"rollout": {"calculate_log_probs": True}},
+    "algorithm": {"rollout_correction": {"bypass_mode": True}},
+}
+#: verl's one-step-off trainer (verl/experimental/one_step_off_policy): one batch generated ahead
+_ONE_STEP_OFF = _merged(_OFF_POLICY, {"async_training": {"enable": True}})
+#: verl's fully-async trainer (verl/experimental/fully_async_policy), which verl runs as V1's separate_async: its
+#: async_training defaults (rlcore.config.async_training maps them) and its rollout's prompt count
+_FULLY_ASYNC = _merged(
+    _OFF_POLICY,
+    {
+        "rollout": {"total_rollout_steps": 100},
+        "trainer": {"v1": {"trainer_mode": "separate_async"}},
+        "async_training": {
+            "staleness_threshold": 0.1,
+            "trigger_parameter_sync_step": 4,
+            "require_batches": 1,
+            "partial_rollout": True,
+        },
+    },
+)
+#: verl's config names that rlcore provides without a file (verl's own YAML files' settings that rlcore has)
 BUILTIN_CONFIGS: dict[str, dict[str, Any]] = {
     "ppo_trainer": {},
-    "ppo_megatron_trainer": {"actor_rollout_ref": {"actor": {"strategy": "megatron"}}},
+    "ppo_megatron_trainer": _MEGATRON,
+    "one_step_off_ppo_trainer": _ONE_STEP_OFF,
+    "one_step_off_ppo_megatron_trainer": _merged(_ONE_STEP_OFF, _MEGATRON),
+    "fully_async_ppo_trainer": _FULLY_ASYNC,
+    "fully_async_ppo_megatron_trainer": _merged(_FULLY_ASYNC, _MEGATRON),
 }
 #: verl 0.10's ``model_engine`` choices that rlcore has -> the training backend (``strategy``) each selects
 MODEL_ENGINES: dict[str, str] = {"dp": "fsdp", "megatron": "megatron"}
@@ -387,7 +426,7 @@ def _named(name: str, folders: list[Path], referrer: str, stack: tuple[Path, ...
         return [Source(f"verl's {stem}", BUILTIN_CONFIGS[stem])]
     searched = ", ".join(str(f) for f in folders)
     raise ConfigFileError(
-        f"{referrer}: no {stem}.yaml in {searched}; without a file, rlcore knows verl's {' and '.join(BUILTIN_CONFIGS)}"
+        f"{referrer}: no {stem}.yaml in {searched}; without a file, rlcore knows verl's {', '.join(BUILTIN_CONFIGS)}"
     )
 
 

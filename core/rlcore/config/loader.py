@@ -11,6 +11,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlcore.config.aliases import canonical_key, rename_aliases
+from rlcore.config.async_training import resolve_fully_async
 from rlcore.config.compose import (
     Source,
     config_file,
@@ -26,6 +27,7 @@ from rlcore.config.noted_keys import noted_key, resolve_noted_keys
 from rlcore.config.override_value import HydraMappingError, read_value
 from rlcore.config.plugin_sections import plugin_fragment
 from rlcore.config.problems import ConfigError, Problems
+from rlcore.config.rollout_pool import resolve_rollout_pool
 from rlcore.config.run_name import name_after_presets
 from rlcore.config.schema import default_tree
 from rlcore.config.suggest import option_hint, synonym_key
@@ -459,6 +461,9 @@ def load_config(
     except Exception as exc:  # nothing later can be checked on an unresolved config
         collected.add(f"cannot resolve the config: {exc}")
         collected.raise_if_any()
+    resolve_fully_async(merged)
+    for message in resolve_rollout_pool(merged):
+        collected.add(message)
     resolve_executor(merged)
     for message in unsupported_value_problems(merged):
         collected.add(message)

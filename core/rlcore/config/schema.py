@@ -27,6 +27,7 @@ from rlcore.config.sections.critic import CriticCheckpointConfig, CriticConfig, 
 from rlcore.config.sections.data import DataConfig, Truncation
 from rlcore.config.sections.reward_model import CustomRewardFunctionConfig, RewardModelConfig, RewardModelModelConfig
 from rlcore.config.sections.rollout import CheckpointEngineConfig, RolloutConfig, ValKwargs
+from rlcore.config.sections.rollout_pool import RolloutPoolConfig
 from rlcore.config.sections.runtime import RayKwargsConfig
 from rlcore.config.sections.skip import SkipConfig
 from rlcore.config.sections.trainer import AsyncTrainingConfig, TrainerConfig
@@ -55,6 +56,7 @@ __all__ = [
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",
+    "RolloutPoolConfig",
     "Section",
     "Sections",
     "TrainerConfig",
@@ -80,6 +82,7 @@ class Sections:
     algorithm: AlgorithmConfig = dataclasses.field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
     async_training: AsyncTrainingConfig = dataclasses.field(default_factory=AsyncTrainingConfig)
+    rollout: RolloutPoolConfig = dataclasses.field(default_factory=RolloutPoolConfig)
     ray_kwargs: RayKwargsConfig = dataclasses.field(default_factory=RayKwargsConfig)
     skip: SkipConfig = dataclasses.field(default_factory=SkipConfig)
 

@@ -373,11 +373,11 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
     ),
     MissingFeature("verl's TransferQueue", ("transfer_queue",)),
     MissingFeature(
-        "these options of verl's fully-async trainer (rlcore maps staleness_threshold, trigger_parameter_sync_step "
-        "and require_batches=1 onto trainer.v1.separate_async)",
-        ("async_training.partial_rollout", "async_training.use_trainer_do_validate"),
+        "these options of verl's fully-async trainer (rlcore maps staleness_threshold, trigger_parameter_sync_step, "
+        "require_batches and partial_rollout onto trainer.v1.separate_async)",
+        ("async_training.use_trainer_do_validate",),
         "docs/async-training.md",
-        off={"async_training.partial_rollout": False, "async_training.use_trainer_do_validate": False},
+        off={"async_training.use_trainer_do_validate": False},
     ),
     # verl 0.10's additions to its default config
     MissingFeature(

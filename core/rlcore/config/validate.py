@@ -86,13 +86,16 @@ class DerivedQuantities:
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
 
+#: the values of :data:`ONLY_VALUES`' keys that mean trainer.placement=split, accepted with it: verl's
+#: hybrid_engine=false (its one-step-off and fully-async trainers) is a rollout on GPUs of its own
+WITH_SPLIT: dict[str, Any] = {"actor_rollout_ref.hybrid_engine": False}
 #: keys accepted for verl's sake that rlcore honours only at one value: key -> (allowed values, why)
 ONLY_VALUES: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.hybrid_engine": (
         (True,),
         (
             "rlcore (like verl) always runs the hybrid engine; for rollout on ranks of its own set "
-            "trainer.placement=split"
+            "trainer.placement=split (false is accepted with it)"
         ),
     ),
     "trainer.use_legacy_worker_impl": (
@@ -308,8 +311,11 @@ def check_values(config: DictConfig) -> None:
     data = given_section(DataConfig, config)
     reward = given_section(CustomRewardFunctionConfig, config, "custom_reward_function")
     async_training = given_section(AsyncTrainingConfig, config)
+    split = trainer is not None and trainer.placement == "split"
     for key, (allowed, why) in ONLY_VALUES.items():
         value = OmegaConf.select(config, key, default=None)
+        if split and key in WITH_SPLIT and value is WITH_SPLIT[key]:
+            continue
         if value not in allowed or type(value) not in {type(a) for a in allowed}:
             shown = " or ".join(repr(a) if isinstance(a, str) else str(a).lower() for a in allowed)
             problems.append(f"{key}={value!r} is not supported: {why} (allowed: {shown})")

@@ -139,5 +139,9 @@ class AsyncTrainingConfig(Section):
     staleness_threshold: float | None = None
     #: verl's fully-async key, mapped onto V1: trainer.v1.separate_async.parameter_sync_step
     trigger_parameter_sync_step: int | None = None
-    #: verl's fully-async key: mini-batches per fetch; only 1 (V1 samples the step's batch at once)
+    #: verl's fully-async key: mini-batches per update step; V1's parameter_sync_step is
+    #: trigger_parameter_sync_step × require_batches (rlcore samples the step's whole batch at once)
     require_batches: int = 1
+    #: verl's fully-async key: responses in flight at a weight sync continue under the new weights; with
+    #: separate_async, rlcore's partial rollout (trainer.v1.partial_rollout_tokens, else data.max_response_length / 4)
+    partial_rollout: bool = False
