@@ -286,11 +286,11 @@ def test_routing_record_and_replay_under_ulysses_equal_one_rank(tmp_path: Path) 
     as one process, padded and packed (each rank gathers the group's slices), and replaying them after the
     routers changed gives one process's replayed log-probs (each rank replays its slice of the routes), which
     differ from routing afresh."""
-    from rlcore_testkit import sequence_parallel as sp_checks
+    from tests.routing_ranks import routing_case, spawn_routing_ranks
 
     model_dir = make_tiny_moe_model_dir(tmp_path / "model", family="qwen2_moe", router_aux_loss_coef=0.0)
-    one = {packed: sp_checks.routing_case(model_dir, packed=packed) for packed in (False, True)}
-    ranks = sp_checks.spawn_routing_ranks(model_dir, tmp_path, world_size=2)
+    one = {packed: routing_case(model_dir, packed=packed) for packed in (False, True)}
+    ranks = spawn_routing_ranks(model_dir, tmp_path, world_size=2)
     for rank, result in enumerate(ranks):
         for packed, reference in one.items():
             got, mask = result[packed], reference["mask"]
