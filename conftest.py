@@ -70,8 +70,9 @@ FIRST_FILES = (
     "plugins/backend_megatron/tests/test_run.py",
 )
 
-#: the other tests that take over 1.5 s on two idle cores (real runs, processes, engines), one node id per
-#: line, also marked ``slow``; ``tests/update_slow_tests.py`` adds to it from a ``--durations`` report
+#: the other tests that take over 0.7 s on two idle cores (real runs, processes, engines; the tests over 1.5 s until
+#: the quick loop grew past 3 minutes), one node id per line, also marked ``slow``; ``tests/update_slow_tests.py``
+#: adds to it from a ``--durations`` report
 SLOW_TESTS = Path(__file__).parent / "tests" / "slow_tests.txt"
 
 

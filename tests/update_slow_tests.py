@@ -4,7 +4,7 @@
 Measure on an idle machine, with the quick set as it is, and feed the report in::
 
     python -m pytest -m "not slow" --durations=0 -q > durations.txt
-    python tests/update_slow_tests.py durations.txt            # tests over 1.5 s join the list
+    python tests/update_slow_tests.py durations.txt            # tests over 0.7 s join the list
 
 A test's time is its setup, call and teardown together (a module fixture's setup counts for the first test
 that uses it). Listed tests stay listed (the quick run does not measure them); remove a line by hand when a
@@ -55,7 +55,7 @@ def main() -> None:
     """Command line: add the tests over ``--over`` seconds to the list."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("report", type=Path, help="the output of pytest --durations=0")
-    parser.add_argument("--over", type=float, default=1.5, help="seconds above which a test is slow (1.5)")
+    parser.add_argument("--over", type=float, default=0.7, help="seconds above which a test is slow (0.7)")
     parser.add_argument(
         "--first-files", type=float, metavar="SECONDS", help="print the files over SECONDS, longest first, and stop"
     )
