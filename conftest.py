@@ -34,6 +34,8 @@ LONG_FILES = (
     "tests/test_template.py",
     "plugins/rollout_vllm/tests/test_engine.py",
     "plugins/backend_megatron/tests/test_run.py",
+    "tests/test_async_partial_lane.py",
+    "tests/test_verl_fully_async_run.py",
 )
 
 
