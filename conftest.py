@@ -54,6 +54,7 @@ FIRST_FILES = (
     "tests/test_wheelhouse.py",
     "tests/test_default_commands.py",
     "tests/test_ray_executor.py",
+    "tests/test_async_partial_lane.py",
     "plugins/backend_megatron/tests/test_multirank.py",
     "tests/test_lint.py",
     "tests/test_template.py",
@@ -70,6 +71,7 @@ FIRST_FILES = (
     "tests/test_stop_signal.py",
     "plugins/backend_megatron/tests/test_token_ids.py",
     "plugins/backend_megatron/tests/test_run.py",
+    "tests/test_verl_fully_async_run.py",
 )
 
 #: the other tests that take over 0.7 s on two idle cores (real runs, processes, engines; the tests over 1.5 s until
