@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 
 from rlcore.api import process_exists
+from rlcore_plugin_sandbox.jail.cgroup_folder import remove_when_empty
 
 #: a program's cgroup is named ``rlcore-sandbox-<pid of the process that made it>-<8 hex digits>``
 PREFIX = "rlcore-sandbox-"
@@ -109,13 +110,7 @@ class Cgroup:
         """Delete the cgroups, waiting up to ``wait_seconds`` for their last processes to be gone."""
         deadline = time.monotonic() + wait_seconds
         for folder in self.folders:
-            while os.path.isdir(folder):
-                try:
-                    os.rmdir(folder)
-                except OSError:
-                    if time.monotonic() > deadline:
-                        break
-                    time.sleep(0.005)
+            remove_when_empty(folder, deadline)
 
 
 def _write(path: str, value: str) -> None:

@@ -25,9 +25,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import kernel  # noqa: E402 - this folder, added above (the interpreter runs isolated)
 import launcher  # noqa: E402
+from cgroup_folder import remove_when_empty  # noqa: E402
 
 #: descriptors that come with a ``launch`` request: stdin, stdout, stderr, setup, events
 LAUNCH_FDS = 5
+#: seconds a cgroup of a killed program may take to empty (its processes exit after SIGKILL, not at it)
+CGROUP_EMPTY_SECONDS = 5.0
 
 
 class Server:
@@ -103,7 +106,7 @@ class Server:
             for folder, *cgroups in leftovers:
                 shutil.rmtree(folder, ignore_errors=True)
                 for cgroup in cgroups:
-                    remove_cgroup(cgroup)
+                    remove_when_empty(cgroup, time.monotonic() + CGROUP_EMPTY_SECONDS)
 
     def reap(self) -> None:
         """Reap the launchers that ended, and any process left behind and re-parented here."""
@@ -127,23 +130,6 @@ class Server:
                     os.kill(int(pid), launcher.signal.SIGKILL)
                 except OSError:
                     pass
-
-
-#: seconds a cgroup of a killed program may take to empty (its processes exit after SIGKILL, not at it)
-CGROUP_EMPTY_SECONDS = 5.0
-
-
-def remove_cgroup(path: str) -> None:
-    """Delete the cgroup folder ``path``, retrying while the killed processes in it are still exiting (``rmdir``
-    fails with EBUSY until the cgroup is empty), for up to :data:`CGROUP_EMPTY_SECONDS`."""
-    deadline = time.monotonic() + CGROUP_EMPTY_SECONDS
-    while os.path.isdir(path):
-        try:
-            os.rmdir(path)
-        except OSError:
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.01)
 
 
 def main() -> None:
