@@ -98,8 +98,9 @@ class Said:
 def rlcore_new(tmp_path: Path, *values: str, check: bool = True) -> Said:
     """``rlcore new plugin --no-input --output-dir <tmp>/out VALUES`` through the console script's entry point
     (:func:`rlcore.cli.main`) in this process, run in ``tmp_path`` with ``HOME`` in it, no ``RLCORE_*``
-    variables and the plugins loaded afresh (the process-wide manager is put back afterwards); with ``check``, a non-zero exit status fails the test. Standard error is left to the test's
-    capture (``capfd`` reads it, the template hooks' output included: they run as child processes)."""
+    variables and the plugins loaded afresh (the process-wide manager is put back afterwards); with ``check``, a
+    non-zero exit status fails the test. Standard error is left to the test's capture (``capfd`` reads it, the
+    template hooks' output included: they run as child processes)."""
     (tmp_path / "home").mkdir(exist_ok=True)
     argv = ["rlcore", "new", "plugin", "--no-input", "--output-dir", str(tmp_path / "out"), *values]
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(io.StringIO()) as out:
