@@ -6,8 +6,8 @@ The split is megatron-core's load-balanced one: a sequence of ``T`` tokens (``T`
 engine pads) is cut into ``2·C`` equal chunks and CP rank ``r`` holds chunks ``r`` and ``2C − 1 − r``, so every
 rank does the same causal attention work. megatron-core's RoPE already selects the positions of those chunks
 (``get_pos_emb_on_this_cp_rank``); :func:`cp_positions` gives the same positions for the tokens, and
-:class:`ContextParallelAttention` replaces megatron-core's ``DotProductAttention`` (which refuses ``cp > 1``) in
-the layer spec. Every other layer works per token and needs nothing.
+:class:`~rlcore_plugin_megatron.attention.CausalAttention` gathers keys and values with :func:`gather_sequence`.
+Every other layer works per token and needs nothing.
 
 Gradients: every CP rank computes the same loss on the gathered outputs, and its backward reaches the weights
 only through its own tokens; the weight gradients of the CP ranks are therefore summed (the engine all-reduces
@@ -16,12 +16,10 @@ over data-parallel × CP ranks and divides by the data-parallel size only).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 
 def cp_positions(width: int, cp_size: int, cp_rank: int, device: torch.device | None = None) -> torch.Tensor:
@@ -78,62 +76,3 @@ def gather_sequence(local: torch.Tensor, dim: int, group: Any, *, sum_grads: boo
     from the gathered tensor (the model's outputs).
     """
     return _GatherSequence.apply(local, dim, group, sum_grads)
-
-
-class ContextParallelAttention(nn.Module):
-    """Core attention for ``context_parallel_size > 1`` in megatron-core's layer spec (called as its
-    ``DotProductAttention``): keys and values are all-gathered over the CP group and each local query attends
-    causally to every global position up to its own. The engine's rows are shifted to start at position 0
-    (see ``engine.prepare``), so a causal mask is the whole mask and ``attention_mask`` is not read."""
-
-    def __init__(
-        self,
-        config: Any,
-        layer_number: int,
-        attn_mask_type: Any,
-        attention_type: str,
-        attention_dropout: float | None = None,
-        softmax_scale: float | None = None,
-        cp_comm_type: str | None = None,
-        pg_collection: Any = None,
-    ) -> None:
-        """Head counts of this tensor-parallel rank and the softmax scale, as ``DotProductAttention`` takes
-        them (dropout must be 0: the engine builds models without it)."""
-        from megatron.core import parallel_state as ps
-
-        super().__init__()
-        tp = config.tensor_model_parallel_size
-        self.heads = config.num_attention_heads // tp
-        self.groups = config.num_query_groups // tp
-        self.softmax_scale = 1.0 / math.sqrt(config.kv_channels) if softmax_scale is None else softmax_scale
-        if config.apply_query_key_layer_scaling:
-            self.softmax_scale /= max(1, layer_number)
-        self.cp_group = ps.get_context_parallel_group()
-
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        attn_mask_type: Any = None,
-        attention_bias: Any = None,
-        packed_seq_params: Any = None,
-    ) -> torch.Tensor:
-        """Context ``[sq, b, heads·hn]`` of local queries ``[sq, b, heads, hn]`` and local keys/values
-        ``[sq, b, groups, hn]``."""
-        size, rank = self.cp_group.size(), self.cp_group.rank()
-        key = gather_sequence(key, 0, self.cp_group, sum_grads=True)
-        value = gather_sequence(value, 0, self.cp_group, sum_grads=True)
-        if self.heads > self.groups:
-            key = key.repeat_interleave(self.heads // self.groups, dim=2)
-            value = value.repeat_interleave(self.heads // self.groups, dim=2)
-        q_pos = cp_positions(query.shape[0] * size, size, rank, query.device)
-        k_pos = torch.arange(key.shape[0], device=query.device)
-        masked = k_pos[None, :] > q_pos[:, None]
-        # [b, heads, sq, sk]
-        scores = torch.einsum("qbhd,kbhd->bhqk", query, key) * self.softmax_scale
-        scores = scores.masked_fill(masked, torch.finfo(scores.dtype).min)
-        probs = torch.softmax(scores.float(), dim=-1).to(value.dtype)
-        context = torch.einsum("bhqk,kbhd->qbhd", probs, value)
-        return context.reshape(context.shape[0], context.shape[1], -1)

@@ -13,6 +13,7 @@ import torch.distributed as dist
 from torch import nn
 
 from rlcore.api import ModelConfig, RLCoreError, config_overrides
+from rlcore_plugin_megatron.attention import CausalAttention
 from rlcore_plugin_megatron.convert import ModelSpec
 from rlcore_plugin_megatron.sequence_parallel import block_spec, sequence_parallel_spec
 from rlcore_plugin_megatron.settings import MegatronSettings
@@ -339,9 +340,9 @@ def build_stage(
     detach_mtp_encoder: bool = False,
 ) -> GPTModel:
     """This rank's pipeline stage of a ``GPTModel`` on megatron-core's local layer spec (no Transformer
-    Engine), with full (gathered) logits on every tensor-parallel rank; with context parallelism
-    (``config.context_parallel_size > 1``) its core attention is
-    :class:`~rlcore_plugin_megatron.context_parallel.ContextParallelAttention`.
+    Engine), with full (gathered) logits on every tensor-parallel rank; its core attention is
+    :class:`~rlcore_plugin_megatron.attention.CausalAttention` (torch's fused attention, also over the context-parallel
+    group when ``config.context_parallel_size > 1``).
 
     Tied embeddings are tied by megatron-core on a single stage; over several stages the last stage gets
     its own output layer, which the engine keeps equal to the embedding. A critic's last stage gets a
@@ -356,10 +357,7 @@ def build_stage(
         normalization="RMSNorm",
         qk_layernorm=spec.qk_norm,
     )
-    if config.context_parallel_size > 1:
-        from rlcore_plugin_megatron.context_parallel import ContextParallelAttention
-
-        layer_spec.submodules.self_attention.submodules.core_attention = ContextParallelAttention
+    layer_spec.submodules.self_attention.submodules.core_attention = CausalAttention
     with_mtp = bool(config.mtp_num_layers) and last
     mtp_spec = get_gpt_mtp_block_spec(config, layer_spec, use_transformer_engine=False) if with_mtp else None
     block: Any = layer_spec
