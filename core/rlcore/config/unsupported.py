@@ -332,7 +332,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
     MissingFeature(
         "these rollout options of verl",
         (
-            "actor_rollout_ref.rollout.cudagraph_capture_sizes",
             "actor_rollout_ref.rollout.pipeline_model_parallel_size",
             "actor_rollout_ref.rollout.logprobs_mode",
             "actor_rollout_ref.rollout.scheduling_policy",

@@ -5,6 +5,7 @@ built with (:class:`VLLMRolloutConfig`)."""
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,16 @@ class VLLMRolloutConfig(RolloutConfig):
         if not self.mtp.enable_rollout:
             return None
         return {"method": self.mtp.method, "num_speculative_tokens": int(self.mtp.num_speculative_tokens)}
+
+    def compilation_config(self, given: Any, *, graphs: bool) -> dict[str, Any] | None:
+        """vLLM's ``compilation_config`` with ``cudagraph_capture_sizes`` as its ``cudagraph_capture_sizes``, over
+        ``given`` (``vllm.engine_kwargs``' ``compilation_config``: a dict, its JSON or None), when the engine
+        captures CUDA graphs (``graphs``: on CUDA without ``enforce_eager``), as verl passes it; else None (the
+        engine arguments stay as they are)."""
+        if self.cudagraph_capture_sizes is None or not graphs:
+            return None
+        base = json.loads(given) if isinstance(given, str) else dict(given or {})
+        return {**base, "cudagraph_capture_sizes": list(self.cudagraph_capture_sizes)}
 
     def torch_trace(self) -> dict[str, Any] | None:
         """The rollout stage's torch options (``profiler.tool_config.torch``) when they ask for a discrete trace,
