@@ -101,7 +101,7 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
     ),
     MissingFeature(
         "Nsight/NPU profiling options and verl's older profiler keys (rlcore profiles with global_profiler.tool=torch, "
-        "torch_memory or nsys, whose NVTX ranges need the run launched under nsys)",
+        "torch_memory, nsys, whose NVTX ranges need the run launched under nsys, or npu, recorded by torch.profiler)",
         (
             "global_profiler.global_tool_config.nsys",
             "global_profiler.global_tool_config.npu",
@@ -110,7 +110,7 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
                 f"{role}.profiler.tool_config.{tool}"
                 for role in ROLES
                 if role != "reward_model"
-                for tool in ("nsys", "npu", "torch_memory", "precision_debugger")
+                for tool in ("nsys", "torch_memory", "precision_debugger")
             ),
             "reward_model.profiler.tool_config",
             "trainer.profile_steps",

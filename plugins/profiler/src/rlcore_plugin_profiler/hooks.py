@@ -51,7 +51,6 @@ def plan_lines(config: Any) -> list[str] | None:
     naming the key."""
     if _tool(config) is None:
         return None
-    from rlcore_plugin_profiler.plan import describe_profiler
+    from rlcore_plugin_profiler.plan import profiler_lines
 
-    line = describe_profiler(config)
-    return [line] if line else None
+    return profiler_lines(config) or None

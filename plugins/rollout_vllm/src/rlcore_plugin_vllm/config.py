@@ -70,6 +70,15 @@ class VLLMRolloutConfig(RolloutConfig):
 
     def torch_trace(self) -> dict[str, Any] | None:
         """The rollout stage's torch options (``profiler.tool_config.torch``) when they ask for a discrete trace,
-        else None."""
-        options = (self.profiler.get("tool_config") or {}).get("torch")
-        return options if isinstance(options, dict) and options.get("discrete") is True else None
+        else None; verl's Ascend settings (``profiler.tool_config.npu``, recorded by torch's profiler here) in the
+        same terms: ``npu`` is the device's activity (``cuda``), ``module`` a call stack (``stack``, as verl's vLLM
+        profiler arguments take it), empty contents CPU activity only."""
+        tools = self.profiler.get("tool_config") or {}
+        options = tools.get("torch")
+        if isinstance(options, dict) and options.get("discrete") is True:
+            return options
+        npu = tools.get("npu")
+        if not isinstance(npu, dict) or npu.get("discrete") is not True:
+            return None
+        mapping = {"npu": "cuda", "module": "stack"}
+        return {**npu, "contents": [mapping.get(c, c) for c in npu.get("contents") or []] or ["cpu"]}
