@@ -30,6 +30,7 @@ This module only reads the config (the controller side); the workers' side is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +55,10 @@ TOOLS = ("torch", "torch_memory", "nsys", "npu")
 #: the tools whose steps are torch.profiler traces cut by the roles' settings (``tool_config.<tool>``)
 TRACED = ("torch", "npu")
 #: how each traced tool's role settings are read
-_READERS = {"torch": read_torch_options, "npu": read_npu_options}
+_READERS: dict[str, Callable[[str, dict[str, Any], bool], TorchOptions]] = {
+    "torch": read_torch_options,
+    "npu": read_npu_options,
+}
 KEY = "global_profiler"
 #: per worker group kind, the section of each of its stage roles: ``train`` (the group's own calls),
 #: ``ref`` (``compute_ref_log_prob``) and ``rollout`` (``generate_sequences``)

@@ -136,10 +136,9 @@ def read_torch_options(
     naming the key (``key``: the section that gave them, when another tool's settings were mapped onto these;
     ``contents``: the values its ``contents`` may hold)."""
     key = key or f"{section}.profiler.tool_config.torch"
-    allowed = contents
-    contents = torch.get("contents") or []
-    if not isinstance(contents, list) or not all(isinstance(c, str) and c in allowed for c in contents):
-        raise RLCoreError(f"{key}.contents must be a list of {', '.join(allowed)}, got {contents!r}")
+    given = torch.get("contents") or []
+    if not isinstance(given, list) or not all(isinstance(c, str) and c in contents for c in given):
+        raise RLCoreError(f"{key}.contents must be a list of {', '.join(contents)}, got {given!r}")
     discrete = torch.get("discrete", False)
     if not isinstance(discrete, bool):
         raise RLCoreError(f"{key}.discrete must be true or false, got {discrete!r}")
@@ -157,4 +156,4 @@ def read_torch_options(
     end = _token(f"{key}.profile_token_end", torch.get("profile_token_end"))
     if start is not None and end is not None and end <= start:
         raise RLCoreError(f"{key}.profile_token_end={end} must be greater than profile_token_start={start}")
-    return TorchOptions(tuple(contents), discrete, tuple(sorted(schedule.items())), start, end)
+    return TorchOptions(tuple(given), discrete, tuple(sorted(schedule.items())), start, end)
