@@ -105,6 +105,9 @@ EXPECTED: dict[str, tuple[str, ...]] = {
 #: script -> a note its passing dry run must print (a key verl's script adds with '+' that changes nothing in verl,
 #: or verl's image resize)
 NOTES: dict[str, str] = {
+    "examples/ascend_extras/gspo_trainer/run_qwen3_32b_fsdp.sh": (
+        "cudagraph_capture_sizes=[8, 16, 32, 64, 128, 192, 256] changes nothing on the CPU"
+    ),
     "examples/profile/run_qwen3_8b_npu_profile_discrete.sh": "global_profiler.tool=npu is verl's Ascend profiler",
     "examples/profile/run_qwen3_8b_npu_profile_e2e.sh": "global_profiler.tool=npu is verl's Ascend profiler",
     "examples/grpo_trainer/run_qwen3_5_2b_openr1_fsdp.sh": "resize: each image first as verl does (data.image_patch_size=16",
