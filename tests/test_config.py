@@ -350,8 +350,8 @@ def test_a_key_of_a_disabled_plugin_names_the_plugin(monkeypatch: pytest.MonkeyP
         f"command line: config key {key!r} is a key of rlcore-plugin-profiler, which is installed but did not load "
         "(disabled or failed: see `rlcore plugins`)",
         "command line: global_profiler.global_tool_config.nsys.discrete: Nsight/NPU profiling options and verl's "
-        "older profiler keys (rlcore profiles with global_profiler.tool=torch, torch_memory or nsys, whose NVTX "
-        "ranges need the run launched under nsys): docs/profiling.md",
+        "older profiler keys (rlcore profiles with global_profiler.tool=torch, torch_memory, nsys, whose NVTX "
+        "ranges need the run launched under nsys, or npu, recorded by torch.profiler): docs/profiling.md",
     ]
 
 

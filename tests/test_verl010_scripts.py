@@ -2,7 +2,7 @@
 
 The scripts under ``tests/verl010_examples/`` are unmodified copies from verl 0.10.0.dev (see the NOTICE there):
 a sample of 42 of the 82 scripts of its ``examples/`` that call ``verl.trainer.main_ppo`` and are not for Ascend
-NPUs only, spread over its algorithms (GRPO, PPO, GSPO, CISPO, DPPO, GDPO, GMPO, GPG, OTB, RLOO, ReMax,
+NPUs only, plus four Ascend ones whose keys rlcore maps (verl's NPU profiler, the rollout's graph batch sizes), spread over its algorithms (GRPO, PPO, GSPO, CISPO, DPPO, GDPO, GMPO, GPG, OTB, RLOO, ReMax,
 REINFORCE++, SAPO, on-policy distillation, MTP, rollout correction, prefix grouper) and engines (FSDP, Megatron
 through ``model_engine=megatron``, LoRA, profiling). They run the way ``tests/test_verl_scripts.py`` runs 0.9's
 (:mod:`tests.verl_scripts_harness`): each script as verl's defaults make it, so through ``uv run ... python3`` and
@@ -39,12 +39,21 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "from-verl.md"
 
 # the obstacles: each a name (as docs/from-verl.md spells it) and a text of the error line that names it
 MEGATRON_FSDP = "megatron.use_megatron_fsdp"
+SGLANG_TRACE = "rollout.profiler.tool_config.npu.discrete"
 OBSTACLES: dict[str, str] = {
     MEGATRON_FSDP: "use_megatron_fsdp=true: Megatron-FSDP",
+    SGLANG_TRACE: "npu.discrete=true: the sglang rollout engine does not trace its own generation",
 }
 
 #: script -> the obstacles its dry run names, the first one printed first; () when it must pass
 EXPECTED: dict[str, tuple[str, ...]] = {
+    # Ascend scripts whose keys rlcore maps: the graph batch sizes (vLLM's compilation_config) and, with
+    # global_profiler.tool=npu, verl's Ascend profiler recorded by torch.profiler
+    "examples/ascend_extras/gspo_trainer/run_qwen3_32b_fsdp.sh": (),
+    "examples/profile/run_qwen3_8b_npu_profile_discrete.sh": (),
+    "examples/profile/run_qwen3_8b_npu_profile_e2e.sh": (),
+    # a discrete rollout trace asks the SGLang engine to trace itself, which rlcore's SGLang engine does not
+    "examples/ascend_extras/grpo_trainer/run_qwen3_30b_a3b_megatron.sh": (SGLANG_TRACE,),
     "examples/cispo_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/dppo_trainer/run_qwen3_30b_a3b_megatron.sh": (),
     "examples/gdpo_trainer/run_qwen3_8b_fsdp.sh": (),
@@ -96,6 +105,11 @@ EXPECTED: dict[str, tuple[str, ...]] = {
 #: script -> a note its passing dry run must print (a key verl's script adds with '+' that changes nothing in verl,
 #: or verl's image resize)
 NOTES: dict[str, str] = {
+    "examples/ascend_extras/gspo_trainer/run_qwen3_32b_fsdp.sh": (
+        "cudagraph_capture_sizes=[8, 16, 32, 64, 128, 192, 256] changes nothing on the CPU"
+    ),
+    "examples/profile/run_qwen3_8b_npu_profile_discrete.sh": "global_profiler.tool=npu is verl's Ascend profiler",
+    "examples/profile/run_qwen3_8b_npu_profile_e2e.sh": "global_profiler.tool=npu is verl's Ascend profiler",
     "examples/grpo_trainer/run_qwen3_5_2b_openr1_fsdp.sh": "resize: each image first as verl does (data.image_patch_size=16",
     "examples/grpo_trainer/run_qwen3_5_2b_video_fsdp.sh": "resize: each image first as verl does (data.image_patch_size=16",
     "examples/grpo_trainer/run_qwen3_30b_a3b_megatron.sh": (

@@ -100,10 +100,13 @@ EXPECTED: dict[str, str | None] = {
     "examples/grpo_trainer/run_qwen2_5_vl_7b_fsdp.sh": None,
     # model_engine=megatron is accepted now; verl's mbridge settings (and fused kernels on Megatron) stop it
     "examples/grpo_trainer/run_qwen2_5_vl_7b_megatron.sh": MEGATRON,
-    "examples/grpo_trainer/run_qwen2_5_7b_grpo_discrete_prof_npu.sh": "profiling",
+    # global_profiler.tool=npu: recorded by torch.profiler (rlcore_plugin_profiler.npu)
+    "examples/grpo_trainer/run_qwen2_5_7b_grpo_discrete_prof_npu.sh": None,
     # a Megatron script that also asks for the fused log-prob kernels (use_fused_kernels=True: noted on Megatron)
     "examples/grpo_trainer/run_qwen2-7b_math_megatron.sh": MEGATRON,
     "examples/ppo_trainer/run_deepseek7b_llm_sandbox_fusion.sh": None,  # reward_model.sandbox_fusion.*
+    # v0.9.0's scheduled torch profile: warmup=1 on a continuous trace (the schedule's window starts at mini-batch 1)
+    "examples/profile/run_qwen2_5_7b_torch_profile.sh": None,
     # verl's own Hydra config rejects this script's actor_rollout_ref.model.torch_dtype (no such key)
     "examples/cispo_trainer/run_cispo_qwen2_5_0_5b_gsm8k.sh": "actor_rollout_ref.model.torch_dtype: not a key of verl",
     # multi-turn (verl's --config-path configs and tool/interaction YAMLs are read from the copies): one passes,
@@ -159,6 +162,10 @@ NOTES: dict[str, str] = {
         )
     },
     "examples/grpo_trainer/run_qwen2-7b_math_megatron.sh": "use_fused_kernels=True changes nothing on the Megatron",
+    "examples/profile/run_qwen2_5_7b_torch_profile.sh": (
+        "update mini-batch(es) from mini-batch 1 (torch.profiler.schedule(active=2, repeat=1, skip_first=0, wait=0, "
+        "warmup=1)), the stages before the first window dropped"
+    ),
     "examples/ppo_trainer/run_qwen2-7b_rm.sh": "note: reward_model.rollout.name=vllm changes nothing in rlcore",
     "examples/grpo_trainer/run_mistral13b_skyworkrm_hhrlhf.sh": "note: reward_model.rollout.name=vllm changes nothing",
     "examples/sglang_multiturn/run_qwen0.5b_gsm8k_multiturn_curriculum.sh": (

@@ -101,7 +101,7 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
     ),
     MissingFeature(
         "Nsight/NPU profiling options and verl's older profiler keys (rlcore profiles with global_profiler.tool=torch, "
-        "torch_memory or nsys, whose NVTX ranges need the run launched under nsys)",
+        "torch_memory, nsys, whose NVTX ranges need the run launched under nsys, or npu, recorded by torch.profiler)",
         (
             "global_profiler.global_tool_config.nsys",
             "global_profiler.global_tool_config.npu",
@@ -110,7 +110,7 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
                 f"{role}.profiler.tool_config.{tool}"
                 for role in ROLES
                 if role != "reward_model"
-                for tool in ("nsys", "npu", "torch_memory", "precision_debugger")
+                for tool in ("nsys", "torch_memory", "precision_debugger")
             ),
             "reward_model.profiler.tool_config",
             "trainer.profile_steps",
@@ -332,7 +332,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
     MissingFeature(
         "these rollout options of verl",
         (
-            "actor_rollout_ref.rollout.cudagraph_capture_sizes",
             "actor_rollout_ref.rollout.pipeline_model_parallel_size",
             "actor_rollout_ref.rollout.logprobs_mode",
             "actor_rollout_ref.rollout.scheduling_policy",

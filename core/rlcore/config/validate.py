@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from rlcore.config.async_training import async_training_problems, v1_problems
 from rlcore.config.batch_sizes import ppo_batch_sizes, ulysses_size
+from rlcore.config.cuda_graphs import capture_sizes_notes, capture_sizes_problems
 from rlcore.config.expert_parallel import expert_parallel_notes, expert_parallel_problems
 from rlcore.config.given_sections import given_section
 from rlcore.config.keys import positive_int, positive_key
@@ -342,6 +343,7 @@ def check_values(config: DictConfig) -> None:
         problems += router_replay_problems(policy)
         problems += prefix_grouper_problems(policy)
         problems += mtp_problems(policy)
+        problems += capture_sizes_problems(policy.rollout)
         if trainer is not None:
             problems += expert_parallel_problems(policy.rollout, trainer)
     reward_model, algorithm = given_section(RewardModelConfig, config), given_section(AlgorithmConfig, config)
@@ -488,6 +490,7 @@ def derive_quantities(config: DictConfig) -> DerivedQuantities:
     notes += reward_model_notes(RewardModelConfig.from_tree(config))
     notes += activation_offload_notes(trainer.device, (policy.model, CriticModelConfig.from_tree(config)))
     notes += expert_parallel_notes(policy.rollout, trainer)
+    notes += capture_sizes_notes(policy.rollout, trainer)
     notes += ray_kwargs_notes(config, trainer)
     notes += file_logger_notes(config)
     notes += prefix_grouper_notes(policy)

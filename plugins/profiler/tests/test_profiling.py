@@ -148,10 +148,9 @@ def test_continuous_steps_and_rank_choice() -> None:
     ("overrides", "message"),
     [
         (
-            ("global_profiler.tool=npu",),
-            "global_profiler.tool='npu': rlcore profiles with torch, torch_memory, nsys (npu is not available)",
+            ("global_profiler.tool=mstx",),
+            "global_profiler.tool='mstx': rlcore profiles with torch, torch_memory, nsys, npu (or null: no profiling)",
         ),
-        (("global_profiler.tool=torch",), "global_profiler.tool=torch profiles the steps in global_profiler.steps"),
         (("global_profiler.tool=torch", "global_profiler.steps=[0]"), "global_profiler.steps must be a list"),
     ],
 )
@@ -161,14 +160,27 @@ def test_bad_profiler_settings_are_named(overrides: tuple[str, ...], message: st
     assert message in str(info.value)
 
 
+def test_null_steps_profile_no_step_with_the_traced_tools() -> None:
+    """``steps=null`` profiles no step with ``torch`` and ``npu`` (verl starts no profiler then) and every step
+    with ``torch_memory`` and ``nsys``; the plan says which."""
+    for tool in ("torch", "npu"):
+        plan = profile_plan(config(f"global_profiler.tool={tool}"))
+        assert plan is not None and plan.steps == () and not any(plan.profiled(step) for step in range(1, 5))
+        line = describe_profiler(config(f"global_profiler.tool={tool}"))
+        assert line is not None and "no step (global_profiler.steps is null" in line
+    for tool in ("torch_memory", "nsys"):
+        plan = profile_plan(config(f"global_profiler.tool={tool}"))
+        assert plan is not None and plan.steps is None and plan.profiled(3)
+
+
 def test_the_dry_run_says_what_it_will_record(tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]) -> None:
     base = ["run", "--dry-run", *tiny_overrides(tmp_path, tiny_model_dir, task)]
     result = CliRunner().invoke(cli, [*base, "global_profiler.tool=torch_memory", "global_profiler.steps=[1]"])
     assert result.exit_code == 0, result.output
     assert "profiler: torch_memory on CPU: torch.profiler with profile_memory=True" in result.output
     assert "steps 1" in result.output
-    bad = CliRunner().invoke(cli, [*base, "global_profiler.tool=npu"])
-    assert bad.exit_code == 2 and "Traceback" not in bad.output and "npu is not available" in bad.output
+    bad = CliRunner().invoke(cli, [*base, "global_profiler.tool=mstx"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output and "rlcore profiles with torch" in bad.output
     nsys = CliRunner().invoke(cli, [*base, "global_profiler.tool=nsys", "global_profiler.steps=[1]"])
     assert nsys.exit_code == 0, nsys.output
     assert "profiler: nsys on CPU: nothing is recorded" in nsys.output

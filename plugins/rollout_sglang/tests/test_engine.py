@@ -97,3 +97,20 @@ class TestSGLangServerContract(TestSGLangEngineContract):
         engine = super().make_engine(engine_cls, model_dir, tokenizer, config)
         assert engine.mode == "server" and engine.engine.process.poll() is None
         return engine
+
+
+def test_cuda_graph_settings_reach_sglang(plugin_manager: PluginManager) -> None:
+    """``rollout.cudagraph_capture_sizes`` becomes SGLang's ``cuda_graph_bs`` while graphs are captured, and
+    ``enforce_eager`` its ``disable_cuda_graph`` (which drops the sizes); by default SGLang chooses its own."""
+
+    def kwargs(*overrides: str) -> dict[str, Any]:
+        return engine_kwargs(
+            rollout_section(plugin_manager, *overrides), model_path="m", dtype="bfloat16", seed=0, context_length=8
+        )
+
+    default = kwargs()
+    assert default["disable_cuda_graph"] is False and "cuda_graph_bs" not in default
+    sizes = "actor_rollout_ref.rollout.cudagraph_capture_sizes=[8,16,32]"
+    assert kwargs(sizes)["cuda_graph_bs"] == [8, 16, 32]
+    eager = kwargs(sizes, "actor_rollout_ref.rollout.enforce_eager=true")
+    assert eager["disable_cuda_graph"] is True and "cuda_graph_bs" not in eager

@@ -232,13 +232,21 @@ def test_server_settings_and_command() -> None:
     assert settings == ServerSettings(timeout=5.0, max_attempts=4, max_start_wait_time=9.0)
     assert rollout_mode({}) == "engine" and rollout_mode({"sglang_rollout_mode": "server"}) == "server"
     command = server_command(
-        {"model_path": "/m", "tp_size": 2, "skip_tokenizer_init": True, "disable_radix_cache": False, "x": {"a": 1}},
+        {
+            "model_path": "/m",
+            "tp_size": 2,
+            "skip_tokenizer_init": True,
+            "disable_radix_cache": False,
+            "x": {"a": 1},
+            "cuda_graph_bs": [8, 16],
+        },
         "127.0.0.1",
         8000,
     )
     assert command[1:] == [
         "-m", "sglang.launch_server", "--host", "127.0.0.1", "--port", "8000",
         "--model-path", "/m", "--tp-size", "2", "--skip-tokenizer-init", "--x", '{"a": 1}',
+        "--cuda-graph-bs", "8", "16",
     ]  # fmt: skip
 
 

@@ -45,3 +45,24 @@ def test_vllm_traces_a_profiled_generation_with_its_own_profiler(
     assert all(Path(p).name.startswith("step3_rank0") for p in request.written)
     events = [e for path in request.written if ".json" in path for e in trace_events(Path(path))]
     assert any("Input Dims" in e.get("args", {}) for e in events), "contents=shapes records shapes"
+
+
+def test_an_npu_discrete_rollout_asks_vllm_for_its_torch_profiler(plugin_manager: Any) -> None:
+    """verl's Ascend settings (``profiler.tool_config.npu``, recorded by torch's profiler without Ascend) ask for
+    vLLM's engine-side trace as the torch ones do: ``npu`` is the device's activity, ``module`` a call stack (as
+    verl's vLLM profiler arguments take it), empty contents CPU activity only."""
+    from rlcore_plugin_vllm.config import VLLMRolloutConfig
+
+    from rlcore.config import load_config
+
+    def trace(*overrides: str) -> dict[str, Any] | None:
+        config = load_config(overrides=[f"actor_rollout_ref.rollout.{o}" for o in overrides], manager=plugin_manager)
+        return VLLMRolloutConfig.from_tree(config).torch_trace()
+
+    assert trace() is None
+    npu = trace("profiler.tool_config.npu.discrete=true", "profiler.tool_config.npu.contents=[npu,module,shapes]")
+    assert npu is not None and npu["contents"] == ["cuda", "stack", "shapes"]
+    empty = trace("profiler.tool_config.npu.discrete=true")
+    assert empty is not None and empty["contents"] == ["cpu"]
+    torch = trace("profiler.tool_config.torch.discrete=true", "profiler.tool_config.torch.contents=[shapes]")
+    assert torch is not None and torch["contents"] == ["shapes"]

@@ -184,8 +184,11 @@ class RolloutConfig(LogProbConfig):
     gpu_memory_utilization: float = 0.5
     #: keep generating after the end-of-sequence token
     ignore_eos: bool = False
-    #: true: no CUDA graphs (hf: eager decoding steps; vLLM: enforce_eager)
+    #: true: no CUDA graphs (hf: eager decoding steps; vLLM: enforce_eager; SGLang: disable_cuda_graph)
     enforce_eager: bool = False
+    #: batch sizes CUDA graphs are captured for (vLLM: compilation_config.cudagraph_capture_sizes; SGLang:
+    #: cuda_graph_bs); null: the engine's own; with enforce_eager it changes nothing; hf: null only
+    cudagraph_capture_sizes: list[int] | None = None
     #: put the engine to sleep after generating (its memory goes back to training)
     free_cache_engine: bool = True
     #: how the engine loads its first weights (dummy: random, replaced by the first sync)
@@ -255,5 +258,14 @@ class RolloutConfig(LogProbConfig):
         return 1 if bucket is None and self.layered_summon else bucket
 
     def problems(self) -> list[str]:
-        """The lengths and ``n`` are positive counts."""
-        return self.positive("response_length") + self.positive("prompt_length")
+        """The lengths and ``n`` are positive counts; ``cudagraph_capture_sizes`` is null or a list of them."""
+        problems = self.positive("response_length") + self.positive("prompt_length")
+        sizes = self.cudagraph_capture_sizes
+        if sizes is not None and (
+            not isinstance(sizes, list)
+            or not sizes
+            or not all(isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in sizes)
+        ):
+            key = self.key("cudagraph_capture_sizes")
+            problems.append(f"{key} must be null or a non-empty list of batch sizes >= 1, got {sizes!r}")
+        return problems

@@ -42,11 +42,29 @@ class TorchTraceConfig(Section):
 
 
 @dataclass(frozen=True)
+class NpuTraceConfig(Section):
+    """``actor_rollout_ref.actor.profiler.tool_config.npu``: global_profiler.tool=npu (verl's Ascend profiler, an API
+    twin of torch.profiler): recorded by torch.profiler where there is no Ascend device."""
+
+    #: npu (the device's activity: CUDA on CUDA) | cpu | memory | shapes | module | stack (empty: CPU activity only;
+    #: cpu is always on)
+    contents: list[str] = field(default_factory=list)
+    #: false: one trace per step (stages are rows); true: one trace per stage
+    discrete: bool = False
+    #: torch_npu's collection level: level0 (operators and kernels, what torch.profiler records) only
+    level: str = "level0"
+    #: true: the trace is parsed as it is written (what torch.profiler does); false is refused
+    analysis: bool = True
+
+
+@dataclass(frozen=True)
 class ProfilerToolConfig(Section):
     """``actor_rollout_ref.actor.profiler.tool_config``: the settings of each profiling tool for this role."""
 
     #: global_profiler.tool=torch: what the traces record and how they are cut
     torch: TorchTraceConfig = field(default_factory=TorchTraceConfig)
+    #: global_profiler.tool=npu: verl's Ascend profiler, recorded by torch.profiler here
+    npu: NpuTraceConfig = field(default_factory=NpuTraceConfig)
 
 
 @dataclass(frozen=True)
@@ -79,12 +97,29 @@ class RefTorchTraceConfig(TorchTraceConfig):
 
 
 @dataclass(frozen=True)
+class RefNpuTraceConfig(NpuTraceConfig):
+    """``actor_rollout_ref.ref.profiler.tool_config.npu``: the reference runs in the actor's worker and shares its
+    trace settings."""
+
+    #: the actor's
+    contents: list[str] = config_ref("actor_rollout_ref.actor.profiler.tool_config.npu.contents")
+    #: the actor's
+    discrete: bool = config_ref("actor_rollout_ref.actor.profiler.tool_config.npu.discrete")
+    #: the actor's
+    level: str = config_ref("actor_rollout_ref.actor.profiler.tool_config.npu.level")
+    #: the actor's
+    analysis: bool = config_ref("actor_rollout_ref.actor.profiler.tool_config.npu.analysis")
+
+
+@dataclass(frozen=True)
 class RefProfilerToolConfig(ProfilerToolConfig):
     """``actor_rollout_ref.ref.profiler.tool_config``: the reference runs in the actor's worker and shares its trace
     settings."""
 
     #: the reference runs in the actor's worker and shares its trace settings
     torch: RefTorchTraceConfig = field(default_factory=RefTorchTraceConfig)
+    #: the reference runs in the actor's worker and shares its trace settings
+    npu: RefNpuTraceConfig = field(default_factory=RefNpuTraceConfig)
 
 
 @dataclass(frozen=True)
@@ -103,11 +138,32 @@ class RolloutTorchTraceConfig(Section):
 
 
 @dataclass(frozen=True)
+class RolloutNpuTraceConfig(Section):
+    """``actor_rollout_ref.rollout.profiler.tool_config.npu``: the generation stage's trace
+    (global_profiler.tool=npu, recorded by torch.profiler here)."""
+
+    #: as the actor's
+    contents: list[str] = config_ref("actor_rollout_ref.actor.profiler.tool_config.npu.contents")
+    #: true: the engine traces itself into save_path/agent_loop_rollout_replica_<rank>/ (hf, vllm)
+    discrete: bool = config_ref("actor_rollout_ref.actor.profiler.tool_config.npu.discrete")
+    #: as the actor's
+    level: str = config_ref("actor_rollout_ref.actor.profiler.tool_config.npu.level")
+    #: as the actor's
+    analysis: bool = config_ref("actor_rollout_ref.actor.profiler.tool_config.npu.analysis")
+    #: trace from this response token on (null: the first)
+    profile_token_start: int | None = None
+    #: ... up to this one, excluded (null: the last)
+    profile_token_end: int | None = None
+
+
+@dataclass(frozen=True)
 class RolloutProfilerToolConfig(Section):
     """``actor_rollout_ref.rollout.profiler.tool_config``: the settings of the generation stage's trace."""
 
     #: the generation stage's trace (global_profiler.tool=torch)
     torch: RolloutTorchTraceConfig = field(default_factory=RolloutTorchTraceConfig)
+    #: the generation stage's trace (global_profiler.tool=npu)
+    npu: RolloutNpuTraceConfig = field(default_factory=RolloutNpuTraceConfig)
 
 
 @dataclass(frozen=True)
@@ -177,9 +233,10 @@ class GlobalProfilerConfig(Section):
 
     PATH = "global_profiler"
 
-    #: null | torch (Chrome traces) | torch_memory (CUDA memory snapshots; on CPU a memory profile)
+    #: null | torch (Chrome traces) | torch_memory (CUDA memory snapshots; on CPU a memory profile) | nsys (NVTX
+    #: ranges) | npu (verl's Ascend profiler, recorded as torch's here)
     tool: str | None = None
-    #: the steps to profile; null: every step for torch_memory (torch needs a list)
+    #: the steps to profile; null: every step for torch_memory and nsys, none for torch and npu
     steps: list[int] | None = None
     #: true: consecutive chosen steps make one trace
     profile_continuous_steps: bool = False

@@ -47,11 +47,10 @@ def profiler(config: Any) -> Profiler | None:
 
 @hookimpl
 def plan_lines(config: Any) -> list[str] | None:
-    """The profiler's line (what it records, which steps and ranks, where); bad settings raise an error
-    naming the key."""
+    """The profiler's lines (what it records, which steps and ranks, where; with ``tool=npu`` first the line
+    naming its substitution by torch.profiler); bad settings raise an error naming the key."""
     if _tool(config) is None:
         return None
-    from rlcore_plugin_profiler.plan import describe_profiler
+    from rlcore_plugin_profiler.plan import profiler_lines
 
-    line = describe_profiler(config)
-    return [line] if line else None
+    return profiler_lines(config) or None

@@ -12,7 +12,7 @@
   and a table of the operators' CPU memory, ``{group}_rank{r}.memory.txt``.
 
 ``global_profiler.steps`` lists the steps (null: every step for ``torch_memory``, as verl dumps a snapshot
-after each update; ``torch`` needs a list); ``profile_continuous_steps=true`` makes a run of consecutive
+after each update, and ``nsys``; no step for ``torch`` and ``npu``, as in verl); ``profile_continuous_steps=true`` makes a run of consecutive
 chosen steps one trace, named after its first step. A worker group is profiled when one of its roles'
 ``profiler.enable`` is true (``actor_rollout_ref.{actor,rollout,ref}.profiler``, ``critic.profiler``,
 ``reward_model.profiler``), or every group when no role enables it; within a group, ``profiler.all_ranks``
@@ -21,7 +21,8 @@ traced (all of them when none does). With ``tool=torch`` each role's ``profiler.
 (:mod:`rlcore_plugin_profiler.torch_options`) says what is recorded and how the traces are cut;
 ``global_profiler.relocate_results`` moves the rollout engine's traces next to the training ones and
 ``global_profiler.finish_hook_cmd`` runs a command after the last profiled step (:mod:`rlcore_plugin_profiler.finish`). ``nsys``: :mod:`rlcore_plugin_profiler.nvtx` marks NVTX
-ranges on CUDA ranks for Nsight Systems, which the user launches the run under; ``npu`` is not available.
+ranges on CUDA ranks for Nsight Systems, which the user launches the run under; ``npu`` (verl's Ascend profiler)
+is recorded as ``torch`` is, from the roles' ``profiler.tool_config.npu`` (:mod:`rlcore_plugin_profiler.npu`).
 
 This module only reads the config (the controller side); the workers' side is
 :mod:`rlcore_plugin_profiler.worker`.
@@ -29,24 +30,35 @@ This module only reads the config (the controller side); the workers' side is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlcore.api import RLCoreError
-from rlcore_plugin_profiler.torch_options import TorchOptions, read_torch_options
+from rlcore_plugin_profiler.npu import npu_note, read_npu_options
+from rlcore_plugin_profiler.torch_options import TorchOptions, continuous_window, read_torch_options
 
 __all__ = [
     "GROUP_SECTIONS",
     "ROLE_SECTIONS",
     "FinishHook",
     "ProfilePlan",
+    "TRACED",
     "StepProfiling",
     "describe_profiler",
     "profile_plan",
+    "profiler_lines",
     "step_profiling",
 ]
 
-TOOLS = ("torch", "torch_memory", "nsys")
+TOOLS = ("torch", "torch_memory", "nsys", "npu")
+#: the tools whose steps are torch.profiler traces cut by the roles' settings (``tool_config.<tool>``)
+TRACED = ("torch", "npu")
+#: how each traced tool's role settings are read
+_READERS: dict[str, Callable[[str, dict[str, Any], bool], TorchOptions]] = {
+    "torch": read_torch_options,
+    "npu": read_npu_options,
+}
 KEY = "global_profiler"
 #: per worker group kind, the section of each of its stage roles: ``train`` (the group's own calls),
 #: ``ref`` (``compute_ref_log_prob``) and ``rollout`` (``generate_sequences``)
@@ -145,11 +157,7 @@ def _select(config: Any, key: str, default: Any = None) -> Any:
 def _steps(config: Any, tool: str) -> tuple[int, ...] | None:
     steps = _select(config, f"{KEY}.steps")
     if steps is None:
-        if tool == "torch":
-            raise RLCoreError(
-                f"{KEY}.tool=torch profiles the steps in {KEY}.steps, which is null: set it, e.g. {KEY}.steps=[1,2]"
-            )
-        return None
+        return () if tool in TRACED else None
     if isinstance(steps, int) and not isinstance(steps, bool):
         steps = [steps]
     if not isinstance(steps, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in steps):
@@ -175,35 +183,45 @@ def _roles(config: Any, kinds: list[str]) -> dict[str, tuple[str, ...]]:
 
 
 def _torch_options(config: Any, tool: str, kinds: list[str]) -> dict[str, dict[str, TorchOptions]]:
-    """Per profiled kind and role, the role's ``profiler.tool_config.torch``; set away from its defaults with
-    another tool, or the reference's apart from the actor's, it is an error."""
-    options: dict[str, dict[str, TorchOptions]] = {}
-    for kind, roles in ROLE_SECTIONS.items():
-        options[kind] = {
-            role: read_torch_options(
-                section, _select(config, f"{section}.profiler.tool_config.torch") or {}, role == "rollout"
-            )
-            for role, section in roles.items()
-        }
-    reference, actor = options["actor"]["ref"], options["actor"]["train"]
-    if reference != actor:
-        raise RLCoreError(
-            "actor_rollout_ref.ref.profiler.tool_config.torch differs from actor_rollout_ref.actor's: the reference "
-            "runs in the actor's worker and shares its trace settings; set them on actor_rollout_ref.actor only"
-        )
-    if tool != "torch":
+    """Per profiled kind and role, the torch trace's options from the role's ``profiler.tool_config.<tool>``
+    (``torch``, or ``npu`` mapped onto torch's); a traced tool's section set away from its defaults with another
+    tool, or the reference's apart from the actor's, is an error."""
+    for other, reader in _READERS.items():
+        if other == tool:
+            continue
         changed = [
-            f"{ROLE_SECTIONS[kind][role]}.profiler.tool_config.torch"
-            for kind, roles in options.items()
-            for role, opts in roles.items()
-            if role != "ref" and opts != read_torch_options(ROLE_SECTIONS[kind][role], {}, role == "rollout")
+            f"{section}.profiler.tool_config.{other}"
+            for roles in ROLE_SECTIONS.values()
+            for role, section in roles.items()
+            if role != "ref"
+            and reader(section, _given(config, section, other), role == "rollout")
+            != reader(section, {}, role == "rollout")
         ]
         if changed:
             raise RLCoreError(
-                f"{changed[0]} is set, but it applies to {KEY}.tool=torch and the tool is {tool}: "
-                "leave it at its defaults or profile with the torch tool"
+                f"{changed[0]} is set, but it applies to {KEY}.tool={other} and the tool is {tool}: "
+                f"leave it at its defaults or profile with the {other} tool"
             )
+    reader = _READERS.get(tool, read_torch_options)
+    name = tool if tool in _READERS else "torch"
+    options = {
+        kind: {
+            role: reader(section, _given(config, section, name), role == "rollout") for role, section in roles.items()
+        }
+        for kind, roles in ROLE_SECTIONS.items()
+    }
+    if options["actor"]["ref"] != options["actor"]["train"]:
+        raise RLCoreError(
+            f"actor_rollout_ref.ref.profiler.tool_config.{name} differs from actor_rollout_ref.actor's: the "
+            f"reference runs in the actor's worker and shares its trace settings; set them on actor_rollout_ref.actor "
+            "only"
+        )
     return {kind: options[kind] for kind in kinds}
+
+
+def _given(config: Any, section: str, tool: str) -> dict[str, Any]:
+    """The resolved ``{section}.profiler.tool_config.{tool}`` (empty when absent)."""
+    return _select(config, f"{section}.profiler.tool_config.{tool}") or {}
 
 
 def _hook(config: Any) -> FinishHook:
@@ -249,7 +267,7 @@ def profile_plan(config: Any) -> ProfilePlan | None:
     if tool is None:
         return None
     if tool not in TOOLS:
-        raise RLCoreError(f"{KEY}.tool={tool!r}: rlcore profiles with {', '.join(TOOLS)} (npu is not available)")
+        raise RLCoreError(f"{KEY}.tool={tool!r}: rlcore profiles with {', '.join(TOOLS)} (or null: no profiling)")
     save_path = _select(config, f"{KEY}.save_path") or "outputs/profile"
     memory = _select(config, f"{KEY}.global_tool_config.torch_memory") or {}
     options = {
@@ -277,14 +295,14 @@ def profile_plan(config: Any) -> ProfilePlan | None:
     )
 
 
-def _traces_itself(config: Any) -> str:
+def _traces_itself(config: Any, tool: str) -> str:
     """The rollout engine's name; an error when it cannot trace its own generation (``traces_itself``)."""
     from rlcore import load_plugins
 
     name = str(_select(config, "actor_rollout_ref.rollout.name", "hf"))
     if not getattr(load_plugins().registry.load("rollout_engine", name), "traces_itself", False):
         raise RLCoreError(
-            f"actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=true: the {name} rollout engine does not "
+            f"actor_rollout_ref.rollout.profiler.tool_config.{tool}.discrete=true: the {name} rollout engine does not "
             "trace its own generation (the hf and vllm engines do); set it to false to trace the rollout inside "
             "the step's trace"
         )
@@ -292,15 +310,16 @@ def _traces_itself(config: Any) -> str:
 
 
 def _describe_torch(config: Any, plan: ProfilePlan, cpu: bool) -> list[str]:
-    """What each traced role of a ``tool=torch`` plan records, and the finish hook."""
+    """What each traced role of a ``tool=torch`` (or ``npu``) plan records, and the finish hook."""
     parts = []
+    device = "npu" if plan.tool == "npu" else "cuda"  # the contents' name of the device's activity
     for kind, roles in plan.roles.items():
         for role in roles:
             opts = plan.options[kind][role]
             name = ROLE_SECTIONS[kind][role].rsplit(".", 1)[-1]
-            what = ",".join(opts.contents) or "all"
+            what = ",".join(device if c == "cuda" else c for c in opts.contents) or "all"
             if role == "rollout" and opts.discrete:
-                engine = _traces_itself(config)
+                engine = _traces_itself(config, plan.tool)
                 window = ""
                 if opts.token_window:
                     window = f" over response tokens {opts.token_start or 0}..{opts.token_end or 'end'}"
@@ -312,7 +331,7 @@ def _describe_torch(config: Any, plan: ProfilePlan, cpu: bool) -> list[str]:
             mode = "one trace per stage" if opts.discrete else "stages are rows of the step's trace"
             schedule = opts.schedule_kwargs()
             if schedule is not None and not opts.discrete:
-                mode += f", the first {schedule['active']} update mini-batch(es) kept"
+                mode += ", " + continuous_window(schedule)
             elif schedule is not None:
                 mode += (
                     ", the update's mini-batches under torch.profiler.schedule("
@@ -321,7 +340,7 @@ def _describe_torch(config: Any, plan: ProfilePlan, cpu: bool) -> list[str]:
                 )
             parts.append(f"{name}: {mode}, contents {what}")
     if cpu and any("cuda" in o.contents for roles in plan.options.values() for o in roles.values()):
-        parts.append("contents cuda records nothing on the CPU")
+        parts.append(f"contents {device} records nothing on the CPU")
     if plan.hook.cmd:
         ranks = "every rank" if plan.hook.all_ranks else "ranks " + ",".join(map(str, plan.hook.ranks))
         parts.append(
@@ -337,7 +356,7 @@ def describe_profiler(config: Any) -> str | None:
     if plan is None:
         return None
     cpu = _select(config, "trainer.device", "auto") == "cpu"
-    if plan.tool == "torch":
+    if plan.tool in TRACED:
         what = "torch.profiler Chrome traces (" + "; ".join(_describe_torch(config, plan, cpu)) + ")"
     elif plan.tool == "nsys" and cpu:
         what = "nsys on CPU: nothing is recorded (NVTX ranges and cudaProfilerStart/Stop need CUDA)"
@@ -354,12 +373,28 @@ def describe_profiler(config: Any) -> str | None:
         )
     else:
         what = "torch_memory: CUDA memory snapshots (torch.cuda.memory._record_memory_history/_dump_snapshot)"
-    steps = "every step" if plan.steps is None else "steps " + ", ".join(map(str, plan.steps))
+    if plan.steps is None:
+        steps = "every step"
+    elif not plan.steps:
+        steps = f"no step ({KEY}.steps is null: list the steps to profile)"
+    else:
+        steps = "steps " + ", ".join(map(str, plan.steps))
     groups = ", ".join(
         f"{kind} {'all ranks' if ranks is None else 'ranks ' + ','.join(map(str, ranks))}"
         for kind, ranks in plan.ranks.items()
     )
     return f"profiler: {what}; {steps}; {groups}; under {plan.save_path}/step<N>/"
+
+
+def profiler_lines(config: Any) -> list[str]:
+    """The run plan's lines for the profiler (none when off): :func:`describe_profiler`'s, after the line naming
+    the substitution when ``tool=npu`` is recorded by torch.profiler."""
+    line = describe_profiler(config)
+    if line is None:
+        return []
+    if _select(config, f"{KEY}.tool") == "npu":
+        return [npu_note(_select(config, "trainer.device", "auto") == "cpu"), line]
+    return [line]
 
 
 class StepProfiling:

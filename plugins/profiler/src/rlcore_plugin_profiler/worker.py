@@ -4,7 +4,8 @@ A worker keeps one :class:`WorkerProfiler`; ``start(step, kind, plan)`` marks th
 the plan profiles for its group kind, every worker call of the step runs inside :meth:`WorkerProfiler.stage`,
 and ``stop()`` writes the files under ``{save_path}/step{N}/``.
 
-With ``tool=torch`` each call is a stage of a role (``generate_sequences``: the rollout,
+With ``tool=torch`` (or ``npu``, recorded the same way: :mod:`rlcore_plugin_profiler.npu`) each call is a stage
+of a role (``generate_sequences``: the rollout,
 ``compute_ref_log_prob``: the reference, any other: the group's own training role), traced as that role's
 ``profiler.tool_config.torch`` says (:mod:`rlcore_plugin_profiler.torch_options`):
 
@@ -32,6 +33,7 @@ from typing import Any
 
 from rlcore_plugin_profiler import nvtx
 from rlcore_plugin_profiler.finish import relocate_rollout_traces, rollout_trace_dir, run_finish_hook
+from rlcore_plugin_profiler.plan import TRACED
 from rlcore_plugin_profiler.rollout import RolloutTraceRequest, requesting, unique_path
 from rlcore_plugin_profiler.torch_options import TorchOptions
 
@@ -125,6 +127,11 @@ class _Session:
         self.profiler.__exit__(None, None, None)
         if not self.scheduled:
             self._write(self.profiler)
+        elif not self.written:
+            _warn_once(
+                f"{self.stem()}: the update loop ended before the profiler schedule's first window (skip_first + "
+                "wait + warmup mini-batches), so no trace was written"
+            )
         return self.written
 
 
@@ -260,7 +267,7 @@ class WorkerProfiler:
         tool (see the module docstring); otherwise just run it."""
         global _CURRENT
         step = self._step
-        if step is None or method in _CONTROL or self._plan.get("tool") != "torch":
+        if step is None or method in _CONTROL or self._plan.get("tool") not in TRACED:
             yield
             return
         import torch

@@ -45,8 +45,13 @@ def engine_kwargs(
     config: SGLangRolloutSection, *, model_path: str, dtype: str, seed: int, context_length: int
 ) -> dict[str, Any]:
     """The keyword arguments of ``sglang.Engine`` (and of the server in server mode) from the typed rollout
-    section ``config``: the model, its dtype, the seed and context length, the section's engine settings, the
-    speculative decoding of ``model.mtp.enable_rollout``, then its ``sglang.engine_kwargs``."""
+    section ``config``: the model, its dtype, the seed and context length, the section's engine settings (CUDA
+    graphs: ``enforce_eager`` as ``disable_cuda_graph``, as verl passes it, and ``cudagraph_capture_sizes`` as
+    ``cuda_graph_bs`` while graphs are captured), the speculative decoding of ``model.mtp.enable_rollout``, then
+    its ``sglang.engine_kwargs``."""
+    graphs: dict[str, Any] = {"disable_cuda_graph": bool(config.enforce_eager)}
+    if config.cudagraph_capture_sizes is not None and not config.enforce_eager:
+        graphs["cuda_graph_bs"] = list(config.cudagraph_capture_sizes)
     return {
         "model_path": model_path,
         "dtype": dtype,
@@ -61,6 +66,7 @@ def engine_kwargs(
         "skip_tokenizer_init": True,
         "enable_memory_saver": True,
         "log_level": "error" if config.disable_log_stats else "info",  # info: SGLang's throughput lines
+        **graphs,
         **config.speculative_kwargs(),
         **config.sglang.engine_kwargs,
     }
@@ -79,7 +85,7 @@ class SGLangRolloutEngine(TokenListEngine):
             ``ignore_eos``. Engine: ``prompt_length``, ``max_model_len``, ``max_num_seqs``,
             ``gpu_memory_utilization`` (SGLang's ``mem_fraction_static``), ``tensor_model_parallel_size``,
             ``expert_parallel_size`` (SGLang's ``ep_size``; the dry run checks it: ``rlcore.config.expert_parallel``),
-            ``enable_prefix_caching``, ``load_format``, and this plugin's ``sglang.update_weights_bucket_mb``
+            ``enable_prefix_caching``, ``load_format``, ``enforce_eager``, ``cudagraph_capture_sizes``, and this plugin's ``sglang.update_weights_bucket_mb``
             and ``sglang.engine_kwargs``.
         device: must be a CUDA device.
         dtype: the served dtype (a ``torch.dtype`` or its name).

@@ -178,7 +178,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def server_command(kwargs: Mapping[str, Any], host: str, port: int) -> list[str]:
     """``python -m sglang.launch_server`` with ``kwargs`` (``sglang.Engine``'s keyword names) as flags:
-    ``tp_size=2`` → ``--tp-size 2``, ``True`` → the bare flag, ``False``/None → left out, dicts as JSON."""
+    ``tp_size=2`` → ``--tp-size 2``, ``True`` → the bare flag, ``False``/None → left out, a list as its values
+    (``cuda_graph_bs=[8, 16]`` → ``--cuda-graph-bs 8 16``, SGLang's many-valued flags), a dict as JSON."""
     import json
 
     command = [sys.executable, "-m", "sglang.launch_server", "--host", host, "--port", str(port)]
@@ -188,8 +189,10 @@ def server_command(kwargs: Mapping[str, Any], host: str, port: int) -> list[str]
             command.append(flag)
         elif value is False or value is None:
             continue
+        elif isinstance(value, (list, tuple)):
+            command += [flag, *map(str, value)]
         else:
-            command += [flag, json.dumps(value) if isinstance(value, (dict, list)) else str(value)]
+            command += [flag, json.dumps(value) if isinstance(value, dict) else str(value)]
     return command
 
 

@@ -5,6 +5,7 @@ built with (:class:`VLLMRolloutConfig`)."""
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,8 +58,27 @@ class VLLMRolloutConfig(RolloutConfig):
             return None
         return {"method": self.mtp.method, "num_speculative_tokens": int(self.mtp.num_speculative_tokens)}
 
+    def compilation_config(self, given: Any, *, graphs: bool) -> dict[str, Any] | None:
+        """vLLM's ``compilation_config`` with ``cudagraph_capture_sizes`` as its ``cudagraph_capture_sizes``, over
+        ``given`` (``vllm.engine_kwargs``' ``compilation_config``: a dict, its JSON or None), when the engine
+        captures CUDA graphs (``graphs``: on CUDA without ``enforce_eager``), as verl passes it; else None (the
+        engine arguments stay as they are)."""
+        if self.cudagraph_capture_sizes is None or not graphs:
+            return None
+        base = json.loads(given) if isinstance(given, str) else dict(given or {})
+        return {**base, "cudagraph_capture_sizes": list(self.cudagraph_capture_sizes)}
+
     def torch_trace(self) -> dict[str, Any] | None:
         """The rollout stage's torch options (``profiler.tool_config.torch``) when they ask for a discrete trace,
-        else None."""
-        options = (self.profiler.get("tool_config") or {}).get("torch")
-        return options if isinstance(options, dict) and options.get("discrete") is True else None
+        else None; verl's Ascend settings (``profiler.tool_config.npu``, recorded by torch's profiler here) in the
+        same terms: ``npu`` is the device's activity (``cuda``), ``module`` a call stack (``stack``, as verl's vLLM
+        profiler arguments take it), empty contents CPU activity only."""
+        tools = self.profiler.get("tool_config") or {}
+        options = tools.get("torch")
+        if isinstance(options, dict) and options.get("discrete") is True:
+            return options
+        npu = tools.get("npu")
+        if not isinstance(npu, dict) or npu.get("discrete") is not True:
+            return None
+        mapping = {"npu": "cuda", "module": "stack"}
+        return {**npu, "contents": [mapping.get(c, c) for c in npu.get("contents") or []] or ["cpu"]}

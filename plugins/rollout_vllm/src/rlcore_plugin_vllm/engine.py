@@ -107,7 +107,8 @@ class VLLMRolloutEngine(TokenListEngine):
             ``do_sample``, ``response_length``, ``val_kwargs``, ``calculate_log_probs``, ``seed``,
             ``ignore_eos``. Engine: ``prompt_length``, ``max_model_len``, ``max_num_seqs``,
             ``max_num_batched_tokens``, ``enable_chunked_prefill``, ``enable_prefix_caching``, ``disable_log_stats``,
-            ``enforce_eager``, ``load_format``, ``gpu_memory_utilization``,
+            ``enforce_eager``, ``cudagraph_capture_sizes`` (on CUDA: ``compilation_config``'s), ``load_format``,
+            ``gpu_memory_utilization``,
             ``tensor_model_parallel_size`` (CUDA only; ignored on CPU, where each engine is one process),
             ``expert_parallel_size`` (above 1: vLLM's ``enable_expert_parallel``, which spreads a mixture-of-experts
             model's experts over the engine's ranks; the dry run checks it: ``rlcore.config.expert_parallel``),
@@ -193,6 +194,10 @@ class VLLMRolloutEngine(TokenListEngine):
         if speculative is not None:
             kwargs["speculative_config"] = speculative
         kwargs.update(config.vllm.engine_kwargs)
+        graphs = self.device.type == "cuda" and not kwargs["enforce_eager"]
+        compilation = config.compilation_config(kwargs.get("compilation_config"), graphs=graphs)
+        if compilation is not None:
+            kwargs["compilation_config"] = compilation
         return kwargs
 
     def _profiler_config(self) -> dict[str, Any] | None:
