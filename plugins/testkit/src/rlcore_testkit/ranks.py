@@ -55,10 +55,11 @@ _server_modules: tuple[str, ...] | None = None
 def plugin_modules() -> list[str]:
     """The module of every ``rlcore`` entry point and of every registered training backend (their engines
     import their heavy dependencies lazily, so these are cheap)."""
-    from rlcore import load_plugins
+    from rlcore.api import make_plugin_manager
 
     hooks = [entry.module for entry in metadata.entry_points(group="rlcore")]
-    backends = [comp.target_path.split(":")[0] for comp in load_plugins().registry.components("training_backend")]
+    installed = make_plugin_manager().registry  # the installed plugins only, not a test's registered ones
+    backends = [comp.target_path.split(":")[0] for comp in installed.components("training_backend")]
     return [*hooks, *backends]
 
 
