@@ -15,8 +15,9 @@ started again with it, once per process, so that a process running only other jo
 A rank gets what ``spawn`` would give it: the parent's current ``sys.path`` and working directory
 (multiprocessing's preparation data) and, applied before ``fn`` runs, the parent's current environment and its
 current standard output and error (pytest's capture of the running test), where the server keeps the ones it
-started with. Module-level state that a preloaded module computed from the environment at its import
-(huggingface_hub's constants, for one) is the server's, from the first :func:`spawn` in the process.
+started with. What a preloaded module or library read from the environment when it was imported
+(huggingface_hub's constants; OpenMP's ``OMP_NUM_THREADS``: a rank that needs its thread count calls
+``torch.set_num_threads``) comes from the environment of the :func:`spawn` that started the server.
 """
 
 from __future__ import annotations
