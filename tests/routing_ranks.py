@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from rlcore_testkit.ranks import spawn
 from rlcore_testkit.sequence_parallel import global_batch
 from transformers import AutoModelForCausalLM
 
@@ -70,5 +70,5 @@ def spawn_routing_ranks(model_dir: Path, out_dir: Path, *, world_size: int) -> l
     """Every rank's ``{packed: routing_case(...)}`` from ``world_size`` spawned gloo processes that split each
     sequence between them."""
     args = (world_size, str(out_dir / "routing_store"), str(model_dir), str(out_dir))
-    mp.spawn(run_routing_rank, args=args, nprocs=world_size, join=True)
+    spawn(run_routing_rank, args=args, nprocs=world_size)
     return [torch.load(out_dir / f"routing{rank}.pt", weights_only=False) for rank in range(world_size)]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from rlcore_testkit.ranks import spawn
 
 from rlcore.config.loader import load_config
 from rlcore.config.schema import ConfigError, RolloutConfig
@@ -160,7 +160,7 @@ def test_two_rank_bucketed_syncs_serve_the_trainers_weights(
     monkeypatch.syspath_prepend(str(Path(__file__).parent))  # the spawned ranks import these modules by name
     jobs = importlib.import_module("test_bucketed_sync")
     try:
-        mp.spawn(jobs.run_rank, args=(2, str(tmp_path / "store"), str(tiny_model_dir), str(tmp_path)), nprocs=2)
+        spawn(jobs.run_rank, args=(2, str(tmp_path / "store"), str(tiny_model_dir), str(tmp_path)), nprocs=2)
     finally:
         for name in ("test_bucketed_sync", "test_shared_weights"):
             monkeypatch.delitem(sys.modules, name, raising=False)

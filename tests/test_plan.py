@@ -184,14 +184,14 @@ def test_fsdp_two_ranks_shard_exact(small_model_dir: Path, tmp_path: Path) -> No
     import json
     import sys
 
-    import torch.multiprocessing as mp
+    from rlcore_testkit.ranks import spawn
 
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(Path(__file__).parent))
         import test_plan_rank_jobs as jobs
 
         args = (2, str(tmp_path / "store"), str(small_model_dir), str(tmp_path))
-        mp.spawn(jobs.run_rank, args=args, nprocs=2, join=True)
+        spawn(jobs.run_rank, args=args, nprocs=2)
         sys.modules.pop("test_plan_rank_jobs", None)
     config = FSDPSettings.make_config(
         small_model_dir, **{"algorithm.adv_estimator": "grpo", "trainer.n_gpus_per_node": 2}

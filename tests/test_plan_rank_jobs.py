@@ -1,5 +1,5 @@
 """What a spawned rank of ``tests/test_plan.py``'s two-rank check runs (imported by name, so that
-``torch.multiprocessing.spawn`` can pickle :func:`run_rank`; it holds no tests): an FSDP2 actor sharded over
+:func:`rlcore_testkit.ranks.spawn` can pickle :func:`run_rank`; it holds no tests): an FSDP2 actor sharded over
 two gloo ranks, one backward pass and one optimizer step, and the bytes of its local shards."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from rlcore_testkit.ranks import spawn
 
 OVERRIDES = {
     "actor_rollout_ref.actor.freeze_vision_tower": True,
@@ -63,7 +63,7 @@ def test_two_ranks_match_one_rank_on_image_batches(tmp_path: Path, monkeypatch: 
     jobs = importlib.import_module("test_vlm_multirank")
     model_dir = build_tiny_vlm(tmp_path / "vlm")
     args = (2, str(tmp_path / "store"), str(model_dir), str(tmp_path))
-    ranks = mp.spawn(jobs.run_rank, args=args, nprocs=2, join=False)
+    ranks = spawn(jobs.run_rank, args=args, nprocs=2, join=False)
     try:
         one = jobs.run_actor(model_dir, 0, 1)
         while not ranks.join():

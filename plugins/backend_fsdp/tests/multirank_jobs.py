@@ -1,6 +1,6 @@
 """Scenarios that run the FSDP workers at world size 1 and 2 on the same global batch.
 
-Imported by name (not collected by pytest) so that ``torch.multiprocessing.spawn`` can pickle
+Imported by name (not collected by pytest) so that :func:`rlcore_testkit.ranks.spawn` can pickle
 :func:`run_rank` into its child processes. :func:`run_scenarios` is the same code for both world sizes:
 each rank takes its consecutive chunk of the global batch, as a worker group would give it.
 """

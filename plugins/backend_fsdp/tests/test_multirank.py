@@ -1,6 +1,6 @@
 """FSDP2 across two gloo ranks: an update on two halves of a batch equals the one-rank update on all of it.
 
-Two processes (``torch.multiprocessing.spawn``, a ``FileStore`` rendezvous) each build the worker as rank
+Two processes (:func:`rlcore_testkit.ranks.spawn`, a ``FileStore`` rendezvous) each build the worker as rank
 ``r`` of 2 and train on their half; this process runs the same scenarios as a single rank on the whole
 batch. The losses are normalised by the global token count (``token-mean`` over responses of unequal
 lengths), so the gradients and hence the parameters agree to float tolerance.
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from rlcore_testkit.ranks import spawn
 
 #: Adam's first step is lr·g/(|g| + ε): summation-order noise in gradients near zero moves a parameter by
 #: up to a few learning rates' worth of that noise, so parameters are compared loosely, gradient norms tightly
@@ -38,7 +38,7 @@ def results(jobs: Any, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFa
     """``{"one": {scenario: result}, "two": [rank 0's, rank 1's]}``; the one-rank run goes on in this process
     while the two ranks run."""
     out = tmp_path_factory.mktemp("multirank")
-    ranks = mp.spawn(jobs.run_rank, args=(2, str(out / "store"), str(tiny_model_dir), str(out)), nprocs=2, join=False)
+    ranks = spawn(jobs.run_rank, args=(2, str(out / "store"), str(tiny_model_dir), str(out)), nprocs=2, join=False)
     one = jobs.run_scenarios(tiny_model_dir)
     while not ranks.join():
         pass

@@ -1,6 +1,6 @@
 """Scenarios that run the Megatron actor at tensor/pipeline-parallel layouts on the same global batch.
 
-Imported by name (not collected by pytest) so that ``torch.multiprocessing.spawn`` can pickle
+Imported by name (not collected by pytest) so that :func:`rlcore_testkit.ranks.spawn` can pickle
 :func:`run_world` into its child processes. Every rank takes the chunk of its data-parallel rank, as the
 worker group gives it.
 """
@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
+from rlcore_testkit.ranks import spawn
 
 from rlcore.api.batch import Batch
 from rlcore.api.training import ROUTED_EXPERTS
@@ -45,6 +45,9 @@ LAYOUTS: dict[str, tuple[int, int, int]] = {
     "lora_moe_ep1": (1, 1, 1),
     "lora_moe_ep2": (2, 1, 1),
 }
+#: what a Megatron rank imports beyond :data:`rlcore_testkit.ranks.BASE_PRELOAD` (1.5 s of CPU per rank
+#: otherwise): megatron-core and its GPT model
+PRELOAD = ("megatron.core", "megatron.core.models.gpt.gpt_model", "megatron.core.models.gpt.gpt_layer_specs")
 #: name -> virtual pipeline size, for the layouts with interleaved (virtual) pipeline stages
 VIRTUAL: dict[str, int] = {"pp2vpp2": 2}
 #: name -> context parallel size, for the layouts with context parallelism
@@ -293,7 +296,7 @@ def spawn_world(world: int, scenarios: dict[str, tuple[str, str, Path]], out_dir
     """Run ``scenarios`` (``{tag: (kind, layout name, model dir)}``, every layout of ``world`` ranks) in one
     spawned gloo group of ``world`` processes (:func:`run_world`): ``{tag: [rank 0's result, ...]}``."""
     named = {tag: (kind, name, str(model_dir)) for tag, (kind, name, model_dir) in scenarios.items()}
-    mp.spawn(run_world, args=(world, named, str(out_dir / "store"), str(out_dir)), nprocs=world)
+    spawn(run_world, args=(world, named, str(out_dir / "store"), str(out_dir)), nprocs=world, preload=PRELOAD)
     return {
         tag: [torch.load(out_dir / tag / f"rank{rank}.pt", weights_only=False) for rank in range(world)]
         for tag in scenarios

@@ -1,6 +1,6 @@
 """Multi-rank checks of Ulysses sequence parallelism for any training backend (gloo processes on the CPU).
 
-:func:`spawn_ranks` runs :func:`run_rank` in ``world_size`` processes (``torch.multiprocessing.spawn``, a
+:func:`spawn_ranks` runs :func:`run_rank` in ``world_size`` processes (:func:`rlcore_testkit.ranks.spawn`, a
 ``FileStore`` rendezvous); :func:`run_case` is the same code for one rank of one process. Each rank
 builds the actor worker of ``strategy`` with ``ulysses_sequence_parallel_size`` ``sp``, takes its data-
 parallel chunk of :func:`global_batch` (the ranks of a sequence-parallel group take the same chunk),
@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from rlcore.api import ROUTED_EXPERTS, Batch
 from rlcore_testkit.contracts.backend import TrainingBackendContract, make_batch
+from rlcore_testkit.ranks import spawn
 
 #: prompts of different lengths (left padding) for the global batch
 PROMPTS = (
@@ -154,7 +154,7 @@ def spawn_ranks(
 ) -> list[dict[bool, dict[str, Any]]]:
     """Every rank's ``{packed: run_case(...)}`` from ``world_size`` spawned gloo processes."""
     args = (world_size, str(out_dir / "store"), strategy, str(model_dir), str(out_dir), sp, overrides or {})
-    mp.spawn(run_rank, args=args, nprocs=world_size, join=True)
+    spawn(run_rank, args=args, nprocs=world_size)
     return [torch.load(out_dir / f"rank{rank}.pt", weights_only=False) for rank in range(world_size)]
 
 
