@@ -108,6 +108,10 @@ class RefConfig(LogProbConfig):
     entropy_from_logits_chunk_size: int = 2048
     #: verl's speed switch of the reference (a note: changes nothing in rlcore)
     entropy_checkpointing: bool = False
+    #: the reference's forwards pad packed micro-batches as the actor's pad_to_length does
+    pad_to_length: bool = ref("actor_rollout_ref.actor.pad_to_length")
+    #: the multiple of the reference's pad_to_length, in tokens
+    pad_to_length_bucket: int = ref("actor_rollout_ref.actor.pad_to_length_bucket")
     #: deprecated global micro-batch size (divided over the data-parallel ranks)
     log_prob_micro_batch_size: int | None = None
     #: responses per forward pass on one rank (None: the whole batch)

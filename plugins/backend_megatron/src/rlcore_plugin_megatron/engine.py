@@ -146,6 +146,11 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
             f"{REPLAY_MODE_KEY}=R2 with {key}.context_parallel_size={settings.cp}: recording the routing needs whole "
             "sequences on a rank; use R3 (the rollout records it) or context_parallel_size=1"
         )
+    if select(config, f"{section}.pad_to_length", False):
+        raise RLCoreError(
+            f"{section}.pad_to_length=true pads packed micro-batches, and rlcore's Megatron engine packs none (it runs "
+            "padded [B, T] micro-batches, verl's bshd layout); set it false, or use strategy=fsdp"
+        )
     ulysses = select(config, f"{section}.ulysses_sequence_parallel_size", 1)
     if ulysses != 1:
         raise RLCoreError(
