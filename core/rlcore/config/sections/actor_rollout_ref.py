@@ -86,7 +86,8 @@ class ModelConfig(Section):
     target_modules: str | list[str] = "all-linear"
     #: LoRA: modules left without adapters: a regex (full match) or a list of names
     exclude_modules: str | list[str] | None = None
-    #: LoRA: start from the adapter saved in this directory
+    #: LoRA (FSDP): start from the peft adapter saved in this directory; with lora_rank 0 its adapter_config.json
+    #: gives the rank
     lora_adapter_path: str | None = None
     #: multi-token prediction (Megatron backend; the rollout's speculative decoding)
     mtp: MtpConfig = field(default_factory=MtpConfig)

@@ -77,9 +77,10 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
             "the deepspeed backend does not run reward models; set reward_model.strategy=fsdp (or another backend)"
         )
     model = ModelConfig.from_mapping(select(config, model_section))
-    if (model.lora_rank or 0) > 0:
+    if (model.lora_rank or 0) > 0 or model.lora_adapter_path:
         raise RLCoreError(
-            f"{model_section}.lora_rank > 0 (LoRA) is not supported by the deepspeed backend; use strategy=fsdp"
+            f"{model_section}.lora_rank > 0 and {model_section}.lora_adapter_path (LoRA) are not supported by the "
+            "deepspeed backend; use strategy=fsdp"
         )
     sequence_parallel.check_config(config, role, section)
     check_kernel_switches(config, model, model_section)
