@@ -138,7 +138,7 @@ def make_tiny_lora_adapter(model_dir: str | Path, path: str | Path, *, rank: int
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear", init_lora_weights=False)
-    get_peft_model(model, config).save_pretrained(path)
+    get_peft_model(model, config).save_pretrained(str(path))
     return Path(path)
 
 
