@@ -124,6 +124,24 @@ def test_packed_and_padded_record_the_same_routing(moe_dir: Path) -> None:
     assert torch.equal(padded.routed_experts, packed.routed_experts)
 
 
+def test_padded_packed_row_routes_and_replays_as_the_unpadded_one(moe_dir: Path) -> None:
+    """``pad_to_length``: the packed row's end padding goes through the routers but counts in no statistic and is
+    laid out nowhere; the log-probs, statistics and recorded routing equal the unpadded packed row's, and
+    replaying that routing with the padding agrees everywhere."""
+    model, routing = load(moe_dir)
+    batch = make_batch()
+    plain = outputs(model, routing, batch, record_routing=True, remove_padding=True)
+    padded = outputs(model, routing, batch, record_routing=True, remove_padding=True, pad_multiple=16)
+    mask = response_mask(batch)
+    torch.testing.assert_close(padded.log_probs[mask], plain.log_probs[mask], atol=1e-5, rtol=1e-5)
+    assert torch.equal(padded.routed_experts, plain.routed_experts)
+    assert padded.stats["moe_aux_loss"] == pytest.approx(plain.stats["moe_aux_loss"], rel=1e-5)
+    assert padded.stats["moe_load_max_over_mean"] == pytest.approx(plain.stats["moe_load_max_over_mean"])
+    batch["routed_experts"] = plain.routed_experts
+    replayed = outputs(model, routing, batch, replay_routing=True, remove_padding=True, pad_multiple=16)
+    assert replayed.stats["router_replay_agreement"] == 1.0
+
+
 def unused_experts(routed: torch.Tensor, mask: torch.Tensor, num_experts: int) -> list[int]:
     """For each layer, an expert no valid token of the recording used."""
     chosen = []

@@ -47,6 +47,20 @@ def test_four_ranks_are_two_data_parallel_ranks_of_two(tiny_model_dir: Path, one
     sp_checks.assert_matches(ranks, one_rank, sp=2)
 
 
+def test_padded_packed_rows_split_over_two_ranks(tiny_model_dir: Path, one_rank: dict, tmp_path: Path) -> None:
+    """``pad_to_length`` under SP=2 with a bucket of 7 tokens (rounded up to 8, a multiple of the group size): the
+    actor's and the critic's packed rows end in padding, and every result equals the one-process unpadded one."""
+    bucket = {"pad_to_length": True, "pad_to_length_bucket": 7}
+    packed_overrides = {
+        **{f"actor_rollout_ref.actor.{key}": value for key, value in bucket.items()},
+        **{f"critic.{key}": value for key, value in bucket.items()},
+    }
+    ranks = sp_checks.spawn_ranks(
+        "fsdp", tiny_model_dir, tmp_path, world_size=2, sp=2, packed_overrides=packed_overrides
+    )
+    sp_checks.assert_matches(ranks, one_rank, sp=2)
+
+
 def test_layout_of_sequence_parallel_groups() -> None:
     """Consecutive ranks share a data-parallel rank; the first of each group returns the outputs."""
     from rlcore.modelkit.sequence_parallel import parallel_layout

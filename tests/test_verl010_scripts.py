@@ -1,13 +1,14 @@
 """verl 0.10's own example scripts, run through ``rlcore run --dry-run`` with only the entry point swapped.
 
 The scripts under ``tests/verl010_examples/`` are unmodified copies from verl 0.10.0.dev (see the NOTICE there):
-a sample of 42 of the 82 scripts of its ``examples/`` that call ``verl.trainer.main_ppo`` and are not for Ascend
+a sample of 47 of the 82 scripts of its ``examples/`` that call ``verl.trainer.main_ppo`` and are not for Ascend
 NPUs only, plus four Ascend ones whose keys rlcore maps (verl's NPU profiler, the rollout's graph batch sizes), spread over its algorithms (GRPO, PPO, GSPO, CISPO, DPPO, GDPO, GMPO, GPG, OTB, RLOO, ReMax,
 REINFORCE++, SAPO, on-policy distillation, MTP, rollout correction, prefix grouper) and engines (FSDP, Megatron
 through ``model_engine=megatron``, LoRA, profiling). They run the way ``tests/test_verl_scripts.py`` runs 0.9's
 (:mod:`tests.verl_scripts_harness`): each script as verl's defaults make it, so through ``uv run ... python3`` and
 with ``ray_kwargs.ray_init.runtime_env.py_executable`` set, with the model, data and reward-file paths pointed at local files
-and ``trainer.device=cpu`` appended.
+and ``trainer.device=cpu`` appended, and the variables some scripts demand of their user set
+(:data:`tests.verl_scripts_harness.USER_VARIABLES`).
 
 :data:`EXPECTED` says what each script's dry run names today: nothing (it must pass) or the obstacles its errors
 name, the first one printed first. The test fails when a script starts passing (take it out of the table) and when
@@ -27,7 +28,10 @@ from rlcore.cli import cli
 from tests.test_verl_scripts import EXPECTED as VERL09_EXPECTED
 from tests.test_verl_scripts import MEGATRON as VERL09_MEGATRON
 from tests.verl_scripts_harness import (  # noqa: F401 (the fixtures are used by name)
+    data_parallel_line,
     localised,
+    tiny_lora_adapter_fixture,
+    tiny_moe_dir_fixture,
     tiny_task_fixture,
     tiny_vl_task_fixture,
     tiny_vlm_dir_fixture,
@@ -40,9 +44,11 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "from-verl.md"
 # the obstacles: each a name (as docs/from-verl.md spells it) and a text of the error line that names it
 MEGATRON_FSDP = "megatron.use_megatron_fsdp"
 SGLANG_TRACE = "rollout.profiler.tool_config.npu.discrete"
+VEOMNI_EP = "veomni.expert_parallel_size"
 OBSTACLES: dict[str, str] = {
     MEGATRON_FSDP: "use_megatron_fsdp=true: Megatron-FSDP",
     SGLANG_TRACE: "npu.discrete=true: the sglang rollout engine does not trace its own generation",
+    VEOMNI_EP: "verl's VeOmni engine settings that rlcore's FSDP engine (which trains model_engine=veomni here)",
 }
 
 #: script -> the obstacles its dry run names, the first one printed first; () when it must pass
@@ -61,6 +67,15 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/gpg_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/gpg_trainer/run_qwen3_8b_megatron.sh": (),
     "examples/grpo_trainer/run_gpt_oss_20b_fsdp.sh": (),
+    # the scripts that need variables their user must set (the harness's USER_VARIABLES): $HDFS_ROOT and $DATA_ROOT
+    # (the DeepSeek-V4 pair; the VeOmni one pads packed micro-batches, actor.pad_to_length=True, but trains with
+    # expert parallelism), $RAY_DATA_HOME (Nemotron-Nano-V3), $INFER_BACKEND (Qwen3-VL-30B-A3B) and
+    # $LORA_ADAPTER_PATH (resuming LoRA from a saved adapter, whose rank it takes: the tiny model's adapter)
+    "examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh": (),
+    "examples/grpo_trainer/run_deepseek_v4_veomni.sh": (VEOMNI_EP,),
+    "examples/grpo_trainer/run_nemotron_nano_v3_30b_a3b_megatron.sh": (),
+    "examples/grpo_trainer/run_qwen3_vl_30b_a3b_fsdp.sh": (),
+    "examples/tuning/lora/run_qwen3_8b_from_adapter_fsdp.sh": (),
     # verl's Megatron schedule: optim.min_lr alone (linear decay, verl's Megatron default)
     "examples/grpo_trainer/run_hy_v3_megatron.sh": (),
     "examples/grpo_trainer/run_mistral_nemo_12b_skyworkrm_fsdp.sh": (),
@@ -122,6 +137,13 @@ NOTES: dict[str, str] = {
 
 #: scripts run with the tiny VLM and an image task instead of the tiny text model and task
 VLM_SCRIPTS = {script for script in EXPECTED if "_vl_" in script or "qwen3_5_2b" in script}
+#: scripts that replay routing (router_replay.mode=R3, which needs a mixture-of-experts model): run with a tiny Qwen3-MoE
+MOE_SCRIPTS = {
+    "examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh",
+    "examples/grpo_trainer/run_deepseek_v4_veomni.sh",
+}
+#: scripts that resume LoRA from a saved adapter: run with a tiny adapter of the tiny model
+ADAPTER_SCRIPTS = {"examples/tuning/lora/run_qwen3_8b_from_adapter_fsdp.sh"}
 
 
 def test_the_table_covers_every_copied_script() -> None:
@@ -140,15 +162,21 @@ def obstacles_named(line: str, expected: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize("script", sorted(EXPECTED))
 def test_verl010_script_dry_run(script: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     vlm = script in VLM_SCRIPTS
-    model = request.getfixturevalue("tiny_vlm_dir" if vlm else "tiny_model_dir")
+    model = request.getfixturevalue(
+        "tiny_vlm_dir" if vlm else "tiny_moe_dir" if script in MOE_SCRIPTS else "tiny_model_dir"
+    )
     task = request.getfixturevalue("tiny_vl_task" if vlm else "tiny_task")
     expected = EXPECTED[script]
-    arguments = localised(verl_arguments(EXAMPLES, script, tmp_path), model, task)
+    adapter = request.getfixturevalue("tiny_lora_adapter") if script in ADAPTER_SCRIPTS else None
+    arguments = localised(verl_arguments(EXAMPLES, script, tmp_path), model, task, adapter)
     result = CliRunner().invoke(cli, ["run", "--dry-run", *arguments])
     if not expected:
         assert result.exit_code == 0, result.output
         assert "prompts per step:" in result.output
         assert NOTES.get(script, "") in result.output
+        assert ("images: <image> placeholders" in result.output) == vlm
+        if "megatron" in Path(script).name:
+            assert data_parallel_line(arguments) in result.output
         return
     assert result.exit_code != 0, f"{script} passes now: make its EXPECTED entry ()\n{result.output}"
     assert result.exit_code == 2, result.output

@@ -77,7 +77,17 @@ def test_model_engine_selects_the_engine_defaults(args: tuple[str, ...], actor: 
             "critic.fsdp.turbo_config.distributed.tensor_parallel_size=2",
             "verl's FSDP-Turbo settings that rlcore's FSDP engine (which trains strategy=fsdp_turbo here)",
         ),
-        ("actor_rollout_ref.ref.fsdp_config.pad_to_length_bucket=512", "padding packed micro-batches"),
+        (
+            "actor_rollout_ref.actor.pad_to_length=true",
+            "actor_rollout_ref.actor.pad_to_length=true pads packed micro-batches: it needs "
+            "actor_rollout_ref.model.use_remove_padding=true",
+        ),
+        (
+            "critic.fsdp.pad_to_length=true critic.fsdp.pad_to_length_bucket=0 critic.model.use_remove_padding=true "
+            "algorithm.adv_estimator=gae",
+            "critic.pad_to_length_bucket must be a positive integer, got 0",
+        ),
+        ("actor_rollout_ref.actor.megatron.pad_to_length=true", "verl's Megatron backend settings"),
         ("critic.optim.zero_indexed_step=false", "a one-indexed learning-rate schedule"),
         ("actor_rollout_ref.actor.checkpoint.strict=false", "has no effect on the FSDP engine"),
         ("actor_rollout_ref.actor.policy_loss.dro_beta=0.1", "the DRO policy loss"),
@@ -210,6 +220,23 @@ def test_verl010_keys_at_their_off_value_are_accepted() -> None:
     config = shown(*OFF_VALUES)
     assert "rollout_tq" not in config.skip and "custom_sampler" not in config.trainer.v1.sampler
     assert "qat" not in config.actor_rollout_ref.actor
+
+
+def test_pad_to_length_spellings_reach_each_role() -> None:
+    """verl's ``<role>.pad_to_length`` and the engine sections' ``fsdp_config``/``fsdp``/``veomni`` spellings set
+    the role's ``pad_to_length`` and bucket; the reference follows the actor unless set (as verl's oc.select)."""
+    config = shown(
+        "actor_rollout_ref.actor.pad_to_length=true",
+        "actor_rollout_ref.actor.fsdp_config.pad_to_length_bucket=256",
+        "critic.fsdp.pad_to_length=true",
+        "critic.fsdp.pad_to_length_bucket=128",
+    )
+    actor, ref = config.actor_rollout_ref.actor, config.actor_rollout_ref.ref
+    assert (actor.pad_to_length, actor.pad_to_length_bucket) == (True, 256)
+    assert (ref.pad_to_length, ref.pad_to_length_bucket) == (True, 256)
+    assert (config.critic.pad_to_length, config.critic.pad_to_length_bucket) == (True, 128)
+    config = shown("actor_rollout_ref.actor.veomni.pad_to_length=true", "actor_rollout_ref.ref.pad_to_length=false")
+    assert config.actor_rollout_ref.actor.pad_to_length and not config.actor_rollout_ref.ref.pad_to_length
 
 
 def test_entropy_chunk_size_is_a_speed_setting_and_rollout_gpus_per_node_an_alias() -> None:

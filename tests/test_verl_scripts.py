@@ -34,6 +34,7 @@ from rlcore.plugins import load_plugins
 from tests.verl_scripts_harness import (  # noqa: F401 (the fixtures are used by name)
     data_parallel_line,
     localised,
+    tiny_lora_adapter_fixture,
     tiny_moe_dir_fixture,
     tiny_task_fixture,
     tiny_vl_task_fixture,
@@ -98,6 +99,12 @@ EXPECTED: dict[str, str | None] = {
     # needs $DIST_CKPT_PATH, a Megatron checkpoint converted offline
     "examples/grpo_trainer/run_qwen2_5_vl-7b-megatron.sh": "dist_checkpointing_path",
     "examples/grpo_trainer/run_qwen2_5_vl_7b_fsdp.sh": None,
+    # v0.9.0's scripts that need variables their user must set (the harness's USER_VARIABLES): $INFER_BACKEND
+    # (Qwen3-VL-30B-A3B), $RAY_DATA_HOME (Nemotron-Nano-V3 on Megatron) and $LORA_ADAPTER_PATH (LoRA resumed from a
+    # saved adapter, whose rank it takes: run with a tiny adapter of the tiny model, ADAPTER_SCRIPTS)
+    "examples/grpo_trainer/run_qwen3_vl_30b_a3b_fsdp.sh": None,
+    "examples/grpo_trainer/run_nemotron_nano_v3_30b_a3b_megatron.sh": MEGATRON,
+    "examples/tuning/lora/run_qwen3_8b_from_adapter_fsdp.sh": None,
     # model_engine=megatron is accepted now; verl's mbridge settings (and fused kernels on Megatron) stop it
     "examples/grpo_trainer/run_qwen2_5_vl_7b_megatron.sh": MEGATRON,
     # global_profiler.tool=npu: recorded by torch.profiler (rlcore_plugin_profiler.npu)
@@ -189,6 +196,8 @@ CURRICULUM_MODULE = "from rlcore_testkit.samplers import RandomCurriculumSampler
 
 #: scripts run with the tiny VLM and an image task instead of the tiny text model and task
 VLM_SCRIPTS = {script for script in EXPECTED if "_vl" in script and "_vllm" not in script}
+#: scripts that resume LoRA from a saved adapter: run with a tiny adapter of the tiny model
+ADAPTER_SCRIPTS = {"examples/tuning/lora/run_qwen3_8b_from_adapter_fsdp.sh"}
 #: mixture-of-experts scripts (expert parallelism, routing replay) run with a tiny Qwen3-MoE
 MOE_SCRIPTS = {
     f"examples/{name}.sh"
@@ -231,7 +240,8 @@ def test_verl_script_dry_run(script: str, tmp_path: Path, request: pytest.Fixtur
         module.parent.mkdir(parents=True)
         module.write_text(CURRICULUM_MODULE)
         request.getfixturevalue("monkeypatch").syspath_prepend(str(tmp_path))
-    arguments = localised(verl_arguments(EXAMPLES, script, tmp_path), tiny_model_dir, tiny_task)
+    adapter = request.getfixturevalue("tiny_lora_adapter") if script in ADAPTER_SCRIPTS else None
+    arguments = localised(verl_arguments(EXAMPLES, script, tmp_path), tiny_model_dir, tiny_task, adapter)
     result = CliRunner().invoke(cli, ["run", "--dry-run", *arguments])
     if expected is None:
         assert result.exit_code == 0, result.output

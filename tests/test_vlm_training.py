@@ -83,6 +83,8 @@ def test_packed_and_padded_log_probs_agree_for_image_batches(vlm_dirs: dict[str,
         padded = response_outputs(model, batch, 1.0, with_entropy=True)
         with AttentionProbe() as probe:
             packed = response_outputs(model, batch, 1.0, with_entropy=True, remove_padding=True)
+        # pad_to_length: the row's end padding (text positions on every mrope axis) changes nothing
+        bucketed = response_outputs(model, batch, 1.0, with_entropy=True, remove_padding=True, pad_multiple=64)
         reference = hf_reference_log_probs(model, batch)
         blank = batch.index(slice(None))
         blank.non_tensors["multi_modal_inputs"] = [
@@ -92,6 +94,8 @@ def test_packed_and_padded_log_probs_agree_for_image_batches(vlm_dirs: dict[str,
         without_images = response_outputs(model, blank, 1.0, with_entropy=False)
     torch.testing.assert_close(packed.log_probs[mask], padded.log_probs[mask], atol=1e-5, rtol=0)
     torch.testing.assert_close(packed.entropy[mask], padded.entropy[mask], atol=1e-5, rtol=0)
+    assert int(batch["attention_mask"].sum()) % 64, "the bucket must pad this batch"
+    torch.testing.assert_close(bucketed.log_probs[mask], packed.log_probs[mask], atol=1e-5, rtol=0)
     torch.testing.assert_close(padded.log_probs[mask], reference[mask], atol=1e-5, rtol=0)
     # the packed row's text attention is causal per sequence: no [nnz, nnz] mask, and the model was switched
     assert not probe.squares(int(batch["attention_mask"].sum()))

@@ -5,6 +5,8 @@ Shared by the tests of each verl version's sample (``tests/test_verl_scripts.py`
 function that records the arguments of its ``python3 -m verl.trainer.main_ppo`` line (reached directly, through
 ``ray job submit ... --`` or through ``uv run ... python3``); :func:`localised` then points its model, data and
 reward-file paths at tiny local files and appends ``trainer.device=cpu``, the only changes a user would make.
+The variables some scripts demand of their user (``set -u``, ``${VAR:?}``) are set as a user would set them
+(:data:`USER_VARIABLES`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,25 @@ ulimit() { :; }
 export -f python3 python ray uv nvidia-smi hf ulimit
 bash "$1"
 """
+#: the variables a user must set before some of verl's scripts run (each fails under ``set -u`` or ``${VAR:?}``, or
+#: passes an empty path, without it), as the harness sets them: ``{home}`` is the script's working folder. The model
+#: and adapter paths they lead to are pointed at the tiny model and adapter by :func:`localised`, as any model path.
+USER_VARIABLES = {
+    # verl 0.10's run_deepseek_v4_flash_megatron.sh and run_deepseek_v4_veomni.sh: $HDFS_ROOT/model/... (the model)
+    "HDFS_ROOT": "{home}/hdfs",
+    # the same two scripts: $DATA_ROOT/dataset/... (the data) and $DATA_ROOT/checkpoint/... (the checkpoints)
+    "DATA_ROOT": "{home}/data",
+    # run_qwen3_vl_30b_a3b_fsdp.sh names it in EXPERIMENT_NAME before it defaults it to vllm (every script's default)
+    "INFER_BACKEND": "vllm",
+    # tuning/lora/run_qwen3_8b_from_adapter_fsdp.sh (${LORA_ADAPTER_PATH:?}): the LoRA adapter to resume from
+    "LORA_ADAPTER_PATH": "{home}/lora_adapter",
+    # run_nemotron_nano_v3_30b_a3b_megatron.sh: the models/data/ckpts root (the other scripts default it to this)
+    "RAY_DATA_HOME": "{home}/verl",
+    # run_kimi_k2_6_glm5_1_megatron_lite.sh (${MODEL_PATH:?}, defaulted from it for its default MODEL_VARIANT)
+    "KIMI_K2_6_MODEL_PATH": "{home}/models/Kimi-K2.6",
+}
+#: the key naming the LoRA adapter a run resumes from
+ADAPTER_KEY = "actor_rollout_ref.model.lora_adapter_path"
 #: the keys naming a model directory: the actor's, critic's and reward model's (verl 0.9 and 0.10 spellings) and
 #: each distillation teacher's
 MODEL_KEY = re.compile(
@@ -67,9 +88,11 @@ EXPERIMENTAL_SHIMS = SHIMS.replace(
 
 def verl_arguments(examples: Path, script: str, home: Path, shims: str = SHIMS) -> list[str]:
     """The arguments ``examples/script`` passes to ``python3 -m verl.trainer.main_ppo`` (the mains ``shims``
-    records), run in ``home`` (a script may write files into its working directory: gpt-oss writes get_model.py)."""
+    records), run in ``home`` (a script may write files into its working directory: gpt-oss writes get_model.py)
+    with :data:`USER_VARIABLES` set."""
     argv = home / "argv"
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "VERL_ARGV": str(argv)}
+    env.update({name: value.format(home=home) for name, value in USER_VARIABLES.items()})
     subprocess.run(
         ["bash", "-c", shims, "shim", str(examples / script)],
         cwd=home,
@@ -82,14 +105,16 @@ def verl_arguments(examples: Path, script: str, home: Path, shims: str = SHIMS) 
     return [word for word in argv.read_bytes().decode().split("\0") if word]
 
 
-def localised(arguments: list[str], model: Path, task: dict[str, Path]) -> list[str]:
-    """``arguments`` with the model, data and reward-file paths pointed at local files, and
-    ``trainer.device=cpu``."""
+def localised(arguments: list[str], model: Path, task: dict[str, Path], adapter: Path | None = None) -> list[str]:
+    """``arguments`` with the model, data, reward-file and (given ``adapter``, a LoRA adapter of ``model``) adapter
+    paths pointed at local files, and ``trainer.device=cpu``."""
     out = []
     for word in arguments:
         key = word.split("=", 1)[0].lstrip("+")
         if MODEL_KEY.fullmatch(key):
             word = f"{word.split('=', 1)[0]}={model}"  # keeps the '+' of a key the script adds
+        elif key == ADAPTER_KEY and adapter is not None:
+            word = f"{word.split('=', 1)[0]}={adapter}"
         elif key in DATA_KEYS:
             word = f"{key}={task['train' if key == 'data.train_files' else 'test']}"
         elif REWARD_FILE_KEY.fullmatch(key) and "reward" in task:
@@ -116,6 +141,14 @@ def tiny_task_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pat
     reward = folder / "reward.py"
     reward.write_text(REWARD_FILE)
     return {**make_tiny_task(folder), "reward": reward}
+
+
+@pytest.fixture(scope="module", name="tiny_lora_adapter")
+def tiny_lora_adapter_fixture(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A LoRA adapter of the tiny model (``make_tiny_lora_adapter``), for the scripts that resume from one."""
+    from rlcore_testkit.tiny import make_tiny_lora_adapter
+
+    return make_tiny_lora_adapter(tiny_model_dir, tmp_path_factory.mktemp("lora") / "adapter")
 
 
 @pytest.fixture(scope="module", name="tiny_vlm_dir")

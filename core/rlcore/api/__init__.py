@@ -256,6 +256,7 @@ _LAZY: dict[str, str] = {
     "load_pretrained": "rlcore.modelkit.hf_models",
     "response_outputs": "rlcore.modelkit.hf_models",
     "response_values": "rlcore.modelkit.hf_models",
+    "pad_multiple": "rlcore.modelkit.packing",
     "activation_offload": "rlcore.modelkit.activation_offload",
     "apply_kernel_switches": "rlcore.modelkit.kernels",
     "check_kernel_switches": "rlcore.modelkit.kernels",
@@ -516,6 +517,7 @@ if TYPE_CHECKING:
     from rlcore.modelkit.kernels import apply_kernel_switches, check_kernel_switches, fused_backend
     from rlcore.modelkit.moe import EngineRouting, engine_routing, load_balancing_loss, sparse_routers
     from rlcore.modelkit.optim import OptimizerState, build_lr_scheduler, build_optimizer
+    from rlcore.modelkit.packing import pad_multiple
     from rlcore.modelkit.prefix_grouper import grouper_key
     from rlcore.modelkit.token_ids import add_id_outputs
     from rlcore.modelkit.vlm import (

@@ -37,6 +37,11 @@ ALIASES: dict[str, str] = {
     "actor_rollout_ref.ref.fsdp_config.entropy_from_logits_with_chunking": "actor_rollout_ref.ref.entropy_from_logits_with_chunking",
     "actor_rollout_ref.ref.fsdp_config.entropy_checkpointing": "actor_rollout_ref.ref.entropy_checkpointing",
     "critic.fsdp_config.ulysses_sequence_parallel_size": "critic.ulysses_sequence_parallel_size",
+    **{
+        f"{role}.fsdp_config.{key}": f"{role}.{key}"
+        for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
+        for key in ("pad_to_length", "pad_to_length_bucket")
+    },
     "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype": "actor_rollout_ref.actor.fsdp_config.dtype",
     "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype": "actor_rollout_ref.ref.fsdp_config.dtype",
     "critic.fsdp_config.mixed_precision.param_dtype": "critic.fsdp_config.dtype",
@@ -75,6 +80,8 @@ _VEOMNI_SAME = {
     "entropy_from_logits_with_chunking": "entropy_from_logits_with_chunking",
     "entropy_checkpointing": "entropy_checkpointing",
     "router_replay": "router_replay",
+    "pad_to_length": "pad_to_length",
+    "pad_to_length_bucket": "pad_to_length_bucket",
 }
 #: of those, the ones only the actor and the reference have (rlcore's critic has no compile, entropy or replay)
 _VEOMNI_POLICY_ONLY = (

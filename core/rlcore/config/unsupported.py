@@ -96,8 +96,12 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             "critic.model.lora",
         ),
         MEGATRON_HINT,
-        # verl's bshd format (padded rows): what rlcore's Megatron engine computes; true (packed thd) is refused
-        off={f"{role}.megatron.use_remove_padding": False for role in ENGINE_ROLES},
+        # verl's bshd format (padded rows): what rlcore's Megatron engine computes; true (packed thd) is refused,
+        # and with it padding packed micro-batches (megatron.pad_to_length)
+        off={
+            **{f"{role}.megatron.use_remove_padding": False for role in ENGINE_ROLES},
+            **{f"{role}.megatron.pad_to_length": False for role in ENGINE_ROLES},
+        },
     ),
     MissingFeature(
         "Nsight/NPU profiling options and verl's older profiler keys (rlcore profiles with global_profiler.tool=torch, "
@@ -501,24 +505,6 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
             f"{role}.fsdp_config.turbo_config.distributed.{key}": 1
             for role in ENGINE_ROLES
             for key in ("tensor_parallel_size", "expert_parallel_size", "expert_fully_shard_parallel_size")
-        },
-    ),
-    MissingFeature(
-        "padding packed micro-batches up to a multiple of a bucket of tokens (pad_to_length, so that compiled "
-        "kernels see few shapes)",
-        (
-            "actor_rollout_ref.*.pad_to_length",
-            "actor_rollout_ref.*.fsdp_config.pad_to_length",
-            "actor_rollout_ref.*.fsdp_config.pad_to_length_bucket",
-            "critic.fsdp_config.pad_to_length",
-            "critic.fsdp_config.pad_to_length_bucket",
-        ),
-        off={
-            "actor_rollout_ref.actor.pad_to_length": False,
-            "actor_rollout_ref.ref.pad_to_length": False,
-            "actor_rollout_ref.actor.fsdp_config.pad_to_length": False,
-            "actor_rollout_ref.ref.fsdp_config.pad_to_length": False,
-            "critic.fsdp_config.pad_to_length": False,
         },
     ),
     MissingFeature(

@@ -30,6 +30,7 @@ from rlcore.modelkit.sequence_parallel import (
     SequenceParallel,
     ShardedInput,
     gather_sequence,
+    padded_length,
     shard_packed,
     shard_padded,
 )
@@ -102,12 +103,13 @@ def accepts_logits_to_keep(model: Any) -> bool:
 
 
 def _sharded(
-    model: nn.Module, batch: Batch, remove_padding: bool, key: str, sp: SequenceParallel
+    model: nn.Module, batch: Batch, remove_padding: bool, key: str, sp: SequenceParallel, pad_multiple: int
 ) -> tuple[ShardedInput, PackedBatch | None]:
-    """This rank's slice of ``batch`` (packed first with ``remove_padding``) and the packing, if any; a
-    padded batch's mask in the dtype of ``model``'s parameters."""
+    """This rank's slice of ``batch`` (packed first with ``remove_padding``, its row padded to a multiple of
+    ``pad_multiple`` rounded up to a multiple of the group size) and the packing, if any; a padded batch's mask
+    in the dtype of ``model``'s parameters."""
     if remove_padding:
-        packed = pack_batch(batch, key)
+        packed = pack_batch(batch, key, padded_length(pad_multiple, sp) if pad_multiple > 1 else 1)
         return shard_packed(packed, sp), packed
     return shard_padded(batch, sp, next(model.parameters()).dtype), None
 
@@ -229,6 +231,7 @@ def response_outputs(
     record_routing: bool = False,
     replay_routing: bool = False,
     prefix_grouper: str | None = None,
+    pad_multiple: int = 1,
 ) -> ModelOutput:
     """Teacher-forced log-probs of ``batch["responses"]`` under ``model`` and, when asked, the entropy and
     ``Σπ²`` of each next-token distribution, all ``[B, R]`` float32.
@@ -240,7 +243,9 @@ def response_outputs(
     With ``remove_padding`` the batch runs packed into one row without padding
     (:func:`rlcore.modelkit.packing.pack_batch`), each layer attending within each sequence without an
     ``nnz × nnz`` mask (:mod:`rlcore.modelkit.packed_attention`); response positions that are not attended
-    then get 0.
+    then get 0; ``pad_multiple`` (verl's ``pad_to_length_bucket``, 1 for none) pads the packed row at its end up to a
+    multiple of that many tokens (rounded up to a multiple of the ``sp`` group size), a sequence of its own
+    whose outputs are dropped, so that kernels see few shapes and the numbers are the same.
     Without it they hold whatever the padded forward gives. Either way only positions inside the
     attention mask are meaningful. A vision-language model also gets the rows' images and mrope position
     ids (:func:`rlcore.modelkit.vlm.vision_language_kwargs`). With ``sp`` the model (switched to Ulysses
@@ -278,9 +283,17 @@ def response_outputs(
         logits = grouped_logits(model, batch, accepts_logits_to_keep(model), prefix_grouper)
         return _from_logits(logits.float() / temperature, batch["responses"], lambda t: t, **wanted)
     if sp is not None:
-        inputs, packed = _sharded(model, batch, remove_padding, remove_padding_key, sp)
+        inputs, packed = _sharded(model, batch, remove_padding, remove_padding_key, sp, pad_multiple)
         routing, layout = (
-            begin_sharded(moe, batch, sp, packed=packed is not None, replay=replay_routing, record=record_routing)
+            begin_sharded(
+                moe,
+                batch,
+                sp,
+                packed=packed is not None,
+                replay=replay_routing,
+                record=record_routing,
+                padding=packed.padding if packed is not None else 0,
+            )
             if moe is not None
             else (None, None)
         )
@@ -299,12 +312,20 @@ def response_outputs(
             moe.finish(routing, output, layout)
         return output
     keep = accepts_logits_to_keep(model)
+    packed = pack_batch(batch, remove_padding_key, pad_multiple) if remove_padding else None
     routing, layout = (
-        begin_batch(moe, batch, packed=remove_padding, replay=replay_routing, record=record_routing)
+        begin_batch(
+            moe,
+            batch,
+            packed=remove_padding,
+            replay=replay_routing,
+            record=record_routing,
+            padding=packed.padding if packed is not None else 0,
+        )
         if moe is not None
         else (None, None)
     )
-    output = _unsharded_outputs(model, batch, temperature, remove_padding, remove_padding_key, keep, fused, ids, wanted)
+    output = _unsharded_outputs(model, batch, temperature, packed, keep, fused, ids, wanted)
     if moe is not None and routing is not None:
         moe.finish(routing, output, layout)
     return output
@@ -337,17 +358,15 @@ def _unsharded_outputs(
     model: nn.Module,
     batch: Batch,
     temperature: float,
-    remove_padding: bool,
-    remove_padding_key: str,
+    packed: PackedBatch | None,
     keep: bool,
     fused: str | None,
     ids: _IdRequest,
     wanted: dict[str, bool],
 ) -> ModelOutput:
-    """:func:`response_outputs` of a micro-batch that one rank runs whole, packed (``remove_padding``) or
-    padded."""
-    if remove_padding:
-        packed = pack_batch(batch, remove_padding_key)
+    """:func:`response_outputs` of a micro-batch that one rank runs whole, as its ``packed`` row or padded
+    (``packed`` None)."""
+    if packed is not None:
         kwargs: dict[str, Any] = {"input_ids": packed.input_ids, "position_ids": packed.position_ids}
         kwargs.update(vision_language_kwargs(model, batch, packed))
         if keep:
@@ -426,20 +445,22 @@ def response_values(
     remove_padding: bool = False,
     remove_padding_key: str = "critic.model.use_remove_padding",
     sp: SequenceParallel | None = None,
+    pad_multiple: int = 1,
 ) -> torch.Tensor:
     """Float32 values ``[B, R]`` at positions ``P−1 … P+R−2`` (the states before each response token).
 
     With ``remove_padding`` the batch runs packed into one row (:func:`rlcore.modelkit.packing.pack_batch`,
-    attention as in :func:`response_outputs`) and response positions outside the attention mask get 0. With ``sp`` each rank of the group computes
+    attention as in :func:`response_outputs`, its end padded to a multiple of ``pad_multiple`` tokens) and response
+    positions outside the attention mask get 0. With ``sp`` each rank of the group computes
     the values of its slice of the sequence and they are gathered.
     """
     if sp is not None:
-        inputs, packed = _sharded(model, batch, remove_padding, remove_padding_key, sp)
+        inputs, packed = _sharded(model, batch, remove_padding, remove_padding_key, sp, pad_multiple)
         kwargs = inputs.model_kwargs()
         local = model(kwargs["input_ids"], kwargs["attention_mask"], kwargs["position_ids"])[..., 0].float()
         return _responses(gather_sequence(local, sp, dim=1), batch, packed)
     if remove_padding:
-        packed = pack_batch(batch, remove_padding_key)
+        packed = pack_batch(batch, remove_padding_key, pad_multiple)
         with _packed(model, packed):
             values = model(packed.input_ids, None, packed.position_ids, keep_index=packed.keep_index)
         return packed.unpack(values[0, :, 0].float())

@@ -325,15 +325,16 @@ def _replay_tokens(batch: Batch, mask: torch.Tensor | None) -> torch.Tensor | No
 
 def _layout(mask: torch.Tensor, packed: bool) -> Callable[[torch.Tensor], torch.Tensor]:
     """A callable that puts per-token ``[N, L, k]`` routing back into ``[B, T, L, k]`` as ``input_ids`` is laid
-    out, with ``-1`` outside ``mask`` ``[B, T]`` (``packed``: the ``N`` tokens are those of ``mask``);
-    int16 (int32 for more than 32,766 experts)."""
+    out, with ``-1`` outside ``mask`` ``[B, T]`` (``packed``: the first tokens are those of ``mask``, any after
+    them the packed row's end padding); int16 (int32 for more than 32,766 experts)."""
     keep = mask.bool()
+    attended = int(keep.sum())
 
     def layout(used: torch.Tensor) -> torch.Tensor:
         small = not used.numel() or int(used.max()) < torch.iinfo(torch.int16).max
         dtype = torch.int16 if small else torch.int32
         full = torch.full((*keep.shape, *used.shape[1:]), -1, dtype=dtype, device=used.device)
-        tokens = used if packed else used.reshape(*keep.shape, *used.shape[1:])[keep]
+        tokens = used[:attended] if packed else used.reshape(*keep.shape, *used.shape[1:])[keep]
         full[keep] = tokens.to(dtype)
         return full
 
@@ -341,42 +342,57 @@ def _layout(mask: torch.Tensor, packed: bool) -> Callable[[torch.Tensor], torch.
 
 
 def begin_batch(
-    routing: MoeRouting, batch: Batch, *, packed: bool, replay: bool, record: bool
+    routing: MoeRouting, batch: Batch, *, packed: bool, replay: bool, record: bool, padding: int = 0
 ) -> tuple[RoutingPass, Callable[[torch.Tensor], torch.Tensor]]:
     """Open ``routing``'s pass for a forward of ``batch`` on one rank, padded (every position of
     ``input_ids`` goes through the model, the attention mask says which count) or ``packed`` (only the
-    attended tokens, :func:`rlcore.modelkit.packing.pack_batch`); with ``replay`` the batch's
-    ``routed_experts`` (if it has them) are replayed. Returns the pass and the layout for
-    :meth:`MoeRouting.finish`."""
+    attended tokens, :func:`rlcore.modelkit.packing.pack_batch`, then ``padding`` end tokens that do not count
+    and recompute their routes); with ``replay`` the batch's ``routed_experts`` (if it has them) are replayed.
+    Returns the pass and the layout for :meth:`MoeRouting.finish`."""
     mask = batch["attention_mask"]
-    valid = torch.ones(int(mask.sum()), dtype=torch.bool, device=mask.device) if packed else mask.reshape(-1)
+    attended = int(mask.sum())
+    valid = torch.arange(attended + padding, device=mask.device) < attended if packed else mask.reshape(-1).bool()
     wanted = _replay_tokens(batch, mask if packed else None) if replay else None
+    if wanted is not None and packed and padding:
+        wanted = torch.cat([wanted, wanted.new_full((padding, *wanted.shape[1:]), -1)])
     return routing.begin(valid, wanted, record=record), _layout(mask, packed)
 
 
 def begin_sharded(
-    routing: MoeRouting, batch: Batch, sp: SequenceParallel, *, packed: bool, replay: bool, record: bool
+    routing: MoeRouting,
+    batch: Batch,
+    sp: SequenceParallel,
+    *,
+    packed: bool,
+    replay: bool,
+    record: bool,
+    padding: int = 0,
 ) -> tuple[RoutingPass, Callable[[torch.Tensor], torch.Tensor]]:
     """:func:`begin_batch` for a forward under Ulysses sequence parallelism ``sp``, in which this rank's routers
-    see its slice of the sequence (padded to a multiple of the group size, as
-    :func:`~rlcore.modelkit.sequence_parallel.shard_padded` / ``shard_packed`` pad). With ``replay`` each token
-    of the slice gets the batch's ``routed_experts`` (the end padding recomputes); the returned layout gathers
-    the slices' routing over the group, so that every rank records the whole sequences, laid out as without
-    ``sp``. Every rank of the group must call :meth:`MoeRouting.finish` with it (a collective)."""
+    see its slice of the sequence (a packed row with its ``padding`` end tokens, then padded to a multiple of
+    the group size, as :func:`~rlcore.modelkit.sequence_parallel.shard_padded` / ``shard_packed`` pad). With
+    ``replay`` each token of the slice gets the batch's ``routed_experts`` (the end padding recomputes); the
+    returned layout gathers the slices' routing over the group, so that every rank records the whole
+    sequences, laid out as without ``sp``. Every rank of the group must call :meth:`MoeRouting.finish` with it
+    (a collective)."""
     mask = batch["attention_mask"]
-    sequence = torch.ones(1, int(mask.sum()), dtype=mask.dtype, device=mask.device) if packed else mask
+    attended = int(mask.sum())
+    sequence = (
+        (torch.arange(attended + padding, device=mask.device) < attended).to(mask.dtype)[None] if packed else mask
+    )
     rows, length = sequence.shape
+    real = attended if packed else length
     padded = padded_length(length, sp)
     wanted = _replay_tokens(batch, mask if packed else None) if replay else None
     if wanted is not None:
-        whole_rows = wanted.reshape(rows, length, *wanted.shape[1:])
-        end = whole_rows.new_full((rows, padded - length, *wanted.shape[1:]), -1)
+        whole_rows = wanted.reshape(rows, real, *wanted.shape[1:])
+        end = whole_rows.new_full((rows, padded - real, *wanted.shape[1:]), -1)
         wanted = torch.cat([whole_rows, end], dim=1).chunk(sp.size, dim=1)[sp.rank].reshape(-1, *wanted.shape[1:])
     whole = _layout(mask, packed)
 
     def layout(used: torch.Tensor) -> torch.Tensor:
         local = used.reshape(rows, padded // sp.size, *used.shape[1:])
-        gathered = gather_sequence(local, sp, dim=1)[:, :length]
+        gathered = gather_sequence(local, sp, dim=1)[:, :real]
         return whole(gathered.reshape(-1, *used.shape[1:]))
 
     return routing.begin(attended_slice(sequence, sp), wanted, record=record), layout

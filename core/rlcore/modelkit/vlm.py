@@ -206,7 +206,7 @@ def vision_language_kwargs(model: nn.Module, batch: Batch, packed: PackedBatch |
     """Extra forward keyword arguments of ``batch`` for a vision-language ``model`` (empty for a text
     model): the concatenated ``pixel_values``/``image_grid_thw`` (and ``pixel_values_videos``/``video_grid_thw``), the mrope ``position_ids`` and the
     ``input_ids`` (:func:`text_responses`) of the padded batch, or of its ``packed`` row (see the module
-    docstring)."""
+    docstring; the row's end padding gets text positions 0, 1, 2, ... on every mrope axis)."""
     owner = rope_owner(model)
     if owner is None:
         return {}
@@ -217,7 +217,8 @@ def vision_language_kwargs(model: nn.Module, batch: Batch, packed: PackedBatch |
     if packed is None:
         kwargs["input_ids"], kwargs["position_ids"] = input_ids, positions
     else:
-        mrope = positions[:, mask.bool()].unsqueeze(1)
-        kwargs["input_ids"] = input_ids[mask.bool()].unsqueeze(0)
+        tail = torch.arange(packed.padding, dtype=positions.dtype, device=positions.device)
+        mrope = torch.cat([positions[:, mask.bool()], tail.expand(positions.shape[0], -1)], dim=1).unsqueeze(1)
+        kwargs["input_ids"] = torch.cat([input_ids[mask.bool()], input_ids.new_zeros(packed.padding)]).unsqueeze(0)
         kwargs["position_ids"] = torch.cat([packed.position_ids.unsqueeze(0).to(mrope.dtype), mrope])
     return kwargs

@@ -32,7 +32,14 @@ class Settings(TrainingBackendContract):
         ({f"{KEY}.dtype": "fp16"}, f"{KEY}.dtype must be bf16 or fp32 (or null), got 'fp16'"),
         ({f"{KEY}.dtype": "fp13"}, f"{KEY}.dtype='fp13' is not a dtype"),
         ({f"{KEY}.stage": 3}, f"unknown config key '{KEY}.stage'. Did you mean '{KEY}.zero_stage'?"),
-        ({"actor_rollout_ref.model.lora_rank": 4}, "actor_rollout_ref.model.lora_rank > 0 (LoRA) is not supported"),
+        (
+            {"actor_rollout_ref.model.lora_rank": 4},
+            "actor_rollout_ref.model.lora_rank > 0 and actor_rollout_ref.model.lora_adapter_path (LoRA) are not supported",
+        ),
+        (
+            {"actor_rollout_ref.model.lora_adapter_path": "/a"},
+            "lora_adapter_path (LoRA) are not supported by the deepspeed",
+        ),
     ],
 )
 def test_settings_that_cannot_run_are_named(tiny_model_dir: Path, overrides: dict, message: str) -> None:

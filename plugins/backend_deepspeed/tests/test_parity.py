@@ -81,3 +81,27 @@ def test_zero3_gathers_the_weights_bucket_by_bucket(
         torch.testing.assert_close(worker.compute_log_prob(batch)["old_log_probs"], before, atol=1e-6, rtol=0)
     finally:
         worker.shutdown()
+
+
+def test_padded_packed_micro_batches_give_the_same_update(tiny_model_dir: Path, fsdp: dict[str, Any]) -> None:
+    """``pad_to_length`` with a bucket of 64 tokens on the actor, the reference and the critic: the packed rows
+    reach the model padded to a multiple of 64 (no micro-batch has that many tokens), and every number equals the
+    padded FSDP run's."""
+    from transformers import AutoConfig
+
+    bucket = {"pad_to_length": True, "pad_to_length_bucket": 64}
+    overrides = {
+        f"{role}.{key}": value for role in ("actor_rollout_ref.actor", "critic") for key, value in bucket.items()
+    }
+    with AttentionProbe() as probe:
+        ours = run_case("deepspeed", tiny_model_dir, packed=True, overrides=overrides)
+    mask = fsdp["mask"].bool()
+    for key in ("log_probs", "entropy"):
+        torch.testing.assert_close(ours[key][mask], fsdp[key][mask], atol=1e-5, rtol=0)
+    assert ours["grad_norm"] == pytest.approx(fsdp["grad_norm"], rel=1e-5)
+    torch.testing.assert_close(ours["new_log_probs"][mask], fsdp["new_log_probs"][mask], atol=1e-4, rtol=0)
+    torch.testing.assert_close(ours["values"], fsdp["values"], atol=1e-5, rtol=0)
+    hidden = AutoConfig.from_pretrained(tiny_model_dir).hidden_size
+    rows = {shape[1] for shape in probe.shapes if len(shape) == 3 and shape[0] == 1 and shape[2] == hidden}
+    # the embedded packed rows are the longest [1, L, hidden] tensors (the attention's buckets are single sequences)
+    assert max(rows) % 64 == 0, rows

@@ -112,3 +112,46 @@ def test_target_module_list(make_worker: Callable[..., Any], targets: str) -> No
     names = [name for name, _ in worker.actor.module.named_parameters() if ".lora_A." in name]
     adapted = {name.split(".lora_A.")[0].rsplit(".", 1)[-1] for name in names}
     assert adapted == {"q_proj", "v_proj"}
+
+
+def test_an_adapter_path_without_a_rank_resumes_from_the_adapter(
+    make_worker: Callable[..., Any], batch: Batch, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """``model.lora_adapter_path`` with ``lora_rank`` 0 (verl's run_qwen3_8b_from_adapter_fsdp.sh): the actor is the
+    saved adapter on the base model, with the adapter's rank, and its log-probs are that adapted model's (not the
+    base model's); the reference is the base model."""
+    from peft import PeftModel
+    from rlcore_testkit.tiny import make_tiny_lora_adapter
+    from transformers import AutoModelForCausalLM
+
+    adapter = make_tiny_lora_adapter(tiny_model_dir, tmp_path / "adapter", rank=2)
+    worker = make_worker("actor_ref", actor_rollout_ref__model__lora_adapter_path=str(adapter))
+    assert worker.ref.module is worker.actor.module
+    assert isinstance(worker.actor.module, PeftModel)
+    assert worker.actor.module.peft_config["default"].r == 2
+    got = worker.compute_log_prob(batch)["old_log_probs"]
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    adapted = PeftModel.from_pretrained(base, adapter).eval()
+    prompt_len, length = batch["prompts"].shape[1], batch["responses"].shape[1]
+    with torch.no_grad():
+        logits = adapted(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+        ).logits[:, prompt_len - 1 : prompt_len + length - 1]
+    expected = torch.log_softmax(logits.float(), -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
+    mask = batch["response_mask"].bool()
+    torch.testing.assert_close(got[mask], expected[mask], atol=1e-5, rtol=1e-5)
+    assert (got[mask] - base_log_probs(tiny_model_dir, batch)[mask]).abs().max() > 1e-3
+    torch.testing.assert_close(
+        worker.compute_ref_log_prob(batch)["ref_log_prob"][mask],
+        base_log_probs(tiny_model_dir, batch)[mask],
+        atol=1e-5,
+        rtol=1e-5,
+    )
+
+
+def test_an_adapter_path_without_an_adapter_is_named(make_worker: Callable[..., Any], tmp_path: Path) -> None:
+    """A ``lora_adapter_path`` that holds no ``adapter_config.json`` is an error naming the key and the file."""
+    from rlcore.errors import RLCoreError
+
+    with pytest.raises(RLCoreError, match=r"actor_rollout_ref.model.lora_adapter_path='.*': no peft adapter there"):
+        make_worker("actor", actor_rollout_ref__model__lora_adapter_path=str(tmp_path / "missing"))

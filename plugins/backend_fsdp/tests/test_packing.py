@@ -113,3 +113,108 @@ def test_packed_update_equals_padded_update(make_worker: Callable[..., Any], rag
     assert packed_metrics["actor/grad_norm"] == pytest.approx(padded_metrics["actor/grad_norm"], rel=1e-5)
     for name, tensor in padded_state.items():
         torch.testing.assert_close(packed_state[name], tensor, rtol=0, atol=5e-5)
+
+
+def test_pack_batch_pads_the_row_to_the_multiple(ragged: Batch) -> None:
+    """``pad_to_length``: the packed row ends in a padding sequence of its own (token 0, positions from 0) that
+    rounds it up to the multiple; the real tokens, their positions and the kept outputs do not move."""
+    plain = pack_batch(ragged, "key")
+    nnz = plain.input_ids.shape[1]
+    packed = pack_batch(ragged, "key", 32)
+    padding = -nnz % 32
+    assert padding > 0 and packed.padding == padding
+    assert packed.input_ids.shape == (1, nnz + padding) and (nnz + padding) % 32 == 0
+    assert torch.equal(packed.input_ids[0, :nnz], plain.input_ids[0])
+    assert torch.equal(packed.input_ids[0, nnz:], torch.zeros(padding, dtype=packed.input_ids.dtype))
+    assert torch.equal(packed.position_ids[0, nnz:], torch.arange(padding))
+    assert packed.lengths == (*plain.lengths, padding) and sum(packed.lengths) == nnz + padding
+    assert torch.equal(packed.keep_index, plain.keep_index)
+    assert pack_batch(ragged, "key", nnz).padding == 0
+
+
+def _row_lengths(worker: Any) -> list[int]:
+    """Starts recording the length of every row the worker's model embeds; returns the (growing) list."""
+    lengths: list[int] = []
+    embeddings = worker.actor.module.get_input_embeddings()
+    embeddings.register_forward_pre_hook(lambda _module, args: lengths.append(int(args[0].shape[-1])))
+    return lengths
+
+
+def test_padded_packed_micro_batches_give_the_same_log_probs_and_update(
+    make_worker: Callable[..., Any], ragged: Batch
+) -> None:
+    """``actor.pad_to_length`` with a bucket of 32: every packed micro-batch reaches the model padded to a multiple
+    of 32 tokens, and the log-probs, entropies, loss, gradient norm and updated parameters equal the unpadded
+    packed run's (the padding is its own sequence and is never kept)."""
+    results = []
+    for pad in (False, True):
+        worker = make_worker(
+            "actor",
+            actor_rollout_ref__model__use_remove_padding=True,
+            actor_rollout_ref__actor__pad_to_length=pad,
+            actor_rollout_ref__actor__pad_to_length_bucket=32,
+            actor_rollout_ref__actor__ppo_mini_batch_size=5,
+            actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu=5,
+            actor_rollout_ref__rollout__log_prob_micro_batch_size_per_gpu=2,
+            actor_rollout_ref__actor__entropy_coeff=0.01,
+        )
+        lengths = _row_lengths(worker)
+        data = ragged.select()
+        outputs = worker.compute_log_prob(data)
+        data["old_log_probs"] = outputs["old_log_probs"]
+        data["advantages"] = torch.linspace(-1, 1, data["old_log_probs"].numel()).view_as(data["old_log_probs"])
+        metrics = worker.update_actor(data).meta["metrics"]
+        results.append((outputs, metrics, worker.full_state_dict(), lengths))
+    (plain, plain_metrics, plain_state, plain_lengths), (padded, metrics, state, lengths) = results
+    real = sorted(_micro_batch_tokens(ragged, 2) | {int(ragged["attention_mask"].sum())})
+    assert sorted(set(plain_lengths)) == real
+    assert lengths and all(n % 32 == 0 for n in lengths)
+    assert sorted(set(lengths)) == sorted({-(-n // 32) * 32 for n in real})
+    mask = ragged["response_mask"].bool()
+    for key in ("old_log_probs", "entropys"):
+        torch.testing.assert_close(padded[key][mask], plain[key][mask], atol=1e-5, rtol=1e-5)
+    assert metrics["actor/pg_loss"] == pytest.approx(plain_metrics["actor/pg_loss"], abs=1e-6)
+    assert metrics["actor/grad_norm"] == pytest.approx(plain_metrics["actor/grad_norm"], rel=1e-5)
+    for name, tensor in plain_state.items():
+        torch.testing.assert_close(state[name], tensor, rtol=0, atol=5e-5)
+
+
+def test_padded_packed_values_equal_unpadded(make_worker: Callable[..., Any], ragged: Batch) -> None:
+    """``critic.fsdp_config.pad_to_length`` (verl's spelling): the critic's packed row is padded to the bucket and
+    its values are the unpadded packed row's."""
+    values = []
+    for pad in (False, True):
+        worker = make_worker(
+            "critic",
+            critic__model__use_remove_padding=True,
+            critic__fsdp_config__pad_to_length=pad,
+            critic__fsdp_config__pad_to_length_bucket=64,
+        )
+        lengths: list[int] = []
+        embeddings = worker.critic.module.backbone.get_input_embeddings()
+        embeddings.register_forward_pre_hook(lambda _module, args, seen=lengths: seen.append(int(args[0].shape[-1])))
+        worker.critic.module.value_head.bias.data.fill_(0.5)
+        worker.critic.module.value_head.weight.data.normal_(generator=torch.Generator().manual_seed(0))
+        values.append(worker.compute_values(ragged)["values"])
+        assert lengths == [
+            -(-int(ragged["attention_mask"].sum()) // 64) * 64 if pad else int(ragged["attention_mask"].sum())
+        ]
+    assert torch.count_nonzero(values[0]) > 0
+    torch.testing.assert_close(values[1], values[0], atol=1e-5, rtol=1e-5)
+
+
+def test_pad_to_length_needs_packing(make_worker: Callable[..., Any]) -> None:
+    """``pad_to_length`` without ``use_remove_padding`` (nothing is packed) is refused naming both keys, and so is a
+    bucket that is not a positive integer."""
+    with pytest.raises(
+        RLCoreError,
+        match=r"actor_rollout_ref.actor.pad_to_length=true .*actor_rollout_ref.model.use_remove_padding=true",
+    ):
+        make_worker("actor", actor_rollout_ref__actor__pad_to_length=True)
+    with pytest.raises(RLCoreError, match="actor_rollout_ref.actor.pad_to_length_bucket must be a positive integer"):
+        make_worker(
+            "actor",
+            actor_rollout_ref__model__use_remove_padding=True,
+            actor_rollout_ref__actor__pad_to_length=True,
+            actor_rollout_ref__actor__pad_to_length_bucket=0,
+        )

@@ -163,6 +163,11 @@ class ActorConfig(PPOUpdateConfig):
     entropy_from_logits_chunk_size: int = 2048
     #: verl's speed switch: recompute the entropy (a note: changes nothing in rlcore)
     entropy_checkpointing: bool = False
+    #: with model.use_remove_padding: pad each packed micro-batch at its end up to a multiple of
+    #: pad_to_length_bucket tokens, so that kernels see few shapes (FSDP, DeepSpeed; same numbers)
+    pad_to_length: bool = False
+    #: the multiple of pad_to_length, in tokens (rounded up to a multiple of ulysses_sequence_parallel_size)
+    pad_to_length_bucket: int = 1024
     #: the policy loss and its parameters
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     #: what the actor's checkpoints hold

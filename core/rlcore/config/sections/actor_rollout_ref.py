@@ -86,7 +86,8 @@ class ModelConfig(Section):
     target_modules: str | list[str] = "all-linear"
     #: LoRA: modules left without adapters: a regex (full match) or a list of names
     exclude_modules: str | list[str] | None = None
-    #: LoRA: start from the adapter saved in this directory
+    #: LoRA (FSDP): start from the peft adapter saved in this directory; with lora_rank 0 its adapter_config.json
+    #: gives the rank
     lora_adapter_path: str | None = None
     #: multi-token prediction (Megatron backend; the rollout's speculative decoding)
     mtp: MtpConfig = field(default_factory=MtpConfig)
@@ -108,6 +109,10 @@ class RefConfig(LogProbConfig):
     entropy_from_logits_chunk_size: int = 2048
     #: verl's speed switch of the reference (a note: changes nothing in rlcore)
     entropy_checkpointing: bool = False
+    #: the reference's forwards pad packed micro-batches as the actor's pad_to_length does
+    pad_to_length: bool = ref("actor_rollout_ref.actor.pad_to_length")
+    #: the multiple of the reference's pad_to_length, in tokens
+    pad_to_length_bucket: int = ref("actor_rollout_ref.actor.pad_to_length_bucket")
     #: deprecated global micro-batch size (divided over the data-parallel ranks)
     log_prob_micro_batch_size: int | None = None
     #: responses per forward pass on one rank (None: the whole batch)

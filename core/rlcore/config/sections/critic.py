@@ -63,6 +63,11 @@ class CriticConfig(PPOUpdateConfig):
     strategy: str = ref("actor_rollout_ref.actor.strategy")
     #: ranks that split each sequence (Ulysses) in the critic's worker group
     ulysses_sequence_parallel_size: int = 1
+    #: with model.use_remove_padding: pad each packed micro-batch at its end up to a multiple of
+    #: pad_to_length_bucket tokens (as the actor's pad_to_length)
+    pad_to_length: bool = False
+    #: the multiple of pad_to_length, in tokens (rounded up to a multiple of ulysses_sequence_parallel_size)
+    pad_to_length_bucket: int = 1024
     #: prompts per mini-batch (one optimizer step), times ``rollout.n`` responses
     ppo_mini_batch_size: int = ref("actor_rollout_ref.actor.ppo_mini_batch_size")
     #: deprecated global micro-batch size (divided over the data-parallel ranks)

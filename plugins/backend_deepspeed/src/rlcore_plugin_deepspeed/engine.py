@@ -50,6 +50,7 @@ from rlcore.api import (
     grouper_key,
     hf_model,
     load_pretrained,
+    pad_multiple,
     resolve_device,
     response_outputs,
     response_values,
@@ -76,12 +77,14 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
             "the deepspeed backend does not run reward models; set reward_model.strategy=fsdp (or another backend)"
         )
     model = ModelConfig.from_mapping(select(config, model_section))
-    if (model.lora_rank or 0) > 0:
+    if (model.lora_rank or 0) > 0 or model.lora_adapter_path:
         raise RLCoreError(
-            f"{model_section}.lora_rank > 0 (LoRA) is not supported by the deepspeed backend; use strategy=fsdp"
+            f"{model_section}.lora_rank > 0 and {model_section}.lora_adapter_path (LoRA) are not supported by the "
+            "deepspeed backend; use strategy=fsdp"
         )
     sequence_parallel.check_config(config, role, section)
     check_kernel_switches(config, model, model_section)
+    pad_multiple(config, section, model_section)
     device_type = resolve_device(select(config, DEVICE_KEY, "auto")).type
     key = f"{section}.deepspeed_config"
     return resolve_settings(select(config, key), key, device_type)
@@ -134,6 +137,7 @@ class DeepSpeedEngine(OptimizerState):
         self.layout, self.sp = sequence_parallel.from_config(config, section, request.rank, request.world_size)
         self.remove_padding_key = f"{request.model_section}.use_remove_padding"
         self.remove_padding = bool(request.model.use_remove_padding)
+        self.pad_multiple = pad_multiple(config, section, request.model_section)
         self.fused = fused_backend(request.model)
         self.prefix_grouper = grouper_key(config, request.role, section)
         model = self._load_model(request.model, request.model_section)
@@ -187,7 +191,12 @@ class DeepSpeedEngine(OptimizerState):
         if self.role == "critic":
             return ModelOutput(
                 values=response_values(
-                    self.engine, micro, sp=self.sp, remove_padding=padding, remove_padding_key=padding_key
+                    self.engine,
+                    micro,
+                    sp=self.sp,
+                    remove_padding=padding,
+                    remove_padding_key=padding_key,
+                    pad_multiple=self.pad_multiple,
                 )
             )
         return response_outputs(
@@ -201,6 +210,7 @@ class DeepSpeedEngine(OptimizerState):
             remove_padding=padding,
             remove_padding_key=padding_key,
             prefix_grouper=self.prefix_grouper,
+            pad_multiple=self.pad_multiple,
             **(self.routing.forward_kwargs(training=self.module.training) if self.routing is not None else {}),
         )
 

@@ -53,6 +53,7 @@ from rlcore.api import (
     hf_model,
     is_vision_language,
     load_pretrained,
+    pad_multiple,
     response_outputs,
     response_values,
     rope_owner,
@@ -98,6 +99,7 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
     for problem in (check_warmup(config, section), check_turbo_config(config, section)):
         if problem is not None:
             raise RLCoreError(problem)
+    pad_multiple(config, section, model_section)
     return resolve_fsdp_config(select(config, f"{section}.fsdp_config"), f"{section}.fsdp_config")
 
 
@@ -134,6 +136,7 @@ class FSDPEngine(OptimizerState):
         warn_without_native_bf16(self.fsdp, self.device, f"{section}.fsdp_config")
         self.remove_padding_key = f"{request.model_section}.use_remove_padding"
         self.remove_padding = bool(request.model.use_remove_padding)
+        self.pad_multiple = pad_multiple(config, section, request.model_section)
         self.fused = fused_backend(request.model)
         self.prefix_grouper = grouper_key(config, request.role, section)
         self.optimizer: torch.optim.Optimizer | None = None
@@ -226,6 +229,7 @@ class FSDPEngine(OptimizerState):
                 remove_padding=self.remove_padding,
                 remove_padding_key=self.remove_padding_key,
                 sp=self.sp,
+                pad_multiple=self.pad_multiple,
             )
             return ModelOutput(values=values)
         return response_outputs(
@@ -240,6 +244,7 @@ class FSDPEngine(OptimizerState):
             sp=self.sp,
             fused=self.fused,
             prefix_grouper=self.prefix_grouper,
+            pad_multiple=self.pad_multiple,
             **(self.routing.forward_kwargs(training=self.module.training) if self.routing is not None else {}),
         )
 

@@ -1,17 +1,21 @@
-"""LoRA through peft (``actor_rollout_ref.model.lora_rank > 0``): adapters on the actor, merged weights out.
+"""LoRA through peft (``actor_rollout_ref.model.lora_rank > 0`` or a ``lora_adapter_path``): adapters on the actor,
+merged weights out.
 
-The actor is wrapped with ``peft.get_peft_model`` (or loads ``lora_adapter_path``) so that only the adapter
-matrices train. The reference policy is the same model with its adapters disabled. The rollout engine,
+The actor is wrapped with ``peft.get_peft_model`` (or loads ``lora_adapter_path``, whose ``adapter_config.json``
+gives the rank when ``lora_rank`` is 0, as verl's scripts that resume from an adapter expect) so that only the
+adapter matrices train. The reference policy is the same model with its adapters disabled. The rollout engine,
 which knows nothing about adapters, receives merged Hugging Face weights ``W + scaling · B·A`` computed
 from the gathered full state dict, leaving the training model untouched.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,16 +49,36 @@ class LoraSettings:
     exclude_modules: str | list[str] | None = None
 
 
+def adapter_rank(path: str, key: str) -> int:
+    """The rank ``r`` of the peft adapter saved at ``path`` (its ``adapter_config.json``); a folder without one, or
+    one without a positive integer ``r``, is an error naming ``{key}.lora_adapter_path``."""
+    config = Path(path) / "adapter_config.json"
+    try:
+        rank = json.loads(config.read_text()).get("r")
+    except (OSError, ValueError) as exc:
+        raise RLCoreError(
+            f"{key}.lora_adapter_path={path!r}: no peft adapter there ({config} cannot be read: {exc})"
+        ) from exc
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise RLCoreError(f"{key}.lora_adapter_path={path!r}: {config} has no positive integer rank r ({rank!r})")
+    return rank
+
+
 def lora_settings(model: ModelConfig, key: str) -> LoraSettings | None:
     """The LoRA settings of the typed model section ``model`` at ``key``, or None when ``lora_rank`` is 0 or
-    null (LoRA off).
+    null and no ``lora_adapter_path`` is given (LoRA off). With an adapter path and ``lora_rank`` 0 the rank is
+    the adapter's (:func:`adapter_rank`); the adapter must exist either way.
 
     Raises:
-        RLCoreError: an invalid ``lora_rank``, ``lora_alpha`` or ``target_modules``, naming the key.
+        RLCoreError: an invalid ``lora_rank``, ``lora_alpha`` or ``target_modules``, or an adapter path without
+            a peft adapter, naming the key.
     """
     rank = model.lora_rank or 0
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         raise RLCoreError(f"{key}.lora_rank must be a non-negative integer (0 = no LoRA), got {rank!r}")
+    path = model.lora_adapter_path or None
+    if path is not None:
+        rank = rank or adapter_rank(path, key)
     if rank == 0:
         return None
     alpha = model.lora_alpha
@@ -78,12 +102,11 @@ def lora_settings(model: ModelConfig, key: str) -> LoraSettings | None:
             re.compile(excluded)
         except re.error as exc:
             raise RLCoreError(f"{key}.exclude_modules={excluded!r} is not a valid regular expression: {exc}") from exc
-    path = model.lora_adapter_path
     return LoraSettings(
         rank=rank,
         alpha=float(alpha),
         target_modules=targets,
-        adapter_path=path or None,
+        adapter_path=path,
         exclude_modules=excluded or None,
     )
 

@@ -146,16 +146,23 @@ def check_config(config: DictConfig, role: EngineRole, section: str, model_secti
             f"{REPLAY_MODE_KEY}=R2 with {key}.context_parallel_size={settings.cp}: recording the routing needs whole "
             "sequences on a rank; use R3 (the rollout records it) or context_parallel_size=1"
         )
+    if select(config, f"{section}.pad_to_length", False):
+        raise RLCoreError(
+            f"{section}.pad_to_length=true pads packed micro-batches, and rlcore's Megatron engine packs none (it runs "
+            "padded [B, T] micro-batches, verl's bshd layout); set it false, or use strategy=fsdp"
+        )
     ulysses = select(config, f"{section}.ulysses_sequence_parallel_size", 1)
     if ulysses != 1:
         raise RLCoreError(
             f"{section}.ulysses_sequence_parallel_size={ulysses!r}: the megatron backend does not use Ulysses; "
             f"use {key}.tensor_model_parallel_size instead and leave it at 1"
         )
-    if (ModelConfig.from_mapping(select(config, model_section)).lora_rank or 0) > 0:
+    model = ModelConfig.from_mapping(select(config, model_section))
+    if (model.lora_rank or 0) > 0 or model.lora_adapter_path:
         raise RLCoreError(
-            f"{model_section}.lora_rank > 0 configures LoRA on the fsdp backend (peft); the megatron backend reads "
-            f"verl 0.10's {model_section}.lora.rank (and lora.alpha, lora.target_modules, ...)"
+            f"{model_section}.lora_rank > 0 and {model_section}.lora_adapter_path configure LoRA on the fsdp backend "
+            f"(peft); the megatron backend reads verl 0.10's {model_section}.lora.rank (and lora.alpha, "
+            "lora.target_modules, ...)"
         )
     lora = lora_settings(config, role, model_section)
     if settings.sequence_parallel and settings.tp > 1:

@@ -62,10 +62,11 @@ def run_case(
     world_size: int = 1,
     sp: int = 1,
     overrides: dict[str, Any] | None = None,
+    packed_overrides: dict[str, Any] | None = None,
 ) -> dict[str, torch.Tensor | float]:
     """Log-probs and entropies, the update's gradient norm and the log-probs after it, and the critic's
     values, its gradient norm and values after one update, for this rank's data-parallel chunk
-    (``packed``: ``use_remove_padding``)."""
+    (``packed``: ``use_remove_padding``, with ``packed_overrides`` on top of ``overrides``)."""
     from rlcore.api import ActorRolloutRefWorker, CriticWorker
 
     class Settings(TrainingBackendContract):
@@ -85,6 +86,7 @@ def run_case(
             "critic.ppo_micro_batch_size_per_gpu": 2,
             "critic.optim.lr": 1e-2,
             **(overrides or {}),
+            **((packed_overrides or {}) if packed else {}),
         },
     )
     dp_size, dp_rank = world_size // sp, rank // sp
@@ -133,6 +135,7 @@ def run_rank(
     out_dir: str,
     sp: int,
     overrides: dict[str, Any],
+    packed_overrides: dict[str, Any],
 ) -> None:
     """A spawned rank: join a gloo group, run :func:`run_case` padded and packed, save ``rank<r>.pt``."""
     torch.set_num_threads(1)
@@ -140,7 +143,14 @@ def run_rank(
     try:
         results = {
             packed: run_case(
-                strategy, Path(model_dir), packed=packed, rank=rank, world_size=world_size, sp=sp, overrides=overrides
+                strategy,
+                Path(model_dir),
+                packed=packed,
+                rank=rank,
+                world_size=world_size,
+                sp=sp,
+                overrides=overrides,
+                packed_overrides=packed_overrides,
             )
             for packed in (False, True)
         }
@@ -150,10 +160,27 @@ def run_rank(
 
 
 def spawn_ranks(
-    strategy: str, model_dir: Path, out_dir: Path, *, world_size: int, sp: int, overrides: dict[str, Any] | None = None
+    strategy: str,
+    model_dir: Path,
+    out_dir: Path,
+    *,
+    world_size: int,
+    sp: int,
+    overrides: dict[str, Any] | None = None,
+    packed_overrides: dict[str, Any] | None = None,
 ) -> list[dict[bool, dict[str, Any]]]:
-    """Every rank's ``{packed: run_case(...)}`` from ``world_size`` spawned gloo processes."""
-    args = (world_size, str(out_dir / "store"), strategy, str(model_dir), str(out_dir), sp, overrides or {})
+    """Every rank's ``{packed: run_case(...)}`` from ``world_size`` spawned gloo processes (``packed_overrides``
+    only in the packed case)."""
+    args = (
+        world_size,
+        str(out_dir / "store"),
+        strategy,
+        str(model_dir),
+        str(out_dir),
+        sp,
+        overrides or {},
+        packed_overrides or {},
+    )
     spawn(run_rank, args=args, nprocs=world_size)
     return [torch.load(out_dir / f"rank{rank}.pt", weights_only=False) for rank in range(world_size)]
 

@@ -127,6 +127,21 @@ def make_tiny_model_dir(
     return path
 
 
+def make_tiny_lora_adapter(model_dir: str | Path, path: str | Path, *, rank: int = 4, seed: int = 0) -> Path:
+    """Write a peft LoRA adapter of ``rank`` on every linear layer of the model at ``model_dir`` to ``path``
+    (``adapter_config.json`` and its weights), both LoRA matrices random (``init_lora_weights=False``) so that
+    the adapted model differs from the base one."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear", init_lora_weights=False)
+    get_peft_model(model, config).save_pretrained(str(path))
+    return Path(path)
+
+
 def add_mtp_layer(model_dir: str | Path, seed: int = 0) -> Path:
     """Make the tiny Qwen2 at ``model_dir`` a tiny MiMo (in place): one multi-token-prediction layer with MiMo's
     weight names (``model.mtp_layers.0.*``: ``token_layernorm``, ``hidden_layernorm``, ``input_proj`` over
