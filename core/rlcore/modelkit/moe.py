@@ -341,6 +341,13 @@ def _layout(mask: torch.Tensor, packed: bool) -> Callable[[torch.Tensor], torch.
     return layout
 
 
+def _packed_tokens(mask: torch.Tensor, padding: int) -> torch.Tensor:
+    """The tokens of the packed row of a batch with attention ``mask`` and ``padding`` end tokens
+    (:func:`rlcore.modelkit.packing.pack_batch`): True at its attended tokens, False at the end padding."""
+    attended = int(mask.sum())
+    return torch.arange(attended + padding, device=mask.device) < attended
+
+
 def begin_batch(
     routing: MoeRouting, batch: Batch, *, packed: bool, replay: bool, record: bool, padding: int = 0
 ) -> tuple[RoutingPass, Callable[[torch.Tensor], torch.Tensor]]:
@@ -350,8 +357,7 @@ def begin_batch(
     and recompute their routes); with ``replay`` the batch's ``routed_experts`` (if it has them) are replayed.
     Returns the pass and the layout for :meth:`MoeRouting.finish`."""
     mask = batch["attention_mask"]
-    attended = int(mask.sum())
-    valid = torch.arange(attended + padding, device=mask.device) < attended if packed else mask.reshape(-1).bool()
+    valid = _packed_tokens(mask, padding) if packed else mask.reshape(-1).bool()
     wanted = _replay_tokens(batch, mask if packed else None) if replay else None
     if wanted is not None and packed and padding:
         wanted = torch.cat([wanted, wanted.new_full((padding, *wanted.shape[1:]), -1)])
@@ -376,12 +382,9 @@ def begin_sharded(
     sequences, laid out as without ``sp``. Every rank of the group must call :meth:`MoeRouting.finish` with it
     (a collective)."""
     mask = batch["attention_mask"]
-    attended = int(mask.sum())
-    sequence = (
-        (torch.arange(attended + padding, device=mask.device) < attended).to(mask.dtype)[None] if packed else mask
-    )
+    sequence = _packed_tokens(mask, padding).to(mask.dtype)[None] if packed else mask
     rows, length = sequence.shape
-    real = attended if packed else length
+    real = length - padding if packed else length
     padded = padded_length(length, sp)
     wanted = _replay_tokens(batch, mask if packed else None) if replay else None
     if wanted is not None:
