@@ -4,16 +4,24 @@ Tests run in two xdist workers (``-n 2`` in ``pyproject.toml``), each using one 
 subprocesses, Ray actors and vLLM all get one OpenMP thread unless ``OMP_NUM_THREADS`` is already set.
 More threads than free cores make every OpenMP region wait for descheduled threads, which on a 2-core
 machine slowed steps tenfold.
+
+vLLM's engine runs in the process that starts it (vLLM's own switch ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, unless
+the variable is already set). By default vLLM on the CPU spawns an engine-core process and that one a worker
+process, each importing vLLM again: a start took ~31 s of CPU, in-process it takes ~14 s (a second start in the
+same process ~3 s). ``plugins/rollout_vllm/tests/test_weight_sync.py`` keeps vLLM's default, separate processes.
 """
 
 import importlib.util
 import os
+import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 #: the bundled plugins, one folder each (``plugins/<folder>/src/<package>``)
 PLUGINS = Path(__file__).parent / "plugins"
@@ -119,3 +127,14 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
     if package is None or importlib.util.find_spec(package) is not None:
         return None
     return NotInstalledPlugin.from_parent(parent, path=path)
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_after_vllm() -> Iterator[None]:
+    """After each test, give ``torch.set_num_threads`` back where a vLLM engine started in the test's process
+    replaced it: vLLM's CPU worker swaps it process-wide for a function that only warns (guarding its own thread
+    binding), which would turn every later test's and run's thread setting into a no-op."""
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None and "vllm" in sys.modules and torch.set_num_threads is not torch._C.set_num_threads:
+        torch.set_num_threads = torch._C.set_num_threads

@@ -1,13 +1,16 @@
 """Fixtures for the vLLM plugin tests. Tests that start an engine skip cleanly where vLLM cannot be imported.
 
-Starting a vLLM engine on CPU takes 15–30 s (vLLM spawns its engine process and that one its worker process,
-each importing vLLM again), so tests share started engines through :class:`EnginePool`. A rollout config's
+The test run starts vLLM in the test's process (the repository's ``conftest.py`` sets vLLM's
+``VLLM_ENABLE_V1_MULTIPROCESSING=0``): a start there costs ~14 s of CPU, a later one ~3 s. Tests still share
+started engines through :class:`EnginePool`, one pool per test module: while an in-process engine lives, vLLM holds
+a ``torch.distributed`` group and freezes its environment variables in the test's process, so the engines of a
+module stop when it ends, before another module runs in the same xdist worker. A rollout config's
 sampling settings (:data:`SAMPLING_KEYS`) never reach vLLM's start: the engine sends them with each request.
 So the pool starts one vLLM engine per model, dtype and the rest of the config, and hands out for each call
 a new engine object built from the config asked for (the base class's constructor: settings, seed stream,
 weight version 0) around that started vLLM, after reloading the original weights when a test replaced them.
-Each started engine holds about 2.3 GB (its processes and KV cache), so the pool keeps the most recently used
-:data:`POOL_SIZE` and stops the others.
+Each started engine holds its model and KV cache (``rollout.vllm.cpu_kv_cache_gib``), so the pool keeps the most
+recently used :data:`POOL_SIZE` and stops the others.
 """
 
 from __future__ import annotations
@@ -95,9 +98,9 @@ class EnginePool:
         self.engines.clear()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def engine_pool(vllm: Any, tiny_tokenizer: Any) -> Iterator[EnginePool]:
-    """The session's :class:`EnginePool` (needs vLLM)."""
+    """The test module's :class:`EnginePool` (needs vLLM)."""
     pool = EnginePool(tiny_tokenizer)
     yield pool
     pool.close()

@@ -37,8 +37,14 @@ def test_sync_moves_the_engine_to_the_trainer_and_catches_a_broken_sync(
     vllm: Any, tiny_model_dir: Path, tiny_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A hybrid worker starts vLLM on dummy weights and syncs; after an update the engine's log-probs move
-    to the trainer's, the parity metric is recorded, and a sync that does not reach vLLM raises."""
+    to the trainer's, the parity metric is recorded, and a sync that does not reach vLLM raises. vLLM runs as
+    users run it by default, in its own engine and worker processes (the other tests start it in-process): the
+    weights cross a process boundary."""
+    from vllm.v1.engine.core_client import InprocClient
+
     from rlcore.workers.actor import WeightSyncError
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
 
     worker = FSDPSettings.make_actor(
         tiny_model_dir,
@@ -47,6 +53,7 @@ def test_sync_moves_the_engine_to_the_trainer_and_catches_a_broken_sync(
     )
     try:
         engine = worker.rollout_engine
+        assert not isinstance(engine.llm.llm_engine.engine_core, InprocClient), "vLLM ran in the test's process"
         assert worker.config.actor_rollout_ref.rollout.load_format == "dummy" and engine.weight_version == 1
         ids = tiny_tokenizer(PROMPTS[3])["input_ids"]
         before = engine.prompt_log_probs(ids)
@@ -62,10 +69,10 @@ def test_sync_moves_the_engine_to_the_trainer_and_catches_a_broken_sync(
         torch.testing.assert_close(after, trainer_log_probs(worker, tiny_model_dir, ids), atol=1e-4, rtol=0)
 
         train_once(worker, make_batch(tiny_tokenizer, seed=1))
-        monkeypatch.setattr(engine, "update_weights", lambda named_tensors: None)
-        with pytest.raises(WeightSyncError, match="log-probs of a probe sequence differ from the trainer's"):
-            worker.sync_weights()
-        monkeypatch.undo()
+        with monkeypatch.context() as broken:
+            broken.setattr(engine, "update_weights", lambda named_tensors: None)
+            with pytest.raises(WeightSyncError, match="log-probs of a probe sequence differ from the trainer's"):
+                worker.sync_weights()
         assert worker.sync_weights()["rollout/weight_sync_logprob_diff"] < 1e-4
     finally:
         worker.shutdown()
