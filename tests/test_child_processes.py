@@ -113,6 +113,8 @@ with user_call("the daemonising scorer"):
     while not Path({pidfile!r}).exists() or not Path({pidfile!r}).read_text().strip():
         time.sleep(0.01)
 daemon = int(Path({pidfile!r}).read_text())
+while Path(f"/proc/{{daemon}}/comm").read_text().strip() != "sleep":  # the pid is written before the exec
+    time.sleep(0.01)
 print(daemon, os.getppid() != os.getpid(), flush=True)
 print(kill_leftovers(), flush=True)
 """
