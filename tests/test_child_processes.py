@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from rlcore_testkit.contracts.rewards import make_reward_batch
 from rlcore_testkit.runs import make_tiny_task, tiny_overrides
 
 from rlcore.child_processes import kill_leftovers
+from rlcore.cli import cli
 from rlcore.config.sections.reward_model import RewardModelConfig
 from rlcore.reward.managers import NaiveRewardManager
 
@@ -111,6 +113,8 @@ with user_call("the daemonising scorer"):
     while not Path({pidfile!r}).exists() or not Path({pidfile!r}).read_text().strip():
         time.sleep(0.01)
 daemon = int(Path({pidfile!r}).read_text())
+while Path(f"/proc/{{daemon}}/comm").read_text().strip() != "sleep":  # the pid is written before the exec
+    time.sleep(0.01)
 print(daemon, os.getppid() != os.getpid(), flush=True)
 print(kill_leftovers(), flush=True)
 """
@@ -129,6 +133,7 @@ def test_a_daemon_that_double_forks_is_found_through_the_subreaper(tmp_path: Pat
 TERMINAL = """
 import os, pty, subprocess
 from rlcore.child_processes import kill_leftovers
+from rlcore.cli import cli
 from rlcore.usercode import user_call
 
 master, terminal = pty.openpty()
@@ -204,7 +209,9 @@ def test_rlcore_run_piped_ends_with_the_run_and_kills_what_its_scorer_left(
 
 
 def test_the_run_ends_the_helpers_when_it_fails(tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]) -> None:
-    """However the run ends: here a scorer error that stops it (the helper started at the first sample)."""
+    """However the run ends: here a scorer error that stops it (the helper started at the first sample).
+    ``rlcore run`` in this process, through click's test runner: the run's own end kills them, not the end of
+    a process."""
     pids = tmp_path / "helper.pids"
     reward = tmp_path / "failing_reward.py"
     reward.write_text(
@@ -218,12 +225,9 @@ def test_the_run_ends_the_helpers_when_it_fails(tmp_path: Path, tiny_model_dir: 
         "reward_model.scorer_timeout=0",
         "trainer.test_freq=-1",
     ]
-    with open(tmp_path / "output", "w+") as output:  # a file: the run's end is not the end of a pipe
-        proc = subprocess.run([sys.executable, "-m", "rlcore", "run", *args], stdout=output, stderr=output, timeout=600)
-        output.seek(0)
-        text = output.read()
-    assert proc.returncode == 2, text
-    assert "error: the scorer gives up" in text
+    result = CliRunner().invoke(cli, ["run", *args], prog_name="rlcore", catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert "error: the scorer gives up" in result.stderr
     assert _wait_dead([int(pid) for pid in pids.read_text().split()]) == []
     (run_dir,) = (tmp_path / "runs").glob("*/*")
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed: the scorer gives up"

@@ -37,31 +37,25 @@ def test_usable_cpus_is_at_most_the_affinity() -> None:
     assert 1 <= usable_cpus() <= len(os.sched_getaffinity(0))
 
 
-def test_cpu_threads_setting_and_default() -> None:
+def test_cpu_threads_setting_and_default(monkeypatch: pytest.MonkeyPatch) -> None:
     """``trainer.cpu_threads`` sets torch's threads; without it, a torch about to use more threads than the
-    process may run on is brought down to that, unless ``OMP_NUM_THREADS`` is set (then it stands)."""
-    script = (
-        "import sys, torch; torch.set_num_threads(64)\n"
-        "from rlcore.process_env import set_cpu_threads, usable_cpus\n"
-        "print(set_cpu_threads(int(sys.argv[1]) or None), usable_cpus())\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    process may run on is brought down to that, unless ``OMP_NUM_THREADS`` is set (then it stands). In this
+    process (``set_cpu_threads`` reads the variable when called); torch's setting is given back."""
+    import torch
 
-    def threads(setting: int, **extra: str) -> list[int]:
-        out = subprocess.run(
-            [sys.executable, "-c", script, str(setting)],
-            env={**env, **extra},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert out.returncode == 0, out.stderr[-2000:]
-        return [int(word) for word in out.stdout.split()]
+    from rlcore.process_env import set_cpu_threads
 
-    used, cpus = threads(0)
-    assert used == cpus
-    assert threads(0, OMP_NUM_THREADS="1")[0] == 64
-    assert threads(3, OMP_NUM_THREADS="1")[0] == 3
+    previous = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    try:
+        torch.set_num_threads(64)
+        assert set_cpu_threads(None) == usable_cpus() == torch.get_num_threads()
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        torch.set_num_threads(64)
+        assert set_cpu_threads(None) == 64
+        assert set_cpu_threads(3) == 3 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(previous)
 
 
 def test_cpu_threads_must_be_a_positive_integer() -> None:

@@ -58,12 +58,22 @@ def _largest_file(folder: Path) -> Path:
     return max((p for p in folder.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
 
 
+@pytest.fixture(scope="module")
+def two_checkpoints(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, task: dict[str, Path]) -> Path:
+    """The checkpoint folder of one tiny run saving steps 1 and 2 (each test damages its own copy)."""
+    tmp = tmp_path_factory.mktemp("two-checkpoints")
+    tiny_run(tmp, tiny_model_dir, task, "trainer.save_freq=1", "trainer.test_freq=-1")
+    return tmp / "ckpt"
+
+
 @pytest.mark.parametrize("truncate", [False, True], ids=["overwritten", "truncated"])
 def test_a_damaged_checkpoint_is_named_and_the_newest_intact_one_resumed(
-    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path], truncate: bool, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, two_checkpoints: Path, truncate: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    tiny_run(tmp_path, tiny_model_dir, task, "trainer.save_freq=1", "trainer.test_freq=-1")
+    import shutil
+
     root = tmp_path / "ckpt"
+    shutil.copytree(two_checkpoints, root)
     shard = _largest_file(root / "global_step_2")
     _damage(shard, truncate)
     with caplog.at_level("WARNING"):

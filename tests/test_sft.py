@@ -6,6 +6,7 @@ first one's checkpoints aside."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -117,16 +118,23 @@ def test_fsdp_and_megatron_give_the_same_loss_curve(
     assert fsdp[-1]["train/loss"] < fsdp[1]["train/loss"]
 
 
-def test_the_checkpoint_trains_with_rlcore_run(tmp_path: Path, tiny_model_dir: Path, sft_data: dict[str, Path]) -> None:
+@pytest.fixture(scope="module")
+def two_step_sft(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, sft_data: dict[str, Path]) -> Path:
+    """The checkpoint folder of a finished two-step ``rlcore sft`` (read only: a test that changes it copies it)."""
+    tmp = tmp_path_factory.mktemp("two-step-sft")
+    sft(tmp, tiny_model_dir, sft_data, "trainer.total_training_steps=2")
+    return tmp / "ckpt"
+
+
+def test_the_checkpoint_trains_with_rlcore_run(tmp_path: Path, two_step_sft: Path) -> None:
     """The SFT checkpoint's ``huggingface/`` folder is a model ``rlcore run`` trains (two GRPO steps)."""
-    sft(tmp_path / "sft", tiny_model_dir, sft_data, "trainer.total_training_steps=2")
-    exported = tmp_path / "sft" / "ckpt" / "global_step_2" / "actor" / "huggingface"
+    exported = two_step_sft / "global_step_2" / "actor" / "huggingface"
     assert (exported / "tokenizer.json").is_file() and (exported / "config.json").is_file()
     task = make_tiny_task(tmp_path / "task")
     last, _ = tiny_run(tmp_path / "rl", exported, task)
     assert "actor/pg_loss" in last and last["training/global_step"] == 2
 
-    sft_checkpoint = tmp_path / "sft" / "ckpt" / "global_step_2"  # an SFT checkpoint is never an RL run's step 2
+    sft_checkpoint = two_step_sft / "global_step_2"  # an SFT checkpoint is never an RL run's step 2
     with pytest.raises(RLCoreError, match=r"cannot be resumed by this run: kind \(sft -> rl\); .*huggingface"):
         tiny_run(
             tmp_path / "resumed",
@@ -140,12 +148,13 @@ def test_the_checkpoint_trains_with_rlcore_run(tmp_path: Path, tiny_model_dir: P
 
 
 def test_a_fresh_run_after_a_finished_one_moves_its_checkpoints_aside(
-    tmp_path: Path, tiny_model_dir: Path, sft_data: dict[str, Path]
+    tmp_path: Path, tiny_model_dir: Path, sft_data: dict[str, Path], two_step_sft: Path
 ) -> None:
     """Repeating a finished ``rlcore sft`` starts afresh, as ``rlcore run`` does: the first run's checkpoint
-    moves to ``previous/`` unchanged, and the new one records the new run."""
-    sft(tmp_path, tiny_model_dir, sft_data, "trainer.total_training_steps=2")
+    moves to ``previous/`` unchanged, and the new one records the new run (the first run's checkpoints are a
+    copy of the module's two-step run's)."""
     root = tmp_path / "ckpt"
+    shutil.copytree(two_step_sft, root)
     first = weights(root / "global_step_2" / "actor" / "huggingface")
     first_run = json.loads((root / "global_step_2" / RUN_FILE).read_text())["run_id"]
     rows, _ = sft(tmp_path, tiny_model_dir, sft_data, "trainer.total_training_steps=2", "optim.lr=3e-3")

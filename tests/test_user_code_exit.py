@@ -24,12 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from rlcore_plugin_agents.tools import ToolExecutor
 from rlcore_testkit.contracts.rewards import make_reward_batch
 from rlcore_testkit.runs import dry_run, make_tiny_task, tiny_overrides, tiny_run
 
 import rlcore
 from rlcore.api import Tool, ToolCall
+from rlcore.cli import cli
 from rlcore.config.schema import CustomRewardFunctionConfig
 from rlcore.config.sections.reward_model import RewardModelConfig
 from rlcore.graceful_stop import SignalInterrupt, StopRequest
@@ -319,15 +321,15 @@ def test_a_dataset_raising_keyboard_interrupt_is_not_taken_for_ctrl_c(
 def test_rlcore_run_exits_non_zero_with_one_line_when_the_reward_file_exits(
     tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
 ) -> None:
+    """``rlcore run`` in this process (click's test runner gives the exit status a ``SystemExit`` carries: 0 had
+    the reward file's ``sys.exit(0)`` ended the command)."""
     reward = tmp_path / "exiting_reward.py"
     reward.write_text("import sys\nsys.exit(0)\n\ndef compute_score(**kwargs):\n    return 1.0\n")
     args = [*tiny_overrides(tmp_path, tiny_model_dir, task), f"custom_reward_function.path={reward}"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "rlcore", "run", *args], capture_output=True, text=True, timeout=600, check=False
-    )
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    result = CliRunner().invoke(cli, ["run", *args], prog_name="rlcore", catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert errors == [
         f"error: custom_reward_function.path={str(reward)!r}: importing the file tried to end the run: "
         f"SystemExit(0) raised at {reward}:2 (in <module>); a file rlcore imports must not end the process"

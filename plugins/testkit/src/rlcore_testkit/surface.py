@@ -125,10 +125,17 @@ def _is_public(name: str, dunders: bool = False) -> bool:
     return not name.startswith("_") or (dunders and name in ("__init__", "__call__"))
 
 
-def module_surface(module: str, package: Path = PACKAGE, depth: int = 0) -> dict[str, Any]:
+def module_surface(
+    module: str, package: Path = PACKAGE, depth: int = 0, built: dict[tuple[str, int], dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The public names of ``module`` with their surfaces; a name re-exported from another rlcore module is
     resolved there (so is a name of a lazy ``_LAZY = {name: module}`` table). Without ``__all__``, a module's
-    public names are those it defines (a package's ``__init__`` also exports what it imports)."""
+    public names are those it defines (a package's ``__init__`` also exports what it imports). ``built``: the
+    surfaces this walk over ``package`` already built, by module and depth (each module is read once per depth;
+    without it, once per name resolved there)."""
+    built = {} if built is None else built
+    if (module, depth) in built:
+        return built[module, depth]
     path = module_file(module, package)
     if path is None:
         raise SurfaceError(f"public module {module} has no source file under {package}")
@@ -168,9 +175,10 @@ def module_surface(module: str, package: Path = PACKAGE, depth: int = 0) -> dict
             surface[name] = defined[name]
         elif name in imported:
             source, original = imported[name]
-            surface[name] = _resolve(source, original, package, depth)
+            surface[name] = _resolve(source, original, package, depth, built)
         else:
             surface[name] = f"{name} (in __all__, not found)"
+    built[module, depth] = surface
     return surface
 
 
@@ -207,7 +215,7 @@ def _absolute(module: str, path: Path, node: ast.ImportFrom) -> str:
     return ".".join([*base, *([node.module] if node.module else [])])
 
 
-def _resolve(source: str, name: str, package: Path, depth: int) -> Any:
+def _resolve(source: str, name: str, package: Path, depth: int, built: dict[tuple[str, int], dict[str, Any]]) -> Any:
     """The surface of ``name`` imported from ``source``: looked up there when it is an rlcore module."""
     if not source.startswith("rlcore") or depth > 5:
         return f"from {source} import {name}"
@@ -215,7 +223,7 @@ def _resolve(source: str, name: str, package: Path, depth: int) -> Any:
         return f"module {source}.{name}"
     if module_file(source, package) is None:
         return f"from {source} import {name}"
-    return module_surface(source, package, depth + 1).get(name, f"from {source} import {name}")
+    return module_surface(source, package, depth + 1, built).get(name, f"from {source} import {name}")
 
 
 def hookspec_surface(package: Path = PACKAGE) -> dict[str, str]:
@@ -241,12 +249,13 @@ def register_surface(package: Path = PACKAGE) -> str:
 
 def current_surface(package: Path = PACKAGE) -> dict[str, Any]:
     """The plugin API's surface as it is in the source under ``package``."""
+    built: dict[tuple[str, int], dict[str, Any]] = {}
     return {
         "kinds": {spec.name: spec.hook for spec in COMPONENT_KINDS},
         "hooks": hookspec_surface(package),
         "register": register_surface(package),
         "public_modules": list(PUBLIC_MODULES),
-        "modules": {module: module_surface(module, package) for module in public_module_names(package)},
+        "modules": {module: module_surface(module, package, 0, built) for module in public_module_names(package)},
     }
 
 
