@@ -56,11 +56,14 @@ def test_model_engine_selects_the_engine_defaults(args: tuple[str, ...], actor: 
             "model_engine=torchtitan actor_rollout_ref.actor.torchtitan.pipeline_parallel_size=2",
             "rlcore's FSDP engine (which trains model_engine=torchtitan here) has no equal for: tensor, pipeline",
         ),
-        ("actor@actor_rollout_ref.actor=mlite_actor", "verl's Megatron-Lite engine is not in rlcore"),
+        (
+            "actor@actor_rollout_ref.actor=mlite_actor actor_rollout_ref.actor.engine.model_name=kimi",
+            "rlcore's Megatron engine (which trains mlite_actor here) has no equal for",
+        ),
         ("actor@actor_rollout_ref.actor=dp_critic", "verl's options of this group end in '_actor'"),
         (
             "actor_rollout_ref.actor.engine.tp=2",
-            "verl's Megatron-Lite engine (actor@actor_rollout_ref.actor=mlite_actor)",
+            "actor_rollout_ref.actor.engine.tp: a setting of verl's Megatron-Lite engine, read only when the role",
         ),
         ("actor_rollout_ref.ref.strategy=deepspeed", "actor_rollout_ref.ref.strategy='deepspeed' differs from"),
         ("ref@actor_rollout_ref.ref=megatron_ref", "actor_rollout_ref.ref.strategy='megatron' differs from"),

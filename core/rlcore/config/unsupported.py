@@ -181,7 +181,10 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         ("actor_rollout_ref.rollout.mtp", "critic.model.mtp", "reward_model.rollout.mtp"),
     ),
     MissingFeature(
-        "verl's Megatron-Lite engine (actor@actor_rollout_ref.actor=mlite_actor)",
+        "verl's Megatron-Lite engine settings that rlcore's Megatron engine (which trains mlite_actor here) has no "
+        "equal for: its model and implementation choices (model_name, impl, custom_backend_module), the export dtype, "
+        "the router's auxiliary-loss coefficient, its forward-only switch and impl_cfg keys other than use_thd, "
+        "optimizer and recompute",
         ("actor_rollout_ref.actor.engine", "actor_rollout_ref.ref.engine", "critic.engine"),
     ),
     MissingFeature(
