@@ -79,8 +79,13 @@ SERVING_ENGINE_KEYS = (
     "skip_tokenizer_init",
 )
 #: a distillation teacher's (``teacher_models.<name>.inference.*``): no counterpart where the teacher is scored by
-#: the training backend's forward
-TEACHER_SERVING_KEYS = (*SERVING_ENGINE_KEYS, "prompt_length", "response_length", "temperature")
+#: the training backend's forward (its expert-parallel size is rlcore-plugin-distill's: a layout of verl's server)
+TEACHER_SERVING_KEYS = (
+    *(key for key in SERVING_ENGINE_KEYS if key != "expert_parallel_size"),
+    "prompt_length",
+    "response_length",
+    "temperature",
+)
 
 MISSING_FEATURES: tuple[MissingFeature, ...] = (
     MissingFeature(
@@ -577,10 +582,7 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         "a serving engine for distillation teachers (rlcore-plugin-distill scores them with the training backend's "
         "forward at temperature 1)",
         tuple(f"distillation.teacher_models.*.inference.{name}" for name in TEACHER_SERVING_KEYS),
-        off={
-            "distillation.teacher_models.teacher_model.inference.temperature": 1.0,
-            "distillation.teacher_models.teacher_model.inference.expert_parallel_size": 1,
-        },
+        off={"distillation.teacher_models.teacher_model.inference.temperature": 1.0},
     ),
 )
 
