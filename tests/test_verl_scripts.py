@@ -154,6 +154,8 @@ EXPECTED: dict[str, str | None] = {
     # trainer.n_gpus_per_node from a variable the script leaves to the user
     "examples/gspo_trainer/run_qwen30b_gspo.sh": "n_gpus_per_node='' has the wrong type",
     "examples/ppo_trainer/run_moonlight16b_a3b_gsm8k_megatron.sh": MEGATRON,
+    # v0.9.0's Moonlight GRPO script: $DIST_CKPT_PATH as the older one
+    "examples/grpo_trainer/run_moonlight_16b_a3b_megatron.sh": MEGATRON,
     # routing replay R3 with SGLang, which does not return the routing (rollout.skip_tokenizer_init=True is accepted)
     "examples/router_replay/run_qwen30_a3b_megatron_sglang.sh": "rollout.name=sglang: this engine does not return it",
     "examples/router_replay/run_qwen30_a3b_megatron_vllm.sh": MEGATRON,  # router_replay.mode=R2 on Megatron
@@ -205,6 +207,7 @@ ADAPTER_SCRIPTS = {"examples/tuning/lora/run_qwen3_8b_from_adapter_fsdp.sh"}
 #: of another model would pass a dry run that reads only its marker)
 DIST_SCRIPTS = {
     "examples/grpo_trainer/run_moonlight16b_math_megatron.sh",
+    "examples/grpo_trainer/run_moonlight_16b_a3b_megatron.sh",
     "examples/ppo_trainer/run_moonlight16b_a3b_gsm8k_megatron.sh",
 }
 #: mixture-of-experts scripts (expert parallelism, routing replay) run with a tiny Qwen3-MoE
@@ -214,6 +217,7 @@ MOE_SCRIPTS = {
         "grpo_trainer/run_deepseek671b_math_megatron_80gb",
         "grpo_trainer/run_deepseek671b_math_megatron_96gb",
         "grpo_trainer/run_moonlight16b_math_megatron",
+        "grpo_trainer/run_moonlight_16b_a3b_megatron",
         "grpo_trainer/run_qwen3-235b_megatron_96gb",
         "grpo_trainer/run_qwen3moe-30b_megatron_96gb",
         "grpo_trainer/run_qwen3moe-30b_megatron_lora",

@@ -139,12 +139,17 @@ def localised(
 
 def data_parallel_line(arguments: list[str]) -> str:
     """The run plan's data-parallel line for a Megatron script: world = GPUs per node × nodes, split into
-    world ÷ (the actor's tensor × pipeline × context parallel size) data-parallel ranks."""
+    world ÷ (the actor's tensor × pipeline × context parallel size) data-parallel ranks (the sizes of its
+    ``megatron`` section, or of Megatron-Lite's ``engine``)."""
     values = dict(word.lstrip("+").split("=", 1) for word in arguments if "=" in word)
     world = int(values.get("trainer.n_gpus_per_node", 1)) * int(values.get("trainer.nnodes", 1))
     model_parallel = 1
-    for size in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
-        model_parallel *= int(values.get(f"actor_rollout_ref.actor.megatron.{size}", 1))
+    sizes = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp", "context_parallel_size": "cp"}
+    for size, lite in sizes.items():
+        given = values.get(
+            f"actor_rollout_ref.actor.megatron.{size}", values.get(f"actor_rollout_ref.actor.engine.{lite}")
+        )
+        model_parallel *= int(given or 1)
     return f"data-parallel ranks: {world // model_parallel} (of {world} ranks)"
 
 
