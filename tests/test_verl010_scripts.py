@@ -168,9 +168,14 @@ MOE_SCRIPTS = {
     "examples/grpo_trainer/run_qwen3_5_35b_megatron_lite.sh",
     "examples/grpo_trainer/run_kimi_k2_6_glm5_1_megatron_lite.sh",
     "examples/grpo_trainer/run_moonlight_16b_a3b_megatron.sh",
+    "examples/ascend_extras/grpo_trainer/run_qwen3_30b_a3b_megatron.sh",
 }
-#: scripts that start from a megatron-core distributed checkpoint ($DIST_CKPT_PATH): given the tiny MoE's
-DIST_SCRIPTS = {"examples/grpo_trainer/run_moonlight_16b_a3b_megatron.sh"}
+#: scripts that start from a megatron-core distributed checkpoint ($DIST_CKPT_PATH, or the Ascend script's
+#: $MCORE_MODEL_PATH default): given the tiny MoE's
+DIST_SCRIPTS = {
+    "examples/grpo_trainer/run_moonlight_16b_a3b_megatron.sh",
+    "examples/ascend_extras/grpo_trainer/run_qwen3_30b_a3b_megatron.sh",
+}
 #: scripts that resume LoRA from a saved adapter: run with a tiny adapter of the tiny model
 ADAPTER_SCRIPTS = {"examples/tuning/lora/run_qwen3_8b_from_adapter_fsdp.sh"}
 

@@ -136,7 +136,7 @@ def test_the_plan_names_the_substitution_and_each_kept_key() -> None:
         "actor_rollout_ref.actor.engine.strategy=mlite (verl's Megatron-Lite engine): trained by rlcore's Megatron engine"
     ) in result.output
     assert f"{ENGINE}.attention_backend_override=flash: the attention kernel changes speed" in result.output
-    assert f"{ENGINE}.impl_cfg.use_thd=True: packed sequences without padding" in result.output
+    assert f"{ENGINE}.impl_cfg.use_thd=True: Megatron-Lite always packs sequences" in result.output
     assert f"{ENGINE}.impl_cfg.optimizer=dist_opt: one data-parallel and one expert-data-parallel rank" in result.output
     assert "data-parallel ranks: 1 (of 2 ranks)" in result.output
 

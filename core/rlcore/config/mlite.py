@@ -96,7 +96,7 @@ def _check_noted(role: str, rest: str, value: Any) -> str | None:
     it is fine."""
     key = f"{role}.{SECTION}.{rest}"
     if rest == "impl_cfg.use_thd" and value is not True:
-        return f"{key}={value!r}: Megatron-Lite trains packed (THD) sequences only, as rlcore does; set true"
+        return f"{key}={value!r}: Megatron-Lite trains packed (THD) sequences only (it refuses false too); set true"
     if rest == "impl_cfg.optimizer" and value not in OPTIMIZERS:
         return f"{key}={value!r}: Megatron-Lite's optimizer paths are {' and '.join(OPTIMIZERS)}"
     return None

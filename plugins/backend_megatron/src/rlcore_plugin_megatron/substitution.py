@@ -56,7 +56,10 @@ EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")
 #: the speed choices of ``<role>.engine`` kept for a note -> why the numbers stay the same
 MLITE_SPEED: dict[str, str] = {
     "attention_backend_override": "the attention kernel changes speed, not the numbers",
-    "impl_cfg.use_thd": "packed sequences without padding, as this engine trains them",
+    "impl_cfg.use_thd": (
+        "Megatron-Lite always packs sequences (THD; false is an error in Megatron-Lite too); rlcore's Megatron engine "
+        "computes padded rows with the padding masked: the same log-probs, another speed"
+    ),
 }
 
 
