@@ -13,6 +13,7 @@ own functions and planner, saves them with ``torch.distributed.checkpoint.save``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from megatron.core.dist_checkpointing.strategies.torch import (
     _replace_state_dict_keys_with_sharded_keys,
     mcore_to_pyt_state_dict,
 )
+from megatron.core.transformer.module import MegatronModule
 from torch.distributed.checkpoint.api import CheckpointException
 
 from rlcore.api import RLCoreError
@@ -39,7 +41,7 @@ OUTPUT_LAYER = "output_layer"
 COMMON_FILE = "common.pt"
 
 
-def _sharded(chunk: torch.nn.Module, value_head: bool) -> dict[str, Any]:
+def _sharded(chunk: MegatronModule, value_head: bool) -> dict[str, Any]:
     """The chunk's sharded state dict (without the output layer for a value model)."""
     state = chunk.sharded_state_dict()
     if value_head:
@@ -47,7 +49,7 @@ def _sharded(chunk: torch.nn.Module, value_head: bool) -> dict[str, Any]:
     return state
 
 
-def load_dist_checkpoint(chunks: list[torch.nn.Module], directory: Path, key: str, *, value_head: bool) -> None:
+def load_dist_checkpoint(chunks: Sequence[MegatronModule], directory: Path, key: str, *, value_head: bool) -> None:
     """Load every model chunk from the megatron-core distributed checkpoint in ``directory`` (in place); an error
     naming ``key`` and the folder when megatron-core cannot read it into these chunks (another model, other
     shapes)."""
@@ -66,7 +68,7 @@ def load_dist_checkpoint(chunks: list[torch.nn.Module], directory: Path, key: st
             ) from exc
 
 
-def save_dist_checkpoint(chunks: list[torch.nn.Module], directory: Path) -> None:
+def save_dist_checkpoint(chunks: Sequence[MegatronModule], directory: Path) -> None:
     """Write the model chunks as a megatron-core distributed checkpoint (``torch_dist``) into ``directory``, on any
     device; every rank of the default process group calls it."""
     directory.mkdir(parents=True, exist_ok=True)
