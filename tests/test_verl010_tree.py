@@ -97,6 +97,10 @@ def test_model_engine_selects_the_engine_defaults(args: tuple[str, ...], actor: 
         ("algorithm.filter_groups.max_inflight_gen_batches=2", "rlcore generates one round at a time"),
         ("data.function_tool_path=tools.py", "tools defined as Python functions"),
         ("data.audio_key=sound", "audio input and extra multimodal processor arguments"),
+        (
+            "data.continuous_token.enable=true data.continuous_token.model_family=deepseekv4",
+            "data.continuous_token.enable, data.continuous_token.model_family: verl v0.9's continuous-token prompts",
+        ),
         ("critic.model.use_fused_kernels=true", "these model options of verl on the critic"),
         ("critic.model.mtp.enable=true", "multi-token prediction (MTP)"),
         ("actor_rollout_ref.rollout.moe_load_balance_metrics_interval=10", "MoE load-balance metrics"),

@@ -584,6 +584,12 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         tuple(f"distillation.teacher_models.*.inference.{name}" for name in TEACHER_SERVING_KEYS),
         off={"distillation.teacher_models.teacher_model.inference.temperature": 1.0},
     ),
+    MissingFeature(
+        "verl v0.9's continuous-token prompts (data.continuous_token: a model family's own encoder builds the token ids "
+        "of the prompt and of later turns, DeepSeek-V4's; rlcore renders prompts with the tokenizer's chat template)",
+        ("data.continuous_token",),
+        off={"data.continuous_token.enable": False},
+    ),
 )
 
 #: values rlcore's keys accept but cannot honour yet: key -> (is the value unsupported?, feature)
