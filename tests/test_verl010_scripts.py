@@ -146,7 +146,7 @@ NOTES: dict[str, str] = {
         "actor_rollout_ref.actor.policy_loss.tau_pos=1.0 has no effect: verl's SAPO loss and rlcore read"
     ),
     "examples/grpo_trainer/run_qwen3_5_35b_megatron_lite.sh": (
-        "actor_rollout_ref.actor.engine.strategy=mlite (verl's Megatron-Lite engine): trained by rlcore's Megatron "
+        "actor_rollout_ref.actor: verl's Megatron-Lite engine (engine.strategy=mlite): trained by rlcore's Megatron "
         "engine"
     ),
     "examples/grpo_trainer/run_moonlight_16b_a3b_megatron.sh": (

@@ -133,12 +133,24 @@ def test_the_plan_names_the_substitution_and_each_kept_key() -> None:
     )
     assert result.exit_code == 0, result.output
     assert (
-        "actor_rollout_ref.actor.engine.strategy=mlite (verl's Megatron-Lite engine): trained by rlcore's Megatron engine"
+        "actor_rollout_ref.actor: verl's Megatron-Lite engine (engine.strategy=mlite): trained by rlcore's Megatron engine"
     ) in result.output
     assert f"{ENGINE}.attention_backend_override=flash: the attention kernel changes speed" in result.output
     assert f"{ENGINE}.impl_cfg.use_thd=True: Megatron-Lite always packs sequences" in result.output
     assert f"{ENGINE}.impl_cfg.optimizer=dist_opt: one data-parallel and one expert-data-parallel rank" in result.output
     assert "data-parallel ranks: 1 (of 2 ranks)" in result.output
+
+
+def test_model_engine_mlite_names_every_role_in_one_line() -> None:
+    """``model_engine=mlite`` chooses Megatron-Lite for the actor, the reference and the critic: one substitution
+    line names the three roles; each role's Megatron-Lite keys map onto its own Megatron section."""
+    config = load_config(overrides=["model_engine=mlite", "critic.engine.tp=2", "critic.engine.param_offload=true"])
+    assert (config.critic.megatron.tensor_model_parallel_size, config.critic.megatron.param_offload) == (2, True)
+    result = dry_run("model_engine=mlite", "trainer.n_gpus_per_node=1")
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if "Megatron-Lite engine" in line]
+    assert len(lines) == 1
+    assert lines[0].startswith("actor_rollout_ref.actor, actor_rollout_ref.ref, critic: verl's Megatron-Lite engine")
 
 
 def test_a_sharded_optimizer_over_several_data_parallel_ranks_is_refused() -> None:

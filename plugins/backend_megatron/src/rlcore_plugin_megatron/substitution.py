@@ -102,13 +102,13 @@ def _optimizer_line(config: DictConfig, role: str) -> str:
 
 
 def mlite_plan_lines(config: DictConfig) -> list[str]:
-    """The substitution line of each role that chose Megatron-Lite (verl's ``<role>.engine.strategy: mlite`` marks
-    it) and a note per speed choice kept in its ``engine`` section; nothing otherwise."""
-    lines = []
-    for role in MLITE_ROLES:
-        if select(config, f"{role}.engine.strategy") != "mlite":
-            continue
-        lines.append(f"{role}.engine.strategy=mlite (verl's Megatron-Lite engine): {MLITE_LINE}")
+    """The substitution line naming the roles that chose Megatron-Lite (verl's ``<role>.engine.strategy: mlite``
+    marks them) and a note per speed choice kept in their ``engine`` sections; nothing otherwise."""
+    roles = [role for role in MLITE_ROLES if select(config, f"{role}.engine.strategy") == "mlite"]
+    if not roles:
+        return []
+    lines = [f"{', '.join(roles)}: verl's Megatron-Lite engine (engine.strategy=mlite): {MLITE_LINE}"]
+    for role in roles:
         for name, why in MLITE_SPEED.items():
             value = select(config, f"{role}.engine.{name}")
             if value is not None:
