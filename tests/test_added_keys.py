@@ -181,14 +181,14 @@ def test_a_teacher_entry_takes_any_name_and_a_teachers_keys() -> None:
     assert [(t.name, t.model_path) for t in distillation_settings(config).teachers] == [("gsm8k", "/m")]
     result = dry_run(
         "+distillation.teacher_models.gsm8k.nope=1",
-        "+distillation.teacher_models.gsm8k.inference.expert_parallel_size=2",
+        "+distillation.teacher_models.gsm8k.inference.enforce_eager=true",
     )
     assert result.exit_code == 2
     assert (
         "unknown config key '+distillation.teacher_models.gsm8k.nope': rlcore has no such key, and "
         "distillation.teacher_models.gsm8k takes no added keys." in result.output
     )
-    assert "distillation.teacher_models.gsm8k.inference.expert_parallel_size: a serving engine for distillation" in (
+    assert "distillation.teacher_models.gsm8k.inference.enforce_eager: a serving engine for distillation" in (
         result.output
     )
 

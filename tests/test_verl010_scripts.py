@@ -1,7 +1,7 @@
 """verl 0.10's own example scripts, run through ``rlcore run --dry-run`` with only the entry point swapped.
 
 The scripts under ``tests/verl010_examples/`` are unmodified copies from verl 0.10.0.dev (see the NOTICE there):
-a sample of 47 of the 82 scripts of its ``examples/`` that call ``verl.trainer.main_ppo`` and are not for Ascend
+a sample of 51 of the 82 scripts of its ``examples/`` that call ``verl.trainer.main_ppo`` and are not for Ascend
 NPUs only, plus four Ascend ones whose keys rlcore maps (verl's NPU profiler, the rollout's graph batch sizes), spread over its algorithms (GRPO, PPO, GSPO, CISPO, DPPO, GDPO, GMPO, GPG, OTB, RLOO, ReMax,
 REINFORCE++, SAPO, on-policy distillation, MTP, rollout correction, prefix grouper) and engines (FSDP, Megatron
 through ``model_engine=megatron``, LoRA, profiling). They run the way ``tests/test_verl_scripts.py`` runs 0.9's
@@ -32,6 +32,7 @@ from tests.verl_scripts_harness import (  # noqa: F401 (the fixtures are used by
     localised,
     tiny_lora_adapter_fixture,
     tiny_moe_dir_fixture,
+    tiny_moe_dist_checkpoint_fixture,
     tiny_task_fixture,
     tiny_vl_task_fixture,
     tiny_vlm_dir_fixture,
@@ -43,12 +44,14 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "from-verl.md"
 
 # the obstacles: each a name (as docs/from-verl.md spells it) and a text of the error line that names it
 MEGATRON_FSDP = "megatron.use_megatron_fsdp"
+MLITE_SHARDED = "engine.impl_cfg.optimizer"
 SGLANG_TRACE = "rollout.profiler.tool_config.npu.discrete"
 VEOMNI_EP = "veomni.expert_parallel_size"
 OBSTACLES: dict[str, str] = {
     MEGATRON_FSDP: "use_megatron_fsdp=true: Megatron-FSDP",
     SGLANG_TRACE: "npu.discrete=true: the sglang rollout engine does not trace its own generation",
     VEOMNI_EP: "verl's VeOmni engine settings that rlcore's FSDP engine (which trains model_engine=veomni here)",
+    MLITE_SHARDED: "impl_cfg.optimizer=fsdp2: Megatron-Lite shards the optimizer state over the 4 data-parallel",
 }
 
 #: script -> the obstacles its dry run names, the first one printed first; () when it must pass
@@ -67,6 +70,15 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "examples/gpg_trainer/run_qwen3_8b_fsdp.sh": (),
     "examples/gpg_trainer/run_qwen3_8b_megatron.sh": (),
     "examples/grpo_trainer/run_gpt_oss_20b_fsdp.sh": (),
+    # verl's Megatron-Lite engine (actor@actor_rollout_ref.actor=mlite_actor), trained by rlcore's Megatron engine:
+    # Qwen3.5-35B's mesh has one data-parallel rank; Kimi-K2.6's Megatron-Lite FSDP2 shards over four, which
+    # rlcore's Megatron engine does not
+    "examples/grpo_trainer/run_qwen3_5_35b_megatron_lite.sh": (),
+    "examples/grpo_trainer/run_kimi_k2_6_glm5_1_megatron_lite.sh": (MLITE_SHARDED,),
+    # use_dist_checkpointing=True from $DIST_CKPT_PATH: the harness writes the tiny MoE's megatron-core checkpoint
+    "examples/grpo_trainer/run_moonlight_16b_a3b_megatron.sh": (),
+    # a distillation teacher served by verl's vLLM with expert parallelism (tp 8 × dp 1 = ep 8, noted)
+    "examples/on_policy_distillation_trainer/run_qwen3_5_4b_fsdp.sh": (),
     # the scripts that need variables their user must set (the harness's USER_VARIABLES): $HDFS_ROOT and $DATA_ROOT
     # (the DeepSeek-V4 pair; the VeOmni one pads packed micro-batches, actor.pad_to_length=True, but trains with
     # expert parallelism), $RAY_DATA_HOME (Nemotron-Nano-V3), $INFER_BACKEND (Qwen3-VL-30B-A3B) and
@@ -133,6 +145,18 @@ NOTES: dict[str, str] = {
     "examples/sapo_trainer/run_qwen3_30b_a3b_fsdp.sh": (
         "actor_rollout_ref.actor.policy_loss.tau_pos=1.0 has no effect: verl's SAPO loss and rlcore read"
     ),
+    "examples/grpo_trainer/run_qwen3_5_35b_megatron_lite.sh": (
+        "actor_rollout_ref.actor: verl's Megatron-Lite engine (engine.strategy=mlite): trained by rlcore's Megatron "
+        "engine"
+    ),
+    "examples/grpo_trainer/run_moonlight_16b_a3b_megatron.sh": (
+        "actor_rollout_ref.actor.megatron.dist_checkpointing_path: the initial weights, a megatron-core distributed "
+        "checkpoint"
+    ),
+    "examples/on_policy_distillation_trainer/run_qwen3_5_4b_fsdp.sh": (
+        "distillation.teacher_models.teacher_model.inference: name=vllm, expert_parallel_size=8, "
+        "gpu_memory_utilization=0.4 change nothing here"
+    ),
 }
 
 #: scripts run with the tiny VLM and an image task instead of the tiny text model and task
@@ -141,6 +165,16 @@ VLM_SCRIPTS = {script for script in EXPECTED if "_vl_" in script or "qwen3_5_2b"
 MOE_SCRIPTS = {
     "examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh",
     "examples/grpo_trainer/run_deepseek_v4_veomni.sh",
+    "examples/grpo_trainer/run_qwen3_5_35b_megatron_lite.sh",
+    "examples/grpo_trainer/run_kimi_k2_6_glm5_1_megatron_lite.sh",
+    "examples/grpo_trainer/run_moonlight_16b_a3b_megatron.sh",
+    "examples/ascend_extras/grpo_trainer/run_qwen3_30b_a3b_megatron.sh",
+}
+#: scripts that start from a megatron-core distributed checkpoint ($DIST_CKPT_PATH, or the Ascend script's
+#: $MCORE_MODEL_PATH default): given the tiny MoE's
+DIST_SCRIPTS = {
+    "examples/grpo_trainer/run_moonlight_16b_a3b_megatron.sh",
+    "examples/ascend_extras/grpo_trainer/run_qwen3_30b_a3b_megatron.sh",
 }
 #: scripts that resume LoRA from a saved adapter: run with a tiny adapter of the tiny model
 ADAPTER_SCRIPTS = {"examples/tuning/lora/run_qwen3_8b_from_adapter_fsdp.sh"}
@@ -168,7 +202,8 @@ def test_verl010_script_dry_run(script: str, tmp_path: Path, request: pytest.Fix
     task = request.getfixturevalue("tiny_vl_task" if vlm else "tiny_task")
     expected = EXPECTED[script]
     adapter = request.getfixturevalue("tiny_lora_adapter") if script in ADAPTER_SCRIPTS else None
-    arguments = localised(verl_arguments(EXAMPLES, script, tmp_path), model, task, adapter)
+    checkpoint = request.getfixturevalue("tiny_moe_dist_checkpoint") if script in DIST_SCRIPTS else None
+    arguments = localised(verl_arguments(EXAMPLES, script, tmp_path), model, task, adapter, checkpoint)
     result = CliRunner().invoke(cli, ["run", "--dry-run", *arguments])
     if not expected:
         assert result.exit_code == 0, result.output

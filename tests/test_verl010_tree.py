@@ -56,11 +56,14 @@ def test_model_engine_selects_the_engine_defaults(args: tuple[str, ...], actor: 
             "model_engine=torchtitan actor_rollout_ref.actor.torchtitan.pipeline_parallel_size=2",
             "rlcore's FSDP engine (which trains model_engine=torchtitan here) has no equal for: tensor, pipeline",
         ),
-        ("actor@actor_rollout_ref.actor=mlite_actor", "verl's Megatron-Lite engine is not in rlcore"),
+        (
+            "actor@actor_rollout_ref.actor=mlite_actor actor_rollout_ref.actor.engine.model_name=kimi",
+            "rlcore's Megatron engine (which trains mlite_actor here) has no equal for",
+        ),
         ("actor@actor_rollout_ref.actor=dp_critic", "verl's options of this group end in '_actor'"),
         (
             "actor_rollout_ref.actor.engine.tp=2",
-            "verl's Megatron-Lite engine (actor@actor_rollout_ref.actor=mlite_actor)",
+            "actor_rollout_ref.actor.engine.tp: a setting of verl's Megatron-Lite engine, read only when the role",
         ),
         ("actor_rollout_ref.ref.strategy=deepspeed", "actor_rollout_ref.ref.strategy='deepspeed' differs from"),
         ("ref@actor_rollout_ref.ref=megatron_ref", "actor_rollout_ref.ref.strategy='megatron' differs from"),
@@ -94,6 +97,10 @@ def test_model_engine_selects_the_engine_defaults(args: tuple[str, ...], actor: 
         ("algorithm.filter_groups.max_inflight_gen_batches=2", "rlcore generates one round at a time"),
         ("data.function_tool_path=tools.py", "tools defined as Python functions"),
         ("data.audio_key=sound", "audio input and extra multimodal processor arguments"),
+        (
+            "data.continuous_token.enable=true data.continuous_token.model_family=deepseekv4",
+            "data.continuous_token.enable, data.continuous_token.model_family: verl v0.9's continuous-token prompts",
+        ),
         ("critic.model.use_fused_kernels=true", "these model options of verl on the critic"),
         ("critic.model.mtp.enable=true", "multi-token prediction (MTP)"),
         ("actor_rollout_ref.rollout.moe_load_balance_metrics_interval=10", "MoE load-balance metrics"),

@@ -1,6 +1,6 @@
 """verl's VeOmni, TorchTitan, FSDP-Turbo and MindSpeed engines as named substitutions (``model_engine=veomni`` and
 ``=torchtitan`` → rlcore's FSDP engine, ``model_engine=mindspeed`` → rlcore-plugin-megatron), and the engine keys
-beside them (docs/from-verl.md, "verl's VeOmni, TorchTitan, FSDP-Turbo and MindSpeed engines")."""
+beside them (docs/from-verl.md, "verl's VeOmni, TorchTitan, FSDP-Turbo, MindSpeed and Megatron-Lite engines")."""
 
 from __future__ import annotations
 

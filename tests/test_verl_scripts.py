@@ -36,6 +36,7 @@ from tests.verl_scripts_harness import (  # noqa: F401 (the fixtures are used by
     localised,
     tiny_lora_adapter_fixture,
     tiny_moe_dir_fixture,
+    tiny_moe_dist_checkpoint_fixture,
     tiny_task_fixture,
     tiny_vl_task_fixture,
     tiny_vlm_dir_fixture,
@@ -96,8 +97,8 @@ EXPECTED: dict[str, str | None] = {
     "examples/grpo_trainer/run_qwen2_5_vl-7b_freeze_vision.sh": None,
     "examples/grpo_trainer/run_qwen2_5_vl-7b_lora.sh": None,
     "examples/grpo_trainer/run_qwen2_5_vl-7b-sglang.sh": None,
-    # needs $DIST_CKPT_PATH, a Megatron checkpoint converted offline
-    "examples/grpo_trainer/run_qwen2_5_vl-7b-megatron.sh": "dist_checkpointing_path",
+    # needs $DIST_CKPT_PATH, a Megatron checkpoint converted offline (the harness has none of the tiny VLM)
+    "examples/grpo_trainer/run_qwen2_5_vl-7b-megatron.sh": "dist_checkpointing_path=",
     "examples/grpo_trainer/run_qwen2_5_vl_7b_fsdp.sh": None,
     # v0.9.0's scripts that need variables their user must set (the harness's USER_VARIABLES): $INFER_BACKEND
     # (Qwen3-VL-30B-A3B), $RAY_DATA_HOME (Nemotron-Nano-V3 on Megatron) and $LORA_ADAPTER_PATH (LoRA resumed from a
@@ -139,8 +140,9 @@ EXPECTED: dict[str, str | None] = {
     # Qwen3-MoE (MOE_SCRIPTS) or, the Qwen3-VL-MoE ones, the tiny VLM
     "examples/grpo_trainer/run_deepseek671b_math_megatron_80gb.sh": MEGATRON,
     "examples/grpo_trainer/run_deepseek671b_math_megatron_96gb.sh": MEGATRON,
-    # use_dist_checkpointing=True with the checkpoint path in a variable the script leaves to the user
-    "examples/grpo_trainer/run_moonlight16b_math_megatron.sh": "use_dist_checkpointing=true needs",
+    # use_dist_checkpointing=True from $DIST_CKPT_PATH, a megatron-core distributed checkpoint the user converted
+    # (the harness gives it the tiny MoE's, DIST_SCRIPTS)
+    "examples/grpo_trainer/run_moonlight16b_math_megatron.sh": MEGATRON,
     "examples/grpo_trainer/run_qwen3-235b_megatron_96gb.sh": MEGATRON,
     "examples/grpo_trainer/run_qwen3_vl-235b-megatron.sh": MEGATRON,
     # its GPU count comes from a variable the script leaves to the user (tp 2 x cp 2 on one rank)
@@ -152,6 +154,8 @@ EXPECTED: dict[str, str | None] = {
     # trainer.n_gpus_per_node from a variable the script leaves to the user
     "examples/gspo_trainer/run_qwen30b_gspo.sh": "n_gpus_per_node='' has the wrong type",
     "examples/ppo_trainer/run_moonlight16b_a3b_gsm8k_megatron.sh": MEGATRON,
+    # v0.9.0's Moonlight GRPO script: $DIST_CKPT_PATH as the older one
+    "examples/grpo_trainer/run_moonlight_16b_a3b_megatron.sh": MEGATRON,
     # routing replay R3 with SGLang, which does not return the routing (rollout.skip_tokenizer_init=True is accepted)
     "examples/router_replay/run_qwen30_a3b_megatron_sglang.sh": "rollout.name=sglang: this engine does not return it",
     "examples/router_replay/run_qwen30_a3b_megatron_vllm.sh": MEGATRON,  # router_replay.mode=R2 on Megatron
@@ -198,6 +202,14 @@ CURRICULUM_MODULE = "from rlcore_testkit.samplers import RandomCurriculumSampler
 VLM_SCRIPTS = {script for script in EXPECTED if "_vl" in script and "_vllm" not in script}
 #: scripts that resume LoRA from a saved adapter: run with a tiny adapter of the tiny model
 ADAPTER_SCRIPTS = {"examples/tuning/lora/run_qwen3_8b_from_adapter_fsdp.sh"}
+#: scripts that start from a megatron-core distributed checkpoint (megatron.dist_checkpointing_path, from
+#: $DIST_CKPT_PATH or written in the script): given the tiny MoE's (the Qwen2.5-VL one is left without: a checkpoint
+#: of another model would pass a dry run that reads only its marker)
+DIST_SCRIPTS = {
+    "examples/grpo_trainer/run_moonlight16b_math_megatron.sh",
+    "examples/grpo_trainer/run_moonlight_16b_a3b_megatron.sh",
+    "examples/ppo_trainer/run_moonlight16b_a3b_gsm8k_megatron.sh",
+}
 #: mixture-of-experts scripts (expert parallelism, routing replay) run with a tiny Qwen3-MoE
 MOE_SCRIPTS = {
     f"examples/{name}.sh"
@@ -205,6 +217,7 @@ MOE_SCRIPTS = {
         "grpo_trainer/run_deepseek671b_math_megatron_80gb",
         "grpo_trainer/run_deepseek671b_math_megatron_96gb",
         "grpo_trainer/run_moonlight16b_math_megatron",
+        "grpo_trainer/run_moonlight_16b_a3b_megatron",
         "grpo_trainer/run_qwen3-235b_megatron_96gb",
         "grpo_trainer/run_qwen3moe-30b_megatron_96gb",
         "grpo_trainer/run_qwen3moe-30b_megatron_lora",
@@ -241,7 +254,8 @@ def test_verl_script_dry_run(script: str, tmp_path: Path, request: pytest.Fixtur
         module.write_text(CURRICULUM_MODULE)
         request.getfixturevalue("monkeypatch").syspath_prepend(str(tmp_path))
     adapter = request.getfixturevalue("tiny_lora_adapter") if script in ADAPTER_SCRIPTS else None
-    arguments = localised(verl_arguments(EXAMPLES, script, tmp_path), tiny_model_dir, tiny_task, adapter)
+    checkpoint = request.getfixturevalue("tiny_moe_dist_checkpoint") if script in DIST_SCRIPTS else None
+    arguments = localised(verl_arguments(EXAMPLES, script, tmp_path), tiny_model_dir, tiny_task, adapter, checkpoint)
     result = CliRunner().invoke(cli, ["run", "--dry-run", *arguments])
     if expected is None:
         assert result.exit_code == 0, result.output

@@ -55,6 +55,9 @@ USER_VARIABLES = {
     "RAY_DATA_HOME": "{home}/verl",
     # run_kimi_k2_6_glm5_1_megatron_lite.sh (${MODEL_PATH:?}, defaulted from it for its default MODEL_VARIANT)
     "KIMI_K2_6_MODEL_PATH": "{home}/models/Kimi-K2.6",
+    # the Moonlight GRPO script (and 0.9's Qwen2.5-VL Megatron one): megatron.dist_checkpointing_path, a
+    # megatron-core distributed checkpoint the user converted; :func:`localised` points it at a real one
+    "DIST_CKPT_PATH": "{home}/mcore_ckpt",
 }
 #: the key naming the LoRA adapter a run resumes from
 ADAPTER_KEY = "actor_rollout_ref.model.lora_adapter_path"
@@ -65,6 +68,8 @@ MODEL_KEY = re.compile(
     r"|reward\.reward_model\.model_path"
     r"|distillation\.teacher_models\.[^.=]+\.model_path"
 )
+#: the keys naming a megatron-core distributed checkpoint to start from (verl's Megatron roles)
+DIST_CHECKPOINT_KEY = re.compile(r"(actor_rollout_ref\.(actor|ref)|critic)\.megatron\.dist_checkpointing_path")
 DATA_KEYS = ("data.train_files", "data.val_files")
 #: the key naming a reward-function file (verl 0.9 and 0.10 spellings): a file of the user's, like the data
 REWARD_FILE_KEY = re.compile(r"(reward\.)?custom_reward_function\.path")
@@ -105,9 +110,16 @@ def verl_arguments(examples: Path, script: str, home: Path, shims: str = SHIMS) 
     return [word for word in argv.read_bytes().decode().split("\0") if word]
 
 
-def localised(arguments: list[str], model: Path, task: dict[str, Path], adapter: Path | None = None) -> list[str]:
-    """``arguments`` with the model, data, reward-file and (given ``adapter``, a LoRA adapter of ``model``) adapter
-    paths pointed at local files, and ``trainer.device=cpu``."""
+def localised(
+    arguments: list[str],
+    model: Path,
+    task: dict[str, Path],
+    adapter: Path | None = None,
+    dist_checkpoint: Path | None = None,
+) -> list[str]:
+    """``arguments`` with the model, data, reward-file, (given ``adapter``, a LoRA adapter of ``model``) adapter and
+    (given ``dist_checkpoint``, a megatron-core distributed checkpoint of ``model``) checkpoint paths pointed at local
+    files, and ``trainer.device=cpu``."""
     out = []
     for word in arguments:
         key = word.split("=", 1)[0].lstrip("+")
@@ -115,6 +127,8 @@ def localised(arguments: list[str], model: Path, task: dict[str, Path], adapter:
             word = f"{word.split('=', 1)[0]}={model}"  # keeps the '+' of a key the script adds
         elif key == ADAPTER_KEY and adapter is not None:
             word = f"{word.split('=', 1)[0]}={adapter}"
+        elif DIST_CHECKPOINT_KEY.fullmatch(key) and dist_checkpoint is not None:
+            word = f"{word.split('=', 1)[0]}={dist_checkpoint}"
         elif key in DATA_KEYS:
             word = f"{key}={task['train' if key == 'data.train_files' else 'test']}"
         elif REWARD_FILE_KEY.fullmatch(key) and "reward" in task:
@@ -125,12 +139,17 @@ def localised(arguments: list[str], model: Path, task: dict[str, Path], adapter:
 
 def data_parallel_line(arguments: list[str]) -> str:
     """The run plan's data-parallel line for a Megatron script: world = GPUs per node × nodes, split into
-    world ÷ (the actor's tensor × pipeline × context parallel size) data-parallel ranks."""
+    world ÷ (the actor's tensor × pipeline × context parallel size) data-parallel ranks (the sizes of its
+    ``megatron`` section, or of Megatron-Lite's ``engine``)."""
     values = dict(word.lstrip("+").split("=", 1) for word in arguments if "=" in word)
     world = int(values.get("trainer.n_gpus_per_node", 1)) * int(values.get("trainer.nnodes", 1))
     model_parallel = 1
-    for size in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
-        model_parallel *= int(values.get(f"actor_rollout_ref.actor.megatron.{size}", 1))
+    sizes = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp", "context_parallel_size": "cp"}
+    for size, lite in sizes.items():
+        given = values.get(
+            f"actor_rollout_ref.actor.megatron.{size}", values.get(f"actor_rollout_ref.actor.engine.{lite}")
+        )
+        model_parallel *= int(given or 1)
     return f"data-parallel ranks: {world // model_parallel} (of {world} ranks)"
 
 
@@ -165,6 +184,31 @@ def tiny_moe_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from rlcore_testkit.tiny import make_tiny_moe_model_dir
 
     return make_tiny_moe_model_dir(tmp_path_factory.mktemp("moe"))
+
+
+def write_dist_checkpoint(model_dir: Path, directory: Path) -> Path:
+    """A megatron-core distributed checkpoint of the model at ``model_dir`` in ``directory``, written by rlcore's
+    Megatron engine on one rank (``rlcore_plugin_megatron.dist_checkpoint``, the ``torch_dist`` format verl's
+    converter writes)."""
+    from rlcore_plugin_megatron.dist_checkpoint import save_dist_checkpoint
+    from rlcore_testkit.contracts.backend import TrainingBackendContract
+
+    class Megatron(TrainingBackendContract):
+        component_name = "megatron"
+
+    worker = Megatron.make_actor(model_dir, "actor")
+    try:
+        save_dist_checkpoint(worker.actor.chunks, directory)
+    finally:
+        worker.shutdown()
+    return directory
+
+
+@pytest.fixture(scope="module", name="tiny_moe_dist_checkpoint")
+def tiny_moe_dist_checkpoint_fixture(tiny_moe_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Qwen3-MoE as a megatron-core distributed checkpoint, for the scripts that start from one
+    (``$DIST_CKPT_PATH``)."""
+    return write_dist_checkpoint(tiny_moe_dir, tmp_path_factory.mktemp("dist_ckpt") / "mcore")
 
 
 @pytest.fixture(scope="module", name="tiny_vl_task")

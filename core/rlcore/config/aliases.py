@@ -92,7 +92,7 @@ _VEOMNI_POLICY_ONLY = (
 )
 #: verl's TorchTitan engine section (``<role>.torchtitan.*``): the keys whose meaning rlcore's FSDP engine has, under
 #: its name (``model_engine=torchtitan`` is trained by that engine; torchtitan 0.3.0's language models do not train
-#: on a CPU: docs/from-verl.md, "verl's VeOmni, TorchTitan, FSDP-Turbo and MindSpeed engines")
+#: on a CPU: docs/from-verl.md, "verl's VeOmni, TorchTitan, FSDP-Turbo, MindSpeed and Megatron-Lite engines")
 _TORCHTITAN_SAME = {
     "param_offload": "fsdp_config.param_offload",
     "optimizer_offload": "fsdp_config.optimizer_offload",

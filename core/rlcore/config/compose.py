@@ -10,13 +10,16 @@ rlcore does not use Hydra; this module reads the subset verl's scripts and examp
 - a ``defaults:`` list in any YAML file: other configs (``- ppo_trainer``), config groups
   (``- group@package: option`` → ``group/option.yaml`` placed under ``package``) and ``_self_`` (the
   file's own keys; last when it is not listed), in order, later entries winning.
-- ``hydra.searchpath``: extra folders searched for the entries of a ``defaults:`` list.
+- ``hydra.searchpath`` (in a file or on the command line): extra folders searched for the entries of a ``defaults:``
+  list (and on the command line for ``--config-name``); of Python packages (``pkg://``) only
+  :data:`SEARCHED_PACKAGES`, whose configs rlcore has built in.
 - verl 0.10's engine group on the command line: ``model_engine=dp|megatron`` (also spelled
   ``actor_rollout_ref.actor.model_engine``) and the groups it picks, ``actor@actor_rollout_ref.actor=dp_actor``,
   ``ref@actor_rollout_ref.ref=dp_ref`` and ``critic@critic=dp_critic``: each selects the engine's defaults
   (the strategy of the roles it covers), as ``--config-name ppo_megatron_trainer`` does, before any file or
-  override. ``model_engine=veomni``, ``=torchtitan`` and ``=mindspeed`` are named substitutions
-  (:data:`SUBSTITUTED_ENGINES`): VeOmni and TorchTitan are trained by rlcore's FSDP engine and MindSpeed by its
+  override. ``model_engine=veomni``, ``=torchtitan``, ``=mindspeed`` and ``=mlite`` (verl's scripts choose Megatron-Lite
+  with ``actor@actor_rollout_ref.actor=mlite_actor``) are named substitutions (:data:`SUBSTITUTED_ENGINES`): VeOmni and
+  TorchTitan are trained by rlcore's FSDP engine, MindSpeed and Megatron-Lite (:mod:`rlcore.config.mlite`) by its
   Megatron engine, their sections' keys with the same meaning renamed (:data:`rlcore.config.aliases.ENGINE_ALIASES`)
   and their speed choices kept for a plan note (:func:`noted_engine_key`). Another engine rlcore does not have
   (``automodel``, ...) is an error naming it. ``<role>.strategy=fsdp_turbo`` is a named substitution too
@@ -88,6 +91,7 @@ SUBSTITUTED_ENGINES: dict[str, tuple[str, str, dict[str, str]]] = {
     "veomni": ("fsdp", "VeOmni", {"veomni": "veomni"}),
     "torchtitan": ("fsdp", "TorchTitan", {"torchtitan": "torchtitan"}),
     "mindspeed": ("megatron", "MindSpeed", {"mindspeed": "mindspeed_megatron"}),
+    "mlite": ("megatron", "Megatron-Lite", {"engine": "mlite"}),
 }
 #: the optimizer defaults verl's VeOmni engine brings (its ``VeOmniOptimizerConfig``: a cosine schedule; its
 #: ``lr_min=0``, ``lr_start=0`` and ``lr_decay_ratio=1`` are rlcore's cosine with ``min_lr_ratio=0``)
@@ -158,10 +162,7 @@ NOTED_TURBO_KEYS = (
 #: values of those keys that are not speed choices (they ask for hardware rlcore does not run on)
 REFUSED_ENGINE_VALUES: dict[str, tuple[Any, ...]] = {"init_device": ("npu",)}
 #: verl's engines rlcore does not have, by their ``model_engine`` name
-FOREIGN_ENGINES: dict[str, str] = {
-    "automodel": "NeMo AutoModel",
-    "mlite": "Megatron-Lite",
-}
+FOREIGN_ENGINES: dict[str, str] = {"automodel": "NeMo AutoModel"}
 #: the roles with an engine section (``<role>.fsdp_config``, ``<role>.megatron``, ``<role>.veomni``, ...)
 ENGINE_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
 #: the command-line keys that select the engine of every role (verl 0.10's defaults group)
@@ -173,6 +174,11 @@ ENGINE_GROUPS: dict[str, str] = {
     "ref@actor_rollout_ref.ref": "actor_rollout_ref.ref",
     "critic@critic": "critic",
 }
+#: the Python packages of configs verl's scripts add to ``hydra.searchpath`` whose configs rlcore has built in -> what
+#: they hold (``pkg://verl_mlite.config``: Megatron-Lite's ``mlite_actor``, a named substitution)
+SEARCHED_PACKAGES: dict[str, str] = {"pkg://verl_mlite.config": "verl's Megatron-Lite engine configs (mlite_actor)"}
+#: the command-line key of Hydra's search path
+SEARCH_PATH_KEY = "hydra.searchpath"
 _OPTIONS = {"--config-path": "config_path", "-cp": "config_path", "--config-name": "config_name", "-cn": "config_name"}
 
 
@@ -406,9 +412,10 @@ def noted_engine_key(key: str, value: Any) -> bool:
     return value not in REFUSED_ENGINE_VALUES.get(rest, ())
 
 
-def named_config(name: str, config_path: str | None) -> list[Source]:
-    """The sources of ``--config-name NAME`` (looked up in ``--config-path``, default the current folder)."""
-    return _named(name, [Path(config_path or ".")], f"--config-name={name}", ())
+def named_config(name: str, config_path: str | None, search: Sequence[Path] = ()) -> list[Source]:
+    """The sources of ``--config-name NAME`` (looked up in ``--config-path``, default the current folder, then in the
+    ``search`` folders)."""
+    return _named(name, [Path(config_path or "."), *search], f"--config-name={name}", ())
 
 
 def config_file(path: str) -> list[Source]:
@@ -492,4 +499,15 @@ def _search_path(hydra: Any, label: str) -> list[Path]:
         text = str(entry)
         if text.startswith("file://") and Path(text[len("file://") :]).is_dir():
             folders.append(Path(text[len("file://") :]))
+        elif text.startswith("pkg://") and text not in SEARCHED_PACKAGES:
+            raise ConfigFileError(
+                f"{label}: hydra.searchpath entry {text!r}: rlcore reads configs from file:// folders only (the "
+                f"packages it stands in for: {', '.join(SEARCHED_PACKAGES)})"
+            )
     return folders
+
+
+def command_line_search_path(value: Any) -> list[Path]:
+    """The folders of ``hydra.searchpath=[...]`` given on the command line (looked in for ``--config-name`` and the
+    entries of ``defaults:`` lists, as a YAML file's ``hydra.searchpath``)."""
+    return _search_path({"searchpath": value if isinstance(value, list) else [value]}, "command line")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import yaml
@@ -13,7 +14,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from rlcore.config.aliases import canonical_key, rename_aliases
 from rlcore.config.async_training import resolve_fully_async
 from rlcore.config.compose import (
+    SEARCH_PATH_KEY,
     Source,
+    command_line_search_path,
     config_file,
     engine_choice,
     is_engine_choice,
@@ -23,6 +26,7 @@ from rlcore.config.compose import (
     substituted_strategy,
 )
 from rlcore.config.free_form import TypedKeys, free_form_keys
+from rlcore.config.mlite import mlite_key, resolve_mlite
 from rlcore.config.noted_keys import noted_key, resolve_noted_keys
 from rlcore.config.override_value import HydraMappingError, read_value
 from rlcore.config.plugin_sections import plugin_fragment
@@ -251,7 +255,7 @@ def _apply(
     megatron_installed = "actor_rollout_ref.actor.megatron" in known.sections
     for key, value in renamed.items():
         shown = given.get(key, key)
-        if known.declares(key) or noted_engine_key(key, value) or noted_key(key, megatron_installed):
+        if known.declares(key) or noted_engine_key(key, value) or mlite_key(key) or noted_key(key, megatron_installed):
             try:
                 good[key] = coerce_value(key, value, defaults)
             except ConfigError as exc:
@@ -376,17 +380,18 @@ def _refuse_a_chosen_component_as_preset(
 def _sources(
     files: Iterable[str],
     presets: Mapping[str, dict[str, Any]],
-    config_name: str | None,
-    config_path: str | None,
+    named: tuple[str | None, str | None, list[Path]],
     engines: Iterable[Source],
     problems: Problems,
 ) -> list[Source]:
-    """Presets (name -> settings), then the ``--config-name`` config, then the engine defaults that
-    ``model_engine=...`` picks, then the YAML files, each expanded into its sources."""
+    """Presets (name -> settings), then the ``--config-name`` config (``named``: the name, ``--config-path`` and the
+    command line's ``hydra.searchpath`` folders), then the engine defaults that ``model_engine=...`` picks, then the
+    YAML files, each expanded into its sources."""
     sources = [Source(f"preset {name!r}", fragment) for name, fragment in presets.items()]
+    config_name, config_path, search = named
     if config_name is not None:
         with problems.collect():
-            sources += named_config(config_name, config_path)
+            sources += named_config(config_name, config_path, search)
     sources += engines
     for path in files:
         with problems.collect():
@@ -432,9 +437,13 @@ def load_config(
     dotted: dict[str, Any] = {}
     added: set[str] = set()
     engines: list[Source] = []
+    search: list[Path] = []
     for text in overrides:
         with collected.collect():
             key, value, add = parse_override(text)
+            if key == SEARCH_PATH_KEY:  # Hydra's: where --config-name and defaults entries are looked for
+                search += command_line_search_path(value)
+                continue
             if is_engine_choice(key):  # a Hydra defaults group: it picks defaults, below every file and override
                 engines.append(engine_choice(key, value))
                 continue
@@ -446,12 +455,12 @@ def load_config(
         with collected.collect():
             _refuse_a_chosen_component_as_preset(name, manager, defaults, fragments)
             fragments[name] = preset_fragment(name, manager)
-    sources = _sources(files, fragments, config_name, config_path, engines, collected)
+    sources = _sources(files, fragments, (config_name, config_path, search), engines, collected)
     sources.append(Source("command line", nest(dotted)))
     merged = defaults
     for source in sources:
         merged = _apply(merged, source, defaults, known, added, collected)
-    for message in (*resolve_turbo(merged), *resolve_noted_keys(merged)):
+    for message in (*resolve_turbo(merged), *resolve_mlite(merged), *resolve_noted_keys(merged)):
         collected.add(message)
     with collected.collect():
         flat = {name: flatten(fragment) for name, fragment in fragments.items()}

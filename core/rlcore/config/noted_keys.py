@@ -10,7 +10,9 @@ accepted, kept in the config as given, and named in a plan note; the one with an
   CPU, rlcore keeps its state there between steps: the same numbers); ``overlap_cpu_optimizer_d2h_h2d`` changes speed
   only; a fraction between 0 and 1 (partial offload) is refused; ``use_precision_aware_optimizer`` is noted while the
   precision dtypes stay float32 (megatron-core's defaults: the same numbers). Any other key there stays refused by
-  name (:mod:`rlcore.config.unsupported`).
+  name (:mod:`rlcore.config.unsupported`). ``offload_fraction`` is Megatron-Lite's spelling, read by its engine only
+  (:mod:`rlcore.config.mlite`): 1 keeps the whole optimizer state on the CPU, rlcore's
+  ``<role>.megatron.optimizer_offload``; 0 offloads nothing.
 
 Torch-free.
 """
@@ -20,6 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from rlcore.config.mlite import chose_mlite
 
 #: the roles whose optimizer verl's Megatron engine builds from ``optim.override_optimizer_config``
 OPTIMIZER_ROLES = ("actor_rollout_ref.actor", "critic")
@@ -45,7 +49,10 @@ OPTIMIZER_KEYS = (
     "optimizer_offload_fraction",
     "overlap_cpu_optimizer_d2h_h2d",
     "use_precision_aware_optimizer",
+    "offload_fraction",
 )
+#: Megatron-Lite's spelling of the offloaded fraction of the optimizer state (its engine's ``offload_fraction``)
+MLITE_FRACTION = "offload_fraction"
 #: its precision-aware dtypes, accepted at megatron-core's default only (float32: the same numbers)
 PRECISION_DTYPES = ("main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
 #: the spellings of float32 verl's config passes to megatron-core
@@ -97,14 +104,16 @@ def resolve_noted_keys(config: DictConfig) -> list[str]:
         fields = _overrides(config, role)
         if not fields or OmegaConf.select(config, f"{role}.strategy") != "megatron":
             continue
+        problems += _mlite_fraction(config, role, fields)
         fraction = fields.get("optimizer_offload_fraction", 0.0)
-        if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or fraction not in (0, 1):
+        whole = _whole(fraction)
+        if whole is None:
             problems.append(
                 f"{role}.{OVERRIDES}.optimizer_offload_fraction={fraction}: partial optimizer offload (a fraction "
                 f"of megatron-core's optimizer state on the CPU) is not supported by rlcore; 1 with "
                 f"optimizer_cpu_offload=true is {role}.megatron.optimizer_offload=true, 0 keeps it on the GPU"
             )
-        elif fraction == 1 and fields.get("optimizer_cpu_offload") is True:
+        elif whole and fields.get("optimizer_cpu_offload") is True:
             OmegaConf.update(config, f"{role}.megatron.optimizer_offload", True, merge=False)
         lowered = [
             f"{name}={fields[name]}" for name in PRECISION_DTYPES if str(fields.get(name, "fp32")) not in FLOAT32
@@ -116,6 +125,35 @@ def resolve_noted_keys(config: DictConfig) -> list[str]:
                 "in float32); leave them at fp32"
             )
     return problems
+
+
+def _whole(fraction: Any) -> bool | None:
+    """Whether an offload ``fraction`` is 1 (the whole state) or 0 (nothing); None for anything else."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or fraction not in (0, 1):
+        return None
+    return fraction == 1
+
+
+def _mlite_fraction(config: DictConfig, role: str, fields: dict[str, Any]) -> list[str]:
+    """Map Megatron-Lite's ``offload_fraction=1`` onto ``<role>.megatron.optimizer_offload=true``; the problems: the
+    key under a role that does not train on Megatron-Lite, a partial offload."""
+    if MLITE_FRACTION not in fields:
+        return []
+    key = f"{role}.{OVERRIDES}.{MLITE_FRACTION}"
+    if not chose_mlite(config, role):
+        return [
+            f"{key}: Megatron-Lite's offloaded optimizer fraction, read only by its engine (actor@actor_rollout_ref."
+            "actor=mlite_actor); verl's Megatron engine reads optimizer_offload_fraction with optimizer_cpu_offload=true"
+        ]
+    whole = _whole(fields[MLITE_FRACTION])
+    if whole is None:
+        return [
+            f"{key}={fields[MLITE_FRACTION]}: partial optimizer offload (a fraction of the optimizer state on the CPU) "
+            f"is not supported by rlcore; 1 is {role}.megatron.optimizer_offload=true, 0 keeps it on the GPU"
+        ]
+    if whole:
+        OmegaConf.update(config, f"{role}.megatron.optimizer_offload", True, merge=False)
+    return []
 
 
 def _optimizer_note(role: str, name: str, value: Any, fields: dict[str, Any], strategy: Any) -> str:
@@ -133,6 +171,13 @@ def _optimizer_note(role: str, name: str, value: Any, fields: dict[str, Any], st
         if offloaded:
             return f"{key}={value}: the whole optimizer state (see optimizer_cpu_offload's line)"
         return f"{key}={value} has no effect: megatron-core offloads nothing at fraction 0 or without optimizer_cpu_offload"
+    if name == MLITE_FRACTION:
+        if value == 1:
+            return (
+                f"{key}={value} -> {role}.megatron.optimizer_offload=true: Megatron-Lite keeps the whole optimizer "
+                "state on the CPU, as rlcore does between steps (the same numbers, another speed)"
+            )
+        return f"{key}={value} has no effect: Megatron-Lite offloads nothing at fraction 0"
     if name in PRECISION_DTYPES:
         return f"{key}={value}: megatron-core's default (float32), the precision rlcore's AdamW keeps"
     if name == "overlap_cpu_optimizer_d2h_h2d":

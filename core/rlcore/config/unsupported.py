@@ -79,8 +79,13 @@ SERVING_ENGINE_KEYS = (
     "skip_tokenizer_init",
 )
 #: a distillation teacher's (``teacher_models.<name>.inference.*``): no counterpart where the teacher is scored by
-#: the training backend's forward
-TEACHER_SERVING_KEYS = (*SERVING_ENGINE_KEYS, "prompt_length", "response_length", "temperature")
+#: the training backend's forward (its expert-parallel size is rlcore-plugin-distill's: a layout of verl's server)
+TEACHER_SERVING_KEYS = (
+    *(key for key in SERVING_ENGINE_KEYS if key != "expert_parallel_size"),
+    "prompt_length",
+    "response_length",
+    "temperature",
+)
 
 MISSING_FEATURES: tuple[MissingFeature, ...] = (
     MissingFeature(
@@ -181,7 +186,10 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         ("actor_rollout_ref.rollout.mtp", "critic.model.mtp", "reward_model.rollout.mtp"),
     ),
     MissingFeature(
-        "verl's Megatron-Lite engine (actor@actor_rollout_ref.actor=mlite_actor)",
+        "verl's Megatron-Lite engine settings that rlcore's Megatron engine (which trains mlite_actor here) has no "
+        "equal for: its model and implementation choices (model_name, impl, custom_backend_module), the export dtype, "
+        "the router's auxiliary-loss coefficient, its forward-only switch and impl_cfg keys other than use_thd, "
+        "optimizer and recompute",
         ("actor_rollout_ref.actor.engine", "actor_rollout_ref.ref.engine", "critic.engine"),
     ),
     MissingFeature(
@@ -574,10 +582,13 @@ MISSING_FEATURES: tuple[MissingFeature, ...] = (
         "a serving engine for distillation teachers (rlcore-plugin-distill scores them with the training backend's "
         "forward at temperature 1)",
         tuple(f"distillation.teacher_models.*.inference.{name}" for name in TEACHER_SERVING_KEYS),
-        off={
-            "distillation.teacher_models.teacher_model.inference.temperature": 1.0,
-            "distillation.teacher_models.teacher_model.inference.expert_parallel_size": 1,
-        },
+        off={"distillation.teacher_models.teacher_model.inference.temperature": 1.0},
+    ),
+    MissingFeature(
+        "verl v0.9's continuous-token prompts (data.continuous_token: a model family's own encoder builds the token ids "
+        "of the prompt and of later turns, DeepSeek-V4's; rlcore renders prompts with the tokenizer's chat template)",
+        ("data.continuous_token",),
+        off={"data.continuous_token.enable": False},
     ),
 )
 

@@ -336,6 +336,14 @@ def test_two_steps_with_a_verifier(tmp_path: Path, tiny_model_dir: Path, teacher
             ],
             "inference.max_model_len=64 cannot hold the student's prompt and response",
         ),
+        (
+            [
+                "distillation.enabled=true",
+                "distillation.teacher_models.teacher_model.model_path=/m",
+                "distillation.teacher_models.teacher_model.inference.expert_parallel_size=4",
+            ],
+            "inference.expert_parallel_size=4 must be 1 or tensor_model_parallel_size × data_parallel_size = 2",
+        ),
         (["reward_model.reward_manager=teacher_only"], "scores every response 0"),
         (["distillation.unknown=1"], "unknown config key 'distillation.unknown'"),
     ],
@@ -347,6 +355,24 @@ def test_bad_settings_fail_the_dry_run_naming_the_key(overrides: list[str], mess
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     assert message in result.output, result.output
+
+
+def test_the_teachers_serving_settings_are_noted(tiny_model_dir: Path, teacher_dir: Path) -> None:
+    """verl's vLLM settings of a teacher (expert parallelism over its replica's tp × dp ranks, as verl requires)
+    pass the dry run with a note that they change nothing: the training backend's forward scores the teacher."""
+    result = dry_run(
+        f"actor_rollout_ref.model.path={tiny_model_dir}",
+        "trainer.device=cpu",
+        "distillation.enabled=true",
+        f"distillation.teacher_models.teacher_model.model_path={teacher_dir}",
+        "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size=4",
+        "distillation.teacher_models.teacher_model.inference.expert_parallel_size=4",
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        "distillation.teacher_models.teacher_model.inference: name=vllm, expert_parallel_size=4, "
+        "gpu_memory_utilization=0.5 change nothing here"
+    ) in result.output
 
 
 def test_a_teacher_directory_and_tokenizer_are_checked(

@@ -121,3 +121,123 @@ def test_initial_weights_from_a_megatron_checkpoint(tiny_model_dir: Path, tiny_t
         torch.testing.assert_close(restored.compute_log_prob(batch)["old_log_probs"], expected, atol=0, rtol=0)
     finally:
         restored.shutdown()
+
+
+def test_initial_weights_from_a_megatron_core_distributed_checkpoint(
+    moe_model_dir: Path, tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    """``dist_checkpointing_path`` naming a megatron-core distributed checkpoint (verl's ``torch_dist`` format, written
+    by :func:`save_dist_checkpoint`) starts from its weights, read by megatron-core's own loader: the trained
+    mixture-of-experts model's log-probs come back exactly, not those of ``model.path``."""
+    from rlcore_plugin_megatron.dist_checkpoint import save_dist_checkpoint
+    from rlcore_plugin_megatron.settings import dist_checkpoint_format
+
+    batch = make_batch(tiny_tokenizer)
+    trained = actor(moe_model_dir, **{"actor_rollout_ref.actor.optim.lr": 1e-3})
+    try:
+        initial = trained.compute_log_prob(batch)["old_log_probs"]
+        batch["old_log_probs"] = initial
+        batch["advantages"] = torch.ones_like(initial)
+        trained.update_actor(batch)
+        expected = trained.compute_log_prob(batch)["old_log_probs"]
+        save_dist_checkpoint(trained.actor.chunks, tmp_path / "dist")
+    finally:
+        trained.shutdown()
+    assert not torch.equal(initial, expected)
+    assert dist_checkpoint_format(tmp_path / "dist") == "torch_dist"
+    restored = actor(
+        moe_model_dir,
+        **{
+            "actor_rollout_ref.actor.megatron.use_dist_checkpointing": True,
+            "actor_rollout_ref.actor.megatron.dist_checkpointing_path": str(tmp_path / "dist"),
+        },
+    )
+    try:
+        torch.testing.assert_close(restored.compute_log_prob(batch)["old_log_probs"], expected, atol=0, rtol=0)
+    finally:
+        restored.shutdown()
+
+
+def test_a_distributed_checkpoint_of_another_model_is_an_error_naming_the_key(
+    moe_model_dir: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """megatron-core's loader refusing the checkpoint (the tiny dense model's, loaded into the tiny MoE) is an error
+    naming the key and the folder."""
+    from rlcore_plugin_megatron.dist_checkpoint import save_dist_checkpoint
+
+    dense = actor(tiny_model_dir)
+    try:
+        save_dist_checkpoint(dense.actor.chunks, tmp_path / "dense")
+    finally:
+        dense.shutdown()
+    with pytest.raises(RLCoreError, match=r"dist_checkpointing_path=.*dense: megatron-core cannot load"):
+        actor(
+            moe_model_dir,
+            **{
+                "actor_rollout_ref.actor.megatron.use_dist_checkpointing": True,
+                "actor_rollout_ref.actor.megatron.dist_checkpointing_path": str(tmp_path / "dense"),
+            },
+        )
+
+
+@pytest.mark.parametrize(
+    ("contents", "message"),
+    [
+        ({}, "not a megatron-core distributed checkpoint (no readable metadata.json"),
+        ({"metadata.json": "{not json"}, "not a megatron-core distributed checkpoint"),
+        ({"metadata.json": '{"sharded_backend": "zarr"}'}, "in the 'zarr' format; rlcore's Megatron engine reads"),
+    ],
+)
+def test_a_folder_that_is_no_checkpoint_is_an_error_naming_the_key_and_path(
+    tiny_model_dir: Path, tmp_path: Path, contents: dict[str, str], message: str
+) -> None:
+    from rlcore.workers.actor import ActorRolloutRefWorker
+
+    for name, text in contents.items():
+        (tmp_path / name).write_text(text)
+    overrides = {
+        "actor_rollout_ref.actor.megatron.use_dist_checkpointing": True,
+        "actor_rollout_ref.actor.megatron.dist_checkpointing_path": str(tmp_path),
+    }
+    with pytest.raises(RLCoreError, match=rf"actor_rollout_ref.actor.megatron.dist_checkpointing_path={tmp_path}: "):
+        ActorRolloutRefWorker(Settings.make_config(tiny_model_dir, **overrides), "actor", 0, 1)
+    with pytest.raises(RLCoreError, match=message.replace("(", r"\(")):
+        ActorRolloutRefWorker(Settings.make_config(tiny_model_dir, **overrides), "actor", 0, 1)
+
+
+def test_a_critic_starts_from_the_policys_distributed_checkpoint(
+    moe_model_dir: Path, tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    """A critic given the policy's distributed checkpoint (verl's Moonlight PPO script) loads every weight but the
+    output layer, which its value head replaces: its decoder holds the trained policy's weights."""
+    from rlcore_plugin_megatron.dist_checkpoint import save_dist_checkpoint
+
+    batch = make_batch(tiny_tokenizer)
+    trained = actor(moe_model_dir, **{"actor_rollout_ref.actor.optim.lr": 1e-3})
+    try:
+        batch["old_log_probs"] = trained.compute_log_prob(batch)["old_log_probs"]
+        batch["advantages"] = torch.ones_like(batch["old_log_probs"])
+        trained.update_actor(batch)
+        policy = {
+            name: tensor.clone()
+            for name, tensor in trained.actor.chunks[0].state_dict().items()
+            if "decoder" in name and isinstance(tensor, torch.Tensor)
+        }
+        save_dist_checkpoint(trained.actor.chunks, tmp_path / "dist")
+    finally:
+        trained.shutdown()
+    critic = Settings.make_critic(
+        moe_model_dir,
+        **{
+            "critic.megatron.use_dist_checkpointing": True,
+            "critic.megatron.dist_checkpointing_path": str(tmp_path / "dist"),
+        },
+    )
+    try:
+        state = critic.critic.chunks[0].state_dict()
+        assert policy
+        for name, tensor in policy.items():
+            torch.testing.assert_close(state[name], tensor, atol=0, rtol=0)
+        assert state["output_layer.weight"].shape[0] == 1  # the value head
+    finally:
+        critic.shutdown()

@@ -22,6 +22,9 @@ class TeacherInferenceConfig:
     tensor_model_parallel_size: int = 2
     #: a replica's size in verl's pool check (tp × dp)
     data_parallel_size: int = 1
+    #: vLLM's expert parallelism over a replica's tp × dp ranks: 1 or tp × dp (verl's rule, checked); unused here
+    #: (plan note)
+    expert_parallel_size: int = 1
     #: verl's serving-engine memory share; unused here (plan note)
     gpu_memory_utilization: float = 0.5
     #: must hold data.max_prompt_length + data.max_response_length + 1

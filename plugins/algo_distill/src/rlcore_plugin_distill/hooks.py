@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlcore import hookimpl
 from rlcore.api import ConfigError, StepExtension
 from rlcore_plugin_distill.config import DistillationConfig
-from rlcore_plugin_distill.settings import D, distillation_settings, enabled
+from rlcore_plugin_distill.settings import D, distillation_settings, enabled, serving_notes
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
@@ -43,6 +43,12 @@ def on_config_resolved(config: DictConfig) -> None:
         )
     if enabled(config):
         distillation_settings(config)
+
+
+@hookimpl
+def plan_lines(config: DictConfig) -> list[str] | None:
+    """A distillation run's note on each teacher's serving settings (:func:`serving_notes`)."""
+    return serving_notes(config) or None if enabled(config) else None
 
 
 @hookimpl

@@ -22,6 +22,8 @@ TOPK_MODES: tuple[str, ...] = ("forward_kl_topk",)
 
 #: the keys of one teacher entry, with verl's defaults (``distillation.teacher_models.<name>.*``)
 TEACHER_DEFAULTS: dict[str, Any] = asdict(TeacherConfig())
+#: a teacher's ``inference`` keys that only verl's serving engine reads (the plan notes them)
+SERVING_ONLY = ("name", "expert_parallel_size", "gpu_memory_utilization")
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,36 @@ def _check_pool(config: DictConfig, entries: dict[str, dict[str, Any]], problems
         )
 
 
+def _check_expert_parallel(entries: dict[str, dict[str, Any]], problems: list[str]) -> None:
+    """A teacher's ``inference.expert_parallel_size`` is 1 or its replica's tensor × data parallel size: verl's rule
+    (vLLM spreads the experts over every rank of a replica)."""
+    for name, entry in entries.items():
+        inference = {**TEACHER_DEFAULTS["inference"], **(entry.get("inference") or {})}
+        prefix = f"{D}.teacher_models.{name}.inference"
+        experts = _positive_int(inference["expert_parallel_size"], f"{prefix}.expert_parallel_size", problems)
+        replica = inference["tensor_model_parallel_size"], inference["data_parallel_size"]
+        if experts > 1 and all(isinstance(size, int) for size in replica) and experts != replica[0] * replica[1]:
+            problems.append(
+                f"{prefix}.expert_parallel_size={experts} must be 1 or tensor_model_parallel_size × "
+                f"data_parallel_size = {replica[0] * replica[1]} (verl's rule: vLLM spreads the experts over a "
+                "replica's ranks)"
+            )
+
+
+def serving_notes(config: DictConfig) -> list[str]:
+    """The plan note of each teacher's serving settings (``inference.*`` other than the pool sizes and
+    ``max_model_len``): verl's vLLM server runs with them; here the training backend's forward scores the teacher."""
+    notes = []
+    for name, entry in _teacher_entries(config, []).items():
+        inference = {**TEACHER_DEFAULTS["inference"], **(entry.get("inference") or {})}
+        given = ", ".join(f"{key}={inference[key]}" for key in SERVING_ONLY)
+        notes.append(
+            f"{D}.teacher_models.{name}.inference: {given} change nothing here: verl serves the teacher with them, "
+            "rlcore-plugin-distill scores it with the training backend's forward"
+        )
+    return notes
+
+
 def _check_lengths(config: DictConfig, entries: dict[str, dict[str, Any]], problems: list[str]) -> None:
     """A teacher's ``inference.max_model_len`` must hold the student's prompt, response and one token."""
     need = int(OmegaConf.select(config, "data.max_prompt_length") or 0) + int(
@@ -248,6 +280,7 @@ def distillation_settings(config: DictConfig) -> DistillationSettings:
     if not entries:
         problems.append(f"{D}.enabled=true but {D}.teacher_models is empty")
     _check_pool(config, entries, problems)
+    _check_expert_parallel(entries, problems)
     _check_lengths(config, entries, problems)
     loss = _loss_settings(config, problems)
     if problems:

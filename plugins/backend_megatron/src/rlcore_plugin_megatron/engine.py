@@ -78,6 +78,7 @@ from rlcore_plugin_megatron.convert import (
     tp_unshard,
 )
 from rlcore_plugin_megatron.cpu_compat import cpu_compat, define_missing_te_gemm, install_rng_tracker
+from rlcore_plugin_megatron.dist_checkpoint import load_dist_checkpoint
 from rlcore_plugin_megatron.lora import apply_lora, is_adapter, merged_parameters
 from rlcore_plugin_megatron.lora_settings import LoraSettings, resolve_lora
 from rlcore_plugin_megatron.model import (
@@ -107,7 +108,7 @@ from rlcore_plugin_megatron.routing import (
     set_targets,
 )
 from rlcore_plugin_megatron.sequence_parallel import tensor_parallel_partial
-from rlcore_plugin_megatron.settings import FLOAT32_NAMES, MegatronSettings, resolve_settings
+from rlcore_plugin_megatron.settings import FLOAT32_NAMES, MegatronSettings, dist_checkpoint_format, resolve_settings
 
 logger = logging.getLogger(__name__)
 #: where verl keeps the actor's routing replay mode
@@ -500,7 +501,18 @@ class MegatronEngine(OptimizerState):
                 raise
         # resolve_settings requires the path when use_dist_checkpointing is set
         checkpoint = self.settings.dist_checkpointing_path if self.settings.use_dist_checkpointing else None
-        if checkpoint is not None:
+        if checkpoint is not None and dist_checkpoint_format(Path(checkpoint)) is not None:
+            try:
+                load_dist_checkpoint(
+                    self.chunks,
+                    Path(checkpoint),
+                    f"{self.settings.key}.dist_checkpointing_path",
+                    value_head=self.spec.value_head,
+                )
+            except RLCoreError:
+                self.close()  # the worker never sees this engine: leave the model-parallel groups now
+                raise
+        elif checkpoint is not None:
             self._load_model_files(Path(checkpoint), f"{self.settings.key}.dist_checkpointing_path")
         else:
             strict = ActorConfig.from_tree(config).checkpoint.strict if request.role in ("actor", "ref") else None

@@ -19,7 +19,7 @@ from rlcore_plugin_megatron.settings import (
     layout_sizes,
     resolve_settings,
 )
-from rlcore_plugin_megatron.substitution import mindspeed_plan_lines
+from rlcore_plugin_megatron.substitution import mindspeed_plan_lines, mlite_plan_lines
 
 #: the rlcore plugin API versions this plugin supports (rlcore refuses to load it outside them)
 RLCORE_API = ">=3,<4"
@@ -66,9 +66,10 @@ def config_defaults() -> dict[str, Any]:
 
 @hookimpl
 def plan_lines(config: DictConfig) -> list[str] | None:
-    """``model_engine=mindspeed``'s substitution line (:mod:`rlcore_plugin_megatron.substitution`), then the
+    """``model_engine=mindspeed``'s and Megatron-Lite's substitution lines (:mod:`rlcore_plugin_megatron.substitution`;
+    Megatron-Lite's sharded optimizer over several data-parallel ranks raises :class:`~rlcore.api.ConfigError`), then the
     plan's notes on the Megatron keys that change nothing here (:mod:`rlcore_plugin_megatron.plan_notes`);
     ``model.lora.rank`` on an actor of another backend raises :class:`~rlcore.api.ConfigError` and stops the run."""
     from rlcore_plugin_megatron.plan_notes import plan_notes
 
-    return [*mindspeed_plan_lines(config), *plan_notes(config)] or None
+    return [*mindspeed_plan_lines(config), *mlite_plan_lines(config), *plan_notes(config)] or None

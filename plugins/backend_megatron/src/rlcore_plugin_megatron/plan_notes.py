@@ -5,10 +5,13 @@ stops before anything starts). Torch-free: the hooks module calls it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from omegaconf import DictConfig
 
 from rlcore.api import ActorConfig, ConfigError, ModelConfig, TrainerConfig
 from rlcore_plugin_megatron.config import MTP_KEY, MegatronConfig, MegatronLoRAConfig
+from rlcore_plugin_megatron.settings import dist_checkpoint_format
 
 #: the sections that hold a ``megatron`` subsection (the plugin's ``config_defaults`` mounts one at each)
 MEGATRON_SECTIONS = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
@@ -38,6 +41,7 @@ def megatron_notes(config: DictConfig) -> list[str]:
                 )
     if ActorConfig.from_tree(config).strategy != "megatron":
         return notes
+    notes += checkpoint_notes(config)
     lora = MegatronLoRAConfig.from_tree(config)
     if isinstance(lora.rank, int) and lora.rank > 0 and lora.merge is False:
         notes.append(
@@ -50,6 +54,23 @@ def megatron_notes(config: DictConfig) -> list[str]:
             "actor_rollout_ref.model.use_fused_kernels=True changes nothing on the Megatron backend: its output "
             "layer computes the logits, and the log-probs and entropy from them are the same numbers"
         )
+    return notes
+
+
+def checkpoint_notes(config: DictConfig) -> list[str]:
+    """The initial weights of each Megatron role that starts from ``megatron.dist_checkpointing_path`` (checked by
+    :func:`rlcore_plugin_megatron.settings.check_checkpoint_folder`): which kind of checkpoint the engine reads."""
+    notes = []
+    for section in MEGATRON_SECTIONS:
+        megatron = MegatronConfig.from_tree(config, f"{section}.megatron")
+        if megatron.use_dist_checkpointing and megatron.dist_checkpointing_path:
+            path = Path(megatron.dist_checkpointing_path)
+            kind = (
+                "a megatron-core distributed checkpoint, read by megatron-core's loader"
+                if dist_checkpoint_format(path) is not None
+                else "a checkpoint of rlcore's Megatron engine (its model/ shards)"
+            )
+            notes.append(f"{section}.megatron.dist_checkpointing_path: the initial weights, {kind} ({path})")
     return notes
 
 

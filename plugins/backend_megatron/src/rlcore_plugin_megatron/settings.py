@@ -6,8 +6,10 @@ batch arithmetic must not import torch or megatron-core).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -19,6 +21,10 @@ from rlcore_plugin_megatron.config import MegatronConfig
 MEGATRON_DEFAULTS: dict[str, Any] = MegatronConfig().tree()
 #: ``megatron.dtype`` spellings of the one compute dtype the engine has (verl's default is bfloat16)
 FLOAT32_NAMES = ("float32", "fp32")
+#: the file that marks a megatron-core distributed checkpoint (its format and version)
+DIST_METADATA = "metadata.json"
+#: the sharded backend of megatron-core's distributed checkpoints that the engine reads (torch.distributed.checkpoint)
+DIST_BACKEND = "torch_dist"
 _SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
 _FLAGS = (
     "sequence_parallel",
@@ -53,7 +59,8 @@ class MegatronSettings:
         param_offload, grad_offload, optimizer_offload: CUDA only (see the README).
         use_dist_checkpointing: load the initial weights from ``dist_checkpointing_path`` instead of
             converting ``model.path``.
-        dist_checkpointing_path: a directory written by the engine's ``save`` (its ``model/`` part).
+        dist_checkpointing_path: a megatron-core distributed checkpoint (``torch_dist``, verl's) or a directory
+            written by the engine's ``save`` (its ``model/`` part), checked by :func:`check_checkpoint_folder`.
         seed: the seed of megatron-core's CUDA RNG tracker (None: ``trainer.seed``); on the CPU the tracker
             draws nothing (see :mod:`rlcore_plugin_megatron.cpu_compat`).
         override_transformer_config: extra ``TransformerConfig`` fields.
@@ -147,6 +154,8 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
     path = resolved["dist_checkpointing_path"]
     if resolved["use_dist_checkpointing"] and not path:
         raise RLCoreError(f"{key}.use_dist_checkpointing=true needs {key}.dist_checkpointing_path")
+    if resolved["use_dist_checkpointing"]:
+        check_checkpoint_folder(Path(str(path)), f"{key}.dist_checkpointing_path")
     overrides = resolved["override_transformer_config"] or {}
     if isinstance(overrides, DictConfig):
         overrides = OmegaConf.to_container(overrides, resolve=True)
@@ -169,6 +178,36 @@ def resolve_settings(section: Mapping[str, Any] | None, key: str) -> MegatronSet
         seed=seed,
         override_transformer_config={str(k): v for k, v in dict(overrides).items()},
         dtype=str(resolved["dtype"]),
+    )
+
+
+def dist_checkpoint_format(directory: Path) -> str | None:
+    """The sharded backend of the megatron-core distributed checkpoint in ``directory`` (``torch_dist``: what
+    megatron-core's ``dist_checkpointing.save`` and verl's converter write), read from the ``metadata.json`` that marks
+    one (megatron-core's ``check_is_distributed_checkpoint``); None when ``directory`` holds none."""
+    try:
+        metadata = json.loads((directory / DIST_METADATA).read_text())
+    except (OSError, ValueError):
+        return None
+    backend = metadata.get("sharded_backend") if isinstance(metadata, dict) else None
+    return backend if isinstance(backend, str) else None
+
+
+def check_checkpoint_folder(directory: Path, key: str) -> None:
+    """Raise naming ``key`` and ``directory`` unless it holds a megatron-core distributed checkpoint in the
+    ``torch_dist`` format (verl's) or the ``model/`` shards of this engine's own save."""
+    backend = dist_checkpoint_format(directory)
+    if backend == DIST_BACKEND or (backend is None and (directory / "model").is_dir()):
+        return
+    if backend is not None:
+        raise RLCoreError(
+            f"{key}={directory}: a megatron-core distributed checkpoint in the {backend!r} format; rlcore's Megatron "
+            f"engine reads {DIST_BACKEND!r} (megatron-core's default, what verl's converter writes)"
+        )
+    raise RLCoreError(
+        f"{key}={directory}: not a megatron-core distributed checkpoint (no readable {DIST_METADATA}, the file "
+        "megatron-core's dist_checkpointing.save writes) nor a checkpoint of rlcore's Megatron engine (no model/ "
+        "folder)"
     )
 
 
