@@ -25,6 +25,7 @@ from rlcore.config.compose import (
     resolve_turbo,
     substituted_strategy,
 )
+from rlcore.config.dotted import flatten, nest
 from rlcore.config.free_form import TypedKeys, free_form_keys
 from rlcore.config.mlite import mlite_key, resolve_mlite
 from rlcore.config.noted_keys import noted_key, resolve_noted_keys
@@ -41,33 +42,6 @@ from rlcore.registry import KIND_SPECS
 
 if TYPE_CHECKING:
     from rlcore.plugins import PluginManager
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; an empty mapping is a value."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten(value, path + "."))
-        else:
-            out[path] = value
-    return out
-
-
-def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"a.b": 1}`` -> ``{"a": {"b": 1}}``; nested dict values are kept."""
-    out: dict[str, Any] = {}
-    for key, value in dotted.items():
-        node = out
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        if isinstance(value, Mapping) and isinstance(node.get(parts[-1]), dict):
-            node[parts[-1]].update(nest(value))
-        else:
-            node[parts[-1]] = dict(nest(value)) if isinstance(value, Mapping) else value
-    return out
 
 
 def _merge_plugin_defaults(base: dict[str, Any], manager: PluginManager) -> dict[str, Any]:

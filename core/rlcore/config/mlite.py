@@ -18,6 +18,8 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlcore.config.dotted import flatten, nest
+
 #: the roles with an engine section
 ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
 #: where Megatron-Lite's settings sit under a role
@@ -107,8 +109,6 @@ def resolve_mlite(config: DictConfig) -> list[str]:
     (Megatron-Lite's values govern, as its engine reads them) and its gradient checkpointing from
     ``impl_cfg.recompute``; ``engine`` then holds the marker and the speed choices only. Returns the problems: a bad
     value, and a Megatron-Lite key under a role that does not train on it (verl has no ``engine`` section then)."""
-    from rlcore.config.loader import flatten, nest  # the loader imports this module
-
     problems = []
     for role in ROLES:
         section = OmegaConf.select(config, f"{role}.{SECTION}")
