@@ -1,5 +1,7 @@
 """verl's serving keys rlcore honours at one value or with its own effect (docs/from-verl.md): the rollout's
-``skip_tokenizer_init``, ``full_determinism`` and a distillation teacher's ``inference.expert_parallel_size``."""
+``skip_tokenizer_init``, ``full_determinism`` and a distillation teacher's ``inference.expert_parallel_size`` (1 or
+the replica's tensor x data parallel size, verl's rule: ``plugins/algo_distill/tests/test_distill.py``); a teacher's
+other serving-engine settings stay a named missing feature."""
 
 from __future__ import annotations
 
@@ -41,13 +43,13 @@ def test_accepted(base: list[str], arg: str) -> None:
             "skip_tokenizer_init: starting the serving engine's tokenizer (rollout.skip_tokenizer_init=false): "
             "rlcore's engines take and return token ids",
         ),
-        (f"{TEACHER}.expert_parallel_size=2", "a serving engine for distillation teachers"),
+        (f"+{TEACHER}.enforce_eager=true", "a serving engine for distillation teachers"),
         (
             "reward_model.rollout.full_determinism=true",
             "batch-invariant deterministic inference for the reward model's generation",
         ),
     ],
-    ids=["skip_tokenizer_init", "teacher_ep", "reward_model_determinism"],
+    ids=["skip_tokenizer_init", "teacher_serving", "reward_model_determinism"],
 )
 def test_refused_naming_the_feature(base: list[str], arg: str, message: str) -> None:
     """The values rlcore cannot honour are one error line naming the feature."""
