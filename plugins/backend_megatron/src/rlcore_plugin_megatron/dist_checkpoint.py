@@ -58,10 +58,7 @@ def load_dist_checkpoint(chunks: Sequence[MegatronModule], directory: Path, key:
             dist_checkpointing.load(
                 _sharded(chunk, value_head), str(directory), strict=StrictHandling.ASSUME_OK_UNEXPECTED
             )
-        except (
-            Exception,
-            CheckpointException,
-        ) as exc:  # CheckpointingException, KeyError, ...; torch's is a BaseException
+        except (Exception, CheckpointException) as exc:  # torch's CheckpointException is a BaseException
             raise RLCoreError(
                 f"{key}={directory}: megatron-core cannot load this distributed checkpoint into the model of "
                 f"model.path: {type(exc).__name__}: {exc}"
