@@ -11,8 +11,7 @@ on the package index, CUDA only) keeps megatron-core's parallel state: the confi
 choices, which this module notes; ``impl_cfg.optimizer`` (Megatron-Lite's FSDP2 wrapper or megatron-core's
 distributed optimizer, both sharding the optimizer state over data-parallel ranks) is the same as this engine's
 unsharded AdamW only when there is one data-parallel rank and, for a mixture-of-experts model, one expert-data-parallel
-rank, and an error naming the key
-otherwise. This module writes the plan's substitution lines. Torch-free.
+rank; otherwise it is an error naming the key. This module writes the plan's substitution lines. Torch-free.
 """
 
 from __future__ import annotations
