@@ -499,29 +499,11 @@ class MegatronEngine(OptimizerState):
             except RLCoreError:
                 self.close()  # the worker never sees this engine: leave the model-parallel groups now
                 raise
-        # resolve_settings requires the path when use_dist_checkpointing is set
-        checkpoint = self.settings.dist_checkpointing_path if self.settings.use_dist_checkpointing else None
-        if checkpoint is not None and dist_checkpoint_format(Path(checkpoint)) is not None:
-            try:
-                load_dist_checkpoint(
-                    self.chunks,
-                    Path(checkpoint),
-                    f"{self.settings.key}.dist_checkpointing_path",
-                    value_head=self.spec.value_head,
-                )
-            except RLCoreError:
-                self.close()  # the worker never sees this engine: leave the model-parallel groups now
-                raise
-        elif checkpoint is not None:
-            self._load_model_files(Path(checkpoint), f"{self.settings.key}.dist_checkpointing_path")
-        else:
-            strict = ActorConfig.from_tree(config).checkpoint.strict if request.role in ("actor", "ref") else None
-            state = load_hf_state(model_config, request.model_section, hf_config, strict=strict, unused_ok=HF_PREFIX)
-            if self.spec.value_head:
-                state = {name: t for name, t in state.items() if name != "lm_head.weight"}
-            if self.mtp_layers:
-                state.update(read_mtp_weights(str(model_config.path), request.model_section))
-            self._load_megatron_state(self._to_megatron(state))
+        try:
+            self._load_initial_weights(config, request)
+        except RLCoreError:
+            self.close()  # the worker never sees this engine: leave the model-parallel groups now
+            raise
         self.module.to(self.device)
         if self.mtp_layers and not self.mtp_train:  # loaded and saved, but not trained (mtp.enable_train=false)
             for name, param in self.module.named_parameters():
@@ -1111,6 +1093,27 @@ class MegatronEngine(OptimizerState):
                 "parallel sizes"
             )
         return payload
+
+    def _load_initial_weights(self, config: DictConfig, request: EngineRequest) -> None:
+        """The model's first weights: from ``megatron.dist_checkpointing_path`` with ``use_dist_checkpointing`` (a
+        megatron-core distributed checkpoint, or this engine's own ``model/`` shards), else from ``model.path``."""
+        # resolve_settings requires the path when use_dist_checkpointing is set
+        checkpoint = self.settings.dist_checkpointing_path if self.settings.use_dist_checkpointing else None
+        key = f"{self.settings.key}.dist_checkpointing_path"
+        if checkpoint is not None and dist_checkpoint_format(Path(checkpoint)) is not None:
+            load_dist_checkpoint(self.chunks, Path(checkpoint), key, value_head=self.spec.value_head)
+        elif checkpoint is not None:
+            self._load_model_files(Path(checkpoint), key)
+        else:
+            strict = ActorConfig.from_tree(config).checkpoint.strict if request.role in ("actor", "ref") else None
+            state = load_hf_state(
+                request.model, request.model_section, self.hf_config, strict=strict, unused_ok=HF_PREFIX
+            )
+            if self.spec.value_head:
+                state = {name: t for name, t in state.items() if name != "lm_head.weight"}
+            if self.mtp_layers:
+                state.update(read_mtp_weights(str(request.model.path), request.model_section))
+            self._load_megatron_state(self._to_megatron(state))
 
     def _load_model_files(self, directory: Path, key: str) -> None:
         """Load this rank's model shard from ``directory/model``."""
