@@ -15,14 +15,13 @@ import inspect
 import re
 import sys
 import textwrap
-import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from rlcore.config.schema import Sections
-from rlcore.config.sections.base import is_section
+from rlcore.config.sections.base import field_types, is_section
 
 #: the rendered file, next to this module
 DEFAULTS_FILE = Path(__file__).with_name("defaults.yaml")
@@ -85,7 +84,7 @@ def _line(indent: str, head: str, doc: str) -> list[str]:
 def _render(section: Any, indent: str) -> list[str]:
     """The YAML lines of the dataclass instance ``section``."""
     kind = type(section)
-    hints = typing.get_type_hints(kind)
+    hints = field_types(kind)
     docs = field_docs(kind)
     lines: list[str] = []
     for field in dataclasses.fields(section):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlcore.config.plugin_sections import plugin_defaults
 from rlcore.config.schema import Sections
-from rlcore.config.sections.base import Section
+from rlcore.config.sections.base import Section, field_types
 from rlcore.config.sections.monitors import MONITORS_KEY, MonitorSettings
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def free_form_fields(kind: type, path: str, *, entry: bool = False) -> TypedKeys
     """The free-form mappings of the dataclass ``kind`` mounted at ``path`` (empty: the root) and of its
     dataclass-typed subsections, recursively: its mapping-typed fields, each entry of a ``dict[str, X]`` field
     checked as the dataclass ``X`` (``entry``: also list the fields of ``kind`` itself as entry keys)."""
-    hints = typing.get_type_hints(kind)
+    hints = field_types(kind)
     found = TypedKeys()
     for field in dataclasses.fields(kind):
         annotation = hints[field.name]

@@ -10,13 +10,12 @@ they read :func:`given_section`: the section built from the tree's values, its o
 from __future__ import annotations
 
 import dataclasses
-import typing
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlcore.config.problems import ConfigError
-from rlcore.config.sections.base import Section, is_section
+from rlcore.config.sections.base import Section, field_types, is_section
 
 _S = TypeVar("_S", bound=Section)
 
@@ -33,7 +32,7 @@ def given_section(cls: type[_S], config: DictConfig, path: str | None = None) ->
     node = OmegaConf.select(config, path)
     if not isinstance(node, DictConfig):
         return None
-    hints = typing.get_type_hints(cls)
+    hints = field_types(cls)
     section = object.__new__(cls)
     for field in dataclasses.fields(cls):  # type: ignore[arg-type]
         kind, key = hints[field.name], f"{path}.{field.name}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,8 +102,32 @@ def default_config(manager: PluginManager | None = None) -> DictConfig:
     """rlcore's defaults plus the sections of every loaded plugin (unresolved interpolations kept)."""
     from rlcore.plugins import load_plugins
 
-    base = _merge_plugin_defaults(core_defaults(), manager or load_plugins())
-    return OmegaConf.create(base)
+    defaults, _ = _defaults_and_keys(manager or load_plugins())
+    return copy.deepcopy(defaults)
+
+
+#: the plugin sets whose defaults :func:`_defaults_and_keys` keeps (a process uses one; tests add a few)
+_KEPT_PLUGIN_SETS = 8
+_DEFAULTS_BY_PLUGINS: OrderedDict[tuple[Any, ...], tuple[DictConfig, KnownKeys]] = OrderedDict()
+
+
+def _defaults_and_keys(manager: PluginManager) -> tuple[DictConfig, KnownKeys]:
+    """The defaults of rlcore and of ``manager``'s plugins, and the keys they declare, built once per set of
+    ``config_defaults`` implementations (a plugin added to or removed from the manager makes another set): building
+    them was most of a config load. The caller must not modify them (:func:`default_config` gives a copy)."""
+    plugins = tuple(
+        (impl.plugin_name, impl.function, getattr(manager.records.get(impl.plugin_name), "status", None))
+        for impl in manager.pm.hook.config_defaults.get_hookimpls()
+    )
+    kept = _DEFAULTS_BY_PLUGINS.get(plugins)
+    if kept is None:
+        defaults = OmegaConf.create(_merge_plugin_defaults(core_defaults(), manager))
+        kept = defaults, known_keys(defaults, free_form_keys(manager))
+        _DEFAULTS_BY_PLUGINS[plugins] = kept
+        while len(_DEFAULTS_BY_PLUGINS) > _KEPT_PLUGIN_SETS:
+            _DEFAULTS_BY_PLUGINS.popitem(last=False)
+    _DEFAULTS_BY_PLUGINS.move_to_end(plugins)
+    return kept
 
 
 @dataclass
@@ -406,8 +432,7 @@ def load_config(
 
     collected = problems if problems is not None else Problems()
     manager = manager or load_plugins()
-    defaults = default_config(manager)
-    known = known_keys(defaults, free_form_keys(manager))
+    defaults, known = _defaults_and_keys(manager)
     dotted: dict[str, Any] = {}
     added: set[str] = set()
     engines: list[Source] = []
@@ -434,6 +459,8 @@ def load_config(
     merged = defaults
     for source in sources:
         merged = _apply(merged, source, defaults, known, added, collected)
+    if merged is defaults:  # no source merged: what follows resolves the config in place
+        merged = copy.deepcopy(defaults)
     for message in (*resolve_turbo(merged), *resolve_mlite(merged), *resolve_noted_keys(merged)):
         collected.add(message)
     with collected.collect():

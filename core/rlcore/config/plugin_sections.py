@@ -6,12 +6,11 @@ component receives, extended with the fields the plugins add at its key (:func:`
 from __future__ import annotations
 
 import dataclasses
-import typing
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from rlcore.config.problems import ConfigError
-from rlcore.config.sections.base import Section, is_section
+from rlcore.config.sections.base import Section, field_types, is_section
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -94,7 +93,7 @@ def extended_section(base: type[_S], extras: tuple[type[Section], ...]) -> type[
     mixins = tuple(dict.fromkeys(kind for kind in extras if kind.PATH in ("", base.PATH)))
     children = {kind.PATH.rpartition(".")[2]: kind for kind in extras if kind not in mixins}
     kinds: tuple[type[Section], ...] = (*mixins, base)
-    hints = {kind: typing.get_type_hints(kind) for kind in kinds}
+    hints = {kind: field_types(kind) for kind in kinds}
     fields: list[tuple[str, Any, Any]] = []
     for name in dict.fromkeys(name for kind in kinds for name in hints[kind]):
         inner = [hints[kind][name] for kind in kinds if name in hints[kind] and is_section(hints[kind][name])]

@@ -13,7 +13,6 @@ every problem names its dotted key, and all of them are reported at once. Plugin
 from __future__ import annotations
 
 import dataclasses
-import typing
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
@@ -22,7 +21,7 @@ from rlcore.config.problems import ConfigError
 from rlcore.config.sections.actor import ActorCheckpointConfig, ActorConfig
 from rlcore.config.sections.actor_rollout_ref import ActorRolloutRefConfig, ModelConfig, MtpConfig, RefConfig
 from rlcore.config.sections.algorithm import AlgorithmConfig
-from rlcore.config.sections.base import Section
+from rlcore.config.sections.base import Section, field_types
 from rlcore.config.sections.critic import CriticCheckpointConfig, CriticConfig, CriticModelConfig
 from rlcore.config.sections.data import DataConfig, Truncation
 from rlcore.config.sections.reward_model import CustomRewardFunctionConfig, RewardModelConfig, RewardModelModelConfig
@@ -89,7 +88,7 @@ class Sections:
     @classmethod
     def from_tree(cls, config: DictConfig) -> Sections:
         """The sections of the resolved ``config``; one :class:`ConfigError` with every problem found."""
-        hints = typing.get_type_hints(cls)
+        hints = field_types(cls)
         values: dict[str, Section] = {}
         problems: list[str] = []
         for field in dataclasses.fields(cls):

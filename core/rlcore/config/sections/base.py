@@ -8,6 +8,8 @@ rendered ``defaults.yaml`` (:mod:`rlcore.config.defaults_file`) prints it next t
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
 import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, TypeVar
@@ -38,6 +40,13 @@ def _is_count(value: Any) -> bool:
 def is_number(value: Any) -> bool:
     """Whether ``value`` is an int or a float (a bool is not)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@functools.cache
+def field_types(kind: type) -> Mapping[str, Any]:
+    """The resolved type annotations of the dataclass ``kind``'s fields (:func:`typing.get_type_hints`), read once
+    per class: a class's annotations do not change, and resolving them was the slowest part of reading a config."""
+    return types.MappingProxyType(typing.get_type_hints(kind))
 
 
 def is_section(kind: Any) -> bool:
@@ -104,7 +113,7 @@ class Section:
         are ignored. For one type read at keys whose sections declare fewer of its fields (the model an engine
         loads: :class:`~rlcore.config.sections.actor_rollout_ref.ModelConfig` read from ``critic.model`` has no
         LoRA and no kernel switches), and for a section built from a few overrides in a test."""
-        hints = typing.get_type_hints(cls)
+        hints = field_types(cls)
         values: dict[str, Any] = {}
         for field in dataclasses.fields(cls):  # type: ignore[arg-type]
             if field.name not in node:
@@ -125,7 +134,7 @@ class Section:
         node = OmegaConf.select(config, path, default=None)
         if not isinstance(node, DictConfig):
             raise ConfigError(f"{path} is missing from the config (it is a section of defaults.yaml)")
-        hints = typing.get_type_hints(cls)
+        hints = field_types(cls)
         values: dict[str, Any] = {}
         problems: list[str] = []
         for field in dataclasses.fields(cls):  # type: ignore[arg-type]
