@@ -8,7 +8,6 @@ rendered ``defaults.yaml`` (:mod:`rlcore.config.defaults_file`) prints it next t
 from __future__ import annotations
 
 import dataclasses
-import functools
 import types
 import typing
 from collections.abc import Mapping
@@ -42,11 +41,17 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-@functools.cache
+#: each dataclass's resolved field annotations (:func:`field_types`)
+_FIELD_TYPES: dict[type, Mapping[str, Any]] = {}
+
+
 def field_types(kind: type) -> Mapping[str, Any]:
     """The resolved type annotations of the dataclass ``kind``'s fields (:func:`typing.get_type_hints`), read once
     per class: a class's annotations do not change, and resolving them was the slowest part of reading a config."""
-    return types.MappingProxyType(typing.get_type_hints(kind))
+    found = _FIELD_TYPES.get(kind)
+    if found is None:
+        found = _FIELD_TYPES[kind] = types.MappingProxyType(typing.get_type_hints(kind))
+    return found
 
 
 def is_section(kind: Any) -> bool:
