@@ -4,7 +4,8 @@ Run and checked by :mod:`rlcore_testkit.seed`, as rlcore's own ``tests/test_seed
 default engine, on the real GSM8K data, with the Megatron engine selected. One more appended key: the HF rollout
 engine stands in for the seed's vLLM (generating the step's 3072 responses is cheaper with it on a CPU; the Megatron →
 vLLM sync is ``test_vllm_sync.py``). The seed's ``model.enable_gradient_checkpointing=True`` recomputes every layer
-in the backward pass, on the CPU too (``test_recompute.py``).
+in the backward pass, on the CPU too (``test_recompute.py``). The step's responses are at most 8 tokens long, as in
+rlcore's own seed test: the seed's batch arithmetic and every checked metric are the same at any length.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from rlcore_testkit.seed import check_seed_step, rlcore_cli, seed_arguments, see
 SHARED = Path(__file__).resolve().parents[4] / "shared"
 SEED = SHARED / "seed-command.txt"
 GSM8K = SHARED / "data" / "gsm8k"
+#: the step's longest response, in tokens
+RESPONSE_LENGTH = 8
 
 pytestmark = pytest.mark.skipif(not (SEED.exists() and GSM8K.exists()), reason="shared/ is not beside the checkout")
 
@@ -28,9 +31,9 @@ def test_seed_command_runs_a_megatron_step(tmp_path: Path, tiny_model_dir: Path)
     seed_args = seed_arguments(SEED, GSM8K, tmp_path, env)
     runs = tmp_path / "runs"
     user_args = [
-        *tiny_step_arguments(tiny_model_dir, runs),
+        *tiny_step_arguments(tiny_model_dir, runs, RESPONSE_LENGTH),
         "actor_rollout_ref.actor.strategy=megatron",
         "actor_rollout_ref.rollout.name=hf",
     ]
-    rows = check_seed_step(rlcore_cli(["run", *seed_args, *user_args], tmp_path, env, 2400), runs)
+    rows = check_seed_step(rlcore_cli(["run", *seed_args, *user_args], tmp_path, env, 2400), runs, RESPONSE_LENGTH)
     assert rows[1]["rollout/weight_checksum_diff"] <= 1e-6  # the HF engine serves the Megatron actor's weights
