@@ -68,7 +68,7 @@ def seed_model_dir(path: Path, gsm8k_dir: Path, rows: int = 2000, vocab_size: in
     GSM8K's ``train.jsonl`` in ``gsm8k_dir`` (``vocab_size`` tokens). The seed's chat-templated prompts are then
     about 108 tokens long, near what an LLM's tokenizer makes of them, instead of the 194 of the tiny model's
     generic 512-token tokenizer: the step at the seed's batch (3072 responses) with the default engine and the
-    HF rollout costs a fifth less CPU time (Megatron's step measured no cheaper, so its test keeps the tiny model).
+    HF rollout costs a fifth less CPU time (Megatron's step, whose output layer costs more, takes ``vocab_size=512``).
     The model is half the tiny model's width (hidden size 32: one attention head of 32, the smallest head vLLM's
     CPU attention takes; MLP 64): the step's cost is its 3072 sequences through the layers and the
     2048-row output layer, and no check reads what the weights compute."""
