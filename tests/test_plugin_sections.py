@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
+from rlcore import hookimpl
 from rlcore.api import ActorConfig, RewardModelConfig, Section, config_ref
-from rlcore.config import ConfigError, load_config
+from rlcore.config import ConfigError, default_config, load_config
 from rlcore.config.plugin_sections import extended_section, plugin_fragment, plugin_section, sections_at
-from rlcore.plugins import load_plugins
+from rlcore.plugins import load_plugins, make_plugin_manager
 
 
 @dataclass(frozen=True)
@@ -115,3 +116,33 @@ def test_a_subsection_both_declare_keeps_the_core_fields() -> None:
     assert section.model.path == "/judge" and section.model.beta_train == 0.1  # type: ignore[attr-defined]
     assert section.overlong_buffer.enable is False  # type: ignore[attr-defined]  # DAPO's, one level below
     assert section.scorer_timeout == RewardModelConfig.scorer_timeout
+
+
+class MountedPlugin:
+    """A plugin declaring :class:`Mounted`'s keys."""
+
+    @hookimpl
+    def config_defaults(self) -> Section:
+        """``algorithm.my_plugin``."""
+        return Mounted()
+
+
+def test_the_loader_follows_plugins_added_and_removed_after_a_load() -> None:
+    """The loader keeps the defaults of a set of plugins between loads: a plugin added to the manager after a load
+    declares its keys to the next load, and they are unknown again once it is removed; changing the copy that
+    ``default_config`` returns changes no later load."""
+    manager = make_plugin_manager()
+    override = ["algorithm.my_plugin.weight=0.25"]
+    with pytest.raises(ConfigError, match="unknown config key 'algorithm.my_plugin.weight'"):
+        load_config(overrides=override, manager=manager)
+    plugin = MountedPlugin()
+    manager.add_plugin(plugin, "mounted")
+    try:
+        assert load_config(overrides=override, manager=manager).algorithm.my_plugin.weight == 0.25
+        copy = default_config(manager)
+        copy.algorithm.my_plugin.weight = 9.0
+        assert load_config(manager=manager).algorithm.my_plugin.weight == 0.5
+    finally:
+        manager.remove_plugin(plugin, "mounted")
+    with pytest.raises(ConfigError, match="unknown config key 'algorithm.my_plugin.weight'"):
+        load_config(overrides=override, manager=manager)
