@@ -32,7 +32,7 @@ from rlcore_testkit.runs import comparable, make_tiny_task, teacher_forced, tiny
 
 from rlcore.config import load_config  # noqa: E402
 from rlcore.controller.off_policy import STATE_FILE  # noqa: E402
-from rlcore.controller.placement import ensure_ray  # noqa: E402
+from rlcore.controller.placement import ensure_ray, warm_ray_workers  # noqa: E402
 from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
 OFF = "training/off_policy"
@@ -72,10 +72,13 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def one_ray(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, task: dict[str, Path]) -> Iterator[None]:
-    """One local Ray for the module's runs (they attach to it and leave it running)."""
+    """One local Ray for the module's runs (they attach to it and leave it running); inside ``warm_ray_workers``
+    each run takes over the worker processes of the last one, so the equality tests below also compare reused
+    processes with new ones."""
     config = load_config([], [*tiny_overrides(tmp_path_factory.mktemp("ray"), tiny_model_dir, task), *LANE], [])
     started = ensure_ray(config)
-    yield
+    with warm_ray_workers():
+        yield
     if started:
         ray.shutdown()
 

@@ -21,7 +21,7 @@ from rlcore_testkit.runs import comparable, make_tiny_task, tiny_overrides, tiny
 from rlcore.checkpoint import read_rollout_states  # noqa: E402
 from rlcore.config import ConfigError, check_values, load_config  # noqa: E402
 from rlcore.controller.off_policy import STATE_FILE  # noqa: E402
-from rlcore.controller.placement import ensure_ray  # noqa: E402
+from rlcore.controller.placement import ensure_ray, warm_ray_workers  # noqa: E402
 from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
 #: one trainer and one rollout process, the engine's log-probs, token-level importance weights
@@ -95,10 +95,13 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def one_ray(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, task: dict[str, Path]) -> Iterator[None]:
     """A local Ray started as the module's runs would start it (``ensure_ray`` with their placement), shut down
     after the last of them: the runs find Ray running, attach to it and leave it (a run stops only a Ray it
-    started itself; so does this fixture)."""
+    started itself; so does this fixture). Inside ``warm_ray_workers`` each run takes over the trainer and rollout
+    processes of the last one: the comparisons below (resumed and uninterrupted runs, asynchronous and synchronous
+    ones) run in reused processes, so they also show that a reused worker computes what a new one does."""
     config = load_config([], [*tiny_overrides(tmp_path_factory.mktemp("ray"), tiny_model_dir, task), *ASYNC], [])
     started = ensure_ray(config)
-    yield
+    with warm_ray_workers():
+        yield
     if started:
         ray.shutdown()
 

@@ -30,7 +30,7 @@ from rlcore.config import ConfigError, load_config  # noqa: E402
 from rlcore.config.pools import placement_mode  # noqa: E402
 from rlcore.controller import ray_executor  # noqa: E402
 from rlcore.controller.groups import build_worker_groups  # noqa: E402
-from rlcore.controller.placement import SESSION  # noqa: E402
+from rlcore.controller.placement import SESSION, warm_ray_workers  # noqa: E402
 from rlcore.controller.ray_executor import RayWorkerGroup, WorkerDiedError, WorkerError  # noqa: E402
 from rlcore.controller.worker_group import make_worker_group  # noqa: E402
 from rlcore.controller.worker_spec import WorkerSpec  # noqa: E402
@@ -74,7 +74,7 @@ class EchoWorker:
         from rlcore.plugins import load_plugins
 
         records = load_plugins().records
-        keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "RLCORE_DISABLE_PLUGINS")
+        keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "RLCORE_DISABLE_PLUGINS", "ECHO_MARK")
         return {"rank": self.rank, "env": {k: os.environ.get(k) for k in keys},
                 "ppo": records["rlcore-plugin-ppo"].status, "echo": records["rlcore-test-echo"].status}
 
@@ -98,6 +98,10 @@ class EchoWorker:
         if self.rank == rank:
             os._exit(7)
         self.all_reduce()
+
+    def mark(self):
+        os.environ["ECHO_MARK"] = self.role
+        return os.getpid()
 
     def shutdown(self):
         if dist.is_initialized():
@@ -178,6 +182,14 @@ def echo(cluster: Any) -> Iterator[RayWorkerGroup]:
         group = make_worker_group(ECHO, ray_config(cluster), "actor")
     yield group
     group.shutdown()
+
+
+@pytest.fixture(scope="module")
+def warm(cluster: Any) -> Iterator[None]:
+    """``warm_ray_workers`` for the module's training tests (the last ones): each takes over the FSDP workers of
+    the one before where the pool and environment match."""
+    with warm_ray_workers():
+        yield
 
 
 @pytest.fixture
@@ -333,6 +345,83 @@ def test_config_errors_name_the_key(cluster: Any) -> None:
         make_worker_group(ECHO, ray_config(cluster, "trainer.nnodes=3", "trainer.n_gpus_per_node=1"), "actor")
 
 
+# ------------------------------------------------------------- warm workers
+def idle_actors() -> list[Any]:
+    """The actors ``warm_ray_workers`` keeps idle now."""
+    return [actor for actors in SESSION.idle.values() for actor in actors]
+
+
+def is_gone(actor: Any) -> bool:
+    """Whether ``actor``'s process has ended (Ray refuses the call, or the call fails with the actor's death)."""
+    try:
+        ray.get(actor.info.remote(), timeout=30)
+    except ray.exceptions.RayActorError:
+        return True
+    except Exception as exc:  # noqa: BLE001 - Ray's plain Exception for an actor it no longer knows
+        return "Can't find actor" in str(exc)
+    return False
+
+
+def test_inside_warm_ray_workers_the_next_group_takes_over_the_idle_processes(cluster: Any) -> None:
+    """A group that shut down leaves its processes to the next group with the same environment: same pids, the
+    environment they started with (the mark the last worker set is gone), a new gloo group, the new role. Another
+    environment gets processes of its own and ends the idle ones it cannot use; leaving the block ends every idle
+    actor."""
+    assert not SESSION.warm, "runs before the tests that use the module's warm fixture"
+    with warm_ray_workers():
+        first = make_worker_group(ECHO, ray_config(cluster), "actor")
+        pids = first.call_all("mark")
+        assert [info["env"]["ECHO_MARK"] for info in first.call_all("whoami")] == ["actor", "actor"]
+        first.shutdown()
+        assert len(idle_actors()) == 2
+        second = make_worker_group(ECHO, ray_config(cluster), "critic")
+        try:
+            assert [info["pid"] for info in second.rank_info()] == pids
+            infos = second.call_all("whoami")
+            assert [(info["rank"], info["env"]["ECHO_MARK"]) for info in infos] == [(0, None), (1, None)]
+            assert [info["env"]["RLCORE_DISABLE_PLUGINS"] for info in infos] == [None, None]
+            assert second.call_all("all_reduce") == [3.0, 3.0]
+            assert second.call_all("mark") == pids and second.whoami()["env"]["ECHO_MARK"] == "critic"
+        finally:
+            second.shutdown()
+        ended = idle_actors()
+        with environ(RLCORE_DISABLE_PLUGINS="rlcore-plugin-ppo"):
+            other = make_worker_group(ECHO, ray_config(cluster), "actor")
+        try:
+            assert not set(pids) & {info["pid"] for info in other.rank_info()}, "another environment, other processes"
+            assert [info["ppo"] for info in other.call_all("whoami")] == ["disabled", "disabled"]
+            assert not idle_actors(), "the idle actors no group of this pool can take are ended"
+        finally:
+            other.shutdown()
+        kept = idle_actors()
+        assert len(kept) == 2
+    assert not SESSION.idle and all(layout in SESSION.users for layout in SESSION.pools)
+    assert all(is_gone(actor) for actor in ended + kept)
+
+
+def test_a_warm_worker_that_died_while_idle_is_replaced_and_a_failed_group_is_not_kept(cluster: Any) -> None:
+    assert not SESSION.warm, "runs before the tests that use the module's warm fixture"
+    with warm_ray_workers():
+        first = make_worker_group(ECHO, ray_config(cluster), "actor")
+        pids = [info["pid"] for info in first.rank_info()]
+        first.shutdown()
+        for (_, rank, _), actors in SESSION.idle.items():
+            if rank == 1:
+                for actor in actors:
+                    ray.kill(actor)
+        second = make_worker_group(ECHO, ray_config(cluster), "actor")
+        try:
+            now = [info["pid"] for info in second.rank_info()]
+            assert now[0] == pids[0] and now[1] != pids[1]
+            assert second.call_all("all_reduce") == [3.0, 3.0]
+        finally:
+            second.shutdown()
+        kept = len(idle_actors())
+        with pytest.raises(WorkerError, match=r"role 'broken' rank 1: starting the worker failed"):
+            make_worker_group(ECHO, ray_config(cluster), "broken")
+        assert len(idle_actors()) == kept - 2, "the failed group took two idle actors and kept none"
+
+
 # ---------------------------------------------------------------- multi-node
 def test_two_nodes_one_rank_each_form_one_gloo_group(cluster: Any) -> None:
     group = make_worker_group(ECHO, ray_config(cluster, "trainer.nnodes=2", "trainer.n_gpus_per_node=1"), "actor")
@@ -345,7 +434,7 @@ def test_two_nodes_one_rank_each_form_one_gloo_group(cluster: Any) -> None:
         group.shutdown()
 
 
-def test_grpo_steps_on_two_nodes(cluster: Any, tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_grpo_steps_on_two_nodes(cluster: Any, warm: None, tmp_path: Path, tiny_model_dir: Path) -> None:
     task = make_tiny_task(tmp_path / "task")
     last, run_dir = tiny_run(
         tmp_path,
@@ -368,7 +457,7 @@ def test_grpo_steps_on_two_nodes(cluster: Any, tmp_path: Path, tiny_model_dir: P
 # ------------------------------------------------------------ split placement
 @pytest.mark.parametrize("backend", ["naive", "delta"])
 def test_split_placement_trains_on_one_pool_and_generates_on_another(
-    cluster: Any, tmp_path: Path, tiny_model_dir: Path, backend: str
+    cluster: Any, warm: None, tmp_path: Path, tiny_model_dir: Path, backend: str
 ) -> None:
     from transformers import AutoTokenizer
 
@@ -422,7 +511,9 @@ def test_split_placement_trains_on_one_pool_and_generates_on_another(
 
 
 # ------------------------------------------------------------ partial rollout
-def test_generate_partial_is_split_over_the_rollout_ranks(cluster: Any, tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_generate_partial_is_split_over_the_rollout_ranks(
+    cluster: Any, warm: None, tmp_path: Path, tiny_model_dir: Path
+) -> None:
     """``groups.rollout.generate_partial`` goes to the rollout ranks like ``generate_sequences`` (the rows split
     over two data-parallel ranks and concatenated in order, the budget in ``meta``), and the next call
     continues the rows the previous one returned until every row is finished."""

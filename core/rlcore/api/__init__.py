@@ -304,6 +304,7 @@ _LAZY: dict[str, str] = {
     "PUBLIC_MODULES": "rlcore.public_api",
     "cli": "rlcore.cli",
     "run_training": "rlcore.run",
+    "warm_ray_workers": "rlcore.controller.placement",
     "load_config": "rlcore.config",
     "CriticWorker": "rlcore.workers.critic",
     "AbstractCurriculumSampler": "rlcore.data.sampler",
@@ -492,6 +493,7 @@ if TYPE_CHECKING:
     from rlcore.config.sections.base import Section
     from rlcore.config.sections.base import ref as config_ref
     from rlcore.config.sections.monitors import MonitorSettings
+    from rlcore.controller.placement import warm_ray_workers
     from rlcore.data import DataError
     from rlcore.data.collate import collate_rows
     from rlcore.data.files import normalize_files

@@ -24,14 +24,21 @@ already initialised Ray (``ray.init`` by the caller) is used as it is. ``ray_kwa
 overrides the ``ray.init`` arguments, and ``ray_kwargs.timeline_json_file`` receives Ray's timeline when
 the last group leaves. :data:`SESSION` counts the worker
 groups that use the pools: the last one to leave removes the placement groups and stops the Ray it started.
+
+Inside :func:`warm_ray_workers` (several runs in one Python process: a sweep, a notebook, a test module) a worker
+group that shuts down cleanly leaves its actors idle on their pool instead of ending them, and the next group on the
+same pool with the same environment takes them over: its ranks skip the seconds a new process spends importing torch
+and the model libraries. Leaving the block ends the idle actors, removes their pools and stops the Ray it started.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import uuid
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -277,7 +284,8 @@ def write_timeline(path: str) -> None:
 
 
 class RaySession:
-    """The driver's Ray state: whether it started Ray, and the pools with the number of groups using each.
+    """The driver's Ray state: whether it started Ray, the pools with the number of groups using each, and
+    (inside :func:`warm_ray_workers`) the idle worker actors kept for the next group.
 
     Groups whose configs ask for the same :class:`PoolLayout` share its placement groups (colocation); a
     different layout gets placement groups of its own.
@@ -288,6 +296,12 @@ class RaySession:
         self.timeline: str | None = None
         self.pools: dict[PoolLayout, ResourcePool] = {}
         self.users: dict[PoolLayout, int] = {}
+        #: whether groups leave their actors idle for the next group (:func:`warm_ray_workers`)
+        self.warm = False
+        #: idle worker actors by (pool layout, rank, the group's identity: its environment and lane pinning)
+        self.idle: dict[tuple[PoolLayout, int, Hashable], list[Any]] = {}
+        #: the Ray the pools live in (node and job of the driver): pools and actors of another are gone
+        self.cluster: tuple[str, str] | None = None
 
     def acquire(self, config: DictConfig) -> dict[str, ResourcePool]:
         """Make sure Ray runs and the config's pools exist; count one more user of each. Returns the pools
@@ -295,17 +309,31 @@ class RaySession:
         placement_mode(config)
         self.timeline = timeline_file(config) or self.timeline
         if ensure_ray(config):  # a new Ray: pools from an earlier one are gone with it
-            self.started, self.pools, self.users = True, {}, {}
+            self.started, self.pools, self.users, self.idle = True, {}, {}, {}
+        self._forget_another_ray()
         try:
             layouts = pool_layouts(config, wants_gpu(config))
-            self._create_pools([layout for layout in layouts.values() if layout not in self.pools])
+            missing = [layout for layout in layouts.values() if layout not in self.pools]
+            if missing:  # idle pools of other layouts give their resources back first
+                for layout in [layout for layout in self.pools if layout not in self.users]:
+                    self._remove(layout)
+            self._create_pools(missing)
         except BaseException:
-            if not self.pools:
+            if not self.users:
                 self._stop()
             raise
         for layout in layouts.values():
             self.users[layout] = self.users.get(layout, 0) + 1
         return {name: self.pools[layout] for name, layout in layouts.items()}
+
+    def _forget_another_ray(self) -> None:
+        """Drop the pools and idle actors of an earlier Ray that someone else stopped or replaced since."""
+        import ray
+
+        context = ray.get_runtime_context()
+        cluster = (context.get_node_id(), context.get_job_id())
+        if cluster != self.cluster:
+            self.pools, self.users, self.idle, self.cluster = {}, {}, {}, cluster
 
     def _create_pools(self, layouts: list[PoolLayout]) -> None:
         """Pick nodes for ``layouts`` together and place each of them there."""
@@ -325,33 +353,108 @@ class RaySession:
         self.pools.update({pool.layout: pool for pool in created})
 
     def release(self, pools: dict[str, ResourcePool]) -> None:
-        """Give back pools from :meth:`acquire`. A pool nobody uses is removed; when none is left, the Ray
-        this session started is shut down."""
-        import ray
-
+        """Give back pools from :meth:`acquire`. A pool nobody uses is removed, unless :func:`warm_ray_workers`
+        keeps it for its idle actors; when no group is left, the Ray this session started is shut down (at the
+        end of the ``warm_ray_workers`` block when it kept pools)."""
         for pool in pools.values():
             layout = pool.layout
             self.users[layout] = self.users.get(layout, 1) - 1
             if self.users[layout] <= 0:
                 self.users.pop(layout)
-                if ray.is_initialized():
-                    self.pools.pop(layout).remove()
-                else:
-                    self.pools.pop(layout)
-        if not self.pools:
+                if not self.warm:
+                    self._remove(layout)
+        if not self.users:
             self._stop()
+
+    def park(self, layout: PoolLayout, identity: Hashable, actors: list[Any]) -> None:
+        """Keep a group's actors idle (rank ``i`` of ``layout`` is ``actors[i]``) for the next group on the same
+        pool whose ``identity`` (environment and lane pinning) is the same."""
+        for rank, actor in enumerate(actors):
+            self.idle.setdefault((layout, rank, identity), []).append(actor)
+
+    def take_idle(self, layout: PoolLayout, rank: int, identity: Hashable) -> Any | None:
+        """An idle actor for rank ``rank`` of ``layout`` with ``identity``, or None. Idle actors of the pool with
+        another identity are ended first: no group can take them, and they hold a share of the bundles."""
+        for key in [key for key in self.idle if key[0] == layout and key[2] != identity]:
+            kill_actors(self.idle.pop(key))
+        actors = self.idle.get((layout, rank, identity))
+        return actors.pop() if actors else None
+
+    def cool_down(self) -> None:
+        """End the idle actors, remove the pools no group uses, and stop the Ray this session started when no
+        group is left (the end of :func:`warm_ray_workers`)."""
+        for layout in [layout for layout in self.pools if layout not in self.users]:
+            self._remove(layout)
+        for actors in self.idle.values():
+            kill_actors(actors)
+        self.idle = {}
+        if not self.users:
+            self._stop()
+
+    def _remove(self, layout: PoolLayout) -> None:
+        """End the idle actors on ``layout``'s pool and remove its placement groups."""
+        import ray
+
+        for key in [key for key in self.idle if key[0] == layout]:
+            kill_actors(self.idle.pop(key))
+        pool = self.pools.pop(layout)
+        if ray.is_initialized():
+            pool.remove()
 
     def _stop(self) -> None:
         """Write Ray's timeline when ``ray_kwargs.timeline_json_file`` asks for it, then shut down Ray if this
-        session started it (placement groups go with it)."""
+        session started it and keeps no idle pool (placement groups go with it)."""
         import ray
 
         if self.timeline and ray.is_initialized():
             write_timeline(self.timeline)
+        self.timeline = None
+        if self.pools:
+            return
         if self.started and ray.is_initialized():
             ray.shutdown()
-        self.pools, self.users, self.started, self.timeline = {}, {}, False, None
+        self.pools, self.users, self.idle, self.started = {}, {}, {}, False
+
+
+def kill_actors(actors: list[Any]) -> None:
+    """End the Ray ``actors``; those already gone are skipped."""
+    import ray
+
+    for actor in actors:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception as exc:  # noqa: BLE001 - an actor that is gone already
+            log.debug("ray.kill(%s): %s", actor, exc)
 
 
 #: the driver's process-wide session, shared by every :class:`~rlcore.controller.ray_executor.RayWorkerGroup`
 SESSION = RaySession()
+
+
+@contextlib.contextmanager
+def warm_ray_workers() -> Iterator[None]:
+    """Keep the ``ray`` executor's worker processes between the runs inside the block.
+
+    ::
+
+        with warm_ray_workers():
+            for lr in (1e-6, 3e-6):
+                run_training([], [..., "trainer.executor=ray", f"actor_rollout_ref.actor.optim.lr={lr}"], [])
+
+    A worker group that shuts down cleanly leaves its actors idle on their pool; the next group on a pool of the
+    same layout, with the same worker environment (every ``RLCORE_*`` variable, ``PASSTHROUGH_ENV`` and
+    ``ray_kwargs.ray_init.runtime_env.env_vars``) and lane pinning, takes them over instead of starting new
+    processes. A reused actor gets the environment it started with back and builds its worker anew, as a new
+    process would (the worker seeds every generator and creates its process group). A group on another layout
+    first ends the idle pools it does not use. Leaving the block ends the idle actors, removes their pools and
+    stops the Ray a run started. Nested blocks are one block. A failed or interrupted group is never kept.
+    """
+    if SESSION.warm:
+        yield
+        return
+    SESSION.warm = True
+    try:
+        yield
+    finally:
+        SESSION.warm = False
+        SESSION.cool_down()

@@ -14,15 +14,21 @@ A worker failure stops the controller with a :class:`WorkerError` naming the rol
 (the worker's own exception message, or why its process died). When a rank dies or the other ranks do not
 finish within :data:`FAILURE_GRACE_S` of a failure (they are stuck in a collective with the failed one),
 the whole group is killed and every later call raises the same error.
+
+Inside :func:`~rlcore.controller.placement.warm_ray_workers` a group that shut down cleanly leaves its actors idle,
+and the next group on the same pool with the same environment and pinning takes them over
+(:meth:`RayWorker.reset`) instead of starting new processes.
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 import re
 import socket
+from collections.abc import Hashable
 from typing import Any
 
 import ray
@@ -35,7 +41,7 @@ from rlcore.api.training import ParallelLayout
 from rlcore.config.lanes import LANE_KEY, LanePin, format_cpus, lane_pins
 from rlcore.config.ray_kwargs import ray_env_vars
 from rlcore.controller.call_stats import CallLedger, CallMeter, CallStats, worker_stage
-from rlcore.controller.placement import BUNDLE_SHARE, POOL_TRAIN, SESSION
+from rlcore.controller.placement import BUNDLE_SHARE, POOL_TRAIN, SESSION, PoolLayout, kill_actors
 from rlcore.controller.worker_spec import WorkerSpec
 from rlcore.errors import RLCoreError
 from rlcore.plugins import PLUGIN_ENV_VARS
@@ -106,13 +112,30 @@ class RayWorker:
 
     def __init__(self, env: dict[str, str], role: str, rank: int) -> None:
         """Apply the driver's environment; plugin variables the driver does not set are removed."""
+        self._started_environ = dict(os.environ)
+        self.worker: Any = None
+        self._enter(env, role, rank)
+
+    def _enter(self, env: dict[str, str], role: str, rank: int) -> None:
+        """Take the role and rank, and the driver's environment ``env`` over the process's own."""
         for key in PLUGIN_ENV_VARS:
             if key not in env:
                 os.environ.pop(key, None)
         os.environ.update(env)
         self.role = role
         self.rank = rank
-        self.worker: Any = None
+
+    def reset(self, env: dict[str, str], role: str, rank: int) -> int:
+        """Serve another group (:func:`~rlcore.controller.placement.warm_ray_workers`): the process gets back the
+        environment it started with (what the last worker set or removed is undone), then ``env``, ``role`` and
+        ``rank`` as a new actor would. Returns the process id."""
+        for key in set(os.environ) - set(self._started_environ):
+            del os.environ[key]
+        for key, value in self._started_environ.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+        self._enter(env, role, rank)
+        return os.getpid()
 
     def __repr__(self) -> str:
         """``RayWorker(role, rank)``, which Ray shows in its messages."""
@@ -177,10 +200,17 @@ class RayWorker:
         return (result if keep else None), meter.stats
 
     def shutdown(self) -> None:
-        """Call the worker's ``shutdown()`` (process group, engines) when it has one."""
+        """Call the worker's ``shutdown()`` (process group, engines) when it has one, then let the worker go (its
+        models are freed; the process may serve another group)."""
         close = getattr(self.worker, "shutdown", None)
         if close is not None:
             close()
+        self.worker = None
+        gc.collect()
+        import torch
+
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
 
 
 def _strip_ansi(text: str) -> str:
@@ -252,6 +282,8 @@ class RayWorkerGroup:
         self._in_flight = False
         self.calls = CallLedger()
         self.layouts: list[ParallelLayout] = []
+        #: the pool layout and identity the actors are kept under (:func:`warm_ray_workers`), once every rank is built
+        self._keep_as: tuple[PoolLayout, Hashable] | None = None
         pin = lane_pins(config).get(pool)  # a bad trainer.lane_cpus fails before any process starts
         self._pools = pools = SESSION.acquire(config)
         try:
@@ -261,12 +293,14 @@ class RayWorkerGroup:
             self.world_size = resource_pool.layout.world_size
             share = {"num_cpus": BUNDLE_SHARE, "num_gpus": BUNDLE_SHARE if resource_pool.layout.use_gpu else 0}
             env = worker_env(config)
-            actor_cls = _actor_class()
+            identity = (tuple(sorted(env.items())), pin)
             bundles = resource_pool.bundles()
+            self.actors = self._idle_actors(resource_pool.layout, identity, env, len(bundles))
             for rank, (pg, index) in enumerate(bundles):
-                strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
-                options = {"scheduling_strategy": strategy, "runtime_env": {"env_vars": env}, "max_restarts": 0}
-                self.actors.append(actor_cls.options(**share, **options).remote(env, role, rank))
+                if self.actors[rank] is None:
+                    strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
+                    options = {"scheduling_strategy": strategy, "runtime_env": {"env_vars": env}, "max_restarts": 0}
+                    self.actors[rank] = _actor_class().options(**share, **options).remote(env, role, rank)
             if pin is not None:
                 self._gather([actor.pin.remote(pin) for actor in self.actors], "pin")
             (master,) = self._gather([self.actors[0].node_address.remote()], "node_address", ranks=[0])
@@ -277,9 +311,26 @@ class RayWorkerGroup:
                 ],
                 "__init__",
             )
+            self._keep_as = (resource_pool.layout, identity)
         except BaseException:
             self.shutdown()
             raise
+
+    def _idle_actors(self, layout: PoolLayout, identity: Hashable, env: dict[str, str], ranks: int) -> list[Any]:
+        """For each rank, an idle actor of an earlier group (:func:`warm_ray_workers`) given this group's
+        environment, role and rank, or None where there is none; one that died while idle is ended and its rank
+        left to a new actor."""
+        actors = [SESSION.take_idle(layout, rank, identity) for rank in range(ranks)]
+        for rank, actor in enumerate(actors):
+            if actor is None:
+                continue
+            try:
+                ray.get(actor.reset.remote(env, self.role, rank), timeout=SHUTDOWN_TIMEOUT_S)
+            except RayError as exc:
+                log.debug("the idle worker for %s rank %d is gone (%s); starting a new one", self.role, rank, exc)
+                ray.kill(actor, no_restart=True)
+                actors[rank] = None
+        return actors
 
     def __getattr__(self, name: str) -> Any:
         """``group.name`` is a callable that dispatches the worker method ``name``."""
@@ -420,6 +471,15 @@ class RayWorkerGroup:
             cause=exc,
         )
 
+    @staticmethod
+    def _all_succeeded(refs: list[Any]) -> bool:
+        """Whether every finished call of ``refs`` returned without an error."""
+        try:
+            ray.get(refs)
+        except RayError:
+            return False
+        return True
+
     def _fail(self, error: WorkerError) -> None:
         """Remember ``error`` for later calls and kill every actor of the group."""
         log.debug("%s; stopping the %d worker(s) of role %r", error, self.world_size, self.role)
@@ -428,11 +488,7 @@ class RayWorkerGroup:
 
     def _kill(self) -> None:
         """Kill every actor (those already dead are skipped)."""
-        for actor in self.actors:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception as exc:  # noqa: BLE001 - an actor that is gone already
-                log.debug("ray.kill(%s): %s", actor, exc)
+        kill_actors(self.actors)
 
     def shutdown(self) -> None:
         """Shut the workers down (their ``shutdown()``, then the actors) and release the pool; idempotent.
@@ -442,9 +498,13 @@ class RayWorkerGroup:
         if self._closed:
             return
         self._closed = True
+        self.actors = [actor for actor in self.actors if actor is not None]  # a start that failed half-way
         if self.actors and self._failure is None and not self._in_flight:
             refs = [actor.shutdown.remote() for actor in self.actors]
-            ray.wait(refs, num_returns=len(refs), timeout=SHUTDOWN_TIMEOUT_S)
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=SHUTDOWN_TIMEOUT_S)
+            if SESSION.warm and self._keep_as is not None and len(done) == len(refs) and self._all_succeeded(done):
+                SESSION.park(*self._keep_as, self.actors)
+                self.actors = []
         self._kill()
         self.actors = []
         SESSION.release(self._pools)
