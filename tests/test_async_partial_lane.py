@@ -19,7 +19,6 @@ three issued at step 1, one round ahead):
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,9 @@ import torch
 
 ray = pytest.importorskip("ray")
 
-from rlcore_testkit.runs import comparable, make_tiny_task, teacher_forced, tiny_overrides, tiny_run  # noqa: E402
+from rlcore_testkit.runs import comparable, make_tiny_task, teacher_forced, tiny_run  # noqa: E402
 
-from rlcore.config import load_config  # noqa: E402
 from rlcore.controller.off_policy import STATE_FILE  # noqa: E402
-from rlcore.controller.placement import ensure_ray, warm_ray_workers  # noqa: E402
 from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
 OFF = "training/off_policy"
@@ -71,16 +68,10 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def one_ray(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, task: dict[str, Path]) -> Iterator[None]:
-    """One local Ray for the module's runs (they attach to it and leave it running); inside ``warm_ray_workers``
-    each run takes over the worker processes of the last one, so the equality tests below also compare reused
+def one_ray(warm_ray: None) -> None:
+    """The test process's shared local Ray with warm workers (the test kit's ``warm_ray``): each run attaches to it
+    and takes over the worker processes the last run left idle, so the equality tests below also compare reused
     processes with new ones."""
-    config = load_config([], [*tiny_overrides(tmp_path_factory.mktemp("ray"), tiny_model_dir, task), *LANE], [])
-    started = ensure_ray(config)
-    with warm_ray_workers():
-        yield
-    if started:
-        ray.shutdown()
 
 
 def lane_run(tmp: Path, model: Path, task: dict[str, Path], *extra: str) -> tuple[Path, list[dict[str, Any]]]:

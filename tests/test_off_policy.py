@@ -2,13 +2,12 @@
 batch a step trains on was generated one update earlier, the engine's log-probs show it, validation uses the
 current weights, and a checkpoint with a batch in flight resumes to exactly the uninterrupted run.
 
-The module's seven runs share one local Ray (:func:`one_ray`, started as a run starts its own): each run attaches
-to it and leaves it running, instead of starting and stopping a Ray of its own."""
+The module's seven runs share the test process's local Ray with warm workers (:func:`one_ray`): each run attaches
+to it and takes over the worker processes the last run left idle, instead of starting a Ray and new processes."""
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,11 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from rlcore_testkit.runs import comparable, make_tiny_task, tiny_overrides, tiny_run  # noqa: E402
+from rlcore_testkit.runs import comparable, make_tiny_task, tiny_run  # noqa: E402
 
 from rlcore.checkpoint import read_rollout_states  # noqa: E402
 from rlcore.config import ConfigError, check_values, load_config  # noqa: E402
 from rlcore.controller.off_policy import STATE_FILE  # noqa: E402
-from rlcore.controller.placement import ensure_ray, warm_ray_workers  # noqa: E402
 from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
 #: one trainer and one rollout process, the engine's log-probs, token-level importance weights
@@ -92,18 +90,11 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def one_ray(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, task: dict[str, Path]) -> Iterator[None]:
-    """A local Ray started as the module's runs would start it (``ensure_ray`` with their placement), shut down
-    after the last of them: the runs find Ray running, attach to it and leave it (a run stops only a Ray it
-    started itself; so does this fixture). Inside ``warm_ray_workers`` each run takes over the trainer and rollout
-    processes of the last one: the comparisons below (resumed and uninterrupted runs, asynchronous and synchronous
-    ones) run in reused processes, so they also show that a reused worker computes what a new one does."""
-    config = load_config([], [*tiny_overrides(tmp_path_factory.mktemp("ray"), tiny_model_dir, task), *ASYNC], [])
-    started = ensure_ray(config)
-    with warm_ray_workers():
-        yield
-    if started:
-        ray.shutdown()
+def one_ray(warm_ray: None) -> None:
+    """The test process's shared local Ray with warm workers (the test kit's ``warm_ray``): the runs attach to it
+    and each takes over the trainer and rollout processes the last run left idle, so the comparisons below
+    (resumed and uninterrupted runs, asynchronous and synchronous ones) also show that a reused worker computes
+    what a new one does."""
 
 
 @pytest.fixture(scope="module")

@@ -46,17 +46,12 @@ FULLY_ASYNC = (
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Any]:
-    """The run's metric records by step, and its dry run's plan."""
+def run(warm_ray: None, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Any]:
+    """The run's metric records by step (on the test process's shared Ray, with warm workers)."""
     tmp = tmp_path_factory.mktemp("fully_async")
     task = make_tiny_task(tmp / "task", caps=CAPS)
     overrides = [*tiny_overrides(tmp, tiny_model_dir, task), *FULLY_ASYNC]
-    started = not ray.is_initialized()
-    try:
-        run_training([], overrides, [], config_name="fully_async_ppo_trainer")
-    finally:
-        if started and ray.is_initialized():
-            ray.shutdown()
+    run_training([], overrides, [], config_name="fully_async_ppo_trainer")
     (run_dir,) = (tmp / "runs").glob("*/*")
     return {row["step"]: row for row in read_metrics(run_dir / "metrics.jsonl")}
 

@@ -303,7 +303,7 @@ def test_two_steps_with_the_top_k_loss(tmp_path: Path, tiny_model_dir: Path, tea
         assert "actor/distillation/abs_loss" not in row
 
 
-def test_two_megatron_steps_with_tensor_parallelism(tmp_path: Path) -> None:
+def test_two_megatron_steps_with_tensor_parallelism(warm_ray: None, tmp_path: Path) -> None:
     """The script's backend and layout: the Megatron actor and teacher at tensor-parallel size 2 on two Ray
     worker processes, dynamic micro-batches, GKD-style forward_kl_topk without a task reward."""
     pytest.importorskip("ray")

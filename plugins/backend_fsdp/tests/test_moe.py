@@ -93,7 +93,7 @@ def test_fsdp_wraps_one_unit_per_decoder_layer(tmp_path: Path) -> None:
         assert [type(layer).__name__ for layer in decoder_layers(model)] == [type(model.model.layers[0]).__name__] * 2
 
 
-def test_two_grpo_steps_on_two_gloo_ranks_with_r2(tmp_path: Path) -> None:
+def test_two_grpo_steps_on_two_gloo_ranks_with_r2(warm_ray: None, tmp_path: Path) -> None:
     """Two FSDP2 ranks (Ray workers, gloo) train a tiny Qwen3-MoE for two GRPO steps with R2 replay; the MoE
     metrics are logged and finite."""
     pytest.importorskip("ray")

@@ -67,7 +67,7 @@ def test_six_steps_equal_three_plus_resume_plus_three(
         assert metrics == full[step], f"step {step} differs"
 
 
-def test_grpo_on_a_moe_model_with_expert_parallelism(tmp_path: Path, task: dict[str, Path]) -> None:
+def test_grpo_on_a_moe_model_with_expert_parallelism(warm_ray: None, tmp_path: Path, task: dict[str, Path]) -> None:
     """``rlcore run``: a tiny Qwen3-MoE trains 2 GRPO steps on two Ray worker processes with
     ``expert_model_parallel_size=2`` (each rank holds 4 of the 8 experts; the HF rollout is synced from the
     gathered weights), logging the MoE metrics."""

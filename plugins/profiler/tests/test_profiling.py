@@ -190,7 +190,9 @@ def test_the_dry_run_says_what_it_will_record(tmp_path: Path, tiny_model_dir: Pa
     assert gpu is not None and "_record_memory_history" in gpu
 
 
-def test_each_ray_rank_writes_its_own_trace(tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]) -> None:
+def test_each_ray_rank_writes_its_own_trace(
+    warm_ray: None, tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+) -> None:
     """Under Ray every rank is a process with its own profiler session: ``all_ranks`` gives one trace per rank."""
     pytest.importorskip("ray")
     save = tmp_path / "profile"

@@ -284,7 +284,7 @@ def test_cuda_contents_record_the_kernels_of_each_stage_on_cuda(
 
 
 def test_under_ray_the_hook_runs_on_the_ranks_it_names(
-    tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
+    warm_ray: None, tmp_path: Path, tiny_model_dir: Path, task: dict[str, Path]
 ) -> None:
     """Two Ray ranks, rank 0 profiled: ``finish_hook_ranks=[1]`` runs the command on rank 1 only, in its own
     process, although rank 1 wrote no trace."""

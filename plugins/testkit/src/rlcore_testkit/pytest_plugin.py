@@ -12,6 +12,11 @@ Fixtures:
     a session-wide directory with a tiny Qwen2 model and a locally trained tokenizer.
 ``tiny_tokenizer``
     that directory's tokenizer, loaded with ``AutoTokenizer``.
+``warm_ray``
+    (module) a local Ray shared by the modules of this test process that ask for it, with warm workers: runs attach
+    to it and take over the worker processes of the last run (:mod:`rlcore_testkit.shared_ray`).
+``no_shared_ray``
+    (module) the shared Ray stopped, for a module that starts its own Ray or checks that a run starts one.
 """
 
 from __future__ import annotations
@@ -68,3 +73,28 @@ def tiny_tokenizer(tiny_model_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def shared_ray() -> Iterator[Any]:
+    """The test process's :class:`~rlcore_testkit.shared_ray.SharedRay`, stopped at the end of the session."""
+    from rlcore_testkit.shared_ray import SharedRay
+
+    shared = SharedRay()
+    yield shared
+    shared.stop()
+
+
+@pytest.fixture(scope="module")
+def warm_ray(shared_ray: Any) -> None:
+    """A running local Ray with ``rlcore.api.warm_ray_workers`` active, shared with the other modules that ask for
+    it: the module's runs attach to it and reuse the worker processes earlier runs left idle. Skips without Ray."""
+    pytest.importorskip("ray")
+    shared_ray.start()
+
+
+@pytest.fixture(scope="module")
+def no_shared_ray(shared_ray: Any) -> None:
+    """No Ray running when the module starts: the shared one is stopped (a module that starts its own Ray, or
+    checks that a run starts and stops one)."""
+    shared_ray.stop()
