@@ -6,6 +6,6 @@ which part; ``python -m rlcore_testkit.surface`` checks the stored snapshot agai
 """
 
 #: the plugin API's version (SemVer): major for a breaking change, minor for an addition, patch for a fix
-API_VERSION = "3.5.0"
+API_VERSION = "3.6.0"
 #: the module attribute of a plugin's hooks module that declares the API range it supports
 API_RANGE_ATTRIBUTE = "RLCORE_API"
