@@ -319,7 +319,7 @@ _LAZY: dict[str, str] = {
     "RowOrigin": "rlcore.data.rl_dataset",
     "check_unicode": "rlcore.data.rl_dataset",
     "config_value": "rlcore.data.rl_dataset",
-    "to_plain": "rlcore.data.rl_dataset",
+    "to_plain": "rlcore.config.sections.base",
     "tokenizer_failure": "rlcore.data.rl_dataset",
     "mask_spans": "rlcore.agents.audit",
     # experiment trackers
@@ -490,7 +490,7 @@ if TYPE_CHECKING:
         default_section,
     )
     from rlcore.config.sections.actor import OptimConfig
-    from rlcore.config.sections.base import Section
+    from rlcore.config.sections.base import Section, to_plain
     from rlcore.config.sections.base import ref as config_ref
     from rlcore.config.sections.monitors import MonitorSettings
     from rlcore.controller.placement import warm_ray_workers
@@ -499,7 +499,7 @@ if TYPE_CHECKING:
     from rlcore.data.files import normalize_files
     from rlcore.data.loader import PromptLoader
     from rlcore.data.multimodal import MULTI_MODAL_INPUTS, load_image
-    from rlcore.data.rl_dataset import RowOrigin, check_unicode, config_value, read_rows, to_plain, tokenizer_failure
+    from rlcore.data.rl_dataset import RowOrigin, check_unicode, config_value, read_rows, tokenizer_failure
     from rlcore.data.sampler import AbstractCurriculumSampler
     from rlcore.dtypes import parse_dtype
     from rlcore.errors import RLCoreError

@@ -10,12 +10,13 @@ they read :func:`given_section`: the section built from the tree's values, its o
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from rlcore.config.problems import ConfigError
-from rlcore.config.sections.base import Section, field_types, is_section
+from rlcore.config.sections.base import Section, field_types, is_section, to_plain
 
 _S = TypeVar("_S", bound=Section)
 
@@ -29,8 +30,13 @@ def given_section(cls: type[_S], config: DictConfig, path: str | None = None) ->
     except ConfigError:
         pass
     path = path or cls.PATH
-    node = OmegaConf.select(config, path)
-    if not isinstance(node, DictConfig):
+    return _given_data(cls, to_plain(OmegaConf.select(config, path)), path)
+
+
+def _given_data(cls: type[_S], data: Any, path: str) -> _S | None:
+    """:func:`given_section` of the section at ``path`` whose keys are the plain ``data``
+    (:meth:`Section.from_data`)."""
+    if not isinstance(data, Mapping):
         return None
     hints = field_types(cls)
     section = object.__new__(cls)
@@ -38,14 +44,15 @@ def given_section(cls: type[_S], config: DictConfig, path: str | None = None) ->
         kind, key = hints[field.name], f"{path}.{field.name}"
         value: Any
         if is_section(kind):
-            value = given_section(kind, config, key)
+            try:
+                value = kind.from_data(data.get(field.name), key)
+            except ConfigError:
+                value = _given_data(kind, data.get(field.name), key)
             if value is None:
                 return None
-        elif field.name not in node:
+        elif field.name not in data:
             return None
         else:
-            value = node[field.name]
-            if isinstance(value, (DictConfig, ListConfig)):
-                value = OmegaConf.to_container(value, resolve=True)
+            value = data[field.name]
         object.__setattr__(section, field.name, value)  # frozen: set as from_tree would, without the checks
     return section

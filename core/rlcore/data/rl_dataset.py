@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from rlcore.config.schema import Truncation
+from rlcore.config.sections.base import to_plain
 from rlcore.data import DataError, multimodal
 from rlcore.data.files import DATA_EXTENSIONS, PARQUET_EXTENSIONS, normalize_files
 
@@ -62,15 +63,6 @@ def config_value(config: Any, key: str, default: Any) -> Any:
         return default
     value = config.get(key, default)
     return default if value is None else value
-
-
-def to_plain(value: Any) -> Any:
-    """Convert an OmegaConf container to plain Python (other values are returned unchanged)."""
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
-    return value
 
 
 def check_unicode(text: str, where: str) -> None:

@@ -49,8 +49,8 @@ import numpy as np
 import torch
 
 from rlcore.api.components import RewardResult
+from rlcore.config.sections.base import to_plain
 from rlcore.config.sections.reward_model import RewardModelConfig
-from rlcore.data.rl_dataset import to_plain
 from rlcore.errors import RLCoreError
 from rlcore.reward.errors import RewardError
 from rlcore.reward.ground_truth import ground_truth_text

@@ -75,8 +75,8 @@ def build_scorer(custom: CustomRewardFunctionConfig, registry: Registry) -> Call
     it leaves running are killed with the run). Otherwise a :class:`RegistryScorer` dispatches
     on each sample's ``data_source`` through ``registry``.
     """
+    from rlcore.config.sections.base import to_plain
     from rlcore.data.custom import load_from_file
-    from rlcore.data.rl_dataset import to_plain
 
     path = custom.path
     if not path:

@@ -13,7 +13,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, TypeVar
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, ValueNode
 
 from rlcore.config.problems import ConfigError
 
@@ -52,6 +52,46 @@ def field_types(kind: type) -> Mapping[str, Any]:
     if found is None:
         found = _FIELD_TYPES[kind] = types.MappingProxyType(typing.get_type_hints(kind))
     return found
+
+
+class _NotPlain(Exception):
+    """A node :func:`_plain_nodes` leaves to ``OmegaConf.to_container``."""
+
+
+#: the types of the values :func:`_plain_nodes` copies as they are (a ``str`` unless it holds ``${`` or is ``???``)
+_PLAIN_VALUES = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain_nodes(node: Any) -> Any:
+    """``node`` (a config node) as plain data, read from its nodes' stored values; raises :class:`_NotPlain` at
+    anything whose conversion is more than a copy: an interpolation, a ``???`` value, an enum, bytes or path
+    value, a key that is not a ``str``, a null or missing container, a container type other than
+    :class:`DictConfig` and :class:`ListConfig`."""
+    if isinstance(node, ValueNode):
+        value = node._value()
+        if type(value) not in _PLAIN_VALUES or (type(value) is str and ("${" in value or value == "???")):
+            raise _NotPlain
+        return value
+    content = node.__dict__["_content"]
+    if type(node) is DictConfig and type(content) is dict:
+        if not all(type(key) is str for key in content):
+            raise _NotPlain
+        return {key: _plain_nodes(child) for key, child in content.items()}
+    if type(node) is ListConfig and type(content) is list:
+        return [_plain_nodes(child) for child in content]
+    raise _NotPlain
+
+
+def to_plain(value: Any) -> Any:
+    """Convert an OmegaConf container to plain Python, every ``${...}`` resolved (other values are returned
+    unchanged): ``OmegaConf.to_container(value, resolve=True)``, copied straight from the stored values when the
+    tree holds nothing to resolve or convert (a loaded config: the loader resolves it)."""
+    if isinstance(value, (DictConfig, ListConfig)):
+        try:
+            return _plain_nodes(value)
+        except _NotPlain:
+            return OmegaConf.to_container(value, resolve=True)
+    return value
 
 
 def is_section(kind: Any) -> bool:
@@ -123,9 +163,7 @@ class Section:
         for field in dataclasses.fields(cls):  # type: ignore[arg-type]
             if field.name not in node:
                 continue
-            value = node[field.name]
-            if isinstance(value, (DictConfig, ListConfig)):
-                value = OmegaConf.to_container(value, resolve=True)
+            value = to_plain(node[field.name])
             kind = hints[field.name]
             values[field.name] = kind.from_mapping(value) if is_section(kind) and isinstance(value, Mapping) else value
         return cls(**values)
@@ -134,10 +172,17 @@ class Section:
     def from_tree(cls: type[_S], config: DictConfig, path: str | None = None) -> _S:
         """The section at ``path`` (default :attr:`PATH`) of the resolved ``config``; raises
         :class:`ConfigError` naming every missing key, bad choice and failed check of the section and its
-        subsections."""
+        subsections. The section's node is turned into plain data once and read by :meth:`from_data`."""
         path = path or cls.PATH
-        node = OmegaConf.select(config, path, default=None)
-        if not isinstance(node, DictConfig):
+        return cls.from_data(to_plain(OmegaConf.select(config, path, default=None)), path)
+
+    @classmethod
+    def from_data(cls: type[_S], data: Any, path: str) -> _S:
+        """The section at the dotted ``path`` whose keys are ``data``: the node's plain data
+        (:func:`to_plain`; anything but a mapping: the section is missing), its subsections read from their keys
+        in it; raises :class:`ConfigError` as :meth:`from_tree` does. The entry point of a ``from_tree`` override
+        that adds keys to the section's data (the vLLM engine's ``mtp``, read from the policy model)."""
+        if not isinstance(data, Mapping):
             raise ConfigError(f"{path} is missing from the config (it is a section of defaults.yaml)")
         hints = field_types(cls)
         values: dict[str, Any] = {}
@@ -147,16 +192,14 @@ class Section:
             key = f"{path}.{field.name}"
             if is_section(kind):
                 try:
-                    values[field.name] = kind.from_tree(config, key)
+                    values[field.name] = kind.from_data(data.get(field.name), key)
                 except ConfigError as exc:
                     problems += exc.problems
                 continue
-            if field.name not in node:
+            if field.name not in data:
                 problems.append(f"{key} is missing from the config (defaults.yaml declares it)")
                 continue
-            value = node[field.name]
-            if isinstance(value, (DictConfig, ListConfig)):
-                value = OmegaConf.to_container(value, resolve=True)
+            value = data[field.name]
             choices = typing.get_args(kind) if typing.get_origin(kind) is Literal else ()
             if choices and value not in choices:
                 problems.append(f"{key} must be one of {', '.join(map(str, choices))}, got {value!r}")

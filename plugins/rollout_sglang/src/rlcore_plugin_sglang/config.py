@@ -5,13 +5,12 @@ the hooks module returns them from ``config_defaults``), and the typed rollout s
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlcore.api import MtpConfig, RolloutConfig, Section
+from rlcore.api import MtpConfig, RolloutConfig, Section, to_plain
 
 
 @dataclass(frozen=True)
@@ -66,10 +65,9 @@ class SGLangRolloutSection(SGLangRolloutConfig, RolloutConfig):
     def from_tree(cls, config: DictConfig, path: str | None = None) -> SGLangRolloutSection:
         """:meth:`rlcore.api.Section.from_tree`, with the policy model's ``mtp`` section as ``mtp``."""
         path = path or cls.PATH
-        config = copy.deepcopy(config)
-        mtp = OmegaConf.select(config, MtpConfig.PATH)
-        OmegaConf.update(config, f"{path}.mtp", mtp if mtp is not None else {}, force_add=True)
-        return super().from_tree(config, path)
+        data = to_plain(OmegaConf.select(config, path, default=None)) or {}
+        data["mtp"] = to_plain(OmegaConf.select(config, MtpConfig.PATH, default=None)) or {}
+        return cls.from_data(data, path)
 
     def speculative_kwargs(self) -> dict[str, Any]:
         """SGLang's speculative-decoding arguments when ``mtp.enable_rollout`` is on (the MTP layers are EAGLE's

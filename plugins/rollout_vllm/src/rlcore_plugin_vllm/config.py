@@ -4,14 +4,13 @@ built with (:class:`VLLMRolloutConfig`)."""
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlcore.api import MtpConfig, RolloutConfig, Section
+from rlcore.api import MtpConfig, RolloutConfig, Section, to_plain
 
 
 @dataclass(frozen=True)
@@ -44,12 +43,11 @@ class VLLMRolloutConfig(RolloutConfig):
         """:meth:`rlcore.api.Section.from_tree`, with an empty ``profiler`` where rlcore-plugin-profiler is not
         installed (the tree then has no such subsection) and the policy model's ``mtp`` section as ``mtp``."""
         path = path or cls.PATH
-        config = copy.deepcopy(config)
-        if OmegaConf.select(config, f"{path}.profiler") is None:
-            OmegaConf.update(config, f"{path}.profiler", {}, force_add=True)
-        mtp = OmegaConf.select(config, MtpConfig.PATH)
-        OmegaConf.update(config, f"{path}.mtp", mtp if mtp is not None else {}, force_add=True)
-        return super().from_tree(config, path)
+        data = to_plain(OmegaConf.select(config, path, default=None)) or {}
+        if data.get("profiler") is None:
+            data["profiler"] = {}
+        data["mtp"] = to_plain(OmegaConf.select(config, MtpConfig.PATH, default=None)) or {}
+        return cls.from_data(data, path)
 
     def speculative_config(self) -> dict[str, Any] | None:
         """vLLM's ``speculative_config`` when ``mtp.enable_rollout`` is on (the MTP layers draft
