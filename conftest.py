@@ -77,6 +77,17 @@ FIRST_FILES = (
     "tests/test_verl_fully_async_run.py",
 )
 
+#: the modules that stop the test process's shared Ray (the test kit's ``no_shared_ray``: they start a Ray of their own,
+#: or check that a run starts and stops one); xdist hands them out before every other file, so that a worker's shared
+#: Ray, once a module that uses it (``warm_ray``) started it, is not stopped and started again
+OWN_RAY_FILES = (
+    "tests/test_ray_executor.py",
+    "tests/test_ray_e2e.py",
+    "tests/test_reward_model_ray.py",
+    "tests/test_ray_kwargs.py",
+    "tests/test_lanes.py",
+)
+
 #: the other tests that take over 0.7 s on two idle cores (real runs, processes, engines; the tests over 1.5 s until
 #: the quick loop grew past 3 minutes), one node id per line, also marked ``slow``; ``tests/update_slow_tests.py``
 #: adds to it from a ``--durations`` report
@@ -84,14 +95,15 @@ SLOW_TESTS = Path(__file__).parent / "tests" / "slow_tests.txt"
 
 
 def pytest_collection_modifyitems(items: list) -> None:
-    """Mark the tests of :data:`LONG_FILES` and :data:`SLOW_TESTS` ``slow`` and move :data:`FIRST_FILES` to the
-    front, in that order (xdist hands out files in order)."""
-    rank = {path: index for index, path in enumerate(FIRST_FILES)}
+    """Mark the tests of :data:`LONG_FILES` and :data:`SLOW_TESTS` ``slow`` and move :data:`OWN_RAY_FILES`, then
+    :data:`FIRST_FILES` to the front, in that order (xdist hands out files in order)."""
+    order = [*OWN_RAY_FILES, *(path for path in FIRST_FILES if path not in OWN_RAY_FILES)]
+    rank = {path: index for index, path in enumerate(order)}
     listed = {line.strip() for line in SLOW_TESTS.read_text().splitlines() if line.strip() and not line.startswith("#")}
     for item in items:
         if item.nodeid.split("::")[0] in LONG_FILES or item.nodeid in listed:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(FIRST_FILES)))
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(order)))
 
 
 class NotInstalledPlugin(pytest.Directory):

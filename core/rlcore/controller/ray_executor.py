@@ -326,9 +326,9 @@ class RayWorkerGroup:
                 continue
             try:
                 ray.get(actor.reset.remote(env, self.role, rank), timeout=SHUTDOWN_TIMEOUT_S)
-            except RayError as exc:
+            except Exception as exc:  # noqa: BLE001 - Ray's errors for a dead actor, or its refusal to call one it lost
                 log.debug("the idle worker for %s rank %d is gone (%s); starting a new one", self.role, rank, exc)
-                ray.kill(actor, no_restart=True)
+                kill_actors([actor])
                 actors[rank] = None
         return actors
 
