@@ -77,15 +77,19 @@ FIRST_FILES = (
     "tests/test_verl_fully_async_run.py",
 )
 
-#: the modules that stop the test process's shared Ray (the test kit's ``no_shared_ray``: they start a Ray of their own,
-#: or check that a run starts and stops one); xdist hands them out before every other file, so that a worker's shared
-#: Ray, once a module that uses it (``warm_ray``) started it, is not stopped and started again
-OWN_RAY_FILES = (
-    "tests/test_ray_executor.py",
-    "tests/test_ray_e2e.py",
-    "tests/test_reward_model_ray.py",
-    "tests/test_ray_kwargs.py",
-    "tests/test_lanes.py",
+#: the modules whose runs use the test process's shared Ray (the test kit's ``warm_ray``), longest first: xdist hands
+#: them out before every other file, one after the other, so that each worker starts its shared Ray once and takes
+#: over idle workers from module to module; the first module of a worker that does not use it stops it
+WARM_RAY_FILES = (
+    "tests/test_off_policy.py",
+    "plugins/algo_distill/tests/test_topk.py",
+    "plugins/profiler/tests/test_torch_options.py",
+    "plugins/profiler/tests/test_profiling.py",
+    "tests/test_async_partial_lane.py",
+    "tests/test_verl_fully_async_run.py",
+    "plugins/backend_fsdp/tests/test_moe.py",
+    "plugins/backend_megatron/tests/test_run.py",
+    "plugins/testkit/tests/test_shared_ray.py",
 )
 
 #: the other tests that take over 0.7 s on two idle cores (real runs, processes, engines; the tests over 1.5 s until
@@ -95,9 +99,9 @@ SLOW_TESTS = Path(__file__).parent / "tests" / "slow_tests.txt"
 
 
 def pytest_collection_modifyitems(items: list) -> None:
-    """Mark the tests of :data:`LONG_FILES` and :data:`SLOW_TESTS` ``slow`` and move :data:`OWN_RAY_FILES`, then
+    """Mark the tests of :data:`LONG_FILES` and :data:`SLOW_TESTS` ``slow`` and move :data:`WARM_RAY_FILES`, then
     :data:`FIRST_FILES` to the front, in that order (xdist hands out files in order)."""
-    order = [*OWN_RAY_FILES, *(path for path in FIRST_FILES if path not in OWN_RAY_FILES)]
+    order = [*WARM_RAY_FILES, *(path for path in FIRST_FILES if path not in WARM_RAY_FILES)]
     rank = {path: index for index, path in enumerate(order)}
     listed = {line.strip() for line in SLOW_TESTS.read_text().splitlines() if line.strip() and not line.startswith("#")}
     for item in items:

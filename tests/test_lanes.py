@@ -13,9 +13,6 @@ import pytest
 from rlcore.config import ConfigError, load_config
 from rlcore.config.lanes import format_cpus, lane_pins, lane_plan_lines, parse_cpu_list
 
-#: the module starts its own Ray (or checks that a run starts and stops one): the shared one is stopped first
-pytestmark = pytest.mark.usefixtures("no_shared_ray")
-
 PROBE = '''
 import os
 

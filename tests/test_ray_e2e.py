@@ -22,9 +22,6 @@ from rlcore.controller.placement import ensure_ray  # noqa: E402
 from rlcore.errors import RLCoreError  # noqa: E402
 from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
-#: the module starts its own Ray (or checks that a run starts and stops one): the shared one is stopped first
-pytestmark = pytest.mark.usefixtures("no_shared_ray")
-
 
 def test_grpo_on_two_ray_worker_processes(tmp_path: Path, tiny_model_dir: Path) -> None:
     assert not ray.is_initialized()

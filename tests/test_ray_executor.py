@@ -37,9 +37,6 @@ from rlcore.controller.worker_spec import WorkerSpec  # noqa: E402
 from rlcore.errors import RLCoreError  # noqa: E402
 from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
-#: the module starts its own Ray (or checks that a run starts and stops one): the shared one is stopped first
-pytestmark = pytest.mark.usefixtures("no_shared_ray")
-
 ECHO = WorkerSpec("rlcore_test_echo.workers:EchoWorker")
 
 HOOKS = """

@@ -15,9 +15,6 @@ from rlcore_testkit.runs import dry_run as rlcore_dry_run
 from rlcore.config import load_config
 from rlcore.config.ray_kwargs import given_ray_kwargs, ray_init_options
 
-#: the module starts its own Ray (or checks that a run starts and stops one): the shared one is stopped first
-pytestmark = pytest.mark.usefixtures("no_shared_ray")
-
 PROBE_MODULE = """
 import os
 

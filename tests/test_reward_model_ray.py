@@ -17,9 +17,6 @@ from rlcore.config import ConfigError, load_config  # noqa: E402
 from rlcore.controller.placement import POOL_REWARD, pool_layouts  # noqa: E402
 from rlcore.tracking.sinks import read_metrics  # noqa: E402
 
-#: the module starts its own Ray (or checks that a run starts and stops one): the shared one is stopped first
-pytestmark = pytest.mark.usefixtures("no_shared_ray")
-
 
 def test_reward_model_on_ray_workers(tmp_path: Path, tiny_model_dir: Path) -> None:
     rm_dir = make_tiny_reward_model_dir(tmp_path / "rm")

@@ -1,5 +1,5 @@
-"""``conftest.py``'s file lists name files that exist, and :data:`OWN_RAY_FILES` names exactly the modules that stop
-the test process's shared Ray (``no_shared_ray``), so that xdist hands all of them out before the modules that use it."""
+"""``conftest.py``'s file lists name files that exist, and ``WARM_RAY_FILES`` names exactly the modules that use the
+test process's shared Ray (the test kit's ``warm_ray``), so that xdist hands them out one after the other, first."""
 
 from __future__ import annotations
 
@@ -21,15 +21,15 @@ def root_conftest() -> ModuleType:
 
 def test_the_ordered_files_exist() -> None:
     conftest = root_conftest()
-    for path in (*conftest.OWN_RAY_FILES, *conftest.FIRST_FILES, *conftest.LONG_FILES):
+    for path in (*conftest.WARM_RAY_FILES, *conftest.FIRST_FILES, *conftest.LONG_FILES):
         assert (ROOT / path).is_file(), path
 
 
-def test_own_ray_files_are_the_modules_that_stop_the_shared_ray() -> None:
+def test_warm_ray_files_are_the_modules_that_use_the_shared_ray() -> None:
     modules = [*ROOT.glob("tests/test_*.py"), *ROOT.glob("plugins/*/tests/**/test_*.py")]
-    stopping = {
+    using = {
         str(path.relative_to(ROOT))
         for path in modules
-        if path != Path(__file__).resolve() and 'usefixtures("no_shared_ray")' in path.read_text()
+        if path != Path(__file__).resolve() and "warm_ray: None" in path.read_text()
     }
-    assert stopping == set(root_conftest().OWN_RAY_FILES)
+    assert using == set(root_conftest().WARM_RAY_FILES)

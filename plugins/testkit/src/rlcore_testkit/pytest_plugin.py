@@ -15,8 +15,9 @@ Fixtures:
 ``warm_ray``
     (module) a local Ray shared by the modules of this test process that ask for it, with warm workers: runs attach
     to it and take over the worker processes of the last run (:mod:`rlcore_testkit.shared_ray`).
-``no_shared_ray``
-    (module) the shared Ray stopped, for a module that starts its own Ray or checks that a run starts one.
+
+The shared Ray is stopped when a module that does not use ``warm_ray`` starts (``shared_ray_only_where_used``), so a
+module that starts its own Ray, or checks that a run starts and stops one, finds none running.
 """
 
 from __future__ import annotations
@@ -93,8 +94,21 @@ def warm_ray(shared_ray: Any) -> None:
     shared_ray.start()
 
 
-@pytest.fixture(scope="module")
-def no_shared_ray(shared_ray: Any) -> None:
-    """No Ray running when the module starts: the shared one is stopped (a module that starts its own Ray, or
-    checks that a run starts and stops one)."""
-    shared_ray.stop()
+#: the modules whose tests use ``warm_ray`` (their node ids), noted at collection
+WARM_RAY_MODULES = pytest.StashKey[frozenset[str]]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Note the modules whose tests use ``warm_ray`` (directly or through another fixture)."""
+    config.stash[WARM_RAY_MODULES] = frozenset(
+        item.nodeid.split("::")[0] for item in items if "warm_ray" in getattr(item, "fixturenames", ())
+    )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def shared_ray_only_where_used(request: pytest.FixtureRequest, shared_ray: Any) -> None:
+    """Stop the shared Ray when a module that does not use it starts: it may start a Ray of its own or check that
+    a run does, and an idle Ray's daemons and workers only cost CPU and memory."""
+    if request.node.nodeid not in request.config.stash.get(WARM_RAY_MODULES, frozenset()):
+        shared_ray.stop()
