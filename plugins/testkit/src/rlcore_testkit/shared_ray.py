@@ -3,8 +3,8 @@
 A module that asks for the ``warm_ray`` fixture (:mod:`rlcore_testkit.pytest_plugin`) finds a local Ray running and
 :func:`rlcore.api.warm_ray_workers` active: its runs attach to that Ray and take over the worker processes the last
 run left idle (another module's too), instead of each run starting a Ray and new processes that import torch and
-transformers again. The Ray is stopped when a module that does not ask for ``warm_ray`` starts (it may start its own Ray, or
-check that a run starts and stops one), and at the end of the test session.
+transformers again. The Ray is stopped when a module that does not ask for ``warm_ray`` starts (it may start its own
+Ray, or check that a run starts and stops one), and at the end of the test session.
 """
 
 from __future__ import annotations
