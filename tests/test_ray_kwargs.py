@@ -87,6 +87,15 @@ def test_bad_ray_kwargs_fail_the_dry_run_naming_the_key(override: str, message: 
     assert "Traceback" not in result.output
 
 
+def test_the_cpu_check_counts_the_bundles_of_every_pool() -> None:
+    """With split placement a node holds the training and the rollout pool's bundles: 2 + 1 CPUs."""
+    split = ("trainer.executor=ray", "trainer.placement=split", "trainer.n_gpus_per_node=2")
+    result = dry_run(*split, "trainer.rollout_n_gpus_per_node=1", "ray_kwargs.ray_init.num_cpus=2")
+    assert result.exit_code == 2, result.output
+    assert "ray_kwargs.ray_init.num_cpus=2 is fewer than the 3 CPU bundle(s)" in result.output
+    assert dry_run(*split, "trainer.rollout_n_gpus_per_node=1", "ray_kwargs.ray_init.num_cpus=3").exit_code == 0
+
+
 def test_the_object_store_minimum_is_rays() -> None:
     """The dry run's minimum is the one ``ray.init`` enforces (Ray's own constant)."""
     pytest.importorskip("ray")
