@@ -41,17 +41,6 @@ def findings_of(summary: dict[str, Any], monitor: str) -> list[dict[str, Any]]:
     return [finding for finding in summary.get("health", []) if finding["monitor"] == monitor]
 
 
-def test_the_default_run_is_quiet(command_once: Any) -> None:
-    """The bundled default run (40 steps, every monitor on) gives no finding: no ``health/*`` metric, an empty
-    ``"health"`` list in summary.json, no ``health:`` console line."""
-    ran = command_once("rlcore run")
-    assert ran.returncode == 0, ran.output[-3000:]
-    _, rows, summary = run_of(ran)
-    assert summary.get("health") == []
-    assert [key for row in rows for key in row if key.startswith("health/")] == []
-    assert "health: [" not in ran.output
-
-
 def test_reward_loophole_is_stopped_before_validation_falls_by_a_tenth(command_once: Any) -> None:
     """The demo preset ``reward-loophole`` (a reward paying answers that overshoot the sum): reward_hacking
     reports while the validation reward is still within 0.1 of its best so far, and its action ``stop`` ends
@@ -105,3 +94,18 @@ def test_a_reward_returning_nan_trips_nonfinite(command_once: Any, tmp_path: Pat
     _, _, summary = run_of(ran)
     (finding,) = findings_of(summary, "nonfinite")
     assert finding["signal"] == "reward/scorer_nan" and finding["began_at"] == 1
+
+
+def test_the_default_run_is_quiet(command_once: Any) -> None:
+    """The bundled default run (40 steps, every monitor on) gives no finding: no ``health/*`` metric, an empty
+    ``"health"`` list in summary.json, no ``health:`` console line.
+
+    Last in the module: ``tests/test_default_run.py`` asks for the same run first thing, so when the two modules
+    start together on the two xdist workers, this one reaches it after its own runs, when it is done, instead of
+    one worker waiting on the other's run."""
+    ran = command_once("rlcore run")
+    assert ran.returncode == 0, ran.output[-3000:]
+    _, rows, summary = run_of(ran)
+    assert summary.get("health") == []
+    assert [key for row in rows for key in row if key.startswith("health/")] == []
+    assert "health: [" not in ran.output
